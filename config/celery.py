@@ -1,0 +1,10 @@
+"""The Celery app. Workers: ``celery -A config worker -Q celery,gpu``."""
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("cirval")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,70 @@
+"""Image files on disk: safe path resolution under a root, probing, hashing.
+
+Pure Python + Pillow (no Django): the loader and the image views call these with the
+roots from settings.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image as PILImage
+
+
+class PathEscapeError(ValueError):
+    """A path that leaves its allowed root (``..``, an absolute path, a symlink out)."""
+
+
+def resolve_under(root: Path, rel: str) -> Path:
+    """Join ``rel`` to ``root`` and resolve symlinks; refuse anything outside ``root``."""
+    root = Path(root).resolve()
+    if not rel or rel.startswith("/") or "\x00" in rel:
+        raise PathEscapeError(f"{rel!r} is not a relative path")
+    full = (root / rel).resolve()
+    if full != root and root not in full.parents:
+        raise PathEscapeError(f"{rel!r} resolves to {full}, outside {root}")
+    return full
+
+
+def within_any(path: Path, roots: list[Path]) -> bool:
+    """Whether the resolved ``path`` lies inside one of ``roots``."""
+    real = Path(path).resolve()
+    for root in roots:
+        root = Path(root).resolve()
+        if real == root or root in real.parents:
+            return True
+    return False
+
+
+@dataclass
+class ImageProbe:
+    exists: bool
+    sha256: str = ""
+    width: int | None = None
+    height: int | None = None
+    problem: str = ""
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def probe_image(path: Path) -> ImageProbe:
+    """Hash a file and read its size from the header (the pixels are not decoded)."""
+    try:
+        if not path.is_file():
+            return ImageProbe(exists=False, problem="no such file")
+        digest = sha256_file(path)
+    except OSError as exc:
+        return ImageProbe(exists=False, problem=f"unreadable: {exc.strerror or exc}")
+    try:
+        with PILImage.open(path) as img:
+            width, height = img.size
+    except Exception as exc:  # Pillow raises many types for broken files
+        return ImageProbe(exists=False, sha256=digest, problem=f"not a readable image: {exc}")
+    return ImageProbe(exists=True, sha256=digest, width=width, height=height)

@@ -1,0 +1,121 @@
+"""Normalized CIR records: what every importer produces and the loader writes.
+
+Pure Python (no Django). One schema holds every public format without loss:
+a single-turn query is a one-turn session, every source record is kept verbatim in
+``QueryRecord.raw``, ids are kept as the source spells them.
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ParseError(ValueError):
+    """Malformed input. Names the file, the 0-based record number and the field."""
+
+    def __init__(self, file: str, record: int | None, field_name: str | None, message: str):
+        self.file = str(file)
+        self.record = record
+        self.field = field_name
+        self.message = message
+        where = self.file
+        if record is not None:
+            where += f", record {record}"
+        if field_name:
+            where += f", field '{field_name}'"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass
+class ImageRecord:
+    """An image of the dataset. ``external_id`` is unique within a dataset."""
+
+    external_id: str
+    path: str | None = None  # relative to the images root, POSIX separators
+    url: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TextRecord:
+    text: str
+    role: str = "caption"  # caption | caption_ext | generated | instruction
+    annotator: int | None = None  # FashionIQ keeps its two captions apart
+    key: str | None = None  # e.g. CIRR caption_extend key "0".."3"
+
+
+@dataclass
+class TurnRecord:
+    index: int  # 1-based
+    reference: str | None  # image external_id
+    texts: list[TextRecord]
+    turn_target: str | None = None  # implicit intermediate target (MT-FIQ, CIRCLED)
+    provenance: str = "human"
+
+
+@dataclass
+class TargetRecord:
+    image: str  # image external_id
+    relevance: float = 1.0
+    is_primary: bool = False
+    role: str = "gt"  # hard | soft | gt | pos | neg
+    source_field: str = ""
+
+
+@dataclass
+class QueryRecord:
+    external_id: str
+    split: str
+    ordinal: int  # index of the record in its source file
+    source_file: str
+    turns: list[TurnRecord]
+    targets: list[TargetRecord]
+    raw: Any  # the verbatim source record
+    category: str = ""  # FashionIQ dress/shirt/toptee, CIRCLED subset
+    context_text: str = ""  # CIRCO shared_concept
+    tags: list[str] = field(default_factory=list)  # CIRCO semantic_aspects
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedDataset:
+    """What a parser returns: images by external id, queries, galleries per split."""
+
+    format: str
+    images: dict[str, ImageRecord] = field(default_factory=dict)
+    queries: list[QueryRecord] = field(default_factory=list)
+    galleries: dict[str, list[str]] = field(default_factory=dict)  # split -> image ids
+    warnings: list[str] = field(default_factory=list)
+
+    def add_image(self, image: ImageRecord) -> str:
+        """Register an image once; later sightings fill in missing path/url."""
+        known = self.images.get(image.external_id)
+        if known is None:
+            self.images[image.external_id] = image
+        else:
+            known.path = known.path or image.path
+            known.url = known.url or image.url
+            for k, v in image.extra.items():
+                known.extra.setdefault(k, v)
+        return image.external_id
+
+
+def safe_relpath(value: Any, file: str, record: int | None, field_name: str) -> str:
+    """Validate an image path from a source file and return it normalised.
+
+    Refuses non-strings, empty strings, absolute paths and paths that climb out of the
+    images root with ``..``; a leading ``./`` is dropped. Symlinks are checked later,
+    against the real root, by the loader.
+    """
+    if not isinstance(value, str):
+        raise ParseError(file, record, field_name, f"expected a path string, got {type(value).__name__}")
+    text = value.strip().replace("\\", "/")
+    if not text:
+        raise ParseError(file, record, field_name, "empty image path")
+    if text.startswith("/") or (len(text) > 1 and text[1] == ":"):
+        raise ParseError(file, record, field_name, f"absolute image path {value!r} is not allowed")
+    norm = posixpath.normpath(text)
+    if norm == ".." or norm.startswith("../"):
+        raise ParseError(file, record, field_name, f"image path {value!r} escapes the images root")
+    return norm

@@ -1,0 +1,129 @@
+"""Corpus pages: datasets, queries, images, and browser imports."""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.admin.views.decorators import staff_member_required
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.text import get_valid_filename
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_GET
+
+from .forms import ImportForm
+from .imageserve import THUMB_SIZES, ImageRefused, check_pixels, image_file, placeholder_svg, thumbnail
+from .models import Dataset, Image, ImportJob, Query
+from .services import run_import_job
+from .stats import dataset_stats
+
+
+def dataset_list(request):
+    datasets = list(Dataset.objects.all())
+    rows = [(d, dataset_stats(d)) for d in datasets]
+    return render(request, "retrieval/dataset_list.html", {"rows": rows})
+
+
+def dataset_detail(request, name: str):
+    dataset = get_object_or_404(Dataset, name=name)
+    queries = (
+        Query.objects.filter(dataset=dataset)
+        .order_by("split", "ordinal", "id")
+        .prefetch_related("turns__reference_image", "targets__image")
+    )
+    kind = request.GET.get("kind")
+    if kind == "single":
+        queries = queries.filter(n_turns=1)
+    elif kind == "multi":
+        queries = queries.filter(n_turns__gt=1)
+    page = Paginator(queries, 20).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "retrieval/dataset_detail.html",
+        {"dataset": dataset, "stats": dataset_stats(dataset), "page": page, "kind": kind or ""},
+    )
+
+
+def query_detail(request, name: str, pk: int):
+    dataset = get_object_or_404(Dataset, name=name)
+    query = get_object_or_404(
+        Query.objects.prefetch_related("turns__reference_image", "turns__turn_target", "targets__image"),
+        dataset=dataset, pk=pk,
+    )
+    return render(request, "retrieval/query_detail.html", {"dataset": dataset, "query": query})
+
+
+@require_GET
+@cache_control(private=True, max_age=86400)
+def image(request, pk: int):
+    """An image by id; ``?size=N`` gives a cached thumbnail. Missing files get a placeholder."""
+    img = Image.objects.select_related("dataset").filter(pk=pk).first()
+    if img is None:
+        raise Http404("no such image")
+    path = image_file(img.dataset.images_root, img.path)
+    if path is None:
+        if img.missing or not img.path:
+            svg = placeholder_svg(img.external_id, int(request.GET.get("size", 256) or 256) if str(request.GET.get("size", "")).isdigit() else 256)
+            return HttpResponse(svg, content_type="image/svg+xml")
+        raise Http404("image is outside the served roots")
+    size = request.GET.get("size")
+    try:
+        if size:
+            if not size.isdigit() or int(size) not in THUMB_SIZES:
+                return HttpResponse(f"size must be one of {list(THUMB_SIZES)}", status=400, content_type="text/plain")
+            return FileResponse(open(thumbnail(path, int(size)), "rb"), content_type="image/png")
+        check_pixels(path)
+    except ImageRefused as exc:
+        return HttpResponse(str(exc), status=422, content_type="text/plain")
+    return FileResponse(open(path, "rb"))
+
+
+@staff_member_required
+def import_upload(request):
+    if request.method == "POST":
+        form = ImportForm(request.POST, request.FILES)
+        if form.is_valid():
+            folder = Path(settings.UPLOAD_DIR) / uuid.uuid4().hex
+            folder.mkdir(parents=True, exist_ok=True)
+            stored = []
+            for f in form.cleaned_data["files"]:
+                target = folder / get_valid_filename(Path(f.name).name)
+                with open(target, "wb") as out:
+                    for chunk in f.chunks():
+                        out.write(chunk)
+                stored.append(str(target))
+            job = ImportJob.objects.create(
+                dataset_name=form.cleaned_data["name"], format=form.cleaned_data["format"],
+                split=form.cleaned_data["split"], images_root=form.cleaned_data["images_root"],
+                files=stored, created_by=request.user,
+            )
+            total = sum(f.size for f in form.cleaned_data["files"])
+            if total > settings.CIRVAL_ASYNC_IMPORT_BYTES:
+                from .tasks import run_import
+
+                transaction.on_commit(lambda: run_import.delay(job.pk))
+            else:
+                run_import_job(job)
+            return redirect("retrieval:import_job", pk=job.pk)
+    else:
+        form = ImportForm()
+    jobs = ImportJob.objects.all()[:20]
+    return render(request, "retrieval/import.html", {"form": form, "jobs": jobs})
+
+
+@staff_member_required
+def import_job(request, pk: int):
+    job = get_object_or_404(ImportJob, pk=pk)
+    return render(request, "retrieval/import_job.html", {"job": job})
+
+
+@staff_member_required
+def import_job_status(request, pk: int):
+    job = get_object_or_404(ImportJob, pk=pk)
+    return JsonResponse(
+        {"status": job.status, "stage": job.stage, "done": job.done, "total": job.total,
+         "percent": job.percent, "error": job.error, "report": job.report}
+    )

@@ -1,0 +1,121 @@
+"""Shared fixtures: demo accounts, a real Celery worker process, paths."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+SHARED = ROOT.parent / "shared"
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+def database_url_for_subprocess() -> str:
+    """A DATABASE_URL that points another process at the database the tests use."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    if "postgresql" in s["ENGINE"]:
+        user = s.get("USER") or ""
+        password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+        auth = f"{user}{password}@" if user else ""
+        return f"postgres://{auth}{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
+    raise RuntimeError(f"no subprocess URL for {s['ENGINE']}")
+
+
+class WorkerProcess:
+    """A real ``celery -A config worker`` running against the test database and broker."""
+
+    def __init__(self, queues: str = "celery,gpu", concurrency: int = 1, extra_env: dict | None = None):
+        self.queues = queues
+        self.concurrency = concurrency
+        self.extra_env = extra_env or {}
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+
+    def start(self, name: str = "w1") -> "WorkerProcess":
+        from django.conf import settings
+
+        env = dict(os.environ)
+        env.update(
+            DATABASE_URL=database_url_for_subprocess(),
+            CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+            CIRVAL_VAR_DIR=str(settings.VAR_DIR),
+            CELERY_TASK_ALWAYS_EAGER="0",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        log_dir = Path(settings.VAR_DIR) / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"test-worker-{name}-{os.getpid()}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queues, "-n", f"{name}@%h",
+             "--concurrency", str(self.concurrency), "--pool", "prefork", "--loglevel", "INFO", "--without-gossip",
+             "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path and self.log_path.exists() else ""
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Kill the worker and its pool children (SIGKILL: no chance to ack or clean up)."""
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def worker_factory():
+    """Start real worker processes; all are stopped after the test."""
+    started: list[WorkerProcess] = []
+
+    def make(**kwargs) -> WorkerProcess:
+        w = WorkerProcess(**kwargs)
+        started.append(w)
+        return w
+
+    yield make
+    for w in started:
+        w.stop()
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def demo_accounts(db):
+    from annotation.demo_accounts import ensure_demo_accounts
+
+    return {u: p for u, p, _ in ensure_demo_accounts()}
