@@ -1,0 +1,172 @@
+"""CIRCLED (released multi-turn sessions) annotation parser.
+
+Files: ``{subset}.json`` (optional ``.sample`` before ``.json``) with subset
+``cirr_<split>``, ``circo_<split>`` or ``fashioniq_<category>_<split>``; each a list of
+``{session_id, subset, ground_truth_ids, num_turns, turns: [{turn, reference_image_id,
+relative_caption}]}``.
+
+Mapping: ``external_id = session_id``; ``category = subset``; turns in file order (their
+``turn`` numbers must run 1..n), turn 1 provenance ``human`` (the source caption, role
+``caption``), later turns provenance ``llm`` (role ``generated``); turn k's
+``turn_target`` = the reference of turn k+1 (the last turn has none: its goal is the
+final target); targets = ``ground_truth_ids`` in order (role ``gt``), the first primary.
+
+Image ids and paths follow the subset's source dataset, relative to that dataset's
+images root, so they coincide with what the CIRR / FashionIQ / CIRCO parsers produce:
+
+* CIRR names: ``dev-*`` -> ``dev/<id>.png``, ``test1-*`` -> ``test1/<id>.png``; ``train-*``
+  images live in numbered sub-folders only CIRR's split file knows, so their path is left
+  empty (warning);
+* FashionIQ ASINs -> ``<asin>.jpg``;
+* CIRCO 12-digit COCO ids (also the ``"%012d.jpg"`` fallback spelling) -> id ``str(int)``
+  (as the CIRCO parser) and path ``%012d.jpg``; the spelling in the file is kept in
+  ``ImageRecord.extra['source_id']`` when it differs.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from retrieval.importers._common import (
+    SAMPLE,
+    PathLike,
+    Record,
+    add_target,
+    as_paths,
+    expect_list,
+    image_id_path,
+    is_int,
+    load_json,
+    match_name,
+    register,
+)
+from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
+
+FORMAT = "circled"
+
+_PATTERNS = [(
+    "sessions",
+    re.compile(
+        r"^(?P<subset>(?P<source>cirr|circo|fashioniq_(?P<category>[A-Za-z0-9]+))_(?P<split>[A-Za-z0-9]+))"
+        rf"{SAMPLE}\.json$"
+    ),
+)]
+
+
+def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
+    """Parse CIRCLED subset files into a ParsedDataset."""
+    files: list[tuple[Path, re.Match[str]]] = []
+    first: dict[str, Path] = {}
+    for path in as_paths(paths):
+        _, m = match_name(path, _PATTERNS, FORMAT)
+        subset = m.group("subset")
+        if subset in first:
+            raise ParseError(str(path), None, None, f"a second file for subset {subset!r} (first: {first[subset]})")
+        first[subset] = path
+        files.append((path, m))
+    dataset = ParsedDataset(format=FORMAT)
+    for path, m in files:
+        source = "fashioniq" if m.group("category") else m.group("source")
+        _parse_file(path, m.group("subset"), source, split or m.group("split"), dataset)
+    return dataset
+
+
+class _Images:
+    """Maps the source ids of one subset to image records (see the module doc)."""
+
+    def __init__(self, source: str, dataset: ParsedDataset):
+        self.source = source
+        self.dataset = dataset
+        self.no_path: set[str] = set()
+
+    def add(self, rec: Record, value: str, field_name: str) -> str:
+        file = rec.file
+        if self.source == "circo":
+            digits = value[:-4] if value.endswith(".jpg") else value
+            if not re.fullmatch(r"[0-9]+", digits):
+                rec.fail(field_name, f"CIRCO image id {value!r} is not a COCO number")
+            coco_id = int(digits)
+            extra = {"source_id": value} if value != str(coco_id) else {}
+            return register(self.dataset, str(coco_id), path=f"{coco_id:012d}.jpg", extra=extra)
+        if self.source == "fashioniq":
+            return register(self.dataset, value, path=image_id_path(value, "{id}.jpg", file, rec.index, field_name))
+        # CIRR
+        folder = value.split("-", 1)[0]
+        if folder in ("dev", "test1"):
+            path = image_id_path(value, folder + "/{id}.png", file, rec.index, field_name)
+            return register(self.dataset, value, path=path)
+        image_id_path(value, "{id}.png", file, rec.index, field_name)  # still refuse path-like ids
+        self.no_path.add(value)
+        return register(self.dataset, value)
+
+
+def _parse_file(path: Path, subset: str, source: str, split: str, dataset: ParsedDataset) -> None:
+    data = expect_list(load_json(path), path)
+    images = _Images(source, dataset)
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(data):
+        rec = Record(path, index, raw, "session")
+        session_id = rec.req_str("session_id")
+        if session_id in seen:
+            rec.fail("session_id", f"duplicate session_id {session_id!r} (first at record {seen[session_id]})")
+        seen[session_id] = index
+        if rec.req_str("subset") != subset:
+            rec.fail("subset", f"subset {raw['subset']!r} does not match the file name ({subset!r})")
+        gt_ids = rec.req_str_list("ground_truth_ids", non_empty=True)
+        num_turns = rec.req_int("num_turns")
+        turns_raw = rec.req("turns")
+        if not isinstance(turns_raw, list) or not turns_raw:
+            rec.fail("turns", "expected a non-empty list of turns")
+        if num_turns != len(turns_raw):
+            rec.fail("num_turns", f"num_turns is {num_turns} but {len(turns_raw)} turns are listed")
+
+        turns: list[TurnRecord] = []
+        for k, turn in enumerate(turns_raw):
+            name = f"turns[{k}]"
+            if not isinstance(turn, dict):
+                rec.fail(name, "expected a turn object")
+            for key, check in (("turn", is_int), ("reference_image_id", _is_str), ("relative_caption", _is_str)):
+                if key not in turn:
+                    rec.fail(f"{name}.{key}", "missing field")
+                if not check(turn[key]):
+                    rec.fail(f"{name}.{key}", "expected an integer" if key == "turn" else "expected a string")
+            if turn["turn"] != k + 1:
+                rec.fail(f"{name}.turn", f"turn number {turn['turn']} at position {k + 1} (turns must run 1..n)")
+            reference = images.add(rec, turn["reference_image_id"], f"{name}.reference_image_id")
+            human = k == 0
+            turns.append(TurnRecord(
+                index=k + 1,
+                reference=reference,
+                texts=[TextRecord(turn["relative_caption"], "caption" if human else "generated")],
+                provenance="human" if human else "llm",
+            ))
+        for current, following in zip(turns, turns[1:]):
+            current.turn_target = following.reference
+
+        where = f"{path.name} record {index}"
+        targets: list[TargetRecord] = []
+        for gt in gt_ids:
+            image = images.add(rec, gt, "ground_truth_ids")
+            add_target(targets, TargetRecord(image, 1.0, not targets, "gt", "ground_truth_ids"), dataset, where)
+
+        dataset.queries.append(QueryRecord(
+            external_id=session_id,
+            split=split,
+            ordinal=index,
+            source_file=path.name,
+            turns=turns,
+            targets=targets,
+            raw=raw,
+            category=subset,
+            extra={"source": source, "num_turns": num_turns},
+        ))
+    if images.no_path:
+        dataset.warnings.append(
+            f"{path.name}: {len(images.no_path)} CIRR image(s) outside dev/test1 (e.g. {sorted(images.no_path)[0]!r}); "
+            "their path needs CIRR's split file and was left empty"
+        )
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)

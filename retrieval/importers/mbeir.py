@@ -1,0 +1,222 @@
+"""M-BEIR (UniIR) annotation parser for the composed-retrieval tasks.
+
+Files, recognised by name:
+
+* ``*cand_pool*.jsonl`` – candidate pool rows ``{did, txt, img_path, modality, src_content}``;
+* ``*qrels*.txt`` – whitespace-separated ``qid 0 did relevance [task_id]`` lines;
+* any other ``*.jsonl`` – queries ``{qid, query_txt, query_img_path, query_modality,
+  query_src_content, pos_cand_list, neg_cand_list, task_id}``.
+
+Splits come from the names (``mbeir_cirr_task7_test.jsonl`` -> ``test``,
+``mbeir_cirr_task7_test_qrels.txt`` -> ``test``, ``mbeir_union_test_cand_pool.jsonl`` ->
+``test``); a pool without a split in its name takes the ``split`` argument, else the split
+of the query files when there is exactly one.
+
+Mapping (instruction-free): ``external_id = qid``; turn 1 = query image + ``query_txt``;
+targets = ``pos_cand_list`` (role ``pos``, relevance 1, the first primary) then
+``neg_cand_list`` (role ``neg``, relevance 0); qrels lines with relevance > 0 add a ``pos``
+target (source field ``qrels``) to the query with that qid in the same split unless it is
+already there. Pool rows register an image with id = ``did``, path = ``img_path`` and
+``extra['src_content']``; text-only rows (no ``img_path``) are skipped with a warning.
+The gallery of a split is the list of image dids of its pool(s). The query image has no
+did: it takes the did of the pool row with the same ``img_path`` when there is one,
+otherwise its normalised path is its external id.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from retrieval.importers._common import (
+    PathLike,
+    Record,
+    add_target,
+    as_paths,
+    check_str_list,
+    iter_jsonl,
+    match_name,
+    read_text,
+    register,
+)
+from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath
+
+FORMAT = "mbeir"
+SPLITS = ("train", "val", "test", "dev")
+
+_PATTERNS = [
+    ("pool", re.compile(r"^.*cand_pool.*\.jsonl$")),
+    ("qrels", re.compile(r"^.*qrels.*\.txt$")),
+    ("queries", re.compile(r"^.*\.jsonl$")),
+]
+
+
+def _split_from_name(name: str, role: str) -> str | None:
+    """The split token of an M-BEIR file name, or None when the name has none."""
+    stem = name.rsplit(".", 1)[0].removesuffix(".sample")
+    tokens = stem.split("_")
+    if role == "queries":
+        return tokens[-1] if tokens[-1] in SPLITS else None
+    if role == "qrels":
+        if "qrels" in tokens:
+            before = tokens[: tokens.index("qrels")]
+            if before and before[-1] in SPLITS:
+                return before[-1]
+        return None
+    found = [t for t in tokens if t in SPLITS]
+    return found[-1] if found else None
+
+
+def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
+    """Parse M-BEIR query, candidate-pool and qrels files into a ParsedDataset."""
+    files: dict[str, list[tuple[Path, str | None]]] = {"pool": [], "queries": [], "qrels": []}
+    for path in as_paths(paths):
+        role, _ = match_name(path, _PATTERNS, FORMAT)
+        files[role].append((path, split or _split_from_name(path.name, role)))
+    query_splits: set[str] = set()
+    for path, name in files["queries"]:
+        if name is None:
+            raise ParseError(str(path), None, None, "cannot tell the split from the file name; pass split=")
+        query_splits.add(name)
+
+    def resolve(path: Path, name: str | None) -> str:
+        """A pool/qrels file's split: its own, else the only split of the query files."""
+        if name is not None:
+            return name
+        if len(query_splits) == 1:
+            return next(iter(query_splits))
+        raise ParseError(str(path), None, None, "cannot tell the split from the file name; pass split=")
+
+    dataset = ParsedDataset(format=FORMAT)
+    by_path: dict[str, str] = {}
+    for path, name in files["pool"]:
+        _parse_pool(path, resolve(path, name), dataset, by_path)
+    index: dict[tuple[str, str], QueryRecord] = {}
+    for path, name in files["queries"]:
+        _parse_queries(path, resolve(path, name), dataset, by_path, index)
+    for path, name in files["qrels"]:
+        _parse_qrels(path, resolve(path, name), dataset, index)
+    if files["pool"]:
+        missing = sorted({t.image for q in dataset.queries for t in q.targets if dataset.images[t.image].path is None})
+        if missing:
+            dataset.warnings.append(f"{len(missing)} target did(s) are in no candidate pool, e.g. {missing[0]!r}")
+    return dataset
+
+
+def _parse_pool(path: Path, split: str, dataset: ParsedDataset, by_path: dict[str, str]) -> None:
+    """Register the image rows of a candidate pool and append them to the split's gallery."""
+    gallery = dataset.galleries.setdefault(split, [])
+    in_gallery = set(gallery)
+    seen: dict[str, int] = {}
+    text_only = 0
+    for index, raw in iter_jsonl(path):
+        rec = Record(path, index, raw, "candidate")
+        did = rec.req_str("did")
+        if did in seen:
+            rec.fail("did", f"duplicate did {did!r} (first at record {seen[did]})")
+        seen[did] = index
+        img_path = rec.nullable_str("img_path")
+        txt = rec.opt_str("txt")
+        modality = rec.opt_str("modality")
+        src_content = rec.opt_str("src_content")
+        if img_path is None:
+            text_only += 1
+            continue
+        rel = safe_relpath(img_path, rec.file, index, "img_path")
+        extra: dict[str, Any] = {"src_content": src_content}
+        if modality is not None:
+            extra["modality"] = modality
+        if txt is not None:
+            extra["txt"] = txt
+        register(dataset, did, path=rel, extra=extra)
+        by_path.setdefault(rel, did)
+        if did not in in_gallery:
+            gallery.append(did)
+            in_gallery.add(did)
+    if text_only:
+        dataset.warnings.append(f"{path.name}: skipped {text_only} text-only candidate(s) (no img_path)")
+
+
+def _parse_queries(path: Path, split: str, dataset: ParsedDataset, by_path: dict[str, str],
+                   index_out: dict[tuple[str, str], QueryRecord]) -> None:
+    """Validate and map every query line of a query jsonl file."""
+    for index, raw in iter_jsonl(path):
+        rec = Record(path, index, raw, "query")
+        qid = rec.req_str("qid")
+        if (split, qid) in index_out:
+            rec.fail("qid", f"duplicate qid {qid!r} in split {split!r}")
+        text = rec.nullable_str("query_txt")
+        img_path = rec.nullable_str("query_img_path")
+        modality = rec.opt_str("query_modality")
+        src_content = rec.opt_str("query_src_content")
+        task_id = rec.opt_int("task_id")
+        pos = rec.req_str_list("pos_cand_list")
+        neg = check_str_list(rec, "neg_cand_list", rec.data.get("neg_cand_list") or [])
+
+        reference: str | None = None
+        if img_path is not None:
+            rel = safe_relpath(img_path, rec.file, index, "query_img_path")
+            reference = by_path.get(rel) or register(dataset, rel, path=rel, extra={"src_content": src_content})
+        where = f"{path.name} record {index}"
+        targets: list[TargetRecord] = []
+        for did in pos:
+            register(dataset, did)
+            add_target(targets, TargetRecord(did, 1.0, not targets, "pos", "pos_cand_list"), dataset, where)
+        for did in neg:
+            register(dataset, did)
+            add_target(targets, TargetRecord(did, 0.0, False, "neg", "neg_cand_list"), dataset, where)
+
+        extra: dict[str, Any] = {"task_id": task_id, "query_modality": modality, "query_src_content": src_content}
+        if split in dataset.galleries:
+            extra["gallery"] = split
+        texts = [TextRecord(text, "caption")] if text is not None else []
+        query = QueryRecord(
+            external_id=qid,
+            split=split,
+            ordinal=index,
+            source_file=path.name,
+            turns=[TurnRecord(1, reference, texts)],
+            targets=targets,
+            raw=raw,
+            extra=extra,
+        )
+        index_out[(split, qid)] = query
+        dataset.queries.append(query)
+
+
+def _parse_qrels(path: Path, split: str, dataset: ParsedDataset, queries: dict[tuple[str, str], QueryRecord]) -> None:
+    """Add the positives of a qrels file (``qid 0 did relevance [task_id]``) to their queries."""
+    unknown: set[str] = set()
+    for index, line in enumerate(read_text(path).splitlines()):
+        cols = line.split()
+        if not cols:
+            continue
+        if len(cols) not in (4, 5):
+            raise ParseError(str(path), index, None,
+                             f"line {index + 1}: expected 'qid 0 did relevance [task_id]', got {len(cols)} columns")
+        qid, _, did, rel_text = cols[:4]
+        try:
+            relevance = float(rel_text)
+        except ValueError:
+            raise ParseError(str(path), index, "relevance",
+                             f"line {index + 1}: relevance {rel_text!r} is not a number") from None
+        if len(cols) == 5 and not cols[4].lstrip("-").isdigit():
+            raise ParseError(str(path), index, "task_id", f"line {index + 1}: task id {cols[4]!r} is not an integer")
+        if relevance <= 0:
+            continue
+        query = queries.get((split, qid))
+        if query is None:
+            unknown.add(qid)
+            continue
+        existing = next((t for t in query.targets if t.image == did), None)
+        if existing is not None:
+            if existing.role == "neg":
+                dataset.warnings.append(
+                    f"{path.name} line {index + 1}: {did!r} is positive here but a negative of {qid!r}")
+            continue
+        register(dataset, did)
+        query.targets.append(TargetRecord(did, 1.0, not any(t.is_primary for t in query.targets), "pos", "qrels"))
+    if unknown:
+        dataset.warnings.append(
+            f"{path.name}: {len(unknown)} qid(s) with positives match no query, e.g. {sorted(unknown)[0]!r}")

@@ -1,0 +1,140 @@
+"""Multi-turn FashionIQ (Yuan & Lam, SIGIR 2021) annotation parser.
+
+Files (optional ``.sample`` before ``.json``):
+
+* ``<category>.<split>.json`` – sessions ``{"target": [url, asin], "reference":
+  [[url, [cap1, cap2], asin], ...]}`` (category may be ``all``);
+* ``split.<category>.<split>.json`` – optional gallery (list of ASINs);
+* ``asin2attr.*.json`` (e.g. ``asin2attr.dress.val.new.json``) – optional attributes
+  ``{asin: [[words], ... 6 groups]}``, matched on ASIN whatever the split.
+
+Mapping: ``external_id = f"{category}/{split}/{ordinal:05d}"``; turn i = ``reference[i]``
+(its URL kept in ``ImageRecord.url``) with its two captions (``annotator`` 0 and 1, verbatim);
+``turn_target`` of turn i = the next image of the chain (``reference[i+1]``, or ``target``
+for the last turn); ``target`` is the single primary final target (role ``gt``). Image
+id = ASIN, path ``f"{asin}.jpg"``; attributes go to ``ImageRecord.extra['attributes']``.
+Galleries are keyed ``f"{category}/{split}"`` (also in ``QueryRecord.extra['gallery']``).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from retrieval.importers._common import (
+    SAMPLE,
+    TOKEN,
+    PathLike,
+    Record,
+    as_paths,
+    expect_list,
+    expect_object,
+    image_id_path,
+    load_json,
+    match_name,
+    register,
+)
+from retrieval.importers.fashioniq import parse_asin_list
+from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
+
+FORMAT = "mtfiq"
+IMAGE_TEMPLATE = "{id}.jpg"
+
+_PATTERNS = [
+    ("attributes", re.compile(r"^asin2attr(?:\..+)?\.json$")),
+    ("split", re.compile(rf"^split\.(?P<category>{TOKEN})\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
+    ("sessions", re.compile(rf"^(?P<category>{TOKEN})\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
+]
+
+
+def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
+    """Parse Multi-turn FashionIQ session, gallery and attribute files into a ParsedDataset."""
+    groups: dict[tuple[str, str], dict[str, Path]] = {}
+    attribute_files: list[Path] = []
+    for path in as_paths(paths):
+        role, m = match_name(path, _PATTERNS, FORMAT)
+        if role == "attributes":
+            attribute_files.append(path)
+            continue
+        key = (m.group("category"), split or m.group("split"))
+        roles = groups.setdefault(key, {})
+        if role in roles:
+            raise ParseError(str(path), None, None,
+                             f"a second {role} file for {key[0]}/{key[1]} (first: {roles[role]})")
+        roles[role] = path
+
+    dataset = ParsedDataset(format=FORMAT)
+    for (category, split_name), roles in groups.items():
+        gallery_key = f"{category}/{split_name}"
+        if "split" in roles:
+            dataset.galleries[gallery_key] = parse_asin_list(roles["split"], dataset)
+        if "sessions" in roles:
+            _parse_sessions(roles["sessions"], category, split_name, dataset,
+                            gallery_key if "split" in roles else None)
+    for path in attribute_files:
+        _parse_attributes(path, dataset)
+    return dataset
+
+
+def _check_image_entry(rec: Record, field_name: str, value: Any, size: int) -> list[Any]:
+    """``value`` must be a list of ``size`` items whose first (url) and last (asin) are strings."""
+    if not isinstance(value, list) or len(value) != size:
+        rec.fail(field_name, f"expected a list of {size} items")
+    if not isinstance(value[0], str):
+        rec.fail(f"{field_name}[0]", "expected the image URL (string)")
+    if not isinstance(value[-1], str):
+        rec.fail(f"{field_name}[{size - 1}]", "expected the ASIN (string)")
+    return value
+
+
+def _image(dataset: ParsedDataset, rec: Record, asin: str, url: str, field_name: str) -> str:
+    path = image_id_path(asin, IMAGE_TEMPLATE, rec.file, rec.index, field_name)
+    return register(dataset, asin, path=path, url=url or None)
+
+
+def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDataset, gallery_key: str | None) -> None:
+    data = expect_list(load_json(path), path)
+    for index, raw in enumerate(data):
+        rec = Record(path, index, raw, "session")
+        target = _check_image_entry(rec, "target", rec.req("target"), 2)
+        chain = rec.req("reference")
+        if not isinstance(chain, list) or not chain:
+            rec.fail("reference", "expected a non-empty list of [url, [captions], asin] entries")
+        steps: list[tuple[str, list[str], str]] = []
+        for i, entry in enumerate(chain):
+            name = f"reference[{i}]"
+            _check_image_entry(rec, name, entry, 3)
+            captions = entry[1]
+            if not isinstance(captions, list) or not all(isinstance(c, str) for c in captions):
+                rec.fail(f"{name}[1]", "expected a list of caption strings")
+            steps.append((_image(dataset, rec, entry[2], entry[0], f"{name}[2]"), captions, name))
+        final = _image(dataset, rec, target[1], target[0], "target[1]")
+
+        turns: list[TurnRecord] = []
+        for i, (asin, captions, _name) in enumerate(steps):
+            nxt = steps[i + 1][0] if i + 1 < len(steps) else final
+            texts = [TextRecord(text, "caption", annotator=a) for a, text in enumerate(captions)]
+            turns.append(TurnRecord(i + 1, asin, texts, turn_target=nxt))
+        dataset.queries.append(QueryRecord(
+            external_id=f"{category}/{split}/{index:05d}",
+            split=split,
+            ordinal=index,
+            source_file=path.name,
+            turns=turns,
+            targets=[TargetRecord(final, 1.0, True, "gt", "target")],
+            raw=raw,
+            category=category,
+            extra={"gallery": gallery_key} if gallery_key else {},
+        ))
+
+
+def _parse_attributes(path: Path, dataset: ParsedDataset) -> None:
+    data = expect_object(load_json(path), path)
+    for index, (asin, groups) in enumerate(data.items()):
+        if not isinstance(groups, list) or not all(
+            isinstance(g, list) and all(isinstance(w, str) for w in g) for g in groups
+        ):
+            raise ParseError(str(path), index, asin, "expected a list of attribute groups (lists of strings)")
+        image_path = image_id_path(asin, IMAGE_TEMPLATE, str(path), index, asin)
+        register(dataset, asin, path=image_path, extra={"attributes": groups})
