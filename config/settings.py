@@ -121,6 +121,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Serve static/ straight from the source folders: no collectstatic step is needed.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # Uploaded import files and exports live under var/.
 MEDIA_ROOT = VAR_DIR / "media"
@@ -186,6 +190,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Composed image retrieval audits, human validation and agreement.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 LOGGING = {

@@ -1,0 +1,59 @@
+"""Every page but login needs a login; roles decide the rest."""
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["/", "/datasets/", "/datasets/circo/", "/datasets/import/", "/admin/", "/api/schema/"]
+
+
+@pytest.fixture
+def circo(db):
+    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"))
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_anonymous_is_sent_to_login(client, circo, url):
+    resp = client.get(url)
+    assert resp.status_code in (302, 401, 403)
+    if resp.status_code == 302:
+        assert "/login/" in resp["Location"]
+
+
+def test_login_page_is_open(client):
+    resp = client.get("/login/")
+    assert resp.status_code == 200 and b"Log in to CIRVal" in resp.content
+
+
+def test_health_is_open(client):
+    assert client.get("/healthz").json() == {"ok": True}
+
+
+def test_roles(client, demo_accounts, circo):
+    client.login(username="annotator1", password=demo_accounts["annotator1"])
+    assert client.get("/").status_code == 200
+    assert client.get("/datasets/import/").status_code == 302  # staff only: to the admin login
+    assert client.get("/admin/").status_code == 302
+    client.logout()
+    client.login(username="researcher", password=demo_accounts["researcher"])
+    page = client.get("/datasets/circo/")
+    assert page.status_code == 200 and b"220" in page.content
+    client.logout()
+    client.login(username="admin", password=demo_accounts["admin"])
+    assert client.get("/datasets/import/").status_code == 200
+    assert client.get("/admin/").status_code == 200
+    assert client.get("/admin/retrieval/query/").status_code == 200
+
+
+def test_missing_image_is_a_placeholder(client, demo_accounts, circo):
+    from retrieval.models import Image
+
+    client.login(username="researcher", password=demo_accounts["researcher"])
+    img = Image.objects.filter(dataset__name="circo").first()
+    resp = client.get(f"/images/{img.pk}/?size=160")
+    assert resp.status_code == 200 and resp["Content-Type"] == "image/svg+xml"
+    assert b"image missing" in resp.content
