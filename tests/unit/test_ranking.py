@@ -1,0 +1,179 @@
+"""retrieval.ranking: chunked ranking against hand-made galleries and the naive reference.
+
+Tie tests use small integer-valued embeddings so that every dot product is exact in
+floating point and ties are real ties whatever the summation order.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from retrieval.ranking import naive_rank, rank_queries
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _gallery_1d(values: list[float]) -> torch.Tensor:
+    """Gallery of 1-D embeddings: with query [1.0] the scores equal ``values``."""
+    return torch.tensor(values, dtype=torch.float32)[:, None]
+
+
+def test_hand_ranks_single_query():
+    # scores:        0    1    2    3    4
+    gallery = _gallery_1d([0.9, 0.5, 0.7, 0.1, 0.3])
+    q = torch.tensor([[1.0]])
+    # order: 0 (0.9), 2 (0.7), 1 (0.5), 4 (0.3), 3 (0.1)
+    res = rank_queries(q, gallery, [[1]], top_k=3)
+    assert res.best_rank == [3]
+    assert res.topk.tolist() == [[0, 2, 1]]
+    assert res.topk_scores[0].tolist() == pytest.approx([0.9, 0.7, 0.5])
+    # several positives: best one counts
+    assert rank_queries(q, gallery, [[3, 4, 2]]).best_rank == [2]
+    # no positive -> None
+    assert rank_queries(q, gallery, [[]]).best_rank == [None]
+
+
+def test_ties_are_optimistic():
+    # items 0, 1 and 3 tie at score 2; item 2 scores 3
+    gallery = _gallery_1d([2.0, 2.0, 3.0, 2.0, 1.0])
+    q = torch.tensor([[1.0]])
+    res = rank_queries(q, gallery, [[3]])
+    # only item 2 is strictly better than the positive (item 3): rank 2
+    assert res.best_rank == [2]
+    res = rank_queries(q.repeat(3, 1), gallery, [[3], [4], [1, 4]], return_per_positive=True)
+    assert res.best_rank == [2, 5, 2]
+    assert res.per_positive_ranks == [[2], [5], [2, 5]]
+
+
+def test_exclusion_removes_item_from_ranks_and_topk():
+    gallery = _gallery_1d([0.9, 0.5, 0.7, 0.1, 0.3])
+    q = torch.tensor([[1.0], [1.0], [1.0]])
+    res = rank_queries(
+        q, gallery, [[1], [1], [0, 4]], exclude=[0, None, 0], top_k=5, return_per_positive=True
+    )
+    # query 0: item 0 removed -> order 2, 1, 4, 3 -> positive 1 at rank 2
+    # query 1: nothing removed -> rank 3
+    # query 2: positive 0 is the excluded item -> only 4 counts: order 2, 1, 4 -> rank 3
+    assert res.best_rank == [2, 3, 3]
+    assert res.per_positive_ranks == [[2], [3], [None, 3]]
+    assert res.topk[0].tolist() == [2, 1, 4, 3, -1]
+    assert res.topk[1].tolist() == [0, 2, 1, 4, 3]
+    assert res.topk_scores[0, 4].item() == float("-inf")
+    # the only positive excluded -> None
+    assert rank_queries(q[:1], gallery, [[0]], exclude=[0]).best_rank == [None]
+
+
+def test_top_k_larger_than_gallery_is_padded():
+    gallery = _gallery_1d([0.2, 0.8])
+    res = rank_queries(torch.tensor([[1.0]]), gallery, [[0]], top_k=4)
+    assert res.topk.tolist() == [[1, 0, -1, -1]]
+    assert res.best_rank == [2]
+    assert rank_queries(torch.tensor([[1.0]]), gallery, [[0]], top_k=0).topk.shape == (1, 0)
+
+
+def test_chunking_does_not_change_results():
+    gallery = _gallery_1d([0.9, 0.5, 0.7, 0.1, 0.3, 0.8, 0.6])
+    q = torch.tensor([[1.0], [-1.0]])
+    full = rank_queries(q, gallery, [[1, 3], [0]], exclude=[5, 3], top_k=4)
+    for chunk in (1, 2, 3, 7, 100):
+        for qchunk in (1, 2):
+            for cache in (0, 2**20):  # recompute blocks / keep them between passes
+                res = rank_queries(
+                    q, gallery, [[1, 3], [0]], exclude=[5, 3], top_k=4,
+                    chunk_size=chunk, query_chunk_size=qchunk, max_cache_bytes=cache,
+                )
+                assert res.best_rank == full.best_rank
+                assert res.topk.tolist() == full.topk.tolist()
+    # hand check: query 0 without item 5 -> order 0,2,6,1 ... positive 1 at rank 4
+    # query 1 scores are negated, item 3 removed -> order 4,1,6,2,5,0 -> item 0 rank 6
+    assert full.best_rank == [4, 6]
+    assert full.topk.tolist() == [[0, 2, 6, 1], [4, 1, 6, 2]]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_agrees_with_naive_on_random_ties_and_exclusions(device):
+    gen = torch.Generator().manual_seed(1234)
+    n_q, n_g, dim = 37, 211, 4
+    # integers in [-2, 2]: many exact ties
+    queries = torch.randint(-2, 3, (n_q, dim), generator=gen).float()
+    gallery = torch.randint(-2, 3, (n_g, dim), generator=gen).float()
+    positives = []
+    exclude = []
+    for q in range(n_q):
+        n_pos = int(torch.randint(0, 4, (1,), generator=gen))
+        pos = torch.randint(0, n_g, (n_pos,), generator=gen).tolist()
+        positives.append(pos)
+        if q % 3 == 0:
+            exclude.append(None)
+        elif q % 3 == 1 and pos:
+            exclude.append(pos[0])  # exclude a positive
+        else:
+            exclude.append(int(torch.randint(0, n_g, (1,), generator=gen)))
+    ref = naive_rank(queries, gallery, positives, exclude, top_k=15, return_per_positive=True)
+    res = rank_queries(
+        queries.to(device), gallery.to(device), positives, exclude,
+        top_k=15, chunk_size=50, query_chunk_size=8, return_per_positive=True,
+    )
+    recomputed = rank_queries(
+        queries.to(device), gallery.to(device), positives, exclude,
+        top_k=15, chunk_size=50, query_chunk_size=8, max_cache_bytes=0,
+    )
+    assert recomputed.best_rank == ref.best_rank
+    assert res.best_rank == ref.best_rank
+    assert res.per_positive_ranks == ref.per_positive_ranks
+    assert any(r is None for r in ref.best_rank)
+    # top-K scores agree exactly; indices may differ only inside groups of equal scores
+    assert torch.equal(res.topk_scores, ref.topk_scores)
+    for q in range(n_q):
+        ex = exclude[q]
+        assert ex is None or ex not in res.topk[q].tolist()
+        scores = (queries[q] @ gallery.T)
+        for idx, val in zip(res.topk[q].tolist(), res.topk_scores[q].tolist()):
+            assert scores[idx].item() == val
+        assert len(set(res.topk[q].tolist())) == 15
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_agrees_with_naive_on_random_floats(device):
+    gen = torch.Generator().manual_seed(7)
+    queries = torch.nn.functional.normalize(torch.randn(20, 16, generator=gen), dim=1)
+    gallery = torch.nn.functional.normalize(torch.randn(300, 16, generator=gen), dim=1)
+    positives = [[(q * 13) % 300, (q * 7 + 1) % 300] for q in range(20)]
+    exclude = [q % 300 for q in range(20)]
+    ref = naive_rank(queries, gallery, positives, exclude, top_k=10)
+    res = rank_queries(
+        queries.to(device), gallery.to(device), positives, exclude, top_k=10, chunk_size=64
+    )
+    assert res.best_rank == ref.best_rank
+    assert res.topk.tolist() == ref.topk.tolist()
+
+
+def test_half_precision_inputs_are_upcast():
+    gallery = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=torch.float16)
+    q = torch.tensor([[0.8, 0.6]], dtype=torch.bfloat16)
+    res = rank_queries(q, gallery, [[1]], top_k=3)
+    # scores 0.8, 0.6, 0.96 -> order 2, 0, 1
+    assert res.topk.tolist() == [[2, 0, 1]]
+    assert res.best_rank == [3]
+    assert res.topk_scores.dtype == torch.float32
+
+
+def test_naive_rank_hand_values():
+    gallery = _gallery_1d([2.0, 2.0, 3.0, 2.0, 1.0])
+    res = naive_rank(torch.tensor([[1.0]]), gallery, [[3]], exclude=[2], top_k=3)
+    # item 2 removed: items 0, 1, 3 tie at 2 -> positive 3 placed first: rank 1
+    assert res.best_rank == [1]
+    assert res.topk.tolist() == [[0, 1, 3]]
+
+
+def test_input_validation():
+    g = _gallery_1d([1.0, 2.0])
+    q = torch.tensor([[1.0]])
+    with pytest.raises(ValueError):
+        rank_queries(q, g, [[2]])
+    with pytest.raises(ValueError):
+        rank_queries(q, g, [[0], [1]])
+    with pytest.raises(ValueError):
+        rank_queries(q, g, [[0]], exclude=[5])
+    with pytest.raises(ValueError):
+        rank_queries(torch.ones(1, 3), g, [[0]])
