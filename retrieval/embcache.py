@@ -1,0 +1,323 @@
+"""On-disk embedding cache, keyed by (retriever spec, image sha256) and (spec, text).
+
+Pure module: numpy and the standard library (torch only inside
+:func:`encode_with_cache`). No Django, no Celery.
+
+Layout: ``ROOT/<sha256(spec)[:32]>/`` per retriever spec, holding
+
+* ``cache.sqlite3``: one SQLite database in WAL mode, tables ``image`` and ``text``
+  (``key TEXT PRIMARY KEY, vec BLOB``; ``vec`` is ``dim`` little-endian float32) and a
+  ``meta`` table (spec, dim, format);
+* ``meta.json``: the same metadata, for people browsing the folder.
+
+Why SQLite: several worker processes (e.g. two Celery workers) may write the same spec
+at once. WAL lets readers proceed while one writer commits; writers queue on SQLite's
+own lock (``busy_timeout``); each ``put_many`` is one transaction, so a crash never
+leaves a half-written entry. Entries are write-once (``INSERT OR IGNORE``): the same
+spec and key always yield the same embedding, so the first writer wins. Keep ROOT on a
+local file system (SQLite locking is unreliable over NFS).
+
+Keys: image keys are stored as given (the image file's sha256 hex); text keys are the
+texts themselves and are stored as the sha256 hex of their UTF-8 bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from retrieval.encoders import Retriever
+
+__all__ = ["CacheLookup", "EmbeddingCache", "EncodeStats", "encode_with_cache", "spec_folder_name", "text_key"]
+
+Kind = Literal["image", "text"]
+KINDS: tuple[str, ...] = ("image", "text")
+FORMAT_VERSION = 1
+_SQL_CHUNK = 900  # bound parameters per query (old SQLite builds allow 999)
+
+
+def spec_folder_name(spec: str) -> str:
+    """Filesystem-safe folder name for a retriever spec."""
+    return hashlib.sha256(spec.encode("utf-8")).hexdigest()[:32]
+
+
+def text_key(text: str) -> str:
+    """Storage key of a text: sha256 hex of its UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class CacheLookup(NamedTuple):
+    """Result of :meth:`EmbeddingCache.get_many`.
+
+    ``matrix``: ``[len(keys), dim]`` float32 in the order of the keys asked for; rows of
+    keys not in the cache are NaN. ``missing``: those keys, deduplicated, in first-seen
+    order (as given, i.e. texts for ``kind='text'``).
+    """
+
+    matrix: np.ndarray
+    missing: list[str]
+
+    @property
+    def found_mask(self) -> np.ndarray:
+        """Boolean ``[len(keys)]``: True where the row came from the cache."""
+        return ~np.isnan(self.matrix[:, 0]) if self.matrix.shape[1] else np.ones(len(self.matrix), bool)
+
+
+class EmbeddingCache:
+    """Embedding cache of one retriever spec under ``root``.
+
+    Safe to share between threads and across ``fork`` (connections are opened per
+    process and thread on first use).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], spec: str, dim: int, timeout_s: float = 120.0) -> None:
+        if not spec:
+            raise ValueError("spec must be a non-empty string")
+        if int(dim) < 1:
+            raise ValueError(f"dim must be >= 1, not {dim}")
+        self.root = Path(root)
+        self.spec = spec
+        self.dim = int(dim)
+        self.timeout_s = float(timeout_s)
+        self.folder = self.root / spec_folder_name(spec)
+        self.db_path = self.folder / "cache.sqlite3"
+        self._local = threading.local()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._init_db()
+        self._write_meta_json()
+
+    # -- connection handling -------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        pid = os.getpid()
+        conn = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != pid:
+            # A connection inherited through fork must not be used; open a fresh one.
+            conn = sqlite3.connect(self.db_path, timeout=self.timeout_s, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._local.conn = conn
+            self._local.pid = pid
+        return conn
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when garbage collected)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "pid", None) == os.getpid():
+            conn.close()
+        self._local.conn = None
+
+    def __enter__(self) -> EmbeddingCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _init_db(self) -> None:
+        conn = self._conn()
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            for kind in KINDS:
+                conn.execute(f"CREATE TABLE IF NOT EXISTS {kind} (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            conn.executemany(
+                "INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)",
+                [("spec", self.spec), ("dim", str(self.dim)), ("format", str(FORMAT_VERSION))],
+            )
+            meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if meta["spec"] != self.spec:
+            raise ValueError(f"{self.db_path} belongs to spec {meta['spec']!r}, not {self.spec!r}")
+        if int(meta["dim"]) != self.dim:
+            raise ValueError(f"{self.db_path} holds dim {meta['dim']} embeddings for {self.spec!r}, not dim {self.dim}")
+        if int(meta["format"]) != FORMAT_VERSION:
+            raise ValueError(f"{self.db_path} has cache format {meta['format']}, expected {FORMAT_VERSION}")
+
+    def _write_meta_json(self) -> None:
+        path = self.folder / "meta.json"
+        if path.exists():
+            return
+        data = {"spec": self.spec, "dim": self.dim, "format": FORMAT_VERSION, "dtype": "float32-le"}
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".meta.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+        os.replace(tmp, path)  # atomic; concurrent writers write identical content
+
+    # -- keys ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_kind(kind: str) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be 'image' or 'text', not {kind!r}")
+
+    @staticmethod
+    def _storage_keys(kind: str, keys: Sequence[str]) -> list[str]:
+        for i, k in enumerate(keys):
+            if not isinstance(k, str):
+                raise TypeError(f"keys[{i}] is {type(k).__name__}, not str")
+        if kind == "text":
+            return [text_key(k) for k in keys]
+        return list(keys)
+
+    # -- reads and writes ------------------------------------------------------------------
+
+    def get_many(self, kind: Kind, keys: Sequence[str]) -> CacheLookup:
+        """Look up many keys at once; see :class:`CacheLookup`."""
+        self._check_kind(kind)
+        keys = list(keys)
+        skeys = self._storage_keys(kind, keys)
+        matrix = np.full((len(keys), self.dim), np.nan, dtype=np.float32)
+        if not keys:
+            return CacheLookup(matrix, [])
+        unique = list(dict.fromkeys(skeys))
+        found: dict[str, bytes] = {}
+        conn = self._conn()
+        conn.execute("BEGIN")  # one consistent snapshot for all chunks
+        try:
+            for start in range(0, len(unique), _SQL_CHUNK):
+                chunk = unique[start:start + _SQL_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                found.update(conn.execute(f"SELECT key, vec FROM {kind} WHERE key IN ({marks})", chunk).fetchall())
+        finally:
+            conn.execute("COMMIT")
+        nbytes = self.dim * 4
+        missing: dict[str, None] = {}
+        for row, (key, skey) in enumerate(zip(keys, skeys)):
+            blob = found.get(skey)
+            if blob is None:
+                missing.setdefault(key, None)
+            else:
+                if len(blob) != nbytes:
+                    raise ValueError(f"corrupt entry {kind}/{skey} in {self.db_path}: {len(blob)} bytes, expected {nbytes}")
+                matrix[row] = np.frombuffer(blob, dtype="<f4")
+        return CacheLookup(matrix, list(missing))
+
+    def put_many(self, kind: Kind, keys: Sequence[str], embeddings: Any) -> int:
+        """Store ``embeddings[i]`` under ``keys[i]`` (a torch tensor or array, ``[N, dim]``).
+
+        Existing entries are kept (write-once). Returns the number of new rows written.
+        """
+        self._check_kind(kind)
+        keys = list(keys)
+        arr = _as_float32_matrix(embeddings)
+        if arr.shape != (len(keys), self.dim):
+            raise ValueError(f"embeddings have shape {arr.shape}, expected ({len(keys)}, {self.dim})")
+        if not np.isfinite(arr).all():
+            raise ValueError("embeddings contain NaN or infinite values")
+        if not keys:
+            return 0
+        skeys = self._storage_keys(kind, keys)
+        le = arr.astype("<f4", copy=False)
+        rows = [(k, le[i].tobytes()) for i, k in enumerate(skeys)]
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            before = conn.total_changes
+            conn.executemany(f"INSERT OR IGNORE INTO {kind} (key, vec) VALUES (?, ?)", rows)
+            written = conn.total_changes - before
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return written
+
+    def count(self, kind: Kind) -> int:
+        """Number of entries of ``kind``."""
+        self._check_kind(kind)
+        return int(self._conn().execute(f"SELECT COUNT(*) FROM {kind}").fetchone()[0])
+
+    def __repr__(self) -> str:
+        return f"EmbeddingCache(folder={str(self.folder)!r}, spec={self.spec!r}, dim={self.dim})"
+
+
+def _as_float32_matrix(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor, without importing torch here
+        x = x.detach().to("cpu").float().numpy()
+    arr = np.asarray(x, dtype=np.float32)
+    if arr.ndim != 2:
+        raise ValueError(f"embeddings must be 2-D, got shape {arr.shape}")
+    return np.ascontiguousarray(arr)
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+@dataclass
+class EncodeStats:
+    """What :func:`encode_with_cache` did: rows served from cache, unique keys encoded."""
+
+    hits: int = 0
+    misses: int = 0
+    encoded: int = 0
+
+
+def encode_with_cache(
+    retriever: Retriever,
+    cache: EmbeddingCache,
+    kind: Kind,
+    keys: Sequence[str],
+    loader: Callable[[list[str]], Sequence[Any]] | None = None,
+    chunk_size: int = 1024,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[torch.Tensor, EncodeStats]:
+    """Embeddings for ``keys`` in key order, encoding only what the cache lacks.
+
+    ``loader(missing_keys)`` returns the images (``kind='image'``) or texts
+    (``kind='text'``) for those keys, in order; for texts it defaults to the identity
+    (the key is the text). Missing keys are loaded, encoded and stored ``chunk_size`` at
+    a time, so an interrupted run keeps what it finished; ``progress(done, total)`` is
+    called after each chunk. Returns a ``[len(keys), dim]`` float32 CPU tensor and
+    stats: ``hits`` (rows of ``keys`` found in the cache), ``misses`` (rows not found),
+    ``encoded`` (unique keys encoded).
+    """
+    import torch
+
+    if cache.spec != retriever.spec:
+        raise ValueError(f"cache is for spec {cache.spec!r}, retriever is {retriever.spec!r}")
+    if cache.dim != retriever.dim:
+        raise ValueError(f"cache dim {cache.dim} != retriever dim {retriever.dim}")
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be >= 1")
+    if loader is None:
+        if kind != "text":
+            raise ValueError("a loader is required for kind='image'")
+        loader = list
+    keys = list(keys)
+    lookup = cache.get_many(kind, keys)
+    matrix = lookup.matrix
+    found = lookup.found_mask
+    stats = EncodeStats(hits=int(found.sum()), misses=int((~found).sum()))
+    missing = lookup.missing
+    if missing:
+        embed = retriever.embed_images if kind == "image" else retriever.embed_texts
+        fresh: dict[str, np.ndarray] = {}
+        for start in range(0, len(missing), chunk_size):
+            chunk = missing[start:start + chunk_size]
+            items = list(loader(chunk))
+            if len(items) != len(chunk):
+                raise ValueError(f"loader returned {len(items)} items for {len(chunk)} keys")
+            emb = _as_float32_matrix(embed(items))
+            cache.put_many(kind, chunk, emb)
+            fresh.update(zip(chunk, emb))
+            stats.encoded += len(chunk)
+            if progress is not None:
+                progress(stats.encoded, len(missing))
+        for row in np.flatnonzero(~found):
+            matrix[row] = fresh[keys[row]]
+    return torch.from_numpy(matrix), stats

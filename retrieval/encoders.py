@@ -1,0 +1,417 @@
+"""Retrievers (image and text encoders) for the shortcut audit.
+
+Pure module: torch, open_clip, numpy and Pillow only (no Django, no Celery).
+
+A retriever turns images and texts into L2-normalised embeddings in one space, and
+composes a multimodal query as ``normalise(normalise(img) + normalise(txt))``.
+
+Output convention: every ``embed_*`` / ``compose`` result is a contiguous float32
+tensor **on the CPU**, whatever device the model runs on. Embeddings go to the on-disk
+cache (:mod:`retrieval.embcache`) and to ranking code that decides itself where to
+compute; returning CPU tensors keeps GPU memory bounded to one batch.
+
+Retriever spec grammar (what the CLI and the audit settings accept)::
+
+    openclip:MODEL                    random init, seed 0 (deterministic)
+    openclip:MODEL@random:SEED        random init with another seed
+    openclip:MODEL@TAG                open_clip pretrained tag (may download: explicit)
+    openclip:MODEL@/path/to/ckpt.pt   local checkpoint (a path: contains '/' or '\\',
+                                      starts with '.' or '~', or ends in .pt/.pth/
+                                      .bin/.safetensors/.ckpt)
+
+MODEL is an open_clip architecture name (``open_clip.list_models()``), including the
+tiny ones shipped in ``retrieval/model_configs`` (``cirval-tiny-vit``,
+``cirval-tiny-vit-b``). Only a TAG may contact a hub; random and local builds never do.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import open_clip
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+__all__ = [
+    "DEFAULT_MAX_PIXELS",
+    "ImageTooLargeError",
+    "OpenClipRetriever",
+    "Retriever",
+    "build_retriever",
+    "compose_embeddings",
+    "load_image",
+    "parse_retriever_spec",
+]
+
+MODEL_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
+SPEC_PREFIX = "openclip:"
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
+DEFAULT_MAX_PIXELS = 64_000_000  # ~8000 x 8000; far above any CIR benchmark image
+Precision = Literal["fp32", "amp"]
+
+_register_lock = threading.Lock()
+
+
+def _register_model_configs() -> None:
+    """Make the shipped tiny configs known to open_clip (idempotent)."""
+    with _register_lock:
+        names = {p.stem for p in MODEL_CONFIG_DIR.glob("*.json")}
+        if names and not names.issubset(set(open_clip.list_models())):
+            open_clip.add_model_config(MODEL_CONFIG_DIR)
+
+
+_register_model_configs()
+
+
+# --------------------------------------------------------------------------- images
+
+
+class ImageTooLargeError(ValueError):
+    """The image has more pixels than allowed (possible decompression bomb)."""
+
+
+def load_image(path: str | os.PathLike[str], max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """Open an image file and return it decoded as RGB.
+
+    The pixel count is checked from the header, before decoding; images with more than
+    ``max_pixels`` pixels raise :class:`ImageTooLargeError`. Transparent images are
+    flattened onto white. EXIF orientation is not applied (as in open_clip evaluation).
+    """
+    try:
+        with Image.open(path) as im:
+            width, height = im.size
+            if width * height > max_pixels:
+                raise ImageTooLargeError(
+                    f"{path}: image is {width}x{height} = {width * height} pixels, "
+                    f"more than the limit of {max_pixels} (possible decompression bomb)"
+                )
+            im.load()
+            return _to_rgb(im)
+    except Image.DecompressionBombError as exc:  # Pillow's own, stricter-than-ours guard
+        raise ImageTooLargeError(f"{path}: {exc}") from exc
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    if im.mode == "RGB":
+        return im.copy()
+    if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+        rgba = im.convert("RGBA")
+        canvas = Image.new("RGB", rgba.size, (255, 255, 255))
+        canvas.paste(rgba, mask=rgba.getchannel("A"))
+        return canvas
+    return im.convert("RGB")
+
+
+# --------------------------------------------------------------------------- interface
+
+
+def compose_embeddings(image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
+    """Multimodal query: ``normalise(normalise(image) + normalise(text))``, row-wise."""
+    if image_emb.shape != text_emb.shape:
+        raise ValueError(f"shape mismatch: image {tuple(image_emb.shape)} vs text {tuple(text_emb.shape)}")
+    img = F.normalize(image_emb.float(), dim=-1)
+    txt = F.normalize(text_emb.float(), dim=-1)
+    return F.normalize(img + txt, dim=-1)
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """A dual encoder used by the audit.
+
+    ``spec`` identifies model, weights, preprocessing and effective precision; it is the
+    embedding-cache key, so two retrievers with equal ``spec`` produce equal embeddings
+    (up to device arithmetic). For open_clip it reads ``openclip:MODEL@WEIGHTS[#amp-DTYPE]``
+    with WEIGHTS ``random:SEED``, a tag, or ``sha256:<checkpoint file digest>``; it is
+    not always buildable (use ``OpenClipRetriever.source`` for that).
+    """
+
+    spec: str
+    dim: int
+
+    def embed_images(self, images: Sequence[Image.Image]) -> torch.Tensor:
+        """``[N, dim]`` float32 CPU tensor, rows L2-normalised."""
+        ...
+
+    def embed_texts(self, texts: Sequence[str]) -> torch.Tensor:
+        """``[N, dim]`` float32 CPU tensor, rows L2-normalised."""
+        ...
+
+    def compose(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
+        """Multimodal query embeddings from paired image and text embeddings."""
+        ...
+
+
+# --------------------------------------------------------------------------- spec parsing
+
+_SEED_RE = re.compile(r"^random(?::(-?\d+))?$")
+
+
+def _looks_like_path(weights: str) -> bool:
+    return (
+        "/" in weights
+        or "\\" in weights
+        or weights.startswith((".", "~"))
+        or weights.lower().endswith(CHECKPOINT_SUFFIXES)
+    )
+
+
+def parse_retriever_spec(spec: str) -> dict[str, Any]:
+    """Parse a retriever spec (grammar in the module docstring).
+
+    Returns a dict with ``backend`` ('openclip'), ``model``, ``kind`` ('random', 'tag'
+    or 'checkpoint'), ``seed`` (random only), ``tag`` (tag only), ``checkpoint``
+    (absolute path, checkpoint only) and ``canonical`` (the normalised spec string).
+    Raises ValueError with an explanation for anything else.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError("empty retriever spec; expected e.g. 'openclip:ViT-B-32@openai'")
+    spec = spec.strip()
+    if not spec.startswith(SPEC_PREFIX):
+        backend = spec.split(":", 1)[0] if ":" in spec else ""
+        hint = f"unknown backend '{backend}'" if backend else "missing backend prefix"
+        raise ValueError(f"bad retriever spec '{spec}': {hint}; expected 'openclip:MODEL[@WEIGHTS]'")
+    rest = spec[len(SPEC_PREFIX):]
+    model, sep, weights = rest.partition("@")
+    model = model.strip()
+    weights = weights.strip()
+    if not model:
+        raise ValueError(f"bad retriever spec '{spec}': no model name after 'openclip:'")
+    if model.startswith(("hf-hub:", "local-dir:")) or ":" in model:
+        raise ValueError(
+            f"bad retriever spec '{spec}': schema model names ('hf-hub:', 'local-dir:') are "
+            "not supported; use a built-in architecture with a tag or a checkpoint path"
+        )
+    known = open_clip.list_models()
+    if model not in known:
+        close = [m for m in known if m.lower() == model.lower()]
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ValueError(f"bad retriever spec '{spec}': unknown open_clip model '{model}'{hint}")
+    if sep and not weights:
+        raise ValueError(f"bad retriever spec '{spec}': nothing after '@'")
+
+    out: dict[str, Any] = {"backend": "openclip", "model": model, "seed": None, "tag": None, "checkpoint": None}
+    if not weights or _SEED_RE.match(weights):
+        m = _SEED_RE.match(weights) if weights else None
+        seed = int(m.group(1)) if m and m.group(1) is not None else 0
+        out.update(kind="random", seed=seed)
+        out["canonical"] = f"{SPEC_PREFIX}{model}" + (f"@random:{seed}" if seed else "")
+    elif _looks_like_path(weights):
+        path = Path(weights).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"bad retriever spec '{spec}': checkpoint file not found: {path}")
+        out.update(kind="checkpoint", checkpoint=str(path))
+        out["canonical"] = f"{SPEC_PREFIX}{model}@{path}"
+    else:
+        tags = open_clip.list_pretrained_tags_by_model(model)
+        tag = weights.lower().replace("-", "_")
+        if tag not in tags:
+            avail = ", ".join(tags) if tags else "none"
+            raise ValueError(
+                f"bad retriever spec '{spec}': '{weights}' is not a pretrained tag of {model} "
+                f"(available: {avail}) and does not look like a checkpoint path"
+            )
+        out.update(kind="tag", tag=tag)
+        out["canonical"] = f"{SPEC_PREFIX}{model}@{tag}"
+    return out
+
+
+def _needs_hf_assets(model: str) -> bool:
+    """True if building ``model`` needs Hugging Face files (config or tokenizer)."""
+    cfg = open_clip.get_model_config(model) or {}
+    text_cfg = cfg.get("text_cfg", {})
+    return bool(text_cfg.get("hf_model_name") or text_cfg.get("hf_tokenizer_name")) or "siglip" in model.lower()
+
+
+def _hf_offline() -> bool:
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+_digest_cache: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file's bytes (memoised per path, size and mtime)."""
+    st = os.stat(path)
+    memo_key = (str(path), st.st_size, st.st_mtime_ns)
+    if memo_key not in _digest_cache:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                h.update(block)
+        _digest_cache[memo_key] = h.hexdigest()
+    return _digest_cache[memo_key]
+
+
+# --------------------------------------------------------------------------- open_clip
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class OpenClipRetriever:
+    """An open_clip dual encoder.
+
+    ``pretrained``: None (random init with ``seed``, deterministic across processes),
+    an open_clip pretrained tag (downloads if not cached: the only case that may reach
+    a hub), or a path to a local checkpoint file. ``precision='amp'`` runs the towers
+    under CUDA autocast (bf16 where supported, else fp16); on CPU it is plain fp32.
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        pretrained: str | os.PathLike[str] | None = None,
+        device: str | torch.device | None = None,
+        precision: Precision = "fp32",
+        batch_size: int = 64,
+        seed: int = 0,
+    ) -> None:
+        if precision not in ("fp32", "amp"):
+            raise ValueError(f"precision must be 'fp32' or 'amp', not {precision!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+        if model_name not in open_clip.list_models():
+            raise ValueError(f"unknown open_clip model '{model_name}'")
+        self.model_name = model_name
+        self.device = torch.device(device or _default_device())
+        self.precision: Precision = precision
+        self.batch_size = int(batch_size)
+
+        weights_id: str
+        kind: str
+        checkpoint: str | None = None
+        if pretrained is None:
+            kind, weights_id = "random", f"random:{int(seed)}"
+        else:
+            p = os.fspath(pretrained)
+            tag = p.lower().replace("-", "_")
+            is_tag = tag in open_clip.list_pretrained_tags_by_model(model_name)
+            if _looks_like_path(p) or (not is_tag and os.path.isfile(p)):
+                checkpoint = str(Path(p).expanduser().resolve())
+                if not os.path.isfile(checkpoint):
+                    raise ValueError(f"checkpoint file not found: {checkpoint}")
+                kind, weights_id = "checkpoint", f"sha256:{file_sha256(checkpoint)}"
+            elif is_tag:
+                kind, weights_id = "tag", tag
+            else:
+                raise ValueError(f"'{p}' is not a pretrained tag of {model_name} nor an existing file")
+        if kind != "tag" and _needs_hf_assets(model_name) and not _hf_offline():
+            raise ValueError(
+                f"{model_name} needs Hugging Face files (text tower or tokenizer); without a pretrained "
+                "tag CIRVal never contacts a hub. Set HF_HUB_OFFLINE=1 to use a local HF cache."
+            )
+        self.weights_kind = kind
+        self.checkpoint = checkpoint
+        self.seed = int(seed) if kind == "random" else None
+        #: the canonical spec that :func:`build_retriever` accepts (a path, not a digest)
+        self.source = f"{SPEC_PREFIX}{model_name}" + {
+            "random": f"@random:{self.seed}" if self.seed else "",
+            "tag": f"@{weights_id}",
+            "checkpoint": f"@{checkpoint}",
+        }[kind]
+
+        create_kwargs: dict[str, Any] = dict(
+            pretrained=(weights_id if kind == "tag" else checkpoint),
+            precision="fp32",
+            device="cpu",
+            pretrained_image=False,
+            pretrained_text=False,
+        )
+        if kind == "random":
+            # Seed a forked RNG so init is reproducible and the caller's RNG is untouched.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(int(seed))
+                model, _, preprocess = open_clip.create_model_and_transforms(model_name, **create_kwargs)
+        else:
+            model, _, preprocess = open_clip.create_model_and_transforms(model_name, **create_kwargs)
+        self.model = model.to(self.device).eval()
+        self.preprocess: Callable[[Image.Image], torch.Tensor] = preprocess
+        self.tokenizer = open_clip.get_tokenizer(model_name)
+        cfg = open_clip.get_model_config(model_name) or {}
+        self.dim = int(cfg.get("embed_dim") or self.model.text_projection.shape[1])
+
+        self._use_amp = precision == "amp" and self.device.type == "cuda"
+        self._amp_dtype = (
+            torch.bfloat16 if self._use_amp and torch.cuda.is_bf16_supported() else torch.float16
+        )
+        amp_tag = {torch.bfloat16: "#amp-bf16", torch.float16: "#amp-fp16"}[self._amp_dtype]
+        self.spec = f"{SPEC_PREFIX}{model_name}@{weights_id}" + (amp_tag if self._use_amp else "")
+
+    def __repr__(self) -> str:
+        return f"OpenClipRetriever(spec={self.spec!r}, device={str(self.device)!r})"
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def _autocast(self) -> Any:
+        if self._use_amp:
+            return torch.autocast(device_type="cuda", dtype=self._amp_dtype)
+        return torch.autocast(device_type=self.device.type, enabled=False)
+
+    def _to_device(self, x: torch.Tensor) -> torch.Tensor:
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device)
+
+    def _run(self, items: Sequence[Any], prepare: Callable[[Sequence[Any]], torch.Tensor],
+             encode: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        chunks: list[torch.Tensor] = []
+        with torch.inference_mode():
+            for start in range(0, len(items), self.batch_size):
+                batch = self._to_device(prepare(items[start:start + self.batch_size]))
+                with self._autocast():
+                    out = encode(batch)
+                chunks.append(F.normalize(out.float(), dim=-1).cpu())
+        if not chunks:
+            return torch.empty((0, self.dim), dtype=torch.float32)
+        return torch.cat(chunks).contiguous()
+
+    def preprocess_images(self, images: Sequence[Image.Image]) -> torch.Tensor:
+        """open_clip's evaluation transform (resize, centre crop, normalise) as a batch."""
+        return torch.stack([self.preprocess(im) for im in images])
+
+    def embed_images(self, images: Sequence[Image.Image]) -> torch.Tensor:
+        """Normalised image embeddings, ``[N, dim]`` float32 on the CPU."""
+        return self._run(list(images), self.preprocess_images, self.model.encode_image)
+
+    def embed_texts(self, texts: Sequence[str]) -> torch.Tensor:
+        """Normalised text embeddings, ``[N, dim]`` float32 on the CPU."""
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"texts[{i}] is {type(t).__name__}, not str")
+        return self._run(texts, lambda batch: self.tokenizer(list(batch)), self.model.encode_text)
+
+    def compose(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
+        """``normalise(normalise(image) + normalise(text))``."""
+        return compose_embeddings(image_emb, text_emb)
+
+
+def build_retriever(
+    spec: str,
+    device: str | torch.device | None = None,
+    batch_size: int = 64,
+    precision: Precision = "fp32",
+) -> OpenClipRetriever:
+    """Build a retriever from a spec string (see :func:`parse_retriever_spec`)."""
+    parsed = parse_retriever_spec(spec)
+    if parsed["kind"] == "random":
+        pretrained = None
+    elif parsed["kind"] == "tag":
+        pretrained = parsed["tag"]
+    else:
+        pretrained = parsed["checkpoint"]
+    return OpenClipRetriever(
+        parsed["model"],
+        pretrained=pretrained,
+        device=device,
+        precision=precision,
+        batch_size=batch_size,
+        seed=parsed["seed"] or 0,
+    )

@@ -1,0 +1,234 @@
+"""Tests for retrieval.embcache: SQLite-backed embedding cache and encode_with_cache."""
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from retrieval.embcache import CacheLookup, EmbeddingCache, encode_with_cache, spec_folder_name, text_key
+from retrieval.encoders import OpenClipRetriever, build_retriever
+
+SPEC = "openclip:test@random:0"
+
+
+def _vec(key: str, dim: int) -> np.ndarray:
+    """A deterministic float32 vector per key (what any writer would compute for it)."""
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
+    return np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+
+
+# ------------------------------------------------------------------ storage
+
+
+def test_round_trip_is_bit_exact(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, SPEC, dim=4)
+    keys = ["a" * 64, "b" * 64, "c" * 64]
+    arr = np.array(
+        [[1.0, -0.0, 1e-45, 3.4028235e38],  # subnormal, negative zero, float32 max
+         [0.1, 0.2, 0.3, 0.4],
+         [-1.5, 2.25, -3.125, 4.0625]],
+        dtype=np.float32,
+    )
+    assert cache.put_many("image", keys, torch.from_numpy(arr)) == 3
+    got, missing = cache.get_many("image", keys)
+    assert missing == []
+    assert got.dtype == np.float32
+    assert got.tobytes() == arr.tobytes()
+
+
+def test_get_many_order_duplicates_and_missing(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, SPEC, dim=3)
+    cache.put_many("image", ["k1", "k2"], np.stack([_vec("k1", 3), _vec("k2", 3)]))
+    look = cache.get_many("image", ["k2", "x", "k1", "x", "y", "k2"])
+    assert isinstance(look, CacheLookup)
+    assert look.missing == ["x", "y"]  # deduplicated, first-seen order
+    assert look.found_mask.tolist() == [True, False, True, False, False, True]
+    assert np.array_equal(look.matrix[0], _vec("k2", 3))
+    assert np.array_equal(look.matrix[2], _vec("k1", 3))
+    assert np.array_equal(look.matrix[5], _vec("k2", 3))
+    assert np.isnan(look.matrix[[1, 3, 4]]).all()
+    empty = cache.get_many("image", [])
+    assert empty.matrix.shape == (0, 3) and empty.missing == []
+
+
+def test_kinds_are_separate_and_text_keys_hashed(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, SPEC, dim=2)
+    cache.put_many("text", ["abc"], np.array([[1.0, 2.0]], np.float32))
+    assert cache.get_many("image", ["abc"]).missing == ["abc"]
+    look = cache.get_many("text", ["abc"])
+    assert look.missing == [] and look.matrix.tolist() == [[1.0, 2.0]]
+    # sha256("abc"), the FIPS 180-2 test vector
+    assert text_key("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    with sqlite3.connect(cache.db_path) as conn:
+        assert conn.execute("SELECT key FROM text").fetchall() == [(text_key("abc"),)]
+    assert cache.count("text") == 1 and cache.count("image") == 0
+    with pytest.raises(ValueError, match="kind"):
+        cache.get_many("video", ["abc"])  # type: ignore[arg-type]
+
+
+def test_folder_per_spec_meta_and_mismatches(tmp_path: Path) -> None:
+    a = EmbeddingCache(tmp_path, SPEC, dim=8)
+    b = EmbeddingCache(tmp_path, "openclip:other@random:0", dim=8)
+    assert a.folder != b.folder
+    assert a.folder.name == spec_folder_name(SPEC) == hashlib.sha256(SPEC.encode()).hexdigest()[:32]
+    meta = json.loads((a.folder / "meta.json").read_text())
+    assert meta["spec"] == SPEC and meta["dim"] == 8
+    with pytest.raises(ValueError, match="dim 8"):
+        EmbeddingCache(tmp_path, SPEC, dim=16)
+    again = EmbeddingCache(tmp_path, SPEC, dim=8)  # reopening is fine
+    assert again.count("image") == 0
+
+
+def test_put_many_validation_and_write_once(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, SPEC, dim=2)
+    with pytest.raises(ValueError, match="shape"):
+        cache.put_many("image", ["a"], np.zeros((1, 3), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        cache.put_many("image", ["a", "b"], np.zeros((1, 2), np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        cache.put_many("image", ["a"], np.array([[np.nan, 0.0]], np.float32))
+    assert cache.count("image") == 0  # nothing half-written
+    assert cache.put_many("image", ["a"], np.array([[1.0, 0.0]])) == 1
+    assert cache.put_many("image", ["a", "b"], np.array([[9.0, 9.0], [0.0, 1.0]])) == 1
+    assert cache.get_many("image", ["a", "b"]).matrix.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+# ------------------------------------------------------------------ concurrency
+
+
+def _writer(root: str, keys: list[str], batch: int) -> None:
+    cache = EmbeddingCache(root, SPEC, dim=16, timeout_s=60)
+    for start in range(0, len(keys), batch):
+        chunk = keys[start:start + batch]
+        cache.put_many("image", chunk, np.stack([_vec(k, 16) for k in chunk]))
+        cache.get_many("image", chunk)  # interleave reads with the other writer's commits
+
+
+def test_concurrent_writers_leave_consistent_cache(tmp_path: Path) -> None:
+    keys = [f"{i:064x}" for i in range(1500)]
+    first, second = keys[:1000], keys[500:]  # 500 keys written by both
+    # fork, as Celery's prefork pool does; the children use only sqlite3 and numpy
+    ctx = mp.get_context("fork")
+    procs = [
+        ctx.Process(target=_writer, args=(str(tmp_path), first, 3)),
+        ctx.Process(target=_writer, args=(str(tmp_path), list(reversed(second)), 2)),
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    cache = EmbeddingCache(tmp_path, SPEC, dim=16)
+    assert cache.count("image") == 1500
+    look = cache.get_many("image", keys)
+    assert look.missing == []
+    assert np.array_equal(look.matrix, np.stack([_vec(k, 16) for k in keys]))
+    with sqlite3.connect(cache.db_path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def _fork_child(cache: EmbeddingCache) -> None:
+    cache.put_many("image", ["from-child"], np.ones((1, 16), np.float32))
+
+
+def test_cache_object_survives_fork(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, SPEC, dim=16)
+    cache.put_many("image", ["from-parent"], np.zeros((1, 16), np.float32))
+    p = mp.get_context("fork").Process(target=_fork_child, args=(cache,))
+    p.start()
+    p.join(timeout=60)
+    assert p.exitcode == 0
+    assert cache.get_many("image", ["from-parent", "from-child"]).missing == []
+
+
+# ------------------------------------------------------------------ encode_with_cache
+
+
+class CountingRetriever:
+    """Wraps a retriever and records every item it is asked to encode."""
+
+    def __init__(self, inner: OpenClipRetriever) -> None:
+        self.inner = inner
+        self.spec = inner.spec
+        self.dim = inner.dim
+        self.images_seen = 0
+        self.texts_seen: list[str] = []
+
+    def embed_images(self, images: list[Image.Image]) -> torch.Tensor:
+        self.images_seen += len(images)
+        return self.inner.embed_images(images)
+
+    def embed_texts(self, texts: list[str]) -> torch.Tensor:
+        self.texts_seen.extend(texts)
+        return self.inner.embed_texts(texts)
+
+    def compose(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
+        return self.inner.compose(image_emb, text_emb)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> OpenClipRetriever:
+    return build_retriever("openclip:cirval-tiny-vit", device="cpu")
+
+
+def test_encode_with_cache_texts_second_call_encodes_nothing(tmp_path: Path, tiny: OpenClipRetriever) -> None:
+    r = CountingRetriever(tiny)
+    cache = EmbeddingCache(tmp_path, r.spec, r.dim)
+    texts = ["make it red", "a dog", "make it red", "two cats"]
+    emb, stats = encode_with_cache(r, cache, "text", texts, chunk_size=2)
+    assert (stats.hits, stats.misses, stats.encoded) == (0, 4, 3)
+    assert r.texts_seen == ["make it red", "a dog", "two cats"]  # each unique text once
+    assert emb.shape == (4, tiny.dim) and emb.dtype == torch.float32
+    assert torch.allclose(emb, tiny.embed_texts(texts), atol=1e-6)
+    emb2, stats2 = encode_with_cache(r, cache, "text", texts)
+    assert (stats2.hits, stats2.misses, stats2.encoded) == (4, 0, 0)
+    assert r.texts_seen == ["make it red", "a dog", "two cats"]  # nothing new encoded
+    assert torch.equal(emb, emb2)
+    # a partly cached request encodes only the new text
+    _, stats3 = encode_with_cache(r, cache, "text", ["a dog", "a horse"])
+    assert (stats3.hits, stats3.misses, stats3.encoded) == (1, 1, 1)
+    assert r.texts_seen[-1] == "a horse"
+
+
+def test_encode_with_cache_images_with_loader(tmp_path: Path, tiny: OpenClipRetriever) -> None:
+    images = {}
+    for i in range(5):
+        im = Image.fromarray(np.random.RandomState(i).randint(0, 256, (32, 32, 3), dtype=np.uint8))
+        images[hashlib.sha256(im.tobytes()).hexdigest()] = im
+    keys = list(images)
+    asked: list[list[str]] = []
+
+    def loader(ks: list[str]) -> list[Image.Image]:
+        asked.append(list(ks))
+        return [images[k] for k in ks]
+
+    r = CountingRetriever(tiny)
+    cache = EmbeddingCache(tmp_path, r.spec, r.dim)
+    encode_with_cache(r, cache, "image", keys[:2], loader)
+    progress: list[tuple[int, int]] = []
+    emb, stats = encode_with_cache(r, cache, "image", keys, loader, chunk_size=2, progress=lambda d, t: progress.append((d, t)))
+    assert asked == [keys[:2], keys[2:4], keys[4:]]  # only missing keys, in chunks
+    assert progress == [(2, 3), (3, 3)]
+    assert (stats.hits, stats.misses, stats.encoded) == (2, 3, 3)
+    assert r.images_seen == 5
+    assert torch.allclose(emb, tiny.embed_images([images[k] for k in keys]), atol=1e-6)
+    _, again = encode_with_cache(r, cache, "image", keys, loader)
+    assert again.encoded == 0 and r.images_seen == 5
+
+
+def test_encode_with_cache_checks(tmp_path: Path, tiny: OpenClipRetriever) -> None:
+    wrong = EmbeddingCache(tmp_path, "openclip:something-else", tiny.dim)
+    with pytest.raises(ValueError, match="spec"):
+        encode_with_cache(tiny, wrong, "text", ["x"])
+    cache = EmbeddingCache(tmp_path, tiny.spec, tiny.dim)
+    with pytest.raises(ValueError, match="loader is required"):
+        encode_with_cache(tiny, cache, "image", ["k"])
+    with pytest.raises(ValueError, match="loader returned 0 items"):
+        encode_with_cache(tiny, cache, "image", ["k"], loader=lambda ks: [])
