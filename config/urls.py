@@ -13,4 +13,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("healthz", views.healthz, name="healthz"),
     path("", include("retrieval.urls")),
+    path("", include("audit.urls")),
+    path("", include("annotation.urls")),
 ]
