@@ -1,0 +1,318 @@
+"""Pure readers of CIRCUS annotation files (no Django).
+
+* :func:`parse_assignment_file` reads a per-annotator assignment file
+  (``annotations/agreement_users/annotator_NN.json`` or ``annotations/users/…``) into
+  plain :class:`CircusAnnotation` records, and rejects malformed files with a
+  :class:`CircusFormatError` that names the file, the entry and the field.
+* :func:`triples_from_annotations` and :func:`triples_from_item_level_rows` turn them,
+  or the signatures of the published ``agreement_report.json`` (the only source for
+  annotator_03 and annotator_08), into ``(item, annotator, label)`` triples for
+  :mod:`annotation.agreement`. The item key is ``"<dataset>::<query_idx>"``.
+* :func:`load_agreement_report` reads ``agreement_report.json`` keeping the duplicated
+  (mislabelled) pair keys in file order; :func:`relabel_pairs` puts the right labels back.
+
+Schema: the CIRCUS reference notes (FORMATS.md, sections 1.1 and 1.3).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+from annotation.agreement import FLAGS, VALIDATED, label_from_signature
+
+
+class CircusFormatError(ValueError):
+    """A malformed CIRCUS file. Names the file, the entry (if any) and the field."""
+
+    def __init__(self, file: str, message: str, *, entry: int | None = None, field: str | None = None):
+        self.file = str(file)
+        self.entry = entry
+        self.field = field
+        self.message = message
+        where = self.file
+        if entry is not None:
+            where += f", assignments[{entry}]"
+        if field:
+            where += f", field '{field}'"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class CircusAnnotation:
+    """One assignment of one annotator, with its (possibly empty) annotation."""
+
+    username: str
+    assignment_id: str
+    dataset: str
+    query_idx: int
+    hidden_category: str
+    presentation_order: int
+    validated: bool | None  # None: not labelled yet
+    flags: tuple[str, ...]  # the true flags, in canonical order
+    other: str
+    updated_at: str | None
+    source_user: str | None = None
+    selection_mode: str | None = None
+
+    @property
+    def item_key(self) -> str:
+        """``"<dataset>::<query_idx>"`` (equal to ``assignment_id``)."""
+        return f"{self.dataset}::{self.query_idx}"
+
+    @property
+    def label(self) -> str | list[str] | None:
+        """Validity label: ``"VALIDATED"``, the list of flags, or ``None`` when unlabelled."""
+        if self.validated is None:
+            return None
+        if self.validated:
+            return VALIDATED
+        return list(self.flags)
+
+
+@dataclass(frozen=True)
+class AssignmentFile:
+    """The header of a per-annotator file and its annotations in presentation order."""
+
+    study_name: str
+    seed: int | None
+    username: str
+    source_user: str | None
+    generated_at: str | None
+    assignment_ids_sha256: str | None
+    annotations: tuple[CircusAnnotation, ...]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], file: str,
+             entry: int | None = None, *, nullable: bool = False, prefix: str = "") -> Any:
+    name = prefix + key
+    if key not in obj:
+        raise CircusFormatError(file, "missing", entry=entry, field=name)
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    if kind is int:
+        ok = _is_int(value)
+    elif kind is bool:
+        ok = isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind) and not isinstance(value, bool)
+    if not ok:
+        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise CircusFormatError(file, f"expected {expected}{' or null' if nullable else ''}, got {value!r}",
+                                entry=entry, field=name)
+    return value
+
+
+def _parse_entry(raw: Any, file: str, entry: int, username: str) -> CircusAnnotation:
+    if not isinstance(raw, dict):
+        raise CircusFormatError(file, "an assignment must be a JSON object", entry=entry)
+    assignment_id = _require(raw, "assignment_id", str, file, entry)
+    dataset = _require(raw, "dataset", str, file, entry)
+    query_idx = _require(raw, "query_idx", int, file, entry)
+    if not dataset:
+        raise CircusFormatError(file, "empty dataset", entry=entry, field="dataset")
+    if query_idx < 0:
+        raise CircusFormatError(file, f"negative query_idx {query_idx}", entry=entry, field="query_idx")
+    if assignment_id != f"{dataset}::{query_idx}":
+        raise CircusFormatError(
+            file, f"{assignment_id!r} is not '<dataset>::<query_idx>' = '{dataset}::{query_idx}'",
+            entry=entry, field="assignment_id",
+        )
+    hidden = _require(raw, "hidden_category", str, file, entry)
+    order = _require(raw, "presentation_order", int, file, entry)
+    if order < 1:
+        raise CircusFormatError(file, f"presentation_order must be >= 1, got {order}", entry=entry,
+                                field="presentation_order")
+    assigned = raw.get("assigned_user")
+    if assigned is not None and assigned != username:
+        raise CircusFormatError(file, f"assigned to {assigned!r}, but the file belongs to {username!r}",
+                                entry=entry, field="assigned_user")
+    annotation = _require(raw, "annotation", dict, file, entry)
+    validated = _require(annotation, "validated", bool, file, entry, nullable=True, prefix="annotation.")
+    flags = tuple(f for f in FLAGS if _require(annotation, f, bool, file, entry, prefix="annotation."))
+    other = annotation.get("other", "")
+    if not isinstance(other, str):
+        raise CircusFormatError(file, f"expected str, got {other!r}", entry=entry, field="annotation.other")
+    updated = raw.get("annotation_updated_at")
+    if updated is not None and not isinstance(updated, str):
+        raise CircusFormatError(file, f"expected str or null, got {updated!r}", entry=entry,
+                                field="annotation_updated_at")
+    source_user = raw.get("source_user")
+    selection_mode = raw.get("selection_mode")
+    return CircusAnnotation(
+        username=username,
+        assignment_id=assignment_id,
+        dataset=dataset,
+        query_idx=query_idx,
+        hidden_category=hidden,
+        presentation_order=order,
+        validated=validated,
+        flags=flags,
+        other=other,
+        updated_at=updated,
+        source_user=source_user if isinstance(source_user, str) else None,
+        selection_mode=selection_mode if isinstance(selection_mode, str) else None,
+    )
+
+
+def parse_assignment_data(data: Any, *, file: str = "<data>", verify_checksum: bool = True) -> AssignmentFile:
+    """Validate an already-decoded assignment file (see :func:`parse_assignment_file`)."""
+    if not isinstance(data, dict):
+        raise CircusFormatError(file, "the file must hold one JSON object")
+    username = _require(data, "username", str, file)
+    study = _require(data, "study_name", str, file)
+    seed = _require(data, "seed", int, file, nullable=True) if "seed" in data else None
+    raw_list = _require(data, "assignments", list, file)
+    annotations = [_parse_entry(raw, file, i, username) for i, raw in enumerate(raw_list)]
+    seen_ids: dict[str, int] = {}
+    seen_orders: dict[int, int] = {}
+    for i, ann in enumerate(annotations):
+        if ann.assignment_id in seen_ids:
+            raise CircusFormatError(file, f"duplicate assignment {ann.assignment_id!r} "
+                                    f"(also assignments[{seen_ids[ann.assignment_id]}])",
+                                    entry=i, field="assignment_id")
+        if ann.presentation_order in seen_orders:
+            raise CircusFormatError(file, f"duplicate presentation_order {ann.presentation_order}",
+                                    entry=i, field="presentation_order")
+        seen_ids[ann.assignment_id] = i
+        seen_orders[ann.presentation_order] = i
+    count = data.get("assignment_count")
+    if count is not None and (not _is_int(count) or count != len(annotations)):
+        raise CircusFormatError(file, f"assignment_count {count!r} but {len(annotations)} assignments",
+                                field="assignment_count")
+    ordered = tuple(sorted(annotations, key=lambda a: a.presentation_order))
+    checksum = data.get("assignment_ids_sha256")
+    if checksum is not None and not isinstance(checksum, str):
+        raise CircusFormatError(file, f"expected str, got {checksum!r}", field="assignment_ids_sha256")
+    if verify_checksum and checksum is not None:
+        digest = hashlib.sha256("\n".join(a.assignment_id for a in ordered).encode("utf-8")).hexdigest()
+        if digest != checksum.lower():
+            raise CircusFormatError(
+                file, f"SHA-256 of the assignment ids in presentation order is {digest}, the file says {checksum}",
+                field="assignment_ids_sha256",
+            )
+    source_user = data.get("source_user")
+    generated_at = data.get("generated_at")
+    return AssignmentFile(
+        study_name=study,
+        seed=seed,
+        username=username,
+        source_user=source_user if isinstance(source_user, str) else None,
+        generated_at=generated_at if isinstance(generated_at, str) else None,
+        assignment_ids_sha256=checksum,
+        annotations=ordered,
+    )
+
+
+def parse_assignment_file(path: str | Path, *, verify_checksum: bool = True) -> AssignmentFile:
+    """Read and validate one CIRCUS per-annotator assignment file.
+
+    Checks: JSON object with ``username``, ``study_name`` and ``assignments``; every
+    entry has ``assignment_id == "<dataset>::<query_idx>"``, an int ``query_idx`` and
+    ``presentation_order``, ``hidden_category``, and an ``annotation`` object with a
+    bool-or-null ``validated`` and one bool per flag; ids and presentation orders are
+    unique; ``assignment_count`` (if present) matches; ``assignment_ids_sha256`` (if
+    present and ``verify_checksum``) equals the SHA-256 of the ids joined with ``"\\n"``
+    in presentation order. Annotations come back sorted by presentation order.
+    """
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CircusFormatError(file, f"cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CircusFormatError(file, f"invalid JSON: {exc}") from None
+    return parse_assignment_data(data, file=file, verify_checksum=verify_checksum)
+
+
+def triples_from_annotations(annotations: Iterable[CircusAnnotation]) -> list[tuple[str, str, Any]]:
+    """``(item_key, username, label)`` for every labelled annotation (unlabelled ones skipped)."""
+    return [(a.item_key, a.username, a.label) for a in annotations if a.validated is not None]
+
+
+def triples_from_item_level_rows(
+    rows: Iterable[Mapping[str, Any]], annotators: Sequence[str] | None = None
+) -> list[tuple[str, str, Any]]:
+    """Triples from the ``item_level_rows`` of ``agreement_report.json``.
+
+    Each signature string becomes a validity label (``"VALID"`` -> ``"VALIDATED"``,
+    ``"INVALID_UNSPECIFIED"`` -> ``[]``, else its list of flags). ``annotators`` keeps
+    only those annotators (e.g. ``["annotator_03", "annotator_08"]``).
+    """
+    wanted = None if annotators is None else set(annotators)
+    out: list[tuple[str, str, Any]] = []
+    for i, row in enumerate(rows):
+        try:
+            key = f"{row['dataset']}::{int(row['query_idx'])}"
+            signatures = row["signatures"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"item_level_rows[{i}] lacks dataset, query_idx or signatures: {exc}") from None
+        for annotator, signature in signatures.items():
+            if wanted is not None and annotator not in wanted:
+                continue
+            try:
+                label = label_from_signature(signature)
+            except ValueError as exc:
+                raise ValueError(f"item_level_rows[{i}], {annotator}: {exc}") from None
+            out.append((key, annotator, label))
+    return out
+
+
+def _keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any] | list[tuple[str, Any]]:
+    keys = [k for k, _ in pairs]
+    return dict(pairs) if len(set(keys)) == len(keys) else list(pairs)
+
+
+def load_agreement_report(path: str | Path) -> dict[str, Any]:
+    """Read ``agreement_report.json``; every ``pairwise_cohen_by_pair`` becomes a list of
+    ``(published_key, value)`` in file order, duplicates kept (the keys are mislabelled:
+    use :func:`relabel_pairs`). Any other duplicated key is an error."""
+    file = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_keep_duplicates)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CircusFormatError(file, f"cannot read the report: {exc}") from None
+
+    def fix(node: Any, where: str) -> Any:
+        if isinstance(node, list):
+            return [fix(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        if not isinstance(node, dict):
+            return node
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "pairwise_cohen_by_pair":
+                pairs = list(value.items()) if isinstance(value, dict) else value
+                out[key] = [(str(k), float(v)) for k, v in pairs]
+            elif isinstance(value, list) and value and all(
+                isinstance(v, tuple) and len(v) == 2 for v in value
+            ):
+                raise CircusFormatError(file, "duplicate keys", field=f"{where}.{key}".lstrip("."))
+            else:
+                out[key] = fix(value, f"{where}.{key}")
+        return out
+
+    if isinstance(data, list):
+        raise CircusFormatError(file, "duplicate top-level keys")
+    return fix(data, "")
+
+
+def relabel_pairs(values: Sequence[float], raters: Sequence[str]) -> dict[str, float]:
+    """Map published pair values (in file order) to ``"a__b"`` keys by position.
+
+    The values are listed in the order of all pairs (i < j) over ``raters``.
+    """
+    pairs = list(combinations(raters, 2))
+    if len(pairs) != len(values):
+        raise ValueError(f"{len(values)} values for {len(pairs)} pairs of {len(raters)} raters")
+    return {f"{a}__{b}": float(v) for (a, b), v in zip(pairs, values)}
