@@ -8,6 +8,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from annotation.demo_accounts import ensure_demo_accounts
+from annotation.models import Study
+from annotation.studies import StudySpec, create_study
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
 
@@ -35,6 +37,19 @@ class Command(BaseCommand):
             f" ({report.missing_images} missing images)."
         )
         accounts = ensure_demo_accounts()
+        annotators = [u for u, _, role in accounts if role == "annotator"]
+        for spec in (
+            StudySpec(name=f"{opts['name']}-validity", datasets=[opts["name"]], rubric="validity", overlap=3,
+                      agreement_size=10, seed=opts["seed"], annotators=annotators,
+                      guidelines="Judge each query with the validity rubric: read the text, look at the reference, "
+                                 "check the target, ask whether many gallery images would fit equally well."),
+            StudySpec(name=f"{opts['name']}-sessions", datasets=[opts["name"]], rubric="session", overlap=2,
+                      seed=opts["seed"], annotators=annotators,
+                      guidelines="Rate each generated session as a whole, then check every turn."),
+        ):
+            if not Study.objects.filter(name=spec.name).exists():
+                study, info = create_study(spec)
+                self.stdout.write(f"Study {study.name!r}: {info['items']} items, overlap {study.overlap}.")
         self.stdout.write(self.style.SUCCESS(f"Demo ready in {time.monotonic() - started:.1f} s. Accounts:"))
         for username, password, role in accounts:
             self.stdout.write(f"  {role:<11} {username:<12} password: {password}")

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from retrieval.models import Dataset
+
+from .rubric import builtin_rubrics
+from .studies import StudySpec
+
+
+class StudyForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    datasets = forms.ModelMultipleChoiceField(queryset=Dataset.objects.all(), to_field_name="name")
+    rubric = forms.ChoiceField(choices=[(k, r.title) for k, r in builtin_rubrics().items()])
+    overlap = forms.IntegerField(min_value=1, max_value=50, initial=3, help_text="Annotators per item.")
+    hidden_categories = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple,
+        choices=[("composition_required", "composition_required"), ("unresolved", "unresolved"),
+                 ("shortcut_solvable", "shortcut_solvable")],
+        help_text="Draw the pool from these audit labels (leave empty for all queries).",
+    )
+    quotas = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}),
+        help_text='Optional JSON quotas per stratum, e.g. {"demo::unresolved": 20, "demo::composition_required": 30}.',
+    )
+    total = forms.IntegerField(required=False, min_value=1, help_text="Or a total, split over strata by size.")
+    seed = forms.IntegerField(initial=0)
+    agreement_size = forms.IntegerField(min_value=0, initial=0, help_text="Items judged by every annotator.")
+    blind = forms.BooleanField(required=False, initial=True)
+    lease_minutes = forms.IntegerField(min_value=1, max_value=240, initial=10)
+    guidelines = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+    annotators = forms.ModelMultipleChoiceField(
+        queryset=get_user_model().objects.filter(groups__name="annotator").order_by("username"),
+        to_field_name="username", widget=forms.CheckboxSelectMultiple, required=False,
+    )
+
+    def clean_quotas(self):
+        raw = self.cleaned_data["quotas"].strip()
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+        if not isinstance(data, dict) or not all(isinstance(v, int) and v >= 0 for v in data.values()):
+            raise forms.ValidationError("Quotas are an object of non-negative integers.")
+        return data
+
+    def spec(self) -> StudySpec:
+        d = self.cleaned_data
+        return StudySpec(
+            name=d["name"], datasets=[x.name for x in d["datasets"]], rubric=d["rubric"], overlap=d["overlap"],
+            hidden_categories=list(d["hidden_categories"]), quotas=d["quotas"], total=d["total"], seed=d["seed"],
+            agreement_size=d["agreement_size"], blind=d["blind"], guidelines=d["guidelines"],
+            lease_minutes=d["lease_minutes"], annotators=[u.username for u in d["annotators"]],
+        )

@@ -1,0 +1,402 @@
+"""python manage.py agreement (INPUT.jsonl | --study ID) [--level nominal|ordinal|interval|ratio]
+[--rubric validity] [--categories A,B,...] [--bootstrap N] [--seed S] [--format json|text]
+
+Inter-annotator agreement of a set of judgements, as :func:`annotation.agreement.agreement_report`
+computes it. Each input line is one JSON object ``{"item": ..., "annotator": ..., "label": ...}``
+(other keys are ignored; blank lines are skipped). Labels:
+
+* nominal: a category string, a number, or a list of flag strings (one kind per file; a list
+  is the category ``"flag1+flag2"`` with its flags sorted, ``[]`` the empty string);
+* ordinal: a number, or a string when ``--categories`` declares the order;
+* interval / ratio: a number (ratio: not negative);
+* ``--rubric validity``: ``"VALIDATED"`` for a valid judgement, a list of flag names
+  (``INVALID_TEXT_QUERY``, ``INVALID_IMAGE_QUERY``, ``INVALID_TARGET_IMAGE``,
+  ``QUERY_TOO_BROAD``) for an invalid one, ``[]`` for invalid with no flag.
+
+Malformed input stops the command with an error naming the line and the field.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from annotation.agreement import FLAGS, LEVELS, VALIDATED, agreement_report
+
+# Above this many judgement-replicates the bootstrap gets a "this may take a while" note.
+_SLOW_BOOTSTRAP = 10_000_000
+_FLAG_SET = frozenset(FLAGS)
+
+
+class InputError(ValueError):
+    """A malformed judgement: ``where`` is e.g. ``"in.jsonl, line 3"``, ``field`` the key."""
+
+    def __init__(self, where: str, message: str, field: str | None = None):
+        self.where = where
+        self.field = field
+        self.message = message
+        super().__init__(f"{where}{f', field {field!r}' if field else ''}: {message}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    """Short JSON type name for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if _is_number(value):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+class JudgementChecker:
+    """Validates ``(item, annotator, label)`` records one at a time and returns library triples.
+
+    Rules: ``item`` is a non-empty string or an integer; ``annotator`` likewise, with one
+    type for the whole input; the label fits the level / rubric (module docstring), with one
+    kind of label for the whole input; numbers are finite; an (item, annotator) pair appears
+    once; with ``categories`` every label is one of them. Positions are kept as numbers and
+    turned into ``"<source>, line N"`` only for a message.
+    """
+
+    def __init__(self, level: str, rubric: str | None, categories: tuple[Any, ...] | None = None, *,
+                 source: str = "<input>", unit: str = "line"):
+        self.level = level
+        self.rubric = rubric
+        self.categories = categories
+        self.source = source
+        self.unit = unit
+        self._category_set = None if categories is None else frozenset(categories)
+        self._label_kind: tuple[str, int] | None = None  # (kind, position first seen)
+        self._annotator_kind: tuple[str, int] | None = None
+        self._seen: dict[tuple[Any, Any], int] = {}  # (item, annotator) -> position
+
+    def at(self, where: int) -> str:
+        """``"<source>, line <where>"``: a record's position in messages."""
+        return f"{self.source}, {self.unit} {where}"
+
+    def _fail(self, where: int, field: str | None, message: str) -> InputError:
+        return InputError(self.at(where), message, field)
+
+    def _id(self, where: int, field: str, value: Any) -> Any:
+        if isinstance(value, str):
+            if not value or value.isspace():
+                raise self._fail(where, field, "must not be empty")
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise self._fail(where, field, f"expected a string or an integer, got {_kind(value)} ({value!r})")
+
+    def _number(self, where: int, value: float) -> float:
+        if not math.isfinite(value):
+            raise self._fail(where, "label", f"{value!r} is not a finite number")
+        if self.level == "ratio" and value < 0:
+            raise self._fail(where, "label", f"the ratio level needs non-negative numbers, got {value!r}")
+        return value
+
+    def _flags(self, where: int, flags: list[Any]) -> list[str]:
+        for flag in flags:
+            if not isinstance(flag, str) or not flag:
+                raise self._fail(where, "label", f"a flag must be a non-empty string, got {flag!r}")
+        return flags
+
+    def _generic_label(self, where: int, label: Any) -> Any:
+        got = f"got {_kind(label)} ({label!r})"
+        if label is None:
+            raise self._fail(where, "label", "null is not a label (leave a missing judgement out)")
+        if _is_number(label):
+            return self._number(where, label)
+        if self.level in ("interval", "ratio"):
+            raise self._fail(where, "label", f"the {self.level} level needs a number, {got}")
+        if self.level == "ordinal":
+            if isinstance(label, str) and self.categories is not None:
+                return label
+            hint = " (or a string, when --categories declares the order)" if isinstance(label, str) else ""
+            raise self._fail(where, "label", f"the ordinal level needs a number{hint}, {got}")
+        if isinstance(label, str):
+            if not label:
+                raise self._fail(where, "label", "empty string")
+            return label
+        if isinstance(label, list):
+            flags = self._flags(where, label)
+            bad = [f for f in flags if "+" in f]
+            if bad:
+                raise self._fail(where, "label", f"flag {bad[0]!r} contains '+', the flag separator")
+            return "+".join(sorted(set(flags)))
+        raise self._fail(where, "label", f"expected a category string, a number or a list of flags, {got}")
+
+    def _validity_label(self, where: int, label: Any) -> Any:
+        if label == VALIDATED and isinstance(label, str):
+            return label
+        if isinstance(label, list):
+            unknown = [f for f in self._flags(where, label) if f not in _FLAG_SET]
+            if unknown:
+                raise self._fail(where, "label", f"unknown flag {unknown[0]!r} (expected one of {', '.join(FLAGS)})")
+            return label
+        what = f"the string {label!r}" if isinstance(label, str) else f"{_kind(label)} ({label!r})"
+        raise self._fail(where, "label", f"expected {VALIDATED!r} or a list of flags, got {what}")
+
+    def _same_kind(self, where: int, field: str, kind: str, first: tuple[str, int] | None) -> tuple[str, int]:
+        if first is None:
+            return (kind, where)
+        if kind != first[0]:
+            raise self._fail(where, field, f"{kind}, but the {field} at {self.unit} {first[1]} is {first[0]}; "
+                             f"use one kind of {field} for the whole input")
+        return first
+
+    def check(self, where: int, item: Any, annotator: Any, label: Any) -> tuple[Any, Any, Any]:
+        """One validated triple; ``where`` is the record's line (or position) number.
+
+        Raises :class:`InputError` naming the source, the position and the field.
+        """
+        item = self._id(where, "item", item)
+        annotator = self._id(where, "annotator", annotator)
+        self._annotator_kind = self._same_kind(where, "annotator", _kind(annotator), self._annotator_kind)
+        if self.rubric == "validity":
+            value = self._validity_label(where, label)
+        else:
+            value = self._generic_label(where, label)
+            family = "a number" if _is_number(label) else _kind(label)
+            self._label_kind = self._same_kind(where, "label", family, self._label_kind)
+            if self._category_set is not None and value not in self._category_set:
+                raise self._fail(where, "label", f"{label!r} is not one of --categories")
+        key = (item, annotator)
+        first = self._seen.setdefault(key, where)
+        if first != where:
+            raise self._fail(where, "annotator",
+                             f"annotator {annotator!r} already judged item {item!r} at {self.unit} {first}")
+        return item, annotator, value
+
+
+def read_jsonl(lines: Iterable[str], checker: JudgementChecker) -> list[tuple[Any, Any, Any]]:
+    """Parse JSON lines into checked triples; errors name the source, the line and the field."""
+    triples: list[tuple[Any, Any, Any]] = []
+    append, check, loads = triples.append, checker.check, json.loads
+    for number, line in enumerate(lines, start=1):
+        if not line or line.isspace():
+            continue
+        try:
+            record = loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(checker.at(number), f"invalid JSON: {exc}") from None
+        if type(record) is not dict:
+            raise InputError(checker.at(number), f"expected a JSON object, got {_kind(record)}")
+        try:
+            append(check(number, record["item"], record["annotator"], record["label"]))
+        except KeyError:
+            missing = next(k for k in ("item", "annotator", "label") if k not in record)
+            raise InputError(checker.at(number), "missing", missing) from None
+    if not triples:
+        raise InputError(checker.source, "no judgements (the input is empty)")
+    return triples
+
+
+def check_triples(records: Iterable[Any], checker: JudgementChecker) -> list[tuple[Any, Any, Any]]:
+    """Check ``(item, annotator, label)`` records from another source (e.g. a study)."""
+    triples: list[tuple[Any, Any, Any]] = []
+    for number, record in enumerate(records, start=1):
+        if not isinstance(record, (tuple, list)) or len(record) != 3:
+            raise InputError(checker.at(number), f"expected an (item, annotator, label) triple, got {record!r}")
+        triples.append(checker.check(number, *record))
+    if not triples:
+        raise InputError(checker.source, "no judgements")
+    return triples
+
+
+def _parse_number(token: str) -> int | float:
+    try:
+        return int(token)
+    except ValueError:
+        value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(token)
+    return value
+
+
+def parse_categories(text: str | None, level: str, rubric: str | None) -> tuple[Any, ...] | None:
+    """The ``--categories`` scale: numbers for interval/ratio (sorted), numbers or strings
+    (order as given) for ordinal and nominal."""
+    if text is None:
+        return None
+    if rubric == "validity":
+        raise CommandError("--categories does not apply to the validity rubric (its categories are fixed)")
+    tokens = [t.strip() for t in text.split(",")]
+    if not tokens or any(not t for t in tokens):
+        raise CommandError(f"--categories: empty category in {text!r}")
+    try:
+        numbers: list[int | float] | None = [_parse_number(t) for t in tokens]
+    except ValueError:
+        numbers = None
+    if level in ("interval", "ratio") and numbers is None:
+        raise CommandError(f"--categories: the {level} level needs numbers, got {text!r}")
+    values: list[Any] = list(numbers) if numbers is not None else tokens
+    if len(set(values)) != len(values):
+        raise CommandError(f"--categories: duplicate category in {text!r}")
+    if numbers is not None and level != "nominal":
+        if level == "ratio" and min(values) < 0:
+            raise CommandError("--categories: the ratio level needs non-negative numbers")
+        values = sorted(values)
+    return tuple(values)
+
+
+def _iter_lines(path: Path) -> Iterator[str]:
+    with path.open(encoding="utf-8") as handle:
+        yield from handle
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "undefined"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+class Command(BaseCommand):
+    help = (
+        "Inter-annotator agreement (percent agreement, Krippendorff's alpha, Fleiss' kappa, Gwet's AC1, "
+        "pairwise Cohen's kappa, bootstrap intervals) of a JSONL file of "
+        '{"item", "annotator", "label"} judgements, or of a study (--study).'
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("input", nargs="?", help="JSONL file, one judgement per line.")
+        parser.add_argument("--study", default=None, help="Report on a study's judgements instead of a file.")
+        parser.add_argument("--level", choices=LEVELS, default="nominal",
+                            help="Level of measurement (default nominal).")
+        parser.add_argument("--rubric", choices=["validity"], default=None,
+                            help="validity: labels are VALIDATED or a list of flags; adds the flag blocks.")
+        parser.add_argument("--categories", default=None,
+                            help="Comma-separated scale in its order (e.g. 1,2,3,4,5); labels must be among them.")
+        parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+                            help="Bootstrap replicates over items for the 95%% intervals (default 1000; 0 skips).")
+        parser.add_argument("--seed", type=int, default=0, help="Seed of the bootstrap (default 0).")
+        parser.add_argument("--format", choices=["json", "text"], default="text")
+
+    def handle(self, *args, **opts):
+        level, rubric = opts["level"], opts["rubric"]
+        if (opts["input"] is None) == (opts["study"] is None):
+            raise CommandError("give either an INPUT file or --study ID (exactly one)")
+        if rubric == "validity" and level != "nominal":
+            raise CommandError("the validity rubric is nominal; drop --level or use --level nominal")
+        if opts["bootstrap"] < 0:
+            raise CommandError("--bootstrap must be 0 or more")
+        categories = parse_categories(opts["categories"], level, rubric)
+        started = time.perf_counter()
+        try:
+            if opts["study"] is not None:
+                checker = JudgementChecker(level, rubric, categories, source=f"study {opts['study']}",
+                                           unit="judgement")
+                triples = check_triples(self._study_records(opts["study"]), checker)
+            else:
+                path = Path(opts["input"])
+                if not path.is_file():
+                    raise CommandError(f"{path}: no such file")
+                checker = JudgementChecker(level, rubric, categories, source=str(path))
+                try:
+                    triples = read_jsonl(_iter_lines(path), checker)
+                except UnicodeDecodeError as exc:
+                    raise CommandError(f"{path}: not UTF-8 text ({exc})") from None
+        except InputError as exc:
+            raise CommandError(str(exc)) from None
+        n_boot = opts["bootstrap"]
+        if n_boot * len(triples) > _SLOW_BOOTSTRAP:
+            self.stderr.write(f"note: {n_boot} bootstrap replicates over {len(triples)} judgements may take a "
+                              "while; --bootstrap 0 skips the intervals.")
+        try:
+            report = agreement_report(triples, rubric=rubric, level=level, categories=categories,
+                                      n_boot=n_boot, seed=opts["seed"])
+        except ValueError as exc:
+            raise CommandError(f"cannot compute the report: {exc}") from None
+        elapsed = time.perf_counter() - started
+        if opts["format"] == "json":
+            self.stdout.write(json.dumps(report, indent=2, allow_nan=False))
+        else:
+            self._write_text(report, elapsed)
+
+    @staticmethod
+    def _study_records(study_id: str) -> Iterable[Any]:
+        """Hook for the database path: ``annotation.reports.study_triples(study_id)``."""
+        try:
+            from annotation.reports import study_triples  # noqa: PLC0415 (optional, imported lazily)
+        except ImportError as exc:
+            if exc.name not in ("annotation.reports", "annotation"):
+                raise
+            raise CommandError("study reports are not available yet") from None
+        return study_triples(study_id)
+
+    # ------------------------------------------------------------------ text output
+
+    def _write_text(self, report: dict[str, Any], elapsed: float) -> None:
+        w = self.stdout.write
+        intervals = report["confidence_intervals"]["intervals"]
+
+        def line(label: str, key: str, value: Any) -> None:
+            iv = intervals.get(key)
+            ci = f"   [{iv['low']:.4f}, {iv['high']:.4f}]" if iv else ""
+            w(f"  {label:<36}{_fmt(value):>10}{ci}")
+
+        w(f"Agreement report ({report['rubric']}, {report['level']}) in {elapsed:.2f} s")
+        w(f"  {report['n_items']} items ({report['n_items_excluded']} excluded: fewer than 2 ratings), "
+          f"{report['n_annotators']} annotators, {report['n_judgements']} judgements")
+        ci = report["confidence_intervals"]
+        if ci["n_boot"]:
+            w(f"  intervals: {ci['confidence']:.0%} percentile bootstrap over items, "
+              f"{ci['n_boot']} replicates, seed {ci['seed']}")
+        w("")
+        pc = report["pairwise_cohen"]
+        line("percent agreement", "percent_agreement", report["percent_agreement"])
+        line("all ratings identical", "", report["all_ratings_identical_rate"])
+        line(f"Krippendorff's alpha ({report['level']})", "krippendorff_alpha", report["krippendorff_alpha"])
+        line("Fleiss' kappa", "fleiss_kappa", report["fleiss_kappa"])
+        line("Gwet's AC1", "gwet_ac1", report["gwet_ac1"])
+        line(f"Cohen's kappa, mean of {pc['count']} pairs", "pairwise_cohen_mean", pc["mean"])
+        w(f"  {'  median / min / max':<36}{_fmt(pc['median']):>10} / {_fmt(pc['min'])} / {_fmt(pc['max'])}"
+          f"   (weights: {pc['weights']})")
+        w("")
+        w("Label prevalence:")
+        for label, share in report["label_prevalence"].items():
+            w(f"  {label or '(empty)':<40}{share:>8.4f}")
+        if pc["by_pair"]:
+            w("")
+            w("Cohen's kappa by pair (shared items):")
+            for key, value in pc["by_pair"].items():
+                w(f"  {key:<40}{_fmt(value):>10}  ({pc['shared_items_by_pair'][key]})")
+        if report["rubric"] == "validity":
+            b = report["binary_valid_invalid"]
+            w("")
+            w("Binary valid / invalid:")
+            for name in ("valid_rate", "exact_agreement_rate", "unanimous_valid_invalid_rate",
+                         "exact_invalid_signature_rate", "percent_agreement"):
+                line(name.replace("_", " "), "", b[name])
+            line("Krippendorff's alpha", "binary_valid_invalid.krippendorff_alpha_nominal",
+                 b["krippendorff_alpha_nominal"])
+            line("Fleiss' kappa", "binary_valid_invalid.fleiss_kappa", b["fleiss_kappa"])
+            line("Gwet's AC1", "binary_valid_invalid.gwet_ac1", b["gwet_ac1"])
+            line("Cohen's kappa, pair mean", "binary_valid_invalid.pairwise_cohen_mean", b["pairwise_cohen"]["mean"])
+            w("")
+            w(f"  {'flag':<24}{'positive':>10}{'alpha':>10}{'Fleiss':>10}{'AC1':>10}{'Cohen mean':>12}")
+            for flag, f in report["per_flag_agreement"].items():
+                w(f"  {flag:<24}{_fmt(f['positive_rate']):>10}{_fmt(f['krippendorff_alpha_nominal']):>10}"
+                  f"{_fmt(f['fleiss_kappa']):>10}{_fmt(f['gwet_ac1']):>10}{_fmt(f['pairwise_cohen']['mean']):>12}")
+            line("signature alpha (nominal)", "", report["signature_alpha_nominal"])
+        if report["undefined"]:
+            w("")
+            w("Undefined:")
+            for key, reason in report["undefined"].items():
+                w(f"  {key}: {reason}")

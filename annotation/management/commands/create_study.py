@@ -1,0 +1,56 @@
+"""python manage.py create_study --name N --dataset D [--dataset D2] [options]"""
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from annotation.rubric import builtin_rubrics
+from annotation.studies import StudyError, StudySpec, create_study
+
+
+class Command(BaseCommand):
+    help = "Create an annotation study: item pool (filtered, stratified, seeded), overlap, annotators."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--dataset", action="append", required=True, dest="datasets")
+        parser.add_argument("--rubric", default="validity", choices=sorted(builtin_rubrics()))
+        parser.add_argument("--overlap", type=int, default=3)
+        parser.add_argument("--hidden-category", action="append", default=[], dest="hidden_categories",
+                            help="Keep only queries with this audit label (repeatable).")
+        parser.add_argument("--quota", action="append", default=[],
+                            help="DATASET::CATEGORY=N: items to draw from one stratum (repeatable).")
+        parser.add_argument("--total", type=int, default=None, help="Items to draw, split over strata by size.")
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--agreement-size", type=int, default=0, help="Items judged by every annotator.")
+        parser.add_argument("--not-blind", action="store_true", help="Show audit ranks to annotators.")
+        parser.add_argument("--guidelines", default="")
+        parser.add_argument("--lease-minutes", type=int, default=10)
+        parser.add_argument("--annotator", action="append", default=[], dest="annotators")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **o):
+        quotas = None
+        if o["quota"]:
+            quotas = {}
+            for q in o["quota"]:
+                key, sep, n = q.rpartition("=")
+                if not sep or not n.isdigit():
+                    raise CommandError(f"--quota {q!r}: use DATASET::CATEGORY=N")
+                quotas[key] = int(n)
+        spec = StudySpec(
+            name=o["name"], datasets=o["datasets"], rubric=o["rubric"], overlap=o["overlap"],
+            hidden_categories=o["hidden_categories"], quotas=quotas, total=o["total"], seed=o["seed"],
+            agreement_size=o["agreement_size"], blind=not o["not_blind"], guidelines=o["guidelines"],
+            lease_minutes=o["lease_minutes"], annotators=o["annotators"],
+        )
+        try:
+            study, report = create_study(spec)
+        except (StudyError, ValueError) as exc:
+            raise CommandError(str(exc)) from None
+        if o["json"]:
+            self.stdout.write(json.dumps({"id": study.pk, **report}))
+        else:
+            self.stdout.write(f"Study {study.pk} {study.name!r}: {report['items']} items, overlap {study.overlap}, "
+                              f"{report['agreement']} in the agreement subset, {len(spec.annotators)} annotators.")

@@ -1,0 +1,160 @@
+"""Studies, items, assignments, judgements (every revision kept) and drafts."""
+from __future__ import annotations
+
+from functools import cached_property
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from retrieval.models import Query
+
+from .rubric import Rubric, builtin_rubrics
+
+
+class RubricVersion(models.Model):
+    """A versioned rubric definition; judgements point at the version they were made under."""
+
+    key = models.SlugField(max_length=50)
+    version = models.PositiveIntegerField()
+    title = models.CharField(max_length=200)
+    definition = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["key", "version"], name="rubric_unique_version")]
+        ordering = ["key", "-version"]
+
+    def __str__(self) -> str:
+        return f"{self.key} v{self.version}"
+
+    @cached_property
+    def rubric(self) -> Rubric:
+        return Rubric.from_dict(self.definition)
+
+    @classmethod
+    def builtin(cls, key: str) -> RubricVersion:
+        """The stored copy of a shipped rubric (created on first use)."""
+        rubric = builtin_rubrics()[key]
+        obj, _ = cls.objects.get_or_create(
+            key=rubric.key, version=rubric.version, defaults={"title": rubric.title, "definition": rubric.to_dict()}
+        )
+        return obj
+
+
+class Study(models.Model):
+    class Status(models.TextChoices):
+        OPEN = "open"
+        CLOSED = "closed"
+
+    name = models.CharField(max_length=200, unique=True)
+    rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="studies")
+    overlap = models.PositiveSmallIntegerField(default=3, help_text="Annotators per item.")
+    blind = models.BooleanField(default=True, help_text="Hide audit ranks from annotators.")
+    guidelines = models.TextField(blank=True)
+    lease_minutes = models.PositiveSmallIntegerField(default=10, help_text="How long a served item stays reserved.")
+    seed = models.IntegerField(default=0)
+    pool = models.JSONField(default=dict, blank=True, help_text="How the item pool was drawn (reproducible).")
+    annotators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="studies", blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "studies"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StudyItem(models.Model):
+    """One query in a study's pool. ``taken`` = judged + currently reserved slots."""
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="items")
+    query = models.ForeignKey(Query, on_delete=models.PROTECT, related_name="study_items")
+    hidden_category = models.CharField(max_length=50, blank=True, help_text="Audit label; never shown to annotators.")
+    stratum = models.CharField(max_length=200, blank=True)
+    agreement = models.BooleanField(default=False, help_text="In the agreement subset: judged by everyone.")
+    order_key = models.PositiveIntegerField(default=0)
+    taken = models.PositiveIntegerField(default=0)
+    completed = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["study", "query"], name="studyitem_unique_query")]
+        indexes = [
+            models.Index(fields=["study", "-agreement", "-taken", "order_key"], name="studyitem_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.study_id}:{self.query_id}"
+
+
+class Assignment(models.Model):
+    """An item served to one annotator; at most one per (item, annotator)."""
+
+    class Status(models.TextChoices):
+        RESERVED = "reserved"
+        DONE = "done"
+        SKIPPED = "skipped"
+        RELEASED = "released"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="assignments")
+    item = models.ForeignKey(StudyItem, on_delete=models.CASCADE, related_name="assignments")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="assignments")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RESERVED)
+    served_by = models.CharField(max_length=40, blank=True, help_text="The rule that served the item.")
+    position = models.PositiveIntegerField(default=0, help_text="Order in the annotator's queue.")
+    leased_at = models.DateTimeField(null=True, blank=True)
+    lease_expires = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["item", "annotator"], name="assignment_once_per_annotator")]
+        indexes = [
+            models.Index(fields=["study", "annotator", "status"], name="assignment_mine"),
+            models.Index(fields=["study", "status", "lease_expires"], name="assignment_leases"),
+        ]
+        ordering = ["position", "id"]
+
+
+class Judgement(models.Model):
+    """One revision of an annotator's judgement; the latest is ``is_current``."""
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="revisions")
+    rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="+")
+    revision = models.PositiveIntegerField(default=1)
+    is_current = models.BooleanField(default=True)
+    category = models.CharField(max_length=50, blank=True)
+    sub_reason = models.CharField(max_length=50, blank=True)
+    note = models.TextField(blank=True)
+    flags = models.JSONField(default=dict, blank=True, help_text="One boolean per invalid category.")
+    validated = models.BooleanField(null=True)
+    flagged = models.BooleanField(default=False, help_text="Sent to adjudication by the annotator.")
+    time_spent_ms = models.PositiveIntegerField(default=0)
+    scales = models.JSONField(default=dict, blank=True)
+    per_turn = models.JSONField(default=list, blank=True)
+    reject_flags = models.JSONField(default=list, blank=True)
+    client_token = models.CharField(max_length=64, blank=True, help_text="Idempotency key sent by the client.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["assignment", "revision"], name="judgement_unique_revision"),
+            models.UniqueConstraint(
+                fields=["assignment"], condition=Q(is_current=True), name="judgement_one_current"
+            ),
+            models.UniqueConstraint(
+                fields=["assignment", "client_token"], condition=~Q(client_token=""), name="judgement_unique_token"
+            ),
+        ]
+        ordering = ["assignment", "revision"]
+
+
+class Draft(models.Model):
+    """Autosaved, unsubmitted state of an item so a reload loses nothing."""
+
+    assignment = models.OneToOneField(Assignment, on_delete=models.CASCADE, related_name="draft")
+    payload = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)

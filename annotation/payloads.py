@@ -1,0 +1,76 @@
+"""What an annotator's browser receives about an item: never the hidden category,
+other annotators' answers or study statistics."""
+from __future__ import annotations
+
+from django.urls import reverse
+
+from retrieval.models import Image, Query
+
+from .engine import annotator_progress
+from .models import Assignment, Draft, Judgement
+
+
+def image_ref(image: Image | None, size: int = 384) -> dict | None:
+    if image is None:
+        return None
+    url = reverse("retrieval:image", args=[image.pk])
+    return {"id": image.pk, "external_id": image.external_id, "url": url, "thumb": f"{url}?size={size}",
+            "missing": image.missing}
+
+
+def aggregate_panel(query: Query) -> list[dict]:
+    """The de-duplicated union of every retriever's top-10 from the latest finished audit."""
+    try:
+        from audit.services import latest_panel
+    except ImportError:  # the audit app has no panel yet
+        return []
+    return [image_ref(img, 160) for img in latest_panel(query)]
+
+
+def judgement_dict(j: Judgement | None) -> dict | None:
+    if j is None:
+        return None
+    return {
+        "revision": j.revision, "category": j.category or None, "sub_reason": j.sub_reason or None, "note": j.note,
+        "flagged": j.flagged, "scales": j.scales, "per_turn": j.per_turn, "reject_flags": j.reject_flags,
+        "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(),
+    }
+
+
+def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
+    study = assignment.study
+    query = (
+        Query.objects.select_related("dataset")
+        .prefetch_related("turns__reference_image", "turns__turn_target", "targets__image")
+        .get(pk=assignment.item.query_id)
+    )
+    turns = list(query.turns.all())
+    targets = [t for t in query.targets.all() if t.is_positive]
+    current = assignment.revisions.filter(is_current=True).first()
+    draft = Draft.objects.filter(assignment=assignment).first()
+    payload = {
+        "assignment": assignment.pk,
+        "study": study.pk,
+        "status": assignment.status,
+        "served_by": rule or assignment.served_by,
+        "position": assignment.position,
+        "lease_expires": assignment.lease_expires.isoformat() if assignment.lease_expires else None,
+        "query": {
+            "dataset": query.dataset.name,
+            "external_id": query.external_id,
+            "n_turns": query.n_turns,
+            "context": query.context_text,
+            "turns": [
+                {"index": t.index, "reference": image_ref(t.reference_image), "text": t.text,
+                 "texts": [x["text"] for x in t.texts if x.get("role", "caption") in ("caption", "generated")],
+                 "next": image_ref(t.turn_target, 160)}
+                for t in turns
+            ],
+            "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
+        },
+        "panel": aggregate_panel(query) if query.n_turns == 1 else [],
+        "judgement": judgement_dict(current),
+        "draft": draft.payload if draft is not None else None,
+        "progress": annotator_progress(study, assignment.annotator),
+    }
+    return payload

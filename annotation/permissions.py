@@ -1,0 +1,51 @@
+"""Who may see what: annotators their own work only, staff everything, researchers reports."""
+from __future__ import annotations
+
+from django.http import Http404
+from rest_framework.permissions import BasePermission
+
+from . import roles
+from .models import Assignment, Study
+
+
+class IsStaff(BasePermission):
+    message = "Only staff may do this."
+
+    def has_permission(self, request, view):
+        return roles.is_admin(request.user)
+
+
+class IsResearcher(BasePermission):
+    message = "Only researchers and staff may read reports."
+
+    def has_permission(self, request, view):
+        return roles.is_researcher(request.user)
+
+
+def visible_studies(user):
+    if roles.is_admin(user) or roles.is_researcher(user):
+        return Study.objects.all()
+    return Study.objects.filter(annotators=user)
+
+
+def member_study(user, study_id: int) -> Study:
+    """A study the user annotates in (staff: any); 404 otherwise, so ids leak nothing."""
+    qs = Study.objects.select_related("rubric")
+    study = qs.filter(pk=study_id).first()
+    if study is None:
+        raise Http404("no such study")
+    if roles.is_admin(user) or study.annotators.filter(pk=user.pk).exists():
+        return study
+    raise Http404("no such study")
+
+
+def own_assignment(user, assignment_id: int) -> Assignment:
+    """The user's own assignment; another annotator's gives 404, whoever asks."""
+    a = (
+        Assignment.objects.select_related("study__rubric", "item__query", "annotator")
+        .filter(pk=assignment_id, annotator=user)
+        .first()
+    )
+    if a is None:
+        raise Http404("no such assignment")
+    return a

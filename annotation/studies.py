@@ -1,0 +1,142 @@
+"""Building a study: its item pool (filtered, stratified, seeded), overlap, annotators."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from retrieval.models import Dataset, Query, QuerySubset
+
+from .models import RubricVersion, Study, StudyItem
+from .sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
+
+AUDIT_LABELS = ("composition_required", "unresolved", "shortcut_solvable")
+
+
+class StudyError(ValueError):
+    pass
+
+
+@dataclass
+class StudySpec:
+    name: str
+    datasets: list[str]
+    rubric: str = "validity"
+    overlap: int = 3
+    hidden_categories: list[str] = field(default_factory=list)  # e.g. ["composition_required", "unresolved"]
+    quotas: dict[str, int] | None = None  # "dataset::category" -> n
+    total: int | None = None
+    seed: int = 0
+    agreement_size: int = 0
+    blind: bool = True
+    guidelines: str = ""
+    lease_minutes: int = 10
+    annotators: list[str] = field(default_factory=list)
+    single_turn_only: bool | None = None  # default: from the rubric (validity: single, session: multi)
+
+
+def hidden_categories(dataset: Dataset) -> dict[int, str]:
+    """query id -> audit label, from the named subsets an audit writes."""
+    labels: dict[int, str] = {}
+    for name in AUDIT_LABELS:
+        subset = QuerySubset.objects.filter(dataset=dataset, name=name).first()
+        if subset is not None:
+            for qid in subset.queries.values_list("id", flat=True):
+                labels[qid] = name
+    return labels
+
+
+def _parse_quotas(quotas: Mapping[str, int] | None) -> dict[tuple[str, str], int] | None:
+    if quotas is None:
+        return None
+    parsed = {}
+    for key, n in quotas.items():
+        dataset, sep, category = key.partition("::")
+        if not sep:
+            raise StudyError(f"quota key {key!r} must look like 'dataset::hidden_category'")
+        parsed[(dataset, category)] = int(n)
+    return parsed
+
+
+def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
+    """Create a study and its items; returns (study, sampling report)."""
+    if spec.overlap < 1:
+        raise StudyError("overlap must be at least 1")
+    if Study.objects.filter(name=spec.name).exists():
+        raise StudyError(f"a study named {spec.name!r} exists already")
+    try:
+        rubric = RubricVersion.builtin(spec.rubric) if not spec.rubric.isdigit() else RubricVersion.objects.get(pk=int(spec.rubric))
+    except (KeyError, RubricVersion.DoesNotExist):
+        raise StudyError(f"unknown rubric {spec.rubric!r}") from None
+    single = spec.single_turn_only
+    if single is None:
+        single = rubric.rubric.kind != "session"
+
+    pool: list[tuple[int, tuple[str, str]]] = []
+    hidden: dict[int, str] = {}
+    for name in spec.datasets:
+        dataset = Dataset.objects.filter(name=name).first()
+        if dataset is None:
+            raise StudyError(f"no dataset named {name!r}")
+        labels = hidden_categories(dataset)
+        if spec.hidden_categories and not labels:
+            raise StudyError(f"dataset {name!r} has no audit labels yet: run an audit first, or drop the category filter")
+        queries = Query.objects.filter(dataset=dataset)
+        queries = queries.filter(n_turns=1) if single else queries.filter(n_turns__gt=1)
+        for qid in queries.values_list("id", flat=True):
+            category = labels.get(qid, "")
+            if spec.hidden_categories and category not in spec.hidden_categories:
+                continue
+            hidden[qid] = category
+            pool.append((qid, (name, category)))
+    if not pool:
+        raise StudyError("the item pool is empty: check the datasets and the category filter")
+
+    quotas = _parse_quotas(spec.quotas)
+    if quotas is None and spec.total is None:
+        chosen, report, shortfall = [qid for qid, _ in pool], {}, 0
+        for _, stratum in pool:
+            entry = report.setdefault(stratum, {"population": 0, "requested": 0, "selected": 0})
+            entry["population"] += 1
+            entry["requested"] += 1
+            entry["selected"] += 1
+    else:
+        chosen, report, shortfall = stratified_sample(pool, quotas, seed=spec.seed, total=spec.total)
+    agreement = set(agreement_subset(chosen, spec.agreement_size, spec.seed)) if spec.agreement_size else set()
+    strata = dict(pool)
+
+    users = list(get_user_model().objects.filter(username__in=spec.annotators))
+    unknown = set(spec.annotators) - {u.username for u in users}
+    if unknown:
+        raise StudyError(f"unknown annotators: {', '.join(sorted(unknown))}")
+
+    report_json_ = report_json(report)
+    # The queue order is a seeded shuffle, so no dataset or id range is judged first.
+    chosen = shuffle_for_annotator(chosen, spec.seed, "study-queue")
+    with transaction.atomic():
+        study = Study.objects.create(
+            name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
+            lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by,
+            pool={
+                "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
+                "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,
+                "single_turn": single, "sampling": report_json_, "shortfall": shortfall,
+            },
+        )
+        StudyItem.objects.bulk_create(
+            [
+                StudyItem(study=study, query_id=qid, hidden_category=hidden[qid], stratum=strata[qid][0],
+                          agreement=qid in agreement, order_key=n)
+                for n, qid in enumerate(chosen)
+            ],
+            batch_size=5000,
+        )
+        study.annotators.set(users)
+    return study, {"items": len(chosen), "agreement": len(agreement), "strata": report_json_, "shortfall": shortfall}
+
+
+def add_annotators(study: Study, usernames: Iterable[str]) -> None:
+    users = list(get_user_model().objects.filter(username__in=list(usernames)))
+    study.annotators.add(*users)

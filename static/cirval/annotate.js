@@ -1,0 +1,234 @@
+// The annotator page: keyboard-first judging with autosaved drafts.
+// Works for category rubrics (validity) and session rubrics (scales, per-turn checks, reject flags).
+(function () {
+  "use strict";
+  const payload = JSON.parse(document.getElementById("item-payload").textContent);
+  const rubric = JSON.parse(document.getElementById("rubric-def").textContent);
+  const urls = JSON.parse(document.getElementById("urls").textContent);
+  const csrf = document.querySelector("meta[name=csrf-token]").content;
+  const form = document.getElementById("judgement-form");
+  const errorBox = document.getElementById("form-error");
+  const note = document.getElementById("note");
+  const flagged = document.getElementById("flagged");
+  const isSession = rubric.kind === "session";
+  const nTurns = payload.query.n_turns;
+
+  // ---- state -------------------------------------------------------------------
+  const start = payload.draft || payload.judgement || {};
+  let elapsed = Number(start.elapsed_ms || 0);
+  let shownAt = document.visibilityState === "visible" ? Date.now() : null;
+  let token = (payload.draft && payload.draft.client_token) || newToken();
+  let busy = false;
+  let activeScale = isSession && rubric.scales.length ? rubric.scales[0].key : null;
+  let activeTurn = 0;
+
+  function newToken() {
+    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
+    return "t" + Date.now().toString(36) + Math.random().toString(36).slice(2);
+  }
+  function spent() { return elapsed + (shownAt ? Date.now() - shownAt : 0); }
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") shownAt = Date.now();
+    else if (shownAt) { elapsed += Date.now() - shownAt; shownAt = null; saveDraft(true); }
+  });
+  const timer = document.getElementById("timer");
+  setInterval(() => {
+    const s = Math.floor(spent() / 1000);
+    timer.textContent = Math.floor(s / 60) + ":" + String(s % 60).padStart(2, "0");
+    timer.classList.toggle("late", s >= 120);
+  }, 500);
+
+  // ---- reading and writing the form ------------------------------------------
+  function checked(name) { const el = form.querySelector(`input[name="${name}"]:checked`); return el ? el.value : null; }
+  function current() {
+    const data = { note: note.value, flagged: flagged.checked, client_token: token, elapsed_ms: spent() };
+    if (isSession) {
+      data.scales = {};
+      for (const s of rubric.scales) { const v = checked("scale-" + s.key); if (v !== null) data.scales[s.key] = Number(v); }
+      data.per_turn_checks = [];
+      for (let t = 0; t < nTurns; t++) {
+        const row = {};
+        for (const c of rubric.per_turn_checks) row[c.key] = !!form.querySelector(`input[name="turn-${t}-${c.key}"]:checked`);
+        data.per_turn_checks.push(row);
+      }
+      data.reject_flags = rubric.reject_flags.filter((c) => form.querySelector(`input[name="reject-${c.key}"]:checked`)).map((c) => c.key);
+    } else {
+      data.category = checked("category");
+      data.sub_reason = checked("sub_reason");
+    }
+    return data;
+  }
+  function setRadio(name, value, scope) {
+    const el = (scope || form).querySelector(`input[name="${name}"][value="${CSS.escape(String(value))}"]`);
+    if (el) el.checked = true;
+  }
+  function subBox(categoryKey) { return form.querySelector(`.subs[data-category="${CSS.escape(categoryKey)}"]`); }
+  function restore(d) {
+    note.value = d.note || "";
+    flagged.checked = !!d.flagged;
+    if (isSession) {
+      for (const [k, v] of Object.entries(d.scales || {})) setRadio("scale-" + k, v);
+      (d.per_turn_checks || d.per_turn || []).forEach((row, t) => {
+        for (const [k, v] of Object.entries(row)) { const el = form.querySelector(`input[name="turn-${t}-${k}"]`); if (el) el.checked = !!v; }
+      });
+      for (const k of d.reject_flags || []) { const el = form.querySelector(`input[name="reject-${k}"]`); if (el) el.checked = true; }
+    } else {
+      if (d.category) setRadio("category", d.category);
+      showSubs();
+      if (d.category && d.sub_reason) setRadio("sub_reason", d.sub_reason, subBox(d.category));
+    }
+    refresh();
+  }
+
+  // ---- category rubric: sub-reasons follow the chosen category ----------------
+  function showSubs() {
+    const cat = checked("category");
+    form.querySelectorAll(".subs").forEach((box) => {
+      const on = box.dataset.category === cat;
+      box.hidden = !on;
+      if (!on) box.querySelectorAll("input").forEach((i) => { i.checked = false; });
+    });
+  }
+  function category(key) { return rubric.categories.find((c) => c.key === key); }
+  function noteRequired(d) {
+    if (isSession) return false;
+    const c = category(d.category);
+    const s = c && c.sub_reasons.find((x) => x.key === d.sub_reason);
+    return !!(s && s.requires_note);
+  }
+  function problem(d) {
+    if (isSession) {
+      const missing = rubric.scales.filter((s) => !(s.key in d.scales));
+      if (missing.length) return "Rate " + missing.map((s) => s.label).join(", ") + ".";
+      return null;
+    }
+    if (!d.category) return "Choose a category (keys " + rubric.categories.map((c) => c.shortcut_key).join(" ") + ").";
+    const c = category(d.category);
+    if (c.sub_reasons.length && !d.sub_reason) return "Choose a reason for “" + c.label + "”.";
+    if (noteRequired(d) && !d.note.trim()) return "“Other” needs a note: say what is wrong (press n).";
+    return null;
+  }
+  function refresh() {
+    const d = current();
+    form.querySelectorAll("label.choice").forEach((l) => {
+      const i = l.querySelector("input"); l.classList.toggle("on", !!(i && i.checked));
+    });
+    note.classList.toggle("required", noteRequired(d) && !d.note.trim());
+    if (isSession) highlightSession();
+  }
+
+  // ---- session rubric helpers ---------------------------------------------------
+  function highlightSession() {
+    form.querySelectorAll(".scale").forEach((el) => el.classList.toggle("active", el.dataset.scale === activeScale));
+    document.querySelectorAll(".frame").forEach((el) => el.classList.toggle("active", Number(el.dataset.turn) === activeTurn));
+    form.querySelectorAll(".turnchecks").forEach((el) => el.classList.toggle("active", Number(el.dataset.turn) === activeTurn));
+  }
+
+  // ---- draft autosave -----------------------------------------------------------
+  let saveTimer = null;
+  const draftStatus = document.getElementById("draft-status");
+  let submitted = false;
+  function saveDraft(now) {
+    clearTimeout(saveTimer);
+    if (submitted) return;
+    const send = () => {
+      fetch(urls.draft, { method: "PUT", keepalive: true, credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(current()) })
+        .then((r) => { draftStatus.textContent = r.ok ? "Draft saved." : "Draft not saved (" + r.status + ")."; })
+        .catch(() => { draftStatus.textContent = "Offline: draft not saved yet."; });
+    };
+    if (now) send(); else saveTimer = setTimeout(send, 300);
+  }
+  form.addEventListener("change", () => { if (!isSession) showSubs(); refresh(); saveDraft(); hideError(); });
+  note.addEventListener("input", () => { refresh(); saveDraft(); });
+  window.addEventListener("pagehide", () => saveDraft(true));
+
+  // ---- actions ------------------------------------------------------------------
+  function showError(msg) { errorBox.textContent = msg; errorBox.hidden = false; }
+  function hideError() { errorBox.hidden = true; }
+  async function submit() {
+    if (busy) return;
+    const d = current();
+    const p = problem(d);
+    if (p) { showError(p); if (noteRequired(d)) note.focus(); return; }
+    busy = true;
+    const body = Object.assign({}, d, { time_spent_ms: Math.round(d.elapsed_ms) });
+    delete body.elapsed_ms;
+    try {
+      const r = await fetch(urls.submit, { method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(body) });
+      if (r.status === 200 || r.status === 201) {
+        submitted = true;
+        clearTimeout(saveTimer);
+        window.location.assign(urls.next);
+        return;
+      }
+      const err = await r.json().catch(() => ({}));
+      showError(err.detail || "The server refused the judgement (" + r.status + ").");
+    } catch (e) {
+      showError("Could not reach the server; your answer is kept. Press Enter to try again.");
+    }
+    busy = false;
+  }
+  async function skip() {
+    if (busy) return;
+    busy = true;
+    await fetch(urls.skip, { method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": csrf } }).catch(() => null);
+    window.location.assign(urls.next);
+  }
+  function back() { if (urls.back) window.location.assign(urls.back); }
+  const help = document.getElementById("help");
+  function toggleHelp() { help.hidden = !help.hidden; }
+  document.getElementById("submit-btn").addEventListener("click", submit);
+  document.getElementById("skip-btn").addEventListener("click", skip);
+  document.getElementById("help-btn").addEventListener("click", toggleHelp);
+  help.addEventListener("click", toggleHelp);
+
+  // ---- keyboard -----------------------------------------------------------------
+  function pressKey(input) { if (input) { input.checked = !input.checked || input.type === "radio"; form.dispatchEvent(new Event("change")); } }
+  document.addEventListener("keydown", (ev) => {
+    if (ev.altKey || ev.metaKey) return;
+    if (ev.target === note) {
+      if (ev.key === "Escape") { note.blur(); ev.preventDefault(); }
+      else if (ev.key === "Enter" && ev.ctrlKey) { ev.preventDefault(); submit(); }
+      return;
+    }
+    if (ev.ctrlKey) return;
+    const k = ev.key.length === 1 ? ev.key.toLowerCase() : ev.key;
+    if (k === "Escape" && !help.hidden) { toggleHelp(); return; }
+    if (k === "?") { toggleHelp(); ev.preventDefault(); return; }
+    if (k === "Enter") { ev.preventDefault(); submit(); return; }
+    if (k === "n") { note.focus(); ev.preventDefault(); return; }
+    if (k === "f") { flagged.checked = !flagged.checked; form.dispatchEvent(new Event("change")); return; }
+    if (k === "s") { skip(); return; }
+    if (k === "b") { back(); return; }
+    if (isSession) {
+      const scale = rubric.scales.find((s) => (s.shortcut_key || "").toLowerCase() === k);
+      if (scale) { activeScale = scale.key; refresh(); return; }
+      if (/^[0-9]$/.test(k) && activeScale) { setRadio("scale-" + activeScale, k); form.dispatchEvent(new Event("change")); return; }
+      if (k === "ArrowRight" || k === "ArrowLeft") { activeTurn = Math.max(0, Math.min(nTurns - 1, activeTurn + (k === "ArrowRight" ? 1 : -1))); refresh(); ev.preventDefault(); return; }
+      const check = rubric.per_turn_checks.find((c) => (c.shortcut_key || "").toLowerCase() === k);
+      if (check) { pressKey(form.querySelector(`input[name="turn-${activeTurn}-${check.key}"]`)); return; }
+      const rej = rubric.reject_flags.find((c) => (c.shortcut_key || "").toLowerCase() === k);
+      if (rej) { pressKey(form.querySelector(`input[name="reject-${rej.key}"]`)); return; }
+      return;
+    }
+    const cat = rubric.categories.find((c) => c.shortcut_key.toLowerCase() === k);
+    if (cat) { ev.preventDefault(); setRadio("category", cat.key); form.dispatchEvent(new Event("change")); return; }
+    const chosen = category(checked("category"));
+    const sub = chosen && chosen.sub_reasons.find((s) => s.shortcut_key.toLowerCase() === k);
+    if (sub) {
+      ev.preventDefault(); // the key must not land in the note it may focus
+      setRadio("sub_reason", sub.key, subBox(chosen.key));
+      form.dispatchEvent(new Event("change"));
+      if (sub.requires_note && !note.value.trim()) note.focus();
+    }
+  });
+
+  // ---- start ----------------------------------------------------------------------
+  restore(start);
+  if (payload.draft) draftStatus.textContent = "Draft restored.";
+  // Warm the browser cache with the images of the item most likely served next.
+  fetch(urls.upcoming, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : { images: [] }))
+    .then((d) => d.images.forEach((src) => { const img = new Image(); img.src = src; })).catch(() => null);
+})();
