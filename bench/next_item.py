@@ -1,0 +1,129 @@
+"""Server time of "next item" and "submit judgement" on a large study.
+
+    python bench/next_item.py [--items 100000] [--annotators 30] [--overlap 3] [--requests 600]
+                              [--database-url postgres://postgres@127.0.0.1:5432/cirval_bench]
+
+Builds (once; reused on later runs) a study of ``--items`` items with overlap 3 and 30
+annotators in its own PostgreSQL database, then times requests through Django's full
+request stack (test client: URL routing, authentication, views, JSON) and prints the
+median and 95th percentile per endpoint plus the SQL queries per request.
+Target: p95 under 50 ms for each endpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def ensure_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[-1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--annotators", type=int, default=30)
+    ap.add_argument("--overlap", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=600, help="next+submit pairs to time")
+    ap.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cirval_bench"))
+    args = ap.parse_args()
+
+    if args.database_url.startswith("postgres"):
+        ensure_database(args.database_url)
+    os.environ["DATABASE_URL"] = args.database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("CIRVAL_VAR_DIR", str(ROOT / "var" / "bench"))
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from annotation.models import Assignment, RubricVersion, Study, StudyItem
+    from retrieval.models import Dataset, Image, Query, Turn
+
+    call_command("migrate", verbosity=0)
+    name = f"bench-{args.items}-{args.overlap}-{args.annotators}"
+    User = get_user_model()
+    study = Study.objects.filter(name=name).first()
+    t0 = time.perf_counter()
+    if study is None:
+        print(f"building a study of {args.items} items ...", flush=True)
+        ds, _ = Dataset.objects.get_or_create(name="bench", defaults={"format": "demo"})
+        img, _ = Image.objects.get_or_create(dataset=ds, external_id="img0", defaults={"missing": True})
+        have = Query.objects.filter(dataset=ds).count()
+        for start in range(have, args.items, 10_000):
+            qs = Query.objects.bulk_create(
+                [Query(dataset=ds, external_id=f"q{i}", split="val", ordinal=i) for i in range(start, min(args.items, start + 10_000))]
+            )
+            Turn.objects.bulk_create([Turn(query=q, index=1, reference_image=img, texts=[{"text": "make it red"}]) for q in qs])
+        study = Study.objects.create(name=name, rubric=RubricVersion.builtin("validity"), overlap=args.overlap)
+        qids = list(Query.objects.filter(dataset=ds).order_by("id").values_list("id", flat=True)[: args.items])
+        StudyItem.objects.bulk_create([StudyItem(study=study, query_id=q, order_key=n) for n, q in enumerate(qids)], batch_size=10_000)
+        users = []
+        for i in range(args.annotators):
+            u, _ = User.objects.get_or_create(username=f"bench{i:02d}")
+            u.set_password("bench")
+            u.save()
+            users.append(u)
+        study.annotators.set(users)
+        with connection.cursor() as c:
+            c.execute("ANALYZE")
+        print(f"  built in {time.perf_counter() - t0:.1f} s")
+    users = list(study.annotators.order_by("username"))
+    clients = []
+    for u in users:
+        c = Client()
+        c.force_login(u)
+        clients.append(c)
+
+    next_ms, submit_ms, next_q, submit_q = [], [], [], []
+    for n in range(args.requests):
+        c = clients[n % len(clients)]
+        with CaptureQueriesContext(connection) as ctx:
+            t = time.perf_counter()
+            r = c.post(f"/api/studies/{study.pk}/next/")
+            next_ms.append((time.perf_counter() - t) * 1000)
+        next_q.append(len(ctx.captured_queries))
+        asg = r.json()["assignment"]
+        if asg is None:
+            break
+        with CaptureQueriesContext(connection) as ctx:
+            t = time.perf_counter()
+            r = c.post(f"/api/assignments/{asg}/judgements/", {"category": "VALIDATED", "time_spent_ms": 900},
+                       content_type="application/json")
+            submit_ms.append((time.perf_counter() - t) * 1000)
+        submit_q.append(len(ctx.captured_queries))
+        assert r.status_code == 201, r.content
+
+    done = Assignment.objects.filter(study=study, status="done").count()
+    print(f"study: {study.items.count()} items, overlap {study.overlap}, {len(users)} annotators, {done} judgements so far")
+    print(f"database: {connection.vendor} ({args.database_url})")
+    for label, ms, q in (("next item", next_ms, next_q), ("submit judgement", submit_ms, submit_q)):
+        print(f"{label:17} n={len(ms):4d}  median {statistics.median(ms):6.1f} ms  p95 {pct(ms, 0.95):6.1f} ms  "
+              f"max {max(ms):6.1f} ms  queries/request median {statistics.median(q):.0f} (max {max(q)})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,660 @@
+"""A deterministic synthetic CIR "demo world": coloured shapes on plain backgrounds.
+
+Pure Python (Pillow, stdlib; no Django). :func:`build_demo` writes a gallery of PNG
+images and returns normalised records (format ``"demo"``) with single-turn queries and
+multi-turn sessions whose targets are known exactly, so the whole pipeline (import,
+audit, annotation, export) can be exercised without any public dataset.
+
+A *scene* is a JSON-serialisable dict::
+
+    {"background": "white",
+     "objects": [{"shape": "circle", "colour": "red", "size": "large", "count": 2}, ...]}
+
+with 1-4 objects, at most one object per shape (so "the circle" is never ambiguous),
+objects kept in the fixed order of :data:`SHAPES`, and at most :data:`MAX_INSTANCES`
+drawn shapes in all. An *edit* is a dict ``{"type", "object", "from", "to"}``:
+
+==========  ===================  ==========================  ==========================
+type        object               from                        to
+==========  ===================  ==========================  ==========================
+colour      shape edited         old colour                  new colour
+shape       old shape            old shape                   new shape
+count       shape edited         old count                   new count
+size        shape edited         old size                    new size
+background  ``None``             old background              new background
+remove      shape removed        the removed object (dict)   ``None``
+add         shape added          ``None``                    the added object (dict)
+==========  ===================  ==========================  ==========================
+
+A colour edit described by a colour family ("make the circle a warm colour") also has
+``"alternatives"``: the other colours of the family, each the colour of one more
+ground-truth image. :func:`apply_edit` applies an edit; every unflawed query's target
+scene is ``apply_edit(reference scene, extra["edit"])``.
+
+About 10% of single-turn queries and a few sessions are deliberately flawed, for human
+validation to find; the flaw is named in ``QueryRecord.extra["demo_flaw"]`` (absent on
+clean queries), never in the text or ``raw``:
+
+* ``"vague"``: the text says nothing concrete ("make it better");
+* ``"mismatch"``: the text describes another edit (``extra["text_edit"]``) than the one
+  that leads to the target (``extra["edit"]``);
+* ``"identical"``: the target is the reference image itself (``extra["edit"]`` is None);
+* ``"circle"`` (session): the turn ``extra["demo_flaw_turn"]`` returns to an earlier image;
+* ``"redundant"`` (session): the turn ``extra["demo_flaw_turn"]`` repeats the previous
+  turn's text verbatim and changes nothing (its turn target is its reference).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageDraw
+
+from retrieval.records import ImageRecord, ParsedDataset, QueryRecord, TargetRecord, TextRecord, TurnRecord
+
+Scene = dict[str, Any]
+Edit = dict[str, Any]
+
+SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "star", "diamond", "cross")
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40),
+    "green": (40, 165, 70),
+    "blue": (40, 90, 220),
+    "yellow": (250, 210, 40),
+    "purple": (140, 60, 190),
+    "orange": (250, 135, 30),
+    "black": (25, 25, 25),
+}
+BACKGROUNDS: dict[str, tuple[int, int, int]] = {
+    "white": (250, 250, 250),
+    "grey": (165, 165, 165),
+    "sky blue": (150, 200, 245),
+    "sand": (232, 208, 160),
+    "dark green": (30, 90, 50),
+    "pink": (245, 190, 205),
+}
+SIZES: tuple[str, ...] = ("small", "large")
+MAX_COUNT = 3
+MAX_OBJECTS = 4
+MAX_INSTANCES = 8
+#: (object colour, background) pairs too close to read; no scene uses them.
+LOW_CONTRAST: frozenset[tuple[str, str]] = frozenset(
+    {("black", "dark green"), ("green", "dark green"), ("yellow", "sand"), ("orange", "sand")}
+)
+#: Colour families used by the multi-target colour edits.
+COLOUR_FAMILIES: dict[str, tuple[str, ...]] = {
+    "warm": ("red", "orange", "yellow"),
+    "cool": ("blue", "green", "purple"),
+}
+EDIT_TYPES: tuple[str, ...] = ("colour", "shape", "count", "size", "background", "remove", "add")
+
+_PLURALS = {"cross": "crosses"}
+_NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
+_SUPERSAMPLE = 4
+_FLAW_SHARE = 0.10
+
+
+# ---------------------------------------------------------------------------- scenes
+
+
+def scene_key(scene: Scene) -> str:
+    """Canonical JSON text of a scene: equal scenes have equal keys."""
+    return json.dumps(scene, sort_keys=True, separators=(",", ":"))
+
+
+def _canonical(scene: Scene) -> Scene:
+    objects = sorted((dict(o) for o in scene["objects"]), key=lambda o: SHAPES.index(o["shape"]))
+    return {"background": scene["background"], "objects": objects}
+
+
+def scene_ok(scene: Scene) -> bool:
+    """True when a scene obeys the world's rules (shapes unique, readable, not crowded)."""
+    objects = scene["objects"]
+    shapes = [o["shape"] for o in objects]
+    if not 1 <= len(objects) <= MAX_OBJECTS or len(set(shapes)) != len(shapes):
+        return False
+    if sum(o["count"] for o in objects) > MAX_INSTANCES:
+        return False
+    for o in objects:
+        if not 1 <= o["count"] <= MAX_COUNT or (o["colour"], scene["background"]) in LOW_CONTRAST:
+            return False
+    return True
+
+
+def _plural(shape: str) -> str:
+    return _PLURALS.get(shape, shape + "s")
+
+
+def _noun(shape: str, count: int) -> str:
+    return shape if count == 1 else _plural(shape)
+
+
+def _a(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
+def describe_object(obj: dict[str, Any]) -> str:
+    """'a large red circle', 'two small blue stars'."""
+    words = f"{obj['size']} {obj['colour']} {_noun(obj['shape'], obj['count'])}"
+    return _a(words) if obj["count"] == 1 else f"{_NUMBER_WORDS[obj['count']]} {words}"
+
+
+def describe_scene(scene: Scene) -> str:
+    """Plain English description, e.g. 'two large red circles and a small blue star on a white background'."""
+    parts = [describe_object(o) for o in scene["objects"]]
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"{listed} on {_a(scene['background'])} background"
+
+
+def _random_object(rng: random.Random, shape: str) -> dict[str, Any]:
+    return {
+        "shape": shape,
+        "colour": rng.choice(list(COLOURS)),
+        "size": rng.choice(SIZES),
+        "count": rng.choices((1, 2, 3), weights=(6, 3, 1))[0],
+    }
+
+
+def random_scene(rng: random.Random) -> Scene:
+    """A random valid scene."""
+    while True:
+        n = rng.choices((1, 2, 3, 4), weights=(3, 4, 3, 1))[0]
+        shapes = rng.sample(SHAPES, n)
+        scene = _canonical({"background": rng.choice(list(BACKGROUNDS)), "objects": [_random_object(rng, s) for s in shapes]})
+        if scene_ok(scene):
+            return scene
+
+
+# ---------------------------------------------------------------------------- edits
+
+
+def _find(scene: Scene, shape: str) -> dict[str, Any]:
+    for o in scene["objects"]:
+        if o["shape"] == shape:
+            return o
+    raise KeyError(f"no {shape} in scene")
+
+
+def apply_edit(scene: Scene, edit: Edit) -> Scene:
+    """Return the scene with the edit applied (the input is not changed)."""
+    new = copy.deepcopy(scene)
+    kind = edit["type"]
+    if kind == "background":
+        new["background"] = edit["to"]
+    elif kind == "remove":
+        new["objects"] = [o for o in new["objects"] if o["shape"] != edit["object"]]
+    elif kind == "add":
+        new["objects"].append(dict(edit["to"]))
+    else:
+        obj = _find(new, edit["object"])
+        field = {"colour": "colour", "shape": "shape", "count": "count", "size": "size"}[kind]
+        obj[field] = edit["to"]
+    return _canonical(new)
+
+
+def invert_edit(scene: Scene, edit: Edit) -> Edit:
+    """The edit that undoes ``edit`` applied to ``scene``."""
+    kind = edit["type"]
+    if kind == "remove":
+        return {"type": "add", "object": edit["object"], "from": None, "to": dict(edit["from"])}
+    if kind == "add":
+        return {"type": "remove", "object": edit["object"], "from": dict(edit["to"]), "to": None}
+    obj = None if kind == "background" else (edit["to"] if kind == "shape" else edit["object"])
+    return {"type": kind, "object": obj, "from": edit["to"], "to": edit["from"]}
+
+
+def propose_edit(scene: Scene, kind: str, rng: random.Random) -> Edit | None:
+    """A random edit of the given type that keeps the scene valid, or None if none fits."""
+    objects = scene["objects"]
+    shapes = [o["shape"] for o in objects]
+    total = sum(o["count"] for o in objects)
+    bg = scene["background"]
+    candidates: list[Edit] = []
+    if kind == "colour":
+        for o in objects:
+            for c in COLOURS:
+                if c != o["colour"] and (c, bg) not in LOW_CONTRAST:
+                    candidates.append({"type": kind, "object": o["shape"], "from": o["colour"], "to": c})
+    elif kind == "shape":
+        for o in objects:
+            for s in SHAPES:
+                if s not in shapes:
+                    candidates.append({"type": kind, "object": o["shape"], "from": o["shape"], "to": s})
+    elif kind == "count":
+        for o in objects:
+            for n in range(1, MAX_COUNT + 1):
+                if n != o["count"] and total - o["count"] + n <= MAX_INSTANCES:
+                    candidates.append({"type": kind, "object": o["shape"], "from": o["count"], "to": n})
+    elif kind == "size":
+        for o in objects:
+            other = "small" if o["size"] == "large" else "large"
+            candidates.append({"type": kind, "object": o["shape"], "from": o["size"], "to": other})
+    elif kind == "background":
+        colours = {o["colour"] for o in objects}
+        for b in BACKGROUNDS:
+            if b != bg and not any((c, b) in LOW_CONTRAST for c in colours):
+                candidates.append({"type": kind, "object": None, "from": bg, "to": b})
+    elif kind == "remove":
+        if len(objects) > 1:
+            for o in objects:
+                candidates.append({"type": kind, "object": o["shape"], "from": dict(o), "to": None})
+    elif kind == "add":
+        if len(objects) < MAX_OBJECTS:
+            for s in SHAPES:
+                if s in shapes:
+                    continue
+                for _ in range(3):
+                    obj = _random_object(rng, s)
+                    if total + obj["count"] <= MAX_INSTANCES and (obj["colour"], bg) not in LOW_CONTRAST:
+                        candidates.append({"type": kind, "object": s, "from": None, "to": obj})
+                        break
+    else:
+        raise ValueError(f"unknown edit type {kind!r}")
+    return rng.choice(candidates) if candidates else None
+
+
+def _family_edit(scene: Scene, rng: random.Random) -> tuple[Edit, list[str]] | None:
+    """A colour edit named by a colour family, and every colour of the family that fits."""
+    options = []
+    for o in scene["objects"]:
+        for family, members in COLOUR_FAMILIES.items():
+            fits = [c for c in members if c != o["colour"] and (c, scene["background"]) not in LOW_CONTRAST]
+            if o["colour"] not in members and len(fits) >= 2:
+                options.append((o, family, fits))
+    if not options:
+        return None
+    o, family, fits = rng.choice(options)
+    fits = list(fits)
+    rng.shuffle(fits)
+    edit = {"type": "colour", "object": o["shape"], "from": o["colour"], "to": fits[0], "family": family, "alternatives": fits[1:]}
+    return edit, fits
+
+
+# ---------------------------------------------------------------------------- texts
+
+
+def _the(obj: dict[str, Any], rng: random.Random) -> str:
+    """'the red circle', 'the circles' (shapes are unique, so the shape alone is enough)."""
+    noun = _noun(obj["shape"], obj["count"])
+    return f"the {obj['colour']} {noun}" if rng.random() < 0.7 else f"the {noun}"
+
+
+def describe_edit(scene: Scene, edit: Edit, rng: random.Random) -> str:
+    """A natural English modification text for an edit of ``scene`` (several templates a type)."""
+    kind = edit["type"]
+    obj = None if kind in ("background", "add") else _find(scene, edit["object"])
+    if kind == "colour" and "family" in edit:
+        the = _the(obj, rng)
+        fam = edit["family"]
+        return rng.choice([
+            f"make {the} a {fam} colour",
+            f"give {the} a {fam} colour instead",
+            f"{the} should be in a {fam} colour",
+            f"recolour {the} with any {fam} colour",
+        ])
+    if kind == "colour":
+        the, to = _the(obj, rng), edit["to"]
+        verb = "is" if obj["count"] == 1 else "are"
+        return rng.choice([
+            f"make {the} {to}",
+            f"change the colour of {the} to {to}",
+            f"turn {the} {to}",
+            f"{the} should be {to}",
+            f"paint {the} {to} instead",
+            f"same picture but {the} {verb} {to}",
+        ])
+    if kind == "shape":
+        the, n = _the(obj, rng), obj["count"]
+        new = _noun(edit["to"], n)
+        new_a = _a(new) if n == 1 else new
+        coloured = _a(f"{obj['colour']} {new}") if n == 1 else f"{obj['colour']} {new}"
+        return rng.choice([
+            f"change {the} to {new_a}",
+            f"replace {the} with {coloured}",
+            f"turn {the} into {new_a}",
+            f"use {new} instead of {_noun(edit['from'], n)}",
+            f"swap {the} for {new_a} of the same colour",
+        ])
+    if kind == "count":
+        shape, old, n = obj["shape"], edit["from"], edit["to"]
+        options = [
+            f"make it {_NUMBER_WORDS[n]} {_noun(shape, n)}",
+            f"there should be {'only one ' + shape if n == 1 else _NUMBER_WORDS[n] + ' ' + _plural(shape)}",
+            f"change the number of {_plural(shape)} to {_NUMBER_WORDS[n]}",
+        ]
+        if n == old + 1:
+            options += [f"add one more {shape}", f"add another {obj['colour']} {shape}", f"put one more {shape} in"]
+        if n == old - 1:
+            options += [f"remove one of the {_plural(shape)}", f"take away one {shape}", f"one {shape} fewer"]
+        return rng.choice(options)
+    if kind == "size":
+        the = _the(obj, rng)
+        verb = "is" if obj["count"] == 1 else "are"
+        if edit["to"] == "large":
+            return rng.choice([f"make {the} bigger", f"enlarge {the}", f"{the} should be larger", f"make {the} large"])
+        return rng.choice([f"make {the} smaller", f"shrink {the}", f"{the} should be small", f"same picture but {the} {verb} tiny"])
+    if kind == "background":
+        to = edit["to"]
+        return rng.choice([
+            f"put it on {_a(to)} background",
+            f"change the background to {to}",
+            f"make the background {to}",
+            f"use {_a(to)} background instead of the {edit['from']} one",
+            f"same shapes, but on {to}",
+        ])
+    if kind == "remove":
+        the = _the(obj, rng)
+        return rng.choice([f"remove {the}", f"take away {the}", f"get rid of {the}", f"delete {the}", f"the same picture without {the}"])
+    if kind == "add":
+        phrase = describe_object(edit["to"])
+        return rng.choice([f"add {phrase}", f"put {phrase} in the picture", f"also include {phrase}", f"there should also be {phrase}"])
+    raise ValueError(f"unknown edit type {kind!r}")
+
+
+_VAGUE_TEXTS = (
+    "make it better",
+    "change it a bit",
+    "something different please",
+    "make it look nicer",
+    "improve it",
+    "not quite, try again",
+)
+_FOLLOW_UPS = ("now ", "also ", "and then ", "next, ", "", "")
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def _shape_points(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, float]]:
+    if shape == "square":
+        h = r * 0.82
+        return [(cx - h, cy - h), (cx + h, cy - h), (cx + h, cy + h), (cx - h, cy + h)]
+    if shape == "triangle":
+        cy += r * 0.15
+        return [(cx + r * 1.1 * math.cos(a), cy + r * 1.1 * math.sin(a)) for a in (-math.pi / 2, math.pi / 6, 5 * math.pi / 6)]
+    if shape == "star":
+        pts = []
+        for i in range(10):
+            rad = r if i % 2 == 0 else r * 0.45
+            a = -math.pi / 2 + i * math.pi / 5
+            pts.append((cx + rad * math.cos(a), cy + rad * math.sin(a) + r * 0.05))
+        return pts
+    if shape == "diamond":
+        return [(cx, cy - r), (cx + r * 0.72, cy), (cx, cy + r), (cx - r * 0.72, cy)]
+    if shape == "cross":
+        a, w = r * 0.9, r * 0.32
+        return [
+            (cx - w, cy - a), (cx + w, cy - a), (cx + w, cy - w), (cx + a, cy - w), (cx + a, cy + w), (cx + w, cy + w),
+            (cx + w, cy + a), (cx - w, cy + a), (cx - w, cy + w), (cx - a, cy + w), (cx - a, cy - w), (cx - w, cy - w),
+        ]
+    raise ValueError(f"unknown shape {shape!r}")
+
+
+def render_scene(scene: Scene, size: int = 128, seed: int = 7) -> Image.Image:
+    """Draw a scene as an RGB image of ``size`` x ``size``.
+
+    The instances sit in distinct cells of a 3x3 grid (so they never overlap); which
+    cells, and small shapes' offsets inside their cells, come from a random generator
+    seeded by ``seed`` and the scene, so the same scene always gives the same pixels.
+    Drawn at 4x and box-downsampled, for smooth edges.
+    """
+    big = size * _SUPERSAMPLE
+    img = Image.new("RGB", (big, big), BACKGROUNDS[scene["background"]])
+    draw = ImageDraw.Draw(img)
+    rng = random.Random(f"demo-layout:{seed}:{scene_key(scene)}")
+    cells = list(range(9))
+    rng.shuffle(cells)
+    cell = big / 3
+    outline_w = max(1, round(_SUPERSAMPLE * 1.2))
+    slot = 0
+    for obj in scene["objects"]:
+        fill = COLOURS[obj["colour"]]
+        outline = tuple(int(v * 0.55) for v in fill)
+        r = cell * (0.40 if obj["size"] == "large" else 0.24)
+        for _ in range(obj["count"]):
+            row, col = divmod(cells[slot], 3)
+            slot += 1
+            slack = cell / 2 - r * 1.12
+            cx = (col + 0.5) * cell + rng.uniform(-slack, slack)
+            cy = (row + 0.5) * cell + rng.uniform(-slack, slack)
+            if obj["shape"] == "circle":
+                draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=fill, outline=outline, width=outline_w)
+            else:
+                draw.polygon(_shape_points(obj["shape"], cx, cy, r), fill=fill, outline=outline, width=outline_w)
+    return img.reduce(_SUPERSAMPLE)
+
+
+# ---------------------------------------------------------------------------- the world
+
+
+class _Gallery:
+    """Scenes by canonical key, in order of first use."""
+
+    def __init__(self) -> None:
+        self.scenes: dict[str, Scene] = {}
+
+    def add(self, scene: Scene) -> str:
+        key = scene_key(scene)
+        self.scenes.setdefault(key, scene)
+        return key
+
+    def __len__(self) -> int:
+        return len(self.scenes)
+
+
+def _edit_types_cycle(n: int, rng: random.Random) -> list[str]:
+    kinds = [EDIT_TYPES[i % len(EDIT_TYPES)] for i in range(n)]
+    rng.shuffle(kinds)
+    return kinds
+
+
+def _pick_edit(scene: Scene, kind: str, rng: random.Random, avoid: frozenset[str] | set[str] = frozenset()) -> tuple[Edit, Scene] | None:
+    """An edit of ``kind`` whose result is valid and not among ``avoid`` keys."""
+    for _ in range(12):
+        edit = propose_edit(scene, kind, rng)
+        if edit is None:
+            return None
+        new = apply_edit(scene, edit)
+        if scene_ok(new) and scene_key(new) not in avoid and new != scene:
+            return edit, new
+    return None
+
+
+def _build_single(flaw: str | None, kind: str, gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
+    """One single-turn query as scene keys, edits and text."""
+    pool = list(gallery.scenes.values())
+    while True:
+        ref = rng.choice(pool)
+        if flaw is None and kind == "colour" and rng.random() < 0.3:
+            fam = _family_edit(ref, rng)
+            if fam is not None:
+                edit, colours = fam
+                targets = [apply_edit(ref, {**edit, "to": c}) for c in colours]
+                if all(scene_ok(t) for t in targets):
+                    return {
+                        "ref": gallery.add(ref), "text": describe_edit(ref, edit, rng), "edit": edit,
+                        "targets": [gallery.add(t) for t in targets], "flaw": None, "text_edit": None,
+                    }
+        picked = _pick_edit(ref, kind, rng)
+        if picked is None:
+            kind = rng.choice(EDIT_TYPES)  # rare: no such edit fits this scene
+            continue
+        edit, target = picked
+        if flaw is None:
+            text, text_edit = describe_edit(ref, edit, rng), None
+        elif flaw == "vague":
+            text, text_edit = rng.choice(_VAGUE_TEXTS), None
+        elif flaw == "mismatch":
+            other = _pick_edit(ref, rng.choice([k for k in EDIT_TYPES if k != kind]), rng, avoid={scene_key(target)})
+            if other is None:
+                continue
+            text_edit = other[0]
+            text = describe_edit(ref, text_edit, rng)
+        elif flaw == "identical":
+            text_edit = edit
+            text = describe_edit(ref, edit, rng)
+            edit, target = None, ref
+        else:  # pragma: no cover - internal
+            raise ValueError(flaw)
+        return {
+            "ref": gallery.add(ref), "text": text, "edit": edit, "targets": [gallery.add(target)],
+            "flaw": flaw, "text_edit": text_edit,
+        }
+
+
+def _build_session(length: int, flaw: str | None, gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
+    """One session: a chain of ``length + 1`` scene keys, one edit and text per turn."""
+    pool = list(gallery.scenes.values())
+    flaw_turn = rng.randint(2, length - 1) if flaw else None  # 1-based, never the last turn
+    while True:
+        chain = [rng.choice(pool)]
+        edits: list[Edit | None] = []
+        texts: list[str] = []
+        kinds = list(EDIT_TYPES)
+        rng.shuffle(kinds)
+        ok = True
+        for turn in range(1, length + 1):
+            cur = chain[-1]
+            if turn == flaw_turn and flaw == "circle":
+                edit = invert_edit(chain[-2], edits[-1])
+                nxt = apply_edit(cur, edit)
+                text = rng.choice(_FOLLOW_UPS) + describe_edit(cur, edit, rng)
+            elif turn == flaw_turn and flaw == "redundant":
+                edit, nxt, text = None, cur, texts[-1]
+            else:
+                avoid = {scene_key(s) for s in chain}
+                picked = None
+                for k in kinds[:]:
+                    picked = _pick_edit(cur, k, rng, avoid)
+                    if picked is not None:
+                        kinds.remove(k)
+                        kinds.append(k)
+                        break
+                if picked is None:
+                    ok = False
+                    break
+                edit, nxt = picked
+                text = describe_edit(cur, edit, rng)
+                if turn > 1:
+                    text = rng.choice(_FOLLOW_UPS) + text
+            chain.append(nxt)
+            edits.append(edit)
+            texts.append(text)
+        if ok:
+            return {
+                "chain": [gallery.add(s) for s in chain], "edits": edits, "texts": texts,
+                "flaw": flaw, "flaw_turn": flaw_turn,
+            }
+
+
+def build_demo(
+    out_dir: Path,
+    seed: int = 7,
+    n_gallery: int = 420,
+    n_single: int = 160,
+    n_sessions: int = 48,
+    image_size: int = 128,
+) -> ParsedDataset:
+    """Build the demo world: write PNGs under ``out_dir/gallery`` and return its records.
+
+    The gallery holds every reference, target and session chain image, plus near-miss
+    and random distractors up to ``n_gallery`` images (more, with a warning, if the
+    queries need more). Same arguments, same records and byte-identical files: all
+    randomness comes from ``random.Random(seed)``. Existing files are overwritten;
+    nothing else in ``out_dir`` is touched.
+    """
+    if image_size < 32:
+        raise ValueError("image_size must be at least 32")
+    if min(n_gallery, n_single, n_sessions) < 0:
+        raise ValueError("counts must not be negative")
+    rng = random.Random(seed)
+    gallery = _Gallery()
+    while len(gallery) < max(n_gallery // 8, 8 if n_single or n_sessions else 0):
+        gallery.add(random_scene(rng))
+
+    # Single-turn queries; about 10% flawed, flaw kinds in turn.
+    n_flawed = round(n_single * _FLAW_SHARE)
+    flaw_kinds = ("vague", "mismatch", "identical")
+    flawed_at = {q: flaw_kinds[j % 3] for j, q in enumerate(sorted(rng.sample(range(n_single), n_flawed)))}
+    kinds = _edit_types_cycle(n_single, rng)
+    singles = [_build_single(flawed_at.get(i), kinds[i], gallery, rng) for i in range(n_single)]
+
+    # Sessions: lengths 2..5 in turn (shuffled); a few sessions of length >= 3 flawed.
+    lengths = [2 + i % 4 for i in range(n_sessions)]
+    rng.shuffle(lengths)
+    eligible = [i for i, n in enumerate(lengths) if n >= 3]
+    n_bad = min(len(eligible), max(2, round(n_sessions * _FLAW_SHARE))) if n_sessions else 0
+    bad = {s: ("circle", "redundant")[j % 2] for j, s in enumerate(sorted(rng.sample(eligible, n_bad)))}
+    sessions = [_build_session(lengths[i], bad.get(i), gallery, rng) for i in range(n_sessions)]
+
+    # Distractors: near misses of used scenes, then random scenes.
+    used = list(gallery.scenes.values())
+    n_needed = len(used)
+    while len(gallery) < n_gallery:
+        if used and rng.random() < 0.5:
+            base = rng.choice(used)
+            picked = _pick_edit(base, rng.choice(EDIT_TYPES), rng)
+            if picked is not None:
+                gallery.add(picked[1])
+        else:
+            gallery.add(random_scene(rng))
+
+    dataset = ParsedDataset(format="demo")
+    if n_needed > n_gallery:
+        dataset.warnings.append(f"the queries need {n_needed} gallery images, more than n_gallery={n_gallery}")
+
+    # Ids in a shuffled order, so that neighbouring ids say nothing about query pairs.
+    keys = list(gallery.scenes)
+    rng.shuffle(keys)
+    width = max(4, len(str(len(keys))))
+    ids = {key: f"g{n + 1:0{width}d}" for n, key in enumerate(keys)}
+    image_dir = Path(out_dir) / "gallery"
+    image_dir.mkdir(parents=True, exist_ok=True)
+    for key in sorted(keys, key=ids.__getitem__):
+        scene = gallery.scenes[key]
+        ext = ids[key]
+        render_scene(scene, image_size, seed).save(image_dir / f"{ext}.png", format="PNG", compress_level=6)
+        dataset.add_image(ImageRecord(
+            external_id=ext, path=f"gallery/{ext}.png",
+            extra={"scene": copy.deepcopy(scene), "description": describe_scene(scene), "width": image_size, "height": image_size},
+        ))
+    dataset.galleries["val"] = sorted(ids.values())
+
+    provenance = "synthetic:demo"
+    for n, q in enumerate(singles):
+        ref, targets = ids[q["ref"]], [ids[k] for k in q["targets"]]
+        extra: dict[str, Any] = {"edit": copy.deepcopy(q["edit"])}
+        if q["flaw"]:
+            extra["demo_flaw"] = q["flaw"]
+            if q["text_edit"] is not None:
+                extra["text_edit"] = copy.deepcopy(q["text_edit"])
+        qid = f"demo-s-{n + 1:04d}"
+        dataset.queries.append(QueryRecord(
+            external_id=qid, split="val", ordinal=n, source_file="demo:single_turn",
+            turns=[TurnRecord(index=1, reference=ref, texts=[TextRecord(q["text"])], provenance=provenance)],
+            targets=[TargetRecord(image=t, relevance=1.0, is_primary=j == 0, role="gt", source_field="target")
+                     for j, t in enumerate(targets)],
+            raw={"id": qid, "reference": ref, "text": q["text"], "targets": targets},
+            extra=extra,
+        ))
+    for n, s in enumerate(sessions):
+        chain = [ids[k] for k in s["chain"]]
+        qid = f"demo-m-{n + 1:04d}"
+        turns = [TurnRecord(index=t + 1, reference=chain[t], texts=[TextRecord(s["texts"][t])],
+                            turn_target=chain[t + 1], provenance=provenance) for t in range(len(s["texts"]))]
+        extra = {"edits": copy.deepcopy(s["edits"]), "chain": chain}
+        if s["flaw"]:
+            extra["demo_flaw"] = s["flaw"]
+            extra["demo_flaw_turn"] = s["flaw_turn"]
+        dataset.queries.append(QueryRecord(
+            external_id=qid, split="val", ordinal=n, source_file="demo:multi_turn", turns=turns,
+            targets=[TargetRecord(image=chain[-1], relevance=1.0, is_primary=True, role="gt", source_field="target")],
+            raw={"id": qid, "turns": [{"reference": t.reference, "text": t.texts[0].text, "turn_target": t.turn_target}
+                                      for t in turns], "target": chain[-1]},
+            extra=extra,
+        ))
+    return dataset
