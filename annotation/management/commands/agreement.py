@@ -14,6 +14,12 @@ computes it. Each input line is one JSON object ``{"item": ..., "annotator": ...
   ``QUERY_TOO_BROAD``) for an invalid one, ``[]`` for invalid with no flag.
 
 Malformed input stops the command with an error naming the line and the field.
+
+``--bootstrap`` (default 1000 replicates, ``--seed`` 0) adds 95% percentile intervals over
+items; a large input gets a note on stderr, ``--bootstrap 0`` skips them. ``--study ID``
+reads the judgements of a study instead of a file, through
+``annotation.reports.study_triples(ID)`` (imported only then; until it exists the command
+says "study reports are not available yet").
 """
 from __future__ import annotations
 
@@ -74,14 +80,16 @@ class JudgementChecker:
     turned into ``"<source>, line N"`` only for a message.
     """
 
-    def __init__(self, level: str, rubric: str | None, categories: tuple[Any, ...] | None = None, *,
+    def __init__(self, level: str, rubric: str | None, categories: tuple[str, ...] | None = None, *,
                  source: str = "<input>", unit: str = "line"):
         self.level = level
         self.rubric = rubric
-        self.categories = categories
         self.source = source
         self.unit = unit
-        self._category_set = None if categories is None else frozenset(categories)
+        self._category_tokens = categories
+        # The declared scale, typed like the labels: resolved at the first label.
+        self.categories: tuple[Any, ...] | None = None
+        self._category_set: frozenset[Any] | None = None
         self._label_kind: tuple[str, int] | None = None  # (kind, position first seen)
         self._annotator_kind: tuple[str, int] | None = None
         self._seen: dict[tuple[Any, Any], int] = {}  # (item, annotator) -> position
@@ -124,7 +132,7 @@ class JudgementChecker:
         if self.level in ("interval", "ratio"):
             raise self._fail(where, "label", f"the {self.level} level needs a number, {got}")
         if self.level == "ordinal":
-            if isinstance(label, str) and self.categories is not None:
+            if isinstance(label, str) and self._category_tokens is not None:
                 return label
             hint = " (or a string, when --categories declares the order)" if isinstance(label, str) else ""
             raise self._fail(where, "label", f"the ordinal level needs a number{hint}, {got}")
@@ -151,6 +159,25 @@ class JudgementChecker:
         what = f"the string {label!r}" if isinstance(label, str) else f"{_kind(label)} ({label!r})"
         raise self._fail(where, "label", f"expected {VALIDATED!r} or a list of flags, got {what}")
 
+    def _resolve_categories(self, where: int, value: Any) -> None:
+        """Type the ``--categories`` tokens like the first label: numbers (sorted, except at the
+        nominal level) for a number, else the strings as given."""
+        tokens = self._category_tokens or ()
+        if _is_number(value):
+            try:
+                numbers = [_parse_number(t) for t in tokens]
+            except ValueError:
+                raise self._fail(where, "label", f"a number, but --categories are not all numbers "
+                                 f"({','.join(tokens)})") from None
+            if len(set(numbers)) != len(numbers):
+                raise self._fail(where, "label", f"--categories has the same number twice ({','.join(tokens)})")
+            if self.level == "ratio" and min(numbers) < 0:
+                raise self._fail(where, "label", "--categories: the ratio level needs non-negative numbers")
+            self.categories = tuple(numbers if self.level == "nominal" else sorted(numbers))
+        else:
+            self.categories = tuple(tokens)
+        self._category_set = frozenset(self.categories)
+
     def _same_kind(self, where: int, field: str, kind: str, first: tuple[str, int] | None) -> tuple[str, int]:
         if first is None:
             return (kind, where)
@@ -173,8 +200,11 @@ class JudgementChecker:
             value = self._generic_label(where, label)
             family = "a number" if _is_number(label) else _kind(label)
             self._label_kind = self._same_kind(where, "label", family, self._label_kind)
-            if self._category_set is not None and value not in self._category_set:
-                raise self._fail(where, "label", f"{label!r} is not one of --categories")
+            if self._category_tokens is not None:
+                if self._category_set is None:
+                    self._resolve_categories(where, value)
+                if value not in self._category_set:  # type: ignore[operator]
+                    raise self._fail(where, "label", f"{label!r} is not one of --categories")
         key = (item, annotator)
         first = self._seen.setdefault(key, where)
         if first != where:
@@ -197,10 +227,10 @@ def read_jsonl(lines: Iterable[str], checker: JudgementChecker) -> list[tuple[An
         if type(record) is not dict:
             raise InputError(checker.at(number), f"expected a JSON object, got {_kind(record)}")
         try:
-            append(check(number, record["item"], record["annotator"], record["label"]))
-        except KeyError:
-            missing = next(k for k in ("item", "annotator", "label") if k not in record)
-            raise InputError(checker.at(number), "missing", missing) from None
+            item, annotator, label = record["item"], record["annotator"], record["label"]
+        except KeyError as exc:
+            raise InputError(checker.at(number), "missing", exc.args[0]) from None
+        append(check(number, item, annotator, label))
     if not triples:
         raise InputError(checker.source, "no judgements (the input is empty)")
     return triples
@@ -228,30 +258,26 @@ def _parse_number(token: str) -> int | float:
     return value
 
 
-def parse_categories(text: str | None, level: str, rubric: str | None) -> tuple[Any, ...] | None:
-    """The ``--categories`` scale: numbers for interval/ratio (sorted), numbers or strings
-    (order as given) for ordinal and nominal."""
+def parse_categories(text: str | None, level: str, rubric: str | None) -> tuple[str, ...] | None:
+    """The ``--categories`` tokens. They are typed like the labels later (numbers for number
+    labels, sorted except at the nominal level; strings otherwise, in the order given)."""
     if text is None:
         return None
     if rubric == "validity":
         raise CommandError("--categories does not apply to the validity rubric (its categories are fixed)")
-    tokens = [t.strip() for t in text.split(",")]
-    if not tokens or any(not t for t in tokens):
+    tokens = tuple(t.strip() for t in text.split(","))
+    if any(not t for t in tokens):
         raise CommandError(f"--categories: empty category in {text!r}")
-    try:
-        numbers: list[int | float] | None = [_parse_number(t) for t in tokens]
-    except ValueError:
-        numbers = None
-    if level in ("interval", "ratio") and numbers is None:
-        raise CommandError(f"--categories: the {level} level needs numbers, got {text!r}")
-    values: list[Any] = list(numbers) if numbers is not None else tokens
-    if len(set(values)) != len(values):
+    if len(set(tokens)) != len(tokens):
         raise CommandError(f"--categories: duplicate category in {text!r}")
-    if numbers is not None and level != "nominal":
-        if level == "ratio" and min(values) < 0:
+    if level in ("interval", "ratio"):
+        try:
+            numbers = [_parse_number(t) for t in tokens]
+        except ValueError:
+            raise CommandError(f"--categories: the {level} level needs numbers, got {text!r}") from None
+        if level == "ratio" and min(numbers) < 0:
             raise CommandError("--categories: the ratio level needs non-negative numbers")
-        values = sorted(values)
-    return tuple(values)
+    return tokens
 
 
 def _iter_lines(path: Path) -> Iterator[str]:
@@ -319,7 +345,7 @@ class Command(BaseCommand):
             self.stderr.write(f"note: {n_boot} bootstrap replicates over {len(triples)} judgements may take a "
                               "while; --bootstrap 0 skips the intervals.")
         try:
-            report = agreement_report(triples, rubric=rubric, level=level, categories=categories,
+            report = agreement_report(triples, rubric=rubric, level=level, categories=checker.categories,
                                       n_boot=n_boot, seed=opts["seed"])
         except ValueError as exc:
             raise CommandError(f"cannot compute the report: {exc}") from None
@@ -331,7 +357,12 @@ class Command(BaseCommand):
 
     @staticmethod
     def _study_records(study_id: str) -> Iterable[Any]:
-        """Hook for the database path: ``annotation.reports.study_triples(study_id)``."""
+        """Hook for the database path: ``annotation.reports.study_triples(study_id)``.
+
+        Contract: it takes the ``--study`` value as given (a string) and returns an iterable
+        of ``(item, annotator, label)`` triples in the label conventions of this command
+        (checked here like file lines); it raises ``CommandError`` for an unknown study.
+        """
         try:
             from annotation.reports import study_triples  # noqa: PLC0415 (optional, imported lazily)
         except ImportError as exc:
@@ -370,8 +401,10 @@ class Command(BaseCommand):
           f"   (weights: {pc['weights']})")
         w("")
         w("Label prevalence:")
-        for label, share in report["label_prevalence"].items():
-            w(f"  {label or '(empty)':<40}{share:>8.4f}")
+        prevalence = {label or "(empty)": share for label, share in report["label_prevalence"].items()}
+        width = max([40, *(len(label) + 2 for label in prevalence)])
+        for label, share in prevalence.items():
+            w(f"  {label:<{width}}{share:>8.4f}")
         if pc["by_pair"]:
             w("")
             w("Cohen's kappa by pair (shared items):")
