@@ -1,0 +1,301 @@
+"""Load test: 50 simulated annotators against CIRVal as it runs in production.
+
+    python bench/load.py [--annotators 50] [--duration 60] [--quick] [--json]
+                         [--database-url postgres://postgres@127.0.0.1:5432/cirval_load]
+                         [--broker redis://127.0.0.1:6379/5]
+
+Starts gunicorn (gthread workers) and a Celery worker on 127.0.0.1 against PostgreSQL and
+Redis, builds a fresh database (demo world + a large study), then drives the annotators
+over HTTP for a bounded time: log in, ask for the next item, submit (with a client token),
+now and then revise an earlier judgement or reload the item page. An audit and an export
+run in the background meanwhile. It prints requests served, errors, p50/p95/p99 latency per
+endpoint and the lost-write check: every successful submit is in the database exactly once.
+With --quick --json it runs for under a minute and its last line is one JSON object.
+Every request goes to 127.0.0.1 only, and the loops stop at the deadline.
+"""
+from __future__ import annotations
+
+import argparse
+import http.cookiejar
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else 0.0
+
+
+def recreate_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[-1]
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+SETUP = r"""
+import django, sys
+django.setup()
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from annotation.models import RubricVersion, Study, StudyItem
+from retrieval.models import Dataset, Image, Query, Turn, Target
+n_items, n_users = int(sys.argv[1]), int(sys.argv[2])
+demo = Dataset.objects.get(name="demo")
+images = list(Image.objects.filter(dataset=demo).order_by("id")[:400])
+ds = Dataset.objects.create(name="load", format="demo", images_root=demo.images_root)
+copies = Image.objects.bulk_create([Image(dataset=ds, external_id=i.external_id, path=i.path, sha256=i.sha256,
+                                          width=i.width, height=i.height) for i in images])
+qs = Query.objects.bulk_create([Query(dataset=ds, external_id=f"load-{n:06d}", split="val", ordinal=n) for n in range(n_items)])
+Turn.objects.bulk_create([Turn(query=q, index=1, reference_image=copies[n % len(copies)], texts=[{"text": "make the circle red"}])
+                          for n, q in enumerate(qs)], batch_size=5000)
+Target.objects.bulk_create([Target(query=q, image=copies[(n + 7) % len(copies)], is_primary=True) for n, q in enumerate(qs)],
+                           batch_size=5000)
+study = Study.objects.create(name="load", rubric=RubricVersion.builtin("validity"), overlap=3, lease_minutes=5)
+StudyItem.objects.bulk_create([StudyItem(study=study, query=q, order_key=n) for n, q in enumerate(qs)], batch_size=5000)
+group = Group.objects.get(name="annotator")
+User = get_user_model()
+users = []
+for n in range(n_users):
+    u = User.objects.create_user(f"load{n:02d}", password="load-pass")
+    u.groups.add(group)
+    users.append(u)
+study.annotators.set(users)
+print(study.pk)
+"""
+
+
+class Annotator(threading.Thread):
+    def __init__(self, base, username, study, deadline, stats, rng_seed):
+        super().__init__(daemon=True)
+        self.base, self.username, self.study, self.deadline = base, username, study, deadline
+        self.stats = stats
+        self.rng = random.Random(rng_seed)
+        self.jar = http.cookiejar.CookieJar()
+        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
+        self.done: list[tuple[int, str]] = []
+        self.submitted: list[tuple[int, str]] = []
+
+    def csrf(self):
+        return next((c.value for c in self.jar if c.name == "csrftoken"), "")
+
+    def call(self, endpoint, method, path, body=None, form=False):
+        data, headers = None, {"X-CSRFToken": self.csrf(), "Referer": self.base + "/"}
+        if body is not None:
+            if form:
+                data = urllib.parse.urlencode(body).encode()
+                headers["Content-Type"] = "application/x-www-form-urlencoded"
+            else:
+                data = json.dumps(body).encode()
+                headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        t = time.perf_counter()
+        try:
+            with self.opener.open(req, timeout=30) as resp:
+                payload = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            payload, status = exc.read(), exc.code
+        except Exception as exc:  # connection refused, reset, timeout
+            self.stats.record(endpoint, (time.perf_counter() - t) * 1000, error=f"{type(exc).__name__}: {exc}")
+            return None, None
+        ms = (time.perf_counter() - t) * 1000
+        self.stats.record(endpoint, ms, error=None if status < 400 else f"HTTP {status} {payload[:120]!r}")
+        return status, payload
+
+    def run(self):
+        self.call("login page", "GET", "/login/")
+        self.call("login", "POST", "/login/", {"username": self.username, "password": "load-pass",
+                                               "csrfmiddlewaretoken": self.csrf()}, form=True)
+        while time.monotonic() < self.deadline:
+            status, body = self.call("next item", "POST", f"/api/studies/{self.study}/next/")
+            if status != 200:
+                time.sleep(0.2)
+                continue
+            item = json.loads(body)
+            asg = item["assignment"]
+            if asg is None:
+                if item["served_by"] == "queue_empty":
+                    return
+                time.sleep(0.2)
+                continue
+            if self.rng.random() < 0.1:
+                self.call("reload item page", "GET", f"/annotate/{self.study}/item/{asg}/")
+            time.sleep(self.rng.uniform(0.05, 0.3))  # reading time
+            token = uuid.uuid4().hex
+            judgement = {"category": self.rng.choice(["VALIDATED", "QUERY_TOO_BROAD"]), "time_spent_ms": 900,
+                         "client_token": token}
+            status, _ = self.call("submit", "POST", f"/api/assignments/{asg}/judgements/", judgement)
+            if status == 201:
+                self.submitted.append((asg, token))
+                if self.rng.random() < 0.05:  # a network retry with the same token: must not duplicate
+                    status, _ = self.call("submit (retry)", "POST", f"/api/assignments/{asg}/judgements/", judgement)
+            if self.submitted and self.rng.random() < 0.05:
+                old, _ = self.rng.choice(self.submitted)
+                token = uuid.uuid4().hex
+                status, _ = self.call("revise", "POST", f"/api/assignments/{old}/judgements/",
+                                      {"category": "VALIDATED", "time_spent_ms": 500, "client_token": token})
+                if status == 201:
+                    self.submitted.append((old, token))
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.latency = defaultdict(list)
+        self.errors = defaultdict(int)
+        self.examples: list[str] = []
+
+    def record(self, endpoint, ms, error=None):
+        with self.lock:
+            self.latency[endpoint].append(ms)
+            if error:
+                self.errors[endpoint] += 1
+                if len(self.examples) < 5:
+                    self.examples.append(f"{endpoint}: {error}")
+
+
+def wait_http(url, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except Exception:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not come up within {timeout}s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--annotators", type=int, default=50)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--items", type=int, default=20_000)
+    ap.add_argument("--quick", action="store_true", help="a short run (about 20 s of load)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--web-workers", type=int, default=3)
+    ap.add_argument("--database-url", default=os.environ.get("LOAD_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cirval_load"))
+    ap.add_argument("--broker", default=os.environ.get("LOAD_BROKER_URL", "redis://127.0.0.1:6379/5"))
+    ap.add_argument("--no-background", action="store_true", help="skip the audit and export run during the load")
+    args = ap.parse_args()
+    if args.quick:
+        args.duration = min(args.duration, 20.0)
+        args.items = min(args.items, 5000)
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (lambda *a: print(*a, flush=True))
+
+    var = ROOT / "var" / "load"
+    env = dict(os.environ, DATABASE_URL=args.database_url, CELERY_BROKER_URL=args.broker, CIRVAL_VAR_DIR=str(var),
+               DJANGO_DEBUG="0", DJANGO_SECRET_KEY="load-test-only", DJANGO_SETTINGS_MODULE="config.settings",
+               IMAGE_ROOTS=str(var / "images"), PYTHONUNBUFFERED="1", DB_CONN_MAX_AGE="60")
+    say(f"setting up a fresh database at {args.database_url} ...")
+    recreate_database(args.database_url)
+    run = lambda *cmd, **kw: subprocess.run([PY, "manage.py", *cmd], cwd=ROOT, env=env, check=True,  # noqa: E731
+                                            stdout=subprocess.DEVNULL if args.json else None, **kw)
+    run("migrate", "--noinput", "-v", "0")
+    run("make_demo", "--images-dir", str(var / "images" / "demo"))
+    study = subprocess.run([PY, "-c", SETUP, str(args.items), str(args.annotators)], cwd=ROOT, env=env, check=True,
+                           capture_output=True, text=True).stdout.strip().splitlines()[-1]
+
+    logs = var / "log"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = []
+    procs.append(subprocess.Popen(
+        [str(Path(PY).parent / "gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{args.port}", "-k", "gthread",
+         "-w", str(args.web_workers), "--threads", "16", "--access-logfile", "-", "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=open(logs / "gunicorn.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
+    procs.append(subprocess.Popen(
+        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu", "-c", "1", "--loglevel", "INFO"],
+        cwd=ROOT, env=env, stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
+    base = f"http://127.0.0.1:{args.port}"
+    background = []
+    try:
+        wait_http(base + "/healthz")
+        if not args.no_background:
+            for cmd in (["run_audit", "--dataset", "demo", "--retriever", "openclip:cirval-tiny-vit"],
+                        ["export_validated", "--study", "1", "--out", str(var / "export")]):
+                background.append((cmd[0], subprocess.Popen([PY, "manage.py", *cmd], cwd=ROOT, env=env,
+                                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        stats = Stats()
+        deadline = time.monotonic() + args.duration
+        say(f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) ...")
+        t0 = time.monotonic()
+        users = [Annotator(base, f"load{n:02d}", study, deadline, stats, n) for n in range(args.annotators)]
+        for u in users:
+            u.start()
+        for u in users:
+            u.join(timeout=args.duration + 60)
+        elapsed = time.monotonic() - t0
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+    bg_status = {}
+    for name, p in background:
+        try:
+            out, _ = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out = "timed out"
+        bg_status[name] = "ok" if p.returncode == 0 else f"exit {p.returncode}: {out.strip().splitlines()[-1] if out.strip() else ''}"
+
+    # lost-write check, straight from the database
+    import psycopg
+
+    submitted = [pair for u in users for pair in u.submitted]
+    with psycopg.connect(args.database_url) as conn:
+        rows = conn.execute("SELECT client_token, count(*) FROM annotation_judgement GROUP BY client_token").fetchall()
+        currents = conn.execute(
+            "SELECT count(*) FROM (SELECT assignment_id FROM annotation_judgement WHERE is_current "
+            "GROUP BY assignment_id HAVING count(*) > 1) x").fetchone()[0]
+    stored = dict(rows)
+    lost = sum(1 for _, token in submitted if token not in stored)
+    duplicates = sum(n - 1 for n in stored.values() if n > 1) + currents
+
+    all_ms = [ms for v in stats.latency.values() for ms in v]
+    requests = len(all_ms)
+    errors = sum(stats.errors.values())
+    say(f"\n{requests} requests in {elapsed:.1f} s ({requests / elapsed:.0f}/s), {errors} errors, "
+        f"{len(submitted)} successful submits")
+    say(f"{'endpoint':20} {'n':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    for endpoint, ms in sorted(stats.latency.items()):
+        say(f"{endpoint:20} {len(ms):6d} {pct(ms, .5):8.1f} {pct(ms, .95):8.1f} {pct(ms, .99):8.1f} {stats.errors[endpoint]:7d}")
+    for e in stats.examples:
+        say("  e.g. " + e)
+    say(f"lost writes: {lost}, duplicated writes: {duplicates}; background: {bg_status or 'skipped'}")
+    say("target: zero errors, zero lost or duplicated judgements, p95 under 100 ms")
+    if args.json:
+        print(json.dumps({"requests": requests, "errors": errors, "lost_writes": lost, "duplicate_writes": duplicates,
+                          "p50_ms": round(pct(all_ms, .5), 1), "p95_ms": round(pct(all_ms, .95), 1),
+                          "p99_ms": round(pct(all_ms, .99), 1), "submits": len(submitted), "seconds": round(elapsed, 1),
+                          "background": bg_status}))
+
+
+if __name__ == "__main__":
+    main()
