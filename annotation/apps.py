@@ -4,3 +4,16 @@ from django.apps import AppConfig
 class AnnotationConfig(AppConfig):
     name = "annotation"
     verbose_name = "Human validation"
+
+    def ready(self) -> None:
+        from django.db.models.signals import m2m_changed
+
+        from .engine import forget_study_sizes
+        from .models import Study
+
+        def annotators_changed(sender, instance, action, **kwargs):
+            if action.startswith("post_") and isinstance(instance, Study):
+                forget_study_sizes(instance)
+
+        m2m_changed.connect(annotators_changed, sender=Study.annotators.through, weak=False,
+                            dispatch_uid="cirval-study-annotators")

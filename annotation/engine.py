@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max
+from django.core.cache import cache
+from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
 from .assignment import Candidate, Choice, choose_next
@@ -57,7 +58,7 @@ def next_assignment(study: Study, user, now=None) -> Served:
         return Served(None, "study_closed")
     if Assignment.objects.filter(study=study, status=Assignment.Status.RESERVED, lease_expires__lte=now).exists():
         release_expired(study, now)
-    n_annotators = study.annotators.count()
+    n_annotators = study_sizes(study)["annotators"]
     with transaction.atomic():
         own = (
             Assignment.objects.select_for_update()
@@ -205,14 +206,38 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "") -> Jud
     return judgement
 
 
+def study_sizes_key(study: Study) -> str:
+    return f"cirval:study-sizes:{study.pk}:{study.created_at.timestamp()}"
+
+
+def forget_study_sizes(study: Study) -> None:
+    cache.delete(study_sizes_key(study))
+
+
+def study_sizes(study: Study) -> dict:
+    """Item and annotator counts of a study, cached briefly: counting 100k items per
+    request would cost more than the rest of a "next item" call."""
+    key = study_sizes_key(study)
+    sizes = cache.get(key)
+    if sizes is None:
+        counts = StudyItem.objects.filter(study=study).aggregate(
+            agreement=Count("id", filter=Q(agreement=True)), total=Count("id")
+        )
+        sizes = {"agreement": counts["agreement"], "other": counts["total"] - counts["agreement"],
+                 "annotators": study.annotators.count()}
+        cache.set(key, sizes, 30)
+    return sizes
+
+
 def annotator_progress(study: Study, user) -> dict:
     """'17 of 120' for one annotator: done, reserved, and their share of the work."""
-    mine = Assignment.objects.filter(study=study, annotator=user)
-    done = mine.filter(status=Assignment.Status.DONE).count()
-    reserved = mine.filter(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now()).count()
-    n_annotators = max(1, study.annotators.count())
-    n_agreement = StudyItem.objects.filter(study=study, agreement=True).count()
-    n_other = StudyItem.objects.filter(study=study, agreement=False).count()
-    share = n_agreement + -(-n_other * min(study.overlap, n_annotators) // n_annotators)
-    total = max(done, min(share, n_agreement + n_other))
-    return {"done": done, "reserved": reserved, "total": total, "remaining": max(0, total - done)}
+    mine = Assignment.objects.filter(study=study, annotator=user).aggregate(
+        done=Count("id", filter=Q(status=Assignment.Status.DONE)),
+        reserved=Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now())),
+    )
+    sizes = study_sizes(study)
+    n_annotators = max(1, sizes["annotators"])
+    share = sizes["agreement"] + -(-sizes["other"] * min(study.overlap, n_annotators) // n_annotators)
+    done = mine["done"]
+    total = max(done, min(share, sizes["agreement"] + sizes["other"]))
+    return {"done": done, "reserved": mine["reserved"], "total": total, "remaining": max(0, total - done)}
