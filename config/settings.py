@@ -150,13 +150,15 @@ EMBEDDING_CACHE_DIR = Path(env_str("EMBEDDING_CACHE_DIR", str(VAR_DIR / "embeddi
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
+        "polling_interval": 0.1,
     }
 else:
     # Redelivery of an unacknowledged task after a worker dies: long enough for one
@@ -173,6 +175,21 @@ CELERY_TASK_ROUTES = {"audit.tasks.*": {"queue": "gpu"}}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- shortcut audits ---------------------------------------------------------------------
+# Queries and gallery images per chunk (one chunk = one task for one retriever).
+AUDIT_CHUNK_QUERIES = env_int("AUDIT_CHUNK_QUERIES", 512)
+AUDIT_CHUNK_GALLERY = env_int("AUDIT_CHUNK_GALLERY", 4096)
+# A chunk whose worker has not renewed its lease for this long is run again elsewhere.
+AUDIT_LEASE_SECONDS = env_int("AUDIT_LEASE_SECONDS", 300)
+# How often the coordinating task re-checks a run (and resends stale chunks).
+AUDIT_COORDINATOR_SECONDS = env_int("AUDIT_COORDINATOR_SECONDS", 15)
+# Runs of one chunk (workers lost mid-chunk count) before the run is marked failed.
+AUDIT_MAX_ATTEMPTS = env_int("AUDIT_MAX_ATTEMPTS", 3)
+AUDIT_DEVICE = env_str("AUDIT_DEVICE", "")  # "" = cuda when available, else cpu
+AUDIT_BATCH_SIZE = env_int("AUDIT_BATCH_SIZE", 64)
+AUDIT_PRECISION = env_str("AUDIT_PRECISION", "fp32")  # fp32 | amp
+AUDIT_PANEL_K = 10  # multimodal results kept per (query, retriever) for the annotator panel
 
 # --- REST framework --------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -198,6 +215,12 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # Libraries such as open_clip log chatty INFO lines on the root logger: keep it at
+    # WARNING and let the project's own loggers (and Celery's) speak at LOG_LEVEL.
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        **{name: {"level": env_str("LOG_LEVEL", "INFO")} for name in
+           ("retrieval", "audit", "annotation", "config", "celery", "django.server", "django.request")},
+        "django.db.backends": {"level": "WARNING"},
+    },
 }

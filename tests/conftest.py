@@ -81,8 +81,10 @@ class WorkerProcess:
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """Warm shutdown: SIGTERM to the main process only (it stops its pool children);
+        a whole-group SIGTERM can leave the main process waiting on a torch-loaded child."""
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.terminate()
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:

@@ -1,0 +1,17 @@
+from django.contrib import admin
+
+from .models import AuditChunk, AuditRun
+
+
+@admin.register(AuditRun)
+class AuditRunAdmin(admin.ModelAdmin):
+    list_display = ("id", "dataset", "split", "source", "k", "status", "done", "total", "created_at")
+    list_filter = ("status", "source")
+    readonly_fields = ("summary", "timings")
+
+
+@admin.register(AuditChunk)
+class AuditChunkAdmin(admin.ModelAdmin):
+    list_display = ("id", "run", "retriever", "kind", "index", "status", "attempts", "owner", "heartbeat_at")
+    list_filter = ("status", "kind")
+    exclude = ("items",)

@@ -1,0 +1,209 @@
+"""The numeric core of an audit chunk: cached encoding and three-modality ranking.
+
+No Django and no Celery here (torch, open_clip through :mod:`retrieval.encoders`, the
+embedding cache). :mod:`audit.services` feeds it database rows and stores its output.
+
+One image and one text encoding per query serve the three modalities:
+
+* multimodal query = ``retriever.compose(image emb, text emb)`` (normalised sum);
+* text-only query = the text embedding;
+* image-only query = the image embedding.
+
+Built retrievers and gallery matrices are kept per process (small LRU memos), so the
+successive chunks a worker process runs neither rebuild the model nor re-read the
+gallery embeddings.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from retrieval.embcache import EmbeddingCache, encode_with_cache
+from retrieval.encoders import DEFAULT_MAX_PIXELS, ImageTooLargeError, build_retriever, load_image
+from retrieval.ranking import rank_queries
+
+#: Exceptions that make an image unreadable (counted and skipped, never fatal).
+IMAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, ImageTooLargeError)
+
+_memo_lock = threading.Lock()
+_retrievers: OrderedDict[tuple, Any] = OrderedDict()
+_galleries: OrderedDict[tuple, tuple[torch.Tensor, list[int]]] = OrderedDict()
+RETRIEVER_MEMO = 2
+GALLERY_MEMO = 2
+
+
+def get_retriever(spec: str, device: str | None = None, batch_size: int = 64, precision: str = "fp32") -> Any:
+    """A built retriever for ``spec``, reused within this process (LRU of two)."""
+    key = (spec, device or "", int(batch_size), precision)
+    with _memo_lock:
+        if key in _retrievers:
+            _retrievers.move_to_end(key)
+            return _retrievers[key]
+    retriever = build_retriever(spec, device=device or None, batch_size=batch_size, precision=precision)  # type: ignore[arg-type]
+    with _memo_lock:
+        _retrievers[key] = retriever
+        while len(_retrievers) > RETRIEVER_MEMO:
+            _retrievers.popitem(last=False)
+    return retriever
+
+
+def clear_memos() -> None:
+    """Forget built retrievers and gallery matrices (tests, benchmarks)."""
+    with _memo_lock:
+        _retrievers.clear()
+        _galleries.clear()
+
+
+@dataclass
+class Encoded:
+    """Embeddings of the readable keys and what it cost.
+
+    ``matrix`` has one row per key of ``ok`` (the readable keys, in input order);
+    ``unreadable`` maps each key whose image could not be loaded to the reason.
+    """
+
+    matrix: torch.Tensor
+    ok: list[bool]
+    hits: int = 0
+    encoded: int = 0
+    seconds: float = 0.0
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+
+def encode_images(
+    retriever: Any,
+    cache: EmbeddingCache,
+    keys: Sequence[str],
+    locate: Callable[[str], Path],
+    chunk_size: int = 256,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    check: Callable[[], None] | None = None,
+) -> Encoded:
+    """Image embeddings for ``keys`` (file sha256s); ``locate(key)`` gives a file.
+
+    Only keys missing from the cache are located, loaded and encoded, ``chunk_size``
+    files at a time (memory stays bounded); an unreadable file is reported, not raised,
+    and is never written to the cache. ``check()`` runs between chunks (lease checks).
+    """
+    started = time.perf_counter()
+    keys = list(keys)
+    lookup = cache.get_many("image", keys)
+    found = lookup.found_mask
+    unreadable: dict[str, str] = {}
+    fresh: dict[str, torch.Tensor] = {}
+    encoded = 0
+    missing = lookup.missing
+    for start in range(0, len(missing), chunk_size):
+        if check is not None:
+            check()
+        part = missing[start:start + chunk_size]
+        images: dict[str, Any] = {}
+        for key in part:
+            try:
+                images[key] = load_image(locate(key), max_pixels=max_pixels)
+            except IMAGE_ERRORS as exc:
+                unreadable[key] = f"{type(exc).__name__}: {exc}"
+        readable = [k for k in part if k in images]
+        if readable:
+            emb, stats = encode_with_cache(
+                retriever, cache, "image", readable, loader=lambda ks: [images[k] for k in ks], chunk_size=chunk_size
+            )
+            encoded += stats.encoded
+            fresh.update(zip(readable, emb))
+    ok = [k not in unreadable for k in keys]
+    matrix = torch.from_numpy(lookup.matrix)
+    for row in (~found).nonzero()[0].tolist():
+        key = keys[row]
+        if key in fresh:
+            matrix[row] = fresh[key]
+    matrix = matrix[torch.tensor(ok, dtype=torch.bool)] if not all(ok) else matrix
+    return Encoded(
+        matrix=matrix.contiguous(), ok=ok, hits=int(found.sum()), encoded=encoded,
+        seconds=time.perf_counter() - started, unreadable=unreadable,
+    )
+
+
+def encode_texts(retriever: Any, cache: EmbeddingCache, texts: Sequence[str], chunk_size: int = 1024) -> Encoded:
+    """Text embeddings for ``texts``, encoding only what the cache lacks."""
+    started = time.perf_counter()
+    texts = list(texts)
+    matrix, stats = encode_with_cache(retriever, cache, "text", texts, chunk_size=chunk_size)
+    return Encoded(matrix=matrix, ok=[True] * len(texts), hits=stats.hits, encoded=stats.encoded,
+                   seconds=time.perf_counter() - started)
+
+
+def gallery_matrix(
+    retriever: Any,
+    cache: EmbeddingCache,
+    memo_key: Hashable,
+    keys: Sequence[str],
+    locate: Callable[[str], Path],
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> tuple[torch.Tensor, list[int], Encoded | None]:
+    """The gallery embeddings on the retriever's device and the positions they cover.
+
+    Returns ``(matrix [G', dim], rows, encoded)`` where ``rows`` lists the input
+    positions that have an embedding (unreadable images are left out) and
+    ``encoded`` is ``None`` when the matrix came from this process's memo. Normally
+    every key is already cached by the gallery chunks; any that is not is encoded.
+    """
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
+    full_key = (memo_key, retriever.spec, str(getattr(retriever, "device", "cpu")), digest)
+    with _memo_lock:
+        if full_key in _galleries:
+            _galleries.move_to_end(full_key)
+            matrix, rows = _galleries[full_key]
+            return matrix, rows, None
+    enc = encode_images(retriever, cache, keys, locate, max_pixels=max_pixels)
+    rows = [i for i, ok in enumerate(enc.ok) if ok]
+    matrix = enc.matrix.to(getattr(retriever, "device", "cpu"))
+    with _memo_lock:
+        _galleries[full_key] = (matrix, rows)
+        while len(_galleries) > GALLERY_MEMO:
+            _galleries.popitem(last=False)
+    return matrix, rows, enc
+
+
+@dataclass
+class ThreeRanks:
+    """Best ranks per modality (``None``: no positive in the gallery) and the multimodal top list."""
+
+    mm: list[int | None]
+    text: list[int | None]
+    image: list[int | None]
+    top_mm: list[list[int]]
+    seconds: float
+
+
+def rank_three(
+    retriever: Any,
+    image_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    gallery: torch.Tensor,
+    positives: Sequence[Sequence[int]],
+    exclude: Sequence[int | None] | None,
+    panel_k: int = 10,
+) -> ThreeRanks:
+    """Rank the multimodal, text-only and image-only queries of one batch of queries.
+
+    ``positives[q]``/``exclude[q]`` are gallery row indices. Only the multimodal query
+    keeps a top list (``panel_k`` gallery rows, best first, padding dropped).
+    """
+    started = time.perf_counter()
+    device = gallery.device
+    img = image_emb.to(device)
+    txt = text_emb.to(device)
+    mm = retriever.compose(image_emb, text_emb).to(device)
+    r_mm = rank_queries(mm, gallery, positives, exclude, top_k=panel_k)
+    r_txt = rank_queries(txt, gallery, positives, exclude, top_k=0)
+    r_img = rank_queries(img, gallery, positives, exclude, top_k=0)
+    top = [[int(i) for i in row if int(i) >= 0] for row in r_mm.topk.tolist()]
+    return ThreeRanks(r_mm.best_rank, r_txt.best_rank, r_img.best_rank, top, time.perf_counter() - started)

@@ -1,0 +1,77 @@
+"""python manage.py audit_labels RANKS.jsonl: shortcut labels from per-retriever ranks.
+
+One JSON object a line: ``{"query", "retriever", "mm", "text", "image"}`` where the
+three ranks are 1-based ints or ``null`` (not retrieved). Blank lines are ignored. The
+output (``--format json``) is exactly :func:`audit.labels.audit_json` of
+:func:`audit.labels.label_queries` over the lines, in file order.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from audit.labels import LABELS, audit_json, label_queries
+
+FIELDS = ("query", "retriever", "mm", "text", "image")
+
+
+def parse_rank_line(line: str, number: int) -> tuple[Any, Any, Any, Any, Any]:
+    """One JSONL line as a ``label_queries`` row; ValueError naming the line and field."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"line {number}: not valid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"line {number}: expected a JSON object, got {type(obj).__name__}")
+    for name in FIELDS:
+        if name not in obj:
+            raise ValueError(f"line {number}: field '{name}' is missing")
+    for name in ("query", "retriever"):
+        value = obj[name]
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+            raise ValueError(f"line {number}: field '{name}' must be a non-empty string or an integer, got {value!r}")
+    for name in ("mm", "text", "image"):
+        value = obj[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"line {number}: field '{name}' must be an integer >= 1 or null, got {value!r}")
+    return obj["query"], obj["retriever"], obj["mm"], obj["text"], obj["image"]
+
+
+class Command(BaseCommand):
+    help = "Shortcut-audit labels and per-retriever scores from a JSONL file of ranks ('-' reads stdin)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("ranks", help="JSONL file of {query, retriever, mm, text, image} lines")
+        parser.add_argument("--k", type=int, default=10)
+        parser.add_argument("--min-mm-retrievers", type=int, default=1)
+        parser.add_argument("--format", choices=["json", "text"], default="json")
+
+    def handle(self, *args, **opts):
+        rows = []
+        try:
+            fh = sys.stdin if opts["ranks"] == "-" else open(opts["ranks"], encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot read {opts['ranks']}: {exc.strerror or exc}") from None
+        try:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                rows.append(parse_rank_line(line, number))
+        except ValueError as exc:
+            raise CommandError(f"{opts['ranks']}: {exc}") from None
+        finally:
+            if fh is not sys.stdin:
+                fh.close()
+        try:
+            audit = label_queries(rows, k=opts["k"], min_mm_retrievers=opts["min_mm_retrievers"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if opts["format"] == "json":
+            self.stdout.write(json.dumps(audit_json(audit), indent=2))
+            return
+        self.stdout.write(f"{len(audit.queries)} queries, {len(audit.retrievers)} retrievers, K={audit.k}")
+        for label in (*LABELS, "shortcut_free"):
+            self.stdout.write(f"  {label:<22}{audit.counts[label]:>8}")

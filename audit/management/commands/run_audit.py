@@ -1,0 +1,104 @@
+"""python manage.py run_audit: start a shortcut audit (queued for the workers, or in-process)."""
+from __future__ import annotations
+
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from audit import services
+from audit.labels import LABELS
+from audit.models import AuditRun
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def progress_line(run: AuditRun) -> str:
+    eta = run.live_eta_seconds() if run.status == AuditRun.Status.RUNNING else None
+    return (f"audit {run.pk}: {run.status} {run.stage} {run.done}/{run.total} ({run.percent}%)"
+            f" ETA {format_eta(eta)}")
+
+
+class Command(BaseCommand):
+    help = (
+        "Audit a dataset split with a pool of retrievers (multimodal, text-only and image-only ranks, "
+        "then shortcut labels). Without --wait the run is queued for the workers "
+        "(celery -A config worker -Q gpu) and its id printed."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dataset", required=True)
+        parser.add_argument("--split", default="", help="Default: the dataset's only split.")
+        parser.add_argument("--retriever", action="append", required=True, dest="retrievers",
+                            help="Retriever spec, e.g. openclip:cirval-tiny-vit (repeat for a pool).")
+        parser.add_argument("--k", type=int, default=10)
+        parser.add_argument("--min-mm-retrievers", type=int, default=1)
+        parser.add_argument("--keep-reference", action="store_true",
+                            help="Keep each query's reference image in its gallery (default: excluded).")
+        parser.add_argument("--chunk-queries", type=int, default=None)
+        parser.add_argument("--chunk-gallery", type=int, default=None)
+        parser.add_argument("--wait", action="store_true", help="Show progress until done, then the label counts.")
+        parser.add_argument("--eager", action="store_true", help="Run in this process (no worker needed).")
+        parser.add_argument("--poll", type=float, default=2.0, help="Seconds between progress checks with --wait.")
+
+    def handle(self, *args, **opts):
+        try:
+            run = services.create_run(
+                opts["dataset"], opts["retrievers"], split=opts["split"] or None, k=opts["k"],
+                min_mm_retrievers=opts["min_mm_retrievers"], exclude_reference=not opts["keep_reference"],
+                chunk_queries=opts["chunk_queries"], chunk_gallery=opts["chunk_gallery"],
+            )
+        except ValueError as exc:  # AuditError and bad retriever specs
+            raise CommandError(str(exc)) from None
+        if opts["eager"]:
+            last = [0.0]
+
+            def progress(r: AuditRun) -> None:
+                if opts["wait"] or time.monotonic() - last[0] > 1:
+                    last[0] = time.monotonic()
+                    self.stderr.write(progress_line(r))
+
+            run = services.run_inline(run, progress=progress)
+        else:
+            services.kick_coordinator(run.pk)
+            self.stdout.write(f"Audit {run.pk} queued: {run.dataset.name}:{run.split}, {len(run.retrievers)} retriever(s).")
+            self.stdout.write(f"Watch it at /audits/{run.pk}/ or with: python manage.py resume_audits --wait {run.pk}")
+            if not opts["wait"]:
+                return
+            run = wait_for_run(run.pk, self.stderr, poll=opts["poll"])
+        self.report(run)
+
+    def report(self, run: AuditRun) -> None:
+        if run.status != AuditRun.Status.DONE:
+            raise CommandError(f"audit {run.pk} {run.status}: {run.error or run.stage}")
+        s = run.summary
+        skipped = ", ".join(f"{r} {n}" for r, n in s.get("skipped", {}).items()) or "none"
+        self.stdout.write(f"Audit {run.pk} done: {s.get('n_queries', 0)} queries labelled; skipped: {skipped}.")
+        counts = s.get("counts", {})
+        for label in (*LABELS, "shortcut_free"):
+            self.stdout.write(f"  {label:<22}{counts.get(label, 0):>8}")
+
+
+def wait_for_run(run_id: int, err, poll: float = 2.0) -> AuditRun:
+    """Poll a run until it ends, reconciling on every check; progress goes to ``err``."""
+    tty = getattr(err, "isatty", lambda: False)()
+    while True:
+        services.reconcile(run_id)
+        run = AuditRun.objects.get(pk=run_id)
+        line = progress_line(run)
+        if tty:
+            err.write("\r" + line, ending="")
+            err.flush()
+        else:
+            err.write(line)
+        if not run.is_active:
+            if tty:
+                err.write("")
+            return run
+        time.sleep(poll)

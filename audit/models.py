@@ -1,0 +1,161 @@
+"""Audit runs: a shortcut audit of one dataset split with a pool of retrievers.
+
+A run is planned into *chunks* (one retriever times one slice of the gallery or of the
+queries); each chunk is one Celery task on the ``gpu`` queue. Chunks carry a lease
+(``owner``, ``started_at``, ``heartbeat_at``) so that a chunk whose worker died can be
+found and run again (see :mod:`audit.services`). Rank rows are unique per (run, query,
+retriever), labels per (run, query).
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from retrieval.models import Dataset, Query
+
+
+class AuditRun(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    class Source(models.TextChoices):
+        COMPUTED = "computed"  # ranks computed here by open_clip retrievers
+        IMPORTED = "imported"  # ranks read from external rank files (import_ranks)
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="audit_runs")
+    split = models.CharField(max_length=50, blank=True)
+    retrievers = models.JSONField(default=list, help_text="Retriever pool: spec strings (and external retriever names).")
+    external_retrievers = models.JSONField(
+        default=list, blank=True, help_text="Names in the pool whose ranks were imported, not computed here."
+    )
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.COMPUTED)
+    k = models.PositiveIntegerField(default=10)
+    min_mm_retrievers = models.PositiveIntegerField(default=1)
+    exclude_reference = models.BooleanField(default=True)
+    chunk_queries = models.PositiveIntegerField(default=512)
+    chunk_gallery = models.PositiveIntegerField(default=4096)
+
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    stage = models.CharField(max_length=100, blank=True)
+    planned = models.BooleanField(default=False)
+    done = models.PositiveBigIntegerField(default=0, help_text="Work items finished (gallery images + queries, all retrievers).")
+    total = models.PositiveBigIntegerField(default=0)
+    eta_seconds = models.FloatField(null=True, blank=True, help_text="Estimate at the last finished chunk.")
+    timings = models.JSONField(default=dict, blank=True)
+    summary = models.JSONField(default=dict, blank=True, help_text="Plan, skips, label counts and scores.")
+    error = models.TextField(blank=True)
+
+    coordinator_token = models.CharField(max_length=32, blank=True)
+    coordinator_seen_at = models.DateTimeField(null=True, blank=True)
+
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"audit {self.pk} of {self.dataset_id}:{self.split or '*'}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.DONE:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0
+
+    def live_eta_seconds(self) -> float | None:
+        """Seconds left, from the rate so far (``None`` before the first chunk ends)."""
+        if self.status != self.Status.RUNNING or not self.started_at or not self.done or not self.total:
+            return None
+        elapsed = (timezone.now() - self.started_at).total_seconds()
+        return max(0.0, elapsed * (self.total - self.done) / self.done)
+
+
+class AuditChunk(models.Model):
+    """One task: a retriever and a slice of the gallery (encode) or of the queries (rank)."""
+
+    class Kind(models.TextChoices):
+        GALLERY = "gallery"
+        QUERIES = "queries"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    run = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="chunks")
+    retriever = models.CharField(max_length=500)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    index = models.PositiveIntegerField()
+    items = models.JSONField(default=list, help_text="Image ids (gallery) or query ids (queries), in order.")
+    n_items = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    owner = models.CharField(max_length=200, blank=True, help_text="host:pid of the worker holding the lease")
+    attempts = models.PositiveIntegerField(default=0)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    stats = models.JSONField(default=dict, blank=True, help_text="Timings, cache hits, skipped queries.")
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "retriever", "kind", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "retriever", "kind", "index"], name="audit_chunk_unique")
+        ]
+        indexes = [models.Index(fields=["run", "status"])]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} {self.retriever} {self.kind}#{self.index} ({self.status})"
+
+
+class AuditRank(models.Model):
+    """Best 1-based rank of a query's positives per modality for one retriever (None: not retrieved)."""
+
+    run = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="ranks")
+    query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="+")
+    retriever = models.CharField(max_length=500)
+    mm = models.PositiveIntegerField(null=True, blank=True)
+    text = models.PositiveIntegerField(null=True, blank=True)
+    image = models.PositiveIntegerField(null=True, blank=True)
+    top_mm = models.JSONField(default=list, blank=True, help_text="Image ids of the top-10 multimodal results.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "query", "retriever"], name="audit_rank_unique")
+        ]
+
+
+class AuditLabel(models.Model):
+    """The audit's verdict on one query (see :mod:`audit.labels`)."""
+
+    run = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="labels")
+    query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="audit_labels")
+    label = models.CharField(max_length=30)
+    detail = models.CharField(max_length=30)
+    legacy = models.CharField(max_length=30, blank=True)
+    support_mm = models.PositiveIntegerField(default=0)
+    support_text = models.PositiveIntegerField(default=0)
+    support_image = models.PositiveIntegerField(default=0)
+    support_either = models.PositiveIntegerField(default=0)
+    best_mm = models.PositiveIntegerField(null=True, blank=True)
+    best_text = models.PositiveIntegerField(null=True, blank=True)
+    best_image = models.PositiveIntegerField(null=True, blank=True)
+    best_retriever = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "query"], name="audit_label_unique")]
+        indexes = [models.Index(fields=["run", "label"])]

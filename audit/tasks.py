@@ -1,0 +1,69 @@
+"""Celery tasks of the audit (all routed to the ``gpu`` queue by ``audit.tasks.*``).
+
+Each task is idempotent: a chunk that is already done returns at once, a chunk leased
+by a live worker is left alone, and rank rows are unique per (run, query, retriever).
+There is no automatic retry: a chunk that raises marks its run failed (with the
+error); a chunk whose worker vanished is resent by :func:`audit.services.reconcile`.
+"""
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from celery.signals import worker_ready
+
+from . import services
+
+logger = logging.getLogger(__name__)
+
+
+def _after_chunk(chunk_id: int, result: str) -> None:
+    """Send what became ready and finish the run when this was its last chunk."""
+    if result not in ("ok", "done"):
+        return
+    from .models import AuditChunk
+
+    run_id = AuditChunk.objects.filter(pk=chunk_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        return
+    services.dispatch_ready(run_id)
+    if not AuditChunk.objects.filter(run_id=run_id).exclude(status=AuditChunk.Status.DONE).exists():
+        services.aggregate_run(run_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def encode_gallery_chunk(chunk_id: int) -> str:
+    """Encode one retriever's slice of the gallery into the embedding cache."""
+    result = services.process_chunk(chunk_id)
+    _after_chunk(chunk_id, result)
+    return result
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def rank_query_chunk(chunk_id: int) -> str:
+    """Encode and rank one retriever's slice of the queries in the three modalities."""
+    result = services.process_chunk(chunk_id)
+    _after_chunk(chunk_id, result)
+    return result
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def coordinate(run_id: int, token: str) -> str:
+    """Plan the run, then re-check it every ``AUDIT_COORDINATOR_SECONDS`` until it ends."""
+    return services.coordinate(run_id, token)
+
+
+@worker_ready.connect
+def resume_audits_on_worker_start(sender=None, **kwargs) -> None:
+    """A worker that starts takes over coordination of unfinished audits and resends stale chunks."""
+    from django.db import close_old_connections
+
+    try:
+        close_old_connections()
+        resumed = services.reconcile_active(takeover=True)
+        if resumed:
+            logger.info("audit runs resumed on worker start: %s", resumed)
+    except Exception:  # never keep a worker from starting
+        logger.exception("could not resume audit runs on worker start")
+    finally:
+        close_old_connections()

@@ -1,0 +1,94 @@
+"""Audit pages: list and 'New audit' form, live progress, and the report (researchers and staff)."""
+from __future__ import annotations
+
+from functools import wraps
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET
+
+from annotation.roles import is_admin, is_researcher
+
+from . import services
+from .forms import AuditForm
+from .models import AuditRun
+from .report import build_report
+
+
+def researcher_required(view):
+    """Researchers and staff only; anyone else logged in gets 403 (login is enforced by the middleware)."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not is_researcher(request.user):
+            raise PermissionDenied("Audit reports are for researchers and staff.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _latest_done_per_dataset() -> list[AuditRun]:
+    latest: dict[int, AuditRun] = {}
+    for run in AuditRun.objects.filter(status=AuditRun.Status.DONE).select_related("dataset").order_by("-finished_at", "-pk"):
+        latest.setdefault(run.dataset_id, run)
+    return sorted(latest.values(), key=lambda r: r.dataset.name)
+
+
+@researcher_required
+def audit_list(request):
+    runs = AuditRun.objects.select_related("dataset", "created_by")[:100]
+    form = AuditForm() if is_admin(request.user) else None
+    return render(request, "audit/list.html", {
+        "runs": runs, "form": form, "table1": services.label_table(_latest_done_per_dataset()),
+    })
+
+
+@researcher_required
+def audit_new(request):
+    if not is_admin(request.user):
+        raise PermissionDenied("Only staff start audits.")
+    if request.method == "POST":
+        form = AuditForm(request.POST)
+        if form.is_valid():
+            d = form.cleaned_data
+            try:
+                run = services.create_run(
+                    d["dataset"], d["retriever_specs"], split=d["split"], k=d["k"],
+                    min_mm_retrievers=d["min_mm_retrievers"], exclude_reference=d["exclude_reference"],
+                    created_by=request.user,
+                )
+            except ValueError as exc:
+                form.add_error(None, str(exc))
+            else:
+                services.start_run(run)
+                messages.success(request, f"Audit {run.pk} queued.")
+                return redirect("audit:detail", pk=run.pk)
+    else:
+        form = AuditForm()
+    return render(request, "audit/new.html", {"form": form})
+
+
+def _status(run: AuditRun) -> dict:
+    eta = run.live_eta_seconds()
+    return {
+        "id": run.pk, "status": run.status, "stage": run.stage, "done": run.done, "total": run.total,
+        "percent": run.percent, "eta_seconds": None if eta is None else round(eta, 1),
+        "error": run.error.splitlines()[0] if run.error else "",
+        "counts": run.summary.get("counts", {}) if run.status == AuditRun.Status.DONE else {},
+    }
+
+
+@researcher_required
+def audit_detail(request, pk: int):
+    run = get_object_or_404(AuditRun.objects.select_related("dataset", "created_by"), pk=pk)
+    report = build_report(run) if run.status == AuditRun.Status.DONE else None
+    return render(request, "audit/detail.html", {"run": run, "report": report, "status": _status(run)})
+
+
+@require_GET
+@researcher_required
+def audit_status(request, pk: int):
+    run = get_object_or_404(AuditRun, pk=pk)
+    return JsonResponse(_status(run))

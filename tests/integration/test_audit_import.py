@@ -1,0 +1,133 @@
+"""manage.py import_ranks on hand-written CIRCUS-layout rank files (tests/fixtures/circus_audit)."""
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from audit import services
+from audit.models import AuditLabel, AuditRank, AuditRun
+from retrieval.loader import load_parsed
+from retrieval.models import Image, Query
+from retrieval.records import ImageRecord, ParsedDataset, QueryRecord, TargetRecord, TextRecord, TurnRecord
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.django_db
+
+DIR = FIXTURES / "circus_audit"
+ALPHA = DIR / "retrieval_data_tiny_task7_alpha.json"
+BETA = DIR / "retrieval_data_tiny_task7_beta.json"
+AGG = DIR / "retrieval_data_tiny_task7_aggregated_best_rank_mm_any.json"
+TEXTS = ["is red", "has two dogs", "make it bigger", "remove the cat", "on a beach", "at night"]
+# hand-worked in the fixture README
+EXPECTED = {0: "shortcut_solvable", 1: "composition_required", 2: "unresolved",
+            3: "shortcut_solvable", 4: "composition_required", 5: "shortcut_solvable"}
+DETAIL = {0: "both_unimodal", 1: "composition_required", 2: "unresolved",
+          3: "both_unimodal", 4: "composition_required", 5: "image_only"}
+SUPPORT = {0: (2, 1, 1, 2), 1: (1, 0, 0, 0), 2: (0, 0, 0, 0), 3: (2, 1, 2, 2), 4: (1, 0, 0, 0), 5: (2, 0, 1, 1)}
+
+
+@pytest.fixture
+def tiny(db):
+    parsed = ParsedDataset(format="mbeir")
+    for i in range(16):
+        parsed.add_image(ImageRecord(external_id=f"img_{i:02d}", path=f"gallery/img_{i:02d}.png"))
+    parsed.galleries["test"] = [f"img_{i:02d}" for i in range(16)]
+    for i, text in enumerate(TEXTS):
+        parsed.queries.append(QueryRecord(
+            external_id=f"q{i}", split="test", ordinal=i, source_file="tiny_test.jsonl",
+            turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}", texts=[TextRecord(text)])],
+            targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)], raw={"qid": i},
+        ))
+    load_parsed(parsed, "tiny")
+    return {q.ordinal: q.pk for q in Query.objects.filter(dataset__name="tiny")}
+
+
+def labels_by_ordinal(run: AuditRun) -> dict[int, str]:
+    return {lab.query.ordinal: lab.label for lab in AuditLabel.objects.filter(run=run).select_related("query")}
+
+
+def imp(*args) -> tuple[AuditRun, str]:
+    out = StringIO()
+    call_command("import_ranks", *map(str, args), stdout=out, stderr=StringIO())
+    return AuditRun.objects.order_by("-pk").first(), out.getvalue()
+
+
+def test_per_retriever_files_make_a_labelled_run(tiny):
+    run, out = imp("--dataset", "tiny", ALPHA, BETA)
+    assert run.status == "done" and run.source == "imported"
+    assert run.retrievers == ["alpha", "beta"] and run.external_retrievers == ["alpha", "beta"]
+    assert run.k == 10
+    assert labels_by_ordinal(run) == EXPECTED
+    for lab in AuditLabel.objects.filter(run=run).select_related("query"):
+        i = lab.query.ordinal
+        assert lab.detail == DETAIL[i]
+        assert (lab.support_mm, lab.support_text, lab.support_image, lab.support_either) == SUPPORT[i]
+    assert run.summary["counts"] == {"composition_required": 2, "unresolved": 1, "shortcut_solvable": 3,
+                                     "shortcut_free": 3}
+    # per-retriever Recall@10, hand-counted: alpha mm 2,5,12,1,15,4 -> 4 of 6
+    assert run.summary["retriever_stats"]["alpha"]["recall_at_k"]["multimodal"] == pytest.approx(4 / 6)
+    assert run.summary["retriever_stats"]["beta"]["recall_at_k"]["text_only"] == 0.0
+    # one row per (query, retriever); top lists mapped to the dataset's images by path
+    assert AuditRank.objects.filter(run=run).count() == 12
+    row = AuditRank.objects.get(run=run, retriever="beta", query_id=tiny[0])
+    assert (row.mm, row.text, row.image) == (1, 14, 2)
+    first = Image.objects.get(pk=row.top_mm[0])
+    assert first.external_id == "img_01"  # beta ranks query 0's target first
+    assert len(row.top_mm) == 10
+    panel = services.aggregate_panel(run, tiny[0])
+    # position by position, pool order: alpha's first (img_02; its target is 2nd), then beta's first
+    assert [i.external_id for i in panel[:3]] == ["img_02", "img_01", "img_03"]
+    assert len({i.pk for i in panel}) == len(panel)
+    assert "composition_required" in out
+
+
+def test_aggregated_file_gives_the_same_labels_and_keeps_the_pool_support(tiny):
+    run, out = imp("--dataset", "tiny", AGG)
+    assert run.retrievers == ["aggregated:best_rank_mm_recoverable"]
+    assert labels_by_ordinal(run) == EXPECTED
+    assert run.summary["import"]["label_agreement"] == {"same": 6, "different": 0, "different_queries": []}
+    for lab in AuditLabel.objects.filter(run=run).select_related("query"):
+        assert (lab.support_mm, lab.support_text, lab.support_image, lab.support_either) == SUPPORT[lab.query.ordinal]
+    assert run.summary["support_histograms"]["multimodal"] == {"0": 1, "1": 2, "2": 3}
+    assert "agree with the file's for 6 queries" in out
+    with pytest.raises(CommandError, match="min_mm_retrievers > 1"):
+        imp("--dataset", "tiny", "--min-mm-retrievers", "2", AGG)
+    with pytest.raises(CommandError, match="import it alone"):
+        imp("--dataset", "tiny", AGG, ALPHA)
+
+
+def test_external_retriever_joins_an_existing_run(tiny):
+    alone, _ = imp("--dataset", "tiny", ALPHA)
+    # alpha alone: idx 1 text 30 image 25 mm 5 -> composition_required; idx 0 text 10 -> shortcut
+    assert labels_by_ordinal(alone)[0] == "shortcut_solvable"
+    assert labels_by_ordinal(alone)[4] == "unresolved"  # alpha mm 15; beta's mm 10 not in the pool yet
+    joined, _ = imp("--dataset", "tiny", "--run", alone.pk, BETA)
+    assert joined.pk == alone.pk and joined.retrievers == ["alpha", "beta"]
+    assert labels_by_ordinal(joined) == EXPECTED
+    with pytest.raises(CommandError, match="already has retriever"):
+        imp("--dataset", "tiny", "--run", alone.pk, BETA)
+
+
+def test_k_option_and_unknown_queries(tiny):
+    run, _ = imp("--dataset", "tiny", "--k", "9", ALPHA, BETA)
+    labels = labels_by_ordinal(run)
+    assert labels[0] == "shortcut_solvable"  # image 2 (beta) still within 9
+    assert labels[4] == "unresolved"  # best mm 10 > 9
+    assert labels[5] == "composition_required"  # image 10 > 9, mm 4
+    Query.objects.filter(pk=tiny[5]).delete()
+    run, _ = imp("--dataset", "tiny", ALPHA, BETA)
+    assert run.summary["import"]["unknown_query_idx"] == 1
+    assert run.summary["skipped"] == {"unknown_query_idx": 1}
+    assert len(labels_by_ordinal(run)) == 5
+
+
+def test_malformed_rank_file_is_refused(tiny, tmp_path):
+    bad = tmp_path / "retrieval_data_tiny_task7_bad.json"
+    bad.write_text('{"metadata": {}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": '
+                   '{"multimodal": 0, "text_only": 1, "image_only": 1}}]}')
+    with pytest.raises(CommandError, match=r"sample 0, field 'ranks.multimodal'"):
+        imp("--dataset", "tiny", bad)
+    with pytest.raises(CommandError, match="no dataset"):
+        imp("--dataset", "nope", ALPHA)

@@ -1,0 +1,278 @@
+"""In-process (eager) audits of a small demo world with the two tiny retrievers."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from audit import services
+from audit.engine import clear_memos
+from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
+from retrieval.demo import build_demo
+from retrieval.embcache import EmbeddingCache
+from retrieval.encoders import build_retriever, load_image
+from retrieval.loader import load_parsed
+from retrieval.models import Dataset, GalleryEntry, Image, Query, QuerySubset, Target, Turn
+from retrieval.ranking import naive_rank
+
+pytestmark = pytest.mark.django_db
+
+SPECS = ["openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit-b"]
+N_SINGLE, N_SESSIONS, N_GALLERY = 30, 6, 80
+
+
+@pytest.fixture
+def demo(tmp_path, settings) -> Dataset:
+    settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
+    root = tmp_path / "demo"
+    parsed = build_demo(root, n_gallery=N_GALLERY, n_single=N_SINGLE, n_sessions=N_SESSIONS)
+    load_parsed(parsed, "demo", images_root=root)
+    clear_memos()
+    yield Dataset.objects.get(name="demo")
+    clear_memos()
+
+
+def audit(dataset: Dataset, **kwargs) -> AuditRun:
+    kwargs.setdefault("chunk_queries", 7)
+    kwargs.setdefault("chunk_gallery", 25)
+    run = services.create_run(dataset, SPECS, **kwargs)
+    return services.run_inline(run)
+
+
+def single_turn_ids(dataset: Dataset) -> set[int]:
+    return set(Query.objects.filter(dataset=dataset, n_turns=1).values_list("pk", flat=True))
+
+
+def test_eager_audit_labels_every_single_turn_query(demo):
+    run = audit(demo)
+    assert run.status == "done", run.error
+    singles = single_turn_ids(demo)
+    assert len(singles) == N_SINGLE
+    labels = dict(AuditLabel.objects.filter(run=run).values_list("query_id", "label"))
+    assert set(labels) == singles
+    assert run.summary["skipped"] == {"multi_turn": N_SESSIONS}
+    assert run.summary["n_queries"] == N_SINGLE
+    assert sum(run.summary["counts"][k] for k in ("composition_required", "unresolved", "shortcut_solvable")) == N_SINGLE
+    # 2 retrievers x (ceil(80/25) gallery + ceil(30/7) query) chunks, all done
+    assert AuditChunk.objects.filter(run=run).count() == 2 * (4 + 5)
+    assert not AuditChunk.objects.filter(run=run).exclude(status="done").exists()
+    assert run.done == run.total == 2 * (N_GALLERY + N_SINGLE)
+
+    # one rank row per (query, retriever), no duplicates
+    pairs = list(AuditRank.objects.filter(run=run).values_list("query_id", "retriever"))
+    assert len(pairs) == len(set(pairs)) == 2 * N_SINGLE
+    assert {r for _, r in pairs} == set(SPECS)
+
+    # subsets partition the labelled queries; the un-prefixed one is the latest audit's
+    def members(name):
+        return set(QuerySubset.objects.get(dataset=demo, name=name).queries.values_list("pk", flat=True))
+
+    by_label = {lab: {q for q, v in labels.items() if v == lab} for lab in set(labels.values())}
+    for lab in ("composition_required", "unresolved", "shortcut_solvable"):
+        assert members(f"audit{run.pk}:{lab}") == by_label.get(lab, set())
+    free = by_label.get("composition_required", set()) | by_label.get("unresolved", set())
+    assert members(f"audit{run.pk}:shortcut_free") == free == members("shortcut_free")
+    assert len(free) == run.summary["counts"]["shortcut_free"]
+
+
+def test_ranks_match_a_naive_recomputation(demo, settings):
+    """Ranks and top lists equal an independent full-sort ranking of the same embeddings."""
+    run = audit(demo)
+    gallery_ids = list(
+        GalleryEntry.objects.filter(dataset=demo, split="val").order_by("ordinal").values_list("image_id", flat=True)
+    )
+    images = Image.objects.in_bulk(gallery_ids)
+    index = {pk: n for n, pk in enumerate(gallery_ids)}
+    root = Path(demo.images_root)
+    queries = sorted(single_turn_ids(demo))
+    turns = {t.query_id: t for t in Turn.objects.filter(query_id__in=queries).select_related("reference_image")}
+    for spec in SPECS:
+        r = build_retriever(spec, device="cpu")
+        cache = EmbeddingCache(settings.EMBEDDING_CACHE_DIR, r.spec, r.dim)
+        g = torch.from_numpy(cache.get_many("image", [images[i].sha256 for i in gallery_ids]).matrix)
+        # the cached vectors are the retriever's embeddings of those files
+        fresh = r.embed_images([load_image(root / images[i].path) for i in gallery_ids[:8]])
+        assert torch.allclose(g[:8], fresh, atol=1e-5)
+        img = torch.from_numpy(cache.get_many("image", [turns[q].reference_image.sha256 for q in queries]).matrix)
+        txt = torch.from_numpy(cache.get_many("text", [turns[q].text for q in queries]).matrix)
+        assert not torch.isnan(img).any() and not torch.isnan(txt).any()
+        mm = torch.nn.functional.normalize(img + txt, dim=-1)
+        positives = [
+            [index[t.image_id] for t in Target.objects.filter(query_id=q) if t.relevance > 0 and t.role != "neg"]
+            for q in queries
+        ]
+        exclude = [index[turns[q].reference_image_id] for q in queries]
+        expect = {
+            "mm": naive_rank(mm, g, positives, exclude, top_k=10),
+            "text": naive_rank(txt, g, positives, exclude, top_k=0),
+            "image": naive_rank(img, g, positives, exclude, top_k=0),
+        }
+        rows = {row.query_id: row for row in AuditRank.objects.filter(run=run, retriever=spec)}
+        for n, q in enumerate(queries):
+            assert rows[q].mm == expect["mm"].best_rank[n]
+            assert rows[q].text == expect["text"].best_rank[n]
+            assert rows[q].image == expect["image"].best_rank[n]
+            assert set(rows[q].top_mm) == {gallery_ids[j] for j in expect["mm"].topk[n].tolist()}
+            assert turns[q].reference_image_id not in rows[q].top_mm
+
+
+def test_second_run_hits_the_cache_and_gives_the_same_labels(demo):
+    first = audit(demo)
+    assert first.timings["cache"]["gallery_encoded"] == 2 * N_GALLERY
+    assert 0 < first.timings["cache"]["text_encoded"] <= 2 * N_SINGLE  # equal texts are encoded once
+    assert first.timings["cache"]["encoded"] > 0
+    for key in ("encode_gallery", "encode_queries", "rank", "aggregate"):
+        assert key in first.timings
+    clear_memos()
+    second = audit(demo)
+    cache = second.timings["cache"]
+    assert cache["encoded"] == 0
+    assert cache["gallery_encoded"] == cache["query_image_encoded"] == cache["text_encoded"] == 0
+    assert cache["gallery_hits"] == 2 * N_GALLERY
+    assert cache["query_image_hits"] == 2 * N_SINGLE
+    labels = [dict(AuditLabel.objects.filter(run=r).values_list("query_id", "label")) for r in (first, second)]
+    assert labels[0] == labels[1]
+
+
+def test_done_chunks_are_not_recomputed_and_stale_ones_are_resent(demo, monkeypatch):
+    sent: list[int] = []
+    monkeypatch.setattr(services, "_send_chunk", lambda pk, kind: sent.append(pk))
+    monkeypatch.setattr(services, "kick_coordinator", lambda run_id, countdown=0: "token")
+    run = services.create_run(demo, SPECS, chunk_queries=10, chunk_gallery=100)
+    assert services.plan_run(run) is True
+    assert services.plan_run(run) is False  # planned once
+    gallery = AuditChunk.objects.filter(run=run, kind="gallery")
+    for c in gallery:
+        assert services.process_chunk(c.pk, owner="w1", heartbeat=False) == "ok"
+    first = AuditChunk.objects.filter(run=run, kind="queries", retriever=SPECS[0]).order_by("index").first()
+    assert services.process_chunk(first.pk, owner="w1", heartbeat=False) == "ok"
+    n_rows = AuditRank.objects.filter(run=run).count()
+    assert n_rows == 10
+    # a redelivered message for a finished chunk returns at once and writes nothing
+    assert services.process_chunk(first.pk, owner="w2", heartbeat=False) == "done"
+    assert AuditRank.objects.filter(run=run).count() == n_rows
+
+    # a chunk leased by a live worker is left alone ...
+    second = AuditChunk.objects.filter(run=run, kind="queries", retriever=SPECS[0]).order_by("index")[1]
+    assert services.claim_chunk(second.pk, "w1")
+    assert services.process_chunk(second.pk, owner="w2", heartbeat=False) == "busy"
+    # ... until its lease is stale: reconcile puts it back and sends it again
+    from django.utils import timezone
+    from datetime import timedelta
+
+    AuditChunk.objects.filter(pk=second.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    sent.clear()
+    result = services.reconcile(run)
+    assert result["resent_stale"] == 1 and second.pk in sent
+    # every query chunk is ready (gallery done) and was never sent: dispatched once
+    never_sent = AuditChunk.objects.filter(run=run, kind="queries").exclude(pk__in=[first.pk, second.pk])
+    assert set(sent) == {second.pk} | set(never_sent.values_list("pk", flat=True))
+    sent.clear()
+    assert services.reconcile(run)["sent"] == 0 and sent == []  # nothing twice
+    assert services.process_chunk(second.pk, owner="w2", heartbeat=False) == "ok"
+    assert AuditChunk.objects.get(pk=second.pk).attempts == 2
+
+    for c in AuditChunk.objects.filter(run=run).exclude(status="done"):
+        assert services.process_chunk(c.pk, owner="w3", heartbeat=False) == "ok"
+    assert services.aggregate_run(run.pk) is True
+    assert services.aggregate_run(run.pk) is False  # already finished
+    pairs = list(AuditRank.objects.filter(run=run).values_list("query_id", "retriever"))
+    assert len(pairs) == len(set(pairs)) == 2 * N_SINGLE
+
+
+def test_rank_rows_are_unique_in_the_database(demo):
+    from django.db import IntegrityError, transaction
+
+    run = audit(demo)
+    row = AuditRank.objects.filter(run=run).first()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        AuditRank.objects.create(run=run, query_id=row.query_id, retriever=row.retriever, mm=1)
+
+
+def test_unusable_queries_are_skipped_with_a_reason(demo):
+    singles = sorted(single_turn_ids(demo))
+    q_text, q_noref, q_missing, q_unreadable, q_target = singles[:5]
+    Turn.objects.filter(query_id=q_text).update(texts=[{"text": "  ", "role": "caption"}])
+    Turn.objects.filter(query_id=q_noref).update(reference_image=None)
+    ref = Turn.objects.get(query_id=q_missing).reference_image
+    Image.objects.filter(pk=ref.pk).update(missing=True)
+    gone = Turn.objects.get(query_id=q_unreadable).reference_image
+    (Path(demo.images_root) / gone.path).unlink()
+    Target.objects.filter(query_id=q_target).delete()
+
+    run = audit(demo)
+    assert run.status == "done", run.error
+    skipped = run.summary["skipped"]
+    assert skipped["multi_turn"] == N_SESSIONS
+    assert skipped["empty_text"] == 1 and skipped["no_reference"] == 1 and skipped["no_target"] == 1
+    assert skipped["reference_missing"] >= 1
+    assert skipped["reference_unreadable"] >= 1
+    assert run.summary["skipped_total"] == sum(skipped.values())
+    labelled = set(AuditLabel.objects.filter(run=run).values_list("query_id", flat=True))
+    assert not labelled & {q_text, q_noref, q_missing, q_unreadable, q_target}
+    assert len(labelled) == N_SINGLE - (run.summary["skipped_total"] - N_SESSIONS)
+    # the image left out of the gallery is neither ranked nor shown
+    for top in AuditRank.objects.filter(run=run).values_list("top_mm", flat=True):
+        assert ref.pk not in top and gone.pk not in top
+    assert run.summary["plan"]["gallery"]["missing_left_out"] == 1
+
+
+def test_aggregate_panel_is_the_union_of_top_tens(demo):
+    run = audit(demo)
+    q = AuditLabel.objects.filter(run=run).first().query
+    panel = services.aggregate_panel(run, q)
+    tops = dict(AuditRank.objects.filter(run=run, query=q).values_list("retriever", "top_mm"))
+    union = set(tops[SPECS[0]]) | set(tops[SPECS[1]])
+    assert [img.pk for img in panel] == list(dict.fromkeys(img.pk for img in panel))  # no duplicates
+    assert {img.pk for img in panel} == union
+    assert 10 <= len(panel) <= 20
+    assert panel[0].pk == tops[SPECS[0]][0]  # the first retriever's best comes first
+    assert Turn.objects.get(query=q).reference_image_id not in union
+
+
+def test_a_split_must_be_chosen_when_there_are_several(demo):
+    Query.objects.filter(dataset=demo, n_turns__gt=1).update(split="test")
+    with pytest.raises(services.AuditError, match="several splits"):
+        services.create_run(demo, SPECS)
+    with pytest.raises(services.AuditError, match="no split"):
+        services.create_run(demo, SPECS, split="nope")
+    with pytest.raises(ValueError, match="unknown open_clip model"):
+        services.create_run(demo, ["openclip:no-such-model"], split="val")
+    run = services.create_run(demo, SPECS + ["openclip:cirval-tiny-vit@random:0"], split="val")
+    assert run.retrievers == SPECS  # canonical specs, de-duplicated
+
+
+def test_run_audit_command_eager_wait_prints_progress_and_counts(demo):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out, err = StringIO(), StringIO()
+    call_command("run_audit", "--dataset", "demo", "--retriever", SPECS[0], "--retriever", SPECS[1],
+                 "--chunk-queries", "10", "--eager", "--wait", stdout=out, stderr=err)
+    run = AuditRun.objects.get()
+    text = out.getvalue()
+    assert f"Audit {run.pk} done: {N_SINGLE} queries labelled; skipped: multi_turn {N_SESSIONS}." in text
+    for label, n in run.summary["counts"].items():
+        assert f"{label}" in text and f"{n}" in text
+    assert "ETA" in err.getvalue() and f"{run.total}/{run.total}" in err.getvalue()
+    assert run.chunk_queries == 10
+
+
+def test_run_audit_command_queues_without_wait(demo, monkeypatch):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    kicked = []
+    monkeypatch.setattr(services, "kick_coordinator", lambda run_id, countdown=0: kicked.append(run_id))
+    out = StringIO()
+    call_command("run_audit", "--dataset", "demo", "--retriever", SPECS[0], "--k", "5", stdout=out)
+    run = AuditRun.objects.get()
+    assert kicked == [run.pk] and run.status == "queued" and run.k == 5
+    assert f"Audit {run.pk} queued" in out.getvalue() and f"/audits/{run.pk}/" in out.getvalue()
+    with pytest.raises(CommandError, match="no dataset named 'nope'"):
+        call_command("run_audit", "--dataset", "nope", "--retriever", SPECS[0], stdout=StringIO())
+    with pytest.raises(CommandError, match="unknown backend"):
+        call_command("run_audit", "--dataset", "demo", "--retriever", "clip:x", stdout=StringIO())
