@@ -37,8 +37,21 @@ class StudySpec:
     single_turn_only: bool | None = None  # default: from the rubric (validity: single, session: multi)
 
 
+def latest_audit(dataset: Dataset):
+    """The newest finished audit of a dataset, or None."""
+    from audit.models import AuditRun
+
+    return AuditRun.objects.filter(dataset=dataset, status=AuditRun.Status.DONE).order_by("-finished_at", "-pk").first()
+
+
 def hidden_categories(dataset: Dataset) -> dict[int, str]:
-    """query id -> audit label, from the named subsets an audit writes."""
+    """query id -> audit label: from the newest finished audit, else from subsets named
+    after the labels (written by imports of external audits)."""
+    from audit.models import AuditLabel
+
+    run = latest_audit(dataset)
+    if run is not None:
+        return dict(AuditLabel.objects.filter(run=run).values_list("query_id", "label"))
     labels: dict[int, str] = {}
     for name in AUDIT_LABELS:
         subset = QuerySubset.objects.filter(dataset=dataset, name=name).first()
@@ -123,6 +136,8 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
                 "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
                 "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,
                 "single_turn": single, "sampling": report_json_, "shortfall": shortfall,
+                "audit_runs": {name: getattr(latest_audit(Dataset.objects.get(name=name)), "pk", None)
+                               for name in spec.datasets},
             },
         )
         StudyItem.objects.bulk_create(

@@ -9,9 +9,15 @@ from django.core.management.base import BaseCommand
 
 from annotation.demo_accounts import ensure_demo_accounts
 from annotation.models import Study
+from audit.models import AuditRun
+from audit.services import create_run, run_inline
 from annotation.studies import StudySpec, create_study
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
+
+
+# Two tiny open_clip models with random weights: no download, a few seconds on a CPU.
+DEMO_RETRIEVERS = ["openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit-b"]
 
 
 class Command(BaseCommand):
@@ -20,6 +26,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--name", default="demo")
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--no-audit", action="store_true", help="Skip the shortcut audit of the demo queries.")
         parser.add_argument(
             "--images-dir", default=None, help="Where the PNGs go (default: the first IMAGE_ROOTS entry + /<name>)."
         )
@@ -36,11 +43,22 @@ class Command(BaseCommand):
             f"{report.multi_turn} multi-turn sessions, {report.targets} targets"
             f" ({report.missing_images} missing images)."
         )
+        if not opts["no_audit"] and not AuditRun.objects.filter(dataset__name=opts["name"], status="done").exists():
+            self.stdout.write(f"Auditing the demo queries with {', '.join(DEMO_RETRIEVERS)} (random weights) …")
+            run = run_inline(create_run(opts["name"], DEMO_RETRIEVERS))
+            if run.status == "done":
+                counts = ", ".join(f"{k} {v}" for k, v in sorted(run.summary.get("counts", {}).items()))
+                self.stdout.write(f"Audit {run.pk}: {counts}.")
+            else:
+                self.stdout.write(self.style.WARNING(f"Audit {run.pk} did not finish: {run.error}"))
         accounts = ensure_demo_accounts()
         annotators = [u for u, _, role in accounts if role == "annotator"]
+        audited = AuditRun.objects.filter(dataset__name=opts["name"], status="done").exists()
+        # Humans see what the audit could not rule out: the shortcut-free queries.
+        pool = ["composition_required", "unresolved"] if audited else []
         for spec in (
             StudySpec(name=f"{opts['name']}-validity", datasets=[opts["name"]], rubric="validity", overlap=3,
-                      agreement_size=10, seed=opts["seed"], annotators=annotators,
+                      hidden_categories=pool, agreement_size=10, seed=opts["seed"], annotators=annotators,
                       guidelines="Judge each query with the validity rubric: read the text, look at the reference, "
                                  "check the target, ask whether many gallery images would fit equally well."),
             StudySpec(name=f"{opts['name']}-sessions", datasets=[opts["name"]], rubric="session", overlap=2,
