@@ -1,0 +1,38 @@
+"""A researcher reads the demo audit's report; an annotator is refused."""
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from audit.models import AuditRun
+from tests.browser.conftest import login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def audited_demo(db, tmp_path_factory, settings):
+    images = tmp_path_factory.mktemp("demo-audited")
+    settings.IMAGE_ROOTS = [images.resolve()]
+    call_command("make_demo", "--images-dir", str(images), verbosity=0)
+    return AuditRun.objects.get(dataset__name="demo")
+
+
+def test_researcher_reads_the_audit_report(page, live_server, audited_demo, shot):
+    login(page, live_server.url, "researcher", "researcher-demo")
+    page.goto(f"{live_server.url}/audits/")
+    shot(page, "audit-list")
+    page.goto(f"{live_server.url}/audits/{audited_demo.pk}/")
+    page.wait_for_selector("svg")
+    assert page.locator("svg").count() >= 2
+    text = page.inner_text("main")
+    for word in ("composition_required", "unresolved", "shortcut_solvable", "openclip:cirval-tiny-vit"):
+        assert word in text
+    shot(page, "audit-report")
+
+
+def test_annotator_cannot_see_audits(page, live_server, audited_demo):
+    login(page, live_server.url, "annotator1", "annotator1-demo")
+    resp = page.goto(f"{live_server.url}/audits/{audited_demo.pk}/")
+    assert resp.status == 403
+    assert "composition_required" not in page.content()
