@@ -54,8 +54,11 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def probe_image(path: Path) -> ImageProbe:
-    """Hash a file and read its size from the header (the pixels are not decoded)."""
+def probe_image(path: Path, max_pixels: int | None = None) -> ImageProbe:
+    """Hash a file and read its size from the header (the pixels are not decoded).
+
+    An image with more than ``max_pixels`` pixels counts as unusable (a decompression
+    bomb): it is reported, never decoded."""
     try:
         if not path.is_file():
             return ImageProbe(exists=False, problem="no such file")
@@ -65,6 +68,11 @@ def probe_image(path: Path) -> ImageProbe:
     try:
         with PILImage.open(path) as img:
             width, height = img.size
+    except PILImage.DecompressionBombError as exc:
+        return ImageProbe(exists=False, sha256=digest, problem=f"exceeds the limit (decompression bomb): {exc}")
     except Exception as exc:  # Pillow raises many types for broken files
         return ImageProbe(exists=False, sha256=digest, problem=f"not a readable image: {exc}")
+    if max_pixels is not None and width * height > max_pixels:
+        return ImageProbe(exists=False, sha256=digest, width=width, height=height,
+                          problem=f"{width}x{height} pixels exceeds the limit of {max_pixels}")
     return ImageProbe(exists=True, sha256=digest, width=width, height=height)

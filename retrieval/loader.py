@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from django.conf import settings
 from django.db import transaction
 
 from .imagefiles import PathEscapeError, probe_image, resolve_under
@@ -76,14 +77,15 @@ def probe_images(parsed: ParsedDataset, images_root: Path | None, progress: Prog
     total = len(parsed.images)
     root = Path(images_root).resolve() if images_root else None
     for n, (image_id, rec) in enumerate(parsed.images.items(), 1):
-        info = {"sha256": "", "width": None, "height": None, "missing": True}
+        info = {"sha256": "", "width": None, "height": None, "missing": True, "problem": "no path"}
         if rec.path and root is not None:
             try:
                 full = resolve_under(root, rec.path)
             except PathEscapeError as exc:
                 raise LoadError(f"image {image_id!r}: path {rec.path!r} escapes the images root ({exc})") from None
-            probe = probe_image(full)
-            info.update(sha256=probe.sha256, width=probe.width, height=probe.height, missing=not probe.exists)
+            probe = probe_image(full, max_pixels=settings.IMAGE_MAX_PIXELS)
+            info.update(sha256=probe.sha256, width=probe.width, height=probe.height, missing=not probe.exists,
+                        problem=probe.problem)
         found[image_id] = info
         if n % 500 == 0 or n == total:
             progress("checking images", n, total)
@@ -128,6 +130,10 @@ def load_parsed(
     missing = [i for i, p in probes.items() if p["missing"]]
     report.missing_images = len(missing)
     report.missing_examples = missing[:MISSING_EXAMPLES]
+    unusable = [f"{i}: {p['problem']}" for i, p in probes.items() if p["missing"] and p["problem"] not in ("", "no path", "no such file")]
+    report.warnings.extend(f"image refused ({x})" for x in unusable[:MISSING_EXAMPLES])
+    if len(unusable) > MISSING_EXAMPLES:
+        report.warnings.append(f"... and {len(unusable) - MISSING_EXAMPLES} more unusable image files")
     return report
 
 

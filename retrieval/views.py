@@ -84,6 +84,13 @@ def image(request, pk: int):
 @staff_member_required
 def import_upload(request):
     if request.method == "POST":
+        claimed = request.META.get("CONTENT_LENGTH") or "0"
+        if not claimed.isdigit() or int(claimed) > settings.CIRVAL_MAX_UPLOAD_BYTES:
+            # Refused before the body is read: nothing is parsed or stored.
+            return HttpResponse(
+                f"Upload refused: {claimed} bytes claimed; the limit is {settings.CIRVAL_MAX_UPLOAD_BYTES}.",
+                status=413, content_type="text/plain",
+            )
         form = ImportForm(request.POST, request.FILES)
         if form.is_valid():
             folder = Path(settings.UPLOAD_DIR) / uuid.uuid4().hex

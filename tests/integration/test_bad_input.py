@@ -1,0 +1,137 @@
+"""Hostile and broken input on every import path: a clear refusal, nothing partial written."""
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zipfile
+import zlib
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from PIL import Image as PILImage
+
+from retrieval.models import Dataset, GalleryEntry, Image, ImportJob, Query, Target, Turn
+
+pytestmark = pytest.mark.django_db
+
+CIRCO_OK = {"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "make it red",
+            "shared_concept": "a car", "gt_img_ids": [2], "semantic_aspects": []}
+
+
+def counts():
+    return tuple(m.objects.count() for m in (Dataset, Image, Query, Turn, Target, GalleryEntry))
+
+
+def zip_bomb() -> bytes:
+    """A small zip that would inflate to 100 MB of zeros (never inflated by CIRVal)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("val.json", b"\0" * (100 * 1024 * 1024))
+    return buf.getvalue()
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height (a decompression bomb if decoded)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) + chunk(b"IEND", b"")
+
+
+# (case id, format, file name, content, fragments the message must contain)
+IMPORT_CASES = [
+    ("truncated-json", "circo", "val.json", b'[{"id": 0, "reference_img_id": 1', ["val.json", "JSON"]),
+    ("truncated-jsonl", "mbeir", "mbeir_cirr_task7_test.jsonl", b'{"qid": "8:1", "query_txt": "x"', ["line 1"]),
+    ("wrong-type", "circo", "val.json", json.dumps([{**CIRCO_OK, "relative_caption": 7}]).encode(), ["record 0", "relative_caption"]),
+    ("missing-field", "fashioniq", "cap.dress.val.json", json.dumps([{"candidate": "B1", "captions": ["a", "b"]}]).encode(),
+     ["record 0", "target"]),
+    ("not-a-list", "circo", "val.json", b'{"id": 0}', ["val.json"]),
+    ("zip-bomb-named-json", "circo", "val.json", zip_bomb(), ["val.json"]),
+    ("zip-bomb-named-zip", "circo", "val.zip", zip_bomb(), ["val.zip"]),
+    ("binary-garbage", "cirr", "cap.rc2.val.json", bytes(range(256)) * 8, ["cap.rc2.val.json"]),
+    ("traversal", "lasco", "lasco_val.json", json.dumps([{"qid": 1, "query-image": [1, "../../etc/passwd"],
+                                                          "query-text": "x", "target-image": [2, "val2014/b.jpg"]}]).encode(),
+     ["record 0", "query-image"]),
+    ("absolute-path", "lasco", "lasco_val.json", json.dumps([{"qid": 1, "query-image": [1, "/etc/passwd"],
+                                                              "query-text": "x", "target-image": [2, "val2014/b.jpg"]}]).encode(),
+     ["record 0", "query-image"]),
+]
+
+
+@pytest.mark.parametrize("case,fmt,name,content,fragments", IMPORT_CASES, ids=[c[0] for c in IMPORT_CASES])
+def test_command_refuses_and_writes_nothing(tmp_path, case, fmt, name, content, fragments):
+    path = tmp_path / name
+    path.write_bytes(content)
+    before = counts()
+    with pytest.raises(CommandError) as err:
+        call_command("import_dataset", "--format", fmt, "--name", "bad", str(path), stdout=StringIO())
+    for fragment in fragments:
+        assert fragment in str(err.value), (case, str(err.value))
+    assert counts() == before
+
+
+@pytest.mark.parametrize("case,fmt,name,content,fragments", IMPORT_CASES, ids=[c[0] for c in IMPORT_CASES])
+def test_browser_upload_refuses_and_writes_nothing(client, demo_accounts, case, fmt, name, content, fragments):
+    client.login(username="admin", password=demo_accounts["admin"])
+    before = counts()
+    upload = io.BytesIO(content)
+    upload.name = name
+    resp = client.post("/datasets/import/", {"format": fmt, "name": "bad-upload", "files": [upload]})
+    assert resp.status_code == 302
+    job = ImportJob.objects.get(dataset_name="bad-upload")
+    assert job.status == "failed"
+    for fragment in fragments:
+        assert fragment in job.error, (case, job.error)
+    assert counts() == before
+    status = client.get(f"/datasets/imports/{job.pk}/status/").json()
+    assert status["status"] == "failed" and status["error"] == job.error
+
+
+def test_a_two_gigabyte_claim_is_refused_before_reading(client, demo_accounts, settings):
+    client.login(username="admin", password=demo_accounts["admin"])
+    resp = client.generic("POST", "/datasets/import/", b"x" * 10, content_type="multipart/form-data; boundary=zz",
+                          CONTENT_LENGTH=str(2 * 1024**3))
+    assert resp.status_code == 413 and b"limit" in resp.content
+    assert not ImportJob.objects.exists()
+
+
+def test_oversized_upload_is_refused_by_the_form(client, demo_accounts, settings):
+    settings.CIRVAL_MAX_UPLOAD_BYTES = 1000
+    client.login(username="admin", password=demo_accounts["admin"])
+    upload = io.BytesIO(b"[" + b" " * 2000 + b"]")
+    upload.name = "val.json"
+    resp = client.post("/datasets/import/", {"format": "circo", "name": "big", "files": [upload]})
+    assert resp.status_code == 413 or b"limit" in resp.content
+    assert not ImportJob.objects.exists() and not Dataset.objects.exists()
+
+
+def test_bomb_and_fake_images_are_reported_not_decoded(tmp_path, settings):
+    settings.IMAGE_MAX_PIXELS = 1_000_000
+    (tmp_path / f"{1:012d}.jpg").write_bytes(png_header(50_000, 50_000))  # bomb
+    (tmp_path / f"{2:012d}.jpg").write_text("<html>not an image</html>")   # wrong content
+    (tmp_path / f"{3:012d}.jpg").write_bytes(b"")                           # empty
+    PILImage.new("RGB", (10, 10)).save(tmp_path / f"{4:012d}.jpg", format="JPEG")
+    val = tmp_path / "val.json"
+    val.write_text(json.dumps([{**CIRCO_OK, "gt_img_ids": [2, 3, 4]}]))
+    out = StringIO()
+    call_command("import_dataset", "--format", "circo", "--name", "imgs", "--images-root", str(tmp_path), str(val), stdout=out)
+    text = out.getvalue()
+    assert "3 of 4 images are missing" in text
+    assert "exceeds the limit" in text and "not a readable image" in text
+    assert list(Image.objects.filter(missing=False).values_list("external_id", flat=True)) == ["4"]
+
+
+SCRIPT = '<script>alert("x")</script>\x07\u202e evil'
+
+
+def test_script_and_control_characters_are_escaped_and_kept(tmp_path, client, demo_accounts):
+    val = tmp_path / "val.json"
+    val.write_text(json.dumps([{**CIRCO_OK, "relative_caption": SCRIPT, "shared_concept": SCRIPT}]))
+    call_command("import_dataset", "--format", "circo", "--name", "xss", str(val), stdout=StringIO())
+    q = Query.objects.get(dataset__name="xss")
+    assert q.turns.get().texts[0]["text"] == SCRIPT and q.raw["relative_caption"] == SCRIPT  # stored intact
+    client.login(username="researcher", password=demo_accounts["researcher"])
+    for url in ("/datasets/xss/", f"/datasets/xss/queries/{q.pk}/"):
+        body = client.get(url).content.decode()
+        assert "<script>alert" not in body and "&lt;script&gt;alert" in body, url
