@@ -1,45 +1,12 @@
-"""The three roles of CIRVal, kept as Django groups, and small helpers to test them.
-
-Admins are staff users (they may also be in the "admin" group); annotators and
-researchers are plain users in their group.
-"""
-from __future__ import annotations
-
-ANNOTATOR = "annotator"
-RESEARCHER = "researcher"
-ADMIN = "admin"
-ROLES = (ANNOTATOR, RESEARCHER, ADMIN)
-
-
-def has_role(user, role: str) -> bool:
-    if not getattr(user, "is_authenticated", False):
-        return False
-    if role == ADMIN:
-        return bool(user.is_staff)
-    cache = getattr(user, "_cirval_groups", None)
-    if cache is None:
-        cache = set(user.groups.values_list("name", flat=True))
-        user._cirval_groups = cache
-    return role in cache
-
-
-def is_admin(user) -> bool:
-    return has_role(user, ADMIN)
-
-
-def is_researcher(user) -> bool:
-    return has_role(user, RESEARCHER) or is_admin(user)
-
-
-def is_annotator(user) -> bool:
-    return has_role(user, ANNOTATOR)
-
-
-def roles_context(request) -> dict:
-    """Template context: which role-specific navigation a user sees."""
-    user = getattr(request, "user", None)
-    return {
-        "cirval_is_admin": is_admin(user),
-        "cirval_is_researcher": is_researcher(user),
-        "cirval_is_annotator": is_annotator(user),
-    }
+"""The roles live in ``config.roles`` (every app checks them); re-exported here."""
+from config.roles import (  # noqa: F401
+    ADMIN,
+    ANNOTATOR,
+    RESEARCHER,
+    ROLES,
+    has_role,
+    is_admin,
+    is_annotator,
+    is_researcher,
+    roles_context,
+)

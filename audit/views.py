@@ -9,7 +9,7 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
-from annotation.roles import is_admin, is_researcher
+from config.roles import is_admin, is_researcher
 
 from . import services
 from .forms import AuditForm

@@ -14,6 +14,8 @@ from django.utils.text import get_valid_filename
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET
 
+from config.roles import researcher_required
+
 from .forms import ImportForm
 from .imageserve import THUMB_SIZES, ImageRefused, check_pixels, image_file, placeholder_svg, thumbnail
 from .models import Dataset, Image, ImportJob, Query
@@ -21,12 +23,14 @@ from .services import run_import_job
 from .stats import dataset_stats
 
 
+@researcher_required
 def dataset_list(request):
     datasets = list(Dataset.objects.all())
     rows = [(d, dataset_stats(d)) for d in datasets]
     return render(request, "retrieval/dataset_list.html", {"rows": rows})
 
 
+@researcher_required
 def dataset_detail(request, name: str):
     dataset = get_object_or_404(Dataset, name=name)
     queries = (
@@ -47,6 +51,7 @@ def dataset_detail(request, name: str):
     )
 
 
+@researcher_required
 def query_detail(request, name: str, pk: int):
     dataset = get_object_or_404(Dataset, name=name)
     query = get_object_or_404(

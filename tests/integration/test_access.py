@@ -36,6 +36,8 @@ def test_health_is_open(client):
 def test_roles(client, demo_accounts, circo):
     client.login(username="annotator1", password=demo_accounts["annotator1"])
     assert client.get("/").status_code == 200
+    assert client.get("/datasets/").status_code == 403  # corpus pages are for researchers and staff
+    assert client.get("/datasets/circo/").status_code == 403
     assert client.get("/datasets/import/").status_code == 302  # staff only: to the admin login
     assert client.get("/admin/").status_code == 302
     client.logout()
