@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import AuditChunk, AuditRun
+from .models import AuditChunk, AuditRun, AuditSessionRank
 
 
 @admin.register(AuditRun)
@@ -15,3 +15,10 @@ class AuditChunkAdmin(admin.ModelAdmin):
     list_display = ("id", "run", "retriever", "kind", "index", "status", "attempts", "owner", "heartbeat_at")
     list_filter = ("status", "kind")
     exclude = ("items",)
+
+
+@admin.register(AuditSessionRank)
+class AuditSessionRankAdmin(admin.ModelAdmin):
+    list_display = ("id", "run", "query", "retriever", "strategy", "modality", "ranks")
+    list_filter = ("strategy", "modality")
+    raw_id_fields = ("run", "query")

@@ -5,7 +5,7 @@ a ``<title>`` per bar for tooltips) that a template can inline.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
 
 PALETTE: tuple[str, ...] = ("#2457c5", "#e08a1e", "#1f7a4d", "#8e44ad", "#b83232")
@@ -92,18 +92,29 @@ def grouped_hbar_svg(
     return "".join(out)
 
 
+def _retriever_tip(name: str, count: int, x: int) -> str:
+    return f"{name}: {count} quer{'y' if count == 1 else 'ies'} solved by {x} retriever{'' if x == 1 else 's'}"
+
+
 def histogram_svg(
     histograms: Mapping[str, Mapping[int, int]],
     n_max: int,
     title: str,
     width: int = 720,
     height: int = 260,
+    x_label: str = "retrievers within K",
+    x_min: int = 0,
+    tip: Callable[[str, int, int], str] = _retriever_tip,
 ) -> str:
-    """Vertical grouped bars: x = number of retrievers (0..n_max), one bar per series."""
+    """Vertical grouped bars: x = ``x_min..n_max`` (by default retrievers within K), one bar per series.
+
+    ``tip(series, count, x)`` is each bar's tooltip.
+    """
     series = list(histograms)
+    tip_of = tip
     pad_l, pad_b, pad_t = 48, 40, 62
     plot_w, plot_h = width - pad_l - 16, height - pad_b - pad_t
-    xs = list(range(0, max(n_max, 0) + 1))
+    xs = list(range(min(x_min, max(n_max, 0)), max(n_max, 0) + 1))
     peak = max([c for h in histograms.values() for c in h.values()] + [1])
     group_w = plot_w / len(xs)
     bar_w = max(2.0, (group_w - 8) / max(1, len(series)))
@@ -127,13 +138,136 @@ def histogram_svg(
             count = int(histograms[name].get(x, 0))
             h = count / peak * plot_h
             colour = PALETTE[s % len(PALETTE)]
-            tip = f"{name}: {count} quer{'y' if count == 1 else 'ies'} solved by {x} retriever{'' if x == 1 else 's'}"
+            tip = tip_of(name, count, x)
             out.append(f'<rect x="{gx + s * bar_w:.1f}" y="{base - h:.1f}" width="{bar_w - 1:.1f}" '
                        f'height="{h:.1f}" fill="{colour}"><title>{escape(tip)}</title></rect>')
             if count:
                 out.append(f'<text x="{gx + s * bar_w + (bar_w - 1) / 2:.1f}" y="{base - h - 3:.1f}" {SMALL} '
                            f'text-anchor="middle">{count}</text>')
     out.append(f'<text x="{pad_l + plot_w / 2:.1f}" y="{height - 6}" {FONT} text-anchor="middle" fill="#616e7c">'
-               f'retrievers within K</text>')
+               f'{escape(x_label)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+#: Dash patterns and marker shapes that tell series apart besides their colour.
+DASHES: tuple[str, ...] = ("", "7 4", "2 3")
+MARKERS: tuple[str, ...] = ("circle", "square", "triangle")
+#: Candidate tops of the y axis of :func:`line_panels_svg` (shares between 0 and 1).
+Y_STEPS: tuple[float, ...] = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def _marker(shape: str, x: float, y: float, colour: str, tip: str) -> str:
+    t = f"<title>{escape(tip)}</title>"
+    if shape == "square":
+        return f'<rect x="{x - 3.5:.1f}" y="{y - 3.5:.1f}" width="7" height="7" fill="{colour}">{t}</rect>'
+    if shape == "triangle":
+        pts = f"{x:.1f},{y - 4.5:.1f} {x - 4.5:.1f},{y + 3.5:.1f} {x + 4.5:.1f},{y + 3.5:.1f}"
+        return f'<polygon points="{pts}" fill="{colour}">{t}</polygon>'
+    return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}">{t}</circle>'
+
+
+def line_panels_svg(
+    panels: Sequence[tuple[str, Mapping[str, Sequence[float | None]]]],
+    x_labels: Sequence[str],
+    title: str,
+    x_label: str = "turn",
+    y_label: str = "Hits@10",
+    width: int = 960,
+    height: int = 300,
+    y_max: float | None = None,
+) -> str:
+    """Small multiples of line charts on a shared ``0..y_max`` axis: one panel per entry of ``panels``.
+
+    Each panel is ``(panel title, {series name: [y per x]})``; every panel has the same
+    series (same colour, dash and marker per series, one legend on top). ``None``
+    values are gaps. ``y_max`` defaults to the smallest of :data:`Y_STEPS` that holds
+    every value (shares: at most 1), so that low curves are not flattened; the tick
+    labels say the scale. Markers of series that coincide are nudged a few pixels
+    apart so that every series stays visible; the lines themselves are exact.
+    """
+    names: list[str] = list(dict.fromkeys(n for _, series in panels for n in series))
+    if y_max is None:
+        peak = max([v for _, series in panels for vs in series.values() for v in vs if v is not None] + [0.0])
+        y_max = next((y for y in Y_STEPS if peak <= y + 1e-12), 1.0)
+    n_p = max(1, len(panels))
+    pad_l, pad_r, top, pad_b, gutter = 58, 12, 70, 44, 42
+    panel_w = (width - pad_l - pad_r - gutter * (n_p - 1)) / n_p
+    plot_h = height - top - pad_b
+    n_x = max(1, len(x_labels))
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
+        f'width="100%" role="img" aria-label="{escape(title)}">',
+        f'<title>{escape(title)}</title>',
+        f'<text x="8" y="18" {FONT} font-weight="600">{escape(title)}</text>',
+    ]
+    for n, name in enumerate(names):  # legend: a line sample with its marker
+        lx = pad_l + n * 170
+        colour = PALETTE[n % len(PALETTE)]
+        dash = DASHES[n % len(DASHES)]
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(f'<line x1="{lx}" y1="36" x2="{lx + 34}" y2="36" stroke="{colour}" stroke-width="2.5"{dash_attr}/>')
+        out.append(_marker(MARKERS[n % len(MARKERS)], lx + 17, 36, colour, name))
+        out.append(f'<text x="{lx + 42}" y="40" {FONT}>{escape(name)}</text>')
+    top_v = float(y_max)
+
+    def y_of(v: float) -> float:
+        return top + (1 - min(max(v, 0.0), top_v) / top_v) * plot_h
+
+    out.append(f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" {FONT} text-anchor="middle" '
+               f'fill="#616e7c">{escape(y_label)}</text>')
+    for p, (panel_title, series) in enumerate(panels):
+        x0 = pad_l + p * (panel_w + gutter)
+        step = (panel_w - 24) / max(1, n_x - 1)
+
+        def x_of(i: int) -> float:
+            return x0 + 12 + (i * step if n_x > 1 else (panel_w - 24) / 2)
+
+        out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{top - 10}" {FONT} font-weight="600" '
+                   f'text-anchor="middle">{escape(panel_title)}</text>')
+        out.append(f'<rect x="{x0:.1f}" y="{top}" width="{panel_w:.1f}" height="{plot_h}" '
+                   f'fill="none" stroke="#d9e2ec"/>')
+        for j in range(5):
+            tick = top_v * j / 4
+            ty = y_of(tick)
+            out.append(f'<line x1="{x0:.1f}" y1="{ty:.1f}" x2="{x0 + panel_w:.1f}" y2="{ty:.1f}" stroke="#e4e9ef"/>')
+            out.append(f'<text x="{x0 - 5:.1f}" y="{ty + 4:.1f}" {SMALL} text-anchor="end" fill="#616e7c">'
+                       f'{round(tick, 4):g}</text>')
+        for i, lab in enumerate(x_labels):
+            out.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 15}" {SMALL} text-anchor="middle" '
+                       f'fill="#616e7c">{escape(str(lab))}</text>')
+        out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{height - 8}" {FONT} text-anchor="middle" '
+                   f'fill="#616e7c">{escape(x_label)}</text>')
+        # markers at the same point are spread horizontally by their series index
+        seen: dict[tuple[int, float], int] = {}
+        marks: list[str] = []
+        for n, name in enumerate(names):
+            values = list(series.get(name, []))
+            colour = PALETTE[n % len(PALETTE)]
+            dash = DASHES[n % len(DASHES)]
+            dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+            segment: list[str] = []
+            segments: list[list[str]] = []
+            for i, v in enumerate(values[:n_x]):
+                if v is None:
+                    if segment:
+                        segments.append(segment)
+                    segment = []
+                    continue
+                segment.append(f"{x_of(i):.1f},{y_of(v):.1f}")
+                key = (i, round(v, 6))
+                nudge = seen.get(key, 0)
+                seen[key] = nudge + 1
+                marks.append(_marker(
+                    MARKERS[n % len(MARKERS)], x_of(i) + 5 * nudge, y_of(v), colour,
+                    f"{panel_title} · {name} · {x_label} {x_labels[i]}: {_fmt(v)}",
+                ))
+            if segment:
+                segments.append(segment)
+            for seg in segments:
+                if len(seg) > 1:
+                    out.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{colour}" '
+                               f'stroke-width="2.2"{dash_attr} stroke-linejoin="round"/>')
+        out.extend(marks)
     out.append("</svg>")
     return "".join(out)

@@ -9,6 +9,10 @@ One image and one text encoding per query serve the three modalities:
 * text-only query = the text embedding;
 * image-only query = the image embedding.
 
+Sessions (multi-turn queries) use the same per-turn encodings: :func:`rank_sessions`
+aggregates each session's history of turns per modality and strategy and ranks every
+turn; :func:`session_texts_max_cosine` serves the tau-diversity filter.
+
 Built retrievers and gallery matrices are kept per process (small LRU memos), so the
 successive chunks a worker process runs neither rebuild the model nor re-read the
 gallery embeddings.
@@ -24,11 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from retrieval.embcache import EmbeddingCache, encode_with_cache
 from retrieval.encoders import DEFAULT_MAX_PIXELS, ImageTooLargeError, build_retriever, load_image
 from retrieval.ranking import rank_queries
+from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, aggregate_history, max_pairwise_cosine
 
 #: Exceptions that make an image unreadable (counted and skipped, never fatal).
 IMAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, ImageTooLargeError)
@@ -207,3 +213,101 @@ def rank_three(
     r_img = rank_queries(img, gallery, positives, exclude, top_k=0)
     top = [[int(i) for i in row if int(i) >= 0] for row in r_mm.topk.tolist()]
     return ThreeRanks(r_mm.best_rank, r_txt.best_rank, r_img.best_rank, top, time.perf_counter() - started)
+
+
+#: Modalities of a session audit, and the strategies of history aggregation.
+SESSION_MODALITIES: tuple[str, str, str] = ("multimodal", "text_only", "image_only")
+
+
+@dataclass
+class SessionRanks:
+    """``ranks[(strategy, modality)][s]`` = ranks ``r_1..r_L`` of session ``s`` (``None``: not retrieved)."""
+
+    ranks: dict[tuple[str, str], list[list[int | None]]]
+    seconds: float
+
+
+def rank_sessions(
+    retriever: Any,
+    image_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    turn_counts: Sequence[int],
+    gallery: torch.Tensor,
+    positives: Sequence[Sequence[int]],
+    exclude: Sequence[int | None] | None,
+    alpha: float = DEFAULT_ALPHA,
+    strategies: Sequence[str] = STRATEGIES,
+) -> SessionRanks:
+    """Turn-wise ranks of a batch of sessions in every modality and aggregation strategy.
+
+    ``image_emb``/``text_emb`` hold one row per turn, the sessions one after the other
+    (``turn_counts[s]`` rows for session ``s``). Per modality (multimodal =
+    ``retriever.compose(image, text)``, text only, image only) and strategy, the
+    history of turns ``1..l`` of each session is aggregated with
+    :func:`retrieval.sessions.aggregate_history` and ranked against ``gallery``;
+    ``positives[s]`` are gallery rows of session ``s``'s ground truths (the same for
+    every turn) and ``exclude[t]`` a gallery row left out for turn row ``t`` (its
+    reference image) or ``None``.
+    """
+    started = time.perf_counter()
+    n_rows = sum(turn_counts)
+    if image_emb.shape[0] != n_rows or text_emb.shape[0] != n_rows:
+        raise ValueError(f"{n_rows} turns, but {image_emb.shape[0]} image and {text_emb.shape[0]} text rows")
+    if len(positives) != len(turn_counts):
+        raise ValueError("one positives list per session")
+    if exclude is not None and len(exclude) != n_rows:
+        raise ValueError("one exclude entry per turn")
+    device = gallery.device
+    bases = {
+        "multimodal": retriever.compose(image_emb, text_emb),
+        "text_only": text_emb,
+        "image_only": image_emb,
+    }
+    starts = [0]
+    for n in turn_counts:
+        starts.append(starts[-1] + n)
+    row_positives = [positives[s] for s, n in enumerate(turn_counts) for _ in range(n)]
+    combos = [(strategy, modality) for modality in SESSION_MODALITIES for strategy in strategies]
+    blocks: list[np.ndarray] = []
+    for modality in SESSION_MODALITIES:
+        # numpy (float64 sums): for sessions of a few turns this is much faster than
+        # many tiny torch calls, and gives the same result for the same input.
+        base = bases[modality].float().cpu().numpy()
+        for strategy in strategies:
+            blocks.extend(
+                aggregate_history(base[starts[s]:starts[s + 1]], strategy, alpha) for s in range(len(turn_counts))
+            )
+    out: dict[tuple[str, str], list[list[int | None]]] = {}
+    if n_rows:
+        # one ranking call for every (strategy, modality) block of rows
+        queries = torch.from_numpy(np.concatenate(blocks)).to(device)
+        row_exclude = list(exclude) if exclude is not None else [None] * n_rows
+        best = rank_queries(
+            queries, gallery, row_positives * len(combos), row_exclude * len(combos), top_k=0
+        ).best_rank
+    else:
+        best = []
+    for c, combo in enumerate(combos):
+        part = best[c * n_rows:(c + 1) * n_rows]
+        out[combo] = [part[starts[s]:starts[s + 1]] for s in range(len(turn_counts))]
+    return SessionRanks(out, time.perf_counter() - started)
+
+
+def session_texts_max_cosine(
+    retriever: Any, cache: EmbeddingCache, sessions: Sequence[Sequence[str]]
+) -> tuple[list[float | None], Encoded]:
+    """Largest text-embedding cosine between two of each session's texts (``None``: < 2 texts).
+
+    Every distinct text is encoded once (through the cache); repeated texts within a
+    session count as a pair (cosine 1).
+    """
+    unique = list(dict.fromkeys(t for texts in sessions for t in texts))
+    enc = encode_texts(retriever, cache, unique)
+    row = {t: n for n, t in enumerate(unique)}
+    out: list[float | None] = []
+    for texts in sessions:
+        if len(texts) < 2:
+            out.append(None)
+            continue
+        out.append(max_pairwise_cosine(enc.matrix[[row[t] for t in texts]]))
+    return out, enc

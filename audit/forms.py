@@ -25,6 +25,18 @@ class AuditForm(forms.Form):
     exclude_reference = forms.BooleanField(
         required=False, initial=True, label="Leave each query's reference image out of its gallery"
     )
+    epsilon = forms.FloatField(
+        label="Sessions: epsilon", required=False, min_value=0,
+        help_text="Epsilon-consistency margin: a rank may worsen by at most this much per turn (empty: 30).",
+    )
+    tau = forms.FloatField(
+        label="Sessions: tau", required=False, min_value=-1, max_value=1,
+        help_text="Tau-diversity: two texts of a session with cosine >= tau remove it (empty: 0.8).",
+    )
+    tau_encoder = forms.CharField(
+        label="Sessions: tau text encoder", required=False, max_length=500,
+        help_text="Retriever spec whose text encoder the tau filter uses (empty: the first retriever).",
+    )
 
     def clean(self):
         data = super().clean()
@@ -34,6 +46,11 @@ class AuditForm(forms.Form):
                 data["split"] = resolve_split(dataset, data.get("split") or None)
             except AuditError as exc:
                 self.add_error("split", str(exc))
+        if (data.get("tau_encoder") or "").strip():
+            try:
+                data["tau_encoder"] = normalise_retrievers([data["tau_encoder"]])[0]
+            except ValueError as exc:
+                self.add_error("tau_encoder", str(exc))
         if data.get("retrievers"):
             try:
                 data["retriever_specs"] = normalise_retrievers(data["retrievers"].splitlines())

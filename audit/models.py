@@ -4,7 +4,12 @@ A run is planned into *chunks* (one retriever times one slice of the gallery or 
 queries); each chunk is one Celery task on the ``gpu`` queue. Chunks carry a lease
 (``owner``, ``started_at``, ``heartbeat_at``) so that a chunk whose worker died can be
 found and run again (see :mod:`audit.services`). Rank rows are unique per (run, query,
-retriever), labels per (run, query).
+retriever), labels per (run, query), session rank rows per (run, query, retriever,
+strategy, modality).
+
+Multi-turn queries (sessions) are scored turn by turn in ``sessions`` chunks (see
+:mod:`retrieval.sessions`); a ``texts`` chunk encodes every session's texts with the
+run's ``tau_encoder`` for the tau-diversity filter.
 """
 from __future__ import annotations
 
@@ -38,6 +43,11 @@ class AuditRun(models.Model):
     exclude_reference = models.BooleanField(default=True)
     chunk_queries = models.PositiveIntegerField(default=512)
     chunk_gallery = models.PositiveIntegerField(default=4096)
+    epsilon = models.FloatField(default=30.0, help_text="Sessions: epsilon-consistency margin (r_{l+1} <= r_l + epsilon).")
+    tau = models.FloatField(default=0.8, help_text="Sessions: a pair of texts with cosine >= tau removes the session.")
+    tau_encoder = models.CharField(
+        max_length=500, blank=True, help_text="Sessions: retriever spec whose text encoder the tau filter uses."
+    )
 
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     stage = models.CharField(max_length=100, blank=True)
@@ -83,11 +93,14 @@ class AuditRun(models.Model):
 
 
 class AuditChunk(models.Model):
-    """One task: a retriever and a slice of the gallery (encode) or of the queries (rank)."""
+    """One task: a retriever and a slice of the gallery (encode), of the single-turn
+    queries (rank), of the sessions (rank every turn) or of the sessions' texts (tau)."""
 
     class Kind(models.TextChoices):
         GALLERY = "gallery"
         QUERIES = "queries"
+        SESSIONS = "sessions"
+        TEXTS = "texts"
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -99,7 +112,7 @@ class AuditChunk(models.Model):
     retriever = models.CharField(max_length=500)
     kind = models.CharField(max_length=10, choices=Kind.choices)
     index = models.PositiveIntegerField()
-    items = models.JSONField(default=list, help_text="Image ids (gallery) or query ids (queries), in order.")
+    items = models.JSONField(default=list, help_text="Image ids (gallery) or query ids (the other kinds), in order.")
     n_items = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     owner = models.CharField(max_length=200, blank=True, help_text="host:pid of the worker holding the lease")
@@ -136,6 +149,29 @@ class AuditRank(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["run", "query", "retriever"], name="audit_rank_unique")
+        ]
+
+
+class AuditSessionRank(models.Model):
+    """Ranks ``r_1..r_L`` of a session's best ground truth after each turn (``None``: not retrieved).
+
+    One row per retriever, history aggregation ``strategy`` (latest, average, weighted)
+    and ``modality`` (multimodal, text_only, image_only); turn ``l`` ranks the
+    aggregate of turns ``1..l`` (see :func:`retrieval.sessions.aggregate_history`).
+    """
+
+    run = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="session_ranks")
+    query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="+")
+    retriever = models.CharField(max_length=500)
+    strategy = models.CharField(max_length=10)
+    modality = models.CharField(max_length=12)
+    ranks = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "query", "retriever", "strategy", "modality"], name="audit_session_rank_unique"
+            )
         ]
 
 

@@ -15,6 +15,106 @@ from .services import subset_scores
 
 VALIDATED_SUBSET = "validated"
 MODALITY_NAMES = {"multimodal": "multimodal", "text_only": "text only", "image_only": "image only"}
+FILTER_NAMES = {
+    "success": "success",
+    "multi_turn": "multi-turn",
+    "epsilon_consistency": "epsilon-consistency",
+    "tau_diversity": "tau-diversity",
+}
+FILTER_HELP = {
+    "success": "target within K at some turn",
+    "multi_turn": "target not within K at turn 1",
+    "epsilon_consistency": "no turn worsens the rank by more than epsilon",
+    "tau_diversity": "no two texts with cosine >= tau",
+}
+
+
+def _g(v: Any) -> str:
+    """A parameter as written by a person: 30, 0.8 (not 30.0, 0.80)."""
+    return "" if v is None else f"{float(v):g}"
+
+
+def _num(v: Any) -> Any:
+    return None if v is None else float(v)
+
+
+def build_sessions_report(run: AuditRun) -> dict[str, Any] | None:
+    """The 'Sessions' section: Hits@K curves, metric table, filter table, turn lengths (None: no sessions)."""
+    s = run.summary.get("sessions")
+    if not s:
+        return None
+    k = s.get("k", run.k)
+    strategies = s.get("strategies", ["latest", "average", "weighted"])
+    modalities = s.get("modalities", list(MODALITIES))
+    metrics = s.get("metrics", {})
+    l_max = int(s.get("l_max", 0))
+    curves: list[SafeString] = []
+    rows: list[dict[str, Any]] = []
+    # one y scale for every retriever's chart, so that the charts compare at a glance
+    peak = max([float(v) for per in metrics.values() for mods in per.values() for cell in mods.values()
+                for v in cell.get("hits_at_k", []) if v is not None] + [0.0])
+    y_max = next((y for y in charts.Y_STEPS if peak <= y + 1e-12), 1.0)
+    for name in run.retrievers:
+        per = metrics.get(name)
+        if not per:
+            continue
+        if l_max:
+            panels = [
+                (MODALITY_NAMES.get(m, m), {st: per.get(st, {}).get(m, {}).get("hits_at_k", []) for st in strategies})
+                for m in modalities
+            ]
+            curves.append(mark_safe(charts.line_panels_svg(
+                panels, [str(n) for n in range(1, l_max + 1)],
+                f"{name}: cumulative Hits@{k} after each turn (target within {k} at some turn ≤ l)",
+                x_label="turn l", y_label=f"Hits@{k}", y_max=y_max,
+            )))
+        for st in strategies:
+            cells = per.get(st, {})
+            rows.append({
+                "retriever": name, "strategy": st,
+                "final": [_num(cells.get(m, {}).get("final_recall_at_k")) for m in modalities],
+                "auc": [_num(cells.get(m, {}).get("auc")) for m in modalities],
+                "kept": [s.get("kept_per_ranking", {}).get(name, {}).get(st, {}).get(m) for m in modalities],
+            })
+    filters = s.get("filters", {})
+    steps = [
+        {**step, "title": FILTER_NAMES.get(step["name"], step["name"]), "help": FILTER_HELP.get(step["name"], "")}
+        for step in filters.get("steps", [])
+    ]
+    hist = {int(n): int(c) for n, c in s.get("turn_histogram", {}).items()}
+    kept_hist = {int(n): int(c) for n, c in s.get("kept_turn_histogram", {}).items()}
+    lengths = sorted(set(hist) | set(kept_hist))
+    length_chart = None
+    if lengths:
+        length_chart = mark_safe(charts.histogram_svg(
+            {"scored sessions": hist, "kept by all filters": kept_hist}, max(lengths), "Sessions by number of turns",
+            x_label="turns in the session", x_min=min(lengths),
+            tip=lambda series, count, x: f"{series}: {count} session{'' if count == 1 else 's'} of {x} turns",
+        ))
+    return {
+        "n": s.get("n_sessions", 0),
+        "in_split": s.get("sessions_in_split", 0),
+        "k": k, "alpha": _g(s.get("alpha")), "epsilon": _g(s.get("epsilon")), "tau": _g(s.get("tau")),
+        "y_max": y_max,
+        "tau_encoder": s.get("tau_encoder"),
+        "l_max": l_max,
+        "curves": curves,
+        "modalities": [MODALITY_NAMES.get(m, m) for m in modalities],
+        "rows": rows,
+        "basis": s.get("filter_basis", {}),
+        "basis_modality": MODALITY_NAMES.get(s.get("filter_basis", {}).get("modality", ""), ""),
+        "filter_total": filters.get("n_sessions", 0),
+        "filter_steps": steps,
+        "n_kept": filters.get("n_kept", 0),
+        "tau_missing": filters.get("tau_missing", 0),
+        "length_chart": length_chart,
+        "length_rows": [(n, hist.get(n, 0), kept_hist.get(n, 0)) for n in lengths],
+        "skipped": s.get("skipped", {}),
+        "skipped_total": s.get("skipped_total", 0),
+        "no_positive_in_gallery": s.get("no_positive_in_gallery", 0),
+        "text_cosine": s.get("text_cosine", {}),
+        "subset": s.get("subset", ""),
+    }
 
 
 def _score_rows(run: AuditRun, stats: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -80,7 +180,12 @@ def build_report(run: AuditRun) -> dict[str, Any]:
         "dataset": run.dataset.name, "split": run.split, "total": s.get("n_queries", 0),
         **{label: counts.get(label, 0) for label in (*LABELS, "shortcut_free")},
     }
+    sessions = build_sessions_report(run)
     return {
+        "sessions": sessions,
+        "session_seconds": sum(float(run.timings.get(key, 0.0) or 0.0) for key in (
+            "encode_sessions", "rank_sessions", "encode_session_texts")),
+        "has_single": bool(s.get("n_queries")) or sessions is None,
         "table1": table1,
         "detail_counts": s.get("detail_counts", {}),
         "subsets": subsets,

@@ -4,12 +4,17 @@ How a computed run goes (see also :mod:`audit.tasks`):
 
 1. :func:`create_run` stores the run (status ``queued``); :func:`start_run` hands it to
    the coordinating task (or runs it in-process when asked to, :func:`run_inline`).
-2. The coordinator *plans* it (:func:`plan_run`): which single-turn queries can be
-   audited (the others are counted as skipped, with a reason), what the gallery is,
-   and one chunk per (retriever, slice of the gallery) and (retriever, slice of the
-   queries). Gallery chunks encode images into the embedding cache; query chunks
-   encode the queries (one image and one text embedding each), rank the three
-   modalities and write one :class:`AuditRank` row per (query, retriever).
+2. The coordinator *plans* it (:func:`plan_run`): which single-turn queries and which
+   multi-turn sessions can be audited (the others are counted as skipped, with a
+   reason), what the gallery is, and one chunk per (retriever, slice of the gallery),
+   (retriever, slice of the queries) and (retriever, slice of the sessions), plus
+   ``texts`` chunks for the tau encoder. Gallery chunks encode images into the
+   embedding cache; query chunks encode the queries (one image and one text embedding
+   each), rank the three modalities and write one :class:`AuditRank` row per (query,
+   retriever); session chunks do the same for every turn of a session on its
+   aggregated history (:func:`audit.engine.rank_sessions`) and write one
+   :class:`AuditSessionRank` row per (session, retriever, strategy, modality); texts
+   chunks store each session's largest text-text cosine (tau-diversity).
 3. Chunks are Celery tasks. A task first *claims* its chunk (an atomic update that
    succeeds only for a pending chunk or one whose lease is stale); a done chunk
    returns at once, so a redelivered message is harmless, and rank rows are unique per
@@ -17,7 +22,18 @@ How a computed run goes (see also :mod:`audit.tasks`):
    renews the lease.
 4. When every chunk is done, :func:`aggregate_run` labels the queries with
    :func:`audit.labels.label_queries`, stores :class:`AuditLabel` rows, the report
-   figures and the query subsets.
+   figures and the query subsets; :func:`aggregate_sessions` adds the session
+   metrics, the CIRCLED filter table and the ``audit<id>:sessions_kept`` subset.
+
+Sessions: turn ``l`` of a session is ranked with the history of turns ``1..l``
+aggregated as latest, average or weighted (alpha = 0.8), for the multimodal
+(composed), text-only and image-only embeddings; the positives are the session's
+final targets; with ``exclude_reference`` turn ``l``'s own reference image is left out
+of turn ``l``'s gallery. The filters (success, multi-turn, epsilon-consistency with
+the run's ``epsilon``) are applied to the multimodal *latest* ranks of the run's first
+retriever (:data:`SESSION_FILTER_BASIS`: the closest to CIRCLED's construction-time
+single retriever, which ranks the newest query), tau-diversity to the text
+embeddings of the run's ``tau_encoder`` (default: the first retriever).
 
 Recovery (:func:`reconcile`): a chunk that is not done and whose lease is stale (its
 worker was killed; with the filesystem broker its message is gone for good) is sent
@@ -33,6 +49,7 @@ Images without a file (``missing`` at import, or unreadable now) are left out.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -55,12 +72,19 @@ from retrieval.metrics import MODALITIES, modality_scores
 from retrieval.models import Dataset, GalleryEntry, Image, Query, QuerySubset, Target, Turn
 
 from .labels import LABELS, SHORTCUT_FREE, SUPPORT_KEYS, AuditLabels, label_queries
-from .models import AuditChunk, AuditLabel, AuditRank, AuditRun
+from .models import AuditChunk, AuditLabel, AuditRank, AuditRun, AuditSessionRank
 
 logger = logging.getLogger(__name__)
 
 SKIP_REASONS: tuple[str, ...] = (
-    "multi_turn",
+    "no_reference",
+    "empty_text",
+    "reference_missing",
+    "reference_unreadable",
+    "no_target",
+)
+SESSION_SKIP_REASONS: tuple[str, ...] = (
+    "missing_turn",
     "no_reference",
     "empty_text",
     "reference_missing",
@@ -69,6 +93,10 @@ SKIP_REASONS: tuple[str, ...] = (
 )
 SUBSET_NAMES: tuple[str, ...] = ("shortcut_free", "composition_required", "unresolved", "shortcut_solvable")
 LATEST_SUBSET = "shortcut_free"
+SESSIONS_KEPT = "sessions_kept"
+#: The ranks the session filters read: the first retriever of the pool, this strategy and modality.
+SESSION_FILTER_BASIS: dict[str, str] = {"strategy": "latest", "modality": "multimodal"}
+SESSION_CHUNK_KINDS = (AuditChunk.Kind.QUERIES, AuditChunk.Kind.SESSIONS)  # need the gallery first
 
 Progress = Callable[[AuditRun], None]
 
@@ -161,8 +189,16 @@ def create_run(
     chunk_queries: int | None = None,
     chunk_gallery: int | None = None,
     created_by: Any = None,
+    epsilon: float | None = None,
+    tau: float | None = None,
+    tau_encoder: str | None = None,
 ) -> AuditRun:
-    """Validate the request and store a queued run (nothing is computed yet)."""
+    """Validate the request and store a queued run (nothing is computed yet).
+
+    ``epsilon``, ``tau`` and ``tau_encoder`` parameterise the session filters
+    (defaults: ``AUDIT_SESSION_EPSILON`` = 30, ``AUDIT_SESSION_TAU`` = 0.8 and the
+    pool's first retriever); they are stored on the run, the encoder as a canonical spec.
+    """
     if isinstance(dataset, str):
         found = Dataset.objects.filter(name=dataset).first()
         if found is None:
@@ -172,7 +208,16 @@ def create_run(
         raise AuditError("K must be an integer >= 1")
     if isinstance(min_mm_retrievers, bool) or int(min_mm_retrievers) < 0:
         raise AuditError("the minimum number of multimodal retrievers must be >= 0")
+    from retrieval.sessions import DEFAULT_EPSILON, DEFAULT_TAU
+
     specs = normalise_retrievers(retrievers)
+    eps = float(_setting("AUDIT_SESSION_EPSILON", DEFAULT_EPSILON) if epsilon is None else epsilon)
+    if isinstance(epsilon, bool) or not math.isfinite(eps) or eps < 0:
+        raise AuditError("epsilon must be a finite number >= 0")
+    t = float(_setting("AUDIT_SESSION_TAU", DEFAULT_TAU) if tau is None else tau)
+    if isinstance(tau, bool) or not math.isfinite(t) or not -1.0 <= t <= 1.0:
+        raise AuditError("tau must be a cosine between -1 and 1")
+    tau_spec = normalise_retrievers([tau_encoder])[0] if (tau_encoder or "").strip() else specs[0]
     cq = int(chunk_queries or _setting("AUDIT_CHUNK_QUERIES", 512))
     cg = int(chunk_gallery or _setting("AUDIT_CHUNK_GALLERY", 4096))
     if cq < 1 or cg < 1:
@@ -181,7 +226,13 @@ def create_run(
         dataset=dataset, split=resolve_split(dataset, split), retrievers=specs, k=int(k),
         min_mm_retrievers=int(min_mm_retrievers), exclude_reference=bool(exclude_reference),
         chunk_queries=cq, chunk_gallery=cg, created_by=created_by if getattr(created_by, "pk", None) else None,
+        epsilon=eps, tau=t, tau_encoder=tau_spec,
     )
+
+
+def _tau_encoder(run: AuditRun) -> str:
+    """The spec whose text encoder the tau filter uses (the first retriever unless set)."""
+    return run.tau_encoder or run.retrievers[0]
 
 
 def start_run(run: AuditRun) -> None:
@@ -200,8 +251,11 @@ def _turn_text(texts: Any) -> str:
 
 
 def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple[list[int], dict[int, str]]:
-    """Eligible single-turn query ids in (ordinal, id) order and the skipped ones with a reason."""
-    qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split)
+    """Eligible single-turn query ids in (ordinal, id) order and the skipped ones with a reason.
+
+    Multi-turn queries are not considered here (see :func:`_session_eligibility`).
+    """
+    qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split, n_turns__lte=1)
     if query_ids is not None:
         qs = qs.filter(pk__in=list(query_ids))
     queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
@@ -220,9 +274,7 @@ def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple
     skipped: dict[int, str] = {}
     for qid, n_turns in queries:
         turn = first_turns.get(qid)
-        if n_turns > 1:
-            skipped[qid] = "multi_turn"
-        elif turn is None or turn["reference_image_id"] is None:
+        if turn is None or turn["reference_image_id"] is None:
             skipped[qid] = "no_reference"
         elif not _turn_text(turn["texts"]):
             skipped[qid] = "empty_text"
@@ -233,6 +285,54 @@ def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple
         else:
             eligible.append(qid)
     assert len(eligible) + len(skipped) == len(ids)
+    return eligible, skipped
+
+
+_TURN_FIELDS = (
+    "query_id", "index", "reference_image_id", "reference_image__missing", "reference_image__sha256",
+    "reference_image__path", "texts",
+)
+
+
+def _session_turns(query_ids: Any) -> dict[int, list[dict[str, Any]]]:
+    """Query id -> its turns (dicts of :data:`_TURN_FIELDS`) in turn order."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for t in Turn.objects.filter(query_id__in=query_ids).order_by("query_id", "index").values(*_TURN_FIELDS):
+        out[t["query_id"]].append(t)
+    return out
+
+
+def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple[list[int], dict[int, str]]:
+    """Eligible multi-turn sessions in (ordinal, id) order and the skipped ones with a reason.
+
+    A session is scored when its turns are numbered 1..n_turns, every turn has a
+    reference image with a file and a non-empty text, and it has a positive target.
+    """
+    qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split, n_turns__gt=1)
+    if query_ids is not None:
+        qs = qs.filter(pk__in=list(query_ids))
+    queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
+    turns = _session_turns(qs.values("pk"))
+    with_positive = set(
+        Target.objects.filter(query__in=qs, relevance__gt=0).exclude(role="neg").values_list("query_id", flat=True)
+    )
+    eligible: list[int] = []
+    skipped: dict[int, str] = {}
+    for qid, n_turns in queries:
+        ts = turns.get(qid, [])
+        if [t["index"] for t in ts] != list(range(1, n_turns + 1)):
+            skipped[qid] = "missing_turn"
+        elif any(t["reference_image_id"] is None for t in ts):
+            skipped[qid] = "no_reference"
+        elif not all(_turn_text(t["texts"]) for t in ts):
+            skipped[qid] = "empty_text"
+        elif any(t["reference_image__missing"] or not t["reference_image__sha256"] or not t["reference_image__path"]
+                 for t in ts):
+            skipped[qid] = "reference_missing"
+        elif qid not in with_positive:
+            skipped[qid] = "no_target"
+        else:
+            eligible.append(qid)
     return eligible, skipped
 
 
@@ -281,10 +381,13 @@ def plan_run(run: AuditRun) -> bool:
         if run.planned or not run.is_active:
             return False
         eligible, skipped = _eligibility(run)
+        sessions, session_skipped = _session_eligibility(run)
         gallery, gallery_info = _gallery_rows(run)
-        if not eligible:
+        if not eligible and not sessions:
+            why = Counter(skipped.values())
+            why.update(f"session {r}" for r in session_skipped.values())
             raise AuditError("no query can be audited: " + (
-                ", ".join(f"{n} {r}" for r, n in Counter(skipped.values()).items()) or "the split is empty"
+                ", ".join(f"{n} {r}" for r, n in why.items()) or "the split is empty"
             ))
         if not gallery:
             raise AuditError("the gallery is empty (no image with a file on disk)")
@@ -296,13 +399,22 @@ def plan_run(run: AuditRun) -> bool:
             for n, part in enumerate(_chunks(eligible, run.chunk_queries)):
                 chunks.append(AuditChunk(run=run, retriever=spec, kind=AuditChunk.Kind.QUERIES, index=n,
                                          items=part, n_items=len(part)))
+            for n, part in enumerate(_chunks(sessions, run.chunk_queries)):
+                chunks.append(AuditChunk(run=run, retriever=spec, kind=AuditChunk.Kind.SESSIONS, index=n,
+                                         items=part, n_items=len(part)))
+        for n, part in enumerate(_chunks(sessions, run.chunk_queries)):
+            chunks.append(AuditChunk(run=run, retriever=_tau_encoder(run), kind=AuditChunk.Kind.TEXTS, index=n,
+                                     items=part, n_items=len(part)))
         AuditChunk.objects.bulk_create(chunks, batch_size=500)
         reasons = Counter(skipped.values())
+        session_reasons = Counter(session_skipped.values())
         run.summary = {
             **run.summary,
             "plan": {
-                "queries_in_split": len(eligible) + len(skipped),
+                "queries_in_split": len(eligible) + len(skipped) + len(sessions) + len(session_skipped),
                 "eligible": len(eligible),
+                "sessions_in_split": len(sessions) + len(session_skipped),
+                "sessions_eligible": len(sessions),
                 "gallery": gallery_info,
                 "chunks": len(chunks),
                 "retrievers": len(run.retrievers),
@@ -312,6 +424,11 @@ def plan_run(run: AuditRun) -> bool:
             "skipped_total": len(skipped),
             "skipped_examples": _examples(skipped),
         }
+        if sessions or session_skipped:
+            run.summary["session_plan"] = {
+                "skipped": {r: session_reasons[r] for r in SESSION_SKIP_REASONS if session_reasons.get(r)},
+                "skipped_examples": _examples(session_skipped),
+            }
         run.total = sum(c.n_items for c in chunks)
         run.done = 0
         run.planned = True
@@ -554,6 +671,119 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) 
     return stats, rank_rows
 
 
+def _rank_session_chunk(
+    run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None
+) -> tuple[dict[str, Any], list[AuditSessionRank]]:
+    """Rank every turn of the chunk's sessions (3 modalities x 3 strategies) for one retriever."""
+    from .engine import encode_images, encode_texts, gallery_matrix, rank_sessions
+
+    t0 = time.perf_counter()
+    retriever = _retriever(chunk.retriever)
+    cache = _cache(retriever)
+    build_s = time.perf_counter() - t0
+    max_pixels = int(_setting("IMAGE_MAX_PIXELS", 64_000_000))
+
+    t0 = time.perf_counter()
+    g_ids, g_keys, g_rel = _gallery_of(run, chunk.retriever)
+    gallery, rows, g_enc = gallery_matrix(
+        retriever, cache, (run.pk, chunk.retriever), g_keys, _locator(run, g_rel), max_pixels
+    )
+    g_ids = [g_ids[r] for r in rows]
+    index_of = {image_id: n for n, image_id in enumerate(g_ids)}
+    gallery_s = time.perf_counter() - t0
+    if beat:
+        beat.check()
+
+    eligible, skipped = _session_eligibility(run, chunk.items)
+    skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
+    turns = _session_turns(eligible)
+    positives_of: dict[int, list[int]] = defaultdict(list)
+    for qid, image_id in (
+        Target.objects.filter(query_id__in=eligible, relevance__gt=0).exclude(role="neg").order_by("id")
+        .values_list("query_id", "image_id")
+    ):
+        positives_of[qid].append(image_id)
+
+    # One image encoding per distinct reference file, one text encoding per distinct text.
+    key_rel = {t["reference_image__sha256"]: t["reference_image__path"] for q in eligible for t in turns[q]}
+    keys = list(key_rel)
+    img = encode_images(retriever, cache, keys, _locator(run, key_rel), max_pixels=max_pixels,
+                        check=beat.check if beat else None)
+    readable = [k for k, ok in zip(keys, img.ok) if ok]
+    image_row = {k: n for n, k in enumerate(readable)}
+    kept = []
+    for q in eligible:
+        if all(t["reference_image__sha256"] in image_row for t in turns[q]):
+            kept.append(q)
+        else:
+            skipped_out[str(q)] = "reference_unreadable"
+    texts = {q: [_turn_text(t["texts"]) for t in turns[q]] for q in kept}
+    unique_texts = list(dict.fromkeys(x for q in kept for x in texts[q]))
+    txt = encode_texts(retriever, cache, unique_texts)
+    text_row = {x: n for n, x in enumerate(unique_texts)}
+    if beat:
+        beat.check()
+
+    rank_s = 0.0
+    out_rows: list[AuditSessionRank] = []
+    no_positive = 0
+    n_turns = sum(len(turns[q]) for q in kept)
+    if kept:
+        image_emb = img.matrix[[image_row[t["reference_image__sha256"]] for q in kept for t in turns[q]]]
+        text_emb = txt.matrix[[text_row[x] for q in kept for x in texts[q]]]
+        positives = [[index_of[i] for i in positives_of[q] if i in index_of] for q in kept]
+        exclude = [
+            index_of.get(t["reference_image_id"]) if run.exclude_reference else None for q in kept for t in turns[q]
+        ]
+        no_positive = sum(1 for pos in positives if not pos)
+        from retrieval.sessions import DEFAULT_ALPHA
+
+        result = rank_sessions(retriever, image_emb, text_emb, [len(turns[q]) for q in kept], gallery, positives,
+                               exclude, alpha=DEFAULT_ALPHA)
+        rank_s = result.seconds
+        for (strategy, modality), per_session in result.ranks.items():
+            out_rows.extend(
+                AuditSessionRank(run_id=run.pk, query_id=q, retriever=chunk.retriever, strategy=strategy,
+                                 modality=modality, ranks=per_session[n])
+                for n, q in enumerate(kept)
+            )
+    stats = {
+        "seconds": {"build": build_s, "gallery": gallery_s, "encode_images": img.seconds,
+                    "encode_texts": txt.seconds, "rank": rank_s},
+        "cache": {
+            "session_image_hits": img.hits, "session_image_encoded": img.encoded,
+            "session_text_hits": txt.hits, "session_text_encoded": txt.encoded,
+            "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
+        },
+        "session_skipped": skipped_out,
+        "no_positive_in_gallery": no_positive,
+        "sessions_ranked": len(kept),
+        "turns_ranked": n_turns,
+        "gallery_size": len(g_ids),
+    }
+    return stats, out_rows
+
+
+def _session_texts_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> dict[str, Any]:
+    """Each session's largest text-text cosine with the tau encoder (stored in the chunk's stats)."""
+    from .engine import session_texts_max_cosine
+
+    t0 = time.perf_counter()
+    retriever = _retriever(chunk.retriever)
+    cache = _cache(retriever)
+    build_s = time.perf_counter() - t0
+    turns = _session_turns(chunk.items)
+    texts = [[x for x in (_turn_text(t["texts"]) for t in turns.get(q, [])) if x] for q in chunk.items]
+    if beat:
+        beat.check()
+    worst, enc = session_texts_max_cosine(retriever, cache, texts)
+    return {
+        "seconds": {"build": build_s, "encode_texts": enc.seconds},
+        "cache": {"tau_text_hits": enc.hits, "tau_text_encoded": enc.encoded},
+        "max_text_cosine": {str(q): v for q, v in zip(chunk.items, worst)},
+    }
+
+
 def gallery_ready(run_id: int, spec: str) -> bool:
     return not AuditChunk.objects.filter(run_id=run_id, retriever=spec, kind=AuditChunk.Kind.GALLERY).exclude(
         status=AuditChunk.Status.DONE
@@ -578,7 +808,7 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
     run = chunk.run
     if run.status in (AuditRun.Status.DONE, AuditRun.Status.FAILED):
         return run.status
-    if chunk.kind == AuditChunk.Kind.QUERIES and not gallery_ready(run.pk, chunk.retriever):
+    if chunk.kind in SESSION_CHUNK_KINDS and not gallery_ready(run.pk, chunk.retriever):
         return "waiting"
     owner = owner or default_owner()
     if not claim_chunk(chunk.pk, owner):
@@ -591,9 +821,14 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
         return "busy" if chunk.status != AuditChunk.Status.FAILED else "failed"
     beat = Heartbeat(chunk.pk, owner, lease_seconds() / 4) if heartbeat else None
     rows: list[AuditRank] = []
+    session_rows: list[AuditSessionRank] = []
     try:
         if chunk.kind == AuditChunk.Kind.GALLERY:
             stats = _encode_gallery_chunk(run, chunk, beat)
+        elif chunk.kind == AuditChunk.Kind.SESSIONS:
+            stats, session_rows = _rank_session_chunk(run, chunk, beat)
+        elif chunk.kind == AuditChunk.Kind.TEXTS:
+            stats = _session_texts_chunk(run, chunk, beat)
         else:
             stats, rows = _rank_query_chunk(run, chunk, beat)
         if beat:
@@ -612,6 +847,8 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
     with transaction.atomic():
         if rows:
             AuditRank.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
+        if session_rows:
+            AuditSessionRank.objects.bulk_create(session_rows, batch_size=1000, ignore_conflicts=True)
         stats.setdefault("seconds", {})["write"] = time.perf_counter() - t0
         AuditChunk.objects.filter(pk=chunk.pk).exclude(status=AuditChunk.Status.DONE).update(
             status=AuditChunk.Status.DONE, finished_at=timezone.now(), heartbeat_at=timezone.now(), stats=stats,
@@ -687,6 +924,142 @@ def subset_scores(run: AuditRun, query_ids: Iterable[int]) -> dict[str, dict[str
     return out
 
 
+def _fmt_json(stats: dict[str, Any]) -> dict[str, Any]:
+    """A :func:`retrieval.sessions.session_metrics` dict with the violation ids replaced by their count."""
+    out = dict(stats)
+    out["epsilon_violations"] = len(out.get("epsilon_violations", []))
+    return out
+
+
+def session_rank_table(run: AuditRun) -> dict[str, dict[str, dict[str, dict[int, list[Any]]]]]:
+    """``{retriever: {strategy: {modality: {session id: [r_1, ..., r_L]}}}}`` from the stored rows."""
+    table: dict[str, dict[str, dict[str, dict[int, list[Any]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict))
+    )
+    for q, r, strategy, modality, ranks in AuditSessionRank.objects.filter(run=run).values_list(
+        "query_id", "retriever", "strategy", "modality", "ranks"
+    ):
+        table[r][strategy][modality][q] = ranks
+    return table
+
+
+def filter_sessions(
+    sessions: dict[Any, list[Any]],
+    max_text_cosine: dict[Any, float | None],
+    k: int,
+    epsilon: float,
+    tau: float,
+) -> dict[str, Any]:
+    """The CIRCLED filter chain on ranks plus the tau step on precomputed text cosines.
+
+    Success, multi-turn and epsilon-consistency come from
+    :func:`retrieval.sessions.apply_filters`; tau-diversity removes a session whose
+    largest text-text cosine is ``>= tau`` (same rule as
+    :func:`retrieval.sessions.passes_tau_diversity`; a session without a computed value
+    passes and is counted in ``tau_missing``). Returns the
+    :meth:`~retrieval.sessions.FilterReport.as_dict` form (``removed_ids`` kept).
+    """
+    from retrieval.sessions import apply_filters
+
+    report = apply_filters(sessions, None, k=k, epsilon=epsilon, tau=tau).as_dict()
+    steps = [st for st in report["steps"] if st["name"] != "tau_diversity"]
+    remaining = list(report["kept"])
+    fails = {q for q in sessions if max_text_cosine.get(q) is not None and max_text_cosine[q] >= tau}
+    removed = [q for q in remaining if q in fails]
+    kept = [q for q in remaining if q not in fails]
+    steps.append({"name": "tau_diversity", "removed": len(removed), "removed_ids": removed, "remaining": len(kept),
+                  "removed_alone": len(fails), "skipped": False})
+    return {
+        "n_sessions": report["n_sessions"], "kept": kept, "n_kept": len(kept), "steps": steps,
+        "tau_missing": sum(1 for q in sessions if q not in max_text_cosine),
+    }
+
+
+def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[int]]:
+    """The ``sessions`` part of the run's summary and the ids of the sessions kept by every filter.
+
+    Per retriever x strategy x modality: :func:`retrieval.sessions.session_metrics`
+    (Hits@K curve over turns ``1..L_max``, Final Recall@K, AUC, epsilon-consistent
+    count) and how many sessions pass all filters; the filter table (success ->
+    multi-turn -> epsilon -> tau) on :data:`SESSION_FILTER_BASIS` of the first
+    retriever; the turn-length histograms. ``(None, [])`` when the split has no sessions.
+    """
+    from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, session_metrics
+
+    plan = run.summary.get("session_plan")
+    if plan is None:
+        return None, []
+    chunk_skips: dict[str, str] = {}
+    max_cos: dict[int, float | None] = {}
+    no_positive: dict[str, int] = defaultdict(int)
+    for c in chunks:
+        st = c["stats"] or {}
+        if c["kind"] == AuditChunk.Kind.SESSIONS:
+            chunk_skips.update(st.get("session_skipped", {}))
+            no_positive[c["retriever"]] += int(st.get("no_positive_in_gallery", 0))
+        elif c["kind"] == AuditChunk.Kind.TEXTS:
+            max_cos.update({int(q): v for q, v in st.get("max_text_cosine", {}).items()})
+    reasons = Counter(plan.get("skipped", {}))
+    reasons.update(chunk_skips.values())
+    examples = dict(plan.get("skipped_examples", {}))
+    for reason, ids in _examples(chunk_skips).items():
+        examples[reason] = (examples.get(reason, []) + ids)[:10]
+
+    table = session_rank_table(run)
+    dropped = {int(q) for q in chunk_skips}
+    scored = {q for r in table.values() for s in r.values() for m in s.values() for q in m} - dropped
+    order = dict(Query.objects.filter(pk__in=scored).values_list("pk", "ordinal"))
+    ids = sorted(scored, key=lambda q: (order.get(q, 0), q))
+    lengths = {q: len(next(m[q] for r in table.values() for s in r.values() for m in s.values() if q in m))
+               for q in ids}
+    k, eps, tau = run.k, run.epsilon, run.tau
+
+    def ranks_of(name: str, strategy: str, modality: str) -> dict[int, list[Any]]:
+        got = table.get(name, {}).get(strategy, {}).get(modality, {})
+        return {q: got.get(q, [None] * lengths[q]) for q in ids}
+
+    metrics: dict[str, Any] = {}
+    kept_per: dict[str, Any] = {}
+    for name in run.retrievers:
+        for strategy in STRATEGIES:
+            for modality in MODALITIES:
+                sess = ranks_of(name, strategy, modality)
+                metrics.setdefault(name, {}).setdefault(strategy, {})[modality] = _fmt_json(
+                    session_metrics(sess, k=k, epsilon=eps)
+                )
+                kept_per.setdefault(name, {}).setdefault(strategy, {})[modality] = (
+                    filter_sessions(sess, max_cos, k, eps, tau)["n_kept"] if ids else 0
+                )
+    basis = {"retriever": run.retrievers[0], **SESSION_FILTER_BASIS}
+    filters = filter_sessions(ranks_of(basis["retriever"], basis["strategy"], basis["modality"]), max_cos, k, eps, tau)
+    kept = filters.pop("kept")
+    for st in filters["steps"]:
+        st["removed_examples"] = st.pop("removed_ids")[:10]
+    worst = [max_cos[q] for q in ids if max_cos.get(q) is not None]
+    summary = {
+        "n_sessions": len(ids),
+        "sessions_in_split": run.summary.get("plan", {}).get("sessions_in_split", len(ids)),
+        "l_max": max(lengths.values(), default=0),
+        "k": k, "alpha": DEFAULT_ALPHA, "epsilon": eps, "tau": tau, "tau_encoder": _tau_encoder(run),
+        "strategies": list(STRATEGIES), "modalities": list(MODALITIES),
+        "metrics": metrics,
+        "kept_per_ranking": kept_per,
+        "filter_basis": basis,
+        "filters": filters,
+        "turn_histogram": {str(n): c for n, c in sorted(Counter(lengths.values()).items())},
+        "kept_turn_histogram": {str(n): c for n, c in sorted(Counter(lengths[q] for q in kept).items())},
+        "text_cosine": {"sessions": len(worst), "at_or_above_tau": sum(1 for v in worst if v >= tau),
+                        "max": max(worst, default=None)},
+        "skipped": {r: reasons[r] for r in SESSION_SKIP_REASONS if reasons.get(r)}
+        | {r: n for r, n in reasons.items() if r not in SESSION_SKIP_REASONS},
+        "skipped_total": sum(reasons.values()),
+        "skipped_examples": examples,
+        "no_positive_in_gallery": max(no_positive.values(), default=0),
+        "subset": subset_name(run, SESSIONS_KEPT),
+    }
+    return summary, kept
+
+
 def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | None = None) -> bool:
     """Label the run's queries once every chunk is done; returns True if this call finished it.
 
@@ -726,6 +1099,7 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
             key: dict(sorted(Counter(s[key] for s in audit.support.values()).items())) for key in SUPPORT_KEYS
         }
     sf_scores = subset_scores_from_rows(run, rows, set(audit.shortcut_free))
+    sessions, sessions_kept = aggregate_sessions(run, chunks)
     summary = {
         **run.summary,
         "k": run.k,
@@ -742,6 +1116,8 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
         "skipped_examples": examples,
         "no_positive_in_gallery": max(no_positive.values()) if no_positive else run.summary.get("no_positive_in_gallery", 0),
     }
+    if sessions is not None:
+        summary["sessions"] = sessions
     timings = _timings(run, chunks)
     label_rows = [
         AuditLabel(
@@ -761,6 +1137,11 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
         AuditLabel.objects.filter(run=run).delete()
         AuditLabel.objects.bulk_create(label_rows, batch_size=1000)
         _write_subsets(run, audit)
+        if sessions is not None:
+            subset, _ = QuerySubset.objects.update_or_create(
+                dataset=run.dataset, name=subset_name(run, SESSIONS_KEPT), defaults={"source": f"audit {run.pk}"}
+            )
+            subset.queries.set(sessions_kept)
         timings["aggregate"] = time.perf_counter() - started
         now = timezone.now()
         if locked.started_at:
@@ -807,6 +1188,16 @@ def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
         if c["kind"] == AuditChunk.Kind.GALLERY:
             secs["encode_gallery"] += s.get("encode", 0.0)
             per[name]["encode_gallery"] += s.get("encode", 0.0)
+        elif c["kind"] == AuditChunk.Kind.SESSIONS:
+            q = s.get("encode_images", 0.0) + s.get("encode_texts", 0.0)
+            secs["encode_sessions"] += q
+            secs["load_gallery"] += s.get("gallery", 0.0)
+            secs["rank_sessions"] += s.get("rank", 0.0) + s.get("write", 0.0)
+            per[name]["encode_sessions"] += q
+            per[name]["rank_sessions"] += s.get("rank", 0.0) + s.get("write", 0.0)
+        elif c["kind"] == AuditChunk.Kind.TEXTS:
+            secs["encode_session_texts"] += s.get("encode_texts", 0.0)
+            per[name]["encode_session_texts"] += s.get("encode_texts", 0.0)
         else:
             q = s.get("encode_images", 0.0) + s.get("encode_texts", 0.0)
             secs["encode_queries"] += q
@@ -821,7 +1212,8 @@ def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
             else:
                 cache[key] += int(value)
     cache["encoded"] = sum(cache.get(k, 0) for k in (
-        "gallery_encoded", "query_image_encoded", "text_encoded", "gallery_read_encoded"))
+        "gallery_encoded", "query_image_encoded", "text_encoded", "gallery_read_encoded",
+        "session_image_encoded", "session_text_encoded", "tau_text_encoded"))
     return {**{k: round(v, 4) for k, v in secs.items()}, "cache": dict(cache),
             "per_retriever": {k: {kk: round(vv, 4) for kk, vv in v.items()} for k, v in per.items()}}
 
@@ -840,6 +1232,8 @@ def _write_subsets(run: AuditRun, audit: AuditLabels) -> None:
             dataset=run.dataset, name=subset_name(run, name), defaults={"source": source}
         )
         subset.queries.set(members[name])
+    if not audit.queries:
+        return  # a sessions-only audit says nothing about single-turn shortcuts: keep the latest subset
     latest, _ = QuerySubset.objects.update_or_create(
         dataset=run.dataset, name=LATEST_SUBSET, defaults={"source": f"{source} (latest audit)"}
     )
@@ -859,20 +1253,23 @@ def run_inline(run: AuditRun, progress: Progress | None = None) -> AuditRun:
         return run
     run.refresh_from_db()
     owner = f"inline:{default_owner()}"
-    for spec in run.retrievers:
-        for kind in (AuditChunk.Kind.GALLERY, AuditChunk.Kind.QUERIES):
-            for chunk_id in AuditChunk.objects.filter(run=run, retriever=spec, kind=kind).exclude(
-                status=AuditChunk.Status.DONE
-            ).order_by("index").values_list("pk", flat=True):
-                # A chunk leased by a live worker is left to it; re-claiming is allowed
-                # only once the lease is stale (same rule as for workers).
-                result = process_chunk(chunk_id, owner=owner, heartbeat=False)
-                if result == "failed":
-                    run.refresh_from_db()
-                    return run
-                if progress:
-                    run.refresh_from_db()
-                    progress(run)
+    order = [(spec, kind) for spec in run.retrievers
+             for kind in (AuditChunk.Kind.GALLERY, AuditChunk.Kind.QUERIES, AuditChunk.Kind.SESSIONS)]
+    order.append((None, AuditChunk.Kind.TEXTS))
+    for spec, kind in order:
+        chunks = AuditChunk.objects.filter(run=run, kind=kind)
+        if spec is not None:
+            chunks = chunks.filter(retriever=spec)
+        for chunk_id in chunks.exclude(status=AuditChunk.Status.DONE).order_by("index").values_list("pk", flat=True):
+            # A chunk leased by a live worker is left to it; re-claiming is allowed
+            # only once the lease is stale (same rule as for workers).
+            result = process_chunk(chunk_id, owner=owner, heartbeat=False)
+            if result == "failed":
+                run.refresh_from_db()
+                return run
+            if progress:
+                run.refresh_from_db()
+                progress(run)
     aggregate_run(run.pk)
     run.refresh_from_db()
     return run
@@ -884,7 +1281,12 @@ def run_inline(run: AuditRun, progress: Progress | None = None) -> AuditRun:
 def _send_chunk(chunk_id: int, kind: str) -> None:
     from . import tasks
 
-    task = tasks.encode_gallery_chunk if kind == AuditChunk.Kind.GALLERY else tasks.rank_query_chunk
+    task = {
+        AuditChunk.Kind.GALLERY: tasks.encode_gallery_chunk,
+        AuditChunk.Kind.QUERIES: tasks.rank_query_chunk,
+        AuditChunk.Kind.SESSIONS: tasks.rank_session_chunk,
+        AuditChunk.Kind.TEXTS: tasks.encode_session_texts_chunk,
+    }[kind]
     task.delay(chunk_id)
 
 
@@ -910,7 +1312,7 @@ def dispatch_ready(run_id: int) -> int:
     )
     ready_specs: dict[str, bool] = {}
     for pk, kind, spec in chunks:
-        if kind == AuditChunk.Kind.QUERIES:
+        if kind in SESSION_CHUNK_KINDS:
             if spec not in ready_specs:
                 ready_specs[spec] = gallery_ready(run_id, spec)
             if not ready_specs[spec]:

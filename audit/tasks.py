@@ -1,7 +1,8 @@
 """Celery tasks of the audit (all routed to the ``gpu`` queue by ``audit.tasks.*``).
 
 Each task is idempotent: a chunk that is already done returns at once, a chunk leased
-by a live worker is left alone, and rank rows are unique per (run, query, retriever).
+by a live worker is left alone, and rank rows are unique per (run, query, retriever)
+(session rank rows per (run, query, retriever, strategy, modality)).
 There is no automatic retry: a chunk that raises marks its run failed (with the
 error); a chunk whose worker vanished is resent by :func:`audit.services.reconcile`.
 """
@@ -42,6 +43,22 @@ def encode_gallery_chunk(chunk_id: int) -> str:
 @shared_task(acks_late=True, ignore_result=True)
 def rank_query_chunk(chunk_id: int) -> str:
     """Encode and rank one retriever's slice of the queries in the three modalities."""
+    result = services.process_chunk(chunk_id)
+    _after_chunk(chunk_id, result)
+    return result
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def rank_session_chunk(chunk_id: int) -> str:
+    """Rank every turn of one retriever's slice of the sessions (3 modalities x 3 strategies)."""
+    result = services.process_chunk(chunk_id)
+    _after_chunk(chunk_id, result)
+    return result
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def encode_session_texts_chunk(chunk_id: int) -> str:
+    """Encode a slice of the sessions' texts with the tau encoder (tau-diversity filter)."""
     result = services.process_chunk(chunk_id)
     _after_chunk(chunk_id, result)
     return result

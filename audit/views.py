@@ -57,7 +57,8 @@ def audit_new(request):
                 run = services.create_run(
                     d["dataset"], d["retriever_specs"], split=d["split"], k=d["k"],
                     min_mm_retrievers=d["min_mm_retrievers"], exclude_reference=d["exclude_reference"],
-                    created_by=request.user,
+                    created_by=request.user, epsilon=d.get("epsilon"), tau=d.get("tau"),
+                    tau_encoder=d.get("tau_encoder") or None,
                 )
             except ValueError as exc:
                 form.add_error(None, str(exc))

@@ -51,13 +51,15 @@ def test_eager_audit_labels_every_single_turn_query(demo):
     assert len(singles) == N_SINGLE
     labels = dict(AuditLabel.objects.filter(run=run).values_list("query_id", "label"))
     assert set(labels) == singles
-    assert run.summary["skipped"] == {"multi_turn": N_SESSIONS}
+    assert run.summary["skipped"] == {}  # the sessions are scored turn by turn, not skipped
+    assert run.summary["sessions"]["n_sessions"] == N_SESSIONS
     assert run.summary["n_queries"] == N_SINGLE
     assert sum(run.summary["counts"][k] for k in ("composition_required", "unresolved", "shortcut_solvable")) == N_SINGLE
-    # 2 retrievers x (ceil(80/25) gallery + ceil(30/7) query) chunks, all done
-    assert AuditChunk.objects.filter(run=run).count() == 2 * (4 + 5)
+    # 2 retrievers x (ceil(80/25) gallery + ceil(30/7) query + ceil(6/7) session) chunks
+    # + ceil(6/7) texts chunk of the tau encoder, all done
+    assert AuditChunk.objects.filter(run=run).count() == 2 * (4 + 5 + 1) + 1
     assert not AuditChunk.objects.filter(run=run).exclude(status="done").exists()
-    assert run.done == run.total == 2 * (N_GALLERY + N_SINGLE)
+    assert run.done == run.total == 2 * (N_GALLERY + N_SINGLE + N_SESSIONS) + N_SESSIONS
 
     # one rank row per (query, retriever), no duplicates
     pairs = list(AuditRank.objects.filter(run=run).values_list("query_id", "retriever"))
@@ -165,8 +167,8 @@ def test_done_chunks_are_not_recomputed_and_stale_ones_are_resent(demo, monkeypa
     sent.clear()
     result = services.reconcile(run)
     assert result["resent_stale"] == 1 and second.pk in sent
-    # every query chunk is ready (gallery done) and was never sent: dispatched once
-    never_sent = AuditChunk.objects.filter(run=run, kind="queries").exclude(pk__in=[first.pk, second.pk])
+    # every query, session and texts chunk is ready (gallery done) and was never sent: dispatched once
+    never_sent = AuditChunk.objects.filter(run=run).exclude(kind="gallery").exclude(pk__in=[first.pk, second.pk])
     assert set(sent) == {second.pk} | set(never_sent.values_list("pk", flat=True))
     sent.clear()
     assert services.reconcile(run)["sent"] == 0 and sent == []  # nothing twice
@@ -204,14 +206,14 @@ def test_unusable_queries_are_skipped_with_a_reason(demo):
     run = audit(demo)
     assert run.status == "done", run.error
     skipped = run.summary["skipped"]
-    assert skipped["multi_turn"] == N_SESSIONS
+    assert "multi_turn" not in skipped
     assert skipped["empty_text"] == 1 and skipped["no_reference"] == 1 and skipped["no_target"] == 1
     assert skipped["reference_missing"] >= 1
     assert skipped["reference_unreadable"] >= 1
     assert run.summary["skipped_total"] == sum(skipped.values())
     labelled = set(AuditLabel.objects.filter(run=run).values_list("query_id", flat=True))
     assert not labelled & {q_text, q_noref, q_missing, q_unreadable, q_target}
-    assert len(labelled) == N_SINGLE - (run.summary["skipped_total"] - N_SESSIONS)
+    assert len(labelled) == N_SINGLE - run.summary["skipped_total"]
     # the image left out of the gallery is neither ranked nor shown
     for top in AuditRank.objects.filter(run=run).values_list("top_mm", flat=True):
         assert ref.pk not in top and gone.pk not in top
@@ -253,7 +255,8 @@ def test_run_audit_command_eager_wait_prints_progress_and_counts(demo):
                  "--chunk-queries", "10", "--eager", "--wait", stdout=out, stderr=err)
     run = AuditRun.objects.get()
     text = out.getvalue()
-    assert f"Audit {run.pk} done: {N_SINGLE} queries labelled; skipped: multi_turn {N_SESSIONS}." in text
+    assert f"Audit {run.pk} done: {N_SINGLE} queries labelled; skipped: none." in text
+    assert f"Sessions: {N_SESSIONS} scored; skipped: none." in text
     for label, n in run.summary["counts"].items():
         assert f"{label}" in text and f"{n}" in text
     assert "ETA" in err.getvalue() and f"{run.total}/{run.total}" in err.getvalue()

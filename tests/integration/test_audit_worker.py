@@ -66,7 +66,7 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
     wait_for(part_done, timeout=60, interval=0.02, what=f"the first chunks\n{first.log()}")
     first.kill(signal.SIGKILL)
     total = AuditChunk.objects.filter(run=run).count()
-    assert total == 2 * (2 + 4)
+    assert total == 2 * (2 + 4 + 1) + 1  # gallery, queries and sessions per retriever; one texts chunk
     done_at_kill = AuditChunk.objects.filter(run=run, status="done").count()
     assert 3 <= done_at_kill < total
     interrupted = list(AuditChunk.objects.filter(run=run, status="running").values_list("pk", flat=True))
@@ -92,7 +92,8 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
     assert len(pairs) == len(set(pairs)) == 2 * 24
     worker_labels = dict(AuditLabel.objects.filter(run=run).values_list("query_id", "label"))
     assert set(worker_labels) == set(Query.objects.filter(dataset=dataset, n_turns=1).values_list("pk", flat=True))
-    assert result.summary["skipped"] == {"multi_turn": 4}
+    assert result.summary["skipped"] == {}
+    assert result.summary["sessions"]["n_sessions"] == 4
 
     # The same audit uninterrupted, in-process (same cache, so the same embeddings).
     clear_memos()

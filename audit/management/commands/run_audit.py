@@ -19,6 +19,10 @@ def format_eta(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
+def _f(v: float | None) -> str:
+    return "undefined" if v is None else f"{v:.3f}"
+
+
 def progress_line(run: AuditRun) -> str:
     eta = run.live_eta_seconds() if run.status == AuditRun.Status.RUNNING else None
     return (f"audit {run.pk}: {run.status} {run.stage} {run.done}/{run.total} ({run.percent}%)"
@@ -28,7 +32,7 @@ def progress_line(run: AuditRun) -> str:
 class Command(BaseCommand):
     help = (
         "Audit a dataset split with a pool of retrievers (multimodal, text-only and image-only ranks, "
-        "then shortcut labels). Without --wait the run is queued for the workers "
+        "then shortcut labels; multi-turn sessions are ranked turn by turn and filtered as in CIRCLED). Without --wait the run is queued for the workers "
         "(celery -A config worker -Q gpu) and its id printed."
     )
 
@@ -41,6 +45,12 @@ class Command(BaseCommand):
         parser.add_argument("--min-mm-retrievers", type=int, default=1)
         parser.add_argument("--keep-reference", action="store_true",
                             help="Keep each query's reference image in its gallery (default: excluded).")
+        parser.add_argument("--epsilon", type=float, default=None,
+                            help="Sessions: epsilon-consistency margin (default 30).")
+        parser.add_argument("--tau", type=float, default=None,
+                            help="Sessions: tau-diversity cosine threshold (default 0.8).")
+        parser.add_argument("--tau-encoder", default=None,
+                            help="Sessions: retriever spec whose text encoder tau uses (default: the first --retriever).")
         parser.add_argument("--chunk-queries", type=int, default=None)
         parser.add_argument("--chunk-gallery", type=int, default=None)
         parser.add_argument("--wait", action="store_true", help="Show progress until done, then the label counts.")
@@ -53,6 +63,7 @@ class Command(BaseCommand):
                 opts["dataset"], opts["retrievers"], split=opts["split"] or None, k=opts["k"],
                 min_mm_retrievers=opts["min_mm_retrievers"], exclude_reference=not opts["keep_reference"],
                 chunk_queries=opts["chunk_queries"], chunk_gallery=opts["chunk_gallery"],
+                epsilon=opts["epsilon"], tau=opts["tau"], tau_encoder=opts["tau_encoder"],
             )
         except ValueError as exc:  # AuditError and bad retriever specs
             raise CommandError(str(exc)) from None
@@ -83,6 +94,23 @@ class Command(BaseCommand):
         counts = s.get("counts", {})
         for label in (*LABELS, "shortcut_free"):
             self.stdout.write(f"  {label:<22}{counts.get(label, 0):>8}")
+        ses = s.get("sessions")
+        if ses:
+            sk = ", ".join(f"{r} {n}" for r, n in ses.get("skipped", {}).items()) or "none"
+            self.stdout.write(f"Sessions: {ses['n_sessions']} scored; skipped: {sk}.")
+            basis = ses.get("filter_basis", {})
+            self.stdout.write(f"  filters on {basis.get('retriever')} {basis.get('modality')} {basis.get('strategy')}"
+                              f" (K {ses['k']}, epsilon {ses['epsilon']:g}, tau {ses['tau']:g}):")
+            for step in ses.get("filters", {}).get("steps", []):
+                self.stdout.write(f"  {step['name']:<22}removed {step['removed']:>6} (alone {step['removed_alone']})"
+                                  f"  remaining {step['remaining']:>6}")
+            for name, per in ses.get("metrics", {}).items():
+                for strategy, mods in per.items():
+                    cells = "  ".join(
+                        f"{m} R@{ses['k']} {_f(v.get('final_recall_at_k'))} AUC {_f(v.get('auc'))}"
+                        for m, v in mods.items()
+                    )
+                    self.stdout.write(f"  {name} {strategy}: {cells}")
 
 
 def wait_for_run(run_id: int, err, poll: float = 2.0) -> AuditRun:
