@@ -27,6 +27,14 @@ def aggregate_panel(query: Query) -> list[dict]:
     return [image_ref(img, 160) for img in latest_panel(query)]
 
 
+def session_ranks(query: Query) -> list:
+    try:
+        from audit.services import latest_session_ranks
+    except ImportError:
+        return []
+    return latest_session_ranks(query)
+
+
 def judgement_dict(j: Judgement | None) -> dict | None:
     if j is None:
         return None
@@ -48,6 +56,8 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
     targets = [t for t in query.targets.all() if t.is_positive]
     current = assignment.revisions.filter(is_current=True).first()
     draft = Draft.objects.filter(assignment=assignment).first()
+    # Not blind: the target's rank after each turn, from the newest audit of the session.
+    ranks = session_ranks(query) if (query.n_turns > 1 and not study.blind) else []
     payload = {
         "assignment": assignment.pk,
         "study": study.pk,
@@ -63,8 +73,9 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
             "turns": [
                 {"index": t.index, "reference": image_ref(t.reference_image), "text": t.text,
                  "texts": [x["text"] for x in t.texts if x.get("role", "caption") in ("caption", "generated")],
-                 "next": image_ref(t.turn_target, 160)}
-                for t in turns
+                 "next": image_ref(t.turn_target, 160),
+                 "rank": ranks[n] if n < len(ranks) and ranks[n] is not None else None}
+                for n, t in enumerate(turns)
             ],
             "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
         },

@@ -1459,6 +1459,23 @@ def aggregate_panel(run: AuditRun, query: Query | int) -> list[Image]:
     return [images[i] for i in ids if i in images]
 
 
+def latest_session_ranks(query: Query | int) -> list[int | None]:
+    """Target rank after each turn (multimodal, latest turn, first retriever) from the newest
+    finished audit that scored this session; [] when none did."""
+    qid = query if isinstance(query, int) else query.pk
+    run = (
+        AuditRun.objects.filter(status=AuditRun.Status.DONE, session_ranks__query_id=qid)
+        .order_by("-finished_at", "-pk")
+        .first()
+    )
+    if run is None or not run.retrievers:
+        return []
+    row = AuditSessionRank.objects.filter(
+        run=run, query_id=qid, retriever=run.retrievers[0], **SESSION_FILTER_BASIS
+    ).values_list("ranks", flat=True).first()
+    return list(row or [])
+
+
 def latest_panel(query: Query | int) -> list[Image]:
     """The aggregate multimodal panel of the newest finished audit that ranked ``query``."""
     qid = query if isinstance(query, int) else query.pk

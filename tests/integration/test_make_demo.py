@@ -43,6 +43,16 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     body = json.dumps(payload)
     assert "composition_required" not in body and "unresolved" not in body
 
+    # the session filmstrip shows the target's rank after each turn only when the study is not blind
+    sessions = Study.objects.get(name="demo-sessions")
+    served = engine.next_assignment(sessions, user).assignment
+    assert sessions.blind and all(t["rank"] is None for t in item_payload(served)["query"]["turns"])
+    sessions.blind = False
+    sessions.save()
+    turns = item_payload(served)["query"]["turns"]
+    assert len(turns) >= 2 and any(t["rank"] for t in turns)
+    assert all(t["rank"] is None or t["rank"] >= 1 for t in turns)
+
     # running it again changes nothing
     before = dataset_stats(Dataset.objects.get(name="demo"))
     call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=StringIO())
