@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
+from .models import Adjudication, Assignment, Draft, ExportJob, Judgement, RubricVersion, Study, StudyItem
 
 
 @admin.register(RubricVersion)
@@ -35,6 +35,19 @@ class JudgementAdmin(admin.ModelAdmin):
     list_display = ("assignment", "revision", "is_current", "category", "sub_reason", "flagged", "created_at")
     list_filter = ("is_current", "category", "flagged")
     raw_id_fields = ("assignment",)
+
+
+@admin.register(Adjudication)
+class AdjudicationAdmin(admin.ModelAdmin):
+    list_display = ("study", "item", "decision", "is_current", "decided_by", "decided_at")
+    list_filter = ("study", "is_current")
+    raw_id_fields = ("item",)
+
+
+@admin.register(ExportJob)
+class ExportJobAdmin(admin.ModelAdmin):
+    list_display = ("id", "study", "policy", "status", "done", "total", "created_at")
+    readonly_fields = ("manifest", "error")
 
 
 admin.site.register(Draft)

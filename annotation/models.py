@@ -158,3 +158,72 @@ class Draft(models.Model):
     assignment = models.OneToOneField(Assignment, on_delete=models.CASCADE, related_name="draft")
     payload = models.JSONField(default=dict)
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class Adjudication(models.Model):
+    """A staff decision on an item (a tie or a flagged item). Every decision is kept;
+    the latest is ``is_current`` and overrides the consensus policy for that item."""
+
+    class Decision(models.TextChoices):
+        VALIDATED = "validated"
+        REJECTED = "rejected"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="adjudications")
+    item = models.ForeignKey(StudyItem, on_delete=models.CASCADE, related_name="adjudications")
+    decision = models.CharField(max_length=10, choices=Decision.choices)
+    note = models.TextField(blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    decided_at = models.DateTimeField(auto_now_add=True)
+    is_current = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item"], condition=Q(is_current=True), name="adjudication_one_current"),
+        ]
+        indexes = [models.Index(fields=["study", "item"], name="adjudication_item")]
+        ordering = ["item", "-decided_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.item_id}: {self.decision}"
+
+    @property
+    def validated(self) -> bool:
+        return self.decision == self.Decision.VALIDATED
+
+
+class ExportJob(models.Model):
+    """A validated-JSONL export of a study, run by a worker; progress is items done / total."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="exports")
+    policy = models.CharField(max_length=20, default="majority")
+    primary = models.CharField(max_length=150, blank=True, help_text="Deciding annotator of the primary policy.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    stage = models.CharField(max_length=100, blank=True)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    path = models.CharField(max_length=1000, blank=True, help_text="The finished export folder.")
+    files = models.JSONField(default=list, blank=True, help_text="Paths relative to the export folder.")
+    manifest = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"export {self.pk} of study {self.study_id} ({self.status})"
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.DONE:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0

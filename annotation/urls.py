@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import api, views
+from . import api, report_views, views
 
 app_name = "annotation"
 urlpatterns = [
@@ -12,6 +12,19 @@ urlpatterns = [
     path("studies/", views.study_list, name="study_list"),
     path("studies/new/", views.study_new, name="study_new"),
     path("studies/<int:study_id>/progress/", views.study_progress_page, name="study_progress"),
+    # reports, adjudication, exports
+    path("reports/", report_views.report_list, name="report_list"),
+    path("studies/<int:study_id>/report/", report_views.report_page, name="report"),
+    path("studies/<int:study_id>/report.json", report_views.report_json, name="report_json"),
+    path("studies/<int:study_id>/report.csv", report_views.report_csv, name="report_csv"),
+    path("studies/<int:study_id>/adjudication/", report_views.adjudication_queue_page, name="adjudication"),
+    path("studies/<int:study_id>/adjudication/<int:item_id>/", report_views.adjudication_item_page,
+         name="adjudication_item"),
+    path("studies/<int:study_id>/exports/", report_views.export_list, name="export_list"),
+    path("studies/<int:study_id>/export/", report_views.export_start, name="export_start"),
+    path("exports/<int:pk>/", report_views.export_job_page, name="export_job"),
+    path("exports/<int:pk>/status/", report_views.export_job_status, name="export_job_status"),
+    path("exports/<int:pk>/files/<path:name>", report_views.export_file, name="export_file"),
     # REST API
     path("api/studies/", api.studies, name="api_studies"),
     path("api/studies/<int:pk>/", api.study_detail, name="api_study"),

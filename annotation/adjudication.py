@@ -1,0 +1,230 @@
+"""Votes, consensus and adjudication of a study's items, read from the database in batches.
+
+:func:`iter_item_batches` streams a study's items in id order (``.iterator(chunk_size)``)
+with every current judgement and the current adjudication of each item, one batch at a
+time, so reports and exports never hold more than one batch of judgements. The consensus
+itself is the pure :func:`annotation.consensus.decide`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, F, Q
+
+from .agreement import FLAGS, VALIDATED
+from .consensus import Decision, Vote, decide
+from .models import Adjudication, Judgement, Study, StudyItem
+from .rubric import Rubric
+
+DEFAULT_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class VoteRow:
+    """One annotator's current judgement of an item (what reports, queues and traces show)."""
+
+    annotator: str
+    validated: bool | None
+    category: str
+    sub_reason: str
+    flags: dict[str, bool]
+    note: str
+    flagged: bool
+    time_spent_ms: int
+    revision: int
+    judged_at: datetime
+    scales: dict[str, Any]
+    reject_flags: list[str]
+
+
+@dataclass(frozen=True)
+class AdjudicationRow:
+    decision: str
+    note: str
+    decided_by: str | None
+    decided_at: datetime
+
+    @property
+    def validated(self) -> bool:
+        return self.decision == Adjudication.Decision.VALIDATED
+
+
+@dataclass
+class ItemRow:
+    """A study item with its query's coordinates, its votes and its adjudication."""
+
+    item_id: int
+    query_id: int
+    dataset_id: int
+    dataset: str
+    external_id: str
+    ordinal: int
+    hidden_category: str
+    stratum: str
+    votes: list[VoteRow] = field(default_factory=list)
+    adjudication: AdjudicationRow | None = None
+
+    @property
+    def key(self) -> str:
+        """``"<dataset>::<external id>"``: how pages name the item."""
+        return f"{self.dataset}::{self.external_id}"
+
+
+def is_validity_rubric(rubric: Rubric) -> bool:
+    """A category rubric whose flags are the four CIRCUS flags (labels: VALIDATED or flags)."""
+    return (rubric.kind == "category" and rubric.flags is not None and tuple(rubric.flags.order) == FLAGS
+            and rubric.valid_category is not None)
+
+
+def validity_label(validated: bool | None, flags: dict[str, bool] | None, category: str,
+                   valid_key: str = VALIDATED) -> str | list[str] | None:
+    """The agreement label of a stored validity judgement.
+
+    ``"VALIDATED"`` when validated; otherwise the list of its true flags in canonical
+    order, so an invalid judgement with no flag (CIRCUS's "invalid unspecified") is
+    ``[]``. Rows written without ``validated`` fall back on the category. ``None``: no label.
+    """
+    flags = flags or {}
+    if validated is True:
+        return VALIDATED
+    if validated is False:
+        return [f for f in FLAGS if flags.get(f)]
+    if not category:
+        return None
+    if category == valid_key:
+        return VALIDATED
+    return [category] if category in FLAGS else None
+
+
+def votes_of(row: ItemRow) -> list[Vote]:
+    """The consensus votes of an item: judgements with a validated / invalid verdict."""
+    return [Vote(v.annotator, bool(v.validated), v.flagged) for v in row.votes if v.validated is not None]
+
+
+def decide_row(row: ItemRow, policy: str = "majority", primary: str | None = None,
+               *, with_adjudication: bool = True) -> Decision:
+    adjudication = row.adjudication.validated if (with_adjudication and row.adjudication) else None
+    return decide(votes_of(row), policy, primary=primary, adjudication=adjudication)
+
+
+def _batched(iterable, n: int) -> Iterator[list]:
+    batch: list = []
+    for x in iterable:
+        batch.append(x)
+        if len(batch) >= n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+_ITEM_FIELDS = ("id", "query_id", "query__dataset_id", "query__dataset__name", "query__external_id",
+                "query__ordinal", "hidden_category", "stratum")
+_VOTE_FIELDS = ("assignment__item_id", "assignment__annotator__username", "validated", "category", "sub_reason",
+                "flags", "note", "flagged", "time_spent_ms", "revision", "created_at", "scales", "reject_flags")
+
+
+def _fill(study: Study, rows: list[ItemRow], exact: bool = False) -> None:
+    """Attach the current judgements and adjudications of one batch: by id range for a run
+    of consecutive items (the whole study), by id list for a hand-picked set (``exact``)."""
+    by_id = {r.item_id: r for r in rows}
+    lo, hi = rows[0].item_id, rows[-1].item_id
+    if exact:
+        mine, adjudicated = Q(assignment__item_id__in=list(by_id)), Q(item_id__in=list(by_id))
+    else:
+        mine = Q(assignment__item_id__gte=lo, assignment__item_id__lte=hi)
+        adjudicated = Q(item_id__gte=lo, item_id__lte=hi)
+    judgements = (
+        Judgement.objects.filter(mine, assignment__study=study, is_current=True)
+        .order_by("assignment__item_id", "assignment__annotator__username")
+        .values_list(*_VOTE_FIELDS)
+    )
+    for item_id, user, validated, cat, sub, flags, note, flagged, ms, rev, at, scales, rejects in judgements:
+        row = by_id.get(item_id)
+        if row is not None:
+            row.votes.append(VoteRow(user, validated, cat, sub, flags or {}, note, flagged, ms, rev, at,
+                                     scales or {}, list(rejects or [])))
+    adjudications = (
+        Adjudication.objects.filter(adjudicated, study=study, is_current=True)
+        .values_list("item_id", "decision", "note", "decided_by__username", "decided_at")
+    )
+    for item_id, decision, note, by, at in adjudications:
+        row = by_id.get(item_id)
+        if row is not None:
+            row.adjudication = AdjudicationRow(decision, note, by, at)
+
+
+def iter_item_batches(study: Study, *, chunk_size: int = DEFAULT_CHUNK,
+                      item_ids: Sequence[int] | None = None) -> Iterator[list[ItemRow]]:
+    """The study's items in id order, ``chunk_size`` at a time, votes attached."""
+    items = StudyItem.objects.filter(study=study)
+    if item_ids is not None:
+        items = items.filter(id__in=list(item_ids))
+    stream = items.order_by("id").values_list(*_ITEM_FIELDS).iterator(chunk_size=chunk_size)
+    for chunk in _batched(stream, chunk_size):
+        rows = [ItemRow(*values) for values in chunk]
+        _fill(study, rows, exact=item_ids is not None)
+        yield rows
+
+
+def item_row(study: Study, item_id: int) -> ItemRow | None:
+    for batch in iter_item_batches(study, item_ids=[item_id]):
+        return batch[0]
+    return None
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    row: ItemRow
+    decision: Decision  # under the policy, before any adjudication
+
+    @property
+    def adjudicated(self) -> bool:
+        return self.row.adjudication is not None
+
+
+def _queue_candidates(study: Study, policy: str) -> list[int]:
+    """Ids of the items that may need an adjudicator, found with one aggregate query: an item
+    with a flag, a split vote (majority: an even split; unanimous: any split) or a decision."""
+    current = Q(assignments__revisions__is_current=True, assignments__revisions__validated__isnull=False)
+    items = StudyItem.objects.filter(study=study).annotate(
+        n=Count("assignments__revisions", filter=current),
+        valid=Count("assignments__revisions", filter=current & Q(assignments__revisions__validated=True)),
+        flags=Count("assignments__revisions", filter=current & Q(assignments__revisions__flagged=True)),
+    )
+    wanted = Q(flags__gt=0) | Q(id__in=Adjudication.objects.filter(study=study).values("item_id"))
+    if policy == "majority":
+        wanted |= Q(n__gt=0, n=F("valid") * 2)
+    elif policy == "unanimous":
+        wanted |= Q(valid__gt=0) & ~Q(valid=F("n"))
+    return list(items.filter(wanted).order_by("id").values_list("id", flat=True))
+
+
+def adjudication_queue(study: Study, policy: str = "majority", primary: str | None = None) -> list[QueueEntry]:
+    """Items that need (or got) an adjudicator: ties, flagged items, and any item already
+    adjudicated. Waiting items first, each group in item id order."""
+    entries: list[QueueEntry] = []
+    candidates = _queue_candidates(study, policy)
+    for start in range(0, len(candidates), DEFAULT_CHUNK):
+        for batch in iter_item_batches(study, item_ids=candidates[start:start + DEFAULT_CHUNK]):
+            for row in batch:
+                decision = decide_row(row, policy, primary, with_adjudication=False)
+                if decision.needs_adjudication or row.adjudication is not None:
+                    entries.append(QueueEntry(row, decision))
+    return sorted(entries, key=lambda e: (e.adjudicated, e.row.item_id))
+
+
+def adjudicate(study: Study, item: StudyItem, validated: bool, note: str, user) -> Adjudication:
+    """Record a staff decision on an item; the previous one (if any) stays, not current."""
+    if item.study_id != study.pk:
+        raise ValueError("the item belongs to another study")
+    decision = Adjudication.Decision.VALIDATED if validated else Adjudication.Decision.REJECTED
+    with transaction.atomic():
+        StudyItem.objects.select_for_update().filter(pk=item.pk).first()  # serialises racing adjudicators
+        Adjudication.objects.filter(item=item, is_current=True).update(is_current=False)
+        return Adjudication.objects.create(study=study, item=item, decision=decision, note=(note or "").strip(),
+                                           decided_by=user, is_current=True)

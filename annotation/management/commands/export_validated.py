@@ -1,0 +1,59 @@
+"""python manage.py export_validated --study ID [--out DIR] [--policy majority|unanimous|primary]
+[--primary USER] [--chunk-size N]
+
+Writes the validated export of a study (M-BEIR query JSONL per dataset and hidden category,
+trace JSONL, manifest with SHA-256; see :mod:`annotation.export`) into ``DIR`` (created; it
+must be absent or empty), by default ``EXPORT_DIR/<study>-<timestamp>/``, and refreshes each
+dataset's ``validated`` query subset. Runs in this process; the study page runs the same
+export on a worker.
+"""
+from __future__ import annotations
+
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from annotation.consensus import POLICIES
+from annotation.export import ExportError, export_study
+from annotation.reports import get_study
+
+
+class Command(BaseCommand):
+    help = "Export the validated items of a study as M-BEIR JSONL with trace and manifest."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--study", required=True, help="Study id.")
+        parser.add_argument("--out", default=None, help="Export folder (absent or empty); default under EXPORT_DIR.")
+        parser.add_argument("--policy", choices=POLICIES, default="majority", help="Consensus policy (default majority).")
+        parser.add_argument("--primary", default=None, help="Deciding annotator of the primary policy (a username).")
+        parser.add_argument("--chunk-size", type=int, default=1000, help="Items read per batch (default 1000).")
+
+    def handle(self, *args, **opts):
+        if opts["primary"] and opts["policy"] != "primary":
+            raise CommandError("--primary needs --policy primary")
+        if opts["chunk_size"] < 1:
+            raise CommandError("--chunk-size must be at least 1")
+        study = get_study(opts["study"])
+        started = time.perf_counter()
+        last = [0.0]
+
+        def progress(stage: str, done: int, total: int) -> None:
+            now = time.perf_counter()
+            if opts["verbosity"] >= 2 and (now - last[0] > 2 or done == total):
+                last[0] = now
+                self.stderr.write(f"{stage}: {done} / {total} items")
+
+        try:
+            result = export_study(study, opts["out"], policy=opts["policy"], primary=opts["primary"],
+                                  chunk_size=opts["chunk_size"], progress=progress)
+        except (ExportError, OSError) as exc:
+            raise CommandError(str(exc)) from None
+        counts = result.manifest["counts"]
+        self.stdout.write(
+            f"Exported study {study.pk} ({study.name!r}, policy {opts['policy']}) to {result.path} in "
+            f"{time.perf_counter() - started:.1f} s: {counts['validated']} validated of {counts['items']} items "
+            f"({counts['rejected']} rejected, {counts['pending_adjudication']} waiting for adjudication, "
+            f"{counts['unjudged']} unjudged)."
+        )
+        for f in result.manifest["files"]:
+            self.stdout.write(f"  {f['path']}  {f['lines']} lines  sha256 {f['sha256']}")

@@ -1,0 +1,329 @@
+"""python manage.py import_circus --study-name NAME [--dataset-prefix circus]
+[--report agreement_report.json --from-report annotator_03,annotator_08] [FILES...]
+
+Imports CIRCUS annotations (``annotations/users/*.json`` or ``agreement_users/*.json``, read
+with :mod:`annotation.circus`) as a CIRVal study under the validity rubric:
+
+* one retrieval dataset per CIRCUS dataset (circo, cirr, fashioniq, lasco), named
+  ``<prefix>-<dataset>``. An existing dataset of that name is reused when it has exactly
+  one query whose ordinal is each needed ``query_idx`` (e.g. the M-BEIR test file
+  imported under that name); otherwise the dataset is created with one placeholder query
+  per ``query_idx`` (external id ``str(query_idx)``, ordinal ``query_idx``, one turn with
+  no image and no text, ``extra = {"circus_placeholder": true}``);
+* the study (closed: its annotations are history; staff may reopen it), one item per
+  (dataset, query_idx) with its ``hidden_category``, the annotators (created without a
+  usable password, in the ``annotator`` group), one done assignment per labelled
+  assignment (``position`` = ``presentation_order``) and one judgement;
+* judgement: ``validated`` as in the file; the four flags kept as they are in
+  ``Judgement.flags``; ``category`` = VALIDATED when validated, else the most severe true
+  flag, else ``""`` (CIRCUS's "invalid unspecified": validated false and no flag, read
+  back by the reports as the label ``[]``); ``note`` = ``annotation.other``; the
+  judgement time = ``annotation_updated_at``.
+
+``--report`` with ``--from-report`` adds annotators that have no file (annotator_03 and
+annotator_08 of the CIRCUS agreement study) from the signatures of the report's
+``item_level_rows`` (position = row number). Re-running changes nothing; an annotation
+edited since the last run becomes a new judgement revision.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+from django.db.models import Count, Q
+
+from annotation import roles
+from annotation.agreement import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE, signature_flags
+from annotation.circus import CircusFormatError, load_agreement_report, parse_assignment_file
+from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
+from retrieval.models import Dataset, Query, Turn
+
+SOURCE = "circus-import"
+CLIENT_TOKEN = "circus-import"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One labelled or unlabelled CIRCUS assignment, whatever file it came from."""
+
+    username: str
+    dataset: str
+    query_idx: int
+    hidden_category: str
+    position: int
+    validated: bool | None
+    flags: tuple[str, ...]
+    note: str
+    updated_at: str | None
+    source: str
+
+
+def records_from_files(paths: list[str], verify_checksum: bool = True) -> list[Record]:
+    out: list[Record] = []
+    for path in paths:
+        parsed = parse_assignment_file(path, verify_checksum=verify_checksum)
+        for a in parsed.annotations:
+            out.append(Record(parsed.username, a.dataset, a.query_idx, a.hidden_category, a.presentation_order,
+                              a.validated, a.flags, a.other, a.updated_at, str(path)))
+    return out
+
+
+def records_from_report(path: str, annotators: list[str]) -> list[Record]:
+    report = load_agreement_report(path)
+    rows = report.get("item_level_rows")
+    if not isinstance(rows, list):
+        raise CommandError(f"{path}: no item_level_rows")
+    found: set[str] = set()
+    out: list[Record] = []
+    for n, row in enumerate(rows, start=1):
+        try:
+            dataset, idx, hidden, signatures = row["dataset"], int(row["query_idx"]), row["hidden_category"], \
+                row["signatures"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CommandError(f"{path}: item_level_rows[{n - 1}] is malformed ({exc})") from None
+        for name in annotators:
+            signature = signatures.get(name)
+            if signature is None:
+                continue
+            found.add(name)
+            if signature == VALID_SIGNATURE:
+                validated, flags = True, ()
+            else:
+                try:
+                    on = signature_flags(signature) if signature != UNSPECIFIED_SIGNATURE else frozenset()
+                except ValueError as exc:
+                    raise CommandError(f"{path}: item_level_rows[{n - 1}], {name}: {exc}") from None
+                validated, flags = False, tuple(f for f in FLAGS if f in on)
+            out.append(Record(name, dataset, idx, hidden, n, validated, flags, "", None, str(path)))
+    missing = [a for a in annotators if a not in found]
+    if missing:
+        raise CommandError(f"{path}: no signatures of {', '.join(missing)} in item_level_rows")
+    return out
+
+
+def category_of(validated: bool | None, flags: tuple[str, ...], severity: dict[str, int], valid_key: str) -> str:
+    if validated:
+        return valid_key
+    if not flags:
+        return ""  # invalid, unspecified: validated false and no flag
+    return max(flags, key=lambda f: severity[f])
+
+
+class Command(BaseCommand):
+    help = "Import CIRCUS annotation files (and annotators from an agreement report) as a validity study."
+
+    def add_arguments(self, parser):
+        parser.add_argument("files", nargs="*", help="annotations/users/*.json or agreement_users/*.json")
+        parser.add_argument("--study-name", required=True)
+        parser.add_argument("--dataset-prefix", default="circus",
+                            help="Datasets are named <prefix>-<dataset> (default circus; '' for the bare name).")
+        parser.add_argument("--report", default=None, help="agreement_report.json, for --from-report.")
+        parser.add_argument("--from-report", default="",
+                            help="Comma-separated annotators to take from the report's item_level_rows.")
+        parser.add_argument("--no-verify-checksum", action="store_true",
+                            help="Accept files whose assignment_ids_sha256 does not match.")
+
+    def handle(self, *args, **opts):
+        from_report = [a.strip() for a in opts["from_report"].split(",") if a.strip()]
+        if from_report and not opts["report"]:
+            raise CommandError("--from-report needs --report")
+        if opts["report"] and not from_report:
+            raise CommandError("--report needs --from-report (which annotators to take from it)")
+        if not opts["files"] and not from_report:
+            raise CommandError("give CIRCUS annotation files and/or --report with --from-report")
+        try:
+            records = records_from_files(opts["files"], not opts["no_verify_checksum"])
+        except CircusFormatError as exc:
+            raise CommandError(str(exc)) from None
+        in_files = {r.username for r in records}
+        both = sorted(in_files & set(from_report))
+        if both:
+            raise CommandError(f"{', '.join(both)} has a file and is also taken from the report: pick one")
+        if from_report:
+            records += records_from_report(opts["report"], from_report)
+        self._check(records)
+        with transaction.atomic():
+            summary = self._import(records, opts["study_name"], opts["dataset_prefix"])
+        self.stdout.write(
+            f"Study {summary['study']} ({opts['study_name']!r}): {summary['items']} items, "
+            f"{summary['annotators']} annotators, {summary['judgements']} labelled assignments; created "
+            f"{summary['new_queries']} placeholder queries, {summary['new_items']} items, {summary['new_users']} "
+            f"users, {summary['new_assignments']} assignments, {summary['new_judgements']} judgements, "
+            f"{summary['revised']} revisions."
+        )
+
+    @staticmethod
+    def _check(records: list[Record]) -> None:
+        hidden: dict[tuple[str, int], tuple[str, str]] = {}
+        seen: dict[tuple[str, str, int], str] = {}
+        for r in records:
+            key = (r.dataset, r.query_idx)
+            first = hidden.setdefault(key, (r.hidden_category, r.source))
+            if first[0] != r.hidden_category:
+                raise CommandError(f"{r.dataset}::{r.query_idx} has hidden category {first[0]!r} in {first[1]} "
+                                   f"but {r.hidden_category!r} in {r.source}")
+            who = (r.username, r.dataset, r.query_idx)
+            if who in seen:
+                raise CommandError(f"{r.username} has {r.dataset}::{r.query_idx} twice ({seen[who]}, {r.source})")
+            seen[who] = r.source
+
+    # ------------------------------------------------------------------ the import
+
+    def _queries(self, prefix: str, needed: dict[str, set[int]]) -> tuple[dict[tuple[str, int], int], int]:
+        """(dataset, query_idx) -> query id, creating placeholder datasets and queries."""
+        out: dict[tuple[str, int], int] = {}
+        created = 0
+        for circus_name in sorted(needed):
+            name = f"{prefix}-{circus_name}" if prefix else circus_name
+            ordinals = needed[circus_name]
+            dataset = Dataset.objects.filter(name=name).first()
+            placeholder = dataset is None or bool(dataset.extra.get("circus_placeholder"))
+            if dataset is None:
+                dataset = Dataset.objects.create(
+                    name=name, format="circus", extra={"circus_placeholder": True, "circus_dataset": circus_name},
+                    description=f"CIRCUS {circus_name} queries referenced by imported annotations "
+                                "(placeholders: no text, no images).",
+                )
+            found: dict[int, list[int]] = defaultdict(list)
+            for qid, ordinal in Query.objects.filter(dataset=dataset, ordinal__in=list(ordinals)).values_list(
+                    "id", "ordinal"):
+                found[ordinal].append(qid)
+            twice = sorted(o for o, ids in found.items() if len(ids) > 1)
+            if twice:
+                raise CommandError(f"dataset {name!r} has several queries with ordinal {twice[0]}: "
+                                   "cannot tell which one a query_idx means")
+            missing = sorted(ordinals - set(found))
+            if missing and not placeholder:
+                raise CommandError(f"dataset {name!r} exists but has no query with ordinal {missing[0]} "
+                                   f"({len(missing)} query_idx missing); use another --dataset-prefix")
+            if missing:
+                new = Query.objects.bulk_create([
+                    Query(dataset=dataset, external_id=str(o), split="test", ordinal=o, n_turns=1,
+                          source_file="circus", extra={"circus_placeholder": True})
+                    for o in missing
+                ])
+                Turn.objects.bulk_create([Turn(query=q, index=1, texts=[]) for q in new])
+                for q in new:
+                    found[q.ordinal].append(q.pk)
+                created += len(new)
+            for o in ordinals:
+                out[(circus_name, o)] = found[o][0]
+        return out, created
+
+    def _import(self, records: list[Record], study_name: str, prefix: str) -> dict[str, int]:
+        rubric_row = RubricVersion.builtin("validity")
+        rubric = rubric_row.rubric
+        severity = {c.key: c.severity for c in rubric.categories}
+        valid_key = rubric.valid_category.key  # type: ignore[union-attr]
+
+        study = Study.objects.filter(name=study_name).first()
+        if study is not None and study.pool.get("source") != SOURCE:
+            raise CommandError(f"a study named {study_name!r} exists and was not imported from CIRCUS")
+        if study is not None and study.rubric.key != "validity":
+            raise CommandError(f"study {study_name!r} does not use the validity rubric")
+        needed: dict[str, set[int]] = defaultdict(set)
+        for r in records:
+            needed[r.dataset].add(r.query_idx)
+        queries, new_queries = self._queries(prefix, needed)
+        sources = sorted({r.source for r in records})
+        if study is None:
+            study = Study.objects.create(
+                name=study_name, rubric=rubric_row, overlap=1, blind=True, status=Study.Status.CLOSED,
+                pool={"source": SOURCE, "files": sources, "datasets": sorted(needed), "dataset_prefix": prefix},
+            )
+        else:
+            pool = dict(study.pool)
+            pool["files"] = sorted(set(pool.get("files", [])) | set(sources))
+            pool["datasets"] = sorted(set(pool.get("datasets", [])) | set(needed))
+            study.pool = pool
+            study.save(update_fields=["pool"])
+
+        # items
+        items = dict(StudyItem.objects.filter(study=study).values_list("query_id", "id"))
+        hidden = {(r.dataset, r.query_idx): r.hidden_category for r in records}
+        order = len(items)
+        new_items = []
+        for key in sorted(hidden):
+            qid = queries[key]
+            if qid not in items:
+                new_items.append(StudyItem(study=study, query_id=qid, hidden_category=hidden[key],
+                                           stratum=f"{prefix}-{key[0]}" if prefix else key[0], order_key=order))
+                order += 1
+        StudyItem.objects.bulk_create(new_items)
+        items = dict(StudyItem.objects.filter(study=study).values_list("query_id", "id"))
+
+        # annotators
+        User = get_user_model()
+        group, _ = Group.objects.get_or_create(name=roles.ANNOTATOR)
+        users = {}
+        new_users = 0
+        for name in sorted({r.username for r in records}):
+            user = User.objects.filter(username=name).first()
+            if user is None:
+                user = User(username=name)
+                user.set_unusable_password()
+                user.save()
+                new_users += 1
+            user.groups.add(group)
+            users[name] = user
+        study.annotators.add(*users.values())
+
+        # assignments and judgements
+        existing = {(a.item_id, a.annotator_id): a for a in Assignment.objects.filter(study=study)}
+        current = {j.assignment_id: j for j in Judgement.objects.filter(assignment__study=study, is_current=True)}
+        new_assignments = new_judgements = revised = labelled = 0
+        for r in sorted(records, key=lambda r: (r.username, r.position)):
+            if r.validated is None:
+                continue  # not labelled yet: the item stays in the study without an assignment
+            labelled += 1
+            user = users[r.username]
+            item_id = items[queries[(r.dataset, r.query_idx)]]
+            at = datetime.fromisoformat(r.updated_at) if r.updated_at else None
+            assignment = existing.get((item_id, user.pk))
+            if assignment is None:
+                assignment = Assignment.objects.create(
+                    study=study, item_id=item_id, annotator=user, status=Assignment.Status.DONE,
+                    served_by=SOURCE, position=r.position, completed_at=at,
+                )
+                existing[(item_id, user.pk)] = assignment
+                new_assignments += 1
+            flags = {f: f in r.flags for f in FLAGS}
+            category = category_of(r.validated, r.flags, severity, valid_key)
+            previous = current.get(assignment.pk)
+            if previous is not None and (previous.validated, previous.flags, previous.category, previous.note) == (
+                    r.validated, flags, category, r.note):
+                continue
+            if previous is not None:
+                Judgement.objects.filter(pk=previous.pk).update(is_current=False)
+                revised += 1
+            else:
+                new_judgements += 1
+            judgement = Judgement.objects.create(
+                assignment=assignment, rubric=rubric_row, revision=(previous.revision + 1) if previous else 1,
+                is_current=True, category=category, sub_reason="", note=r.note, flags=flags,
+                validated=r.validated, flagged=False, time_spent_ms=0,
+                client_token=CLIENT_TOKEN if previous is None else f"{CLIENT_TOKEN}-{previous.revision + 1}",
+            )
+            if at is not None:
+                Judgement.objects.filter(pk=judgement.pk).update(created_at=at)
+            current[assignment.pk] = judgement
+
+        # counters: every labelled assignment is done; the agreement subset is what everyone judged
+        n_annotators = study.annotators.count()
+        counts = list(StudyItem.objects.filter(study=study)
+                      .annotate(n=Count("assignments", filter=Q(assignments__status=Assignment.Status.DONE)))
+                      .values_list("id", "n"))
+        changed = []
+        for item_id, n in counts:
+            changed.append(StudyItem(id=item_id, taken=n, completed=n, agreement=n_annotators > 1 and n == n_annotators))
+        StudyItem.objects.bulk_update(changed, ["taken", "completed", "agreement"], batch_size=1000)
+        study.overlap = max([n for _, n in counts] or [1]) or 1
+        study.save(update_fields=["overlap"])
+        return {"study": study.pk, "items": len(items), "annotators": len(users), "judgements": labelled,
+                "new_queries": new_queries, "new_items": len(new_items), "new_users": new_users,
+                "new_assignments": new_assignments, "new_judgements": new_judgements, "revised": revised}

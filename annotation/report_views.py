@@ -1,0 +1,377 @@
+"""Researcher and staff pages: agreement reports (inline SVG heatmaps, CSV/JSON downloads),
+the adjudication queue and decision page, and validated exports with their progress.
+
+Access: reports for researchers and staff (annotators get 403; researchers who are not
+staff see annotators as ``annotator_NN``); adjudication and exports for staff only (403 for
+everyone else, also on the status and download URLs).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import mimetypes
+from collections.abc import Callable, Sequence
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
+from django.utils.text import slugify
+from django.views.decorators.http import require_POST
+
+from . import roles
+from .adjudication import adjudicate, adjudication_queue, decide_row, item_row
+from .consensus import POLICIES
+from .models import Adjudication, ExportJob, Study, StudyItem
+from .payloads import image_ref
+from .reports import ReportError, report_csv_rows, safe_rows, study_report
+
+# --------------------------------------------------------------------------- access
+
+
+def researcher_required(view: Callable) -> Callable:
+    """Researchers and staff; anyone else logged in gets 403."""
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not roles.is_researcher(request.user):
+            raise PermissionDenied("Only researchers and staff may read reports.")
+        return view(request, *args, **kwargs)
+    return wrapped
+
+
+def staff_required(view: Callable) -> Callable:
+    """Staff only; anyone else logged in gets 403 (not a redirect to the admin login)."""
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not roles.is_admin(request.user):
+            raise PermissionDenied("Only staff may do this.")
+        return view(request, *args, **kwargs)
+    return wrapped
+
+
+# --------------------------------------------------------------------------- heatmaps
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number for a table cell; ``undefined`` for a null coefficient."""
+    if value is None:
+        return "undefined"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _mix(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> str:
+    t = min(1.0, max(0.0, t))
+    r, g, bl = (round(x + (y - x) * t) for x, y in zip(a, b))
+    return f"#{r:02x}{g:02x}{bl:02x}"
+
+
+_WHITE = (255, 255, 255)
+_BLUE = (36, 87, 197)
+_RED = (184, 50, 50)
+
+
+def cell_colour(value: float, vmin: float, vmax: float) -> tuple[str, bool]:
+    """(fill, dark) for a value: white at 0 (or vmin when vmin >= 0), blue toward vmax, red
+    toward a negative vmin. ``dark``: the fill needs white text."""
+    if vmin < 0 <= vmax:
+        t = value / vmax if value >= 0 else value / vmin
+        return (_mix(_WHITE, _BLUE, t) if value >= 0 else _mix(_WHITE, _RED, t)), abs(t) > 0.55
+    t = (value - vmin) / (vmax - vmin) if vmax > vmin else 1.0
+    return _mix(_WHITE, _BLUE, t), t > 0.55
+
+
+def heatmap_svg(labels: Sequence[str], values: Sequence[Sequence[float | None]], *, title: str,
+                vmin: float, vmax: float, shared: Sequence[Sequence[int]] | None = None,
+                element_id: str = "") -> str:
+    """An annotator x annotator heatmap as inline SVG, the value printed in every cell.
+
+    ``None`` cells (the diagonal, pairs without shared items, undefined coefficients) are
+    grey with a dash. Labels are escaped; no script, no external resource.
+    """
+    n = len(labels)
+    cell = 46 if n <= 12 else 34 if n <= 24 else 26
+    font = 12 if n <= 12 else 10 if n <= 24 else 8
+    label_w = 12 + 7 * max([len(str(x)) for x in labels] or [4])
+    top = 18 + int(0.75 * label_w)
+    legend_h = 44
+    bar_w = max(160, min(320, n * cell))
+    # rotated column labels lean right by about 0.7 of their length
+    width = label_w + max(n * cell + int(0.72 * label_w), bar_w) + 16
+    height = top + n * cell + legend_h
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}"'
+        + (f' id="{escape(element_id)}"' if element_id else "") + ">",
+        f"<title>{escape(title)}</title>",
+        f'<g font-family="system-ui, sans-serif" font-size="{font}">',
+    ]
+    for i, name in enumerate(labels):
+        y = top + i * cell + cell / 2
+        out.append(f'<text x="{label_w - 6}" y="{y:.1f}" text-anchor="end" dominant-baseline="middle" '
+                   f'fill="#1f2933">{escape(name)}</text>')
+        x = label_w + i * cell + cell / 2
+        out.append(f'<text transform="translate({x:.1f},{top - 6}) rotate(-45)" text-anchor="start" '
+                   f'fill="#1f2933">{escape(name)}</text>')
+    for i, row in enumerate(values):
+        for j, value in enumerate(row):
+            x, y = label_w + j * cell, top + i * cell
+            if value is None:
+                fill, dark, text = "#eef1f5", False, "–"
+            else:
+                fill, dark = cell_colour(float(value), vmin, vmax)
+                text = f"{value:.2f}"
+            tip = f"{labels[i]} × {labels[j]}: {'undefined' if value is None else f'{value:.4f}'}"
+            if shared is not None and i != j:
+                tip += f" ({shared[i][j]} shared items)"
+            out.append(f'<g><title>{escape(tip)}</title><rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
+                       f'fill="{fill}" stroke="#ffffff" stroke-width="1"/>'
+                       f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2:.1f}" text-anchor="middle" '
+                       f'dominant-baseline="middle" fill="{"#ffffff" if dark else "#1f2933"}">{text}</text></g>')
+    # legend: a bar from vmin to vmax in 20 steps
+    ly = top + n * cell + 14
+    steps = 20
+    for k in range(steps):
+        v = vmin + (vmax - vmin) * (k + 0.5) / steps
+        fill, _ = cell_colour(v, vmin, vmax)
+        out.append(f'<rect x="{label_w + k * bar_w / steps:.1f}" y="{ly}" width="{bar_w / steps + 0.5:.1f}" '
+                   f'height="10" fill="{fill}"/>')
+    out.append(f'<rect x="{label_w}" y="{ly}" width="{bar_w}" height="10" fill="none" stroke="#d9e2ec"/>')
+    for v, anchor, x in ((vmin, "start", label_w), (vmax, "end", label_w + bar_w)):
+        out.append(f'<text x="{x}" y="{ly + 24}" text-anchor="{anchor}" fill="#616e7c">{v:g}</text>')
+    if vmin < 0 < vmax:
+        zx = label_w + bar_w * (0 - vmin) / (vmax - vmin)
+        out.append(f'<text x="{zx:.1f}" y="{ly + 24}" text-anchor="middle" fill="#616e7c">0</text>')
+    out.append("</g></svg>")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def _policy(request) -> tuple[str, str | None]:
+    policy = request.GET.get("policy") or "majority"
+    if policy not in POLICIES:
+        raise Http404("unknown consensus policy")
+    primary = (request.GET.get("primary") or None) if roles.is_admin(request.user) else None
+    return policy, primary
+
+
+def _report(request, study: Study) -> dict[str, Any]:
+    policy, primary = _policy(request)
+    try:
+        return study_report(study, policy=policy, primary=primary, pseudonymise=not roles.is_admin(request.user),
+                            dimension=request.GET.get("dimension") or None)
+    except ReportError as exc:
+        raise Http404(str(exc)) from None
+
+
+@researcher_required
+def report_list(request):
+    studies = Study.objects.select_related("rubric").order_by("-created_at")
+    rows = [(s, s.items.count()) for s in studies]
+    return render(request, "annotation/report_list.html", {"rows": rows})
+
+
+@researcher_required
+def report_page(request, study_id: int):
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    report = _report(request, study)
+    p = report["pairwise"]
+    kappa_svg = heatmap_svg(p["annotators"], p["cohen_kappa"], title=f"Pairwise Cohen's kappa ({p['kappa_of']})",
+                            vmin=-1.0, vmax=1.0, shared=p["shared_items"], element_id="heatmap-kappa")
+    agree_svg = heatmap_svg(p["annotators"], p["signature_agreement"],
+                            title="Pairwise agreement on the full signature (share of shared items)",
+                            vmin=0.0, vmax=1.0, shared=p["shared_items"], element_id="heatmap-signature")
+    a = report["agreement"]
+    headline = [
+        ("Items (2+ judgements)", a["n_items"]), ("Annotators", a["n_annotators"]), ("Judgements", a["n_judgements"]),
+        ("Percent agreement", fmt(a["percent_agreement"])), (f"Krippendorff's alpha ({a['level']})",
+                                                             fmt(a["krippendorff_alpha"])),
+        ("Fleiss' kappa", fmt(a["fleiss_kappa"])), ("Mean Cohen's kappa", fmt(a["pairwise_cohen"]["mean"])),
+    ]
+    if "binary_valid_invalid" in a:
+        b = a["binary_valid_invalid"]
+        headline += [("Valid rate", fmt(b["valid_rate"])), ("Binary alpha", fmt(b["krippendorff_alpha_nominal"])),
+                     ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"])),
+                     ("Signature alpha", fmt(a["signature_alpha_nominal"]))]
+    columns = [k for k in (report["categories"][0] if report["categories"] else {}) if k != "category"]
+    categories = [(row["category"], [fmt(row[k]) for k in columns]) for row in report["categories"]]
+    heading = {"chosen_share": "Chosen share", "prevalence": "Prevalence", "krippendorff_alpha": "Alpha",
+               "fleiss_kappa": "Fleiss' kappa", "gwet_ac1": "Gwet's AC1", "pairwise_cohen_mean": "Mean Cohen's kappa",
+               "n": "Judgements", "mean": "Mean", "items": "Items", "n_judgements": "Judgements",
+               "percent_agreement": "Percent agreement", "valid_rate": "Valid rate", "binary_alpha": "Binary alpha",
+               "binary_fleiss": "Binary Fleiss"}
+    breakdown_cols = ["items", "n_judgements", "percent_agreement", "krippendorff_alpha", "pairwise_cohen_mean"]
+    if report["study"]["kind"] == "validity":
+        breakdown_cols += ["valid_rate", "binary_alpha", "binary_fleiss"]
+    breakdowns = []
+    for title, key in (("By dataset", "by_dataset"), ("By hidden audit category", "by_hidden_category")):
+        rows = []
+        for group, entry in report[key].items():
+            cells = [fmt(entry.get(c)) for c in breakdown_cols]
+            consensus = entry.get("consensus")
+            rows.append((group, cells, consensus))
+        breakdowns.append((title, key, rows))
+    confusion = None
+    if report["confusion"]:
+        conf = report["confusion"]
+        confusion = {"columns": conf["columns"], "rows": [
+            (name, list(zip(conf["rows"], e["matrix"])), fmt(e["agreement_with_consensus"]), e["n"])
+            for name, e in conf["by_annotator"].items()]}
+    return render(request, "annotation/report.html", {
+        "study": study, "report": report, "headline": headline, "kappa_svg": mark_safe(kappa_svg),
+        "agree_svg": mark_safe(agree_svg), "category_columns": [heading.get(c, c) for c in columns],
+        "categories": categories, "breakdown_cols": [heading.get(c, c) for c in breakdown_cols],
+        "breakdowns": breakdowns, "confusion": confusion,
+        "policies": POLICIES, "policy": report["consensus"]["policy"] if report["consensus"] else None,
+        "query": request.GET.urlencode(),
+    })
+
+
+def _download_name(study: Study, ext: str) -> str:
+    return f"{slugify(study.name) or 'study'}-report.{ext}"
+
+
+@researcher_required
+def report_json(request, study_id: int):
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    report = _report(request, study)
+    response = HttpResponse(json.dumps(report, indent=2, allow_nan=False), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{_download_name(study, "json")}"'
+    return response
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@researcher_required
+def report_csv(request, study_id: int):
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    report = _report(request, study)
+    writer = csv.writer(_Echo())
+    response = StreamingHttpResponse((writer.writerow(r) for r in safe_rows(report_csv_rows(report))),
+                                     content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{_download_name(study, "csv")}"'
+    return response
+
+
+# --------------------------------------------------------------------------- adjudication
+
+
+@staff_required
+def adjudication_queue_page(request, study_id: int):
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    if study.rubric.rubric.kind != "category" or study.rubric.rubric.valid_category is None:
+        raise Http404("this study's rubric has no validated / rejected verdict to adjudicate")
+    entries = adjudication_queue(study)
+    waiting = sum(1 for e in entries if not e.adjudicated)
+    return render(request, "annotation/adjudication_queue.html",
+                  {"study": study, "entries": entries, "waiting": waiting})
+
+
+@staff_required
+def adjudication_item_page(request, study_id: int, item_id: int):
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    item = get_object_or_404(StudyItem.objects.select_related("query__dataset"), pk=item_id, study=study)
+    if request.method == "POST":
+        decision = request.POST.get("decision")
+        if decision not in (Adjudication.Decision.VALIDATED, Adjudication.Decision.REJECTED):
+            return HttpResponse("decision must be 'validated' or 'rejected'", status=400, content_type="text/plain")
+        note = request.POST.get("note", "")
+        adjudicate(study, item, decision == Adjudication.Decision.VALIDATED, note, request.user)
+        messages.success(request, f"{item.query.dataset.name}::{item.query.external_id}: {decision}.")
+        nxt = next((e for e in adjudication_queue(study) if not e.adjudicated), None)
+        if nxt is not None:
+            return redirect("annotation:adjudication_item", study_id=study.pk, item_id=nxt.row.item_id)
+        return redirect("annotation:adjudication", study_id=study.pk)
+    row = item_row(study, item.pk)
+    assert row is not None
+    before = decide_row(row, with_adjudication=False)
+    history = Adjudication.objects.filter(item=item).select_related("decided_by").order_by("-decided_at", "-id")
+    query = item.query
+    turns = list(query.turns.select_related("reference_image"))
+    targets = [t for t in query.targets.select_related("image") if t.is_positive]
+    return render(request, "annotation/adjudication_item.html", {
+        "study": study, "item": item, "row": row, "decision": before, "history": history,
+        "turns": [(t, image_ref(t.reference_image)) for t in turns],
+        "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
+        "rubric": study.rubric.rubric,
+    })
+
+
+# --------------------------------------------------------------------------- exports
+
+
+@staff_required
+@require_POST
+def export_start(request, study_id: int):
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    from .export import ExportError, check_exportable
+    from .tasks import run_export
+
+    policy = request.POST.get("policy") or "majority"
+    primary = (request.POST.get("primary") or "").strip() if policy == "primary" else ""
+    try:
+        check_exportable(study, policy, primary or None)
+    except ExportError as exc:
+        messages.error(request, str(exc))
+        return redirect("annotation:study_progress", study_id=study.pk)
+    job = ExportJob.objects.create(study=study, policy=policy, primary=primary, created_by=request.user,
+                                   total=study.items.count())
+    transaction.on_commit(lambda: run_export.delay(job.pk))
+    return redirect("annotation:export_job", pk=job.pk)
+
+
+@staff_required
+def export_job_page(request, pk: int):
+    job = get_object_or_404(ExportJob.objects.select_related("study"), pk=pk)
+    return render(request, "annotation/export_job.html", {"job": job})
+
+
+@staff_required
+def export_job_status(request, pk: int):
+    job = get_object_or_404(ExportJob, pk=pk)
+    report = {}
+    if job.status == ExportJob.Status.DONE:
+        report = {"path": job.path, "counts": job.manifest.get("counts", {}),
+                  "files": {f["path"]: f["sha256"] for f in job.manifest.get("files", [])}}
+    return JsonResponse({
+        "status": job.status, "stage": job.stage, "done": job.done, "total": job.total, "percent": job.percent,
+        "error": job.error, "report": report,
+        "files": [reverse("annotation:export_file", args=[job.pk, name]) for name in job.files],
+    })
+
+
+@staff_required
+def export_file(request, pk: int, name: str):
+    """One file of a finished export; only the names the job recorded are served."""
+    job = get_object_or_404(ExportJob, pk=pk, status=ExportJob.Status.DONE)
+    if name not in job.files:
+        raise Http404("no such file in this export")
+    root = Path(job.path).resolve()
+    path = (root / name).resolve()
+    if root not in path.parents or not path.is_file():
+        raise Http404("no such file in this export")
+    content_type = "application/json" if name.endswith(".json") else (
+        "application/x-ndjson" if name.endswith(".jsonl") else mimetypes.guess_type(name)[0] or "text/plain")
+    return FileResponse(open(path, "rb"), as_attachment=True, filename=Path(name).name, content_type=content_type)
+
+
+@staff_required
+def export_list(request, study_id: int):
+    study = get_object_or_404(Study, pk=study_id)
+    return render(request, "annotation/export_list.html", {"study": study, "jobs": study.exports.all()[:50],
+                                                           "policies": POLICIES})

@@ -1,0 +1,78 @@
+"""A researcher reads a study's agreement report in the browser: both heatmaps render (inline
+SVG, a value in every off-diagonal cell); an admin adjudicates a tie; an annotator is refused."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from annotation.models import Study, StudyItem
+from tests.browser.conftest import login
+from tests.integration.test_report_export import judge
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def judged_demo(demo_world):
+    """The demo validity study with three annotators' judgements on 60 items (seeded)."""
+    study = Study.objects.get(name="demo-validity")
+    users = list(study.annotators.order_by("username"))
+    rng = random.Random(4)
+    for n, item in enumerate(StudyItem.objects.filter(study=study).order_by("id")[:60]):
+        StudyItem.objects.filter(pk=item.pk).update(hidden_category=("composition_required", "unresolved")[n % 2])
+        for user in users[: 2 if n % 10 == 0 else 3]:  # every tenth item: two votes, maybe a tie
+            judge(study, item, user, rng.choice(["V", "V", "V", "TEXT", "BROAD", "TARGET"]))
+    return study
+
+
+def test_researcher_sees_the_heatmaps(page, live_server, judged_demo, shot):
+    study = judged_demo
+    login(page, live_server.url, "researcher", "researcher-demo")
+    page.click("text=Agreement reports")
+    page.wait_for_url("**/reports/")
+    page.click(f"a[href='/studies/{study.pk}/report/']")
+    page.wait_for_selector("#heatmap-kappa")
+    for selector in ("#heatmap-kappa", "#heatmap-signature"):
+        box = page.locator(selector).bounding_box()
+        assert box is not None and box["width"] > 150 and box["height"] > 150
+        # 3 annotators: 9 cells, 6 of them off the diagonal with a number printed
+        cells = page.locator(f"{selector} rect[stroke='#ffffff']")
+        assert cells.count() == 9
+        texts = page.eval_on_selector_all(f"{selector} g > g > text", "ts => ts.map(t => t.textContent)")
+        assert len([t for t in texts if t.replace("-", "").replace(".", "").isdigit()]) == 6
+    body = page.inner_text("main")
+    assert "annotator_01" in body and "annotator1" not in body  # pseudonyms for researchers
+    assert "Per category" in body and "By dataset" in body and "By hidden audit category" in body
+    assert page.locator("#confusion tbody tr").count() == 6
+    path = shot(page, "report-researcher")
+    assert path.stat().st_size > 20_000
+
+
+def test_admin_adjudicates_a_tie(page, live_server, judged_demo, shot):
+    study = judged_demo
+    login(page, live_server.url, "admin", "admin-demo")
+    page.goto(f"{live_server.url}/studies/{study.pk}/progress/")
+    page.click("text=Adjudication")
+    page.wait_for_selector("#queue")
+    waiting = page.locator("#queue a.button.primary")
+    if waiting.count() == 0:
+        pytest.skip("the seeded votes gave no tie")  # pragma: no cover - seed 4 gives ties
+    before = waiting.count()
+    waiting.first.click()
+    page.wait_for_selector("#votes")
+    assert "annotator1" in page.inner_text("#votes")  # staff see who voted
+    shot(page, "adjudication-item")
+    page.fill("textarea[name=note]", "clear enough")
+    page.click("button[value=validated]")
+    page.wait_for_load_state()
+    page.goto(f"{live_server.url}/studies/{study.pk}/adjudication/")
+    assert page.locator("#queue a.button.primary").count() == before - 1
+
+
+def test_annotator_is_refused(page, live_server, judged_demo):
+    login(page, live_server.url, "annotator1", "annotator1-demo")
+    resp = page.goto(f"{live_server.url}/studies/{judged_demo.pk}/report/")
+    assert resp.status == 403
+    assert page.locator("svg.heatmap").count() == 0
+    assert page.goto(f"{live_server.url}/reports/").status == 403

@@ -1,0 +1,151 @@
+"""Consensus policies (annotation.consensus): majority, unanimous, primary; ties, flags,
+adjudication overrides, provenance. Every expectation is worked out by hand in the test."""
+from __future__ import annotations
+
+import pytest
+
+from annotation.consensus import (
+    ADJUDICATED,
+    ADJUDICATION,
+    DISAGREEMENT,
+    FLAGGED,
+    MAJORITY,
+    NO_VOTES,
+    PRIMARY,
+    REJECTED,
+    TIE,
+    UNANIMOUS,
+    UNJUDGED,
+    VALIDATED,
+    Vote,
+    decide,
+    primary_voter,
+    tally,
+)
+
+
+def votes(*spec: str, flagged: str = "") -> list[Vote]:
+    """``votes("a+", "b-")``: a chose VALIDATED, b an invalid category; ``flagged="b"`` flags b."""
+    return [Vote(s[:-1], s[-1] == "+", s[:-1] in flagged.split(",")) for s in spec]
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "provenance", "reason"),
+    [
+        (("a+", "b+", "c+"), VALIDATED, UNANIMOUS, ""),
+        (("a-", "b-", "c-"), REJECTED, UNANIMOUS, ""),
+        (("a+", "b+", "c-"), VALIDATED, MAJORITY, ""),       # 2 of 3 > 1.5
+        (("a+", "b-", "c-"), REJECTED, MAJORITY, ""),
+        (("a+", "b-"), ADJUDICATION, "", TIE),                # 1 of 2 is not strictly more than half
+        (("a+", "b+", "c-", "d-"), ADJUDICATION, "", TIE),
+        (("a+", "b+", "c+", "d-"), VALIDATED, MAJORITY, ""),  # 3 of 4
+        (("a+", "b+", "c-", "d-", "e+"), VALIDATED, MAJORITY, ""),
+        (("a+",), VALIDATED, UNANIMOUS, ""),                  # a single vote agrees with itself
+        (("a-",), REJECTED, UNANIMOUS, ""),
+    ],
+)
+def test_majority(spec, status, provenance, reason) -> None:
+    d = decide(votes(*spec))
+    assert (d.status, d.provenance, d.reason) == (status, provenance, reason)
+    assert d.n_votes == len(spec)
+    assert d.valid_votes == sum(s.endswith("+") for s in spec)
+    assert d.invalid_votes == sum(s.endswith("-") for s in spec)
+    assert d.validated is (status == VALIDATED)
+    assert d.decided is (status in (VALIDATED, REJECTED))
+
+
+def test_majority_is_the_default_and_order_does_not_matter() -> None:
+    a = decide(votes("a+", "b-", "c+"))
+    b = decide(list(reversed(votes("a+", "b-", "c+"))), "majority")
+    assert a == b and a.status == VALIDATED and a.provenance == MAJORITY
+
+
+def test_flagged_items_go_to_adjudication_under_every_policy() -> None:
+    flagged = votes("a+", "b+", "c+", flagged="c")
+    for policy in ("majority", "unanimous", "primary"):
+        d = decide(flagged, policy, primary="a")
+        assert (d.status, d.reason, d.flagged_votes) == (ADJUDICATION, FLAGGED, 1)
+        assert d.needs_adjudication and not d.decided and d.provenance == ""
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "provenance", "reason"),
+    [
+        (("a+", "b+", "c+"), VALIDATED, UNANIMOUS, ""),
+        (("a-", "b-"), REJECTED, UNANIMOUS, ""),
+        (("a+", "b+", "c-"), ADJUDICATION, "", DISAGREEMENT),  # a majority is not enough
+        (("a+", "b-"), ADJUDICATION, "", DISAGREEMENT),
+    ],
+)
+def test_unanimous(spec, status, provenance, reason) -> None:
+    d = decide(votes(*spec), "unanimous")
+    assert (d.status, d.provenance, d.reason) == (status, provenance, reason)
+
+
+def test_primary_annotator_decides_alone() -> None:
+    # b is the primary annotator: their invalid vote wins over two valid votes
+    d = decide(votes("a+", "b-", "c+"), "primary", primary="b")
+    assert (d.status, d.provenance, d.decided_by) == (REJECTED, PRIMARY, "b")
+    d = decide(votes("a-", "b+", "c-"), "primary", primary="b")
+    assert (d.status, d.provenance, d.decided_by) == (VALIDATED, PRIMARY, "b")
+    # no tie exists under this policy
+    d = decide(votes("a+", "b-"), "primary", primary="a")
+    assert (d.status, d.decided_by) == (VALIDATED, "a")
+
+
+def test_primary_falls_back_on_the_first_annotator_by_name() -> None:
+    # The CIRCUS rule: annotator_03 kept over annotator_08 (both judged the same block).
+    block = [Vote("annotator_08", False), Vote("annotator_03", True)]
+    d = decide(block, "primary")
+    assert (d.status, d.decided_by) == (VALIDATED, "annotator_03")
+    # a primary annotator who did not judge this item: the first voter by name decides
+    d = decide(block, "primary", primary="annotator_05")
+    assert d.decided_by == "annotator_03"
+    assert primary_voter([]) is None
+    assert primary_voter(block, "annotator_08").annotator == "annotator_08"
+
+
+def test_adjudication_overrides_every_policy() -> None:
+    tie = votes("a+", "b-")
+    assert decide(tie, adjudication=True).status == VALIDATED
+    d = decide(tie, adjudication=False)
+    assert (d.status, d.provenance, d.reason, d.n_votes) == (REJECTED, ADJUDICATED, "", 2)
+    # it also decides flagged items, and overrides a clear majority or a primary vote
+    assert decide(votes("a+", "b+", flagged="a"), adjudication=False).status == REJECTED
+    assert decide(votes("a+", "b+", "c+"), "unanimous", adjudication=False).provenance == ADJUDICATED
+    assert decide(votes("a-"), "primary", primary="a", adjudication=True).status == VALIDATED
+    # an adjudicated item without votes is decided too
+    assert decide([], adjudication=True).status == VALIDATED
+
+
+def test_no_votes() -> None:
+    d = decide([])
+    assert (d.status, d.reason, d.n_votes) == (UNJUDGED, NO_VOTES, 0)
+    assert not d.decided and not d.needs_adjudication
+
+
+def test_refusals() -> None:
+    with pytest.raises(ValueError, match="unknown consensus policy"):
+        decide(votes("a+"), "plurality")
+    with pytest.raises(ValueError, match="voted twice"):
+        decide([Vote("a", True), Vote("a", False)])
+    with pytest.raises(ValueError, match="validated must be true or false"):
+        decide([Vote("a", None)])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="adjudication must be"):
+        decide(votes("a+"), adjudication="yes")  # type: ignore[arg-type]
+
+
+def test_tally() -> None:
+    decisions = [
+        decide(votes("a+", "b+")),               # validated, unanimous
+        decide(votes("a+", "b+", "c-")),         # validated, majority
+        decide(votes("a+", "b-")),               # tie
+        decide(votes("a+", "b+", flagged="b")),  # flagged
+        decide(votes("a+", "b-"), adjudication=False),
+        decide([]),
+    ]
+    t = tally(decisions)
+    assert t["items"] == 6
+    assert t["status"] == {VALIDATED: 2, REJECTED: 1, ADJUDICATION: 2, UNJUDGED: 1}
+    assert t["provenance"] == {UNANIMOUS: 1, MAJORITY: 1, PRIMARY: 0, ADJUDICATED: 1}
+    assert t["adjudication_reasons"] == {TIE: 1, FLAGGED: 1, DISAGREEMENT: 0}
