@@ -86,6 +86,16 @@ def judgement_label(kind: str, rubric: Rubric, validated: bool | None, flags: di
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def reject_flag_triples(study: Study, flag: str) -> list[tuple[int, str, int]]:
+    """``(item, annotator, 0/1)``: whether each current session judgement raised ``flag``."""
+    rows = (
+        Judgement.objects.filter(assignment__study=study, is_current=True)
+        .order_by("assignment__item_id", "assignment__annotator__username")
+        .values_list("assignment__item_id", "assignment__annotator__username", "reject_flags")
+    )
+    return [(item, user, int(flag in (flags or []))) for item, user, flags in rows.iterator(chunk_size=5000)]
+
+
 def study_triples(study_id: Any, dimension: str | None = None) -> list[tuple[int, str, Any]]:
     """``(item id, annotator username, label)`` for every current judgement of a study.
 
@@ -212,8 +222,10 @@ def study_report(
     annotators = sorted({a for _, a, _ in triples})
     validity = "validity" if kind == "validity" else None
     level = "ordinal" if kind == "scale" else "nominal"
+    # 1-5 scales: ordinal alpha and quadratic-weighted pairwise kappa
+    weights = "quadratic" if kind == "scale" else "auto"
     overall = agreement_report(triples, rubric=validity, level=level, raters=annotators or None,
-                               n_boot=n_boot, seed=seed)
+                               kappa_weights=weights, n_boot=n_boot, seed=seed)
 
     report: dict[str, Any] = {
         "study": {"id": study.pk, "name": study.name, "rubric": {"key": study.rubric.key,
@@ -254,9 +266,18 @@ def study_report(
             scale_triples = study_triples(study, s.key)
             if pseudonymise:
                 scale_triples = [(i, show(a), v) for i, a, v in scale_triples]
-            r = agreement_report(scale_triples, level="ordinal", n_boot=0)
+            r = agreement_report(scale_triples, level="ordinal", kappa_weights="quadratic", n_boot=0,
+                                 categories=list(range(s.min, s.max + 1)))
             values = [v for _, _, v in scale_triples]
-            categories.append({"category": s.key, "n": len(values),
+            categories.append({"category": s.key, "kind": "scale (ordinal alpha, quadratic kappa)", "n": len(values),
+                               "mean": sum(values) / len(values) if values else None,
+                               "krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
+                               "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"]})
+        for flag in rubric.reject_flags:
+            flag_triples = [(i, show(a), v) for i, a, v in reject_flag_triples(study, flag.key)]
+            r = agreement_report(flag_triples, level="nominal", n_boot=0, categories=[0, 1])
+            values = [v for _, _, v in flag_triples]
+            categories.append({"category": f"reject:{flag.key}", "kind": "reject flag (nominal)", "n": len(values),
                                "mean": sum(values) / len(values) if values else None,
                                "krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
                                "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"]})
