@@ -10,13 +10,11 @@ from __future__ import annotations
 import csv
 import json
 import mimetypes
-from collections.abc import Callable, Sequence
-from functools import wraps
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -26,6 +24,8 @@ from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
+from config.roles import researcher_required, staff_required
+
 from . import roles
 from .adjudication import adjudicate, adjudication_queue, decide_row, item_row
 from .consensus import POLICIES
@@ -34,26 +34,6 @@ from .payloads import image_ref
 from .reports import ReportError, report_csv_rows, safe_rows, study_report
 
 # --------------------------------------------------------------------------- access
-
-
-def researcher_required(view: Callable) -> Callable:
-    """Researchers and staff; anyone else logged in gets 403."""
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not roles.is_researcher(request.user):
-            raise PermissionDenied("Only researchers and staff may read reports.")
-        return view(request, *args, **kwargs)
-    return wrapped
-
-
-def staff_required(view: Callable) -> Callable:
-    """Staff only; anyone else logged in gets 403 (not a redirect to the admin login)."""
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not roles.is_admin(request.user):
-            raise PermissionDenied("Only staff may do this.")
-        return view(request, *args, **kwargs)
-    return wrapped
 
 
 # --------------------------------------------------------------------------- heatmaps

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+
+from config.roles import staff_required
 
 from . import engine
 from .models import Assignment, Study, StudyItem
@@ -90,13 +91,13 @@ def upcoming(request, study_id: int):
 # ---------------------------------------------------------------- staff pages
 
 
-@staff_member_required
+@staff_required
 def study_list(request):
     studies = Study.objects.select_related("rubric").order_by("-created_at")
     return render(request, "annotation/study_list.html", {"rows": [(s, study_progress(s)) for s in studies]})
 
 
-@staff_member_required
+@staff_required
 def study_new(request):
     from .forms import StudyForm
     from .studies import StudyError, create_study
@@ -113,7 +114,7 @@ def study_new(request):
     return render(request, "annotation/study_new.html", {"form": form})
 
 
-@staff_member_required
+@staff_required
 def study_progress_page(request, study_id: int):
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
     return render(request, "annotation/study_progress.html", {"study": study, "progress": study_progress(study)})

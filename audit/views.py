@@ -1,7 +1,6 @@
 """Audit pages: list and 'New audit' form, live progress, and the report (researchers and staff)."""
 from __future__ import annotations
 
-from functools import wraps
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -9,24 +8,12 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
-from config.roles import is_admin, is_researcher
+from config.roles import is_admin, researcher_required
 
 from . import services
 from .forms import AuditForm
 from .models import AuditRun
 from .report import build_report
-
-
-def researcher_required(view):
-    """Researchers and staff only; anyone else logged in gets 403 (login is enforced by the middleware)."""
-
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not is_researcher(request.user):
-            raise PermissionDenied("Audit reports are for researchers and staff.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 def _latest_done_per_dataset() -> list[AuditRun]:

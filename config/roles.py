@@ -5,6 +5,10 @@ researchers are plain users in their group.
 """
 from __future__ import annotations
 
+from functools import wraps
+
+from django.core.exceptions import PermissionDenied
+
 ANNOTATOR = "annotator"
 RESEARCHER = "researcher"
 ADMIN = "admin"
@@ -35,19 +39,23 @@ def is_annotator(user) -> bool:
     return has_role(user, ANNOTATOR)
 
 
-def researcher_required(view):
-    """A page for researchers and staff; everyone else gets 403."""
-    from functools import wraps
+def _require(test, message: str):
+    def decorator(view):
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            if not test(request.user):
+                raise PermissionDenied(message)
+            return view(request, *args, **kwargs)
 
-    from django.core.exceptions import PermissionDenied
+        return wrapped
 
-    @wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not is_researcher(request.user):
-            raise PermissionDenied("Researchers and staff only.")
-        return view(request, *args, **kwargs)
+    return decorator
 
-    return wrapped
+
+# Logged-in users without the role get 403 (anonymous users never get this far: the
+# login middleware sends them to the login page).
+researcher_required = _require(is_researcher, "Only researchers and staff may see this page.")
+staff_required = _require(is_admin, "Only staff may do this.")
 
 
 def roles_context(request) -> dict:

@@ -5,7 +5,6 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.admin.views.decorators import staff_member_required
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
@@ -14,7 +13,7 @@ from django.utils.text import get_valid_filename
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET
 
-from config.roles import researcher_required
+from config.roles import researcher_required, staff_required
 
 from .forms import ImportForm
 from .imageserve import THUMB_SIZES, ImageRefused, check_pixels, image_file, placeholder_svg, thumbnail
@@ -86,7 +85,7 @@ def image(request, pk: int):
     return FileResponse(open(path, "rb"))
 
 
-@staff_member_required
+@staff_required
 def import_upload(request):
     if request.method == "POST":
         claimed = request.META.get("CONTENT_LENGTH") or "0"
@@ -126,13 +125,13 @@ def import_upload(request):
     return render(request, "retrieval/import.html", {"form": form, "jobs": jobs})
 
 
-@staff_member_required
+@staff_required
 def import_job(request, pk: int):
     job = get_object_or_404(ImportJob, pk=pk)
     return render(request, "retrieval/import_job.html", {"job": job})
 
 
-@staff_member_required
+@staff_required
 def import_job_status(request, pk: int):
     job = get_object_or_404(ImportJob, pk=pk)
     return JsonResponse(

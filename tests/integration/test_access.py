@@ -38,7 +38,7 @@ def test_roles(client, demo_accounts, circo):
     assert client.get("/").status_code == 200
     assert client.get("/datasets/").status_code == 403  # corpus pages are for researchers and staff
     assert client.get("/datasets/circo/").status_code == 403
-    assert client.get("/datasets/import/").status_code == 302  # staff only: to the admin login
+    assert client.get("/datasets/import/").status_code == 403  # staff only
     assert client.get("/admin/").status_code == 302
     client.logout()
     client.login(username="researcher", password=demo_accounts["researcher"])
