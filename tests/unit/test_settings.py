@@ -18,7 +18,9 @@ def settings_in_subprocess(env: dict) -> dict:
         "d = settings.DATABASES['default'];"
         "print(json.dumps({'engine': d['ENGINE'], 'name': str(d['NAME']), 'host': d.get('HOST'),"
         " 'broker': settings.CELERY_BROKER_URL, 'roots': [str(r) for r in settings.IMAGE_ROOTS],"
-        " 'var': str(settings.VAR_DIR), 'opts': settings.CELERY_BROKER_TRANSPORT_OPTIONS}))"
+        " 'var': str(settings.VAR_DIR), 'opts': settings.CELERY_BROKER_TRANSPORT_OPTIONS,"
+        " 'cookies': [settings.SESSION_COOKIE_SECURE, settings.SESSION_COOKIE_HTTPONLY, settings.CSRF_COOKIE_SECURE,"
+        "             settings.SECURE_SSL_REDIRECT, settings.SECURE_HSTS_SECONDS, settings.DEBUG]}))"
     )
     clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "IMAGE_ROOTS")}
     clean.update(env, DJANGO_SETTINGS_MODULE="config.settings")
@@ -56,3 +58,17 @@ def test_env_readers(monkeypatch):
     monkeypatch.setenv("X_BOOL", "maybe")
     with pytest.raises(ValueError, match="X_BOOL"):
         env_bool("X_BOOL")
+
+
+def test_https_makes_cookies_secure(tmp_path):
+    plain = settings_in_subprocess({"CIRVAL_VAR_DIR": str(tmp_path)})
+    assert plain["cookies"][:3] == [False, True, False]  # HttpOnly always, Secure only behind HTTPS
+    s = settings_in_subprocess({"CIRVAL_VAR_DIR": str(tmp_path), "DJANGO_HTTPS": "1", "DJANGO_DEBUG": "0",
+                                "DJANGO_SECRET_KEY": "x" * 50, "DJANGO_HSTS_SECONDS": "3600"})
+    assert s["cookies"] == [True, True, True, True, 3600, False]
+
+
+def test_production_needs_a_secret_key(tmp_path):
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        settings_in_subprocess({"CIRVAL_VAR_DIR": str(tmp_path), "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": ""})
+    assert "DJANGO_SECRET_KEY" in err.value.stderr
