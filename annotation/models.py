@@ -214,6 +214,7 @@ class ExportJob(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last progress of the worker running it.")
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

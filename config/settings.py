@@ -191,6 +191,11 @@ AUDIT_BATCH_SIZE = env_int("AUDIT_BATCH_SIZE", 64)
 AUDIT_PRECISION = env_str("AUDIT_PRECISION", "fp32")  # fp32 | amp
 AUDIT_PANEL_K = 10  # multimodal results kept per (query, retriever) for the annotator panel
 
+# --- validated exports ----------------------------------------------------------------------
+EXPORT_CHUNK_SIZE = env_int("EXPORT_CHUNK_SIZE", 2000)  # items read per batch
+# An export whose worker showed no progress for this long is sent again on worker start.
+EXPORT_STALE_SECONDS = env_int("EXPORT_STALE_SECONDS", 120)
+
 # --- REST framework --------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
