@@ -135,3 +135,41 @@ def test_script_and_control_characters_are_escaped_and_kept(tmp_path, client, de
     for url in ("/datasets/xss/", f"/datasets/xss/queries/{q.pk}/"):
         body = client.get(url).content.decode()
         assert "<script>alert" not in body and "&lt;script&gt;alert" in body, url
+
+
+def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
+    """A note with markup and control characters: escaped on every page, byte-exact in the export."""
+    from django.contrib.auth import get_user_model
+
+    from annotation import engine
+    from annotation.export import export_study
+    from annotation.studies import StudySpec, create_study
+
+    val = tmp_path / "val.json"
+    val.write_text(json.dumps([{**CIRCO_OK, "id": n, "relative_caption": SCRIPT} for n in range(2)]))
+    call_command("import_dataset", "--format", "circo", "--name", "xss", str(val), stdout=StringIO())
+    user = get_user_model().objects.create_user("ann", password="pw")
+    study, _ = create_study(StudySpec(name="xss", datasets=["xss"], overlap=1, annotators=["ann"]))
+    asg = engine.next_assignment(study, user).assignment
+    engine.submit(asg, {"category": "VALIDATED", "note": SCRIPT, "time_spent_ms": 5})
+    client.force_login(user)
+    for url in (f"/annotate/{study.pk}/item/{asg.pk}/", f"/annotate/{study.pk}/history/"):
+        body = client.get(url).content.decode()
+        assert "<script>alert" not in body, url
+    result = export_study(study, out_dir=tmp_path / "export")
+    traces = [json.loads(line) for p in result.path.rglob("*.trace.jsonl") for line in p.read_text().splitlines()]
+    lines = [json.loads(line) for p in result.path.rglob("*.jsonl") if not p.name.endswith(".trace.jsonl")
+             for line in p.read_text().splitlines()]
+    assert any(line["query_txt"] == SCRIPT for line in lines)
+
+    def strings(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+        elif isinstance(value, str):
+            yield value
+
+    assert SCRIPT in set(strings(traces))  # the note, exactly as written
