@@ -1,16 +1,12 @@
 """Celery tasks of the annotation app (the default queue, ``celery``; only audit tasks go to ``gpu``)."""
 from __future__ import annotations
 
-import logging
-
 from celery import shared_task
-from celery.signals import worker_ready
+
+from config.celery import at_worker_start
 
 from .export import run_export_job
 from .models import ExportJob
-
-logger = logging.getLogger(__name__)
-
 
 @shared_task(name="annotation.run_export", acks_late=True)
 def run_export(job_id: int) -> str:
@@ -35,18 +31,8 @@ def resume_stale_exports() -> list[int]:
     return jobs
 
 
-@worker_ready.connect
-def resume_exports_on_worker_start(sender=None, **kwargs) -> None:
+@at_worker_start("exports sent again")
+def resume_exports_on_worker_start() -> list[int]:
     """A starting worker picks up exports whose worker died (kombu's filesystem broker loses
     a taken message with its worker; Redis returns it only after the visibility timeout)."""
-    from django.db import close_old_connections
-
-    try:
-        close_old_connections()
-        resumed = resume_stale_exports()
-        if resumed:
-            logger.info("exports sent again on worker start: %s", resumed)
-    except Exception:  # never keep a worker from starting
-        logger.exception("could not resume exports on worker start")
-    finally:
-        close_old_connections()
+    return resume_stale_exports()

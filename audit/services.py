@@ -593,8 +593,12 @@ def _encode_gallery_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | No
     }
 
 
-def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[AuditRank]]:
-    from .engine import encode_images, encode_texts, gallery_matrix, rank_three
+def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[Any, ...]:
+    """The retriever, its cache and the gallery matrix a ranking chunk works against.
+
+    Returns ``(retriever, cache, max_pixels, gallery, gallery image ids, row of each image id,
+    gallery encode stats, build seconds, gallery seconds)``."""
+    from .engine import gallery_matrix
 
     t0 = time.perf_counter()
     retriever = _retriever(chunk.retriever)
@@ -612,6 +616,13 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) 
     gallery_s = time.perf_counter() - t0
     if beat:
         beat.check()
+    return retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s
+
+
+def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[AuditRank]]:
+    from .engine import encode_images, encode_texts, rank_three
+
+    retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s = _chunk_gallery(run, chunk, beat)
 
     # The chunk's queries, checked again (files can vanish between plan and run).
     eligible, skipped = _eligibility(run, chunk.items)
@@ -675,24 +686,9 @@ def _rank_session_chunk(
     run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None
 ) -> tuple[dict[str, Any], list[AuditSessionRank]]:
     """Rank every turn of the chunk's sessions (3 modalities x 3 strategies) for one retriever."""
-    from .engine import encode_images, encode_texts, gallery_matrix, rank_sessions
+    from .engine import encode_images, encode_texts, rank_sessions
 
-    t0 = time.perf_counter()
-    retriever = _retriever(chunk.retriever)
-    cache = _cache(retriever)
-    build_s = time.perf_counter() - t0
-    max_pixels = int(_setting("IMAGE_MAX_PIXELS", 64_000_000))
-
-    t0 = time.perf_counter()
-    g_ids, g_keys, g_rel = _gallery_of(run, chunk.retriever)
-    gallery, rows, g_enc = gallery_matrix(
-        retriever, cache, (run.pk, chunk.retriever), g_keys, _locator(run, g_rel), max_pixels
-    )
-    g_ids = [g_ids[r] for r in rows]
-    index_of = {image_id: n for n, image_id in enumerate(g_ids)}
-    gallery_s = time.perf_counter() - t0
-    if beat:
-        beat.check()
+    retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s = _chunk_gallery(run, chunk, beat)
 
     eligible, skipped = _session_eligibility(run, chunk.items)
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}

@@ -8,14 +8,11 @@ error); a chunk whose worker vanished is resent by :func:`audit.services.reconci
 """
 from __future__ import annotations
 
-import logging
-
 from celery import shared_task
-from celery.signals import worker_ready
+
+from config.celery import at_worker_start
 
 from . import services
-
-logger = logging.getLogger(__name__)
 
 
 def _after_chunk(chunk_id: int, result: str) -> None:
@@ -32,36 +29,34 @@ def _after_chunk(chunk_id: int, result: str) -> None:
         services.aggregate_run(run_id)
 
 
-@shared_task(acks_late=True, ignore_result=True)
-def encode_gallery_chunk(chunk_id: int) -> str:
-    """Encode one retriever's slice of the gallery into the embedding cache."""
+def _run_chunk(chunk_id: int) -> str:
     result = services.process_chunk(chunk_id)
     _after_chunk(chunk_id, result)
     return result
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def encode_gallery_chunk(chunk_id: int) -> str:
+    """Encode one retriever's slice of the gallery into the embedding cache."""
+    return _run_chunk(chunk_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)
 def rank_query_chunk(chunk_id: int) -> str:
     """Encode and rank one retriever's slice of the queries in the three modalities."""
-    result = services.process_chunk(chunk_id)
-    _after_chunk(chunk_id, result)
-    return result
+    return _run_chunk(chunk_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)
 def rank_session_chunk(chunk_id: int) -> str:
     """Rank every turn of one retriever's slice of the sessions (3 modalities x 3 strategies)."""
-    result = services.process_chunk(chunk_id)
-    _after_chunk(chunk_id, result)
-    return result
+    return _run_chunk(chunk_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)
 def encode_session_texts_chunk(chunk_id: int) -> str:
     """Encode a slice of the sessions' texts with the tau encoder (tau-diversity filter)."""
-    result = services.process_chunk(chunk_id)
-    _after_chunk(chunk_id, result)
-    return result
+    return _run_chunk(chunk_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -70,17 +65,7 @@ def coordinate(run_id: int, token: str) -> str:
     return services.coordinate(run_id, token)
 
 
-@worker_ready.connect
-def resume_audits_on_worker_start(sender=None, **kwargs) -> None:
+@at_worker_start("audit runs resumed")
+def resume_audits_on_worker_start() -> dict:
     """A worker that starts takes over coordination of unfinished audits and resends stale chunks."""
-    from django.db import close_old_connections
-
-    try:
-        close_old_connections()
-        resumed = services.reconcile_active(takeover=True)
-        if resumed:
-            logger.info("audit runs resumed on worker start: %s", resumed)
-    except Exception:  # never keep a worker from starting
-        logger.exception("could not resume audit runs on worker start")
-    finally:
-        close_old_connections()
+    return services.reconcile_active(takeover=True)
