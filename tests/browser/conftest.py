@@ -29,11 +29,18 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
+def page(browser, transactional_db):
+    """A fresh browser tab. It asks for the database fixture so that it is closed before the
+    database is flushed: a request still in flight (a draft save, a prefetch) must not race
+    the flush."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     p = context.new_page()
     p.set_default_timeout(15000)
     yield p
+    try:
+        p.wait_for_load_state("networkidle", timeout=5000)
+    except Exception:  # a page that keeps polling: close it anyway
+        pass
     context.close()
 
 
