@@ -101,6 +101,7 @@ def main() -> None:
     next_ms, submit_ms, next_q, submit_q = [], [], [], []
     for n in range(args.requests):
         c = clients[n % len(clients)]
+        connection.queries_log.clear()  # the log is capped: keep it from filling up
         with CaptureQueriesContext(connection) as ctx:
             t = time.perf_counter()
             r = c.post(f"/api/studies/{study.pk}/next/")
@@ -109,6 +110,7 @@ def main() -> None:
         asg = r.json()["assignment"]
         if asg is None:
             break
+        connection.queries_log.clear()
         with CaptureQueriesContext(connection) as ctx:
             t = time.perf_counter()
             r = c.post(f"/api/assignments/{asg}/judgements/", {"category": "VALIDATED", "time_spent_ms": 900},
