@@ -10,3 +10,6 @@ from config.roles import (  # noqa: F401
     is_researcher,
     roles_context,
 )
+
+__all__ = ["ADMIN", "ANNOTATOR", "RESEARCHER", "ROLES", "has_role", "is_admin", "is_annotator", "is_researcher",
+           "roles_context"]

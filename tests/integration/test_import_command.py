@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
