@@ -52,7 +52,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
-from retrieval.models import Dataset, Query, QuerySubset, Target, Turn
+from retrieval.models import Dataset, Query, QuerySubset, Target, Turn, turn_text
 
 from .adjudication import DEFAULT_CHUNK, ItemRow, decide_row, iter_item_batches, validity_label
 from .agreement import validity_signature
@@ -151,9 +151,7 @@ class _QueryData:
         self.turns: dict[int, tuple[str, str | None, str | None]] = {}
         for q, texts, path, ref in Turn.objects.filter(query_id__in=query_ids, index=1).values_list(
                 "query_id", "texts", "reference_image__path", "reference_image__external_id"):
-            captions = [t.get("text", "") for t in texts or [] if t.get("role", "caption") in ("caption", "generated")]
-            text = " and ".join(c.strip() for c in captions if c and c.strip())
-            self.turns[q] = (text, path or None, ref)
+            self.turns[q] = (turn_text(texts), path or None, ref)
         self.targets: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
         rows = Target.objects.filter(query_id__in=query_ids)
         for q, ext, role, relevance, primary in rows.order_by("query_id", "-is_primary", "id").values_list(

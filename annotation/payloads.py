@@ -72,7 +72,7 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
             "context": query.context_text,
             "turns": [
                 {"index": t.index, "reference": image_ref(t.reference_image), "text": t.text,
-                 "texts": [x["text"] for x in t.texts if x.get("role", "caption") in ("caption", "generated")],
+                 "texts": t.captions,
                  "next": image_ref(t.turn_target, 160),
                  "rank": ranks[n] if n < len(ranks) and ranks[n] is not None else None}
                 for n, t in enumerate(turns)

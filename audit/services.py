@@ -69,7 +69,7 @@ from django.utils import timezone
 
 from retrieval.imagefiles import PathEscapeError, resolve_under
 from retrieval.metrics import MODALITIES, modality_scores
-from retrieval.models import Dataset, GalleryEntry, Image, Query, QuerySubset, Target, Turn
+from retrieval.models import Dataset, GalleryEntry, Image, Query, QuerySubset, Target, Turn, turn_text
 
 from .labels import LABELS, SHORTCUT_FREE, SUPPORT_KEYS, AuditLabels, label_queries
 from .models import AuditChunk, AuditLabel, AuditRank, AuditRun, AuditSessionRank
@@ -247,7 +247,7 @@ def start_run(run: AuditRun) -> None:
 
 
 def _turn_text(texts: Any) -> str:
-    return Turn(texts=texts or []).text
+    return turn_text(texts or [])
 
 
 def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple[list[int], dict[int, str]]:

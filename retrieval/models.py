@@ -86,6 +86,19 @@ class Query(models.Model):
         return self.n_turns > 1
 
 
+CAPTION_ROLES = ("caption", "generated")
+
+
+def turn_captions(texts: list[dict]) -> list[str]:
+    """The modification texts of a turn (not the auxiliary ones such as CIRR's caption_ext)."""
+    return [t["text"] for t in texts or () if t.get("role", "caption") in CAPTION_ROLES]
+
+
+def turn_text(texts: list[dict]) -> str:
+    """A turn's modification text as one string: several captions are joined with ' and '."""
+    return " and ".join(c.strip() for c in turn_captions(texts) if c and c.strip())
+
+
 class Turn(models.Model):
     query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="turns")
     index = models.PositiveSmallIntegerField(help_text="1-based")
@@ -100,13 +113,12 @@ class Turn(models.Model):
 
     @property
     def captions(self) -> list[str]:
-        return [t["text"] for t in self.texts if t.get("role", "caption") in ("caption", "generated")]
+        return turn_captions(self.texts)
 
     @property
     def text(self) -> str:
         """The modification text as one string: several captions are joined with ' and '."""
-        parts = [c.strip() for c in self.captions if c and c.strip()]
-        return " and ".join(parts)
+        return turn_text(self.texts)
 
 
 class Target(models.Model):
