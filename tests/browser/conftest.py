@@ -38,7 +38,11 @@ def page(browser, transactional_db):
     p.set_default_timeout(15000)
     yield p
     try:
+        # Leaving the page fires its pagehide handler (the annotator page saves its draft
+        # with a keepalive request that would outlive a closed tab): let that finish now.
+        p.goto("about:blank")
         p.wait_for_load_state("networkidle", timeout=5000)
+        p.wait_for_timeout(300)
     except Exception:  # a page that keeps polling: close it anyway
         pass
     context.close()
