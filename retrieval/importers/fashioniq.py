@@ -48,12 +48,7 @@ def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
     groups: dict[tuple[str, str], dict[str, Path]] = {}
     for path in as_paths(paths):
         role, m = match_name(path, _PATTERNS, FORMAT)
-        key = (m.group("category"), split or m.group("split"))
-        roles = groups.setdefault(key, {})
-        if role in roles:
-            raise ParseError(str(path), None, None,
-                             f"a second {role} file for {key[0]}/{key[1]} (first: {roles[role]})")
-        roles[role] = path
+        add_to_group(groups, (m.group("category"), split or m.group("split")), role, path)
 
     dataset = ParsedDataset(format=FORMAT)
     for (category, split_name), roles in groups.items():
@@ -64,6 +59,15 @@ def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
             _parse_captions(roles["cap"], category, split_name, dataset,
                             gallery_key if "split" in roles else None)
     return dataset
+
+
+def add_to_group(groups: dict[tuple[str, str], dict[str, Path]], key: tuple[str, str], role: str,
+                 path: Path) -> None:
+    """File ``path`` as the ``role`` file of (category, split) ``key``; a second one is an error."""
+    roles = groups.setdefault(key, {})
+    if role in roles:
+        raise ParseError(str(path), None, None, f"a second {role} file for {key[0]}/{key[1]} (first: {roles[role]})")
+    roles[role] = path
 
 
 def parse_asin_list(path: Path, dataset: ParsedDataset) -> list[str]:

@@ -35,7 +35,7 @@ from retrieval.importers._common import (
     match_name,
     register,
 )
-from retrieval.importers.fashioniq import parse_asin_list
+from retrieval.importers.fashioniq import add_to_group, parse_asin_list
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
 
 FORMAT = "mtfiq"
@@ -57,12 +57,7 @@ def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
         if role == "attributes":
             attribute_files.append(path)
             continue
-        key = (m.group("category"), split or m.group("split"))
-        roles = groups.setdefault(key, {})
-        if role in roles:
-            raise ParseError(str(path), None, None,
-                             f"a second {role} file for {key[0]}/{key[1]} (first: {roles[role]})")
-        roles[role] = path
+        add_to_group(groups, (m.group("category"), split or m.group("split")), role, path)
 
     dataset = ParsedDataset(format=FORMAT)
     for (category, split_name), roles in groups.items():
