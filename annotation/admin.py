@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Adjudication, Assignment, Draft, ExportJob, Judgement, RubricVersion, Study, StudyItem
+from annotation.models import Adjudication, Assignment, Draft, ExportJob, Judgement, RubricVersion, Study, StudyItem
 
 
 @admin.register(RubricVersion)

@@ -6,12 +6,14 @@ from rest_framework import serializers, status
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from . import engine, roles
-from .models import Assignment
-from .payloads import item_payload, judgement_dict
-from .permissions import member_study, own_assignment, visible_studies
-from .rubric import JudgementError
-from .studies import StudyError, StudySpec, create_study
+from annotation import roles
+
+from annotation.assignment import queue as engine
+from annotation.models import Assignment
+from annotation.judging.payloads import item_payload, judgement_dict
+from annotation.permissions import member_study, own_assignment, visible_studies
+from annotation.judging.rubric import JudgementError
+from annotation.studies.building import StudyError, StudySpec, create_study
 
 
 def study_dict(study, user) -> dict:
@@ -83,7 +85,7 @@ def next_item(request, pk: int):
 def study_progress(request, pk: int):
     study = member_study(request.user, pk)
     if roles.is_admin(request.user):
-        from .progress import study_progress as full
+        from annotation.assignment.progress import study_progress as full
 
         return Response(full(study))
     return Response(engine.annotator_progress(study, request.user))

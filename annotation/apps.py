@@ -8,8 +8,8 @@ class AnnotationConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import m2m_changed
 
-        from .engine import forget_study_sizes
-        from .models import Study
+        from annotation.assignment.queue import forget_study_sizes
+        from annotation.models import Study
 
         def annotators_changed(sender, instance, action, **kwargs):
             if action.startswith("post_") and isinstance(instance, Study):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from . import roles
+from annotation import roles
 
 DEMO_ACCOUNTS = [
     # (username, password, role)

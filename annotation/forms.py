@@ -7,8 +7,8 @@ from django.contrib.auth import get_user_model
 
 from retrieval.models import Dataset
 
-from .rubric import builtin_rubrics
-from .studies import StudySpec
+from annotation.judging.rubric import builtin_rubrics
+from annotation.studies.building import StudySpec
 
 
 class StudyForm(forms.Form):

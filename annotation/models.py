@@ -9,7 +9,7 @@ from django.db.models import Q
 
 from retrieval.models import Query
 
-from .rubric import Rubric, builtin_rubrics
+from annotation.judging.rubric import Rubric, builtin_rubrics
 
 
 class RubricVersion(models.Model):

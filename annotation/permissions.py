@@ -4,8 +4,8 @@ from __future__ import annotations
 from django.http import Http404
 from rest_framework.permissions import BasePermission
 
-from . import roles
-from .models import Assignment, Study
+from annotation import roles
+from annotation.models import Assignment, Study
 
 
 class IsStaff(BasePermission):

@@ -5,8 +5,8 @@ from celery import shared_task
 
 from config.celery import at_worker_start
 
-from .export import run_export_job
-from .models import ExportJob
+from annotation.export.validated import run_export_job
+from annotation.models import ExportJob
 
 @shared_task(name="annotation.run_export", acks_late=True)
 def run_export(job_id: int) -> str:
@@ -23,7 +23,7 @@ def run_export(job_id: int) -> str:
 
 def resume_stale_exports() -> list[int]:
     """Send again the exports that no live worker is running (queued, or silent too long)."""
-    from .export import claimable_jobs, stale_before
+    from annotation.export.validated import claimable_jobs, stale_before
 
     jobs = list(claimable_jobs().filter(created_at__lt=stale_before()).values_list("pk", flat=True))
     for pk in jobs:

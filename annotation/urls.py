@@ -1,6 +1,8 @@
 from django.urls import path
 
-from . import api, report_views, views
+from annotation import api, views
+
+from annotation.agreement import views as report_views
 
 app_name = "annotation"
 urlpatterns = [

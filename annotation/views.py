@@ -8,11 +8,11 @@ from django.urls import reverse
 
 from config.roles import staff_required
 
-from . import engine
-from .models import Assignment, Study, StudyItem
-from .payloads import image_ref, item_payload
-from .permissions import member_study, own_assignment
-from .progress import study_progress
+from annotation.assignment import queue as engine
+from annotation.models import Assignment, Study, StudyItem
+from annotation.judging.payloads import image_ref, item_payload
+from annotation.permissions import member_study, own_assignment
+from annotation.assignment.progress import study_progress
 
 
 def _annotator_study(request, study_id: int) -> Study:
@@ -99,8 +99,8 @@ def study_list(request):
 
 @staff_required
 def study_new(request):
-    from .forms import StudyForm
-    from .studies import StudyError, create_study
+    from annotation.forms import StudyForm
+    from annotation.studies.building import StudyError, create_study
 
     form = StudyForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

@@ -1,7 +1,7 @@
 """The numeric core of an audit chunk: cached encoding and three-modality ranking.
 
 No Django and no Celery here (torch, open_clip through :mod:`retrieval.encoders`, the
-embedding cache). :mod:`audit.services` feeds it database rows and stores its output.
+embedding cache). :mod:`audit.runs` feeds it database rows and stores its output.
 
 One image and one text encoding per query serve the three modalities:
 

@@ -5,7 +5,8 @@ from django import forms
 
 from retrieval.models import Dataset
 
-from .services import AuditError, normalise_retrievers, resolve_split
+from .runs.base import AuditError
+from .runs.planning import normalise_retrievers, resolve_split
 
 DEFAULT_POOL = "openclip:cirval-tiny-vit\nopenclip:cirval-tiny-vit-b"
 

@@ -1,7 +1,7 @@
 """Import external rank files (CIRCUS layout) as audit runs, or into an existing run.
 
 Retrievers that cannot run here join the pool through their rank files. Their labels
-are computed exactly as for computed runs (:func:`audit.services.aggregate_run`,
+are computed exactly as for computed runs (:func:`audit.runs.aggregation.aggregate_run`,
 hence :func:`audit.labels.label_queries`).
 
 Matching: a sample's ``query_idx`` is the 0-based ordinal of the query in its source
@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from retrieval.models import Dataset, Image, Query, Turn
 
-from . import services
+from .runs import aggregation, base
 from .models import AuditLabel, AuditRank, AuditRun
 from .rankfiles import RankFile, path_suffixes, read_rank_file
 
@@ -165,7 +165,7 @@ def import_rank_files(
                     unmapped += 1
                 elif image_id not in top:
                     top.append(image_id)
-                if len(top) == services.panel_k():
+                if len(top) == base.panel_k():
                     break
             rows.append(AuditRank(query_id=q, retriever=f.retriever, mm=s.mm, text=s.text, image=s.image, top_mm=top))
             if s.support is not None:
@@ -216,7 +216,7 @@ def import_rank_files(
         for r in rows:
             r.run = target
         AuditRank.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
-    if not services.aggregate_run(target.pk, override_support=support if aggregated else None):
+    if not aggregation.aggregate_run(target.pk, override_support=support if aggregated else None):
         raise ImportRanksError(f"audit {target.pk} could not be aggregated")
     target.refresh_from_db()
     if file_labels:

@@ -3,7 +3,7 @@
 A run is planned into *chunks* (one retriever times one slice of the gallery or of the
 queries); each chunk is one Celery task on the ``gpu`` queue. Chunks carry a lease
 (``owner``, ``started_at``, ``heartbeat_at``) so that a chunk whose worker died can be
-found and run again (see :mod:`audit.services`). Rank rows are unique per (run, query,
+found and run again (see :mod:`audit.runs`). Rank rows are unique per (run, query,
 retriever), labels per (run, query), session rank rows per (run, query, retriever,
 strategy, modality).
 

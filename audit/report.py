@@ -11,7 +11,7 @@ from retrieval.models import QuerySubset
 from . import charts
 from .labels import LABELS
 from .models import AuditLabel, AuditRun
-from .services import subset_scores
+from .runs.aggregation import subset_scores
 
 VALIDATED_SUBSET = "validated"
 MODALITY_NAMES = {"multimodal": "multimodal", "text_only": "text only", "image_only": "image only"}

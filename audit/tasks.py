@@ -4,7 +4,7 @@ Each task is idempotent: a chunk that is already done returns at once, a chunk l
 by a live worker is left alone, and rank rows are unique per (run, query, retriever)
 (session rank rows per (run, query, retriever, strategy, modality)).
 There is no automatic retry: a chunk that raises marks its run failed (with the
-error); a chunk whose worker vanished is resent by :func:`audit.services.reconcile`.
+error); a chunk whose worker vanished is resent by :func:`audit.runs.dispatch.reconcile`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from celery import shared_task
 
 from config.celery import at_worker_start
 
-from . import services
+from .runs import aggregation, dispatch, execution
 
 
 def _after_chunk(chunk_id: int, result: str) -> None:
@@ -24,13 +24,13 @@ def _after_chunk(chunk_id: int, result: str) -> None:
     run_id = AuditChunk.objects.filter(pk=chunk_id).values_list("run_id", flat=True).first()
     if run_id is None:
         return
-    services.dispatch_ready(run_id)
+    dispatch.dispatch_ready(run_id)
     if not AuditChunk.objects.filter(run_id=run_id).exclude(status=AuditChunk.Status.DONE).exists():
-        services.aggregate_run(run_id)
+        aggregation.aggregate_run(run_id)
 
 
 def _run_chunk(chunk_id: int) -> str:
-    result = services.process_chunk(chunk_id)
+    result = execution.process_chunk(chunk_id)
     _after_chunk(chunk_id, result)
     return result
 
@@ -62,10 +62,10 @@ def encode_session_texts_chunk(chunk_id: int) -> str:
 @shared_task(acks_late=True, ignore_result=True)
 def coordinate(run_id: int, token: str) -> str:
     """Plan the run, then re-check it every ``AUDIT_COORDINATOR_SECONDS`` until it ends."""
-    return services.coordinate(run_id, token)
+    return dispatch.coordinate(run_id, token)
 
 
 @at_worker_start("audit runs resumed")
 def resume_audits_on_worker_start() -> dict:
     """A worker that starts takes over coordination of unfinished audits and resends stale chunks."""
-    return services.reconcile_active(takeover=True)
+    return dispatch.reconcile_active(takeover=True)

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 
 from config.roles import is_admin, researcher_required
 
-from . import services
+from .runs import aggregation, dispatch, planning
 from .forms import AuditForm
 from .models import AuditRun
 from .report import build_report
@@ -28,7 +28,7 @@ def audit_list(request):
     runs = AuditRun.objects.select_related("dataset", "created_by")[:100]
     form = AuditForm() if is_admin(request.user) else None
     return render(request, "audit/list.html", {
-        "runs": runs, "form": form, "table1": services.label_table(_latest_done_per_dataset()),
+        "runs": runs, "form": form, "table1": aggregation.label_table(_latest_done_per_dataset()),
     })
 
 
@@ -41,7 +41,7 @@ def audit_new(request):
         if form.is_valid():
             d = form.cleaned_data
             try:
-                run = services.create_run(
+                run = planning.create_run(
                     d["dataset"], d["retriever_specs"], split=d["split"], k=d["k"],
                     min_mm_retrievers=d["min_mm_retrievers"], exclude_reference=d["exclude_reference"],
                     created_by=request.user, epsilon=d.get("epsilon"), tau=d.get("tau"),
@@ -50,7 +50,7 @@ def audit_new(request):
             except ValueError as exc:
                 form.add_error(None, str(exc))
             else:
-                services.start_run(run)
+                dispatch.start_run(run)
                 messages.success(request, f"Audit {run.pk} queued.")
                 return redirect("audit:detail", pk=run.pk)
     else:

@@ -1,7 +1,7 @@
 """Usage: python bench/agreement.py [--judgements N] [--annotators A] [--per-item R] [--categories K]
 [--repeat T] [--seed S]
 
-Timing of annotation.agreement on synthetic judgements (default 1,000,000: 200,000 items,
+Timing of annotation.agreement.maths on synthetic judgements (default 1,000,000: 200,000 items,
 each judged by 5 of 12 annotators). Prints figures; asserts nothing.
 
 * nominal variant: K = 5 categories, a latent true category per item, each annotator right
@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from annotation.agreement import (  # noqa: E402  (after the path set-up)
+from annotation.agreement.maths import (  # noqa: E402  (after the path set-up)
     FLAGS,
     Ratings,
     agreement_report,
@@ -181,7 +181,7 @@ def validity_codes(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Time annotation.agreement on synthetic judgements.")
+    parser = argparse.ArgumentParser(description="Time annotation.agreement.maths on synthetic judgements.")
     parser.add_argument("--judgements", type=int, default=1_000_000)
     parser.add_argument("--annotators", type=int, default=12)
     parser.add_argument("--per-item", type=int, default=5)

@@ -81,7 +81,7 @@ def main() -> None:
     import torch
     from django.conf import settings
 
-    from audit import services
+    from audit.runs import dispatch, planning
     from audit.engine import clear_memos, get_retriever
     from audit.models import AuditRank
     from retrieval.demo import build_demo
@@ -144,14 +144,14 @@ def main() -> None:
     # 2. full audit, cold cache ------------------------------------------------------------
     shutil.rmtree(settings.EMBEDDING_CACHE_DIR, ignore_errors=True)
     t0 = time.perf_counter()
-    cold = services.run_inline(services.create_run(dataset, specs))
+    cold = dispatch.run_inline(planning.create_run(dataset, specs))
     sync()
     cold_s = time.perf_counter() - t0
     assert cold.status == "done", cold.error
 
     # 3. repeat, warm cache ----------------------------------------------------------------
     t0 = time.perf_counter()
-    warm = services.run_inline(services.create_run(dataset, specs))
+    warm = dispatch.run_inline(planning.create_run(dataset, specs))
     sync()
     warm_s = time.perf_counter() - t0
 

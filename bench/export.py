@@ -122,7 +122,7 @@ def child(study_id: int, chunk_size: int, traced: bool, out_root: str) -> None:
     """Run one export in this process and print a JSON line of measurements."""
     import tracemalloc
 
-    from annotation.export import export_study
+    from annotation.export.validated import export_study
     from annotation.models import Study
 
     study = Study.objects.select_related("rubric").get(pk=study_id)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotation.agreement import FLAGS
-from annotation.circus import (
+from annotation.agreement.maths import FLAGS
+from annotation.agreement.circus import (
     load_agreement_report,
     parse_assignment_file,
     relabel_pairs,
@@ -353,7 +353,7 @@ def test_option_errors(tmp_path, args, message) -> None:
 
 
 def test_study_without_reports_module(monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "annotation.reports", None)  # import fails as if absent
+    monkeypatch.setitem(sys.modules, "annotation.agreement.reports", None)  # import fails as if absent
     with pytest.raises(CommandError, match="study reports are not available yet"):
         run_json("--study", "4")
 
@@ -365,9 +365,9 @@ def test_study_uses_reports_study_triples(monkeypatch, tmp_path, all_triples) ->
         calls.append(study_id)
         return list(all_triples)
 
-    fake = types.ModuleType("annotation.reports")
+    fake = types.ModuleType("annotation.agreement.reports")
     fake.study_triples = study_triples
-    monkeypatch.setitem(sys.modules, "annotation.reports", fake)
+    monkeypatch.setitem(sys.modules, "annotation.agreement.reports", fake)
     from_study = run_json("--study", "12", "--rubric", "validity", "--bootstrap", "0")
     same_order = write_jsonl(tmp_path / "same_order.jsonl", as_records(all_triples))
     from_file = run_json(str(same_order), "--rubric", "validity", "--bootstrap", "0")

@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, connections
 
-from annotation import engine
+from annotation.assignment import queue as engine
 from annotation.models import Assignment, Judgement, StudyItem
-from annotation.studies import StudySpec, create_study
+from annotation.studies.building import StudySpec, create_study
 from tests.conftest import FIXTURES
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

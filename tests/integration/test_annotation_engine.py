@@ -8,10 +8,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
-from annotation import engine
+from annotation.assignment import queue as engine
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
-from annotation.rubric import JudgementError
-from annotation.studies import StudyError, StudySpec, create_study
+from annotation.judging.rubric import JudgementError
+from annotation.studies.building import StudyError, StudySpec, create_study
 from retrieval.models import Dataset, Query, QuerySubset
 from tests.conftest import FIXTURES
 

@@ -10,9 +10,9 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from annotation import engine
+from annotation.assignment import queue as engine
 from annotation.models import StudyItem
-from annotation.studies import StudySpec, create_study
+from annotation.studies.building import StudySpec, create_study
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.django_db

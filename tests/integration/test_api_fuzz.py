@@ -10,9 +10,9 @@ from django.core.management import call_command
 from hypothesis import HealthCheck, given, settings, strategies as st
 from rest_framework.authtoken.models import Token
 
-from annotation import engine
+from annotation.assignment import queue as engine
 from annotation.models import Study
-from annotation.studies import StudySpec, create_study
+from annotation.studies.building import StudySpec, create_study
 from config.wsgi import application
 from tests.conftest import FIXTURES
 

@@ -6,7 +6,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from audit import services
+from audit.runs import panels
 from audit.models import AuditLabel, AuditRank, AuditRun
 from retrieval.loader import load_parsed
 from retrieval.models import Image, Query
@@ -76,7 +76,7 @@ def test_per_retriever_files_make_a_labelled_run(tiny):
     first = Image.objects.get(pk=row.top_mm[0])
     assert first.external_id == "img_01"  # beta ranks query 0's target first
     assert len(row.top_mm) == 10
-    panel = services.aggregate_panel(run, tiny[0])
+    panel = panels.aggregate_panel(run, tiny[0])
     # position by position, pool order: alpha's first (img_02; its target is 2nd), then beta's first
     assert [i.external_id for i in panel[:3]] == ["img_02", "img_01", "img_03"]
     assert len({i.pk for i in panel}) == len(panel)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from audit import services
+from audit.runs import aggregation, base, dispatch, execution, leases, panels, planning
 from audit.engine import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
@@ -36,8 +36,8 @@ def demo(tmp_path, settings) -> Dataset:
 def audit(dataset: Dataset, **kwargs) -> AuditRun:
     kwargs.setdefault("chunk_queries", 7)
     kwargs.setdefault("chunk_gallery", 25)
-    run = services.create_run(dataset, SPECS, **kwargs)
-    return services.run_inline(run)
+    run = planning.create_run(dataset, SPECS, **kwargs)
+    return dispatch.run_inline(run)
 
 
 def single_turn_ids(dataset: Dataset) -> set[int]:
@@ -139,46 +139,46 @@ def test_second_run_hits_the_cache_and_gives_the_same_labels(demo):
 
 def test_done_chunks_are_not_recomputed_and_stale_ones_are_resent(demo, monkeypatch):
     sent: list[int] = []
-    monkeypatch.setattr(services, "_send_chunk", lambda pk, kind: sent.append(pk))
-    monkeypatch.setattr(services, "kick_coordinator", lambda run_id, countdown=0: "token")
-    run = services.create_run(demo, SPECS, chunk_queries=10, chunk_gallery=100)
-    assert services.plan_run(run) is True
-    assert services.plan_run(run) is False  # planned once
+    monkeypatch.setattr(dispatch, "_send_chunk", lambda pk, kind: sent.append(pk))
+    monkeypatch.setattr(dispatch, "kick_coordinator", lambda run_id, countdown=0: "token")
+    run = planning.create_run(demo, SPECS, chunk_queries=10, chunk_gallery=100)
+    assert planning.plan_run(run) is True
+    assert planning.plan_run(run) is False  # planned once
     gallery = AuditChunk.objects.filter(run=run, kind="gallery")
     for c in gallery:
-        assert services.process_chunk(c.pk, owner="w1", heartbeat=False) == "ok"
+        assert execution.process_chunk(c.pk, owner="w1", heartbeat=False) == "ok"
     first = AuditChunk.objects.filter(run=run, kind="queries", retriever=SPECS[0]).order_by("index").first()
-    assert services.process_chunk(first.pk, owner="w1", heartbeat=False) == "ok"
+    assert execution.process_chunk(first.pk, owner="w1", heartbeat=False) == "ok"
     n_rows = AuditRank.objects.filter(run=run).count()
     assert n_rows == 10
     # a redelivered message for a finished chunk returns at once and writes nothing
-    assert services.process_chunk(first.pk, owner="w2", heartbeat=False) == "done"
+    assert execution.process_chunk(first.pk, owner="w2", heartbeat=False) == "done"
     assert AuditRank.objects.filter(run=run).count() == n_rows
 
     # a chunk leased by a live worker is left alone ...
     second = AuditChunk.objects.filter(run=run, kind="queries", retriever=SPECS[0]).order_by("index")[1]
-    assert services.claim_chunk(second.pk, "w1")
-    assert services.process_chunk(second.pk, owner="w2", heartbeat=False) == "busy"
+    assert leases.claim_chunk(second.pk, "w1")
+    assert execution.process_chunk(second.pk, owner="w2", heartbeat=False) == "busy"
     # ... until its lease is stale: reconcile puts it back and sends it again
     from django.utils import timezone
     from datetime import timedelta
 
     AuditChunk.objects.filter(pk=second.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
     sent.clear()
-    result = services.reconcile(run)
+    result = dispatch.reconcile(run)
     assert result["resent_stale"] == 1 and second.pk in sent
     # every query, session and texts chunk is ready (gallery done) and was never sent: dispatched once
     never_sent = AuditChunk.objects.filter(run=run).exclude(kind="gallery").exclude(pk__in=[first.pk, second.pk])
     assert set(sent) == {second.pk} | set(never_sent.values_list("pk", flat=True))
     sent.clear()
-    assert services.reconcile(run)["sent"] == 0 and sent == []  # nothing twice
-    assert services.process_chunk(second.pk, owner="w2", heartbeat=False) == "ok"
+    assert dispatch.reconcile(run)["sent"] == 0 and sent == []  # nothing twice
+    assert execution.process_chunk(second.pk, owner="w2", heartbeat=False) == "ok"
     assert AuditChunk.objects.get(pk=second.pk).attempts == 2
 
     for c in AuditChunk.objects.filter(run=run).exclude(status="done"):
-        assert services.process_chunk(c.pk, owner="w3", heartbeat=False) == "ok"
-    assert services.aggregate_run(run.pk) is True
-    assert services.aggregate_run(run.pk) is False  # already finished
+        assert execution.process_chunk(c.pk, owner="w3", heartbeat=False) == "ok"
+    assert aggregation.aggregate_run(run.pk) is True
+    assert aggregation.aggregate_run(run.pk) is False  # already finished
     pairs = list(AuditRank.objects.filter(run=run).values_list("query_id", "retriever"))
     assert len(pairs) == len(set(pairs)) == 2 * N_SINGLE
 
@@ -223,7 +223,7 @@ def test_unusable_queries_are_skipped_with_a_reason(demo):
 def test_aggregate_panel_is_the_union_of_top_tens(demo):
     run = audit(demo)
     q = AuditLabel.objects.filter(run=run).first().query
-    panel = services.aggregate_panel(run, q)
+    panel = panels.aggregate_panel(run, q)
     tops = dict(AuditRank.objects.filter(run=run, query=q).values_list("retriever", "top_mm"))
     union = set(tops[SPECS[0]]) | set(tops[SPECS[1]])
     assert [img.pk for img in panel] == list(dict.fromkeys(img.pk for img in panel))  # no duplicates
@@ -235,13 +235,13 @@ def test_aggregate_panel_is_the_union_of_top_tens(demo):
 
 def test_a_split_must_be_chosen_when_there_are_several(demo):
     Query.objects.filter(dataset=demo, n_turns__gt=1).update(split="test")
-    with pytest.raises(services.AuditError, match="several splits"):
-        services.create_run(demo, SPECS)
-    with pytest.raises(services.AuditError, match="no split"):
-        services.create_run(demo, SPECS, split="nope")
+    with pytest.raises(base.AuditError, match="several splits"):
+        planning.create_run(demo, SPECS)
+    with pytest.raises(base.AuditError, match="no split"):
+        planning.create_run(demo, SPECS, split="nope")
     with pytest.raises(ValueError, match="unknown open_clip model"):
-        services.create_run(demo, ["openclip:no-such-model"], split="val")
-    run = services.create_run(demo, SPECS + ["openclip:cirval-tiny-vit@random:0"], split="val")
+        planning.create_run(demo, ["openclip:no-such-model"], split="val")
+    run = planning.create_run(demo, SPECS + ["openclip:cirval-tiny-vit@random:0"], split="val")
     assert run.retrievers == SPECS  # canonical specs, de-duplicated
 
 
@@ -269,7 +269,7 @@ def test_run_audit_command_queues_without_wait(demo, monkeypatch):
     from django.core.management import CommandError, call_command
 
     kicked = []
-    monkeypatch.setattr(services, "kick_coordinator", lambda run_id, countdown=0: kicked.append(run_id))
+    monkeypatch.setattr(dispatch, "kick_coordinator", lambda run_id, countdown=0: kicked.append(run_id))
     out = StringIO()
     call_command("run_audit", "--dataset", "demo", "--retriever", SPECS[0], "--k", "5", stdout=out)
     run = AuditRun.objects.get()

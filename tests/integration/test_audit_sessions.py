@@ -16,7 +16,7 @@ import torch
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 
-from audit import services
+from audit.runs import aggregation, dispatch, execution, planning
 from audit.engine import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRun, AuditSessionRank
 from retrieval.demo import build_demo
@@ -49,7 +49,7 @@ def demo(tmp_path, settings) -> Dataset:
 def audit(dataset: Dataset, specs=SPECS, **kwargs) -> AuditRun:
     kwargs.setdefault("chunk_queries", 5)
     kwargs.setdefault("chunk_gallery", 30)
-    return services.run_inline(services.create_run(dataset, specs, **kwargs))
+    return dispatch.run_inline(planning.create_run(dataset, specs, **kwargs))
 
 
 def session_ids(dataset: Dataset) -> list[int]:
@@ -199,24 +199,24 @@ def test_rerun_hits_the_cache_and_rows_are_unique(demo):
 
 
 def test_redelivered_session_chunk_writes_nothing_twice(demo, monkeypatch):
-    monkeypatch.setattr(services, "_send_chunk", lambda pk, kind: None)
-    run = services.create_run(demo, SPECS[:1], chunk_queries=5, chunk_gallery=100)
-    services.plan_run(run)
+    monkeypatch.setattr(dispatch, "_send_chunk", lambda pk, kind: None)
+    run = planning.create_run(demo, SPECS[:1], chunk_queries=5, chunk_gallery=100)
+    planning.plan_run(run)
     chunk = AuditChunk.objects.filter(run=run, kind="sessions").order_by("index").first()
-    assert services.process_chunk(chunk.pk, owner="w1", heartbeat=False) == "waiting"  # gallery first
+    assert execution.process_chunk(chunk.pk, owner="w1", heartbeat=False) == "waiting"  # gallery first
     for c in AuditChunk.objects.filter(run=run, kind="gallery"):
-        assert services.process_chunk(c.pk, owner="w1", heartbeat=False) == "ok"
-    assert services.process_chunk(chunk.pk, owner="w1", heartbeat=False) == "ok"
+        assert execution.process_chunk(c.pk, owner="w1", heartbeat=False) == "ok"
+    assert execution.process_chunk(chunk.pk, owner="w1", heartbeat=False) == "ok"
     n = AuditSessionRank.objects.filter(run=run).count()
     assert n == len(chunk.items) * 9
-    assert services.process_chunk(chunk.pk, owner="w2", heartbeat=False) == "done"
+    assert execution.process_chunk(chunk.pk, owner="w2", heartbeat=False) == "done"
     assert AuditSessionRank.objects.filter(run=run).count() == n
     # a texts chunk does not wait for the gallery
     texts = AuditChunk.objects.filter(run=run, kind="texts").first()
-    assert services.process_chunk(texts.pk, owner="w1", heartbeat=False) == "ok"
+    assert execution.process_chunk(texts.pk, owner="w1", heartbeat=False) == "ok"
     for c in AuditChunk.objects.filter(run=run).exclude(status="done"):
-        assert services.process_chunk(c.pk, owner="w3", heartbeat=False) == "ok"
-    assert services.aggregate_run(run.pk) is True
+        assert execution.process_chunk(c.pk, owner="w3", heartbeat=False) == "ok"
+    assert aggregation.aggregate_run(run.pk) is True
     assert AuditSessionRank.objects.filter(run=run).count() == N_SESSIONS * 9
 
 
@@ -315,7 +315,7 @@ def hand_run(db):
         sid: Query.objects.create(dataset=dataset, external_id=sid, split="val", ordinal=n, n_turns=len(r))
         for n, (sid, r) in enumerate(BASIS.items())
     }
-    run = services.create_run(dataset, SPECS)
+    run = planning.create_run(dataset, SPECS)
     run.status, run.planned = AuditRun.Status.RUNNING, True
     run.summary = {"plan": {"sessions_in_split": 5}, "session_plan": {"skipped": {}, "skipped_examples": {}}}
     run.save()
@@ -338,7 +338,7 @@ def hand_run(db):
 
 def test_aggregation_of_hand_made_ranks(hand_run):
     run, queries, other = hand_run
-    assert services.aggregate_run(run.pk) is True
+    assert aggregation.aggregate_run(run.pk) is True
     run.refresh_from_db()
     ses = run.summary["sessions"]
     assert ses["n_sessions"] == 5 and ses["l_max"] == 3

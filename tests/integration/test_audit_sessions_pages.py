@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from audit import services
+from audit.runs import dispatch, planning
 from audit.engine import clear_memos
 from audit.models import AuditRun
 from retrieval.models import Dataset, Query
@@ -102,7 +102,7 @@ def test_annotators_get_403_and_sessions_only_runs_render(client, demo_accounts,
 
     dataset = Dataset.objects.get(name="demo")
     Query.objects.filter(dataset=dataset, n_turns=1).update(split="single")  # split "val": sessions only
-    run = services.run_inline(services.create_run(dataset, [demo_run.retrievers[0]], split="val", tau=0.9, epsilon=12))
+    run = dispatch.run_inline(planning.create_run(dataset, [demo_run.retrievers[0]], split="val", tau=0.9, epsilon=12))
     assert run.status == "done", run.error
     client.logout()
     login(client, demo_accounts, "researcher")

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from audit import services
+from audit.runs import base, dispatch, leases, planning
 from audit.engine import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
@@ -54,10 +54,10 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
         "AUDIT_MAX_ATTEMPTS": "5",
         "CELERY_VISIBILITY_TIMEOUT": "5",
     }
-    run = services.create_run(dataset, SPECS, chunk_queries=6, chunk_gallery=30)
+    run = planning.create_run(dataset, SPECS, chunk_queries=6, chunk_gallery=30)
 
     first = worker_factory(extra_env=env).start("audit1")
-    services.kick_coordinator(run.pk)
+    dispatch.kick_coordinator(run.pk)
 
     def part_done():
         done = AuditChunk.objects.filter(run=run, status="done").count()
@@ -97,7 +97,7 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
 
     # The same audit uninterrupted, in-process (same cache, so the same embeddings).
     clear_memos()
-    eager = services.run_inline(services.create_run(dataset, SPECS, chunk_queries=6, chunk_gallery=30))
+    eager = dispatch.run_inline(planning.create_run(dataset, SPECS, chunk_queries=6, chunk_gallery=30))
     assert eager.status == "done"
     assert eager.timings["cache"]["encoded"] == 0
     assert dict(AuditLabel.objects.filter(run=eager).values_list("query_id", "label")) == worker_labels
@@ -118,8 +118,8 @@ def test_resume_command_resends_a_stale_chunk(tmp_path, settings, worker_factory
     settings.AUDIT_LEASE_SECONDS = LEASE
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=30, n_single=8, n_sessions=2), "demo", images_root=root)
-    run = services.create_run("demo", SPECS[:1], chunk_queries=4, chunk_gallery=30)
-    services.plan_run(run)
+    run = planning.create_run("demo", SPECS[:1], chunk_queries=4, chunk_gallery=30)
+    planning.plan_run(run)
     # pretend a worker took the gallery chunk and died two leases ago
     from datetime import timedelta
 
@@ -146,19 +146,19 @@ def test_heartbeat_renews_the_lease_and_notices_a_takeover(tmp_path, settings):
     settings.AUDIT_LEASE_SECONDS = LEASE
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=20, n_single=4, n_sessions=0), "demo", images_root=root)
-    run = services.create_run("demo", SPECS[:1])
-    services.plan_run(run)
+    run = planning.create_run("demo", SPECS[:1])
+    planning.plan_run(run)
     chunk = AuditChunk.objects.filter(run=run).first()
-    assert services.claim_chunk(chunk.pk, "w1")
+    assert leases.claim_chunk(chunk.pk, "w1")
     first_beat = AuditChunk.objects.get(pk=chunk.pk).heartbeat_at
-    beat = services.Heartbeat(chunk.pk, "w1", interval=0.1)
+    beat = leases.Heartbeat(chunk.pk, "w1", interval=0.1)
     try:
         wait_for(lambda: AuditChunk.objects.get(pk=chunk.pk).heartbeat_at > first_beat, timeout=5,
                  what="a heartbeat")
         beat.check()  # still ours
         AuditChunk.objects.filter(pk=chunk.pk).update(owner="w2")  # another worker took it over
         wait_for(lambda: beat.lost, timeout=5, what="the heartbeat to notice")
-        with pytest.raises(services.LeaseLost):
+        with pytest.raises(base.LeaseLost):
             beat.check()
     finally:
         beat.stop()

@@ -141,9 +141,9 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
     """A note with markup and control characters: escaped on every page, byte-exact in the export."""
     from django.contrib.auth import get_user_model
 
-    from annotation import engine
-    from annotation.export import export_study
-    from annotation.studies import StudySpec, create_study
+    from annotation.assignment import queue as engine
+    from annotation.export.validated import export_study
+    from annotation.studies.building import StudySpec, create_study
 
     val = tmp_path / "val.json"
     val.write_text(json.dumps([{**CIRCO_OK, "id": n, "relative_caption": SCRIPT} for n in range(2)]))

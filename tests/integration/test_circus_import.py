@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from annotation.models import Assignment, Judgement, Study, StudyItem
-from annotation.reports import study_report, study_triples
+from annotation.agreement.reports import study_report, study_triples
 from retrieval.models import Dataset, Query
 from tests.conftest import FIXTURES
 from tests.integration.test_agreement_command import check_validity_blocks
@@ -41,7 +41,7 @@ def agreement_json(study: Study) -> dict:
 
 @pytest.fixture
 def published() -> dict:
-    from annotation.circus import load_agreement_report
+    from annotation.agreement.circus import load_agreement_report
 
     return load_agreement_report(REPORT)
 
@@ -191,7 +191,7 @@ def test_primary_export_matches_the_circus_release(nine, tmp_path) -> None:
     imported study under the primary policy with annotator_03 gives, on the 7 CIRCO items of
     the agreement study, exactly the released CIRCO allowlists and trace decisions; the
     majority policy differs only on circo::115 (5 of 9 valid votes, annotator_03 said too broad)."""
-    from annotation.export import export_study
+    from annotation.export.validated import export_study
 
     release = CIRCUS / "final_dataset"
     allow = {sub: set(json.loads((release / "query_indices" / f"circo_validated_{sub}_query_indices.json")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from annotation.export import export_study
+from annotation.export.validated import export_study
 from annotation.models import ExportJob, Study
 from annotation.tasks import run_export
 from tests.conftest import ROOT, wait_for

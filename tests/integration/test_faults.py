@@ -15,9 +15,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
-from annotation import engine
+from annotation.assignment import queue as engine
 from annotation.models import Assignment, Judgement, StudyItem
-from annotation.studies import StudySpec, create_study
+from annotation.studies.building import StudySpec, create_study
 from audit.models import AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed

@@ -8,9 +8,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from annotation import engine
+from annotation.assignment import queue as engine
 from annotation.models import Study
-from annotation.payloads import item_payload
+from annotation.judging.payloads import item_payload
 from retrieval.models import Dataset, QuerySubset
 from retrieval.stats import dataset_stats
 

@@ -9,10 +9,10 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from annotation import engine
+from annotation.assignment import queue as engine
 from annotation.models import ExportJob
-from annotation.studies import StudySpec, create_study
-from audit.services import create_run
+from annotation.studies.building import StudySpec, create_study
+from audit.runs.planning import create_run
 from retrieval.models import Image, ImportJob, Query
 from tests.conftest import FIXTURES
 

@@ -34,12 +34,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
 
-from annotation import engine
-from annotation.adjudication import adjudicate, adjudication_queue
-from annotation.export import MBEIR_KEYS, ExportError, export_study
+from annotation.assignment import queue as engine
+from annotation.verdicts.adjudication import adjudicate, adjudication_queue
+from annotation.export.validated import MBEIR_KEYS, ExportError, export_study
 from annotation.models import Assignment, ExportJob, Judgement, RubricVersion, Study, StudyItem
-from annotation.reports import study_report, study_triples
-from annotation.studies import StudySpec, create_study
+from annotation.agreement.reports import study_report, study_triples
+from annotation.studies.building import StudySpec, create_study
 from config import celery_app
 from retrieval.models import Query, QuerySubset
 from tests.conftest import FIXTURES
@@ -353,7 +353,7 @@ def test_export_policies_through_the_command(twelve, tmp_path) -> None:
 def test_a_failed_export_leaves_nothing(twelve, tmp_path, monkeypatch, settings) -> None:
     study, _ = twelve
     settings.EXPORT_DIR = tmp_path / "exports"
-    from annotation import export
+    from annotation.export import validated as export
 
     calls = []
 

@@ -8,9 +8,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from sklearn.metrics import cohen_kappa_score
 
-from annotation import engine
-from annotation.reports import study_report
-from annotation.studies import StudySpec, create_study
+from annotation.assignment import queue as engine
+from annotation.agreement.reports import study_report
+from annotation.studies.building import StudySpec, create_study
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +47,7 @@ def test_scales_and_reject_flags(tmp_path):
     # overall: quadratic-weighted Cohen's kappa and ordinal alpha, against the reference libraries
     items = sorted({j for j in range(4)})
     pairs = {}
-    from annotation.reports import study_triples
+    from annotation.agreement.reports import study_triples
     for item, user, value in study_triples(study, "overall"):
         pairs.setdefault(item, {})[user] = value
     xa = [pairs[i]["a"] for i in sorted(pairs)]

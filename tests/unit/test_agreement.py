@@ -1,4 +1,4 @@
-"""Unit tests for annotation.agreement against published worked examples and hand computations."""
+"""Unit tests for annotation.agreement.maths against published worked examples and hand computations."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from annotation.agreement import (
+from annotation.agreement.maths import (
     FLAGS,
     LEVELS,
     Interval,

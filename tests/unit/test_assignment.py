@@ -1,4 +1,4 @@
-"""annotation.assignment: the next-item strategy, capacity and lease expiry."""
+"""annotation.assignment.rules: the next-item strategy, capacity and lease expiry."""
 from __future__ import annotations
 
 import random
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from annotation.assignment import (
+from annotation.assignment.rules import (
     AGREEMENT_SUBSET,
     ALL_SLOTS_RESERVED,
     CLOSEST_TO_OVERLAP,

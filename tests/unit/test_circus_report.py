@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from annotation.agreement import (
+from annotation.agreement.maths import (
     FLAGS,
     agreement_report,
     binary_valid_ratings,
@@ -26,7 +26,7 @@ from annotation.agreement import (
     validity_ratings,
     validity_signature,
 )
-from annotation.circus import (
+from annotation.agreement.circus import (
     CircusFormatError,
     load_agreement_report,
     parse_assignment_data,

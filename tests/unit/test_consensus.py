@@ -1,10 +1,10 @@
-"""Consensus policies (annotation.consensus): majority, unanimous, primary; ties, flags,
+"""Consensus policies (annotation.verdicts.consensus): majority, unanimous, primary; ties, flags,
 adjudication overrides, provenance. Every expectation is worked out by hand in the test."""
 from __future__ import annotations
 
 import pytest
 
-from annotation.consensus import (
+from annotation.verdicts.consensus import (
     ADJUDICATED,
     ADJUDICATION,
     DISAGREEMENT,

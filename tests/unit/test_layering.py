@@ -12,8 +12,8 @@ PURE = [
     "retrieval/encoders.py", "retrieval/embcache.py", "retrieval/demo.py", "retrieval/imagefiles.py",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "retrieval" / "importers").glob("*.py")),
     "audit/labels.py",
-    "annotation/agreement.py", "annotation/circus.py", "annotation/rubric.py", "annotation/assignment.py",
-    "annotation/sampling.py", "annotation/consensus.py",
+    "annotation/agreement/maths.py", "annotation/agreement/circus.py", "annotation/judging/rubric.py", "annotation/assignment/rules.py",
+    "annotation/studies/sampling.py", "annotation/verdicts/consensus.py",
 ]
 
 
@@ -42,3 +42,68 @@ def test_imports_run_one_way(app, forbidden):
         if imported_modules(p) & forbidden
     }
     assert not offenders
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module this file imports, at any depth of the file (lazy imports count too)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph (a list of modules that leads back to its first), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_find_cycle_sees_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+@pytest.mark.parametrize("app", ["retrieval", "audit", "annotation", "config"])
+def test_no_import_cycle_inside_an_app(app):
+    files = [p for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts]
+    modules = {module_name(p): p for p in files}
+    graph = {
+        # a package's __init__ is not an edge: importing `a.b` runs `a/__init__`, which imports nothing here
+        name: {m for m in imports_of(path) if m in modules and m != name and not path.name == "__init__.py"}
+        for name, path in modules.items()
+    }
+    assert find_cycle(graph) is None

@@ -1,4 +1,4 @@
-"""annotation.sampling: stratified pools, proportional allocation, per-annotator orders."""
+"""annotation.studies.sampling: stratified pools, proportional allocation, per-annotator orders."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from annotation.sampling import (
+from annotation.studies.sampling import (
     agreement_subset,
     largest_remainder,
     order_sha256,

@@ -1,7 +1,7 @@
 """python manage.py agreement (INPUT.jsonl | --study ID) [--level nominal|ordinal|interval|ratio]
 [--rubric validity] [--categories A,B,...] [--bootstrap N] [--seed S] [--format json|text]
 
-Inter-annotator agreement of a set of judgements, as :func:`annotation.agreement.agreement_report`
+Inter-annotator agreement of a set of judgements, as :func:`annotation.agreement.maths.agreement_report`
 computes it. Each input line is one JSON object ``{"item": ..., "annotator": ..., "label": ...}``
 (other keys are ignored; blank lines are skipped). Labels:
 
@@ -18,7 +18,7 @@ Malformed input stops the command with an error naming the line and the field.
 ``--bootstrap`` (default 1000 replicates, ``--seed`` 0) adds 95% percentile intervals over
 items; a large input gets a note on stderr, ``--bootstrap 0`` skips them. ``--study ID``
 reads the judgements of a study instead of a file, through
-``annotation.reports.study_triples(ID)`` (imported only then; until it exists the command
+``annotation.agreement.reports.study_triples(ID)`` (imported only then; until it exists the command
 says "study reports are not available yet").
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.agreement import FLAGS, LEVELS, VALIDATED, agreement_report
+from annotation.agreement.maths import FLAGS, LEVELS, VALIDATED, agreement_report
 
 # Above this many judgement-replicates the bootstrap gets a "this may take a while" note.
 _SLOW_BOOTSTRAP = 10_000_000
@@ -357,16 +357,16 @@ class Command(BaseCommand):
 
     @staticmethod
     def _study_records(study_id: str) -> Iterable[Any]:
-        """Hook for the database path: ``annotation.reports.study_triples(study_id)``.
+        """Hook for the database path: ``annotation.agreement.reports.study_triples(study_id)``.
 
         Contract: it takes the ``--study`` value as given (a string) and returns an iterable
         of ``(item, annotator, label)`` triples in the label conventions of this command
         (checked here like file lines); it raises ``CommandError`` for an unknown study.
         """
         try:
-            from annotation.reports import study_triples  # noqa: PLC0415 (optional, imported lazily)
+            from annotation.agreement.reports import study_triples  # noqa: PLC0415 (optional, imported lazily)
         except ImportError as exc:
-            if exc.name not in ("annotation.reports", "annotation"):
+            if exc.name not in ("annotation.agreement.reports", "annotation"):
                 raise
             raise CommandError("study reports are not available yet") from None
         return study_triples(study_id)

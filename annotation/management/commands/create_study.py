@@ -5,8 +5,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.rubric import builtin_rubrics
-from annotation.studies import StudyError, StudySpec, create_study
+from annotation.judging.rubric import builtin_rubrics
+from annotation.studies.building import StudyError, StudySpec, create_study
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@
 [--primary USER] [--chunk-size N]
 
 Writes the validated export of a study (M-BEIR query JSONL per dataset and hidden category,
-trace JSONL, manifest with SHA-256; see :mod:`annotation.export`) into ``DIR`` (created; it
+trace JSONL, manifest with SHA-256; see :mod:`annotation.export.validated`) into ``DIR`` (created; it
 must be absent or empty), by default ``EXPORT_DIR/<study>-<timestamp>/``, and refreshes each
 dataset's ``validated`` query subset. Runs in this process; the study page runs the same
 export on a worker.
@@ -13,9 +13,9 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.consensus import POLICIES
-from annotation.export import ExportError, export_study
-from annotation.reports import get_study
+from annotation.verdicts.consensus import POLICIES
+from annotation.export.validated import ExportError, export_study
+from annotation.agreement.reports import get_study
 
 
 class Command(BaseCommand):

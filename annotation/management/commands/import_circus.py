@@ -2,7 +2,7 @@
 [--report agreement_report.json --from-report annotator_03,annotator_08] [FILES...]
 
 Imports CIRCUS annotations (``annotations/users/*.json`` or ``agreement_users/*.json``, read
-with :mod:`annotation.circus`) as a CIRVal study under the validity rubric:
+with :mod:`annotation.agreement.circus`) as a CIRVal study under the validity rubric:
 
 * one retrieval dataset per CIRCUS dataset (circo, cirr, fashioniq, lasco), named
   ``<prefix>-<dataset>``. An existing dataset of that name is reused when it has exactly
@@ -38,8 +38,8 @@ from django.db import transaction
 from django.db.models import Count, Q
 
 from annotation import roles
-from annotation.agreement import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE, signature_flags
-from annotation.circus import CircusFormatError, load_agreement_report, parse_assignment_file
+from annotation.agreement.maths import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE, signature_flags
+from annotation.agreement.circus import CircusFormatError, load_agreement_report, parse_assignment_file
 from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
 from retrieval.models import Dataset, Query, Turn
 

@@ -10,8 +10,9 @@ from django.core.management.base import BaseCommand
 from annotation.demo_accounts import ensure_demo_accounts
 from annotation.models import Study
 from audit.models import AuditRun
-from audit.services import create_run, run_inline
-from annotation.studies import StudySpec, create_study
+from audit.runs.planning import create_run
+from audit.runs.dispatch import run_inline
+from annotation.studies.building import StudySpec, create_study
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
 

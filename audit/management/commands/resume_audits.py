@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import services
+from audit.runs import dispatch
 from audit.models import AuditRun
 
 from .run_audit import wait_for_run
@@ -33,9 +33,9 @@ class Command(BaseCommand):
             if run is None:
                 raise CommandError(f"no audit {pk}")
             if run.status == AuditRun.Status.FAILED and opts["retry_failed"]:
-                n = services.retry_failed(run)
+                n = dispatch.retry_failed(run)
                 self.stdout.write(f"audit {pk}: {n} failed chunk(s) reset")
-            result = services.reconcile(pk, takeover=True)
+            result = dispatch.reconcile(pk, takeover=True)
             self.stdout.write(f"audit {pk}: " + ", ".join(f"{k} {v}" for k, v in result.items()))
         if opts["wait"]:
             for pk in ids:

@@ -5,7 +5,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import services
+from audit.runs import dispatch, planning
 from audit.labels import LABELS
 from audit.models import AuditRun
 
@@ -59,7 +59,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         try:
-            run = services.create_run(
+            run = planning.create_run(
                 opts["dataset"], opts["retrievers"], split=opts["split"] or None, k=opts["k"],
                 min_mm_retrievers=opts["min_mm_retrievers"], exclude_reference=not opts["keep_reference"],
                 chunk_queries=opts["chunk_queries"], chunk_gallery=opts["chunk_gallery"],
@@ -75,9 +75,9 @@ class Command(BaseCommand):
                     last[0] = time.monotonic()
                     self.stderr.write(progress_line(r))
 
-            run = services.run_inline(run, progress=progress)
+            run = dispatch.run_inline(run, progress=progress)
         else:
-            services.kick_coordinator(run.pk)
+            dispatch.kick_coordinator(run.pk)
             self.stdout.write(f"Audit {run.pk} queued: {run.dataset.name}:{run.split}, {len(run.retrievers)} retriever(s).")
             self.stdout.write(f"Watch it at /audits/{run.pk}/ or with: python manage.py resume_audits --wait {run.pk}")
             if not opts["wait"]:
@@ -117,7 +117,7 @@ def wait_for_run(run_id: int, err, poll: float = 2.0) -> AuditRun:
     """Poll a run until it ends, reconciling on every check; progress goes to ``err``."""
     tty = getattr(err, "isatty", lambda: False)()
     while True:
-        services.reconcile(run_id)
+        dispatch.reconcile(run_id)
         run = AuditRun.objects.get(pk=run_id)
         line = progress_line(run)
         if tty:

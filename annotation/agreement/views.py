@@ -26,12 +26,12 @@ from django.views.decorators.http import require_POST
 
 from config.roles import researcher_required, staff_required
 
-from . import roles
-from .adjudication import adjudicate, adjudication_queue, decide_row, item_row
-from .consensus import POLICIES
-from .models import Adjudication, ExportJob, Study, StudyItem
-from .payloads import image_ref
-from .reports import ReportError, report_csv_rows, safe_rows, study_report
+from annotation import roles
+from annotation.verdicts.adjudication import adjudicate, adjudication_queue, decide_row, item_row
+from annotation.verdicts.consensus import POLICIES
+from annotation.models import Adjudication, ExportJob, Study, StudyItem
+from annotation.judging.payloads import image_ref
+from annotation.agreement.reports import ReportError, report_csv_rows, safe_rows, study_report
 
 # --------------------------------------------------------------------------- access
 
@@ -299,8 +299,8 @@ def adjudication_item_page(request, study_id: int, item_id: int):
 @require_POST
 def export_start(request, study_id: int):
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
-    from .export import ExportError, check_exportable
-    from .tasks import run_export
+    from annotation.export.validated import ExportError, check_exportable
+    from annotation.tasks import run_export
 
     policy = request.POST.get("policy") or "majority"
     primary = (request.POST.get("primary") or "").strip() if policy == "primary" else ""

@@ -7,7 +7,7 @@
 * :func:`triples_from_annotations` and :func:`triples_from_item_level_rows` turn them,
   or the signatures of the published ``agreement_report.json`` (the only source for
   annotator_03 and annotator_08), into ``(item, annotator, label)`` triples for
-  :mod:`annotation.agreement`. The item key is ``"<dataset>::<query_idx>"``.
+  :mod:`annotation.agreement.maths`. The item key is ``"<dataset>::<query_idx>"``.
 * :func:`load_agreement_report` reads ``agreement_report.json`` keeping the duplicated
   (mislabelled) pair keys in file order; :func:`relabel_pairs` puts the right labels back.
 
@@ -23,7 +23,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from annotation.agreement import FLAGS, VALIDATED, label_from_signature
+from annotation.agreement.maths import FLAGS, VALIDATED, label_from_signature
 
 
 class CircusFormatError(ValueError):

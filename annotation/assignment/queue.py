@@ -3,7 +3,7 @@
 Serving an item: expired leases are released, the annotator's own live lease is resumed,
 else a few candidate items are read in queue order and locked with
 ``select_for_update(skip_locked=True)`` (on PostgreSQL; SQLite serialises writers), the
-pure :func:`annotation.assignment.choose_next` picks one and says which rule served it,
+pure :func:`annotation.assignment.rules.choose_next` picks one and says which rule served it,
 and the item's ``taken`` counter grows inside the same transaction. Two annotators racing
 for an item's last slot therefore cannot both get it.
 """
@@ -17,9 +17,9 @@ from django.core.cache import cache
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
-from .assignment import Candidate, Choice, choose_next
-from .models import Assignment, Draft, Judgement, Study, StudyItem
-from .rubric import validate_judgement
+from annotation.assignment.rules import Candidate, Choice, choose_next
+from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
+from annotation.judging.rubric import validate_judgement
 
 CANDIDATES = 8  # rows locked per request: enough to step around a few racing annotators
 
@@ -162,7 +162,7 @@ class DuplicateSubmission(Exception):
 def submit(assignment: Assignment, payload: dict, client_token: str = "") -> Judgement:
     """Store a judgement (a new revision when one exists). Same client token → same row.
 
-    Raises :class:`annotation.rubric.JudgementError` for an invalid payload and
+    Raises :class:`annotation.judging.rubric.JudgementError` for an invalid payload and
     :class:`DuplicateSubmission` (carrying the stored row) for a repeated token.
     """
     study = assignment.study

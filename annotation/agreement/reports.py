@@ -4,7 +4,7 @@
   of ``manage.py agreement`` (it backs ``agreement --study ID``): validity rubric:
   ``"VALIDATED"`` or the list of true flags (``[]`` for an invalid judgement with no flag);
   other category rubrics: the category key; session rubrics: one scale's number.
-* :func:`study_report` is the researcher's report: :func:`annotation.agreement.agreement_report`
+* :func:`study_report` is the researcher's report: :func:`annotation.agreement.maths.agreement_report`
   over the study, a per-category table, per-dataset and per-hidden-category breakdowns,
   the consensus tally, each annotator's confusion against the consensus and the pairwise
   Cohen's kappa and full-signature agreement matrices.
@@ -19,12 +19,12 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from .adjudication import decide_row, is_validity_rubric, iter_item_batches, validity_label
-from .agreement import FLAGS, VALIDATED, agreement_report, pair_key, validity_signature
-from .consensus import ADJUDICATION, POLICIES, REJECTED, UNJUDGED, tally
-from .consensus import VALIDATED as VALIDATED_STATUS
-from .models import Assignment, Judgement, Study
-from .rubric import Rubric
+from annotation.verdicts.adjudication import decide_row, is_validity_rubric, iter_item_batches, validity_label
+from annotation.agreement.maths import FLAGS, VALIDATED, agreement_report, pair_key, validity_signature
+from annotation.verdicts.consensus import ADJUDICATION, POLICIES, REJECTED, UNJUDGED, tally
+from annotation.verdicts.consensus import VALIDATED as VALIDATED_STATUS
+from annotation.models import Assignment, Judgement, Study
+from annotation.judging.rubric import Rubric
 
 NO_CATEGORY = "(none)"
 

@@ -6,8 +6,8 @@ from statistics import median
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from .engine import annotator_progress
-from .models import Assignment, Judgement, Study, StudyItem
+from annotation.assignment.queue import annotator_progress
+from annotation.models import Assignment, Judgement, Study, StudyItem
 
 
 def study_progress(study: Study) -> dict:

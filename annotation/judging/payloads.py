@@ -6,8 +6,8 @@ from django.urls import reverse
 
 from retrieval.models import Image, Query
 
-from .engine import annotator_progress
-from .models import Assignment, Draft, Judgement
+from annotation.assignment.queue import annotator_progress
+from annotation.models import Assignment, Draft, Judgement
 
 
 def image_ref(image: Image | None, size: int = 384) -> dict | None:
@@ -21,7 +21,7 @@ def image_ref(image: Image | None, size: int = 384) -> dict | None:
 def aggregate_panel(query: Query) -> list[dict]:
     """The de-duplicated union of every retriever's top-10 from the latest finished audit."""
     try:
-        from audit.services import latest_panel
+        from audit.runs.panels import latest_panel
     except ImportError:  # the audit app has no panel yet
         return []
     return [image_ref(img, 160) for img in latest_panel(query)]
@@ -29,7 +29,7 @@ def aggregate_panel(query: Query) -> list[dict]:
 
 def session_ranks(query: Query) -> list:
     try:
-        from audit.services import latest_session_ranks
+        from audit.runs.panels import latest_session_ranks
     except ImportError:
         return []
     return latest_session_ranks(query)

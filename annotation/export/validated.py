@@ -25,7 +25,7 @@ and reference id, positives = targets of relevance 1 (the primary first), negati
 other target (graded below 1 or negative, as M-BEIR's CIRR conversion does), ``task_id = 7``.
 Each trace line carries the consensus, every vote (category, sub-reason, flags, note, flag
 for adjudication, time, revision) and the adjudication behind the query line at the same
-position. Annotators appear as ``annotator_NN`` (:func:`annotation.reports.annotator_pseudonyms`),
+position. Annotators appear as ``annotator_NN`` (:func:`annotation.agreement.reports.annotator_pseudonyms`),
 adjudicators as ``adjudicator_NN`` (username order).
 
 After the rename, each dataset of the study gets its :class:`retrieval.models.QuerySubset`
@@ -54,11 +54,11 @@ from django.utils.text import slugify
 
 from retrieval.models import Dataset, Query, QuerySubset, Target, Turn, turn_text
 
-from .adjudication import DEFAULT_CHUNK, ItemRow, decide_row, iter_item_batches, validity_label
-from .agreement import validity_signature
-from .consensus import POLICIES, REJECTED, UNJUDGED, VALIDATED, Decision
-from .models import Adjudication, ExportJob, Study, StudyItem
-from .reports import annotator_pseudonyms
+from annotation.verdicts.adjudication import DEFAULT_CHUNK, ItemRow, decide_row, iter_item_batches, validity_label
+from annotation.agreement.maths import validity_signature
+from annotation.verdicts.consensus import POLICIES, REJECTED, UNJUDGED, VALIDATED, Decision
+from annotation.models import Adjudication, ExportJob, Study, StudyItem
+from annotation.agreement.reports import annotator_pseudonyms
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from django.db import transaction
 
 from retrieval.models import Dataset, Query, QuerySubset
 
-from .models import RubricVersion, Study, StudyItem
-from .sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
+from annotation.models import RubricVersion, Study, StudyItem
+from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
 
 AUDIT_LABELS = ("composition_required", "unresolved", "shortcut_solvable")
 

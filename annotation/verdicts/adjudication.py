@@ -3,7 +3,7 @@
 :func:`iter_item_batches` streams a study's items in id order (``.iterator(chunk_size)``)
 with every current judgement and the current adjudication of each item, one batch at a
 time, so reports and exports never hold more than one batch of judgements. The consensus
-itself is the pure :func:`annotation.consensus.decide`.
+itself is the pure :func:`annotation.verdicts.consensus.decide`.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, F, Q
 
-from .agreement import FLAGS, VALIDATED
-from .consensus import Decision, Vote, decide
-from .models import Adjudication, Judgement, Study, StudyItem
-from .rubric import Rubric
+from annotation.agreement.maths import FLAGS, VALIDATED
+from annotation.verdicts.consensus import Decision, Vote, decide
+from annotation.models import Adjudication, Judgement, Study, StudyItem
+from annotation.judging.rubric import Rubric
 
 DEFAULT_CHUNK = 1000
 

@@ -1,0 +1,1 @@
+"""The validated export: streamed JSONL, traces and manifest."""

@@ -1,0 +1,1 @@
+"""Building studies: item pools, stratified sampling."""

@@ -1,0 +1,1 @@
+"""Deciding items: consensus policies (pure) and the adjudication queue."""

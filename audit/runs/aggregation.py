@@ -1,0 +1,392 @@
+"""Aggregating a finished run: labels, per-retriever figures, session filters, subsets."""
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from retrieval.metrics import MODALITIES, modality_scores
+from retrieval.models import Query, QuerySubset
+
+from ..labels import LABELS, SHORTCUT_FREE, SUPPORT_KEYS, AuditLabels, label_queries
+from ..models import AuditChunk, AuditLabel, AuditRank, AuditRun, AuditSessionRank
+from .base import (
+    LATEST_SUBSET,
+    SESSION_FILTER_BASIS,
+    SESSION_SKIP_REASONS,
+    SESSIONS_KEPT,
+    SKIP_REASONS,
+    SUBSET_NAMES,
+    subset_name,
+)
+from .planning import _examples, _tau_encoder
+
+
+def _rank_rows(run: AuditRun, exclude_queries: set[int] = frozenset()) -> list[tuple[int, str, Any, Any, Any]]:
+    """(query, retriever, mm, text, image) rows in query order, then pool order."""
+    order = {name: n for n, name in enumerate(run.retrievers)}
+    rows = [
+        (q, r, mm, t, i, ordinal)
+        for q, r, mm, t, i, ordinal in AuditRank.objects.filter(run=run).values_list(
+            "query_id", "retriever", "mm", "text", "image", "query__ordinal"
+        )
+        if q not in exclude_queries
+    ]
+    rows.sort(key=lambda x: (x[5], x[0], order.get(x[1], len(order)), str(x[1])))
+    return [row[:5] for row in rows]
+
+
+def _stats_json(stats: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    return {str(k): v for k, v in stats.items()}
+
+
+def subset_scores(run: AuditRun, query_ids: Iterable[int]) -> dict[str, dict[str, Any]]:
+    """Per-retriever :func:`retrieval.metrics.modality_scores` over some of the run's queries."""
+    wanted = set(query_ids)
+    per: dict[str, dict[int, tuple[Any, Any, Any]]] = defaultdict(dict)
+    labelled = set(AuditLabel.objects.filter(run=run, query_id__in=wanted).values_list("query_id", flat=True))
+    for q, r, mm, t, i in AuditRank.objects.filter(run=run, query_id__in=labelled).values_list(
+        "query_id", "retriever", "mm", "text", "image"
+    ):
+        per[r][q] = (mm, t, i)
+    out: dict[str, dict[str, Any]] = {}
+    if not labelled:
+        return out
+    qs = sorted(labelled)
+    for name in run.retrievers:
+        got = per.get(name, {})
+        triples = [got.get(q, (None, None, None)) for q in qs]
+        out[name] = modality_scores({m: [t[n] for t in triples] for n, m in enumerate(MODALITIES)}, k=run.k)
+    return out
+
+
+def _fmt_json(stats: dict[str, Any]) -> dict[str, Any]:
+    """A :func:`retrieval.sessions.session_metrics` dict with the violation ids replaced by their count."""
+    out = dict(stats)
+    out["epsilon_violations"] = len(out.get("epsilon_violations", []))
+    return out
+
+
+def session_rank_table(run: AuditRun) -> dict[str, dict[str, dict[str, dict[int, list[Any]]]]]:
+    """``{retriever: {strategy: {modality: {session id: [r_1, ..., r_L]}}}}`` from the stored rows."""
+    table: dict[str, dict[str, dict[str, dict[int, list[Any]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict))
+    )
+    for q, r, strategy, modality, ranks in AuditSessionRank.objects.filter(run=run).values_list(
+        "query_id", "retriever", "strategy", "modality", "ranks"
+    ):
+        table[r][strategy][modality][q] = ranks
+    return table
+
+
+def filter_sessions(
+    sessions: dict[Any, list[Any]],
+    max_text_cosine: dict[Any, float | None],
+    k: int,
+    epsilon: float,
+    tau: float,
+) -> dict[str, Any]:
+    """The CIRCLED filter chain on ranks plus the tau step on precomputed text cosines.
+
+    Success, multi-turn and epsilon-consistency come from
+    :func:`retrieval.sessions.apply_filters`; tau-diversity removes a session whose
+    largest text-text cosine is ``>= tau`` (same rule as
+    :func:`retrieval.sessions.passes_tau_diversity`; a session without a computed value
+    passes and is counted in ``tau_missing``). Returns the
+    :meth:`~retrieval.sessions.FilterReport.as_dict` form (``removed_ids`` kept).
+    """
+    from retrieval.sessions import apply_filters
+
+    report = apply_filters(sessions, None, k=k, epsilon=epsilon, tau=tau).as_dict()
+    steps = [st for st in report["steps"] if st["name"] != "tau_diversity"]
+    remaining = list(report["kept"])
+    fails = {q for q in sessions if max_text_cosine.get(q) is not None and max_text_cosine[q] >= tau}
+    removed = [q for q in remaining if q in fails]
+    kept = [q for q in remaining if q not in fails]
+    steps.append({"name": "tau_diversity", "removed": len(removed), "removed_ids": removed, "remaining": len(kept),
+                  "removed_alone": len(fails), "skipped": False})
+    return {
+        "n_sessions": report["n_sessions"], "kept": kept, "n_kept": len(kept), "steps": steps,
+        "tau_missing": sum(1 for q in sessions if q not in max_text_cosine),
+    }
+
+
+def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[int]]:
+    """The ``sessions`` part of the run's summary and the ids of the sessions kept by every filter.
+
+    Per retriever x strategy x modality: :func:`retrieval.sessions.session_metrics`
+    (Hits@K curve over turns ``1..L_max``, Final Recall@K, AUC, epsilon-consistent
+    count) and how many sessions pass all filters; the filter table (success ->
+    multi-turn -> epsilon -> tau) on :data:`SESSION_FILTER_BASIS` of the first
+    retriever; the turn-length histograms. ``(None, [])`` when the split has no sessions.
+    """
+    from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, session_metrics
+
+    plan = run.summary.get("session_plan")
+    if plan is None:
+        return None, []
+    chunk_skips: dict[str, str] = {}
+    max_cos: dict[int, float | None] = {}
+    no_positive: dict[str, int] = defaultdict(int)
+    for c in chunks:
+        st = c["stats"] or {}
+        if c["kind"] == AuditChunk.Kind.SESSIONS:
+            chunk_skips.update(st.get("session_skipped", {}))
+            no_positive[c["retriever"]] += int(st.get("no_positive_in_gallery", 0))
+        elif c["kind"] == AuditChunk.Kind.TEXTS:
+            max_cos.update({int(q): v for q, v in st.get("max_text_cosine", {}).items()})
+    reasons = Counter(plan.get("skipped", {}))
+    reasons.update(chunk_skips.values())
+    examples = dict(plan.get("skipped_examples", {}))
+    for reason, ids in _examples(chunk_skips).items():
+        examples[reason] = (examples.get(reason, []) + ids)[:10]
+
+    table = session_rank_table(run)
+    dropped = {int(q) for q in chunk_skips}
+    scored = {q for r in table.values() for s in r.values() for m in s.values() for q in m} - dropped
+    order = dict(Query.objects.filter(pk__in=scored).values_list("pk", "ordinal"))
+    ids = sorted(scored, key=lambda q: (order.get(q, 0), q))
+    lengths = {q: len(next(m[q] for r in table.values() for s in r.values() for m in s.values() if q in m))
+               for q in ids}
+    k, eps, tau = run.k, run.epsilon, run.tau
+
+    def ranks_of(name: str, strategy: str, modality: str) -> dict[int, list[Any]]:
+        got = table.get(name, {}).get(strategy, {}).get(modality, {})
+        return {q: got.get(q, [None] * lengths[q]) for q in ids}
+
+    metrics: dict[str, Any] = {}
+    kept_per: dict[str, Any] = {}
+    for name in run.retrievers:
+        for strategy in STRATEGIES:
+            for modality in MODALITIES:
+                sess = ranks_of(name, strategy, modality)
+                metrics.setdefault(name, {}).setdefault(strategy, {})[modality] = _fmt_json(
+                    session_metrics(sess, k=k, epsilon=eps)
+                )
+                kept_per.setdefault(name, {}).setdefault(strategy, {})[modality] = (
+                    filter_sessions(sess, max_cos, k, eps, tau)["n_kept"] if ids else 0
+                )
+    basis = {"retriever": run.retrievers[0], **SESSION_FILTER_BASIS}
+    filters = filter_sessions(ranks_of(basis["retriever"], basis["strategy"], basis["modality"]), max_cos, k, eps, tau)
+    kept = filters.pop("kept")
+    for st in filters["steps"]:
+        st["removed_examples"] = st.pop("removed_ids")[:10]
+    worst = [max_cos[q] for q in ids if max_cos.get(q) is not None]
+    summary = {
+        "n_sessions": len(ids),
+        "sessions_in_split": run.summary.get("plan", {}).get("sessions_in_split", len(ids)),
+        "l_max": max(lengths.values(), default=0),
+        "k": k, "alpha": DEFAULT_ALPHA, "epsilon": eps, "tau": tau, "tau_encoder": _tau_encoder(run),
+        "strategies": list(STRATEGIES), "modalities": list(MODALITIES),
+        "metrics": metrics,
+        "kept_per_ranking": kept_per,
+        "filter_basis": basis,
+        "filters": filters,
+        "turn_histogram": {str(n): c for n, c in sorted(Counter(lengths.values()).items())},
+        "kept_turn_histogram": {str(n): c for n, c in sorted(Counter(lengths[q] for q in kept).items())},
+        "text_cosine": {"sessions": len(worst), "at_or_above_tau": sum(1 for v in worst if v >= tau),
+                        "max": max(worst, default=None)},
+        "skipped": {r: reasons[r] for r in SESSION_SKIP_REASONS if reasons.get(r)}
+        | {r: n for r, n in reasons.items() if r not in SESSION_SKIP_REASONS},
+        "skipped_total": sum(reasons.values()),
+        "skipped_examples": examples,
+        "no_positive_in_gallery": max(no_positive.values(), default=0),
+        "subset": subset_name(run, SESSIONS_KEPT),
+    }
+    return summary, kept
+
+
+def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | None = None) -> bool:
+    """Label the run's queries once every chunk is done; returns True if this call finished it.
+
+    Safe to call twice or concurrently: the labels are computed outside the
+    transaction and written only by the call that still finds the run unfinished.
+    ``override_support`` (imported aggregated files) replaces the support counts that
+    :func:`label_queries` derives with those the file recorded for the real pool.
+    """
+    started = time.perf_counter()
+    run = AuditRun.objects.select_related("dataset").filter(pk=run_id).first()
+    if run is None or run.status != AuditRun.Status.RUNNING:
+        return False
+    chunks = list(AuditChunk.objects.filter(run=run).values("kind", "status", "stats", "retriever"))
+    if any(c["status"] != AuditChunk.Status.DONE for c in chunks):
+        return False
+
+    # Queries skipped by a chunk (e.g. a reference file that became unreadable) are
+    # left out for the whole pool, so every labelled query has a row per retriever.
+    chunk_skips: dict[str, str] = {}
+    no_positive: dict[str, int] = defaultdict(int)
+    for c in chunks:
+        chunk_skips.update((c["stats"] or {}).get("skipped", {}))
+        if c["kind"] == AuditChunk.Kind.QUERIES:
+            no_positive[c["retriever"]] += int((c["stats"] or {}).get("no_positive_in_gallery", 0))
+    reasons = Counter(run.summary.get("plan_skipped", {}))
+    reasons.update(chunk_skips.values())
+    examples = dict(run.summary.get("skipped_examples", {}))
+    for reason, ids in _examples(chunk_skips).items():
+        examples[reason] = (examples.get(reason, []) + ids)[:10]
+    rows = _rank_rows(run, exclude_queries={int(q) for q in chunk_skips})
+    audit = label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers)
+    if override_support:
+        for q, sup in override_support.items():
+            if q in audit.support:
+                audit.support[q] = {key: int(sup.get(key, audit.support[q][key])) for key in SUPPORT_KEYS}
+        audit.support_histograms = {
+            key: dict(sorted(Counter(s[key] for s in audit.support.values()).items())) for key in SUPPORT_KEYS
+        }
+    sf_scores = subset_scores_from_rows(run, rows, set(audit.shortcut_free))
+    sessions, sessions_kept = aggregate_sessions(run, chunks)
+    summary = {
+        **run.summary,
+        "k": run.k,
+        "min_mm_retrievers": run.min_mm_retrievers,
+        "n_queries": len(audit.queries),
+        "counts": audit.counts,
+        "detail_counts": audit.detail_counts,
+        "support_histograms": {k: {str(n): c for n, c in h.items()} for k, h in audit.support_histograms.items()},
+        "retriever_stats": _stats_json(audit.retriever_stats),
+        "shortcut_free_stats": sf_scores,
+        "skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)}
+        | {r: n for r, n in reasons.items() if r not in SKIP_REASONS},
+        "skipped_total": sum(reasons.values()),
+        "skipped_examples": examples,
+        "no_positive_in_gallery": max(no_positive.values()) if no_positive else run.summary.get("no_positive_in_gallery", 0),
+    }
+    if sessions is not None:
+        summary["sessions"] = sessions
+    timings = _timings(run, chunks)
+    label_rows = [
+        AuditLabel(
+            run=run, query_id=q, label=audit.labels[q], detail=audit.detail[q], legacy=audit.legacy[q],
+            support_mm=audit.support[q]["multimodal"], support_text=audit.support[q]["text_only"],
+            support_image=audit.support[q]["image_only"], support_either=audit.support[q]["either_unimodal"],
+            best_mm=audit.best_ranks[q]["multimodal"], best_text=audit.best_ranks[q]["text_only"],
+            best_image=audit.best_ranks[q]["image_only"],
+            best_retriever={m: (str(v) if v is not None else None) for m, v in audit.best_retriever[q].items()},
+        )
+        for q in audit.queries
+    ]
+    with transaction.atomic():
+        locked = AuditRun.objects.select_for_update().get(pk=run.pk)
+        if locked.status != AuditRun.Status.RUNNING:
+            return False
+        AuditLabel.objects.filter(run=run).delete()
+        AuditLabel.objects.bulk_create(label_rows, batch_size=1000)
+        _write_subsets(run, audit)
+        if sessions is not None:
+            subset, _ = QuerySubset.objects.update_or_create(
+                dataset=run.dataset, name=subset_name(run, SESSIONS_KEPT), defaults={"source": f"audit {run.pk}"}
+            )
+            subset.queries.set(sessions_kept)
+        timings["aggregate"] = time.perf_counter() - started
+        now = timezone.now()
+        if locked.started_at:
+            timings["wall"] = (now - locked.started_at).total_seconds()
+        locked.summary = summary
+        locked.timings = {**locked.timings, **timings}
+        locked.status = AuditRun.Status.DONE
+        locked.stage = "done"
+        locked.done = locked.total
+        locked.eta_seconds = 0.0
+        locked.finished_at = now
+        locked.error = ""
+        locked.save()
+    return True
+
+
+def subset_scores_from_rows(
+    run: AuditRun, rows: Sequence[tuple[int, str, Any, Any, Any]], queries: set[Any]
+) -> dict[str, dict[str, Any]]:
+    """Per-retriever scores over ``queries`` from already-loaded rank rows."""
+    if not queries:
+        return {}
+    per: dict[str, dict[Any, tuple[Any, Any, Any]]] = defaultdict(dict)
+    for q, r, mm, t, i in rows:
+        if q in queries:
+            per[r][q] = (mm, t, i)
+    qs = sorted(queries, key=str)
+    out: dict[str, dict[str, Any]] = {}
+    for name in run.retrievers:
+        got = per.get(name, {})
+        triples = [got.get(q, (None, None, None)) for q in qs]
+        out[name] = modality_scores({m: [t[n] for t in triples] for n, m in enumerate(MODALITIES)}, k=run.k)
+    return out
+
+
+def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    secs: dict[str, float] = defaultdict(float)
+    cache: dict[str, int] = defaultdict(int)
+    per: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for c in chunks:
+        st = c["stats"] or {}
+        s = st.get("seconds", {})
+        name = c["retriever"]
+        if c["kind"] == AuditChunk.Kind.GALLERY:
+            secs["encode_gallery"] += s.get("encode", 0.0)
+            per[name]["encode_gallery"] += s.get("encode", 0.0)
+        elif c["kind"] == AuditChunk.Kind.SESSIONS:
+            q = s.get("encode_images", 0.0) + s.get("encode_texts", 0.0)
+            secs["encode_sessions"] += q
+            secs["load_gallery"] += s.get("gallery", 0.0)
+            secs["rank_sessions"] += s.get("rank", 0.0) + s.get("write", 0.0)
+            per[name]["encode_sessions"] += q
+            per[name]["rank_sessions"] += s.get("rank", 0.0) + s.get("write", 0.0)
+        elif c["kind"] == AuditChunk.Kind.TEXTS:
+            secs["encode_session_texts"] += s.get("encode_texts", 0.0)
+            per[name]["encode_session_texts"] += s.get("encode_texts", 0.0)
+        else:
+            q = s.get("encode_images", 0.0) + s.get("encode_texts", 0.0)
+            secs["encode_queries"] += q
+            secs["load_gallery"] += s.get("gallery", 0.0)
+            secs["rank"] += s.get("rank", 0.0) + s.get("write", 0.0)
+            per[name]["encode_queries"] += q
+            per[name]["rank"] += s.get("rank", 0.0) + s.get("write", 0.0)
+        secs["build_models"] += s.get("build", 0.0)
+        for key, value in st.get("cache", {}).items():
+            if isinstance(value, bool):
+                cache[key + "_count"] += int(value)
+            else:
+                cache[key] += int(value)
+    cache["encoded"] = sum(cache.get(k, 0) for k in (
+        "gallery_encoded", "query_image_encoded", "text_encoded", "gallery_read_encoded",
+        "session_image_encoded", "session_text_encoded", "tau_text_encoded"))
+    return {**{k: round(v, 4) for k, v in secs.items()}, "cache": dict(cache),
+            "per_retriever": {k: {kk: round(vv, 4) for kk, vv in v.items()} for k, v in per.items()}}
+
+
+def _write_subsets(run: AuditRun, audit: AuditLabels) -> None:
+    by_label: dict[str, list[int]] = defaultdict(list)
+    for q, label in audit.labels.items():
+        by_label[label].append(q)
+    members = {
+        "shortcut_free": [q for q in audit.queries if audit.labels[q] in SHORTCUT_FREE],
+        **{label: by_label.get(label, []) for label in LABELS},
+    }
+    source = f"audit {run.pk}"
+    for name in SUBSET_NAMES:
+        subset, _ = QuerySubset.objects.update_or_create(
+            dataset=run.dataset, name=subset_name(run, name), defaults={"source": source}
+        )
+        subset.queries.set(members[name])
+    if not audit.queries:
+        return  # a sessions-only audit says nothing about single-turn shortcuts: keep the latest subset
+    latest, _ = QuerySubset.objects.update_or_create(
+        dataset=run.dataset, name=LATEST_SUBSET, defaults={"source": f"{source} (latest audit)"}
+    )
+    latest.queries.set(members["shortcut_free"])
+
+
+def label_table(runs: Iterable[AuditRun]) -> list[dict[str, Any]]:
+    """One CIRCUS-Table-1-like row per finished run: dataset, total and label counts."""
+    rows = []
+    for run in runs:
+        counts = run.summary.get("counts", {})
+        rows.append({
+            "run": run, "dataset": run.dataset.name, "split": run.split, "total": run.summary.get("n_queries", 0),
+            **{label: counts.get(label, 0) for label in (*LABELS, "shortcut_free")},
+        })
+    return rows

@@ -1,0 +1,89 @@
+"""Shared names of an audit run: settings, errors, subset names and skip reasons."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+
+from ..models import AuditChunk, AuditRun
+
+logger = logging.getLogger(__name__)
+
+
+SKIP_REASONS: tuple[str, ...] = (
+    "no_reference",
+    "empty_text",
+    "reference_missing",
+    "reference_unreadable",
+    "no_target",
+)
+
+
+SESSION_SKIP_REASONS: tuple[str, ...] = (
+    "missing_turn",
+    "no_reference",
+    "empty_text",
+    "reference_missing",
+    "reference_unreadable",
+    "no_target",
+)
+
+
+SUBSET_NAMES: tuple[str, ...] = ("shortcut_free", "composition_required", "unresolved", "shortcut_solvable")
+
+
+LATEST_SUBSET = "shortcut_free"
+
+
+SESSIONS_KEPT = "sessions_kept"
+
+
+#: The ranks the session filters read: the first retriever of the pool, this strategy and modality.
+SESSION_FILTER_BASIS: dict[str, str] = {"strategy": "latest", "modality": "multimodal"}
+
+
+SESSION_CHUNK_KINDS = (AuditChunk.Kind.QUERIES, AuditChunk.Kind.SESSIONS)  # need the gallery first
+
+
+Progress = Callable[[AuditRun], None]
+
+
+class AuditError(ValueError):
+    """An audit cannot be created or run as asked (the message says why)."""
+
+
+class LeaseLost(RuntimeError):
+    """Another worker took over this chunk; stop without writing."""
+
+
+def _setting(name: str, default: Any) -> Any:
+    return getattr(settings, name, default)
+
+
+def lease_seconds() -> float:
+    return float(_setting("AUDIT_LEASE_SECONDS", 300))
+
+
+def coordinator_seconds() -> float:
+    return float(_setting("AUDIT_COORDINATOR_SECONDS", 15))
+
+
+def max_attempts() -> int:
+    return int(_setting("AUDIT_MAX_ATTEMPTS", 3))
+
+
+def panel_k() -> int:
+    return int(_setting("AUDIT_PANEL_K", 10))
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def subset_name(run: AuditRun, label: str) -> str:
+    """Name of a run's query subset, e.g. ``audit3:shortcut_free``."""
+    return f"audit{run.pk}:{label}"

@@ -1,0 +1,226 @@
+"""Sending chunks to the workers, coordinating a run and recovering stale chunks."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from ..models import AuditChunk, AuditRun
+from .aggregation import aggregate_run
+from .base import (
+    SESSION_CHUNK_KINDS,
+    AuditError,
+    Progress,
+    coordinator_seconds,
+    default_owner,
+    lease_seconds,
+    logger,
+    max_attempts,
+)
+from .execution import _fail_chunk, gallery_ready, process_chunk
+from .planning import fail_run, plan_run
+
+
+def start_run(run: AuditRun) -> None:
+    """Hand a queued run to the workers (after the current transaction commits)."""
+    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
+        run_inline(run)
+        return
+    transaction.on_commit(lambda: kick_coordinator(run.pk))
+
+
+def run_inline(run: AuditRun, progress: Progress | None = None) -> AuditRun:
+    """Plan and run every chunk in this process, then aggregate (no worker needed)."""
+    try:
+        plan_run(run)
+    except AuditError as exc:
+        fail_run(run.pk, str(exc))
+        run.refresh_from_db()
+        return run
+    run.refresh_from_db()
+    owner = f"inline:{default_owner()}"
+    order = [(spec, kind) for spec in run.retrievers
+             for kind in (AuditChunk.Kind.GALLERY, AuditChunk.Kind.QUERIES, AuditChunk.Kind.SESSIONS)]
+    order.append((None, AuditChunk.Kind.TEXTS))
+    for spec, kind in order:
+        chunks = AuditChunk.objects.filter(run=run, kind=kind)
+        if spec is not None:
+            chunks = chunks.filter(retriever=spec)
+        for chunk_id in chunks.exclude(status=AuditChunk.Status.DONE).order_by("index").values_list("pk", flat=True):
+            # A chunk leased by a live worker is left to it; re-claiming is allowed
+            # only once the lease is stale (same rule as for workers).
+            result = process_chunk(chunk_id, owner=owner, heartbeat=False)
+            if result == "failed":
+                run.refresh_from_db()
+                return run
+            if progress:
+                run.refresh_from_db()
+                progress(run)
+    aggregate_run(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+#: The Celery task of each chunk kind (:mod:`audit.tasks`), looked up by name in the app's
+#: registry so that this module does not import the tasks that import it.
+CHUNK_TASKS = {
+    AuditChunk.Kind.GALLERY: "audit.tasks.encode_gallery_chunk",
+    AuditChunk.Kind.QUERIES: "audit.tasks.rank_query_chunk",
+    AuditChunk.Kind.SESSIONS: "audit.tasks.rank_session_chunk",
+    AuditChunk.Kind.TEXTS: "audit.tasks.encode_session_texts_chunk",
+}
+COORDINATE_TASK = "audit.tasks.coordinate"
+
+
+def _task(name: str) -> Any:
+    return current_app.tasks[name]
+
+
+def _send_chunk(chunk_id: int, kind: str) -> None:
+    _task(CHUNK_TASKS[kind]).delay(chunk_id)
+
+
+def kick_coordinator(run_id: int, countdown: float = 0) -> str:
+    """Start a new coordinating task for the run; any older one stops at its next tick."""
+    token = uuid.uuid4().hex
+    n = AuditRun.objects.filter(pk=run_id, status__in=[AuditRun.Status.QUEUED, AuditRun.Status.RUNNING]).update(
+        coordinator_token=token, coordinator_seen_at=timezone.now()
+    )
+    if n:
+        _task(COORDINATE_TASK).apply_async((run_id, token), countdown=countdown or None)
+    return token
+
+
+def dispatch_ready(run_id: int) -> int:
+    """Send every chunk that can run and was never sent; returns how many were sent."""
+    sent = 0
+    chunks = list(
+        AuditChunk.objects.filter(run_id=run_id, enqueued_at__isnull=True, status=AuditChunk.Status.PENDING)
+        .order_by("kind", "retriever", "index").values_list("pk", "kind", "retriever")
+    )
+    ready_specs: dict[str, bool] = {}
+    for pk, kind, spec in chunks:
+        if kind in SESSION_CHUNK_KINDS:
+            if spec not in ready_specs:
+                ready_specs[spec] = gallery_ready(run_id, spec)
+            if not ready_specs[spec]:
+                continue
+        if AuditChunk.objects.filter(pk=pk, enqueued_at__isnull=True).update(enqueued_at=timezone.now()):
+            _send_chunk(pk, kind)
+            sent += 1
+    return sent
+
+
+def reconcile(run: AuditRun | int, takeover: bool = False) -> dict[str, int]:
+    """Bring a run forward: resend stale chunks, send ready ones, restart coordination.
+
+    * a running chunk whose heartbeat is older than the lease: its worker is gone; it
+      is set back to pending and sent again (or failed after too many attempts);
+    * a pending chunk sent more than a lease ago, while the run showed no activity for
+      a lease: its message was lost; it is sent again;
+    * chunks whose dependencies are met and that were never sent are sent;
+    * the coordinating task is restarted when it has not ticked for a while, or
+      always with ``takeover`` (a worker starting up takes over).
+
+    Every resend is harmless: a chunk that turns out to be done or leased returns at
+    once. Returns counts of what was done.
+    """
+    run_id = run if isinstance(run, int) else run.pk
+    run = AuditRun.objects.filter(pk=run_id).first()
+    out = {"resent_stale": 0, "resent_lost": 0, "sent": 0, "failed": 0, "coordinator": 0, "aggregated": 0}
+    if run is None or not run.is_active:
+        return out
+    now = timezone.now()
+    lease = lease_seconds()
+    stale = now - timedelta(seconds=lease)
+    coord_stale = now - timedelta(seconds=max(lease, 3 * coordinator_seconds()))
+    if run.planned:
+        for chunk in AuditChunk.objects.filter(run=run, status=AuditChunk.Status.RUNNING).filter(
+            Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)
+        ):
+            if chunk.attempts >= max_attempts():
+                _fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
+                out["failed"] += 1
+                return out
+            if AuditChunk.objects.filter(pk=chunk.pk, status=AuditChunk.Status.RUNNING, heartbeat_at=chunk.heartbeat_at).update(
+                status=AuditChunk.Status.PENDING, owner="", enqueued_at=now
+            ):
+                _send_chunk(chunk.pk, chunk.kind)
+                out["resent_stale"] += 1
+        last = AuditChunk.objects.filter(run=run).aggregate(
+            beat=Max("heartbeat_at"), sent=Max("enqueued_at")
+        )
+        activity = max([t for t in (last["beat"], run.started_at) if t is not None], default=None)
+        if activity is None or activity < stale:
+            for pk, kind in AuditChunk.objects.filter(
+                run=run, status=AuditChunk.Status.PENDING, enqueued_at__lt=stale
+            ).values_list("pk", "kind"):
+                if AuditChunk.objects.filter(pk=pk, status=AuditChunk.Status.PENDING, enqueued_at__lt=stale).update(
+                    enqueued_at=now
+                ):
+                    _send_chunk(pk, kind)
+                    out["resent_lost"] += 1
+        out["sent"] = dispatch_ready(run.pk)
+        if not AuditChunk.objects.filter(run=run).exclude(status=AuditChunk.Status.DONE).exists():
+            out["aggregated"] = int(aggregate_run(run.pk))
+            if out["aggregated"]:
+                return out
+    if takeover or run.coordinator_seen_at is None or run.coordinator_seen_at < coord_stale:
+        kick_coordinator(run.pk)
+        out["coordinator"] = 1
+    return out
+
+
+def reconcile_active(takeover: bool = False) -> dict[int, dict[str, int]]:
+    """:func:`reconcile` every queued or running computed run."""
+    out: dict[int, dict[str, int]] = {}
+    for pk in AuditRun.objects.filter(
+        status__in=[AuditRun.Status.QUEUED, AuditRun.Status.RUNNING], source=AuditRun.Source.COMPUTED
+    ).values_list("pk", flat=True):
+        try:
+            out[pk] = reconcile(pk, takeover=takeover)
+        except Exception:
+            logger.exception("reconcile of audit %s failed", pk)
+    return out
+
+
+def coordinate(run_id: int, token: str) -> str:
+    """One tick of the coordinating task: plan, reconcile, aggregate or re-check later."""
+    run = AuditRun.objects.filter(pk=run_id).first()
+    if run is None:
+        return "missing"
+    if not run.is_active:
+        return run.status
+    if run.coordinator_token != token:
+        return "superseded"
+    AuditRun.objects.filter(pk=run_id, coordinator_token=token).update(coordinator_seen_at=timezone.now())
+    if not run.planned:
+        try:
+            plan_run(run)
+        except AuditError as exc:
+            fail_run(run.pk, str(exc))
+            return "failed"
+    result = reconcile(run.pk)
+    run.refresh_from_db()
+    if not run.is_active:
+        return run.status
+    _task(COORDINATE_TASK).apply_async((run_id, token), countdown=coordinator_seconds())
+    return "waiting" if not result["aggregated"] else "done"
+
+
+def retry_failed(run: AuditRun) -> int:
+    """Put a failed run's failed chunks back to pending and the run back to running."""
+    n = AuditChunk.objects.filter(run=run, status=AuditChunk.Status.FAILED).update(
+        status=AuditChunk.Status.PENDING, attempts=0, enqueued_at=None, error="", owner=""
+    )
+    AuditChunk.objects.filter(run=run, status=AuditChunk.Status.PENDING).update(enqueued_at=None)
+    AuditRun.objects.filter(pk=run.pk, status=AuditRun.Status.FAILED).update(
+        status=AuditRun.Status.RUNNING if run.planned else AuditRun.Status.QUEUED, error="", finished_at=None
+    )
+    return n

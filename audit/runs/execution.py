@@ -1,0 +1,412 @@
+"""Running one chunk: encode the gallery, rank queries and sessions, write rank rows."""
+from __future__ import annotations
+
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from retrieval.imagefiles import PathEscapeError, resolve_under
+from retrieval.models import Image, Target, Turn
+
+from ..models import AuditChunk, AuditRank, AuditRun, AuditSessionRank
+from .base import (
+    SESSION_CHUNK_KINDS,
+    LeaseLost,
+    _setting,
+    default_owner,
+    lease_seconds,
+    logger,
+    max_attempts,
+    panel_k,
+)
+from .leases import Heartbeat, claim_chunk
+from .planning import (
+    _eligibility,
+    _session_eligibility,
+    _session_turns,
+    _turn_text,
+    fail_run,
+)
+
+
+def _retriever(spec: str) -> Any:
+    from ..engine import get_retriever
+
+    return get_retriever(
+        spec, device=_setting("AUDIT_DEVICE", "") or None, batch_size=int(_setting("AUDIT_BATCH_SIZE", 64)),
+        precision=_setting("AUDIT_PRECISION", "fp32"),
+    )
+
+
+def _cache(retriever: Any) -> Any:
+    from retrieval.embcache import EmbeddingCache
+
+    return EmbeddingCache(settings.EMBEDDING_CACHE_DIR, retriever.spec, retriever.dim)
+
+
+def _image_path(root: str, rel: str) -> Path:
+    try:
+        return resolve_under(Path(root), rel) if root else Path(rel)
+    except PathEscapeError:
+        return Path("/nonexistent-escaped-path") / rel
+
+
+def _image_files(image_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """Image id -> (sha256, path relative to the images root)."""
+    out: dict[int, tuple[str, str]] = {}
+    ids = list(image_ids)
+    for start in range(0, len(ids), 5000):
+        for pk, sha, path in Image.objects.filter(pk__in=ids[start:start + 5000]).values_list("id", "sha256", "path"):
+            out[pk] = (sha, path)
+    return out
+
+
+def _locator(run: AuditRun, key_to_rel: dict[str, str]) -> Callable[[str], Path]:
+    """key -> file, resolved (and checked against the images root) only when needed."""
+    root = run.dataset.images_root
+    return lambda key: _image_path(root, key_to_rel[key])
+
+
+_gallery_memo: dict[tuple[int, str, str], tuple[list[int], list[str], dict[str, str]]] = {}
+
+
+def _gallery_of(run: AuditRun, spec: str) -> tuple[list[int], list[str], dict[str, str]]:
+    """The gallery of one retriever: its gallery chunks' images minus unreadable ones.
+
+    Read once per process and run (done gallery chunks never change).
+    """
+    key = (run.pk, run.created_at.isoformat() if run.created_at else "", spec)
+    if key not in _gallery_memo:
+        if len(_gallery_memo) >= 4:
+            _gallery_memo.pop(next(iter(_gallery_memo)))
+        _gallery_memo[key] = _read_gallery(run, spec)
+    return _gallery_memo[key]
+
+
+def _read_gallery(run: AuditRun, spec: str) -> tuple[list[int], list[str], dict[str, str]]:
+    ids: list[int] = []
+    unreadable: set[int] = set()
+    for items, stats in AuditChunk.objects.filter(run=run, retriever=spec, kind=AuditChunk.Kind.GALLERY).order_by(
+        "index"
+    ).values_list("items", "stats"):
+        ids.extend(items)
+        unreadable.update(int(i) for i in (stats or {}).get("unreadable", {}))
+    ids = [i for i in ids if i not in unreadable]
+    files = _image_files(ids)
+    ids = [i for i in ids if i in files and files[i][0]]
+    return ids, [files[i][0] for i in ids], {files[i][0]: files[i][1] for i in ids}
+
+
+def _encode_gallery_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> dict[str, Any]:
+    from ..engine import encode_images
+
+    started = time.perf_counter()
+    retriever = _retriever(chunk.retriever)
+    build_s = time.perf_counter() - started
+    cache = _cache(retriever)
+    files = _image_files(chunk.items)
+    ids = [i for i in chunk.items if i in files]
+    enc = encode_images(
+        retriever, cache, [files[i][0] for i in ids], _locator(run, {files[i][0]: files[i][1] for i in ids}),
+        max_pixels=int(_setting("IMAGE_MAX_PIXELS", 64_000_000)), check=beat.check if beat else None,
+    )
+    bad = {str(i): enc.unreadable[files[i][0]] for i in ids if files[i][0] in enc.unreadable}
+    return {
+        "seconds": {"build": build_s, "encode": enc.seconds},
+        "cache": {"gallery_hits": enc.hits, "gallery_encoded": enc.encoded},
+        "unreadable": bad,
+    }
+
+
+def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[Any, ...]:
+    """The retriever, its cache and the gallery matrix a ranking chunk works against.
+
+    Returns ``(retriever, cache, max_pixels, gallery, gallery image ids, row of each image id,
+    gallery encode stats, build seconds, gallery seconds)``."""
+    from ..engine import gallery_matrix
+
+    t0 = time.perf_counter()
+    retriever = _retriever(chunk.retriever)
+    cache = _cache(retriever)
+    build_s = time.perf_counter() - t0
+    max_pixels = int(_setting("IMAGE_MAX_PIXELS", 64_000_000))
+
+    t0 = time.perf_counter()
+    g_ids, g_keys, g_rel = _gallery_of(run, chunk.retriever)
+    gallery, rows, g_enc = gallery_matrix(
+        retriever, cache, (run.pk, chunk.retriever), g_keys, _locator(run, g_rel), max_pixels
+    )
+    g_ids = [g_ids[r] for r in rows]
+    index_of = {image_id: n for n, image_id in enumerate(g_ids)}
+    gallery_s = time.perf_counter() - t0
+    if beat:
+        beat.check()
+    return retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s
+
+
+def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[AuditRank]]:
+    from ..engine import encode_images, encode_texts, rank_three
+
+    retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s = _chunk_gallery(run, chunk, beat)
+
+    # The chunk's queries, checked again (files can vanish between plan and run).
+    eligible, skipped = _eligibility(run, chunk.items)
+    skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
+    turns = {
+        t["query_id"]: t
+        for t in Turn.objects.filter(query_id__in=eligible, index=1).values(
+            "query_id", "reference_image_id", "reference_image__sha256", "reference_image__path", "texts"
+        )
+    }
+    positives_of: dict[int, list[int]] = defaultdict(list)
+    for qid, image_id in (
+        Target.objects.filter(query_id__in=eligible, relevance__gt=0).exclude(role="neg").order_by("id")
+        .values_list("query_id", "image_id")
+    ):
+        positives_of[qid].append(image_id)
+    keys = [turns[q]["reference_image__sha256"] for q in eligible]
+    locate = _locator(run, {turns[q]["reference_image__sha256"]: turns[q]["reference_image__path"] for q in eligible})
+    img = encode_images(retriever, cache, keys, locate, max_pixels=max_pixels, check=beat.check if beat else None)
+    kept = [q for q, ok in zip(eligible, img.ok) if ok]
+    for q, ok in zip(eligible, img.ok):
+        if not ok:
+            skipped_out[str(q)] = "reference_unreadable"
+    texts = [_turn_text(turns[q]["texts"]) for q in kept]
+    txt = encode_texts(retriever, cache, texts)
+    if beat:
+        beat.check()
+
+    positives = [[index_of[i] for i in positives_of[q] if i in index_of] for q in kept]
+    exclude = [
+        index_of.get(turns[q]["reference_image_id"]) if run.exclude_reference else None for q in kept
+    ]
+    no_positive = sum(
+        1 for pos, ex in zip(positives, exclude) if not [p for p in pos if p != ex]
+    )
+    ranks = rank_three(retriever, img.matrix, txt.matrix, gallery, positives, exclude, panel_k=panel_k())
+    rank_rows = [
+        AuditRank(run_id=run.pk, query_id=q, retriever=chunk.retriever, mm=ranks.mm[n], text=ranks.text[n],
+                  image=ranks.image[n], top_mm=[g_ids[j] for j in ranks.top_mm[n]])
+        for n, q in enumerate(kept)
+    ]
+    stats = {
+        "seconds": {"build": build_s, "gallery": gallery_s, "encode_images": img.seconds,
+                    "encode_texts": txt.seconds, "rank": ranks.seconds},
+        "cache": {
+            "query_image_hits": img.hits, "query_image_encoded": img.encoded,
+            "text_hits": txt.hits, "text_encoded": txt.encoded,
+            # the gallery matrix read back for ranking (normally all cache hits)
+            "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
+            "gallery_memo": g_enc is None,
+        },
+        "skipped": skipped_out,
+        "no_positive_in_gallery": no_positive,
+        "ranked": len(kept),
+        "gallery_size": len(g_ids),
+    }
+    return stats, rank_rows
+
+
+def _rank_session_chunk(
+    run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None
+) -> tuple[dict[str, Any], list[AuditSessionRank]]:
+    """Rank every turn of the chunk's sessions (3 modalities x 3 strategies) for one retriever."""
+    from ..engine import encode_images, encode_texts, rank_sessions
+
+    retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s = _chunk_gallery(run, chunk, beat)
+
+    eligible, skipped = _session_eligibility(run, chunk.items)
+    skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
+    turns = _session_turns(eligible)
+    positives_of: dict[int, list[int]] = defaultdict(list)
+    for qid, image_id in (
+        Target.objects.filter(query_id__in=eligible, relevance__gt=0).exclude(role="neg").order_by("id")
+        .values_list("query_id", "image_id")
+    ):
+        positives_of[qid].append(image_id)
+
+    # One image encoding per distinct reference file, one text encoding per distinct text.
+    key_rel = {t["reference_image__sha256"]: t["reference_image__path"] for q in eligible for t in turns[q]}
+    keys = list(key_rel)
+    img = encode_images(retriever, cache, keys, _locator(run, key_rel), max_pixels=max_pixels,
+                        check=beat.check if beat else None)
+    readable = [k for k, ok in zip(keys, img.ok) if ok]
+    image_row = {k: n for n, k in enumerate(readable)}
+    kept = []
+    for q in eligible:
+        if all(t["reference_image__sha256"] in image_row for t in turns[q]):
+            kept.append(q)
+        else:
+            skipped_out[str(q)] = "reference_unreadable"
+    texts = {q: [_turn_text(t["texts"]) for t in turns[q]] for q in kept}
+    unique_texts = list(dict.fromkeys(x for q in kept for x in texts[q]))
+    txt = encode_texts(retriever, cache, unique_texts)
+    text_row = {x: n for n, x in enumerate(unique_texts)}
+    if beat:
+        beat.check()
+
+    rank_s = 0.0
+    out_rows: list[AuditSessionRank] = []
+    no_positive = 0
+    n_turns = sum(len(turns[q]) for q in kept)
+    if kept:
+        image_emb = img.matrix[[image_row[t["reference_image__sha256"]] for q in kept for t in turns[q]]]
+        text_emb = txt.matrix[[text_row[x] for q in kept for x in texts[q]]]
+        positives = [[index_of[i] for i in positives_of[q] if i in index_of] for q in kept]
+        exclude = [
+            index_of.get(t["reference_image_id"]) if run.exclude_reference else None for q in kept for t in turns[q]
+        ]
+        no_positive = sum(1 for pos in positives if not pos)
+        from retrieval.sessions import DEFAULT_ALPHA
+
+        result = rank_sessions(retriever, image_emb, text_emb, [len(turns[q]) for q in kept], gallery, positives,
+                               exclude, alpha=DEFAULT_ALPHA)
+        rank_s = result.seconds
+        for (strategy, modality), per_session in result.ranks.items():
+            out_rows.extend(
+                AuditSessionRank(run_id=run.pk, query_id=q, retriever=chunk.retriever, strategy=strategy,
+                                 modality=modality, ranks=per_session[n])
+                for n, q in enumerate(kept)
+            )
+    stats = {
+        "seconds": {"build": build_s, "gallery": gallery_s, "encode_images": img.seconds,
+                    "encode_texts": txt.seconds, "rank": rank_s},
+        "cache": {
+            "session_image_hits": img.hits, "session_image_encoded": img.encoded,
+            "session_text_hits": txt.hits, "session_text_encoded": txt.encoded,
+            "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
+        },
+        "session_skipped": skipped_out,
+        "no_positive_in_gallery": no_positive,
+        "sessions_ranked": len(kept),
+        "turns_ranked": n_turns,
+        "gallery_size": len(g_ids),
+    }
+    return stats, out_rows
+
+
+def _session_texts_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> dict[str, Any]:
+    """Each session's largest text-text cosine with the tau encoder (stored in the chunk's stats)."""
+    from ..engine import session_texts_max_cosine
+
+    t0 = time.perf_counter()
+    retriever = _retriever(chunk.retriever)
+    cache = _cache(retriever)
+    build_s = time.perf_counter() - t0
+    turns = _session_turns(chunk.items)
+    texts = [[x for x in (_turn_text(t["texts"]) for t in turns.get(q, [])) if x] for q in chunk.items]
+    if beat:
+        beat.check()
+    worst, enc = session_texts_max_cosine(retriever, cache, texts)
+    return {
+        "seconds": {"build": build_s, "encode_texts": enc.seconds},
+        "cache": {"tau_text_hits": enc.hits, "tau_text_encoded": enc.encoded},
+        "max_text_cosine": {str(q): v for q, v in zip(chunk.items, worst)},
+    }
+
+
+def gallery_ready(run_id: int, spec: str) -> bool:
+    return not AuditChunk.objects.filter(run_id=run_id, retriever=spec, kind=AuditChunk.Kind.GALLERY).exclude(
+        status=AuditChunk.Status.DONE
+    ).exists()
+
+
+def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = True) -> str:
+    """Run one chunk if it still needs running; returns what happened.
+
+    ``"done"`` (it was already done: nothing recomputed), ``"busy"`` (another worker
+    holds a live lease), ``"waiting"`` (a query chunk whose gallery is not encoded
+    yet), ``"ok"`` (computed now), ``"failed"``, ``"lost"`` (lease taken over while
+    computing; nothing written), ``"missing"``.
+    """
+    chunk = AuditChunk.objects.select_related("run", "run__dataset").filter(pk=chunk_id).first()
+    if chunk is None:
+        return "missing"
+    if chunk.status == AuditChunk.Status.DONE:
+        return "done"
+    if chunk.status == AuditChunk.Status.FAILED:
+        return "failed"
+    run = chunk.run
+    if run.status in (AuditRun.Status.DONE, AuditRun.Status.FAILED):
+        return run.status
+    if chunk.kind in SESSION_CHUNK_KINDS and not gallery_ready(run.pk, chunk.retriever):
+        return "waiting"
+    owner = owner or default_owner()
+    if not claim_chunk(chunk.pk, owner):
+        chunk.refresh_from_db()
+        if chunk.status == AuditChunk.Status.DONE:
+            return "done"
+        if chunk.status != AuditChunk.Status.FAILED and chunk.attempts >= max_attempts():
+            _fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
+            return "failed"
+        return "busy" if chunk.status != AuditChunk.Status.FAILED else "failed"
+    beat = Heartbeat(chunk.pk, owner, lease_seconds() / 4) if heartbeat else None
+    rows: list[AuditRank] = []
+    session_rows: list[AuditSessionRank] = []
+    try:
+        if chunk.kind == AuditChunk.Kind.GALLERY:
+            stats = _encode_gallery_chunk(run, chunk, beat)
+        elif chunk.kind == AuditChunk.Kind.SESSIONS:
+            stats, session_rows = _rank_session_chunk(run, chunk, beat)
+        elif chunk.kind == AuditChunk.Kind.TEXTS:
+            stats = _session_texts_chunk(run, chunk, beat)
+        else:
+            stats, rows = _rank_query_chunk(run, chunk, beat)
+        if beat:
+            beat.check()
+    except LeaseLost:
+        logger.warning("audit chunk %s: lease lost, leaving it to its new owner", chunk.pk)
+        return "lost"
+    except Exception as exc:  # recorded on the run; a person decides whether to retry
+        logger.exception("audit chunk %s failed", chunk.pk)
+        _fail_chunk(chunk, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
+        return "failed"
+    finally:
+        if beat:
+            beat.stop()
+    t0 = time.perf_counter()
+    with transaction.atomic():
+        if rows:
+            AuditRank.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
+        if session_rows:
+            AuditSessionRank.objects.bulk_create(session_rows, batch_size=1000, ignore_conflicts=True)
+        stats.setdefault("seconds", {})["write"] = time.perf_counter() - t0
+        AuditChunk.objects.filter(pk=chunk.pk).exclude(status=AuditChunk.Status.DONE).update(
+            status=AuditChunk.Status.DONE, finished_at=timezone.now(), heartbeat_at=timezone.now(), stats=stats,
+        )
+    update_progress(run.pk)
+    return "ok"
+
+
+def _fail_chunk(chunk: AuditChunk, message: str) -> None:
+    AuditChunk.objects.filter(pk=chunk.pk).exclude(status=AuditChunk.Status.DONE).update(
+        status=AuditChunk.Status.FAILED, error=message[:20000], finished_at=timezone.now()
+    )
+    first_line = message.splitlines()[0] if message else "failed"
+    fail_run(chunk.run_id, f"chunk {chunk.kind} #{chunk.index} of {chunk.retriever}: {first_line}\n\n{message}")
+
+
+def update_progress(run_id: int) -> None:
+    """Recount finished work and refresh the ETA."""
+    done = AuditChunk.objects.filter(run_id=run_id, status=AuditChunk.Status.DONE).aggregate(s=Sum("n_items"))["s"] or 0
+    run = AuditRun.objects.filter(pk=run_id).only("started_at", "total", "status").first()
+    if run is None:
+        return
+    eta = None
+    if run.started_at and done and run.total:
+        elapsed = (timezone.now() - run.started_at).total_seconds()
+        eta = max(0.0, elapsed * (run.total - done) / done)
+    gallery_left = AuditChunk.objects.filter(run_id=run_id, kind=AuditChunk.Kind.GALLERY).exclude(
+        status=AuditChunk.Status.DONE
+    ).exists()
+    AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(
+        done=done, eta_seconds=eta, stage="encoding gallery" if gallery_left else "ranking queries"
+    )

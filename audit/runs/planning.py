@@ -1,0 +1,313 @@
+"""Planning an audit run: which queries and sessions, which gallery, which chunks."""
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from retrieval.models import (
+    Dataset,
+    GalleryEntry,
+    Image,
+    Query,
+    Target,
+    Turn,
+    turn_text,
+)
+
+from ..models import AuditChunk, AuditRun
+from .base import SESSION_SKIP_REASONS, SKIP_REASONS, AuditError, _setting
+
+
+def query_splits(dataset: Dataset) -> list[str]:
+    return sorted(set(Query.objects.filter(dataset=dataset).values_list("split", flat=True)))
+
+
+def resolve_split(dataset: Dataset, split: str | None) -> str:
+    """The split to audit: the one given, or the dataset's only split."""
+    splits = query_splits(dataset)
+    if not splits:
+        raise AuditError(f"dataset {dataset.name!r} has no queries")
+    if split:
+        if split not in splits:
+            raise AuditError(f"dataset {dataset.name!r} has no split {split!r} (splits: {', '.join(splits)})")
+        return split
+    if len(splits) > 1:
+        raise AuditError(f"dataset {dataset.name!r} has several splits ({', '.join(splits)}); choose one")
+    return splits[0]
+
+
+def normalise_retrievers(specs: Iterable[str]) -> list[str]:
+    """Validate retriever specs and return their canonical forms, de-duplicated in order."""
+    from retrieval.encoders import parse_retriever_spec
+
+    out: list[str] = []
+    for spec in specs:
+        spec = (spec or "").strip()
+        if not spec:
+            continue
+        canonical = parse_retriever_spec(spec)["canonical"]
+        if canonical not in out:
+            out.append(canonical)
+    if not out:
+        raise AuditError("name at least one retriever, e.g. 'openclip:cirval-tiny-vit'")
+    return out
+
+
+def create_run(
+    dataset: Dataset | str,
+    retrievers: Sequence[str],
+    split: str | None = None,
+    k: int = 10,
+    min_mm_retrievers: int = 1,
+    exclude_reference: bool = True,
+    chunk_queries: int | None = None,
+    chunk_gallery: int | None = None,
+    created_by: Any = None,
+    epsilon: float | None = None,
+    tau: float | None = None,
+    tau_encoder: str | None = None,
+) -> AuditRun:
+    """Validate the request and store a queued run (nothing is computed yet).
+
+    ``epsilon``, ``tau`` and ``tau_encoder`` parameterise the session filters
+    (defaults: ``AUDIT_SESSION_EPSILON`` = 30, ``AUDIT_SESSION_TAU`` = 0.8 and the
+    pool's first retriever); they are stored on the run, the encoder as a canonical spec.
+    """
+    if isinstance(dataset, str):
+        found = Dataset.objects.filter(name=dataset).first()
+        if found is None:
+            raise AuditError(f"no dataset named {dataset!r}")
+        dataset = found
+    if isinstance(k, bool) or int(k) < 1:
+        raise AuditError("K must be an integer >= 1")
+    if isinstance(min_mm_retrievers, bool) or int(min_mm_retrievers) < 0:
+        raise AuditError("the minimum number of multimodal retrievers must be >= 0")
+    from retrieval.sessions import DEFAULT_EPSILON, DEFAULT_TAU
+
+    specs = normalise_retrievers(retrievers)
+    eps = float(_setting("AUDIT_SESSION_EPSILON", DEFAULT_EPSILON) if epsilon is None else epsilon)
+    if isinstance(epsilon, bool) or not math.isfinite(eps) or eps < 0:
+        raise AuditError("epsilon must be a finite number >= 0")
+    t = float(_setting("AUDIT_SESSION_TAU", DEFAULT_TAU) if tau is None else tau)
+    if isinstance(tau, bool) or not math.isfinite(t) or not -1.0 <= t <= 1.0:
+        raise AuditError("tau must be a cosine between -1 and 1")
+    tau_spec = normalise_retrievers([tau_encoder])[0] if (tau_encoder or "").strip() else specs[0]
+    cq = int(chunk_queries or _setting("AUDIT_CHUNK_QUERIES", 512))
+    cg = int(chunk_gallery or _setting("AUDIT_CHUNK_GALLERY", 4096))
+    if cq < 1 or cg < 1:
+        raise AuditError("chunk sizes must be >= 1")
+    return AuditRun.objects.create(
+        dataset=dataset, split=resolve_split(dataset, split), retrievers=specs, k=int(k),
+        min_mm_retrievers=int(min_mm_retrievers), exclude_reference=bool(exclude_reference),
+        chunk_queries=cq, chunk_gallery=cg, created_by=created_by if getattr(created_by, "pk", None) else None,
+        epsilon=eps, tau=t, tau_encoder=tau_spec,
+    )
+
+
+def _tau_encoder(run: AuditRun) -> str:
+    """The spec whose text encoder the tau filter uses (the first retriever unless set)."""
+    return run.tau_encoder or run.retrievers[0]
+
+
+def _turn_text(texts: Any) -> str:
+    return turn_text(texts or [])
+
+
+def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple[list[int], dict[int, str]]:
+    """Eligible single-turn query ids in (ordinal, id) order and the skipped ones with a reason.
+
+    Multi-turn queries are not considered here (see :func:`_session_eligibility`).
+    """
+    qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split, n_turns__lte=1)
+    if query_ids is not None:
+        qs = qs.filter(pk__in=list(query_ids))
+    queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
+    ids = [q for q, _ in queries]
+    first_turns = {
+        t["query_id"]: t
+        for t in Turn.objects.filter(query__in=qs, index=1).values(
+            "query_id", "reference_image_id", "reference_image__missing", "reference_image__sha256",
+            "reference_image__path", "texts",
+        )
+    }
+    with_positive = set(
+        Target.objects.filter(query__in=qs, relevance__gt=0).exclude(role="neg").values_list("query_id", flat=True)
+    )
+    eligible: list[int] = []
+    skipped: dict[int, str] = {}
+    for qid, n_turns in queries:
+        turn = first_turns.get(qid)
+        if turn is None or turn["reference_image_id"] is None:
+            skipped[qid] = "no_reference"
+        elif not _turn_text(turn["texts"]):
+            skipped[qid] = "empty_text"
+        elif turn["reference_image__missing"] or not turn["reference_image__sha256"] or not turn["reference_image__path"]:
+            skipped[qid] = "reference_missing"
+        elif qid not in with_positive:
+            skipped[qid] = "no_target"
+        else:
+            eligible.append(qid)
+    assert len(eligible) + len(skipped) == len(ids)
+    return eligible, skipped
+
+
+_TURN_FIELDS = (
+    "query_id", "index", "reference_image_id", "reference_image__missing", "reference_image__sha256",
+    "reference_image__path", "texts",
+)
+
+
+def _session_turns(query_ids: Any) -> dict[int, list[dict[str, Any]]]:
+    """Query id -> its turns (dicts of :data:`_TURN_FIELDS`) in turn order."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for t in Turn.objects.filter(query_id__in=query_ids).order_by("query_id", "index").values(*_TURN_FIELDS):
+        out[t["query_id"]].append(t)
+    return out
+
+
+def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple[list[int], dict[int, str]]:
+    """Eligible multi-turn sessions in (ordinal, id) order and the skipped ones with a reason.
+
+    A session is scored when its turns are numbered 1..n_turns, every turn has a
+    reference image with a file and a non-empty text, and it has a positive target.
+    """
+    qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split, n_turns__gt=1)
+    if query_ids is not None:
+        qs = qs.filter(pk__in=list(query_ids))
+    queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
+    turns = _session_turns(qs.values("pk"))
+    with_positive = set(
+        Target.objects.filter(query__in=qs, relevance__gt=0).exclude(role="neg").values_list("query_id", flat=True)
+    )
+    eligible: list[int] = []
+    skipped: dict[int, str] = {}
+    for qid, n_turns in queries:
+        ts = turns.get(qid, [])
+        if [t["index"] for t in ts] != list(range(1, n_turns + 1)):
+            skipped[qid] = "missing_turn"
+        elif any(t["reference_image_id"] is None for t in ts):
+            skipped[qid] = "no_reference"
+        elif not all(_turn_text(t["texts"]) for t in ts):
+            skipped[qid] = "empty_text"
+        elif any(t["reference_image__missing"] or not t["reference_image__sha256"] or not t["reference_image__path"]
+                 for t in ts):
+            skipped[qid] = "reference_missing"
+        elif qid not in with_positive:
+            skipped[qid] = "no_target"
+        else:
+            eligible.append(qid)
+    return eligible, skipped
+
+
+def _gallery_rows(run: AuditRun) -> tuple[list[int], dict[str, Any]]:
+    """Gallery image ids in order, and a description of where they came from."""
+    entries = GalleryEntry.objects.filter(dataset_id=run.dataset_id, split=run.split)
+    if entries.exists():
+        rows = list(entries.order_by("ordinal", "image_id").values_list("image_id", "image__missing", "image__sha256", "image__path"))
+        source = "split gallery"
+    else:
+        rows = list(
+            Image.objects.filter(dataset_id=run.dataset_id).order_by("id").values_list("id", "missing", "sha256", "path")
+        )
+        source = "all dataset images (the split has no gallery)"
+    seen: set[int] = set()
+    ids: list[int] = []
+    left_out = 0
+    for image_id, missing, sha, path in rows:
+        if image_id in seen:
+            continue
+        seen.add(image_id)
+        if missing or not sha or not path:
+            left_out += 1
+            continue
+        ids.append(image_id)
+    return ids, {"source": source, "images": len(ids), "missing_left_out": left_out}
+
+
+def _examples(skipped: dict[Any, str], n: int = 10) -> dict[str, list[int]]:
+    """The first ``n`` query ids skipped for each reason."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for q, reason in skipped.items():
+        if len(out[reason]) < n:
+            out[reason].append(int(q))
+    return dict(out)
+
+
+def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def plan_run(run: AuditRun) -> bool:
+    """Create the run's chunks once (idempotent); returns True if this call planned it."""
+    with transaction.atomic():
+        run = AuditRun.objects.select_for_update().get(pk=run.pk)
+        if run.planned or not run.is_active:
+            return False
+        eligible, skipped = _eligibility(run)
+        sessions, session_skipped = _session_eligibility(run)
+        gallery, gallery_info = _gallery_rows(run)
+        if not eligible and not sessions:
+            why = Counter(skipped.values())
+            why.update(f"session {r}" for r in session_skipped.values())
+            raise AuditError("no query can be audited: " + (
+                ", ".join(f"{n} {r}" for r, n in why.items()) or "the split is empty"
+            ))
+        if not gallery:
+            raise AuditError("the gallery is empty (no image with a file on disk)")
+        chunks: list[AuditChunk] = []
+        for spec in run.retrievers:
+            for n, part in enumerate(_chunks(gallery, run.chunk_gallery)):
+                chunks.append(AuditChunk(run=run, retriever=spec, kind=AuditChunk.Kind.GALLERY, index=n,
+                                         items=part, n_items=len(part)))
+            for n, part in enumerate(_chunks(eligible, run.chunk_queries)):
+                chunks.append(AuditChunk(run=run, retriever=spec, kind=AuditChunk.Kind.QUERIES, index=n,
+                                         items=part, n_items=len(part)))
+            for n, part in enumerate(_chunks(sessions, run.chunk_queries)):
+                chunks.append(AuditChunk(run=run, retriever=spec, kind=AuditChunk.Kind.SESSIONS, index=n,
+                                         items=part, n_items=len(part)))
+        for n, part in enumerate(_chunks(sessions, run.chunk_queries)):
+            chunks.append(AuditChunk(run=run, retriever=_tau_encoder(run), kind=AuditChunk.Kind.TEXTS, index=n,
+                                     items=part, n_items=len(part)))
+        AuditChunk.objects.bulk_create(chunks, batch_size=500)
+        reasons = Counter(skipped.values())
+        session_reasons = Counter(session_skipped.values())
+        run.summary = {
+            **run.summary,
+            "plan": {
+                "queries_in_split": len(eligible) + len(skipped) + len(sessions) + len(session_skipped),
+                "eligible": len(eligible),
+                "sessions_in_split": len(sessions) + len(session_skipped),
+                "sessions_eligible": len(sessions),
+                "gallery": gallery_info,
+                "chunks": len(chunks),
+                "retrievers": len(run.retrievers),
+            },
+            "skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)},
+            "plan_skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)},
+            "skipped_total": len(skipped),
+            "skipped_examples": _examples(skipped),
+        }
+        if sessions or session_skipped:
+            run.summary["session_plan"] = {
+                "skipped": {r: session_reasons[r] for r in SESSION_SKIP_REASONS if session_reasons.get(r)},
+                "skipped_examples": _examples(session_skipped),
+            }
+        run.total = sum(c.n_items for c in chunks)
+        run.done = 0
+        run.planned = True
+        run.status = AuditRun.Status.RUNNING
+        run.stage = "encoding gallery"
+        run.started_at = run.started_at or timezone.now()
+        run.save()
+    return True
+
+
+def fail_run(run_id: int, message: str) -> None:
+    AuditRun.objects.filter(pk=run_id).exclude(status=AuditRun.Status.DONE).update(
+        status=AuditRun.Status.FAILED, error=message[:20000], stage="failed", finished_at=timezone.now()
+    )
