@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 RANK_KEYS: dict[str, str] = {"multimodal": "mm", "text_only": "text", "image_only": "image"}
+#: The rank-row field of each modality, in :data:`retrieval.metrics.MODALITIES` order.
+RANK_FIELDS: tuple[str, ...] = tuple(RANK_KEYS.values())
 _NAME_RE = re.compile(r"^retrieval_data_(?P<ds>[^_]+)_task(?P<task>\d+)_(?P<retriever>.+)\.json$")
 
 

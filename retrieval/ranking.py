@@ -11,11 +11,9 @@ the gallery size: the gallery is never sorted and the score matrix is never held
   other items is placed after all of them. The count is accumulated over the gallery
   blocks in one pass. The rank of a query is that of its best positive (the minimum
   over its positives); :attr:`RankResult.per_positive_ranks` holds every positive's.
-* **Scores of the positives** are computed once per query block from the gathered
-  positive embeddings (a batched product), before the pass over the gallery. Exact
-  ties (equal dot products, for example duplicate images) are always pessimistic; two
-  scores that differ only by float rounding between the two kernels (a few ulp) may be
-  ordered either way.
+* **Scores of the positives** are computed once per query block, before the pass over
+  the gallery, by the same matrix product (same shapes) as the gallery chunks, so
+  exact ties (for example duplicate images) are seen as ties and are pessimistic.
 * **Exclusion.** An optional gallery index per query (typically the reference image) is
   removed from that query's gallery for ranking: it never counts in ranks, and if it is
   also listed as a positive it is ignored as a positive (rank ``None``). It is *not*
@@ -114,19 +112,33 @@ def _padded(rows: Sequence[Sequence[int]]) -> torch.Tensor:
     return out
 
 
-def _gathered_scores(qb: torch.Tensor, gallery: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``score[i, j] = qb[i] . gallery[idx[i, j]]`` (padding -1 reads row 0: mask it after)."""
-    flat = idx.clamp_min(0).reshape(-1).cpu()
-    emb = gallery[flat].to(device=qb.device, dtype=qb.dtype).reshape(idx.shape[0], idx.shape[1], -1)
-    return torch.bmm(emb, qb[:, :, None]).squeeze(-1)
+def _scores_of(qb: torch.Tensor, gallery: torch.Tensor, idx: torch.Tensor, width: int) -> torch.Tensor:
+    """``score[i, j] = qb[i] . gallery[idx[i, j]]`` (padding -1 gives -inf).
+
+    The needed gallery rows are stacked into blocks of exactly ``width`` rows (the
+    width of a gallery chunk) and scored by the same matrix product as the gallery
+    chunks, so a positive's score equals the one the pass over the gallery sees, bit
+    for bit: exact ties (duplicate images) stay exact ties.
+    """
+    uniq, inv = torch.unique(idx.clamp_min(0), return_inverse=True)
+    out = torch.full(idx.shape, NEG_INF, dtype=qb.dtype, device=qb.device)
+    uniq_cpu = uniq.cpu()
+    for s in range(0, uniq.numel(), width):
+        rows = uniq_cpu[s : s + width]
+        block = torch.zeros((width, qb.shape[1]), dtype=qb.dtype, device=qb.device)
+        block[: rows.numel()] = gallery[rows].to(device=qb.device, dtype=qb.dtype)
+        scores = qb @ block.T
+        inside = (inv >= s) & (inv < s + rows.numel())
+        out = torch.where(inside, scores.gather(1, (inv - s).clamp(0, width - 1)), out)
+    return torch.where(idx >= 0, out, torch.full_like(out, NEG_INF))
 
 
 class _Block:
     """One block of queries: positives, thresholds, counts and the running top-K."""
 
-    def __init__(self, qb, gallery, positives, extra, excl, top_k):
+    def __init__(self, qb, gallery, positives, extra, excl, top_k, width):
         device = qb.device
-        self.qb, self.top_k = qb, top_k
+        self.qb, self.top_k, self.width = qb, top_k, width
         self.n_pos = [len(p) for p in positives]
         rows = [[*p, *e] for p, e in zip(positives, extra)]
         self.pos = _padded(rows).to(device)
@@ -134,7 +146,7 @@ class _Block:
         self.valid = (self.pos >= 0) & (self.pos != self.excl[:, None])
         cols = torch.arange(self.pos.shape[1], device=device)[None, :]
         self.is_pos = self.valid & (cols < torch.as_tensor(self.n_pos, device=device)[:, None])
-        scores = _gathered_scores(qb, gallery, self.pos)
+        scores = _scores_of(qb, gallery, self.pos, width)
         # invalid slots get +inf: nothing scores >= +inf, so their count stays 0
         self.thr = torch.where(self.valid, scores, torch.full_like(scores, float("inf")))
         self.counts = torch.zeros(self.pos.shape, dtype=torch.long, device=device)
@@ -164,7 +176,7 @@ class _Block:
     def group_ranks(self, gallery: torch.Tensor, groups: Sequence[Sequence[int]]) -> list[int | None]:
         """Rank of the best positive within each query's group (see the module notes)."""
         members = _padded(groups).to(self.qb.device)
-        scores = _gathered_scores(self.qb, gallery, members)
+        scores = _scores_of(self.qb, gallery, members, self.width)
         masked = torch.where(self.is_pos, self.counts, torch.full_like(self.counts, 2**62))
         best_slot = masked.argmin(dim=1)
         best_idx = self.pos.gather(1, best_slot[:, None])
@@ -233,7 +245,8 @@ def rank_queries(
     for qs in range(0, n_q, query_chunk_size):
         qe = min(qs + query_chunk_size, n_q)
         excl = [-1 if exclude is None or exclude[q] is None else int(exclude[q]) for q in range(qs, qe)]
-        block = _Block(queries[qs:qe].to(dtype), gallery, positives[qs:qe], extra[qs:qe], excl, int(top_k))
+        block = _Block(queries[qs:qe].to(dtype), gallery, positives[qs:qe], extra[qs:qe], excl, int(top_k),
+                       min(chunk_size, n_g) or 1)
         for s in range(0, n_g, chunk_size):
             part = gallery[s : s + chunk_size].to(device=device, dtype=dtype)
             block.add_chunk(block.qb @ part.T, s)
