@@ -21,8 +21,8 @@ query_src_content, pos_cand_list, neg_cand_list, task_id``. An M-BEIR query keep
 values (from the verbatim source record); other formats get ``qid = "<dataset>:<query id>"``,
 the turn's text, the reference image path (relative to the dataset's image root),
 ``query_modality = "image,text"``, ``query_src_content`` = JSON of the dataset, query id
-and reference id, positives = targets of relevance 1 (the primary first), negatives = every
-other target (graded below 1 or negative, as M-BEIR's CIRR conversion does), ``task_id = 7``.
+and reference id, positives = the format's positive targets (:func:`retrieval.targets.positive_targets`,
+the primary first), negatives = every other target (for CIRR the soft ones), ``task_id = 7``.
 Each trace line carries the consensus, every vote (category, sub-reason, flags, note, flag
 for adjudication, time, revision) and the adjudication behind the query line at the same
 position. Annotators appear as ``annotator_NN`` (:func:`annotation.agreement.reports.annotator_pseudonyms`),
@@ -53,6 +53,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from retrieval.models import Dataset, Query, QuerySubset, Target, Turn, turn_text
+from retrieval.targets import TargetFacts, positive_targets
 
 from annotation.verdicts.adjudication import DEFAULT_CHUNK, ItemRow, decide_row, iter_item_batches, validity_label
 from annotation.agreement.maths import validity_signature
@@ -138,8 +139,10 @@ def check_exportable(study: Study, policy: str, primary: str | None) -> None:
         raise ExportError(f"{primary!r} has no assignment in study {study.name!r}")
 
 
-def _positive(relevance: float, role: str, is_primary: bool) -> bool:
-    return role != "neg" and relevance > 0 and (relevance >= 1.0 or is_primary)
+def _split_targets(fmt: str, facts: list[TargetFacts]) -> tuple[list[str], list[str]]:
+    """(positives, negatives) external ids: positives by the one target rule of the format."""
+    chosen = {id(t) for t in positive_targets(fmt, facts)}
+    return [t.image for t in facts if id(t) in chosen], [t.image for t in facts if id(t) not in chosen]
 
 
 class _QueryData:
@@ -152,12 +155,13 @@ class _QueryData:
         for q, texts, path, ref in Turn.objects.filter(query_id__in=query_ids, index=1).values_list(
                 "query_id", "texts", "reference_image__path", "reference_image__external_id"):
             self.turns[q] = (turn_text(texts), path or None, ref)
-        self.targets: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+        facts: dict[int, list[TargetFacts]] = defaultdict(list)
         rows = Target.objects.filter(query_id__in=query_ids)
         for q, ext, role, relevance, primary in rows.order_by("query_id", "-is_primary", "id").values_list(
                 "query_id", "image__external_id", "role", "relevance", "is_primary"):
-            pos, neg = self.targets[q]
-            (pos if _positive(relevance, role, primary) else neg).append(ext)
+            facts[q].append(TargetFacts(ext, relevance, primary, role))
+        self.targets: dict[int, tuple[list[str], list[str]]] = {
+            q: _split_targets(self.queries[q][1] if q in self.queries else "", f) for q, f in facts.items()}
 
     def mbeir_line(self, row: ItemRow) -> dict[str, Any]:
         raw, fmt, ext, _split = self.queries[row.query_id]
