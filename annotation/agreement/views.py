@@ -27,11 +27,20 @@ from django.views.decorators.http import require_POST
 from config.roles import researcher_required, staff_required
 
 from annotation import roles
-from annotation.verdicts.adjudication import adjudicate, adjudication_queue, decide_row, item_row
+from annotation.verdicts.adjudication import (
+    Verdicts,
+    adjudicate,
+    adjudication_queue,
+    decide_row,
+    has_verdicts,
+    item_row,
+    study_verdicts,
+)
 from annotation.verdicts.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.judging.payloads import image_ref
-from annotation.agreement.reports import ReportError, report_csv_rows, safe_rows, study_report
+from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
+from annotation.agreement.reports import DEFAULT_BOOTSTRAP, ReportError, report_csv_rows, safe_rows, study_report
 
 # --------------------------------------------------------------------------- access
 
@@ -147,11 +156,26 @@ def _policy(request) -> tuple[str, str | None]:
     return policy, primary
 
 
+def _bootstrap(request) -> tuple[int, int]:
+    """(replicates, seed) of the report's intervals: ``?bootstrap=N&seed=S``, default 1000 and 0."""
+    try:
+        n_boot = int(request.GET.get("bootstrap", DEFAULT_BOOTSTRAP))
+        seed = int(request.GET.get("seed", 0))
+    except ValueError:
+        raise Http404("bootstrap and seed must be integers") from None
+    if not 0 <= n_boot <= 10_000:
+        raise Http404("bootstrap must lie between 0 and 10000")
+    return n_boot, seed
+
+
 def _report(request, study: Study) -> dict[str, Any]:
+    """The one report behind the page, report.json and report.csv (same query, same numbers)."""
     policy, primary = _policy(request)
+    n_boot, seed = _bootstrap(request)
     try:
         return study_report(study, policy=policy, primary=primary, pseudonymise=not roles.is_admin(request.user),
-                            dimension=request.GET.get("dimension") or None)
+                            dimension=request.GET.get("dimension") or None, n_boot=n_boot, seed=seed,
+                            constant_pairs=request.GET.get("constant_pairs") or "undefined")
     except ReportError as exc:
         raise Http404(str(exc)) from None
 
@@ -251,11 +275,18 @@ def report_csv(request, study_id: int):
 # --------------------------------------------------------------------------- adjudication
 
 
+def _adjudicable(study_id: int) -> Study:
+    """A study whose items have a validated / rejected verdict: category rubrics with a
+    validated category, and session rubrics (decided by their session rule)."""
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    if not has_verdicts(study.rubric.rubric):
+        raise Http404("this study's rubric has no validated / rejected verdict to adjudicate")
+    return study
+
+
 @staff_required
 def adjudication_queue_page(request, study_id: int):
-    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
-    if study.rubric.rubric.kind != "category" or study.rubric.rubric.valid_category is None:
-        raise Http404("this study's rubric has no validated / rejected verdict to adjudicate")
+    study = _adjudicable(study_id)
     entries = adjudication_queue(study)
     waiting = sum(1 for e in entries if not e.adjudicated)
     return render(request, "annotation/adjudication_queue.html",
@@ -264,7 +295,7 @@ def adjudication_queue_page(request, study_id: int):
 
 @staff_required
 def adjudication_item_page(request, study_id: int, item_id: int):
-    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    study = _adjudicable(study_id)
     item = get_object_or_404(StudyItem.objects.select_related("query__dataset"), pk=item_id, study=study)
     if request.method == "POST":
         decision = request.POST.get("decision")
@@ -279,7 +310,8 @@ def adjudication_item_page(request, study_id: int, item_id: int):
         return redirect("annotation:adjudication", study_id=study.pk)
     row = item_row(study, item.pk)
     assert row is not None
-    before = decide_row(row, with_adjudication=False)
+    verdicts = Verdicts.of(study)
+    before = decide_row(row, verdicts, with_adjudication=False)
     history = Adjudication.objects.filter(item=item).select_related("decided_by").order_by("-decided_at", "-id")
     query = item.query
     turns = list(query.turns.select_related("reference_image"))
@@ -289,6 +321,7 @@ def adjudication_item_page(request, study_id: int, item_id: int):
         "turns": [(t, image_ref(t.reference_image)) for t in turns],
         "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
         "rubric": study.rubric.rubric,
+        "session_rule": verdicts.session.describe() if verdicts.session is not None else "",
     })
 
 
@@ -352,6 +385,6 @@ def export_file(request, pk: int, name: str):
 
 @staff_required
 def export_list(request, study_id: int):
-    study = get_object_or_404(Study, pk=study_id)
+    study = _adjudicable(study_id)
     return render(request, "annotation/export_list.html", {"study": study, "jobs": study.exports.all()[:50],
-                                                           "policies": POLICIES})
+                                                           "policies": POLICIES, "verdicts": study_verdicts(study)})

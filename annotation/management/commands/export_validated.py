@@ -52,8 +52,9 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Exported study {study.pk} ({study.name!r}, policy {opts['policy']}) to {result.path} in "
             f"{time.perf_counter() - started:.1f} s: {counts['validated']} validated of {counts['items']} items "
-            f"({counts['rejected']} rejected, {counts['pending_adjudication']} waiting for adjudication, "
-            f"{counts['unjudged']} unjudged)."
+            f"({counts['rejected']} rejected, {counts['adjudicated']} decided by an adjudicator, "
+            f"{counts['awaiting_adjudication']} waiting for adjudication, {counts['pending']} pending below the "
+            f"quorum of {result.manifest['consensus']['quorum']})."
         )
         for f in result.manifest["files"]:
             self.stdout.write(f"  {f['path']}  {f['lines']} lines  sha256 {f['sha256']}")
