@@ -187,6 +187,38 @@ def report_list(request):
     return render(request, "annotation/report_list.html", {"rows": rows})
 
 
+def _ci(a: dict[str, Any], key: str) -> str:
+    """``[low, high]`` of a coefficient's bootstrap interval, or '' (none / undefined)."""
+    iv = a["confidence_intervals"]["intervals"].get(key)
+    return f"[{iv['low']:.3f}, {iv['high']:.3f}]" if iv else ""
+
+
+def _kappa_label(pc: dict[str, Any]) -> str:
+    weights = "unweighted" if pc["weights"] == "none" else f"{pc['weights']} weights"
+    return f"Mean Cohen's kappa ({weights}; {pc['count']} of {pc['n_pairs']} pairs)"
+
+
+def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """(label, value, 95% interval) of the report's headline figures."""
+    headline = [
+        ("Items (2+ judgements)", a["n_items"], ""), ("Annotators", a["n_annotators"], ""),
+        ("Judgements", a["n_judgements"], ""),
+        ("Percent agreement", fmt(a["percent_agreement"]), _ci(a, "percent_agreement")),
+        (f"Krippendorff's alpha ({a['level']})", fmt(a["krippendorff_alpha"]), _ci(a, "krippendorff_alpha")),
+        ("Fleiss' kappa", fmt(a["fleiss_kappa"]), _ci(a, "fleiss_kappa")),
+        (f"Gwet's AC1 (Q = {a['n_categories']})", fmt(a["gwet_ac1"]), _ci(a, "gwet_ac1")),
+        (_kappa_label(a["pairwise_cohen"]), fmt(a["pairwise_cohen"]["mean"]), _ci(a, "pairwise_cohen_mean")),
+    ]
+    if "binary_valid_invalid" in a:
+        b = a["binary_valid_invalid"]
+        headline += [("Valid rate", fmt(b["valid_rate"]), ""),
+                     ("Binary alpha", fmt(b["krippendorff_alpha_nominal"]),
+                      _ci(a, "binary_valid_invalid.krippendorff_alpha_nominal")),
+                     ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"]), _ci(a, "binary_valid_invalid.fleiss_kappa")),
+                     ("Signature alpha", fmt(a["signature_alpha_nominal"]), "")]
+    return headline
+
+
 @researcher_required
 def report_page(request, study_id: int):
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
@@ -198,17 +230,7 @@ def report_page(request, study_id: int):
                             title="Pairwise agreement on the full signature (share of shared items)",
                             vmin=0.0, vmax=1.0, shared=p["shared_items"], element_id="heatmap-signature")
     a = report["agreement"]
-    headline = [
-        ("Items (2+ judgements)", a["n_items"]), ("Annotators", a["n_annotators"]), ("Judgements", a["n_judgements"]),
-        ("Percent agreement", fmt(a["percent_agreement"])), (f"Krippendorff's alpha ({a['level']})",
-                                                             fmt(a["krippendorff_alpha"])),
-        ("Fleiss' kappa", fmt(a["fleiss_kappa"])), ("Mean Cohen's kappa", fmt(a["pairwise_cohen"]["mean"])),
-    ]
-    if "binary_valid_invalid" in a:
-        b = a["binary_valid_invalid"]
-        headline += [("Valid rate", fmt(b["valid_rate"])), ("Binary alpha", fmt(b["krippendorff_alpha_nominal"])),
-                     ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"])),
-                     ("Signature alpha", fmt(a["signature_alpha_nominal"]))]
+    headline = _headline(a)
     columns = [k for k in (report["categories"][0] if report["categories"] else {}) if k != "category"]
     categories = [(row["category"], [fmt(row[k]) for k in columns]) for row in report["categories"]]
     heading = {"chosen_share": "Chosen share", "prevalence": "Prevalence", "krippendorff_alpha": "Alpha",
@@ -239,7 +261,8 @@ def report_page(request, study_id: int):
         "categories": categories, "breakdown_cols": [heading.get(c, c) for c in breakdown_cols],
         "breakdowns": breakdowns, "confusion": confusion,
         "policies": POLICIES, "policy": report["consensus"]["policy"] if report["consensus"] else None,
-        "query": request.GET.urlencode(),
+        "query": request.GET.urlencode(), "constant_pairs": CONSTANT_PAIR_CONVENTIONS,
+        "ci": report["agreement"]["confidence_intervals"],
     })
 
 
