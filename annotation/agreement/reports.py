@@ -1,7 +1,12 @@
 """Agreement reports over a study's judgements (current revisions only).
 
+* :func:`compute_agreement` is THE agreement of a study's judgements: the page, report.json,
+  report.csv and ``manage.py agreement --study`` (:func:`study_agreement`) all go through it,
+  with an :class:`AgreementSpec` taken from the rubric (every category or scale value; scales
+  ordinal with quadratic kappa weights) and the constant-pair convention (``undefined`` or
+  ``one``), so they give identical numbers.
 * :func:`study_triples` gives ``(item, annotator, label)`` triples in the label conventions
-  of ``manage.py agreement`` (it backs ``agreement --study ID``): validity rubric:
+  of ``manage.py agreement``: validity rubric:
   ``"VALIDATED"`` or the list of true flags (``[]`` for an invalid judgement with no flag);
   other category rubrics: the category key; session rubrics: one scale's number.
 * :func:`study_report` is the researcher's report: :func:`annotation.agreement.maths.agreement_report`

@@ -28,6 +28,16 @@ for adjudication, time, revision) and the adjudication behind the query line at 
 position. Annotators appear as ``annotator_NN`` (:func:`annotation.agreement.reports.annotator_pseudonyms`),
 adjudicators as ``adjudicator_NN`` (username order).
 
+Only decided items are exported: an item needs the study's quorum of current judgements (or an
+adjudication, :func:`annotation.verdicts.adjudication.decide_row`); the manifest counts validated,
+rejected, adjudicated, pending (below the quorum, or unjudged) and awaiting-adjudication items.
+
+Session studies (session rubric) are decided by their session rule and written in the CIRCLED
+public layout instead (CIR-FORMATS §7.1): ``<dataset>/<subset>.json``, a JSON list of
+``{session_id, subset, ground_truth_ids, num_turns, turns}`` (a CIRCLED query keeps its verbatim
+record, so the file re-imports with :mod:`retrieval.importers.circled`), and
+``<dataset>/<subset>.trace.jsonl`` beside it (scales, reject flags, notes, adjudication).
+
 After the rename, each dataset of the study gets its :class:`retrieval.models.QuerySubset`
 named ``validated`` rewritten with the validated queries, so an audit report can score them.
 """
