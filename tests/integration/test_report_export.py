@@ -134,6 +134,12 @@ def test_report_figures(twelve) -> None:
     assert a["n_items"] == 11 and a["n_items_excluded"] == 0  # item 10 has no rating at all
     # valid votes: 3+2+1+0+3+3+1+3+3+1+2 = 22 of 32
     assert a["binary_valid_invalid"]["valid_rate"] == pytest.approx(22 / 32)
+    check_pairwise_and_categories(r)
+    check_confusion_and_breakdowns(r)
+    json.dumps(r, allow_nan=False)
+
+
+def check_pairwise_and_categories(r: dict) -> None:
     # ann_x vs ann_y, 11 shared items: both V 7, x V / y I 2, both I 2 -> po 9/11, pe 71/121, kappa 28/50
     p = r["pairwise"]
     assert p["annotators"] == list(ANNOTATORS)
@@ -149,6 +155,9 @@ def test_report_figures(twelve) -> None:
     assert categories["VALIDATED"]["prevalence"] == pytest.approx(22 / 32)
     assert categories["QUERY_TOO_BROAD"]["prevalence"] == pytest.approx(2 / 32)
     assert categories["INVALID_TARGET_IMAGE"]["chosen_share"] == pytest.approx(3 / 32)
+
+
+def check_confusion_and_breakdowns(r: dict) -> None:
     # confusion of ann_x against the majority consensus: V -> 6 validated, 1 rejected, 1 waiting, 1 pending;
     # I -> 2 rejected
     cx = r["confusion"]["by_annotator"]["ann_x"]
@@ -162,7 +171,6 @@ def test_report_figures(twelve) -> None:
         "validated": 1, "rejected": 2, "adjudication": 1, "pending": 0, "unjudged": 1}
     assert r["by_dataset"]["circo"]["items"] == 12
     assert r["by_dataset"]["circo"]["valid_rate"] == pytest.approx(22 / 32)
-    json.dumps(r, allow_nan=False)
 
 
 def test_report_pseudonymised_and_policies(twelve) -> None:
@@ -301,7 +309,17 @@ def test_export_of_the_small_study(twelve, tmp_path) -> None:
     assert line["query_img_path"] == q.turns.get().reference_image.path
     assert line["pos_cand_list"] == targets and line["neg_cand_list"] == []
     assert json.loads(line["query_src_content"])["id"] == q.external_id
-    # the trace: every vote and note, pseudonymised
+    check_small_trace(out, items)
+    # the 'validated' subset of the dataset now holds exactly the validated queries
+    subset = QuerySubset.objects.get(dataset__name="circo", name="validated")
+    assert set(subset.queries.values_list("id", flat=True)) == {items[i].query_id for i in (0, 1, 4, 5, 8, 11)}
+    assert subset.source == f"study {study.pk} export"
+    assert not list(tmp_path.glob(".*"))  # no temporary folder or id file left behind
+
+
+def check_small_trace(out: Path, items: list) -> None:
+    """The trace of item 1: every vote and note, pseudonymised."""
+    ids = [i.pk for i in items]
     t = traces(out)[ids[1]]
     assert t["consensus"] == {"policy": "majority", "status": "validated", "provenance": "majority", "quorum": 3,
                               "valid_votes": 2, "invalid_votes": 1, "n_votes": 3, "flagged_votes": 0,
@@ -313,11 +331,6 @@ def test_export_of_the_small_study(twelve, tmp_path) -> None:
     text = "".join(p.read_text() for p in out.rglob("*.jsonl")) + (out / "manifest.json").read_text()
     for name in ANNOTATORS:
         assert f'"{name}"' not in text  # usernames never appear as values
-    # the 'validated' subset of the dataset now holds exactly the validated queries
-    subset = QuerySubset.objects.get(dataset__name="circo", name="validated")
-    assert set(subset.queries.values_list("id", flat=True)) == {items[i].query_id for i in (0, 1, 4, 5, 8, 11)}
-    assert subset.source == f"study {study.pk} export"
-    assert not list(tmp_path.glob(".*"))  # no temporary folder or id file left behind
 
 
 def test_adjudication_changes_the_export(twelve, people, tmp_path) -> None:
@@ -390,6 +403,16 @@ def test_session_studies_take_no_policy(db) -> None:
         export_study(study, policy="unanimous")
 
 
+def check_majority_by_hand(study: Study, validated: set[int]) -> None:
+    """Every item is exported exactly when, by hand: quorum reached, nobody flagged, strict majority."""
+    for item in StudyItem.objects.filter(study=study):
+        current = Judgement.objects.filter(assignment__item=item, is_current=True)
+        votes = [j.validated for j in current]
+        flagged = current.filter(flagged=True).exists()
+        expected = len(votes) >= study.decision_quorum and not flagged and 2 * sum(votes) > len(votes)
+        assert (item.pk in validated) is expected, item.pk
+
+
 def test_demo_study_round_trip(db, tmp_path, settings) -> None:
     images = tmp_path / "images"
     settings.IMAGE_ROOTS = [images.resolve()]
@@ -409,12 +432,7 @@ def test_demo_study_round_trip(db, tmp_path, settings) -> None:
     assert manifest["counts"]["awaiting_adjudication"] == report["consensus"]["status"]["adjudication"]
     assert manifest["counts"]["pending_quorum"] == report["consensus"]["status"]["pending"]
     validated = {t["item"] for t in traces(tmp_path / "demo").values()}
-    for item in StudyItem.objects.filter(study=study):
-        current = Judgement.objects.filter(assignment__item=item, is_current=True)
-        votes = [j.validated for j in current]
-        flagged = current.filter(flagged=True).exists()
-        expected = len(votes) >= study.decision_quorum and not flagged and 2 * sum(votes) > len(votes)
-        assert (item.pk in validated) is expected, item.pk
+    check_majority_by_hand(study, validated)
     # the adjudication queue (found with an aggregate query) holds exactly the waiting items
     for policy in ("majority", "unanimous", "primary"):
         waiting = study_report(study, policy=policy)["consensus"]["status"]["adjudication"]

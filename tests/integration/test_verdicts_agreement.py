@@ -127,32 +127,40 @@ def test_identical_agreement_from_every_entry_point(client) -> None:
     expected = cohen_kappa_score(A, B, weights="quadratic", labels=[1, 2, 3, 4, 5])
     assert expected == pytest.approx(7 / 24, abs=1e-15)
 
-    staff = make_user("boss", None, staff=True)
-    client.force_login(staff)
+    client.force_login(make_user("boss", None, staff=True))
     page = client.get(f"/studies/{study.pk}/report/")
     assert page.status_code == 200
-    from_page = page.context["report"]["agreement"]
-    from_json = json.loads(client.get(f"/studies/{study.pk}/report.json").content)["agreement"]
-    rows = list(csv.reader(io.StringIO(b"".join(client.get(f"/studies/{study.pk}/report.csv")
-                                                .streaming_content).decode())))
-    out = io.StringIO()
-    call_command("agreement", "--study", str(study.pk), "--format", "json", stdout=out, stderr=io.StringIO())
-    from_cli = json.loads(out.getvalue())
-    direct = study_agreement(study, n_boot=1000)
-
-    for report in (from_page, from_json, from_cli, direct):
+    reports, rows = entry_points(client, study, page)
+    for report in reports.values():
         pc = report["pairwise_cohen"]
         assert pc["mean"] == pytest.approx(expected, abs=1e-12)
         assert (pc["weights"], pc["count"], pc["constant_pairs"]) == ("quadratic", 1, "undefined")
         assert report["spec"]["categories"] == [1, 2, 3, 4, 5] and report["n_categories"] == 5
         assert report["level"] == "ordinal"
     for key in ("percent_agreement", "krippendorff_alpha", "fleiss_kappa", "gwet_ac1"):
-        assert from_page[key] == from_json[key] == from_cli[key] == direct[key], key
-        assert csv_value(rows, "agreement", "", key) == pytest.approx(from_page[key], abs=1e-12), key
+        assert len({json.dumps(r[key]) for r in reports.values()}) == 1, key
+        assert csv_value(rows, "agreement", "", key) == pytest.approx(reports["page"][key], abs=1e-12), key
     assert csv_value(rows, "agreement", "pairwise_cohen", "mean") == pytest.approx(expected, abs=1e-12)
     # the same bootstrap (items resampled, n = 1000, seed 0) everywhere
-    assert from_page["confidence_intervals"] == from_json["confidence_intervals"] == from_cli["confidence_intervals"]
-    assert from_page["confidence_intervals"]["n_boot"] == 1000 and from_page["confidence_intervals"]["n_items"] == 4
+    assert len({json.dumps(r["confidence_intervals"]) for r in reports.values()}) == 1
+    assert reports["page"]["confidence_intervals"]["n_boot"] == 1000
+    assert reports["page"]["confidence_intervals"]["n_items"] == 4
+    check_same_weights_everywhere(page, expected)
+
+
+def entry_points(client, study: Study, page) -> tuple[dict[str, dict], list[list[str]]]:
+    """The agreement block from the page's context, report.json, the command and the function;
+    and report.csv's rows."""
+    from_json = json.loads(client.get(f"/studies/{study.pk}/report.json").content)["agreement"]
+    rows = list(csv.reader(io.StringIO(b"".join(client.get(f"/studies/{study.pk}/report.csv")
+                                                .streaming_content).decode())))
+    out = io.StringIO()
+    call_command("agreement", "--study", str(study.pk), "--format", "json", stdout=out, stderr=io.StringIO())
+    return {"page": page.context["report"]["agreement"], "json": from_json, "cli": json.loads(out.getvalue()),
+            "function": study_agreement(study, n_boot=1000)}, rows
+
+
+def check_same_weights_everywhere(page, expected: float) -> None:
     # the per-scale row and the breakdowns use the same weights and say which
     report = page.context["report"]
     overall = next(r for r in report["categories"] if r["category"] == "overall")
@@ -212,6 +220,21 @@ def check_circled_export(path: Path) -> dict:
     return manifest
 
 
+def check_round_trip(path: Path, manifest: dict, kept: set[str]) -> None:
+    """The exported files re-import with our CIRCLED importer, identical to the source records."""
+    exported = [f for f in manifest["files"] if f["kind"] == "queries"]
+    assert exported and all(f["path"].endswith(".json") for f in exported)
+    parsed = circled.parse([path / f["path"] for f in exported])
+    source = {q.external_id: q for q in circled.parse(CIRCLED_FILES).queries}
+    assert {q.external_id for q in parsed.queries} == kept
+    for q in parsed.queries:
+        s = source[q.external_id]
+        assert q.raw == s.raw and q.category == s.category
+        assert [(t.reference, [x.text for x in t.texts]) for t in q.turns] == \
+               [(t.reference, [x.text for x in t.texts]) for t in s.turns]
+        assert [t.image for t in q.targets] == [t.image for t in s.targets]
+
+
 def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client) -> None:
     study, (a, b) = session_study("sessions", session_rule={"reject": "majority", "threshold": 3})
     items = list(StudyItem.objects.filter(study=study).order_by("id").select_related("query"))
@@ -238,20 +261,7 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     assert counts["pending"] == len(items) - 3 and counts["pending_quorum"] == 1
     assert manifest["consensus"]["policy"] == "session" and manifest["query_format"] == "circled"
     assert manifest["consensus"]["session_rule"] == {"reject": "majority", "threshold": 3.0, "scale": "overall"}
-    exported = [f for f in manifest["files"] if f["kind"] == "queries"]
-    assert all(f["path"].endswith(".json") for f in exported)
-    # round trip: the files re-import with our CIRCLED importer, identical to the source records
-    paths = [result.path / f["path"] for f in exported]
-    parsed = circled.parse(paths)
-    source = {q.external_id: q for q in circled.parse(CIRCLED_FILES).queries}
-    kept = {items[0].query.external_id, items[2].query.external_id}
-    assert {q.external_id for q in parsed.queries} == kept
-    for q in parsed.queries:
-        s = source[q.external_id]
-        assert q.raw == s.raw and q.category == s.category
-        assert [(t.reference, [x.text for x in t.texts]) for t in q.turns] == \
-               [(t.reference, [x.text for x in t.texts]) for t in s.turns]
-        assert [t.image for t in q.targets] == [t.image for t in s.targets]
+    check_round_trip(result.path, manifest, {items[0].query.external_id, items[2].query.external_id})
     traces = {json.loads(line)["item"]: json.loads(line) for p in result.path.rglob("*.trace.jsonl")
               for line in p.open()}
     assert set(traces) == {items[0].pk, items[2].pk}

@@ -361,6 +361,10 @@ def test_all_ratings_identical_is_undefined_not_zero() -> None:
     assert set(pc["by_pair"].values()) == {None} and "pairwise_cohen" in report["undefined"]
     assert report["confidence_intervals"]["intervals"]["krippendorff_alpha"] is None
     assert any("undefined" in c and "constant" in c for c in report["conventions"])
+
+
+def test_constant_pairs_one_and_ac1_with_the_rubric_categories() -> None:
+    triples = [(i, r, "same") for i in range(5) for r in ("a", "b", "c")]
     # The CIRCUS convention: such pairs count as 1.0.
     one = agreement_report(triples, n_boot=0, constant_pairs="one")
     assert one["pairwise_cohen"]["count"] == 3 and one["pairwise_cohen"]["mean"] == 1.0
