@@ -92,3 +92,26 @@ def test_annotator_is_refused(page, live_server, judged_demo):
     assert resp.status == 403
     assert page.locator("svg.heatmap").count() == 0
     assert page.goto(f"{live_server.url}/reports/").status == 403
+
+
+def test_session_report_states_its_weights(page, live_server, demo_world, shot):
+    """A session study's report: ordinal scales with quadratic weights over the whole 1..5
+    range, in the headline and in every per-scale row; the session rule's consensus."""
+    from tests.integration.test_verdicts_agreement import rate
+
+    study = Study.objects.get(name="demo-sessions")
+    users = list(study.annotators.order_by("username"))[:2]
+    rng = random.Random(2)
+    for item in StudyItem.objects.filter(study=study).order_by("id").select_related("query")[:8]:
+        for user in users:
+            rate(study, item, user, rng.choice([2, 3, 4, 5]), ["circle"] if rng.random() < 0.2 else [])
+    login(page, live_server.url, "admin", "admin-demo")
+    page.goto(f"{live_server.url}/studies/{study.pk}/report/")
+    page.wait_for_selector("#headline")
+    body = page.inner_text("main")
+    assert "quadratic weights" in page.inner_text("#headline") and "categories 1, 2, 3, 4, 5" in body
+    assert body.count("Cohen's kappa quadratic weights") >= 5  # one per scale row
+    assert "Consensus (session)" in body
+    for width, height in ((1366, 768), (1920, 1080)):
+        page.set_viewport_size({"width": width, "height": height})
+        shot(page, f"report-sessions-{width}")
