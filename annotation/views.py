@@ -11,6 +11,7 @@ from config.roles import staff_required
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
 from annotation.judging.payloads import image_ref, item_payload
+from annotation.judging.guidelines import current_guidelines
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
 
@@ -52,8 +53,22 @@ def item(request, study_id: int, assignment_id: int):
     )
     return render(request, "annotation/item.html", {
         "study": study, "assignment": assignment, "payload": payload, "rubric": study.rubric.rubric,
-        "previous": previous,
+        "previous": previous, "urls": item_urls(study, assignment, previous), "guidelines": current_guidelines(study),
     })
+
+
+def item_urls(study: Study, assignment: Assignment, previous: int | None) -> dict:
+    """The endpoints the item page's script calls (given to it with ``json_script``)."""
+    urls = {
+        "draft": reverse("annotation:api_draft", args=[assignment.pk]),
+        "submit": reverse("annotation:api_judgements", args=[assignment.pk]),
+        "skip": reverse("annotation:api_skip", args=[assignment.pk]),
+        "next": reverse("annotation:work", args=[study.pk]),
+        "upcoming": reverse("annotation:upcoming", args=[study.pk]),
+    }
+    if previous:
+        urls["back"] = reverse("annotation:item", args=[study.pk, previous])
+    return urls
 
 
 def history(request, study_id: int):
