@@ -1,10 +1,7 @@
 // The item page's guidelines drawer (opened with ? by the page script): links in the
-// guidelines open in a new tab, clicks inside the text do not close the drawer, and the
-// judgement form never submits itself (its buttons are handled by the page script).
+// guidelines open in a new tab, and clicks inside the text do not close the drawer.
 (function () {
   "use strict";
-  const form = document.getElementById("judgement-form");
-  if (form) form.addEventListener("submit", (e) => e.preventDefault());
   const text = document.getElementById("guidelines");
   if (!text) return;
   text.querySelectorAll("a[href]").forEach((a) => { a.target = "_blank"; a.rel = "noopener"; });
