@@ -11,7 +11,7 @@ from config.roles import staff_required
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
 from annotation.judging.payloads import image_ref, item_payload
-from annotation.judging.guidelines import current_guidelines
+from annotation.judging.guidelines import current_guidelines, render_markdown
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
 
@@ -24,8 +24,10 @@ def _annotator_study(request, study_id: int) -> Study:
 
 
 def my_studies(request):
-    studies = Study.objects.filter(annotators=request.user, status=Study.Status.OPEN).select_related("rubric")
-    rows = [(s, engine.annotator_progress(s, request.user)) for s in studies]
+    studies = Study.objects.filter(annotators=request.user, status__in=[Study.Status.OPEN, Study.Status.PAUSED])
+    rows = [(s, engine.annotator_progress(s, request.user)) for s in studies.select_related("rubric")]
+    for s, _ in rows:
+        s.guidelines_html = render_markdown(s.guidelines)
     return render(request, "annotation/my_studies.html", {"rows": rows})
 
 
@@ -131,5 +133,11 @@ def study_new(request):
 
 @staff_required
 def study_progress_page(request, study_id: int):
+    from annotation.quality.report import quality_signals
+
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
-    return render(request, "annotation/study_progress.html", {"study": study, "progress": study_progress(study)})
+    progress = study_progress(study)
+    quality = quality_signals(study)
+    for row in progress["annotators"]:
+        row["quality"] = quality.get(row["annotator"])
+    return render(request, "annotation/study_progress.html", {"study": study, "progress": progress})

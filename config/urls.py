@@ -15,4 +15,5 @@ urlpatterns = [
     path("", include("retrieval.urls")),
     path("", include("audit.urls")),
     path("", include("annotation.urls")),
+    path("", include("annotation.room.urls")),
 ]
