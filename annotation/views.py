@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from config.roles import staff_required
 
+from annotation.access import grant_images
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
 from annotation.judging.payloads import image_ref, item_payload
@@ -93,16 +94,18 @@ def upcoming(request, study_id: int):
         StudyItem.objects.filter(study=study, taken__lt=study.overlap).exclude(id__in=mine)
         .order_by("-agreement", "-taken", "order_key").select_related("query").first()
     )
-    urls: list[str] = []
+    refs: list[dict] = []
     if nxt is not None:
         for turn in nxt.query.turns.select_related("reference_image"):
             ref = image_ref(turn.reference_image)
             if ref:
-                urls.append(ref["thumb"])
+                refs.append(ref)
         for target in nxt.query.targets.select_related("image"):
             if target.is_positive:
-                urls.append(image_ref(target.image)["thumb"])
-    return JsonResponse({"images": urls[:12]})
+                refs.append(image_ref(target.image))
+    refs = refs[:12]
+    grant_images(request.user.pk, [r["id"] for r in refs])  # the prefetch may fetch what it is told
+    return JsonResponse({"images": [r["thumb"] for r in refs]})
 
 
 # ---------------------------------------------------------------- staff pages

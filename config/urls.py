@@ -17,3 +17,6 @@ urlpatterns = [
     path("", include("annotation.urls")),
     path("", include("annotation.room.urls")),
 ]
+
+handler404 = "config.errors.page_not_found"
+handler403 = "config.errors.permission_denied"

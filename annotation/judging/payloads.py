@@ -6,7 +6,9 @@ from django.urls import reverse
 
 from retrieval.models import Image, Query
 
+from annotation.access import grant_images, payload_image_ids
 from annotation.assignment.queue import annotator_progress
+from annotation.assignment.rules import FRESH_ITEM, GOLD_ITEM
 from annotation.models import Assignment, Draft, Judgement
 
 
@@ -21,8 +23,6 @@ def image_ref(image: Image | None, size: int = 384) -> dict | None:
 def shown_rule(rule: str) -> str:
     """The serving rule as the annotator sees it: gold items are mixed in silently, so they
     read like any fresh item (staff see the stored ``served_by``)."""
-    from annotation.assignment.rules import FRESH_ITEM, GOLD_ITEM
-
     return FRESH_ITEM if rule == GOLD_ITEM else rule
 
 
@@ -92,4 +92,5 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
         "draft": draft.payload if draft is not None else None,
         "progress": annotator_progress(study, assignment.annotator),
     }
+    grant_images(assignment.annotator_id, payload_image_ids(payload))
     return payload
