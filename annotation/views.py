@@ -120,18 +120,24 @@ def study_list(request):
 @staff_required
 def study_new(request):
     from annotation.forms import StudyForm
-    from annotation.studies.building import StudyError, create_study
+    from annotation.studies.building import StudyError, create_study, preflight
 
     form = StudyForm(request.POST or None)
+    warnings: list[str] = []
     if request.method == "POST" and form.is_valid():
+        warnings = preflight(form.spec())
+        if warnings and request.POST.get("confirmed") != "1":
+            return render(request, "annotation/study_new.html", {"form": form, "warnings": warnings})
         try:
             study, report = create_study(form.spec(), created_by=request.user)
         except StudyError as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Study {study.name!r} created with {report['items']} items.")
+            for w in warnings:
+                messages.warning(request, f"Built despite: {w}")
             return redirect("annotation:study_progress", study_id=study.pk)
-    return render(request, "annotation/study_new.html", {"form": form})
+    return render(request, "annotation/study_new.html", {"form": form, "warnings": warnings})
 
 
 @staff_required
