@@ -135,7 +135,14 @@ def import_upload(request):
 @staff_required
 def import_job(request, pk: int):
     job = get_object_or_404(ImportJob, pk=pk)
-    return render(request, "retrieval/import_job.html", {"job": job})
+    examples = []
+    if job.status == ImportJob.Status.DONE:
+        examples = list(Query.objects.filter(dataset__name=job.dataset_name).order_by("split", "ordinal", "id")
+                        .prefetch_related("turns")[:5])
+    return render(request, "retrieval/import_job.html", {
+        "job": job, "file_names": [Path(f).name for f in job.files], "report": job.report or {},
+        "examples": examples,
+    })
 
 
 @staff_required

@@ -32,3 +32,19 @@ def test_warns_then_builds_when_confirmed():
     form["hidden_categories"] = []
     resp = c.post("/studies/new/", {**form, "confirmed": "1"})
     assert resp.status_code == 302 and Study.objects.filter(name="over-missing").exists()
+
+
+def test_import_result_page_is_readable(settings, tmp_path):
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    staff = get_user_model().objects.create_user("boss2", password="pw", is_staff=True)
+    c = Client()
+    c.force_login(staff)
+    with open(FIXTURES / "datasets/circo/val.json", "rb") as fh:
+        resp = c.post("/datasets/import/", {"name": "circo-up", "format": "circo", "split": "", "images_root": "",
+                                            "files": fh})
+    assert resp.status_code == 302
+    page = c.get(resp["Location"]).content.decode()
+    assert 'id="import-result"' in page and "<code>val.json</code>" in page
+    assert str(settings.UPLOAD_DIR) not in page  # the server path is never shown
+    assert 'id="missing-images"' in page and 'class="missing"' in page
+    assert page.count('class="status done"') == 1 and "{&#x27;" not in page and "{'queries'" not in page
