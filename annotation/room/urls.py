@@ -16,6 +16,7 @@ urlpatterns = [
     path("room/studies/<int:study_id>/status/", views.study_status, name="study_status"),
     path("room/studies/<int:study_id>/gold/", views.study_gold, name="study_gold"),
     path("room/jobs/", views.jobs, name="jobs"),
+    path("room/imports/", views.imports, name="imports"),
     path("room/jobs.json", views.jobs_json, name="jobs_json"),
     path("room/audits/<int:run_id>/retry/", views.audit_retry, name="audit_retry"),
 ]

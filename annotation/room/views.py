@@ -211,3 +211,20 @@ def audit_retry(request, run_id: int):
         dispatch.start_run(run)
         messages.success(request, f"Audit {run.pk} sent again ({n} failed chunk{'s' if n != 1 else ''} retried).")
     return redirect("room:jobs")
+
+
+@staff_required
+def imports(request):
+    from annotation.room.imports import CircusForm, RanksForm, import_circus, import_ranks
+
+    which = request.POST.get("which") if request.method == "POST" else None
+    ranks = RanksForm(request.POST if which == "ranks" else None, request.FILES if which == "ranks" else None,
+                      prefix="ranks")
+    circus = CircusForm(request.POST if which == "circus" else None, request.FILES if which == "circus" else None,
+                        prefix="circus", initial={"dataset_prefix": "circus", "verify_checksum": True})
+    result = None
+    if which == "ranks" and ranks.is_valid():
+        result = import_ranks(ranks)
+    elif which == "circus" and circus.is_valid():
+        result = import_circus(circus)
+    return render(request, "room/imports.html", {"ranks": ranks, "circus": circus, "result": result})
