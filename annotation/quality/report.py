@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from statistics import median
 
+from django.core.cache import cache
+
 from annotation.models import Judgement, Study
 from annotation.quality.gold import gold_scores
 from annotation.quality.signals import disagreement, straight_runs, too_fast
@@ -30,7 +32,22 @@ def _consensus(study: Study) -> tuple[dict[int, bool], dict[str, dict[int, bool]
     return consensus, votes
 
 
-def quality_signals(study: Study) -> dict[str, dict]:
+CACHE_SECONDS = 20  # the progress page refreshes itself; a big study is not re-read every time
+
+
+def quality_signals(study: Study, *, fresh: bool = False) -> dict[str, dict]:
+    """username -> signals (cached briefly; ``fresh`` recomputes)."""
+    key = f"cirval:quality:{study.pk}:{study.created_at.timestamp()}"
+    if not fresh:
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+    out = _quality_signals(study)
+    cache.set(key, out, CACHE_SECONDS)
+    return out
+
+
+def _quality_signals(study: Study) -> dict[str, dict]:
     """username -> signals. Straight-lining reads judgements in the order they were made."""
     rows = (Judgement.objects.filter(assignment__study=study, is_current=True)
             .order_by("assignment__annotator__username", "created_at", "id")

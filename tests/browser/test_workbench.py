@@ -67,6 +67,17 @@ def test_zoom_opens_full_images_side_by_side_at_one_scale(page, live_server, dem
     page.wait_for_selector("#zoom:not([hidden]) .zoompane img")
     page.keyboard.press("Escape")
 
+    # ? opens the study's guidelines beside the item (the evidence stays in view)
+    page.keyboard.press("?")
+    page.wait_for_selector("#guidelines", state="visible")
+    assert "Judge each query" in page.inner_text("#guidelines")
+    drawer = page.locator("#help .card").bounding_box()
+    evidence = page.locator("#reference-img").bounding_box()
+    assert drawer["x"] > evidence["x"] + evidence["width"]
+    shot(page, "workbench-guidelines")
+    page.keyboard.press("?")
+    page.wait_for_selector("#help", state="hidden")
+
 
 def in_view(page, selector, height):
     box = page.locator(selector).first.bounding_box()

@@ -70,7 +70,7 @@ def test_quality_signals_per_annotator(world):
         judge(study, ann, True, 1200)
         judge(study, bea, False, 9000)
         judge(study, cid, False, 8000)
-    q = quality_signals(study)
+    q = quality_signals(study, fresh=True)
     assert q["ann"]["too_fast"] == 4 and q["bea"]["too_fast"] == 0
     assert q["ann"]["straight_runs"] == 1 and q["ann"]["longest_run"] == 4
     assert (q["ann"]["disagree"], q["ann"]["compared"]) == (4, 4)  # majority rejected every item
