@@ -10,6 +10,7 @@ from annotation.models import Judgement, Study
 from annotation.quality.gold import gold_scores
 from annotation.quality.signals import disagreement, straight_runs, too_fast
 from annotation.verdicts.adjudication import decide_row, iter_item_batches
+from annotation.verdicts.consensus import ADJUDICATED
 
 
 def _answer(category: str, scales: dict, reject_flags: list) -> object:
@@ -24,7 +25,8 @@ def _consensus(study: Study) -> tuple[dict[int, bool], dict[str, dict[int, bool]
     for batch in iter_item_batches(study):
         for row in batch:
             d = decide_row(row)
-            if d.decided:
+            # the eventual consensus: items that reached their quorum, or an adjudicator's decision
+            if d.decided and (d.n_votes >= study.overlap or d.provenance == ADJUDICATED):
                 consensus[row.item_id] = d.validated
             for v in row.votes:
                 if v.validated is not None:
