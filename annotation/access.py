@@ -57,7 +57,7 @@ def _in_open_panel(user, image_id: int) -> bool:
     from audit.runs.panels import latest_panel
 
     held = Assignment.objects.filter(annotator=user, status=Assignment.Status.RESERVED).values_list(
-        "item__query_id", flat=True)[:5]
+        "item__query_id", flat=True)[:2]
     return any(image_id == img.pk for qid in held for img in latest_panel(qid))
 
 
