@@ -1,6 +1,7 @@
 """REST API for everything the annotation pages do (session or token authentication)."""
 from __future__ import annotations
 
+from django.contrib import messages
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view
@@ -11,6 +12,7 @@ from annotation import roles
 from annotation.assignment import queue as engine
 from annotation.models import Assignment
 from annotation.judging.payloads import item_payload, judgement_dict
+from annotation.quality.gold import training_feedback
 from annotation.permissions import member_study, own_assignment, visible_studies
 from annotation.judging.rubric import JudgementError
 from annotation.studies.building import StudyError, StudySpec, create_study
@@ -156,4 +158,7 @@ def judgements(request, pk: int):
         return Response({"field": exc.field, "detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
     except engine.DuplicateSubmission as dup:
         return Response({**judgement_dict(dup.judgement), "duplicate": True}, status=status.HTTP_200_OK)
+    feedback = training_feedback(a, j)
+    if feedback:  # shown on the next page the annotator opens
+        messages.info(request._request, feedback)
     return Response(judgement_dict(j), status=status.HTTP_201_CREATED)

@@ -45,6 +45,7 @@ class RubricVersion(models.Model):
 class Study(models.Model):
     class Status(models.TextChoices):
         OPEN = "open"
+        PAUSED = "paused"
         CLOSED = "closed"
 
     name = models.CharField(max_length=200, unique=True)
@@ -63,6 +64,12 @@ class Study(models.Model):
     pool = models.JSONField(default=dict, blank=True, help_text="How the item pool was drawn (reproducible).")
     annotators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="studies", blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    gold_rate = models.FloatField(default=0.05, help_text="Share of each annotator's queue drawn from gold items.")
+    training_items = models.PositiveSmallIntegerField(
+        default=0, help_text="Gold items (with feedback) each annotator judges before real items.")
+    too_fast_seconds = models.FloatField(default=5.0, help_text="Judgements faster than this are flagged to staff.")
+    straight_run = models.PositiveSmallIntegerField(
+        default=8, help_text="This many identical answers in a row are flagged to staff as straight-lining.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -79,6 +86,21 @@ class Study(models.Model):
         return max(1, self.quorum or self.overlap or 1)
 
 
+class GuidelinesVersion(models.Model):
+    """Every saved text of a study's guidelines (Markdown), with the rubric it was written for."""
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="guideline_versions")
+    rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="+")
+    version = models.PositiveIntegerField()
+    text = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["study", "version"], name="guidelines_unique_version")]
+        ordering = ["study", "-version"]
+
+
 class StudyItem(models.Model):
     """One query in a study's pool. ``taken`` = judged + currently reserved slots."""
 
@@ -90,6 +112,9 @@ class StudyItem(models.Model):
     order_key = models.PositiveIntegerField(default=0)
     taken = models.PositiveIntegerField(default=0)
     completed = models.PositiveIntegerField(default=0)
+    gold = models.BooleanField(default=False, help_text="A gold item: served to everyone at the study's gold rate.")
+    gold_answer = models.JSONField(default=dict, blank=True, help_text='The known answer, e.g. {"validated": true}.')
+    gold_source = models.CharField(max_length=20, blank=True, help_text="hand, adjudicated or unanimous.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["study", "query"], name="studyitem_unique_query")]

@@ -8,9 +8,11 @@ from django.urls import reverse
 
 from config.roles import staff_required
 
+from annotation.access import grant_images
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
 from annotation.judging.payloads import image_ref, item_payload
+from annotation.judging.guidelines import current_guidelines, render_markdown
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
 from annotation.verdicts.adjudication import has_verdicts, study_verdicts
@@ -24,8 +26,10 @@ def _annotator_study(request, study_id: int) -> Study:
 
 
 def my_studies(request):
-    studies = Study.objects.filter(annotators=request.user, status=Study.Status.OPEN).select_related("rubric")
-    rows = [(s, engine.annotator_progress(s, request.user)) for s in studies]
+    studies = Study.objects.filter(annotators=request.user, status__in=[Study.Status.OPEN, Study.Status.PAUSED])
+    rows = [(s, engine.annotator_progress(s, request.user)) for s in studies.select_related("rubric")]
+    for s, _ in rows:
+        s.guidelines_html = render_markdown(s.guidelines)
     return render(request, "annotation/my_studies.html", {"rows": rows})
 
 
@@ -53,8 +57,22 @@ def item(request, study_id: int, assignment_id: int):
     )
     return render(request, "annotation/item.html", {
         "study": study, "assignment": assignment, "payload": payload, "rubric": study.rubric.rubric,
-        "previous": previous,
+        "previous": previous, "urls": item_urls(study, assignment, previous), "guidelines": current_guidelines(study),
     })
+
+
+def item_urls(study: Study, assignment: Assignment, previous: int | None) -> dict:
+    """The endpoints the item page's script calls (given to it with ``json_script``)."""
+    urls = {
+        "draft": reverse("annotation:api_draft", args=[assignment.pk]),
+        "submit": reverse("annotation:api_judgements", args=[assignment.pk]),
+        "skip": reverse("annotation:api_skip", args=[assignment.pk]),
+        "next": reverse("annotation:work", args=[study.pk]),
+        "upcoming": reverse("annotation:upcoming", args=[study.pk]),
+    }
+    if previous:
+        urls["back"] = reverse("annotation:item", args=[study.pk, previous])
+    return urls
 
 
 def history(request, study_id: int):
@@ -77,16 +95,18 @@ def upcoming(request, study_id: int):
         StudyItem.objects.filter(study=study, taken__lt=study.overlap).exclude(id__in=mine)
         .order_by("-agreement", "-taken", "order_key").select_related("query").first()
     )
-    urls: list[str] = []
+    refs: list[dict] = []
     if nxt is not None:
         for turn in nxt.query.turns.select_related("reference_image"):
             ref = image_ref(turn.reference_image)
             if ref:
-                urls.append(ref["thumb"])
+                refs.append(ref)
         for target in nxt.query.targets.select_related("image"):
             if target.is_positive:
-                urls.append(image_ref(target.image)["thumb"])
-    return JsonResponse({"images": urls[:12]})
+                refs.append(image_ref(target.image))
+    refs = refs[:12]
+    grant_images(request.user.pk, [r["id"] for r in refs])  # the prefetch may fetch what it is told
+    return JsonResponse({"images": [r["thumb"] for r in refs]})
 
 
 # ---------------------------------------------------------------- staff pages
@@ -101,23 +121,35 @@ def study_list(request):
 @staff_required
 def study_new(request):
     from annotation.forms import StudyForm
-    from annotation.studies.building import StudyError, create_study
+    from annotation.studies.building import StudyError, create_study, preflight
 
     form = StudyForm(request.POST or None)
+    warnings: list[str] = []
     if request.method == "POST" and form.is_valid():
+        warnings = preflight(form.spec())
+        if warnings and request.POST.get("confirmed") != "1":
+            return render(request, "annotation/study_new.html", {"form": form, "warnings": warnings})
         try:
             study, report = create_study(form.spec(), created_by=request.user)
         except StudyError as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Study {study.name!r} created with {report['items']} items.")
+            for w in warnings:
+                messages.warning(request, f"Built despite: {w}")
             return redirect("annotation:study_progress", study_id=study.pk)
-    return render(request, "annotation/study_new.html", {"form": form})
+    return render(request, "annotation/study_new.html", {"form": form, "warnings": warnings})
 
 
 @staff_required
 def study_progress_page(request, study_id: int):
+    from annotation.quality.report import quality_signals
+
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    progress = study_progress(study)
+    quality = quality_signals(study)
+    for row in progress["annotators"]:
+        row["quality"] = quality.get(row["annotator"])
     return render(request, "annotation/study_progress.html", {
-        "study": study, "progress": study_progress(study), "verdicts": study_verdicts(study),
+        "study": study, "progress": progress, "verdicts": study_verdicts(study),
         "exportable": has_verdicts(study.rubric.rubric)})

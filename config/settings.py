@@ -18,12 +18,21 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CIRVAL_VAR_DIR", str(BASE_DIR / "var"))).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
+# Debug is off unless asked for (``./cirval up`` asks for it for its runserver). Even then
+# the 404 and 403 pages are the site's own (config/errors.py), never Django's URL list.
+DEBUG = env_bool("DJANGO_DEBUG", False)
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG:
+    if os.environ.get("DJANGO_DEBUG", "").strip() in ("0", "false", "no", "off"):
         raise RuntimeError("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off")
-    SECRET_KEY = "cirval-dev-only-not-a-secret"
+    # A local install: a random key kept under var/ (made once, readable by this user only).
+    _key_file = VAR_DIR / "secret_key"
+    if not _key_file.exists():
+        import secrets
+
+        _key_file.touch(mode=0o600)
+        _key_file.write_text(secrets.token_urlsafe(50))
+    SECRET_KEY = _key_file.read_text().strip()
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
@@ -38,6 +47,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "axes",
     "retrieval",
     "audit",
     "annotation",
@@ -53,6 +63,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
+    "config.security.ContentSecurityPolicyMiddleware",
+    "config.errors.FriendlyErrorsMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -98,6 +111,19 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "config.security.LoginThrottleBackend",  # django-axes: refuses logins while an account or address is locked out
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one account,
+# or from one address, further attempts are refused for AXES_COOLOFF_MINUTES.
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = env_int("AXES_COOLOFF_MINUTES", 15) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_IPWARE_PROXY_COUNT = env_int("AXES_PROXY_COUNT", 0)
+AXES_ENABLED = env_bool("AXES_ENABLED", True)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -143,6 +169,8 @@ IMAGE_ROOTS = [
     for p in env_list("IMAGE_ROOTS", [str(VAR_DIR / "images")], sep=os.pathsep if os.pathsep in env_str("IMAGE_ROOTS") else ",")
 ]
 IMAGE_MAX_PIXELS = env_int("IMAGE_MAX_PIXELS", 64_000_000)
+# Who may fetch which image (annotators: only what they were shown; see annotation/access.py).
+CIRVAL_IMAGE_ACCESS = "annotation.access.may_fetch_image"
 THUMBNAIL_DIR = VAR_DIR / "thumbs"
 EMBEDDING_CACHE_DIR = Path(env_str("EMBEDDING_CACHE_DIR", str(VAR_DIR / "embeddings")))
 
@@ -207,6 +235,16 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
+    # Per account (user) and per address (anon). Generous: 50 annotators behind one NAT
+    # address submit, autosave and fetch items many times a minute.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.UserRateThrottle",
+        "rest_framework.throttling.AnonRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env_str("API_THROTTLE_USER", "600/min"),
+        "anon": env_str("API_THROTTLE_ANON", "60/min"),
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "CIRVal API",

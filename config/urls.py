@@ -15,4 +15,8 @@ urlpatterns = [
     path("", include("retrieval.urls")),
     path("", include("audit.urls")),
     path("", include("annotation.urls")),
+    path("", include("annotation.room.urls")),
 ]
+
+handler404 = "config.errors.page_not_found"
+handler403 = "config.errors.permission_denied"

@@ -9,6 +9,7 @@ from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.module_loading import import_string
 from django.utils.text import get_valid_filename
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET
@@ -60,12 +61,18 @@ def query_detail(request, name: str, pk: int):
     return render(request, "retrieval/query_detail.html", {"dataset": dataset, "query": query})
 
 
+def _may_fetch(user, pk: int) -> bool:
+    """The access rule named by ``CIRVAL_IMAGE_ACCESS`` (the annotation app's), else everyone."""
+    rule = getattr(settings, "CIRVAL_IMAGE_ACCESS", "")
+    return import_string(rule)(user, pk) if rule else True
+
+
 @require_GET
 @cache_control(private=True, max_age=86400)
 def image(request, pk: int):
     """An image by id; ``?size=N`` gives a cached thumbnail. Missing files get a placeholder."""
     img = Image.objects.select_related("dataset").filter(pk=pk).first()
-    if img is None:
+    if img is None or not _may_fetch(request.user, pk):
         raise Http404("no such image")
     path = image_file(img.dataset.images_root, img.path)
     if path is None:
@@ -128,7 +135,14 @@ def import_upload(request):
 @staff_required
 def import_job(request, pk: int):
     job = get_object_or_404(ImportJob, pk=pk)
-    return render(request, "retrieval/import_job.html", {"job": job})
+    examples = []
+    if job.status == ImportJob.Status.DONE:
+        examples = list(Query.objects.filter(dataset__name=job.dataset_name).order_by("split", "ordinal", "id")
+                        .prefetch_related("turns")[:5])
+    return render(request, "retrieval/import_job.html", {
+        "job": job, "file_names": [Path(f).name for f in job.files], "report": job.report or {},
+        "examples": examples,
+    })
 
 
 @staff_required

@@ -17,7 +17,7 @@ from django.core.cache import cache
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
-from annotation.assignment.rules import Candidate, Choice, choose_next
+from annotation.assignment.rules import Candidate, Choice, choose_gold, choose_next, gold_due
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.judging.rubric import validate_judgement
 
@@ -73,7 +73,10 @@ def next_assignment(study: Study, user, now=None) -> Served:
             return Served(own, choice.rule)
 
         mine = Assignment.objects.filter(study=study, annotator=user).exclude(status=Assignment.Status.RELEASED)
-        open_items = StudyItem.objects.filter(study=study).exclude(id__in=mine.values("item_id"))
+        gold = _gold_choice(study, mine)
+        if gold is not None:
+            return Served(_reserve(study, user, gold, now), gold.rule)
+        open_items = StudyItem.objects.filter(study=study, gold=False).exclude(id__in=mine.values("item_id"))
         rows = list(
             (open_items.filter(agreement=True) | open_items.filter(taken__lt=study.overlap))
             .order_by("-agreement", "-taken", "order_key")
@@ -90,6 +93,19 @@ def next_assignment(study: Study, user, now=None) -> Served:
             if not choice.served:
                 return Served(None, choice.rule)
         return Served(_reserve(study, user, choice, now), choice.rule)
+
+
+def _gold_choice(study: Study, mine) -> Choice | None:
+    """A gold item when one is due (training phase, or the study's gold rate), else None."""
+    if study.gold_rate <= 0 and not study.training_items:
+        return None
+    counts = mine.aggregate(served=Count("id"), gold=Count("id", filter=Q(item__gold=True)))
+    rule = gold_due(counts["served"], counts["gold"], study.gold_rate, study.training_items)
+    if rule is None:
+        return None
+    rows = (StudyItem.objects.filter(study=study, gold=True).exclude(id__in=mine.values("item_id"))
+            .order_by("order_key", "id").values_list("id", "order_key")[:CANDIDATES])
+    return choose_gold([Candidate(item_id=i, overlap=1, order_key=o) for i, o in rows], rule)
 
 
 def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
@@ -115,7 +131,8 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
 def _why_nothing(study: Study, mine, choice: Choice) -> Choice:
     """Tell 'everything left is reserved by others' from 'nothing left at all'."""
     waiting = (
-        StudyItem.objects.filter(study=study, completed__lt=study.overlap).exclude(id__in=mine.values("item_id")).exists()
+        StudyItem.objects.filter(study=study, gold=False, completed__lt=study.overlap)
+        .exclude(id__in=mine.values("item_id")).exists()
     )
     return Choice(None, "all_slots_reserved" if waiting else "queue_empty")
 

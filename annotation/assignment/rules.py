@@ -40,6 +40,8 @@ AGREEMENT_SUBSET = "agreement_subset"
 CLOSEST_TO_OVERLAP = "closest_to_overlap"
 FRESH_ITEM = "fresh_item"
 SKIPPED_ITEM = "skipped_item"
+GOLD_ITEM = "gold_item"
+TRAINING_ITEM = "training_item"
 QUEUE_EMPTY = "queue_empty"
 ALL_SLOTS_RESERVED = "all_slots_reserved"
 
@@ -153,3 +155,34 @@ def lease_expired(leased_at: datetime | None, now: datetime, minutes: float) -> 
     if leased_at is None:
         return True
     return now - leased_at >= timedelta(minutes=minutes)
+
+
+def gold_due(served: int, gold_served: int, rate: float, training: int = 0) -> str | None:
+    """Whether an annotator's next item is a gold item, and under which rule.
+
+    ``served``: items served to the annotator so far (gold included); ``gold_served``: gold
+    items among them. ``TRAINING_ITEM`` while fewer than ``training`` gold items were
+    served (the training phase, before any real item); then ``GOLD_ITEM`` whenever the gold
+    share would fall behind ``rate``: gold is due when ``gold_served < floor(rate *
+    (served + 1))``, so at 5 % the 20th, 40th, ... item is gold. ``None`` otherwise.
+    """
+    if not 0 <= rate <= 1:
+        raise ValueError(f"gold rate must be within [0, 1], got {rate}")
+    if served < 0 or gold_served < 0 or gold_served > served or training < 0:
+        raise ValueError(f"bad counts: served={served}, gold_served={gold_served}, training={training}")
+    if gold_served < training:
+        return TRAINING_ITEM
+    if gold_served < int(rate * (served + 1) + 1e-9):
+        return GOLD_ITEM
+    return None
+
+
+def choose_gold(candidates: Sequence[Candidate], rule: str) -> Choice | None:
+    """The gold item to serve under ``rule`` (from :func:`gold_due`): the first by
+    ``order_key`` (then ``item_id``) that this annotator has not judged; gold items have no
+    overlap limit. ``None`` when no gold item is left for them."""
+    left = [c for c in candidates if not c.judged_by_me and not c.skipped_by_me]
+    if not left:
+        return None
+    best = min(left, key=lambda c: (c.order_key, c.item_id))
+    return Choice(best.item_id, rule)

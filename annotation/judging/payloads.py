@@ -6,7 +6,9 @@ from django.urls import reverse
 
 from retrieval.models import Image, Query
 
+from annotation.access import grant_images, payload_image_ids
 from annotation.assignment.queue import annotator_progress
+from annotation.assignment.rules import FRESH_ITEM, GOLD_ITEM
 from annotation.models import Assignment, Draft, Judgement
 
 
@@ -15,7 +17,13 @@ def image_ref(image: Image | None, size: int = 384) -> dict | None:
         return None
     url = reverse("retrieval:image", args=[image.pk])
     return {"id": image.pk, "external_id": image.external_id, "url": url, "thumb": f"{url}?size={size}",
-            "missing": image.missing}
+            "missing": image.missing, "width": image.width, "height": image.height}
+
+
+def shown_rule(rule: str) -> str:
+    """The serving rule as the annotator sees it: gold items are mixed in silently, so they
+    read like any fresh item (staff see the stored ``served_by``)."""
+    return FRESH_ITEM if rule == GOLD_ITEM else rule
 
 
 def aggregate_panel(query: Query) -> list[dict]:
@@ -62,7 +70,7 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
         "assignment": assignment.pk,
         "study": study.pk,
         "status": assignment.status,
-        "served_by": rule or assignment.served_by,
+        "served_by": shown_rule(rule or assignment.served_by),
         "position": assignment.position,
         "lease_expires": assignment.lease_expires.isoformat() if assignment.lease_expires else None,
         "query": {
@@ -84,4 +92,5 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
         "draft": draft.payload if draft is not None else None,
         "progress": annotator_progress(study, assignment.annotator),
     }
+    grant_images(assignment.annotator_id, payload_image_ids(payload))
     return payload

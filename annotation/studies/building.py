@@ -184,3 +184,29 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
 def add_annotators(study: Study, usernames: Iterable[str]) -> None:
     users = list(get_user_model().objects.filter(username__in=list(usernames)))
     study.annotators.add(*users)
+
+
+SHORTCUT_FREE = "composition_required"
+
+
+def preflight(spec: StudySpec) -> list[str]:
+    """What the admin should know before a study is built: queries whose images are missing,
+    and a shortcut-free pool asked of a dataset that no finished audit has labelled."""
+    from retrieval.models import Target, Turn
+
+    warnings: list[str] = []
+    for name in spec.datasets:
+        dataset = Dataset.objects.filter(name=name).first()
+        if dataset is None:
+            continue
+        queries = Query.objects.filter(dataset=dataset)
+        broken = set(Turn.objects.filter(query__in=queries, reference_image__missing=True).values_list("query_id", flat=True))
+        broken |= set(Target.objects.filter(query__in=queries, image__missing=True).values_list("query_id", flat=True))
+        if broken:
+            n_images = dataset.images.filter(missing=True).count()
+            warnings.append(f"{name}: {len(broken)} of {queries.count()} queries have missing images "
+                            f"({n_images} image files were not found at import). Annotators would see placeholders.")
+        if SHORTCUT_FREE in spec.hidden_categories and latest_audit(dataset) is None:
+            warnings.append(f"{name}: no finished audit. A shortcut-free pool ({SHORTCUT_FREE}) needs one; "
+                            "labels imported with the dataset, if any, are used as they are.")
+    return warnings

@@ -28,7 +28,8 @@ def served(tmp_path, settings, client, demo_accounts):
     rows = {name: Image.objects.create(dataset=ds, external_id=name, path=f"{name}.png") for name in ("ok", "big", "fake", "link")}
     rows["outside"] = Image.objects.create(dataset=other, external_id="secret", path="secret.png")
     rows["traversal"] = Image.objects.create(dataset=ds, external_id="trav", path="../outside/secret.png")
-    client.login(username="annotator1", password=demo_accounts["annotator1"])
+    # researchers may fetch any image (annotators only what they were shown: test_image_access.py)
+    client.login(username="researcher", password=demo_accounts["researcher"])
     return rows
 
 

@@ -60,7 +60,9 @@ def world(tmp_path):
     export = ExportJob.objects.create(study=study, status="done", path=str(tmp_path), files=["manifest.json"])
     return {
         "users": users, "study": study, "asg": asg, "run": run, "job": job, "export": export,
-        "query": Query.objects.filter(dataset__name="circo").first(), "image": Image.objects.first(),
+        "query": Query.objects.filter(dataset__name="circo").first(),
+        # an image of the item served to the member (annotators fetch only what they were shown)
+        "image": asg.item.query.turns.first().reference_image,
         "item": asg.item,
     }
 
@@ -81,7 +83,7 @@ def table(w):
         "retrieval:dataset_list": ("GET", {}, page_research),
         "retrieval:dataset_detail": ("GET", {"name": "circo"}, page_research),
         "retrieval:query_detail": ("GET", {"name": "circo", "pk": w["query"].pk}, page_research),
-        "retrieval:image": ("GET", {"pk": w["image"].pk}, everyone),
+        "retrieval:image": ("GET", {"pk": w["image"].pk}, {**everyone, "outsider": 404}),
         "retrieval:import": ("GET", {}, page_staff),
         "retrieval:import_job": ("GET", {"pk": w["job"].pk}, page_staff),
         "retrieval:import_job_status": ("GET", {"pk": w["job"].pk}, page_staff),
@@ -118,6 +120,18 @@ def table(w):
         "annotation:api_draft": ("PUT", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_skip": ("POST", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_judgements": ("GET", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
+        "room:users": ("GET", {}, page_staff),
+        "room:user_update": ("POST", {"user_id": w["users"]["member"].pk}, {**page_staff, "staff": 302}),
+        "room:invite": ("GET", {"uidb64": "MQ", "token": "bad-token"}, {"anon": ok, **everyone}),
+        "room:study": ("GET", {"study_id": s}, page_staff),
+        "room:study_settings": ("POST", {"study_id": s}, page_staff),  # an empty form: shown again with errors
+        "room:study_annotators": ("POST", {"study_id": s}, {**page_staff, "staff": 302}),
+        "room:study_status": ("POST", {"study_id": s}, {**page_staff, "staff": 302}),
+        "room:study_gold": ("POST", {"study_id": s}, {**page_staff, "staff": 302}),
+        "room:jobs": ("GET", {}, page_staff),
+        "room:jobs_json": ("GET", {}, page_staff),
+        "room:imports": ("GET", {}, page_staff),
+        "room:audit_retry": ("POST", {"run_id": w["run"].pk}, {**page_staff, "staff": 302}),
     }
 
 

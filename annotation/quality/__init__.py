@@ -1,0 +1,1 @@
+"""Annotator quality: gold accuracy and the signals staff see (never the annotator)."""

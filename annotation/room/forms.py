@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+
+from annotation.models import Study
+
+ROLE_CHOICES = [("annotator", "Annotator"), ("researcher", "Researcher"), ("admin", "Admin (staff)")]
+
+
+class UserForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    email = forms.EmailField(required=False)
+    roles = forms.MultipleChoiceField(choices=ROLE_CHOICES, widget=forms.CheckboxSelectMultiple, required=False)
+    password = forms.CharField(required=False, widget=forms.PasswordInput,
+                               help_text="Leave empty to invite: you get a link where they choose their own.")
+
+    def clean_username(self):
+        name = self.cleaned_data["username"].strip()
+        if get_user_model().objects.filter(username=name).exists():
+            raise forms.ValidationError("That user name is taken.")
+        return name
+
+    def clean(self):
+        data = super().clean()
+        if data.get("password"):
+            validate_password(data["password"], get_user_model()(username=data.get("username", "")))
+        return data
+
+
+class RolesForm(forms.Form):
+    roles = forms.MultipleChoiceField(choices=ROLE_CHOICES, widget=forms.CheckboxSelectMultiple, required=False)
+
+
+class StudySettingsForm(forms.ModelForm):
+    class Meta:
+        model = Study
+        fields = ["overlap", "quorum", "lease_minutes", "gold_rate", "training_items", "too_fast_seconds", "straight_run",
+                  "guidelines"]
+        labels = {"overlap": "Overlap (annotators per item)",
+                  "quorum": "Quorum (current judgements before an item is decided; empty: the overlap)", "gold_rate": "Gold rate (0–1)",
+                  "training_items": "Training items (gold, with feedback, before real items)",
+                  "too_fast_seconds": "Too fast below (seconds)", "straight_run": "Straight-lining run length",
+                  "guidelines": "Guidelines (Markdown; example images as ![caption](/images/ID/))"}
+        widgets = {"guidelines": forms.Textarea(attrs={"rows": 10})}
+
+    def clean_gold_rate(self):
+        rate = self.cleaned_data["gold_rate"]
+        if not 0 <= rate <= 1:
+            raise forms.ValidationError("A rate between 0 and 1.")
+        return rate
+
+    def clean_overlap(self):
+        n = self.cleaned_data["overlap"]
+        if not 1 <= n <= 50:
+            raise forms.ValidationError("Between 1 and 50.")
+        return n
+
+    def clean_straight_run(self):
+        n = self.cleaned_data["straight_run"]
+        if n < 2:
+            raise forms.ValidationError("At least 2.")
+        return n
+
+
+class GoldForm(forms.Form):
+    item = forms.IntegerField(min_value=1, label="Item id")
+    answer = forms.ChoiceField(choices=[("valid", "validated"), ("invalid", "not valid"), ("none", "not gold")])

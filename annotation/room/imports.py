@@ -1,0 +1,90 @@
+"""Staff imports from the browser that the CLI also offers: audit rank files
+(``import_ranks``) and a CIRCUS study (``import_circus``). The files are stored under
+UPLOAD_DIR and the same management command runs on them, in the request."""
+from __future__ import annotations
+
+import io
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django import forms
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.utils.text import get_valid_filename
+
+from retrieval.forms import MultipleFileField
+from retrieval.models import Dataset
+
+
+class RanksForm(forms.Form):
+    dataset = forms.ModelChoiceField(queryset=Dataset.objects.all(), to_field_name="name")
+    files = MultipleFileField(help_text="retrieval_data_<ds>_task7_<retriever>.json files, or one aggregated audit file.")
+    split = forms.CharField(required=False, help_text="Needed when several splits share ordinals.")
+    k = forms.IntegerField(required=False, min_value=1, help_text="Default: metadata.k of the files (else 10).")
+    min_mm_retrievers = forms.IntegerField(min_value=1, initial=1)
+
+
+class CircusForm(forms.Form):
+    study_name = forms.CharField(max_length=200)
+    files = MultipleFileField(help_text="annotations/users/*.json or agreement_users/*.json")
+    dataset_prefix = forms.CharField(required=False, initial="circus", help_text="Datasets are named <prefix>-<dataset>.")
+    verify_checksum = forms.BooleanField(required=False, initial=True)
+
+
+@dataclass
+class ImportResult:
+    command: str
+    files: list[str]
+    status: str = "done"
+    lines: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def store(files) -> tuple[list[str], list[str]]:
+    """Write the uploads to a fresh folder: (server paths, the names as uploaded)."""
+    folder = Path(settings.UPLOAD_DIR) / uuid.uuid4().hex
+    folder.mkdir(parents=True, exist_ok=True)
+    paths, names = [], []
+    for f in files:
+        target = folder / get_valid_filename(Path(f.name).name)
+        with open(target, "wb") as out:
+            for chunk in f.chunks():
+                out.write(chunk)
+        paths.append(str(target))
+        names.append(Path(f.name).name)
+    return paths, names
+
+
+def run_command(name: str, names: list[str], *args, **options) -> ImportResult:
+    out, err = io.StringIO(), io.StringIO()
+    result = ImportResult(name, names)
+    try:
+        call_command(name, *args, stdout=out, stderr=err, **options)
+    except CommandError as exc:
+        result.status, result.error = "failed", str(exc)
+    uploads = str(Path(settings.UPLOAD_DIR))
+    clean = lambda s: s.replace(uploads + "/", "")  # noqa: E731 - never show server paths
+    result.lines = [clean(x) for x in out.getvalue().splitlines() if x.strip()]
+    result.warnings = [clean(x) for x in err.getvalue().splitlines() if x.strip()]
+    result.error = clean(result.error)
+    return result
+
+
+def import_ranks(form: RanksForm) -> ImportResult:
+    d = form.cleaned_data
+    paths, names = store(d["files"])
+    opts = {"dataset": d["dataset"].name, "min_mm_retrievers": d["min_mm_retrievers"]}
+    if d["split"]:
+        opts["split"] = d["split"]
+    if d["k"]:
+        opts["k"] = d["k"]
+    return run_command("import_ranks", names, *paths, **opts)
+
+
+def import_circus(form: CircusForm) -> ImportResult:
+    d = form.cleaned_data
+    paths, names = store(d["files"])
+    return run_command("import_circus", names, *paths, study_name=d["study_name"],
+                       dataset_prefix=d["dataset_prefix"] or "", no_verify_checksum=not d["verify_checksum"])

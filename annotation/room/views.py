@@ -1,0 +1,230 @@
+"""The project room (staff only): users and roles, a study's team, status and settings,
+gold items, and every job in one list. No Django admin needed."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.contrib.auth.tokens import default_token_generator
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+from django.views.decorators.http import require_POST
+
+from config.roles import staff_required
+
+from annotation import roles
+from annotation.assignment.queue import forget_study_sizes
+from annotation.judging.guidelines import save_guidelines
+from annotation.models import GuidelinesVersion, Study, StudyItem
+from annotation.quality import gold as goldsvc
+from annotation.room.forms import GoldForm, RolesForm, StudySettingsForm, UserForm
+from annotation.room.jobs import all_jobs, jobs_status
+
+User = get_user_model()
+
+
+def user_roles(user) -> list[str]:
+    names = set(user.groups.values_list("name", flat=True))
+    return [r for r in (roles.ANNOTATOR, roles.RESEARCHER) if r in names] + ([roles.ADMIN] if user.is_staff else [])
+
+
+def set_roles(user, wanted) -> None:
+    """Group membership for annotator / researcher; admin is the staff flag."""
+    for role in (roles.ANNOTATOR, roles.RESEARCHER):
+        group, _ = Group.objects.get_or_create(name=role)
+        (user.groups.add if role in wanted else user.groups.remove)(group)
+    user.is_staff = roles.ADMIN in wanted
+    user.save(update_fields=["is_staff"])
+
+
+def invite_link(request, user) -> str:
+    """A one-time link where an invited user chooses a password (Django's reset token)."""
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    token = default_token_generator.make_token(user)
+    return request.build_absolute_uri(reverse("room:invite", args=[uid, token]))
+
+
+@staff_required
+def users(request):
+    form = UserForm(request.POST or None)
+    invite = None
+    if request.method == "POST" and form.is_valid():
+        d = form.cleaned_data
+        user = User.objects.create_user(d["username"], d["email"] or "", d["password"] or None)
+        set_roles(user, d["roles"])
+        if d["password"]:
+            messages.success(request, f"User {user.username} created.")
+        else:
+            invite = {"user": user.username, "link": invite_link(request, user)}
+            messages.success(request, f"{user.username} invited: send them the link below.")
+        form = UserForm()
+    rows = [(u, user_roles(u)) for u in User.objects.order_by("username").prefetch_related("groups")]
+    return render(request, "room/users.html", {"form": form, "rows": rows, "invite": invite,
+                                               "role_choices": RolesForm().fields["roles"].choices})
+
+
+@staff_required
+@require_POST
+def user_update(request, user_id: int):
+    user = get_object_or_404(User, pk=user_id)
+    form = RolesForm(request.POST)
+    if form.is_valid():
+        if user == request.user and roles.ADMIN not in form.cleaned_data["roles"]:
+            messages.error(request, "You cannot take the admin role from yourself.")
+        else:
+            set_roles(user, form.cleaned_data["roles"])
+            messages.success(request, f"Roles of {user.username}: {', '.join(user_roles(user)) or 'none'}.")
+    if request.POST.get("invite"):
+        messages.info(request, f"New invite link for {user.username}: {invite_link(request, user)}")
+    return redirect("room:users")
+
+
+def _study(study_id: int) -> Study:
+    return get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+
+
+@staff_required
+def study_room(request, study_id: int):
+    study = _study(study_id)
+    form = StudySettingsForm(instance=study)
+    return _render_study(request, study, form)
+
+
+def _render_study(request, study, form):
+    members = study.annotators.order_by("username")
+    candidates = (User.objects.filter(groups__name=roles.ANNOTATOR, is_active=True)
+                  .exclude(pk__in=members.values("pk")).order_by("username"))
+    gold = StudyItem.objects.filter(study=study, gold=True).select_related("query").order_by("id")
+    return render(request, "room/study.html", {
+        "study": study, "form": form, "members": members, "candidates": candidates,
+        "gold": gold[:200], "n_gold": gold.count(), "gold_form": GoldForm(),
+        "versions": GuidelinesVersion.objects.filter(study=study).select_related("created_by", "rubric")[:20],
+        "statuses": Study.Status,
+    })
+
+
+@staff_required
+@require_POST
+def study_settings(request, study_id: int):
+    study = _study(study_id)
+    guidelines_before = study.guidelines
+    form = StudySettingsForm(request.POST, instance=study)
+    if not form.is_valid():
+        return _render_study(request, study, form)
+    study = form.save(commit=False)
+    text = study.guidelines
+    study.guidelines = guidelines_before
+    study.save()
+    version = save_guidelines(study, text, request.user)
+    forget_study_sizes(study)
+    note = f" Guidelines saved as version {version.version}." if version else ""
+    messages.success(request, f"Settings of {study.name} saved.{note}")
+    return redirect("room:study", study_id=study.pk)
+
+
+@staff_required
+@require_POST
+def study_annotators(request, study_id: int):
+    study = _study(study_id)
+    names = request.POST.getlist("username")
+    found = list(User.objects.filter(username__in=names))
+    if request.POST.get("action") == "remove":
+        study.annotators.remove(*found)
+        verb = "removed from"
+    else:
+        study.annotators.add(*found)
+        verb = "added to"
+    forget_study_sizes(study)
+    if found:
+        messages.success(request, f"{', '.join(sorted(u.username for u in found))} {verb} {study.name}.")
+    return redirect("room:study", study_id=study.pk)
+
+
+STATUS_ACTIONS = {"pause": Study.Status.PAUSED, "resume": Study.Status.OPEN, "close": Study.Status.CLOSED,
+                  "reopen": Study.Status.OPEN}
+
+
+@staff_required
+@require_POST
+def study_status(request, study_id: int):
+    study = _study(study_id)
+    new = STATUS_ACTIONS.get(request.POST.get("action", ""))
+    if new is None:
+        messages.error(request, "Unknown action.")
+    else:
+        study.status = new
+        study.save(update_fields=["status"])
+        messages.success(request, f"{study.name} is now {new}.")
+    return redirect("room:study", study_id=study.pk)
+
+
+@staff_required
+@require_POST
+def study_gold(request, study_id: int):
+    study = _study(study_id)
+    action = request.POST.get("action")
+    if action == "promote":
+        n = goldsvc.promote_unanimous(study)
+        messages.success(request, f"{n} unanimous item{'s' if n != 1 else ''} promoted to gold.")
+    elif action == "adjudicated":
+        n = goldsvc.gold_from_adjudications(study)
+        messages.success(request, f"{n} adjudicated item{'s' if n != 1 else ''} marked gold.")
+    else:
+        form = GoldForm(request.POST)
+        item = form.is_valid() and StudyItem.objects.filter(study=study, pk=form.cleaned_data["item"]).first()
+        if not item:
+            messages.error(request, "No such item in this study.")
+        elif form.cleaned_data["answer"] == "none":
+            goldsvc.unmark_gold(item)
+            messages.success(request, f"Item {item.pk} is no longer gold.")
+        else:
+            goldsvc.mark_gold(item, form.cleaned_data["answer"] == "valid")
+            messages.success(request, f"Item {item.pk} is gold ({form.cleaned_data['answer']}).")
+    return redirect("room:study", study_id=study.pk)
+
+
+@staff_required
+def jobs(request):
+    return render(request, "room/jobs.html", {"jobs": all_jobs()})
+
+
+@staff_required
+def jobs_json(request):
+    return JsonResponse({"jobs": jobs_status()})
+
+
+@staff_required
+@require_POST
+def audit_retry(request, run_id: int):
+    from audit.models import AuditRun
+    from audit.runs import dispatch
+
+    run = get_object_or_404(AuditRun, pk=run_id)
+    if run.status != AuditRun.Status.FAILED:
+        messages.error(request, f"Audit {run.pk} has not failed ({run.status}).")
+    else:
+        n = dispatch.retry_failed(run)
+        run.refresh_from_db()
+        dispatch.start_run(run)
+        messages.success(request, f"Audit {run.pk} sent again ({n} failed chunk{'s' if n != 1 else ''} retried).")
+    return redirect("room:jobs")
+
+
+@staff_required
+def imports(request):
+    from annotation.room.imports import CircusForm, RanksForm, import_circus, import_ranks
+
+    which = request.POST.get("which") if request.method == "POST" else None
+    ranks = RanksForm(request.POST if which == "ranks" else None, request.FILES if which == "ranks" else None,
+                      prefix="ranks")
+    circus = CircusForm(request.POST if which == "circus" else None, request.FILES if which == "circus" else None,
+                        prefix="circus", initial={"dataset_prefix": "circus", "verify_checksum": True})
+    result = None
+    if which == "ranks" and ranks.is_valid():
+        result = import_ranks(ranks)
+    elif which == "circus" and circus.is_valid():
+        result = import_circus(circus)
+    return render(request, "room/imports.html", {"ranks": ranks, "circus": circus, "result": result})

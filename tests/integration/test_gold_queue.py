@@ -1,0 +1,72 @@
+"""Gold items are mixed into each annotator's queue at the study rate, silently."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+
+from annotation.assignment import queue as engine
+from annotation.judging.payloads import item_payload
+from annotation.models import StudyItem
+from annotation.quality.gold import gold_scores, mark_gold, promote_unanimous
+from annotation.studies.building import StudySpec, create_study
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def study():
+    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
+                 verbosity=0)
+    for name in ("ann", "bea"):
+        get_user_model().objects.create_user(name, password="pw").groups.add(Group.objects.get(name="annotator"))
+    s, _ = create_study(StudySpec(name="g", datasets=["circo"], overlap=1, total=8, annotators=["ann", "bea"]))
+    return s
+
+
+def test_gold_at_the_rate_and_never_in_the_normal_pool(study):
+    study.gold_rate = 0.5
+    study.save()
+    golds = list(StudyItem.objects.filter(study=study).order_by("id")[:2])
+    for g in golds:
+        mark_gold(g, True)
+    ann = get_user_model().objects.get(username="ann")
+    rules, items = [], []
+    for _ in range(6):
+        served = engine.next_assignment(study, ann)
+        rules.append(served.rule)
+        items.append(served.assignment.item_id)
+        payload = item_payload(served.assignment, served.rule)
+        assert payload["served_by"] != "gold_item"  # silent: it reads like any fresh item
+        engine.submit(served.assignment, {"category": "VALIDATED", "time_spent_ms": 10})
+    assert [r == "gold_item" for r in rules] == [False, True, False, True, False, False]
+    assert {items[1], items[3]} == {g.pk for g in golds}
+    # overlap 1 does not stop another annotator from getting the same gold items
+    bea = get_user_model().objects.get(username="bea")
+    engine.submit(engine.next_assignment(study, bea).assignment, {"category": "VALIDATED", "time_spent_ms": 10})
+    second = engine.next_assignment(study, bea)
+    assert second.rule == "gold_item" and second.assignment.item_id in {g.pk for g in golds}
+    engine.submit(second.assignment, {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified",
+                                      "time_spent_ms": 10})
+    scores = gold_scores(study)
+    assert scores["ann"]["right"] == 2 and scores["ann"]["n"] == 2
+    assert scores["bea"]["right"] == 0 and scores["bea"]["n"] == 1 and scores["bea"]["high"] == pytest.approx(0.7935, abs=1e-4)
+
+
+def test_promote_unanimous_items(study):
+    study.gold_rate, study.overlap = 0, 2
+    study.save()
+    ann, bea = (get_user_model().objects.get(username=n) for n in ("ann", "bea"))
+    served = engine.next_assignment(study, ann).assignment
+    engine.submit(served, {"category": "VALIDATED", "time_spent_ms": 10})
+    assert promote_unanimous(study) == 0  # one vote is not unanimous
+    for _ in range(8):  # bea works until she has judged ann's item too, always VALIDATED
+        other = engine.next_assignment(study, bea).assignment
+        engine.submit(other, {"category": "VALIDATED", "time_spent_ms": 10})
+        if other.item_id == served.item_id:
+            break
+    assert promote_unanimous(study) == 1  # two agreeing votes: unanimous; bea's other items have one
+    item = StudyItem.objects.get(pk=served.item_id)
+    assert item.gold and item.gold_answer == {"validated": True} and item.gold_source == "unanimous"

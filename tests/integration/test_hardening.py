@@ -1,0 +1,120 @@
+"""Error pages, Content-Security-Policy, login and API throttling, image access."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.cache import cache
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
+
+from annotation.assignment import queue as engine
+from annotation.studies.building import StudySpec, create_study
+from retrieval.models import Image
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world(settings):
+    cache.clear()
+    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
+                 verbosity=0)
+    User = get_user_model()
+    a = User.objects.create_user("ann", password="pw-ann-1234")
+    b = User.objects.create_user("bob", password="pw-bob-1234")
+    for u in (a, b):
+        u.groups.add(Group.objects.get(name="annotator"))
+    study, _ = create_study(StudySpec(name="s", datasets=["circo"], overlap=1, total=4, annotators=["ann"]))
+    create_study(StudySpec(name="t", datasets=["circo"], overlap=1, total=4, seed=1, annotators=["bob"]))
+    return {"ann": a, "bob": b, "study": study}
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_404_pages_are_the_sites_own_and_never_list_urls(world, settings, debug):
+    settings.DEBUG = debug
+    c = Client()
+    c.force_login(world["ann"])
+    for url, words in [("/no/such/page/", "no page at this address"),
+                       (reverse("annotation:history", args=[world["study"].pk + 100]), "no such study")]:
+        resp = c.get(url)
+        body = resp.content.decode()
+        assert resp.status_code == 404
+        assert 'id="error-page"' in body and words in body.lower()
+        assert "URLconf" not in body and "urlpatterns" not in body and "Using the URLconf" not in body
+
+
+def test_403_page_explains_itself(world, settings):
+    settings.DEBUG = True
+    c = Client()
+    c.force_login(world["ann"])
+    resp = c.get(reverse("room:users"))
+    body = resp.content.decode()
+    assert resp.status_code == 403 and 'id="error-page"' in body and "Only staff may do this." in body
+    assert "ask the project's admin" in body
+
+
+def test_csp_header_and_no_inline_script_on_the_item_page(world):
+    c = Client()
+    c.force_login(world["ann"])
+    served = engine.next_assignment(world["study"], world["ann"]).assignment
+    resp = c.get(reverse("annotation:item", args=[world["study"].pk, served.pk]))
+    assert resp.status_code == 200
+    csp = resp["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+    html = resp.content.decode()
+    for tag in re.findall(r"<script\b[^>]*>", html):
+        assert "src=" in tag or 'type="application/json"' in tag, tag
+    assert not re.search(r"\son[a-z]+=", html)
+
+
+def test_login_is_throttled_per_account_and_per_address(world, settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    c = Client(REMOTE_ADDR="10.0.0.1")
+    for _ in range(3):
+        c.post("/login/", {"username": "ann", "password": "wrong"})
+    locked = c.post("/login/", {"username": "ann", "password": "pw-ann-1234"})
+    assert locked.status_code in (403, 429) and "_auth_user_id" not in c.session
+    # the same account from another address is locked too (per account) ...
+    other = Client(REMOTE_ADDR="10.0.0.2")
+    assert other.post("/login/", {"username": "ann", "password": "pw-ann-1234"}).status_code in (403, 429)
+    # ... and an address that tried many accounts is locked for every account (per address)
+    spray = Client(REMOTE_ADDR="10.0.0.3")
+    for name in ("x1", "x2", "x3"):
+        spray.post("/login/", {"username": name, "password": "wrong"})
+    assert spray.post("/login/", {"username": "bob", "password": "pw-bob-1234"}).status_code in (403, 429)
+    fine = Client(REMOTE_ADDR="10.0.0.4")
+    assert fine.post("/login/", {"username": "bob", "password": "pw-bob-1234"}).status_code == 302
+
+
+def test_api_is_throttled_per_account(world, monkeypatch):
+    from rest_framework.throttling import UserRateThrottle
+
+    monkeypatch.setattr(UserRateThrottle, "THROTTLE_RATES", {"user": "3/min", "anon": "3/min"})
+    c = Client()
+    c.force_login(world["ann"])
+    codes = [c.get(reverse("annotation:api_studies")).status_code for _ in range(5)]
+    assert codes[:3] == [200, 200, 200] and codes[3:] == [429, 429]
+
+
+def test_annotators_fetch_only_images_they_were_shown(world):
+    ann, bob, study = world["ann"], world["bob"], world["study"]
+    served = engine.next_assignment(study, ann).assignment
+    mine = served.item.query.turns.first().reference_image
+    shown = {t.reference_image_id for t in served.item.query.turns.all()} | {t.image_id for t in served.item.query.targets.all()}
+    other = Image.objects.exclude(pk__in=shown).first()
+    c = Client()
+    c.force_login(ann)
+    assert c.get(reverse("retrieval:image", args=[mine.pk]), {"size": 160}).status_code == 200
+    assert c.get(reverse("retrieval:image", args=[other.pk]), {"size": 160}).status_code == 404
+    b = Client()
+    b.force_login(bob)
+    assert b.get(reverse("retrieval:image", args=[mine.pk]), {"size": 160}).status_code == 404
+    # the prefetch of the next item grants exactly the images it names
+    upcoming = c.get(reverse("annotation:upcoming", args=[study.pk])).json()["images"]
+    for url in upcoming:
+        assert c.get(url).status_code == 200
