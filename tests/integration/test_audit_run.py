@@ -105,21 +105,25 @@ def test_ranks_match_a_naive_recomputation(demo, settings):
             for q in queries
         ]
         exclude = [index[turns[q].reference_image_id] for q in queries]
-        n_top = settings.AUDIT_CANDIDATES_N
-        expect = {
-            "mm": naive_rank(mm, g, positives, exclude, top_k=n_top, return_per_positive=True),
-            "text": naive_rank(txt, g, positives, exclude, top_k=0, return_per_positive=True),
-            "image": naive_rank(img, g, positives, exclude, top_k=0, return_per_positive=True),
-        }
-        rows = {row.query_id: row for row in AuditRank.objects.filter(run=run, retriever=spec)}
-        for n, q in enumerate(queries):
-            for field in ("mm", "text", "image"):
-                assert getattr(rows[q], field) == expect[field].best_rank[n]
-                assert getattr(rows[q], field + "_all") == expect[field].per_positive_ranks[n]
-            # the stored top list: the retriever's top AUDIT_CANDIDATES_N, reference and targets included
-            top = [j for j in expect["mm"].topk[n].tolist() if j >= 0]
-            assert len(rows[q].top_mm) == min(n_top, len(gallery_ids))
-            assert set(rows[q].top_mm) == {gallery_ids[j] for j in top}
+        check_rows(run, spec, queries, gallery_ids, settings.AUDIT_CANDIDATES_N,
+                   {"mm": mm, "text": txt, "image": img}, g, positives, exclude)
+
+
+def check_rows(run, spec, queries, gallery_ids, n_top, embeddings, g, positives, exclude) -> None:
+    """Stored best ranks, every positive's rank and top lists equal a full-sort ranking."""
+    expect = {
+        field: naive_rank(e, g, positives, exclude, top_k=n_top if field == "mm" else 0, return_per_positive=True)
+        for field, e in embeddings.items()
+    }
+    rows = {row.query_id: row for row in AuditRank.objects.filter(run=run, retriever=spec)}
+    for n, q in enumerate(queries):
+        for field in ("mm", "text", "image"):
+            assert getattr(rows[q], field) == expect[field].best_rank[n]
+            assert getattr(rows[q], field + "_all") == expect[field].per_positive_ranks[n]
+        # the stored top list: the retriever's top AUDIT_CANDIDATES_N, reference and targets included
+        top = [j for j in expect["mm"].topk[n].tolist() if j >= 0]
+        assert len(rows[q].top_mm) == min(n_top, len(gallery_ids))
+        assert set(rows[q].top_mm) == {gallery_ids[j] for j in top}
 
 
 def test_second_run_hits_the_cache_and_gives_the_same_labels(demo):
