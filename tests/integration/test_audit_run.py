@@ -288,3 +288,30 @@ def test_run_audit_command_queues_without_wait(demo, monkeypatch):
         call_command("run_audit", "--dataset", "nope", "--retriever", SPECS[0], stdout=StringIO())
     with pytest.raises(CommandError, match="unknown backend"):
         call_command("run_audit", "--dataset", "demo", "--retriever", "clip:x", stdout=StringIO())
+
+
+def test_gallery_matrix_is_memory_mapped_from_the_cache(demo, settings):
+    """A CPU worker's gallery matrix is a view of a .npy file streamed out of the embedding cache."""
+    from audit.engine import gallery_matrix
+
+    audit(demo)
+    clear_memos()
+    gallery_ids = list(
+        GalleryEntry.objects.filter(dataset=demo, split="val").order_by("ordinal").values_list("image_id", flat=True)
+    )
+    images = Image.objects.in_bulk(gallery_ids)
+    keys = [images[i].sha256 for i in gallery_ids]
+    r = build_retriever(SPECS[0], device="cpu")
+    cache = EmbeddingCache(settings.EMBEDDING_CACHE_DIR, r.spec, r.dim)
+    matrix, rows, enc = gallery_matrix(r, cache, "t", keys, lambda key: Path("/nonexistent") / key)
+    assert rows == list(range(len(keys))) and enc.encoded == 0  # every vector came from the cache
+    files = [str(f) for f in cache.folder.glob("galleries/*.npy")]
+    assert files
+    mapped = [line.split()[0].split("-") for line in Path("/proc/self/maps").read_text().splitlines()
+              if line.split()[-1] in files]
+    ptr = matrix.data_ptr()
+    assert any(int(lo, 16) <= ptr < int(hi, 16) for lo, hi in mapped)  # the tensor reads the mapped file
+    assert torch.equal(matrix, torch.from_numpy(cache.get_many("image", keys).matrix))
+    again, _, memo = gallery_matrix(r, cache, "t", keys, lambda key: Path("/nonexistent") / key)
+    assert memo is None and again is matrix  # the process memo
+    clear_memos()
