@@ -158,14 +158,13 @@ def _multi_rows(run: AuditRun, stats: dict[str, dict[str, Any]]) -> list[dict[st
     return rows
 
 
-def build_report(run: AuditRun) -> dict[str, Any]:
-    """Label counts, per-subset score tables, Composition Gap and support charts."""
+def _subsets(run: AuditRun) -> tuple[list[dict[str, Any]], str | None]:
+    """The score tables: all queries, the shortcut-free subset and the validated one when present."""
     s = run.summary
-    counts = s.get("counts", {})
     subsets: list[dict[str, Any]] = [
         {"name": "full", "title": "All audited queries", "n": s.get("n_queries", 0),
          "stats": s.get("retriever_stats", {})},
-        {"name": "shortcut-free", "title": "Shortcut-free subset", "n": counts.get("shortcut_free", 0),
+        {"name": "shortcut-free", "title": "Shortcut-free subset", "n": s.get("counts", {}).get("shortcut_free", 0),
          "stats": s.get("shortcut_free_stats", {})},
     ]
     validated = QuerySubset.objects.filter(dataset=run.dataset, name=VALIDATED_SUBSET).first()
@@ -182,7 +181,10 @@ def build_report(run: AuditRun) -> dict[str, Any]:
         sub["rows"] = _score_rows(run, sub["stats"])
         sub["multi_rows"] = _multi_rows(run, sub["stats"])
         sub["has_subset"] = any(r["subset"] for r in sub["multi_rows"])
+    return subsets, validated_note
 
+
+def _gap_charts(run: AuditRun, subsets: list[dict[str, Any]]) -> list[SafeString]:
     series = [sub["name"] for sub in subsets if sub["stats"]]
     gap_charts: list[SafeString] = []
     for key, label in (("comp_gap_ndcg", "nDCG"), ("comp_gap_mrr", "MRR")):
@@ -195,6 +197,15 @@ def build_report(run: AuditRun) -> dict[str, Any]:
             run.retrievers, series, values, f"Composition Gap on {label}: 1 − max(image, text) / multimodal",
             lo=max(-1.0, min(finite + [0.0])), hi=1.0,
         )))
+    return gap_charts
+
+
+def build_report(run: AuditRun) -> dict[str, Any]:
+    """Label counts, per-subset score tables, Composition Gap and support charts."""
+    s = run.summary
+    counts = s.get("counts", {})
+    subsets, validated_note = _subsets(run)
+    gap_charts = _gap_charts(run, subsets)
 
     hist = s.get("support_histograms", {})
     shown = {key: {int(n): c for n, c in hist.get(key, {}).items()} for key in ("multimodal", "either_unimodal")}

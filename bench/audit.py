@@ -69,36 +69,60 @@ def line(name: str, seconds: float, n_queries: int, note: str = "") -> None:
     print(f"  {name:<38}{seconds:>9.3f} s {qps:>11.1f} q/s  {note}")
 
 
-def main() -> None:
-    args = parse_args()
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="cirval-bench-audit-"))
-    work.mkdir(parents=True, exist_ok=True)
-    setup_django(work, args.device)
+def naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns, positives_of, index) -> dict:
+    """Each query encoded separately per modality (batch 1) and a full argsort per query and modality."""
+    from retrieval.encoders import load_image
+    from retrieval.ranking import naive_rank
 
-    import logging
+    naive_ranks: dict[tuple[int, str], tuple] = {}
+    for spec, r in zip(specs, retrievers):
+        gallery = r.embed_images([load_image(demo_dir / images[i].path) for i in gallery_ids]).to(r.device)
+        for t in turns:
+            pos = [positives_of.get(t.query_id, [])]
+            ex = [index.get(t.reference_image_id)]
+            ref = demo_dir / t.reference_image.path
+            mm = r.compose(r.embed_images([load_image(ref)]), r.embed_texts([t.text])).to(r.device)
+            txt = r.embed_texts([t.text]).to(r.device)
+            img = r.embed_images([load_image(ref)]).to(r.device)
+            naive_ranks[(t.query_id, spec)] = tuple(
+                naive_rank(e, gallery, pos, ex, top_k=10 if n == 0 else 0).best_rank[0]
+                for n, e in enumerate((mm, txt, img))
+            )
+    return naive_ranks
 
-    logging.getLogger().setLevel(logging.WARNING)
-    import torch
+
+def print_figures(specs, n_q, pool, n_gallery, n_naive, encode_s, cold_s, warm_s, naive_s, cold, warm,
+                  agree, n_pairs) -> None:
+    print(f"\n{n_q} single-turn queries x {len(specs)} retrievers = {pool} (query, retriever) pairs, "
+          f"{n_gallery} gallery images; wall-clock seconds")
+    line("encode gallery + queries once", encode_s, pool)
+    line("full audit, cold cache", cold_s, pool, f"= {cold_s / encode_s:.2f}x encode (target <= 1.3x)")
+    line("repeat audit, warm cache", warm_s, pool, f"= {cold_s / warm_s:.1f}x faster than cold (target >= 10x)")
+    line(f"naive ({n_naive} queries per retriever)", naive_s, n_naive * len(specs),
+         f"~ {naive_s / (n_naive * len(specs)) * pool / cold_s:.1f}x the audit's time for all queries")
+    t = cold.timings
+    print(f"\ncold audit breakdown: encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
+          f"{t.get('encode_queries', 0):.3f} s, read gallery {t.get('load_gallery', 0):.3f} s, rank+write "
+          f"{t.get('rank', 0):.3f} s, aggregate {t.get('aggregate', 0):.3f} s; embeddings encoded "
+          f"{t['cache'].get('encoded', 0)}")
+    w = warm.timings
+    print(f"warm audit: embeddings encoded {w['cache'].get('encoded', 0)}, cache hits "
+          f"{w['cache'].get('gallery_hits', 0) + w['cache'].get('query_image_hits', 0) + w['cache'].get('text_hits', 0)}")
+    print(f"labels: {cold.summary['counts']}; naive and audit ranks agree on {agree}/{n_pairs} pairs")
+
+
+def build_world(args, specs, demo_dir):
+    """The demo world loaded, the retrievers built and warmed up, the gallery, queries and positives."""
     from django.conf import settings
 
-    from audit.runs import dispatch, planning
-    from audit.engine import clear_memos, get_retriever
-    from audit.models import AuditRank
+    from audit.engine import get_retriever
     from retrieval.demo import build_demo
     from retrieval.encoders import load_image
     from retrieval.evaltargets import positive_image_ids
     from retrieval.loader import load_parsed
     from retrieval.models import Dataset, GalleryEntry, Image, Turn
-    from retrieval.ranking import naive_rank
-
-    specs = args.retrievers or DEFAULT_SPECS
-    device = settings.AUDIT_DEVICE or ("cuda" if torch.cuda.is_available() else "cpu")
-    print(f"CIRVal audit benchmark · python {platform.python_version()} · torch {torch.__version__} · "
-          f"device {device}{' (' + torch.cuda.get_device_name(0) + ')' if device.startswith('cuda') else ''}"
-          f" · {torch.get_num_threads()} CPU threads")
 
     t0 = time.perf_counter()
-    demo_dir = work / "demo"
     parsed = build_demo(demo_dir, n_gallery=args.n_gallery, n_single=args.n_single, n_sessions=args.n_sessions)
     load_parsed(parsed, "demo", images_root=demo_dir)
     dataset = Dataset.objects.get(name="demo")
@@ -121,9 +145,37 @@ def main() -> None:
     index = {pk: n for n, pk in enumerate(gallery_ids)}
     turns = list(Turn.objects.filter(query__dataset=dataset, query__n_turns=1, index=1)
                  .select_related("reference_image").order_by("query__ordinal"))
-    n_q = len(turns)
     positives_of = {q: [index[i] for i in ids if i in index]
                     for q, ids in positive_image_ids(dataset.format, [t.query_id for t in turns]).items()}
+    return dataset, retrievers, gallery_ids, images, index, turns, positives_of
+
+
+def main() -> None:
+    args = parse_args()
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="cirval-bench-audit-"))
+    work.mkdir(parents=True, exist_ok=True)
+    setup_django(work, args.device)
+
+    import logging
+
+    logging.getLogger().setLevel(logging.WARNING)
+    import torch
+    from django.conf import settings
+
+    from audit.runs import dispatch, planning
+    from audit.engine import clear_memos
+    from audit.models import AuditRank
+    from retrieval.encoders import load_image
+
+    specs = args.retrievers or DEFAULT_SPECS
+    device = settings.AUDIT_DEVICE or ("cuda" if torch.cuda.is_available() else "cpu")
+    print(f"CIRVal audit benchmark · python {platform.python_version()} · torch {torch.__version__} · "
+          f"device {device}{' (' + torch.cuda.get_device_name(0) + ')' if device.startswith('cuda') else ''}"
+          f" · {torch.get_num_threads()} CPU threads")
+
+    demo_dir = work / "demo"
+    dataset, retrievers, gallery_ids, images, index, turns, positives_of = build_world(args, specs, demo_dir)
+    n_q = len(turns)
     pool = n_q * len(specs)
 
     # 1. encode once -----------------------------------------------------------------
@@ -156,42 +208,15 @@ def main() -> None:
     # 4. the naive way ---------------------------------------------------------------------
     n_naive = min(args.naive_queries or n_q, n_q)
     t0 = time.perf_counter()
-    naive_ranks: dict[tuple[int, str], tuple] = {}
-    for spec, r in zip(specs, retrievers):
-        gallery = r.embed_images([load_image(demo_dir / images[i].path) for i in gallery_ids]).to(r.device)
-        for t in turns[:n_naive]:
-            pos = [positives_of.get(t.query_id, [])]
-            ex = [index.get(t.reference_image_id)]
-            ref = demo_dir / t.reference_image.path
-            mm = r.compose(r.embed_images([load_image(ref)]), r.embed_texts([t.text])).to(r.device)
-            txt = r.embed_texts([t.text]).to(r.device)
-            img = r.embed_images([load_image(ref)]).to(r.device)
-            naive_ranks[(t.query_id, spec)] = tuple(
-                naive_rank(e, gallery, pos, ex, top_k=10 if n == 0 else 0).best_rank[0]
-                for n, e in enumerate((mm, txt, img))
-            )
+    naive_ranks = naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns[:n_naive], positives_of, index)
     sync()
     naive_s = time.perf_counter() - t0
     audit_ranks = {(q, s): (a, b, c) for q, s, a, b, c in AuditRank.objects.filter(run=cold).values_list(
         "query_id", "retriever", "mm", "text", "image")}
     agree = sum(1 for key, v in naive_ranks.items() if audit_ranks.get(key) == v)
 
-    print(f"\n{n_q} single-turn queries x {len(specs)} retrievers = {pool} (query, retriever) pairs, "
-          f"{len(gallery_ids)} gallery images; wall-clock seconds")
-    line("encode gallery + queries once", encode_s, pool)
-    line("full audit, cold cache", cold_s, pool, f"= {cold_s / encode_s:.2f}x encode (target <= 1.3x)")
-    line("repeat audit, warm cache", warm_s, pool, f"= {cold_s / warm_s:.1f}x faster than cold (target >= 10x)")
-    line(f"naive ({n_naive} queries per retriever)", naive_s, n_naive * len(specs),
-         f"~ {naive_s / (n_naive * len(specs)) * pool / cold_s:.1f}x the audit's time for all queries")
-    t = cold.timings
-    print(f"\ncold audit breakdown: encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
-          f"{t.get('encode_queries', 0):.3f} s, read gallery {t.get('load_gallery', 0):.3f} s, rank+write "
-          f"{t.get('rank', 0):.3f} s, aggregate {t.get('aggregate', 0):.3f} s; embeddings encoded "
-          f"{t['cache'].get('encoded', 0)}")
-    w = warm.timings
-    print(f"warm audit: embeddings encoded {w['cache'].get('encoded', 0)}, cache hits "
-          f"{w['cache'].get('gallery_hits', 0) + w['cache'].get('query_image_hits', 0) + w['cache'].get('text_hits', 0)}")
-    print(f"labels: {cold.summary['counts']}; naive and audit ranks agree on {agree}/{len(naive_ranks)} pairs")
+    print_figures(specs, n_q, pool, len(gallery_ids), n_naive, encode_s, cold_s, warm_s, naive_s, cold, warm,
+                  agree, len(naive_ranks))
     clear_memos()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

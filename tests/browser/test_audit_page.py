@@ -29,6 +29,16 @@ def test_researcher_reads_the_audit_report(page, live_server, audited_demo, shot
     for word in ("composition_required", "unresolved", "shortcut_solvable", "openclip:cirval-tiny-vit"):
         assert word in text
     shot(page, "audit-report")
+    # mAP@K beside Recall@K, and the tie and target rules, at both screen sizes
+    assert page.locator("#multi-full").is_visible()
+    assert "mAP@10" in page.inner_text("#multi-full")
+    assert "Ties are pessimistic" in page.inner_text("#rank-rules")
+    for width, height in ((1366, 768), (1920, 1080)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.locator("#multi-full").scroll_into_view_if_needed()
+        box = page.locator("#multi-full").bounding_box()
+        assert box is not None and box["width"] > 0
+        page.screenshot(path=str(shot(page, f"audit-report-{width}").with_name(f"audit-multi-{width}.png")))
 
 
 def test_annotator_cannot_see_audits(page, live_server, audited_demo):

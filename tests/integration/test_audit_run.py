@@ -105,21 +105,25 @@ def test_ranks_match_a_naive_recomputation(demo, settings):
             for q in queries
         ]
         exclude = [index[turns[q].reference_image_id] for q in queries]
-        n_top = settings.AUDIT_CANDIDATES_N
-        expect = {
-            "mm": naive_rank(mm, g, positives, exclude, top_k=n_top, return_per_positive=True),
-            "text": naive_rank(txt, g, positives, exclude, top_k=0, return_per_positive=True),
-            "image": naive_rank(img, g, positives, exclude, top_k=0, return_per_positive=True),
-        }
-        rows = {row.query_id: row for row in AuditRank.objects.filter(run=run, retriever=spec)}
-        for n, q in enumerate(queries):
-            for field in ("mm", "text", "image"):
-                assert getattr(rows[q], field) == expect[field].best_rank[n]
-                assert getattr(rows[q], field + "_all") == expect[field].per_positive_ranks[n]
-            # the stored top list: the retriever's top AUDIT_CANDIDATES_N, reference and targets included
-            top = [j for j in expect["mm"].topk[n].tolist() if j >= 0]
-            assert len(rows[q].top_mm) == min(n_top, len(gallery_ids))
-            assert set(rows[q].top_mm) == {gallery_ids[j] for j in top}
+        check_rows(run, spec, queries, gallery_ids, settings.AUDIT_CANDIDATES_N,
+                   {"mm": mm, "text": txt, "image": img}, g, positives, exclude)
+
+
+def check_rows(run, spec, queries, gallery_ids, n_top, embeddings, g, positives, exclude) -> None:
+    """Stored best ranks, every positive's rank and top lists equal a full-sort ranking."""
+    expect = {
+        field: naive_rank(e, g, positives, exclude, top_k=n_top if field == "mm" else 0, return_per_positive=True)
+        for field, e in embeddings.items()
+    }
+    rows = {row.query_id: row for row in AuditRank.objects.filter(run=run, retriever=spec)}
+    for n, q in enumerate(queries):
+        for field in ("mm", "text", "image"):
+            assert getattr(rows[q], field) == expect[field].best_rank[n]
+            assert getattr(rows[q], field + "_all") == expect[field].per_positive_ranks[n]
+        # the stored top list: the retriever's top AUDIT_CANDIDATES_N, reference and targets included
+        top = [j for j in expect["mm"].topk[n].tolist() if j >= 0]
+        assert len(rows[q].top_mm) == min(n_top, len(gallery_ids))
+        assert set(rows[q].top_mm) == {gallery_ids[j] for j in top}
 
 
 def test_second_run_hits_the_cache_and_gives_the_same_labels(demo):
@@ -284,3 +288,30 @@ def test_run_audit_command_queues_without_wait(demo, monkeypatch):
         call_command("run_audit", "--dataset", "nope", "--retriever", SPECS[0], stdout=StringIO())
     with pytest.raises(CommandError, match="unknown backend"):
         call_command("run_audit", "--dataset", "demo", "--retriever", "clip:x", stdout=StringIO())
+
+
+def test_gallery_matrix_is_memory_mapped_from_the_cache(demo, settings):
+    """A CPU worker's gallery matrix is a view of a .npy file streamed out of the embedding cache."""
+    from audit.engine import gallery_matrix
+
+    audit(demo)
+    clear_memos()
+    gallery_ids = list(
+        GalleryEntry.objects.filter(dataset=demo, split="val").order_by("ordinal").values_list("image_id", flat=True)
+    )
+    images = Image.objects.in_bulk(gallery_ids)
+    keys = [images[i].sha256 for i in gallery_ids]
+    r = build_retriever(SPECS[0], device="cpu")
+    cache = EmbeddingCache(settings.EMBEDDING_CACHE_DIR, r.spec, r.dim)
+    matrix, rows, enc = gallery_matrix(r, cache, "t", keys, lambda key: Path("/nonexistent") / key)
+    assert rows == list(range(len(keys))) and enc.encoded == 0  # every vector came from the cache
+    files = [str(f) for f in cache.folder.glob("galleries/*.npy")]
+    assert files
+    mapped = [line.split()[0].split("-") for line in Path("/proc/self/maps").read_text().splitlines()
+              if line.split()[-1] in files]
+    ptr = matrix.data_ptr()
+    assert any(int(lo, 16) <= ptr < int(hi, 16) for lo, hi in mapped)  # the tensor reads the mapped file
+    assert torch.equal(matrix, torch.from_numpy(cache.get_many("image", keys).matrix))
+    again, _, memo = gallery_matrix(r, cache, "t", keys, lambda key: Path("/nonexistent") / key)
+    assert memo is None and again is matrix  # the process memo
+    clear_memos()

@@ -112,6 +112,23 @@ def _unit(key: str, dim: int = 32) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
+def simulated_labels(ds, rule: dict[str, list[str]]) -> dict[str, str]:
+    """Labels (K = 3) of a simulated retriever on the CIRR sample, with ``rule``'s positives."""
+    gallery_ids = sorted({i for q in ds.queries for i in [q.turns[0].reference, *(t.image for t in q.targets)]})
+    index = {g: n for n, g in enumerate(gallery_ids)}
+    gallery = torch.tensor(np.stack([_unit(g) for g in gallery_ids]), dtype=torch.float32)
+    image = torch.tensor(np.stack([_unit(q.turns[0].reference) for q in ds.queries]), dtype=torch.float32)
+    soft = [[t.image for t in q.targets if t.relevance > 0] or [q.targets[0].image] for q in ds.queries]
+    text = torch.tensor(np.stack([np.mean([_unit(i) for i in images], axis=0) + 0.5 * _unit("text" + q.external_id)
+                                  for q, images in zip(ds.queries, soft)]), dtype=torch.float32)
+    queries = {"mm": torch.nn.functional.normalize(image + text, dim=1), "text": text, "image": image}
+    exclude = [index[q.turns[0].reference] for q in ds.queries]
+    pos = [[index[i] for i in rule[q.external_id]] for q in ds.queries]
+    best = {m: rank_queries(e, gallery, pos, exclude).best_rank for m, e in queries.items()}
+    rows = [(q.external_id, "sim", best["mm"][n], best["text"][n], best["image"][n]) for n, q in enumerate(ds.queries)]
+    return label_queries(rows, k=3).labels
+
+
 def test_cirr_labels_that_change_with_the_rule():
     """The 48 CIRR val queries under the old rule (relevance > 0) and the new one (hard only).
 
@@ -129,22 +146,7 @@ def test_cirr_labels_that_change_with_the_rule():
     assert len(changed) == 7
     assert set(changed) == {"12130", "12136", "12143", "12155", "27067", "14671", "29045"}
 
-    gallery_ids = sorted({i for q in ds.queries for i in [q.turns[0].reference, *(t.image for t in q.targets)]})
-    index = {g: n for n, g in enumerate(gallery_ids)}
-    gallery = torch.tensor(np.stack([_unit(g) for g in gallery_ids]), dtype=torch.float32)
-    image = torch.tensor(np.stack([_unit(q.turns[0].reference) for q in ds.queries]), dtype=torch.float32)
-    text = torch.tensor(np.stack([
-        np.mean([_unit(t.image) for t in q.targets if t.relevance > 0] or [_unit(q.targets[0].image)], axis=0)
-        + 0.5 * _unit("text" + q.external_id) for q in ds.queries]), dtype=torch.float32)
-    queries = {"mm": torch.nn.functional.normalize(image + text, dim=1), "text": text, "image": image}
-    exclude = [index[q.turns[0].reference] for q in ds.queries]
-    labels = {}
-    for name, rule in (("old", old), ("new", new)):
-        pos = [[index[i] for i in rule[q.external_id]] for q in ds.queries]
-        best = {m: rank_queries(e, gallery, pos, exclude).best_rank for m, e in queries.items()}
-        rows = [(q.external_id, "sim", best["mm"][n], best["text"][n], best["image"][n])
-                for n, q in enumerate(ds.queries)]
-        labels[name] = label_queries(rows, k=3).labels
+    labels = {name: simulated_labels(ds, rule) for name, rule in (("old", old), ("new", new))}
     flipped = sorted(q for q in labels["new"] if labels["old"][q] != labels["new"][q])
     print(f"CIRR val sample: {len(changed)} of 48 queries change positives; {len(flipped)} change label: {flipped}")
     assert set(flipped) <= changed
