@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from sklearn.metrics import cohen_kappa_score
 
@@ -45,9 +46,10 @@ def test_one_vote_in_an_overlap_3_study_is_pending_and_never_exported(tmp_path, 
     study = circo_study()
     assert study.quorum is None and study.decision_quorum == 3  # the default quorum is the overlap
     items = list(StudyItem.objects.filter(study=study).order_by("id"))
-    x, y, z = (Study.annotators.rel.model.objects.get(username=n) for n in ("ann_x", "ann_y", "ann_z"))
-    judge(study, items[0], x, "V")                          # one VALIDATED vote: pending
-    judge(study, items[1], x, "V"), judge(study, items[1], y, "V")   # two of three: still pending
+    x, y, z = (get_user_model().objects.get(username=n) for n in ("ann_x", "ann_y", "ann_z"))
+    judge(study, items[0], x, "V")  # one VALIDATED vote: pending
+    judge(study, items[1], x, "V")
+    judge(study, items[1], y, "V")  # two of three: still pending
     for user in (x, y, z):
         judge(study, items[2], user, "V")                   # quorum reached: validated, unanimous
     manifest = check_export(export_study(study, tmp_path / "e").path)
@@ -76,7 +78,7 @@ def test_quorum_setting_and_honest_provenance(tmp_path) -> None:
     study = circo_study(quorum=1)
     assert study.decision_quorum == 1
     items = list(StudyItem.objects.filter(study=study).order_by("id"))
-    x = Study.annotators.rel.model.objects.get(username="ann_x")
+    x = get_user_model().objects.get(username="ann_x")
     judge(study, items[0], x, "V")
     manifest = check_export(export_study(study, tmp_path / "e").path)
     # one vote decides at quorum 1, and says so: "single", never "unanimous"
@@ -241,9 +243,9 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     assert len(items) >= 4
     # item 0: overall 4 and 5 -> validated; item 1: 2 and 2 -> rejected; item 2: one reject flag of two ->
     # a tie for the adjudicator; item 3: one vote -> pending (quorum 2)
-    rate(study, items[0], a, 4), rate(study, items[0], b, 5)
-    rate(study, items[1], a, 2), rate(study, items[1], b, 2)
-    rate(study, items[2], a, 5, ["circle"]), rate(study, items[2], b, 5)
+    for item, (va, ra), vb in ((items[0], (4, []), 5), (items[1], (2, []), 2), (items[2], (5, ["circle"]), 5)):
+        rate(study, item, a, va, ra)
+        rate(study, item, b, vb)
     rate(study, items[3], a, 5)
     queue = adjudication_queue(study)
     assert [(e.row.item_id, e.decision.reason) for e in queue] == [(items[2].pk, "tie")]
