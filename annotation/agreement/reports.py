@@ -42,7 +42,7 @@ from annotation.agreement.maths import (
 )
 from annotation.verdicts.consensus import ADJUDICATION, PENDING, POLICIES, REJECTED, Decision, tally
 from annotation.verdicts.consensus import VALIDATED as VALIDATED_STATUS
-from annotation.models import Assignment, Judgement, Study
+from annotation.models import Assignment, Judgement, Study, StudyItem
 from annotation.judging.rubric import Rubric
 
 NO_CATEGORY = "(none)"
@@ -155,6 +155,16 @@ def annotator_pseudonyms(study: Study) -> dict[str, str]:
 # --------------------------------------------------------------------------- the agreement engine
 
 DEFAULT_BOOTSTRAP = 1000
+_BOOTSTRAP_ITEM_BUDGET = 2_000_000  # replicates x items resampled by a default report
+
+
+def default_bootstrap(study: Study) -> int:
+    """Replicates of a study report's bootstrap when none is asked for: 1000, fewer (never
+    under 100) for very large studies so the page stays responsive. The page, report.json,
+    report.csv and ``agreement --study`` use the same default, hence the same intervals."""
+    n_items = StudyItem.objects.filter(study=study).count()
+    return DEFAULT_BOOTSTRAP if n_items * DEFAULT_BOOTSTRAP <= _BOOTSTRAP_ITEM_BUDGET else \
+        max(100, _BOOTSTRAP_ITEM_BUDGET // n_items)
 
 
 @dataclass(frozen=True)

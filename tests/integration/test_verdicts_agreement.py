@@ -271,3 +271,25 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     assert t["consensus"]["provenance"] == "adjudicated" and t["adjudication"]["note"] == "ok"
     assert sorted(v["reject_flags"] for v in t["votes"]) == [[], ["circle"]]
     assert {v["annotator"] for v in t["votes"]} == {"annotator_01", "annotator_02"}
+
+
+def test_default_bootstrap_is_the_same_everywhere_and_bounded(client, monkeypatch) -> None:
+    """A very large study gets fewer default replicates (never under 100), the same for the page,
+    report.json and the command; an explicit ?bootstrap / --bootstrap wins."""
+    from annotation.agreement import reports
+
+    study, (a, b) = session_study("budget")
+    items = list(StudyItem.objects.filter(study=study).order_by("id"))
+    for item, va, vb in zip(items, [1, 2, 5, 5], [2, 2, 5, 1]):
+        rate(study, item, a, va)
+        rate(study, item, b, vb)
+    assert reports.default_bootstrap(study) == 1000
+    monkeypatch.setattr(reports, "_BOOTSTRAP_ITEM_BUDGET", 150 * len(items))
+    assert reports.default_bootstrap(study) == 150
+    client.force_login(make_user("boss", None, staff=True))
+    page = client.get(f"/studies/{study.pk}/report/")
+    reports_, _ = entry_points(client, study, page)
+    assert {r["confidence_intervals"]["n_boot"] for k, r in reports_.items() if k != "function"} == {150}
+    assert "n = 150 replicates" in page.content.decode()
+    assert json.loads(client.get(f"/studies/{study.pk}/report.json?bootstrap=0").content)[
+        "agreement"]["confidence_intervals"]["n_boot"] == 0
