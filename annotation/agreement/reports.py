@@ -155,7 +155,7 @@ def annotator_pseudonyms(study: Study) -> dict[str, str]:
 # --------------------------------------------------------------------------- the agreement engine
 
 DEFAULT_BOOTSTRAP = 1000
-_BOOTSTRAP_ITEM_BUDGET = 2_000_000  # replicates x items resampled by a default report
+_BOOTSTRAP_ITEM_BUDGET = 200_000  # replicates x items resampled by a default report
 
 
 def default_bootstrap(study: Study) -> int:
