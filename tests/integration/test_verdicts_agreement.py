@@ -270,6 +270,12 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     t = traces[items[2].pk]
     assert t["consensus"]["provenance"] == "adjudicated" and t["adjudication"]["note"] == "ok"
     assert sorted(v["reject_flags"] for v in t["votes"]) == [[], ["circle"]]
+    with pytest.raises(StudyError, match="no scale 'sparkle'"):
+        create_study(StudySpec(name="bad-rule", datasets=["circled"], rubric="session", overlap=2,
+                               session_rule={"scale": "sparkle"}))
+    with pytest.raises(StudyError, match="session rule: reject rule"):
+        create_study(StudySpec(name="bad-reject", datasets=["circled"], rubric="session", overlap=2,
+                               session_rule={"reject": "some"}))
     assert {v["annotator"] for v in t["votes"]} == {"annotator_01", "annotator_02"}
 
 
