@@ -238,8 +238,10 @@ def report_page(request, study_id: int):
                "fleiss_kappa": "Fleiss' kappa", "gwet_ac1": "Gwet's AC1", "pairwise_cohen_mean": "Mean Cohen's kappa",
                "n": "Judgements", "mean": "Mean", "items": "Items", "n_judgements": "Judgements",
                "percent_agreement": "Percent agreement", "valid_rate": "Valid rate", "binary_alpha": "Binary alpha",
-               "binary_fleiss": "Binary Fleiss", "kind": "Level and weights", "kappa_weights": "Kappa weights"}
-    breakdown_cols = ["items", "n_judgements", "percent_agreement", "krippendorff_alpha", "pairwise_cohen_mean"]
+               "binary_fleiss": "Binary Fleiss", "kind": "Level and weights", "kappa_weights": "Kappa weights",
+               "kappa_pairs": "Pairs in the kappa mean"}
+    breakdown_cols = ["items", "n_judgements", "percent_agreement", "krippendorff_alpha", "pairwise_cohen_mean",
+                      "kappa_pairs"]
     if report["study"]["kind"] == "validity":
         breakdown_cols += ["valid_rate", "binary_alpha", "binary_fleiss"]
     breakdowns = []
