@@ -124,7 +124,8 @@ def bench_nominal(codes: np.ndarray, raters: list[str], k: int, repeat: int) -> 
     t_alpha, alpha = timed(lambda: krippendorff_alpha(ratings, "nominal"), repeat)
     row("Krippendorff's alpha (nominal)", t_alpha, f"alpha = {num(alpha)}")
     t_kappa, pairs = timed(lambda: pairwise_cohen_kappa(ratings), repeat)
-    mean = float(np.mean([p.kappa for p in pairs])) if pairs else None
+    defined = [p.kappa for p in pairs if p.kappa is not None]  # None: a pair constant on one label
+    mean = float(np.mean(defined)) if defined else None
     row(f"pairwise Cohen's kappa ({len(pairs)} pairs)", t_kappa, f"mean kappa = {num(mean)}")
     row("alpha + pairwise kappa", t_alpha + t_kappa, "(target < 5 s)")
     t_other, other = timed(lambda: (fleiss_kappa(ratings), gwet_ac1(ratings), percent_agreement(ratings)), repeat)

@@ -42,7 +42,7 @@ from annotation.agreement.maths import (
 )
 from annotation.verdicts.consensus import ADJUDICATION, PENDING, POLICIES, REJECTED, Decision, tally
 from annotation.verdicts.consensus import VALIDATED as VALIDATED_STATUS
-from annotation.models import Assignment, Judgement, Study
+from annotation.models import Assignment, Judgement, Study, StudyItem
 from annotation.judging.rubric import Rubric
 
 NO_CATEGORY = "(none)"
@@ -155,6 +155,16 @@ def annotator_pseudonyms(study: Study) -> dict[str, str]:
 # --------------------------------------------------------------------------- the agreement engine
 
 DEFAULT_BOOTSTRAP = 1000
+_BOOTSTRAP_ITEM_BUDGET = 200_000  # replicates x items resampled by a default report
+
+
+def default_bootstrap(study: Study) -> int:
+    """Replicates of a study report's bootstrap when none is asked for: 1000, fewer (never
+    under 100) for very large studies so the page stays responsive. The page, report.json,
+    report.csv and ``agreement --study`` use the same default, hence the same intervals."""
+    n_items = StudyItem.objects.filter(study=study).count()
+    return DEFAULT_BOOTSTRAP if n_items * DEFAULT_BOOTSTRAP <= _BOOTSTRAP_ITEM_BUDGET else \
+        max(100, _BOOTSTRAP_ITEM_BUDGET // n_items)
 
 
 @dataclass(frozen=True)
@@ -239,7 +249,7 @@ def _summary(report: dict[str, Any], kind: str) -> dict[str, Any]:
         "fleiss_kappa": report["fleiss_kappa"],
         "gwet_ac1": report["gwet_ac1"],
         "pairwise_cohen_mean": report["pairwise_cohen"]["mean"],
-        "pairwise_cohen_pairs": report["pairwise_cohen"]["count"],
+        "kappa_pairs": _pairs_covered(report["pairwise_cohen"]),
         "kappa_weights": report["pairwise_cohen"]["weights"],
     }
     if kind == "validity":
@@ -317,7 +327,13 @@ def _gather(ctx: _Context) -> _Gathered:
 def _category_row(category: str, share: float | None, prevalence: float, block: dict[str, Any]) -> dict[str, Any]:
     return {"category": category, "chosen_share": share, "prevalence": prevalence,
             "krippendorff_alpha": block["krippendorff_alpha_nominal"], "fleiss_kappa": block["fleiss_kappa"],
-            "gwet_ac1": block["gwet_ac1"], "pairwise_cohen_mean": block["pairwise_cohen"]["mean"]}
+            "gwet_ac1": block["gwet_ac1"], "pairwise_cohen_mean": block["pairwise_cohen"]["mean"],
+            "kappa_pairs": _pairs_covered(block["pairwise_cohen"])}
+
+
+def _pairs_covered(pc: dict[str, Any]) -> str:
+    """``"<defined> of <all>"``: the annotator pairs a mean Cohen's kappa covers."""
+    return f"{pc['count']} of {pc['n_pairs']}"
 
 
 def _validity_categories(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> list[dict[str, Any]]:
@@ -334,7 +350,8 @@ def _one_vs_rest(ctx: _Context, triples: list[tuple[int, str, Any]], category: s
     binary = [(i, a, 1 if lab == category else 0) for i, a, lab in triples]
     r = ctx.agreement(binary, FLAG_SPEC)
     return {"krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
-            "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"]}
+            "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"],
+            "kappa_pairs": _pairs_covered(r["pairwise_cohen"])}
 
 
 def _category_categories(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> list[dict[str, Any]]:
@@ -350,7 +367,8 @@ def _scale_row(ctx: _Context, name: str, kind: str, triples: list[tuple[Any, Any
     return {"category": name, "kind": kind, "kappa_weights": r["pairwise_cohen"]["weights"], "n": len(values),
             "mean": sum(values) / len(values) if values else None,
             "krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
-            "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"]}
+            "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"],
+            "kappa_pairs": _pairs_covered(r["pairwise_cohen"])}
 
 
 def _scale_categories(ctx: _Context) -> list[dict[str, Any]]:

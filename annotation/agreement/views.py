@@ -40,7 +40,7 @@ from annotation.verdicts.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.judging.payloads import image_ref
 from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
-from annotation.agreement.reports import DEFAULT_BOOTSTRAP, ReportError, report_csv_rows, safe_rows, study_report
+from annotation.agreement.reports import ReportError, default_bootstrap, report_csv_rows, safe_rows, study_report
 
 # --------------------------------------------------------------------------- access
 
@@ -156,10 +156,11 @@ def _policy(request) -> tuple[str, str | None]:
     return policy, primary
 
 
-def _bootstrap(request) -> tuple[int, int]:
-    """(replicates, seed) of the report's intervals: ``?bootstrap=N&seed=S``, default 1000 and 0."""
+def _bootstrap(request, study: Study) -> tuple[int, int]:
+    """(replicates, seed) of the report's intervals: ``?bootstrap=N&seed=S``, default
+    :func:`default_bootstrap` (1000 but for very large studies) and 0."""
     try:
-        n_boot = int(request.GET.get("bootstrap", DEFAULT_BOOTSTRAP))
+        n_boot = int(request.GET.get("bootstrap") or default_bootstrap(study))
         seed = int(request.GET.get("seed", 0))
     except ValueError:
         raise Http404("bootstrap and seed must be integers") from None
@@ -171,7 +172,7 @@ def _bootstrap(request) -> tuple[int, int]:
 def _report(request, study: Study) -> dict[str, Any]:
     """The one report behind the page, report.json and report.csv (same query, same numbers)."""
     policy, primary = _policy(request)
-    n_boot, seed = _bootstrap(request)
+    n_boot, seed = _bootstrap(request, study)
     try:
         return study_report(study, policy=policy, primary=primary, pseudonymise=not roles.is_admin(request.user),
                             dimension=request.GET.get("dimension") or None, n_boot=n_boot, seed=seed,
@@ -237,8 +238,10 @@ def report_page(request, study_id: int):
                "fleiss_kappa": "Fleiss' kappa", "gwet_ac1": "Gwet's AC1", "pairwise_cohen_mean": "Mean Cohen's kappa",
                "n": "Judgements", "mean": "Mean", "items": "Items", "n_judgements": "Judgements",
                "percent_agreement": "Percent agreement", "valid_rate": "Valid rate", "binary_alpha": "Binary alpha",
-               "binary_fleiss": "Binary Fleiss", "kind": "Level and weights", "kappa_weights": "Kappa weights"}
-    breakdown_cols = ["items", "n_judgements", "percent_agreement", "krippendorff_alpha", "pairwise_cohen_mean"]
+               "binary_fleiss": "Binary Fleiss", "kind": "Level and weights", "kappa_weights": "Kappa weights",
+               "kappa_pairs": "Pairs in the kappa mean"}
+    breakdown_cols = ["items", "n_judgements", "percent_agreement", "krippendorff_alpha", "pairwise_cohen_mean",
+                      "kappa_pairs"]
     if report["study"]["kind"] == "validity":
         breakdown_cols += ["valid_rate", "binary_alpha", "binary_fleiss"]
     breakdowns = []

@@ -85,9 +85,13 @@ def _verdict_settings(spec: StudySpec, rubric: RubricVersion) -> dict:
             raise StudyError("a session rule applies to session rubrics only")
         return {}
     try:
-        return SessionRule.from_dict(spec.session_rule).to_dict()
+        rule = SessionRule.from_dict(spec.session_rule)
     except (TypeError, ValueError) as exc:
         raise StudyError(f"session rule: {exc}") from None
+    scales = {s.key: s for s in rubric.rubric.scales}
+    if rule.scale not in scales:
+        raise StudyError(f"session rule: the rubric has no scale {rule.scale!r} (scales: {', '.join(scales)})")
+    return rule.to_dict()
 
 
 def _draw_pool(spec: StudySpec, single: bool) -> tuple[list[tuple[int, tuple[str, str]]], dict[int, str]]:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from sklearn.metrics import cohen_kappa_score
 
@@ -45,9 +46,10 @@ def test_one_vote_in_an_overlap_3_study_is_pending_and_never_exported(tmp_path, 
     study = circo_study()
     assert study.quorum is None and study.decision_quorum == 3  # the default quorum is the overlap
     items = list(StudyItem.objects.filter(study=study).order_by("id"))
-    x, y, z = (Study.annotators.rel.model.objects.get(username=n) for n in ("ann_x", "ann_y", "ann_z"))
-    judge(study, items[0], x, "V")                          # one VALIDATED vote: pending
-    judge(study, items[1], x, "V"), judge(study, items[1], y, "V")   # two of three: still pending
+    x, y, z = (get_user_model().objects.get(username=n) for n in ("ann_x", "ann_y", "ann_z"))
+    judge(study, items[0], x, "V")  # one VALIDATED vote: pending
+    judge(study, items[1], x, "V")
+    judge(study, items[1], y, "V")  # two of three: still pending
     for user in (x, y, z):
         judge(study, items[2], user, "V")                   # quorum reached: validated, unanimous
     manifest = check_export(export_study(study, tmp_path / "e").path)
@@ -76,7 +78,7 @@ def test_quorum_setting_and_honest_provenance(tmp_path) -> None:
     study = circo_study(quorum=1)
     assert study.decision_quorum == 1
     items = list(StudyItem.objects.filter(study=study).order_by("id"))
-    x = Study.annotators.rel.model.objects.get(username="ann_x")
+    x = get_user_model().objects.get(username="ann_x")
     judge(study, items[0], x, "V")
     manifest = check_export(export_study(study, tmp_path / "e").path)
     # one vote decides at quorum 1, and says so: "single", never "unanimous"
@@ -241,9 +243,9 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     assert len(items) >= 4
     # item 0: overall 4 and 5 -> validated; item 1: 2 and 2 -> rejected; item 2: one reject flag of two ->
     # a tie for the adjudicator; item 3: one vote -> pending (quorum 2)
-    rate(study, items[0], a, 4), rate(study, items[0], b, 5)
-    rate(study, items[1], a, 2), rate(study, items[1], b, 2)
-    rate(study, items[2], a, 5, ["circle"]), rate(study, items[2], b, 5)
+    for item, (va, ra), vb in ((items[0], (4, []), 5), (items[1], (2, []), 2), (items[2], (5, ["circle"]), 5)):
+        rate(study, item, a, va, ra)
+        rate(study, item, b, vb)
     rate(study, items[3], a, 5)
     queue = adjudication_queue(study)
     assert [(e.row.item_id, e.decision.reason) for e in queue] == [(items[2].pk, "tie")]
@@ -268,4 +270,32 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     t = traces[items[2].pk]
     assert t["consensus"]["provenance"] == "adjudicated" and t["adjudication"]["note"] == "ok"
     assert sorted(v["reject_flags"] for v in t["votes"]) == [[], ["circle"]]
+    with pytest.raises(StudyError, match="no scale 'sparkle'"):
+        create_study(StudySpec(name="bad-rule", datasets=["circled"], rubric="session", overlap=2,
+                               session_rule={"scale": "sparkle"}))
+    with pytest.raises(StudyError, match="session rule: reject rule"):
+        create_study(StudySpec(name="bad-reject", datasets=["circled"], rubric="session", overlap=2,
+                               session_rule={"reject": "some"}))
     assert {v["annotator"] for v in t["votes"]} == {"annotator_01", "annotator_02"}
+
+
+def test_default_bootstrap_is_the_same_everywhere_and_bounded(client, monkeypatch) -> None:
+    """A very large study gets fewer default replicates (never under 100), the same for the page,
+    report.json and the command; an explicit ?bootstrap / --bootstrap wins."""
+    from annotation.agreement import reports
+
+    study, (a, b) = session_study("budget")
+    items = list(StudyItem.objects.filter(study=study).order_by("id"))
+    for item, va, vb in zip(items, [1, 2, 5, 5], [2, 2, 5, 1]):
+        rate(study, item, a, va)
+        rate(study, item, b, vb)
+    assert reports.default_bootstrap(study) == 1000
+    monkeypatch.setattr(reports, "_BOOTSTRAP_ITEM_BUDGET", 150 * len(items))
+    assert reports.default_bootstrap(study) == 150
+    client.force_login(make_user("boss", None, staff=True))
+    page = client.get(f"/studies/{study.pk}/report/")
+    reports_, _ = entry_points(client, study, page)
+    assert {r["confidence_intervals"]["n_boot"] for k, r in reports_.items() if k != "function"} == {150}
+    assert "n = 150 replicates" in page.content.decode()
+    assert json.loads(client.get(f"/studies/{study.pk}/report.json?bootstrap=0").content)[
+        "agreement"]["confidence_intervals"]["n_boot"] == 0

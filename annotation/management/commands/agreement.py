@@ -320,15 +320,16 @@ class Command(BaseCommand):
         parser.add_argument("--constant-pairs", choices=CONSTANT_PAIRS, default="undefined",
                             help="Cohen's kappa of two raters constant on one label: undefined (default, left out "
                                  "of means) or one (the CIRCUS release's convention).")
-        parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
-                            help="Bootstrap replicates over items for the 95%% intervals (default 1000; 0 skips).")
+        parser.add_argument("--bootstrap", type=int, default=None, metavar="N",
+                            help="Bootstrap replicates over items for the 95%% intervals (default 1000, for --study "
+                                 "the report page's default; 0 skips).")
         parser.add_argument("--seed", type=int, default=0, help="Seed of the bootstrap (default 0).")
         parser.add_argument("--format", choices=["json", "text"], default="text")
 
     def handle(self, *args, **opts):
         if (opts["input"] is None) == (opts["study"] is None):
             raise CommandError("give either an INPUT file or --study ID (exactly one)")
-        if opts["bootstrap"] < 0:
+        if opts["bootstrap"] is not None and opts["bootstrap"] < 0:
             raise CommandError("--bootstrap must be 0 or more")
         started = time.perf_counter()
         report = self._from_study(opts) if opts["study"] is not None else self._from_file(opts)
@@ -342,7 +343,12 @@ class Command(BaseCommand):
         """The study's agreement exactly as its report page computes it
         (:func:`annotation.agreement.reports.study_agreement`): the rubric sets the level,
         the categories (every scale value) and the weights."""
-        from annotation.agreement.reports import get_study, label_kind, study_agreement  # noqa: PLC0415
+        from annotation.agreement.reports import (  # noqa: PLC0415
+            default_bootstrap,
+            get_study,
+            label_kind,
+            study_agreement,
+        )
 
         if opts["level"] is not None or opts["categories"] is not None:
             raise CommandError("--level and --categories do not apply to --study: the study's rubric sets them")
@@ -351,7 +357,8 @@ class Command(BaseCommand):
         if opts["rubric"] == "validity" and kind != "validity":
             raise CommandError(f"study {study.pk} does not use the validity rubric (its labels are {kind})")
         try:
-            return study_agreement(study, dimension=opts["dimension"], n_boot=opts["bootstrap"], seed=opts["seed"],
+            n_boot = default_bootstrap(study) if opts["bootstrap"] is None else opts["bootstrap"]
+            return study_agreement(study, dimension=opts["dimension"], n_boot=n_boot, seed=opts["seed"],
                                    constant_pairs=opts["constant_pairs"])
         except ValueError as exc:
             raise CommandError(f"cannot compute the report: {exc}") from None
@@ -373,7 +380,7 @@ class Command(BaseCommand):
             raise CommandError(f"{path}: not UTF-8 text ({exc})") from None
         except InputError as exc:
             raise CommandError(str(exc)) from None
-        n_boot = opts["bootstrap"]
+        n_boot = 1000 if opts["bootstrap"] is None else opts["bootstrap"]
         if n_boot * len(triples) > _SLOW_BOOTSTRAP:
             self.stderr.write(f"note: {n_boot} bootstrap replicates over {len(triples)} judgements may take a "
                               "while; --bootstrap 0 skips the intervals.")
