@@ -45,6 +45,7 @@ class RubricVersion(models.Model):
 class Study(models.Model):
     class Status(models.TextChoices):
         OPEN = "open"
+        PAUSED = "paused"
         CLOSED = "closed"
 
     name = models.CharField(max_length=200, unique=True)
@@ -137,6 +138,9 @@ class Judgement(models.Model):
     per_turn = models.JSONField(default=list, blank=True)
     reject_flags = models.JSONField(default=list, blank=True)
     client_token = models.CharField(max_length=64, blank=True, help_text="Idempotency key sent by the client.")
+    late = models.BooleanField(
+        default=False, help_text="Submitted after the lease expired and the item went to someone else: kept, "
+        "but not counted towards the item's quorum.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -14,7 +14,7 @@ from annotation.assignment import queue as engine
 from annotation.models import Study
 from annotation.studies.building import StudySpec, create_study
 from config.wsgi import application
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,8 +24,8 @@ def annotator_token(db):
     call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
                  verbosity=0)
     User = get_user_model()
-    user = User.objects.create_user("fuzzer", password="pw")
-    other = User.objects.create_user("other", password="pw")
+    user = make_annotator("fuzzer")
+    other = make_annotator("other")
     create_study(StudySpec(name="fuzz", datasets=["circo"], overlap=2, total=20, annotators=["fuzzer", "other"]))
     study = Study.objects.get(name="fuzz")
     engine.next_assignment(study, user)  # an assignment of their own to poke at

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from PIL import Image as PILImage
 
 from retrieval.models import Dataset, GalleryEntry, Image, ImportJob, Query, Target, Turn
+from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
 
@@ -148,7 +149,7 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
     val = tmp_path / "val.json"
     val.write_text(json.dumps([{**CIRCO_OK, "id": n, "relative_caption": SCRIPT} for n in range(2)]))
     call_command("import_dataset", "--format", "circo", "--name", "xss", str(val), stdout=StringIO())
-    user = get_user_model().objects.create_user("ann", password="pw")
+    user = make_annotator("ann")
     study, _ = create_study(StudySpec(name="xss", datasets=["xss"], overlap=1, annotators=["ann"]))
     asg = engine.next_assignment(study, user).assignment
     engine.submit(asg, {"category": "VALIDATED", "note": SCRIPT, "time_spent_ms": 5})
