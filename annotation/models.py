@@ -120,8 +120,17 @@ class Assignment(models.Model):
         ordering = ["position", "id"]
 
 
+class JudgementQuerySet(models.QuerySet):
+    def counted(self):
+        """The judgements that count towards agreement, consensus and exports: the current
+        revision of each, less late ones (an item gone to someone else is counted once)."""
+        return self.filter(is_current=True, late=False)
+
+
 class Judgement(models.Model):
     """One revision of an annotator's judgement; the latest is ``is_current``."""
+
+    objects = JudgementQuerySet.as_manager()
 
     assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="revisions")
     rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="+")

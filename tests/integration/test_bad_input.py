@@ -174,3 +174,19 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
             yield value
 
     assert SCRIPT in set(strings(traces))  # the note, exactly as written
+
+
+@pytest.mark.parametrize("content,status", [(json.dumps([CIRCO_OK]).encode(), "done"), (b"[{", "failed")])
+def test_uploaded_files_are_deleted_once_the_import_finished_or_failed(client, demo_accounts, settings, tmp_path,
+                                                                       content, status):
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    client.login(username="admin", password=demo_accounts["admin"])
+    upload = io.BytesIO(content)
+    upload.name = "val.json"
+    resp = client.post("/datasets/import/", {"format": "circo", "name": "gone", "files": [upload]})
+    assert resp.status_code == 302
+    job = ImportJob.objects.get(dataset_name="gone")
+    assert job.status == status
+    assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]  # nothing left on disk
+    assert job.report or job.error  # the job keeps its own report
+    assert [p.rsplit("/", 1)[-1] for p in job.files] == ["val.json"]
