@@ -106,6 +106,9 @@ LOGOUT_REDIRECT_URL = "login"
 # --- HTTPS (set DJANGO_HTTPS=1 behind TLS) ------------------------------------------
 HTTPS = env_bool("DJANGO_HTTPS", False)
 SESSION_COOKIE_HTTPONLY = True
+# No script reads the CSRF cookie: the pages put the token in <meta name="csrf-token"> or a
+# form field, so the cookie can be HttpOnly too (SECURITY.md says so; a test checks it).
+CSRF_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS
 SECURE_SSL_REDIRECT = HTTPS and env_bool("DJANGO_SSL_REDIRECT", True)

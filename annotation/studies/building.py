@@ -74,16 +74,21 @@ def _parse_quotas(quotas: Mapping[str, int] | None) -> dict[tuple[str, str], int
     return parsed
 
 
+def _rubric(key: str) -> RubricVersion:
+    """A shipped rubric by key, or a stored version by id."""
+    try:
+        return RubricVersion.builtin(key) if not key.isdigit() else RubricVersion.objects.get(pk=int(key))
+    except (KeyError, RubricVersion.DoesNotExist):
+        raise StudyError(f"unknown rubric {key!r}") from None
+
+
 def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     """Create a study and its items; returns (study, sampling report)."""
     if spec.overlap < 1:
         raise StudyError("overlap must be at least 1")
     if Study.objects.filter(name=spec.name).exists():
         raise StudyError(f"a study named {spec.name!r} exists already")
-    try:
-        rubric = RubricVersion.builtin(spec.rubric) if not spec.rubric.isdigit() else RubricVersion.objects.get(pk=int(spec.rubric))
-    except (KeyError, RubricVersion.DoesNotExist):
-        raise StudyError(f"unknown rubric {spec.rubric!r}") from None
+    rubric = _rubric(spec.rubric)
     single = spec.single_turn_only
     if single is None:
         single = rubric.rubric.kind != "session"

@@ -165,3 +165,18 @@ def test_study_form_refuses_hostile_fields(world, client, field, value, message)
     resp = client.post("/studies/new/", data)
     assert resp.status_code == 200 and message in resp.content.decode().replace("&#x27;", "'"), field
     assert not Study.objects.filter(name="f").exists()
+
+
+def test_security_md_is_true_about_the_cookies(world, client):
+    """SECURITY.md says both cookies are HttpOnly and no script reads a cookie."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    resp = client.get("/login/")
+    csrf = resp.cookies.get("csrftoken")
+    assert csrf is not None and csrf["httponly"] is True
+    login = client.post("/login/", {"username": "ann", "password": "pw"})
+    assert login.cookies["sessionid"]["httponly"] is True
+    assert "CSRF cookie are `HttpOnly`" in (root / "SECURITY.md").read_text().replace("\n  ", " ")
+    for script in (root / "static").rglob("*.js"):
+        assert "document.cookie" not in script.read_text(), script
