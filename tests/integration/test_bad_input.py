@@ -190,3 +190,22 @@ def test_uploaded_files_are_deleted_once_the_import_finished_or_failed(client, d
     assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]  # nothing left on disk
     assert job.report or job.error  # the job keeps its own report
     assert [p.rsplit("/", 1)[-1] for p in job.files] == ["val.json"]
+
+
+def test_an_unexpected_importer_crash_fails_the_job_instead_of_leaving_it_running(client, demo_accounts, settings,
+                                                                                  tmp_path, monkeypatch):
+    from retrieval import importers
+
+    def crash(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(importers, "parse", crash)
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    client.raise_request_exception = False
+    client.login(username="admin", password=demo_accounts["admin"])
+    upload = io.BytesIO(json.dumps([CIRCO_OK]).encode())
+    upload.name = "val.json"
+    client.post("/datasets/import/", {"format": "circo", "name": "crash", "files": [upload]})
+    job = ImportJob.objects.get(dataset_name="crash")
+    assert job.status == "failed" and "KeyError" in job.error and job.finished_at is not None
+    assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]
