@@ -25,8 +25,10 @@
   }
   function newestDraft() {
     const judgedAt = payload.judgement ? Date.parse(payload.judgement.created_at) : 0;
-    const found = [payload.draft, localDraft()].filter((d) => d && d.edited_at && d.edited_at > judgedAt);
-    found.sort((a, b) => b.edited_at - a.edited_at);
+    // A server draft saved before drafts carried edited_at counts as the oldest possible.
+    const stamp = (d) => d.edited_at || 1;
+    const found = [payload.draft, localDraft()].filter((d) => d && stamp(d) > judgedAt);
+    found.sort((x, y) => stamp(y) - stamp(x));
     return found[0] || null;
   }
   const restoredDraft = newestDraft();
