@@ -7,13 +7,15 @@ from rest_framework import serializers, status
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
+from config.parsing import query_int
+
 from annotation import roles
 
 from annotation.assignment import queue as engine
 from annotation.models import Assignment
-from annotation.judging.payloads import item_payload, judgement_dict
+from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
 from annotation.quality.gold import training_feedback
-from annotation.permissions import member_study, own_assignment, visible_studies
+from annotation.permissions import member_study, own_assignment, visible_studies, writable_assignment
 from annotation.judging.rubric import JudgementError
 from annotation.studies.building import StudyError, StudySpec, create_study
 
@@ -41,7 +43,7 @@ class StudyCreateSerializer(serializers.Serializer):
     hidden_categories = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     quotas = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False, allow_null=True, default=None)
     total = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
-    seed = serializers.IntegerField(default=0)
+    seed = serializers.IntegerField(default=0, min_value=-(2**31), max_value=2**31 - 1)
     agreement_size = serializers.IntegerField(min_value=0, default=0)
     blind = serializers.BooleanField(default=True)
     guidelines = serializers.CharField(allow_blank=True, default="")
@@ -101,8 +103,8 @@ def study_progress(request, pk: int):
 def assignments(request):
     """The caller's own assignments (for reopening earlier judgements)."""
     qs = Assignment.objects.filter(annotator=request.user).select_related("item__query", "study").order_by("study", "position")
-    study = request.query_params.get("study")
-    if study:
+    study = query_int(request, "study")
+    if study is not None:
         qs = qs.filter(study_id=study)
     return Response([
         {"id": a.pk, "study": a.study_id, "position": a.position, "status": a.status,
@@ -117,14 +119,22 @@ def assignment_detail(request, pk: int):
     return Response(item_payload(own_assignment(request.user, pk)))
 
 
+def _json_object(request, what: str) -> Response | None:
+    """A 400 unless the body is a JSON object (a form-encoded body is refused too)."""
+    if not isinstance(request.data, dict) or hasattr(request.data, "getlist"):
+        return Response({"field": "", "detail": f"{what} is a JSON object."}, status=status.HTTP_400_BAD_REQUEST)
+    return None
+
+
 @extend_schema(request=dict, responses={200: dict})
 @api_view(["PUT"])
 def draft(request, pk: int):
-    a = own_assignment(request.user, pk)
-    if not isinstance(request.data, dict):
-        return Response({"detail": "A draft is a JSON object."}, status=status.HTTP_400_BAD_REQUEST)
+    a = writable_assignment(request.user, pk)
+    refused = _json_object(request, "A draft")
+    if refused:
+        return refused
     if len(str(request.data)) > 20000:
-        return Response({"detail": "The draft is too large."}, status=status.HTTP_400_BAD_REQUEST)
+        return Response({"field": "", "detail": "The draft is too large."}, status=status.HTTP_400_BAD_REQUEST)
     token = str(request.data.get("client_token") or "")
     if token and a.revisions.filter(client_token=token).exists():
         # A save that arrives after its judgement was submitted is stale: keep nothing.
@@ -135,30 +145,65 @@ def draft(request, pk: int):
 
 @extend_schema(request=None, responses={200: dict})
 @api_view(["POST"])
+def lease(request, pk: int):
+    """The page's heartbeat while its annotator is active: renews the lease if still held."""
+    a = writable_assignment(request.user, pk)
+    state = engine.renew_lease(a)
+    return Response({**state["body"], "lease_seconds": lease_seconds(state["assignment"])})
+
+
+@extend_schema(request=None, responses={200: dict})
+@api_view(["POST"])
 def skip(request, pk: int):
-    a = own_assignment(request.user, pk)
+    a = writable_assignment(request.user, pk)
     engine.skip(a)
     return Response({"status": Assignment.objects.get(pk=a.pk).status})
 
 
-@extend_schema(request=dict, responses={200: dict, 201: dict, 400: dict})
+def _base_revision(payload: dict) -> int | None:
+    raw = payload.pop("base_revision", None)
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise JudgementError("base_revision", "base_revision must be a revision number (0: none yet)")
+    return raw
+
+
+@extend_schema(request=dict, responses={200: dict, 201: dict, 400: dict, 409: dict})
 @api_view(["GET", "POST"])
 def judgements(request, pk: int):
-    """GET: the caller's revisions of this item. POST: submit (``client_token`` makes retries safe)."""
-    a = own_assignment(request.user, pk)
+    """GET: the caller's revisions of this item. POST: submit. ``client_token`` (one per page
+    load) makes retries of the same answer safe; ``base_revision`` (the revision the page was
+    showing, 0 for none) turns a submit over a newer revision into a 409 with both versions."""
     if request.method == "GET":
+        a = own_assignment(request.user, pk)
         return Response([judgement_dict(j) for j in a.revisions.order_by("revision")])
-    if not isinstance(request.data, dict):
-        return Response({"detail": "A judgement is a JSON object."}, status=status.HTTP_400_BAD_REQUEST)
+    a = writable_assignment(request.user, pk)
+    refused = _json_object(request, "A judgement")
+    if refused:
+        return refused
     payload = dict(request.data)
     token = str(payload.pop("client_token", "") or "")[:64]
     try:
-        j = engine.submit(a, payload, client_token=token)
+        j = engine.submit(a, payload, client_token=token, base_revision=_base_revision(payload))
     except JudgementError as exc:
         return Response({"field": exc.field, "detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
     except engine.DuplicateSubmission as dup:
         return Response({**judgement_dict(dup.judgement), "duplicate": True}, status=status.HTTP_200_OK)
+    except engine.Conflict as conflict:
+        return Response(_conflict_body(conflict, payload), status=status.HTTP_409_CONFLICT)
     feedback = training_feedback(a, j)
     if feedback:  # shown on the next page the annotator opens
         messages.info(request._request, feedback)
     return Response(judgement_dict(j), status=status.HTTP_201_CREATED)
+
+
+CONFLICT_TEXT = {
+    "stale": "This item was judged again elsewhere (another tab?) since this page was opened.",
+    "token_reused": "This page's answer differs from the one it already submitted.",
+}
+
+
+def _conflict_body(conflict, payload: dict) -> dict:
+    return {"conflict": conflict.reason, "detail": CONFLICT_TEXT[conflict.reason],
+            "stored": judgement_dict(conflict.judgement), "yours": payload}

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.contrib.auth import get_user_model
 
+from config.parsing import HostileInput, loads
 from retrieval.models import Dataset
 
 from annotation.judging.rubric import builtin_rubrics
@@ -39,7 +38,7 @@ class StudyForm(forms.Form):
         help_text='Optional JSON quotas per stratum, e.g. {"demo::unresolved": 20, "demo::composition_required": 30}.',
     )
     total = forms.IntegerField(required=False, min_value=1, help_text="Or a total, split over strata by size.")
-    seed = forms.IntegerField(initial=0)
+    seed = forms.IntegerField(initial=0, min_value=-(2**31), max_value=2**31 - 1)
     agreement_size = forms.IntegerField(min_value=0, initial=0, help_text="Items judged by every annotator.")
     blind = forms.BooleanField(required=False, initial=True)
     lease_minutes = forms.IntegerField(min_value=1, max_value=240, initial=10)
@@ -54,9 +53,9 @@ class StudyForm(forms.Form):
         if not raw:
             return None
         try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+            data = loads(raw)
+        except HostileInput as exc:
+            raise forms.ValidationError(str(exc)) from None
         if not isinstance(data, dict) or not all(isinstance(v, int) and v >= 0 for v in data.values()):
             raise forms.ValidationError("Quotas are an object of non-negative integers.")
         return data

@@ -155,8 +155,17 @@ class Assignment(models.Model):
         ordering = ["position", "id"]
 
 
+class JudgementQuerySet(models.QuerySet):
+    def counted(self):
+        """The judgements that count towards agreement, consensus and exports: the current
+        revision of each, less late ones (an item gone to someone else is counted once)."""
+        return self.filter(is_current=True, late=False)
+
+
 class Judgement(models.Model):
     """One revision of an annotator's judgement; the latest is ``is_current``."""
+
+    objects = JudgementQuerySet.as_manager()
 
     assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="revisions")
     rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="+")
@@ -173,6 +182,9 @@ class Judgement(models.Model):
     per_turn = models.JSONField(default=list, blank=True)
     reject_flags = models.JSONField(default=list, blank=True)
     client_token = models.CharField(max_length=64, blank=True, help_text="Idempotency key sent by the client.")
+    late = models.BooleanField(
+        default=False, help_text="Submitted after the lease expired and the item went to someone else: kept, "
+        "but not counted towards the item's quorum.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,7 +1,9 @@
 """Who may see what: annotators their own work only, staff everything, researchers reports."""
 from __future__ import annotations
 
+from django.db.models import Exists, OuterRef
 from django.http import Http404
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 
 from annotation import roles
@@ -48,4 +50,31 @@ def own_assignment(user, assignment_id: int) -> Assignment:
     )
     if a is None:
         raise Http404("no such assignment")
+    return a
+
+
+def write_refusal(study: Study, is_member: bool) -> str | None:
+    """Why a write (judgement, revision, draft, skip) to this study is refused, or None."""
+    if not is_member:
+        return "You are no longer an annotator of this study; nothing was saved."
+    if study.status != Study.Status.OPEN:
+        return f"This study is {study.status}; nothing was saved."
+    return None
+
+
+def writable_assignment(user, assignment_id: int) -> Assignment:
+    """The user's own assignment in an open study they still annotate (one query);
+    404 for someone else's, 403 with the reason once access has ended."""
+    member = Study.annotators.through.objects.filter(study_id=OuterRef("study_id"), user_id=user.pk)
+    a = (
+        Assignment.objects.select_related("study__rubric", "item__query", "annotator")
+        .annotate(is_member=Exists(member))
+        .filter(pk=assignment_id, annotator=user)
+        .first()
+    )
+    if a is None:
+        raise Http404("no such assignment")
+    refusal = write_refusal(a.study, a.is_member)
+    if refusal:
+        raise PermissionDenied(refusal)
     return a

@@ -36,5 +36,6 @@ urlpatterns = [
     path("api/assignments/<int:pk>/", api.assignment_detail, name="api_assignment"),
     path("api/assignments/<int:pk>/draft/", api.draft, name="api_draft"),
     path("api/assignments/<int:pk>/skip/", api.skip, name="api_skip"),
+    path("api/assignments/<int:pk>/lease/", api.lease, name="api_lease"),
     path("api/assignments/<int:pk>/judgements/", api.judgements, name="api_judgements"),
 ]

@@ -1,6 +1,7 @@
 """Annotator pages (queue, item, history) and the admin's study pages."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -34,14 +35,28 @@ def my_studies(request):
 
 
 def work(request, study_id: int):
-    """Serve the next item (resuming a held one) and open it."""
+    """POST reserves the next item (resuming a held one) and opens it. GET changes nothing:
+    it opens the item already held, shows why nothing is left (``?empty=<rule>``), or
+    answers a page that posts on load."""
     study = _annotator_study(request, study_id)
-    served = engine.next_assignment(study, request.user)
-    if served.assignment is None:
+    if request.method == "POST":
+        served = engine.next_assignment(study, request.user)
+        if served.assignment is None:
+            return redirect(f"{reverse('annotation:work', args=[study.pk])}?empty={served.rule}")
+        return redirect(_item_url(study, served.assignment, served.rule))
+    held = engine.held_assignment(study, request.user)
+    if held is not None:
+        return redirect(_item_url(study, held, "annotator_holds"))
+    rule = request.GET.get("empty")
+    if rule:
         return render(request, "annotation/queue_done.html", {
-            "study": study, "rule": served.rule, "progress": engine.annotator_progress(study, request.user)})
-    url = reverse("annotation:item", args=[study.pk, served.assignment.pk])
-    return redirect(f"{url}?served_by={served.rule}")
+            "study": study, "rule": rule,
+            "progress": engine.annotator_progress(study, request.user, finished=rule == "queue_empty")})
+    return render(request, "annotation/work_start.html", {"study": study})
+
+
+def _item_url(study: Study, assignment: Assignment, rule: str) -> str:
+    return f"{reverse('annotation:item', args=[study.pk, assignment.pk])}?served_by={rule}"
 
 
 def item(request, study_id: int, assignment_id: int):
@@ -58,6 +73,7 @@ def item(request, study_id: int, assignment_id: int):
     return render(request, "annotation/item.html", {
         "study": study, "assignment": assignment, "payload": payload, "rubric": study.rubric.rubric,
         "previous": previous, "urls": item_urls(study, assignment, previous), "guidelines": current_guidelines(study),
+        "lease_config": lease_config(),
     })
 
 
@@ -67,12 +83,19 @@ def item_urls(study: Study, assignment: Assignment, previous: int | None) -> dic
         "draft": reverse("annotation:api_draft", args=[assignment.pk]),
         "submit": reverse("annotation:api_judgements", args=[assignment.pk]),
         "skip": reverse("annotation:api_skip", args=[assignment.pk]),
+        "lease": reverse("annotation:api_lease", args=[assignment.pk]),
         "next": reverse("annotation:work", args=[study.pk]),
         "upcoming": reverse("annotation:upcoming", args=[study.pk]),
     }
     if previous:
         urls["back"] = reverse("annotation:item", args=[study.pk, previous])
     return urls
+
+
+def lease_config() -> dict:
+    """How the item page keeps its lease: heartbeat period, idle pause, warning lead time."""
+    return {"heartbeat_seconds": settings.CIRVAL_LEASE_HEARTBEAT_SECONDS,
+            "idle_seconds": settings.CIRVAL_LEASE_IDLE_SECONDS, "warn_seconds": settings.CIRVAL_LEASE_WARN_SECONDS}
 
 
 def history(request, study_id: int):

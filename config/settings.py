@@ -54,6 +54,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.middleware.RequestGuardMiddleware",  # first: refuses oversized bodies unread
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -131,6 +132,9 @@ LOGOUT_REDIRECT_URL = "login"
 # --- HTTPS (set DJANGO_HTTPS=1 behind TLS) ------------------------------------------
 HTTPS = env_bool("DJANGO_HTTPS", False)
 SESSION_COOKIE_HTTPONLY = True
+# No script reads the CSRF cookie: the pages put the token in <meta name="csrf-token"> or a
+# form field, so the cookie can be HttpOnly too (SECURITY.md says so; a test checks it).
+CSRF_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS
 SECURE_SSL_REDIRECT = HTTPS and env_bool("DJANGO_SSL_REDIRECT", True)
@@ -161,6 +165,13 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 CIRVAL_MAX_UPLOAD_BYTES = env_int("CIRVAL_MAX_UPLOAD_BYTES", 512 * 1024 * 1024)
 # Browser uploads larger than this (bytes, all files together) are imported by a worker.
 CIRVAL_ASYNC_IMPORT_BYTES = env_int("CIRVAL_ASYNC_IMPORT_BYTES", 1024 * 1024)
+
+# The item page renews its lease every HEARTBEAT seconds while the annotator is active,
+# stops after IDLE seconds without a key, click or mouse move, and warns WARN seconds
+# before the lease runs out.
+CIRVAL_LEASE_HEARTBEAT_SECONDS = env_int("CIRVAL_LEASE_HEARTBEAT_SECONDS", 60)
+CIRVAL_LEASE_IDLE_SECONDS = env_int("CIRVAL_LEASE_IDLE_SECONDS", 300)
+CIRVAL_LEASE_WARN_SECONDS = env_int("CIRVAL_LEASE_WARN_SECONDS", 60)
 
 # --- images --------------------------------------------------------------------------
 # Folders images may be served from (os.pathsep or comma separated).
@@ -232,6 +243,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "config.parsing.SafeJSONParser",  # refuses hostile JSON with 400 naming the field
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
@@ -251,7 +267,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Composed image retrieval audits, human validation and agreement.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SERVE_PERMISSIONS": ["annotation.permissions.IsResearcher"],  # staff and researchers only
 }
 
 LOGGING = {

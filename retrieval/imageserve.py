@@ -35,10 +35,10 @@ def check_pixels(path: Path) -> tuple[int, int]:
     try:
         with PILImage.open(path) as img:
             width, height = img.size
-    except PILImage.DecompressionBombError as exc:
-        raise ImageRefused(f"image refused: {exc}") from None
-    except Exception as exc:
-        raise ImageRefused(f"not a readable image: {exc}") from None
+    except PILImage.DecompressionBombError:
+        raise ImageRefused("image refused: too many pixels to decode safely") from None
+    except Exception as exc:  # the message may carry the absolute path: never shown
+        raise ImageRefused(f"not a readable image ({type(exc).__name__})") from None
     if width * height > settings.IMAGE_MAX_PIXELS:
         raise ImageRefused(
             f"image refused: {width}x{height} = {width * height} pixels exceeds the limit of {settings.IMAGE_MAX_PIXELS}"
@@ -55,14 +55,28 @@ def thumbnail(path: Path, size: int) -> Path:
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    with PILImage.open(path) as img:
-        img.draft("RGB", (size, size))
-        img = img.convert("RGB")
-        img.thumbnail((size, size))
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        img.save(tmp, format="PNG", optimize=False)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        with PILImage.open(path) as img:
+            img.draft("RGB", (size, size))
+            img = img.convert("RGB")
+            img.thumbnail((size, size))
+            img.save(tmp, format="PNG", optimize=False)
+    except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt past its header
+        tmp.unlink(missing_ok=True)
+        raise ImageRefused(f"not a readable image ({type(exc).__name__}: the file is damaged or truncated)") from None
     os.replace(tmp, out)
     return out
+
+
+def parse_size(raw: str | None) -> int | None:
+    """``?size=``: None for the full image, else one of THUMB_SIZES; ValueError otherwise
+    (ASCII digits only: ``int("²")`` would raise, ``"²".isdigit()`` is True)."""
+    if raw is None or raw == "":
+        return None
+    if not (raw.isascii() and raw.isdigit()) or int(raw) not in THUMB_SIZES:
+        raise ValueError(f"size must be one of {list(THUMB_SIZES)}")
+    return int(raw)
 
 
 def placeholder_svg(label: str, size: int = 256) -> str:

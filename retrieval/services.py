@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.conf import settings
 from django.utils import timezone
 
 from . import importers
@@ -40,12 +41,35 @@ def run_import_job(job: ImportJob) -> ImportJob:
             images_root=Path(job.images_root) if job.images_root else None, progress=progress,
         )
     except (ValueError, OSError) as exc:  # ParseError and LoadError are ValueErrors
-        ImportJob.objects.filter(pk=job.pk).update(
-            status=ImportJob.Status.FAILED, error=str(exc), finished_at=timezone.now()
-        )
+        _finish(job, ImportJob.Status.FAILED, error=str(exc))
+    except Exception as exc:  # never leave a job "running": the error is its report
+        _finish(job, ImportJob.Status.FAILED, error=f"import failed: {type(exc).__name__}: {exc}")
+        raise
     else:
-        ImportJob.objects.filter(pk=job.pk).update(
-            status=ImportJob.Status.DONE, report=report.as_dict(), stage="done", finished_at=timezone.now()
-        )
+        _finish(job, ImportJob.Status.DONE, report=report.as_dict(), stage="done")
     job.refresh_from_db()
     return job
+
+
+def _finish(job: ImportJob, status: str, **fields) -> None:
+    ImportJob.objects.filter(pk=job.pk).update(status=status, finished_at=timezone.now(), **fields)
+    discard_uploads(job.files)
+
+
+def discard_uploads(paths: list[str]) -> int:
+    """Delete the uploaded files of a finished or failed import (the job keeps its report
+    and the files' names); only files under UPLOAD_DIR are touched. Returns how many."""
+    root = Path(settings.UPLOAD_DIR).resolve()
+    removed = 0
+    folders = set()
+    for p in paths:
+        path = Path(p).resolve()
+        if root not in path.parents or not path.is_file():
+            continue
+        path.unlink()
+        removed += 1
+        folders.add(path.parent)
+    for folder in folders:
+        if folder != root and not any(folder.iterdir()):
+            folder.rmdir()
+    return removed

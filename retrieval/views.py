@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 from config.roles import researcher_required, staff_required
 
 from .forms import ImportForm
-from .imageserve import THUMB_SIZES, ImageRefused, check_pixels, image_file, placeholder_svg, thumbnail
+from .imageserve import ImageRefused, check_pixels, image_file, parse_size, placeholder_svg, thumbnail
 from .models import Dataset, Image, ImportJob, Query
 from .services import run_import_job
 from .stats import dataset_stats
@@ -71,37 +71,33 @@ def _may_fetch(user, pk: int) -> bool:
 @cache_control(private=True, max_age=86400)
 def image(request, pk: int):
     """An image by id; ``?size=N`` gives a cached thumbnail. Missing files get a placeholder."""
+    try:  # the request is parsed before anything is looked up
+        size = parse_size(request.GET.get("size"))
+    except ValueError as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain")
     img = Image.objects.select_related("dataset").filter(pk=pk).first()
     if img is None or not _may_fetch(request.user, pk):
         raise Http404("no such image")
     path = image_file(img.dataset.images_root, img.path)
     if path is None:
         if img.missing or not img.path:
-            svg = placeholder_svg(img.external_id, int(request.GET.get("size", 256) or 256) if str(request.GET.get("size", "")).isdigit() else 256)
-            return HttpResponse(svg, content_type="image/svg+xml")
+            return HttpResponse(placeholder_svg(img.external_id, size or 256), content_type="image/svg+xml")
         raise Http404("image is outside the served roots")
-    size = request.GET.get("size")
     try:
         if size:
-            if not size.isdigit() or int(size) not in THUMB_SIZES:
-                return HttpResponse(f"size must be one of {list(THUMB_SIZES)}", status=400, content_type="text/plain")
-            return FileResponse(open(thumbnail(path, int(size)), "rb"), content_type="image/png")
+            return FileResponse(open(thumbnail(path, size), "rb"), content_type="image/png",
+                                filename=f"image-{img.pk}-{size}.png")
         check_pixels(path)
     except ImageRefused as exc:
-        return HttpResponse(str(exc), status=422, content_type="text/plain")
-    return FileResponse(open(path, "rb"))
+        return HttpResponse(f"image {img.pk}: {exc}", status=422, content_type="text/plain")
+    # The served name is the image's id, never the file's real name or path.
+    return FileResponse(open(path, "rb"), filename=f"image-{img.pk}{path.suffix.lower()}")
 
 
 @staff_required
 def import_upload(request):
     if request.method == "POST":
-        claimed = request.META.get("CONTENT_LENGTH") or "0"
-        if not claimed.isdigit() or int(claimed) > settings.CIRVAL_MAX_UPLOAD_BYTES:
-            # Refused before the body is read: nothing is parsed or stored.
-            return HttpResponse(
-                f"Upload refused: {claimed} bytes claimed; the limit is {settings.CIRVAL_MAX_UPLOAD_BYTES}.",
-                status=413, content_type="text/plain",
-            )
+        # Oversized bodies never get here: config.middleware refuses them unread (413).
         form = ImportForm(request.POST, request.FILES)
         if form.is_valid():
             folder = Path(settings.UPLOAD_DIR) / uuid.uuid4().hex

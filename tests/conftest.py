@@ -121,3 +121,15 @@ def demo_accounts(db):
     from annotation.demo_accounts import ensure_demo_accounts
 
     return {u: p for u, p, _ in ensure_demo_accounts()}
+
+
+def make_annotator(username: str, password: str = "pw", **extra):
+    """A user with the annotator role (studies refuse annotators without it)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    from annotation.roles import ANNOTATOR
+
+    user = get_user_model().objects.create_user(username, password=password, **extra)
+    user.groups.add(Group.objects.get_or_create(name=ANNOTATOR)[0])
+    return user

@@ -108,7 +108,7 @@ def judgement_label(kind: str, rubric: Rubric, validated: bool | None, flags: di
 def reject_flag_triples(study: Study, flag: str) -> list[tuple[int, str, int]]:
     """``(item, annotator, 0/1)``: whether each current session judgement raised ``flag``."""
     rows = (
-        Judgement.objects.filter(assignment__study=study, is_current=True)
+        Judgement.objects.counted().filter(assignment__study=study)
         .order_by("assignment__item_id", "assignment__annotator__username")
         .values_list("assignment__item_id", "assignment__annotator__username", "reject_flags")
     )
@@ -128,7 +128,7 @@ def study_triples(study_id: Any, dimension: str | None = None) -> list[tuple[int
     kind = label_kind(rubric)
     dimension = _check_dimension(rubric, dimension)
     rows = (
-        Judgement.objects.filter(assignment__study=study, is_current=True)
+        Judgement.objects.counted().filter(assignment__study=study)
         .order_by("assignment__item_id", "assignment__annotator__username")
         .values_list("assignment__item_id", "assignment__annotator__username", "validated", "flags", "category",
                      "scales")

@@ -155,6 +155,22 @@ def _reserve(study: Study, user, choice: Choice, now) -> Assignment:
     return assignment
 
 
+def renew_lease(assignment: Assignment, now=None) -> dict:  # {"assignment": row, "body": answer}
+    """The page's heartbeat: extend a lease still held (even one past its expiry that no one
+    has released yet); otherwise say the item is no longer reserved and whether a submit
+    would now be late."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        a = Assignment.objects.select_for_update().get(pk=assignment.pk)
+        if a.status == Assignment.Status.RESERVED:
+            a.lease_expires = _lease(a.study, now)
+            a.save(update_fields=["lease_expires"])
+            body = {"held": True, "status": a.status, "lease_expires": a.lease_expires.isoformat(), "late": False}
+        else:
+            body = {"held": False, "status": a.status, "lease_expires": None, "late": _lost_slot(a, a.study)}
+    return {"assignment": a, "body": body}
+
+
 def skip(assignment: Assignment) -> None:
     """Hand an item back; it returns to this annotator only when nothing else is left."""
     with transaction.atomic():
@@ -172,38 +188,87 @@ def save_draft(assignment: Assignment, payload: dict) -> Draft:
 
 
 class DuplicateSubmission(Exception):
+    """The same answer sent again with the same client token: the stored row stands."""
+
     def __init__(self, judgement: Judgement):
         self.judgement = judgement
 
 
-def submit(assignment: Assignment, payload: dict, client_token: str = "") -> Judgement:
-    """Store a judgement (a new revision when one exists). Same client token → same row.
+class Conflict(Exception):
+    """A submit that would silently overwrite or lose an answer (answered 409 with both versions).
 
-    Raises :class:`annotation.judging.rubric.JudgementError` for an invalid payload and
-    :class:`DuplicateSubmission` (carrying the stored row) for a repeated token.
+    ``reason``: ``stale`` (the submit was based on an older revision than the stored one) or
+    ``token_reused`` (a client token already stored with a different answer)."""
+
+    def __init__(self, reason: str, judgement: Judgement | None):
+        self.reason = reason
+        self.judgement = judgement
+
+
+ANSWER_FIELDS = ("category", "sub_reason", "note", "flagged", "scales", "per_turn", "reject_flags")
+
+
+def answer_of(j: Judgement) -> dict:
+    return {f: getattr(j, f) for f in ANSWER_FIELDS}
+
+
+def _row_fields(data: dict) -> dict:
+    """The Judgement columns of a cleaned judgement (one mapping for create and compare)."""
+    return {
+        "category": data.get("category") or "", "sub_reason": data.get("sub_reason") or "",
+        "note": data.get("note") or "", "flags": data.get("flags") or {}, "validated": data.get("validated"),
+        "flagged": bool(data.get("flagged")), "time_spent_ms": data.get("time_spent_ms") or 0,
+        "scales": data.get("scales") or {}, "per_turn": data.get("per_turn_checks") or [],
+        "reject_flags": list(data.get("reject_flags") or []),
+    }
+
+
+def _check_token(a: Assignment, client_token: str, fields: dict) -> None:
+    if not client_token:
+        return
+    existing = Judgement.objects.filter(assignment=a, client_token=client_token).first()
+    if existing is None:
+        return
+    if answer_of(existing) == {f: fields[f] for f in ANSWER_FIELDS}:
+        raise DuplicateSubmission(existing)
+    raise Conflict("token_reused", existing)
+
+
+def _lost_slot(a: Assignment, study: Study) -> bool:
+    """A released lease whose slot has since gone to someone else: the submit is late."""
+    if a.status != Assignment.Status.RELEASED:
+        return False
+    return StudyItem.objects.filter(pk=a.item_id, taken__gte=study.overlap).exists()
+
+
+def submit(assignment: Assignment, payload: dict, client_token: str = "", base_revision: int | None = None) -> Judgement:
+    """Store a judgement (a new revision when one exists). Same client token and answer → same row.
+
+    Raises :class:`annotation.judging.rubric.JudgementError` for an invalid payload,
+    :class:`DuplicateSubmission` (carrying the stored row) for a repeated token and answer,
+    and :class:`Conflict` for a stale ``base_revision`` or a token reused with another answer.
+    A submit after the lease expired and the item went to someone else is stored with
+    ``late=True`` and does not count towards the item's quorum.
     """
     study = assignment.study
     rubric_row = study.rubric
     clean = validate_judgement(rubric_row.rubric, payload, n_turns=assignment.item.query.n_turns)
+    fields = _row_fields(clean.to_dict())
     with transaction.atomic():
         a = Assignment.objects.select_for_update().get(pk=assignment.pk)
-        if client_token:
-            existing = Judgement.objects.filter(assignment=a, client_token=client_token).first()
-            if existing is not None:
-                raise DuplicateSubmission(existing)
+        _check_token(a, client_token, fields)
         previous = Judgement.objects.filter(assignment=a, is_current=True).first()
+        if base_revision is not None and (previous.revision if previous else 0) != base_revision:
+            raise Conflict("stale", previous)
+        late = _lost_slot(a, study)
         if previous is not None:
             Judgement.objects.filter(pk=previous.pk).update(is_current=False)
-        data = clean.to_dict()
         try:
             with transaction.atomic():
                 judgement = Judgement.objects.create(
                     assignment=a, rubric=rubric_row, revision=(previous.revision + 1) if previous else 1,
-                    is_current=True, category=data.get("category") or "", sub_reason=data.get("sub_reason") or "",
-                    note=data.get("note") or "", flags=data.get("flags") or {}, validated=data.get("validated"),
-                    flagged=bool(data.get("flagged")), time_spent_ms=data.get("time_spent_ms") or 0,
-                    scales=data.get("scales") or {}, per_turn=data.get("per_turn_checks") or [],
-                    reject_flags=list(data.get("reject_flags") or []), client_token=client_token,
+                    is_current=True, client_token=client_token, late=late or (previous is not None and previous.late),
+                    **fields,
                 )
         except IntegrityError:
             existing = Judgement.objects.filter(assignment=a, client_token=client_token).first()
@@ -211,11 +276,12 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "") -> Jud
                 raise DuplicateSubmission(existing) from None
             raise
         if a.status != Assignment.Status.DONE:
-            # A late submit after the lease was released is kept too: never lose work.
-            grow_taken = a.status != Assignment.Status.RESERVED
-            StudyItem.objects.filter(pk=a.item_id).update(
-                completed=F("completed") + 1, taken=F("taken") + (1 if grow_taken else 0)
-            )
+            if not late:
+                # A released lease whose slot is still free takes it back: counted once.
+                grow_taken = a.status != Assignment.Status.RESERVED
+                StudyItem.objects.filter(pk=a.item_id).update(
+                    completed=F("completed") + 1, taken=F("taken") + (1 if grow_taken else 0)
+                )
             a.status = Assignment.Status.DONE
             a.completed_at = timezone.now()
             a.save(update_fields=["status", "completed_at"])
@@ -246,8 +312,21 @@ def study_sizes(study: Study) -> dict:
     return sizes
 
 
-def annotator_progress(study: Study, user) -> dict:
-    """'17 of 120' for one annotator: done, reserved, and their share of the work."""
+def held_assignment(study: Study, user, now=None) -> Assignment | None:
+    """The annotator's live lease in this study, read only (nothing is reserved or renewed)."""
+    now = now or timezone.now()
+    return (
+        Assignment.objects.filter(study=study, annotator=user, status=Assignment.Status.RESERVED, lease_expires__gt=now)
+        .order_by("leased_at").first()
+    )
+
+
+def annotator_progress(study: Study, user, finished: bool = False) -> dict:
+    """'17 of 120' for one annotator: done, reserved, and their share of the work.
+
+    The share is an estimate (items are shared out as annotators ask): the total never
+    falls below what is done plus the item held now, and once the queue has nothing left
+    for this annotator (``finished``) it is exactly what they did."""
     mine = Assignment.objects.filter(study=study, annotator=user).aggregate(
         done=Count("id", filter=Q(status=Assignment.Status.DONE)),
         reserved=Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now())),
@@ -256,5 +335,5 @@ def annotator_progress(study: Study, user) -> dict:
     n_annotators = max(1, sizes["annotators"])
     share = sizes["agreement"] + -(-sizes["other"] * min(study.overlap, n_annotators) // n_annotators)
     done = mine["done"]
-    total = max(done, min(share, sizes["agreement"] + sizes["other"]))
+    total = done if finished else max(done + mine["reserved"], min(share, sizes["agreement"] + sizes["other"]))
     return {"done": done, "reserved": mine["reserved"], "total": total, "remaining": max(0, total - done)}

@@ -3,6 +3,7 @@ other annotators' answers or study statistics."""
 from __future__ import annotations
 
 from django.urls import reverse
+from django.utils import timezone
 
 from retrieval.models import Image, Query
 
@@ -49,8 +50,15 @@ def judgement_dict(j: Judgement | None) -> dict | None:
     return {
         "revision": j.revision, "category": j.category or None, "sub_reason": j.sub_reason or None, "note": j.note,
         "flagged": j.flagged, "scales": j.scales, "per_turn": j.per_turn, "reject_flags": j.reject_flags,
-        "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(),
+        "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(), "late": j.late,
     }
+
+
+def lease_seconds(assignment: Assignment) -> int | None:
+    """Seconds left on a held lease (the page counts down from it; no clock skew)."""
+    if assignment.status != Assignment.Status.RESERVED or assignment.lease_expires is None:
+        return None
+    return max(0, int((assignment.lease_expires - timezone.now()).total_seconds()))
 
 
 def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
@@ -73,6 +81,7 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
         "served_by": shown_rule(rule or assignment.served_by),
         "position": assignment.position,
         "lease_expires": assignment.lease_expires.isoformat() if assignment.lease_expires else None,
+        "lease_seconds": lease_seconds(assignment),
         "query": {
             "dataset": query.dataset.name,
             "external_id": query.external_id,

@@ -10,6 +10,7 @@ from django.db import transaction
 from retrieval.models import Dataset, Query, QuerySubset
 
 from annotation.models import RubricVersion, Study, StudyItem
+from annotation.roles import ANNOTATOR
 from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
 from annotation.verdicts.consensus import SessionRule
 
@@ -94,6 +95,14 @@ def _verdict_settings(spec: StudySpec, rubric: RubricVersion) -> dict:
     return rule.to_dict()
 
 
+def _rubric(key: str) -> RubricVersion:
+    """A shipped rubric by key, or a stored version by id."""
+    try:
+        return RubricVersion.builtin(key) if not key.isdigit() else RubricVersion.objects.get(pk=int(key))
+    except (KeyError, RubricVersion.DoesNotExist):
+        raise StudyError(f"unknown rubric {key!r}") from None
+
+
 def _draw_pool(spec: StudySpec, single: bool) -> tuple[list[tuple[int, tuple[str, str]]], dict[int, str]]:
     """(query id, (dataset, hidden category)) of every eligible query, and the hidden categories."""
     pool: list[tuple[int, tuple[str, str]]] = []
@@ -138,10 +147,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
         raise StudyError("overlap must be at least 1")
     if Study.objects.filter(name=spec.name).exists():
         raise StudyError(f"a study named {spec.name!r} exists already")
-    try:
-        rubric = RubricVersion.builtin(spec.rubric) if not spec.rubric.isdigit() else RubricVersion.objects.get(pk=int(spec.rubric))
-    except (KeyError, RubricVersion.DoesNotExist):
-        raise StudyError(f"unknown rubric {spec.rubric!r}") from None
+    rubric = _rubric(spec.rubric)
     single = spec.single_turn_only
     if single is None:
         single = rubric.rubric.kind != "session"
@@ -152,10 +158,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     agreement = set(agreement_subset(chosen, spec.agreement_size, spec.seed)) if spec.agreement_size else set()
     strata = dict(pool)
 
-    users = list(get_user_model().objects.filter(username__in=spec.annotators))
-    unknown = set(spec.annotators) - {u.username for u in users}
-    if unknown:
-        raise StudyError(f"unknown annotators: {', '.join(sorted(unknown))}")
+    users = annotator_users(spec.annotators)
 
     report_json_ = report_json(report)
     # The queue order is a seeded shuffle, so no dataset or id range is judged first.
@@ -185,8 +188,25 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     return study, {"items": len(chosen), "agreement": len(agreement), "strata": report_json_, "shortfall": shortfall}
 
 
+def annotator_users(usernames: Iterable[str]) -> list:
+    """The users behind ``usernames``; StudyError names any unknown one or any without the
+    annotator role (a study's annotators must hold it)."""
+    usernames = list(usernames)
+    users = list(get_user_model().objects.filter(username__in=usernames).prefetch_related("groups"))
+    unknown = set(usernames) - {u.username for u in users}
+    if unknown:
+        raise StudyError(f"unknown annotators: {', '.join(sorted(unknown))}")
+    without = sorted(u.username for u in users if ANNOTATOR not in {g.name for g in u.groups.all()})
+    if without:
+        raise StudyError(
+            f"these users do not have the annotator role: {', '.join(without)}. "
+            "Give them the role first (staff: the users page or the Django admin's groups), then add them."
+        )
+    return users
+
+
 def add_annotators(study: Study, usernames: Iterable[str]) -> None:
-    users = list(get_user_model().objects.filter(username__in=list(usernames)))
+    users = annotator_users(usernames)
     study.annotators.add(*users)
 
 

@@ -191,7 +191,7 @@ def _fill(study: Study, rows: list[ItemRow], exact: bool = False) -> None:
         mine = Q(assignment__item_id__gte=lo, assignment__item_id__lte=hi)
         adjudicated = Q(item_id__gte=lo, item_id__lte=hi)
     judgements = (
-        Judgement.objects.filter(mine, assignment__study=study, is_current=True)
+        Judgement.objects.counted().filter(mine, assignment__study=study)
         .order_by("assignment__item_id", "assignment__annotator__username")
         .values_list(*_VOTE_FIELDS)
     )
@@ -242,10 +242,12 @@ class QueueEntry:
 def _queue_candidates(study: Study, verdicts: Verdicts) -> list[int]:
     """Ids of the items that may need an adjudicator, found with one aggregate query: an item
     with a flag, a split vote (majority: an even split; unanimous: any split) or a decision.
-    Sessions: every item with a judgement (their rule reads scores, decided in Python)."""
-    current = Q(assignments__revisions__is_current=True, assignments__revisions__validated__isnull=False)
+    Sessions: every item with a judgement (their rule reads scores, decided in Python).
+    Late judgements (stored after their lease went to someone else) never count."""
+    current = Q(assignments__revisions__is_current=True, assignments__revisions__late=False,
+                assignments__revisions__validated__isnull=False)
     if verdicts.session is not None:
-        current = Q(assignments__revisions__is_current=True)
+        current = Q(assignments__revisions__is_current=True, assignments__revisions__late=False)
     items = StudyItem.objects.filter(study=study).annotate(
         n=Count("assignments__revisions", filter=current),
         valid=Count("assignments__revisions", filter=current & Q(assignments__revisions__validated=True)),

@@ -5,6 +5,7 @@
   const payload = JSON.parse(document.getElementById("item-payload").textContent);
   const rubric = JSON.parse(document.getElementById("rubric-def").textContent);
   const urls = JSON.parse(document.getElementById("urls").textContent);
+  const leaseCfg = JSON.parse(document.getElementById("lease-config").textContent);
   const csrf = document.querySelector("meta[name=csrf-token]").content;
   const form = document.getElementById("judgement-form");
   const errorBox = document.getElementById("form-error");
@@ -14,11 +15,34 @@
   const nTurns = payload.query.n_turns;
 
   // ---- state -------------------------------------------------------------------
-  const start = payload.draft || payload.judgement || {};
+  // Drafts live in two places: localStorage (written synchronously on every change, so a
+  // reload a few ms after a keystroke finds it) and the server (debounced, for another
+  // browser). The newer one by its edited_at wins; a draft older than the stored
+  // judgement is stale.
+  const localKey = "cirval-draft-" + payload.assignment;
+  function localDraft() {
+    try { return JSON.parse(localStorage.getItem(localKey) || "null"); } catch (e) { return null; }
+  }
+  function newestDraft() {
+    const judgedAt = payload.judgement ? Date.parse(payload.judgement.created_at) : 0;
+    // A server draft saved before drafts carried edited_at counts as the oldest possible.
+    const stamp = (d) => d.edited_at || 1;
+    const found = [payload.draft, localDraft()].filter((d) => d && stamp(d) > judgedAt);
+    found.sort((x, y) => stamp(y) - stamp(x));
+    return found[0] || null;
+  }
+  const restoredDraft = newestDraft();
+  const start = restoredDraft || payload.judgement || {};
   let elapsed = Number(start.elapsed_ms || 0);
   let shownAt = document.visibilityState === "visible" ? Date.now() : null;
-  let token = (payload.draft && payload.draft.client_token) || newToken();
+  // A client token belongs to this page load only: a second tab, or a reload, never
+  // resubmits under another page's token.
+  let token = newToken();
+  // The revision this page shows: a submit over a newer one is answered 409.
+  let baseRevision = payload.judgement ? payload.judgement.revision : 0;
   let busy = false;
+  let dirty = false;
+  let afterLate = false;
   let activeScale = isSession && rubric.scales.length ? rubric.scales[0].key : null;
   let activeTurn = 0;
 
@@ -41,7 +65,7 @@
   // ---- reading and writing the form ------------------------------------------
   function checked(name) { const el = form.querySelector(`input[name="${name}"]:checked`); return el ? el.value : null; }
   function current() {
-    const data = { note: note.value, flagged: flagged.checked, client_token: token, elapsed_ms: spent() };
+    const data = { note: note.value, flagged: flagged.checked, client_token: token, elapsed_ms: spent(), edited_at: Date.now() };
     if (isSession) {
       data.scales = {};
       for (const s of rubric.scales) { const v = checked("scale-" + s.key); if (v !== null) data.scales[s.key] = Number(v); }
@@ -130,7 +154,7 @@
   let submitted = false;
   function saveDraft(now) {
     clearTimeout(saveTimer);
-    if (submitted) return;
+    if (submitted || !dirty) return;
     const send = () => {
       fetch(urls.draft, { method: "PUT", keepalive: true, credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(current()) })
@@ -139,32 +163,84 @@
     };
     if (now) send(); else saveTimer = setTimeout(send, 300);
   }
-  form.addEventListener("change", () => { if (!isSession) showSubs(); refresh(); saveDraft(); hideError(); });
-  note.addEventListener("input", () => { refresh(); saveDraft(); });
+  function edited() {
+    dirty = true;
+    try { localStorage.setItem(localKey, JSON.stringify(current())); } catch (e) { /* private mode: server only */ }
+    saveDraft();
+  }
+  function forgetDraft() { try { localStorage.removeItem(localKey); } catch (e) { /* nothing kept */ } }
+  form.addEventListener("change", () => { if (!isSession) showSubs(); refresh(); edited(); hideError(); });
+  note.addEventListener("input", () => { refresh(); edited(); });
   window.addEventListener("pagehide", () => saveDraft(true));
 
   // ---- actions ------------------------------------------------------------------
   function showError(msg) { errorBox.textContent = msg; errorBox.hidden = false; }
   function hideError() { errorBox.hidden = true; }
+  // The next item is reserved by a POST (a GET never changes state).
+  function goNext() {
+    const f = document.createElement("form");
+    f.method = "post";
+    f.action = urls.next;
+    const i = document.createElement("input");
+    i.type = "hidden"; i.name = "csrfmiddlewaretoken"; i.value = csrf;
+    f.appendChild(i);
+    document.body.appendChild(f);
+    f.submit();
+  }
+  function showNotice(id, text) {
+    const box = document.getElementById(id);
+    box.querySelector(".text").textContent = text;
+    box.hidden = false;
+    return box;
+  }
+  function answerText(j) {
+    if (!j) return "(nothing)";
+    if (isSession) return Object.entries(j.scales || {}).map(([k, v]) => k + " " + v).join(", ") + (j.note ? " · " + j.note : "");
+    return [j.category, j.sub_reason].filter(Boolean).join(" / ") + (j.note ? " · " + j.note : "");
+  }
+  function showConflict(err) {
+    const box = showNotice("conflict", err.detail || "This item changed elsewhere.");
+    box.querySelector(".stored").textContent = answerText(err.stored) + (err.stored ? " (revision " + err.stored.revision + ")" : "");
+    box.querySelector(".yours").textContent = answerText(current());
+    box.dataset.storedRevision = err.stored ? err.stored.revision : 0;
+    document.getElementById("conflict-mine").focus();
+  }
+  function keepMine() {
+    const box = document.getElementById("conflict");
+    baseRevision = Number(box.dataset.storedRevision || 0);
+    token = newToken(); // a new answer: a new token
+    box.hidden = true;
+    submit();
+  }
+  function keepStored() { submitted = true; clearTimeout(saveTimer); forgetDraft(); goNext(); }
+  function submitted201(data) {
+    submitted = true;
+    clearTimeout(saveTimer);
+    forgetDraft();
+    if (!data.late) { goNext(); return; }
+    afterLate = true;
+    showNotice("late-notice", "Your reservation had run out and this item went to someone else. Your answer is stored, " +
+      "marked late; it does not count twice towards the item's quorum. Press Enter for the next item.");
+  }
   async function submit() {
+    if (afterLate) { goNext(); return; }
     if (busy) return;
     const d = current();
     const p = problem(d);
     if (p) { showError(p); if (noteRequired(d)) note.focus(); return; }
     busy = true;
-    const body = Object.assign({}, d, { time_spent_ms: Math.round(d.elapsed_ms) });
+    const body = Object.assign({}, d, { time_spent_ms: Math.round(d.elapsed_ms), base_revision: baseRevision });
     delete body.elapsed_ms;
+    delete body.edited_at;
     try {
       const r = await fetch(urls.submit, { method: "POST", credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(body) });
-      if (r.status === 200 || r.status === 201) {
-        submitted = true;
-        clearTimeout(saveTimer);
-        window.location.assign(urls.next);
-        return;
-      }
-      const err = await r.json().catch(() => ({}));
-      showError(err.detail || "The server refused the judgement (" + r.status + ").");
+      const data = await r.json().catch(() => ({}));
+      if (r.status === 200 || r.status === 201) { submitted201(data); return; }
+      busy = false;
+      if (r.status === 409) { showConflict(data); return; }
+      showError(data.detail || "The server refused the judgement (" + r.status + ").");
+      return;
     } catch (e) {
       showError("Could not reach the server; your answer is kept. Press Enter to try again.");
     }
@@ -174,7 +250,7 @@
     if (busy) return;
     busy = true;
     await fetch(urls.skip, { method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": csrf } }).catch(() => null);
-    window.location.assign(urls.next);
+    goNext();
   }
   function back() { if (urls.back) window.location.assign(urls.back); }
   const help = document.getElementById("help");
@@ -183,6 +259,55 @@
   document.getElementById("skip-btn").addEventListener("click", skip);
   document.getElementById("help-btn").addEventListener("click", toggleHelp);
   help.addEventListener("click", toggleHelp);
+  document.getElementById("conflict-mine").addEventListener("click", keepMine);
+  document.getElementById("conflict-stored").addEventListener("click", keepStored);
+
+  // ---- lease: a heartbeat while the annotator is active, a warning before expiry --------
+  const leaseBox = document.getElementById("lease-warning");
+  let lastActivity = Date.now();
+  let leaseEnds = payload.lease_seconds != null ? Date.now() + payload.lease_seconds * 1000 : null;
+  let leaseHeld = payload.status === "reserved";
+  function leaseLeft() { return leaseEnds === null ? Infinity : leaseEnds - Date.now(); }
+  async function heartbeat() {
+    if (submitted || !leaseHeld) return;
+    try {
+      const r = await fetch(urls.lease, { method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": csrf } });
+      if (!r.ok) return;
+      const d = await r.json();
+      leaseHeld = d.held;
+      leaseEnds = d.held ? Date.now() + d.lease_seconds * 1000 : Date.now();
+      showLease(d);
+    } catch (e) { /* offline: try again on the next beat */ }
+  }
+  function showLease(d) {
+    const left = leaseLeft();
+    if (!leaseHeld && d && d.late) {
+      showNotice("lease-warning", "Your reservation ran out and this item went to someone else. You can still submit: " +
+        "your answer will be stored, marked late.");
+    } else if (left <= 0) {
+      showNotice("lease-warning", "Your reservation has run out. Submit now to keep your answer.");
+    } else if (left <= leaseCfg.warn_seconds * 1000) {
+      const s = Math.ceil(left / 1000);
+      showNotice("lease-warning", "Your reservation of this item ends in " + Math.floor(s / 60) + ":" + String(s % 60).padStart(2, "0") +
+        ". Press a key or move the mouse to keep it.");
+    } else {
+      leaseBox.hidden = true;
+    }
+  }
+  function active() {
+    const wasIdle = Date.now() - lastActivity > leaseCfg.idle_seconds * 1000;
+    lastActivity = Date.now();
+    if (leaseHeld && (wasIdle || leaseLeft() <= leaseCfg.warn_seconds * 1000)) heartbeat();
+  }
+  ["keydown", "mousedown", "mousemove", "input", "wheel", "touchstart"].forEach((t) =>
+    document.addEventListener(t, active, { passive: true, capture: true }));
+  if (leaseHeld) {
+    setInterval(() => {
+      // Renewal pauses once the annotator has been idle for idle_seconds.
+      if (Date.now() - lastActivity <= leaseCfg.idle_seconds * 1000) heartbeat();
+    }, leaseCfg.heartbeat_seconds * 1000);
+    setInterval(() => { if (!submitted) showLease(null); }, 1000);
+  }
 
   // ---- keyboard -----------------------------------------------------------------
   function pressKey(input) { if (input) { input.checked = !input.checked || input.type === "radio"; form.dispatchEvent(new Event("change")); } }
@@ -227,7 +352,8 @@
 
   // ---- start ----------------------------------------------------------------------
   restore(start);
-  if (payload.draft) draftStatus.textContent = "Draft restored.";
+  if (restoredDraft) { dirty = true; draftStatus.textContent = "Draft restored."; }
+  if (leaseHeld) showLease(null);
   // Warm the browser cache with the images of the item most likely served next.
   fetch(urls.upcoming, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : { images: [] }))
     .then((d) => d.images.forEach((src) => { const img = new Image(); img.src = src; })).catch(() => null);

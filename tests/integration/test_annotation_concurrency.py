@@ -12,7 +12,7 @@ from django.db import connection, connections
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Judgement, StudyItem
 from annotation.studies.building import StudySpec, create_study
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -23,7 +23,7 @@ def test_twenty_annotators_drain_a_study_with_overlap_three():
     call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
                  verbosity=0)
     User = get_user_model()
-    annotators = [User.objects.create_user(f"racer{i:02d}", password="x") for i in range(20)]
+    annotators = [make_annotator(f"racer{i:02d}", password="x") for i in range(20)]
     study, _ = create_study(StudySpec(name="race", datasets=["circo"], overlap=3, total=60, seed=11,
                                       annotators=[u.username for u in annotators]))
     errors: list[BaseException] = []

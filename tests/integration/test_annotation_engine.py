@@ -13,7 +13,7 @@ from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.judging.rubric import JudgementError
 from annotation.studies.building import StudyError, StudySpec, create_study
 from retrieval.models import Dataset, Query, QuerySubset
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ def circo(db):
 
 def users(n: int, prefix: str = "ann"):
     User = get_user_model()
-    return [User.objects.create_user(f"{prefix}{i}", password="x") for i in range(n)]
+    return [make_annotator(f"{prefix}{i}", password="x") for i in range(n)]
 
 
 def make_study(names, overlap=2, **kw) -> Study:

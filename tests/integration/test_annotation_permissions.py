@@ -129,9 +129,13 @@ def test_api_submit_refusal_names_the_field_and_token_makes_retries_safe(world):
     assert len(history) == 1
 
 
-def test_schema_lists_the_annotation_api(world):
-    api = api_for(world["a"])
-    resp = api.get("/api/schema/", HTTP_ACCEPT="application/json")
+def test_schema_lists_the_annotation_api_to_researchers_only(world):
+    assert api_for(world["a"]).get("/api/schema/", HTTP_ACCEPT="application/json").status_code == 403
+    nobody = get_user_model().objects.create_user("norole", password="pw")
+    assert api_for(nobody).get("/api/schema/", HTTP_ACCEPT="application/json").status_code == 403
+    researcher = get_user_model().objects.create_user("res", password="pw")
+    researcher.groups.add(Group.objects.get_or_create(name="researcher")[0])
+    resp = api_for(researcher).get("/api/schema/", HTTP_ACCEPT="application/json")
     assert resp.status_code == 200
     paths = {p.replace("{id}", "{pk}") for p in json.loads(resp.content)["paths"]}
     for p in ("/api/studies/", "/api/studies/{pk}/next/", "/api/assignments/{pk}/judgements/", "/api/assignments/{pk}/draft/"):

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from PIL import Image as PILImage
 
 from retrieval.models import Dataset, GalleryEntry, Image, ImportJob, Query, Target, Turn
+from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
 
@@ -148,7 +149,7 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
     val = tmp_path / "val.json"
     val.write_text(json.dumps([{**CIRCO_OK, "id": n, "relative_caption": SCRIPT} for n in range(2)]))
     call_command("import_dataset", "--format", "circo", "--name", "xss", str(val), stdout=StringIO())
-    user = get_user_model().objects.create_user("ann", password="pw")
+    user = make_annotator("ann")
     study, _ = create_study(StudySpec(name="xss", datasets=["xss"], overlap=1, annotators=["ann"]))
     asg = engine.next_assignment(study, user).assignment
     engine.submit(asg, {"category": "VALIDATED", "note": SCRIPT, "time_spent_ms": 5})
@@ -173,3 +174,38 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
             yield value
 
     assert SCRIPT in set(strings(traces))  # the note, exactly as written
+
+
+@pytest.mark.parametrize("content,status", [(json.dumps([CIRCO_OK]).encode(), "done"), (b"[{", "failed")])
+def test_uploaded_files_are_deleted_once_the_import_finished_or_failed(client, demo_accounts, settings, tmp_path,
+                                                                       content, status):
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    client.login(username="admin", password=demo_accounts["admin"])
+    upload = io.BytesIO(content)
+    upload.name = "val.json"
+    resp = client.post("/datasets/import/", {"format": "circo", "name": "gone", "files": [upload]})
+    assert resp.status_code == 302
+    job = ImportJob.objects.get(dataset_name="gone")
+    assert job.status == status
+    assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]  # nothing left on disk
+    assert job.report or job.error  # the job keeps its own report
+    assert [p.rsplit("/", 1)[-1] for p in job.files] == ["val.json"]
+
+
+def test_an_unexpected_importer_crash_fails_the_job_instead_of_leaving_it_running(client, demo_accounts, settings,
+                                                                                  tmp_path, monkeypatch):
+    from retrieval import importers
+
+    def crash(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(importers, "parse", crash)
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    client.raise_request_exception = False
+    client.login(username="admin", password=demo_accounts["admin"])
+    upload = io.BytesIO(json.dumps([CIRCO_OK]).encode())
+    upload.name = "val.json"
+    client.post("/datasets/import/", {"format": "circo", "name": "crash", "files": [upload]})
+    job = ImportJob.objects.get(dataset_name="crash")
+    assert job.status == "failed" and "KeyError" in job.error and job.finished_at is not None
+    assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]

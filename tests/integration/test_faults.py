@@ -21,7 +21,7 @@ from annotation.studies.building import StudySpec, create_study
 from audit.models import AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
-from tests.conftest import FIXTURES, ROOT, database_url_for_subprocess, wait_for
+from tests.conftest import FIXTURES, ROOT, database_url_for_subprocess, wait_for, make_annotator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +35,7 @@ def test_db_connection_dropped_mid_submit_then_retry_succeeds():
     needs_postgres()
     call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
                  verbosity=0)
-    user = get_user_model().objects.create_user("ann", password="pw")
+    user = make_annotator("ann")
     study, _ = create_study(StudySpec(name="drop", datasets=["circo"], overlap=1, total=3, annotators=["ann"]))
     asg = engine.next_assignment(study, user).assignment
     url = f"/api/assignments/{asg.pk}/judgements/"

@@ -64,3 +64,31 @@ def test_anonymous_gets_no_image(served):
     from django.test import Client
 
     assert Client().get(f"/images/{served['ok'].pk}/").status_code == 302
+
+
+def test_truncated_png_thumbnail_is_422_without_the_path(client, served, tmp_path, settings):
+    import io
+
+    buf = io.BytesIO()
+    PILImage.effect_noise((90, 90), 64).convert("RGB").save(buf, format="PNG")
+    root = settings.IMAGE_ROOTS[0]
+    (root / "cut.png").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])  # header fine, data cut
+    cut = Image.objects.create(dataset=served["ok"].dataset, external_id="cut", path="cut.png")
+    resp = client.get(f"/images/{cut.pk}/?size=96")
+    assert resp.status_code == 422 and b"not a readable image" in resp.content
+    assert str(root).encode() not in resp.content and b"cut.png" not in resp.content
+    assert not list(settings.THUMBNAIL_DIR.rglob("*.tmp"))
+    fake = client.get(f"/images/{served['fake'].pk}/")
+    assert fake.status_code == 422 and str(root).encode() not in fake.content
+
+
+def test_served_files_carry_the_image_id_not_the_file_name(client, served):
+    full = client.get(f"/images/{served['ok'].pk}/")
+    assert full.status_code == 200 and f'filename="image-{served["ok"].pk}.png"' in full["Content-Disposition"]
+    thumb = client.get(f"/images/{served['ok'].pk}/?size=96")
+    assert "ok.png" not in thumb.get("Content-Disposition", "") and "ok.png" not in full["Content-Disposition"]
+
+
+@pytest.mark.parametrize("size", ["²", "٣", "-1", "96.0", "1" * 40, "\x00"])
+def test_hostile_sizes_are_400(client, served, size):
+    assert client.get(f"/images/{served['ok'].pk}/", {"size": size}).status_code == 400

@@ -14,7 +14,7 @@ from annotation.models import ExportJob
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.planning import create_run
 from retrieval.models import Image, ImportJob, Query
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = pytest.mark.django_db
 ROLES = ("anon", "member", "outsider", "researcher", "staff")
@@ -43,8 +43,8 @@ def world(tmp_path):
                  verbosity=0)
     User = get_user_model()
     users = {
-        "member": User.objects.create_user("member", password="pw"),
-        "outsider": User.objects.create_user("outsider", password="pw"),
+        "member": make_annotator("member"),
+        "outsider": make_annotator("outsider"),
         "researcher": User.objects.create_user("res", password="pw"),
         "staff": User.objects.create_user("boss", password="pw", is_staff=True),
     }
@@ -79,7 +79,7 @@ def table(w):
         "login": ("GET", {}, {"anon": ok, **{r: 302 for r in ROLES[1:]}}),
         "logout": ("POST", {}, {"anon": 302, **{r: 302 for r in ROLES[1:]}}),
         "healthz": ("GET", {}, {"anon": ok, **everyone}),
-        "api-schema": ("GET", {}, everyone),
+        "api-schema": ("GET", {}, {"member": 403, "outsider": 403, "researcher": ok, "staff": ok}),
         "retrieval:dataset_list": ("GET", {}, page_research),
         "retrieval:dataset_detail": ("GET", {"name": "circo"}, page_research),
         "retrieval:query_detail": ("GET", {"name": "circo", "pk": w["query"].pk}, page_research),
@@ -118,6 +118,7 @@ def table(w):
         "annotation:api_assignments": ("GET", {}, everyone),
         "annotation:api_assignment": ("GET", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_draft": ("PUT", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
+        "annotation:api_lease": ("POST", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_skip": ("POST", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_judgements": ("GET", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "room:users": ("GET", {}, page_staff),

@@ -11,7 +11,7 @@ from sklearn.metrics import cohen_kappa_score
 from annotation.assignment import queue as engine
 from annotation.agreement.reports import study_report
 from annotation.studies.building import StudySpec, create_study
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +30,7 @@ def test_scales_and_reject_flags(tmp_path):
     call_command("import_dataset", "--format", "mtfiq", "--name", "mt",
                  str(FIXTURES / "datasets/mtfiq/dress.val.sample.json"), verbosity=0)
     User = get_user_model()
-    a, b = User.objects.create_user("a"), User.objects.create_user("b")
+    a, b = make_annotator("a"), make_annotator("b")
     study, _ = create_study(StudySpec(name="sess", datasets=["mt"], rubric="session", overlap=2, total=4, seed=3,
                                       annotators=["a", "b"]))
     overall_a, overall_b = [1, 3, 5, 4], [2, 3, 4, 4]

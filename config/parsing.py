@@ -1,0 +1,137 @@
+"""One request-parsing layer: hostile input is refused with 400 and the field named.
+
+Every JSON body of the API goes through :class:`SafeJSONParser`; query-string ids go through
+:func:`query_int`. What they refuse, before any view or database sees it:
+
+* nesting deeper than :data:`MAX_DEPTH` (a ``RecursionError`` otherwise);
+* ``NaN``, ``Infinity`` and numbers such as ``1e999`` that overflow to infinity;
+* integers outside a signed 64-bit range (no database column holds them);
+* NUL characters and lone UTF-16 surrogates in any string or key (PostgreSQL refuses NUL in
+  text and JSON; a lone surrogate cannot be encoded as UTF-8);
+* bodies that are not UTF-8.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+MAX_DEPTH = 32
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKETS = re.compile(r"[\[\]{}]")
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+_ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+class HostileInput(ValueError):
+    """A value no field may hold; ``field`` is its dotted path in the document."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.message = message
+
+
+class _Overflow(float):
+    """A float literal that overflowed; the walk reports it with its field's name."""
+
+    def __new__(cls, text: str):
+        obj = super().__new__(cls, "inf")
+        obj.text = text
+        return obj
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    return _Overflow(text) if math.isinf(value) else value
+
+
+def _refuse_constant(name: str):
+    raise HostileInput("", f"{name} is not a number JSON allows")
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest bracket nesting of a JSON text (strings ignored), without recursion."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(_STRINGS.sub("", text)):
+        if m.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def check_text(value: str, field: str) -> None:
+    bad = _BAD_CHARS.search(value)
+    if bad:
+        what = "a NUL character" if bad.group() == "\x00" else "a lone surrogate"
+        raise HostileInput(field, f"contains {what}, which no field may hold")
+
+
+def check_value(value: Any, field: str = "") -> None:
+    """Walk a parsed document and refuse the first hostile value, naming its field."""
+    stack = [(value, field)]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, str):
+            check_text(v, path)
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif isinstance(v, int):
+            if not INT_MIN <= v <= INT_MAX:
+                raise HostileInput(path, "integer out of range")
+        elif isinstance(v, _Overflow):
+            raise HostileInput(path, f"number {v.text[:40]} out of range")
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                check_text(k, f"{path}.{k[:40]!r}" if path else repr(k[:40]))
+                stack.append((item, f"{path}.{k}" if path else k))
+        elif isinstance(v, list):
+            stack.extend((item, f"{path}[{n}]") for n, item in enumerate(v))
+
+
+def loads(raw: bytes | str) -> Any:
+    """Parse JSON and refuse hostile input (:class:`HostileInput` names the field)."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise HostileInput("", f"the body is not UTF-8 (byte {exc.start})") from None
+    if nesting_depth(text) > MAX_DEPTH:
+        raise HostileInput("", f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        data = json.loads(text, parse_float=_parse_float, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise HostileInput("", f"not valid JSON: {exc}") from None
+    check_value(data)
+    return data
+
+
+class SafeJSONParser(JSONParser):
+    """DRF's JSON parser with :func:`loads`: 400 ``{"field", "detail"}`` on hostile input."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if limit and len(raw) > limit:
+            raise ParseError({"field": "", "detail": f"the body is larger than {limit} bytes"})
+        try:
+            return loads(raw)
+        except HostileInput as exc:
+            raise ParseError({"field": exc.field, "detail": str(exc)}) from None
+
+
+def query_int(request, name: str) -> int | None:
+    """An optional integer query parameter (ASCII digits only); ``ValueError`` names it."""
+    raw = request.GET.get(name)
+    if raw in (None, ""):
+        return None
+    if not _ASCII_DIGITS.fullmatch(raw):
+        raise HostileInput(name, f"?{name}= must be a whole number")
+    return int(raw)

@@ -1,0 +1,182 @@
+"""The hostile-input table of the attack report: every probe answers 4xx, names the field
+where there is one, and writes nothing (no judgement, draft, study, job or reservation)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from annotation.assignment import queue as engine
+from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
+from annotation.studies.building import StudySpec, create_study
+from retrieval.models import Image, ImportJob
+from tests.conftest import FIXTURES, make_annotator
+
+pytestmark = pytest.mark.django_db
+
+NESTED_LIST = "[" * 100_000 + "]" * 100_000
+NESTED_OBJECT = '{"a":' * 60 + "1" + "}" * 60
+
+
+def ok_judgement(**over) -> str:
+    return json.dumps({"category": "VALIDATED", "time_spent_ms": 5, "note": "", **over})
+
+
+# (case id, who, method, url template, raw body, content type, status, field named in the answer)
+CASES = [
+    ("deep-json-list-judgement", "ann", "POST", "/api/assignments/{a}/judgements/", NESTED_LIST, "json", 400, ""),
+    ("deep-json-object-draft", "ann", "PUT", "/api/assignments/{a}/draft/", NESTED_OBJECT, "json", 400, ""),
+    ("deep-json-study", "boss", "POST", "/api/studies/", NESTED_OBJECT, "json", 400, ""),
+    ("nul-in-note", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(note="a\x00b"), "json", 400, "note"),
+    ("surrogate-in-note", "ann", "POST", "/api/assignments/{a}/judgements/",
+     '{"category": "VALIDATED", "time_spent_ms": 5, "note": "\\ud800"}', "json", 400, "note"),
+    ("nul-in-token", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(client_token="t\x00"), "json", 400,
+     "client_token"),
+    ("surrogate-in-token", "ann", "POST", "/api/assignments/{a}/judgements/",
+     '{"category": "VALIDATED", "time_spent_ms": 5, "client_token": "\\udfff"}', "json", 400, "client_token"),
+    ("nul-in-draft", "ann", "PUT", "/api/assignments/{a}/draft/", json.dumps({"note": "x\x00"}), "json", 400, "note"),
+    ("surrogate-key-in-draft", "ann", "PUT", "/api/assignments/{a}/draft/", '{"\\ud83d": 1}', "json", 400, ""),
+    ("surrogate-in-nested-draft", "ann", "PUT", "/api/assignments/{a}/draft/",
+     '{"scales": {"overall": "\\udc00"}}', "json", 400, "scales.overall"),
+    ("1e999-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/",
+     '{"category": "VALIDATED", "time_spent_ms": 1e999}', "json", 400, "time_spent_ms"),
+    ("-1e999-in-draft", "ann", "PUT", "/api/assignments/{a}/draft/", '{"elapsed_ms": -1e999}', "json", 400,
+     "elapsed_ms"),
+    ("NaN-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/",
+     '{"category": "VALIDATED", "time_spent_ms": NaN}', "json", 400, ""),
+    ("huge-int-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(time_spent_ms=10**30),
+     "json", 400, "time_spent_ms"),
+    ("out-of-range-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(time_spent_ms=2**40),
+     "json", 400, "time_spent_ms"),
+    ("1e999-seed", "boss", "POST", "/api/studies/", '{"name": "x", "datasets": ["circo"], "seed": 1e999}', "json", 400,
+     "seed"),
+    ("huge-seed", "boss", "POST", "/api/studies/", json.dumps({"name": "x", "datasets": ["circo"], "seed": 2**40}),
+     "json", 400, "seed"),
+    ("huger-seed", "boss", "POST", "/api/studies/", json.dumps({"name": "x", "datasets": ["circo"], "seed": 10**40}),
+     "json", 400, "seed"),
+    ("nul-in-study-name", "boss", "POST", "/api/studies/", json.dumps({"name": "x\x00", "datasets": ["circo"]}), "json",
+     400, "name"),
+    ("not-utf8", "ann", "POST", "/api/assignments/{a}/judgements/", b'{"note": "\xff\xfe"}', "json", 400, ""),
+    ("bad-base-revision", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(base_revision="x"), "json",
+     400, "base_revision"),
+    ("form-encoded-judgement", "ann", "POST", "/api/assignments/{a}/judgements/", "category=VALIDATED&time_spent_ms=5",
+     "form", 400, ""),
+    ("study-abc", "ann", "GET", "/api/assignments/?study=abc", None, None, 400, "study"),
+    ("study-nul", "ann", "GET", "/api/assignments/?study=%00", None, None, 400, "study"),
+    ("study-superscript", "ann", "GET", "/api/assignments/?study=%C2%B2", None, None, 400, "study"),
+    ("image-size-superscript", "ann", "GET", "/images/{image}/?size=%C2%B2", None, None, 400, ""),
+    ("image-size-arabic-digit", "ann", "GET", "/images/{image}/?size=%D9%A3", None, None, 400, ""),
+]
+
+TYPES = {"json": "application/json", "form": "application/x-www-form-urlencoded"}
+
+
+@pytest.fixture
+def world(db):
+    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
+                 verbosity=0)
+    ann = make_annotator("ann")
+    boss = get_user_model().objects.create_user("boss", password="pw", is_staff=True)
+    study, _ = create_study(StudySpec(name="s", datasets=["circo"], overlap=1, total=4, annotators=["ann"]))
+    asg = engine.next_assignment(study, ann).assignment
+    return {"ann": ann, "boss": boss, "a": asg.pk, "image": Image.objects.first().pk}
+
+
+def snapshot():
+    return (
+        Judgement.objects.count(), Draft.objects.count(), Study.objects.count(), ImportJob.objects.count(),
+        sorted(Assignment.objects.values_list("pk", "status", "lease_expires")),
+        sorted(StudyItem.objects.values_list("pk", "taken", "completed")),
+    )
+
+
+@pytest.mark.parametrize("case,who,method,url,body,ctype,want,field", CASES, ids=[c[0] for c in CASES])
+def test_hostile_input_is_refused_naming_the_field_and_nothing_is_written(world, case, who, method, url, body, ctype,
+                                                                           want, field):
+    client = APIClient()
+    client.force_login(world[who])
+    before = snapshot()
+    url = url.format(a=world["a"], image=world["image"])
+    if body is None:
+        resp = client.generic(method, url)
+    else:
+        resp = client.generic(method, url, body.encode() if isinstance(body, str) else body, TYPES[ctype])
+    assert resp.status_code == want, (case, resp.status_code, resp.content[:300])
+    if field:
+        answer = resp.json()
+        assert field in (str(answer.get("field", "")) + json.dumps(answer)), (case, answer)
+    assert snapshot() == before, case
+
+
+def test_anonymous_and_oversized_bodies_are_refused_before_reading(world, client, settings):
+    """The guard runs before CSRF, sessions and login: a body claiming more than the limit is
+    never read, whoever sends it (a CSRF failure would need the body; it is never reached)."""
+    from django.test import Client
+
+    anon = Client(enforce_csrf_checks=True)
+    huge = str(155 * 1024 * 1024)
+    resp = anon.generic("POST", "/datasets/import/", b"x" * 10, content_type="multipart/form-data; boundary=zz",
+                        CONTENT_LENGTH=huge)
+    assert resp.status_code == 413 and "limit" in resp.json()["detail"]
+    signed_in = Client(enforce_csrf_checks=True)
+    signed_in.force_login(world["boss"])
+    resp = signed_in.generic("POST", "/api/studies/", b"{}", content_type="application/json",
+                             CONTENT_LENGTH=str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1))
+    assert resp.status_code == 413
+    resp = signed_in.generic("POST", "/api/studies/", b"{}", content_type="application/json", CONTENT_LENGTH="12abc")
+    assert resp.status_code == 400 and resp.json()["field"] == "Content-Length"
+    assert not ImportJob.objects.exists()
+    from config.settings import MIDDLEWARE
+
+    assert MIDDLEWARE[0] == "config.middleware.RequestGuardMiddleware"
+
+
+def test_study_creation_refuses_users_without_the_annotator_role(world):
+    get_user_model().objects.create_user("norole", password="pw")
+    client = APIClient()
+    client.force_authenticate(world["boss"])
+    before = Study.objects.count()
+    resp = client.post("/api/studies/", {"name": "roles", "datasets": ["circo"], "annotators": ["ann", "norole"]},
+                       format="json")
+    assert resp.status_code == 400
+    assert "norole" in resp.json()["detail"] and "annotator role" in resp.json()["detail"]
+    assert Study.objects.count() == before
+    ok = client.post("/api/studies/", {"name": "roles", "datasets": ["circo"], "total": 2, "annotators": ["ann"]},
+                     format="json")
+    assert ok.status_code == 201
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("annotators", "norole", "norole is not one of the available choices"),
+    ("seed", "99999999999999", "less than or equal to"),
+    ("quotas", "[" * 5000 + "]" * 5000, "nested deeper"),
+    ("quotas", '{"a": 1e999}', "out of range"),
+    ("name", "x\x00", "Null characters are not allowed"),
+])
+def test_study_form_refuses_hostile_fields(world, client, field, value, message):
+    get_user_model().objects.create_user("norole", password="pw")
+    client.force_login(world["boss"])
+    data = {"name": "f", "datasets": ["circo"], "rubric": "validity", "overlap": 1, "seed": 0, "agreement_size": 0,
+            "lease_minutes": 10, "annotators": "ann"}
+    data[field] = value
+    resp = client.post("/studies/new/", data)
+    assert resp.status_code == 200 and message in resp.content.decode().replace("&#x27;", "'"), field
+    assert not Study.objects.filter(name="f").exists()
+
+
+def test_security_md_is_true_about_the_cookies(world, client):
+    """SECURITY.md says both cookies are HttpOnly and no script reads a cookie."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    resp = client.get("/login/")
+    csrf = resp.cookies.get("csrftoken")
+    assert csrf is not None and csrf["httponly"] is True
+    login = client.post("/login/", {"username": "ann", "password": "pw"})
+    assert login.cookies["sessionid"]["httponly"] is True
+    assert "CSRF cookie are `HttpOnly`" in (root / "SECURITY.md").read_text().replace("\n  ", " ")
+    for script in (root / "static").rglob("*.js"):
+        assert "document.cookie" not in script.read_text(), script
