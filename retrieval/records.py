@@ -80,25 +80,44 @@ class QueryRecord:
 
 @dataclass
 class ParsedDataset:
-    """What a parser returns: images by external id, queries, galleries per split."""
+    """What a parser returns: images by external id, queries, galleries per split.
+
+    A streaming import fills the same object while the parser yields its queries one by one
+    (``queries`` then stays empty); ``touched`` lists the known images that a later sighting
+    completed (a path, url or extra key added), so a loader that already wrote them can update them.
+    """
 
     format: str
     images: dict[str, ImageRecord] = field(default_factory=dict)
     queries: list[QueryRecord] = field(default_factory=list)
     galleries: dict[str, list[str]] = field(default_factory=dict)  # split -> image ids
     warnings: list[str] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)
+    _gallery_members: dict[str, set[str]] = field(default_factory=dict, repr=False)
 
     def add_image(self, image: ImageRecord) -> str:
         """Register an image once; later sightings fill in missing path/url."""
         known = self.images.get(image.external_id)
         if known is None:
             self.images[image.external_id] = image
-        else:
-            known.path = known.path or image.path
-            known.url = known.url or image.url
-            for k, v in image.extra.items():
-                known.extra.setdefault(k, v)
+            return image.external_id
+        before = (known.path, known.url, len(known.extra))
+        known.path = known.path or image.path
+        known.url = known.url or image.url
+        for k, v in image.extra.items():
+            known.extra.setdefault(k, v)
+        if (known.path, known.url, len(known.extra)) != before:
+            self.touched.add(image.external_id)
         return image.external_id
+
+    def add_to_gallery(self, split: str, image_id: str) -> bool:
+        """Append ``image_id`` to the gallery of ``split`` unless it is there already (False then)."""
+        members = self._gallery_members.setdefault(split, set(self.galleries.get(split, ())))
+        if image_id in members:
+            return False
+        members.add(image_id)
+        self.galleries.setdefault(split, []).append(image_id)
+        return True
 
 
 def safe_relpath(value: Any, file: str, record: int | None, field_name: str) -> str:

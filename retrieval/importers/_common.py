@@ -6,13 +6,15 @@ the exact spot. Nothing here imports Django.
 """
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from retrieval.records import ImageRecord, ParsedDataset, ParseError, TargetRecord, safe_relpath
+from retrieval.importers.jsonstream import iter_jsonl, iter_list, iter_object, sniff
+from retrieval.records import ImageRecord, ParsedDataset, ParseError, QueryRecord, TargetRecord, safe_relpath
+
+__all__ = ["iter_jsonl", "iter_list", "iter_object", "sniff"]
 
 PathLike = str | Path
 
@@ -33,57 +35,35 @@ def as_paths(paths: Iterable[PathLike] | PathLike) -> list[Path]:
     return result
 
 
-def read_text(path: Path) -> str:
-    """Read a UTF-8 file (a BOM is tolerated); I/O and decoding errors become ParseError."""
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(index, line)`` for the lines of a UTF-8 text file, streaming (a BOM is tolerated)."""
     try:
-        return path.read_text(encoding="utf-8-sig")
+        with open(path, encoding="utf-8-sig") as handle:
+            for index, line in enumerate(handle):
+                yield index, line
     except UnicodeDecodeError as exc:
         raise ParseError(str(path), None, None, f"not UTF-8 text: {exc}") from exc
     except OSError as exc:
         raise ParseError(str(path), None, None, f"cannot read file: {exc.strerror or exc}") from exc
 
 
-def load_json(path: Path) -> Any:
-    """Load a whole JSON document; bad JSON reports its line and column."""
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(
-            str(path), None, None, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from exc
+def collect(stream: Callable[..., Iterator[QueryRecord]], fmt: str, paths: Iterable[PathLike] | PathLike,
+            split: str | None = None, subset: str | None = None) -> ParsedDataset:
+    """Run a parser's ``stream`` to the end and return the whole ParsedDataset (queries in a list)."""
+    dataset = ParsedDataset(format=fmt)
+    dataset.queries.extend(stream(paths, dataset, split=split, subset=subset))
+    return dataset
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(index, record)`` for each non-blank line of a JSON Lines file.
-
-    ``index`` is the 0-based line number, so it doubles as the record number of errors
-    and as the record's ordinal (blank lines are skipped but keep their number).
-    """
-    text = read_text(path)
-    for index, line in enumerate(text.splitlines()):
-        if not line.strip():
-            continue
-        try:
-            yield index, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ParseError(
-                str(path), index, None, f"invalid JSON at line {index + 1}, column {exc.colno}: {exc.msg}"
-            ) from exc
-
-
-def expect_list(data: Any, path: Path) -> list[Any]:
-    """The top level of ``path`` must be a JSON array."""
-    if not isinstance(data, list):
-        raise ParseError(str(path), None, None, f"expected a JSON list at the top level, got {json_type(data)}")
-    return data
-
-
-def expect_object(data: Any, path: Path) -> dict[str, Any]:
-    """The top level of ``path`` must be a JSON object."""
-    if not isinstance(data, dict):
-        raise ParseError(str(path), None, None, f"expected a JSON object at the top level, got {json_type(data)}")
-    return data
+def fill_gallery(dataset: ParsedDataset, split: str, file: str, members: Iterable[str]) -> None:
+    """Add ``members`` to the gallery of ``split``; entries listed twice are kept once, with a warning."""
+    dataset.galleries.setdefault(split, [])
+    duplicates = [image_id for image_id in members if not dataset.add_to_gallery(split, image_id)]
+    if duplicates:
+        dataset.warnings.append(
+            f"{file}: {len(duplicates)} gallery entr{'y is' if len(duplicates) == 1 else 'ies are'} listed more "
+            f"than once (kept once), e.g. {duplicates[0]!r}"
+        )
 
 
 def json_type(value: Any) -> str:
@@ -120,16 +100,18 @@ class Record:
     absent. Types are checked strictly (a boolean is not an integer, a float is not an int).
     """
 
-    def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record"):
+    def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record", prefix: str = ""):
         self.file = str(path)
         self.index = index
         self.data = data
+        self.prefix = prefix  # a nested object (``turns[1]``) names its fields ``turns[1].turn``
         if not isinstance(data, dict):
             self.fail(None, f"expected a JSON object for this {what}, got {json_type(data)}")
 
     def fail(self, field_name: str | None, message: str) -> NoReturn:
         """Raise a ParseError for this record."""
-        raise ParseError(self.file, self.index, field_name, message)
+        full = f"{self.prefix}.{field_name}" if self.prefix and field_name else (self.prefix or field_name)
+        raise ParseError(self.file, self.index, full, message)
 
     def has(self, key: str) -> bool:
         """Whether the key is present (even with a null value)."""
@@ -266,3 +248,52 @@ def register(dataset: ParsedDataset, external_id: str, path: str | None = None, 
 def is_test_split(split: str) -> bool:
     """Splits whose ground truth is hidden (CIRR test1, FashionIQ test, CIRCO test)."""
     return split.lower().startswith("test")
+
+
+#: A content rule: ``(role, test)`` where ``test(shape, first)`` looks at the top-level JSON type
+#: of a file and its first item (see :func:`retrieval.importers.jsonstream.sniff`).
+ContentRule = tuple[str, Callable[[str, Any], bool]]
+
+
+def list_of_objects_with(*keys: str) -> Callable[[str, Any], bool]:
+    """Content test: a JSON list whose first item is an object holding every key of ``keys``."""
+    return lambda shape, first: shape == "list" and isinstance(first, dict) and all(k in first for k in keys)
+
+
+def list_of_strings(shape: str, first: Any) -> bool:
+    """Content test: a JSON list whose first item is a string."""
+    return shape == "list" and isinstance(first, str)
+
+
+def object_of(test: Callable[[Any], bool]) -> Callable[[str, Any], bool]:
+    """Content test: a JSON object whose first member's value passes ``test``."""
+    return lambda shape, first: shape == "object" and first is not None and test(first[1])
+
+
+def file_role(path: Path, patterns: Sequence[tuple[str, re.Pattern[str]]], rules: Sequence[ContentRule],
+              expected: str) -> tuple[str, dict[str, str | None]]:
+    """``(role, name_groups)`` of an annotation file: the role from its content where the content
+    tells, else from its name; the groups of the name pattern that matched (empty when none did).
+
+    Refuses a file whose role neither its content nor its name tells, saying what was expected.
+    """
+    named = next(((role, m) for role, pattern in patterns if (m := pattern.match(path.name))), None)
+    shape, first = sniff(path) if path.suffix.lower() == ".json" else ("other", None)
+    by_content = next((role for role, test in rules if test(shape, first)), None)
+    if by_content is None and named is None:
+        raise ParseError(str(path), None, None, f"cannot tell what this file is from its name or content; expected {expected}")
+    groups = named[1].groupdict() if named is not None else {}
+    return by_content or named[0], groups
+
+
+def name_token(path: Path, known: Iterable[str]) -> str | None:
+    """The last token of the file name (split on ``.``, ``_``, ``-``) that is one of ``known``."""
+    tokens = re.split(r"[._-]", path.name)
+    return next((t for t in reversed(tokens) if t in set(known)), None)
+
+
+def need(value: str | None, path: Path, what: str, option: str, expected: str) -> str:
+    """``value``, or a ParseError saying the ``what`` cannot be told and how to give it."""
+    if value:
+        return value
+    raise ParseError(str(path), None, None, f"cannot tell the {what} of this file; name it {expected} or pass {option}")

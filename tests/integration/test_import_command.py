@@ -55,9 +55,11 @@ def test_reimport_creates_no_duplicates():
     args = ("--format", "circo", "--name", "circo", str(DS / "circo" / "val.json"))
     run_import(*args)
     first = row_counts()
+    stamp = Dataset.objects.get(name="circo").updated_at
     out = run_import(*args)
-    assert "0 new, 220 updated" in out
+    assert "0 new, 0 updated, 220 unchanged" in out
     assert row_counts() == first
+    assert Dataset.objects.get(name="circo").updated_at > stamp
 
 
 def test_cirr_counts_match_files():
