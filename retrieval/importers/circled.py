@@ -61,20 +61,21 @@ def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | Non
     return collect(stream, FORMAT, paths, split=split, subset=subset)
 
 
-def _file_subset(path: Path, named: str | None, override: str | None, dataset: ParsedDataset) -> re.Match[str]:
+def _file_subset(path: Path, name: str | None, override: str | None, dataset: ParsedDataset) -> re.Match[str]:
     """The subset of one file: ``--subset``, else its first record's ``subset``, else its name."""
     _, first = sniff(path)
     in_records = first.get("subset") if isinstance(first, dict) and isinstance(first.get("subset"), str) else None
+    named = name if name and _SUBSET.match(name) else None
     chosen = override or in_records or named
     if chosen is None:
-        raise ParseError(str(path), None, None, f"cannot tell the subset: its records carry none and the file "
-                                                f"name is not <subset>.json; pass --subset ({_SUBSETS})")
+        raise ParseError(str(path), None, None, "cannot tell the subset: the records carry none and the file name "
+                                                f"is not <subset>.json; pass --subset ({_SUBSETS})")
     m = _SUBSET.match(chosen)
     if m is None:
-        where = "--subset" if override else ("the records" if in_records else "the file name")
-        raise ParseError(str(path), 0 if where == "the records" else None, "subset" if where == "the records" else None,
+        where = "--subset" if override else "the records"
+        raise ParseError(str(path), None if override else 0, None if override else "subset",
                          f"unknown subset {chosen!r} from {where}; expected {_SUBSETS}")
-    if in_records and named and _SUBSET.match(named) and named != in_records and not override:
+    if in_records and named and named != in_records and not override:
         dataset.warnings.append(f"{path.name}: the records say subset {in_records!r}, the file name {named!r}; "
                                 "used the records'")
     return m
