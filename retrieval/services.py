@@ -33,7 +33,7 @@ def import_files(
     try:
         parsed = ParsedDataset(format=fmt)
         queries = importers.stream(fmt, paths, parsed, split=split, subset=subset)
-        on_batch = (lambda _n: progress("importing", meter.done, total)) if progress is not None else None
+        on_batch = (lambda _n: progress("importing", min(meter.done, total), total)) if progress is not None else None
         report = load_stream(parsed, queries, name, images_root=images_root, on_batch=on_batch)
     finally:
         METER.reset(token)

@@ -267,3 +267,14 @@ def test_release_file_names_import_with_overrides(tmp_path):
     sessions.write_text((DS / "circled" / "circo_val.json").read_text())
     run_import("--format", "circled", "--name", "cl", "--subset", "circo_test", str(sessions))
     assert set(Query.objects.filter(dataset__name="cl").values_list("split", flat=True)) == {"test"}
+
+
+def test_progress_follows_the_bytes_read(tmp_path):
+    from retrieval.services import import_files
+
+    seen = []
+    paths = [DS / "circo" / "val.json"]
+    import_files("circo", "prog", paths, progress=lambda stage, done, total: seen.append((stage, done, total)))
+    size = paths[0].stat().st_size
+    assert seen and all(stage == "importing" and total == size and 0 < done <= size for stage, done, total in seen)
+    assert seen[-1] == ("importing", size, size)
