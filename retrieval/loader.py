@@ -93,6 +93,7 @@ def load_parsed(
 ) -> LoadReport:
     """Validate, then write an already parsed dataset (its ``queries`` list) as ``name``; all or nothing."""
     _check_references(parsed)
+    _refuse_duplicates(parsed.queries)
     total = len(parsed.queries)
     return load_stream(parsed, parsed.queries, name, images_root, description,
                        lambda done: progress("writing queries", done, total))
@@ -202,7 +203,6 @@ class _Writer:
         self.report = report
         self.probes = _Probes(root)
         self.pks: dict[str, int] = {}
-        self.seen: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ images
 
@@ -257,16 +257,12 @@ class _Writer:
     def write_queries(self, batch: list[QueryRecord]) -> None:
         """Write one batch: new queries created, changed ones rewritten, unchanged ones left alone."""
         self.write_images(i for q in batch for i in _images_of(q) if i in self.parsed.images)
+        _refuse_duplicates(batch)
         existing = self._existing(batch)
         new, changed = [], []
         for q in batch:
-            key = (q.split, q.external_id)
-            if key in self.seen:
-                raise ParseError(q.source_file, q.ordinal, "external_id",
-                                 f"duplicate query id {q.external_id!r} in split {q.split!r}")
-            self.seen.add(key)
             digest = content_hash(q)
-            row = existing.get(key)
+            row = existing.get((q.split, q.external_id))
             if row is not None and row[1] == digest:
                 continue
             obj = Query(dataset=self.dataset, external_id=q.external_id, split=q.split, category=q.category,
@@ -367,6 +363,17 @@ class _Writer:
         ]
         GalleryEntry.objects.bulk_create(rows, batch_size=BATCH, ignore_conflicts=True)
         self.report.gallery_entries = GalleryEntry.objects.filter(dataset=self.dataset, split__in=splits).count()
+
+
+def _refuse_duplicates(queries: Iterable[QueryRecord]) -> None:
+    """A query id may appear once per split (the parsers check their streams; this checks a list)."""
+    seen: set[tuple[str, str]] = set()
+    for q in queries:
+        key = (q.split, q.external_id)
+        if key in seen:
+            raise ParseError(q.source_file, q.ordinal, "external_id",
+                             f"duplicate query id {q.external_id!r} in split {q.split!r}")
+        seen.add(key)
 
 
 def _images_of(q: QueryRecord) -> Iterator[str]:

@@ -27,7 +27,7 @@ class ParseError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-@dataclass
+@dataclass(slots=True)
 class ImageRecord:
     """An image of the dataset. ``external_id`` is unique within a dataset."""
 
@@ -83,7 +83,8 @@ class ParsedDataset:
     """What a parser returns: images by external id, queries, galleries per split.
 
     A streaming import fills the same object while the parser yields its queries one by one
-    (``queries`` then stays empty); ``touched`` lists the known images that a later sighting
+    (``queries`` then stays empty). Every parser refuses a query id seen twice in one split
+    (across its files too), so a stream needs no loader-side check. ``touched`` lists the known images that a later sighting
     completed (a path, url or extra key added), so a loader that already wrote them can update them.
     """
 

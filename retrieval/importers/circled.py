@@ -94,9 +94,11 @@ def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None 
                              f"a second file for subset {m.group('subset')!r} (first: {first[m.group('subset')]})")
         first[m.group("subset")] = path
         files.append((path, m))
+    seen: dict[tuple[str, str], str] = {}  # (split, session_id) -> where first seen, across files
     for path, m in files:
         source = "fashioniq" if m.group("category") else m.group("source")
-        yield from _parse_file(path, m.group("subset"), source, split or m.group("split"), dataset, subset is not None)
+        yield from _parse_file(path, m.group("subset"), source, split or m.group("split"), dataset,
+                               subset is not None, seen)
 
 
 class _Images:
@@ -129,15 +131,15 @@ class _Images:
 
 
 def _parse_file(path: Path, subset: str, source: str, split: str, dataset: ParsedDataset,
-                overridden: bool) -> Iterator[QueryRecord]:
+                overridden: bool, seen: dict[tuple[str, str], str]) -> Iterator[QueryRecord]:
     images = _Images(source, dataset)
-    seen: dict[str, int] = {}
     for index, raw in iter_list(path):
         rec = Record(path, index, raw, "session")
         session_id = rec.req_str("session_id")
-        if session_id in seen:
-            rec.fail("session_id", f"duplicate session_id {session_id!r} (first at record {seen[session_id]})")
-        seen[session_id] = index
+        if (split, session_id) in seen:
+            rec.fail("session_id", f"duplicate session_id {session_id!r} in split {split!r} "
+                                   f"(first at {seen[(split, session_id)]})")
+        seen[(split, session_id)] = f"{path.name} record {index}"
         found = rec.opt_str("subset")
         if found is not None and found != subset and not overridden:
             rec.fail("subset", f"subset {found!r} differs from the file's subset {subset!r}")

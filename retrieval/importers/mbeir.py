@@ -105,8 +105,9 @@ def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None 
     for path, name in files.get("qrels", []):
         _parse_qrels(path, name, positives)
     missing: set[str] = set()
+    seen: set[tuple[str, str]] = set()  # (split, qid) across the query files
     for path, name in files.get("queries", []):
-        for query in _parse_queries(path, name, dataset, by_path, positives):
+        for query in _parse_queries(path, name, dataset, by_path, positives, seen):
             missing.update(t.image for t in query.targets if dataset.images[t.image].path is None)
             yield query
     _warn_unmatched(positives, dataset)
@@ -146,15 +147,15 @@ def _parse_pool(path: Path, split: str, dataset: ParsedDataset, by_path: dict[st
 
 
 def _parse_queries(path: Path, split: str, dataset: ParsedDataset, by_path: dict[str, str],
-                   positives: dict[tuple[str, str], list[tuple[str, str]]]) -> Iterator[QueryRecord]:
+                   positives: dict[tuple[str, str], list[tuple[str, str]]],
+                   seen: set[tuple[str, str]]) -> Iterator[QueryRecord]:
     """Validate and map every query line of a query jsonl file, adding its qrels positives."""
-    seen: set[str] = set()
     for index, raw in iter_jsonl(path):
         rec = Record(path, index, raw, "query")
         qid = rec.req_str("qid")
-        if qid in seen:
+        if (split, qid) in seen:
             rec.fail("qid", f"duplicate qid {qid!r} in split {split!r}")
-        seen.add(qid)
+        seen.add((split, qid))
         text = rec.nullable_str("query_txt")
         img_path = rec.nullable_str("query_img_path")
         modality = rec.opt_str("query_modality")

@@ -176,8 +176,8 @@ def test_symlink_out_of_the_root_is_refused(tmp_path):
     assert row_counts() == before
 
 
-def test_failure_midway_rolls_back_the_whole_import(tmp_path):
-    """A duplicate query id is only seen while writing: the transaction leaves nothing."""
+def test_duplicate_query_id_is_refused_and_nothing_written(tmp_path):
+    """A duplicate query id is refused by the parser, naming the second record."""
     rec = {"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "x",
            "shared_concept": "c", "gt_img_ids": [2], "semantic_aspects": []}
     path = tmp_path / "val.json"
@@ -278,3 +278,19 @@ def test_progress_follows_the_bytes_read(tmp_path):
     size = paths[0].stat().st_size
     assert seen and all(stage == "importing" and total == size and 0 < done <= size for stage, done, total in seen)
     assert seen[-1] == ("importing", size, size)
+
+
+def test_failure_after_written_batches_rolls_back_the_whole_import(tmp_path):
+    """Records stream in batches: an error after the first batch is written still leaves nothing."""
+    from retrieval.loader import BATCH
+
+    base = json.loads((DS / "circo" / "val.json").read_text())
+    records = [{**base[i % len(base)], "id": i} for i in range(BATCH + 100)]
+    records[BATCH + 50]["relative_caption"] = 7
+    path = tmp_path / "val.json"
+    path.write_text(json.dumps(records))
+    before = row_counts()
+    with pytest.raises(CommandError) as err:
+        run_import("--format", "circo", "--name", "late", str(path))
+    assert f"record {BATCH + 50}, field 'relative_caption'" in str(err.value)
+    assert row_counts() == before

@@ -237,3 +237,23 @@ def test_stream_yields_what_parse_collects(fmt, files):
     streamed = list(importers.stream(fmt, paths, sink))
     parsed = importers.parse(fmt, paths)
     assert streamed == parsed.queries and sink.images == parsed.images and sink.galleries == parsed.galleries
+
+
+def test_circled_session_id_repeated_in_another_file_of_the_split_is_refused(tmp_path):
+    sessions = real("circled", "cirr_val.json")
+    first = copy(tmp_path, DATA / "circled" / "cirr_val.json", "cirr_val.json")
+    other = real("circled", "circo_val.json")
+    other = [other[0], {**other[0], "session_id": sessions[0]["session_id"]}]
+    second = tmp_path / "circo_val.json"
+    second.write_text(json.dumps(other))
+    err = raises(circled.parse, [first, second])
+    assert (err.file, err.record, err.field) == (str(second), 1, "session_id")
+    assert "cirr_val.json record 0" in err.message
+
+
+def test_mbeir_qid_repeated_in_another_query_file_is_refused(tmp_path):
+    source = DATA / "mbeir" / "mbeir_cirr_task7_test.jsonl"
+    first = copy(tmp_path, source, "mbeir_cirr_task7_test.jsonl")
+    second = copy(tmp_path, source, "mbeir_cirr_task8_test.jsonl")
+    err = raises(mbeir.parse, [first, second])
+    assert (err.file, err.record, err.field) == (str(second), 0, "qid")
