@@ -111,9 +111,13 @@ class ParsedDataset:
             self.touched.add(image.external_id)
         return image.external_id
 
+    def gallery_members(self, split: str) -> set[str]:
+        """The image ids in the gallery of ``split`` (a live set: do not change it)."""
+        return self._gallery_members.setdefault(split, set(self.galleries.get(split, ())))
+
     def add_to_gallery(self, split: str, image_id: str) -> bool:
         """Append ``image_id`` to the gallery of ``split`` unless it is there already (False then)."""
-        members = self._gallery_members.setdefault(split, set(self.galleries.get(split, ())))
+        members = self.gallery_members(split)
         if image_id in members:
             return False
         members.add(image_id)

@@ -105,7 +105,7 @@ def _parse_split_file(path: Path, dataset: ParsedDataset, split: str) -> set[str
             yield register(dataset, image_id, path=norm)
 
     fill_gallery(dataset, split, path.name, members())
-    return set(dataset.galleries[split])
+    return dataset.gallery_members(split)
 
 
 class _Warnings:
@@ -113,7 +113,7 @@ class _Warnings:
 
     def __init__(self) -> None:
         self.flagged: list[str] = []
-        self.referenced: set[str] = set()
+        self.missing: set[str] = set()  # referenced images that the split file lacks
 
 
 def _parse_captions(path: Path, split: str, dataset: ParsedDataset, known: set[str] | None,
@@ -126,7 +126,8 @@ def _parse_captions(path: Path, split: str, dataset: ParsedDataset, known: set[s
         query = _caption_query(Record(path, index, raw), split, dataset, known, test, seen)
         if any(t.image == query.turns[0].reference and t.relevance > 0 for t in query.targets):
             notes.flagged.append(query.external_id)
-        notes.referenced.update(_images_of(query))
+        if known is not None:
+            notes.missing.update(i for i in _images_of(query) if i not in known)
         if ext is not None:
             ext.attach(query)
         yield query
@@ -191,7 +192,7 @@ def _warn_captions(path: Path, split: str, dataset: ParsedDataset, known: set[st
             f"{path.name}: no split.rc2.{split}.json given; image paths are unknown and no gallery was built"
         )
         return
-    missing = sorted(notes.referenced - known)
+    missing = sorted(notes.missing)
     if missing:
         dataset.warnings.append(
             f"{path.name}: {len(missing)} referenced image(s) are not in the split file "
