@@ -70,6 +70,10 @@ class Query(models.Model):
     tags = models.JSONField(default=list, blank=True)
     raw = models.JSONField(default=dict, blank=True, help_text="The verbatim source record.")
     extra = models.JSONField(default=dict, blank=True)
+    content_hash = models.CharField(
+        max_length=64, blank=True,
+        help_text="Digest of the normalised record, turns and targets; a re-import rewrites the query only when it changes.",
+    )
 
     class Meta:
         constraints = [

@@ -27,7 +27,7 @@ class ParseError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-@dataclass
+@dataclass(slots=True)
 class ImageRecord:
     """An image of the dataset. ``external_id`` is unique within a dataset."""
 
@@ -80,25 +80,49 @@ class QueryRecord:
 
 @dataclass
 class ParsedDataset:
-    """What a parser returns: images by external id, queries, galleries per split."""
+    """What a parser returns: images by external id, queries, galleries per split.
+
+    A streaming import fills the same object while the parser yields its queries one by one
+    (``queries`` then stays empty). Every parser refuses a query id seen twice in one split
+    (across its files too), so a stream needs no loader-side check. ``touched`` lists the known images that a later sighting
+    completed (a path, url or extra key added), so a loader that already wrote them can update them.
+    """
 
     format: str
     images: dict[str, ImageRecord] = field(default_factory=dict)
     queries: list[QueryRecord] = field(default_factory=list)
     galleries: dict[str, list[str]] = field(default_factory=dict)  # split -> image ids
     warnings: list[str] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)
+    _gallery_members: dict[str, set[str]] = field(default_factory=dict, repr=False)
 
     def add_image(self, image: ImageRecord) -> str:
         """Register an image once; later sightings fill in missing path/url."""
         known = self.images.get(image.external_id)
         if known is None:
             self.images[image.external_id] = image
-        else:
-            known.path = known.path or image.path
-            known.url = known.url or image.url
-            for k, v in image.extra.items():
-                known.extra.setdefault(k, v)
+            return image.external_id
+        before = (known.path, known.url, len(known.extra))
+        known.path = known.path or image.path
+        known.url = known.url or image.url
+        for k, v in image.extra.items():
+            known.extra.setdefault(k, v)
+        if (known.path, known.url, len(known.extra)) != before:
+            self.touched.add(image.external_id)
         return image.external_id
+
+    def gallery_members(self, split: str) -> set[str]:
+        """The image ids in the gallery of ``split`` (a live set: do not change it)."""
+        return self._gallery_members.setdefault(split, set(self.galleries.get(split, ())))
+
+    def add_to_gallery(self, split: str, image_id: str) -> bool:
+        """Append ``image_id`` to the gallery of ``split`` unless it is there already (False then)."""
+        members = self.gallery_members(split)
+        if image_id in members:
+            return False
+        members.add(image_id)
+        self.galleries.setdefault(split, []).append(image_id)
+        return True
 
 
 def safe_relpath(value: Any, file: str, record: int | None, field_name: str) -> str:

@@ -7,8 +7,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import importers
-from .loader import LoadReport, Progress, load_parsed
+from .importers.jsonstream import METER, Meter
+from .loader import LoadReport, Progress, load_stream
 from .models import ImportJob
+from .records import ParsedDataset
 
 
 def import_files(
@@ -18,14 +20,27 @@ def import_files(
     split: str | None = None,
     images_root: Path | None = None,
     progress: Progress | None = None,
+    subset: str | None = None,
 ) -> LoadReport:
-    """Parse ``paths`` as ``fmt`` and load them as dataset ``name`` (all or nothing)."""
-    if progress is None:
-        def progress(stage: str, done: int, total: int) -> None:
-            return None
-    progress("parsing", 0, len(paths))
-    parsed = importers.parse(fmt, [Path(p) for p in paths], split=split)
-    return load_parsed(parsed, name, images_root=images_root, progress=progress)
+    """Parse ``paths`` as ``fmt`` and load them as dataset ``name`` (all or nothing), streaming.
+
+    Records are read and written in batches, so memory does not grow with the files;
+    ``progress("importing", bytes_read, bytes_total)`` follows the reading.
+    """
+    paths = [Path(p) for p in paths]
+    total = sum(p.stat().st_size for p in paths if p.is_file())
+    meter = Meter()
+    token = METER.set(meter)
+    try:
+        parsed = ParsedDataset(format=fmt)
+        queries = importers.stream(fmt, paths, parsed, split=split, subset=subset)
+        on_batch = (lambda _n: progress("importing", min(meter.done, total), total)) if progress is not None else None
+        report = load_stream(parsed, queries, name, images_root=images_root, on_batch=on_batch)
+    finally:
+        METER.reset(token)
+    if progress is not None:
+        progress("importing", total, total)
+    return report
 
 
 def run_import_job(job: ImportJob) -> ImportJob:

@@ -1,18 +1,22 @@
 """Pure parsers for the public CIR annotation formats.
 
-Each module exposes ``parse(paths, split=None) -> ParsedDataset``; files are recognised by
-name, the split comes from the names unless ``split`` is given, and malformed input raises
-:class:`retrieval.records.ParseError` naming the file, record and field. Nothing here
-imports Django.
+Each module exposes ``stream(paths, dataset, split=None, subset=None)``, which yields the
+queries one by one while it registers images, galleries and warnings on ``dataset`` (files
+are read with a streaming JSON reader, so memory does not grow with the file), and
+``parse(paths, split=None, subset=None) -> ParsedDataset``, which collects the stream. A
+file's role comes from its content where the content tells (its name otherwise); split and
+category/subset from the content or the name unless ``split`` / ``subset`` override them.
+Malformed input raises :class:`retrieval.records.ParseError` naming the file, record and
+field. Nothing here imports Django.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import ModuleType
 
 from retrieval.importers import circled, circo, cirr, fashioniq, lasco, mbeir, mtfiq
 from retrieval.importers._common import PathLike
-from retrieval.records import ParsedDataset, ParseError
+from retrieval.records import ParsedDataset, ParseError, QueryRecord
 
 FORMATS: dict[str, ModuleType] = {
     "cirr": cirr,
@@ -24,12 +28,23 @@ FORMATS: dict[str, ModuleType] = {
     "mtfiq": mtfiq,
 }
 
-__all__ = ["FORMATS", "ParseError", "parse"]
+__all__ = ["FORMATS", "ParseError", "parse", "stream"]
 
 
-def parse(format: str, paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
-    """Parse ``paths`` with the parser registered for ``format`` (a key of :data:`FORMATS`)."""
+def _module(format: str) -> ModuleType:
     module = FORMATS.get(format) if isinstance(format, str) else None
     if module is None:
         raise ValueError(f"unknown annotation format {format!r}; known: {', '.join(sorted(FORMATS))}")
-    return module.parse(paths, split=split)
+    return module
+
+
+def parse(format: str, paths: Iterable[PathLike], split: str | None = None,
+          subset: str | None = None) -> ParsedDataset:
+    """Parse ``paths`` with the parser registered for ``format`` (a key of :data:`FORMATS`)."""
+    return _module(format).parse(paths, split=split, subset=subset)
+
+
+def stream(format: str, paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
+           subset: str | None = None) -> Iterator[QueryRecord]:
+    """Yield the queries of ``paths`` one by one, registering images and galleries on ``dataset``."""
+    return _module(format).stream(paths, dataset, split=split, subset=subset)

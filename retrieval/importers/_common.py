@@ -6,13 +6,17 @@ the exact spot. Nothing here imports Django.
 """
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from retrieval.records import ImageRecord, ParsedDataset, ParseError, TargetRecord, safe_relpath
+from retrieval.importers.jsonstream import iter_jsonl, iter_list, iter_object, sniff
+from retrieval.records import ImageRecord, ParsedDataset, ParseError, QueryRecord, TargetRecord, safe_relpath
+from retrieval.validation import Record, check_str_list, describe, is_int, is_number, json_type
+
+__all__ = ["Record", "check_str_list", "describe", "is_int", "is_number", "iter_jsonl", "iter_list", "iter_object",
+           "json_type", "sniff"]
 
 PathLike = str | Path
 
@@ -33,197 +37,35 @@ def as_paths(paths: Iterable[PathLike] | PathLike) -> list[Path]:
     return result
 
 
-def read_text(path: Path) -> str:
-    """Read a UTF-8 file (a BOM is tolerated); I/O and decoding errors become ParseError."""
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(index, line)`` for the lines of a UTF-8 text file, streaming (a BOM is tolerated)."""
     try:
-        return path.read_text(encoding="utf-8-sig")
+        with open(path, encoding="utf-8-sig") as handle:
+            for index, line in enumerate(handle):
+                yield index, line
     except UnicodeDecodeError as exc:
         raise ParseError(str(path), None, None, f"not UTF-8 text: {exc}") from exc
     except OSError as exc:
         raise ParseError(str(path), None, None, f"cannot read file: {exc.strerror or exc}") from exc
 
 
-def load_json(path: Path) -> Any:
-    """Load a whole JSON document; bad JSON reports its line and column."""
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(
-            str(path), None, None, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from exc
+def collect(stream: Callable[..., Iterator[QueryRecord]], fmt: str, paths: Iterable[PathLike] | PathLike,
+            split: str | None = None, subset: str | None = None) -> ParsedDataset:
+    """Run a parser's ``stream`` to the end and return the whole ParsedDataset (queries in a list)."""
+    dataset = ParsedDataset(format=fmt)
+    dataset.queries.extend(stream(paths, dataset, split=split, subset=subset))
+    return dataset
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """Yield ``(index, record)`` for each non-blank line of a JSON Lines file.
-
-    ``index`` is the 0-based line number, so it doubles as the record number of errors
-    and as the record's ordinal (blank lines are skipped but keep their number).
-    """
-    text = read_text(path)
-    for index, line in enumerate(text.splitlines()):
-        if not line.strip():
-            continue
-        try:
-            yield index, json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ParseError(
-                str(path), index, None, f"invalid JSON at line {index + 1}, column {exc.colno}: {exc.msg}"
-            ) from exc
-
-
-def expect_list(data: Any, path: Path) -> list[Any]:
-    """The top level of ``path`` must be a JSON array."""
-    if not isinstance(data, list):
-        raise ParseError(str(path), None, None, f"expected a JSON list at the top level, got {json_type(data)}")
-    return data
-
-
-def expect_object(data: Any, path: Path) -> dict[str, Any]:
-    """The top level of ``path`` must be a JSON object."""
-    if not isinstance(data, dict):
-        raise ParseError(str(path), None, None, f"expected a JSON object at the top level, got {json_type(data)}")
-    return data
-
-
-def json_type(value: Any) -> str:
-    """JSON name of a loaded value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def is_int(value: Any) -> bool:
-    """True for JSON integers (booleans excluded)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """True for JSON numbers (booleans excluded)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-class Record:
-    """One source record being validated: knows its file and index for error reports.
-
-    ``req_*`` accessors demand the key; ``opt_*`` accessors return ``None`` when it is
-    absent. Types are checked strictly (a boolean is not an integer, a float is not an int).
-    """
-
-    def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record"):
-        self.file = str(path)
-        self.index = index
-        self.data = data
-        if not isinstance(data, dict):
-            self.fail(None, f"expected a JSON object for this {what}, got {json_type(data)}")
-
-    def fail(self, field_name: str | None, message: str) -> NoReturn:
-        """Raise a ParseError for this record."""
-        raise ParseError(self.file, self.index, field_name, message)
-
-    def has(self, key: str) -> bool:
-        """Whether the key is present (even with a null value)."""
-        return key in self.data
-
-    def req(self, key: str) -> Any:
-        """The value of a required key."""
-        if key not in self.data:
-            self.fail(key, "missing field")
-        return self.data[key]
-
-    def req_str(self, key: str) -> str:
-        """A required string."""
-        return self._str(key, self.req(key))
-
-    def opt_str(self, key: str) -> str | None:
-        """An optional string; absent or null gives ``None``."""
-        value = self.data.get(key)
-        return None if value is None else self._str(key, value)
-
-    def nullable_str(self, key: str) -> str | None:
-        """A key that must be present but may be null."""
-        value = self.req(key)
-        return None if value is None else self._str(key, value)
-
-    def req_int(self, key: str) -> int:
-        """A required integer (booleans and floats are refused)."""
-        return self._int(key, self.req(key))
-
-    def opt_int(self, key: str) -> int | None:
-        """An optional integer; absent or null gives ``None``."""
-        value = self.data.get(key)
-        return None if value is None else self._int(key, value)
-
-    def req_str_list(self, key: str, *, non_empty: bool = False) -> list[str]:
-        """A required list of strings."""
-        return check_str_list(self, key, self.req(key), non_empty=non_empty)
-
-    def opt_str_list(self, key: str) -> list[str] | None:
-        """An optional list of strings."""
-        value = self.data.get(key)
-        return None if value is None else check_str_list(self, key, value)
-
-    def req_int_list(self, key: str, *, non_empty: bool = False) -> list[int]:
-        """A required list of integers."""
-        value = self.req(key)
-        if not isinstance(value, list) or not all(is_int(v) for v in value):
-            self.fail(key, f"expected a list of integers, got {describe(value)}")
-        if non_empty and not value:
-            self.fail(key, "expected a non-empty list")
-        return value
-
-    def req_obj(self, key: str) -> dict[str, Any]:
-        """A required JSON object."""
-        value = self.req(key)
-        if not isinstance(value, dict):
-            self.fail(key, f"expected an object, got {json_type(value)}")
-        return value
-
-    def opt_obj(self, key: str) -> dict[str, Any] | None:
-        """An optional JSON object."""
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            self.fail(key, f"expected an object, got {json_type(value)}")
-        return value
-
-    def _str(self, key: str, value: Any) -> str:
-        if not isinstance(value, str):
-            self.fail(key, f"expected a string, got {json_type(value)}")
-        return value
-
-    def _int(self, key: str, value: Any) -> int:
-        if not is_int(value):
-            self.fail(key, f"expected an integer, got {json_type(value)}")
-        return value
-
-
-def check_str_list(rec: Record, field_name: str, value: Any, *, non_empty: bool = False) -> list[str]:
-    """``value`` must be a list of strings (reported against ``field_name``)."""
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        rec.fail(field_name, f"expected a list of strings, got {describe(value)}")
-    if non_empty and not value:
-        rec.fail(field_name, "expected a non-empty list")
-    return value
-
-
-def describe(value: Any) -> str:
-    """Short type description of a list-ish value for messages (``list with number``)."""
-    if isinstance(value, list):
-        kinds = sorted({json_type(v) for v in value})
-        return "list of " + "/".join(kinds) if kinds else "empty list"
-    return json_type(value)
+def fill_gallery(dataset: ParsedDataset, split: str, file: str, members: Iterable[str]) -> None:
+    """Add ``members`` to the gallery of ``split``; entries listed twice are kept once, with a warning."""
+    dataset.galleries.setdefault(split, [])
+    duplicates = [image_id for image_id in members if not dataset.add_to_gallery(split, image_id)]
+    if duplicates:
+        dataset.warnings.append(
+            f"{file}: {len(duplicates)} gallery entr{'y is' if len(duplicates) == 1 else 'ies are'} listed more "
+            f"than once (kept once), e.g. {duplicates[0]!r}"
+        )
 
 
 def image_id_path(value: str, template: str, file: str, record: int | None, field_name: str) -> str:
@@ -266,3 +108,52 @@ def register(dataset: ParsedDataset, external_id: str, path: str | None = None, 
 def is_test_split(split: str) -> bool:
     """Splits whose ground truth is hidden (CIRR test1, FashionIQ test, CIRCO test)."""
     return split.lower().startswith("test")
+
+
+#: A content rule: ``(role, test)`` where ``test(shape, first)`` looks at the top-level JSON type
+#: of a file and its first item (see :func:`retrieval.importers.jsonstream.sniff`).
+ContentRule = tuple[str, Callable[[str, Any], bool]]
+
+
+def list_of_objects_with(*keys: str) -> Callable[[str, Any], bool]:
+    """Content test: a JSON list whose first item is an object holding every key of ``keys``."""
+    return lambda shape, first: shape == "list" and isinstance(first, dict) and all(k in first for k in keys)
+
+
+def list_of_strings(shape: str, first: Any) -> bool:
+    """Content test: a JSON list whose first item is a string."""
+    return shape == "list" and isinstance(first, str)
+
+
+def object_of(test: Callable[[Any], bool]) -> Callable[[str, Any], bool]:
+    """Content test: a JSON object whose first member's value passes ``test``."""
+    return lambda shape, first: shape == "object" and first is not None and test(first[1])
+
+
+def file_role(path: Path, patterns: Sequence[tuple[str, re.Pattern[str]]], rules: Sequence[ContentRule],
+              expected: str) -> tuple[str, dict[str, str | None]]:
+    """``(role, name_groups)`` of an annotation file: the role from its content where the content
+    tells, else from its name; the groups of the name pattern that matched (empty when none did).
+
+    Refuses a file whose role neither its content nor its name tells, saying what was expected.
+    """
+    named = next(((role, m) for role, pattern in patterns if (m := pattern.match(path.name))), None)
+    shape, first = sniff(path) if path.suffix.lower() == ".json" else ("other", None)
+    by_content = next((role for role, test in rules if test(shape, first)), None)
+    if by_content is None and named is None:
+        raise ParseError(str(path), None, None, f"cannot tell what this file is from its name or content; expected {expected}")
+    groups = named[1].groupdict() if named is not None else {}
+    return by_content or named[0], groups
+
+
+def name_token(path: Path, known: Iterable[str]) -> str | None:
+    """The last token of the file name (split on ``.``, ``_``, ``-``) that is one of ``known``."""
+    tokens = re.split(r"[._-]", path.name)
+    return next((t for t in reversed(tokens) if t in set(known)), None)
+
+
+def need(value: str | None, path: Path, what: str, option: str, expected: str) -> str:
+    """``value``, or a ParseError saying the ``what`` cannot be told and how to give it."""
+    if value:
+        return value
+    raise ParseError(str(path), None, None, f"cannot tell the {what} of this file; name it {expected} or pass {option}")

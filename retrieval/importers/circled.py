@@ -25,8 +25,9 @@ images root, so they coincide with what the CIRR / FashionIQ / CIRCO parsers pro
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from retrieval.importers._common import (
     SAMPLE,
@@ -34,42 +35,70 @@ from retrieval.importers._common import (
     Record,
     add_target,
     as_paths,
-    expect_list,
+    collect,
+    file_role,
     image_id_path,
-    is_int,
-    load_json,
-    match_name,
+    iter_list,
+    list_of_objects_with,
     register,
+    sniff,
 )
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
 
 FORMAT = "circled"
 
-_PATTERNS = [(
-    "sessions",
-    re.compile(
-        r"^(?P<subset>(?P<source>cirr|circo|fashioniq_(?P<category>[A-Za-z0-9]+))_(?P<split>[A-Za-z0-9]+))"
-        rf"{SAMPLE}\.json$"
-    ),
-)]
+_SUBSET = re.compile(
+    r"^(?P<subset>(?P<source>cirr|circo|fashioniq_(?P<category>[A-Za-z0-9]+))_(?P<split>[A-Za-z0-9]+))$"
+)
+_PATTERNS = [("sessions", re.compile(rf"^(?P<subset>[A-Za-z0-9_]+?){SAMPLE}\.json$"))]
+_CONTENT = [("sessions", list_of_objects_with("session_id", "turns"))]
+_SUBSETS = "cirr_<split>, circo_<split> or fashioniq_<category>_<split>"
+_EXPECTED = f"a list of CIRCLED sessions, in a file named <subset>.json with subset {_SUBSETS}"
 
 
-def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
+def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
     """Parse CIRCLED subset files into a ParsedDataset."""
+    return collect(stream, FORMAT, paths, split=split, subset=subset)
+
+
+def _file_subset(path: Path, name: str | None, override: str | None, dataset: ParsedDataset) -> re.Match[str]:
+    """The subset of one file: ``--subset``, else its first record's ``subset``, else its name."""
+    _, first = sniff(path)
+    in_records = first.get("subset") if isinstance(first, dict) and isinstance(first.get("subset"), str) else None
+    named = name if name and _SUBSET.match(name) else None
+    chosen = override or in_records or named
+    if chosen is None:
+        raise ParseError(str(path), None, None, "cannot tell the subset: the records carry none and the file name "
+                                                f"is not <subset>.json; pass --subset ({_SUBSETS})")
+    m = _SUBSET.match(chosen)
+    if m is None:
+        where = "--subset" if override else "the records"
+        raise ParseError(str(path), None if override else 0, None if override else "subset",
+                         f"unknown subset {chosen!r} from {where}; expected {_SUBSETS}")
+    if in_records and named and named != in_records and not override:
+        dataset.warnings.append(f"{path.name}: the records say subset {in_records!r}, the file name {named!r}; "
+                                "used the records'")
+    return m
+
+
+def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
+           subset: str | None = None) -> Iterator[QueryRecord]:
+    """Yield CIRCLED sessions one by one; each file's subset comes from its records (or ``subset``)."""
     files: list[tuple[Path, re.Match[str]]] = []
     first: dict[str, Path] = {}
     for path in as_paths(paths):
-        _, m = match_name(path, _PATTERNS, FORMAT)
-        subset = m.group("subset")
-        if subset in first:
-            raise ParseError(str(path), None, None, f"a second file for subset {subset!r} (first: {first[subset]})")
-        first[subset] = path
+        _, named = file_role(path, _PATTERNS, _CONTENT, _EXPECTED)
+        m = _file_subset(path, named.get("subset"), subset, dataset)
+        if m.group("subset") in first:
+            raise ParseError(str(path), None, None,
+                             f"a second file for subset {m.group('subset')!r} (first: {first[m.group('subset')]})")
+        first[m.group("subset")] = path
         files.append((path, m))
-    dataset = ParsedDataset(format=FORMAT)
+    seen: dict[tuple[str, str], str] = {}  # (split, session_id) -> where first seen, across files
     for path, m in files:
         source = "fashioniq" if m.group("category") else m.group("source")
-        _parse_file(path, m.group("subset"), source, split or m.group("split"), dataset)
-    return dataset
+        yield from _parse_file(path, m.group("subset"), source, split or m.group("split"), dataset,
+                               subset is not None, seen)
 
 
 class _Images:
@@ -101,56 +130,27 @@ class _Images:
         return register(self.dataset, value)
 
 
-def _parse_file(path: Path, subset: str, source: str, split: str, dataset: ParsedDataset) -> None:
-    data = expect_list(load_json(path), path)
+def _parse_file(path: Path, subset: str, source: str, split: str, dataset: ParsedDataset,
+                overridden: bool, seen: dict[tuple[str, str], str]) -> Iterator[QueryRecord]:
     images = _Images(source, dataset)
-    seen: dict[str, int] = {}
-    for index, raw in enumerate(data):
+    for index, raw in iter_list(path):
         rec = Record(path, index, raw, "session")
         session_id = rec.req_str("session_id")
-        if session_id in seen:
-            rec.fail("session_id", f"duplicate session_id {session_id!r} (first at record {seen[session_id]})")
-        seen[session_id] = index
-        if rec.req_str("subset") != subset:
-            rec.fail("subset", f"subset {raw['subset']!r} does not match the file name ({subset!r})")
+        if (split, session_id) in seen:
+            rec.fail("session_id", f"duplicate session_id {session_id!r} in split {split!r} "
+                                   f"(first at {seen[(split, session_id)]})")
+        seen[(split, session_id)] = f"{path.name} record {index}"
+        found = rec.opt_str("subset")
+        if found is not None and found != subset and not overridden:
+            rec.fail("subset", f"subset {found!r} differs from the file's subset {subset!r}")
         gt_ids = rec.req_str_list("ground_truth_ids", non_empty=True)
-        num_turns = rec.req_int("num_turns")
-        turns_raw = rec.req("turns")
-        if not isinstance(turns_raw, list) or not turns_raw:
-            rec.fail("turns", "expected a non-empty list of turns")
-        if num_turns != len(turns_raw):
-            rec.fail("num_turns", f"num_turns is {num_turns} but {len(turns_raw)} turns are listed")
-
-        turns: list[TurnRecord] = []
-        for k, turn in enumerate(turns_raw):
-            name = f"turns[{k}]"
-            if not isinstance(turn, dict):
-                rec.fail(name, "expected a turn object")
-            for key, check in (("turn", is_int), ("reference_image_id", _is_str), ("relative_caption", _is_str)):
-                if key not in turn:
-                    rec.fail(f"{name}.{key}", "missing field")
-                if not check(turn[key]):
-                    rec.fail(f"{name}.{key}", "expected an integer" if key == "turn" else "expected a string")
-            if turn["turn"] != k + 1:
-                rec.fail(f"{name}.turn", f"turn number {turn['turn']} at position {k + 1} (turns must run 1..n)")
-            reference = images.add(rec, turn["reference_image_id"], f"{name}.reference_image_id")
-            human = k == 0
-            turns.append(TurnRecord(
-                index=k + 1,
-                reference=reference,
-                texts=[TextRecord(turn["relative_caption"], "caption" if human else "generated")],
-                provenance="human" if human else "llm",
-            ))
-        for current, following in zip(turns, turns[1:]):
-            current.turn_target = following.reference
-
-        where = f"{path.name} record {index}"
+        turns = _turns(rec, images)
         targets: list[TargetRecord] = []
         for gt in gt_ids:
             image = images.add(rec, gt, "ground_truth_ids")
-            add_target(targets, TargetRecord(image, 1.0, not targets, "gt", "ground_truth_ids"), dataset, where)
-
-        dataset.queries.append(QueryRecord(
+            add_target(targets, TargetRecord(image, 1.0, not targets, "gt", "ground_truth_ids"), dataset,
+                       f"{path.name} record {index}")
+        yield QueryRecord(
             external_id=session_id,
             split=split,
             ordinal=index,
@@ -159,8 +159,8 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
             targets=targets,
             raw=raw,
             category=subset,
-            extra={"source": source, "num_turns": num_turns},
-        ))
+            extra={"source": source, "num_turns": len(turns)},
+        )
     if images.no_path:
         dataset.warnings.append(
             f"{path.name}: {len(images.no_path)} CIRR image(s) outside dev/test1 (e.g. {sorted(images.no_path)[0]!r}); "
@@ -168,5 +168,30 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
         )
 
 
-def _is_str(value: object) -> bool:
-    return isinstance(value, str)
+def _turns(rec: Record, images: _Images) -> list[TurnRecord]:
+    """The validated turns of a session; turn k's ``turn_target`` is the reference of turn k+1."""
+    num_turns = rec.req_int("num_turns")
+    turns_raw: Any = rec.req("turns")
+    if not isinstance(turns_raw, list) or not turns_raw:
+        rec.fail("turns", "expected a non-empty list of turns")
+    if num_turns != len(turns_raw):
+        rec.fail("num_turns", f"num_turns is {num_turns} but {len(turns_raw)} turns are listed")
+    turns: list[TurnRecord] = []
+    for k, turn in enumerate(turns_raw):
+        name = f"turns[{k}]"
+        item = Record(rec.file, rec.index, turn, "turn", prefix=name)
+        number = item.req_int("turn")
+        reference = item.req_str("reference_image_id")
+        caption = item.req_str("relative_caption")
+        if number != k + 1:
+            rec.fail(f"{name}.turn", f"turn number {number} at position {k + 1} (turns must run 1..n)")
+        human = k == 0
+        turns.append(TurnRecord(
+            index=k + 1,
+            reference=images.add(rec, reference, f"{name}.reference_image_id"),
+            texts=[TextRecord(caption, "caption" if human else "generated")],
+            provenance="human" if human else "llm",
+        ))
+    for current, following in zip(turns, turns[1:]):
+        current.turn_target = following.reference
+    return turns

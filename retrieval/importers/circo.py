@@ -15,7 +15,7 @@ these files, so no gallery is produced.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from retrieval.importers._common import (
@@ -24,10 +24,13 @@ from retrieval.importers._common import (
     Record,
     add_target,
     as_paths,
-    expect_list,
+    collect,
+    file_role,
     is_test_split,
-    load_json,
-    match_name,
+    iter_list,
+    list_of_objects_with,
+    name_token,
+    need,
     register,
 )
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
@@ -35,6 +38,8 @@ from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetReco
 FORMAT = "circo"
 
 _PATTERNS = [("queries", re.compile(rf"^(?P<split>val|test){SAMPLE}\.json$"))]
+_CONTENT = [("queries", list_of_objects_with("reference_img_id", "relative_caption"))]
+_EXPECTED = "val.json or test.json (a list of {id, reference_img_id, relative_caption, shared_concept, ...})"
 
 
 def image_path(coco_id: int) -> str:
@@ -42,22 +47,26 @@ def image_path(coco_id: int) -> str:
     return f"{coco_id:012d}.jpg"
 
 
-def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
+def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
     """Parse CIRCO ``val.json`` / ``test.json`` files into a ParsedDataset."""
+    return collect(stream, FORMAT, paths, split=split)
+
+
+def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
+           subset: str | None = None) -> Iterator[QueryRecord]:
+    """Yield the queries of CIRCO files one by one, registering their images on ``dataset``."""
     files: list[tuple[Path, str]] = []
-    for path in as_paths(paths):
-        _, m = match_name(path, _PATTERNS, FORMAT)
-        files.append((path, split or m.group("split")))
     seen_splits: dict[str, Path] = {}
-    for path, name in files:
+    for path in as_paths(paths):
+        _, named = file_role(path, _PATTERNS, _CONTENT, _EXPECTED)
+        name = need(split or named.get("split") or name_token(path, ("val", "test")), path, "split", "--split",
+                    _EXPECTED)
         if name in seen_splits:
             raise ParseError(str(path), None, None, f"a second file for split {name!r} (first: {seen_splits[name]})")
         seen_splits[name] = path
-
-    dataset = ParsedDataset(format=FORMAT)
+        files.append((path, name))
     for path, name in files:
-        _parse_file(path, name, dataset)
-    return dataset
+        yield from _parse_file(path, name, dataset)
 
 
 def _image(rec: Record, dataset: ParsedDataset, coco_id: int, field_name: str) -> str:
@@ -66,11 +75,10 @@ def _image(rec: Record, dataset: ParsedDataset, coco_id: int, field_name: str) -
     return register(dataset, str(coco_id), path=image_path(coco_id))
 
 
-def _parse_file(path: Path, split: str, dataset: ParsedDataset) -> None:
-    data = expect_list(load_json(path), path)
+def _parse_file(path: Path, split: str, dataset: ParsedDataset) -> Iterator[QueryRecord]:
     test = is_test_split(split)
     seen: dict[int, int] = {}
-    for index, raw in enumerate(data):
+    for index, raw in iter_list(path):
         rec = Record(path, index, raw)
         qid = rec.req_int("id")
         if qid in seen:
@@ -99,7 +107,7 @@ def _parse_file(path: Path, split: str, dataset: ParsedDataset) -> None:
             image = _image(rec, dataset, coco_id, "gt_img_ids")
             add_target(targets, TargetRecord(image, 1.0, coco_id == primary, "gt", "gt_img_ids"), dataset, where)
 
-        dataset.queries.append(QueryRecord(
+        yield QueryRecord(
             external_id=str(qid),
             split=split,
             ordinal=index,
@@ -109,4 +117,4 @@ def _parse_file(path: Path, split: str, dataset: ParsedDataset) -> None:
             raw=raw,
             context_text=concept,
             tags=list(aspects),
-        ))
+        )

@@ -17,7 +17,7 @@ captions reference but the split file lacks get ``path=None`` (and a warning).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,39 +29,61 @@ from retrieval.importers._common import (
     add_target,
     as_paths,
     check_str_list,
-    expect_list,
-    expect_object,
+    collect,
+    file_role,
+    fill_gallery,
     is_int,
     is_number,
     is_test_split,
-    load_json,
-    match_name,
+    iter_list,
+    iter_object,
+    list_of_objects_with,
+    name_token,
+    need,
+    object_of,
     register,
 )
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath
 
 FORMAT = "cirr"
+SPLITS = ("train", "val", "test1", "dev")
 
 _PATTERNS = [
     ("ext", re.compile(rf"^cap\.ext\.(?P<ver>rc\d+)\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
     ("cap", re.compile(rf"^cap\.(?P<ver>rc\d+)\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
     ("split", re.compile(rf"^split\.(?P<ver>rc\d+)\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
 ]
+_CONTENT = [
+    ("ext", list_of_objects_with("pairid", "caption_extend")),
+    ("cap", list_of_objects_with("pairid", "caption")),
+    ("split", object_of(lambda value: isinstance(value, str))),
+]
+_EXPECTED = ("cap.rc2.<split>.json (a list of {pairid, reference, caption, ...}), cap.ext.rc2.<split>.json "
+             "(a list of {pairid, caption_extend}) or split.rc2.<split>.json (an object image id -> path)")
 
 
-def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
+def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
     """Parse CIRR caption, extended-caption and image-split files into a ParsedDataset."""
+    return collect(stream, FORMAT, paths, split=split)
+
+
+def _group(paths: Iterable[PathLike], split: str | None) -> dict[str, dict[str, Path]]:
+    """Files by split and role (``cap``, ``ext``, ``split``); a second file of a role is refused."""
     groups: dict[str, dict[str, Path]] = {}
     for path in as_paths(paths):
-        role, m = match_name(path, _PATTERNS, FORMAT)
-        name = split or m.group("split")
+        role, named = file_role(path, _PATTERNS, _CONTENT, _EXPECTED)
+        name = need(split or named.get("split") or name_token(path, SPLITS), path, "split", "--split", _EXPECTED)
         roles = groups.setdefault(name, {})
         if role in roles:
             raise ParseError(str(path), None, None, f"a second {role} file for split {name!r} (first: {roles[role]})")
         roles[role] = path
+    return groups
 
-    dataset = ParsedDataset(format=FORMAT)
-    for name, roles in groups.items():
+
+def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
+           subset: str | None = None) -> Iterator[QueryRecord]:
+    """Yield the queries of CIRR files one by one, registering images and galleries on ``dataset``."""
+    for name, roles in _group(paths, split).items():
         if "ext" in roles and "cap" not in roles:
             raise ParseError(str(roles["ext"]), None, None,
                              "extended captions given without their cap.rc2 caption file")
@@ -69,93 +91,113 @@ def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
         if "split" in roles:
             known = _parse_split_file(roles["split"], dataset, name)
         if "cap" in roles:
-            queries = _parse_captions(roles["cap"], name, dataset, known)
-            if "ext" in roles:
-                _attach_ext(roles["ext"], queries, dataset)
-            dataset.queries.extend(queries)
-    return dataset
+            ext = _ExtJoin(roles["ext"], dataset) if "ext" in roles else None
+            yield from _parse_captions(roles["cap"], name, dataset, known, ext)
+            if ext is not None:
+                ext.finish()
 
 
 def _parse_split_file(path: Path, dataset: ParsedDataset, split: str) -> set[str]:
     """Register every image of a split file (id -> path) and record the split's gallery."""
-    data = expect_object(load_json(path), path)
-    gallery: list[str] = []
-    for index, (image_id, rel) in enumerate(data.items()):
-        norm = safe_relpath(rel, str(path), index, image_id)
-        register(dataset, image_id, path=norm)
-        gallery.append(image_id)
-    dataset.galleries[split] = gallery
-    return set(gallery)
+    def members() -> Iterator[str]:
+        for index, image_id, rel in iter_object(path):
+            norm = safe_relpath(rel, str(path), index, image_id)
+            yield register(dataset, image_id, path=norm)
+
+    fill_gallery(dataset, split, path.name, members())
+    return dataset.gallery_members(split)
 
 
-def _parse_captions(path: Path, split: str, dataset: ParsedDataset, known: set[str] | None) -> list[QueryRecord]:
-    """Validate and map every triplet of a ``cap.rc2`` file."""
-    data = expect_list(load_json(path), path)
+class _Warnings:
+    """What one caption file warns about, gathered while its records stream past."""
+
+    def __init__(self) -> None:
+        self.flagged: list[str] = []
+        self.missing: set[str] = set()  # referenced images that the split file lacks
+
+
+def _parse_captions(path: Path, split: str, dataset: ParsedDataset, known: set[str] | None,
+                    ext: _ExtJoin | None) -> Iterator[QueryRecord]:
+    """Validate and map every triplet of a ``cap.rc2`` file, streaming."""
     test = is_test_split(split)
-    queries: list[QueryRecord] = []
     seen: dict[int, int] = {}
-    referenced: list[str] = []
-    for index, raw in enumerate(data):
-        rec = Record(path, index, raw)
-        pairid = rec.req_int("pairid")
-        if pairid in seen:
-            rec.fail("pairid", f"duplicate pairid {pairid} (first at record {seen[pairid]})")
-        seen[pairid] = index
-        reference = rec.req_str("reference")
-        caption = rec.req_str("caption")
-        img_set = _check_img_set(rec)
-        hard = rec.opt_str("target_hard") if test else rec.req_str("target_hard")
-        soft = _check_soft(rec)
-
-        targets: list[TargetRecord] = []
-        where = f"{path.name} record {index}"
-        if hard is not None:
-            relevance = float(soft[hard]) if soft is not None and hard in soft else 1.0
-            targets.append(TargetRecord(hard, relevance, True, "hard", "target_hard"))
-        for image_id, score in (soft or {}).items():
-            if image_id != hard:
-                add_target(targets, TargetRecord(image_id, float(score), False, "soft", "target_soft"), dataset, where)
-
-        images = [reference, *(t.image for t in targets), *(img_set["members"] if img_set else [])]
-        referenced.extend(images)
-        for image_id in images:
-            register(dataset, image_id)
-
-        extra: dict[str, Any] = {}
-        if img_set is not None:
-            extra["img_set"] = img_set
+    notes = _Warnings()
+    for index, raw in iter_list(path):
+        query = _caption_query(Record(path, index, raw), split, dataset, known, test, seen)
+        if any(t.image == query.turns[0].reference and t.relevance > 0 for t in query.targets):
+            notes.flagged.append(query.external_id)
         if known is not None:
-            extra["gallery"] = split
-        queries.append(QueryRecord(
-            external_id=str(pairid),
-            split=split,
-            ordinal=index,
-            source_file=path.name,
-            turns=[TurnRecord(1, reference, [TextRecord(caption, "caption")])],
-            targets=targets,
-            raw=raw,
-            extra=extra,
-        ))
+            notes.missing.update(i for i in _images_of(query) if i not in known)
+        if ext is not None:
+            ext.attach(query)
+        yield query
+    _warn_captions(path, split, dataset, known, notes)
 
-    flagged = [q.external_id for q in queries
-               if any(t.image == q.turns[0].reference and t.relevance > 0 for t in q.targets)]
-    if flagged:
+
+def _images_of(query: QueryRecord) -> list[str]:
+    img_set = query.extra.get("img_set")
+    members = img_set["members"] if img_set else []
+    return [query.turns[0].reference or "", *(t.image for t in query.targets), *members]
+
+
+def _caption_query(rec: Record, split: str, dataset: ParsedDataset, known: set[str] | None, test: bool,
+                   seen: dict[int, int]) -> QueryRecord:
+    """One ``cap.rc2`` record, validated and mapped (its images registered on ``dataset``)."""
+    pairid = rec.req_int("pairid")
+    if pairid in seen:
+        rec.fail("pairid", f"duplicate pairid {pairid} (first at record {seen[pairid]})")
+    seen[pairid] = rec.index or 0
+    reference = rec.req_str("reference")
+    caption = rec.req_str("caption")
+    img_set = _check_img_set(rec)
+    hard = rec.opt_str("target_hard") if test else rec.req_str("target_hard")
+    soft = _check_soft(rec)
+
+    targets: list[TargetRecord] = []
+    where = f"{Path(rec.file).name} record {rec.index}"
+    if hard is not None:
+        relevance = float(soft[hard]) if soft is not None and hard in soft else 1.0
+        targets.append(TargetRecord(hard, relevance, True, "hard", "target_hard"))
+    for image_id, score in (soft or {}).items():
+        if image_id != hard:
+            add_target(targets, TargetRecord(image_id, float(score), False, "soft", "target_soft"), dataset, where)
+    for image_id in (reference, *(t.image for t in targets), *(img_set["members"] if img_set else [])):
+        register(dataset, image_id)
+
+    extra: dict[str, Any] = {}
+    if img_set is not None:
+        extra["img_set"] = img_set
+    if known is not None:
+        extra["gallery"] = split
+    return QueryRecord(
+        external_id=str(pairid),
+        split=split,
+        ordinal=rec.index or 0,
+        source_file=Path(rec.file).name,
+        turns=[TurnRecord(1, reference, [TextRecord(caption, "caption")])],
+        targets=targets,
+        raw=rec.data,
+        extra=extra,
+    )
+
+
+def _warn_captions(path: Path, split: str, dataset: ParsedDataset, known: set[str] | None, notes: _Warnings) -> None:
+    if notes.flagged:
         dataset.warnings.append(
-            f"{path.name}: {len(flagged)} quer(y/ies) list the reference image as a positive target "
-            f"(misaligned soft labels?), e.g. pairid {flagged[0]}"
+            f"{path.name}: {len(notes.flagged)} quer(y/ies) list the reference image as a positive target "
+            f"(misaligned soft labels?), e.g. pairid {notes.flagged[0]}"
         )
     if known is None:
         dataset.warnings.append(
             f"{path.name}: no split.rc2.{split}.json given; image paths are unknown and no gallery was built"
         )
-    else:
-        missing = sorted(set(referenced) - known)
-        if missing:
-            dataset.warnings.append(
-                f"{path.name}: {len(missing)} referenced image(s) are not in the split file "
-                f"(path left empty), e.g. {missing[0]!r}"
-            )
-    return queries
+        return
+    missing = sorted(notes.missing)
+    if missing:
+        dataset.warnings.append(
+            f"{path.name}: {len(missing)} referenced image(s) are not in the split file "
+            f"(path left empty), e.g. {missing[0]!r}"
+        )
 
 
 def _check_img_set(rec: Record) -> dict[str, Any] | None:
@@ -183,35 +225,57 @@ def _check_soft(rec: Record) -> dict[str, float] | None:
     return soft
 
 
-def _attach_ext(path: Path, queries: list[QueryRecord], dataset: ParsedDataset) -> None:
-    """Add the ``caption_extend`` texts of a ``cap.ext`` file to the matching queries."""
-    data = expect_list(load_json(path), path)
-    by_pairid: dict[int, tuple[int, dict[str, str], dict[str, Any]]] = {}
-    for index, raw in enumerate(data):
-        rec = Record(path, index, raw)
-        pairid = rec.req_int("pairid")
-        if pairid in by_pairid:
-            rec.fail("pairid", f"duplicate pairid {pairid} (first at record {by_pairid[pairid][0]})")
-        rec.opt_str("reference")
-        rec.opt_str("target_hard")
-        ext = rec.req_obj("caption_extend")
-        for key, text in ext.items():
-            if not isinstance(text, str):
-                rec.fail("caption_extend", f"text of key {key!r} must be a string")
-        by_pairid[pairid] = (index, ext, raw)
+class _ExtJoin:
+    """Joins a ``cap.ext`` file to the caption records while both stream.
 
-    used = 0
-    for query in queries:
-        found = by_pairid.get(int(query.external_id))
+    The ext file is read ahead only as far as the pairid asked for; entries read past are kept
+    until asked for, so files in the same order hold one entry at a time in memory.
+    """
+
+    def __init__(self, path: Path, dataset: ParsedDataset):
+        self.path = path
+        self.dataset = dataset
+        self.entries = iter_list(path)
+        self.pending: dict[int, tuple[int, dict[str, str], dict[str, Any]]] = {}
+        self.seen: dict[int, int] = {}
+        self.used = 0
+
+    def _read_until(self, pairid: int) -> None:
+        for index, raw in self.entries:
+            rec = Record(self.path, index, raw)
+            found = rec.req_int("pairid")
+            if found in self.seen:
+                rec.fail("pairid", f"duplicate pairid {found} (first at record {self.seen[found]})")
+            self.seen[found] = index
+            rec.opt_str("reference")
+            rec.opt_str("target_hard")
+            ext = rec.req_obj("caption_extend")
+            for key, text in ext.items():
+                if not isinstance(text, str):
+                    rec.fail("caption_extend", f"text of key {key!r} must be a string")
+            self.pending[found] = (index, ext, raw)
+            if found == pairid:
+                return
+
+    def attach(self, query: QueryRecord) -> None:
+        """Add the ``caption_extend`` texts of the query's pairid, if the ext file has them."""
+        pairid = int(query.external_id)
+        if pairid not in self.pending:
+            self._read_until(pairid)
+        found = self.pending.pop(pairid, None)
         if found is None:
-            continue
-        used += 1
+            return
+        self.used += 1
         index, ext, raw = found
         if isinstance(raw.get("reference"), str) and raw["reference"] != query.turns[0].reference:
-            dataset.warnings.append(
-                f"{path.name} record {index}: reference differs from the caption file for pairid {query.external_id}"
+            self.dataset.warnings.append(
+                f"{self.path.name} record {index}: reference differs from the caption file for pairid {pairid}"
             )
         query.turns[0].texts.extend(TextRecord(text, "caption_ext", key=key) for key, text in ext.items())
         query.extra["caption_extend"] = raw
-    if used < len(by_pairid):
-        dataset.warnings.append(f"{path.name}: {len(by_pairid) - used} entries match no pairid of the caption file")
+
+    def finish(self) -> None:
+        """Validate the rest of the ext file and warn about entries that matched no caption."""
+        self._read_until(-1)
+        if self.pending:
+            self.dataset.warnings.append(f"{self.path.name}: {len(self.pending)} entries match no pairid of the caption file")

@@ -16,7 +16,7 @@ key is repeated in ``QueryRecord.extra['gallery']``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from retrieval.importers._common import (
@@ -25,40 +25,76 @@ from retrieval.importers._common import (
     PathLike,
     Record,
     as_paths,
-    expect_list,
+    collect,
+    file_role,
+    fill_gallery,
     image_id_path,
     is_test_split,
-    load_json,
-    match_name,
+    iter_list,
+    list_of_objects_with,
+    list_of_strings,
+    name_token,
+    need,
     register,
 )
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
 
 FORMAT = "fashioniq"
 IMAGE_TEMPLATE = "{id}.jpg"
+CATEGORIES = ("dress", "shirt", "toptee")
+SPLITS = ("train", "val", "test")
 
 _PATTERNS = [
     ("cap", re.compile(rf"^cap\.(?P<category>{TOKEN})\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
     ("split", re.compile(rf"^split\.(?P<category>{TOKEN})\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
 ]
+_CONTENT = [
+    ("cap", list_of_objects_with("candidate", "captions")),
+    ("split", list_of_strings),
+]
+_EXPECTED = ("cap.<category>.<split>.json (a list of {candidate, target, captions}) or "
+             "split.<category>.<split>.json (a list of ASINs)")
 
 
-def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
-    """Parse FashionIQ caption and image-split files into a ParsedDataset."""
+def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
+    """Parse FashionIQ caption and image-split files into a ParsedDataset (``subset`` = category)."""
+    return collect(stream, FORMAT, paths, split=split, subset=subset)
+
+
+def group_files(paths: Iterable[PathLike], patterns, content, expected: str, split: str | None,
+                subset: str | None, categories: Iterable[str], default_split: str | None = None,
+                ) -> tuple[dict[tuple[str, str], dict[str, Path]], list[Path]]:
+    """Files by (category, split) and role, from content and names; plus the ``attributes`` files.
+
+    The category comes from ``subset``, else the name; the split from ``split``, else the name,
+    else ``default_split``.
+    """
     groups: dict[tuple[str, str], dict[str, Path]] = {}
+    attributes: list[Path] = []
     for path in as_paths(paths):
-        role, m = match_name(path, _PATTERNS, FORMAT)
-        add_to_group(groups, (m.group("category"), split or m.group("split")), role, path)
+        role, named = file_role(path, patterns, content, expected)
+        if role == "attributes":
+            attributes.append(path)
+            continue
+        category = need(subset or named.get("category") or name_token(path, categories), path, "category",
+                        "--subset", expected)
+        split_name = need(split or named.get("split") or name_token(path, SPLITS) or default_split, path, "split",
+                          "--split", expected)
+        add_to_group(groups, (category, split_name), role, path)
+    return groups, attributes
 
-    dataset = ParsedDataset(format=FORMAT)
+
+def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
+           subset: str | None = None) -> Iterator[QueryRecord]:
+    """Yield FashionIQ queries one by one, registering images and galleries on ``dataset``."""
+    groups, _ = group_files(paths, _PATTERNS, _CONTENT, _EXPECTED, split, subset, CATEGORIES)
     for (category, split_name), roles in groups.items():
         gallery_key = f"{category}/{split_name}"
         if "split" in roles:
-            dataset.galleries[gallery_key] = parse_asin_list(roles["split"], dataset)
+            parse_asin_list(roles["split"], dataset, gallery_key)
         if "cap" in roles:
-            _parse_captions(roles["cap"], category, split_name, dataset,
-                            gallery_key if "split" in roles else None)
-    return dataset
+            yield from _parse_captions(roles["cap"], category, split_name, dataset,
+                                       gallery_key if "split" in roles else None)
 
 
 def add_to_group(groups: dict[tuple[str, str], dict[str, Path]], key: tuple[str, str], role: str,
@@ -70,23 +106,25 @@ def add_to_group(groups: dict[tuple[str, str], dict[str, Path]], key: tuple[str,
     roles[role] = path
 
 
-def parse_asin_list(path: Path, dataset: ParsedDataset) -> list[str]:
-    """Read a list of ASINs (an image split file), registering each image; returns the list."""
-    data = expect_list(load_json(path), path)
-    gallery: list[str] = []
-    for index, asin in enumerate(data):
-        if not isinstance(asin, str):
-            raise ParseError(str(path), index, None, "expected an ASIN string")
-        register(dataset, asin, path=image_id_path(asin, IMAGE_TEMPLATE, str(path), index, None))
-        gallery.append(asin)
-    return gallery
+def parse_asin_list(path: Path, dataset: ParsedDataset, gallery_key: str) -> None:
+    """Read a list of ASINs (an image split file) into the gallery ``gallery_key``, registering each image.
+
+    An ASIN listed twice is stored once, with a warning.
+    """
+    def members() -> Iterator[str]:
+        for index, asin in iter_list(path):
+            if not isinstance(asin, str):
+                raise ParseError(str(path), index, None, "expected an ASIN string")
+            yield register(dataset, asin, path=image_id_path(asin, IMAGE_TEMPLATE, str(path), index, None))
+
+    fill_gallery(dataset, gallery_key, path.name, members())
 
 
-def _parse_captions(path: Path, category: str, split: str, dataset: ParsedDataset, gallery_key: str | None) -> None:
-    """Validate and map every triplet of a ``cap.<category>.<split>`` file."""
-    data = expect_list(load_json(path), path)
+def _parse_captions(path: Path, category: str, split: str, dataset: ParsedDataset,
+                    gallery_key: str | None) -> Iterator[QueryRecord]:
+    """Validate and map every triplet of a ``cap.<category>.<split>`` file, streaming."""
     test = is_test_split(split)
-    for index, raw in enumerate(data):
+    for index, raw in iter_list(path):
         rec = Record(path, index, raw)
         candidate = rec.req_str("candidate")
         target = rec.opt_str("target") if test else rec.req_str("target")
@@ -100,7 +138,7 @@ def _parse_captions(path: Path, category: str, split: str, dataset: ParsedDatase
             register(dataset, target, path=image_id_path(target, IMAGE_TEMPLATE, str(path), index, "target"))
             targets.append(TargetRecord(target, 1.0, True, "gt", "target"))
         texts = [TextRecord(text, "caption", annotator=i) for i, text in enumerate(captions)]
-        dataset.queries.append(QueryRecord(
+        yield QueryRecord(
             external_id=f"{category}/{split}/{index:05d}",
             split=split,
             ordinal=index,
@@ -110,4 +148,4 @@ def _parse_captions(path: Path, category: str, split: str, dataset: ParsedDatase
             raw=raw,
             category=category,
             extra={"gallery": gallery_key} if gallery_key else {},
-        ))
+        )

@@ -21,7 +21,7 @@ followed by four digits (``val/val2014/`` -> ``val2014/``, ``train/train2014/`` 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,13 @@ from retrieval.importers._common import (
     PathLike,
     Record,
     as_paths,
-    expect_list,
+    collect,
+    file_role,
     is_int,
     is_test_split,
-    load_json,
-    match_name,
+    iter_list,
+    list_of_objects_with,
+    name_token,
     register,
 )
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath
@@ -47,6 +49,12 @@ _PATTERNS = [
     ("corpus", re.compile(r"^.*corpus.*\.json$")),
     ("triplets", re.compile(rf"^lasco_(?P<split>{_SPLIT}){SAMPLE}\.json$")),
 ]
+_CONTENT = [
+    ("triplets", list_of_objects_with("qid", "query-image")),
+    ("corpus", list_of_objects_with("id", "path")),
+]
+_EXPECTED = "lasco_<split>.json (a list of {qid, query-image, query-text, target-image}) or " \
+            "lasco_<split>_corpus.json (a list of {id, path})"
 
 
 def reconcile_corpus_path(path: str) -> str:
@@ -57,36 +65,45 @@ def reconcile_corpus_path(path: str) -> str:
     return path
 
 
-def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
+def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
     """Parse LaSCo triplet and corpus files into a ParsedDataset."""
+    return collect(stream, FORMAT, paths, split=split)
+
+
+def _classify(paths: Iterable[PathLike], split: str | None) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
+    """``(triplets, corpora)`` with their splits; a corpus without one takes the triplets' only split."""
     triplets: list[tuple[Path, str]] = []
     corpora: list[tuple[Path, str | None]] = []
     for path in as_paths(paths):
-        role, m = match_name(path, _PATTERNS, FORMAT)
-        named = m.groupdict().get("split")
+        role, named = file_role(path, _PATTERNS, _CONTENT, _EXPECTED)
+        found = split or named.get("split") or name_token(path, ("train", "val", "test"))
         if role == "triplets":
-            triplets.append((path, split or named or ""))
+            triplets.append((path, found or ""))
         else:
-            corpora.append((path, split or named))
-
+            corpora.append((path, found))
     triplet_splits = {name for _, name in triplets}
-    _no_duplicates([(p, n) for p, n in triplets], "triplet")
+    _no_duplicates(triplets, "triplet")
     resolved: list[tuple[Path, str]] = []
     for path, name in corpora:
         if name is None:
             if len(triplet_splits) != 1:
-                raise ParseError(str(path), None, None, "cannot tell the split of this corpus file; pass split=")
+                raise ParseError(str(path), None, None, "cannot tell the split of this corpus file; name it "
+                                                        "lasco_<split>_corpus.json or pass --split")
             name = next(iter(triplet_splits))
         resolved.append((path, name))
     _no_duplicates(resolved, "corpus")
+    return triplets, resolved
 
-    dataset = ParsedDataset(format=FORMAT)
-    corpus_splits = {name for _, name in resolved}
+
+def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
+           subset: str | None = None) -> Iterator[QueryRecord]:
+    """Yield LaSCo queries one by one, then read the corpora into galleries (registering images)."""
+    triplets, corpora = _classify(paths, split)
+    corpus_splits = {name for _, name in corpora}
     for path, name in triplets:
-        _parse_triplets(path, name, dataset, name in corpus_splits)
-    for path, name in resolved:
+        yield from _parse_triplets(path, name, dataset, name in corpus_splits)
+    for path, name in corpora:
         _parse_corpus(path, name, dataset)
-    return dataset
 
 
 def _no_duplicates(files: list[tuple[Path, str]], what: str) -> None:
@@ -107,11 +124,10 @@ def _pair(rec: Record, key: str) -> tuple[int, str]:
     return value[0], safe_relpath(value[1], rec.file, rec.index, key)
 
 
-def _parse_triplets(path: Path, split: str, dataset: ParsedDataset, has_gallery: bool) -> None:
-    data = expect_list(load_json(path), path)
+def _parse_triplets(path: Path, split: str, dataset: ParsedDataset, has_gallery: bool) -> Iterator[QueryRecord]:
     test = is_test_split(split)
     seen: dict[int, int] = {}
-    for index, raw in enumerate(data):
+    for index, raw in iter_list(path):
         rec = Record(path, index, raw)
         qid = rec.req_int("qid")
         if qid in seen:
@@ -125,7 +141,7 @@ def _parse_triplets(path: Path, split: str, dataset: ParsedDataset, has_gallery:
         if target is not None:
             targets.append(TargetRecord(_image(dataset, *target), 1.0, True, "gt", "target-image"))
         extra: dict[str, Any] = {"gallery": split} if has_gallery else {}
-        dataset.queries.append(QueryRecord(
+        yield QueryRecord(
             external_id=str(qid),
             split=split,
             ordinal=index,
@@ -134,7 +150,7 @@ def _parse_triplets(path: Path, split: str, dataset: ParsedDataset, has_gallery:
             targets=targets,
             raw=raw,
             extra=extra,
-        ))
+        )
 
 
 def _image(dataset: ParsedDataset, coco_id: int, rel: str) -> str:
@@ -146,10 +162,9 @@ def _image(dataset: ParsedDataset, coco_id: int, rel: str) -> str:
 
 
 def _parse_corpus(path: Path, split: str, dataset: ParsedDataset) -> None:
-    data = expect_list(load_json(path), path)
     gallery: list[str] = []
     seen: dict[int, int] = {}
-    for index, raw in enumerate(data):
+    for index, raw in iter_list(path):
         rec = Record(path, index, raw, "corpus entry")
         coco_id = rec.req_int("id")
         if coco_id in seen:

@@ -24,8 +24,9 @@ otherwise its normalised path is its external id.
 """
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +36,10 @@ from retrieval.importers._common import (
     add_target,
     as_paths,
     check_str_list,
+    collect,
     iter_jsonl,
     match_name,
-    read_text,
+    read_lines,
     register,
 )
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath
@@ -68,46 +70,54 @@ def _split_from_name(name: str, role: str) -> str | None:
     return found[-1] if found else None
 
 
-def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
+def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
     """Parse M-BEIR query, candidate-pool and qrels files into a ParsedDataset."""
+    return collect(stream, FORMAT, paths, split=split)
+
+
+def _files(paths: Iterable[PathLike], split: str | None) -> dict[str, list[tuple[Path, str]]]:
+    """Files by role with their split: their own, else ``split``, else the query files' only split."""
     files: dict[str, list[tuple[Path, str | None]]] = {"pool": [], "queries": [], "qrels": []}
     for path in as_paths(paths):
         role, _ = match_name(path, _PATTERNS, FORMAT)
         files[role].append((path, split or _split_from_name(path.name, role)))
-    query_splits: set[str] = set()
-    for path, name in files["queries"]:
-        if name is None:
-            raise ParseError(str(path), None, None, "cannot tell the split from the file name; pass split=")
-        query_splits.add(name)
+    query_splits = {name for _, name in files["queries"] if name is not None}
+    only = next(iter(query_splits)) if len(query_splits) == 1 else None
+    resolved: dict[str, list[tuple[Path, str]]] = {}
+    for role, found in files.items():
+        for path, name in found:
+            name = name or (only if role != "queries" else None)
+            if name is None:
+                raise ParseError(str(path), None, None, "cannot tell the split from the file name "
+                                                        "(expected ..._<train|val|test>...); pass --split")
+            resolved.setdefault(role, []).append((path, name))
+    return resolved
 
-    def resolve(path: Path, name: str | None) -> str:
-        """A pool/qrels file's split: its own, else the only split of the query files."""
-        if name is not None:
-            return name
-        if len(query_splits) == 1:
-            return next(iter(query_splits))
-        raise ParseError(str(path), None, None, "cannot tell the split from the file name; pass split=")
 
-    dataset = ParsedDataset(format=FORMAT)
+def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
+           subset: str | None = None) -> Iterator[QueryRecord]:
+    """Read the pools (streaming, line by line) and qrels, then yield the queries one by one."""
+    files = _files(paths, split)
     by_path: dict[str, str] = {}
-    for path, name in files["pool"]:
-        _parse_pool(path, resolve(path, name), dataset, by_path)
-    index: dict[tuple[str, str], QueryRecord] = {}
-    for path, name in files["queries"]:
-        _parse_queries(path, resolve(path, name), dataset, by_path, index)
-    for path, name in files["qrels"]:
-        _parse_qrels(path, resolve(path, name), dataset, index)
-    if files["pool"]:
-        missing = sorted({t.image for q in dataset.queries for t in q.targets if dataset.images[t.image].path is None})
-        if missing:
-            dataset.warnings.append(f"{len(missing)} target did(s) are in no candidate pool, e.g. {missing[0]!r}")
-    return dataset
+    for path, name in files.get("pool", []):
+        _parse_pool(path, name, dataset, by_path)
+    positives: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for path, name in files.get("qrels", []):
+        _parse_qrels(path, name, positives)
+    missing: set[str] = set()
+    seen: set[tuple[str, str]] = set()  # (split, qid) across the query files
+    for path, name in files.get("queries", []):
+        for query in _parse_queries(path, name, dataset, by_path, positives, seen):
+            missing.update(t.image for t in query.targets if dataset.images[t.image].path is None)
+            yield query
+    _warn_unmatched(positives, dataset)
+    if files.get("pool") and missing:
+        dataset.warnings.append(f"{len(missing)} target did(s) are in no candidate pool, e.g. {sorted(missing)[0]!r}")
 
 
 def _parse_pool(path: Path, split: str, dataset: ParsedDataset, by_path: dict[str, str]) -> None:
     """Register the image rows of a candidate pool and append them to the split's gallery."""
-    gallery = dataset.galleries.setdefault(split, [])
-    in_gallery = set(gallery)
+    dataset.galleries.setdefault(split, [])
     seen: dict[str, int] = {}
     text_only = 0
     for index, raw in iter_jsonl(path):
@@ -131,21 +141,21 @@ def _parse_pool(path: Path, split: str, dataset: ParsedDataset, by_path: dict[st
             extra["txt"] = txt
         register(dataset, did, path=rel, extra=extra)
         by_path.setdefault(rel, did)
-        if did not in in_gallery:
-            gallery.append(did)
-            in_gallery.add(did)
+        dataset.add_to_gallery(split, did)
     if text_only:
         dataset.warnings.append(f"{path.name}: skipped {text_only} text-only candidate(s) (no img_path)")
 
 
 def _parse_queries(path: Path, split: str, dataset: ParsedDataset, by_path: dict[str, str],
-                   index_out: dict[tuple[str, str], QueryRecord]) -> None:
-    """Validate and map every query line of a query jsonl file."""
+                   positives: dict[tuple[str, str], list[tuple[str, str]]],
+                   seen: set[tuple[str, str]]) -> Iterator[QueryRecord]:
+    """Validate and map every query line of a query jsonl file, adding its qrels positives."""
     for index, raw in iter_jsonl(path):
         rec = Record(path, index, raw, "query")
         qid = rec.req_str("qid")
-        if (split, qid) in index_out:
+        if (split, qid) in seen:
             rec.fail("qid", f"duplicate qid {qid!r} in split {split!r}")
+        seen.add((split, qid))
         text = rec.nullable_str("query_txt")
         img_path = rec.nullable_str("query_img_path")
         modality = rec.opt_str("query_modality")
@@ -181,14 +191,13 @@ def _parse_queries(path: Path, split: str, dataset: ParsedDataset, by_path: dict
             raw=raw,
             extra=extra,
         )
-        index_out[(split, qid)] = query
-        dataset.queries.append(query)
+        _add_qrels(query, positives.pop((split, qid), []), dataset)
+        yield query
 
 
-def _parse_qrels(path: Path, split: str, dataset: ParsedDataset, queries: dict[tuple[str, str], QueryRecord]) -> None:
-    """Add the positives of a qrels file (``qid 0 did relevance [task_id]``) to their queries."""
-    unknown: set[str] = set()
-    for index, line in enumerate(read_text(path).splitlines()):
+def _parse_qrels(path: Path, split: str, positives: dict[tuple[str, str], list[tuple[str, str]]]) -> None:
+    """Gather the positives of a qrels file (``qid 0 did relevance [task_id]``) by (split, qid)."""
+    for index, line in read_lines(path):
         cols = line.split()
         if not cols:
             continue
@@ -199,24 +208,34 @@ def _parse_qrels(path: Path, split: str, dataset: ParsedDataset, queries: dict[t
         try:
             relevance = float(rel_text)
         except ValueError:
+            relevance = math.nan
+        if not math.isfinite(relevance):
             raise ParseError(str(path), index, "relevance",
-                             f"line {index + 1}: relevance {rel_text!r} is not a number") from None
+                             f"line {index + 1}: relevance {rel_text!r} is not a finite number")
         if len(cols) == 5 and not cols[4].lstrip("-").isdigit():
             raise ParseError(str(path), index, "task_id", f"line {index + 1}: task id {cols[4]!r} is not an integer")
-        if relevance <= 0:
-            continue
-        query = queries.get((split, qid))
-        if query is None:
-            unknown.add(qid)
-            continue
+        if relevance > 0:
+            positives.setdefault((split, qid), []).append((did, f"{path.name} line {index + 1}"))
+
+
+def _add_qrels(query: QueryRecord, found: list[tuple[str, str]], dataset: ParsedDataset) -> None:
+    """Add qrels positives to ``query`` unless already targets (a negative made positive is warned)."""
+    for did, where in found:
         existing = next((t for t in query.targets if t.image == did), None)
         if existing is not None:
             if existing.role == "neg":
-                dataset.warnings.append(
-                    f"{path.name} line {index + 1}: {did!r} is positive here but a negative of {qid!r}")
+                dataset.warnings.append(f"{where}: {did!r} is positive here but a negative of {query.external_id!r}")
             continue
         register(dataset, did)
         query.targets.append(TargetRecord(did, 1.0, not any(t.is_primary for t in query.targets), "pos", "qrels"))
-    if unknown:
+
+
+def _warn_unmatched(positives: dict[tuple[str, str], list[tuple[str, str]]], dataset: ParsedDataset) -> None:
+    """Warn, per qrels file, about the qids whose positives matched no query."""
+    by_file: dict[str, set[str]] = {}
+    for (_, qid), found in positives.items():
+        for _did, where in found:
+            by_file.setdefault(where.split(" line ")[0], set()).add(qid)
+    for name, unknown in by_file.items():
         dataset.warnings.append(
-            f"{path.name}: {len(unknown)} qid(s) with positives match no query, e.g. {sorted(unknown)[0]!r}")
+            f"{name}: {len(unknown)} qid(s) with positives match no query, e.g. {sorted(unknown)[0]!r}")

@@ -18,7 +18,7 @@ Galleries are keyed ``f"{category}/{split}"`` (also in ``QueryRecord.extra['gall
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,49 +27,63 @@ from retrieval.importers._common import (
     TOKEN,
     PathLike,
     Record,
-    as_paths,
-    expect_list,
-    expect_object,
+    collect,
     image_id_path,
-    load_json,
-    match_name,
+    iter_list,
+    iter_object,
+    list_of_objects_with,
+    list_of_strings,
+    object_of,
     register,
 )
-from retrieval.importers.fashioniq import add_to_group, parse_asin_list
+from retrieval.importers.fashioniq import CATEGORIES, group_files, parse_asin_list
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
 
 FORMAT = "mtfiq"
 IMAGE_TEMPLATE = "{id}.jpg"
+#: The split of a sessions file whose name carries none (the release's own ``data/dress.json``).
+UNSPLIT = "all"
 
 _PATTERNS = [
     ("attributes", re.compile(r"^asin2attr(?:\..+)?\.json$")),
     ("split", re.compile(rf"^split\.(?P<category>{TOKEN})\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
     ("sessions", re.compile(rf"^(?P<category>{TOKEN})\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
+    ("sessions", re.compile(rf"^(?P<category>{TOKEN}){SAMPLE}\.json$")),
 ]
+_CONTENT = [
+    ("sessions", list_of_objects_with("target", "reference")),
+    ("split", list_of_strings),
+    ("attributes", object_of(lambda value: isinstance(value, list))),
+]
+_EXPECTED = ("<category>.<split>.json or <category>.json (a list of {target, reference} sessions), "
+             "split.<category>.<split>.json (a list of ASINs) or asin2attr.*.json (ASIN -> attribute lists)")
 
 
-def parse(paths: Iterable[PathLike], split: str | None = None) -> ParsedDataset:
-    """Parse Multi-turn FashionIQ session, gallery and attribute files into a ParsedDataset."""
-    groups: dict[tuple[str, str], dict[str, Path]] = {}
-    attribute_files: list[Path] = []
-    for path in as_paths(paths):
-        role, m = match_name(path, _PATTERNS, FORMAT)
-        if role == "attributes":
-            attribute_files.append(path)
-            continue
-        add_to_group(groups, (m.group("category"), split or m.group("split")), role, path)
+def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
+    """Parse Multi-turn FashionIQ session, gallery and attribute files (``subset`` = category)."""
+    return collect(stream, FORMAT, paths, split=split, subset=subset)
 
-    dataset = ParsedDataset(format=FORMAT)
+
+def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
+           subset: str | None = None) -> Iterator[QueryRecord]:
+    """Yield Multi-turn FashionIQ sessions one by one, registering images and galleries on ``dataset``.
+
+    Attribute files are read first, so every image is complete before its sessions are yielded.
+    """
+    groups, attribute_files = group_files(paths, _PATTERNS, _CONTENT, _EXPECTED, split, subset,
+                                          (*CATEGORIES, "all"), default_split=UNSPLIT)
+    for path in attribute_files:
+        _parse_attributes(path, dataset)
     for (category, split_name), roles in groups.items():
         gallery_key = f"{category}/{split_name}"
         if "split" in roles:
-            dataset.galleries[gallery_key] = parse_asin_list(roles["split"], dataset)
+            parse_asin_list(roles["split"], dataset, gallery_key)
         if "sessions" in roles:
-            _parse_sessions(roles["sessions"], category, split_name, dataset,
-                            gallery_key if "split" in roles else None)
-    for path in attribute_files:
-        _parse_attributes(path, dataset)
-    return dataset
+            if split_name == UNSPLIT and split is None:
+                dataset.warnings.append(f"{roles['sessions'].name}: no split in the file name; stored as split "
+                                        f"{UNSPLIT!r} (pass --split to name it)")
+            yield from _parse_sessions(roles["sessions"], category, split_name, dataset,
+                                       gallery_key if "split" in roles else None)
 
 
 def _check_image_entry(rec: Record, field_name: str, value: Any, size: int) -> list[Any]:
@@ -88,9 +102,9 @@ def _image(dataset: ParsedDataset, rec: Record, asin: str, url: str, field_name:
     return register(dataset, asin, path=path, url=url or None)
 
 
-def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDataset, gallery_key: str | None) -> None:
-    data = expect_list(load_json(path), path)
-    for index, raw in enumerate(data):
+def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDataset,
+                    gallery_key: str | None) -> Iterator[QueryRecord]:
+    for index, raw in iter_list(path):
         rec = Record(path, index, raw, "session")
         target = _check_image_entry(rec, "target", rec.req("target"), 2)
         chain = rec.req("reference")
@@ -111,7 +125,7 @@ def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDatase
             nxt = steps[i + 1][0] if i + 1 < len(steps) else final
             texts = [TextRecord(text, "caption", annotator=a) for a, text in enumerate(captions)]
             turns.append(TurnRecord(i + 1, asin, texts, turn_target=nxt))
-        dataset.queries.append(QueryRecord(
+        yield QueryRecord(
             external_id=f"{category}/{split}/{index:05d}",
             split=split,
             ordinal=index,
@@ -121,12 +135,11 @@ def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDatase
             raw=raw,
             category=category,
             extra={"gallery": gallery_key} if gallery_key else {},
-        ))
+        )
 
 
 def _parse_attributes(path: Path, dataset: ParsedDataset) -> None:
-    data = expect_object(load_json(path), path)
-    for index, (asin, groups) in enumerate(data.items()):
+    for index, asin, groups in iter_object(path):
         if not isinstance(groups, list) or not all(
             isinstance(g, list) and all(isinstance(w, str) for w in g) for g in groups
         ):

@@ -55,9 +55,11 @@ def test_reimport_creates_no_duplicates():
     args = ("--format", "circo", "--name", "circo", str(DS / "circo" / "val.json"))
     run_import(*args)
     first = row_counts()
+    stamp = Dataset.objects.get(name="circo").updated_at
     out = run_import(*args)
-    assert "0 new, 220 updated" in out
+    assert "0 new, 0 updated, 220 unchanged" in out
     assert row_counts() == first
+    assert Dataset.objects.get(name="circo").updated_at > stamp
 
 
 def test_cirr_counts_match_files():
@@ -174,8 +176,8 @@ def test_symlink_out_of_the_root_is_refused(tmp_path):
     assert row_counts() == before
 
 
-def test_failure_midway_rolls_back_the_whole_import(tmp_path):
-    """A duplicate query id is only seen while writing: the transaction leaves nothing."""
+def test_duplicate_query_id_is_refused_and_nothing_written(tmp_path):
+    """A duplicate query id is refused by the parser, naming the second record."""
     rec = {"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "x",
            "shared_concept": "c", "gt_img_ids": [2], "semantic_aspects": []}
     path = tmp_path / "val.json"
@@ -212,3 +214,83 @@ def test_mixing_formats_in_one_dataset_is_refused():
     run_import("--format", "circo", "--name", "mix", str(DS / "circo" / "val.json"))
     with pytest.raises(CommandError, match="imported as 'circo'"):
         run_import("--format", "lasco", "--name", "mix", str(DS / "lasco" / "lasco_val_corpus.sample.json"))
+
+
+def test_nan_score_is_refused_naming_file_record_and_field(tmp_path):
+    records = json.loads((DS / "cirr" / "cap.rc2.val.sample.json").read_text())
+    key = next(iter(records[5]["target_soft"]))
+    records[5]["target_soft"][key] = "__NAN__"
+    path = tmp_path / "cap.rc2.val.json"
+    path.write_text(json.dumps(records).replace('"__NAN__"', "NaN"))
+    before = row_counts()
+    with pytest.raises(CommandError) as err:
+        run_import("--format", "cirr", "--name", "nan", str(path))
+    assert f"cap.rc2.val.json, record 5, field 'target_soft.{key}'" in str(err.value)
+    assert "NaN" in str(err.value) and "JSON_VALID" not in str(err.value)
+    assert row_counts() == before
+
+
+def test_reimport_rewrites_only_changed_queries_and_keeps_the_rest(tmp_path):
+    records = json.loads((DS / "circo" / "val.json").read_text())
+    path = tmp_path / "val.json"
+    path.write_text(json.dumps(records))
+    run_import("--format", "circo", "--name", "circo", str(path))
+    kept = Query.objects.get(dataset__name="circo", external_id=str(records[1]["id"]))
+    kept_turn = kept.turns.get().pk
+    records[0]["relative_caption"] = "a changed caption"
+    records[0]["gt_img_ids"] = records[0]["gt_img_ids"][:1]
+    path.write_text(json.dumps(records))
+    out = run_import("--format", "circo", "--name", "circo", str(path))
+    assert "0 new, 1 updated, 219 unchanged" in out
+    changed = Query.objects.get(dataset__name="circo", external_id=str(records[0]["id"]))
+    assert changed.turns.get().text == "a changed caption" and changed.targets.count() == 1
+    assert changed.raw == records[0]
+    assert kept.turns.get().pk == kept_turn  # untouched rows stay as they were
+
+
+def test_duplicate_gallery_entries_warn_and_count_what_is_stored(tmp_path):
+    asins = json.loads((DS / "mtfiq" / "split.dress.val.sample.json").read_text())
+    path = tmp_path / "split.all.val.json"
+    path.write_text(json.dumps(asins + asins[:5]))
+    out = run_import("--format", "mtfiq", "--name", "gal", str(path))
+    assert f"{len(asins)} gallery entries stored" in out
+    assert "5 gallery entries are listed more than once" in out
+    assert GalleryEntry.objects.filter(dataset__name="gal").count() == len(asins)
+
+
+def test_release_file_names_import_with_overrides(tmp_path):
+    dress = tmp_path / "dress.json"
+    dress.write_text((DS / "mtfiq" / "dress.val.sample.json").read_text())
+    run_import("--format", "mtfiq", "--name", "mt", "--split", "val", str(dress))
+    assert set(Query.objects.filter(dataset__name="mt").values_list("split", "category").distinct()) == {("val", "dress")}
+    sessions = tmp_path / "circled_download.json"
+    sessions.write_text((DS / "circled" / "circo_val.json").read_text())
+    run_import("--format", "circled", "--name", "cl", "--subset", "circo_test", str(sessions))
+    assert set(Query.objects.filter(dataset__name="cl").values_list("split", flat=True)) == {"test"}
+
+
+def test_progress_follows_the_bytes_read(tmp_path):
+    from retrieval.services import import_files
+
+    seen = []
+    paths = [DS / "circo" / "val.json"]
+    import_files("circo", "prog", paths, progress=lambda stage, done, total: seen.append((stage, done, total)))
+    size = paths[0].stat().st_size
+    assert seen and all(stage == "importing" and total == size and 0 < done <= size for stage, done, total in seen)
+    assert seen[-1] == ("importing", size, size)
+
+
+def test_failure_after_written_batches_rolls_back_the_whole_import(tmp_path):
+    """Records stream in batches: an error after the first batch is written still leaves nothing."""
+    from retrieval.loader import BATCH
+
+    base = json.loads((DS / "circo" / "val.json").read_text())
+    records = [{**base[i % len(base)], "id": i} for i in range(BATCH + 100)]
+    records[BATCH + 50]["relative_caption"] = 7
+    path = tmp_path / "val.json"
+    path.write_text(json.dumps(records))
+    before = row_counts()
+    with pytest.raises(CommandError) as err:
+        run_import("--format", "circo", "--name", "late", str(path))
+    assert f"record {BATCH + 50}, field 'relative_caption'" in str(err.value)
+    assert row_counts() == before

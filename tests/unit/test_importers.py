@@ -189,8 +189,8 @@ CIRR_OK = {"pairid": 1, "reference": "dev-1-0-img0", "target_hard": "dev-2-0-img
 def test_cirr_bad_json(tmp_path):
     path = write(tmp_path, "cap.rc2.val.json", '[\n{"pairid": 1,\n')
     err = raises(cirr.parse, [path])
-    assert (err.file, err.record, err.field) == (str(path), None, None)
-    assert "line" in err.message and "column" in err.message
+    assert (err.file, err.record, err.field) == (str(path), 0, None)
+    assert "ends inside this record" in err.message and "no record is complete" in err.message
 
 
 @pytest.mark.parametrize("change, field", [
@@ -270,8 +270,8 @@ FIQ_OK = {"target": "B0084Y8XIU", "candidate": "B005X4PL1G", "captions": ["a", "
 def test_fiq_bad_json(tmp_path):
     path = write(tmp_path, "cap.dress.val.json", '[{"target": "B1", ]')
     err = raises(fashioniq.parse, [path])
-    assert (err.file, err.record, err.field) == (str(path), None, None)
-    assert "line 1" in err.message
+    assert (err.file, err.record, err.field) == (str(path), 0, None)
+    assert "invalid JSON" in err.message
 
 
 @pytest.mark.parametrize("change, field", [
@@ -335,10 +335,10 @@ def test_circo_mapping(circo_ds):
 
 
 def test_circo_bad_json(tmp_path):
-    path = write(tmp_path, "val.json", '[{"id": 0}\n{"id": 1}]')
+    path = write(tmp_path, "val.json", f'[{json.dumps(CIRCO_OK)}\n{json.dumps({**CIRCO_OK, "id": 1})}]')
     err = raises(circo.parse, [path])
-    assert (err.file, err.record, err.field) == (str(path), None, None)
-    assert "line 2" in err.message
+    assert (err.file, err.record, err.field) == (str(path), 1, None)
+    assert "record 0 is the last complete one" in err.message
 
 
 CIRCO_OK = {"reference_img_id": 1, "target_img_id": 2, "relative_caption": "x", "shared_concept": "y",
@@ -407,7 +407,7 @@ LASCO_OK = {"qid": 1, "query-image": [1, "val2014/a.jpg"], "query-text": "x", "t
 def test_lasco_bad_json(tmp_path):
     path = write(tmp_path, "lasco_val.json", '[{"qid": 1, "query-text": "x"')
     err = raises(lasco.parse, [path])
-    assert (err.file, err.record, err.field) == (str(path), None, None)
+    assert (err.file, err.record, err.field) == (str(path), 0, None)
 
 
 @pytest.mark.parametrize("change, field", [
@@ -597,9 +597,9 @@ CIRCLED_OK = {"session_id": "fashioniq_dress_val_0000", "subset": "fashioniq_dre
 
 
 def test_circled_bad_json(tmp_path):
-    path = write(tmp_path, "fashioniq_dress_val.json", '[{"session_id": "x"}}')
+    path = write(tmp_path, "fashioniq_dress_val.json", f'[{json.dumps(CIRCLED_OK)}}}')
     err = raises(circled.parse, [path])
-    assert (err.file, err.record, err.field) == (str(path), None, None)
+    assert (err.file, err.record, err.field) == (str(path), 1, None)
 
 
 def _turns(**second):
@@ -677,7 +677,7 @@ MTFIQ_OK = {"target": ["http://x/t.jpg", "B1"], "reference": [["http://x/a.jpg",
 def test_mtfiq_bad_json(tmp_path):
     path = write(tmp_path, "dress.val.json", '[{"target": ["u", "B1"], "reference": [}]')
     err = raises(mtfiq.parse, [path])
-    assert (err.file, err.record, err.field) == (str(path), None, None)
+    assert (err.file, err.record, err.field) == (str(path), 0, None)
 
 
 @pytest.mark.parametrize("change, field", [

@@ -1,4 +1,4 @@
-"""python manage.py import_dataset --format FMT --name NAME [--split S] [--images-root DIR] PATH..."""
+"""python manage.py import_dataset --format FMT --name NAME [--split S] [--subset S] [--images-root DIR] PATH..."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--format", required=True, choices=sorted(importers.FORMATS))
         parser.add_argument("--name", required=True, help="Dataset name (slug); re-using it updates in place.")
-        parser.add_argument("--split", default=None, help="Override the split read from the file names.")
+        parser.add_argument("--split", default=None, help="Override the split read from the file names or content.")
+        parser.add_argument("--subset", default=None,
+                            help="Override the subset (CIRCLED) or category (FashionIQ, Multi-turn FashionIQ) read "
+                                 "from the records or file names.")
         parser.add_argument("--images-root", default=None, help="Folder the records' image paths are relative to.")
         parser.add_argument("--json", action="store_true", help="Print the import report as JSON.")
         parser.add_argument("paths", nargs="+")
@@ -39,7 +42,8 @@ class Command(BaseCommand):
                 sys.stderr.flush()
 
         try:
-            report = import_files(opts["format"], opts["name"], paths, split=opts["split"], images_root=root, progress=progress)
+            report = import_files(opts["format"], opts["name"], paths, split=opts["split"], images_root=root,
+                                  progress=progress, subset=opts["subset"])
         except ValueError as exc:  # ParseError, LoadError: nothing was written
             raise CommandError(f"import failed, nothing written: {exc}") from None
         if opts["json"]:
@@ -50,9 +54,10 @@ class Command(BaseCommand):
         verb = "created" if report.dataset_created else "updated"
         self.stdout.write(
             f"Dataset {report.dataset!r} {verb} ({report.format}): {report.queries} queries "
-            f"({report.queries_created} new, {report.queries_updated} updated; {report.single_turn} single-turn, "
-            f"{report.multi_turn} multi-turn), {report.turns} turns, {report.targets} targets, "
-            f"{report.images} images ({report.images_created} new), {report.gallery_entries} gallery entries."
+            f"({report.queries_created} new, {report.queries_updated} updated, {report.queries_unchanged} unchanged; "
+            f"{report.single_turn} single-turn, {report.multi_turn} multi-turn), {report.turns} turns, "
+            f"{report.targets} targets, {report.images} images ({report.images_created} new, "
+            f"{report.images_updated} updated), {report.gallery_entries} gallery entries stored."
         )
         if report.missing_images and root is None:
             self.stdout.write(

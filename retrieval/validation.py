@@ -1,0 +1,166 @@
+"""Strict field checks for JSON records, with errors that name the file, record and field.
+
+The one validation approach of CIRVal for JSON input read from files (annotation files,
+rank files, label files, rubric payloads): wrap each decoded record in :class:`Record` and
+read its fields with the ``req_*`` / ``opt_*`` accessors, which check types strictly (a
+boolean is not an integer, a float is not an int) and raise
+:class:`retrieval.records.ParseError` naming the file, the 0-based record number and the
+field (``turns[1].relative_caption`` for a nested object read through ``prefix``).
+Checks that involve more than one field or record (duplicates, counts that must agree,
+safe paths) stay in the reader, next to the mapping they protect.
+
+Why not pydantic v2 strict mode: tried on the CIRCLED session record, the model classes
+replace the accessor calls one for one (the values still have to be mapped to the
+normalised records afterwards), keeping today's messages needs an adapter from pydantic's
+error types and locations to ours, and the cross-field/cross-record checks would become
+validators of the same length; so it would add four packages without removing code.
+Nothing here imports Django.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+from retrieval.records import ParseError
+
+
+def json_type(value: Any) -> str:
+    """JSON name of a loaded value's type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def is_int(value: Any) -> bool:
+    """True for JSON integers (booleans excluded)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """True for JSON numbers (booleans excluded)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class Record:
+    """One source record being validated: knows its file and index for error reports.
+
+    ``req_*`` accessors demand the key; ``opt_*`` accessors return ``None`` when it is
+    absent. Types are checked strictly (a boolean is not an integer, a float is not an int).
+    """
+
+    def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record", prefix: str = ""):
+        self.file = str(path)
+        self.index = index
+        self.data = data
+        self.prefix = prefix  # a nested object (``turns[1]``) names its fields ``turns[1].turn``
+        if not isinstance(data, dict):
+            self.fail(None, f"expected a JSON object for this {what}, got {json_type(data)}")
+
+    def fail(self, field_name: str | None, message: str) -> NoReturn:
+        """Raise a ParseError for this record."""
+        full = f"{self.prefix}.{field_name}" if self.prefix and field_name else (self.prefix or field_name)
+        raise ParseError(self.file, self.index, full, message)
+
+    def has(self, key: str) -> bool:
+        """Whether the key is present (even with a null value)."""
+        return key in self.data
+
+    def req(self, key: str) -> Any:
+        """The value of a required key."""
+        if key not in self.data:
+            self.fail(key, "missing field")
+        return self.data[key]
+
+    def req_str(self, key: str) -> str:
+        """A required string."""
+        return self._str(key, self.req(key))
+
+    def opt_str(self, key: str) -> str | None:
+        """An optional string; absent or null gives ``None``."""
+        value = self.data.get(key)
+        return None if value is None else self._str(key, value)
+
+    def nullable_str(self, key: str) -> str | None:
+        """A key that must be present but may be null."""
+        value = self.req(key)
+        return None if value is None else self._str(key, value)
+
+    def req_int(self, key: str) -> int:
+        """A required integer (booleans and floats are refused)."""
+        return self._int(key, self.req(key))
+
+    def opt_int(self, key: str) -> int | None:
+        """An optional integer; absent or null gives ``None``."""
+        value = self.data.get(key)
+        return None if value is None else self._int(key, value)
+
+    def req_str_list(self, key: str, *, non_empty: bool = False) -> list[str]:
+        """A required list of strings."""
+        return check_str_list(self, key, self.req(key), non_empty=non_empty)
+
+    def opt_str_list(self, key: str) -> list[str] | None:
+        """An optional list of strings."""
+        value = self.data.get(key)
+        return None if value is None else check_str_list(self, key, value)
+
+    def req_int_list(self, key: str, *, non_empty: bool = False) -> list[int]:
+        """A required list of integers."""
+        value = self.req(key)
+        if not isinstance(value, list) or not all(is_int(v) for v in value):
+            self.fail(key, f"expected a list of integers, got {describe(value)}")
+        if non_empty and not value:
+            self.fail(key, "expected a non-empty list")
+        return value
+
+    def req_obj(self, key: str) -> dict[str, Any]:
+        """A required JSON object."""
+        value = self.req(key)
+        if not isinstance(value, dict):
+            self.fail(key, f"expected an object, got {json_type(value)}")
+        return value
+
+    def opt_obj(self, key: str) -> dict[str, Any] | None:
+        """An optional JSON object."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.fail(key, f"expected an object, got {json_type(value)}")
+        return value
+
+    def _str(self, key: str, value: Any) -> str:
+        if not isinstance(value, str):
+            self.fail(key, f"expected a string, got {json_type(value)}")
+        return value
+
+    def _int(self, key: str, value: Any) -> int:
+        if not is_int(value):
+            self.fail(key, f"expected an integer, got {json_type(value)}")
+        return value
+
+
+def check_str_list(rec: Record, field_name: str, value: Any, *, non_empty: bool = False) -> list[str]:
+    """``value`` must be a list of strings (reported against ``field_name``)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        rec.fail(field_name, f"expected a list of strings, got {describe(value)}")
+    if non_empty and not value:
+        rec.fail(field_name, "expected a non-empty list")
+    return value
+
+
+def describe(value: Any) -> str:
+    """Short type description of a list-ish value for messages (``list with number``)."""
+    if isinstance(value, list):
+        kinds = sorted({json_type(v) for v in value})
+        return "list of " + "/".join(kinds) if kinds else "empty list"
+    return json_type(value)
