@@ -24,7 +24,8 @@ def study_dict(study, user) -> dict:
     if study.annotators.filter(pk=user.pk).exists():
         data["progress"] = engine.annotator_progress(study, user)
     if roles.is_admin(user) or roles.is_researcher(user):
-        data.update(overlap=study.overlap, blind=study.blind, items=study.items.count(), pool=study.pool)
+        data.update(overlap=study.overlap, blind=study.blind, items=study.items.count(), pool=study.pool,
+                    candidates=study.candidates)
     return data
 
 
@@ -42,6 +43,7 @@ class StudyCreateSerializer(serializers.Serializer):
     guidelines = serializers.CharField(allow_blank=True, default="")
     lease_minutes = serializers.IntegerField(min_value=1, max_value=240, default=10)
     annotators = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    candidates = serializers.IntegerField(min_value=0, max_value=50, default=20)
 
 
 @extend_schema(request=StudyCreateSerializer, responses={200: dict, 201: dict})
@@ -69,7 +71,8 @@ def study_detail(request, pk: int):
 @extend_schema(request=None, responses={200: dict, 204: dict})
 @api_view(["POST"])
 def next_item(request, pk: int):
-    """Reserve the next item; ``served_by`` names the rule that chose it."""
+    """Reserve the next item. Staff also get ``staff.served_by``, the rule that chose it;
+    annotators never learn it (nor the audit's label)."""
     study = member_study(request.user, pk)
     if not study.annotators.filter(pk=request.user.pk).exists():
         return Response({"detail": "You are not an annotator of this study."}, status=status.HTTP_403_FORBIDDEN)
@@ -77,7 +80,7 @@ def next_item(request, pk: int):
     if served.assignment is None:
         return Response({"assignment": None, "served_by": served.rule,
                          "progress": engine.annotator_progress(study, request.user)})
-    return Response(item_payload(served.assignment, served.rule))
+    return Response(item_payload(served.assignment, served.rule, staff=roles.is_admin(request.user)))
 
 
 @extend_schema(responses={200: dict})
@@ -109,7 +112,7 @@ def assignments(request):
 @extend_schema(responses={200: dict})
 @api_view(["GET"])
 def assignment_detail(request, pk: int):
-    return Response(item_payload(own_assignment(request.user, pk)))
+    return Response(item_payload(own_assignment(request.user, pk), staff=roles.is_admin(request.user)))
 
 
 @extend_schema(request=dict, responses={200: dict})

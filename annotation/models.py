@@ -4,6 +4,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -54,6 +55,9 @@ class Study(models.Model):
     guidelines = models.TextField(blank=True)
     lease_minutes = models.PositiveSmallIntegerField(default=10, help_text="How long a served item stays reserved.")
     seed = models.IntegerField(default=0)
+    candidates = models.PositiveSmallIntegerField(
+        default=20, validators=[MinValueValidator(0), MaxValueValidator(50)],
+        help_text="Candidate images shown per single-turn item (0 to 50), the same number for every item.")
     pool = models.JSONField(default=dict, blank=True, help_text="How the item pool was drawn (reproducible).")
     annotators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="studies", blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
@@ -79,6 +83,9 @@ class StudyItem(models.Model):
     order_key = models.PositiveIntegerField(default=0)
     taken = models.PositiveIntegerField(default=0)
     completed = models.PositiveIntegerField(default=0)
+    candidates = models.JSONField(default=list, blank=True,
+                                  help_text="The item's candidate panel (image ids), fixed once first shown.")
+    candidates_source = models.CharField(max_length=200, blank=True, help_text="Where the panel came from (staff only).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["study", "query"], name="studyitem_unique_query")]

@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from config.roles import staff_required
 
+from annotation import roles
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
 from annotation.judging.payloads import image_ref, item_payload
@@ -35,8 +36,7 @@ def work(request, study_id: int):
     if served.assignment is None:
         return render(request, "annotation/queue_done.html", {
             "study": study, "rule": served.rule, "progress": engine.annotator_progress(study, request.user)})
-    url = reverse("annotation:item", args=[study.pk, served.assignment.pk])
-    return redirect(f"{url}?served_by={served.rule}")
+    return redirect(reverse("annotation:item", args=[study.pk, served.assignment.pk]))
 
 
 def item(request, study_id: int, assignment_id: int):
@@ -44,7 +44,7 @@ def item(request, study_id: int, assignment_id: int):
     assignment = own_assignment(request.user, assignment_id)
     if assignment.study_id != study.pk:
         raise Http404("no such item in this study")
-    payload = item_payload(assignment, request.GET.get("served_by"))
+    payload = item_payload(assignment, staff=roles.is_admin(request.user))
     previous = (
         Assignment.objects.filter(study=study, annotator=request.user, status=Assignment.Status.DONE,
                                   position__lt=assignment.position)

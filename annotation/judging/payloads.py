@@ -7,7 +7,8 @@ from django.urls import reverse
 from retrieval.models import Image, Query
 
 from annotation.assignment.queue import annotator_progress
-from annotation.models import Assignment, Draft, Judgement
+from annotation.judging.candidates import PAGE_SIZE, item_candidates
+from annotation.models import Assignment, Draft, Judgement, StudyItem
 
 
 def image_ref(image: Image | None, size: int = 384) -> dict | None:
@@ -18,13 +19,11 @@ def image_ref(image: Image | None, size: int = 384) -> dict | None:
             "missing": image.missing}
 
 
-def aggregate_panel(query: Query) -> list[dict]:
-    """The de-duplicated union of every retriever's top-10 from the latest finished audit."""
-    try:
-        from audit.runs.panels import latest_panel
-    except ImportError:  # the audit app has no panel yet
-        return []
-    return [image_ref(img, 160) for img in latest_panel(query)]
+def candidate_refs(item: StudyItem) -> list[dict]:
+    """The item's blind candidate panel as image references, in panel order."""
+    ids = item_candidates(item)
+    images = Image.objects.in_bulk(ids)
+    return [image_ref(images[i], 160) for i in ids if i in images]
 
 
 def session_ranks(query: Query) -> list:
@@ -45,7 +44,9 @@ def judgement_dict(j: Judgement | None) -> dict | None:
     }
 
 
-def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
+def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = False) -> dict:
+    """The item as its annotator sees it. ``staff`` adds what only staff may see: the rule
+    that served the item and where its candidate panel came from."""
     study = assignment.study
     query = (
         Query.objects.select_related("dataset")
@@ -62,7 +63,6 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
         "assignment": assignment.pk,
         "study": study.pk,
         "status": assignment.status,
-        "served_by": rule or assignment.served_by,
         "position": assignment.position,
         "lease_expires": assignment.lease_expires.isoformat() if assignment.lease_expires else None,
         "query": {
@@ -79,9 +79,13 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
             ],
             "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
         },
-        "panel": aggregate_panel(query) if query.n_turns == 1 else [],
+        "panel": candidate_refs(assignment.item) if query.n_turns == 1 else [],
+        "panel_page_size": PAGE_SIZE,
         "judgement": judgement_dict(current),
         "draft": draft.payload if draft is not None else None,
         "progress": annotator_progress(study, assignment.annotator),
     }
+    if staff:
+        payload["staff"] = {"served_by": rule or assignment.served_by,
+                            "panel_source": assignment.item.candidates_source}
     return payload

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from retrieval.fusion import MAX_CANDIDATES
 from retrieval.models import Dataset, Query, QuerySubset
 
 from annotation.models import RubricVersion, Study, StudyItem
@@ -35,6 +36,7 @@ class StudySpec:
     lease_minutes: int = 10
     annotators: list[str] = field(default_factory=list)
     single_turn_only: bool | None = None  # default: from the rubric (validity: single, session: multi)
+    candidates: int = 20  # candidate images per single-turn item (0 to 50)
 
 
 def latest_audit(dataset: Dataset):
@@ -77,6 +79,8 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     """Create a study and its items; returns (study, sampling report)."""
     if spec.overlap < 1:
         raise StudyError("overlap must be at least 1")
+    if not 0 <= int(spec.candidates) <= MAX_CANDIDATES:
+        raise StudyError(f"candidates must be between 0 and {MAX_CANDIDATES}")
     if Study.objects.filter(name=spec.name).exists():
         raise StudyError(f"a study named {spec.name!r} exists already")
     try:
@@ -131,7 +135,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     with transaction.atomic():
         study = Study.objects.create(
             name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
-            lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by,
+            lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by, candidates=spec.candidates,
             pool={
                 "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
                 "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,
