@@ -127,7 +127,10 @@ def draft(request, pk: int):
     if token and a.revisions.filter(client_token=token).exists():
         # A save that arrives after its judgement was submitted is stale: keep nothing.
         return Response({"saved": None, "stale": True})
-    d = engine.save_draft(a, request.data)
+    try:
+        d = engine.save_draft(a, request.data)
+    except JudgementError as exc:
+        return Response({"field": exc.field, "detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
     return Response({"saved": d.updated_at.isoformat()})
 
 

@@ -58,6 +58,11 @@ class Study(models.Model):
     candidates = models.PositiveSmallIntegerField(
         default=20, validators=[MinValueValidator(0), MaxValueValidator(50)],
         help_text="Candidate images shown per single-turn item (0 to 50), the same number for every item.")
+    too_broad_threshold = models.PositiveSmallIntegerField(
+        default=10, help_text="Ticked alternatives from which the page suggests QUERY_TOO_BROAD.")
+    alternatives_rule = models.CharField(
+        max_length=10, default="majority", choices=[("majority", "strict majority"), ("unanimous", "unanimous")],
+        help_text="When a ticked candidate becomes an extra ground truth.")
     pool = models.JSONField(default=dict, blank=True, help_text="How the item pool was drawn (reproducible).")
     annotators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="studies", blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
@@ -143,6 +148,8 @@ class Judgement(models.Model):
     scales = models.JSONField(default=dict, blank=True)
     per_turn = models.JSONField(default=list, blank=True)
     reject_flags = models.JSONField(default=list, blank=True)
+    alternatives = models.JSONField(default=list, blank=True,
+                                    help_text="Candidate image ids that fit as well as the labelled target.")
     client_token = models.CharField(max_length=64, blank=True, help_text="Idempotency key sent by the client.")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -196,6 +203,23 @@ class Adjudication(models.Model):
     @property
     def validated(self) -> bool:
         return self.decision == self.Decision.VALIDATED
+
+
+class AlternativeDecision(models.Model):
+    """An adjudicator's decision on one candidate of an item: accepted as an extra ground
+    truth or not, whatever the votes. The latest per (item, image) is current."""
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="alternative_decisions")
+    item = models.ForeignKey(StudyItem, on_delete=models.CASCADE, related_name="alternative_decisions")
+    image_id = models.PositiveBigIntegerField()
+    accepted = models.BooleanField()
+    note = models.TextField(blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    decided_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["item", "image_id"], name="altdecision_item_image")]
+        ordering = ["item", "image_id", "-decided_at", "-id"]
 
 
 class ExportJob(models.Model):

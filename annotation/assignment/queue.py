@@ -19,6 +19,9 @@ from django.utils import timezone
 
 from annotation.assignment.rules import Candidate, Choice, choose_next
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
+from annotation.judging.alternatives import FIELD as ALTERNATIVES
+from annotation.judging.alternatives import clean_alternatives
+from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
 
 CANDIDATES = 8  # rows locked per request: enough to step around a few racing annotators
@@ -150,6 +153,9 @@ def skip(assignment: Assignment) -> None:
 
 
 def save_draft(assignment: Assignment, payload: dict) -> Draft:
+    """Autosave; ticked ``alternatives`` are checked like a judgement's (JudgementError)."""
+    if payload.get(ALTERNATIVES):
+        payload = {**payload, ALTERNATIVES: clean_alternatives(payload[ALTERNATIVES], item_candidates(assignment.item))}
     draft, _ = Draft.objects.update_or_create(assignment=assignment, defaults={"payload": payload})
     return draft
 
@@ -168,6 +174,8 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "") -> Jud
     study = assignment.study
     rubric_row = study.rubric
     clean = validate_judgement(rubric_row.rubric, payload, n_turns=assignment.item.query.n_turns)
+    ticked = payload.get(ALTERNATIVES)
+    alternatives = clean_alternatives(ticked, item_candidates(assignment.item) if ticked else [])
     with transaction.atomic():
         a = Assignment.objects.select_for_update().get(pk=assignment.pk)
         if client_token:
@@ -187,6 +195,7 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "") -> Jud
                     flagged=bool(data.get("flagged")), time_spent_ms=data.get("time_spent_ms") or 0,
                     scales=data.get("scales") or {}, per_turn=data.get("per_turn_checks") or [],
                     reject_flags=list(data.get("reject_flags") or []), client_token=client_token,
+                    alternatives=alternatives,
                 )
         except IntegrityError:
             existing = Judgement.objects.filter(assignment=a, client_token=client_token).first()

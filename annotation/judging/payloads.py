@@ -40,7 +40,7 @@ def judgement_dict(j: Judgement | None) -> dict | None:
     return {
         "revision": j.revision, "category": j.category or None, "sub_reason": j.sub_reason or None, "note": j.note,
         "flagged": j.flagged, "scales": j.scales, "per_turn": j.per_turn, "reject_flags": j.reject_flags,
-        "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(),
+        "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(), "alternatives": j.alternatives,
     }
 
 
@@ -81,6 +81,7 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
         },
         "panel": candidate_refs(assignment.item) if query.n_turns == 1 else [],
         "panel_page_size": PAGE_SIZE,
+        "too_broad_threshold": study.too_broad_threshold,
         "judgement": judgement_dict(current),
         "draft": draft.payload if draft is not None else None,
         "progress": annotator_progress(study, assignment.annotator),
