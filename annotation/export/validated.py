@@ -59,6 +59,7 @@ from annotation.agreement.maths import validity_signature
 from annotation.verdicts.consensus import POLICIES, REJECTED, UNJUDGED, VALIDATED, Decision
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
+from annotation.export.alternatives import ExtraTargets, QueryLayout
 
 log = logging.getLogger(__name__)
 
@@ -289,11 +290,13 @@ def export_study(
     chunk_size: int = DEFAULT_CHUNK,
     progress: Progress | None = None,
     tmp_name: str | None = None,
+    fmt: str = "mbeir",
 ) -> ExportResult:
     """Export a study's validated items (module docstring). ``out_dir``: the export folder
     itself (absent or empty); default ``EXPORT_DIR/<study>-<timestamp>``. ``progress(stage,
     done, total)`` is called after every batch. Returns the final folder and the manifest."""
     check_exportable(study, policy, primary or None)
+    layout = QueryLayout(fmt)
     primary = primary or None
     report = progress or (lambda stage, done, total: None)
     final, auto = _destination(study, Path(out_dir) if out_dir is not None else None)
@@ -322,6 +325,7 @@ def export_study(
                 decided = [(row, decide_row(row, policy, primary)) for row in batch]
                 keep = [(row, d) for row, d in decided if d.validated]
                 data = _QueryData([row.query_id for row, _ in keep]) if keep else None
+                extras = ExtraTargets(study, keep, names)
                 for row, d in decided:
                     status_counts[d.status] += 1
                     if d.decided:
@@ -338,10 +342,12 @@ def export_study(
                         stem = f"{row.dataset}_{subset}"
                         w = writers[(row.dataset, subset)] = _Subset(
                             row.dataset, subset, row.hidden_category,
-                            _HashingFile(folder / f"{stem}.jsonl"), _HashingFile(folder / f"{stem}.trace.jsonl"))
-                    line = data.mbeir_line(row)  # type: ignore[union-attr]
-                    w.queries.write_json(line)
-                    w.trace.write_json(_trace_line(str(line["qid"]), row, d, subset, policy, names, adjudicators))
+                            _HashingFile(folder / f"{stem}{layout.suffix}"), _HashingFile(folder / f"{stem}.trace.jsonl"))
+                    line, positives = extras.apply(row, data.mbeir_line(row))  # type: ignore[union-attr]
+                    layout.write(w.queries, (row.dataset, subset), line, data.queries[row.query_id],  # type: ignore[union-attr]
+                                 data.turns.get(row.query_id, ("", None, None))[2])  # type: ignore[union-attr]
+                    trace = _trace_line(str(line["qid"]), row, d, subset, policy, names, adjudicators)
+                    w.trace.write_json({**trace, "positives": positives})
                     ids.write(f"{row.dataset_id} {row.query_id}\n")
                     entry = per_dataset[row.dataset]
                     entry["validated"] += 1
@@ -350,6 +356,7 @@ def export_study(
                 report("exporting", done, total)
                 if settings.DEBUG and not connection.force_debug_cursor:
                     connection.queries_log.clear()  # DEBUG keeps every SQL string: memory would grow
+        layout.finish(writers)
         for w in writers.values():
             w.queries.close()
             w.trace.close()
@@ -390,7 +397,11 @@ def export_study(
             },
             "datasets": {k: per_dataset[k] for k in sorted(per_dataset)},
             "files": files,
-            "query_layout": list(MBEIR_KEYS),
+            "query_layout": layout.keys(MBEIR_KEYS),
+            "format_layout": fmt,
+            "alternatives": {"rule": study.alternatives_rule, "positives": "pos_cand_list / gt_img_ids = the "
+                             "labelled positives, then the accepted alternatives; the trace's positives say "
+                             "which is which, with votes"},
             "pseudonyms": "annotators are annotator_NN and adjudicators adjudicator_NN, numbered in username order",
         }
         with open(tmp / "manifest.json", "w", encoding="utf-8") as fh:

@@ -61,7 +61,11 @@
         (broad ? "“" + broad.label + "” (key " + broad.shortcut_key + ")" : "QUERY_TOO_BROAD") + ".";
     }
   }
-  function moveCursor(to) { cursor = Math.max(0, Math.min(cands.length - 1, to)); renderPanel(); }
+  function moveCursor(to) {
+    cursor = Math.max(0, Math.min(cands.length - 1, to));
+    renderPanel();
+    cands[cursor].scrollIntoView({ block: "nearest" });
+  }
   function toggleTick(i) {
     const id = Number(cands[i].dataset.id);
     if (ticks.has(id)) ticks.delete(id); else ticks.add(id);
