@@ -77,3 +77,25 @@ def alternatives_report(study: Study, names: dict[str, str] | None = None, n_boo
         "ticked": rows[:200],
         "conventions": list(CONVENTIONS),
     }
+
+
+def apply_alternatives(study: Study) -> dict[str, int]:
+    """Write every accepted alternative of the study's validated-or-not items into its dataset as
+    a :class:`retrieval.models.Target` (role ``alternative``, relevance 1, never primary), so a
+    re-audit scores them. Existing targets are left alone; returns counts."""
+    from audit.alternatives import ALTERNATIVE_ROLE
+    from retrieval.models import Target
+
+    items = dict(StudyItem.objects.filter(study=study).values_list("pk", "query_id"))
+    created = existing = 0
+    for item, alts in study_alternatives(study).items():
+        for alt in alts:
+            if not alt.accepted:
+                continue
+            _, made = Target.objects.get_or_create(
+                query_id=items[item], image_id=alt.image,
+                defaults={"relevance": 1.0, "is_primary": False, "role": ALTERNATIVE_ROLE,
+                          "source_field": f"study {study.pk}: {alt.rule}, {alt.votes} of {alt.n_annotators} votes"[:100]})
+            created += made
+            existing += not made
+    return {"created": created, "already_targets": existing}
