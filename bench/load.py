@@ -70,6 +70,9 @@ Target.objects.bulk_create([Target(query=q, image=copies[(n + 7) % len(copies)],
                            batch_size=5000)
 study = Study.objects.create(name="load", rubric=RubricVersion.builtin("validity"), overlap=3, lease_minutes=5)
 StudyItem.objects.bulk_create([StudyItem(study=study, query=q, order_key=n) for n, q in enumerate(qs)], batch_size=5000)
+# The candidate panels, fixed ahead as the worker does after a study is created.
+from annotation.judging.candidates import fill_study_candidates
+fill_study_candidates(study.pk, batch=1000)
 group = Group.objects.get(name="annotator")
 User = get_user_model()
 users = []
@@ -161,8 +164,10 @@ class Annotator(threading.Thread):
                 self.call("reload item page", "GET", f"/annotate/{self.study}/item/{asg}/")
             time.sleep(self.rng.uniform(*self.think))  # looking at the item
             token = uuid.uuid4().hex
+            panel = [p["id"] for p in item.get("panel") or []]
+            ticks = self.rng.sample(panel, min(len(panel), self.rng.randint(1, 4)))  # ticks in every judgement
             judgement = {"category": self.rng.choice(["VALIDATED", "QUERY_TOO_BROAD"]), "time_spent_ms": 900,
-                         "client_token": token}
+                         "client_token": token, "alternatives": ticks}
             status, _ = self.call("submit", "POST", f"/api/assignments/{asg}/judgements/", judgement)
             if status == 201:
                 self.submitted.append((asg, token))
@@ -301,6 +306,9 @@ def main() -> None:
         currents = conn.execute(
             "SELECT count(*) FROM (SELECT assignment_id FROM annotation_judgement WHERE is_current "
             "GROUP BY assignment_id HAVING count(*) > 1) x").fetchone()[0]
+        with_ticks = conn.execute(
+            "SELECT count(*) FILTER (WHERE alternatives::text <> '[]'), count(*) FROM annotation_judgement j "
+            "JOIN annotation_assignment a ON a.id = j.assignment_id WHERE a.study_id = %s", [study]).fetchone()
     stored = dict(rows)
     lost = sum(1 for _, token in submitted if token not in stored)
     duplicates = sum(n - 1 for n in stored.values() if n > 1) + currents
@@ -318,6 +326,7 @@ def main() -> None:
     for e in stats.examples:
         say("  e.g. " + e)
     say(f"lost writes: {lost}, duplicated writes: {duplicates}; background: {bg_status or 'skipped'}")
+    say(f"judgements with ticked alternatives: {with_ticks[0]} of {with_ticks[1]}")
     say(f"annotation endpoints: p50 {pct(all_ms, .5):.1f} ms, p95 {pct(all_ms, .95):.1f} ms, p99 {pct(all_ms, .99):.1f} ms "
         f"(think time {args.think[0]}-{args.think[1]} s per item)")
     say("target: zero errors, zero lost or duplicated judgements, p95 under 100 ms")
@@ -325,7 +334,7 @@ def main() -> None:
         print(json.dumps({"requests": requests, "errors": errors, "lost_writes": lost, "duplicate_writes": duplicates,
                           "p50_ms": round(pct(all_ms, .5), 1), "p95_ms": round(pct(all_ms, .95), 1),
                           "p99_ms": round(pct(all_ms, .99), 1), "submits": len(submitted), "seconds": round(elapsed, 1),
-                          "think_s": list(args.think),
+                          "think_s": list(args.think), "judgements_with_ticks": list(with_ticks),
                           "background": bg_status}))
 
 

@@ -1,6 +1,7 @@
 """Building a study: its item pool (filtered, stratified, seeded), overlap, annotators."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -14,6 +15,9 @@ from annotation.models import RubricVersion, Study, StudyItem
 from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
 
 AUDIT_LABELS = ("composition_required", "unresolved", "shortcut_solvable")
+
+
+logger = logging.getLogger(__name__)
 
 
 class StudyError(ValueError):
@@ -153,7 +157,19 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
             batch_size=5000,
         )
         study.annotators.set(users)
+        if single and spec.candidates:
+            transaction.on_commit(lambda: _queue_candidates(study.pk))
     return study, {"items": len(chosen), "agreement": len(agreement), "strata": report_json_, "shortfall": shortfall}
+
+
+def _queue_candidates(study_id: int) -> None:
+    """Ask a worker to fix the study's candidate panels (pages fill them lazily otherwise)."""
+    from annotation.tasks import fill_candidates
+
+    try:
+        fill_candidates.delay(study_id)
+    except Exception:  # no broker: the item pages fill the panels themselves
+        logger.warning("could not queue the candidate panels of study %s", study_id, exc_info=True)
 
 
 def add_annotators(study: Study, usernames: Iterable[str]) -> None:

@@ -61,3 +61,18 @@ def test_ticks_go_into_drafts_judgements_and_revisions(served):
     revs = list(Judgement.objects.filter(assignment_id=asg).order_by("revision").values_list("alternatives", "is_current"))
     assert revs == [([panel[1], panel[3]], False), (panel, True)]
     assert api.get(url).json()[0]["alternatives"] == [panel[1], panel[3]]
+
+
+def test_an_adjudicator_accepts_or_refuses_a_candidate(served, client):
+    from annotation.models import AlternativeDecision
+
+    _api, body, item = served
+    get_user_model().objects.create_superuser("boss", password="pw")
+    client.login(username="boss", password="pw")
+    url = f"/studies/{item.study_id}/adjudication/{item.pk}/"
+    page = client.get(url).content.decode()
+    assert 'id="candidates"' in page and page.count('name="candidate"') == 6
+    assert client.post(url, {"candidate": item.candidates[2], "accept": "1"}).status_code == 302
+    assert client.post(url, {"candidate": 999999, "accept": "1"}).status_code == 400
+    assert list(AlternativeDecision.objects.values_list("image_id", "accepted")) == [(item.candidates[2], True)]
+    assert "<b>accepted</b> (adjudicated)" in client.get(url).content.decode()

@@ -54,3 +54,15 @@ def test_a_study_without_audit_gets_fixed_blind_panels_once(world, django_assert
     # stored: asked again, nothing is ranked
     with django_assert_max_num_queries(2):
         assert item_candidates(items[0]) == StudyItem.objects.get(pk=items[0].pk).candidates
+
+
+def test_creating_a_study_queues_its_panels(world, monkeypatch, django_capture_on_commit_callbacks):
+    from annotation import tasks
+
+    queued = []
+    monkeypatch.setattr(tasks.fill_candidates, "delay", lambda pk: queued.append(pk))
+    with django_capture_on_commit_callbacks(execute=True):
+        study, _ = create_study(StudySpec(name="queued", datasets=["demo"], candidates=5))
+    assert queued == [study.pk]
+    assert tasks.fill_candidates(study.pk) == 8  # what the worker does: every item's panel, once
+    assert tasks.fill_candidates(study.pk) == 0
