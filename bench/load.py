@@ -108,6 +108,7 @@ class Annotator(threading.Thread):
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
         self.done: list[tuple[int, str]] = []
         self.submitted: list[tuple[int, str]] = []
+        self.panels: dict[int, list[int]] = {}
 
     def csrf(self):
         return next((c.value for c in self.jar if c.name == "csrftoken"), "")
@@ -164,7 +165,7 @@ class Annotator(threading.Thread):
                 self.call("reload item page", "GET", f"/annotate/{self.study}/item/{asg}/")
             time.sleep(self.rng.uniform(*self.think))  # looking at the item
             token = uuid.uuid4().hex
-            panel = [p["id"] for p in item.get("panel") or []]
+            panel = self.panels[asg] = [p["id"] for p in item.get("panel") or []]
             ticks = self.rng.sample(panel, min(len(panel), self.rng.randint(1, 4)))  # ticks in every judgement
             judgement = {"category": self.rng.choice(["VALIDATED", "QUERY_TOO_BROAD"]), "time_spent_ms": 900,
                          "client_token": token, "alternatives": ticks}
@@ -177,7 +178,8 @@ class Annotator(threading.Thread):
                 old, _ = self.rng.choice(self.submitted)
                 token = uuid.uuid4().hex
                 status, _ = self.call("revise", "POST", f"/api/assignments/{old}/judgements/",
-                                      {"category": "VALIDATED", "time_spent_ms": 500, "client_token": token})
+                                      {"category": "VALIDATED", "time_spent_ms": 500, "client_token": token,
+                                       "alternatives": self.panels.get(old, [])[:2]})
                 if status == 201:
                     self.submitted.append((old, token))
 

@@ -4,8 +4,8 @@ Pure: no Django. Image ids are plain integers.
 """
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Sequence
+import random
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 #: Cormack, Clarke & Büttcher (SIGIR 2009): score(d) = sum over rankings of 1 / (RRF_K + rank(d)).
@@ -36,12 +36,14 @@ def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = RRF_K) ->
     return sorted(score, key=lambda i: (-score[i], best[i], i))
 
 
-def seeded_order(ids: Iterable[int], key: str) -> list[int]:
-    """A deterministic shuffle of ``ids``: sorted by a hash of (``key``, id)."""
-    def h(i: int) -> bytes:
-        return hashlib.blake2b(f"{key}:{i}".encode(), digest_size=8).digest()
-
-    return sorted(set(ids), key=lambda i: (h(i), i))
+def seeded_padding(ids: Sequence[int], key: str, n: int) -> Iterator[int]:
+    """A deterministic, seeded draw from ``ids`` (e.g. the gallery, in id order): first ``n``
+    sampled ids (``random.Random(key)``, O(n) for any gallery size), then the rest in order."""
+    rng = random.Random(key)
+    drawn = rng.sample(range(len(ids)), min(n, len(ids)))
+    yield from (ids[i] for i in drawn)
+    chosen = set(drawn)
+    yield from (x for i, x in enumerate(ids) if i not in chosen)
 
 
 @dataclass(frozen=True)

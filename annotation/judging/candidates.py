@@ -34,17 +34,27 @@ def _depth(size: int) -> int:
 def _compute(items: Sequence[StudyItem], size: int) -> dict[int, tuple[list[int], str]]:
     """item id -> (candidate ids, source) for items that have no panel yet."""
     from audit.runs.ondemand import retrieve_top_lists
-    from audit.runs.panels import candidate_panel, latest_ranked_run, pool_rankings
+    from audit.runs.panels import batch_exclusions, candidate_panel, gallery_ids, latest_pool_rankings
 
-    queries = {q.pk: q for q in Query.objects.filter(pk__in=[i.query_id for i in items]).select_related("dataset")}
+    qids = [i.query_id for i in items]
+    queries = {q.pk: q for q in Query.objects.filter(pk__in=qids).select_related("dataset")}
+    excluded = batch_exclusions(qids)
+    ranked = latest_pool_rankings(qids)
+    galleries: dict[tuple[int, str], list[int]] = {}
+
+    def panel(query: Query, lists: list[list[int]]):
+        key = (query.dataset_id, query.split)
+        if key not in galleries:  # read once per batch (padding needs it)
+            galleries[key] = gallery_ids(query)
+        return candidate_panel(query, lists, size, galleries[key], excluded[query.pk])
+
     out: dict[int, tuple[list[int], str]] = {}
     unranked: list[StudyItem] = []
     for item in items:
-        run = latest_ranked_run(item.query_id)
-        lists = pool_rankings(run, item.query_id) if run is not None else []
+        run_id, lists = ranked.get(item.query_id, (None, []))
         if lists:
-            c = candidate_panel(queries[item.query_id], lists, size)
-            out[item.pk] = (c.ids, f"audit {run.pk}: RRF of {len(lists)} top lists, {c.padded} padded")
+            c = panel(queries[item.query_id], lists)
+            out[item.pk] = (c.ids, f"audit {run_id}: RRF of {len(lists)} top lists, {c.padded} padded")
         else:
             unranked.append(item)
     if unranked:
@@ -54,7 +64,7 @@ def _compute(items: Sequence[StudyItem], size: int) -> dict[int, tuple[list[int]
             logger.exception("on-demand candidate ranking failed")
             return out
         for item in unranked:
-            c = candidate_panel(queries[item.query_id], [tops[item.query_id]] if item.query_id in tops else [], size)
+            c = panel(queries[item.query_id], [tops[item.query_id]] if item.query_id in tops else [])
             out[item.pk] = (c.ids, f"retriever on demand: {len(tops.get(item.query_id, []))} ranked, {c.padded} padded")
     return out
 

@@ -2,7 +2,7 @@
 the annotation app."""
 from __future__ import annotations
 
-from retrieval.fusion import Candidates, candidate_list, seeded_order
+from retrieval.fusion import Candidates, candidate_list, seeded_padding
 from retrieval.models import GalleryEntry, Image, Query, Target, Turn
 
 from ..models import AuditRank, AuditRun, AuditSessionRank
@@ -16,14 +16,33 @@ def pool_rankings(run: AuditRun, query: Query | int) -> list[list[int]]:
             .values_list("top_mm", flat=True)]
 
 
-def latest_ranked_run(query: Query | int) -> AuditRun | None:
-    """The newest finished audit that ranked ``query`` (multimodal top lists), or None."""
-    qid = query if isinstance(query, int) else query.pk
-    return (
-        AuditRun.objects.filter(status=AuditRun.Status.DONE, ranks__query_id=qid)
-        .order_by("-finished_at", "-pk")
-        .first()
-    )
+def latest_pool_rankings(query_ids: list[int]) -> dict[int, tuple[int, list[list[int]]]]:
+    """query id -> (run id, top lists) from the newest finished audit that ranked it, for many
+    queries in one read."""
+    by_query: dict[int, dict[int, list[tuple[str, list[int]]]]] = {}
+    for qid, run_id, retriever, top in AuditRank.objects.filter(
+        query_id__in=query_ids, run__status=AuditRun.Status.DONE
+    ).values_list("query_id", "run_id", "retriever", "top_mm"):
+        by_query.setdefault(qid, {}).setdefault(run_id, []).append((retriever, list(top)))
+    runs = {r for per in by_query.values() for r in per}
+    order = {pk: (at is not None, at, pk) for pk, at in AuditRun.objects.filter(pk__in=runs)
+             .values_list("pk", "finished_at")}
+    out = {}
+    for qid, per in by_query.items():
+        run_id = max(per, key=lambda r: order[r])
+        out[qid] = (run_id, [top for _, top in sorted(per[run_id])])
+    return out
+
+
+def batch_exclusions(query_ids: list[int]) -> dict[int, set[int]]:
+    """:func:`panel_exclusions` of many queries in two reads."""
+    out: dict[int, set[int]] = {q: set() for q in query_ids}
+    for qid, image in Target.objects.filter(query_id__in=query_ids).values_list("query_id", "image_id"):
+        out[qid].add(image)
+    for qid, image in Turn.objects.filter(query_id__in=query_ids).values_list("query_id", "reference_image_id"):
+        if image:
+            out[qid].add(image)
+    return out
 
 
 def panel_exclusions(query: Query | int) -> set[int]:
@@ -39,22 +58,28 @@ def gallery_ids(query: Query) -> list[int]:
     """The query's retrieval gallery: its split's gallery entries, else the dataset's readable images."""
     entries = GalleryEntry.objects.filter(dataset_id=query.dataset_id, split=query.split)
     if query.split and entries.exists():
-        return list(entries.values_list("image_id", flat=True))
-    return list(Image.objects.filter(dataset_id=query.dataset_id, missing=False).values_list("id", flat=True))
+        return list(entries.order_by("image_id").values_list("image_id", flat=True))
+    return list(Image.objects.filter(dataset_id=query.dataset_id, missing=False).order_by("id")
+                .values_list("id", flat=True))
 
 
-def candidate_panel(query: Query, rankings: list[list[int]], size: int) -> Candidates:
+def candidate_panel(query: Query, rankings: list[list[int]], size: int, gallery: list[int] | None = None,
+                    exclude: set[int] | None = None) -> Candidates:
     """THE candidate panel of a query (the one function every page and the API use).
 
     ``size`` images: the reciprocal-rank fusion of ``rankings`` (the pool's multimodal top
     lists), minus every labelled target and the reference; when the lists run short, padded
     from a deterministic shuffle of the query's gallery. Neither its content nor its size
-    reads the audit's label or the targets' ranks.
+    reads the audit's label or the targets' ranks. ``gallery``: the query's gallery ids in id
+    order, and ``exclude``, :func:`panel_exclusions`, when the caller has them already.
     """
-    def padding():
-        yield from seeded_order(gallery_ids(query), f"panel:{query.pk}")
+    banned = panel_exclusions(query) if exclude is None else exclude
 
-    return candidate_list(rankings, panel_exclusions(query), size, padding())
+    def padding():
+        ids = gallery if gallery is not None else gallery_ids(query)
+        yield from seeded_padding(ids, f"panel:{query.pk}", 2 * size + len(banned))
+
+    return candidate_list(rankings, banned, size, padding())
 
 
 def latest_session_ranks(query: Query | int) -> list[int | None]:

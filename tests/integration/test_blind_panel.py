@@ -15,7 +15,7 @@ from scipy.stats import chi2_contingency, fisher_exact
 from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Study
 from audit.models import AuditLabel, AuditRank
-from audit.runs.panels import candidate_panel, latest_ranked_run, pool_rankings
+from audit.runs.panels import candidate_panel, latest_pool_rankings
 from retrieval.models import Target, Turn
 
 pytestmark = pytest.mark.django_db
@@ -61,8 +61,7 @@ def test_the_panel_is_blind_to_the_hidden_category(demo_study):
         assert not targets & set(panel) and ref not in panel
         size[cat][len(panel)] += 1
         contains_target[cat][bool(targets & set(panel))] += 1
-        run = latest_ranked_run(item.query)
-        rankings = pool_rankings(run, item.query)
+        _run, rankings = latest_pool_rankings([item.query_id])[item.query_id]
         again = candidate_panel(item.query, rankings, study.candidates)
         assert again.ids == panel  # stored panel = the one function's answer
         padded[cat][again.padded] += 1
@@ -81,8 +80,8 @@ def test_the_panel_reads_neither_label_nor_ranks(demo_study):
     AuditRank.objects.update(mm=1, text=None, image=None)
     AuditLabel.objects.update(label="shortcut_solvable")
     for item in study.items.select_related("query"):
-        run = latest_ranked_run(item.query)
-        assert candidate_panel(item.query, pool_rankings(run, item.query), study.candidates).ids == before[item.pk]
+        _run, rankings = latest_pool_rankings([item.query_id])[item.query_id]
+        assert candidate_panel(item.query, rankings, study.candidates).ids == before[item.pk]
 
 
 def test_annotators_see_the_panel_but_never_the_rule_or_the_source(demo_study):

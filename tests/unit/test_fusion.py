@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.fusion import MAX_CANDIDATES, blind_depth, candidate_list, reciprocal_rank_fusion, seeded_order
+from retrieval.fusion import MAX_CANDIDATES, blind_depth, candidate_list, reciprocal_rank_fusion, seeded_padding
 
 
 def test_rrf_scores_by_hand():
@@ -54,8 +54,9 @@ def test_padding_is_not_read_when_the_pool_suffices():
     assert candidate_list([[1, 2, 3]], {2}, 2, padding()).ids == [1, 3]
 
 
-def test_seeded_order_is_deterministic_and_a_permutation():
+def test_seeded_padding_is_deterministic_and_a_permutation():
     ids = list(range(100))
-    a = seeded_order(ids, "panel:7")
-    assert sorted(a) == ids and a == seeded_order(reversed(ids), "panel:7")
-    assert a != seeded_order(ids, "panel:8") and a != ids
+    a = list(seeded_padding(ids, "panel:7", 10))
+    assert sorted(a) == ids and a == list(seeded_padding(ids, "panel:7", 10))
+    assert a[:10] != list(seeded_padding(ids, "panel:8", 10))[:10] and a[:10] != ids[:10]
+    assert a[10:] == [i for i in ids if i not in a[:10]]  # after the draw, the rest in order
