@@ -11,7 +11,9 @@ from config.roles import staff_required
 from annotation import roles
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
+from annotation.judging.candidates import PAGE_SIZE
 from annotation.judging.payloads import image_ref, item_payload
+from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
 
@@ -85,7 +87,9 @@ def upcoming(request, study_id: int):
         for target in nxt.query.targets.select_related("image"):
             if target.is_positive:
                 urls.append(image_ref(target.image)["thumb"])
-    return JsonResponse({"images": urls[:12]})
+        shown = Image.objects.in_bulk(nxt.candidates[:PAGE_SIZE])  # the panel's first page, once fixed
+        urls += [image_ref(shown[i], 160)["thumb"] for i in nxt.candidates[:PAGE_SIZE] if i in shown]
+    return JsonResponse({"images": urls[:12 + PAGE_SIZE]})
 
 
 # ---------------------------------------------------------------- staff pages

@@ -84,7 +84,7 @@ def test_the_panel_reads_neither_label_nor_ranks(demo_study):
         assert candidate_panel(item.query, rankings, study.candidates).ids == before[item.pk]
 
 
-def test_annotators_see_the_panel_but_never_the_rule_or_the_source(demo_study):
+def test_annotators_see_the_panel_but_never_the_rule_or_the_source(demo_study, client):
     study = demo_study
     user = get_user_model().objects.get(username="annotator1")
     api = APIClient()
@@ -95,8 +95,12 @@ def test_annotators_see_the_panel_but_never_the_rule_or_the_source(demo_study):
     text = json.dumps(body)
     for secret in ("served_by", "agreement_subset", "panel_source", "audit ", *CATEGORIES):
         assert secret not in text, secret
-    page = api.get(f"/annotate/{study.pk}/", follow=True)
+    client.force_login(user)
+    upcoming = client.get(f"/annotate/{study.pk}/upcoming/").json()["images"]
+    assert sum(1 for u in upcoming if u.endswith("?size=160")) == 10  # the next item's first panel page
+    page = client.get(f"/annotate/{study.pk}/", follow=True)
     html = page.content.decode()
+    assert 'id="candgrid"' in html and html.count('class="cand"') == study.candidates
     assert "served by" not in html and "served_by" not in html and "agreement_subset" not in html
     # staff see both, in the API's staff view and on the page
     admin = get_user_model().objects.get(username="admin")
@@ -104,3 +108,5 @@ def test_annotators_see_the_panel_but_never_the_rule_or_the_source(demo_study):
     api.force_authenticate(admin)
     staff = api.post(f"/api/studies/{study.pk}/next/").json()
     assert staff["staff"]["served_by"] and staff["staff"]["panel_source"].startswith("audit ")
+    client.force_login(admin)
+    assert "served by" in client.get(f"/annotate/{study.pk}/", follow=True).content.decode()
