@@ -81,10 +81,7 @@ def _parse_quotas(quotas: Mapping[str, int] | None) -> dict[tuple[str, str], int
 
 def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     """Create a study and its items; returns (study, sampling report)."""
-    if spec.overlap < 1:
-        raise StudyError("overlap must be at least 1")
-    if not 0 <= int(spec.candidates) <= MAX_CANDIDATES:
-        raise StudyError(f"candidates must be between 0 and {MAX_CANDIDATES}")
+    _check_numbers(spec)
     if Study.objects.filter(name=spec.name).exists():
         raise StudyError(f"a study named {spec.name!r} exists already")
     try:
@@ -157,15 +154,23 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
             batch_size=5000,
         )
         study.annotators.set(users)
-        if single and spec.candidates:
-            transaction.on_commit(lambda: _queue_candidates(study.pk))
+        transaction.on_commit(lambda: _queue_candidates(study.pk, single and spec.candidates > 0))
     return study, {"items": len(chosen), "agreement": len(agreement), "strata": report_json_, "shortfall": shortfall}
 
 
-def _queue_candidates(study_id: int) -> None:
+def _check_numbers(spec: StudySpec) -> None:
+    if spec.overlap < 1:
+        raise StudyError("overlap must be at least 1")
+    if not 0 <= int(spec.candidates) <= MAX_CANDIDATES:
+        raise StudyError(f"candidates must be between 0 and {MAX_CANDIDATES}")
+
+
+def _queue_candidates(study_id: int, wanted: bool) -> None:
     """Ask a worker to fix the study's candidate panels (pages fill them lazily otherwise)."""
     from annotation.tasks import fill_candidates
 
+    if not wanted:
+        return
     try:
         fill_candidates.delay(study_id)
     except Exception:  # no broker: the item pages fill the panels themselves

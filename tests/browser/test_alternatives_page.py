@@ -102,6 +102,10 @@ def test_three_annotators_tick_by_keyboard_report_and_export(page, live_server, 
     page.locator("#alternatives").scroll_into_view_if_needed()
     shot(page, "alternatives-report")
 
+    check_export(study, item, panel, tmp_path)
+
+
+def check_export(study, item, panel, tmp_path) -> None:
     # the export: exactly the majority-ticked alternatives, with their provenance
     result = export_study(Study.objects.get(pk=study.pk), tmp_path / "export")
     trace_file = next(p for p in (tmp_path / "export").rglob("*.trace.jsonl"))
