@@ -1,5 +1,5 @@
 """Which images an account may fetch: staff and researchers all; an annotator the images of
-items served to them (references, targets, turn targets, the audit panel of candidates),
+items served to them (references, targets, turn targets, the item's candidate panel),
 the prefetched next item, and the example images of their studies' guidelines.
 
 The image view (``retrieval``) calls :func:`may_fetch_image` through the
@@ -53,12 +53,10 @@ def _in_guidelines(user, image_id: int) -> bool:
 
 
 def _in_open_panel(user, image_id: int) -> bool:
-    """The candidates of the items the user holds now (when the grant was lost)."""
-    from audit.runs.panels import latest_panel
-
+    """The stored candidate panels of the items the user holds now (when the grant was lost)."""
     held = Assignment.objects.filter(annotator=user, status=Assignment.Status.RESERVED).values_list(
-        "item__query_id", flat=True)[:2]
-    return any(image_id == img.pk for qid in held for img in latest_panel(qid))
+        "item__candidates", flat=True)[:2]
+    return any(image_id in (panel or []) for panel in held)
 
 
 def may_fetch_image(user, image_id: int) -> bool:

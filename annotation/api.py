@@ -29,7 +29,7 @@ def study_dict(study, user) -> dict:
         data["progress"] = engine.annotator_progress(study, user)
     if roles.is_admin(user) or roles.is_researcher(user):
         data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
-                    items=study.items.count(), pool=study.pool)
+                    items=study.items.count(), pool=study.pool, candidates=study.candidates)
     return data
 
 
@@ -49,6 +49,7 @@ class StudyCreateSerializer(serializers.Serializer):
     guidelines = serializers.CharField(allow_blank=True, default="")
     lease_minutes = serializers.IntegerField(min_value=1, max_value=240, default=10)
     annotators = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    candidates = serializers.IntegerField(min_value=0, max_value=50, default=20)
 
 
 @extend_schema(request=StudyCreateSerializer, responses={200: dict, 201: dict})
@@ -76,7 +77,8 @@ def study_detail(request, pk: int):
 @extend_schema(request=None, responses={200: dict, 204: dict})
 @api_view(["POST"])
 def next_item(request, pk: int):
-    """Reserve the next item; ``served_by`` names the rule that chose it."""
+    """Reserve the next item. Staff also get ``staff.served_by``, the rule that chose it;
+    annotators never learn it (nor the audit's label)."""
     study = member_study(request.user, pk)
     if not study.annotators.filter(pk=request.user.pk).exists():
         return Response({"detail": "You are not an annotator of this study."}, status=status.HTTP_403_FORBIDDEN)
@@ -84,7 +86,7 @@ def next_item(request, pk: int):
     if served.assignment is None:
         return Response({"assignment": None, "served_by": served.rule,
                          "progress": engine.annotator_progress(study, request.user)})
-    return Response(item_payload(served.assignment, served.rule))
+    return Response(item_payload(served.assignment, served.rule, staff=roles.is_admin(request.user)))
 
 
 @extend_schema(responses={200: dict})
@@ -116,7 +118,7 @@ def assignments(request):
 @extend_schema(responses={200: dict})
 @api_view(["GET"])
 def assignment_detail(request, pk: int):
-    return Response(item_payload(own_assignment(request.user, pk)))
+    return Response(item_payload(own_assignment(request.user, pk), staff=roles.is_admin(request.user)))
 
 
 def _json_object(request, what: str) -> Response | None:
@@ -139,7 +141,10 @@ def draft(request, pk: int):
     if token and a.revisions.filter(client_token=token).exists():
         # A save that arrives after its judgement was submitted is stale: keep nothing.
         return Response({"saved": None, "stale": True})
-    d = engine.save_draft(a, request.data)
+    try:
+        d = engine.save_draft(a, request.data)
+    except JudgementError as exc:
+        return Response({"field": exc.field, "detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
     return Response({"saved": d.updated_at.isoformat()})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -61,6 +62,14 @@ class Study(models.Model):
     guidelines = models.TextField(blank=True)
     lease_minutes = models.PositiveSmallIntegerField(default=10, help_text="How long a served item stays reserved.")
     seed = models.IntegerField(default=0)
+    candidates = models.PositiveSmallIntegerField(
+        default=20, validators=[MinValueValidator(0), MaxValueValidator(50)],
+        help_text="Candidate images shown per single-turn item (0 to 50), the same number for every item.")
+    too_broad_threshold = models.PositiveSmallIntegerField(
+        default=10, help_text="Ticked alternatives from which the page suggests QUERY_TOO_BROAD.")
+    alternatives_rule = models.CharField(
+        max_length=10, default="majority", choices=[("majority", "strict majority"), ("unanimous", "unanimous")],
+        help_text="When a ticked candidate becomes an extra ground truth.")
     pool = models.JSONField(default=dict, blank=True, help_text="How the item pool was drawn (reproducible).")
     annotators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="studies", blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
@@ -115,6 +124,9 @@ class StudyItem(models.Model):
     gold = models.BooleanField(default=False, help_text="A gold item: served to everyone at the study's gold rate.")
     gold_answer = models.JSONField(default=dict, blank=True, help_text='The known answer, e.g. {"validated": true}.')
     gold_source = models.CharField(max_length=20, blank=True, help_text="hand, adjudicated or unanimous.")
+    candidates = models.JSONField(default=list, blank=True,
+                                  help_text="The item's candidate panel (image ids), fixed once first shown.")
+    candidates_source = models.CharField(max_length=200, blank=True, help_text="Where the panel came from (staff only).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["study", "query"], name="studyitem_unique_query")]
@@ -181,6 +193,8 @@ class Judgement(models.Model):
     scales = models.JSONField(default=dict, blank=True)
     per_turn = models.JSONField(default=list, blank=True)
     reject_flags = models.JSONField(default=list, blank=True)
+    alternatives = models.JSONField(default=list, blank=True,
+                                    help_text="Candidate image ids that fit as well as the labelled target.")
     client_token = models.CharField(max_length=64, blank=True, help_text="Idempotency key sent by the client.")
     late = models.BooleanField(
         default=False, help_text="Submitted after the lease expired and the item went to someone else: kept, "
@@ -237,6 +251,23 @@ class Adjudication(models.Model):
     @property
     def validated(self) -> bool:
         return self.decision == self.Decision.VALIDATED
+
+
+class AlternativeDecision(models.Model):
+    """An adjudicator's decision on one candidate of an item: accepted as an extra ground
+    truth or not, whatever the votes. The latest per (item, image) is current."""
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="alternative_decisions")
+    item = models.ForeignKey(StudyItem, on_delete=models.CASCADE, related_name="alternative_decisions")
+    image_id = models.PositiveBigIntegerField()
+    accepted = models.BooleanField()
+    note = models.TextField(blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    decided_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["item", "image_id"], name="altdecision_item_image")]
+        ordering = ["item", "image_id", "-decided_at", "-id"]
 
 
 class ExportJob(models.Model):

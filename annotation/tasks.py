@@ -21,6 +21,15 @@ def run_export(job_id: int) -> str:
     return run_export_job(job).status
 
 
+@shared_task(name="annotation.fill_candidates")
+def fill_candidates(study_id: int) -> int:
+    """Fix the candidate panel of every item of a study ahead of the annotators (the item
+    page fills a missing one itself, but then the first annotator waits for it)."""
+    from annotation.judging.candidates import fill_study_candidates
+
+    return fill_study_candidates(study_id)
+
+
 def resume_stale_exports() -> list[int]:
     """Send again the exports that no live worker is running (queued, or silent too long)."""
     from annotation.export.validated import claimable_jobs, stale_before

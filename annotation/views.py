@@ -10,10 +10,13 @@ from django.urls import reverse
 from config.roles import staff_required
 
 from annotation.access import grant_images
+from annotation import roles
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
+from annotation.judging.candidates import PAGE_SIZE
 from annotation.judging.payloads import image_ref, item_payload
 from annotation.judging.guidelines import current_guidelines, render_markdown
+from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
 from annotation.verdicts.adjudication import has_verdicts, study_verdicts
@@ -43,10 +46,10 @@ def work(request, study_id: int):
         served = engine.next_assignment(study, request.user)
         if served.assignment is None:
             return redirect(f"{reverse('annotation:work', args=[study.pk])}?empty={served.rule}")
-        return redirect(_item_url(study, served.assignment, served.rule))
+        return redirect(_item_url(study, served.assignment))
     held = engine.held_assignment(study, request.user)
     if held is not None:
-        return redirect(_item_url(study, held, "annotator_holds"))
+        return redirect(_item_url(study, held))
     rule = request.GET.get("empty")
     if rule:
         return render(request, "annotation/queue_done.html", {
@@ -55,8 +58,9 @@ def work(request, study_id: int):
     return render(request, "annotation/work_start.html", {"study": study})
 
 
-def _item_url(study: Study, assignment: Assignment, rule: str) -> str:
-    return f"{reverse('annotation:item', args=[study.pk, assignment.pk])}?served_by={rule}"
+def _item_url(study: Study, assignment: Assignment) -> str:
+    """The item page (the serving rule is not put in the URL: annotators never see it)."""
+    return reverse("annotation:item", args=[study.pk, assignment.pk])
 
 
 def item(request, study_id: int, assignment_id: int):
@@ -64,7 +68,7 @@ def item(request, study_id: int, assignment_id: int):
     assignment = own_assignment(request.user, assignment_id)
     if assignment.study_id != study.pk:
         raise Http404("no such item in this study")
-    payload = item_payload(assignment, request.GET.get("served_by"))
+    payload = item_payload(assignment, staff=roles.is_admin(request.user))
     previous = (
         Assignment.objects.filter(study=study, annotator=request.user, status=Assignment.Status.DONE,
                                   position__lt=assignment.position)
@@ -127,7 +131,9 @@ def upcoming(request, study_id: int):
         for target in nxt.query.targets.select_related("image"):
             if target.is_positive:
                 refs.append(image_ref(target.image))
-    refs = refs[:12]
+        shown = Image.objects.in_bulk(nxt.candidates[:PAGE_SIZE])  # the panel's first page, once fixed
+        refs += [image_ref(shown[i], 160) for i in nxt.candidates[:PAGE_SIZE] if i in shown]
+    refs = refs[:12 + PAGE_SIZE]
     grant_images(request.user.pk, [r["id"] for r in refs])  # the prefetch may fetch what it is told
     return JsonResponse({"images": [r["thumb"] for r in refs]})
 

@@ -10,6 +10,7 @@ from retrieval.models import QuerySubset
 from retrieval.targets import rule_text
 
 from . import charts
+from .alternatives import before_after
 from .labels import LABELS
 from .models import AuditLabel, AuditRun
 from .runs.aggregation import subset_scores
@@ -220,6 +221,7 @@ def build_report(run: AuditRun) -> dict[str, Any]:
     }
     sessions = build_sessions_report(run)
     return {
+        "alternatives": before_after(run),
         "sessions": sessions,
         "session_seconds": sum(float(run.timings.get(key, 0.0) or 0.0) for key in (
             "encode_sessions", "rank_sessions", "encode_session_texts")),

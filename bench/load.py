@@ -66,6 +66,9 @@ Target.objects.bulk_create([Target(query=q, image=copies[(n + 7) % len(copies)],
                            batch_size=5000)
 study = Study.objects.create(name="load", rubric=RubricVersion.builtin("validity"), overlap=3, lease_minutes=5)
 StudyItem.objects.bulk_create([StudyItem(study=study, query=q, order_key=n) for n, q in enumerate(qs)], batch_size=5000)
+# The candidate panels, fixed ahead as the worker does after a study is created.
+from annotation.judging.candidates import fill_study_candidates
+fill_study_candidates(study.pk, batch=1000)
 group = Group.objects.get(name="annotator")
 User = get_user_model()
 users = []
@@ -101,6 +104,7 @@ class Annotator(threading.Thread):
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
         self.done: list[tuple[int, str]] = []
         self.submitted: list[tuple[int, str]] = []
+        self.panels: dict[int, list[int]] = {}
 
     def csrf(self):
         return next((c.value for c in self.jar if c.name == "csrftoken"), "")
@@ -157,8 +161,10 @@ class Annotator(threading.Thread):
                 self.call("reload item page", "GET", f"/annotate/{self.study}/item/{asg}/")
             time.sleep(self.rng.uniform(*self.think))  # looking at the item
             token = uuid.uuid4().hex
+            panel = self.panels[asg] = [p["id"] for p in item.get("panel") or []]
+            ticks = self.rng.sample(panel, min(len(panel), self.rng.randint(1, 4)))  # ticks in every judgement
             judgement = {"category": self.rng.choice(["VALIDATED", "QUERY_TOO_BROAD"]), "time_spent_ms": 900,
-                         "client_token": token}
+                         "client_token": token, "alternatives": ticks}
             status, _ = self.call("submit", "POST", f"/api/assignments/{asg}/judgements/", judgement)
             if status == 201:
                 self.submitted.append((asg, token))
@@ -168,7 +174,8 @@ class Annotator(threading.Thread):
                 old, _ = self.rng.choice(self.submitted)
                 token = uuid.uuid4().hex
                 status, _ = self.call("revise", "POST", f"/api/assignments/{old}/judgements/",
-                                      {"category": "VALIDATED", "time_spent_ms": 500, "client_token": token})
+                                      {"category": "VALIDATED", "time_spent_ms": 500, "client_token": token,
+                                       "alternatives": self.panels.get(old, [])[:2]})
                 if status == 201:
                     self.submitted.append((old, token))
 
@@ -309,6 +316,9 @@ def run_load(args, say) -> None:
         currents = conn.execute(
             "SELECT count(*) FROM (SELECT assignment_id FROM annotation_judgement WHERE is_current "
             "GROUP BY assignment_id HAVING count(*) > 1) x").fetchone()[0]
+        with_ticks = conn.execute(
+            "SELECT count(*) FILTER (WHERE alternatives::text <> '[]'), count(*) FROM annotation_judgement j "
+            "JOIN annotation_assignment a ON a.id = j.assignment_id WHERE a.study_id = %s", [study]).fetchone()
     stored = dict(rows)
     lost = sum(1 for _, token in submitted if token not in stored)
     duplicates = sum(n - 1 for n in stored.values() if n > 1) + currents
@@ -326,6 +336,7 @@ def run_load(args, say) -> None:
     for e in stats.examples:
         say("  e.g. " + e)
     say(f"lost writes: {lost}, duplicated writes: {duplicates}; background: {bg_status or 'skipped'}")
+    say(f"judgements with ticked alternatives: {with_ticks[0]} of {with_ticks[1]}")
     say(f"annotation endpoints: p50 {pct(all_ms, .5):.1f} ms, p95 {pct(all_ms, .95):.1f} ms, p99 {pct(all_ms, .99):.1f} ms "
         f"(think time {args.think[0]}-{args.think[1]} s per item)")
     say("target: zero errors, zero lost or duplicated judgements, p95 under 100 ms")
@@ -333,7 +344,7 @@ def run_load(args, say) -> None:
         print(json.dumps({"requests": requests, "errors": errors, "lost_writes": lost, "duplicate_writes": duplicates,
                           "p50_ms": round(pct(all_ms, .5), 1), "p95_ms": round(pct(all_ms, .95), 1),
                           "p99_ms": round(pct(all_ms, .99), 1), "submits": len(submitted), "seconds": round(elapsed, 1),
-                          "think_s": list(args.think),
+                          "think_s": list(args.think), "judgements_with_ticks": list(with_ticks),
                           "background": bg_status}))
 
 

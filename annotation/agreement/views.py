@@ -38,6 +38,7 @@ from annotation.verdicts.adjudication import (
 )
 from annotation.verdicts.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
+from retrieval.models import Image
 from annotation.judging.payloads import image_ref
 from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
 from annotation.agreement.reports import ReportError, default_bootstrap, report_csv_rows, safe_rows, study_report
@@ -174,11 +175,24 @@ def _report(request, study: Study) -> dict[str, Any]:
     policy, primary = _policy(request)
     n_boot, seed = _bootstrap(request, study)
     try:
-        return study_report(study, policy=policy, primary=primary, pseudonymise=not roles.is_admin(request.user),
-                            dimension=request.GET.get("dimension") or None, n_boot=n_boot, seed=seed,
-                            constant_pairs=request.GET.get("constant_pairs") or "undefined")
+        report = study_report(study, policy=policy, primary=primary, pseudonymise=not roles.is_admin(request.user),
+                              dimension=request.GET.get("dimension") or None, n_boot=n_boot, seed=seed,
+                              constant_pairs=request.GET.get("constant_pairs") or "undefined")
     except ReportError as exc:
         raise Http404(str(exc)) from None
+    report["alternatives"] = _alternatives(request, study)
+    return report
+
+
+def _alternatives(request, study: Study) -> dict[str, Any] | None:
+    """Per-candidate agreement and accepted alternatives, for studies with candidate panels."""
+    from annotation.agreement.reports import annotator_pseudonyms
+    from annotation.verdicts.extra_targets import alternatives_report
+
+    if study.rubric.rubric.kind == "session" or not study.items.exclude(candidates=[]).exists():
+        return None
+    names = {} if roles.is_admin(request.user) else annotator_pseudonyms(study)
+    return alternatives_report(study, names)
 
 
 @researcher_required
@@ -323,6 +337,8 @@ def adjudication_queue_page(request, study_id: int):
 def adjudication_item_page(request, study_id: int, item_id: int):
     study = _adjudicable(study_id)
     item = get_object_or_404(StudyItem.objects.select_related("query__dataset"), pk=item_id, study=study)
+    if request.method == "POST" and request.POST.get("candidate"):
+        return _decide_candidate(request, study, item)
     if request.method == "POST":
         decision = request.POST.get("decision")
         if decision not in (Adjudication.Decision.VALIDATED, Adjudication.Decision.REJECTED):
@@ -346,9 +362,33 @@ def adjudication_item_page(request, study_id: int, item_id: int):
         "study": study, "item": item, "row": row, "decision": before, "history": history,
         "turns": [(t, image_ref(t.reference_image)) for t in turns],
         "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
-        "rubric": study.rubric.rubric,
+        "rubric": study.rubric.rubric, "candidates": _candidate_rows(study, item),
         "session_rule": verdicts.session.describe() if verdicts.session is not None else "",
     })
+
+
+def _decide_candidate(request, study: Study, item: StudyItem):
+    """An adjudicator accepts or refuses one candidate of the item as an extra ground truth."""
+    from annotation.verdicts.extra_targets import decide_candidate
+
+    try:
+        image = int(request.POST["candidate"])
+        decide_candidate(study, item, image, request.POST.get("accept") == "1", request.user,
+                         request.POST.get("note", ""))
+    except ValueError as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain")
+    messages.success(request, f"Candidate {image}: {'accepted' if request.POST.get('accept') == '1' else 'refused'}.")
+    return redirect("annotation:adjudication_item", study_id=study.pk, item_id=item.pk)
+
+
+def _candidate_rows(study: Study, item: StudyItem) -> list[dict[str, Any]]:
+    """The item's candidates with votes and outcome under the study's rule (ticked first)."""
+    from annotation.verdicts.extra_targets import study_alternatives
+
+    outcome = {a.image: a for a in study_alternatives(study, [item.pk]).get(item.pk, [])}
+    images = Image.objects.in_bulk(item.candidates)
+    rows = [{"ref": image_ref(images[i], 160), "alt": outcome.get(i)} for i in item.candidates if i in images]
+    return sorted(rows, key=lambda r: -(r["alt"].votes if r["alt"] else -1))
 
 
 # --------------------------------------------------------------------------- exports

@@ -19,6 +19,9 @@ from django.utils import timezone
 
 from annotation.assignment.rules import Candidate, Choice, choose_gold, choose_next, gold_due
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
+from annotation.judging.alternatives import FIELD as ALTERNATIVES
+from annotation.judging.alternatives import clean_alternatives
+from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
 
 CANDIDATES = 8  # rows locked per request: enough to step around a few racing annotators
@@ -183,6 +186,9 @@ def skip(assignment: Assignment) -> None:
 
 
 def save_draft(assignment: Assignment, payload: dict) -> Draft:
+    """Autosave; ticked ``alternatives`` are checked like a judgement's (JudgementError)."""
+    if payload.get(ALTERNATIVES):
+        payload = {**payload, ALTERNATIVES: clean_alternatives(payload[ALTERNATIVES], item_candidates(assignment.item))}
     draft, _ = Draft.objects.update_or_create(assignment=assignment, defaults={"payload": payload})
     return draft
 
@@ -205,7 +211,7 @@ class Conflict(Exception):
         self.judgement = judgement
 
 
-ANSWER_FIELDS = ("category", "sub_reason", "note", "flagged", "scales", "per_turn", "reject_flags")
+ANSWER_FIELDS = ("category", "sub_reason", "note", "flagged", "scales", "per_turn", "reject_flags", "alternatives")
 
 
 def answer_of(j: Judgement) -> dict:
@@ -253,7 +259,9 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "", base_r
     study = assignment.study
     rubric_row = study.rubric
     clean = validate_judgement(rubric_row.rubric, payload, n_turns=assignment.item.query.n_turns)
-    fields = _row_fields(clean.to_dict())
+    ticked = payload.get(ALTERNATIVES)
+    alternatives = clean_alternatives(ticked, item_candidates(assignment.item) if ticked else [])
+    fields = {**_row_fields(clean.to_dict()), "alternatives": alternatives}
     with transaction.atomic():
         a = Assignment.objects.select_for_update().get(pk=assignment.pk)
         _check_token(a, client_token, fields)

@@ -88,6 +88,7 @@ from annotation.verdicts.consensus import (
 )
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
+from annotation.export.alternatives import ExtraTargets, QueryLayout
 
 log = logging.getLogger(__name__)
 
@@ -393,9 +394,10 @@ def verdict_counts(tallied: dict[str, Any], exported_lines: int) -> dict[str, An
 class _Writers:
     """The open query / trace files of an export, one pair per (dataset, subset)."""
 
-    def __init__(self, tmp: Path, circled: bool):
+    def __init__(self, tmp: Path, circled: bool, suffix: str = ".jsonl"):
         self.tmp = tmp
         self.circled = circled
+        self.suffix = suffix  # of the query files (the query layout's: M-BEIR JSONL or CIRCO)
         self.subsets: dict[tuple[str, str], _Subset] = {}
 
     def get(self, dataset: str, subset: str, hidden_category: str) -> _Subset:
@@ -404,7 +406,7 @@ class _Writers:
             if self.circled:
                 folder, stem, ext = self.tmp / dataset, subset, ".json"
             else:
-                folder, stem, ext = self.tmp / dataset / subset, f"{dataset}_{subset}", ".jsonl"
+                folder, stem, ext = self.tmp / dataset / subset, f"{dataset}_{subset}", self.suffix
             folder.mkdir(parents=True, exist_ok=True)
             queries = _JsonListFile(folder / f"{stem}{ext}") if self.circled else _HashingFile(folder / f"{stem}{ext}")
             w = self.subsets[(dataset, subset)] = _Subset(
@@ -470,6 +472,7 @@ class _Run:
     decisions: list[Decision]
     per_dataset: dict[str, dict[str, Any]]
     dataset_ids: dict[str, int]
+    layout: QueryLayout
 
 
 def _adjudicator_names(study: Study) -> dict[str, str]:
@@ -503,21 +506,31 @@ def _write_batch(run: _Run, batch: list[ItemRow], ids: IO[str]) -> None:
     if not keep:
         return
     data = _QueryData([row.query_id for row, _ in keep])
-    circled = run.verdicts.session is not None
+    extras = None if run.verdicts.session is not None else ExtraTargets(run.study, keep, run.names)
     for row, d in keep:
-        if circled:
-            line = data.circled_record(row)
-            subset, qid = str(line["subset"]), str(line["session_id"])
-        else:
-            line = data.mbeir_line(row)
-            subset, qid = subset_name(row.hidden_category), str(line["qid"])
-        w = run.writers.get(row.dataset, subset, row.hidden_category)
-        w.queries.write_json(line)
-        w.trace.write_json(_trace_line(qid, row, d, subset, run))
+        subset = _write_query(run, data, extras, row, d)
         ids.write(f"{row.dataset_id} {row.query_id}\n")
         entry = run.per_dataset[row.dataset]
         entry["validated"] += 1
         entry["subsets"][subset] = entry["subsets"].get(subset, 0) + 1
+
+
+def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: ItemRow, d: Decision) -> str:
+    """Write one validated item's query line (or session record) and trace line; its subset."""
+    if extras is None:  # a session: the CIRCLED record
+        line = data.circled_record(row)
+        subset = str(line["subset"])
+        w = run.writers.get(row.dataset, subset, row.hidden_category)
+        w.queries.write_json(line)
+        w.trace.write_json(_trace_line(str(line["session_id"]), row, d, subset, run))
+        return subset
+    line, positives = extras.apply(row, data.mbeir_line(row))  # + accepted alternatives
+    subset = subset_name(row.hidden_category)
+    w = run.writers.get(row.dataset, subset, row.hidden_category)
+    run.layout.write(w.queries, (row.dataset, subset), line, data.queries[row.query_id],
+                     data.turns.get(row.query_id, ("", None, None))[2])
+    w.trace.write_json({**_trace_line(str(line["qid"]), row, d, subset, run), "positives": positives})
+    return subset
 
 
 def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
@@ -541,8 +554,8 @@ def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
         "counts": verdict_counts(tally(run.decisions), run.writers.lines),
         "datasets": {k: run.per_dataset[k] for k in sorted(run.per_dataset)},
         "files": run.writers.files(),
-        "query_layout": list(CIRCLED_KEYS if circled else MBEIR_KEYS),
-        "query_format": "circled" if circled else "mbeir",
+        "query_layout": list(CIRCLED_KEYS) if circled else run.layout.keys(MBEIR_KEYS),
+        "query_format": "circled" if circled else run.layout.fmt,
         "pseudonyms": "annotators are annotator_NN and adjudicators adjudicator_NN, numbered in username order",
     }
 
@@ -556,17 +569,19 @@ def export_study(
     chunk_size: int = DEFAULT_CHUNK,
     progress: Progress | None = None,
     tmp_name: str | None = None,
+    fmt: str = "mbeir",
 ) -> ExportResult:
     """Export a study's validated items (module docstring). ``out_dir``: the export folder
     itself (absent or empty); default ``EXPORT_DIR/<study>-<timestamp>``. ``progress(stage,
     done, total)`` is called after every batch. Returns the final folder and the manifest."""
     check_exportable(study, policy, primary or None)
     verdicts = Verdicts.of(study, policy, primary or None)
+    layout = QueryLayout(fmt)
     report = progress or (lambda stage, done, total: None)
     final, auto, tmp = _prepare(study, out_dir, tmp_name)
     id_file = final.parent / f"{tmp.name}.ids"
     run = _Run(study, verdicts, tmp, id_file, annotator_pseudonyms(study), _adjudicator_names(study),
-               _Writers(tmp, verdicts.session is not None), [], {}, {})
+               _Writers(tmp, verdicts.session is not None, layout.suffix), [], {}, {}, layout)
     total = StudyItem.objects.filter(study=study).count()
     created_at = timezone.now()
     done = 0
@@ -579,6 +594,7 @@ def export_study(
                 report("exporting", done, total)
                 if settings.DEBUG and not connection.force_debug_cursor:
                     connection.queries_log.clear()  # DEBUG keeps every SQL string: memory would grow
+        run.layout.finish(run.writers.subsets)
         run.writers.close()
         manifest = _manifest(run, created_at)
         with open(tmp / "manifest.json", "w", encoding="utf-8") as fh:

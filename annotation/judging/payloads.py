@@ -9,8 +9,8 @@ from retrieval.models import Image, Query
 
 from annotation.access import grant_images, payload_image_ids
 from annotation.assignment.queue import annotator_progress
-from annotation.assignment.rules import FRESH_ITEM, GOLD_ITEM
-from annotation.models import Assignment, Draft, Judgement
+from annotation.judging.candidates import PAGE_SIZE, item_candidates
+from annotation.models import Assignment, Draft, Judgement, StudyItem
 
 
 def image_ref(image: Image | None, size: int = 384) -> dict | None:
@@ -21,19 +21,11 @@ def image_ref(image: Image | None, size: int = 384) -> dict | None:
             "missing": image.missing, "width": image.width, "height": image.height}
 
 
-def shown_rule(rule: str) -> str:
-    """The serving rule as the annotator sees it: gold items are mixed in silently, so they
-    read like any fresh item (staff see the stored ``served_by``)."""
-    return FRESH_ITEM if rule == GOLD_ITEM else rule
-
-
-def aggregate_panel(query: Query) -> list[dict]:
-    """The de-duplicated union of every retriever's top-10 from the latest finished audit."""
-    try:
-        from audit.runs.panels import latest_panel
-    except ImportError:  # the audit app has no panel yet
-        return []
-    return [image_ref(img, 160) for img in latest_panel(query)]
+def candidate_refs(item: StudyItem) -> list[dict]:
+    """The item's blind candidate panel as image references, in panel order."""
+    ids = item_candidates(item)
+    images = Image.objects.in_bulk(ids)
+    return [image_ref(images[i], 160) for i in ids if i in images]
 
 
 def session_ranks(query: Query) -> list:
@@ -51,6 +43,7 @@ def judgement_dict(j: Judgement | None) -> dict | None:
         "revision": j.revision, "category": j.category or None, "sub_reason": j.sub_reason or None, "note": j.note,
         "flagged": j.flagged, "scales": j.scales, "per_turn": j.per_turn, "reject_flags": j.reject_flags,
         "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(), "late": j.late,
+        "alternatives": j.alternatives,
     }
 
 
@@ -61,7 +54,10 @@ def lease_seconds(assignment: Assignment) -> int | None:
     return max(0, int((assignment.lease_expires - timezone.now()).total_seconds()))
 
 
-def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
+def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = False) -> dict:
+    """The item as its annotator sees it: never the rule that served it (gold items are mixed
+    in silently). ``staff`` adds what only staff may see: that rule and where the item's
+    candidate panel came from."""
     study = assignment.study
     query = (
         Query.objects.select_related("dataset")
@@ -78,7 +74,6 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
         "assignment": assignment.pk,
         "study": study.pk,
         "status": assignment.status,
-        "served_by": shown_rule(rule or assignment.served_by),
         "position": assignment.position,
         "lease_expires": assignment.lease_expires.isoformat() if assignment.lease_expires else None,
         "lease_seconds": lease_seconds(assignment),
@@ -96,10 +91,15 @@ def item_payload(assignment: Assignment, rule: str | None = None) -> dict:
             ],
             "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
         },
-        "panel": aggregate_panel(query) if query.n_turns == 1 else [],
+        "panel": candidate_refs(assignment.item) if query.n_turns == 1 else [],
+        "panel_page_size": PAGE_SIZE,
+        "too_broad_threshold": study.too_broad_threshold,
         "judgement": judgement_dict(current),
         "draft": draft.payload if draft is not None else None,
         "progress": annotator_progress(study, assignment.annotator),
     }
+    if staff:
+        payload["staff"] = {"served_by": rule or assignment.served_by,
+                            "panel_source": assignment.item.candidates_source}
     grant_images(assignment.annotator_id, payload_image_ids(payload))
     return payload

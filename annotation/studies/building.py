@@ -1,12 +1,14 @@
 """Building a study: its item pool (filtered, stratified, seeded), overlap, annotators."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from retrieval.fusion import MAX_CANDIDATES
 from retrieval.models import Dataset, Query, QuerySubset
 
 from annotation.models import RubricVersion, Study, StudyItem
@@ -15,6 +17,9 @@ from annotation.studies.sampling import agreement_subset, report_json, shuffle_f
 from annotation.verdicts.consensus import SessionRule
 
 AUDIT_LABELS = ("composition_required", "unresolved", "shortcut_solvable")
+
+
+logger = logging.getLogger(__name__)
 
 
 class StudyError(ValueError):
@@ -39,6 +44,7 @@ class StudySpec:
     single_turn_only: bool | None = None  # default: from the rubric (validity: single, session: multi)
     quorum: int | None = None  # current judgements before an item is decided; default: the overlap
     session_rule: dict | None = None  # session rubrics: {"reject": "majority"|"any", "threshold": 3.0}
+    candidates: int = 20  # candidate images per single-turn item (0 to 50)
 
 
 def latest_audit(dataset: Dataset):
@@ -143,8 +149,7 @@ def _sample(pool: list[tuple[int, tuple[str, str]]], spec: StudySpec) -> tuple[l
 
 def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     """Create a study and its items; returns (study, sampling report)."""
-    if spec.overlap < 1:
-        raise StudyError("overlap must be at least 1")
+    _check_numbers(spec)
     if Study.objects.filter(name=spec.name).exists():
         raise StudyError(f"a study named {spec.name!r} exists already")
     rubric = _rubric(spec.rubric)
@@ -166,7 +171,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     with transaction.atomic():
         study = Study.objects.create(
             name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
-            lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by,
+            lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by, candidates=spec.candidates,
             quorum=spec.quorum, session_rule=session_rule,
             pool={
                 "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
@@ -185,6 +190,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
             batch_size=5000,
         )
         study.annotators.set(users)
+        transaction.on_commit(lambda: _queue_candidates(study.pk, single and spec.candidates > 0))
     return study, {"items": len(chosen), "agreement": len(agreement), "strata": report_json_, "shortfall": shortfall}
 
 
@@ -203,6 +209,23 @@ def annotator_users(usernames: Iterable[str]) -> list:
             "Give them the role first (staff: the users page or the Django admin's groups), then add them."
         )
     return users
+def _check_numbers(spec: StudySpec) -> None:
+    if spec.overlap < 1:
+        raise StudyError("overlap must be at least 1")
+    if not 0 <= int(spec.candidates) <= MAX_CANDIDATES:
+        raise StudyError(f"candidates must be between 0 and {MAX_CANDIDATES}")
+
+
+def _queue_candidates(study_id: int, wanted: bool) -> None:
+    """Ask a worker to fix the study's candidate panels (pages fill them lazily otherwise)."""
+    from annotation.tasks import fill_candidates
+
+    if not wanted:
+        return
+    try:
+        fill_candidates.delay(study_id)
+    except Exception:  # no broker: the item pages fill the panels themselves
+        logger.warning("could not queue the candidate panels of study %s", study_id, exc_info=True)
 
 
 def add_annotators(study: Study, usernames: Iterable[str]) -> None:

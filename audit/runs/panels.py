@@ -1,34 +1,85 @@
-"""The audit's per-query image panels and session ranks, read by the annotation app."""
+"""The candidate panel of a query (fused from the audit's top lists) and session ranks, read by
+the annotation app."""
 from __future__ import annotations
 
-from retrieval.models import Image, Query, Turn
+from retrieval.fusion import Candidates, candidate_list, seeded_padding
+from retrieval.models import GalleryEntry, Image, Query, Target, Turn
 
 from ..models import AuditRank, AuditRun, AuditSessionRank
-from .base import SESSION_FILTER_BASIS, panel_k
+from .base import SESSION_FILTER_BASIS
 
 
-def aggregate_panel(run: AuditRun, query: Query | int) -> list[Image]:
-    """The aggregate multimodal panel: de-duplicated union of every retriever's top-10.
-
-    Ordered by position (every retriever's first result, then every second, ...),
-    retrievers in pool order. Images that no longer exist are left out.
-    """
+def pool_rankings(run: AuditRun, query: Query | int) -> list[list[int]]:
+    """Every retriever's multimodal top list (image ids, best first) for ``query`` in ``run``."""
     qid = query if isinstance(query, int) else query.pk
-    order = {name: n for n, name in enumerate(run.retrievers)}
-    lists = sorted(
-        AuditRank.objects.filter(run=run, query_id=qid).values_list("retriever", "top_mm"),
-        key=lambda x: (order.get(x[0], len(order)), x[0]),
-    )
-    # the stored top lists include the reference (AUDIT_CANDIDATES_N long): leave it out
-    hidden = set(Turn.objects.filter(query_id=qid, index=1).values_list("reference_image_id", flat=True))
-    lists = [(name, [i for i in top if i not in hidden][:panel_k()]) for name, top in lists]
-    ids: list[int] = []
-    for pos in range(panel_k()):
-        for _, top in lists:
-            if pos < len(top) and top[pos] not in ids:
-                ids.append(top[pos])
-    images = Image.objects.in_bulk(ids)
-    return [images[i] for i in ids if i in images]
+    return [list(top) for top in AuditRank.objects.filter(run=run, query_id=qid).order_by("retriever")
+            .values_list("top_mm", flat=True)]
+
+
+def latest_pool_rankings(query_ids: list[int]) -> dict[int, tuple[int, list[list[int]]]]:
+    """query id -> (run id, top lists) from the newest finished audit that ranked it, for many
+    queries in one read."""
+    by_query: dict[int, dict[int, list[tuple[str, list[int]]]]] = {}
+    for qid, run_id, retriever, top in AuditRank.objects.filter(
+        query_id__in=query_ids, run__status=AuditRun.Status.DONE
+    ).values_list("query_id", "run_id", "retriever", "top_mm"):
+        by_query.setdefault(qid, {}).setdefault(run_id, []).append((retriever, list(top)))
+    runs = {r for per in by_query.values() for r in per}
+    order = {pk: (at is not None, at, pk) for pk, at in AuditRun.objects.filter(pk__in=runs)
+             .values_list("pk", "finished_at")}
+    out = {}
+    for qid, per in by_query.items():
+        run_id = max(per, key=lambda r: order[r])
+        out[qid] = (run_id, [top for _, top in sorted(per[run_id])])
+    return out
+
+
+def batch_exclusions(query_ids: list[int]) -> dict[int, set[int]]:
+    """:func:`panel_exclusions` of many queries in two reads."""
+    out: dict[int, set[int]] = {q: set() for q in query_ids}
+    for qid, image in Target.objects.filter(query_id__in=query_ids).values_list("query_id", "image_id"):
+        out[qid].add(image)
+    for qid, image in Turn.objects.filter(query_id__in=query_ids).values_list("query_id", "reference_image_id"):
+        if image:
+            out[qid].add(image)
+    return out
+
+
+def panel_exclusions(query: Query | int) -> set[int]:
+    """Images a candidate panel must never show: every labelled target of the query
+    (primary or not, any relevance or role) and every turn's reference image."""
+    qid = query if isinstance(query, int) else query.pk
+    banned = set(Target.objects.filter(query_id=qid).values_list("image_id", flat=True))
+    banned.update(i for i in Turn.objects.filter(query_id=qid).values_list("reference_image_id", flat=True) if i)
+    return banned
+
+
+def gallery_ids(query: Query) -> list[int]:
+    """The query's retrieval gallery: its split's gallery entries, else the dataset's readable images."""
+    entries = GalleryEntry.objects.filter(dataset_id=query.dataset_id, split=query.split)
+    if query.split and entries.exists():
+        return list(entries.order_by("image_id").values_list("image_id", flat=True))
+    return list(Image.objects.filter(dataset_id=query.dataset_id, missing=False).order_by("id")
+                .values_list("id", flat=True))
+
+
+def candidate_panel(query: Query, rankings: list[list[int]], size: int, gallery: list[int] | None = None,
+                    exclude: set[int] | None = None) -> Candidates:
+    """THE candidate panel of a query (the one function every page and the API use).
+
+    ``size`` images: the reciprocal-rank fusion of ``rankings`` (the pool's multimodal top
+    lists), minus every labelled target and the reference; when the lists run short, padded
+    from a deterministic shuffle of the query's gallery. Neither its content nor its size
+    reads the audit's label or the targets' ranks. ``gallery``: the query's gallery ids in id
+    order, and ``exclude``, :func:`panel_exclusions`, when the caller has them already.
+    """
+    banned = panel_exclusions(query) if exclude is None else exclude
+
+    def padding():
+        ids = gallery if gallery is not None else gallery_ids(query)
+        yield from seeded_padding(ids, f"panel:{query.pk}", 2 * size + len(banned))
+
+    return candidate_list(rankings, banned, size, padding())
 
 
 def latest_session_ranks(query: Query | int) -> list[int | None]:
@@ -46,14 +97,3 @@ def latest_session_ranks(query: Query | int) -> list[int | None]:
         run=run, query_id=qid, retriever=run.retrievers[0], **SESSION_FILTER_BASIS
     ).values_list("ranks", flat=True).first()
     return list(row or [])
-
-
-def latest_panel(query: Query | int) -> list[Image]:
-    """The aggregate multimodal panel of the newest finished audit that ranked ``query``."""
-    qid = query if isinstance(query, int) else query.pk
-    run = (
-        AuditRun.objects.filter(status=AuditRun.Status.DONE, ranks__query_id=qid)
-        .order_by("-finished_at", "-pk")
-        .first()
-    )
-    return aggregate_panel(run, qid) if run is not None else []

@@ -46,6 +46,74 @@
   let activeScale = isSession && rubric.scales.length ? rubric.scales[0].key : null;
   let activeTurn = 0;
 
+  // ---- candidate panel: tick the images that fit as well as the target ----------
+  const cands = Array.from(document.querySelectorAll("#candgrid .cand"));
+  const pageSize = payload.panel_page_size || 10;
+  const nPages = Math.max(1, Math.ceil(cands.length / pageSize));
+  const ticks = new Set((start.alternatives || []).map(Number));
+  let noneFit = !!start.none_fit;
+  let cursor = 0;
+  function panelColumns() {
+    const shown = cands.filter((c) => !c.hidden);
+    if (shown.length < 2) return 1;
+    const top = shown[0].offsetTop;
+    const n = shown.findIndex((c) => c.offsetTop !== top);
+    return n < 0 ? shown.length : n;
+  }
+  function renderPanel() {
+    if (!cands.length) return;
+    const page = Math.floor(cursor / pageSize);
+    cands.forEach((c, i) => {
+      const on = ticks.has(Number(c.dataset.id));
+      c.hidden = Math.floor(i / pageSize) !== page;
+      c.classList.toggle("on", on);
+      c.classList.toggle("cursor", i === cursor);
+      c.setAttribute("aria-checked", on ? "true" : "false");
+    });
+    document.getElementById("cand-page").textContent = "page " + (page + 1) + " of " + nPages;
+    document.getElementById("cand-prev").disabled = page === 0;
+    document.getElementById("cand-next").disabled = page === nPages - 1;
+    document.getElementById("cand-count").innerHTML = noneFit && !ticks.size ? "<b>none fit</b>"
+      : "<b>" + ticks.size + "</b> of " + cands.length + " ticked";
+    document.getElementById("none-fit").classList.toggle("on", noneFit && !ticks.size);
+    const hint = document.getElementById("too-broad");
+    const limit = payload.too_broad_threshold || 0;
+    const broad = rubric.categories && rubric.categories.find((c) => c.key === "QUERY_TOO_BROAD");
+    hint.hidden = !(limit > 0 && ticks.size >= limit);
+    if (!hint.hidden) {
+      hint.textContent = "You ticked " + ticks.size + " candidates (" + limit + " or more fit): consider " +
+        (broad ? "“" + broad.label + "” (key " + broad.shortcut_key + ")" : "QUERY_TOO_BROAD") + ".";
+    }
+  }
+  function moveCursor(to) {
+    cursor = Math.max(0, Math.min(cands.length - 1, to));
+    renderPanel();
+    cands[cursor].scrollIntoView({ block: "nearest" });
+  }
+  function toggleTick(i) {
+    const id = Number(cands[i].dataset.id);
+    if (ticks.has(id)) ticks.delete(id); else ticks.add(id);
+    if (ticks.size) noneFit = false;
+    cursor = i;
+    renderPanel(); saveDraft(); hideError();
+  }
+  function setNoneFit() { ticks.clear(); noneFit = true; renderPanel(); saveDraft(); }
+  cands.forEach((c, i) => c.addEventListener("click", () => toggleTick(i)));
+  if (cands.length) {
+    document.getElementById("cand-prev").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) - 1) * pageSize));
+    document.getElementById("cand-next").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) + 1) * pageSize));
+    document.getElementById("none-fit").addEventListener("click", setNoneFit);
+  }
+  function panelKey(k) {
+    if (!cands.length) return false;
+    const cols = panelColumns();
+    const moves = { ArrowRight: 1, ArrowLeft: -1, ArrowDown: cols, ArrowUp: -cols, PageDown: pageSize, PageUp: -pageSize };
+    if (k in moves) { moveCursor(cursor + moves[k]); return true; }
+    if (k === " ") { toggleTick(cursor); return true; }
+    if (k === "0") { setNoneFit(); return true; }
+    return false;
+  }
+
   function newToken() {
     if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
     return "t" + Date.now().toString(36) + Math.random().toString(36).slice(2);
@@ -66,6 +134,10 @@
   function checked(name) { const el = form.querySelector(`input[name="${name}"]:checked`); return el ? el.value : null; }
   function current() {
     const data = { note: note.value, flagged: flagged.checked, client_token: token, elapsed_ms: spent(), edited_at: Date.now() };
+    if (cands.length) {
+      data.alternatives = cands.map((c) => Number(c.dataset.id)).filter((id) => ticks.has(id));
+      data.none_fit = noneFit && !ticks.size;
+    }
     if (isSession) {
       data.scales = {};
       for (const s of rubric.scales) { const v = checked("scale-" + s.key); if (v !== null) data.scales[s.key] = Number(v); }
@@ -232,6 +304,7 @@
     const body = Object.assign({}, d, { time_spent_ms: Math.round(d.elapsed_ms), base_revision: baseRevision });
     delete body.elapsed_ms;
     delete body.edited_at;
+    delete body.none_fit;
     try {
       const r = await fetch(urls.submit, { method: "POST", credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(body) });
@@ -338,6 +411,7 @@
       if (rej) { pressKey(form.querySelector(`input[name="reject-${rej.key}"]`)); return; }
       return;
     }
+    if (panelKey(ev.key)) { ev.preventDefault(); return; }
     const cat = rubric.categories.find((c) => c.shortcut_key.toLowerCase() === k);
     if (cat) { ev.preventDefault(); setRadio("category", cat.key); form.dispatchEvent(new Event("change")); return; }
     const chosen = category(checked("category"));
@@ -352,6 +426,7 @@
 
   // ---- start ----------------------------------------------------------------------
   restore(start);
+  renderPanel();
   if (restoredDraft) { dirty = true; draftStatus.textContent = "Draft restored."; }
   if (leaseHeld) showLease(null);
   // Warm the browser cache with the images of the item most likely served next.

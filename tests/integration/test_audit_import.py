@@ -76,10 +76,14 @@ def test_per_retriever_files_make_a_labelled_run(tiny):
     first = Image.objects.get(pk=row.top_mm[0])
     assert first.external_id == "img_01"  # beta ranks query 0's target first
     assert len(row.top_mm) == 12  # every listed result (the file has 12; up to AUDIT_CANDIDATES_N are kept)
-    panel = panels.aggregate_panel(run, tiny[0])
-    # position by position, pool order: alpha's first (img_02; its target is 2nd), then beta's first
-    assert [i.external_id for i in panel[:3]] == ["img_02", "img_01", "img_03"]
-    assert len({i.pk for i in panel}) == len(panel)
+    q0 = Query.objects.get(pk=tiny[0])
+    panel = panels.candidate_panel(q0, panels.pool_rankings(run, q0), 12)
+    names = dict(Image.objects.filter(pk__in=panel.ids).values_list("pk", "external_id"))
+    # fused by reciprocal rank: alpha's first (img_02) leads; beta's first is the target (img_01),
+    # which the panel leaves out, as it leaves out the reference (img_00)
+    assert names[panel.ids[0]] == "img_02"
+    assert not {"img_01", "img_00"} & set(names.values())
+    assert len(panel.ids) == len(set(panel.ids)) == 12
     assert "composition_required" in out
 
 

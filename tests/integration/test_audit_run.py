@@ -227,19 +227,21 @@ def test_unusable_queries_are_skipped_with_a_reason(demo):
     assert run.summary["plan"]["gallery"]["missing_left_out"] == 1
 
 
-def test_aggregate_panel_is_the_union_of_top_tens(demo):
+def test_candidate_panel_fuses_the_pool_and_leaves_out_every_target(demo):
     run = audit(demo)
     q = AuditLabel.objects.filter(run=run).first().query
-    panel = panels.aggregate_panel(run, q)
-    reference = Turn.objects.get(query=q).reference_image_id
-    tops = {name: [i for i in top if i != reference][:10]
-            for name, top in AuditRank.objects.filter(run=run, query=q).values_list("retriever", "top_mm")}
+    tops = dict(AuditRank.objects.filter(run=run, query=q).values_list("retriever", "top_mm"))
+    # one extra, non-primary target that the first retriever ranks first: it must go too
+    extra = Target.objects.create(query=q, image_id=tops[SPECS[0]][0], relevance=0.5, is_primary=False)
+    panel = panels.candidate_panel(q, panels.pool_rankings(run, q), 20)
+    targets = set(Target.objects.filter(query=q).values_list("image_id", flat=True))
+    assert extra.image_id in targets and not targets & set(panel.ids)
+    assert Turn.objects.get(query=q).reference_image_id not in panel.ids
+    assert len(panel.ids) == len(set(panel.ids)) == 20
     union = set(tops[SPECS[0]]) | set(tops[SPECS[1]])
-    assert [img.pk for img in panel] == list(dict.fromkeys(img.pk for img in panel))  # no duplicates
-    assert {img.pk for img in panel} == union
-    assert 10 <= len(panel) <= 20
-    assert panel[0].pk == tops[SPECS[0]][0]  # the first retriever's best comes first
-    assert Turn.objects.get(query=q).reference_image_id not in union
+    # the top lists (AUDIT_CANDIDATES_N deep) reach past the panel once the target, the extra
+    # target and the reference are left out: the whole panel comes from the pool, unpadded
+    assert panel.fused == 20 and panel.padded == 0 and set(panel.ids) <= union
 
 
 def test_a_split_must_be_chosen_when_there_are_several(demo):

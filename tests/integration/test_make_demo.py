@@ -36,11 +36,12 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     assert set(study.items.values_list("hidden_category", flat=True)) <= {"composition_required", "unresolved"}
     assert Study.objects.get(name="demo-sessions").items.count() == s["multi_turn"]
 
-    # annotators get the aggregate multimodal panel, never the label
+    # annotators get the fixed-size candidate panel, never the label nor the serving rule
     user = get_user_model().objects.get(username="annotator1")
     payload = item_payload(engine.next_assignment(study, user).assignment)
-    assert 10 <= len(payload["panel"]) <= 20
+    assert len(payload["panel"]) == study.candidates == 20
     body = json.dumps(payload)
+    assert "served_by" not in body and "staff" not in payload
     assert "composition_required" not in body and "unresolved" not in body
 
     # the session filmstrip shows the target's rank after each turn only when the study is not blind

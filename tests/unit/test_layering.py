@@ -14,7 +14,8 @@ PURE = [
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "retrieval" / "importers").glob("*.py")),
     "audit/labels.py",
     "annotation/agreement/maths.py", "annotation/agreement/circus.py", "annotation/judging/rubric.py", "annotation/assignment/rules.py",
-    "annotation/studies/sampling.py", "annotation/verdicts/consensus.py", "annotation/quality/signals.py",
+    "annotation/studies/sampling.py", "annotation/verdicts/consensus.py", "annotation/quality/signals.py", "retrieval/fusion.py",
+    "annotation/judging/alternatives.py", "annotation/verdicts/alternatives.py", "annotation/agreement/alternatives.py",
 ]
 
 

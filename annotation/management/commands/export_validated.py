@@ -1,5 +1,5 @@
 """python manage.py export_validated --study ID [--out DIR] [--policy majority|unanimous|primary]
-[--primary USER] [--chunk-size N]
+[--primary USER] [--chunk-size N] [--format mbeir|circo]
 
 Writes the validated export of a study (M-BEIR query JSONL per dataset and hidden category, or
 CIRCLED session JSON for session studies; trace JSONL, manifest with SHA-256 and the counts of
@@ -15,6 +15,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from annotation.verdicts.consensus import POLICIES
+from annotation.export.alternatives import FORMATS
 from annotation.export.validated import ExportError, export_study
 from annotation.agreement.reports import get_study
 
@@ -28,6 +29,8 @@ class Command(BaseCommand):
         parser.add_argument("--policy", choices=POLICIES, default="majority", help="Consensus policy (default majority).")
         parser.add_argument("--primary", default=None, help="Deciding annotator of the primary policy (a username).")
         parser.add_argument("--chunk-size", type=int, default=1000, help="Items read per batch (default 1000).")
+        parser.add_argument("--format", choices=FORMATS, default="mbeir",
+                            help="Query files: M-BEIR JSONL (default) or CIRCO's annotation layout (gt_img_ids).")
 
     def handle(self, *args, **opts):
         if opts["primary"] and opts["policy"] != "primary":
@@ -46,7 +49,7 @@ class Command(BaseCommand):
 
         try:
             result = export_study(study, opts["out"], policy=opts["policy"], primary=opts["primary"],
-                                  chunk_size=opts["chunk_size"], progress=progress)
+                                  chunk_size=opts["chunk_size"], progress=progress, fmt=opts["format"])
         except (ExportError, OSError) as exc:
             raise CommandError(str(exc)) from None
         counts = result.manifest["counts"]

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from annotation.demo_accounts import ensure_demo_accounts
+from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Study
 from audit.models import AuditRun
 from audit.runs.planning import create_run
@@ -68,6 +69,7 @@ class Command(BaseCommand):
         ):
             if not Study.objects.filter(name=spec.name).exists():
                 study, info = create_study(spec)
+                fill_study_candidates(study.pk)  # the candidate panels, fixed before anyone looks
                 self.stdout.write(f"Study {study.name!r}: {info['items']} items, overlap {study.overlap}.")
         self.stdout.write(self.style.SUCCESS(f"Demo ready in {time.monotonic() - started:.1f} s. Accounts:"))
         for username, password, role in accounts:

@@ -1,0 +1,84 @@
+"""Accepted alternatives in the validated export: ``pos_cand_list`` = the labelled positives
+then the accepted alternatives; the trace names each positive ``labelled`` or
+``alternative`` (with its votes, who ticked it and the rule); ``--format circo`` writes the
+CIRCO annotation layout with ``gt_img_ids`` (the labelled target first)."""
+from __future__ import annotations
+
+from typing import Any
+
+from retrieval.models import Image
+
+from annotation.models import Study
+from annotation.verdicts.adjudication import ItemRow
+from annotation.verdicts.extra_targets import study_alternatives
+
+FORMATS: tuple[str, ...] = ("mbeir", "circo")
+CIRCO_KEYS = ("id", "reference_img_id", "target_img_id", "relative_caption", "shared_concept", "gt_img_ids")
+
+
+def _circo_id(value: Any) -> Any:
+    """CIRCO's ids are COCO integers; other datasets keep their string ids."""
+    return int(value) if isinstance(value, str) and value.isdigit() else value
+
+
+class ExtraTargets:
+    """The accepted alternatives of one batch of exported items."""
+
+    def __init__(self, study: Study, rows: list[tuple[ItemRow, Any]], names: dict[str, str]):
+        """``rows``: the batch's exported (item row, decision) pairs."""
+        self.names = names
+        item_ids = [row.item_id for row, _ in rows]
+        self.decided = {i: [a for a in alts if a.accepted] for i, alts in study_alternatives(study, item_ids).items()}
+        ids = {a.image for alts in self.decided.values() for a in alts}
+        self.external = dict(Image.objects.filter(pk__in=ids).values_list("pk", "external_id"))
+
+    def apply(self, row: ItemRow, line: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The query line with its alternatives appended to ``pos_cand_list``, and the trace's positives."""
+        labelled = list(line.get("pos_cand_list") or [])
+        positives: list[dict[str, Any]] = [{"image": x, "source": "labelled"} for x in labelled]
+        for alt in self.decided.get(row.item_id, []):
+            ext = self.external.get(alt.image)
+            if ext is None or ext in labelled:
+                continue
+            prov = alt.provenance()
+            prov["ticked_by"] = [self.names.get(a, a) for a in alt.ticked_by]
+            positives.append({"image": ext, "source": "alternative", **prov})
+        return {**line, "pos_cand_list": [p["image"] for p in positives]}, positives
+
+    @staticmethod
+    def circo_entry(line: dict[str, Any], reference: str | None, raw: Any, external_id: str) -> dict[str, Any]:
+        """One CIRCO annotation: ``gt_img_ids`` = the labelled target first, then the alternatives."""
+        gts = [_circo_id(x) for x in line["pos_cand_list"]]
+        concept = raw.get("shared_concept", "") if isinstance(raw, dict) else ""
+        return {"id": _circo_id(external_id), "reference_img_id": _circo_id(reference),
+                "target_img_id": gts[0] if gts else None, "relative_caption": line.get("query_txt") or "",
+                "shared_concept": concept, "gt_img_ids": gts}
+
+
+class QueryLayout:
+    """How query lines are written: M-BEIR JSONL, one line per query as it comes, or CIRCO's
+    layout, one JSON array per subset written at the end (as CIRCO ships its annotations)."""
+
+    def __init__(self, fmt: str = "mbeir"):
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown export format {fmt!r}; expected one of {FORMATS}")
+        self.fmt = fmt
+        self.suffix = ".circo.json" if fmt == "circo" else ".jsonl"
+        self.entries: dict[Any, list[dict[str, Any]]] = {}
+
+    def keys(self, mbeir_keys: tuple[str, ...]) -> list[str]:
+        return list(CIRCO_KEYS if self.fmt == "circo" else mbeir_keys)
+
+    def write(self, out, key: Any, line: dict[str, Any], query: tuple, reference: str | None) -> None:
+        """``query``: (raw record, dataset format, external id, split)."""
+        if self.fmt != "circo":
+            out.write_json(line)
+            return
+        raw, _format, external_id, _split = query
+        self.entries.setdefault(key, []).append(ExtraTargets.circo_entry(line, reference, raw, external_id))
+
+    def finish(self, writers: dict[Any, Any]) -> None:
+        """Write each subset's array into its writer's ``queries`` file."""
+        for key, entries in self.entries.items():
+            writers[key].queries.write_json(entries)
+            writers[key].queries.lines = len(entries)

@@ -1,0 +1,96 @@
+"""Candidate rankings for queries no audit ranked: one retriever run on demand.
+
+A study built without an audit still shows a candidate panel. Its multimodal top list comes
+from one open_clip retriever (the dataset's newest audited spec, else
+``settings.CANDIDATE_RETRIEVER``), encoded through the on-disk embedding cache, so a second
+call only encodes what is new. The callers store the resulting panels, so each query is
+ranked once.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from retrieval.models import Image, Query, Turn
+
+from ..models import AuditRun
+from .base import _setting
+from .execution import _cache, _image_files, _image_path, _retriever
+from .panels import gallery_ids
+
+DEFAULT_CANDIDATE_RETRIEVER = "openclip:cirval-tiny-vit"
+
+
+def candidate_retriever(dataset_id: int) -> str:
+    """The spec that ranks a dataset's queries on demand: the first in-process retriever of the
+    dataset's newest audit, else ``CANDIDATE_RETRIEVER`` (default: the tiny open_clip model)."""
+    for retrievers, external in (
+        AuditRun.objects.filter(dataset_id=dataset_id).order_by("-created_at", "-pk")
+        .values_list("retrievers", "external_retrievers")[:5]
+    ):
+        inside = [r for r in retrievers or [] if r not in set(external or [])]
+        if inside:
+            return inside[0]
+    return str(_setting("CANDIDATE_RETRIEVER", DEFAULT_CANDIDATE_RETRIEVER))
+
+
+def _encode_gallery(retriever, cache, image_ids: list[int], root: str):
+    from ..engine import encode_images
+
+    files = _image_files(image_ids)
+    ids = [i for i in image_ids if i in files and files[i][0]]
+    rel = {files[i][0]: files[i][1] for i in ids}
+    enc = encode_images(retriever, cache, [files[i][0] for i in ids], lambda key: _image_path(root, rel[key]),
+                        max_pixels=int(_setting("IMAGE_MAX_PIXELS", 64_000_000)))
+    return enc.matrix, [i for i, ok in zip(ids, enc.ok) if ok]
+
+
+def _query_inputs(group: Sequence[Query]) -> tuple[list[Query], list[str], dict[str, str], list[str], list[int]]:
+    """The queries of ``group`` that can be encoded, with their reference keys (sha256),
+    key -> relative path, texts and reference image ids."""
+    from .planning import _turn_text
+
+    turns = {t.query_id: t for t in Turn.objects.filter(query__in=group, index=1)}
+    refs = dict(Image.objects.filter(pk__in=[t.reference_image_id for t in turns.values() if t.reference_image_id])
+                .exclude(sha256="").values_list("pk", "sha256"))
+    rel = dict(Image.objects.filter(pk__in=refs).values_list("sha256", "path"))
+    usable = [q for q in group if q.pk in turns and refs.get(turns[q.pk].reference_image_id)
+              and _turn_text(turns[q.pk].texts).strip()]
+    return (usable, [refs[turns[q.pk].reference_image_id] for q in usable], rel,
+            [_turn_text(turns[q.pk].texts) for q in usable], [turns[q.pk].reference_image_id for q in usable])
+
+
+def _rank_group(group: Sequence[Query], depth: int, spec: str | None) -> dict[int, list[int]]:
+    from retrieval.ranking import rank_queries
+
+    from ..engine import encode_images, encode_texts
+
+    dataset = group[0].dataset
+    retriever = _retriever(spec or candidate_retriever(dataset.pk))
+    cache = _cache(retriever)
+    gallery, g_ids = _encode_gallery(retriever, cache, gallery_ids(group[0]), dataset.images_root)
+    usable, keys, rel, texts, ref_ids = _query_inputs(group)
+    if not g_ids or not usable:
+        return {}
+    img = encode_images(retriever, cache, keys, lambda key: _image_path(dataset.images_root, rel[key]))
+    keep = [n for n, ok in enumerate(img.ok) if ok]
+    if not keep:
+        return {}
+    txt = encode_texts(retriever, cache, [texts[n] for n in keep])
+    composed = retriever.compose(img.matrix, txt.matrix).to(gallery.device)
+    row_of = {image_id: n for n, image_id in enumerate(g_ids)}
+    ranked = rank_queries(composed, gallery, [[] for _ in keep], [row_of.get(ref_ids[n]) for n in keep],
+                          top_k=min(int(depth), len(g_ids)))
+    return {usable[n].pk: [g_ids[int(j)] for j in row if int(j) >= 0] for n, row in zip(keep, ranked.topk.tolist())}
+
+
+def retrieve_top_lists(queries: Sequence[Query], depth: int, spec: str | None = None) -> dict[int, list[int]]:
+    """query id -> the retriever's multimodal top ``depth`` gallery image ids (best first,
+    the reference left out). Queries whose reference or text is missing get no entry."""
+    by_gallery: dict[tuple[int, str], list[Query]] = defaultdict(list)
+    for q in queries:
+        by_gallery[(q.dataset_id, q.split)].append(q)
+    out: dict[int, list[int]] = {}
+    for group in by_gallery.values():
+        out.update(_rank_group(group, depth, spec))
+    return out

@@ -1,0 +1,109 @@
+"""Reciprocal-rank fusion of several rankings and the fixed-size candidate list built from it.
+
+Pure: no Django. Image ids are plain integers.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+#: Cormack, Clarke & Büttcher (SIGIR 2009): score(d) = sum over rankings of 1 / (RRF_K + rank(d)).
+RRF_K = 60
+
+#: Most candidates a study may show per item.
+MAX_CANDIDATES = 50
+
+
+def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = RRF_K) -> list[int]:
+    """Every id of ``rankings`` (each best first), ordered by fused score, best first.
+
+    Ties are broken by the best single rank, then by id, so the order does not depend on
+    the order of the rankings. A repeated id within one ranking counts once (its first rank).
+    """
+    if k < 0:
+        raise ValueError("the RRF constant must be >= 0")
+    score: dict[int, float] = {}
+    best: dict[int, int] = {}
+    for ranking in rankings:
+        seen: set[int] = set()
+        for rank, item in enumerate(ranking, start=1):
+            if item in seen:
+                continue
+            seen.add(item)
+            score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
+            best[item] = min(best.get(item, rank), rank)
+    return sorted(score, key=lambda i: (-score[i], best[i], i))
+
+
+def seeded_padding(ids: Sequence[int], key: str, n: int) -> Iterator[int]:
+    """A deterministic, seeded draw from ``ids`` (e.g. the gallery, in id order): first ``n``
+    sampled ids (``random.Random(key)``, O(n) for any gallery size), then the rest in order."""
+    rng = random.Random(key)
+    drawn = rng.sample(range(len(ids)), min(n, len(ids)))
+    yield from (ids[i] for i in drawn)
+    chosen = set(drawn)
+    yield from (x for i, x in enumerate(ids) if i not in chosen)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A fixed-size candidate list: ``ids`` best first; ``fused`` of them came from the fused
+    ranking, the last ``padded`` from the padding order (the pool ran short)."""
+
+    ids: list[int]
+    fused: int
+    padded: int
+    short: int = 0  # still missing after padding (the gallery itself is too small)
+    excluded: list[int] = field(default_factory=list)
+
+
+def blind_depth(rankings: Sequence[Sequence[int]], n_excluded: int) -> int:
+    """How many fused candidates a panel may take without its length (and so its padding)
+    telling whether the excluded targets were retrieved: every ranking is at least ``min``
+    long, so the fusion minus ``n_excluded`` ids always holds ``min - n_excluded`` of them."""
+    if not rankings:
+        return 0
+    return max(0, min(len(set(r)) for r in rankings) - n_excluded)
+
+
+def candidate_list(
+    rankings: Sequence[Sequence[int]],
+    exclude: Iterable[int],
+    size: int,
+    padding: Iterable[int] = (),
+    k: int = RRF_K,
+) -> Candidates:
+    """``size`` candidates: the fused ranking minus ``exclude`` (every labelled target and the
+    reference), then the next ids of ``padding`` (a deterministic order of the gallery) that
+    are neither excluded nor taken.
+
+    Blind: the fused part is at most :func:`blind_depth` long, a depth every item reaches
+    whether or not its targets were retrieved, so how much is padded never depends on the
+    audit's outcome (with top lists of 64 and a panel of 20 nothing is padded). The list never
+    holds an excluded id, and its length is ``size`` unless the gallery itself has fewer
+    eligible images (``short`` says by how many).
+    """
+    if isinstance(size, bool) or not 0 <= int(size) <= MAX_CANDIDATES:
+        raise ValueError(f"the candidate count must be between 0 and {MAX_CANDIDATES}")
+    size = int(size)
+    rankings = [list(r) for r in rankings]
+    banned = set(exclude)
+    depth = min(size, blind_depth(rankings, len(banned)))
+    ids: list[int] = []
+    for item in reciprocal_rank_fusion(rankings, k):
+        if len(ids) == depth:
+            break
+        if item not in banned:
+            ids.append(item)
+    fused = len(ids)
+    taken = set(ids)
+    if len(ids) < size:
+        for item in padding:
+            if item not in banned and item not in taken:
+                ids.append(item)
+                taken.add(item)
+                if len(ids) == size:
+                    break
+    return Candidates(ids=ids, fused=fused, padded=len(ids) - fused, short=size - len(ids),
+                      excluded=sorted(banned))

@@ -1,0 +1,114 @@
+"""Issue 10, item 1: over a whole demo study, the candidate panel an annotator sees depends
+neither in content nor in size on the item's hidden audit category."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from rest_framework.test import APIClient
+from scipy.stats import chi2_contingency, fisher_exact
+
+from annotation.judging.candidates import fill_study_candidates
+from annotation.models import Study
+from audit.models import AuditLabel, AuditRank
+from audit.runs.panels import candidate_panel, latest_pool_rankings
+from retrieval.models import Target, Turn
+
+pytestmark = pytest.mark.django_db
+
+CATEGORIES = ("composition_required", "unresolved")
+
+
+@pytest.fixture(params=[64])
+def demo_study(request, tmp_path, settings):
+    settings.IMAGE_ROOTS = [tmp_path.resolve()]
+    settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
+    # the audit's top-list size (AUDIT_CANDIDATES_N = 64 by default once every run stores it;
+    # 10 before): blind either way, mostly padded with 10
+    settings.AUDIT_PANEL_K = settings.AUDIT_CANDIDATES_N = request.param
+    call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=StringIO())
+    study = Study.objects.get(name="demo-validity")
+    fill_study_candidates(study.pk)
+    return study
+
+
+def _independent(rows: dict[str, Counter]) -> bool:
+    """True when a feature is independent of the category at the 5 % level (or constant)."""
+    values = sorted({v for c in rows.values() for v in c})
+    if len(values) < 2:
+        return True
+    table = [[rows[c][v] for v in values] for c in CATEGORIES]
+    return chi2_contingency(table).pvalue >= 0.05
+
+
+@pytest.mark.parametrize("demo_study", [10, 64], indirect=True)
+def test_the_panel_is_blind_to_the_hidden_category(demo_study):
+    study = demo_study
+    items = list(study.items.select_related("query"))
+    by_cat = Counter(i.hidden_category for i in items)
+    assert set(by_cat) == set(CATEGORIES) and min(by_cat.values()) >= 5, by_cat
+    size, contains_target, padded, old_contains = ({c: Counter() for c in CATEGORIES} for _ in range(4))
+    for item in items:
+        cat = item.hidden_category
+        targets = set(Target.objects.filter(query=item.query).values_list("image_id", flat=True))
+        ref = Turn.objects.get(query=item.query).reference_image_id
+        panel = list(item.candidates)
+        assert len(panel) == len(set(panel)) == study.candidates == 20
+        assert not targets & set(panel) and ref not in panel
+        size[cat][len(panel)] += 1
+        contains_target[cat][bool(targets & set(panel))] += 1
+        _run, rankings = latest_pool_rankings([item.query_id])[item.query_id]
+        again = candidate_panel(item.query, rankings, study.candidates)
+        assert again.ids == panel  # stored panel = the one function's answer
+        padded[cat][again.padded] += 1
+        # the old panel (union of every retriever's top-10) for contrast
+        old_contains[cat][bool(targets & {i for top in rankings for i in top[:10]})] += 1
+    assert all(_independent(f) for f in (size, contains_target, padded)), (size, contains_target, padded)
+    # the same test catches the old panel's leak: the target is always shown for
+    # composition_required (and, but for a target tied with a tenth image or one that does not
+    # count under the target rule, never for unresolved)
+    table = [[old_contains[c][True], old_contains[c][False]] for c in CATEGORIES]
+    assert table[0][1] == 0 and fisher_exact(table).pvalue < 1e-3, table
+
+
+def test_the_panel_reads_neither_label_nor_ranks(demo_study):
+    """Relabel every item and scramble the audit's target ranks: every panel stays the same."""
+    study = demo_study
+    before = {i.pk: list(i.candidates) for i in study.items.all()}
+    AuditRank.objects.update(mm=1, text=None, image=None)
+    AuditLabel.objects.update(label="shortcut_solvable")
+    for item in study.items.select_related("query"):
+        _run, rankings = latest_pool_rankings([item.query_id])[item.query_id]
+        assert candidate_panel(item.query, rankings, study.candidates).ids == before[item.pk]
+
+
+def test_annotators_see_the_panel_but_never_the_rule_or_the_source(demo_study, client):
+    study = demo_study
+    user = get_user_model().objects.get(username="annotator1")
+    api = APIClient()
+    api.force_authenticate(user)
+    body = api.post(f"/api/studies/{study.pk}/next/").json()
+    item = study.items.get(assignments__pk=body["assignment"])
+    assert [p["id"] for p in body["panel"]] == item.candidates
+    text = json.dumps(body)
+    for secret in ("served_by", "agreement_subset", "panel_source", "audit ", *CATEGORIES):
+        assert secret not in text, secret
+    client.force_login(user)
+    upcoming = client.get(f"/annotate/{study.pk}/upcoming/").json()["images"]
+    assert sum(1 for u in upcoming if u.endswith("?size=160")) == 10  # the next item's first panel page
+    page = client.get(f"/annotate/{study.pk}/", follow=True)
+    html = page.content.decode()
+    assert 'id="candgrid"' in html and html.count('class="cand"') == study.candidates
+    assert "served by" not in html and "served_by" not in html and "agreement_subset" not in html
+    # staff see both, in the API's staff view and on the page
+    admin = get_user_model().objects.get(username="admin")
+    study.annotators.add(admin)
+    api.force_authenticate(admin)
+    staff = api.post(f"/api/studies/{study.pk}/next/").json()
+    assert staff["staff"]["served_by"] and staff["staff"]["panel_source"].startswith("audit ")
+    client.force_login(admin)
+    assert "served by" in client.get(f"/annotate/{study.pk}/", follow=True).content.decode()

@@ -1,0 +1,69 @@
+"""Alternatives accepted in a study become extra targets; a re-audit shows Recall@K before and after."""
+from __future__ import annotations
+
+from tests.conftest import make_annotator
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from annotation.assignment import queue as engine
+from annotation.judging.candidates import fill_study_candidates
+from annotation.models import StudyItem
+from annotation.studies.building import StudySpec, create_study
+from annotation.verdicts.extra_targets import decide_candidate
+from audit.alternatives import ALTERNATIVE_ROLE
+from audit.engine import clear_memos
+from audit.models import AuditLabel
+from audit.report import build_report
+from audit.runs import dispatch, planning
+from retrieval.demo import build_demo
+from retrieval.loader import load_parsed
+from retrieval.models import Target
+
+pytestmark = pytest.mark.django_db
+SPEC = "openclip:cirval-tiny-vit"
+
+
+def test_alternatives_turn_failures_into_hits_in_the_reaudit(tmp_path, settings, client):
+    settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
+    root = tmp_path / "demo"
+    load_parsed(build_demo(root, n_gallery=60, n_single=12, n_sessions=1), "demo", images_root=root)
+    clear_memos()
+    first = dispatch.run_inline(planning.create_run("demo", [SPEC]))
+    assert first.status == "done", first.error
+    unresolved = set(AuditLabel.objects.filter(run=first, label="unresolved").values_list("query_id", flat=True))
+    assert len(unresolved) >= 2
+    user = make_annotator("solo")
+    study, _ = create_study(StudySpec(name="alts", datasets=["demo"], overlap=1, annotators=["solo"],
+                                      hidden_categories=["unresolved"], candidates=5))
+    fill_study_candidates(study.pk)
+    items = list(StudyItem.objects.filter(study=study))
+    assert {i.query_id for i in items} == unresolved
+    # the annotator ticks the first candidate of every item but one; an adjudicator accepts
+    # the second candidate of that one
+    while (a := engine.next_assignment(study, user).assignment) is not None:
+        ticks = [a.item.candidates[0]] if a.item_id != items[0].pk else []
+        engine.submit(a, {"category": "VALIDATED", "time_spent_ms": 5, "alternatives": ticks})
+    decide_candidate(study, items[0], items[0].candidates[1], True, None)
+    out = StringIO()
+    call_command("apply_alternatives", "--study", str(study.pk), stdout=out)
+    assert f"{len(items)} alternatives added" in out.getvalue()
+    alts = Target.objects.filter(role=ALTERNATIVE_ROLE)
+    assert alts.count() == len(items) and not alts.filter(is_primary=True).exists()
+    assert "adjudicated" in alts.get(query_id=items[0].query_id).source_field
+
+    second = dispatch.run_inline(planning.create_run("demo", [SPEC]))
+    report = build_report(second)["alternatives"]
+    assert report["earlier_run"] == first.pk and report["n_queries"] == len(items)
+    row = report["rows"][0]
+    # unresolved before: no target within K; after: each gained a candidate from the top of the ranking
+    assert row["recall_at_k_before"] == 0.0 and row["recall_at_k_after"] == 1.0
+    assert build_report(first)["alternatives"] is None  # no earlier audit to compare with
+    get_user_model().objects.create_superuser("boss", password="pw")
+    client.login(username="boss", password="pw")
+    html = client.get(f"/audits/{second.pk}/").content.decode()
+    assert "Before and after annotators" in html and "1.000" in html
+    clear_memos()

@@ -1,0 +1,62 @@
+"""Reciprocal-rank fusion and the fixed-size candidate list (retrieval.fusion), by hand."""
+from __future__ import annotations
+
+import pytest
+
+from retrieval.fusion import MAX_CANDIDATES, blind_depth, candidate_list, reciprocal_rank_fusion, seeded_padding
+
+
+def test_rrf_scores_by_hand():
+    # k = 60. a: 1/61 + 1/62; b: 1/62 + 1/61 (tie with a: best rank 1 both -> id order);
+    # c: 1/63 only; d: 1/61 only.  a = b = 0.032520 > d = 0.016393 > c = 0.015873
+    fused = reciprocal_rank_fusion([[1, 2, 3], [2, 1], [4]])
+    assert fused == [1, 2, 4, 3]
+    # order of the rankings does not matter
+    assert reciprocal_rank_fusion([[4], [2, 1], [1, 2, 3]]) == fused
+    # k = 0: 1/1 + 1/3 for 7 beats 1/2 + 1/2 for 8
+    assert reciprocal_rank_fusion([[7, 8], [9, 8, 7]], k=0) == [7, 9, 8]
+    # a repeated id within one ranking counts once
+    assert reciprocal_rank_fusion([[5, 5, 6]]) == [5, 6]
+
+
+def test_candidate_list_drops_targets_and_reference_and_keeps_its_size():
+    pool = [[10, 11, 12, 13, 15, 16], [11, 10, 14, 17, 18]]
+    # fused: 10, 11 (1/61 + 1/62 each; 10 has the lower id), 12 (1/63), 14 (1/63), 13, 17, ...
+    c = candidate_list(pool, exclude={11, 99}, size=3)
+    assert c.ids == [10, 12, 14] and c.fused == 3 and c.padded == 0
+    # too few in the pool: padded from the padding order, skipping excluded and taken ids
+    c = candidate_list([[10, 11, 12]], exclude={11}, size=4, padding=[11, 10, 20, 21, 22])
+    assert c.ids == [10, 12, 20, 21] and (c.fused, c.padded, c.short) == (2, 2, 0)
+    # a gallery too small says so
+    c = candidate_list([[10, 40]], exclude=set(), size=4, padding=[10, 30])
+    assert c.ids == [10, 40, 30] and c.short == 1
+    with pytest.raises(ValueError):
+        candidate_list([], set(), MAX_CANDIDATES + 1)
+
+
+def test_the_fused_depth_does_not_tell_whether_a_target_was_retrieved():
+    # two items, both with one target and lists of 4: one retriever found the target (7)
+    # for the first item, none did for the second; both take 4 - 1 = 3 fused candidates
+    found = candidate_list([[7, 1, 2, 3], [1, 4, 5, 6]], exclude={7}, size=5, padding=[90, 91, 92])
+    missed = candidate_list([[1, 2, 3, 8], [1, 4, 5, 6]], exclude={9}, size=5, padding=[90, 91, 92])
+    assert blind_depth([[7, 1, 2, 3], [1, 4, 5, 6]], 1) == 3
+    assert (found.fused, found.padded) == (missed.fused, missed.padded) == (3, 2)
+    # 4 is second in one list (1/62) and beats 2, third (1/63); in "missed" both are second (id order)
+    assert found.ids == [1, 4, 2, 90, 91] and missed.ids == [1, 2, 4, 90, 91]
+    assert candidate_list([], {1}, 2, padding=[1, 5, 6]).ids == [5, 6]
+
+
+def test_padding_is_not_read_when_the_pool_suffices():
+    def padding():
+        raise AssertionError("read")
+        yield 0
+
+    assert candidate_list([[1, 2, 3]], {2}, 2, padding()).ids == [1, 3]
+
+
+def test_seeded_padding_is_deterministic_and_a_permutation():
+    ids = list(range(100))
+    a = list(seeded_padding(ids, "panel:7", 10))
+    assert sorted(a) == ids and a == list(seeded_padding(ids, "panel:7", 10))
+    assert a[:10] != list(seeded_padding(ids, "panel:8", 10))[:10] and a[:10] != ids[:10]
+    assert a[10:] == [i for i in ids if i not in a[:10]]  # after the draw, the rest in order
