@@ -63,7 +63,7 @@ def judge(page, base: str, study: Study, name: str, keys: list[str], shots=None)
         shots(page)
     page.keyboard.press("5")
     page.keyboard.press("Enter")
-    page.wait_for_url(f"{base}/annotate/{study.pk}/")
+    page.wait_for_url(f"{base}/annotate/{study.pk}/?empty=queue_empty")  # its one item judged
     page.context.clear_cookies()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from annotation.models import Judgement, Study, StudyItem
+from annotation.models import Assignment, Judgement, Study, StudyItem
 from tests.browser.conftest import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -74,7 +74,9 @@ def test_gold_item_scored_with_training_feedback(page, live_server, demo_world, 
     login(page, base, "annotator2", "annotator2-demo")
     page.goto(f"{base}/annotate/{study.pk}/")
     page.wait_for_selector("#judgement-form")
-    assert page.inner_text("#served-by") == "training_item"
+    assert page.locator("#served-by").count() == 0  # annotators never see the serving rule
+    served = Assignment.objects.get(item=item, annotator__username="annotator2")
+    assert served.served_by == "training_item"
     page.keyboard.press("1")
     page.keyboard.press("q")
     page.keyboard.press("Enter")
