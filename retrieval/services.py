@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.utils import timezone
-
 from . import importers
+from .jobs.leases import run_job
 from .loader import LoadReport, Progress, load_parsed
 from .models import ImportJob
 
@@ -28,24 +27,17 @@ def import_files(
 
 
 def run_import_job(job: ImportJob) -> ImportJob:
-    """Run one ImportJob, recording progress on the row as it goes."""
+    """Run one ImportJob under :func:`retrieval.jobs.leases.run_job`: claimed once, beating
+    with its progress, one transaction with its ``done`` mark (a failure or a killed
+    worker writes nothing), any error shown on the job as a readable message."""
 
-    def progress(stage: str, done: int, total: int) -> None:
-        ImportJob.objects.filter(pk=job.pk).update(stage=stage, done=done, total=total)
-
-    ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.RUNNING, stage="starting", error="")
-    try:
-        report = import_files(
+    def work(report) -> dict:
+        result = import_files(
             job.format, job.dataset_name, [Path(p) for p in job.files], split=job.split or None,
-            images_root=Path(job.images_root) if job.images_root else None, progress=progress,
+            images_root=Path(job.images_root) if job.images_root else None, progress=report,
         )
-    except (ValueError, OSError) as exc:  # ParseError and LoadError are ValueErrors
-        ImportJob.objects.filter(pk=job.pk).update(
-            status=ImportJob.Status.FAILED, error=str(exc), finished_at=timezone.now()
-        )
-    else:
-        ImportJob.objects.filter(pk=job.pk).update(
-            status=ImportJob.Status.DONE, report=report.as_dict(), stage="done", finished_at=timezone.now()
-        )
+        return {"report": result.as_dict()}
+
+    run_job(ImportJob, job.pk, work, atomic=True)
     job.refresh_from_db()
     return job

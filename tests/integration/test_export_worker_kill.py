@@ -32,7 +32,7 @@ def digests(folder: Path) -> dict[str, str]:
 def test_killed_export_is_finished_by_the_next_worker(tmp_path, worker_factory, capsys):
     study = Study.objects.get(pk=bench_export().build_study(4000, 3))
     reference = export_study(study, out_dir=tmp_path / "reference")
-    env = {"EXPORT_CHUNK_SIZE": "10", "EXPORT_STALE_SECONDS": "2"}
+    env = {"EXPORT_CHUNK_SIZE": "10", "JOB_STALE_SECONDS": "2", "JOB_HEARTBEAT_SECONDS": "0.5"}
     job = ExportJob.objects.create(study=study, policy="majority")
 
     first = worker_factory(queues="celery", extra_env=env).start("export1")
