@@ -168,8 +168,8 @@ class Heartbeat:
                 last = time.monotonic()
                 try:
                     alive = self._beat()
-                except Exception:  # a DB hiccup (or SQLite busy): try again at the next beat
-                    logger.warning("heartbeat of %s %s failed", self.model.__name__, self.pk, exc_info=True)
+                except Exception as exc:  # a DB hiccup (or SQLite busy): try again at the next beat
+                    logger.warning("heartbeat of %s %s failed: %s", self.model.__name__, self.pk, exc)
                     continue
                 if not alive:
                     self.lost = True

@@ -30,11 +30,14 @@
       if (r.ok) {
         const s = await r.json();
         show(s);
-        if (s.status === "done" && "reloadOnDone" in box.dataset) { window.location.reload(); return; }
+        // reload once, for a page rendered before the job ended (then it renders "done")
+        if (s.status === "done" && "reloadOnDone" in box.dataset && box.dataset.status !== "done") {
+          window.location.reload(); return;
+        }
         if (s.status === "done" || s.status === "failed") return;
       }
     } catch (e) { /* network hiccup: try again */ }
     setTimeout(poll, 1000);
   }
-  if (box.dataset.status !== "done" && box.dataset.status !== "failed") poll();
+  poll();
 })();
