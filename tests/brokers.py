@@ -66,11 +66,13 @@ def celery_broker(url: str):
     from celery import current_app
 
     app = current_app._get_current_object()
-    old = app.conf.broker_url, app.conf.broker_transport_options
-    app.conf.broker_url, app.conf.broker_transport_options = url, {"visibility_timeout": 5}
+    keys = ("broker_url", "broker_write_url", "broker_read_url", "broker_transport_options")
+    old = {k: app.conf[k] for k in keys}
+    app.conf.update(broker_url=url, broker_write_url=url, broker_read_url=url,
+                    broker_transport_options={"visibility_timeout": 5})
     _reset_pools(app)
     try:
         yield
     finally:
-        app.conf.broker_url, app.conf.broker_transport_options = old
+        app.conf.update(old)
         _reset_pools(app)

@@ -129,4 +129,9 @@ def test_progress_endpoints_share_one_shape(client, demo_accounts):
 
 def test_send_task_answers_false_when_the_broker_is_down():
     with celery_broker(f"redis://127.0.0.1:{free_port()}/0"):  # nothing listens there
-        assert queue.send_task("retrieval.run_import", 1) is False
+        from celery import current_app
+
+        from retrieval.tasks import RUN_IMPORT
+
+        assert RUN_IMPORT in current_app.tasks  # a refused connection, not an unknown task
+        assert queue.send_task(RUN_IMPORT, 1) is False
