@@ -35,20 +35,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import shutil
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -61,7 +59,6 @@ from annotation.verdicts.consensus import POLICIES, REJECTED, UNJUDGED, VALIDATE
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
 
-log = logging.getLogger(__name__)
 
 FORMAT = "cirval.validated_export"
 FORMAT_VERSION = 1

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max
 from django.utils import timezone
 
 from retrieval.jobs import leases as jobs
@@ -79,10 +77,6 @@ CHUNK_TASKS = {
     AuditChunk.Kind.TEXTS: "audit.tasks.encode_session_texts_chunk",
 }
 COORDINATE_TASK = "audit.tasks.coordinate"
-
-
-def _task(name: str) -> Any:
-    return current_app.tasks[name]
 
 
 def _send_chunk(chunk_id: int, kind: str | None) -> bool:
