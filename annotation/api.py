@@ -24,7 +24,8 @@ def study_dict(study, user) -> dict:
     if study.annotators.filter(pk=user.pk).exists():
         data["progress"] = engine.annotator_progress(study, user)
     if roles.is_admin(user) or roles.is_researcher(user):
-        data.update(overlap=study.overlap, blind=study.blind, items=study.items.count(), pool=study.pool)
+        data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
+                    items=study.items.count(), pool=study.pool)
     return data
 
 
@@ -33,6 +34,8 @@ class StudyCreateSerializer(serializers.Serializer):
     datasets = serializers.ListField(child=serializers.CharField(), min_length=1)
     rubric = serializers.CharField(default="validity")
     overlap = serializers.IntegerField(min_value=1, max_value=50, default=3)
+    quorum = serializers.IntegerField(min_value=1, max_value=50, required=False, allow_null=True, default=None)
+    session_rule = serializers.DictField(required=False, allow_null=True, default=None)
     hidden_categories = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     quotas = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False, allow_null=True, default=None)
     total = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)

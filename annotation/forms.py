@@ -16,6 +16,18 @@ class StudyForm(forms.Form):
     datasets = forms.ModelMultipleChoiceField(queryset=Dataset.objects.all(), to_field_name="name")
     rubric = forms.ChoiceField(choices=[(k, r.title) for k, r in builtin_rubrics().items()])
     overlap = forms.IntegerField(min_value=1, max_value=50, initial=3, help_text="Annotators per item.")
+    quorum = forms.IntegerField(
+        required=False, min_value=1, max_value=50,
+        help_text="Current judgements an item needs before it is decided (validated, rejected or sent to "
+                  "adjudication); empty: the overlap. Items below it are pending and never exported.")
+    session_reject = forms.ChoiceField(
+        required=False, choices=[("majority", "majority of reject flags"), ("any", "any reject flag")], initial="majority",
+        label="Session rule: reject when",
+        help_text="Session rubrics only: a session is rejected when strictly more than half of its votes (or any "
+                  "vote) raise a reject flag.")
+    session_threshold = forms.FloatField(
+        required=False, initial=3.0, min_value=1, max_value=5, label="Session rule: median overall at least",
+        help_text="Session rubrics only: otherwise a session is validated when the median overall score reaches this.")
     hidden_categories = forms.MultipleChoiceField(
         required=False, widget=forms.CheckboxSelectMultiple,
         choices=[("composition_required", "composition_required"), ("unresolved", "unresolved"),
@@ -56,4 +68,11 @@ class StudyForm(forms.Form):
             hidden_categories=list(d["hidden_categories"]), quotas=d["quotas"], total=d["total"], seed=d["seed"],
             agreement_size=d["agreement_size"], blind=d["blind"], guidelines=d["guidelines"],
             lease_minutes=d["lease_minutes"], annotators=[u.username for u in d["annotators"]],
+            quorum=d.get("quorum"), session_rule=self._session_rule(d),
         )
+
+    @staticmethod
+    def _session_rule(d: dict) -> dict | None:
+        if d["rubric"] != "session":
+            return None
+        return {"reject": d.get("session_reject") or "majority", "threshold": d.get("session_threshold") or 3.0}

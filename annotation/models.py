@@ -51,6 +51,12 @@ class Study(models.Model):
     name = models.CharField(max_length=200, unique=True)
     rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="studies")
     overlap = models.PositiveSmallIntegerField(default=3, help_text="Annotators per item.")
+    quorum = models.PositiveSmallIntegerField(
+        null=True, blank=True,
+        help_text="Current judgements an item needs before consensus decides it (empty: the overlap).")
+    session_rule = models.JSONField(
+        default=dict, blank=True,
+        help_text="Session studies: how a session is decided (reject rule, overall threshold); empty: the default.")
     blind = models.BooleanField(default=True, help_text="Hide audit ranks from annotators.")
     guidelines = models.TextField(blank=True)
     lease_minutes = models.PositiveSmallIntegerField(default=10, help_text="How long a served item stays reserved.")
@@ -67,6 +73,11 @@ class Study(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def decision_quorum(self) -> int:
+        """Current judgements an item needs before it is decided: the quorum, else the overlap."""
+        return max(1, self.quorum or self.overlap or 1)
 
 
 class StudyItem(models.Model):

@@ -13,6 +13,7 @@ from annotation.models import Assignment, Study, StudyItem
 from annotation.judging.payloads import image_ref, item_payload
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
+from annotation.verdicts.adjudication import has_verdicts, study_verdicts
 
 
 def _annotator_study(request, study_id: int) -> Study:
@@ -117,4 +118,6 @@ def study_new(request):
 @staff_required
 def study_progress_page(request, study_id: int):
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
-    return render(request, "annotation/study_progress.html", {"study": study, "progress": study_progress(study)})
+    return render(request, "annotation/study_progress.html", {
+        "study": study, "progress": study_progress(study), "verdicts": study_verdicts(study),
+        "exportable": has_verdicts(study.rubric.rubric)})

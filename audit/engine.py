@@ -20,6 +20,7 @@ gallery embeddings.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -146,6 +147,39 @@ def encode_texts(retriever: Any, cache: EmbeddingCache, texts: Sequence[str], ch
                    seconds=time.perf_counter() - started)
 
 
+#: Gallery images encoded / read per step while a gallery matrix is assembled.
+GALLERY_STEP = 16384
+
+
+def _gallery_file(cache: EmbeddingCache, digest: str) -> Path:
+    return cache.folder / "galleries" / f"{digest}.npy"
+
+
+def _write_gallery_file(
+    retriever: Any, cache: EmbeddingCache, keys: Sequence[str], locate: Callable[[str], Path],
+    path: Path, max_pixels: int,
+) -> tuple[list[int], Encoded]:
+    """Stream the gallery's embeddings into ``path`` (a ``.npy`` file), GALLERY_STEP keys at a
+    time, unreadable images left out; returns the input positions written and the totals."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(keys), cache.dim))
+    rows: list[int] = []
+    total = Encoded(matrix=torch.empty(0), ok=[])
+    for start in range(0, len(keys), GALLERY_STEP):
+        enc = encode_images(retriever, cache, keys[start:start + GALLERY_STEP], locate, max_pixels=max_pixels)
+        out[len(rows):len(rows) + enc.matrix.shape[0]] = enc.matrix.numpy()
+        rows.extend(start + i for i, ok in enumerate(enc.ok) if ok)
+        total.ok.extend(enc.ok)
+        total.hits, total.encoded = total.hits + enc.hits, total.encoded + enc.encoded
+        total.seconds += enc.seconds
+        total.unreadable.update(enc.unreadable)
+    out.flush()
+    del out
+    os.replace(tmp, path)
+    return rows, total
+
+
 def gallery_matrix(
     retriever: Any,
     cache: EmbeddingCache,
@@ -154,23 +188,30 @@ def gallery_matrix(
     locate: Callable[[str], Path],
     max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> tuple[torch.Tensor, list[int], Encoded | None]:
-    """The gallery embeddings on the retriever's device and the positions they cover.
+    """The gallery embeddings and the positions they cover.
 
     Returns ``(matrix [G', dim], rows, encoded)`` where ``rows`` lists the input
     positions that have an embedding (unreadable images are left out) and
     ``encoded`` is ``None`` when the matrix came from this process's memo. Normally
     every key is already cached by the gallery chunks; any that is not is encoded.
+
+    The matrix is streamed from the embedding cache into a ``.npy`` file next to it
+    (``<cache folder>/galleries/<digest of the keys>.npy``) and memory-mapped: on a CPU
+    worker the ranking reads it block by block, so the process never holds the whole
+    gallery (the page cache does). On another device the matrix is moved there.
     """
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
-    full_key = (memo_key, retriever.spec, str(getattr(retriever, "device", "cpu")), digest)
+    device = str(getattr(retriever, "device", "cpu"))
+    full_key = (memo_key, retriever.spec, device, digest)
     with _memo_lock:
         if full_key in _galleries:
             _galleries.move_to_end(full_key)
             matrix, rows = _galleries[full_key]
             return matrix, rows, None
-    enc = encode_images(retriever, cache, keys, locate, max_pixels=max_pixels)
-    rows = [i for i, ok in enumerate(enc.ok) if ok]
-    matrix = enc.matrix.to(getattr(retriever, "device", "cpu"))
+    path = _gallery_file(cache, digest)
+    rows, enc = _write_gallery_file(retriever, cache, list(keys), locate, path, max_pixels)
+    mapped = np.load(path, mmap_mode="c")[: len(rows)]
+    matrix = torch.from_numpy(mapped) if device == "cpu" else torch.from_numpy(np.array(mapped)).to(device)
     with _memo_lock:
         _galleries[full_key] = (matrix, rows)
         while len(_galleries) > GALLERY_MEMO:
@@ -180,13 +221,24 @@ def gallery_matrix(
 
 @dataclass
 class ThreeRanks:
-    """Best ranks per modality (``None``: no positive in the gallery) and the multimodal top list."""
+    """Ranks of one batch of queries in the three modalities.
+
+    ``mm``/``text``/``image``: best rank over the query's positives (``None``: no
+    positive in the gallery). ``all[field][q]``: the rank of every positive, in the
+    order given. ``extra[field][q]``: ranks of the graded-only targets (CIRR's soft
+    ones). ``group[field][q]``: rank within the query's group (CIRR's ``img_set``) or
+    ``None``. ``top_mm[q]``: the multimodal top list (gallery rows, best first; targets
+    and the reference included).
+    """
 
     mm: list[int | None]
     text: list[int | None]
     image: list[int | None]
     top_mm: list[list[int]]
     seconds: float
+    all: dict[str, list[list[int | None]]] = field(default_factory=dict)
+    extra: dict[str, list[list[int | None]]] = field(default_factory=dict)
+    group: dict[str, list[int | None]] = field(default_factory=dict)
 
 
 def rank_three(
@@ -196,23 +248,36 @@ def rank_three(
     gallery: torch.Tensor,
     positives: Sequence[Sequence[int]],
     exclude: Sequence[int | None] | None,
-    panel_k: int = 10,
+    panel_k: int = 64,
+    extra: Sequence[Sequence[int]] | None = None,
+    groups: Sequence[Sequence[int]] | None = None,
 ) -> ThreeRanks:
     """Rank the multimodal, text-only and image-only queries of one batch of queries.
 
-    ``positives[q]``/``exclude[q]`` are gallery row indices. Only the multimodal query
-    keeps a top list (``panel_k`` gallery rows, best first, padding dropped).
+    ``positives[q]``/``exclude[q]``/``extra[q]``/``groups[q]`` are gallery row indices
+    (see :func:`retrieval.ranking.rank_queries`). Only the multimodal query keeps a top
+    list (``panel_k`` gallery rows, best first, padding dropped).
     """
     started = time.perf_counter()
     device = gallery.device
-    img = image_emb.to(device)
-    txt = text_emb.to(device)
-    mm = retriever.compose(image_emb, text_emb).to(device)
-    r_mm = rank_queries(mm, gallery, positives, exclude, top_k=panel_k)
-    r_txt = rank_queries(txt, gallery, positives, exclude, top_k=0)
-    r_img = rank_queries(img, gallery, positives, exclude, top_k=0)
-    top = [[int(i) for i in row if int(i) >= 0] for row in r_mm.topk.tolist()]
-    return ThreeRanks(r_mm.best_rank, r_txt.best_rank, r_img.best_rank, top, time.perf_counter() - started)
+    queries = {
+        "mm": retriever.compose(image_emb, text_emb).to(device),
+        "text": text_emb.to(device),
+        "image": image_emb.to(device),
+    }
+    results = {
+        name: rank_queries(q, gallery, positives, exclude, top_k=panel_k if name == "mm" else 0,
+                           return_per_positive=True, groups=groups, extra=extra)
+        for name, q in queries.items()
+    }
+    top = [[int(i) for i in row if int(i) >= 0] for row in results["mm"].topk.tolist()]
+    return ThreeRanks(
+        results["mm"].best_rank, results["text"].best_rank, results["image"].best_rank, top,
+        time.perf_counter() - started,
+        all={n: r.per_positive_ranks or [] for n, r in results.items()},
+        extra={n: r.extra_ranks or [] for n, r in results.items()},
+        group={n: r.group_rank or [None] * len(positives) for n, r in results.items()},
+    )
 
 
 #: Modalities of a session audit, and the strategies of history aggregation.

@@ -84,6 +84,152 @@ def _read_all(paths: Sequence[str | Path]) -> list[RankFile]:
     return files
 
 
+def _dataset(dataset: Dataset | str) -> Dataset:
+    if isinstance(dataset, Dataset):
+        return dataset
+    found = Dataset.objects.filter(name=dataset).first()
+    if found is None:
+        raise ImportRanksError(f"no dataset named {dataset!r}")
+    return found
+
+
+def _existing_run(run: AuditRun | int | None, dataset: Dataset, files: list[RankFile]) -> AuditRun | None:
+    """The finished run the files join (checked), or ``None`` for a new run."""
+    if run is None:
+        return None
+    existing = run if isinstance(run, AuditRun) else AuditRun.objects.filter(pk=run).first()
+    if existing is None:
+        raise ImportRanksError(f"no audit {run}")
+    if existing.dataset_id != dataset.pk:
+        raise ImportRanksError(f"audit {existing.pk} is of dataset {existing.dataset.name!r}, not {dataset.name!r}")
+    if existing.status != AuditRun.Status.DONE:
+        raise ImportRanksError(f"audit {existing.pk} is {existing.status}; external ranks join finished runs")
+    clash = [f.retriever for f in files if f.retriever in existing.retrievers]
+    if clash:
+        raise ImportRanksError(f"audit {existing.pk} already has retriever {clash[0]!r}")
+    return existing
+
+
+def _cut_off(k: int | None, existing: AuditRun | None, files: list[RankFile]) -> int:
+    if k is not None:
+        return k
+    if existing is not None:
+        return existing.k
+    ks = {f.k for f in files if f.k is not None}
+    if len(ks) > 1:
+        raise ImportRanksError(f"the files disagree on metadata.k ({sorted(ks)}); pass --k")
+    return ks.pop() if ks else 10
+
+
+class _Collected:
+    """Rank rows built from the files' samples and what did not match."""
+
+    def __init__(self) -> None:
+        self.rows: list[AuditRank] = []
+        self.unknown: set[int] = set()
+        self.not_in_run: set[int] = set()
+        self.text_mismatch: list[int] = []
+        self.support: dict[int, dict[str, int]] = {}
+        self.file_labels: dict[int, str] = {}
+        self.unmapped = 0
+
+
+def _top_ids(f: RankFile, s: Any, mapper: _GalleryMapper, got: _Collected) -> list[int]:
+    """The sample's multimodal top list as image ids (AUDIT_CANDIDATES_N at most)."""
+    top: list[int] = []
+    for i in s.top_mm:
+        image_id = mapper(f.gallery_paths[i])
+        if image_id is None:
+            got.unmapped += 1
+        elif image_id not in top:
+            top.append(image_id)
+        if len(top) == base.candidates_n():
+            break
+    return top
+
+
+def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: set[int] | None,
+             mapper: _GalleryMapper) -> _Collected:
+    texts = {t.query_id: t.text for t in Turn.objects.filter(query_id__in=ordinal_to_query.values(), index=1)}
+    got = _Collected()
+    for f in files:
+        for s in f.samples:
+            q = ordinal_to_query.get(s.query_idx)
+            if q is None:
+                got.unknown.add(s.query_idx)
+                continue
+            if allowed is not None and q not in allowed:
+                got.not_in_run.add(s.query_idx)
+                continue
+            if s.query_text is not None and s.query_text.strip() != (texts.get(q) or "").strip():
+                got.text_mismatch.append(s.query_idx)
+            got.rows.append(AuditRank(
+                query_id=q, retriever=f.retriever, mm=s.mm, text=s.text, image=s.image,
+                mm_all=s.mm_all, text_all=s.text_all, image_all=s.image_all, top_mm=_top_ids(f, s, mapper, got),
+            ))
+            if s.support is not None:
+                got.support[q] = s.support
+            if s.label:
+                got.file_labels[q] = s.label
+    return got
+
+
+def _report(files: list[RankFile], got: _Collected, k: int) -> dict[str, Any]:
+    aggregated = files[0].aggregated
+    return {
+        "files": [f.path for f in files],
+        "retrievers": [f.retriever for f in files],
+        "aggregated": aggregated,
+        "pool": files[0].pool if aggregated else [],
+        "rows": len(got.rows),
+        "unknown_query_idx": len(got.unknown),
+        "unknown_examples": sorted(got.unknown)[:10],
+        "not_in_run": len(got.not_in_run),
+        "text_mismatches": len(got.text_mismatch),
+        "text_mismatch_examples": sorted(got.text_mismatch)[:10],
+        "unmapped_gallery_indices": got.unmapped,
+        "k": k,
+    }
+
+
+def _store(dataset: Dataset, existing: AuditRun | None, split: str | None, names: list[str], k: int,
+           min_mm_retrievers: int, created_by: Any, got: _Collected, report: dict[str, Any]) -> AuditRun:
+    """Create the imported run (or add the retrievers to ``existing``) and write the rank rows."""
+    with transaction.atomic():
+        if existing is None:
+            target = AuditRun.objects.create(
+                dataset=dataset, split=split or "", retrievers=names, external_retrievers=names,
+                source=AuditRun.Source.IMPORTED, k=k, min_mm_retrievers=min_mm_retrievers,
+                status=AuditRun.Status.RUNNING, stage="importing", planned=True, started_at=timezone.now(),
+                created_by=created_by if getattr(created_by, "pk", None) else None,
+                summary={"import": report, "plan_skipped": {"unknown_query_idx": len(got.unknown)} if got.unknown else {}},
+            )
+            target.total = target.done = len({r.query_id for r in got.rows})
+            target.save(update_fields=["total", "done"])
+        else:
+            target = AuditRun.objects.select_for_update().get(pk=existing.pk)
+            target.retrievers = [*target.retrievers, *names]
+            target.external_retrievers = [*target.external_retrievers, *names]
+            target.summary = {**target.summary, "imports": list(target.summary.get("imports", [])) + [report]}
+            target.status = AuditRun.Status.RUNNING
+            target.stage = "importing"
+            target.save()
+        for r in got.rows:
+            r.run = target
+        AuditRank.objects.bulk_create(got.rows, batch_size=1000, ignore_conflicts=True)
+    return target
+
+
+def _label_agreement(target: AuditRun, file_labels: dict[int, str], report: dict[str, Any]) -> None:
+    """How many of our labels agree with those an aggregated file recorded (kept in the summary)."""
+    ours = dict(AuditLabel.objects.filter(run=target).values_list("query_id", "label"))
+    same = sum(1 for q, lab in file_labels.items() if ours.get(q) == lab)
+    differ = sorted(q for q, lab in file_labels.items() if q in ours and ours[q] != lab)
+    report["label_agreement"] = {"same": same, "different": len(differ), "different_queries": differ[:10]}
+    AuditRun.objects.filter(pk=target.pk).update(summary={**target.summary, "import": report})
+    target.refresh_from_db()
+
+
 def import_rank_files(
     dataset: Dataset | str,
     paths: Sequence[str | Path],
@@ -97,135 +243,34 @@ def import_rank_files(
 
     Returns the run (labelled) and a report: files, retrievers, rows written, samples
     whose ``query_idx`` matched no query, query texts that differ from the stored ones,
-    and for an aggregated file how many computed labels agree with the file's.
+    and for an aggregated file how many computed labels agree with the file's. A
+    sample's rank may be one rank or the list of every positive's rank (stored in
+    ``AuditRank.*_all``; the best one in ``mm``/``text``/``image``).
     """
-    if isinstance(dataset, str):
-        found = Dataset.objects.filter(name=dataset).first()
-        if found is None:
-            raise ImportRanksError(f"no dataset named {dataset!r}")
-        dataset = found
+    dataset = _dataset(dataset)
     files = _read_all(paths)
     aggregated = files[0].aggregated
     if aggregated and min_mm_retrievers > 1:
         raise ImportRanksError(
             "an aggregated file holds only the pool's best ranks; min_mm_retrievers > 1 needs the per-retriever files"
         )
-    existing: AuditRun | None = None
-    if run is not None:
-        existing = run if isinstance(run, AuditRun) else AuditRun.objects.filter(pk=run).first()
-        if existing is None:
-            raise ImportRanksError(f"no audit {run}")
-        if existing.dataset_id != dataset.pk:
-            raise ImportRanksError(f"audit {existing.pk} is of dataset {existing.dataset.name!r}, not {dataset.name!r}")
-        if existing.status != AuditRun.Status.DONE:
-            raise ImportRanksError(f"audit {existing.pk} is {existing.status}; external ranks join finished runs")
-        clash = [f.retriever for f in files if f.retriever in existing.retrievers]
-        if clash:
-            raise ImportRanksError(f"audit {existing.pk} already has retriever {clash[0]!r}")
+    existing = _existing_run(run, dataset, files)
+    if existing is not None:
         split = existing.split or split
-    ks = {f.k for f in files if f.k is not None}
-    if k is None:
-        if existing is not None:
-            k = existing.k
-        elif len(ks) > 1:
-            raise ImportRanksError(f"the files disagree on metadata.k ({sorted(ks)}); pass --k")
-        else:
-            k = ks.pop() if ks else 10
-    ordinal_to_query = _query_index(dataset, split or None)
-    allowed: set[int] | None = None
+    k = _cut_off(k, existing, files)
+    allowed = None
     if existing is not None:
         allowed = set(AuditLabel.objects.filter(run=existing).values_list("query_id", flat=True))
-
-    texts = {
-        t.query_id: t.text for t in Turn.objects.filter(query_id__in=ordinal_to_query.values(), index=1)
-    }
-    mapper = _GalleryMapper(dataset)
-    rows: list[AuditRank] = []
-    unknown: set[int] = set()
-    not_in_run: set[int] = set()
-    text_mismatch: list[int] = []
-    support: dict[int, dict[str, int]] = {}
-    file_labels: dict[int, str] = {}
-    unmapped = 0
-    for f in files:
-        for s in f.samples:
-            q = ordinal_to_query.get(s.query_idx)
-            if q is None:
-                unknown.add(s.query_idx)
-                continue
-            if allowed is not None and q not in allowed:
-                not_in_run.add(s.query_idx)
-                continue
-            if s.query_text is not None and s.query_text.strip() != (texts.get(q) or "").strip():
-                text_mismatch.append(s.query_idx)
-            top: list[int] = []
-            for i in s.top_mm:
-                image_id = mapper(f.gallery_paths[i])
-                if image_id is None:
-                    unmapped += 1
-                elif image_id not in top:
-                    top.append(image_id)
-                if len(top) == base.panel_k():
-                    break
-            rows.append(AuditRank(query_id=q, retriever=f.retriever, mm=s.mm, text=s.text, image=s.image, top_mm=top))
-            if s.support is not None:
-                support[q] = s.support
-            if s.label:
-                file_labels[q] = s.label
-    if not rows:
+    got = _collect(files, _query_index(dataset, split or None), allowed, _GalleryMapper(dataset))
+    if not got.rows:
         raise ImportRanksError(
             f"no sample matched a query of dataset {dataset.name!r} by query_idx (Query.ordinal)"
         )
-    names = [f.retriever for f in files]
-    report: dict[str, Any] = {
-        "files": [f.path for f in files],
-        "retrievers": names,
-        "aggregated": aggregated,
-        "pool": files[0].pool if aggregated else [],
-        "rows": len(rows),
-        "unknown_query_idx": len(unknown),
-        "unknown_examples": sorted(unknown)[:10],
-        "not_in_run": len(not_in_run),
-        "text_mismatches": len(text_mismatch),
-        "text_mismatch_examples": sorted(text_mismatch)[:10],
-        "unmapped_gallery_indices": unmapped,
-        "k": k,
-    }
-
-    with transaction.atomic():
-        if existing is None:
-            target = AuditRun.objects.create(
-                dataset=dataset, split=split or "", retrievers=names, external_retrievers=names,
-                source=AuditRun.Source.IMPORTED, k=k, min_mm_retrievers=min_mm_retrievers,
-                status=AuditRun.Status.RUNNING, stage="importing", planned=True, started_at=timezone.now(),
-                created_by=created_by if getattr(created_by, "pk", None) else None,
-                summary={"import": report, "plan_skipped": {"unknown_query_idx": len(unknown)} if unknown else {}},
-            )
-            total = len({r.query_id for r in rows})
-            target.total = target.done = total
-            target.save(update_fields=["total", "done"])
-        else:
-            target = AuditRun.objects.select_for_update().get(pk=existing.pk)
-            target.retrievers = [*target.retrievers, *names]
-            target.external_retrievers = [*target.external_retrievers, *names]
-            imports = list(target.summary.get("imports", [])) + [report]
-            target.summary = {**target.summary, "imports": imports}
-            target.status = AuditRun.Status.RUNNING
-            target.stage = "importing"
-            target.save()
-        for r in rows:
-            r.run = target
-        AuditRank.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
-    if not aggregation.aggregate_run(target.pk, override_support=support if aggregated else None):
+    report = _report(files, got, k)
+    target = _store(dataset, existing, split, report["retrievers"], k, min_mm_retrievers, created_by, got, report)
+    if not aggregation.aggregate_run(target.pk, override_support=got.support if aggregated else None):
         raise ImportRanksError(f"audit {target.pk} could not be aggregated")
     target.refresh_from_db()
-    if file_labels:
-        ours = dict(AuditLabel.objects.filter(run=target).values_list("query_id", "label"))
-        same = sum(1 for q, lab in file_labels.items() if ours.get(q) == lab)
-        differ = sorted(q for q, lab in file_labels.items() if q in ours and ours[q] != lab)
-        report["label_agreement"] = {"same": same, "different": len(differ), "different_queries": differ[:10]}
-        summary = dict(target.summary)
-        summary["import"] = report
-        AuditRun.objects.filter(pk=target.pk).update(summary=summary)
-        target.refresh_from_db()
+    if got.file_labels:
+        _label_agreement(target, got.file_labels, report)
     return target, report

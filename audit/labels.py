@@ -1,8 +1,10 @@
 """Shortcut-audit labels from per-retriever ranks (pure Python; no Django, no torch).
 
 Input rows are ``(query, retriever, mm, text, image)``: the 1-based rank of the best
-ground truth for the multimodal, text-only and image-only query of one retriever, or
-``None`` when the target was not retrieved. With cut-off ``K`` and ``M`` =
+positive target (:func:`retrieval.targets.positive_targets`) for the multimodal,
+text-only and image-only query of one retriever, or ``None`` when it was not retrieved;
+each rank may instead be the list of the ranks of every positive (its minimum is the
+best rank). Ranks follow the pessimistic tie rule of :mod:`retrieval.ranking`. With cut-off ``K`` and ``M`` =
 ``min_mm_retrievers``, for each query over the retriever pool:
 
 * ``shortcut_solvable`` when some retriever has ``text <= K`` or ``image <= K``;
@@ -114,92 +116,142 @@ def _best(
     return rank, name
 
 
+RankList = list[Rank]
+
+
+def _rank_value(value: Any) -> tuple[Rank, RankList]:
+    """One modality of a row: a rank or a list of the ranks of every positive -> (best, every)."""
+    if isinstance(value, (list, tuple)):
+        every = [check_rank(r) for r in value]
+        return min((r for r in every if r is not None), default=None), every
+    rank = check_rank(value)
+    return rank, [rank]
+
+
+def _merge_lists(old: RankList, new: RankList) -> RankList:
+    if len(old) == len(new):
+        return [_min_rank(a, b) for a, b in zip(old, new)]
+    return old
+
+
+@dataclass
+class _Pool:
+    """The rows read: queries and retrievers in order, best ranks, every rank and extras per pair."""
+
+    queries: dict[Hashable, None] = field(default_factory=dict)
+    retrievers: dict[Hashable, None] = field(default_factory=dict)
+    best: dict[tuple[Hashable, Hashable], tuple[Rank, Rank, Rank]] = field(default_factory=dict)
+    every: dict[tuple[Hashable, Hashable], tuple[RankList, ...]] = field(default_factory=dict)
+    extras: dict[tuple[Hashable, Hashable], dict[str, Any]] = field(default_factory=dict)
+
+
+def read_pool(rows: Iterable[Sequence[Any]]) -> _Pool:
+    """The rows of :func:`label_queries`, checked and merged per (query, retriever)."""
+    pool = _Pool()
+    for n, row in enumerate(rows):
+        if len(row) not in (5, 6):
+            raise ValueError(f"row {n}: expected (query, retriever, mm, text, image[, extras])")
+        query, retriever = row[0], row[1]
+        values = [_rank_value(v) for v in row[2:5]]
+        best = tuple(v[0] for v in values)
+        every = tuple(v[1] for v in values)
+        pool.queries.setdefault(query, None)
+        pool.retrievers.setdefault(retriever, None)
+        key = (query, retriever)
+        if key in pool.best:
+            best = tuple(_min_rank(a, b) for a, b in zip(pool.best[key], best))
+            every = tuple(_merge_lists(a, b) for a, b in zip(pool.every[key], every))
+        pool.best[key], pool.every[key] = best, every  # type: ignore[assignment]
+        if len(row) == 6 and row[5]:
+            pool.extras[key] = dict(row[5])
+    return pool
+
+
+def _label_one(per_r: dict[Hashable, tuple[Rank, Rank, Rank]], k: int, min_mm: int) -> dict[str, Any]:
+    """Label, detail, legacy label, best ranks, best retrievers and supports of one query."""
+    bests = {m: _best(per_r, i) for i, m in enumerate(MODALITIES)}
+    sup = {m: sum(_hit(r[i], k) for r in per_r.values()) for i, m in enumerate(MODALITIES)}
+    sup["either_unimodal"] = sum(_hit(r[1], k) or _hit(r[2], k) for r in per_r.values())
+    text_hit = _hit(bests["text_only"][0], k)
+    image_hit = _hit(bests["image_only"][0], k)
+    if text_hit or image_hit:
+        label = "shortcut_solvable"
+        detail = "both_unimodal" if text_hit and image_hit else ("text_only" if text_hit else "image_only")
+    else:
+        label = detail = "composition_required" if sup["multimodal"] >= min_mm else "unresolved"
+    return {
+        "label": label, "detail": detail, "legacy": _legacy(text_hit, image_hit), "support": sup,
+        "best_ranks": {m: bests[m][0] for m in MODALITIES},
+        "best_retriever": {m: bests[m][1] for m in MODALITIES},
+    }
+
+
+def _graded(every: tuple[RankList, ...], extras: dict[str, Any], i: int, field_name: str) -> tuple[RankList, list[float]]:
+    """(ranks, gains) of every graded target: the positives (gain 1), then the graded-only ones."""
+    graded = extras.get("graded") or {}
+    ranks = list(every[i]) + list(graded.get(field_name) or [])
+    return ranks, [1.0] * len(every[i]) + [float(g) for g in graded.get("gains") or []]
+
+
+def retriever_scores(pool: _Pool, retriever: Hashable, k: int) -> dict[str, Any]:
+    """:func:`retrieval.metrics.modality_scores` of one retriever over every query of the pool."""
+    fields = ("mm", "text", "image")
+    missing: tuple[Rank, Rank, Rank] = (None, None, None)
+    keys = [(q, retriever) for q in pool.queries]
+    best = [pool.best.get(key, missing) for key in keys]
+    every = [pool.every.get(key, ([None], [None], [None])) for key in keys]
+    extras = [pool.extras.get(key, {}) for key in keys]
+    subset = {m: [(x.get("subset") or {}).get(fields[i]) for x in extras] for i, m in enumerate(MODALITIES)}
+    return modality_scores(
+        {m: [t[i] for t in best] for i, m in enumerate(MODALITIES)}, k=k,
+        all_ranks_by_modality={m: [e[i] for e in every] for i, m in enumerate(MODALITIES)},
+        graded_by_modality={m: [_graded(e, x, i, fields[i]) for e, x in zip(every, extras)]
+                            for i, m in enumerate(MODALITIES)},
+        subset_by_modality=subset,
+    )
+
+
 def label_queries(
     rows: Iterable[Sequence[Any]], k: int = 10, min_mm_retrievers: int = 1
 ) -> AuditLabels:
-    """Label every query seen in ``rows`` (see the module notes for the rule)."""
+    """Label every query seen in ``rows`` (see the module notes for the rule).
+
+    A rank may be given as one rank or as the list of the ranks of every positive
+    target (the labels use the best; mAP@K uses them all). An optional sixth element
+    carries ``{"graded": {"gains", "mm", "text", "image"}, "subset": {"mm", "text", "image"}}``
+    (CIRR's soft targets and subset ranks, see :class:`audit.models.AuditRank`).
+    """
     k = check_k(k)
     if isinstance(min_mm_retrievers, bool) or int(min_mm_retrievers) < 0:
         raise ValueError("min_mm_retrievers must be an int >= 0")
     min_mm = int(min_mm_retrievers)
-
-    queries: dict[Hashable, None] = {}
-    retrievers: dict[Hashable, None] = {}
-    ranks: dict[tuple[Hashable, Hashable], tuple[Rank, Rank, Rank]] = {}
-    for n, row in enumerate(rows):
-        if len(row) != 5:
-            raise ValueError(f"row {n}: expected (query, retriever, mm, text, image)")
-        query, retriever, mm, text, image = row
-        new = (check_rank(mm), check_rank(text), check_rank(image))
-        queries.setdefault(query, None)
-        retrievers.setdefault(retriever, None)
-        old = ranks.get((query, retriever))
-        if old is not None:
-            new = tuple(_min_rank(a, b) for a, b in zip(old, new))  # type: ignore[assignment]
-        ranks[(query, retriever)] = new
-
+    pool = read_pool(rows)
     missing: tuple[Rank, Rank, Rank] = (None, None, None)
-    labels: dict[Hashable, str] = {}
-    detail: dict[Hashable, str] = {}
-    legacy: dict[Hashable, str] = {}
-    best_ranks: dict[Hashable, dict[str, Rank]] = {}
-    best_retriever: dict[Hashable, dict[str, Hashable | None]] = {}
-    support: dict[Hashable, dict[str, int]] = {}
-    for q in queries:
-        per_r = {r: ranks.get((q, r), missing) for r in retrievers}
-        bests = {m: _best(per_r, i) for i, m in enumerate(MODALITIES)}
-        best_ranks[q] = {m: bests[m][0] for m in MODALITIES}
-        best_retriever[q] = {m: bests[m][1] for m in MODALITIES}
-        sup = {m: sum(_hit(r[i], k) for r in per_r.values()) for i, m in enumerate(MODALITIES)}
-        sup["either_unimodal"] = sum(_hit(r[1], k) or _hit(r[2], k) for r in per_r.values())
-        support[q] = sup
-
-        text_hit = _hit(best_ranks[q]["text_only"], k)
-        image_hit = _hit(best_ranks[q]["image_only"], k)
-        legacy[q] = _legacy(text_hit, image_hit)
-        if text_hit and image_hit:
-            labels[q], detail[q] = "shortcut_solvable", "both_unimodal"
-        elif text_hit:
-            labels[q], detail[q] = "shortcut_solvable", "text_only"
-        elif image_hit:
-            labels[q], detail[q] = "shortcut_solvable", "image_only"
-        elif sup["multimodal"] >= min_mm:
-            labels[q] = detail[q] = "composition_required"
-        else:
-            labels[q] = detail[q] = "unresolved"
-
-    label_counter = Counter(labels.values())
+    per_query = {
+        q: _label_one({r: pool.best.get((q, r), missing) for r in pool.retrievers}, k, min_mm) for q in pool.queries
+    }
+    support = {q: v["support"] for q, v in per_query.items()}
+    label_counter = Counter(v["label"] for v in per_query.values())
     counts = {name: label_counter.get(name, 0) for name in LABELS}
     counts["shortcut_free"] = counts["composition_required"] + counts["unresolved"]
-    detail_counter = Counter(detail.values())
-    detail_counts = {name: detail_counter.get(name, 0) for name in DETAIL_LABELS}
-    histograms = {
-        key: dict(sorted(Counter(s[key] for s in support.values()).items()))
-        for key in SUPPORT_KEYS
-    }
-
-    stats: dict[Hashable, dict[str, Any]] = {}
-    for r in retrievers:
-        per_q = [ranks.get((q, r), missing) for q in queries]
-        stats[r] = modality_scores(
-            {m: [t[i] for t in per_q] for i, m in enumerate(MODALITIES)}, k=k
-        )
-
+    detail_counter = Counter(v["detail"] for v in per_query.values())
     return AuditLabels(
         k=k,
         min_mm_retrievers=min_mm,
-        queries=list(queries),
-        retrievers=list(retrievers),
-        labels=labels,
-        detail=detail,
-        legacy=legacy,
-        best_ranks=best_ranks,
-        best_retriever=best_retriever,
+        queries=list(pool.queries),
+        retrievers=list(pool.retrievers),
+        labels={q: v["label"] for q, v in per_query.items()},
+        detail={q: v["detail"] for q, v in per_query.items()},
+        legacy={q: v["legacy"] for q, v in per_query.items()},
+        best_ranks={q: v["best_ranks"] for q, v in per_query.items()},
+        best_retriever={q: v["best_retriever"] for q, v in per_query.items()},
         support=support,
         counts=counts,
-        detail_counts=detail_counts,
-        support_histograms=histograms,
-        retriever_stats=stats,
+        detail_counts={name: detail_counter.get(name, 0) for name in DETAIL_LABELS},
+        support_histograms={
+            key: dict(sorted(Counter(s[key] for s in support.values()).items())) for key in SUPPORT_KEYS
+        },
+        retriever_stats={r: retriever_scores(pool, r, k) for r in pool.retrievers},
     )
 
 
@@ -213,7 +265,8 @@ def audit_json(audit: AuditLabels) -> dict[str, Any]:
          "labels": {query: label},
          "retrievers": {name: {"recall_at_k": {"multimodal", "text_only", "image_only"},
                                "mrr": {...}, "ndcg": {...},
-                               "comp_gap_ndcg", "comp_gap_mrr"}}}
+                               "comp_gap_ndcg", "comp_gap_mrr",
+                               "map_at_k": {"5"|"10"|"25"|"50": {modality: ...}}}}}
 
     Scores are fractions; undefined values are ``None`` (JSON null). Query and retriever
     keys are kept as given (``json.dumps`` writes integer keys as strings).
@@ -229,6 +282,7 @@ def audit_json(audit: AuditLabels) -> dict[str, Any]:
                 "ndcg": dict(s["ndcg"]),
                 "comp_gap_ndcg": s["comp_gap_ndcg"],
                 "comp_gap_mrr": s["comp_gap_mrr"],
+                "map_at_k": {key: dict(v) for key, v in s["map_at_k"].items()},
             }
             for name, s in audit.retriever_stats.items()
         },

@@ -124,7 +124,15 @@ class AuditChunk(Leased):
 
 
 class AuditRank(models.Model):
-    """Best 1-based rank of a query's positives per modality for one retriever (None: not retrieved)."""
+    """1-based ranks of a query's positives per modality for one retriever (None: not retrieved).
+
+    ``mm``/``text``/``image`` hold the best rank over the positives (the labels use it);
+    ``*_all`` the rank of every positive target (:func:`retrieval.targets.positive_targets`
+    order; ``None`` for one missing from the gallery). ``graded`` holds the graded-only
+    targets (CIRR's soft ones): ``{"gains": [...], "mm": [...], "text": [...], "image": [...]}``;
+    ``subset`` the rank within the query's subset group (CIRR's img_set) per modality.
+    Ties are pessimistic (see :mod:`retrieval.ranking`).
+    """
 
     run = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="ranks")
     query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="+")
@@ -132,7 +140,15 @@ class AuditRank(models.Model):
     mm = models.PositiveIntegerField(null=True, blank=True)
     text = models.PositiveIntegerField(null=True, blank=True)
     image = models.PositiveIntegerField(null=True, blank=True)
-    top_mm = models.JSONField(default=list, blank=True, help_text="Image ids of the top-10 multimodal results.")
+    mm_all = models.JSONField(default=list, blank=True, help_text="Rank of every positive target (multimodal).")
+    text_all = models.JSONField(default=list, blank=True, help_text="Rank of every positive target (text only).")
+    image_all = models.JSONField(default=list, blank=True, help_text="Rank of every positive target (image only).")
+    graded = models.JSONField(default=dict, blank=True, help_text="Gains and ranks of graded-only targets.")
+    subset = models.JSONField(default=dict, blank=True, help_text="Rank within the query's subset group per modality.")
+    top_mm = models.JSONField(
+        default=list, blank=True,
+        help_text="Image ids of the top AUDIT_CANDIDATES_N multimodal results, best first (targets and reference included).",
+    )
 
     class Meta:
         constraints = [

@@ -5,8 +5,9 @@ from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
 
-from retrieval.metrics import MODALITIES
+from retrieval.metrics import MAP_KS, MODALITIES, SUBSET_KS
 from retrieval.models import QuerySubset
+from retrieval.targets import rule_text
 
 from . import charts
 from .labels import LABELS
@@ -133,6 +134,30 @@ def _score_rows(run: AuditRun, stats: dict[str, dict[str, Any]]) -> list[dict[st
     return rows
 
 
+TIE_RULE = ("Ties are pessimistic: a target's rank is 1 + the number of other gallery images "
+            "(the reference excluded) scoring at least as high as it.")
+
+
+def _multi_rows(run: AuditRun, stats: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per retriever and modality: Recall@K beside mAP@K (5, 10, 25, 50), graded nDCG and
+    Recall_subset@K (when the data has subsets). Runs aggregated before these existed give none."""
+    rows = []
+    for name in run.retrievers:
+        s = stats.get(name) or {}
+        if "map_at_k" not in s:
+            continue
+        subset = s.get("recall_subset")
+        for m in MODALITIES:
+            rows.append({
+                "retriever": name, "modality": MODALITY_NAMES[m], "first": m == MODALITIES[0],
+                "recall": s["recall_at_k"][m],
+                "maps": [s["map_at_k"].get(str(k), {}).get(m) for k in MAP_KS],
+                "ndcg_graded": (s.get("ndcg_graded") or {}).get(m),
+                "subset": [subset.get(str(k), {}).get(m) for k in SUBSET_KS] if subset else None,
+            })
+    return rows
+
+
 def build_report(run: AuditRun) -> dict[str, Any]:
     """Label counts, per-subset score tables, Composition Gap and support charts."""
     s = run.summary
@@ -155,6 +180,8 @@ def build_report(run: AuditRun) -> dict[str, Any]:
             validated_note = "The dataset has a 'validated' subset, but none of its queries is in this audit."
     for sub in subsets:
         sub["rows"] = _score_rows(run, sub["stats"])
+        sub["multi_rows"] = _multi_rows(run, sub["stats"])
+        sub["has_subset"] = any(r["subset"] for r in sub["multi_rows"])
 
     series = [sub["name"] for sub in subsets if sub["stats"]]
     gap_charts: list[SafeString] = []
@@ -202,4 +229,9 @@ def build_report(run: AuditRun) -> dict[str, Any]:
         "plan": s.get("plan", {}),
         "imports": [s["import"]] if "import" in s else list(s.get("imports", [])),
         "modalities": [MODALITY_NAMES[m] for m in MODALITIES],
+        "map_ks": list(MAP_KS),
+        "subset_ks": list(SUBSET_KS),
+        "tie_rule": TIE_RULE,
+        "target_rule": rule_text(run.dataset.format),
+        "dataset_format": run.dataset.format,
     }

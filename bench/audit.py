@@ -86,8 +86,9 @@ def main() -> None:
     from audit.models import AuditRank
     from retrieval.demo import build_demo
     from retrieval.encoders import load_image
+    from retrieval.evaltargets import positive_image_ids
     from retrieval.loader import load_parsed
-    from retrieval.models import Dataset, GalleryEntry, Image, Target, Turn
+    from retrieval.models import Dataset, GalleryEntry, Image, Turn
     from retrieval.ranking import naive_rank
 
     specs = args.retrievers or DEFAULT_SPECS
@@ -121,11 +122,8 @@ def main() -> None:
     turns = list(Turn.objects.filter(query__dataset=dataset, query__n_turns=1, index=1)
                  .select_related("reference_image").order_by("query__ordinal"))
     n_q = len(turns)
-    positives_of: dict[int, list[int]] = {}
-    for q, img, rel, role in Target.objects.filter(query__dataset=dataset).values_list(
-            "query_id", "image_id", "relevance", "role"):
-        if rel > 0 and role != "neg" and img in index:
-            positives_of.setdefault(q, []).append(index[img])
+    positives_of = {q: [index[i] for i in ids if i in index]
+                    for q, ids in positive_image_ids(dataset.format, [t.query_id for t in turns]).items()}
     pool = n_q * len(specs)
 
     # 1. encode once -----------------------------------------------------------------

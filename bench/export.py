@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pgdb import ensure_database
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 BATCH = 10_000
@@ -44,16 +46,6 @@ def setup_django(database_url: str, var_dir: str) -> None:
     import django
 
     django.setup()
-
-
-def ensure_postgres_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[-1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def build_study(n: int, votes: int) -> int:
@@ -159,7 +151,7 @@ def main() -> None:
     var_dir = args.var_dir or tempfile.mkdtemp(prefix="cirval-bench-export-")
     database_url = args.database_url or f"sqlite:///{Path(var_dir) / 'bench.sqlite3'}"
     if database_url.startswith("postgres"):
-        ensure_postgres_database(database_url)
+        ensure_database(database_url)
     setup_django(database_url, var_dir)
     from django.core.management import call_command
     from django.db import connection

@@ -1,11 +1,13 @@
 """Load test: 50 simulated annotators against CIRVal as it runs in production.
 
     python bench/load.py [--annotators 50] [--duration 60] [--quick] [--json]
-                         [--database-url postgres://postgres@127.0.0.1:5432/cirval_load]
+                         [--server-url postgres://postgres@127.0.0.1:5432] [--keep-database]
                          [--broker redis://127.0.0.1:6379/5]
 
 Starts gunicorn (gthread workers) and a Celery worker on 127.0.0.1 against PostgreSQL and
-Redis, builds a fresh database (demo world + a large study), then drives the annotators
+Redis, creates a database of its own with a unique name (``cirval_load_<random>``; it never
+drops a database it did not create, and drops its own at the end unless --keep-database),
+fills it (demo world + a large study), then drives the annotators
 over HTTP for a bounded time: log in, ask for the next item, submit (with a client token),
 now and then revise an earlier judgement or reload the item page. An audit and an export
 run in the background meanwhile. It prints requests served, errors, p50/p95/p99 latency per
@@ -32,22 +34,16 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
+from pgdb import create_own_database, drop_own_database
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+DB_PREFIX = "cirval_load"
 
 
 def pct(values, q):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))] if values else 0.0
-
-
-def recreate_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[-1]
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 SETUP = r"""
@@ -213,7 +209,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--web-workers", type=int, default=3)
-    ap.add_argument("--database-url", default=os.environ.get("LOAD_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cirval_load"))
+    ap.add_argument("--server-url", default=os.environ.get("LOAD_SERVER_URL", "postgres://postgres@127.0.0.1:5432"),
+                    help="PostgreSQL server (no database name): a uniquely named database is created there")
+    ap.add_argument("--keep-database", action="store_true", help="keep the load database afterwards (its name is printed)")
     ap.add_argument("--broker", default=os.environ.get("LOAD_BROKER_URL", "redis://127.0.0.1:6379/5"))
     ap.add_argument("--no-background", action="store_true", help="skip the audit and export run during the load")
     ap.add_argument("--think", type=float, nargs=2, default=(1.0, 3.0), metavar=("MIN", "MAX"),
@@ -226,12 +224,22 @@ def main() -> None:
         args.items = min(args.items, 5000)
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if args.json else (lambda *a: print(*a, flush=True))
 
+    args.database_url = create_own_database(args.server_url, DB_PREFIX)
+    try:
+        run_load(args, say)
+    finally:
+        if args.keep_database:
+            say(f"kept the load database {args.database_url}")
+        else:
+            drop_own_database(args.database_url, DB_PREFIX)
+
+
+def run_load(args, say) -> None:
     var = ROOT / "var" / "load"
     env = dict(os.environ, DATABASE_URL=args.database_url, CELERY_BROKER_URL=args.broker, CIRVAL_VAR_DIR=str(var),
                DJANGO_DEBUG="0", DJANGO_SECRET_KEY="load-test-only", DJANGO_SETTINGS_MODULE="config.settings",
                IMAGE_ROOTS=str(var / "images"), PYTHONUNBUFFERED="1", DB_CONN_MAX_AGE="60")
-    say(f"setting up a fresh database at {args.database_url} ...")
-    recreate_database(args.database_url)
+    say(f"setting up the load database {args.database_url} ...")
     run = lambda *cmd, **kw: subprocess.run([PY, "manage.py", *cmd], cwd=ROOT, env=env, check=True,  # noqa: E731
                                             stdout=subprocess.DEVNULL if args.json else None, **kw)
     run("migrate", "--noinput", "-v", "0")

@@ -9,6 +9,10 @@ app = Celery("cirval")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+from config import worker_tuning  # noqa: E402
+
+worker_tuning.connect()
+
 
 def at_worker_start(what: str):
     """Register ``fn()`` to run when a worker is ready (recovery of interrupted work).

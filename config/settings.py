@@ -204,6 +204,7 @@ AUDIT_DEVICE = env_str("AUDIT_DEVICE", "")  # "" = cuda when available, else cpu
 AUDIT_BATCH_SIZE = env_int("AUDIT_BATCH_SIZE", 64)
 AUDIT_PRECISION = env_str("AUDIT_PRECISION", "fp32")  # fp32 | amp
 AUDIT_PANEL_K = 10  # multimodal results kept per (query, retriever) for the annotator panel
+AUDIT_CANDIDATES_N = env_int("AUDIT_CANDIDATES_N", 64)  # multimodal top list stored per rank row (targets included)
 
 # --- validated exports ----------------------------------------------------------------------
 EXPORT_CHUNK_SIZE = env_int("EXPORT_CHUNK_SIZE", 2000)  # items read per batch

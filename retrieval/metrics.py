@@ -154,27 +154,131 @@ def comp_gap(mm: float | None, image: float | None, text: float | None) -> float
     return 1.0 - max(image, text) / mm
 
 
+#: CIRCO's cut-offs for mAP@K; CIRR's for Recall_subset@K.
+MAP_KS: tuple[int, ...] = (5, 10, 25, 50)
+SUBSET_KS: tuple[int, ...] = (1, 2, 3)
+
+
+def hit_positions(ranks_of_positives: Sequence[Rank]) -> list[int]:
+    """Distinct 1-based list positions of the retrieved positives, ascending.
+
+    Ranks follow the pessimistic tie rule (``1 + #others scoring >= it``), so ``c``
+    positives tied with each other share the rank ``r`` at the end of their group;
+    they occupy positions ``r - c + 1 .. r``. ``None`` (not retrieved) is left out.
+    """
+    ranks = sorted(r for r in (check_rank(x) for x in ranks_of_positives) if r is not None)
+    out: list[int] = []
+    n = 0
+    while n < len(ranks):
+        r = ranks[n]
+        c = ranks.count(r)
+        if c > r:
+            raise ValueError(f"{c} positives cannot share rank {r}")
+        out.extend(range(r - c + 1, r + 1))
+        n += c
+    return out
+
+
+def average_precision_at_k(ranks_of_positives: Sequence[Rank], k: int) -> float | None:
+    """CIRCO's AP@K of one query: ``(1 / min(K, G)) * sum_{i <= K} P@i * rel(i)``.
+
+    ``G`` = number of positives (``len(ranks_of_positives)``, including those not
+    retrieved, ``None``); ``P@i`` = precision at cut-off ``i``; ``rel(i)`` = 1 when
+    position ``i`` holds a positive (see :func:`hit_positions`). ``None`` when G = 0.
+    """
+    k = check_k(k)
+    g = len(ranks_of_positives)
+    if g == 0:
+        return None
+    hits = [p for p in hit_positions(ranks_of_positives) if p <= k]
+    return sum((j + 1) / p for j, p in enumerate(hits)) / min(k, g)
+
+
+def map_at_k(per_query: Iterable[Sequence[Rank]], k: int) -> float | None:
+    """Mean AP@K over queries with at least one positive; ``None`` when there is none."""
+    values = [average_precision_at_k(r, k) for r in per_query]
+    return _mean([v for v in values if v is not None])
+
+
+def mean_graded_ndcg(per_query: Iterable[tuple[Sequence[Rank], Sequence[float]]]) -> float | None:
+    """Mean :func:`ndcg_multi` over ``(ranks, gains)`` per query (full gallery, linear gains);
+    queries whose ideal DCG is 0 are left out."""
+    values = [ndcg_multi(ranks, gains) for ranks, gains in per_query]
+    return _mean([v for v in values if v is not None])
+
+
+def _check_modalities(data: Mapping[str, Sequence[Any]], what: str) -> int:
+    missing = [m for m in MODALITIES if m not in data]
+    if missing:
+        raise ValueError(f"{what}: missing modalities: {missing}")
+    lengths = {len(data[m]) for m in MODALITIES}
+    if len(lengths) != 1:
+        raise ValueError(f"{what}: every modality must list the same queries")
+    return lengths.pop()
+
+
+def multi_target_scores(
+    all_ranks_by_modality: Mapping[str, Sequence[Sequence[Rank]]],
+    graded_by_modality: Mapping[str, Sequence[tuple[Sequence[Rank], Sequence[float]]]] | None = None,
+    subset_by_modality: Mapping[str, Sequence[Rank]] | None = None,
+) -> dict[str, Any]:
+    """Metrics that need the rank of every target, per modality::
+
+        {"map_at_k": {"5"|"10"|"25"|"50": {modality: float|None}},
+         "ndcg_graded": {modality: float|None},
+         "recall_subset": {"1"|"2"|"3": {modality: float|None}} or None}
+
+    ``all_ranks_by_modality[m][q]`` lists the ranks of query ``q``'s positives.
+    ``graded_by_modality[m][q]`` = ``(ranks, gains)`` of every graded target (positives
+    with gain 1 and, for CIRR, the soft targets); without it the positives count with
+    gain 1. ``subset_by_modality[m][q]`` = rank within the query's subset group, ``None``
+    for queries without a group (left out of Recall_subset).
+    """
+    _check_modalities(all_ranks_by_modality, "all ranks")
+    if graded_by_modality is None:
+        graded_by_modality = {m: [(r, [1.0] * len(r)) for r in all_ranks_by_modality[m]] for m in MODALITIES}
+    _check_modalities(graded_by_modality, "graded ranks")
+    out: dict[str, Any] = {
+        "map_at_k": {str(k): {m: map_at_k(all_ranks_by_modality[m], k) for m in MODALITIES} for k in MAP_KS},
+        "ndcg_graded": {m: mean_graded_ndcg(graded_by_modality[m]) for m in MODALITIES},
+        "recall_subset": None,
+    }
+    if subset_by_modality is not None:
+        _check_modalities(subset_by_modality, "subset ranks")
+        if any(r is not None for m in MODALITIES for r in subset_by_modality[m]):
+            out["recall_subset"] = {
+                str(k): {m: recall_at_k([r for r in subset_by_modality[m] if r is not None], k) for m in MODALITIES}
+                for k in SUBSET_KS
+            }
+    return out
+
+
 def modality_scores(
-    ranks_by_modality: Mapping[str, Sequence[Rank]], k: int = 10
+    ranks_by_modality: Mapping[str, Sequence[Rank]],
+    k: int = 10,
+    all_ranks_by_modality: Mapping[str, Sequence[Sequence[Rank]]] | None = None,
+    graded_by_modality: Mapping[str, Sequence[tuple[Sequence[Rank], Sequence[float]]]] | None = None,
+    subset_by_modality: Mapping[str, Sequence[Rank]] | None = None,
 ) -> dict[str, Any]:
     """Per-retriever aggregates over its queries, one list of ranks per modality.
 
-    ``ranks_by_modality`` maps each of :data:`MODALITIES` to the ranks of the same
-    queries in the same order (``None`` = not retrieved). Returns::
+    ``ranks_by_modality`` maps each of :data:`MODALITIES` to the (best) ranks of the
+    same queries in the same order (``None`` = not retrieved). Returns::
 
         {"recall_at_k": {modality: float|None}, "mrr": {...}, "ndcg": {...},
-         "comp_gap_ndcg": float|None, "comp_gap_mrr": float|None}
+         "comp_gap_ndcg": float|None, "comp_gap_mrr": float|None,
+         "map_at_k": ..., "ndcg_graded": ..., "recall_subset": ...}
 
-    MRR and nDCG are over the full gallery (no cut-off); the Composition Gaps compare
-    the multimodal score with the better of image-only and text-only.
+    MRR and nDCG are over the full gallery (no cut-off) on the best rank; the
+    Composition Gaps compare the multimodal score with the better of image-only and
+    text-only. The last three come from :func:`multi_target_scores`, on
+    ``all_ranks_by_modality`` (the rank of every positive; when absent, the best rank
+    stands for the query's only positive).
     """
     k = check_k(k)
-    missing = [m for m in MODALITIES if m not in ranks_by_modality]
-    if missing:
-        raise ValueError(f"missing modalities: {missing}")
-    lengths = {len(ranks_by_modality[m]) for m in MODALITIES}
-    if len(lengths) != 1:
-        raise ValueError("every modality must list the same queries")
+    _check_modalities(ranks_by_modality, "ranks")
+    if all_ranks_by_modality is None:
+        all_ranks_by_modality = {m: [[r] for r in ranks_by_modality[m]] for m in MODALITIES}
     recall = {m: recall_at_k(ranks_by_modality[m], k) for m in MODALITIES}
     rr = {m: mrr(ranks_by_modality[m]) for m in MODALITIES}
     nd = {m: mean_ndcg(ranks_by_modality[m]) for m in MODALITIES}
@@ -184,4 +288,5 @@ def modality_scores(
         "ndcg": nd,
         "comp_gap_ndcg": comp_gap(nd["multimodal"], nd["image_only"], nd["text_only"]),
         "comp_gap_mrr": comp_gap(rr["multimodal"], rr["image_only"], rr["text_only"]),
+        **multi_target_scores(all_ranks_by_modality, graded_by_modality, subset_by_modality),
     }

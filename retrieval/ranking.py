@@ -1,31 +1,32 @@
 """Ranking of query embeddings against a gallery (torch; no Django).
 
 Scores are dot products ``query . gallery_item`` (cosine when the caller L2-normalises
-both sides). Work happens on the device of the inputs, in blocks of queries times
-blocks of gallery items, so memory stays bounded whatever the gallery size, and the
-gallery is never sorted:
+both sides). Work happens on the device of the queries, in blocks of queries times
+blocks of gallery items (a CPU gallery, for example a ``numpy.memmap`` of the embedding
+cache, is moved to that device one block at a time), so memory stays bounded whatever
+the gallery size: the gallery is never sorted and the score matrix is never held whole.
 
-* **Rank rule.** The rank of a positive with score ``s`` is
-  ``1 + #{gallery items (not excluded) with a score strictly greater than s}``.
-  Ties are therefore resolved in the query's favour (optimistic): a positive that ties
-  with other items is ranked before all of them. The rank of a query is that of its
-  best-scoring positive, i.e. the best rank over its positives.
+* **Rank rule (pessimistic ties).** The rank of a positive ``p`` with score ``s`` is
+  ``1 + #{other gallery items (not excluded) with a score >= s}``: a positive tied with
+  other items is placed after all of them. The count is accumulated over the gallery
+  blocks in one pass. The rank of a query is that of its best positive (the minimum
+  over its positives); :attr:`RankResult.per_positive_ranks` holds every positive's.
+* **Scores of the positives** are computed once per query block, before the pass over
+  the gallery, by the same matrix product (same shapes) as the gallery chunks, so
+  exact ties (for example duplicate images) are seen as ties and are pessimistic.
 * **Exclusion.** An optional gallery index per query (typically the reference image) is
-  removed from that query's gallery: it never counts in ranks, never appears in the
-  top-K list, and if it is also listed as a positive it is ignored as a positive.
+  removed from that query's gallery for ranking: it never counts in ranks, and if it is
+  also listed as a positive it is ignored as a positive (rank ``None``). It is *not*
+  removed from the top-K list (the candidate panel filters what it must not show).
 * **No positive** (empty list, or its only positives excluded) gives rank ``None``.
-* **Top-K** indices come from ``torch.topk`` per gallery block, merged across blocks.
-  Among items with exactly equal scores their order (and which of them fill the last
-  slots) is unspecified. When fewer than ``top_k`` items are available the row is
-  padded with index ``-1`` and score ``-inf``.
+* **Group ranks.** With ``groups[q]`` (gallery indices, e.g. CIRR's ``img_set``
+  members), :attr:`RankResult.group_rank` is the best positive's rank within that group:
+  ``1 + #{members other than that positive and the excluded item scoring >= it}``.
+* **Top-K** indices come from ``torch.topk`` per gallery block, merged across blocks
+  (a running top-K). Among items with exactly equal scores their order is unspecified.
+  When fewer than ``top_k`` items exist the row is padded with index ``-1``, score ``-inf``.
 * **Precision.** float16/bfloat16 inputs are upcast to float32 before the products;
   float64 stays float64. NaN scores give undefined results.
-
-A gallery block holding a positive is needed twice (first to read the positives'
-scores, then to count and select). It is kept between the two passes when the query
-block's scores fit in ``max_cache_bytes`` (or the gallery is one block); otherwise it
-is recomputed with identical inputs and shapes, which relies on a matrix product being
-deterministic for identical inputs on one device.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+NEG_INF = float("-inf")
 
 
 @dataclass
@@ -44,13 +47,17 @@ class RankResult:
     ``topk``: LongTensor ``[Q, top_k]`` of gallery indices (on the CPU), best first,
     ``-1`` padding. ``topk_scores``: the matching scores (float, ``-inf`` padding).
     ``per_positive_ranks[q][i]``: rank of ``positives[q][i]`` (``None`` when it is the
-    excluded item), only when requested.
+    excluded item). ``group_rank[q]``: rank within ``groups[q]`` (``None`` without groups
+    or without a positive). ``extra_ranks[q][i]``: rank of ``extra[q][i]`` (targets
+    ranked by the same rule that never count as positives, e.g. CIRR's soft targets).
     """
 
     best_rank: list[int | None]
     topk: torch.Tensor
     topk_scores: torch.Tensor
     per_positive_ranks: list[list[int | None]] | None = None
+    group_rank: list[int | None] | None = None
+    extra_ranks: list[list[int | None]] | None = None
 
 
 def _score_dtype(queries: torch.Tensor, gallery: torch.Tensor) -> torch.dtype:
@@ -58,6 +65,17 @@ def _score_dtype(queries: torch.Tensor, gallery: torch.Tensor) -> torch.dtype:
     if torch.float64 in (queries.dtype, gallery.dtype):
         return torch.float64
     return torch.float32
+
+
+def _check_indices(rows: Sequence[Sequence[int]] | None, n_q: int, n_g: int, name: str) -> None:
+    if rows is None:
+        return
+    if len(rows) != n_q:
+        raise ValueError(f"{name} has {len(rows)} entries for {n_q} queries")
+    for q, row in enumerate(rows):
+        for p in row:
+            if not 0 <= int(p) < n_g:
+                raise ValueError(f"query {q}: {name} index {p} outside the gallery [0, {n_g})")
 
 
 def _validate(
@@ -73,26 +91,119 @@ def _validate(
         raise ValueError(
             f"embedding sizes differ: queries {queries.shape[1]}, gallery {gallery.shape[1]}"
         )
-    if queries.device != gallery.device:
-        raise ValueError("queries and gallery must be on the same device")
     if not (queries.is_floating_point() and gallery.is_floating_point()):
         raise ValueError("embeddings must be floating point")
     n_q, n_g = queries.shape[0], gallery.shape[0]
-    if len(positives) != n_q:
-        raise ValueError(f"positives has {len(positives)} entries for {n_q} queries")
-    for q, pos in enumerate(positives):
-        for p in pos:
-            if not 0 <= int(p) < n_g:
-                raise ValueError(f"query {q}: positive {p} outside the gallery [0, {n_g})")
+    _check_indices(positives, n_q, n_g, "positives")
     if exclude is not None:
-        if len(exclude) != n_q:
-            raise ValueError(f"exclude has {len(exclude)} entries for {n_q} queries")
-        for q, e in enumerate(exclude):
-            if e is not None and not 0 <= int(e) < n_g:
-                raise ValueError(f"query {q}: excluded index {e} outside the gallery")
+        _check_indices([[] if e is None else [e] for e in exclude], n_q, n_g, "exclude")
     if top_k < 0:
         raise ValueError("top_k must be >= 0")
     return n_q, n_g
+
+
+def _padded(rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    """``[n, max len]`` LongTensor of the rows, padded with -1."""
+    width = max([len(r) for r in rows] + [1])
+    out = torch.full((len(rows), width), -1, dtype=torch.long)
+    for i, row in enumerate(rows):
+        if len(row):
+            out[i, : len(row)] = torch.as_tensor([int(x) for x in row], dtype=torch.long)
+    return out
+
+
+def _scores_of(qb: torch.Tensor, gallery: torch.Tensor, idx: torch.Tensor, width: int) -> torch.Tensor:
+    """``score[i, j] = qb[i] . gallery[idx[i, j]]`` (padding -1 gives -inf).
+
+    The needed gallery rows are stacked into blocks of exactly ``width`` rows (the
+    width of a gallery chunk) and scored by the same matrix product as the gallery
+    chunks, so a positive's score equals the one the pass over the gallery sees, bit
+    for bit: exact ties (duplicate images) stay exact ties.
+    """
+    uniq, inv = torch.unique(idx.clamp_min(0), return_inverse=True)
+    out = torch.full(idx.shape, NEG_INF, dtype=qb.dtype, device=qb.device)
+    uniq_cpu = uniq.cpu()
+    for s in range(0, uniq.numel(), width):
+        rows = uniq_cpu[s : s + width]
+        block = torch.zeros((width, qb.shape[1]), dtype=qb.dtype, device=qb.device)
+        block[: rows.numel()] = gallery[rows].to(device=qb.device, dtype=qb.dtype)
+        scores = qb @ block.T
+        inside = (inv >= s) & (inv < s + rows.numel())
+        out = torch.where(inside, scores.gather(1, (inv - s).clamp(0, width - 1)), out)
+    return torch.where(idx >= 0, out, torch.full_like(out, NEG_INF))
+
+
+class _Block:
+    """One block of queries: positives, thresholds, counts and the running top-K."""
+
+    def __init__(self, qb, gallery, positives, extra, excl, top_k, width):
+        device = qb.device
+        self.qb, self.top_k, self.width = qb, top_k, width
+        self.n_pos = [len(p) for p in positives]
+        rows = [[*p, *e] for p, e in zip(positives, extra)]
+        self.pos = _padded(rows).to(device)
+        self.excl = torch.as_tensor(excl, dtype=torch.long).to(device)
+        self.valid = (self.pos >= 0) & (self.pos != self.excl[:, None])
+        cols = torch.arange(self.pos.shape[1], device=device)[None, :]
+        self.is_pos = self.valid & (cols < torch.as_tensor(self.n_pos, device=device)[:, None])
+        scores = _scores_of(qb, gallery, self.pos, width)
+        # invalid slots get +inf: nothing scores >= +inf, so their count stays 0
+        self.thr = torch.where(self.valid, scores, torch.full_like(scores, float("inf")))
+        self.counts = torch.zeros(self.pos.shape, dtype=torch.long, device=device)
+        self.run_val = torch.empty((qb.shape[0], 0), dtype=qb.dtype, device=device)
+        self.run_idx = torch.empty((qb.shape[0], 0), dtype=torch.long, device=device)
+
+    def add_chunk(self, scores: torch.Tensor, start: int) -> None:
+        """Fold the scores of gallery items ``start..start+gc`` into the counts and top-K."""
+        gc = scores.shape[1]
+        if self.top_k:
+            cv, ci = scores.topk(min(self.top_k, gc), dim=1)
+            self.run_val = torch.cat([self.run_val, cv], dim=1)
+            self.run_idx = torch.cat([self.run_idx, ci + start], dim=1)
+            if self.run_val.shape[1] > self.top_k:
+                self.run_val, sel = self.run_val.topk(self.top_k, dim=1)
+                self.run_idx = self.run_idx.gather(1, sel)
+        rows = ((self.excl >= start) & (self.excl < start + gc)).nonzero(as_tuple=True)[0]
+        if rows.numel():  # the block is not used after this: edit in place
+            scores[rows, self.excl[rows] - start] = NEG_INF
+        for j in range(self.thr.shape[1]):
+            self.counts[:, j] += (scores >= self.thr[:, j : j + 1]).sum(dim=1)
+        # a positive never counts against itself
+        inside = self.valid & (self.pos >= start) & (self.pos < start + gc)
+        own = scores.gather(1, (self.pos - start).clamp(0, gc - 1))
+        self.counts -= (inside & (own >= self.thr)).long()
+
+    def group_ranks(self, gallery: torch.Tensor, groups: Sequence[Sequence[int]]) -> list[int | None]:
+        """Rank of the best positive within each query's group (see the module notes)."""
+        members = _padded(groups).to(self.qb.device)
+        scores = _scores_of(self.qb, gallery, members, self.width)
+        masked = torch.where(self.is_pos, self.counts, torch.full_like(self.counts, 2**62))
+        best_slot = masked.argmin(dim=1)
+        best_idx = self.pos.gather(1, best_slot[:, None])
+        best_thr = self.thr.gather(1, best_slot[:, None])
+        other = (members >= 0) & (members != best_idx) & (members != self.excl[:, None])
+        above = (other & (scores >= best_thr)).sum(dim=1).cpu().tolist()
+        has = self.is_pos.any(dim=1).cpu().tolist()
+        return [int(a) + 1 if h else None for a, h in zip(above, has)]
+
+    def top(self) -> tuple[torch.Tensor, torch.Tensor]:
+        nb, pad = self.qb.shape[0], self.top_k - self.run_val.shape[1]
+        val, idx = self.run_val, self.run_idx
+        if pad > 0:
+            val = torch.cat([val, torch.full((nb, pad), NEG_INF, dtype=val.dtype, device=val.device)], 1)
+            idx = torch.cat([idx, torch.full((nb, pad), -1, dtype=torch.long, device=idx.device)], 1)
+        idx = torch.where(torch.isneginf(val), torch.full_like(idx, -1), idx)
+        return val.cpu(), idx.cpu()
+
+    def ranks(self, n_all: Sequence[int]) -> tuple[list[int | None], list[list[int | None]], list[list[int | None]]]:
+        """Best ranks, the positives' ranks and the extra targets' ranks."""
+        counts = self.counts.cpu().tolist()
+        valid = self.valid.cpu().tolist()
+        rows = [[c + 1 if v else None for c, v in zip(counts[i][:n], valid[i][:n])] for i, n in enumerate(n_all)]
+        per = [row[:n] for row, n in zip(rows, self.n_pos)]
+        extra = [row[n:] for row, n in zip(rows, self.n_pos)]
+        best = [min((r for r in row if r is not None), default=None) for row in per]
+        return best, per, extra
 
 
 def rank_queries(
@@ -104,136 +215,66 @@ def rank_queries(
     chunk_size: int = 4096,
     query_chunk_size: int = 1024,
     return_per_positive: bool = False,
-    max_cache_bytes: int = 256 * 2**20,
+    groups: Sequence[Sequence[int]] | None = None,
+    extra: Sequence[Sequence[int]] | None = None,
 ) -> RankResult:
-    """Rank every query against the gallery without sorting it (see the module notes).
+    """Rank every query against the gallery in one pass over it (see the module notes).
 
-    ``queries [Q, D]`` and ``gallery [G, D]`` share a device; ``positives[q]`` lists the
-    gallery indices of query ``q``'s ground truths; ``exclude[q]`` is a gallery index to
-    remove for query ``q`` (or ``None``). ``chunk_size`` gallery items and
-    ``query_chunk_size`` queries are scored per matrix product. When one query block's
-    scores against the whole gallery fit in ``max_cache_bytes``, the blocks read for
-    the positives are kept and not recomputed.
+    ``queries [Q, D]`` live on the compute device; ``gallery [G, D]`` on the same device
+    or on the CPU (possibly memory-mapped), read ``chunk_size`` rows at a time.
+    ``positives[q]`` lists the gallery indices of query ``q``'s positive targets;
+    ``exclude[q]`` is a gallery index to remove for query ``q`` (or ``None``);
+    ``groups[q]`` optional gallery indices for :attr:`RankResult.group_rank`;
+    ``extra[q]`` optional targets ranked for :attr:`RankResult.extra_ranks` only.
+    Peak memory: ``query_chunk_size x chunk_size`` scores plus ``top_k`` per query.
     """
     n_q, n_g = _validate(queries, gallery, positives, exclude, top_k)
+    _check_indices(groups, n_q, n_g, "groups")
+    _check_indices(extra, n_q, n_g, "extra")
+    extra = extra if extra is not None else [[] for _ in range(n_q)]
     if chunk_size < 1 or query_chunk_size < 1:
         raise ValueError("chunk sizes must be >= 1")
     device = queries.device
     dtype = _score_dtype(queries, gallery)
-    elem_bytes = torch.finfo(dtype).bits // 8
-    k_out = int(top_k)
-    n_chunks = (n_g + chunk_size - 1) // chunk_size
-
-    best_rank: list[int | None] = []
-    per_positive: list[list[int | None]] | None = [] if return_per_positive else None
-    topk_idx_rows: list[torch.Tensor] = []
-    topk_val_rows: list[torch.Tensor] = []
-
+    best: list[int | None] = []
+    per: list[list[int | None]] = []
+    extra_ranks: list[list[int | None]] = []
+    group_rank: list[int | None] | None = [] if groups is not None else None
+    vals: list[torch.Tensor] = []
+    idxs: list[torch.Tensor] = []
     for qs in range(0, n_q, query_chunk_size):
         qe = min(qs + query_chunk_size, n_q)
-        nb = qe - qs
-        qb = queries[qs:qe].to(dtype)
-        block_pos = [list(map(int, positives[q])) for q in range(qs, qe)]
-        block_excl = [
-            -1 if exclude is None or exclude[q] is None else int(exclude[q])
-            for q in range(qs, qe)
-        ]
-        width = max([len(p) for p in block_pos] + [1])
-        pos_idx = torch.full((nb, width), -1, dtype=torch.long)
-        for i, pos in enumerate(block_pos):
-            if pos:
-                pos_idx[i, : len(pos)] = torch.tensor(pos, dtype=torch.long)
-        excl = torch.tensor(block_excl, dtype=torch.long)
-        pos_valid = (pos_idx >= 0) & (pos_idx != excl[:, None])
-        pos_idx = pos_idx.to(device)
-        pos_valid = pos_valid.to(device)
-        excl = excl.to(device)
+        excl = [-1 if exclude is None or exclude[q] is None else int(exclude[q]) for q in range(qs, qe)]
+        block = _Block(queries[qs:qe].to(dtype), gallery, positives[qs:qe], extra[qs:qe], excl, int(top_k),
+                       min(chunk_size, n_g) or 1)
+        for s in range(0, n_g, chunk_size):
+            part = gallery[s : s + chunk_size].to(device=device, dtype=dtype)
+            block.add_chunk(block.qb @ part.T, s)
+        b, p, e = block.ranks([len(x) + len(y) for x, y in zip(positives[qs:qe], extra[qs:qe])])
+        best.extend(b)
+        per.extend(p)
+        extra_ranks.extend(e)
+        if group_rank is not None:
+            group_rank.extend(block.group_ranks(gallery, groups[qs:qe]))
+        val, idx = block.top()
+        vals.append(val)
+        idxs.append(idx)
+    topk = torch.cat(idxs) if idxs else torch.empty((0, int(top_k)), dtype=torch.long)
+    topk_scores = torch.cat(vals) if vals else torch.empty((0, int(top_k)), dtype=dtype)
+    return RankResult(best, topk, topk_scores, per if return_per_positive else None, group_rank, extra_ranks)
 
-        cache: dict[int, torch.Tensor] = {}
-        keep_scores = n_chunks == 1 or nb * n_g * elem_bytes <= max_cache_bytes
 
-        def chunk_scores(c: int) -> torch.Tensor:
-            if c in cache:
-                return cache.pop(c)  # each cached block is read once more, in pass B
-            s = c * chunk_size
-            return qb @ gallery[s : s + chunk_size].to(dtype).T
+def pessimistic_rank(scores: np.ndarray, target: int, exclude: int | None = None) -> int:
+    """Brute-force rank of gallery item ``target`` in one score row, by a full argsort.
 
-        # Pass A: the positives' own scores, read from the block products.
-        pos_scores = torch.full((nb, width), float("-inf"), dtype=dtype, device=device)
-        chunks_with_pos = torch.unique(pos_idx[pos_valid] // chunk_size).tolist()
-        for c in chunks_with_pos:
-            s = c * chunk_size
-            scores = chunk_scores(c)
-            if keep_scores:
-                cache[c] = scores
-            inside = pos_valid & (pos_idx >= s) & (pos_idx < s + scores.shape[1])
-            local = (pos_idx - s).clamp(0, scores.shape[1] - 1)
-            pos_scores = torch.where(inside, scores.gather(1, local), pos_scores)
-
-        has_pos = pos_valid.any(dim=1)
-        best = pos_scores.max(dim=1).values
-        thresholds = pos_scores if return_per_positive else best[:, None]
-        counts = torch.zeros(thresholds.shape, dtype=torch.long, device=device)
-        run_val = torch.empty((nb, 0), dtype=dtype, device=device)
-        run_idx = torch.empty((nb, 0), dtype=torch.long, device=device)
-
-        # Pass B: count strictly better items and keep the running top-K.
-        for c in range(n_chunks):
-            s = c * chunk_size
-            scores = chunk_scores(c)
-            gc = scores.shape[1]
-            rows = ((excl >= s) & (excl < s + gc)).nonzero(as_tuple=True)[0]
-            if rows.numel():  # the block is not used after this pass: edit in place
-                scores[rows, excl[rows] - s] = float("-inf")
-            for j in range(thresholds.shape[1]):
-                counts[:, j] += (scores > thresholds[:, j : j + 1]).sum(dim=1)
-            if k_out:
-                cv, ci = scores.topk(min(k_out, gc), dim=1)
-                run_val = torch.cat([run_val, cv], dim=1)
-                run_idx = torch.cat([run_idx, ci + s], dim=1)
-                if run_val.shape[1] > k_out:
-                    run_val, sel = run_val.topk(k_out, dim=1)
-                    run_idx = run_idx.gather(1, sel)
-
-        if run_val.shape[1] < k_out:
-            pad = k_out - run_val.shape[1]
-            run_val = torch.cat(
-                [run_val, torch.full((nb, pad), float("-inf"), dtype=dtype, device=device)], 1
-            )
-            run_idx = torch.cat(
-                [run_idx, torch.full((nb, pad), -1, dtype=torch.long, device=device)], 1
-            )
-        run_idx = torch.where(torch.isneginf(run_val), torch.full_like(run_idx, -1), run_idx)
-        topk_val_rows.append(run_val.cpu())
-        topk_idx_rows.append(run_idx.cpu())
-
-        counts_cpu = counts.cpu()
-        valid_cpu = pos_valid.cpu()
-        has_pos_cpu = has_pos.cpu().tolist()
-        if return_per_positive:
-            # The best positive has the fewest strictly better items.
-            masked = torch.where(valid_cpu, counts_cpu, torch.full_like(counts_cpu, n_g + 1))
-            best_counts = masked.min(dim=1).values.tolist()
-        else:
-            best_counts = counts_cpu[:, 0].tolist()
-        for i in range(nb):
-            best_rank.append(best_counts[i] + 1 if has_pos_cpu[i] else None)
-            if per_positive is not None:
-                n_pos = len(block_pos[i])
-                per_positive.append(
-                    [
-                        int(counts_cpu[i, j]) + 1 if bool(valid_cpu[i, j]) else None
-                        for j in range(n_pos)
-                    ]
-                )
-
-    if topk_idx_rows:
-        topk = torch.cat(topk_idx_rows, dim=0)
-        topk_scores = torch.cat(topk_val_rows, dim=0)
-    else:
-        topk = torch.empty((0, k_out), dtype=torch.long)
-        topk_scores = torch.empty((0, k_out), dtype=dtype)
-    return RankResult(best_rank, topk, topk_scores, per_positive)
+    Sorted by score (descending) with the target placed after every item it ties with,
+    the excluded item removed: the same rule as :func:`rank_queries`.
+    """
+    idx = np.arange(scores.shape[0])
+    keep = idx != exclude if exclude is not None else np.ones(scores.shape[0], dtype=bool)
+    s, idx = scores[keep], idx[keep]
+    order = np.lexsort((idx == target, -s))  # score desc, the target last among equals
+    return int(np.flatnonzero(idx[order] == target)[0]) + 1
 
 
 def naive_rank(
@@ -244,40 +285,25 @@ def naive_rank(
     top_k: int = 10,
     return_per_positive: bool = False,
 ) -> RankResult:
-    """Reference implementation: full score matrix and a full sort per query.
+    """Reference implementation: full score matrix and a full sort per query and positive.
 
-    Same conventions as :func:`rank_queries`: among equal scores a positive is placed
-    first (optimistic ties); the top-K order breaks ties by the lower gallery index.
-    For tests and benchmarks only (memory ``Q x G``, time ``Q G log G``).
+    Same conventions as :func:`rank_queries` (pessimistic ties; the excluded item is
+    kept in the top-K list, whose ties break by the lower gallery index).
+    For tests and benchmarks only (memory ``Q x G``, time ``Q P G log G``).
     """
     n_q, n_g = _validate(queries, gallery, positives, exclude, top_k)
     dtype = _score_dtype(queries, gallery)
-    scores = (queries.to(dtype) @ gallery.to(dtype).T).cpu().numpy()
-    index = np.arange(n_g)
+    scores = (queries.to(dtype) @ gallery.to(device=queries.device, dtype=dtype).T).cpu().numpy()
     best_rank: list[int | None] = []
-    per_positive: list[list[int | None]] | None = [] if return_per_positive else None
+    per_positive: list[list[int | None]] = []
     topk = torch.full((n_q, top_k), -1, dtype=torch.long)
-    topk_scores = torch.full((n_q, top_k), float("-inf"), dtype=dtype)
+    topk_scores = torch.full((n_q, top_k), NEG_INF, dtype=dtype)
     for q in range(n_q):
         ex = None if exclude is None or exclude[q] is None else int(exclude[q])
-        keep = index != ex if ex is not None else np.ones(n_g, dtype=bool)
-        s, idx = scores[q][keep], index[keep]
-        pos_set = {int(p) for p in positives[q]} - ({ex} if ex is not None else set())
-        is_pos = np.isin(idx, list(pos_set))
-        order = np.lexsort((idx, ~is_pos, -s))  # score desc, positives first, index asc
-        hits = np.flatnonzero(is_pos[order])
-        best_rank.append(int(hits[0]) + 1 if hits.size else None)
-        if per_positive is not None:
-            row: list[int | None] = []
-            for p in positives[q]:
-                if int(p) not in pos_set:
-                    row.append(None)
-                    continue
-                this = idx == int(p)
-                order_p = np.lexsort((idx, ~this, -s))
-                row.append(int(np.flatnonzero(this[order_p])[0]) + 1)
-            per_positive.append(row)
-        plain = np.lexsort((idx, -s))[:top_k]
-        topk[q, : plain.size] = torch.from_numpy(idx[plain].astype(np.int64))
-        topk_scores[q, : plain.size] = torch.from_numpy(s[plain])
-    return RankResult(best_rank, topk, topk_scores, per_positive)
+        row = [None if int(p) == ex else pessimistic_rank(scores[q], int(p), ex) for p in positives[q]]
+        per_positive.append(row)
+        best_rank.append(min((r for r in row if r is not None), default=None))
+        plain = np.lexsort((np.arange(n_g), -scores[q]))[:top_k]
+        topk[q, : plain.size] = torch.from_numpy(plain.astype(np.int64))
+        topk_scores[q, : plain.size] = torch.from_numpy(scores[q][plain])
+    return RankResult(best_rank, topk, topk_scores, per_positive if return_per_positive else None)

@@ -38,6 +38,8 @@ from scipy import sparse
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
 KappaWeights = Literal["linear", "quadratic"] | None
 LEVELS: tuple[str, ...] = ("nominal", "ordinal", "interval", "ratio")
+ConstantPairs = Literal["undefined", "one"]
+CONSTANT_PAIRS: tuple[str, ...] = ("undefined", "one")
 
 # Above this many cells (pairable items x categories^2), alpha is computed from the
 # coincidence matrix directly instead of through the krippendorff package, whose
@@ -81,7 +83,7 @@ class PairKappa:
 
     rater_a: Hashable
     rater_b: Hashable
-    kappa: float
+    kappa: float | None  # None: undefined (both raters constant on one label, constant_pairs="undefined")
     n_shared: int
     constant_identical: bool  # both raters gave one and the same label on every shared item
 
@@ -108,10 +110,8 @@ CONVENTIONS: tuple[str, ...] = (
     "label_prevalence / valid_rate / positive_rate: share of all ratings (items x "
     "annotators actually rated) carrying the label.",
     "Cohen's kappa is computed for every annotator pair on the items both rated; pairs "
-    "with no shared item are left out. When both raters of a pair give one and the same "
-    "label on every shared item, p_e = 1 and kappa = 0/0; it is then set to 1.0 "
-    "(perfect agreement). This is the only undefined case: constant raters that "
-    "disagree have p_e = 0 and kappa = 0.",
+    "with no shared item are left out. Constant raters that disagree have p_e = 0 and "
+    "kappa = 0.",
     "Pair keys are 'a__b' with a before b in annotator order.",
     "Fleiss' kappa is null (not applicable) unless every item has the same number of "
     "ratings.",
@@ -123,10 +123,27 @@ CONVENTIONS: tuple[str, ...] = (
     "distances the numeric category values.",
     "Gwet's AC1: p_a over items with >= 2 ratings, class shares pi_k averaged over items "
     "with >= 1 rating, p_e = sum_k pi_k (1 - pi_k) / (Q - 1) with Q the number of "
-    "categories of the scale (declared, else observed); undefined when Q < 2.",
+    "categories of the scale (the rubric's: every declared category or, for validity "
+    "signatures, all 17 possible signatures), so AC1 is defined when every rating agrees.",
     "Bootstrap: items resampled with replacement (seeded), percentile interval; "
     "replicates in which a coefficient is undefined are skipped (n_valid).",
 )
+
+CONSTANT_PAIR_CONVENTIONS: dict[str, str] = {
+    "undefined": "When both raters of a pair give one and the same label on every shared item, p_e = 1 "
+                 "and Cohen's kappa = 0/0: the pair's kappa is undefined (null), left out of the pairwise "
+                 "mean, median, min and max; 'count' says how many pairs the summary covers and "
+                 "'n_undefined' how many were left out (constant_pairs = undefined, the default).",
+    "one": "When both raters of a pair give one and the same label on every shared item, p_e = 1 and "
+           "Cohen's kappa = 0/0: the pair counts as 1.0 (perfect agreement), the convention of the CIRCUS "
+           "release (constant_pairs = one).",
+}
+
+
+def check_constant_pairs(constant_pairs: str) -> None:
+    if constant_pairs not in CONSTANT_PAIRS:
+        raise ValueError(f"constant_pairs must be one of {CONSTANT_PAIRS}, not {constant_pairs!r}")
+
 
 VALIDITY_CONVENTIONS: tuple[str, ...] = (
     "Validity labels: 'VALIDATED' for valid, a list of flags for invalid ([] = invalid "
@@ -613,8 +630,11 @@ def kappa_weight_matrix(n_categories: int, weights: KappaWeights = None) -> np.n
     raise ValueError(f"weights must be None, 'linear' or 'quadratic', not {weights!r}")
 
 
-def _kappas(confusions: np.ndarray, weights: KappaWeights) -> tuple[np.ndarray, np.ndarray]:
-    """Cohen's kappa of each (pairs, K, K) confusion matrix; also a constant-identical mask."""
+def _kappas(confusions: np.ndarray, weights: KappaWeights,
+            constant_pairs: ConstantPairs = "undefined") -> tuple[np.ndarray, np.ndarray]:
+    """Cohen's kappa of each (pairs, K, K) confusion matrix (NaN where undefined); also a
+    constant-identical mask. ``constant_pairs``: such pairs are NaN (undefined) or 1.0 (one)."""
+    check_constant_pairs(constant_pairs)
     conf = np.asarray(confusions, dtype=np.float64)
     k = conf.shape[-1]
     w = kappa_weight_matrix(k, weights)
@@ -629,21 +649,26 @@ def _kappas(confusions: np.ndarray, weights: KappaWeights) -> tuple[np.ndarray, 
     # one and the same category (all off-diagonal products are exact zeros).
     constant = (expected_d == 0) & (n > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        kappa = np.where(constant, 1.0, 1.0 - observed_d / np.where(expected_d == 0, 1.0, expected_d))
+        fill = 1.0 if constant_pairs == "one" else np.nan
+        kappa = np.where(constant, fill, 1.0 - observed_d / np.where(expected_d == 0, 1.0, expected_d))
     return kappa, constant
 
 
-def cohen_kappa_from_confusion(confusion: np.ndarray, weights: KappaWeights = None) -> Value:
+def cohen_kappa_from_confusion(confusion: np.ndarray, weights: KappaWeights = None,
+                               constant_pairs: ConstantPairs = "undefined") -> Value:
     """Cohen's kappa of one K x K confusion matrix (rows: rater a, columns: rater b).
 
-    Both raters constant on the same label (p_e = 1) gives 1.0, see :data:`CONVENTIONS`.
+    Both raters constant on the same label (p_e = 1): :class:`Undefined`, or 1.0 with
+    ``constant_pairs="one"`` (:data:`CONSTANT_PAIR_CONVENTIONS`).
     """
     conf = np.asarray(confusion, dtype=np.float64)
     if conf.ndim != 2 or conf.shape[0] != conf.shape[1]:
         raise ValueError("confusion must be a square matrix")
     if conf.sum() == 0:
         return Undefined("no shared items")
-    kappa, _ = _kappas(conf[None], weights)
+    kappa, _ = _kappas(conf[None], weights, constant_pairs)
+    if math.isnan(kappa[0]):
+        return Undefined("both raters gave one and the same label on every shared item (p_e = 1)")
     return float(kappa[0])
 
 
@@ -673,29 +698,33 @@ def pair_confusions(ratings: Ratings) -> tuple[np.ndarray, np.ndarray]:
     return pairs, np.rint(conf).astype(np.int64).reshape(len(uniq), k, k)
 
 
-def pairwise_cohen_kappa(ratings: Ratings, weights: KappaWeights = None) -> list[PairKappa]:
+def pairwise_cohen_kappa(ratings: Ratings, weights: KappaWeights = None,
+                         constant_pairs: ConstantPairs = "undefined") -> list[PairKappa]:
     """Cohen's kappa for every annotator pair on their shared items, in pair order.
 
     Weights index the categories in their order (``ratings.categories``), so absent
     intermediate categories still count in the distance. Pairs with no shared item are
-    omitted.
+    omitted. A pair whose raters are both constant on one label has kappa ``None``
+    (undefined), or 1.0 with ``constant_pairs="one"``.
     """
     pairs, conf = pair_confusions(ratings)
     if len(pairs) == 0:
         return []
-    kappa, constant = _kappas(conf, weights)
+    kappa, constant = _kappas(conf, weights, constant_pairs)
     n_shared = conf.sum(axis=(1, 2))
     return [
-        PairKappa(ratings.raters[a], ratings.raters[b], float(kv), int(ns), bool(cst))
+        PairKappa(ratings.raters[a], ratings.raters[b], None if math.isnan(kv) else float(kv), int(ns), bool(cst))
         for (a, b), kv, ns, cst in zip(pairs.tolist(), kappa, n_shared, constant)
     ]
 
 
-def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None) -> list[PairKappa]:
+def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None,
+                                 constant_pairs: ConstantPairs = "undefined") -> list[PairKappa]:
     """Reference for :func:`pairwise_cohen_kappa`: one ``sklearn`` call per pair (slow).
 
     Same conventions: full category list as ``labels``; NaN from sklearn (p_e = 1, both
-    raters constant on one label) becomes 1.0; pairs with no shared item are omitted.
+    raters constant on one label) becomes ``None`` (or 1.0 with ``constant_pairs="one"``);
+    pairs with no shared item are omitted.
     """
     import warnings
 
@@ -717,8 +746,8 @@ def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None)
             if math.isnan(value):
                 if not constant:
                     raise ArithmeticError("sklearn returned NaN for a pair that is not constant")
-                value = 1.0
-            out.append(PairKappa(ratings.raters[a], ratings.raters[b], value, int(shared.sum()), constant))
+            kappa = (1.0 if constant_pairs == "one" else None) if math.isnan(value) else value
+            out.append(PairKappa(ratings.raters[a], ratings.raters[b], kappa, int(shared.sum()), constant))
     return out
 
 
@@ -728,6 +757,7 @@ def cohen_kappa(
     *,
     weights: KappaWeights = None,
     categories: Sequence[Any] | None = None,
+    constant_pairs: ConstantPairs = "undefined",
 ) -> Value:
     """Cohen's kappa of two aligned label sequences; positions where either is missing are skipped."""
     if len(labels_a) != len(labels_b):
@@ -737,19 +767,25 @@ def cohen_kappa(
         list(range(n)) * 2, ["a"] * n + ["b"] * n, list(labels_a) + list(labels_b),
         raters=["a", "b"], categories=categories,
     )
-    result = pairwise_cohen_kappa(ratings, weights)
+    result = pairwise_cohen_kappa(ratings, weights, constant_pairs)
     if not result:
         return Undefined("no shared items")
+    if result[0].kappa is None:
+        return Undefined("both raters gave one and the same label on every shared item (p_e = 1)")
     return result[0].kappa
 
 
-def summarize(values: Sequence[float]) -> dict[str, Any]:
-    """count, mean, median, min, max of ``values`` (``None`` statistics when empty)."""
-    arr = np.asarray(values, dtype=np.float64)
+def summarize(values: Sequence[float | None]) -> dict[str, Any]:
+    """count, mean, median, min, max of the defined ``values`` (``None`` statistics when none);
+    ``n_undefined``: the ``None`` values left out."""
+    defined = [v for v in values if v is not None]
+    arr = np.asarray(defined, dtype=np.float64)
+    n_undefined = len(values) - len(defined)
     if arr.size == 0:
-        return {"count": 0, "mean": None, "median": None, "min": None, "max": None}
+        return {"count": 0, "n_undefined": n_undefined, "mean": None, "median": None, "min": None, "max": None}
     return {
         "count": int(arr.size),
+        "n_undefined": n_undefined,
         "mean": float(arr.mean()),
         "median": float(np.median(arr)),
         "min": float(arr.min()),
@@ -762,12 +798,14 @@ def pair_key(rater_a: Any, rater_b: Any) -> str:
     return f"{rater_a}__{rater_b}"
 
 
-def mean_pairwise_kappa(ratings: Ratings, weights: KappaWeights = None) -> Value:
-    """Mean of the pairwise Cohen's kappas (undefined when no pair shares an item)."""
-    result = pairwise_cohen_kappa(ratings, weights)
+def mean_pairwise_kappa(ratings: Ratings, weights: KappaWeights = None,
+                        constant_pairs: ConstantPairs = "undefined") -> Value:
+    """Mean of the defined pairwise Cohen's kappas (undefined when no pair shares an item or
+    every pair is undefined)."""
+    result = [p.kappa for p in pairwise_cohen_kappa(ratings, weights, constant_pairs) if p.kappa is not None]
     if not result:
-        return Undefined("no annotator pair shares an item")
-    return float(np.mean([p.kappa for p in result]))
+        return Undefined("no annotator pair with a defined kappa")
+    return float(np.mean(result))
 
 
 # --------------------------------------------------------------------------- bootstrap
@@ -953,6 +991,9 @@ def validity_rates(signatures: Ratings) -> dict[str, Value]:
 # --------------------------------------------------------------------------- report
 
 
+N_SIGNATURES = 2 ** len(FLAGS) + 1  # VALID, INVALID_UNSPECIFIED and every non-empty set of flags
+
+
 def _default_weights(level: str) -> KappaWeights:
     return {"nominal": None, "ordinal": "linear"}.get(level, "quadratic")  # type: ignore[return-value]
 
@@ -970,25 +1011,155 @@ class _Recorder:
         return float(value)
 
 
-def _pairwise_block(ratings: Ratings, weights: KappaWeights) -> tuple[dict[str, Any], dict[str, float], dict[str, int]]:
-    pairs = pairwise_cohen_kappa(ratings, weights)
+def _pairwise_block(ratings: Ratings, weights: KappaWeights, constant_pairs: ConstantPairs,
+                    rec: _Recorder, path: str) -> dict[str, Any]:
+    """Summary (over the defined pairs), weights, kappa and shared items of every pair."""
+    pairs = pairwise_cohen_kappa(ratings, weights, constant_pairs)
     summary = summarize([p.kappa for p in pairs])
-    by_pair = {pair_key(p.rater_a, p.rater_b): p.kappa for p in pairs}
-    shared = {pair_key(p.rater_a, p.rater_b): p.n_shared for p in pairs}
-    return summary, by_pair, shared
+    if not pairs:
+        rec.undefined[path] = "no annotator pair shares an item"
+    elif summary["count"] == 0:
+        rec.undefined[path] = "every annotator pair is constant on one label (kappa undefined)"
+    undefined = [pair_key(p.rater_a, p.rater_b) for p in pairs if p.kappa is None]
+    if undefined:
+        rec.undefined[f"{path}.by_pair"] = ("both raters constant on one label (p_e = 1): "
+                                            + ", ".join(undefined))
+    return {**summary, "n_pairs": len(pairs), "weights": weights or "none", "constant_pairs": constant_pairs,
+            "by_pair": {pair_key(p.rater_a, p.rater_b): p.kappa for p in pairs},
+            "shared_items_by_pair": {pair_key(p.rater_a, p.rater_b): p.n_shared for p in pairs}}
 
 
-def _binary_block(ratings: Ratings, rec: _Recorder, path: str) -> dict[str, Any]:
-    summary, by_pair, _ = _pairwise_block(ratings, None)
-    if summary["count"] == 0:
-        rec.undefined[f"{path}.pairwise_cohen"] = "no annotator pair shares an item"
+def _binary_block(ratings: Ratings, rec: _Recorder, path: str, constant_pairs: ConstantPairs) -> dict[str, Any]:
+    pairwise = _pairwise_block(ratings, None, constant_pairs, rec, f"{path}.pairwise_cohen")
+    by_pair = pairwise.pop("by_pair")
+    pairwise.pop("shared_items_by_pair")
     return {
         "fleiss_kappa": rec(f"{path}.fleiss_kappa", fleiss_kappa(ratings)),
         "krippendorff_alpha_nominal": rec(f"{path}.krippendorff_alpha_nominal", krippendorff_alpha(ratings, "nominal")),
         "gwet_ac1": rec(f"{path}.gwet_ac1", gwet_ac1(ratings)),
         "percent_agreement": rec(f"{path}.percent_agreement", percent_agreement(ratings)),
-        "pairwise_cohen": summary,
+        "pairwise_cohen": pairwise,
         "pairwise_cohen_by_pair": by_pair,
+    }
+
+
+@dataclass(frozen=True)
+class _Options:
+    rubric: str | None
+    level: str
+    weights: KappaWeights
+    constant_pairs: ConstantPairs
+    n_categories: int | None  # Q of Gwet's AC1 (None: the ratings' categories)
+
+
+def _check_options(rubric: str | None, level: str, constant_pairs: str) -> None:
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
+    if rubric not in (None, "validity"):
+        raise ValueError(f"unknown rubric {rubric!r}")
+    if rubric == "validity" and level != "nominal":
+        raise ValueError("the validity rubric is nominal")
+    check_constant_pairs(constant_pairs)
+
+
+def _ratings_of(data: Iterable[tuple[Any, Any, Any]] | Ratings, rubric: str | None, raters: Sequence[Any] | None,
+                categories: Sequence[Any] | None) -> Ratings:
+    if isinstance(data, Ratings):
+        all_ratings = data
+    elif rubric == "validity":
+        all_ratings = validity_ratings(data, raters=raters)
+    else:
+        all_ratings = Ratings.from_triples(data, raters=raters, categories=categories)
+    if rubric == "validity":
+        bad = [c for c in all_ratings.categories if not isinstance(c, str)]
+        if bad:
+            raise ValueError("validity ratings must have signature strings as categories")
+        for c in all_ratings.categories:
+            if c != VALID_SIGNATURE:
+                signature_flags(c)
+    return all_ratings
+
+
+def _headline(ratings: Ratings, all_ratings: Ratings, opts: _Options, rec: _Recorder) -> dict[str, Any]:
+    annotators = ratings.active_raters()
+    return {
+        "rubric": opts.rubric or "generic",
+        "level": opts.level,
+        "annotators": [str(a) for a in annotators],
+        "n_items": ratings.n_items,
+        "n_annotators": len(annotators),
+        "n_judgements": ratings.n_ratings,
+        "n_items_excluded": all_ratings.n_items - ratings.n_items,
+        "n_categories": opts.n_categories or ratings.n_categories,
+        "percent_agreement": rec("percent_agreement", percent_agreement(ratings)),
+        "all_ratings_identical_rate": rec("all_ratings_identical_rate", all_identical_rate(ratings)),
+        "label_prevalence": label_prevalence(ratings),
+        "krippendorff_alpha": rec("krippendorff_alpha", krippendorff_alpha(ratings, opts.level)),  # type: ignore[arg-type]
+        "fleiss_kappa": rec("fleiss_kappa", fleiss_kappa(ratings)),
+        "gwet_ac1": rec("gwet_ac1", gwet_ac1_from_counts(ratings.counts(), opts.n_categories or ratings.n_categories)),
+        "pairwise_cohen": _pairwise_block(ratings, opts.weights, opts.constant_pairs, rec, "pairwise_cohen"),
+    }
+
+
+def _statistics(report: dict[str, Any], opts: _Options) -> dict[str, Callable[[Ratings], Value]]:
+    level, weights, cp, q = opts.level, opts.weights, opts.constant_pairs, opts.n_categories
+    statistics: dict[str, Callable[[Ratings], Value]] = {
+        "percent_agreement": percent_agreement,
+        "krippendorff_alpha": lambda r: krippendorff_alpha(r, level),  # type: ignore[arg-type]
+        "gwet_ac1": lambda r: gwet_ac1_from_counts(r.counts(), q or r.n_categories),
+        "pairwise_cohen_mean": lambda r: mean_pairwise_kappa(r, weights, cp),
+    }
+    if report["fleiss_kappa"] is not None:
+        statistics["fleiss_kappa"] = fleiss_kappa
+    if opts.rubric == "validity":
+        statistics["binary_valid_invalid.krippendorff_alpha_nominal"] = lambda r: krippendorff_alpha(binary_valid_ratings(r))
+        statistics["binary_valid_invalid.gwet_ac1"] = lambda r: gwet_ac1(binary_valid_ratings(r))
+        statistics["binary_valid_invalid.pairwise_cohen_mean"] = (
+            lambda r: mean_pairwise_kappa(binary_valid_ratings(r), None, cp))
+        if report["binary_valid_invalid"]["fleiss_kappa"] is not None:
+            statistics["binary_valid_invalid.fleiss_kappa"] = lambda r: fleiss_kappa(binary_valid_ratings(r))
+        for flag in FLAGS:
+            statistics[f"per_flag_agreement.{flag}.krippendorff_alpha_nominal"] = (
+                lambda r, f=flag: krippendorff_alpha(flag_ratings(r, f))
+            )
+    return statistics
+
+
+def _validity_blocks(ratings: Ratings, rec: _Recorder, constant_pairs: ConstantPairs) -> dict[str, Any]:
+    binary = binary_valid_ratings(ratings)
+    rates = validity_rates(ratings)
+    block = {
+        "n_items": ratings.n_items,
+        "n_raters": len(ratings.active_raters()),
+        **{name: rec(f"binary_valid_invalid.{name}", value) for name, value in rates.items()},
+        "valid_rate": label_prevalence(binary)["1"],
+    }
+    block.update(_binary_block(binary, rec, "binary_valid_invalid", constant_pairs))
+    per_flag: dict[str, Any] = {}
+    for flag in FLAGS:
+        fr = flag_ratings(ratings, flag)
+        fb = _binary_block(fr, rec, f"per_flag_agreement.{flag}", constant_pairs)
+        fb["positive_rate"] = label_prevalence(fr)["1"]
+        per_flag[flag] = fb
+    return {"binary_valid_invalid": block, "per_flag_agreement": per_flag,
+            "signature_alpha_nominal": rec("signature_alpha_nominal", krippendorff_alpha(ratings, "nominal"))}
+
+
+def _intervals(ratings: Ratings, statistics: dict[str, Callable[[Ratings], Value]], rec: _Recorder, *,
+               n_boot: int, seed: int, confidence: float) -> dict[str, Any]:
+    intervals = bootstrap_intervals(ratings, statistics, n_boot=n_boot, seed=seed, confidence=confidence)
+    for name, iv in intervals.items():
+        if isinstance(iv, Undefined):
+            rec.undefined[f"confidence_intervals.{name}"] = iv.reason
+    return {
+        "method": "percentile bootstrap, items resampled with replacement",
+        "n_boot": n_boot,
+        "n_items": ratings.n_items,
+        "seed": seed,
+        "confidence": confidence,
+        "intervals": {
+            name: (None if isinstance(iv, Undefined) else iv.to_json()) for name, iv in intervals.items()
+        },
     }
 
 
@@ -1003,6 +1174,8 @@ def agreement_report(
     n_boot: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    constant_pairs: ConstantPairs = "undefined",
+    n_categories: int | None = None,
 ) -> dict[str, Any]:
     """The whole agreement report as a JSON-ready dict.
 
@@ -1011,106 +1184,29 @@ def agreement_report(
     ``rubric="validity"`` labels are ``"VALIDATED"`` or a list of flags, the level is
     nominal, and the report adds ``binary_valid_invalid``, ``per_flag_agreement`` and
     ``signature_alpha_nominal`` shaped as in the CIRCUS ``agreement_report.json``.
-    ``kappa_weights="auto"``: none for nominal, linear for ordinal, quadratic for
-    interval and ratio. ``n_boot=0`` skips the bootstrap (its cost grows with items).
-    Null values are explained in ``undefined``; conventions are listed in ``conventions``.
+    ``categories``: the scale (the rubric's, so unused values count). ``kappa_weights="auto"``:
+    none for nominal, linear for ordinal, quadratic for interval and ratio.
+    ``constant_pairs``: Cohen's kappa of a pair constant on one label is ``"undefined"``
+    (default) or ``"one"`` (CIRCUS). ``n_categories``: Q of Gwet's AC1 (default: the
+    categories; validity: all :data:`N_SIGNATURES` signatures). ``n_boot=0`` skips the
+    bootstrap (its cost grows with items). Null values are explained in ``undefined``;
+    conventions are listed in ``conventions``.
     """
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, not {level!r}")
-    if rubric not in (None, "validity"):
-        raise ValueError(f"unknown rubric {rubric!r}")
-    if rubric == "validity" and level != "nominal":
-        raise ValueError("the validity rubric is nominal")
+    _check_options(rubric, level, constant_pairs)
     weights: KappaWeights = _default_weights(level) if kappa_weights == "auto" else kappa_weights
-    if isinstance(data, Ratings):
-        all_ratings = data
-    elif rubric == "validity":
-        all_ratings = validity_ratings(data, raters=raters)
-    else:
-        all_ratings = Ratings.from_triples(data, raters=raters, categories=categories)
-    if rubric == "validity":
-        bad = [c for c in all_ratings.categories if not isinstance(c, str)]
-        if bad:
-            raise ValueError("validity ratings must have signature strings as categories")
-        for c in all_ratings.categories:
-            if c != VALID_SIGNATURE:
-                signature_flags(c)
+    if rubric == "validity" and n_categories is None:
+        n_categories = N_SIGNATURES
+    opts = _Options(rubric, level, weights, constant_pairs, n_categories)
+    all_ratings = _ratings_of(data, rubric, raters, categories)
     ratings = all_ratings.min_ratings(2)
     rec = _Recorder()
-    annotators = ratings.active_raters()
-
-    summary, by_pair, shared = _pairwise_block(ratings, weights)
-    if summary["count"] == 0:
-        rec.undefined["pairwise_cohen"] = "no annotator pair shares an item"
-    report: dict[str, Any] = {
-        "rubric": rubric or "generic",
-        "level": level,
-        "annotators": [str(a) for a in annotators],
-        "n_items": ratings.n_items,
-        "n_annotators": len(annotators),
-        "n_judgements": ratings.n_ratings,
-        "n_items_excluded": all_ratings.n_items - ratings.n_items,
-        "percent_agreement": rec("percent_agreement", percent_agreement(ratings)),
-        "all_ratings_identical_rate": rec("all_ratings_identical_rate", all_identical_rate(ratings)),
-        "label_prevalence": label_prevalence(ratings),
-        "krippendorff_alpha": rec("krippendorff_alpha", krippendorff_alpha(ratings, level)),
-        "fleiss_kappa": rec("fleiss_kappa", fleiss_kappa(ratings)),
-        "gwet_ac1": rec("gwet_ac1", gwet_ac1(ratings)),
-        "pairwise_cohen": {**summary, "weights": weights or "none", "by_pair": by_pair, "shared_items_by_pair": shared},
-    }
-    statistics: dict[str, Callable[[Ratings], Value]] = {
-        "percent_agreement": percent_agreement,
-        "krippendorff_alpha": lambda r: krippendorff_alpha(r, level),
-        "gwet_ac1": gwet_ac1,
-        "pairwise_cohen_mean": lambda r: mean_pairwise_kappa(r, weights),
-    }
-    if report["fleiss_kappa"] is not None:
-        statistics["fleiss_kappa"] = fleiss_kappa
-
-    conventions = list(CONVENTIONS)
+    report = _headline(ratings, all_ratings, opts, rec)
+    conventions = list(CONVENTIONS) + [CONSTANT_PAIR_CONVENTIONS[constant_pairs]]
     if rubric == "validity":
         conventions += VALIDITY_CONVENTIONS
-        binary = binary_valid_ratings(ratings)
-        rates = validity_rates(ratings)
-        block = {
-            "n_items": ratings.n_items,
-            "n_raters": len(annotators),
-            **{name: rec(f"binary_valid_invalid.{name}", value) for name, value in rates.items()},
-            "valid_rate": label_prevalence(binary)["1"],
-        }
-        block.update(_binary_block(binary, rec, "binary_valid_invalid"))
-        report["binary_valid_invalid"] = block
-        per_flag: dict[str, Any] = {}
-        for flag in FLAGS:
-            fr = flag_ratings(ratings, flag)
-            fb = _binary_block(fr, rec, f"per_flag_agreement.{flag}")
-            fb["positive_rate"] = label_prevalence(fr)["1"]
-            per_flag[flag] = fb
-        report["per_flag_agreement"] = per_flag
-        report["signature_alpha_nominal"] = rec("signature_alpha_nominal", krippendorff_alpha(ratings, "nominal"))
-        statistics["binary_valid_invalid.krippendorff_alpha_nominal"] = lambda r: krippendorff_alpha(binary_valid_ratings(r))
-        statistics["binary_valid_invalid.gwet_ac1"] = lambda r: gwet_ac1(binary_valid_ratings(r))
-        statistics["binary_valid_invalid.pairwise_cohen_mean"] = lambda r: mean_pairwise_kappa(binary_valid_ratings(r))
-        if block["fleiss_kappa"] is not None:
-            statistics["binary_valid_invalid.fleiss_kappa"] = lambda r: fleiss_kappa(binary_valid_ratings(r))
-        for flag in FLAGS:
-            statistics[f"per_flag_agreement.{flag}.krippendorff_alpha_nominal"] = (
-                lambda r, f=flag: krippendorff_alpha(flag_ratings(r, f))
-            )
-
-    intervals = bootstrap_intervals(ratings, statistics, n_boot=n_boot, seed=seed, confidence=confidence)
-    report["confidence_intervals"] = {
-        "method": "percentile bootstrap, items resampled with replacement",
-        "n_boot": n_boot,
-        "seed": seed,
-        "confidence": confidence,
-        "intervals": {
-            name: (None if isinstance(iv, Undefined) else iv.to_json()) for name, iv in intervals.items()
-        },
-    }
-    for name, iv in intervals.items():
-        if isinstance(iv, Undefined):
-            rec.undefined[f"confidence_intervals.{name}"] = iv.reason
+        report.update(_validity_blocks(ratings, rec, constant_pairs))
+    report["confidence_intervals"] = _intervals(ratings, _statistics(report, opts), rec, n_boot=n_boot, seed=seed,
+                                                confidence=confidence)
     report["undefined"] = rec.undefined
     report["conventions"] = conventions
     return report

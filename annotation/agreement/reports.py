@@ -1,7 +1,12 @@
 """Agreement reports over a study's judgements (current revisions only).
 
+* :func:`compute_agreement` is THE agreement of a study's judgements: the page, report.json,
+  report.csv and ``manage.py agreement --study`` (:func:`study_agreement`) all go through it,
+  with an :class:`AgreementSpec` taken from the rubric (every category or scale value; scales
+  ordinal with quadratic kappa weights) and the constant-pair convention (``undefined`` or
+  ``one``), so they give identical numbers.
 * :func:`study_triples` gives ``(item, annotator, label)`` triples in the label conventions
-  of ``manage.py agreement`` (it backs ``agreement --study ID``): validity rubric:
+  of ``manage.py agreement``: validity rubric:
   ``"VALIDATED"`` or the list of true flags (``[]`` for an invalid judgement with no flag);
   other category rubrics: the category key; session rubrics: one scale's number.
 * :func:`study_report` is the researcher's report: :func:`annotation.agreement.maths.agreement_report`
@@ -14,14 +19,28 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
 from django.core.management.base import CommandError
 
-from annotation.verdicts.adjudication import decide_row, is_validity_rubric, iter_item_batches, validity_label
-from annotation.agreement.maths import FLAGS, VALIDATED, agreement_report, pair_key, validity_signature
-from annotation.verdicts.consensus import ADJUDICATION, POLICIES, REJECTED, UNJUDGED, tally
+from annotation.verdicts.adjudication import (
+    Verdicts,
+    decide_row,
+    is_validity_rubric,
+    iter_item_batches,
+    validity_label,
+)
+from annotation.agreement.maths import (
+    CONSTANT_PAIRS,
+    FLAGS,
+    VALIDATED,
+    agreement_report,
+    pair_key,
+    validity_signature,
+)
+from annotation.verdicts.consensus import ADJUDICATION, PENDING, POLICIES, REJECTED, Decision, tally
 from annotation.verdicts.consensus import VALIDATED as VALIDATED_STATUS
 from annotation.models import Assignment, Judgement, Study
 from annotation.judging.rubric import Rubric
@@ -133,6 +152,73 @@ def annotator_pseudonyms(study: Study) -> dict[str, str]:
     return {name: f"annotator_{i:0{width}d}" for i, name in enumerate(ordered, start=1)}
 
 
+# --------------------------------------------------------------------------- the agreement engine
+
+DEFAULT_BOOTSTRAP = 1000
+
+
+@dataclass(frozen=True)
+class AgreementSpec:
+    """How one kind of label is scored: the categories come from the rubric (every scale value,
+    every category; validity: signatures, Gwet's Q = all 17), never only the observed ones."""
+
+    rubric: str | None  # "validity" or None
+    level: str
+    categories: tuple[Any, ...] | None
+    weights: str | None  # Cohen's kappa weights: None (unweighted), "linear" or "quadratic"
+
+    def describe(self) -> str:
+        weights = f"{self.weights} weights" if self.weights else "unweighted"
+        scale = (f", categories {', '.join(map(str, self.categories))}" if self.categories is not None
+                 else ", categories: the validity signatures (Gwet's Q = 17)" if self.rubric else "")
+        return f"{self.level} level, Cohen's kappa {weights}{scale}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "kappa_weights": self.weights or "none",
+                "categories": list(self.categories) if self.categories is not None else None,
+                "statement": self.describe()}
+
+
+FLAG_SPEC = AgreementSpec(None, "nominal", (0, 1), None)
+
+
+def agreement_spec(rubric: Rubric, dimension: str | None = None) -> AgreementSpec:
+    """The spec of a rubric's labels (``dimension``: the scale of a session rubric).
+    Scales are ordinal with quadratic weights over their whole range."""
+    kind = label_kind(rubric)
+    if kind == "validity":
+        return AgreementSpec("validity", "nominal", None, None)
+    if kind == "category":
+        return AgreementSpec(None, "nominal", tuple(c.key for c in rubric.categories), None)
+    dimension = _check_dimension(rubric, dimension)
+    scale = next(s for s in rubric.scales if s.key == dimension)
+    return AgreementSpec(None, "ordinal", tuple(range(scale.min, scale.max + 1)), "quadratic")
+
+
+def compute_agreement(triples: list[tuple[Any, Any, Any]], spec: AgreementSpec, *, raters: list[str] | None = None,
+                      n_boot: int = 0, seed: int = 0, constant_pairs: str = "undefined") -> dict[str, Any]:
+    """THE agreement of a set of study judgements: every report, page, download and
+    ``manage.py agreement --study`` goes through here, so they give identical numbers."""
+    report = agreement_report(triples, rubric=spec.rubric, level=spec.level, raters=raters or None,  # type: ignore[arg-type]
+                              categories=spec.categories, kappa_weights=spec.weights,  # type: ignore[arg-type]
+                              n_boot=n_boot, seed=seed, constant_pairs=constant_pairs)  # type: ignore[arg-type]
+    report["spec"] = spec.to_dict()
+    return report
+
+
+def study_agreement(study: Study | Any, *, dimension: str | None = None, n_boot: int = 0, seed: int = 0,
+                    constant_pairs: str = "undefined", pseudonymise: bool = False) -> dict[str, Any]:
+    """The agreement block of :func:`study_report` on its own (``manage.py agreement --study``)."""
+    study = study if isinstance(study, Study) else get_study(study)
+    spec = agreement_spec(study.rubric.rubric, dimension)
+    triples = study_triples(study, dimension)
+    if pseudonymise:
+        names = annotator_pseudonyms(study)
+        triples = [(i, names.get(a, a), v) for i, a, v in triples]
+    return compute_agreement(triples, spec, raters=sorted({a for _, a, _ in triples}), n_boot=n_boot, seed=seed,
+                             constant_pairs=constant_pairs)
+
+
 # --------------------------------------------------------------------------- the report
 
 
@@ -151,7 +237,10 @@ def _summary(report: dict[str, Any], kind: str) -> dict[str, Any]:
         "percent_agreement": report["percent_agreement"],
         "krippendorff_alpha": report["krippendorff_alpha"],
         "fleiss_kappa": report["fleiss_kappa"],
+        "gwet_ac1": report["gwet_ac1"],
         "pairwise_cohen_mean": report["pairwise_cohen"]["mean"],
+        "pairwise_cohen_pairs": report["pairwise_cohen"]["count"],
+        "kappa_weights": report["pairwise_cohen"]["weights"],
     }
     if kind == "validity":
         b = report["binary_valid_invalid"]
@@ -165,11 +254,222 @@ def _matrix(annotators: list[str], value) -> list[list[Any]]:
     return [[None if a == b else value(a, b) for b in annotators] for a in annotators]
 
 
-def _one_vs_rest(triples: list[tuple[int, str, Any]], category: str, raters: list[str]) -> dict[str, Any]:
+@dataclass
+class _Gathered:
+    """One pass over a study's items: agreement triples, item groups, decisions, choices."""
+
+    triples: list[tuple[int, str, Any]] = field(default_factory=list)
+    rows: dict[int, tuple[str, str]] = field(default_factory=dict)  # item -> (dataset, hidden category)
+    decisions: dict[int, Decision] = field(default_factory=dict)
+    top_category: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    n_judgements: int = 0
+
+    @property
+    def annotators(self) -> list[str]:
+        return sorted({a for _, a, _ in self.triples})
+
+    def share(self, key: str) -> float | None:
+        return self.top_category.get(key, 0) / self.n_judgements if self.n_judgements else None
+
+
+@dataclass(frozen=True)
+class _Context:
+    study: Study
+    rubric: Rubric
+    kind: str
+    dimension: str | None
+    spec: AgreementSpec
+    verdicts: Verdicts
+    names: dict[str, str]
+    constant_pairs: str
+
+    def show(self, user: str) -> str:
+        return self.names.get(user, user)
+
+    def agreement(self, triples: list[tuple[Any, Any, Any]], spec: AgreementSpec | None = None, *,
+                  n_boot: int = 0, seed: int = 0) -> dict[str, Any]:
+        raters = sorted({a for _, a, _ in triples})
+        return compute_agreement(triples, spec or self.spec, raters=raters, n_boot=n_boot, seed=seed,
+                                 constant_pairs=self.constant_pairs)
+
+
+def _gather(ctx: _Context) -> _Gathered:
+    g = _Gathered()
+    with_consensus = ctx.verdicts.session is not None or (ctx.kind != "scale"
+                                                          and ctx.rubric.valid_category is not None)
+    for batch in iter_item_batches(ctx.study):
+        for row in batch:
+            g.rows[row.item_id] = (row.dataset, row.hidden_category or NO_CATEGORY)
+            for v in row.votes:
+                label = judgement_label(ctx.kind, ctx.rubric, v.validated, v.flags, v.category, v.scales,
+                                        ctx.dimension)
+                if label is None:
+                    continue
+                g.n_judgements += 1
+                g.triples.append((row.item_id, ctx.show(v.annotator), label))
+                if ctx.kind != "scale":
+                    g.top_category[v.category or NO_CATEGORY] += 1
+            if with_consensus:
+                g.decisions[row.item_id] = decide_row(row, ctx.verdicts)
+    return g
+
+
+def _category_row(category: str, share: float | None, prevalence: float, block: dict[str, Any]) -> dict[str, Any]:
+    return {"category": category, "chosen_share": share, "prevalence": prevalence,
+            "krippendorff_alpha": block["krippendorff_alpha_nominal"], "fleiss_kappa": block["fleiss_kappa"],
+            "gwet_ac1": block["gwet_ac1"], "pairwise_cohen_mean": block["pairwise_cohen"]["mean"]}
+
+
+def _validity_categories(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> list[dict[str, Any]]:
+    b = overall["binary_valid_invalid"]
+    valid_key = ctx.rubric.valid_category.key  # type: ignore[union-attr]
+    rows = [_category_row(valid_key, g.share(valid_key), b["valid_rate"], b)]
+    for flag in FLAGS:
+        f = overall["per_flag_agreement"][flag]
+        rows.append(_category_row(flag, g.share(flag), f["positive_rate"], f))
+    return rows
+
+
+def _one_vs_rest(ctx: _Context, triples: list[tuple[int, str, Any]], category: str) -> dict[str, Any]:
     binary = [(i, a, 1 if lab == category else 0) for i, a, lab in triples]
-    r = agreement_report(binary, raters=raters or None, categories=(0, 1), n_boot=0)
+    r = ctx.agreement(binary, FLAG_SPEC)
     return {"krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
             "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"]}
+
+
+def _category_categories(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> list[dict[str, Any]]:
+    prevalence = overall["label_prevalence"]
+    return [{"category": c.key, "chosen_share": g.share(c.key), "prevalence": prevalence.get(c.key, 0.0),
+             **_one_vs_rest(ctx, g.triples, c.key)} for c in ctx.rubric.by_severity()]
+
+
+def _scale_row(ctx: _Context, name: str, kind: str, triples: list[tuple[Any, Any, Any]],
+               spec: AgreementSpec) -> dict[str, Any]:
+    r = ctx.agreement(triples, spec)
+    values = [v for _, _, v in triples]
+    return {"category": name, "kind": kind, "kappa_weights": r["pairwise_cohen"]["weights"], "n": len(values),
+            "mean": sum(values) / len(values) if values else None,
+            "krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
+            "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"]}
+
+
+def _scale_categories(ctx: _Context) -> list[dict[str, Any]]:
+    rows = []
+    for s in ctx.rubric.scales:
+        spec = agreement_spec(ctx.rubric, s.key)
+        triples = [(i, ctx.show(a), v) for i, a, v in study_triples(ctx.study, s.key)]
+        rows.append(_scale_row(ctx, s.key, f"scale ({spec.describe()})", triples, spec))
+    for flag in ctx.rubric.reject_flags:
+        triples = [(i, ctx.show(a), v) for i, a, v in reject_flag_triples(ctx.study, flag.key)]
+        rows.append(_scale_row(ctx, f"reject:{flag.key}", f"reject flag ({FLAG_SPEC.describe()})", triples,
+                               FLAG_SPEC))
+    return rows
+
+
+def _categories(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> list[dict[str, Any]]:
+    if ctx.kind == "validity":
+        return _validity_categories(ctx, g, overall)
+    if ctx.kind == "category":
+        return _category_categories(ctx, g, overall)
+    return _scale_categories(ctx)
+
+
+def _breakdown(ctx: _Context, g: _Gathered, index: int) -> dict[str, Any]:
+    """Agreement per dataset (index 0) or hidden category (1), same spec and weights as the headline."""
+    groups: dict[str, list[tuple[int, str, Any]]] = defaultdict(list)
+    items_in: dict[str, int] = defaultdict(int)
+    for meta in g.rows.values():
+        items_in[meta[index]] += 1
+    for t in g.triples:
+        groups[g.rows[t[0]][index]].append(t)
+    out = {}
+    for group in sorted(items_in):
+        entry = _summary(ctx.agreement(groups.get(group, [])), ctx.kind)
+        entry["items"] = items_in[group]
+        if g.decisions:
+            entry["consensus"] = tally(d for i, d in g.decisions.items() if g.rows[i][index] == group)["status"]
+        out[group] = entry
+    return out
+
+
+def _confusion(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
+    """Each annotator's votes (VALIDATED / INVALID) against the consensus (category rubrics)."""
+    if not g.decisions or ctx.kind == "scale":
+        return None
+    columns = [VALIDATED_STATUS, REJECTED, ADJUDICATION, PENDING]
+    valid_label = VALIDATED if ctx.kind == "validity" else ctx.rubric.valid_category.key  # type: ignore[union-attr]
+    vote_rows = ["VALIDATED", "INVALID"]
+    per: dict[str, list[list[int]]] = {a: [[0] * len(columns) for _ in vote_rows] for a in g.annotators}
+    for item, annotator, label in g.triples:
+        d = g.decisions[item]
+        if d.status in columns:
+            per[annotator][0 if label == valid_label else 1][columns.index(d.status)] += 1
+    confusion: dict[str, Any] = {}
+    for a, m in per.items():
+        decided = m[0][0] + m[0][1] + m[1][0] + m[1][1]
+        confusion[a] = {"matrix": m, "n": sum(map(sum, m)),
+                        "agreement_with_consensus": (m[0][0] + m[1][1]) / decided if decided else None}
+    return {"rows": vote_rows, "columns": columns, "by_annotator": confusion}
+
+
+def _consensus(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
+    if not g.decisions:
+        return None
+    v = ctx.verdicts
+    return {"policy": "session" if v.session is not None else v.policy,
+            "primary": ctx.show(v.primary) if v.primary else None, "quorum": v.quorum,
+            "session_rule": v.session.to_dict() if v.session is not None else None, **tally(g.decisions.values())}
+
+
+def _pairwise(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> dict[str, Any]:
+    if ctx.kind == "validity":
+        by_pair = overall["binary_valid_invalid"]["pairwise_cohen_by_pair"]
+        kappa_of = "binary valid / invalid, unweighted"
+    else:
+        by_pair = overall["pairwise_cohen"]["by_pair"]
+        weights = overall["pairwise_cohen"]["weights"]
+        kappa_of = f"labels, {'unweighted' if weights == 'none' else weights + ' weights'}"
+        if ctx.kind == "scale":
+            kappa_of = f"{ctx.dimension}, {weights} weights"
+
+    def lookup(a: str, b: str) -> Any:
+        return by_pair.get(pair_key(a, b), by_pair.get(pair_key(b, a)))
+
+    agree: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    by_item: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for item, annotator, label in g.triples:
+        by_item[item].append((annotator, _signature(ctx.kind, label)))
+    for votes in by_item.values():
+        for (a, sa), (b, sb) in combinations(sorted(votes), 2):
+            cell = agree[(a, b)]
+            cell[0] += 1
+            cell[1] += sa == sb
+
+    def cell(a: str, b: str) -> tuple[int, int]:
+        n, same = agree.get((min(a, b), max(a, b)), (0, 0))
+        return n, same
+
+    annotators = g.annotators
+    return {
+        "annotators": annotators,
+        "kappa_of": kappa_of,
+        "cohen_kappa": _matrix(annotators, lookup),
+        "signature_agreement": _matrix(annotators, lambda a, b: cell(a, b)[1] / cell(a, b)[0] if cell(a, b)[0] else None),
+        "shared_items": _matrix(annotators, lambda a, b: cell(a, b)[0]),
+    }
+
+
+def _context(study: Study, policy: str, primary: str | None, pseudonymise: bool, dimension: str | None,
+             constant_pairs: str) -> _Context:
+    if policy not in POLICIES:
+        raise ReportError(f"unknown consensus policy {policy!r}; expected one of {POLICIES}")
+    if constant_pairs not in CONSTANT_PAIRS:
+        raise ReportError(f"constant_pairs must be one of {CONSTANT_PAIRS}, got {constant_pairs!r}")
+    rubric = study.rubric.rubric
+    dimension = _check_dimension(rubric, dimension)
+    return _Context(study, rubric, label_kind(rubric), dimension, agreement_spec(rubric, dimension),
+                    Verdicts.of(study, policy, primary), annotator_pseudonyms(study) if pseudonymise else {},
+                    constant_pairs)
 
 
 def study_report(
@@ -181,218 +481,66 @@ def study_report(
     dimension: str | None = None,
     n_boot: int = 0,
     seed: int = 0,
+    constant_pairs: str = "undefined",
 ) -> dict[str, Any]:
     """The researcher's report of a study as a JSON-ready dict (see the module docstring).
 
     ``pseudonymise`` replaces usernames by ``annotator_NN`` (:func:`annotator_pseudonyms`)
     everywhere, for readers who are not staff. ``policy`` / ``primary``: the consensus
-    (category rubrics; adjudications override it). ``n_boot``: bootstrap replicates of the
-    overall agreement report (breakdowns never bootstrap).
+    (category rubrics; adjudications override it; the study's quorum applies). ``n_boot``:
+    bootstrap replicates of the overall agreement (breakdowns never bootstrap).
+    ``constant_pairs``: Cohen's kappa of two raters constant on one label, ``undefined``
+    (default) or ``one`` (the CIRCUS convention). The overall block is exactly
+    :func:`study_agreement` (:func:`compute_agreement` over the same triples).
     """
-    if policy not in POLICIES:
-        raise ReportError(f"unknown consensus policy {policy!r}; expected one of {POLICIES}")
-    rubric = study.rubric.rubric
-    kind = label_kind(rubric)
-    dimension = _check_dimension(rubric, dimension)
-    names = annotator_pseudonyms(study) if pseudonymise else {}
-
-    def show(user: str) -> str:
-        return names.get(user, user)
-
-    with_consensus = kind != "scale" and rubric.valid_category is not None
-    triples: list[tuple[int, str, Any]] = []
-    rows: dict[int, tuple[str, str]] = {}  # item -> (dataset, hidden category)
-    decisions = {}
-    top_category: dict[str, int] = defaultdict(int)
-    n_judgements = 0
-    for batch in iter_item_batches(study):
-        for row in batch:
-            rows[row.item_id] = (row.dataset, row.hidden_category or NO_CATEGORY)
-            for v in row.votes:
-                label = judgement_label(kind, rubric, v.validated, v.flags, v.category, v.scales, dimension)
-                if label is None:
-                    continue
-                n_judgements += 1
-                triples.append((row.item_id, show(v.annotator), label))
-                if kind != "scale":
-                    top_category[v.category or NO_CATEGORY] += 1
-            if with_consensus:
-                decisions[row.item_id] = decide_row(row, policy, primary)
-
-    annotators = sorted({a for _, a, _ in triples})
-    validity = "validity" if kind == "validity" else None
-    level = "ordinal" if kind == "scale" else "nominal"
-    # 1-5 scales: ordinal alpha and quadratic-weighted pairwise kappa
-    weights = "quadratic" if kind == "scale" else "auto"
-    overall = agreement_report(triples, rubric=validity, level=level, raters=annotators or None,
-                               kappa_weights=weights, n_boot=n_boot, seed=seed)
-
-    report: dict[str, Any] = {
+    ctx = _context(study, policy, primary, pseudonymise, dimension, constant_pairs)
+    g = _gather(ctx)
+    overall = ctx.agreement(g.triples, n_boot=n_boot, seed=seed)
+    return {
         "study": {"id": study.pk, "name": study.name, "rubric": {"key": study.rubric.key,
-                                                                   "version": study.rubric.version},
-                  "kind": kind, "dimension": dimension, "overlap": study.overlap, "items": len(rows),
-                  "judgements": n_judgements, "annotators": annotators, "pseudonymised": pseudonymise},
+                                                               "version": study.rubric.version},
+                  "kind": ctx.kind, "dimension": ctx.dimension, "overlap": study.overlap,
+                  "quorum": ctx.verdicts.quorum, "items": len(g.rows), "judgements": g.n_judgements,
+                  "annotators": g.annotators, "pseudonymised": pseudonymise},
         "agreement": overall,
+        "categories": _categories(ctx, g, overall),
+        "by_dataset": _breakdown(ctx, g, 0),
+        "by_hidden_category": _breakdown(ctx, g, 1),
+        "consensus": _consensus(ctx, g),
+        "confusion": _confusion(ctx, g),
+        "pairwise": _pairwise(ctx, g, overall),
     }
-
-    # ---- per category
-    categories: list[dict[str, Any]] = []
-    if kind == "validity":
-        b = overall["binary_valid_invalid"]
-        valid_key = rubric.valid_category.key  # type: ignore[union-attr]
-        categories.append({
-            "category": valid_key, "chosen_share": top_category.get(valid_key, 0) / n_judgements if n_judgements else None,
-            "prevalence": b["valid_rate"], "krippendorff_alpha": b["krippendorff_alpha_nominal"],
-            "fleiss_kappa": b["fleiss_kappa"], "gwet_ac1": b["gwet_ac1"],
-            "pairwise_cohen_mean": b["pairwise_cohen"]["mean"],
-        })
-        for flag in FLAGS:
-            f = overall["per_flag_agreement"][flag]
-            categories.append({
-                "category": flag, "chosen_share": top_category.get(flag, 0) / n_judgements if n_judgements else None,
-                "prevalence": f["positive_rate"], "krippendorff_alpha": f["krippendorff_alpha_nominal"],
-                "fleiss_kappa": f["fleiss_kappa"], "gwet_ac1": f["gwet_ac1"],
-                "pairwise_cohen_mean": f["pairwise_cohen"]["mean"],
-            })
-    elif kind == "category":
-        prevalence = overall["label_prevalence"]
-        for c in rubric.by_severity():
-            categories.append({"category": c.key,
-                               "chosen_share": top_category.get(c.key, 0) / n_judgements if n_judgements else None,
-                               "prevalence": prevalence.get(c.key, 0.0),
-                               **_one_vs_rest(triples, c.key, annotators)})
-    else:
-        for s in rubric.scales:
-            scale_triples = study_triples(study, s.key)
-            if pseudonymise:
-                scale_triples = [(i, show(a), v) for i, a, v in scale_triples]
-            r = agreement_report(scale_triples, level="ordinal", kappa_weights="quadratic", n_boot=0,
-                                 categories=list(range(s.min, s.max + 1)))
-            values = [v for _, _, v in scale_triples]
-            categories.append({"category": s.key, "kind": "scale (ordinal alpha, quadratic kappa)", "n": len(values),
-                               "mean": sum(values) / len(values) if values else None,
-                               "krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
-                               "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"]})
-        for flag in rubric.reject_flags:
-            flag_triples = [(i, show(a), v) for i, a, v in reject_flag_triples(study, flag.key)]
-            r = agreement_report(flag_triples, level="nominal", n_boot=0, categories=[0, 1])
-            values = [v for _, _, v in flag_triples]
-            categories.append({"category": f"reject:{flag.key}", "kind": "reject flag (nominal)", "n": len(values),
-                               "mean": sum(values) / len(values) if values else None,
-                               "krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
-                               "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"]})
-    report["categories"] = categories
-
-    # ---- breakdowns
-    def breakdown(index: int) -> dict[str, Any]:
-        groups: dict[str, list[tuple[int, str, Any]]] = defaultdict(list)
-        items_in: dict[str, int] = defaultdict(int)
-        for item, meta in rows.items():
-            items_in[meta[index]] += 1
-        for t in triples:
-            groups[rows[t[0]][index]].append(t)
-        out = {}
-        for group in sorted(items_in):
-            sub = groups.get(group, [])
-            raters = sorted({a for _, a, _ in sub})
-            entry = _summary(agreement_report(sub, rubric=validity, level=level, raters=raters or None, n_boot=0), kind)
-            entry["items"] = items_in[group]
-            if decisions:
-                entry["consensus"] = tally(d for i, d in decisions.items() if rows[i][index] == group)["status"]
-            out[group] = entry
-        return out
-
-    report["by_dataset"] = breakdown(0)
-    report["by_hidden_category"] = breakdown(1)
-
-    # ---- consensus and confusion against it
-    if decisions:
-        report["consensus"] = {"policy": policy, "primary": show(primary) if primary else None,
-                               **tally(decisions.values())}
-        columns = [VALIDATED_STATUS, REJECTED, ADJUDICATION]
-        valid_label = VALIDATED if kind == "validity" else rubric.valid_category.key  # type: ignore[union-attr]
-        confusion: dict[str, Any] = {}
-        vote_rows = ["VALIDATED", "INVALID"]
-        per: dict[str, list[list[int]]] = {a: [[0] * len(columns) for _ in vote_rows] for a in annotators}
-        for item, annotator, label in triples:
-            d = decisions[item]
-            if d.status == UNJUDGED:
-                continue
-            r = 0 if label == valid_label else 1
-            per[annotator][r][columns.index(d.status)] += 1
-        for a in annotators:
-            m = per[a]
-            decided = m[0][0] + m[0][1] + m[1][0] + m[1][1]
-            confusion[a] = {"matrix": m, "n": decided + m[0][2] + m[1][2],
-                            "agreement_with_consensus": (m[0][0] + m[1][1]) / decided if decided else None}
-        report["confusion"] = {"rows": vote_rows, "columns": columns, "by_annotator": confusion}
-    else:
-        report["consensus"] = None
-        report["confusion"] = None
-
-    # ---- pairwise matrices
-    if kind == "validity":
-        by_pair = overall["binary_valid_invalid"]["pairwise_cohen_by_pair"]
-        kappa_of = "binary valid / invalid"
-    else:
-        by_pair = overall["pairwise_cohen"]["by_pair"]
-        kappa_of = "labels" if kind == "category" else f"{dimension} ({overall['pairwise_cohen']['weights']} weights)"
-
-    def lookup(table: dict[str, Any], a: str, b: str) -> Any:
-        return table.get(pair_key(a, b), table.get(pair_key(b, a)))
-
-    agree: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    by_item: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for item, annotator, label in triples:
-        by_item[item].append((annotator, _signature(kind, label)))
-    for votes in by_item.values():
-        for (a, sa), (b, sb) in combinations(sorted(votes), 2):
-            cell = agree[(a, b)]
-            cell[0] += 1
-            cell[1] += sa == sb
-
-    def signature_agreement(a: str, b: str) -> float | None:
-        n, same = agree.get((min(a, b), max(a, b)), (0, 0))
-        return same / n if n else None
-
-    def shared(a: str, b: str) -> int:
-        return agree.get((min(a, b), max(a, b)), (0, 0))[0]
-
-    report["pairwise"] = {
-        "annotators": annotators,
-        "kappa_of": kappa_of,
-        "cohen_kappa": _matrix(annotators, lambda a, b: lookup(by_pair, a, b)),
-        "signature_agreement": _matrix(annotators, signature_agreement),
-        "shared_items": _matrix(annotators, shared),
-    }
-    return report
 
 
 # --------------------------------------------------------------------------- CSV
 
 
-def report_csv_rows(report: dict[str, Any]) -> Iterator[list[Any]]:
-    """``section, group, key, value`` rows of a :func:`study_report` (header first)."""
-    yield ["section", "group", "key", "value"]
-    s = report["study"]
-    for key in ("id", "name", "kind", "dimension", "overlap", "items", "judgements"):
-        yield ["study", "", key, s[key]]
-    yield ["study", "", "rubric", f"{s['rubric']['key']} v{s['rubric']['version']}"]
-    a = report["agreement"]
-    for key in ("n_items", "n_annotators", "n_judgements", "n_items_excluded", "percent_agreement",
+def _csv_agreement(a: dict[str, Any]) -> Iterator[list[Any]]:
+    for key in ("n_items", "n_annotators", "n_judgements", "n_items_excluded", "n_categories", "percent_agreement",
                 "all_ratings_identical_rate", "krippendorff_alpha", "fleiss_kappa", "gwet_ac1"):
         yield ["agreement", "", key, a[key]]
-    for key in ("count", "mean", "median", "min", "max"):
+    for key in ("count", "n_undefined", "n_pairs", "mean", "median", "min", "max", "weights", "constant_pairs"):
         yield ["agreement", "pairwise_cohen", key, a["pairwise_cohen"][key]]
+    for pair, value in a["pairwise_cohen"]["by_pair"].items():
+        yield ["agreement", "pairwise_cohen_by_pair", pair, value]
     for label, share in a["label_prevalence"].items():
         yield ["agreement", "label_prevalence", label, share]
+    yield ["agreement", "spec", "statement", a["spec"]["statement"]]
+    for name, iv in a["confidence_intervals"]["intervals"].items():
+        for bound in ("low", "high", "n_valid"):
+            yield ["agreement", "confidence_intervals", f"{name}.{bound}", iv[bound] if iv else None]
+    yield ["agreement", "confidence_intervals", "n_boot", a["confidence_intervals"]["n_boot"]]
     if "binary_valid_invalid" in a:
         b = a["binary_valid_invalid"]
         for key in ("valid_rate", "exact_agreement_rate", "unanimous_valid_invalid_rate",
                     "exact_invalid_signature_rate", "percent_agreement", "krippendorff_alpha_nominal",
                     "fleiss_kappa", "gwet_ac1"):
             yield ["agreement", "binary_valid_invalid", key, b[key]]
+        yield ["agreement", "binary_valid_invalid", "pairwise_cohen_mean", b["pairwise_cohen"]["mean"]]
         yield ["agreement", "", "signature_alpha_nominal", a["signature_alpha_nominal"]]
+
+
+def _csv_breakdowns(report: dict[str, Any]) -> Iterator[list[Any]]:
     for row in report["categories"]:
         for key, value in row.items():
             if key != "category":
@@ -405,9 +553,13 @@ def report_csv_rows(report: dict[str, Any]) -> Iterator[list[Any]]:
                         yield [section, group, f"consensus_{status}", n]
                 else:
                     yield [section, group, key, value]
+
+
+def _csv_consensus(report: dict[str, Any]) -> Iterator[list[Any]]:
     if report["consensus"]:
         c = report["consensus"]
         yield ["consensus", "", "policy", c["policy"]]
+        yield ["consensus", "", "quorum", c["quorum"]]
         for block in ("status", "provenance", "adjudication_reasons"):
             for key, n in c[block].items():
                 yield ["consensus", block, key, n]
@@ -418,7 +570,20 @@ def report_csv_rows(report: dict[str, Any]) -> Iterator[list[Any]]:
                 for col, n in zip(conf["columns"], row):
                     yield ["confusion", annotator, f"{r}->{col}", n]
             yield ["confusion", annotator, "agreement_with_consensus", entry["agreement_with_consensus"]]
+
+
+def report_csv_rows(report: dict[str, Any]) -> Iterator[list[Any]]:
+    """``section, group, key, value`` rows of a :func:`study_report` (header first)."""
+    yield ["section", "group", "key", "value"]
+    s = report["study"]
+    for key in ("id", "name", "kind", "dimension", "overlap", "quorum", "items", "judgements"):
+        yield ["study", "", key, s[key]]
+    yield ["study", "", "rubric", f"{s['rubric']['key']} v{s['rubric']['version']}"]
+    yield from _csv_agreement(report["agreement"])
+    yield from _csv_breakdowns(report)
+    yield from _csv_consensus(report)
     p = report["pairwise"]
+    yield ["pairwise", "", "kappa_of", p["kappa_of"]]
     for name in ("cohen_kappa", "signature_agreement", "shared_items"):
         for i, a_name in enumerate(p["annotators"]):
             for j, b_name in enumerate(p["annotators"]):

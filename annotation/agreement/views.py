@@ -27,11 +27,20 @@ from config.roles import researcher_required, staff_required
 from retrieval.jobs.queue import QUEUE_DOWN, enqueue
 
 from annotation import roles
-from annotation.verdicts.adjudication import adjudicate, adjudication_queue, decide_row, item_row
+from annotation.verdicts.adjudication import (
+    Verdicts,
+    adjudicate,
+    adjudication_queue,
+    decide_row,
+    has_verdicts,
+    item_row,
+    study_verdicts,
+)
 from annotation.verdicts.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.judging.payloads import image_ref
-from annotation.agreement.reports import ReportError, report_csv_rows, safe_rows, study_report
+from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
+from annotation.agreement.reports import DEFAULT_BOOTSTRAP, ReportError, report_csv_rows, safe_rows, study_report
 
 # --------------------------------------------------------------------------- access
 
@@ -147,11 +156,26 @@ def _policy(request) -> tuple[str, str | None]:
     return policy, primary
 
 
+def _bootstrap(request) -> tuple[int, int]:
+    """(replicates, seed) of the report's intervals: ``?bootstrap=N&seed=S``, default 1000 and 0."""
+    try:
+        n_boot = int(request.GET.get("bootstrap", DEFAULT_BOOTSTRAP))
+        seed = int(request.GET.get("seed", 0))
+    except ValueError:
+        raise Http404("bootstrap and seed must be integers") from None
+    if not 0 <= n_boot <= 10_000:
+        raise Http404("bootstrap must lie between 0 and 10000")
+    return n_boot, seed
+
+
 def _report(request, study: Study) -> dict[str, Any]:
+    """The one report behind the page, report.json and report.csv (same query, same numbers)."""
     policy, primary = _policy(request)
+    n_boot, seed = _bootstrap(request)
     try:
         return study_report(study, policy=policy, primary=primary, pseudonymise=not roles.is_admin(request.user),
-                            dimension=request.GET.get("dimension") or None)
+                            dimension=request.GET.get("dimension") or None, n_boot=n_boot, seed=seed,
+                            constant_pairs=request.GET.get("constant_pairs") or "undefined")
     except ReportError as exc:
         raise Http404(str(exc)) from None
 
@@ -161,6 +185,38 @@ def report_list(request):
     studies = Study.objects.select_related("rubric").order_by("-created_at")
     rows = [(s, s.items.count()) for s in studies]
     return render(request, "annotation/report_list.html", {"rows": rows})
+
+
+def _ci(a: dict[str, Any], key: str) -> str:
+    """``[low, high]`` of a coefficient's bootstrap interval, or '' (none / undefined)."""
+    iv = a["confidence_intervals"]["intervals"].get(key)
+    return f"[{iv['low']:.3f}, {iv['high']:.3f}]" if iv else ""
+
+
+def _kappa_label(pc: dict[str, Any]) -> str:
+    weights = "unweighted" if pc["weights"] == "none" else f"{pc['weights']} weights"
+    return f"Mean Cohen's kappa ({weights}; {pc['count']} of {pc['n_pairs']} pairs)"
+
+
+def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """(label, value, 95% interval) of the report's headline figures."""
+    headline = [
+        ("Items (2+ judgements)", a["n_items"], ""), ("Annotators", a["n_annotators"], ""),
+        ("Judgements", a["n_judgements"], ""),
+        ("Percent agreement", fmt(a["percent_agreement"]), _ci(a, "percent_agreement")),
+        (f"Krippendorff's alpha ({a['level']})", fmt(a["krippendorff_alpha"]), _ci(a, "krippendorff_alpha")),
+        ("Fleiss' kappa", fmt(a["fleiss_kappa"]), _ci(a, "fleiss_kappa")),
+        (f"Gwet's AC1 (Q = {a['n_categories']})", fmt(a["gwet_ac1"]), _ci(a, "gwet_ac1")),
+        (_kappa_label(a["pairwise_cohen"]), fmt(a["pairwise_cohen"]["mean"]), _ci(a, "pairwise_cohen_mean")),
+    ]
+    if "binary_valid_invalid" in a:
+        b = a["binary_valid_invalid"]
+        headline += [("Valid rate", fmt(b["valid_rate"]), ""),
+                     ("Binary alpha", fmt(b["krippendorff_alpha_nominal"]),
+                      _ci(a, "binary_valid_invalid.krippendorff_alpha_nominal")),
+                     ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"]), _ci(a, "binary_valid_invalid.fleiss_kappa")),
+                     ("Signature alpha", fmt(a["signature_alpha_nominal"]), "")]
+    return headline
 
 
 @researcher_required
@@ -174,24 +230,14 @@ def report_page(request, study_id: int):
                             title="Pairwise agreement on the full signature (share of shared items)",
                             vmin=0.0, vmax=1.0, shared=p["shared_items"], element_id="heatmap-signature")
     a = report["agreement"]
-    headline = [
-        ("Items (2+ judgements)", a["n_items"]), ("Annotators", a["n_annotators"]), ("Judgements", a["n_judgements"]),
-        ("Percent agreement", fmt(a["percent_agreement"])), (f"Krippendorff's alpha ({a['level']})",
-                                                             fmt(a["krippendorff_alpha"])),
-        ("Fleiss' kappa", fmt(a["fleiss_kappa"])), ("Mean Cohen's kappa", fmt(a["pairwise_cohen"]["mean"])),
-    ]
-    if "binary_valid_invalid" in a:
-        b = a["binary_valid_invalid"]
-        headline += [("Valid rate", fmt(b["valid_rate"])), ("Binary alpha", fmt(b["krippendorff_alpha_nominal"])),
-                     ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"])),
-                     ("Signature alpha", fmt(a["signature_alpha_nominal"]))]
+    headline = _headline(a)
     columns = [k for k in (report["categories"][0] if report["categories"] else {}) if k != "category"]
     categories = [(row["category"], [fmt(row[k]) for k in columns]) for row in report["categories"]]
     heading = {"chosen_share": "Chosen share", "prevalence": "Prevalence", "krippendorff_alpha": "Alpha",
                "fleiss_kappa": "Fleiss' kappa", "gwet_ac1": "Gwet's AC1", "pairwise_cohen_mean": "Mean Cohen's kappa",
                "n": "Judgements", "mean": "Mean", "items": "Items", "n_judgements": "Judgements",
                "percent_agreement": "Percent agreement", "valid_rate": "Valid rate", "binary_alpha": "Binary alpha",
-               "binary_fleiss": "Binary Fleiss"}
+               "binary_fleiss": "Binary Fleiss", "kind": "Level and weights", "kappa_weights": "Kappa weights"}
     breakdown_cols = ["items", "n_judgements", "percent_agreement", "krippendorff_alpha", "pairwise_cohen_mean"]
     if report["study"]["kind"] == "validity":
         breakdown_cols += ["valid_rate", "binary_alpha", "binary_fleiss"]
@@ -215,7 +261,8 @@ def report_page(request, study_id: int):
         "categories": categories, "breakdown_cols": [heading.get(c, c) for c in breakdown_cols],
         "breakdowns": breakdowns, "confusion": confusion,
         "policies": POLICIES, "policy": report["consensus"]["policy"] if report["consensus"] else None,
-        "query": request.GET.urlencode(),
+        "query": request.GET.urlencode(), "constant_pairs": CONSTANT_PAIR_CONVENTIONS,
+        "ci": report["agreement"]["confidence_intervals"],
     })
 
 
@@ -251,11 +298,18 @@ def report_csv(request, study_id: int):
 # --------------------------------------------------------------------------- adjudication
 
 
+def _adjudicable(study_id: int) -> Study:
+    """A study whose items have a validated / rejected verdict: category rubrics with a
+    validated category, and session rubrics (decided by their session rule)."""
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    if not has_verdicts(study.rubric.rubric):
+        raise Http404("this study's rubric has no validated / rejected verdict to adjudicate")
+    return study
+
+
 @staff_required
 def adjudication_queue_page(request, study_id: int):
-    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
-    if study.rubric.rubric.kind != "category" or study.rubric.rubric.valid_category is None:
-        raise Http404("this study's rubric has no validated / rejected verdict to adjudicate")
+    study = _adjudicable(study_id)
     entries = adjudication_queue(study)
     waiting = sum(1 for e in entries if not e.adjudicated)
     return render(request, "annotation/adjudication_queue.html",
@@ -264,7 +318,7 @@ def adjudication_queue_page(request, study_id: int):
 
 @staff_required
 def adjudication_item_page(request, study_id: int, item_id: int):
-    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    study = _adjudicable(study_id)
     item = get_object_or_404(StudyItem.objects.select_related("query__dataset"), pk=item_id, study=study)
     if request.method == "POST":
         decision = request.POST.get("decision")
@@ -279,7 +333,8 @@ def adjudication_item_page(request, study_id: int, item_id: int):
         return redirect("annotation:adjudication", study_id=study.pk)
     row = item_row(study, item.pk)
     assert row is not None
-    before = decide_row(row, with_adjudication=False)
+    verdicts = Verdicts.of(study)
+    before = decide_row(row, verdicts, with_adjudication=False)
     history = Adjudication.objects.filter(item=item).select_related("decided_by").order_by("-decided_at", "-id")
     query = item.query
     turns = list(query.turns.select_related("reference_image"))
@@ -289,6 +344,7 @@ def adjudication_item_page(request, study_id: int, item_id: int):
         "turns": [(t, image_ref(t.reference_image)) for t in turns],
         "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
         "rubric": study.rubric.rubric,
+        "session_rule": verdicts.session.describe() if verdicts.session is not None else "",
     })
 
 
@@ -350,6 +406,6 @@ def export_file(request, pk: int, name: str):
 
 @staff_required
 def export_list(request, study_id: int):
-    study = get_object_or_404(Study, pk=study_id)
+    study = _adjudicable(study_id)
     return render(request, "annotation/export_list.html", {"study": study, "jobs": study.exports.all()[:50],
-                                                           "policies": POLICIES})
+                                                           "policies": POLICIES, "verdicts": study_verdicts(study)})

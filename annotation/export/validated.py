@@ -21,12 +21,22 @@ query_src_content, pos_cand_list, neg_cand_list, task_id``. An M-BEIR query keep
 values (from the verbatim source record); other formats get ``qid = "<dataset>:<query id>"``,
 the turn's text, the reference image path (relative to the dataset's image root),
 ``query_modality = "image,text"``, ``query_src_content`` = JSON of the dataset, query id
-and reference id, positives = targets of relevance 1 (the primary first), negatives = every
-other target (graded below 1 or negative, as M-BEIR's CIRR conversion does), ``task_id = 7``.
+and reference id, positives = the format's positive targets (:func:`retrieval.targets.positive_targets`,
+the primary first), negatives = every other target (for CIRR the soft ones), ``task_id = 7``.
 Each trace line carries the consensus, every vote (category, sub-reason, flags, note, flag
 for adjudication, time, revision) and the adjudication behind the query line at the same
 position. Annotators appear as ``annotator_NN`` (:func:`annotation.agreement.reports.annotator_pseudonyms`),
 adjudicators as ``adjudicator_NN`` (username order).
+
+Only decided items are exported: an item needs the study's quorum of current judgements (or an
+adjudication, :func:`annotation.verdicts.adjudication.decide_row`); the manifest counts validated,
+rejected, adjudicated, pending (below the quorum, or unjudged) and awaiting-adjudication items.
+
+Session studies (session rubric) are decided by their session rule and written in the CIRCLED
+public layout instead (CIR-FORMATS §7.1): ``<dataset>/<subset>.json``, a JSON list of
+``{session_id, subset, ground_truth_ids, num_turns, turns}`` (a CIRCLED query keeps its verbatim
+record, so the file re-imports with :mod:`retrieval.importers.circled`), and
+``<dataset>/<subset>.trace.jsonl`` beside it (scales, reject flags, notes, adjudication).
 
 After the rename, each dataset of the study gets its :class:`retrieval.models.QuerySubset`
 named ``validated`` rewritten with the validated queries, so an audit report can score them.
@@ -52,10 +62,29 @@ from django.utils.text import slugify
 
 from retrieval.jobs.leases import run_job
 from retrieval.models import Dataset, Query, QuerySubset, Target, Turn, turn_text
+from retrieval.targets import TargetFacts, positive_targets
 
-from annotation.verdicts.adjudication import DEFAULT_CHUNK, ItemRow, decide_row, iter_item_batches, validity_label
+from annotation.verdicts.adjudication import (
+    DEFAULT_CHUNK,
+    ItemRow,
+    Verdicts,
+    decide_row,
+    is_session_rubric,
+    iter_item_batches,
+    validity_label,
+)
 from annotation.agreement.maths import validity_signature
-from annotation.verdicts.consensus import POLICIES, REJECTED, UNJUDGED, VALIDATED, Decision
+from annotation.verdicts.consensus import (
+    ADJUDICATED,
+    ADJUDICATION,
+    PENDING,
+    POLICIES,
+    REJECTED,
+    UNJUDGED,
+    VALIDATED,
+    Decision,
+    tally,
+)
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
 
@@ -65,6 +94,7 @@ FORMAT_VERSION = 1
 TASK_ID = 7  # M-BEIR: (image, text) -> image
 SUBSETS = {"composition_required": "validated_solved", "unresolved": "validated_unsolved", "": "validated"}
 SUBSET_QUERY_NAME = "validated"
+CIRCLED_KEYS = ("session_id", "subset", "ground_truth_ids", "num_turns", "turns")
 MBEIR_KEYS = ("qid", "query_txt", "query_img_path", "query_modality", "query_src_content", "pos_cand_list",
               "neg_cand_list", "task_id")
 
@@ -123,11 +153,18 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def check_exportable(study: Study, policy: str, primary: str | None) -> None:
-    """Raise :class:`ExportError` unless the study can be exported under this policy."""
+    """Raise :class:`ExportError` unless the study can be exported under this policy.
+    Category rubrics with a validated category export M-BEIR JSONL; session rubrics
+    export CIRCLED sessions under the study's session rule (``policy`` must stay majority)."""
     rubric = study.rubric.rubric
+    if is_session_rubric(rubric):
+        if policy != "majority" or primary:
+            raise ExportError("session studies are decided by their session rule; the policy and the primary "
+                              "annotator apply to category rubrics only")
+        return
     if rubric.kind != "category" or rubric.valid_category is None:
         raise ExportError(f"study {study.name!r} uses the {rubric.kind} rubric {rubric.key!r}: only category "
-                          "rubrics with a validated category can be exported")
+                          "rubrics with a validated category and session rubrics can be exported")
     if policy not in POLICIES:
         raise ExportError(f"unknown consensus policy {policy!r}; expected one of {POLICIES}")
     if primary and policy != "primary":
@@ -136,8 +173,10 @@ def check_exportable(study: Study, policy: str, primary: str | None) -> None:
         raise ExportError(f"{primary!r} has no assignment in study {study.name!r}")
 
 
-def _positive(relevance: float, role: str, is_primary: bool) -> bool:
-    return role != "neg" and relevance > 0 and (relevance >= 1.0 or is_primary)
+def _split_targets(fmt: str, facts: list[TargetFacts]) -> tuple[list[str], list[str]]:
+    """(positives, negatives) external ids: positives by the one target rule of the format."""
+    chosen = {id(t) for t in positive_targets(fmt, facts)}
+    return [t.image for t in facts if id(t) in chosen], [t.image for t in facts if id(t) not in chosen]
 
 
 class _QueryData:
@@ -150,12 +189,17 @@ class _QueryData:
         for q, texts, path, ref in Turn.objects.filter(query_id__in=query_ids, index=1).values_list(
                 "query_id", "texts", "reference_image__path", "reference_image__external_id"):
             self.turns[q] = (turn_text(texts), path or None, ref)
-        self.targets: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+        facts: dict[int, list[TargetFacts]] = defaultdict(list)
         rows = Target.objects.filter(query_id__in=query_ids)
         for q, ext, role, relevance, primary in rows.order_by("query_id", "-is_primary", "id").values_list(
                 "query_id", "image__external_id", "role", "relevance", "is_primary"):
-            pos, neg = self.targets[q]
-            (pos if _positive(relevance, role, primary) else neg).append(ext)
+            facts[q].append(TargetFacts(ext, relevance, primary, role))
+        self.targets: dict[int, tuple[list[str], list[str]]] = {
+            q: _split_targets(self.queries[q][1] if q in self.queries else "", f) for q, f in facts.items()}
+
+    def circled_record(self, row: ItemRow) -> dict[str, Any]:
+        query = Query.objects.select_related("dataset").get(pk=row.query_id)
+        return circled_record(row, query, self.targets.get(row.query_id, ([], []))[0])
 
     def mbeir_line(self, row: ItemRow) -> dict[str, Any]:
         raw, fmt, ext, _split = self.queries[row.query_id]
@@ -180,6 +224,25 @@ class _QueryData:
         }
 
 
+def _circled_subset(row: ItemRow, category: str, split: str) -> str:
+    """The CIRCLED subset of a session: its own (CIRCLED imports), else ``<dataset>_<split>``."""
+    return category or slugify(f"{row.dataset}_{split}").replace("-", "_")
+
+
+def circled_record(row: ItemRow, query: Query, positives: list[str]) -> dict[str, Any]:
+    """One session in the CIRCLED public layout (CIR-FORMATS §7.1). A CIRCLED query keeps its
+    verbatim record; any other session is rebuilt from its turns: turn k's reference and
+    modification text, the ground truths = the query's positive targets."""
+    raw = query.raw if isinstance(query.raw, dict) else {}
+    if query.dataset.format == "circled" and all(k in raw for k in CIRCLED_KEYS):
+        return {k: raw[k] for k in CIRCLED_KEYS}
+    turns = [{"turn": t.index, "reference_image_id": t.reference_image.external_id if t.reference_image else "",
+              "relative_caption": turn_text(t.texts)}
+             for t in query.turns.select_related("reference_image").order_by("index")]
+    return {"session_id": query.external_id, "subset": _circled_subset(row, query.category, query.split),
+            "ground_truth_ids": list(positives), "num_turns": len(turns), "turns": turns}
+
+
 def _vote_dict(vote, names: dict[str, str]) -> dict[str, Any]:
     label = validity_label(vote.validated, vote.flags, vote.category)
     try:
@@ -202,9 +265,22 @@ def _vote_dict(vote, names: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, policy: str,
-                names: dict[str, str], adjudicators: dict[str, str]) -> dict[str, Any]:
-    adj = row.adjudication
+def _session_vote_dict(vote, names: dict[str, str]) -> dict[str, Any]:
+    return {
+        "annotator": names.get(vote.annotator, vote.annotator),
+        "scales": vote.scales,
+        "reject_flags": vote.reject_flags,
+        "note": vote.note,
+        "flagged": vote.flagged,
+        "time_spent_ms": vote.time_spent_ms,
+        "revision": vote.revision,
+        "judged_at": _iso(vote.judged_at),
+    }
+
+
+def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, run: _Run) -> dict[str, Any]:
+    adj, names, session = row.adjudication, run.names, run.verdicts.session is not None
+    vote_dict = _session_vote_dict if session else _vote_dict
     return {
         "qid": qid,
         "item": row.item_id,
@@ -216,15 +292,16 @@ def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, policy:
         "subset": subset,
         "validated": True,
         "consensus": {
-            "policy": policy, "status": decision.status, "provenance": decision.provenance,
+            "policy": "session" if session else run.verdicts.policy, "status": decision.status,
+            "provenance": decision.provenance, "quorum": decision.quorum,
             "valid_votes": decision.valid_votes, "invalid_votes": decision.invalid_votes,
             "n_votes": decision.n_votes, "flagged_votes": decision.flagged_votes,
             "decided_by": names.get(decision.decided_by, decision.decided_by) if decision.decided_by else None,
         },
-        "votes": [_vote_dict(v, names) for v in row.votes],
+        "votes": [vote_dict(v, names) for v in row.votes],
         "adjudication": None if adj is None else {
             "decision": adj.decision, "note": adj.note,
-            "adjudicator": adjudicators.get(adj.decided_by or "", None), "decided_at": _iso(adj.decided_at),
+            "adjudicator": run.adjudicators.get(adj.decided_by or "", None), "decided_at": _iso(adj.decided_at),
         },
     }
 
@@ -278,6 +355,196 @@ def _refresh_validated_subsets(study: Study, dataset_ids: list[int], id_file: Pa
             through.objects.bulk_create(batch, ignore_conflicts=True)
 
 
+_RULES = {
+    "majority": "validated when strictly more than half of the item's annotators chose VALIDATED",
+    "unanimous": "validated when every annotator of the item chose VALIDATED",
+    "primary": "validated when the deciding annotator (the primary one where they judged the item, else the first "
+               "in username order) chose VALIDATED",
+}
+
+
+def consensus_rule(verdicts: Verdicts) -> str:
+    """The consensus rule of an export in words (the manifest's ``consensus.rule``)."""
+    rule = verdicts.session.describe() if verdicts.session is not None else _RULES[verdicts.policy]
+    return (f"{rule}; an item is decided only once it has {verdicts.quorum} current judgement(s) (the quorum), "
+            "before that it is pending and never exported; flagged items, ties and disagreements wait for an "
+            "adjudicator, whose decision always wins")
+
+
+def verdict_counts(tallied: dict[str, Any], exported_lines: int) -> dict[str, Any]:
+    """The manifest's ``counts`` from a :func:`~annotation.verdicts.consensus.tally`."""
+    status, provenance = tallied["status"], tallied["provenance"]
+    return {
+        "items": tallied["items"],
+        "validated": status[VALIDATED],
+        "rejected": status[REJECTED],
+        "adjudicated": provenance[ADJUDICATED],
+        "pending": status[PENDING] + status[UNJUDGED],
+        "pending_quorum": status[PENDING],
+        "unjudged": status[UNJUDGED],
+        "awaiting_adjudication": status[ADJUDICATION],
+        "by_provenance": {k: n for k, n in sorted(provenance.items()) if n},
+        "exported_lines": exported_lines,
+    }
+
+
+class _Writers:
+    """The open query / trace files of an export, one pair per (dataset, subset)."""
+
+    def __init__(self, tmp: Path, circled: bool):
+        self.tmp = tmp
+        self.circled = circled
+        self.subsets: dict[tuple[str, str], _Subset] = {}
+
+    def get(self, dataset: str, subset: str, hidden_category: str) -> _Subset:
+        w = self.subsets.get((dataset, subset))
+        if w is None:
+            if self.circled:
+                folder, stem, ext = self.tmp / dataset, subset, ".json"
+            else:
+                folder, stem, ext = self.tmp / dataset / subset, f"{dataset}_{subset}", ".jsonl"
+            folder.mkdir(parents=True, exist_ok=True)
+            queries = _JsonListFile(folder / f"{stem}{ext}") if self.circled else _HashingFile(folder / f"{stem}{ext}")
+            w = self.subsets[(dataset, subset)] = _Subset(
+                dataset, subset, hidden_category, queries, _HashingFile(folder / f"{stem}.trace.jsonl"))
+        return w
+
+    def close(self) -> None:
+        for w in self.subsets.values():
+            w.queries.close()
+            w.trace.close()
+
+    def abort(self) -> None:
+        for w in self.subsets.values():
+            w.queries.handle.close()
+            w.trace.handle.close()
+
+    @property
+    def lines(self) -> int:
+        return sum(w.queries.lines for w in self.subsets.values())
+
+    def files(self) -> list[dict[str, Any]]:
+        out = []
+        for (dataset, subset), w in sorted(self.subsets.items()):
+            for kind, f in (("queries", w.queries), ("trace", w.trace)):
+                out.append({"path": f.path.relative_to(self.tmp).as_posix(), "kind": kind, "dataset": dataset,
+                            "subset": subset, "hidden_category": w.hidden_category, "lines": f.lines,
+                            "bytes": f.bytes, "sha256": f.sha.hexdigest()})
+        return out
+
+
+class _JsonListFile(_HashingFile):
+    """A JSON list (the CIRCLED public layout) written one element at a time."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self._raw(b"[")
+
+    def _raw(self, data: bytes) -> None:
+        self.handle.write(data)
+        self.sha.update(data)
+        self.bytes += len(data)
+
+    def write_json(self, obj: Any) -> None:
+        self._raw((",\n  " if self.lines else "\n  ").encode("ascii") + json.dumps(obj, ensure_ascii=False).encode("utf-8"))
+        self.lines += 1
+
+    def close(self) -> None:
+        self._raw(b"\n]\n" if self.lines else b"]\n")
+        super().close()
+
+
+@dataclass
+class _Run:
+    """The state of one export while it runs."""
+
+    study: Study
+    verdicts: Verdicts
+    tmp: Path
+    id_file: Path
+    names: dict[str, str]
+    adjudicators: dict[str, str]
+    writers: _Writers
+    decisions: list[Decision]
+    per_dataset: dict[str, dict[str, Any]]
+    dataset_ids: dict[str, int]
+
+
+def _adjudicator_names(study: Study) -> dict[str, str]:
+    names = sorted({u for u in Adjudication.objects.filter(study=study).order_by()
+                    .values_list("decided_by__username", flat=True).distinct() if u})
+    return {u: f"adjudicator_{i:02d}" for i, u in enumerate(names, start=1)}
+
+
+def _prepare(study: Study, out_dir: Path | str | None, tmp_name: str | None) -> tuple[Path, bool, Path]:
+    """(final folder, auto-named, fresh temporary folder next to it)."""
+    final, auto = _destination(study, Path(out_dir) if out_dir is not None else None)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / (tmp_name or f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    if tmp.exists():
+        shutil.rmtree(tmp)  # a previous attempt of the same job died half way
+    tmp.mkdir()
+    return final, auto, tmp
+
+
+def _count_row(run: _Run, row: ItemRow, decision: Decision) -> None:
+    run.decisions.append(decision)
+    run.dataset_ids.setdefault(row.dataset, row.dataset_id)
+    run.per_dataset.setdefault(row.dataset, {"items": 0, "validated": 0, "subsets": {}})["items"] += 1
+
+
+def _write_batch(run: _Run, batch: list[ItemRow], ids: IO[str]) -> None:
+    decided = [(row, decide_row(row, run.verdicts)) for row in batch]
+    for row, d in decided:
+        _count_row(run, row, d)
+    keep = [(row, d) for row, d in decided if d.validated]
+    if not keep:
+        return
+    data = _QueryData([row.query_id for row, _ in keep])
+    circled = run.verdicts.session is not None
+    for row, d in keep:
+        if circled:
+            line = data.circled_record(row)
+            subset, qid = str(line["subset"]), str(line["session_id"])
+        else:
+            line = data.mbeir_line(row)
+            subset, qid = subset_name(row.hidden_category), str(line["qid"])
+        w = run.writers.get(row.dataset, subset, row.hidden_category)
+        w.queries.write_json(line)
+        w.trace.write_json(_trace_line(qid, row, d, subset, run))
+        ids.write(f"{row.dataset_id} {row.query_id}\n")
+        entry = run.per_dataset[row.dataset]
+        entry["validated"] += 1
+        entry["subsets"][subset] = entry["subsets"].get(subset, 0) + 1
+
+
+def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
+    study, rubric, verdicts = run.study, run.study.rubric, run.verdicts
+    circled = verdicts.session is not None
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "created_at": created_at.isoformat(),
+        "study": {"id": study.pk, "name": study.name, "overlap": study.overlap, "quorum": verdicts.quorum,
+                  "blind": study.blind},
+        "rubric": {"key": rubric.key, "version": rubric.version, "title": rubric.title},
+        "consensus": {
+            "policy": "session" if circled else verdicts.policy,
+            "primary": run.names.get(verdicts.primary, verdicts.primary) if verdicts.primary else None,
+            "quorum": verdicts.quorum,
+            "session_rule": verdicts.session.to_dict() if circled else None,  # type: ignore[union-attr]
+            "adjudications_applied": Adjudication.objects.filter(study=study, is_current=True).count(),
+            "rule": consensus_rule(verdicts),
+        },
+        "counts": verdict_counts(tally(run.decisions), run.writers.lines),
+        "datasets": {k: run.per_dataset[k] for k in sorted(run.per_dataset)},
+        "files": run.writers.files(),
+        "query_layout": list(CIRCLED_KEYS if circled else MBEIR_KEYS),
+        "query_format": "circled" if circled else "mbeir",
+        "pseudonyms": "annotators are annotator_NN and adjudicators adjudicator_NN, numbered in username order",
+    }
+
+
 def export_study(
     study: Study,
     out_dir: Path | str | None = None,
@@ -292,116 +559,35 @@ def export_study(
     itself (absent or empty); default ``EXPORT_DIR/<study>-<timestamp>``. ``progress(stage,
     done, total)`` is called after every batch. Returns the final folder and the manifest."""
     check_exportable(study, policy, primary or None)
-    primary = primary or None
+    verdicts = Verdicts.of(study, policy, primary or None)
     report = progress or (lambda stage, done, total: None)
-    final, auto = _destination(study, Path(out_dir) if out_dir is not None else None)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / (tmp_name or f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-    if tmp.exists():
-        shutil.rmtree(tmp)  # a previous attempt of the same job died half way
-    tmp.mkdir()
+    final, auto, tmp = _prepare(study, out_dir, tmp_name)
     id_file = final.parent / f"{tmp.name}.ids"
-    names = annotator_pseudonyms(study)
-    adjudicator_names = sorted({u for u in Adjudication.objects.filter(study=study).order_by()
-                                .values_list("decided_by__username", flat=True).distinct() if u})
-    adjudicators = {u: f"adjudicator_{i:02d}" for i, u in enumerate(adjudicator_names, start=1)}
+    run = _Run(study, verdicts, tmp, id_file, annotator_pseudonyms(study), _adjudicator_names(study),
+               _Writers(tmp, verdicts.session is not None), [], {}, {})
     total = StudyItem.objects.filter(study=study).count()
     created_at = timezone.now()
-    writers: dict[tuple[str, str], _Subset] = {}
-    status_counts = {s: 0 for s in (VALIDATED, REJECTED, "adjudication", UNJUDGED)}
-    provenance_counts: dict[str, int] = defaultdict(int)
-    per_dataset: dict[str, dict[str, Any]] = {}
-    dataset_ids: dict[str, int] = {}
     done = 0
     report("exporting", 0, total)
     try:
         with open(id_file, "w", encoding="ascii") as ids:
             for batch in iter_item_batches(study, chunk_size=chunk_size):
-                decided = [(row, decide_row(row, policy, primary)) for row in batch]
-                keep = [(row, d) for row, d in decided if d.validated]
-                data = _QueryData([row.query_id for row, _ in keep]) if keep else None
-                for row, d in decided:
-                    status_counts[d.status] += 1
-                    if d.decided:
-                        provenance_counts[d.provenance] += 1
-                    dataset_ids.setdefault(row.dataset, row.dataset_id)
-                    entry = per_dataset.setdefault(row.dataset, {"items": 0, "validated": 0, "subsets": {}})
-                    entry["items"] += 1
-                for row, d in keep:
-                    subset = subset_name(row.hidden_category)
-                    w = writers.get((row.dataset, subset))
-                    if w is None:
-                        folder = tmp / row.dataset / subset
-                        folder.mkdir(parents=True, exist_ok=True)
-                        stem = f"{row.dataset}_{subset}"
-                        w = writers[(row.dataset, subset)] = _Subset(
-                            row.dataset, subset, row.hidden_category,
-                            _HashingFile(folder / f"{stem}.jsonl"), _HashingFile(folder / f"{stem}.trace.jsonl"))
-                    line = data.mbeir_line(row)  # type: ignore[union-attr]
-                    w.queries.write_json(line)
-                    w.trace.write_json(_trace_line(str(line["qid"]), row, d, subset, policy, names, adjudicators))
-                    ids.write(f"{row.dataset_id} {row.query_id}\n")
-                    entry = per_dataset[row.dataset]
-                    entry["validated"] += 1
-                    entry["subsets"][subset] = entry["subsets"].get(subset, 0) + 1
+                _write_batch(run, batch, ids)
                 done += len(batch)
                 report("exporting", done, total)
                 if settings.DEBUG and not connection.force_debug_cursor:
                     connection.queries_log.clear()  # DEBUG keeps every SQL string: memory would grow
-        for w in writers.values():
-            w.queries.close()
-            w.trace.close()
-
-        files = []
-        for (dataset, subset), w in sorted(writers.items()):
-            for kind, f in (("queries", w.queries), ("trace", w.trace)):
-                files.append({"path": f.path.relative_to(tmp).as_posix(), "kind": kind, "dataset": dataset,
-                              "subset": subset, "hidden_category": w.hidden_category, "lines": f.lines,
-                              "bytes": f.bytes, "sha256": f.sha.hexdigest()})
-        rubric = study.rubric
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "created_at": created_at.isoformat(),
-            "study": {"id": study.pk, "name": study.name, "overlap": study.overlap, "blind": study.blind},
-            "rubric": {"key": rubric.key, "version": rubric.version, "title": rubric.title},
-            "consensus": {
-                "policy": policy,
-                "primary": names.get(primary, primary) if primary else None,
-                "adjudications_applied": Adjudication.objects.filter(study=study, is_current=True).count(),
-                "rule": {
-                    "majority": "validated when strictly more than half of the item's annotators chose VALIDATED",
-                    "unanimous": "validated when every annotator of the item chose VALIDATED",
-                    "primary": "validated when the deciding annotator (the primary one where they judged the "
-                               "item, else the first in username order) chose VALIDATED",
-                }[policy] + "; flagged items, ties and disagreements wait for an adjudicator, whose decision "
-                            "always wins",
-            },
-            "counts": {
-                "items": total,
-                "validated": status_counts[VALIDATED],
-                "rejected": status_counts[REJECTED],
-                "pending_adjudication": status_counts["adjudication"],
-                "unjudged": status_counts[UNJUDGED],
-                "by_provenance": dict(sorted(provenance_counts.items())),
-                "exported_lines": sum(w.queries.lines for w in writers.values()),
-            },
-            "datasets": {k: per_dataset[k] for k in sorted(per_dataset)},
-            "files": files,
-            "query_layout": list(MBEIR_KEYS),
-            "pseudonyms": "annotators are annotator_NN and adjudicators adjudicator_NN, numbered in username order",
-        }
+        run.writers.close()
+        manifest = _manifest(run, created_at)
         with open(tmp / "manifest.json", "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=2, ensure_ascii=False)
             fh.write("\n")
         report("finishing", done, total)
         path = _move_into_place(tmp, final, auto)
-        _refresh_validated_subsets(study, sorted(dataset_ids.values()), id_file)
+        _refresh_validated_subsets(study, sorted(run.dataset_ids.values()), id_file)
         return ExportResult(path, manifest)
     except BaseException:
-        for w in writers.values():
-            w.queries.handle.close()
-            w.trace.handle.close()
+        run.writers.abort()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:

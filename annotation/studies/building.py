@@ -11,6 +11,7 @@ from retrieval.models import Dataset, Query, QuerySubset
 
 from annotation.models import RubricVersion, Study, StudyItem
 from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
+from annotation.verdicts.consensus import SessionRule
 
 AUDIT_LABELS = ("composition_required", "unresolved", "shortcut_solvable")
 
@@ -35,6 +36,8 @@ class StudySpec:
     lease_minutes: int = 10
     annotators: list[str] = field(default_factory=list)
     single_turn_only: bool | None = None  # default: from the rubric (validity: single, session: multi)
+    quorum: int | None = None  # current judgements before an item is decided; default: the overlap
+    session_rule: dict | None = None  # session rubrics: {"reject": "majority"|"any", "threshold": 3.0}
 
 
 def latest_audit(dataset: Dataset):
@@ -73,20 +76,22 @@ def _parse_quotas(quotas: Mapping[str, int] | None) -> dict[tuple[str, str], int
     return parsed
 
 
-def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
-    """Create a study and its items; returns (study, sampling report)."""
-    if spec.overlap < 1:
-        raise StudyError("overlap must be at least 1")
-    if Study.objects.filter(name=spec.name).exists():
-        raise StudyError(f"a study named {spec.name!r} exists already")
+def _verdict_settings(spec: StudySpec, rubric: RubricVersion) -> dict:
+    """Check the quorum and the session rule; the session rule to store (session rubrics)."""
+    if spec.quorum is not None and not 1 <= spec.quorum <= spec.overlap:
+        raise StudyError(f"quorum must lie between 1 and the overlap ({spec.overlap}), got {spec.quorum}")
+    if rubric.rubric.kind != "session":
+        if spec.session_rule:
+            raise StudyError("a session rule applies to session rubrics only")
+        return {}
     try:
-        rubric = RubricVersion.builtin(spec.rubric) if not spec.rubric.isdigit() else RubricVersion.objects.get(pk=int(spec.rubric))
-    except (KeyError, RubricVersion.DoesNotExist):
-        raise StudyError(f"unknown rubric {spec.rubric!r}") from None
-    single = spec.single_turn_only
-    if single is None:
-        single = rubric.rubric.kind != "session"
+        return SessionRule.from_dict(spec.session_rule).to_dict()
+    except (TypeError, ValueError) as exc:
+        raise StudyError(f"session rule: {exc}") from None
 
+
+def _draw_pool(spec: StudySpec, single: bool) -> tuple[list[tuple[int, tuple[str, str]]], dict[int, str]]:
+    """(query id, (dataset, hidden category)) of every eligible query, and the hidden categories."""
     pool: list[tuple[int, tuple[str, str]]] = []
     hidden: dict[int, str] = {}
     for name in spec.datasets:
@@ -106,17 +111,40 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
             pool.append((qid, (name, category)))
     if not pool:
         raise StudyError("the item pool is empty: check the datasets and the category filter")
+    return pool, hidden
 
+
+def _sample(pool: list[tuple[int, tuple[str, str]]], spec: StudySpec) -> tuple[list[int], dict, int]:
+    """(chosen query ids, per-stratum report, shortfall): the whole pool, or a stratified sample."""
     quotas = _parse_quotas(spec.quotas)
-    if quotas is None and spec.total is None:
-        chosen, report, shortfall = [qid for qid, _ in pool], {}, 0
-        for _, stratum in pool:
-            entry = report.setdefault(stratum, {"population": 0, "requested": 0, "selected": 0})
-            entry["population"] += 1
-            entry["requested"] += 1
-            entry["selected"] += 1
-    else:
-        chosen, report, shortfall = stratified_sample(pool, quotas, seed=spec.seed, total=spec.total)
+    if quotas is not None or spec.total is not None:
+        return stratified_sample(pool, quotas, seed=spec.seed, total=spec.total)
+    report: dict = {}
+    for _, stratum in pool:
+        entry = report.setdefault(stratum, {"population": 0, "requested": 0, "selected": 0})
+        entry["population"] += 1
+        entry["requested"] += 1
+        entry["selected"] += 1
+    return [qid for qid, _ in pool], report, 0
+
+
+def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
+    """Create a study and its items; returns (study, sampling report)."""
+    if spec.overlap < 1:
+        raise StudyError("overlap must be at least 1")
+    if Study.objects.filter(name=spec.name).exists():
+        raise StudyError(f"a study named {spec.name!r} exists already")
+    try:
+        rubric = RubricVersion.builtin(spec.rubric) if not spec.rubric.isdigit() else RubricVersion.objects.get(pk=int(spec.rubric))
+    except (KeyError, RubricVersion.DoesNotExist):
+        raise StudyError(f"unknown rubric {spec.rubric!r}") from None
+    single = spec.single_turn_only
+    if single is None:
+        single = rubric.rubric.kind != "session"
+
+    session_rule = _verdict_settings(spec, rubric)
+    pool, hidden = _draw_pool(spec, single)
+    chosen, report, shortfall = _sample(pool, spec)
     agreement = set(agreement_subset(chosen, spec.agreement_size, spec.seed)) if spec.agreement_size else set()
     strata = dict(pool)
 
@@ -132,6 +160,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
         study = Study.objects.create(
             name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
             lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by,
+            quorum=spec.quorum, session_rule=session_rule,
             pool={
                 "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
                 "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,

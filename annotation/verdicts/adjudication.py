@@ -16,7 +16,17 @@ from django.db import transaction
 from django.db.models import Count, F, Q
 
 from annotation.agreement.maths import FLAGS, VALIDATED
-from annotation.verdicts.consensus import Decision, Vote, decide
+from annotation.verdicts.consensus import (
+    PENDING,
+    UNJUDGED,
+    Decision,
+    SessionRule,
+    SessionVote,
+    Vote,
+    decide,
+    decide_session,
+    tally,
+)
 from annotation.models import Adjudication, Judgement, Study, StudyItem
 from annotation.judging.rubric import Rubric
 
@@ -105,10 +115,52 @@ def votes_of(row: ItemRow) -> list[Vote]:
     return [Vote(v.annotator, bool(v.validated), v.flagged) for v in row.votes if v.validated is not None]
 
 
-def decide_row(row: ItemRow, policy: str = "majority", primary: str | None = None,
-               *, with_adjudication: bool = True) -> Decision:
+def _score(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def session_votes_of(row: ItemRow, rule: SessionRule) -> list[SessionVote]:
+    """The session votes of an item: reject flags and the rule's scale of every judgement."""
+    return [SessionVote(v.annotator, tuple(v.reject_flags), _score(v.scales.get(rule.scale)), v.flagged)
+            for v in row.votes]
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """How a study decides its items: what :func:`decide_row` needs besides the votes."""
+
+    quorum: int = 1
+    policy: str = "majority"
+    primary: str | None = None
+    session: SessionRule | None = None  # set for session studies
+
+    @classmethod
+    def of(cls, study: Study, policy: str = "majority", primary: str | None = None) -> Verdicts:
+        """The study's rule: its quorum and, for a session rubric, its session rule."""
+        session = SessionRule.from_dict(study.session_rule) if is_session_rubric(study.rubric.rubric) else None
+        return cls(study.decision_quorum, policy, primary or None, session)
+
+
+def is_session_rubric(rubric: Rubric) -> bool:
+    return rubric.kind == "session"
+
+
+def has_verdicts(rubric: Rubric) -> bool:
+    """Items of this rubric get a validated / rejected verdict (adjudication, export):
+    category rubrics with a validated category, and session rubrics."""
+    return is_session_rubric(rubric) or (rubric.kind == "category" and rubric.valid_category is not None)
+
+
+def decide_row(row: ItemRow, verdicts: Verdicts, *, with_adjudication: bool = True) -> Decision:
+    """THE decision of one study item (every page, report, queue and export calls it):
+    :func:`~annotation.verdicts.consensus.decide` for single-turn items,
+    :func:`~annotation.verdicts.consensus.decide_session` for sessions, with the study's quorum."""
     adjudication = row.adjudication.validated if (with_adjudication and row.adjudication) else None
-    return decide(votes_of(row), policy, primary=primary, adjudication=adjudication)
+    if verdicts.session is not None:
+        return decide_session(session_votes_of(row, verdicts.session), verdicts.session,
+                              adjudication=adjudication, quorum=verdicts.quorum)
+    return decide(votes_of(row), verdicts.policy, primary=verdicts.primary, adjudication=adjudication,
+                  quorum=verdicts.quorum)
 
 
 def _batched(iterable, n: int) -> Iterator[list]:
@@ -187,35 +239,54 @@ class QueueEntry:
         return self.row.adjudication is not None
 
 
-def _queue_candidates(study: Study, policy: str) -> list[int]:
+def _queue_candidates(study: Study, verdicts: Verdicts) -> list[int]:
     """Ids of the items that may need an adjudicator, found with one aggregate query: an item
-    with a flag, a split vote (majority: an even split; unanimous: any split) or a decision."""
+    with a flag, a split vote (majority: an even split; unanimous: any split) or a decision.
+    Sessions: every item with a judgement (their rule reads scores, decided in Python)."""
     current = Q(assignments__revisions__is_current=True, assignments__revisions__validated__isnull=False)
+    if verdicts.session is not None:
+        current = Q(assignments__revisions__is_current=True)
     items = StudyItem.objects.filter(study=study).annotate(
         n=Count("assignments__revisions", filter=current),
         valid=Count("assignments__revisions", filter=current & Q(assignments__revisions__validated=True)),
         flags=Count("assignments__revisions", filter=current & Q(assignments__revisions__flagged=True)),
     )
     wanted = Q(flags__gt=0) | Q(id__in=Adjudication.objects.filter(study=study).values("item_id"))
-    if policy == "majority":
-        wanted |= Q(n__gt=0, n=F("valid") * 2)
-    elif policy == "unanimous":
-        wanted |= Q(valid__gt=0) & ~Q(valid=F("n"))
+    if verdicts.session is not None:
+        wanted |= Q(n__gte=verdicts.quorum)
+    elif verdicts.policy == "majority":
+        wanted |= Q(n__gte=verdicts.quorum, n=F("valid") * 2)
+    elif verdicts.policy == "unanimous":
+        wanted |= Q(n__gte=verdicts.quorum, valid__gt=0) & ~Q(valid=F("n"))
     return list(items.filter(wanted).order_by("id").values_list("id", flat=True))
 
 
-def adjudication_queue(study: Study, policy: str = "majority", primary: str | None = None) -> list[QueueEntry]:
+def adjudication_queue(study: Study, verdicts: Verdicts | None = None) -> list[QueueEntry]:
     """Items that need (or got) an adjudicator: ties, flagged items, and any item already
-    adjudicated. Waiting items first, each group in item id order."""
+    adjudicated. Waiting items first, each group in item id order. ``verdicts``: default
+    the study's own rule (:meth:`Verdicts.of`, majority policy)."""
+    verdicts = verdicts or Verdicts.of(study)
     entries: list[QueueEntry] = []
-    candidates = _queue_candidates(study, policy)
+    candidates = _queue_candidates(study, verdicts)
     for start in range(0, len(candidates), DEFAULT_CHUNK):
         for batch in iter_item_batches(study, item_ids=candidates[start:start + DEFAULT_CHUNK]):
             for row in batch:
-                decision = decide_row(row, policy, primary, with_adjudication=False)
+                decision = decide_row(row, verdicts, with_adjudication=False)
                 if decision.needs_adjudication or row.adjudication is not None:
                     entries.append(QueueEntry(row, decision))
     return sorted(entries, key=lambda e: (e.adjudicated, e.row.item_id))
+
+
+def study_verdicts(study: Study, verdicts: Verdicts | None = None) -> dict[str, Any]:
+    """The :func:`~annotation.verdicts.consensus.tally` of every item of the study under
+    ``verdicts`` (default: the study's rule), for progress and export pages."""
+    verdicts = verdicts or Verdicts.of(study)
+    decisions = (decide_row(row, verdicts) for batch in iter_item_batches(study) for row in batch)
+    out = tally(decisions)
+    status = out["status"]
+    out["pending"] = status[PENDING] + status[UNJUDGED]
+    out["quorum"] = verdicts.quorum
+    return out
 
 
 def adjudicate(study: Study, item: StudyItem, validated: bool, note: str, user) -> Adjudication:

@@ -14,38 +14,50 @@ turns an item's votes into a :class:`Decision` under one of three policies:
   in sorted annotator order (CIRCUS kept annotator_03 over annotator_08, and the first
   labelled row in sorted user order otherwise).
 
-Under every policy an item that any voter flagged goes to adjudication. An adjudicator's
-decision, when one is given, always decides the item (provenance ``"adjudicated"``).
+Quorum: an item is decided only once it has ``quorum`` current votes (a study's quorum,
+by default its overlap) or an adjudication. Before that it is ``"pending"`` (reason
+``quorum``) and is never exported as validated. Under every policy an item that any voter
+flagged goes to adjudication. An adjudicator's decision, when one is given, always
+decides the item (provenance ``"adjudicated"``).
 
-Provenance of a decided item: ``"unanimous"`` (every voter agreed with the decision, a
-single voter included), ``"majority"`` (a strict majority, not all), ``"primary"`` (one
-annotator decided) or ``"adjudicated"``. Undecided items have the statuses
-``"adjudication"`` (waiting for an adjudicator; ``reason`` says why: ``tie``,
-``flagged`` or ``disagreement``) or ``"unjudged"`` (no vote yet).
+Provenance of a decided item: ``"unanimous"`` (two or more voters, all agreeing with the
+decision), ``"single"`` (a quorum of one: one vote decided), ``"majority"`` (a strict
+majority, not all), ``"primary"`` (one annotator decided) or ``"adjudicated"``. Undecided
+items have the statuses ``"adjudication"`` (waiting for an adjudicator; ``reason`` says
+why: ``tie``, ``flagged`` or ``disagreement``), ``"pending"`` (fewer votes than the
+quorum) or ``"unjudged"`` (no vote yet).
+
+:func:`decide` is the one rule for single-turn items; :func:`decide_session` applies the
+same quorum, flag and adjudication gate to session studies, whose votes are reject flags
+and an overall score (:class:`SessionRule`).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 POLICIES: tuple[str, ...] = ("majority", "unanimous", "primary")
 
 VALIDATED = "validated"
 REJECTED = "rejected"
 ADJUDICATION = "adjudication"
+PENDING = "pending"
 UNJUDGED = "unjudged"
-STATUSES: tuple[str, ...] = (VALIDATED, REJECTED, ADJUDICATION, UNJUDGED)
+STATUSES: tuple[str, ...] = (VALIDATED, REJECTED, ADJUDICATION, PENDING, UNJUDGED)
 
 UNANIMOUS = "unanimous"
+SINGLE = "single"
 MAJORITY = "majority"
 PRIMARY = "primary"
 ADJUDICATED = "adjudicated"
-PROVENANCES: tuple[str, ...] = (UNANIMOUS, MAJORITY, PRIMARY, ADJUDICATED)
+PROVENANCES: tuple[str, ...] = (UNANIMOUS, SINGLE, MAJORITY, PRIMARY, ADJUDICATED)
 
 TIE = "tie"
 FLAGGED = "flagged"
 DISAGREEMENT = "disagreement"
 NO_VOTES = "no_votes"
+QUORUM = "quorum"
 
 
 @dataclass(frozen=True)
@@ -61,9 +73,10 @@ class Vote:
 class Decision:
     """The outcome for one item.
 
-    ``status``: validated / rejected / adjudication / unjudged. ``provenance``: how a
-    validated or rejected status was reached ('' otherwise). ``reason``: why an item waits
-    for adjudication (tie / flagged / disagreement) or ``no_votes``; '' when decided.
+    ``status``: validated / rejected / adjudication / pending / unjudged. ``provenance``:
+    how a validated or rejected status was reached ('' otherwise). ``reason``: why an item
+    waits for adjudication (tie / flagged / disagreement), ``quorum`` (pending) or
+    ``no_votes``; '' when decided. ``quorum``: the votes the item needed.
     ``decided_by``: the deciding annotator under the primary policy, else ``None``.
     """
 
@@ -75,6 +88,7 @@ class Decision:
     invalid_votes: int
     flagged_votes: int
     decided_by: str | None = None
+    quorum: int = 1
 
     @property
     def validated(self) -> bool:
@@ -92,7 +106,7 @@ class Decision:
         return {
             "status": self.status, "provenance": self.provenance, "reason": self.reason,
             "n_votes": self.n_votes, "valid_votes": self.valid_votes, "invalid_votes": self.invalid_votes,
-            "flagged_votes": self.flagged_votes, "decided_by": self.decided_by,
+            "flagged_votes": self.flagged_votes, "decided_by": self.decided_by, "quorum": self.quorum,
         }
 
 
@@ -117,18 +131,60 @@ def primary_voter(votes: Sequence[Vote], primary: str | None = None) -> Vote | N
     return min(votes, key=lambda v: v.annotator)
 
 
+def _check_quorum(quorum: int) -> None:
+    if isinstance(quorum, bool) or not isinstance(quorum, int) or quorum < 1:
+        raise ValueError(f"quorum must be an integer >= 1, got {quorum!r}")
+
+
+def _gate(n: int, flagged: int, quorum: int, adjudication: bool | None) -> tuple[str, str, str] | None:
+    """What decides an item before any policy: an adjudication, no vote, fewer votes than the
+    quorum, or a flag. ``(status, provenance, reason)``, or ``None`` when the policy decides."""
+    _check_quorum(quorum)
+    if adjudication is not None:
+        if not isinstance(adjudication, bool):
+            raise ValueError(f"adjudication must be true, false or None, got {adjudication!r}")
+        return (VALIDATED if adjudication else REJECTED, ADJUDICATED, "")
+    if n == 0:
+        return (UNJUDGED, "", NO_VOTES)
+    if flagged:
+        return (ADJUDICATION, "", FLAGGED)
+    if n < quorum:
+        return (PENDING, "", QUORUM)
+    return None
+
+
+def _agreeing(n: int) -> str:
+    """Provenance of a decision every voter agreed with: unanimous needs two votes."""
+    return UNANIMOUS if n >= 2 else SINGLE
+
+
+def _split(valid: int, n: int, policy: str) -> tuple[str, str, str]:
+    """(status, provenance, reason) of a majority / unanimous vote of ``valid`` out of ``n``."""
+    if valid == n or valid == 0:
+        return (VALIDATED if valid == n else REJECTED, _agreeing(n), "")
+    if policy == "unanimous":
+        return (ADJUDICATION, "", DISAGREEMENT)
+    if 2 * valid > n:
+        return (VALIDATED, MAJORITY, "")
+    if 2 * (n - valid) > n:
+        return (REJECTED, MAJORITY, "")
+    return (ADJUDICATION, "", TIE)
+
+
 def decide(
     votes: Iterable[Vote],
     policy: str = "majority",
     *,
     primary: str | None = None,
     adjudication: bool | None = None,
+    quorum: int = 1,
 ) -> Decision:
     """The consensus decision of one item.
 
     ``votes``: at most one per annotator. ``primary``: the deciding annotator for the
     primary policy (ignored by the others). ``adjudication``: an adjudicator's decision
     (True = validated, False = rejected) that overrides the policy, or ``None``.
+    ``quorum``: current votes needed before the policy decides (a study's quorum).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown consensus policy {policy!r}; expected one of {POLICIES}")
@@ -136,34 +192,126 @@ def decide(
     _check_votes(votes)
     n = len(votes)
     valid = sum(1 for v in votes if v.validated)
-    invalid = n - valid
     flagged = sum(1 for v in votes if v.flagged)
-
-    def make(status: str, provenance: str = "", reason: str = "", by: str | None = None) -> Decision:
-        return Decision(status, provenance, reason, n, valid, invalid, flagged, by)
-
-    if adjudication is not None:
-        if not isinstance(adjudication, bool):
-            raise ValueError(f"adjudication must be true, false or None, got {adjudication!r}")
-        return make(VALIDATED if adjudication else REJECTED, ADJUDICATED)
-    if n == 0:
-        return make(UNJUDGED, reason=NO_VOTES)
-    if flagged:
-        return make(ADJUDICATION, reason=FLAGGED)
-
-    if policy == "primary":
+    by = None
+    outcome = _gate(n, flagged, quorum, adjudication)
+    if outcome is None and policy == "primary":
         vote = primary_voter(votes, primary)
         assert vote is not None
-        return make(VALIDATED if vote.validated else REJECTED, PRIMARY, by=vote.annotator)
-    if valid == n or invalid == n:
-        return make(VALIDATED if valid == n else REJECTED, UNANIMOUS)
-    if policy == "unanimous":
-        return make(ADJUDICATION, reason=DISAGREEMENT)
-    if 2 * valid > n:
-        return make(VALIDATED, MAJORITY)
-    if 2 * invalid > n:
-        return make(REJECTED, MAJORITY)
-    return make(ADJUDICATION, reason=TIE)
+        outcome, by = (VALIDATED if vote.validated else REJECTED, PRIMARY, ""), vote.annotator
+    elif outcome is None:
+        outcome = _split(valid, n, policy)
+    status, provenance, reason = outcome
+    return Decision(status, provenance, reason, n, valid, n - valid, flagged, by, quorum)
+
+
+# --------------------------------------------------------------------------- sessions
+
+SESSION_REJECT_RULES: tuple[str, ...] = ("majority", "any")
+DEFAULT_SESSION_THRESHOLD = 3.0
+
+
+@dataclass(frozen=True)
+class SessionVote:
+    """One annotator's current judgement of a session: the reject flags raised, the overall
+    score (``None`` when not given) and the flag for adjudication."""
+
+    annotator: str
+    reject_flags: tuple[str, ...]
+    overall: float | None
+    flagged: bool = False
+
+
+@dataclass(frozen=True)
+class SessionRule:
+    """How a session study decides a session (a study setting).
+
+    ``reject``: ``"majority"`` rejects when strictly more than half of the votes raise a
+    reject flag (an exact half is a tie, sent to adjudication); ``"any"`` rejects on one
+    reject flag. Otherwise the session is validated when the median overall score of the
+    votes that gave one is at least ``threshold``, else rejected (no score: adjudication).
+    """
+
+    reject: str = "majority"
+    threshold: float = DEFAULT_SESSION_THRESHOLD
+    scale: str = "overall"
+
+    def __post_init__(self) -> None:
+        if self.reject not in SESSION_REJECT_RULES:
+            raise ValueError(f"reject rule must be one of {SESSION_REJECT_RULES}, got {self.reject!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SessionRule:
+        data = data or {}
+        return cls(reject=str(data.get("reject", "majority")),
+                   threshold=float(data.get("threshold", DEFAULT_SESSION_THRESHOLD)),
+                   scale=str(data.get("scale", "overall")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reject": self.reject, "threshold": self.threshold, "scale": self.scale}
+
+    def describe(self) -> str:
+        reject = ("strictly more than half of the votes raise a reject flag (an exact half goes to adjudication)"
+                  if self.reject == "majority" else "any vote raises a reject flag")
+        return (f"rejected when {reject}; otherwise validated when the median {self.scale} score is at least "
+                f"{self.threshold:g}, else rejected")
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def _session_rejection(votes: Sequence[SessionVote], rule: SessionRule) -> tuple[str, str, str] | None:
+    """The outcome decided by the reject flags alone, or ``None`` when the scores decide."""
+    n = len(votes)
+    rejecting = sum(1 for v in votes if v.reject_flags)
+    provenance = _agreeing(n) if rejecting == n else MAJORITY
+    if rejecting and (rule.reject == "any" or 2 * rejecting > n):
+        return (REJECTED, provenance, "")
+    if rejecting and 2 * rejecting == n:
+        return (ADJUDICATION, "", TIE)
+    return None
+
+
+def _vote_passes(vote: SessionVote, rule: SessionRule) -> bool:
+    return not vote.reject_flags and vote.overall is not None and float(vote.overall) >= rule.threshold
+
+
+def _session_outcome(votes: Sequence[SessionVote], rule: SessionRule) -> tuple[str, str, str]:
+    rejection = _session_rejection(votes, rule)
+    if rejection is not None:
+        return rejection
+    scores = [float(v.overall) for v in votes if v.overall is not None]
+    if not scores:
+        return (ADJUDICATION, "", DISAGREEMENT)
+    validated = _median(scores) >= rule.threshold
+    agree = sum(1 for v in votes if _vote_passes(v, rule) == validated)
+    return (VALIDATED if validated else REJECTED, _agreeing(len(votes)) if agree == len(votes) else MAJORITY, "")
+
+
+def decide_session(
+    votes: Iterable[SessionVote],
+    rule: SessionRule | None = None,
+    *,
+    adjudication: bool | None = None,
+    quorum: int = 1,
+) -> Decision:
+    """The decision of one session under ``rule`` (default :class:`SessionRule`), with the
+    quorum, flag and adjudication gate of :func:`decide`. ``valid_votes`` counts the votes
+    that raised no reject flag and scored at least the threshold."""
+    rule = rule or SessionRule()
+    votes = list(votes)
+    seen = [v.annotator for v in votes]
+    if len(set(seen)) != len(seen):
+        raise ValueError("an annotator voted twice on the same session")
+    n = len(votes)
+    valid = sum(1 for v in votes if _vote_passes(v, rule))
+    flagged = sum(1 for v in votes if v.flagged)
+    outcome = _gate(n, flagged, quorum, adjudication) or _session_outcome(votes, rule)
+    status, provenance, reason = outcome
+    return Decision(status, provenance, reason, n, valid, n - valid, flagged, None, quorum)
 
 
 def tally(decisions: Iterable[Decision]) -> dict[str, object]:

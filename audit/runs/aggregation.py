@@ -9,10 +9,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from retrieval.metrics import MODALITIES, modality_scores
+from retrieval.metrics import MODALITIES
 from retrieval.models import Query, QuerySubset
 
-from ..labels import LABELS, SHORTCUT_FREE, SUPPORT_KEYS, AuditLabels, label_queries
+from ..labels import LABELS, SHORTCUT_FREE, SUPPORT_KEYS, AuditLabels, label_queries, read_pool, retriever_scores
 from ..models import AuditChunk, AuditLabel, AuditRank, AuditRun, AuditSessionRank
 from .base import (
     LATEST_SUBSET,
@@ -26,18 +26,22 @@ from .base import (
 from .planning import _examples, _tau_encoder
 
 
-def _rank_rows(run: AuditRun, exclude_queries: set[int] = frozenset()) -> list[tuple[int, str, Any, Any, Any]]:
-    """(query, retriever, mm, text, image) rows in query order, then pool order."""
+def _rank_rows(run: AuditRun, exclude_queries: set[int] = frozenset()) -> list[tuple[Any, ...]]:
+    """:func:`audit.labels.label_queries` rows in query order, then pool order:
+    ``(query, retriever, mm, text, image, extras)`` where each rank is the list of every
+    positive's rank when the row has it (else the best rank) and ``extras`` carries the
+    graded-only targets and subset ranks."""
     order = {name: n for n, name in enumerate(run.retrievers)}
+    fields = ("query_id", "retriever", "mm", "text", "image", "mm_all", "text_all", "image_all", "graded", "subset",
+              "query__ordinal")
     rows = [
-        (q, r, mm, t, i, ordinal)
-        for q, r, mm, t, i, ordinal in AuditRank.objects.filter(run=run).values_list(
-            "query_id", "retriever", "mm", "text", "image", "query__ordinal"
-        )
+        (q, r, mm_all or mm, t_all or t, i_all or i, {"graded": graded or {}, "subset": subset or {}}, ordinal)
+        for q, r, mm, t, i, mm_all, t_all, i_all, graded, subset, ordinal in AuditRank.objects.filter(
+            run=run).values_list(*fields)
         if q not in exclude_queries
     ]
-    rows.sort(key=lambda x: (x[5], x[0], order.get(x[1], len(order)), str(x[1])))
-    return [row[:5] for row in rows]
+    rows.sort(key=lambda x: (x[6], x[0], order.get(x[1], len(order)), str(x[1])))
+    return [row[:6] for row in rows]
 
 
 def _stats_json(stats: dict[Any, dict[str, Any]]) -> dict[str, Any]:
@@ -45,23 +49,10 @@ def _stats_json(stats: dict[Any, dict[str, Any]]) -> dict[str, Any]:
 
 
 def subset_scores(run: AuditRun, query_ids: Iterable[int]) -> dict[str, dict[str, Any]]:
-    """Per-retriever :func:`retrieval.metrics.modality_scores` over some of the run's queries."""
+    """Per-retriever :func:`retrieval.metrics.modality_scores` over some of the run's labelled queries."""
     wanted = set(query_ids)
-    per: dict[str, dict[int, tuple[Any, Any, Any]]] = defaultdict(dict)
     labelled = set(AuditLabel.objects.filter(run=run, query_id__in=wanted).values_list("query_id", flat=True))
-    for q, r, mm, t, i in AuditRank.objects.filter(run=run, query_id__in=labelled).values_list(
-        "query_id", "retriever", "mm", "text", "image"
-    ):
-        per[r][q] = (mm, t, i)
-    out: dict[str, dict[str, Any]] = {}
-    if not labelled:
-        return out
-    qs = sorted(labelled)
-    for name in run.retrievers:
-        got = per.get(name, {})
-        triples = [got.get(q, (None, None, None)) for q in qs]
-        out[name] = modality_scores({m: [t[n] for t in triples] for n, m in enumerate(MODALITIES)}, k=run.k)
-    return out
+    return subset_scores_from_rows(run, _rank_rows(run), labelled)
 
 
 def _fmt_json(stats: dict[str, Any]) -> dict[str, Any]:
@@ -200,24 +191,8 @@ def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dic
     return summary, kept
 
 
-def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | None = None) -> bool:
-    """Label the run's queries once every chunk is done; returns True if this call finished it.
-
-    Safe to call twice or concurrently: the labels are computed outside the
-    transaction and written only by the call that still finds the run unfinished.
-    ``override_support`` (imported aggregated files) replaces the support counts that
-    :func:`label_queries` derives with those the file recorded for the real pool.
-    """
-    started = time.perf_counter()
-    run = AuditRun.objects.select_related("dataset").filter(pk=run_id).first()
-    if run is None or run.status != AuditRun.Status.RUNNING:
-        return False
-    chunks = list(AuditChunk.objects.filter(run=run).values("kind", "status", "stats", "retriever"))
-    if any(c["status"] != AuditChunk.Status.DONE for c in chunks):
-        return False
-
-    # Queries skipped by a chunk (e.g. a reference file that became unreadable) are
-    # left out for the whole pool, so every labelled query has a row per retriever.
+def _chunk_outcomes(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Queries skipped by a chunk (with reasons and examples) and queries without a positive in the gallery."""
     chunk_skips: dict[str, str] = {}
     no_positive: dict[str, int] = defaultdict(int)
     for c in chunks:
@@ -229,37 +204,29 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
     examples = dict(run.summary.get("skipped_examples", {}))
     for reason, ids in _examples(chunk_skips).items():
         examples[reason] = (examples.get(reason, []) + ids)[:10]
-    rows = _rank_rows(run, exclude_queries={int(q) for q in chunk_skips})
-    audit = label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers)
-    if override_support:
-        for q, sup in override_support.items():
-            if q in audit.support:
-                audit.support[q] = {key: int(sup.get(key, audit.support[q][key])) for key in SUPPORT_KEYS}
-        audit.support_histograms = {
-            key: dict(sorted(Counter(s[key] for s in audit.support.values()).items())) for key in SUPPORT_KEYS
-        }
-    sf_scores = subset_scores_from_rows(run, rows, set(audit.shortcut_free))
-    sessions, sessions_kept = aggregate_sessions(run, chunks)
-    summary = {
-        **run.summary,
-        "k": run.k,
-        "min_mm_retrievers": run.min_mm_retrievers,
-        "n_queries": len(audit.queries),
-        "counts": audit.counts,
-        "detail_counts": audit.detail_counts,
-        "support_histograms": {k: {str(n): c for n, c in h.items()} for k, h in audit.support_histograms.items()},
-        "retriever_stats": _stats_json(audit.retriever_stats),
-        "shortcut_free_stats": sf_scores,
+    return {
+        "dropped": {int(q) for q in chunk_skips},
         "skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)}
         | {r: n for r, n in reasons.items() if r not in SKIP_REASONS},
         "skipped_total": sum(reasons.values()),
         "skipped_examples": examples,
-        "no_positive_in_gallery": max(no_positive.values()) if no_positive else run.summary.get("no_positive_in_gallery", 0),
+        "no_positive_in_gallery": max(no_positive.values()) if no_positive
+        else run.summary.get("no_positive_in_gallery", 0),
     }
-    if sessions is not None:
-        summary["sessions"] = sessions
-    timings = _timings(run, chunks)
-    label_rows = [
+
+
+def _override_support(audit: AuditLabels, override: dict[int, dict[str, int]]) -> None:
+    """Replace derived support counts with those an imported aggregated file recorded."""
+    for q, sup in override.items():
+        if q in audit.support:
+            audit.support[q] = {key: int(sup.get(key, audit.support[q][key])) for key in SUPPORT_KEYS}
+    audit.support_histograms = {
+        key: dict(sorted(Counter(s[key] for s in audit.support.values()).items())) for key in SUPPORT_KEYS
+    }
+
+
+def _label_rows(run: AuditRun, audit: AuditLabels) -> list[AuditLabel]:
+    return [
         AuditLabel(
             run=run, query_id=q, label=audit.labels[q], detail=audit.detail[q], legacy=audit.legacy[q],
             support_mm=audit.support[q]["multimodal"], support_text=audit.support[q]["text_only"],
@@ -270,6 +237,12 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
         )
         for q in audit.queries
     ]
+
+
+def _write_finished(run: AuditRun, audit: AuditLabels, summary: dict[str, Any], timings: dict[str, Any],
+                    sessions_kept: list[int] | None, started: float) -> bool:
+    """Write labels, subsets and the summary, and mark the run done, unless another call already did."""
+    label_rows = _label_rows(run, audit)
     with transaction.atomic():
         locked = AuditRun.objects.select_for_update().get(pk=run.pk)
         if locked.status != AuditRun.Status.RUNNING:
@@ -277,7 +250,7 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
         AuditLabel.objects.filter(run=run).delete()
         AuditLabel.objects.bulk_create(label_rows, batch_size=1000)
         _write_subsets(run, audit)
-        if sessions is not None:
+        if sessions_kept is not None:
             subset, _ = QuerySubset.objects.update_or_create(
                 dataset=run.dataset, name=subset_name(run, SESSIONS_KEPT), defaults={"source": f"audit {run.pk}"}
             )
@@ -298,23 +271,57 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
     return True
 
 
+def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | None = None) -> bool:
+    """Label the run's queries once every chunk is done; returns True if this call finished it.
+
+    Safe to call twice or concurrently: the labels are computed outside the
+    transaction and written only by the call that still finds the run unfinished.
+    ``override_support`` (imported aggregated files) replaces the support counts that
+    :func:`label_queries` derives with those the file recorded for the real pool.
+    """
+    started = time.perf_counter()
+    run = AuditRun.objects.select_related("dataset").filter(pk=run_id).first()
+    if run is None or run.status != AuditRun.Status.RUNNING:
+        return False
+    chunks = list(AuditChunk.objects.filter(run=run).values("kind", "status", "stats", "retriever"))
+    if any(c["status"] != AuditChunk.Status.DONE for c in chunks):
+        return False
+    # Queries skipped by a chunk (e.g. a reference file that became unreadable) are
+    # left out for the whole pool, so every labelled query has a row per retriever.
+    outcomes = _chunk_outcomes(run, chunks)
+    rows = _rank_rows(run, exclude_queries=outcomes.pop("dropped"))
+    audit = label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers)
+    if override_support:
+        _override_support(audit, override_support)
+    sessions, sessions_kept = aggregate_sessions(run, chunks)
+    summary = {
+        **run.summary,
+        "k": run.k,
+        "min_mm_retrievers": run.min_mm_retrievers,
+        "n_queries": len(audit.queries),
+        "counts": audit.counts,
+        "detail_counts": audit.detail_counts,
+        "support_histograms": {k: {str(n): c for n, c in h.items()} for k, h in audit.support_histograms.items()},
+        "retriever_stats": _stats_json(audit.retriever_stats),
+        "shortcut_free_stats": subset_scores_from_rows(run, rows, set(audit.shortcut_free)),
+        **outcomes,
+    }
+    if sessions is not None:
+        summary["sessions"] = sessions
+    return _write_finished(run, audit, summary, _timings(run, chunks), sessions_kept if sessions is not None else None,
+                           started)
+
+
 def subset_scores_from_rows(
-    run: AuditRun, rows: Sequence[tuple[int, str, Any, Any, Any]], queries: set[Any]
+    run: AuditRun, rows: Sequence[tuple[Any, ...]], queries: set[Any]
 ) -> dict[str, dict[str, Any]]:
-    """Per-retriever scores over ``queries`` from already-loaded rank rows."""
+    """Per-retriever scores over ``queries`` from already-loaded rank rows (:func:`_rank_rows`);
+    a query without a row for a retriever counts as not retrieved by it."""
     if not queries:
         return {}
-    per: dict[str, dict[Any, tuple[Any, Any, Any]]] = defaultdict(dict)
-    for q, r, mm, t, i in rows:
-        if q in queries:
-            per[r][q] = (mm, t, i)
-    qs = sorted(queries, key=str)
-    out: dict[str, dict[str, Any]] = {}
-    for name in run.retrievers:
-        got = per.get(name, {})
-        triples = [got.get(q, (None, None, None)) for q in qs]
-        out[name] = modality_scores({m: [t[n] for t in triples] for n, m in enumerate(MODALITIES)}, k=run.k)
-    return out
+    pool = read_pool([row for row in rows if row[0] in queries])
+    pool.queries = dict.fromkeys(sorted(queries, key=str))
+    return {name: retriever_scores(pool, name, run.k) for name in run.retrievers}
 
 
 def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:

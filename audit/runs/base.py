@@ -81,6 +81,11 @@ def panel_k() -> int:
     return int(_setting("AUDIT_PANEL_K", 10))
 
 
+def candidates_n() -> int:
+    """Length of the multimodal top list stored on each rank row (``AuditRank.top_mm``)."""
+    return int(_setting("AUDIT_CANDIDATES_N", 64))
+
+
 default_owner = jobs.default_owner
 
 

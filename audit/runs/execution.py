@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,9 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from retrieval.evaltargets import QueryTargets, evaluation_targets
 from retrieval.imagefiles import PathEscapeError, resolve_under
-from retrieval.models import Image, Target, Turn
+from retrieval.models import Image, Turn
 
 from ..models import AuditChunk, AuditRank, AuditRun, AuditSessionRank
 from .base import (
@@ -23,9 +23,10 @@ from .base import (
     _setting,
     default_owner,
     logger,
+    candidates_n,
     max_attempts,
-    panel_k,
 )
+from ..rankfiles import RANK_FIELDS
 from .leases import Heartbeat, claim_chunk
 from .planning import (
     _eligibility,
@@ -151,12 +152,21 @@ def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> 
     return retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s
 
 
-def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[AuditRank]]:
-    from ..engine import encode_images, encode_texts, rank_three
+def _expand(ids: Sequence[int], index_of: dict[int, int], ranks: Sequence[int | None]) -> list[int | None]:
+    """Ranks of ``ids`` from the ranks of those in the gallery (in order); ``None`` for the others."""
+    it = iter(ranks)
+    return [next(it) if i in index_of else None for i in ids]
 
-    retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s = _chunk_gallery(run, chunk, beat)
 
-    # The chunk's queries, checked again (files can vanish between plan and run).
+def _rows(ids: Sequence[int], index_of: dict[int, int]) -> list[int]:
+    return [index_of[i] for i in ids if i in index_of]
+
+
+def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: Heartbeat | None) -> dict[str, Any]:
+    """The chunk's eligible queries, their encodings and targets (files can vanish between plan and run)."""
+    from ..engine import encode_images, encode_texts
+
+    retriever, cache, max_pixels = gallery_ctx[:3]
     eligible, skipped = _eligibility(run, chunk.items)
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
     turns = {
@@ -165,37 +175,50 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) 
             "query_id", "reference_image_id", "reference_image__sha256", "reference_image__path", "texts"
         )
     }
-    positives_of: dict[int, list[int]] = defaultdict(list)
-    for qid, image_id in (
-        Target.objects.filter(query_id__in=eligible, relevance__gt=0).exclude(role="neg").order_by("id")
-        .values_list("query_id", "image_id")
-    ):
-        positives_of[qid].append(image_id)
     keys = [turns[q]["reference_image__sha256"] for q in eligible]
     locate = _locator(run, {turns[q]["reference_image__sha256"]: turns[q]["reference_image__path"] for q in eligible})
     img = encode_images(retriever, cache, keys, locate, max_pixels=max_pixels, check=beat.check if beat else None)
     kept = [q for q, ok in zip(eligible, img.ok) if ok]
-    for q, ok in zip(eligible, img.ok):
-        if not ok:
-            skipped_out[str(q)] = "reference_unreadable"
-    texts = [_turn_text(turns[q]["texts"]) for q in kept]
-    txt = encode_texts(retriever, cache, texts)
+    skipped_out.update({str(q): "reference_unreadable" for q, ok in zip(eligible, img.ok) if not ok})
+    txt = encode_texts(retriever, cache, [_turn_text(turns[q]["texts"]) for q in kept])
     if beat:
         beat.check()
+    return {"kept": kept, "turns": turns, "img": img, "txt": txt, "skipped": skipped_out,
+            "targets": evaluation_targets(run.dataset_id, kept)}
 
-    positives = [[index_of[i] for i in positives_of[q] if i in index_of] for q in kept]
-    exclude = [
-        index_of.get(turns[q]["reference_image_id"]) if run.exclude_reference else None for q in kept
-    ]
-    no_positive = sum(
-        1 for pos, ex in zip(positives, exclude) if not [p for p in pos if p != ex]
+
+def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTargets,
+              index_of: dict[int, int], g_ids: list[int]) -> AuditRank:
+    """One rank row: best ranks, every positive's rank, graded-only targets, subset ranks, top list."""
+    every = {f: _expand(t.positives, index_of, ranks.all[f][n]) for f in RANK_FIELDS}
+    graded = {"gains": t.gains, **{f: _expand(t.extras, index_of, ranks.extra[f][n]) for f in RANK_FIELDS}}
+    return AuditRank(
+        run_id=run.pk, query_id=q, retriever=spec, mm=ranks.mm[n], text=ranks.text[n], image=ranks.image[n],
+        mm_all=every["mm"], text_all=every["text"], image_all=every["image"],
+        graded=graded if t.extras else {},
+        subset={f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
+        top_mm=[g_ids[j] for j in ranks.top_mm[n]],
     )
-    ranks = rank_three(retriever, img.matrix, txt.matrix, gallery, positives, exclude, panel_k=panel_k())
-    rank_rows = [
-        AuditRank(run_id=run.pk, query_id=q, retriever=chunk.retriever, mm=ranks.mm[n], text=ranks.text[n],
-                  image=ranks.image[n], top_mm=[g_ids[j] for j in ranks.top_mm[n]])
-        for n, q in enumerate(kept)
+
+
+def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[AuditRank]]:
+    from ..engine import rank_three
+
+    ctx = _chunk_gallery(run, chunk, beat)
+    retriever, _cache_, _px, gallery, g_ids, index_of, g_enc, build_s, gallery_s = ctx
+    inp = _query_inputs(run, chunk, ctx, beat)
+    kept, targets, img, txt = inp["kept"], inp["targets"], inp["img"], inp["txt"]
+    empty = QueryTargets()
+    tq = [targets.get(q, empty) for q in kept]
+    positives = [_rows(t.positives, index_of) for t in tq]
+    exclude = [
+        index_of.get(inp["turns"][q]["reference_image_id"]) if run.exclude_reference else None for q in kept
     ]
+    no_positive = sum(1 for pos, ex in zip(positives, exclude) if not [p for p in pos if p != ex])
+    groups = [_rows(t.group, index_of) for t in tq] if any(t.group for t in tq) else None
+    ranks = rank_three(retriever, img.matrix, txt.matrix, gallery, positives, exclude, panel_k=candidates_n(),
+                       extra=[_rows(t.extras, index_of) for t in tq], groups=groups)
+    rank_rows = [_rank_row(run, chunk.retriever, q, n, ranks, tq[n], index_of, g_ids) for n, q in enumerate(kept)]
     stats = {
         "seconds": {"build": build_s, "gallery": gallery_s, "encode_images": img.seconds,
                     "encode_texts": txt.seconds, "rank": ranks.seconds},
@@ -206,7 +229,7 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) 
             "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
             "gallery_memo": g_enc is None,
         },
-        "skipped": skipped_out,
+        "skipped": inp["skipped"],
         "no_positive_in_gallery": no_positive,
         "ranked": len(kept),
         "gallery_size": len(g_ids),
@@ -214,67 +237,68 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) 
     return stats, rank_rows
 
 
-def _rank_session_chunk(
-    run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None
-) -> tuple[dict[str, Any], list[AuditSessionRank]]:
-    """Rank every turn of the chunk's sessions (3 modalities x 3 strategies) for one retriever."""
-    from ..engine import encode_images, encode_texts, rank_sessions
+def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbeat | None) -> dict[str, Any]:
+    """Eligible sessions, one image encoding per distinct reference file, one text encoding per distinct text."""
+    from ..engine import encode_images, encode_texts
 
-    retriever, cache, max_pixels, gallery, g_ids, index_of, g_enc, build_s, gallery_s = _chunk_gallery(run, chunk, beat)
-
+    retriever, cache, max_pixels = ctx[:3]
     eligible, skipped = _session_eligibility(run, chunk.items)
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
     turns = _session_turns(eligible)
-    positives_of: dict[int, list[int]] = defaultdict(list)
-    for qid, image_id in (
-        Target.objects.filter(query_id__in=eligible, relevance__gt=0).exclude(role="neg").order_by("id")
-        .values_list("query_id", "image_id")
-    ):
-        positives_of[qid].append(image_id)
-
-    # One image encoding per distinct reference file, one text encoding per distinct text.
     key_rel = {t["reference_image__sha256"]: t["reference_image__path"] for q in eligible for t in turns[q]}
     keys = list(key_rel)
     img = encode_images(retriever, cache, keys, _locator(run, key_rel), max_pixels=max_pixels,
                         check=beat.check if beat else None)
-    readable = [k for k, ok in zip(keys, img.ok) if ok]
-    image_row = {k: n for n, k in enumerate(readable)}
-    kept = []
-    for q in eligible:
-        if all(t["reference_image__sha256"] in image_row for t in turns[q]):
-            kept.append(q)
-        else:
-            skipped_out[str(q)] = "reference_unreadable"
+    image_row = {k: n for n, k in enumerate(k for k, ok in zip(keys, img.ok) if ok)}
+    kept = [q for q in eligible if all(t["reference_image__sha256"] in image_row for t in turns[q])]
+    skipped_out.update({str(q): "reference_unreadable" for q in eligible if q not in set(kept)})
     texts = {q: [_turn_text(t["texts"]) for t in turns[q]] for q in kept}
     unique_texts = list(dict.fromkeys(x for q in kept for x in texts[q]))
     txt = encode_texts(retriever, cache, unique_texts)
-    text_row = {x: n for n, x in enumerate(unique_texts)}
     if beat:
         beat.check()
+    return {"kept": kept, "turns": turns, "texts": texts, "img": img, "txt": txt, "image_row": image_row,
+            "text_row": {x: n for n, x in enumerate(unique_texts)}, "skipped": skipped_out,
+            "targets": evaluation_targets(run.dataset_id, kept)}
 
-    rank_s = 0.0
-    out_rows: list[AuditSessionRank] = []
-    no_positive = 0
-    n_turns = sum(len(turns[q]) for q in kept)
-    if kept:
-        image_emb = img.matrix[[image_row[t["reference_image__sha256"]] for q in kept for t in turns[q]]]
-        text_emb = txt.matrix[[text_row[x] for q in kept for x in texts[q]]]
-        positives = [[index_of[i] for i in positives_of[q] if i in index_of] for q in kept]
-        exclude = [
-            index_of.get(t["reference_image_id"]) if run.exclude_reference else None for q in kept for t in turns[q]
-        ]
-        no_positive = sum(1 for pos in positives if not pos)
-        from retrieval.sessions import DEFAULT_ALPHA
 
-        result = rank_sessions(retriever, image_emb, text_emb, [len(turns[q]) for q in kept], gallery, positives,
-                               exclude, alpha=DEFAULT_ALPHA)
-        rank_s = result.seconds
-        for (strategy, modality), per_session in result.ranks.items():
-            out_rows.extend(
-                AuditSessionRank(run_id=run.pk, query_id=q, retriever=chunk.retriever, strategy=strategy,
-                                 modality=modality, ranks=per_session[n])
-                for n, q in enumerate(kept)
-            )
+def _rank_sessions_of(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any]) -> tuple[list[AuditSessionRank], int, float]:
+    """Session rank rows (every strategy x modality), sessions without a positive in the gallery, seconds."""
+    from retrieval.sessions import DEFAULT_ALPHA
+
+    from ..engine import rank_sessions
+
+    retriever, gallery, index_of = ctx[0], ctx[3], ctx[5]
+    kept, turns, texts = inp["kept"], inp["turns"], inp["texts"]
+    if not kept:
+        return [], 0, 0.0
+    image_emb = inp["img"].matrix[[inp["image_row"][t["reference_image__sha256"]] for q in kept for t in turns[q]]]
+    text_emb = inp["txt"].matrix[[inp["text_row"][x] for q in kept for x in texts[q]]]
+    empty = QueryTargets()
+    positives = [_rows(inp["targets"].get(q, empty).positives, index_of) for q in kept]
+    exclude = [
+        index_of.get(t["reference_image_id"]) if run.exclude_reference else None for q in kept for t in turns[q]
+    ]
+    result = rank_sessions(retriever, image_emb, text_emb, [len(turns[q]) for q in kept], gallery, positives,
+                           exclude, alpha=DEFAULT_ALPHA)
+    rows = [
+        AuditSessionRank(run_id=run.pk, query_id=q, retriever=spec, strategy=strategy, modality=modality,
+                         ranks=per_session[n])
+        for (strategy, modality), per_session in result.ranks.items()
+        for n, q in enumerate(kept)
+    ]
+    return rows, sum(1 for pos in positives if not pos), result.seconds
+
+
+def _rank_session_chunk(
+    run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None
+) -> tuple[dict[str, Any], list[AuditSessionRank]]:
+    """Rank every turn of the chunk's sessions (3 modalities x 3 strategies) for one retriever."""
+    ctx = _chunk_gallery(run, chunk, beat)
+    g_ids, g_enc, build_s, gallery_s = ctx[4], ctx[6], ctx[7], ctx[8]
+    inp = _session_inputs(run, chunk, ctx, beat)
+    img, txt = inp["img"], inp["txt"]
+    out_rows, no_positive, rank_s = _rank_sessions_of(run, chunk.retriever, ctx, inp)
     stats = {
         "seconds": {"build": build_s, "gallery": gallery_s, "encode_images": img.seconds,
                     "encode_texts": txt.seconds, "rank": rank_s},
@@ -283,10 +307,10 @@ def _rank_session_chunk(
             "session_text_hits": txt.hits, "session_text_encoded": txt.encoded,
             "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
         },
-        "session_skipped": skipped_out,
+        "session_skipped": inp["skipped"],
         "no_positive_in_gallery": no_positive,
-        "sessions_ranked": len(kept),
-        "turns_ranked": n_turns,
+        "sessions_ranked": len(inp["kept"]),
+        "turns_ranked": sum(len(inp["turns"][q]) for q in inp["kept"]),
         "gallery_size": len(g_ids),
     }
     return stats, out_rows

@@ -1,7 +1,7 @@
 """The audit's per-query image panels and session ranks, read by the annotation app."""
 from __future__ import annotations
 
-from retrieval.models import Image, Query
+from retrieval.models import Image, Query, Turn
 
 from ..models import AuditRank, AuditRun, AuditSessionRank
 from .base import SESSION_FILTER_BASIS, panel_k
@@ -19,9 +19,11 @@ def aggregate_panel(run: AuditRun, query: Query | int) -> list[Image]:
         AuditRank.objects.filter(run=run, query_id=qid).values_list("retriever", "top_mm"),
         key=lambda x: (order.get(x[0], len(order)), x[0]),
     )
-    k = panel_k()
+    # the stored top lists include the reference (AUDIT_CANDIDATES_N long): leave it out
+    hidden = set(Turn.objects.filter(query_id=qid, index=1).values_list("reference_image_id", flat=True))
+    lists = [(name, [i for i in top if i not in hidden][:panel_k()]) for name, top in lists]
     ids: list[int] = []
-    for pos in range(k):
+    for pos in range(panel_k()):
         for _, top in lists:
             if pos < len(top) and top[pos] not in ids:
                 ids.append(top[pos])

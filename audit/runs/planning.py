@@ -9,12 +9,12 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from retrieval.evaltargets import dataset_format, positive_image_ids
 from retrieval.models import (
     Dataset,
     GalleryEntry,
     Image,
     Query,
-    Target,
     Turn,
     turn_text,
 )
@@ -135,9 +135,7 @@ def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple
             "reference_image__path", "texts",
         )
     }
-    with_positive = set(
-        Target.objects.filter(query__in=qs, relevance__gt=0).exclude(role="neg").values_list("query_id", flat=True)
-    )
+    with_positive = set(positive_image_ids(dataset_format(run.dataset_id), qs.values("pk")))
     eligible: list[int] = []
     skipped: dict[int, str] = {}
     for qid, n_turns in queries:
@@ -181,9 +179,7 @@ def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) 
         qs = qs.filter(pk__in=list(query_ids))
     queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
     turns = _session_turns(qs.values("pk"))
-    with_positive = set(
-        Target.objects.filter(query__in=qs, relevance__gt=0).exclude(role="neg").values_list("query_id", flat=True)
-    )
+    with_positive = set(positive_image_ids(dataset_format(run.dataset_id), qs.values("pk")))
     eligible: list[int] = []
     skipped: dict[int, str] = {}
     for qid, n_turns in queries:

@@ -1,5 +1,6 @@
 """A researcher reads a study's agreement report in the browser: both heatmaps render (inline
-SVG, a value in every off-diagonal cell); an admin adjudicates a tie; an annotator is refused."""
+SVG, a value in every off-diagonal cell) with its weights, intervals and conventions; an admin
+sees the pending items and adjudicates a flagged item; an annotator is refused."""
 from __future__ import annotations
 
 import random
@@ -21,8 +22,11 @@ def judged_demo(demo_world):
     rng = random.Random(4)
     for n, item in enumerate(StudyItem.objects.filter(study=study).order_by("id")[:60]):
         StudyItem.objects.filter(pk=item.pk).update(hidden_category=("composition_required", "unresolved")[n % 2])
-        for user in users[: 2 if n % 10 == 0 else 3]:  # every tenth item: two votes, maybe a tie
-            judge(study, item, user, rng.choice(["V", "V", "V", "TEXT", "BROAD", "TARGET"]))
+        if n % 20 == 5:
+            continue  # left for later: no vote yet
+        for k, user in enumerate(users[: 2 if n % 20 == 15 else 3]):  # every 20th item: two votes, pending
+            code = rng.choice(["V", "V", "V", "TEXT", "BROAD", "TARGET"])
+            judge(study, item, user, code + ("!" if n % 10 == 0 and k == 2 else ""))  # every tenth: flagged
     return study
 
 
@@ -45,14 +49,27 @@ def test_researcher_sees_the_heatmaps(page, live_server, judged_demo, shot):
     assert "annotator_01" in body and "annotator1" not in body  # pseudonyms for researchers
     assert "Per category" in body and "By dataset" in body and "By hidden audit category" in body
     assert page.locator("#confusion tbody tr").count() == 6
-    path = shot(page, "report-researcher")
-    assert path.stat().st_size > 20_000
+    # weights, bootstrap intervals with their n, and the constant-pair conventions are stated
+    assert "Brackets: 95% percentile bootstrap intervals" in body and "n = 1000 replicates" in body
+    assert page.locator("#headline .ci").count() >= 4
+    assert "unweighted" in body and "pending" in body
+    page.click("#constant-pairs summary")
+    assert "CIRCUS" in page.inner_text("#constant-pairs")
+    for width, height in ((1366, 768), (1920, 1080)):
+        page.set_viewport_size({"width": width, "height": height})
+        path = shot(page, f"report-researcher-{width}")
+        assert path.stat().st_size > 20_000
 
 
-def test_admin_adjudicates_a_tie(page, live_server, judged_demo, shot):
+def test_admin_adjudicates_a_flagged_item(page, live_server, judged_demo, shot):
     study = judged_demo
     login(page, live_server.url, "admin", "admin-demo")
     page.goto(f"{live_server.url}/studies/{study.pk}/progress/")
+    # items below the quorum are counted and the export form warns about them
+    assert "pending" in page.inner_text("#export-pending")
+    for width, height in ((1366, 768), (1920, 1080)):
+        page.set_viewport_size({"width": width, "height": height})
+        shot(page, f"progress-pending-{width}")
     page.click("text=Adjudication")
     page.wait_for_selector("#queue")
     waiting = page.locator("#queue a.button.primary")
@@ -75,3 +92,26 @@ def test_annotator_is_refused(page, live_server, judged_demo):
     assert resp.status == 403
     assert page.locator("svg.heatmap").count() == 0
     assert page.goto(f"{live_server.url}/reports/").status == 403
+
+
+def test_session_report_states_its_weights(page, live_server, demo_world, shot):
+    """A session study's report: ordinal scales with quadratic weights over the whole 1..5
+    range, in the headline and in every per-scale row; the session rule's consensus."""
+    from tests.integration.test_verdicts_agreement import rate
+
+    study = Study.objects.get(name="demo-sessions")
+    users = list(study.annotators.order_by("username"))[:2]
+    rng = random.Random(2)
+    for item in StudyItem.objects.filter(study=study).order_by("id").select_related("query")[:8]:
+        for user in users:
+            rate(study, item, user, rng.choice([2, 3, 4, 5]), ["circle"] if rng.random() < 0.2 else [])
+    login(page, live_server.url, "admin", "admin-demo")
+    page.goto(f"{live_server.url}/studies/{study.pk}/report/")
+    page.wait_for_selector("#headline")
+    body = page.inner_text("main")
+    assert "quadratic weights" in page.inner_text("#headline") and "categories 1, 2, 3, 4, 5" in body
+    assert body.count("Cohen's kappa quadratic weights") >= 5  # one per scale row
+    assert "Consensus (session)" in body
+    for width, height in ((1366, 768), (1920, 1080)):
+        page.set_viewport_size({"width": width, "height": height})
+        shot(page, f"report-sessions-{width}")

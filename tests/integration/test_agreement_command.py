@@ -11,7 +11,6 @@ import os
 import random
 import subprocess
 import sys
-import types
 from fractions import Fraction
 from io import StringIO
 from itertools import combinations
@@ -113,7 +112,7 @@ def check_validity_blocks(report: dict, expected: dict, raters: list[str]) -> No
 
 
 def test_circus_study_through_the_command(circus_file, published) -> None:
-    report = run_json(str(circus_file), "--rubric", "validity", "--bootstrap", "0")
+    report = run_json(str(circus_file), "--rubric", "validity", "--bootstrap", "0", "--constant-pairs", "one")
     raters = published["all_annotators"]
     assert report["annotators"] == sorted(raters)  # the command orders annotators by name
     assert report["n_judgements"] == 450 and report["n_items_excluded"] == 0
@@ -131,7 +130,7 @@ def test_circus_study_through_the_command(circus_file, published) -> None:
 
 def test_circus_blind_only_through_the_command(tmp_path, blind_triples, published) -> None:
     path = write_jsonl(tmp_path / "blind.jsonl", as_records(blind_triples))
-    report = run_json(str(path), "--rubric", "validity", "--bootstrap", "0")
+    report = run_json(str(path), "--rubric", "validity", "--bootstrap", "0", "--constant-pairs", "one")
     expected = published["blind_only_summary"]
     check_validity_blocks(report, expected, expected["users"])
 
@@ -349,34 +348,26 @@ def test_option_errors(tmp_path, args, message) -> None:
         run_json(*args)
 
 
-# --------------------------------------------------------------------------- --study hook
+# --------------------------------------------------------------------------- constant pairs
 
 
-def test_study_without_reports_module(monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "annotation.agreement.reports", None)  # import fails as if absent
-    with pytest.raises(CommandError, match="study reports are not available yet"):
-        run_json("--study", "4")
-
-
-def test_study_uses_reports_study_triples(monkeypatch, tmp_path, all_triples) -> None:
-    calls = []
-
-    def study_triples(study_id):
-        calls.append(study_id)
-        return list(all_triples)
-
-    fake = types.ModuleType("annotation.agreement.reports")
-    fake.study_triples = study_triples
-    monkeypatch.setitem(sys.modules, "annotation.agreement.reports", fake)
-    from_study = run_json("--study", "12", "--rubric", "validity", "--bootstrap", "0")
-    same_order = write_jsonl(tmp_path / "same_order.jsonl", as_records(all_triples))
-    from_file = run_json(str(same_order), "--rubric", "validity", "--bootstrap", "0")
-    assert calls == ["12"]
-    assert from_study == from_file
-
-    fake.study_triples = lambda study_id: [("q1", "ann", "VALIDATED"), ("q1", "ann", ["QUERY_TOO_BROAD"])]
-    with pytest.raises(CommandError, match=r"study 12, judgement 2, field 'annotator': .*already judged"):
-        run_json("--study", "12", "--rubric", "validity")
+def test_constant_pairs_undefined_by_default(circus_file) -> None:
+    """INVALID_IMAGE_QUERY: 28 of the 36 CIRCUS pairs are constant on 0 (undefined kappa): by
+    default they are left out of the mean, which says it covers 8 pairs; with --constant-pairs
+    one they count as 1.0 (the published mean)."""
+    default = run_json(str(circus_file), "--rubric", "validity", "--bootstrap", "0")
+    one = run_json(str(circus_file), "--rubric", "validity", "--bootstrap", "0", "--constant-pairs", "one")
+    d = default["per_flag_agreement"]["INVALID_IMAGE_QUERY"]["pairwise_cohen"]
+    o = one["per_flag_agreement"]["INVALID_IMAGE_QUERY"]["pairwise_cohen"]
+    assert (d["count"], d["n_undefined"], d["n_pairs"], d["constant_pairs"]) == (8, 28, 36, "undefined")
+    assert d["mean"] == 0.0 and o["mean"] == pytest.approx(28 / 36) and o["count"] == 36
+    by_pair = default["per_flag_agreement"]["INVALID_IMAGE_QUERY"]["pairwise_cohen_by_pair"]
+    assert sum(v is None for v in by_pair.values()) == 28
+    assert "per_flag_agreement.INVALID_IMAGE_QUERY.pairwise_cohen.by_pair" in default["undefined"]
+    out = StringIO()
+    call_command("agreement", str(circus_file), "--rubric", "validity", "--bootstrap", "0", stdout=out,
+                 stderr=StringIO())
+    assert "constant pairs: undefined" in out.getvalue()
 
 
 # --------------------------------------------------------------------------- a real process

@@ -75,7 +75,7 @@ def test_per_retriever_files_make_a_labelled_run(tiny):
     assert (row.mm, row.text, row.image) == (1, 14, 2)
     first = Image.objects.get(pk=row.top_mm[0])
     assert first.external_id == "img_01"  # beta ranks query 0's target first
-    assert len(row.top_mm) == 10
+    assert len(row.top_mm) == 12  # every listed result (the file has 12; up to AUDIT_CANDIDATES_N are kept)
     panel = panels.aggregate_panel(run, tiny[0])
     # position by position, pool order: alpha's first (img_02; its target is 2nd), then beta's first
     assert [i.external_id for i in panel[:3]] == ["img_02", "img_01", "img_03"]

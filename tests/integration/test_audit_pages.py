@@ -124,3 +124,19 @@ def test_researcher_cannot_start_an_audit(client, demo_accounts, tiny):  # noqa:
     assert client.post("/audits/new/", {"dataset": "tiny", "retrievers": "openclip:cirval-tiny-vit",
                                         "k": 10, "min_mm_retrievers": 1}).status_code == 403
     assert not AuditRun.objects.exists()
+
+
+def test_report_shows_map_at_k_beside_recall_and_states_the_tie_rule(client, demo_accounts, done_run):
+    login(client, demo_accounts, "researcher")
+    html = client.get(f"/audits/{done_run.pk}/").content.decode()
+    table = re.search(r'<table class="data scores multi-target" id="multi-full">.*?</table>', html, re.S).group(0)
+    assert "mAP@5" in table and "mAP@50" in table and "nDCG (graded)" in table
+    first = re.search(r"<tr><td><code>alpha</code></td><td>multimodal</td>.*?</tr>", table, re.S).group(0)
+    values = [float(x) for x in re.findall(r'class="num">([0-9.]+)<', first)]
+    # alpha's multimodal ranks 2, 5, 12, 1, 15, 4 (one target each): Recall@10 4/6,
+    # mAP@5 = mAP@10 = (1/2 + 1/5 + 1 + 1/4) / 6, mAP@25 = mAP@50 adds 1/12 and 1/15
+    assert values[:5] == [0.667, 0.325, 0.325, 0.35, 0.35]
+    assert "Recall<sub>subset</sub>" not in table  # no CIRR image sets in this dataset
+    rules = re.search(r'<section class="card" id="rank-rules">.*?</section>', html, re.S).group(0)
+    assert "Ties are pessimistic" in rules and "1 + the number of other gallery images" in rules
+    assert "the qrels positives" in rules  # the tiny dataset is in M-BEIR format

@@ -105,18 +105,21 @@ def test_ranks_match_a_naive_recomputation(demo, settings):
             for q in queries
         ]
         exclude = [index[turns[q].reference_image_id] for q in queries]
+        n_top = settings.AUDIT_CANDIDATES_N
         expect = {
-            "mm": naive_rank(mm, g, positives, exclude, top_k=10),
-            "text": naive_rank(txt, g, positives, exclude, top_k=0),
-            "image": naive_rank(img, g, positives, exclude, top_k=0),
+            "mm": naive_rank(mm, g, positives, exclude, top_k=n_top, return_per_positive=True),
+            "text": naive_rank(txt, g, positives, exclude, top_k=0, return_per_positive=True),
+            "image": naive_rank(img, g, positives, exclude, top_k=0, return_per_positive=True),
         }
         rows = {row.query_id: row for row in AuditRank.objects.filter(run=run, retriever=spec)}
         for n, q in enumerate(queries):
-            assert rows[q].mm == expect["mm"].best_rank[n]
-            assert rows[q].text == expect["text"].best_rank[n]
-            assert rows[q].image == expect["image"].best_rank[n]
-            assert set(rows[q].top_mm) == {gallery_ids[j] for j in expect["mm"].topk[n].tolist()}
-            assert turns[q].reference_image_id not in rows[q].top_mm
+            for field in ("mm", "text", "image"):
+                assert getattr(rows[q], field) == expect[field].best_rank[n]
+                assert getattr(rows[q], field + "_all") == expect[field].per_positive_ranks[n]
+            # the stored top list: the retriever's top AUDIT_CANDIDATES_N, reference and targets included
+            top = [j for j in expect["mm"].topk[n].tolist() if j >= 0]
+            assert len(rows[q].top_mm) == min(n_top, len(gallery_ids))
+            assert set(rows[q].top_mm) == {gallery_ids[j] for j in top}
 
 
 def test_second_run_hits_the_cache_and_gives_the_same_labels(demo):
@@ -224,7 +227,9 @@ def test_aggregate_panel_is_the_union_of_top_tens(demo):
     run = audit(demo)
     q = AuditLabel.objects.filter(run=run).first().query
     panel = panels.aggregate_panel(run, q)
-    tops = dict(AuditRank.objects.filter(run=run, query=q).values_list("retriever", "top_mm"))
+    reference = Turn.objects.get(query=q).reference_image_id
+    tops = {name: [i for i in top if i != reference][:10]
+            for name, top in AuditRank.objects.filter(run=run, query=q).values_list("retriever", "top_mm")}
     union = set(tops[SPECS[0]]) | set(tops[SPECS[1]])
     assert [img.pk for img in panel] == list(dict.fromkeys(img.pk for img in panel))  # no duplicates
     assert {img.pk for img in panel} == union

@@ -148,6 +148,19 @@ def test_every_turn_of_every_session_is_ranked(demo):
     assert ses["text_cosine"]["sessions"] == N_SESSIONS
 
 
+def rank_bounds(scores: torch.Tensor, pos: list[int], exclude: list[int], tol: float) -> tuple[list, list]:
+    """Per row, the best rank with near-ties (within ``tol``) all resolved for / against the positives."""
+    low, high = [], []
+    for t in range(scores.shape[0]):
+        row = scores[t].clone()
+        row[exclude[t]] = float("-inf")
+        lo = [1 + int((row > row[p] + tol).sum()) for p in pos if p != exclude[t]]
+        hi = [int((row >= row[p] - tol).sum()) for p in pos if p != exclude[t]]
+        low.append(min(lo, default=None))
+        high.append(min(hi, default=None))
+    return low, high
+
+
 def test_session_ranks_match_a_naive_recomputation(demo, settings):
     """Every stored rank equals a full-sort ranking of the cached embeddings' aggregated history."""
     run = audit(demo)
@@ -174,7 +187,12 @@ def test_session_ranks_match_a_naive_recomputation(demo, settings):
                 for s in STRATEGIES:
                     agg = torch.from_numpy(aggregate_history(base, s, 0.8))
                     expect = naive_rank(agg, g, [pos] * len(turns), exclude, top_k=0).best_rank
-                    assert rows[(q, spec, s, m)] == expect, (q, spec, s, m)
+                    # the worker scores every session in one batched product, this test one session
+                    # at a time: float32 results may differ by an ulp between the two, so a score
+                    # within 1e-6 of a positive's may fall either side of the pessimistic tie rule
+                    low, high = rank_bounds(agg.double() @ g.double().T, pos, exclude, 1e-6)
+                    for got, want, lo, hi in zip(rows[(q, spec, s, m)], expect, low, high):
+                        assert got == want or lo <= got <= hi, (q, spec, s, m)
 
 
 def test_rerun_hits_the_cache_and_rows_are_unique(demo):

@@ -34,7 +34,7 @@ def import_circus(*args: str) -> str:
 
 def agreement_json(study: Study) -> dict:
     out = StringIO()
-    call_command("agreement", "--study", str(study.pk), "--rubric", "validity", "--format", "json",
+    call_command("agreement", "--study", str(study.pk), "--rubric", "validity", "--format", "json", "--constant-pairs", "one",
                  "--bootstrap", "0", stdout=out, stderr=StringIO())
     return json.loads(out.getvalue())
 

@@ -13,7 +13,7 @@ with that category; '!' = flagged; '-' = no judgement):
     3     unresolved            TARGET  TARGET  IMAGE    rejected (unanimous)
     4     unresolved            V       V       V        validated (unanimous)
     5     (none)                V       V       V        validated (unanimous)
-    6     composition_required  V       TEXT    -        tie -> adjudication
+    6     composition_required  V       TEXT    -        pending (2 votes, quorum 3)
     7     unresolved            V       V       V!       flagged -> adjudication
     8     composition_required  V       V       V        validated (unanimous)
     9     composition_required  BROAD   TARGET  V        rejected (majority)
@@ -35,7 +35,7 @@ from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
 
 from annotation.assignment import queue as engine
-from annotation.verdicts.adjudication import adjudicate, adjudication_queue
+from annotation.verdicts.adjudication import Verdicts, adjudicate, adjudication_queue
 from annotation.export.validated import MBEIR_KEYS, ExportError, export_study
 from annotation.models import Assignment, ExportJob, Judgement, RubricVersion, Study, StudyItem
 from annotation.agreement.reports import study_report, study_triples
@@ -123,13 +123,23 @@ def test_report_figures(twelve) -> None:
     r = study_report(study)
     assert r["study"]["items"] == 12 and r["study"]["judgements"] == 32  # 10 items x 3 + item 6 x 2
     assert r["study"]["annotators"] == list(ANNOTATORS)
-    assert r["consensus"]["status"] == {"validated": 6, "rejected": 3, "adjudication": 2, "unjudged": 1}
-    assert r["consensus"]["provenance"] == {"unanimous": 5, "majority": 4, "primary": 0, "adjudicated": 0}
-    assert r["consensus"]["adjudication_reasons"] == {"tie": 1, "flagged": 1, "disagreement": 0}
+    # item 6 has 2 of its 3 votes: below the quorum (the overlap), pending, not a tie
+    assert r["study"]["quorum"] == 3 and r["consensus"]["quorum"] == 3
+    assert r["consensus"]["status"] == {"validated": 6, "rejected": 3, "adjudication": 1, "pending": 1,
+                                        "unjudged": 1}
+    assert r["consensus"]["provenance"] == {"unanimous": 5, "single": 0, "majority": 4, "primary": 0,
+                                            "adjudicated": 0}
+    assert r["consensus"]["adjudication_reasons"] == {"tie": 0, "flagged": 1, "disagreement": 0}
     a = r["agreement"]
     assert a["n_items"] == 11 and a["n_items_excluded"] == 0  # item 10 has no rating at all
     # valid votes: 3+2+1+0+3+3+1+3+3+1+2 = 22 of 32
     assert a["binary_valid_invalid"]["valid_rate"] == pytest.approx(22 / 32)
+    check_pairwise_and_categories(r)
+    check_confusion_and_breakdowns(r)
+    json.dumps(r, allow_nan=False)
+
+
+def check_pairwise_and_categories(r: dict) -> None:
     # ann_x vs ann_y, 11 shared items: both V 7, x V / y I 2, both I 2 -> po 9/11, pe 71/121, kappa 28/50
     p = r["pairwise"]
     assert p["annotators"] == list(ANNOTATORS)
@@ -145,19 +155,22 @@ def test_report_figures(twelve) -> None:
     assert categories["VALIDATED"]["prevalence"] == pytest.approx(22 / 32)
     assert categories["QUERY_TOO_BROAD"]["prevalence"] == pytest.approx(2 / 32)
     assert categories["INVALID_TARGET_IMAGE"]["chosen_share"] == pytest.approx(3 / 32)
-    # confusion of ann_x against the majority consensus: V -> 6 validated, 1 rejected, 2 waiting; I -> 2 rejected
+
+
+def check_confusion_and_breakdowns(r: dict) -> None:
+    # confusion of ann_x against the majority consensus: V -> 6 validated, 1 rejected, 1 waiting, 1 pending;
+    # I -> 2 rejected
     cx = r["confusion"]["by_annotator"]["ann_x"]
-    assert r["confusion"]["columns"] == ["validated", "rejected", "adjudication"]
-    assert cx["matrix"] == [[6, 1, 2], [0, 2, 0]]
+    assert r["confusion"]["columns"] == ["validated", "rejected", "adjudication", "pending"]
+    assert cx["matrix"] == [[6, 1, 1, 1], [0, 2, 0, 0]]
     assert cx["agreement_with_consensus"] == pytest.approx(8 / 9)
     # breakdowns
     assert r["by_hidden_category"]["composition_required"]["items"] == 5
     assert r["by_hidden_category"]["(none)"]["items"] == 2
     assert r["by_hidden_category"]["unresolved"]["consensus"] == {
-        "validated": 1, "rejected": 2, "adjudication": 1, "unjudged": 1}
+        "validated": 1, "rejected": 2, "adjudication": 1, "pending": 0, "unjudged": 1}
     assert r["by_dataset"]["circo"]["items"] == 12
     assert r["by_dataset"]["circo"]["valid_rate"] == pytest.approx(22 / 32)
-    json.dumps(r, allow_nan=False)
 
 
 def test_report_pseudonymised_and_policies(twelve) -> None:
@@ -165,13 +178,15 @@ def test_report_pseudonymised_and_policies(twelve) -> None:
     r = study_report(study, pseudonymise=True, policy="unanimous")
     assert r["study"]["annotators"] == ["annotator_01", "annotator_02", "annotator_03"]
     assert "ann_x" not in json.dumps(r)
-    # unanimous: items 0, 4, 5, 8 validated, 3 rejected; 1, 2, 6, 9, 11 disagree; 7 is flagged
-    assert r["consensus"]["status"] == {"validated": 4, "rejected": 1, "adjudication": 6, "unjudged": 1}
-    assert r["consensus"]["adjudication_reasons"] == {"tie": 0, "flagged": 1, "disagreement": 5}
+    # unanimous: items 0, 4, 5, 8 validated, 3 rejected; 1, 2, 9, 11 disagree; 7 is flagged; 6 pending
+    assert r["consensus"]["status"] == {"validated": 4, "rejected": 1, "adjudication": 5, "pending": 1,
+                                        "unjudged": 1}
+    assert r["consensus"]["adjudication_reasons"] == {"tie": 0, "flagged": 1, "disagreement": 4}
     r = study_report(study, policy="primary", primary="ann_z")
-    # ann_z decides: 0 V, 1 I, 2 I, 3 I, 4 V, 5 V, 6 (no vote: ann_x) V, 7 flagged, 8 V, 9 V, 11 I
-    assert r["consensus"]["status"] == {"validated": 6, "rejected": 4, "adjudication": 1, "unjudged": 1}
-    assert r["consensus"]["provenance"]["primary"] == 10
+    # ann_z decides: 0 V, 1 I, 2 I, 3 I, 4 V, 5 V, 7 flagged, 8 V, 9 V, 11 I; 6 is below the quorum
+    assert r["consensus"]["status"] == {"validated": 5, "rejected": 4, "adjudication": 1, "pending": 1,
+                                        "unjudged": 1}
+    assert r["consensus"]["provenance"]["primary"] == 9
 
 
 def test_report_endpoints_and_access(twelve, people, client) -> None:
@@ -272,9 +287,12 @@ def test_export_of_the_small_study(twelve, tmp_path) -> None:
     assert result.path == out.resolve()
     manifest = check_export(out)
     counts = manifest["counts"]
-    assert (counts["items"], counts["validated"], counts["rejected"], counts["pending_adjudication"],
-            counts["unjudged"]) == (12, 6, 3, 2, 1)
+    # item 6 is below the quorum (2 of 3 votes) and item 10 unjudged: 2 pending, never exported
+    assert (counts["items"], counts["validated"], counts["rejected"], counts["adjudicated"], counts["pending"],
+            counts["pending_quorum"], counts["unjudged"], counts["awaiting_adjudication"]) == (12, 6, 3, 0, 2, 1, 1, 1)
     assert counts["by_provenance"] == {"majority": 4, "unanimous": 5}  # validated and rejected together
+    assert manifest["study"]["quorum"] == 3 and manifest["consensus"]["quorum"] == 3
+    assert "quorum" in manifest["consensus"]["rule"]
     assert manifest["consensus"]["policy"] == "majority"
     assert manifest["rubric"] == {"key": "validity", "version": 1, "title": study.rubric.title}
     ids = [i.pk for i in items]
@@ -291,17 +309,7 @@ def test_export_of_the_small_study(twelve, tmp_path) -> None:
     assert line["query_img_path"] == q.turns.get().reference_image.path
     assert line["pos_cand_list"] == targets and line["neg_cand_list"] == []
     assert json.loads(line["query_src_content"])["id"] == q.external_id
-    # the trace: every vote and note, pseudonymised
-    t = traces(out)[ids[1]]
-    assert t["consensus"] == {"policy": "majority", "status": "validated", "provenance": "majority", "valid_votes": 2,
-                              "invalid_votes": 1, "n_votes": 3, "flagged_votes": 0, "decided_by": None}
-    assert [(v["annotator"], v["signature"], v["category"], v["sub_reason"]) for v in t["votes"]] == [
-        ("annotator_01", "VALID", "VALIDATED", ""), ("annotator_02", "VALID", "VALIDATED", ""),
-        ("annotator_03", "INVALID_TEXT_QUERY", "INVALID_TEXT_QUERY", "underspecified")]
-    assert [v["note"] for v in t["votes"]] == ["", "", f"reason {ids[1]}-2"]
-    text = "".join(p.read_text() for p in out.rglob("*.jsonl")) + (out / "manifest.json").read_text()
-    for name in ANNOTATORS:
-        assert f'"{name}"' not in text  # usernames never appear as values
+    check_small_trace(out, items)
     # the 'validated' subset of the dataset now holds exactly the validated queries
     subset = QuerySubset.objects.get(dataset__name="circo", name="validated")
     assert set(subset.queries.values_list("id", flat=True)) == {items[i].query_id for i in (0, 1, 4, 5, 8, 11)}
@@ -309,14 +317,31 @@ def test_export_of_the_small_study(twelve, tmp_path) -> None:
     assert not list(tmp_path.glob(".*"))  # no temporary folder or id file left behind
 
 
+def check_small_trace(out: Path, items: list) -> None:
+    """The trace of item 1: every vote and note, pseudonymised."""
+    ids = [i.pk for i in items]
+    t = traces(out)[ids[1]]
+    assert t["consensus"] == {"policy": "majority", "status": "validated", "provenance": "majority", "quorum": 3,
+                              "valid_votes": 2, "invalid_votes": 1, "n_votes": 3, "flagged_votes": 0,
+                              "decided_by": None}
+    assert [(v["annotator"], v["signature"], v["category"], v["sub_reason"]) for v in t["votes"]] == [
+        ("annotator_01", "VALID", "VALIDATED", ""), ("annotator_02", "VALID", "VALIDATED", ""),
+        ("annotator_03", "INVALID_TEXT_QUERY", "INVALID_TEXT_QUERY", "underspecified")]
+    assert [v["note"] for v in t["votes"]] == ["", "", f"reason {ids[1]}-2"]
+    text = "".join(p.read_text() for p in out.rglob("*.jsonl")) + (out / "manifest.json").read_text()
+    for name in ANNOTATORS:
+        assert f'"{name}"' not in text  # usernames never appear as values
+
+
 def test_adjudication_changes_the_export(twelve, people, tmp_path) -> None:
     study, items = twelve
-    adjudicate(study, items[6], True, "the text is clear enough", people["staff"])   # tie -> validated
+    adjudicate(study, items[6], True, "the text is clear enough", people["staff"])   # pending -> validated
     adjudicate(study, items[7], False, "target is wrong", people["staff"])           # flagged -> rejected
     adjudicate(study, items[1], False, "first thought", people["staff"])
     adjudicate(study, items[1], True, "on reflection, fine", people["staff"])        # replaces the decision
     manifest = check_export(export_study(study, tmp_path / "e").path)
-    assert manifest["counts"]["validated"] == 7 and manifest["counts"]["pending_adjudication"] == 0
+    assert manifest["counts"]["validated"] == 7 and manifest["counts"]["awaiting_adjudication"] == 0
+    assert manifest["counts"]["adjudicated"] == 3 and manifest["counts"]["pending"] == 1  # item 10, unjudged
     assert manifest["consensus"]["adjudications_applied"] == 3
     t = traces(tmp_path / "e")
     assert items[7].pk not in t
@@ -338,9 +363,10 @@ def test_export_policies_through_the_command(twelve, tmp_path) -> None:
     call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "p"), "--policy", "primary",
                  "--primary", "ann_z", stdout=io.StringIO())
     manifest = check_export(tmp_path / "p")
-    assert set(traces(tmp_path / "p")) == {items[i].pk for i in (0, 4, 5, 6, 8, 9)}
+    # item 6 (ann_z did not vote) is below the quorum: pending under the primary policy too
+    assert set(traces(tmp_path / "p")) == {items[i].pk for i in (0, 4, 5, 8, 9)}
     assert manifest["consensus"]["primary"] == "annotator_03"
-    assert traces(tmp_path / "p")[items[6].pk]["consensus"]["decided_by"] == "annotator_01"
+    assert traces(tmp_path / "p")[items[0].pk]["consensus"]["decided_by"] == "annotator_03"
     with pytest.raises(CommandError, match="not an empty folder"):
         call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "p"))
     with pytest.raises(CommandError, match="has no assignment"):
@@ -371,10 +397,20 @@ def test_a_failed_export_leaves_nothing(twelve, tmp_path, monkeypatch, settings)
     assert not QuerySubset.objects.filter(name="validated").exists()
 
 
-def test_session_studies_cannot_be_exported(db) -> None:
+def test_session_studies_take_no_policy(db) -> None:
     study = Study.objects.create(name="s", rubric=RubricVersion.builtin("session"))
-    with pytest.raises(ExportError, match="only category rubrics"):
-        export_study(study)
+    with pytest.raises(ExportError, match="session rule"):
+        export_study(study, policy="unanimous")
+
+
+def check_majority_by_hand(study: Study, validated: set[int]) -> None:
+    """Every item is exported exactly when, by hand: quorum reached, nobody flagged, strict majority."""
+    for item in StudyItem.objects.filter(study=study):
+        current = Judgement.objects.filter(assignment__item=item, is_current=True)
+        votes = [j.validated for j in current]
+        flagged = current.filter(flagged=True).exists()
+        expected = len(votes) >= study.decision_quorum and not flagged and 2 * sum(votes) > len(votes)
+        assert (item.pk in validated) is expected, item.pk
 
 
 def test_demo_study_round_trip(db, tmp_path, settings) -> None:
@@ -393,18 +429,14 @@ def test_demo_study_round_trip(db, tmp_path, settings) -> None:
     manifest = check_export(export_study(study, tmp_path / "demo").path)
     report = study_report(study)
     assert manifest["counts"]["validated"] == report["consensus"]["status"]["validated"] > 0
-    assert manifest["counts"]["pending_adjudication"] == report["consensus"]["status"]["adjudication"]
+    assert manifest["counts"]["awaiting_adjudication"] == report["consensus"]["status"]["adjudication"]
+    assert manifest["counts"]["pending_quorum"] == report["consensus"]["status"]["pending"]
     validated = {t["item"] for t in traces(tmp_path / "demo").values()}
-    for item in StudyItem.objects.filter(study=study):
-        current = Judgement.objects.filter(assignment__item=item, is_current=True)
-        votes = [j.validated for j in current]
-        flagged = current.filter(flagged=True).exists()
-        expected = bool(votes) and not flagged and 2 * sum(votes) > len(votes)
-        assert (item.pk in validated) is expected, item.pk
+    check_majority_by_hand(study, validated)
     # the adjudication queue (found with an aggregate query) holds exactly the waiting items
     for policy in ("majority", "unanimous", "primary"):
         waiting = study_report(study, policy=policy)["consensus"]["status"]["adjudication"]
-        assert len(adjudication_queue(study, policy)) == waiting > 0, policy
+        assert len(adjudication_queue(study, Verdicts.of(study, policy))) == waiting > 0, policy
     subsets = {f["subset"]: f["lines"] for f in manifest["files"] if f["kind"] == "queries"}
     assert sum(subsets.values()) == len(validated)
     assert set(subsets) <= {"validated_solved", "validated_unsolved", "validated"}
@@ -423,7 +455,7 @@ def test_adjudication_pages(twelve, people, client) -> None:
     queue = client.get(f"/studies/{study.pk}/adjudication/")
     assert queue.status_code == 200
     html = queue.content.decode()
-    assert "2 items waiting" in html and ">tie<" in html and ">flagged<" in html
+    assert "1 item waiting" in html and ">flagged<" in html  # item 6 (2 of 3 votes) is pending, not a tie
     page = client.get(f"/studies/{study.pk}/adjudication/{items[6].pk}/")
     html = page.content.decode()
     assert page.status_code == 200 and "ann_x" in html and "ann_y" in html  # staff see every vote and its author
@@ -435,7 +467,8 @@ def test_adjudication_pages(twelve, people, client) -> None:
     assert resp.status_code == 302 and resp["Location"].endswith(f"/studies/{study.pk}/adjudication/")
     assert client.post(f"/studies/{study.pk}/adjudication/{items[7].pk}/", {"decision": "maybe"}).status_code == 400
     r = study_report(study)
-    assert r["consensus"]["status"] == {"validated": 7, "rejected": 4, "adjudication": 0, "unjudged": 1}
+    assert r["consensus"]["status"] == {"validated": 7, "rejected": 4, "adjudication": 0, "pending": 0,
+                                        "unjudged": 1}
     assert r["consensus"]["provenance"]["adjudicated"] == 2
     for who in ("annotator", "researcher"):
         client.force_login(people[who])
@@ -520,7 +553,7 @@ def test_export_runs_on_a_real_worker(client, worker_factory) -> None:
 
 
 def test_session_study_triples_and_report(db, tmp_path, settings) -> None:
-    """Session rubrics: one scale per report (default 'overall'), ordinal level, no consensus."""
+    """Session rubrics: one scale per report (default 'overall'), ordinal level, the session rule's consensus."""
     images = tmp_path / "images"
     settings.IMAGE_ROOTS = [images.resolve()]
     call_command("make_demo", "--images-dir", str(images), verbosity=0, stdout=io.StringIO())
@@ -542,13 +575,15 @@ def test_session_study_triples_and_report(db, tmp_path, settings) -> None:
     assert {t[1] for t in triples} == {u.username for u in users}
     r = study_report(study)
     assert r["study"]["kind"] == "scale" and r["study"]["dimension"] == "overall"
-    assert r["consensus"] is None and r["confusion"] is None
+    # the session rule (majority of reject flags, median overall >= 3) at quorum 2: medians 4, 3.5, 2, 5
+    assert r["consensus"]["policy"] == "session" and r["consensus"]["quorum"] == 2 and r["confusion"] is None
+    assert r["consensus"]["status"]["validated"] == 3 and r["consensus"]["status"]["rejected"] == 1
     assert r["agreement"]["level"] == "ordinal" and r["agreement"]["percent_agreement"] == pytest.approx(3 / 4)
     assert r["pairwise"]["signature_agreement"][0][1] == pytest.approx(3 / 4)
     scales = {c["category"]: c for c in r["categories"]}
     assert scales["overall"]["mean"] == pytest.approx(29 / 8) and scales["naturalness"]["mean"] == 3
     out = io.StringIO()
-    call_command("agreement", "--study", str(study.pk), "--level", "ordinal", "--format", "json", "--bootstrap", "0",
+    call_command("agreement", "--study", str(study.pk), "--format", "json", "--bootstrap", "0",
                  stdout=out, stderr=io.StringIO())
     assert json.loads(out.getvalue())["n_judgements"] == 8
     with pytest.raises(CommandError, match="no study with id 424242"):

@@ -113,10 +113,13 @@ def test_weighted_kappa_uses_the_declared_scale() -> None:
 
 
 def test_kappa_constant_raters_convention() -> None:
-    # Both raters constant on the same label: p_e = 1, 0/0. sklearn says NaN; we say 1.0.
+    # Both raters constant on the same label: p_e = 1, 0/0. sklearn says NaN; we say undefined,
+    # or 1.0 under the CIRCUS convention (constant_pairs="one").
     assert math.isnan(sk_kappa(["x"] * 5, ["x"] * 5))
-    assert cohen_kappa(["x"] * 5, ["x"] * 5) == 1.0
-    assert cohen_kappa(["x"] * 5, ["x"] * 5, categories=["x", "y"], weights="linear") == 1.0
+    assert isinstance(cohen_kappa(["x"] * 5, ["x"] * 5), Undefined)
+    assert isinstance(cohen_kappa(["x"] * 5, ["x"] * 5, categories=["x", "y"], weights="linear"), Undefined)
+    assert cohen_kappa(["x"] * 5, ["x"] * 5, constant_pairs="one") == 1.0
+    assert cohen_kappa(["x"] * 5, ["x"] * 5, categories=["x", "y"], weights="linear", constant_pairs="one") == 1.0
     # Constant but different: p_o = 0, p_e = 0, kappa = 0 (well defined, sklearn agrees).
     assert cohen_kappa(["x"] * 5, ["y"] * 5) == 0.0
     assert sk_kappa(["x"] * 5, ["y"] * 5) == 0.0
@@ -148,7 +151,11 @@ def test_pairwise_numpy_matches_sklearn_reference(weights) -> None:
         assert f.n_shared == r.n_shared
         assert f.constant_identical == r.constant_identical
     const = [p for p in fast if (p.rater_a, p.rater_b) == ("r4", "r5")][0]
-    assert const.constant_identical and const.kappa == 1.0
+    assert const.constant_identical and const.kappa is None
+    one = {(p.rater_a, p.rater_b): p.kappa for p in pairwise_cohen_kappa(ratings, weights, "one")}
+    assert one == pytest.approx({(p.rater_a, p.rater_b): p.kappa for p in
+                                 pairwise_cohen_kappa_sklearn(ratings, weights, "one")}, abs=1e-12)
+    assert one[("r4", "r5")] == 1.0
 
 
 # --------------------------------------------------------------------------- Fleiss
@@ -340,7 +347,8 @@ def test_all_ratings_identical_is_undefined_not_zero() -> None:
     for level in ("nominal", "ordinal"):
         assert isinstance(krippendorff_alpha(ratings, level), Undefined)
     assert percent_agreement(ratings) == 1.0
-    assert all(p.kappa == 1.0 and p.constant_identical for p in pairwise_cohen_kappa(ratings))
+    assert all(p.kappa is None and p.constant_identical for p in pairwise_cohen_kappa(ratings))
+    assert all(p.kappa == 1.0 for p in pairwise_cohen_kappa(ratings, None, "one"))
 
     report = agreement_report(triples, n_boot=20)
     json.dumps(report, allow_nan=False)  # raises on any NaN or infinity
@@ -348,9 +356,23 @@ def test_all_ratings_identical_is_undefined_not_zero() -> None:
         assert report[key] is None
         assert "no variation" in report["undefined"][key] or "fewer than two" in report["undefined"][key]
     assert report["percent_agreement"] == 1.0
-    assert report["pairwise_cohen"]["count"] == 3 and report["pairwise_cohen"]["mean"] == 1.0
+    pc = report["pairwise_cohen"]
+    assert (pc["count"], pc["n_undefined"], pc["n_pairs"], pc["mean"]) == (0, 3, 3, None)
+    assert set(pc["by_pair"].values()) == {None} and "pairwise_cohen" in report["undefined"]
     assert report["confidence_intervals"]["intervals"]["krippendorff_alpha"] is None
-    assert any("1.0" in c for c in report["conventions"])
+    assert any("undefined" in c and "constant" in c for c in report["conventions"])
+
+
+def test_constant_pairs_one_and_ac1_with_the_rubric_categories() -> None:
+    triples = [(i, r, "same") for i in range(5) for r in ("a", "b", "c")]
+    # The CIRCUS convention: such pairs count as 1.0.
+    one = agreement_report(triples, n_boot=0, constant_pairs="one")
+    assert one["pairwise_cohen"]["count"] == 3 and one["pairwise_cohen"]["mean"] == 1.0
+    assert any("1.0" in c for c in one["conventions"])
+    # Gwet's AC1 with the rubric's two categories is defined when every rating agrees:
+    # p_a = 1, pi = (1, 0), p_e = 0, AC1 = 1. This is the case AC1 exists for.
+    declared = agreement_report(triples, n_boot=0, categories=["same", "other"])
+    assert declared["gwet_ac1"] == 1.0 and declared["n_categories"] == 2
 
 
 def test_no_item_with_two_ratings() -> None:
@@ -359,8 +381,8 @@ def test_no_item_with_two_ratings() -> None:
     assert report["n_items"] == 0 and report["n_items_excluded"] == 3
     assert report["krippendorff_alpha"] is None and report["percent_agreement"] is None
     assert report["pairwise_cohen"] == {
-        "count": 0, "mean": None, "median": None, "min": None, "max": None,
-        "weights": "none", "by_pair": {}, "shared_items_by_pair": {},
+        "count": 0, "n_undefined": 0, "n_pairs": 0, "mean": None, "median": None, "min": None, "max": None,
+        "weights": "none", "constant_pairs": "undefined", "by_pair": {}, "shared_items_by_pair": {},
     }
     assert to_json_value(Undefined("x")) is None and to_json_value(0.5) == 0.5
 

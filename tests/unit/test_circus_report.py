@@ -144,7 +144,7 @@ def test_all_annotators_block_reproduced(published, all_triples) -> None:
     raters = published["all_annotators"]
     assert raters == ["annotator_01", "annotator_02", "annotator_03", "annotator_04", "annotator_05",
                       "annotator_06", "annotator_10", "annotator_07", "annotator_08"]
-    report = agreement_report(all_triples, rubric="validity", raters=raters, n_boot=0)
+    report = agreement_report(all_triples, rubric="validity", raters=raters, n_boot=0, constant_pairs="one")
     assert report["n_items"] == 50 and report["n_annotators"] == 9 and report["n_judgements"] == 450
     check_block(report, published, raters)
     # The published figures quoted in FORMATS.md, explicitly.
@@ -154,7 +154,8 @@ def test_all_annotators_block_reproduced(published, all_triples) -> None:
     assert b["exact_invalid_signature_rate"] == pytest.approx(6 / 17)
     assert report["per_flag_agreement"]["INVALID_TEXT_QUERY"]["positive_rate"] == pytest.approx(24 / 450)
     # INVALID_IMAGE_QUERY: 28 of 36 pairs are constant-identical (kappa 1.0 by convention), 8 are 0.
-    image = pairwise_cohen_kappa(flag_ratings(validity_ratings(all_triples, raters=raters), "INVALID_IMAGE_QUERY"))
+    image = pairwise_cohen_kappa(flag_ratings(validity_ratings(all_triples, raters=raters), "INVALID_IMAGE_QUERY"),
+                                 None, "one")
     assert sum(p.constant_identical for p in image) == 28
     assert sorted({round(p.kappa, 12) for p in image}) == [0.0, 1.0]
     json.dumps(report, allow_nan=False)
@@ -164,7 +165,7 @@ def test_blind_only_block_reproduced(published, blind_triples) -> None:
     expected = published["blind_only_summary"]
     raters = expected["users"]
     assert raters == published["blind_users"]
-    report = agreement_report(blind_triples, rubric="validity", raters=raters, n_boot=0)
+    report = agreement_report(blind_triples, rubric="validity", raters=raters, n_boot=0, constant_pairs="one")
     check_block(report, expected, raters)
     b = report["binary_valid_invalid"]
     assert b["exact_agreement_rate"] == pytest.approx(12 / 50)
@@ -190,18 +191,18 @@ def test_published_pair_keys_are_mislabelled(published) -> None:
 def test_numpy_kappa_equals_sklearn_on_circus(published, all_triples) -> None:
     sig = validity_ratings(all_triples, raters=published["all_annotators"])
     for ratings in [binary_valid_ratings(sig), sig] + [flag_ratings(sig, f) for f in FLAGS]:
-        fast = pairwise_cohen_kappa(ratings)
-        ref = pairwise_cohen_kappa_sklearn(ratings)
+        fast = pairwise_cohen_kappa(ratings, None, "one")
+        ref = pairwise_cohen_kappa_sklearn(ratings, None, "one")
         assert [p.kappa for p in fast] == pytest.approx([p.kappa for p in ref], abs=1e-12)
 
 
 def test_report_bootstrap_on_circus(published, all_triples) -> None:
-    report = agreement_report(all_triples, rubric="validity", raters=published["all_annotators"], n_boot=200, seed=1)
+    report = agreement_report(all_triples, rubric="validity", raters=published["all_annotators"], n_boot=200, seed=1, constant_pairs="one")
     ci = report["confidence_intervals"]
     assert ci["n_boot"] == 200 and ci["seed"] == 1 and ci["confidence"] == 0.95
     alpha = ci["intervals"]["binary_valid_invalid.krippendorff_alpha_nominal"]
     assert alpha["low"] < report["binary_valid_invalid"]["krippendorff_alpha_nominal"] < alpha["high"]
-    again = agreement_report(all_triples, rubric="validity", raters=published["all_annotators"], n_boot=200, seed=1)
+    again = agreement_report(all_triples, rubric="validity", raters=published["all_annotators"], n_boot=200, seed=1, constant_pairs="one")
     assert again["confidence_intervals"] == ci
 
 

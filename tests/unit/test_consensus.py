@@ -14,11 +14,17 @@ from annotation.verdicts.consensus import (
     PRIMARY,
     REJECTED,
     TIE,
+    PENDING,
+    QUORUM,
+    SINGLE,
     UNANIMOUS,
     UNJUDGED,
     VALIDATED,
+    SessionRule,
+    SessionVote,
     Vote,
     decide,
+    decide_session,
     primary_voter,
     tally,
 )
@@ -40,8 +46,8 @@ def votes(*spec: str, flagged: str = "") -> list[Vote]:
         (("a+", "b+", "c-", "d-"), ADJUDICATION, "", TIE),
         (("a+", "b+", "c+", "d-"), VALIDATED, MAJORITY, ""),  # 3 of 4
         (("a+", "b+", "c-", "d-", "e+"), VALIDATED, MAJORITY, ""),
-        (("a+",), VALIDATED, UNANIMOUS, ""),                  # a single vote agrees with itself
-        (("a-",), REJECTED, UNANIMOUS, ""),
+        (("a+",), VALIDATED, SINGLE, ""),                     # quorum 1: one vote decides, not "unanimous"
+        (("a-",), REJECTED, SINGLE, ""),
     ],
 )
 def test_majority(spec, status, provenance, reason) -> None:
@@ -146,6 +152,87 @@ def test_tally() -> None:
     ]
     t = tally(decisions)
     assert t["items"] == 6
-    assert t["status"] == {VALIDATED: 2, REJECTED: 1, ADJUDICATION: 2, UNJUDGED: 1}
-    assert t["provenance"] == {UNANIMOUS: 1, MAJORITY: 1, PRIMARY: 0, ADJUDICATED: 1}
+    assert t["status"] == {VALIDATED: 2, REJECTED: 1, ADJUDICATION: 2, PENDING: 0, UNJUDGED: 1}
+    assert t["provenance"] == {UNANIMOUS: 1, SINGLE: 0, MAJORITY: 1, PRIMARY: 0, ADJUDICATED: 1}
     assert t["adjudication_reasons"] == {TIE: 1, FLAGGED: 1, DISAGREEMENT: 0}
+
+
+# --------------------------------------------------------------------------- quorum
+
+
+@pytest.mark.parametrize("policy", ["majority", "unanimous", "primary"])
+def test_below_quorum_is_pending_under_every_policy(policy) -> None:
+    # An overlap-3 study: one VALIDATED vote is not a decision, whatever the policy.
+    d = decide(votes("a+"), policy, quorum=3)
+    assert (d.status, d.provenance, d.reason, d.quorum) == (PENDING, "", QUORUM, 3)
+    assert not d.validated and not d.decided
+    d = decide(votes("a+", "b+"), policy, quorum=3)
+    assert d.status == PENDING and not d.validated
+    d = decide(votes("a+", "b+", "c+"), policy, quorum=3)
+    assert d.validated and d.provenance == (PRIMARY if policy == "primary" else UNANIMOUS)
+
+
+def test_quorum_gate_order() -> None:
+    # an adjudication decides before the quorum; a flag sends to adjudication before it
+    d = decide(votes("a+"), quorum=3, adjudication=True)
+    assert (d.status, d.provenance) == (VALIDATED, ADJUDICATED)
+    d = decide(votes("a+", flagged="a"), quorum=3)
+    assert (d.status, d.reason) == (ADJUDICATION, FLAGGED)
+    assert decide([], quorum=3).status == UNJUDGED
+    # more votes than the quorum: the policy decides over all of them
+    assert decide(votes("a+", "b-", "c+"), quorum=2).provenance == MAJORITY
+    t = tally([decide(votes("a+"), quorum=2), decide(votes("a+", "b+"), quorum=2)])
+    assert t["status"][PENDING] == 1 and t["provenance"][UNANIMOUS] == 1
+    with pytest.raises(ValueError):
+        decide(votes("a+"), quorum=0)
+
+
+def test_unanimous_needs_two_votes() -> None:
+    assert decide(votes("a+")).provenance == SINGLE
+    assert decide(votes("a+", "b+")).provenance == UNANIMOUS
+    assert decide(votes("a-", "b-")).provenance == UNANIMOUS
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def sv(name: str, overall: float | None, *flags: str, flagged: bool = False) -> SessionVote:
+    return SessionVote(name, tuple(flags), overall, flagged)
+
+
+def test_session_majority_rule() -> None:
+    rule = SessionRule()  # majority of reject flags, median overall >= 3
+    assert rule.to_dict() == {"reject": "majority", "threshold": 3.0, "scale": "overall"}
+    # medians: (4, 5) -> 4.5 validated, everyone passes -> unanimous
+    d = decide_session([sv("a", 4), sv("b", 5)], rule, quorum=2)
+    assert (d.status, d.provenance, d.valid_votes) == (VALIDATED, UNANIMOUS, 2)
+    # 3 voters, median of (2, 3, 5) = 3 >= 3: validated, a disagrees -> majority
+    d = decide_session([sv("a", 2), sv("b", 3), sv("c", 5)], rule, quorum=3)
+    assert (d.status, d.provenance, d.valid_votes, d.invalid_votes) == (VALIDATED, MAJORITY, 2, 1)
+    # median of (1, 2, 4) = 2 < 3: rejected
+    assert decide_session([sv("a", 1), sv("b", 2), sv("c", 4)], rule, quorum=3).status == REJECTED
+    # 2 of 3 raise a reject flag: rejected whatever the scores
+    d = decide_session([sv("a", 5, "circle"), sv("b", 5, "duplicate"), sv("c", 5)], rule, quorum=3)
+    assert (d.status, d.provenance) == (REJECTED, MAJORITY)
+    # 1 of 2: a tie
+    d = decide_session([sv("a", 5, "circle"), sv("b", 5)], rule, quorum=2)
+    assert (d.status, d.reason) == (ADJUDICATION, TIE)
+    # 1 of 3 does not reject under majority; the median decides: (4, 5, 5) -> validated
+    assert decide_session([sv("a", 4, "circle"), sv("b", 5), sv("c", 5)], rule, quorum=3).status == VALIDATED
+    # even count: median of (2, 4) = 3 >= 3
+    assert decide_session([sv("a", 2), sv("b", 4)], rule, quorum=2).status == VALIDATED
+
+
+def test_session_any_rule_threshold_quorum_and_adjudication() -> None:
+    rule = SessionRule.from_dict({"reject": "any", "threshold": 4})
+    assert decide_session([sv("a", 4, "circle"), sv("b", 5), sv("c", 5)], rule, quorum=3).status == REJECTED
+    assert decide_session([sv("a", 3), sv("b", 4), sv("c", 4)], rule, quorum=3).status == VALIDATED
+    assert decide_session([sv("a", 3), sv("b", 3), sv("c", 5)], rule, quorum=3).status == REJECTED
+    d = decide_session([sv("a", 5)], rule, quorum=2)
+    assert (d.status, d.reason) == (PENDING, QUORUM)
+    assert decide_session([sv("a", 5)], rule, quorum=1).provenance == SINGLE
+    assert decide_session([sv("a", 1)], rule, quorum=2, adjudication=True).provenance == ADJUDICATED
+    assert decide_session([sv("a", 5, flagged=True), sv("b", 5)], rule, quorum=2).reason == FLAGGED
+    assert decide_session([sv("a", None), sv("b", None)], rule, quorum=2).status == ADJUDICATION
+    with pytest.raises(ValueError):
+        SessionRule(reject="some")

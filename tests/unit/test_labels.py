@@ -206,6 +206,13 @@ def test_audit_json_exact_shape():
                 },
                 "comp_gap_ndcg": pytest.approx(1 - 1 / math.log2(11)),
                 "comp_gap_mrr": pytest.approx(0.9),
+                # one positive per query: AP@K = 1 / rank within K
+                "map_at_k": {
+                    "5": {"multimodal": 1.0, "text_only": 0.0, "image_only": 0.0},
+                    "10": {"multimodal": 1.0, "text_only": pytest.approx(0.1), "image_only": 0.0},
+                    "25": {"multimodal": 1.0, "text_only": pytest.approx(0.1), "image_only": 0.0},
+                    "50": {"multimodal": 1.0, "text_only": pytest.approx(0.1), "image_only": pytest.approx(0.02)},
+                },
             },
             "B": {
                 "recall_at_k": {"multimodal": 1.0, "text_only": 0.0, "image_only": 0.0},
@@ -217,6 +224,12 @@ def test_audit_json_exact_shape():
                 },
                 "comp_gap_ndcg": pytest.approx(1 - math.log2(3) / math.log2(12)),
                 "comp_gap_mrr": pytest.approx(1 - (1 / 11) / 0.5),
+                "map_at_k": {
+                    "5": {"multimodal": 0.5, "text_only": 0.0, "image_only": 0.0},
+                    "10": {"multimodal": 0.5, "text_only": 0.0, "image_only": 0.0},
+                    "25": {"multimodal": 0.5, "text_only": 0.0, "image_only": pytest.approx(1 / 11)},
+                    "50": {"multimodal": 0.5, "text_only": pytest.approx(1 / 30), "image_only": pytest.approx(1 / 11)},
+                },
             },
         },
     }
@@ -233,6 +246,22 @@ def test_empty_and_invalid_input():
         label_queries([("q", "R", -1, 3, 4)])
     with pytest.raises(ValueError):
         label_queries([("q", "R", 1, 3)])
+    with pytest.raises(ValueError):
+        label_queries([("q", "R", [1, 0], 3, 4)])
+
+
+def test_rank_lists_use_the_best_for_labels_and_every_rank_for_map():
+    # query x: positives at ranks (mm) 3 and 12, text 40 and 8 -> best text 8 <= K: shortcut
+    audit = label_queries([("x", "R", [3, 12], [40, 8], [None, 60]), ("y", "R", 20, 30, 40)], k=10)
+    assert audit.labels == {"x": "shortcut_solvable", "y": "unresolved"}
+    assert audit.best_ranks["x"] == {"multimodal": 3, "text_only": 8, "image_only": 60}
+    stats = audit.retriever_stats["R"]
+    # AP@10 of x (mm): hit at 3 only, G = 2 -> (1/3) / 2; y: 0
+    assert stats["map_at_k"]["10"]["multimodal"] == pytest.approx((1 / 3) / 2 / 2)
+    # AP@25 of x: (1/3 + 2/12) / 2; y: rank 20 -> 1/20
+    assert stats["map_at_k"]["25"]["multimodal"] == pytest.approx(((1 / 3 + 2 / 12) / 2 + 1 / 20) / 2)
+    assert stats["recall_at_k"]["multimodal"] == 0.5
+    assert audit_json(audit)["retrievers"]["R"]["map_at_k"]["10"]["text_only"] == pytest.approx((1 / 8) / 2 / 2)
 
 
 # Seven rows of the CIRCUS CIRCO shortcut-free export

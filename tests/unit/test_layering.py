@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PURE = [
-    "retrieval/records.py", "retrieval/metrics.py", "retrieval/ranking.py", "retrieval/sessions.py",
+    "retrieval/records.py", "retrieval/metrics.py", "retrieval/ranking.py", "retrieval/targets.py", "retrieval/sessions.py",
     "retrieval/encoders.py", "retrieval/embcache.py", "retrieval/demo.py", "retrieval/imagefiles.py",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "retrieval" / "importers").glob("*.py")),
     "audit/labels.py",

@@ -33,16 +33,36 @@ def test_hand_ranks_single_query():
     assert rank_queries(q, gallery, [[]]).best_rank == [None]
 
 
-def test_ties_are_optimistic():
+def test_ties_are_pessimistic():
     # items 0, 1 and 3 tie at score 2; item 2 scores 3
     gallery = _gallery_1d([2.0, 2.0, 3.0, 2.0, 1.0])
     q = torch.tensor([[1.0]])
     res = rank_queries(q, gallery, [[3]])
-    # only item 2 is strictly better than the positive (item 3): rank 2
-    assert res.best_rank == [2]
+    # 1 + the OTHER items scoring >= 2 (items 0, 1, 2): rank 4, not 2
+    assert res.best_rank == [4]
     res = rank_queries(q.repeat(3, 1), gallery, [[3], [4], [1, 4]], return_per_positive=True)
-    assert res.best_rank == [2, 5, 2]
-    assert res.per_positive_ranks == [[2], [5], [2, 5]]
+    assert res.best_rank == [4, 5, 4]
+    assert res.per_positive_ranks == [[4], [5], [4, 5]]
+    # two tied positives: each counts the other (1 + items 2 and the other positive)
+    res = rank_queries(q, gallery, [[0, 1]], return_per_positive=True)
+    assert res.per_positive_ranks == [[4, 4]]
+    # an excluded tie no longer counts: items 1 and 2 remain above-or-equal
+    assert rank_queries(q, gallery, [[3]], exclude=[0]).best_rank == [3]
+    # the same rule across gallery chunks of every size
+    for chunk in (1, 2, 3, 5):
+        assert rank_queries(q, gallery, [[3]], chunk_size=chunk).best_rank == [4]
+
+
+def test_group_rank_within_subset():
+    # scores 0..5 = [2, 5, 2, 3, 1, 4]; group of query = items {0, 2, 3, 4, 5}
+    gallery = _gallery_1d([2.0, 5.0, 2.0, 3.0, 1.0, 4.0])
+    q = torch.tensor([[1.0], [1.0]])
+    res = rank_queries(q, gallery, [[2], [2]], exclude=[5, None], groups=[[0, 2, 3, 4, 5], [0, 2, 3, 4, 5]])
+    # query 0: 5 excluded; members >= 2 other than 2: 0 (tie), 3 -> rank 3
+    # query 1: members 0, 3, 5 -> rank 4 (item 1 is outside the group)
+    assert res.group_rank == [3, 4]
+    assert res.best_rank == [4, 5]
+    assert rank_queries(q[:1], gallery, [[]], groups=[[0, 1]]).group_rank == [None]
 
 
 def test_exclusion_removes_item_from_ranks_and_topk():
@@ -56,9 +76,9 @@ def test_exclusion_removes_item_from_ranks_and_topk():
     # query 2: positive 0 is the excluded item -> only 4 counts: order 2, 1, 4 -> rank 3
     assert res.best_rank == [2, 3, 3]
     assert res.per_positive_ranks == [[2], [3], [None, 3]]
-    assert res.topk[0].tolist() == [2, 1, 4, 3, -1]
+    # the top list keeps the excluded item (the candidate panel filters it)
+    assert res.topk[0].tolist() == [0, 2, 1, 4, 3]
     assert res.topk[1].tolist() == [0, 2, 1, 4, 3]
-    assert res.topk_scores[0, 4].item() == float("-inf")
     # the only positive excluded -> None
     assert rank_queries(q[:1], gallery, [[0]], exclude=[0]).best_rank == [None]
 
@@ -77,17 +97,17 @@ def test_chunking_does_not_change_results():
     full = rank_queries(q, gallery, [[1, 3], [0]], exclude=[5, 3], top_k=4)
     for chunk in (1, 2, 3, 7, 100):
         for qchunk in (1, 2):
-            for cache in (0, 2**20):  # recompute blocks / keep them between passes
-                res = rank_queries(
-                    q, gallery, [[1, 3], [0]], exclude=[5, 3], top_k=4,
-                    chunk_size=chunk, query_chunk_size=qchunk, max_cache_bytes=cache,
-                )
-                assert res.best_rank == full.best_rank
-                assert res.topk.tolist() == full.topk.tolist()
+            res = rank_queries(
+                q, gallery, [[1, 3], [0]], exclude=[5, 3], top_k=4,
+                chunk_size=chunk, query_chunk_size=qchunk,
+            )
+            assert res.best_rank == full.best_rank
+            assert res.topk.tolist() == full.topk.tolist()
     # hand check: query 0 without item 5 -> order 0,2,6,1 ... positive 1 at rank 4
     # query 1 scores are negated, item 3 removed -> order 4,1,6,2,5,0 -> item 0 rank 6
     assert full.best_rank == [4, 6]
-    assert full.topk.tolist() == [[0, 2, 6, 1], [4, 1, 6, 2]]
+    # top lists keep the excluded items (5 for query 0, 3 for query 1)
+    assert full.topk.tolist() == [[0, 5, 2, 6], [3, 4, 1, 6]]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -114,19 +134,17 @@ def test_agrees_with_naive_on_random_ties_and_exclusions(device):
         queries.to(device), gallery.to(device), positives, exclude,
         top_k=15, chunk_size=50, query_chunk_size=8, return_per_positive=True,
     )
-    recomputed = rank_queries(
-        queries.to(device), gallery.to(device), positives, exclude,
-        top_k=15, chunk_size=50, query_chunk_size=8, max_cache_bytes=0,
+    cpu_gallery = rank_queries(  # a CPU (memory-mapped) gallery read block by block
+        queries.to(device), gallery, positives, exclude,
+        top_k=15, chunk_size=50, query_chunk_size=8,
     )
-    assert recomputed.best_rank == ref.best_rank
+    assert cpu_gallery.best_rank == ref.best_rank
     assert res.best_rank == ref.best_rank
     assert res.per_positive_ranks == ref.per_positive_ranks
     assert any(r is None for r in ref.best_rank)
     # top-K scores agree exactly; indices may differ only inside groups of equal scores
     assert torch.equal(res.topk_scores, ref.topk_scores)
     for q in range(n_q):
-        ex = exclude[q]
-        assert ex is None or ex not in res.topk[q].tolist()
         scores = (queries[q] @ gallery.T)
         for idx, val in zip(res.topk[q].tolist(), res.topk_scores[q].tolist()):
             assert scores[idx].item() == val
@@ -161,9 +179,9 @@ def test_half_precision_inputs_are_upcast():
 def test_naive_rank_hand_values():
     gallery = _gallery_1d([2.0, 2.0, 3.0, 2.0, 1.0])
     res = naive_rank(torch.tensor([[1.0]]), gallery, [[3]], exclude=[2], top_k=3)
-    # item 2 removed: items 0, 1, 3 tie at 2 -> positive 3 placed first: rank 1
-    assert res.best_rank == [1]
-    assert res.topk.tolist() == [[0, 1, 3]]
+    # item 2 removed: items 0, 1, 3 tie at 2 -> positive 3 placed after them: rank 3
+    assert res.best_rank == [3]
+    assert res.topk.tolist() == [[2, 0, 1]]
 
 
 def test_input_validation():
@@ -177,3 +195,15 @@ def test_input_validation():
         rank_queries(q, g, [[0]], exclude=[5])
     with pytest.raises(ValueError):
         rank_queries(torch.ones(1, 3), g, [[0]])
+
+
+def test_extra_targets_are_ranked_but_never_positives():
+    gallery = _gallery_1d([2.0, 5.0, 2.0, 3.0, 1.0, 4.0])
+    q = torch.tensor([[1.0]])
+    res = rank_queries(q, gallery, [[4]], extra=[[1, 0]], groups=[[0, 2, 4]], return_per_positive=True)
+    # the extras (ranks 1 and 5: item 0 ties with item 2) do not make the query's best rank
+    assert res.best_rank == [6]
+    assert res.per_positive_ranks == [[6]]
+    assert res.extra_ranks == [[1, 5]]
+    # within the group, the positive (score 1) is below items 0 and 2
+    assert res.group_rank == [3]

@@ -72,3 +72,13 @@ def test_production_needs_a_secret_key(tmp_path):
     with pytest.raises(subprocess.CalledProcessError) as err:
         settings_in_subprocess({"CIRVAL_VAR_DIR": str(tmp_path), "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": ""})
     assert "DJANGO_SECRET_KEY" in err.value.stderr
+
+
+def test_worker_torch_threads_leave_the_reserved_cores_to_the_web_tier():
+    from config.worker_tuning import torch_threads
+
+    assert torch_threads(16, 1, 1) == 15
+    assert torch_threads(16, 2, 2) == 7
+    assert torch_threads(2, 1, 2) == 1  # never zero
+    assert torch_threads(1, 1, 1) == 1
+    assert torch_threads(8, 0, 4) == 2

@@ -17,9 +17,15 @@ Malformed input stops the command with an error naming the line and the field.
 
 ``--bootstrap`` (default 1000 replicates, ``--seed`` 0) adds 95% percentile intervals over
 items; a large input gets a note on stderr, ``--bootstrap 0`` skips them. ``--study ID``
-reads the judgements of a study instead of a file, through
-``annotation.agreement.reports.study_triples(ID)`` (imported only then; until it exists the command
-says "study reports are not available yet").
+reports on a study instead of a file, through
+:func:`annotation.agreement.reports.study_agreement`, the function behind the report page,
+report.json and report.csv: the same numbers, with the rubric's categories (every scale
+value) and weights (scales: ordinal, quadratic). ``--dimension`` picks a session scale.
+
+``--constant-pairs undefined`` (default): two raters who both give one and the same label on
+every shared item have an undefined Cohen's kappa (p_e = 1), left out of the pairwise mean,
+which says how many pairs it covers. ``--constant-pairs one`` counts such pairs as 1.0, the
+convention of the CIRCUS release (its published figures are reproduced with it).
 """
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.agreement.maths import FLAGS, LEVELS, VALIDATED, agreement_report
+from annotation.agreement.maths import CONSTANT_PAIRS, FLAGS, LEVELS, VALIDATED, agreement_report
 
 # Above this many judgement-replicates the bootstrap gets a "this may take a while" note.
 _SLOW_BOOTSTRAP = 10_000_000
@@ -303,41 +309,68 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("input", nargs="?", help="JSONL file, one judgement per line.")
         parser.add_argument("--study", default=None, help="Report on a study's judgements instead of a file.")
-        parser.add_argument("--level", choices=LEVELS, default="nominal",
-                            help="Level of measurement (default nominal).")
+        parser.add_argument("--dimension", default=None,
+                            help="--study with a session rubric: the scale to report on (default overall).")
+        parser.add_argument("--level", choices=LEVELS, default=None,
+                            help="Level of measurement (default nominal; a study's rubric sets its own).")
         parser.add_argument("--rubric", choices=["validity"], default=None,
                             help="validity: labels are VALIDATED or a list of flags; adds the flag blocks.")
         parser.add_argument("--categories", default=None,
                             help="Comma-separated scale in its order (e.g. 1,2,3,4,5); labels must be among them.")
+        parser.add_argument("--constant-pairs", choices=CONSTANT_PAIRS, default="undefined",
+                            help="Cohen's kappa of two raters constant on one label: undefined (default, left out "
+                                 "of means) or one (the CIRCUS release's convention).")
         parser.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                             help="Bootstrap replicates over items for the 95%% intervals (default 1000; 0 skips).")
         parser.add_argument("--seed", type=int, default=0, help="Seed of the bootstrap (default 0).")
         parser.add_argument("--format", choices=["json", "text"], default="text")
 
     def handle(self, *args, **opts):
-        level, rubric = opts["level"], opts["rubric"]
         if (opts["input"] is None) == (opts["study"] is None):
             raise CommandError("give either an INPUT file or --study ID (exactly one)")
-        if rubric == "validity" and level != "nominal":
-            raise CommandError("the validity rubric is nominal; drop --level or use --level nominal")
         if opts["bootstrap"] < 0:
             raise CommandError("--bootstrap must be 0 or more")
-        categories = parse_categories(opts["categories"], level, rubric)
         started = time.perf_counter()
+        report = self._from_study(opts) if opts["study"] is not None else self._from_file(opts)
+        elapsed = time.perf_counter() - started
+        if opts["format"] == "json":
+            self.stdout.write(json.dumps(report, indent=2, allow_nan=False))
+        else:
+            self._write_text(report, elapsed)
+
+    def _from_study(self, opts: dict[str, Any]) -> dict[str, Any]:
+        """The study's agreement exactly as its report page computes it
+        (:func:`annotation.agreement.reports.study_agreement`): the rubric sets the level,
+        the categories (every scale value) and the weights."""
+        from annotation.agreement.reports import get_study, label_kind, study_agreement  # noqa: PLC0415
+
+        if opts["level"] is not None or opts["categories"] is not None:
+            raise CommandError("--level and --categories do not apply to --study: the study's rubric sets them")
+        study = get_study(opts["study"])
+        kind = label_kind(study.rubric.rubric)
+        if opts["rubric"] == "validity" and kind != "validity":
+            raise CommandError(f"study {study.pk} does not use the validity rubric (its labels are {kind})")
         try:
-            if opts["study"] is not None:
-                checker = JudgementChecker(level, rubric, categories, source=f"study {opts['study']}",
-                                           unit="judgement")
-                triples = check_triples(self._study_records(opts["study"]), checker)
-            else:
-                path = Path(opts["input"])
-                if not path.is_file():
-                    raise CommandError(f"{path}: no such file")
-                checker = JudgementChecker(level, rubric, categories, source=str(path))
-                try:
-                    triples = read_jsonl(_iter_lines(path), checker)
-                except UnicodeDecodeError as exc:
-                    raise CommandError(f"{path}: not UTF-8 text ({exc})") from None
+            return study_agreement(study, dimension=opts["dimension"], n_boot=opts["bootstrap"], seed=opts["seed"],
+                                   constant_pairs=opts["constant_pairs"])
+        except ValueError as exc:
+            raise CommandError(f"cannot compute the report: {exc}") from None
+
+    def _from_file(self, opts: dict[str, Any]) -> dict[str, Any]:
+        level, rubric = opts["level"] or "nominal", opts["rubric"]
+        if rubric == "validity" and level != "nominal":
+            raise CommandError("the validity rubric is nominal; drop --level or use --level nominal")
+        if opts["dimension"] is not None:
+            raise CommandError("--dimension needs --study")
+        categories = parse_categories(opts["categories"], level, rubric)
+        path = Path(opts["input"])
+        if not path.is_file():
+            raise CommandError(f"{path}: no such file")
+        checker = JudgementChecker(level, rubric, categories, source=str(path))
+        try:
+            triples = read_jsonl(_iter_lines(path), checker)
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{path}: not UTF-8 text ({exc})") from None
         except InputError as exc:
             raise CommandError(str(exc)) from None
         n_boot = opts["bootstrap"]
@@ -345,31 +378,10 @@ class Command(BaseCommand):
             self.stderr.write(f"note: {n_boot} bootstrap replicates over {len(triples)} judgements may take a "
                               "while; --bootstrap 0 skips the intervals.")
         try:
-            report = agreement_report(triples, rubric=rubric, level=level, categories=checker.categories,
-                                      n_boot=n_boot, seed=opts["seed"])
+            return agreement_report(triples, rubric=rubric, level=level, categories=checker.categories,
+                                    n_boot=n_boot, seed=opts["seed"], constant_pairs=opts["constant_pairs"])
         except ValueError as exc:
             raise CommandError(f"cannot compute the report: {exc}") from None
-        elapsed = time.perf_counter() - started
-        if opts["format"] == "json":
-            self.stdout.write(json.dumps(report, indent=2, allow_nan=False))
-        else:
-            self._write_text(report, elapsed)
-
-    @staticmethod
-    def _study_records(study_id: str) -> Iterable[Any]:
-        """Hook for the database path: ``annotation.agreement.reports.study_triples(study_id)``.
-
-        Contract: it takes the ``--study`` value as given (a string) and returns an iterable
-        of ``(item, annotator, label)`` triples in the label conventions of this command
-        (checked here like file lines); it raises ``CommandError`` for an unknown study.
-        """
-        try:
-            from annotation.agreement.reports import study_triples  # noqa: PLC0415 (optional, imported lazily)
-        except ImportError as exc:
-            if exc.name not in ("annotation.agreement.reports", "annotation"):
-                raise
-            raise CommandError("study reports are not available yet") from None
-        return study_triples(study_id)
 
     # ------------------------------------------------------------------ text output
 
@@ -396,9 +408,9 @@ class Command(BaseCommand):
         line(f"Krippendorff's alpha ({report['level']})", "krippendorff_alpha", report["krippendorff_alpha"])
         line("Fleiss' kappa", "fleiss_kappa", report["fleiss_kappa"])
         line("Gwet's AC1", "gwet_ac1", report["gwet_ac1"])
-        line(f"Cohen's kappa, mean of {pc['count']} pairs", "pairwise_cohen_mean", pc["mean"])
+        line(f"Cohen's kappa, mean of {pc['count']} of {pc['n_pairs']} pairs", "pairwise_cohen_mean", pc["mean"])
         w(f"  {'  median / min / max':<36}{_fmt(pc['median']):>10} / {_fmt(pc['min'])} / {_fmt(pc['max'])}"
-          f"   (weights: {pc['weights']})")
+          f"   (weights: {pc['weights']}; constant pairs: {pc['constant_pairs']}, {pc['n_undefined']} undefined)")
         w("")
         w("Label prevalence:")
         prevalence = {label or "(empty)": share for label, share in report["label_prevalence"].items()}

@@ -17,6 +17,12 @@ class Command(BaseCommand):
         parser.add_argument("--dataset", action="append", required=True, dest="datasets")
         parser.add_argument("--rubric", default="validity", choices=sorted(builtin_rubrics()))
         parser.add_argument("--overlap", type=int, default=3)
+        parser.add_argument("--quorum", type=int, default=None,
+                            help="Current judgements before an item is decided (default: the overlap).")
+        parser.add_argument("--session-reject", choices=["majority", "any"], default=None,
+                            help="Session rubrics: reject on a majority of reject flags (default) or on any.")
+        parser.add_argument("--session-threshold", type=float, default=None,
+                            help="Session rubrics: validate when the median overall score is at least this (default 3).")
         parser.add_argument("--hidden-category", action="append", default=[], dest="hidden_categories",
                             help="Keep only queries with this audit label (repeatable).")
         parser.add_argument("--quota", action="append", default=[],
@@ -43,7 +49,8 @@ class Command(BaseCommand):
             name=o["name"], datasets=o["datasets"], rubric=o["rubric"], overlap=o["overlap"],
             hidden_categories=o["hidden_categories"], quotas=quotas, total=o["total"], seed=o["seed"],
             agreement_size=o["agreement_size"], blind=not o["not_blind"], guidelines=o["guidelines"],
-            lease_minutes=o["lease_minutes"], annotators=o["annotators"],
+            lease_minutes=o["lease_minutes"], annotators=o["annotators"], quorum=o["quorum"],
+            session_rule=_session_rule(o),
         )
         try:
             study, report = create_study(spec)
@@ -53,4 +60,10 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps({"id": study.pk, **report}))
         else:
             self.stdout.write(f"Study {study.pk} {study.name!r}: {report['items']} items, overlap {study.overlap}, "
+                              f"quorum {study.decision_quorum}, "
                               f"{report['agreement']} in the agreement subset, {len(spec.annotators)} annotators.")
+
+
+def _session_rule(o: dict) -> dict | None:
+    rule = {k: v for k, v in (("reject", o["session_reject"]), ("threshold", o["session_threshold"])) if v is not None}
+    return rule or None

@@ -1,8 +1,9 @@
 """python manage.py export_validated --study ID [--out DIR] [--policy majority|unanimous|primary]
 [--primary USER] [--chunk-size N]
 
-Writes the validated export of a study (M-BEIR query JSONL per dataset and hidden category,
-trace JSONL, manifest with SHA-256; see :mod:`annotation.export.validated`) into ``DIR`` (created; it
+Writes the validated export of a study (M-BEIR query JSONL per dataset and hidden category, or
+CIRCLED session JSON for session studies; trace JSONL, manifest with SHA-256 and the counts of
+validated, rejected, adjudicated and pending items; see :mod:`annotation.export.validated`) into ``DIR`` (created; it
 must be absent or empty), by default ``EXPORT_DIR/<study>-<timestamp>/``, and refreshes each
 dataset's ``validated`` query subset. Runs in this process; the study page runs the same
 export on a worker.
@@ -52,8 +53,9 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Exported study {study.pk} ({study.name!r}, policy {opts['policy']}) to {result.path} in "
             f"{time.perf_counter() - started:.1f} s: {counts['validated']} validated of {counts['items']} items "
-            f"({counts['rejected']} rejected, {counts['pending_adjudication']} waiting for adjudication, "
-            f"{counts['unjudged']} unjudged)."
+            f"({counts['rejected']} rejected, {counts['adjudicated']} decided by an adjudicator, "
+            f"{counts['awaiting_adjudication']} waiting for adjudication, {counts['pending']} pending below the "
+            f"quorum of {result.manifest['consensus']['quorum']})."
         )
         for f in result.manifest["files"]:
             self.stdout.write(f"  {f['path']}  {f['lines']} lines  sha256 {f['sha256']}")

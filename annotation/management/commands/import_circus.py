@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -217,33 +218,48 @@ class Command(BaseCommand):
 
     def _import(self, records: list[Record], study_name: str, prefix: str) -> dict[str, int]:
         rubric_row = RubricVersion.builtin("validity")
-        rubric = rubric_row.rubric
-        severity = {c.key: c.severity for c in rubric.categories}
-        valid_key = rubric.valid_category.key  # type: ignore[union-attr]
+        needed: dict[str, set[int]] = defaultdict(set)
+        for r in records:
+            needed[r.dataset].add(r.query_idx)
+        study = self._existing_study(study_name)
+        queries, new_queries = self._queries(prefix, needed)
+        study = self._study(study, study_name, rubric_row, records, needed, prefix)
+        items, n_new_items = self._items(study, records, queries, prefix)
+        users, new_users = self._annotators(study, records)
+        counts = self._judgements(study, rubric_row, records, queries, items, users)
+        self._counters(study)
+        return {"study": study.pk, "items": len(items), "annotators": len(users), "new_queries": new_queries,
+                "new_items": n_new_items, "new_users": new_users, **counts}
 
+    @staticmethod
+    def _existing_study(study_name: str) -> Study | None:
         study = Study.objects.filter(name=study_name).first()
         if study is not None and study.pool.get("source") != SOURCE:
             raise CommandError(f"a study named {study_name!r} exists and was not imported from CIRCUS")
         if study is not None and study.rubric.key != "validity":
             raise CommandError(f"study {study_name!r} does not use the validity rubric")
-        needed: dict[str, set[int]] = defaultdict(set)
-        for r in records:
-            needed[r.dataset].add(r.query_idx)
-        queries, new_queries = self._queries(prefix, needed)
+        return study
+
+    @staticmethod
+    def _study(study: Study | None, study_name: str, rubric_row: RubricVersion, records: list[Record],
+               needed: dict[str, set[int]], prefix: str) -> Study:
+        """The study (created on the first import). Quorum 1: the CIRCUS release decided every
+        item on one annotator's label (the primary policy), whatever the item's overlap."""
         sources = sorted({r.source for r in records})
         if study is None:
-            study = Study.objects.create(
-                name=study_name, rubric=rubric_row, overlap=1, blind=True, status=Study.Status.CLOSED,
+            return Study.objects.create(
+                name=study_name, rubric=rubric_row, overlap=1, quorum=1, blind=True, status=Study.Status.CLOSED,
                 pool={"source": SOURCE, "files": sources, "datasets": sorted(needed), "dataset_prefix": prefix},
             )
-        else:
-            pool = dict(study.pool)
-            pool["files"] = sorted(set(pool.get("files", [])) | set(sources))
-            pool["datasets"] = sorted(set(pool.get("datasets", [])) | set(needed))
-            study.pool = pool
-            study.save(update_fields=["pool"])
+        pool = dict(study.pool)
+        pool["files"] = sorted(set(pool.get("files", [])) | set(sources))
+        pool["datasets"] = sorted(set(pool.get("datasets", [])) | set(needed))
+        study.pool = pool
+        study.save(update_fields=["pool"])
+        return study
 
-        # items
+    @staticmethod
+    def _items(study: Study, records: list[Record], queries: dict, prefix: str) -> tuple[dict[int, int], int]:
         items = dict(StudyItem.objects.filter(study=study).values_list("query_id", "id"))
         hidden = {(r.dataset, r.query_idx): r.hidden_category for r in records}
         order = len(items)
@@ -255,9 +271,10 @@ class Command(BaseCommand):
                                            stratum=f"{prefix}-{key[0]}" if prefix else key[0], order_key=order))
                 order += 1
         StudyItem.objects.bulk_create(new_items)
-        items = dict(StudyItem.objects.filter(study=study).values_list("query_id", "id"))
+        return dict(StudyItem.objects.filter(study=study).values_list("query_id", "id")), len(new_items)
 
-        # annotators
+    @staticmethod
+    def _annotators(study: Study, records: list[Record]) -> tuple[dict[str, Any], int]:
         User = get_user_model()
         group, _ = Group.objects.get_or_create(name=roles.ANNOTATOR)
         users = {}
@@ -272,48 +289,50 @@ class Command(BaseCommand):
             user.groups.add(group)
             users[name] = user
         study.annotators.add(*users.values())
+        return users, new_users
 
-        # assignments and judgements
+    def _judgements(self, study: Study, rubric_row: RubricVersion, records: list[Record], queries: dict,
+                    items: dict[int, int], users: dict[str, Any]) -> dict[str, int]:
+        """Assignments and judgements; an edited label becomes a new revision."""
+        rubric = rubric_row.rubric
+        severity = {c.key: c.severity for c in rubric.categories}
+        valid_key = rubric.valid_category.key  # type: ignore[union-attr]
         existing = {(a.item_id, a.annotator_id): a for a in Assignment.objects.filter(study=study)}
         current = {j.assignment_id: j for j in Judgement.objects.filter(assignment__study=study, is_current=True)}
-        new_assignments = new_judgements = revised = labelled = 0
+        counts = {"judgements": 0, "new_assignments": 0, "new_judgements": 0, "revised": 0}
         for r in sorted(records, key=lambda r: (r.username, r.position)):
             if r.validated is None:
                 continue  # not labelled yet: the item stays in the study without an assignment
-            labelled += 1
-            user = users[r.username]
-            item_id = items[queries[(r.dataset, r.query_idx)]]
+            counts["judgements"] += 1
             at = datetime.fromisoformat(r.updated_at) if r.updated_at else None
-            assignment = existing.get((item_id, user.pk))
-            if assignment is None:
-                assignment = Assignment.objects.create(
-                    study=study, item_id=item_id, annotator=user, status=Assignment.Status.DONE,
-                    served_by=SOURCE, position=r.position, completed_at=at,
-                )
-                existing[(item_id, user.pk)] = assignment
-                new_assignments += 1
+            assignment = self._assignment(study, existing, items[queries[(r.dataset, r.query_idx)]],
+                                          users[r.username], r, at, counts)
             flags = {f: f in r.flags for f in FLAGS}
             category = category_of(r.validated, r.flags, severity, valid_key)
             previous = current.get(assignment.pk)
             if previous is not None and (previous.validated, previous.flags, previous.category, previous.note) == (
                     r.validated, flags, category, r.note):
                 continue
-            if previous is not None:
-                Judgement.objects.filter(pk=previous.pk).update(is_current=False)
-                revised += 1
-            else:
-                new_judgements += 1
-            judgement = Judgement.objects.create(
-                assignment=assignment, rubric=rubric_row, revision=(previous.revision + 1) if previous else 1,
-                is_current=True, category=category, sub_reason="", note=r.note, flags=flags,
-                validated=r.validated, flagged=False, time_spent_ms=0,
-                client_token=CLIENT_TOKEN if previous is None else f"{CLIENT_TOKEN}-{previous.revision + 1}",
-            )
-            if at is not None:
-                Judgement.objects.filter(pk=judgement.pk).update(created_at=at)
-            current[assignment.pk] = judgement
+            counts["revised" if previous is not None else "new_judgements"] += 1
+            current[assignment.pk] = _judge(assignment, rubric_row, previous, r, flags, category, at)
+        return counts
 
-        # counters: every labelled assignment is done; the agreement subset is what everyone judged
+    @staticmethod
+    def _assignment(study: Study, existing: dict, item_id: int, user, r: Record, at: datetime | None,
+                    counts: dict[str, int]) -> Assignment:
+        assignment = existing.get((item_id, user.pk))
+        if assignment is None:
+            assignment = Assignment.objects.create(
+                study=study, item_id=item_id, annotator=user, status=Assignment.Status.DONE,
+                served_by=SOURCE, position=r.position, completed_at=at,
+            )
+            existing[(item_id, user.pk)] = assignment
+            counts["new_assignments"] += 1
+        return assignment
+
+    @staticmethod
+    def _counters(study: Study) -> None:
+        """Every labelled assignment is done; the agreement subset is what everyone judged."""
         n_annotators = study.annotators.count()
         counts = list(StudyItem.objects.filter(study=study)
                       .annotate(n=Count("assignments", filter=Q(assignments__status=Assignment.Status.DONE)))
@@ -324,6 +343,19 @@ class Command(BaseCommand):
         StudyItem.objects.bulk_update(changed, ["taken", "completed", "agreement"], batch_size=1000)
         study.overlap = max([n for _, n in counts] or [1]) or 1
         study.save(update_fields=["overlap"])
-        return {"study": study.pk, "items": len(items), "annotators": len(users), "judgements": labelled,
-                "new_queries": new_queries, "new_items": len(new_items), "new_users": new_users,
-                "new_assignments": new_assignments, "new_judgements": new_judgements, "revised": revised}
+
+
+def _judge(assignment: Assignment, rubric_row: RubricVersion, previous: Judgement | None, r: Record,
+           flags: dict[str, bool], category: str, at: datetime | None) -> Judgement:
+    """A new current judgement (the previous one, if any, stops being current)."""
+    if previous is not None:
+        Judgement.objects.filter(pk=previous.pk).update(is_current=False)
+    judgement = Judgement.objects.create(
+        assignment=assignment, rubric=rubric_row, revision=(previous.revision + 1) if previous else 1,
+        is_current=True, category=category, sub_reason="", note=r.note, flags=flags,
+        validated=r.validated, flagged=False, time_spent_ms=0,
+        client_token=CLIENT_TOKEN if previous is None else f"{CLIENT_TOKEN}-{previous.revision + 1}",
+    )
+    if at is not None:
+        Judgement.objects.filter(pk=judgement.pk).update(created_at=at)
+    return judgement

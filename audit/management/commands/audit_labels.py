@@ -1,7 +1,8 @@
 """python manage.py audit_labels RANKS.jsonl: shortcut labels from per-retriever ranks.
 
-One JSON object a line: ``{"query", "retriever", "mm", "text", "image"}`` where the
-three ranks are 1-based ints or ``null`` (not retrieved). Blank lines are ignored. The
+One JSON object a line: ``{"query", "retriever", "mm", "text", "image"}`` where each
+of the three is a 1-based rank or ``null`` (not retrieved), or a list of the ranks of
+every positive target (``[3, null, 17]``; the labels use the best, ``map_at_k`` all). Blank lines are ignored. The
 output (``--format json``) is exactly :func:`audit.labels.audit_json` of
 :func:`audit.labels.label_queries` over the lines, in file order.
 """
@@ -14,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.labels import LABELS, audit_json, label_queries
+from audit.rankfiles import check_rank_value
 
 FIELDS = ("query", "retriever", "mm", "text", "image")
 
@@ -34,9 +36,7 @@ def parse_rank_line(line: str, number: int) -> tuple[Any, Any, Any, Any, Any]:
         if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
             raise ValueError(f"line {number}: field '{name}' must be a non-empty string or an integer, got {value!r}")
     for name in ("mm", "text", "image"):
-        value = obj[name]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"line {number}: field '{name}' must be an integer >= 1 or null, got {value!r}")
+        check_rank_value(obj[name], f"line {number}: field '{name}'")
     return obj["query"], obj["retriever"], obj["mm"], obj["text"], obj["image"]
 
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('annotation', '0004_export_heartbeat'),
+        ('annotation', '0005_study_quorum_session_rule'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('audit', '0002_sessions'),
+        ('audit', '0003_audit_rank_every_positive'),
     ]
 
     operations = [

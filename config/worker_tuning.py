@@ -1,0 +1,64 @@
+"""Keep background work from starving the web tier on a shared machine.
+
+A worker lowers its CPU priority (``WORKER_NICE``, default 10: the web processes win every
+contended core) and gives torch only the cores that are left to it: the machine's cores
+less ``WORKER_RESERVED_CORES`` (default 1, for the web tier), shared among the worker's
+pool processes. ``WORKER_TORCH_THREADS`` overrides the count. On a GPU host with no web
+tier, set ``WORKER_RESERVED_CORES=0`` and ``WORKER_NICE=0``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("config.worker")
+
+
+def torch_threads(cpus: int, reserved: int, processes: int) -> int:
+    """Intra-op threads per pool process: the cores left after ``reserved``, split evenly, at least 1."""
+    return max(1, (max(cpus, 1) - max(reserved, 0)) // max(processes, 1))
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def lower_priority(sender=None, **kwargs) -> None:
+    """``worker_init``: renice the worker before it forks its pool (children inherit it)."""
+    nice = _env_int("WORKER_NICE", 10)
+    if nice > 0:
+        try:
+            os.nice(nice)
+        except OSError as exc:  # not permitted here: run at normal priority
+            log.warning("could not lower the worker's priority: %s", exc)
+
+
+def limit_torch_threads(sender=None, **kwargs) -> None:
+    """``worker_process_init``: set torch's thread count in each pool process."""
+    from django.conf import settings
+
+    processes = int(getattr(settings, "CELERY_WORKER_CONCURRENCY", 0) or 0) or _pool_size()
+    n = _env_int("WORKER_TORCH_THREADS", 0) or torch_threads(
+        os.cpu_count() or 1, _env_int("WORKER_RESERVED_CORES", 1), processes)
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a requirement
+        return
+    torch.set_num_threads(n)
+    log.info("torch uses %d thread(s) in this worker process (nice %d)", n, os.nice(0))
+
+
+def _pool_size() -> int:
+    from celery import current_app
+
+    return int(current_app.conf.worker_concurrency or os.cpu_count() or 1)
+
+
+def connect() -> None:
+    from celery.signals import worker_init, worker_process_init
+
+    worker_init.connect(lower_priority, weak=False, dispatch_uid="cirval-worker-nice")
+    worker_process_init.connect(limit_torch_threads, weak=False, dispatch_uid="cirval-worker-torch-threads")

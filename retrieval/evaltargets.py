@@ -1,0 +1,87 @@
+"""The target rule (:mod:`retrieval.targets`) applied to ``Target`` rows (Django; thin)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .models import Dataset, Image, Query, Target
+from .targets import TargetFacts, graded_targets, positive_targets
+
+_FIELDS = ("query_id", "image_id", "relevance", "is_primary", "role")
+
+
+def _facts_by_query(query_ids: Iterable[int] | Any) -> dict[int, list[TargetFacts]]:
+    """Query id -> its targets as :class:`TargetFacts` (image = image id), primary first, then by id."""
+    out: dict[int, list[TargetFacts]] = defaultdict(list)
+    rows = Target.objects.filter(query_id__in=query_ids).order_by("query_id", "-is_primary", "id")
+    for qid, image_id, relevance, primary, role in rows.values_list(*_FIELDS):
+        out[qid].append(TargetFacts(image_id, relevance, primary, role))
+    return out
+
+
+def dataset_format(dataset: Dataset | int) -> str:
+    if isinstance(dataset, Dataset):
+        return dataset.format
+    return Dataset.objects.filter(pk=dataset).values_list("format", flat=True).first() or ""
+
+
+def positive_image_ids(fmt: str, query_ids: Iterable[int] | Any) -> dict[int, list[int]]:
+    """Query id -> image ids of its positive targets under ``fmt``'s rule (queries with none are left out)."""
+    out: dict[int, list[int]] = {}
+    for qid, facts in _facts_by_query(query_ids).items():
+        ids = [t.image for t in positive_targets(fmt, facts)]
+        if ids:
+            out[qid] = ids
+    return out
+
+
+def graded_image_ids(fmt: str, query_ids: Iterable[int] | Any) -> dict[int, list[tuple[int, float]]]:
+    """Query id -> ``(image id, gain)`` of :func:`retrieval.targets.graded_targets`."""
+    return {qid: [(t.image, g) for t, g in graded_targets(fmt, facts)]
+            for qid, facts in _facts_by_query(query_ids).items()}
+
+
+@dataclass
+class QueryTargets:
+    """What one query is evaluated against (image ids; see :mod:`retrieval.targets`).
+
+    ``positives``: the positive targets (rule order); ``extras``/``gains``: graded-only
+    targets and their gains (CIRR's soft targets); ``group``: the images of the query's
+    subset group for Recall_subset (CIRR's ``img_set`` members), empty elsewhere.
+    """
+
+    positives: list[int] = field(default_factory=list)
+    extras: list[int] = field(default_factory=list)
+    gains: list[float] = field(default_factory=list)
+    group: list[int] = field(default_factory=list)
+
+
+def _subset_groups(dataset_id: int, query_ids: Iterable[int] | Any) -> dict[int, list[int]]:
+    """Query id -> image ids of its CIRR ``img_set`` members (queries without one are left out)."""
+    members = {
+        qid: list((extra or {}).get("img_set", {}).get("members") or [])
+        for qid, extra in Query.objects.filter(pk__in=query_ids).values_list("pk", "extra")
+    }
+    wanted = {m for ms in members.values() for m in ms}
+    by_ext = dict(Image.objects.filter(dataset_id=dataset_id, external_id__in=wanted).values_list("external_id", "pk"))
+    return {qid: [by_ext[m] for m in ms if m in by_ext] for qid, ms in members.items() if ms}
+
+
+def evaluation_targets(dataset: Dataset | int, query_ids: Iterable[int] | Any) -> dict[int, QueryTargets]:
+    """Query id -> :class:`QueryTargets` for every query with at least one positive."""
+    fmt = dataset_format(dataset)
+    ids = list(query_ids)
+    out: dict[int, QueryTargets] = {}
+    for qid, facts in _facts_by_query(ids).items():
+        graded = graded_targets(fmt, facts)
+        n_pos = len(positive_targets(fmt, facts))
+        if n_pos:
+            out[qid] = QueryTargets([t.image for t, _ in graded[:n_pos]], [t.image for t, _ in graded[n_pos:]],
+                                    [g for _, g in graded[n_pos:]])
+    if fmt == "cirr":
+        dataset_id = dataset.pk if isinstance(dataset, Dataset) else dataset
+        for qid, group in _subset_groups(dataset_id, list(out)).items():
+            out[qid].group = group
+    return out
