@@ -121,3 +121,16 @@ def demo_accounts(db):
     from annotation.demo_accounts import ensure_demo_accounts
 
     return {u: p for u, p, _ in ensure_demo_accounts()}
+
+
+def bench_module(name: str):
+    """Load ``bench/<name>.py`` as a module (its sibling modules, e.g. ``pgdb``, importable)."""
+    import importlib.util
+
+    bench = str(ROOT / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -28,7 +27,7 @@ from retrieval.loader import load_parsed
 from retrieval.models import ImportJob, Query
 from retrieval.tasks import RUN_IMPORT
 from tests.brokers import PrivateRedis, celery_broker, needs_redis_server
-from tests.conftest import FIXTURES, ROOT, wait_for
+from tests.conftest import FIXTURES, bench_module, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -61,10 +60,7 @@ def big_circo(folder, n: int):
 
 
 def small_study(n: int = 200) -> Study:
-    spec = importlib.util.spec_from_file_location("bench_export", ROOT / "bench" / "export.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return Study.objects.get(pk=module.build_study(n, 3))
+    return Study.objects.get(pk=bench_module("export").build_study(n, 3))
 
 
 def test_killed_import_is_finished_by_the_next_worker_with_nothing_partial(tmp_path, worker_factory):
