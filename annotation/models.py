@@ -8,6 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from retrieval.jobs.models import Job
 from retrieval.models import Query
 
 from annotation.judging.rubric import Rubric, builtin_rubrics
@@ -270,40 +271,20 @@ class AlternativeDecision(models.Model):
         ordering = ["item", "image_id", "-decided_at", "-id"]
 
 
-class ExportJob(models.Model):
+class ExportJob(Job):
     """A validated-JSONL export of a study, run by a worker; progress is items done / total."""
-
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
 
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="exports")
     policy = models.CharField(max_length=20, default="majority")
     primary = models.CharField(max_length=150, blank=True, help_text="Deciding annotator of the primary policy.")
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    stage = models.CharField(max_length=100, blank=True)
-    done = models.PositiveIntegerField(default=0)
-    total = models.PositiveIntegerField(default=0)
     path = models.CharField(max_length=1000, blank=True, help_text="The finished export folder.")
     files = models.JSONField(default=list, blank=True, help_text="Paths relative to the export folder.")
     manifest = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last progress of the worker running it.")
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"export {self.pk} of study {self.study_id} ({self.status})"
-
-    @property
-    def percent(self) -> int:
-        if self.status == self.Status.DONE:
-            return 100
-        return int(100 * self.done / self.total) if self.total else 0

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from config.celery import at_worker_start
+from config.celery import at_worker_start, every_sweep
+from retrieval.jobs import leases
+from retrieval.jobs.queue import send_task
 
 from annotation.export.validated import run_export_job
 from annotation.models import ExportJob
 
-@shared_task(name="annotation.run_export", acks_late=True)
+RUN_EXPORT = "annotation.run_export"
+
+
+@shared_task(name=RUN_EXPORT, acks_late=True)
 def run_export(job_id: int) -> str:
     """Run a queued export. A finished job is not run again; a job redelivered after its
     worker died starts over in the same temporary folder (the export appears only once
@@ -16,8 +21,6 @@ def run_export(job_id: int) -> str:
     job = ExportJob.objects.filter(pk=job_id).first()
     if job is None:
         return "missing"
-    if job.status in (ExportJob.Status.DONE, ExportJob.Status.FAILED):
-        return job.status
     return run_export_job(job).status
 
 
@@ -30,18 +33,23 @@ def fill_candidates(study_id: int) -> int:
     return fill_study_candidates(study_id)
 
 
-def resume_stale_exports() -> list[int]:
-    """Send again the exports that no live worker is running (queued, or silent too long)."""
-    from annotation.export.validated import claimable_jobs, stale_before
+def send_export(job_id: int) -> bool:
+    return send_task(RUN_EXPORT, job_id)
 
-    jobs = list(claimable_jobs().filter(created_at__lt=stale_before()).values_list("pk", flat=True))
-    for pk in jobs:
-        run_export.delay(pk)
-    return jobs
+
+@every_sweep("exports sent again")
+def resume_stale_exports() -> dict[str, int]:
+    """Send again the exports no live worker runs: running with a stale heartbeat (its
+    worker died), or queued and never sent (broker down) or sent long ago (message lost)."""
+    exports = ExportJob.objects.all()
+    out = leases.resend_stale(exports, send_export, give_up=lambda job: leases.fail(
+        ExportJob, job.pk, f"given up after {job.attempts} attempts (its worker was lost each time)"))
+    out["resent_lost"] = leases.resend_lost(exports, send_export)
+    return {k: v for k, v in out.items() if v}
 
 
 @at_worker_start("exports sent again")
-def resume_exports_on_worker_start() -> list[int]:
+def resume_exports_on_worker_start() -> dict[str, int]:
     """A starting worker picks up exports whose worker died (kombu's filesystem broker loses
     a taken message with its worker; Redis returns it only after the visibility timeout)."""
     return resume_stale_exports()

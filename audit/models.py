@@ -17,10 +17,11 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from retrieval.jobs.models import Leased, Progress
 from retrieval.models import Dataset, Query
 
 
-class AuditRun(models.Model):
+class AuditRun(Progress):
     class Status(models.TextChoices):
         QUEUED = "queued"
         RUNNING = "running"
@@ -50,7 +51,6 @@ class AuditRun(models.Model):
     )
 
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    stage = models.CharField(max_length=100, blank=True)
     planned = models.BooleanField(default=False)
     done = models.PositiveBigIntegerField(default=0, help_text="Work items finished (gallery images + queries, all retrievers).")
     total = models.PositiveBigIntegerField(default=0)
@@ -74,15 +74,8 @@ class AuditRun(models.Model):
     def __str__(self) -> str:
         return f"audit {self.pk} of {self.dataset_id}:{self.split or '*'}"
 
-    @property
-    def is_active(self) -> bool:
-        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
-
-    @property
-    def percent(self) -> int:
-        if self.status == self.Status.DONE:
-            return 100
-        return int(100 * self.done / self.total) if self.total else 0
+    def eta(self) -> float | None:
+        return self.live_eta_seconds()
 
     def live_eta_seconds(self) -> float | None:
         """Seconds left, from the rate so far (``None`` before the first chunk ends)."""
@@ -92,7 +85,7 @@ class AuditRun(models.Model):
         return max(0.0, elapsed * (self.total - self.done) / self.done)
 
 
-class AuditChunk(models.Model):
+class AuditChunk(Leased):
     """One task: a retriever and a slice of the gallery (encode), of the single-turn
     queries (rank), of the sessions (rank every turn) or of the sessions' texts (tau)."""
 
@@ -108,6 +101,8 @@ class AuditChunk(models.Model):
         DONE = "done"
         FAILED = "failed"
 
+    WAITING = Status.PENDING.value
+
     run = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="chunks")
     retriever = models.CharField(max_length=500)
     kind = models.CharField(max_length=10, choices=Kind.choices)
@@ -115,14 +110,7 @@ class AuditChunk(models.Model):
     items = models.JSONField(default=list, help_text="Image ids (gallery) or query ids (the other kinds), in order.")
     n_items = models.PositiveIntegerField(default=0)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    owner = models.CharField(max_length=200, blank=True, help_text="host:pid of the worker holding the lease")
-    attempts = models.PositiveIntegerField(default=0)
-    enqueued_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
     stats = models.JSONField(default=dict, blank=True, help_text="Timings, cache hits, skipped queries.")
-    error = models.TextField(blank=True)
 
     class Meta:
         ordering = ["run", "retriever", "kind", "index"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from config.celery import at_worker_start
+from config.celery import at_worker_start, every_sweep
 
 from .runs import aggregation, dispatch, execution
 
@@ -69,3 +69,11 @@ def coordinate(run_id: int, token: str) -> str:
 def resume_audits_on_worker_start() -> dict:
     """A worker that starts takes over coordination of unfinished audits and resends stale chunks."""
     return dispatch.reconcile_active(takeover=True)
+
+
+@every_sweep("audit runs brought forward")
+def sweep_audits() -> dict:
+    """Resend chunks whose worker stopped beating or whose message was lost, restart a
+    silent coordinator and finish runs whose chunks are all done (e.g. after a broker
+    restart lost the coordinator's message)."""
+    return {pk: {k: v for k, v in r.items() if v} for pk, r in dispatch.reconcile_active().items() if any(r.values())}

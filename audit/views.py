@@ -59,13 +59,8 @@ def audit_new(request):
 
 
 def _status(run: AuditRun) -> dict:
-    eta = run.live_eta_seconds()
-    return {
-        "id": run.pk, "status": run.status, "stage": run.stage, "done": run.done, "total": run.total,
-        "percent": run.percent, "eta_seconds": None if eta is None else round(eta, 1),
-        "error": run.error.splitlines()[0] if run.error else "",
-        "counts": run.summary.get("counts", {}) if run.status == AuditRun.Status.DONE else {},
-    }
+    counts = run.summary.get("counts", {}) if run.status == AuditRun.Status.DONE else {}
+    return run.progress_json({"counts": counts} if counts else {}, counts=counts)
 
 
 @researcher_required

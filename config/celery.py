@@ -43,3 +43,70 @@ def at_worker_start(what: str):
         return fn
 
     return register
+
+
+_SWEEPS: list[tuple[str, object]] = []
+_sweeper_started = False
+
+
+def every_sweep(what: str):
+    """Register ``fn()`` to run in every worker at start and then every ``JOB_SWEEP_SECONDS``
+    (resending stale and lost jobs; ``./cirval up`` runs no Celery beat, so the worker
+    keeps the time). What it returns is logged when truthy; an error is logged and the
+    sweep goes on."""
+
+    def register(fn):
+        _SWEEPS.append((what, fn))
+        return fn
+
+    return register
+
+
+def sweep_once() -> dict[str, object]:
+    """Run every registered sweep once; returns what each did (errors are logged)."""
+    import logging
+
+    from django.db import close_old_connections
+
+    log = logging.getLogger("config.celery")
+    out: dict[str, object] = {}
+    for what, fn in list(_SWEEPS):
+        try:
+            close_old_connections()
+            out[what] = done = fn()
+            if done:
+                log.info("%s by the sweep: %s", what, done)
+        except Exception:
+            log.exception("sweep %r failed", what)
+        finally:
+            close_old_connections()
+    return out
+
+
+def _start_sweeper(sender=None, **kwargs) -> None:
+    """One daemon thread per worker process that runs :func:`sweep_once` periodically."""
+    import threading
+
+    from django.conf import settings
+
+    global _sweeper_started
+    if _sweeper_started:
+        return
+    _sweeper_started = True
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            sweep_once()
+            stop.wait(float(getattr(settings, "JOB_SWEEP_SECONDS", 5)))
+
+    threading.Thread(target=loop, name="cirval-sweep", daemon=True).start()
+
+
+def _connect_sweeper() -> None:
+    from celery.signals import worker_ready
+
+    worker_ready.connect(_start_sweeper, weak=False, dispatch_uid="cirval-sweeper")
+
+
+_connect_sweeper()

@@ -30,6 +30,16 @@ def env_int(name: str, default: int) -> int:
         raise ValueError(f"{name}={raw!r} is not an integer") from None
 
 
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
 def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from .env import env_bool, env_int, env_list, env_str
+from .env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CIRVAL_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -215,11 +215,25 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# --- background jobs (imports, audit chunks, exports: retrieval/jobs) ----------------------
+# A running job beats every JOB_HEARTBEAT_SECONDS; one silent for JOB_STALE_SECONDS has lost
+# its worker and is sent again by the next sweep (every JOB_SWEEP_SECONDS, in every worker):
+# a dead worker's job is resent within JOB_STALE_SECONDS + JOB_SWEEP_SECONDS (30 s).
+JOB_HEARTBEAT_SECONDS = env_float("JOB_HEARTBEAT_SECONDS", 5)
+JOB_STALE_SECONDS = env_float("JOB_STALE_SECONDS", 25)
+JOB_SWEEP_SECONDS = env_float("JOB_SWEEP_SECONDS", 5)
+# A waiting job sent this long ago and not started is sent again (its message was lost).
+JOB_RESEND_SECONDS = env_float("JOB_RESEND_SECONDS", 120)
+# Starts of one import or export (lost workers count) before it is marked failed.
+JOB_MAX_ATTEMPTS = env_int("JOB_MAX_ATTEMPTS", 3)
+
 # --- shortcut audits ---------------------------------------------------------------------
 # Queries and gallery images per chunk (one chunk = one task for one retriever).
 AUDIT_CHUNK_QUERIES = env_int("AUDIT_CHUNK_QUERIES", 512)
 AUDIT_CHUNK_GALLERY = env_int("AUDIT_CHUNK_GALLERY", 4096)
-# A chunk whose worker has not renewed its lease for this long is run again elsewhere.
+# A chunk sent this long ago that never started, while its run showed no activity, is sent
+# again (a lost message); the coordinator is restarted after this long without a tick.
+# A dead worker's chunk is found sooner, by its heartbeat (JOB_STALE_SECONDS).
 AUDIT_LEASE_SECONDS = env_int("AUDIT_LEASE_SECONDS", 300)
 # How often the coordinating task re-checks a run (and resends stale chunks).
 AUDIT_COORDINATOR_SECONDS = env_int("AUDIT_COORDINATOR_SECONDS", 15)
@@ -233,8 +247,6 @@ AUDIT_CANDIDATES_N = env_int("AUDIT_CANDIDATES_N", 64)  # multimodal top list st
 
 # --- validated exports ----------------------------------------------------------------------
 EXPORT_CHUNK_SIZE = env_int("EXPORT_CHUNK_SIZE", 2000)  # items read per batch
-# An export whose worker showed no progress for this long is sent again on worker start.
-EXPORT_STALE_SECONDS = env_int("EXPORT_STALE_SECONDS", 120)
 
 # --- REST framework --------------------------------------------------------------------
 REST_FRAMEWORK = {

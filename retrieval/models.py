@@ -9,6 +9,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from .jobs.models import Job
+
 
 class Dataset(models.Model):
     name = models.SlugField(max_length=100, unique=True)
@@ -154,33 +156,17 @@ class QuerySubset(models.Model):
         constraints = [models.UniqueConstraint(fields=["dataset", "name"], name="subset_unique_name")]
 
 
-class ImportJob(models.Model):
+class ImportJob(Job):
     """An import started from the browser; large ones run on a worker and report progress."""
-
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
 
     dataset_name = models.SlugField(max_length=100)
     format = models.CharField(max_length=20)
     split = models.CharField(max_length=50, blank=True)
     images_root = models.CharField(max_length=1000, blank=True)
     files = models.JSONField(default=list, help_text="Stored upload paths")
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    stage = models.CharField(max_length=100, blank=True)
-    done = models.PositiveIntegerField(default=0)
-    total = models.PositiveIntegerField(default=0)
     report = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
-
-    @property
-    def percent(self) -> int:
-        return int(100 * self.done / self.total) if self.total else (100 if self.status == self.Status.DONE else 0)

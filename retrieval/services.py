@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
-from django.utils import timezone
 
 from . import importers
 from .importers.jsonstream import METER, Meter
+from .jobs.leases import run_job
 from .loader import LoadReport, Progress, load_stream
 from .models import ImportJob
 from .records import ParsedDataset
@@ -44,31 +44,21 @@ def import_files(
 
 
 def run_import_job(job: ImportJob) -> ImportJob:
-    """Run one ImportJob, recording progress on the row as it goes."""
+    """Run one ImportJob under :func:`retrieval.jobs.leases.run_job`: claimed once, beating
+    with its progress, one transaction with its ``done`` mark (a failure or a killed
+    worker writes nothing), any error shown on the job as a readable message."""
 
-    def progress(stage: str, done: int, total: int) -> None:
-        ImportJob.objects.filter(pk=job.pk).update(stage=stage, done=done, total=total)
-
-    ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.RUNNING, stage="starting", error="")
-    try:
-        report = import_files(
+    def work(report) -> dict:
+        result = import_files(
             job.format, job.dataset_name, [Path(p) for p in job.files], split=job.split or None,
-            images_root=Path(job.images_root) if job.images_root else None, progress=progress,
+            images_root=Path(job.images_root) if job.images_root else None, progress=report,
         )
-    except (ValueError, OSError) as exc:  # ParseError and LoadError are ValueErrors
-        _finish(job, ImportJob.Status.FAILED, error=str(exc))
-    except Exception as exc:  # never leave a job "running": the error is its report
-        _finish(job, ImportJob.Status.FAILED, error=f"import failed: {type(exc).__name__}: {exc}")
-        raise
-    else:
-        _finish(job, ImportJob.Status.DONE, report=report.as_dict(), stage="done")
+        return {"report": result.as_dict()}
+
+    if run_job(ImportJob, job.pk, work, atomic=True) in ("done", "failed"):
+        discard_uploads(job.files)  # the job keeps its report (or error) and the files' names
     job.refresh_from_db()
     return job
-
-
-def _finish(job: ImportJob, status: str, **fields) -> None:
-    ImportJob.objects.filter(pk=job.pk).update(status=status, finished_at=timezone.now(), **fields)
-    discard_uploads(job.files)
 
 
 def discard_uploads(paths: list[str]) -> int:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.db import transaction
+from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.module_loading import import_string
 from django.utils.text import get_valid_filename
 from django.views.decorators.cache import cache_control
@@ -18,6 +19,7 @@ from config.roles import researcher_required, staff_required
 
 from .forms import ImportForm
 from .imageserve import ImageRefused, check_pixels, image_file, parse_size, placeholder_svg, thumbnail
+from .jobs.queue import QUEUE_DOWN, enqueue
 from .models import Dataset, Image, ImportJob, Query
 from .services import run_import_job
 from .stats import dataset_stats
@@ -112,13 +114,14 @@ def import_upload(request):
             job = ImportJob.objects.create(
                 dataset_name=form.cleaned_data["name"], format=form.cleaned_data["format"],
                 split=form.cleaned_data["split"], images_root=form.cleaned_data["images_root"],
-                files=stored, created_by=request.user,
+                files=stored, created_by=request.user, enqueued_at=timezone.now(),
             )
             total = sum(f.size for f in form.cleaned_data["files"])
             if total > settings.CIRVAL_ASYNC_IMPORT_BYTES:
-                from .tasks import run_import
+                from .tasks import RUN_IMPORT
 
-                transaction.on_commit(lambda: run_import.delay(job.pk))
+                if not enqueue(ImportJob, job.pk, RUN_IMPORT):
+                    messages.warning(request, QUEUE_DOWN)
             else:
                 run_import_job(job)
             return redirect("retrieval:import_job", pk=job.pk)
@@ -144,7 +147,4 @@ def import_job(request, pk: int):
 @staff_required
 def import_job_status(request, pk: int):
     job = get_object_or_404(ImportJob, pk=pk)
-    return JsonResponse(
-        {"status": job.status, "stage": job.stage, "done": job.done, "total": job.total,
-         "percent": job.percent, "error": job.error, "report": job.report}
-    )
+    return JsonResponse(job.progress_json(job.report))

@@ -133,3 +133,14 @@ def make_annotator(username: str, password: str = "pw", **extra):
     user = get_user_model().objects.create_user(username, password=password, **extra)
     user.groups.add(Group.objects.get_or_create(name=ANNOTATOR)[0])
     return user
+def bench_module(name: str):
+    """Load ``bench/<name>.py`` as a module (its sibling modules, e.g. ``pgdb``, importable)."""
+    import importlib.util
+
+    bench = str(ROOT / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib import messages
-from django.db import transaction
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,6 +24,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from config.roles import researcher_required, staff_required
+from retrieval.jobs.queue import QUEUE_DOWN, enqueue
 
 from annotation import roles
 from annotation.verdicts.adjudication import (
@@ -399,7 +399,7 @@ def _candidate_rows(study: Study, item: StudyItem) -> list[dict[str, Any]]:
 def export_start(request, study_id: int):
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
     from annotation.export.validated import ExportError, check_exportable
-    from annotation.tasks import run_export
+    from annotation.tasks import RUN_EXPORT
 
     policy = request.POST.get("policy") or "majority"
     primary = (request.POST.get("primary") or "").strip() if policy == "primary" else ""
@@ -410,7 +410,8 @@ def export_start(request, study_id: int):
         return redirect("annotation:study_progress", study_id=study.pk)
     job = ExportJob.objects.create(study=study, policy=policy, primary=primary, created_by=request.user,
                                    total=study.items.count())
-    transaction.on_commit(lambda: run_export.delay(job.pk))
+    if not enqueue(ExportJob, job.pk, RUN_EXPORT):
+        messages.warning(request, QUEUE_DOWN)
     return redirect("annotation:export_job", pk=job.pk)
 
 
@@ -427,11 +428,8 @@ def export_job_status(request, pk: int):
     if job.status == ExportJob.Status.DONE:
         report = {"path": job.path, "counts": job.manifest.get("counts", {}),
                   "files": {f["path"]: f["sha256"] for f in job.manifest.get("files", [])}}
-    return JsonResponse({
-        "status": job.status, "stage": job.stage, "done": job.done, "total": job.total, "percent": job.percent,
-        "error": job.error, "report": report,
-        "files": [reverse("annotation:export_file", args=[job.pk, name]) for name in job.files],
-    })
+    return JsonResponse(job.progress_json(
+        report, files=[reverse("annotation:export_file", args=[job.pk, name]) for name in job.files]))
 
 
 @staff_required

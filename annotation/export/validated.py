@@ -45,23 +45,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import shutil
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
+from retrieval.jobs.leases import run_job
 from retrieval.models import Dataset, Query, QuerySubset, Target, Turn, turn_text
 from retrieval.targets import TargetFacts, positive_targets
 
@@ -90,7 +89,6 @@ from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
 from annotation.export.alternatives import ExtraTargets, QueryLayout
 
-log = logging.getLogger(__name__)
 
 FORMAT = "cirval.validated_export"
 FORMAT_VERSION = 1
@@ -612,47 +610,18 @@ def export_study(
         id_file.unlink(missing_ok=True)
 
 
-def stale_before():
-    """Jobs whose worker has shown no progress since this moment are presumed dead."""
-    return timezone.now() - timedelta(seconds=getattr(settings, "EXPORT_STALE_SECONDS", 120))
-
-
-def claimable_jobs():
-    """Export jobs nobody is working on: queued, or running without a recent heartbeat."""
-    return ExportJob.objects.filter(
-        Q(status=ExportJob.Status.QUEUED)
-        | Q(status=ExportJob.Status.RUNNING, heartbeat_at__lt=stale_before())
-        | Q(status=ExportJob.Status.RUNNING, heartbeat_at__isnull=True)
-    )
-
-
 def run_export_job(job: ExportJob) -> ExportJob:
-    """Run one ExportJob, recording progress, the folder and the manifest on the row.
-
-    The job is claimed with one conditional update, so a redelivered message or a resend
-    after a worker died never runs it twice at once; a claimed job beats a heartbeat with
-    every batch."""
-    def progress(stage: str, done: int, total: int) -> None:
-        ExportJob.objects.filter(pk=job.pk).update(stage=stage, done=done, total=total, heartbeat_at=timezone.now())
-
-    now = timezone.now()
-    claimed = claimable_jobs().filter(pk=job.pk).update(
-        status=ExportJob.Status.RUNNING, stage="starting", error="", started_at=now, heartbeat_at=now)
-    if not claimed:
-        job.refresh_from_db()
-        return job  # done, failed, or alive in another worker
-    try:
+    """Run one ExportJob under :func:`retrieval.jobs.leases.run_job`: claimed once (a
+    redelivered message or a resend never runs it twice at once), beating, and finished
+    with the folder and the manifest, or failed with a readable message."""
+    def work(report) -> dict[str, Any]:
         study = Study.objects.select_related("rubric").get(pk=job.study_id)
-        result = export_study(study, policy=job.policy, primary=job.primary or None, progress=progress,
+        result = export_study(study, policy=job.policy, primary=job.primary or None, progress=report,
                               tmp_name=f".export-job{job.pk}.tmp",
                               chunk_size=getattr(settings, "EXPORT_CHUNK_SIZE", DEFAULT_CHUNK))
-    except Exception as exc:  # noqa: BLE001 - any failure is shown on the job page
-        log.exception("export job %s failed", job.pk)
-        ExportJob.objects.filter(pk=job.pk).update(status=ExportJob.Status.FAILED, error=str(exc) or repr(exc),
-                                                   finished_at=timezone.now())
-    else:
-        ExportJob.objects.filter(pk=job.pk).update(
-            status=ExportJob.Status.DONE, stage="done", path=str(result.path), manifest=result.manifest,
-            files=["manifest.json"] + [f["path"] for f in result.manifest["files"]], finished_at=timezone.now())
+        return {"path": str(result.path), "manifest": result.manifest,
+                "files": ["manifest.json"] + [f["path"] for f in result.manifest["files"]]}
+
+    run_job(ExportJob, job.pk, work)
     job.refresh_from_db()
     return job

@@ -4,7 +4,7 @@ Modules, in import order (each imports only those above it):
 
 * :mod:`.base`: settings, errors, subset names, skip reasons;
 * :mod:`.planning`: which queries, sessions and gallery; the chunks;
-* :mod:`.leases`: the atomic chunk claim and the heartbeat that renews it;
+* :mod:`.leases`: the chunk claim and heartbeat (:mod:`retrieval.jobs.leases` for chunks);
 * :mod:`.execution`: running one chunk (encode, rank, write rank rows);
 * :mod:`.aggregation`: labels, figures, session filters and subsets of a finished run;
 * :mod:`.dispatch`: sending chunks, coordinating, recovering stale work;
@@ -45,12 +45,13 @@ retriever (:data:`SESSION_FILTER_BASIS`: the closest to CIRCLED's construction-t
 single retriever, which ranks the newest query), tau-diversity to the text
 embeddings of the run's ``tau_encoder`` (default: the first retriever).
 
-Recovery (:func:`~audit.runs.dispatch.reconcile`): a chunk that is not done and whose lease is stale (its
-worker was killed; with the filesystem broker its message is gone for good) is sent
-again; a chunk that was sent but never started is sent again once the whole run has
-shown no activity for a lease period. Reconcile runs in the coordinator's periodic
-re-check, in ``run_audit --wait``, in ``manage.py resume_audits`` and when a worker
-starts (Celery's ``worker_ready`` signal), which also takes over coordination.
+Recovery (:func:`~audit.runs.dispatch.reconcile`): a running chunk whose heartbeat is
+stale (its worker was killed; ``JOB_STALE_SECONDS``, see :mod:`retrieval.jobs.leases`) is
+sent again; a chunk that was sent but never started is sent again once the whole run has
+shown no activity for a lease period (``AUDIT_LEASE_SECONDS``). Reconcile runs in every
+worker's periodic sweep, in the coordinator's re-check, in ``run_audit --wait``, in
+``manage.py resume_audits`` and when a worker starts (Celery's ``worker_ready`` signal),
+which also takes over coordination.
 
 Gallery: the split's :class:`~retrieval.models.GalleryEntry` images in their
 ordinal order, or every image of the dataset when the split has no gallery entries.

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+
+from retrieval.jobs import leases as jobs
 
 from ..models import AuditChunk, AuditRun
 
@@ -56,8 +56,7 @@ class AuditError(ValueError):
     """An audit cannot be created or run as asked (the message says why)."""
 
 
-class LeaseLost(RuntimeError):
-    """Another worker took over this chunk; stop without writing."""
+LeaseLost = jobs.LeaseLost  # another worker took over this chunk; stop without writing
 
 
 def _setting(name: str, default: Any) -> Any:
@@ -65,6 +64,8 @@ def _setting(name: str, default: Any) -> Any:
 
 
 def lease_seconds() -> float:
+    """How long a sent chunk may wait unstarted (run idle) before it is sent again, and the
+    coordinator may stay silent; a dead worker is found by its heartbeat, far sooner."""
     return float(_setting("AUDIT_LEASE_SECONDS", 300))
 
 
@@ -85,8 +86,7 @@ def candidates_n() -> int:
     return int(_setting("AUDIT_CANDIDATES_N", 64))
 
 
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+default_owner = jobs.default_owner
 
 
 def subset_name(run: AuditRun, label: str) -> str:

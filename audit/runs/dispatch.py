@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q
+from django.db.models import Max
 from django.utils import timezone
+
+from retrieval.jobs import leases as jobs
+from retrieval.jobs.queue import send_task
 
 from ..models import AuditChunk, AuditRun
 from .aggregation import aggregate_run
@@ -78,12 +79,11 @@ CHUNK_TASKS = {
 COORDINATE_TASK = "audit.tasks.coordinate"
 
 
-def _task(name: str) -> Any:
-    return current_app.tasks[name]
-
-
-def _send_chunk(chunk_id: int, kind: str) -> None:
-    _task(CHUNK_TASKS[kind]).delay(chunk_id)
+def _send_chunk(chunk_id: int, kind: str | None) -> bool:
+    """Send a chunk's task; ``False`` when the broker is down (a later sweep sends it)."""
+    if kind is None:
+        kind = AuditChunk.objects.filter(pk=chunk_id).values_list("kind", flat=True).first()
+    return send_task(CHUNK_TASKS[kind], chunk_id)
 
 
 def kick_coordinator(run_id: int, countdown: float = 0) -> str:
@@ -93,7 +93,7 @@ def kick_coordinator(run_id: int, countdown: float = 0) -> str:
         coordinator_token=token, coordinator_seen_at=timezone.now()
     )
     if n:
-        _task(COORDINATE_TASK).apply_async((run_id, token), countdown=countdown or None)
+        send_task(COORDINATE_TASK, run_id, token, countdown=countdown or None)
     return token
 
 
@@ -112,7 +112,9 @@ def dispatch_ready(run_id: int) -> int:
             if not ready_specs[spec]:
                 continue
         if AuditChunk.objects.filter(pk=pk, enqueued_at__isnull=True).update(enqueued_at=timezone.now()):
-            _send_chunk(pk, kind)
+            if not _send_chunk(pk, kind):  # the broker is down: the next sweep sends it
+                AuditChunk.objects.filter(pk=pk, status=AuditChunk.Status.PENDING).update(enqueued_at=None)
+                break
             sent += 1
     return sent
 
@@ -141,18 +143,13 @@ def reconcile(run: AuditRun | int, takeover: bool = False) -> dict[str, int]:
     stale = now - timedelta(seconds=lease)
     coord_stale = now - timedelta(seconds=max(lease, 3 * coordinator_seconds()))
     if run.planned:
-        for chunk in AuditChunk.objects.filter(run=run, status=AuditChunk.Status.RUNNING).filter(
-            Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)
-        ):
-            if chunk.attempts >= max_attempts():
-                _fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
-                out["failed"] += 1
-                return out
-            if AuditChunk.objects.filter(pk=chunk.pk, status=AuditChunk.Status.RUNNING, heartbeat_at=chunk.heartbeat_at).update(
-                status=AuditChunk.Status.PENDING, owner="", enqueued_at=now
-            ):
-                _send_chunk(chunk.pk, chunk.kind)
-                out["resent_stale"] += 1
+        out.update(jobs.resend_stale(
+            AuditChunk.objects.filter(run=run), lambda pk: _send_chunk(pk, None),
+            give_up=lambda chunk: _fail_chunk(
+                chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)"),
+            limit=max_attempts()))
+        if out["failed"]:
+            return out
         last = AuditChunk.objects.filter(run=run).aggregate(
             beat=Max("heartbeat_at"), sent=Max("enqueued_at")
         )
@@ -210,7 +207,7 @@ def coordinate(run_id: int, token: str) -> str:
     run.refresh_from_db()
     if not run.is_active:
         return run.status
-    _task(COORDINATE_TASK).apply_async((run_id, token), countdown=coordinator_seconds())
+    send_task(COORDINATE_TASK, run_id, token, countdown=coordinator_seconds())
     return "waiting" if not result["aggregated"] else "done"
 
 

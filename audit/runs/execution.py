@@ -22,7 +22,6 @@ from .base import (
     LeaseLost,
     _setting,
     default_owner,
-    lease_seconds,
     logger,
     candidates_n,
     max_attempts,
@@ -372,7 +371,7 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
             _fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
             return "failed"
         return "busy" if chunk.status != AuditChunk.Status.FAILED else "failed"
-    beat = Heartbeat(chunk.pk, owner, lease_seconds() / 4) if heartbeat else None
+    beat = Heartbeat(chunk.pk, owner) if heartbeat else None
     rows: list[AuditRank] = []
     session_rows: list[AuditSessionRank] = []
     try:

@@ -65,7 +65,7 @@ def test_researcher_sees_the_report(client, demo_accounts, done_run):
     assert "Composition Gap on nDCG" in html and "How many retrievers solve each query" in html
     assert "Shortcut-free subset" in html and "Validated subset" not in html
     assert "0.667" in html  # alpha's and beta's multimodal Recall@10 (4 of 6)
-    assert "cirval/audit.js" not in html  # finished: nothing to poll
+    assert "cirval/jobs.js" not in html  # finished: nothing to poll
 
     status = client.get(f"/audits/{done_run.pk}/status/").json()
     assert status["status"] == "done" and status["percent"] == 100
@@ -91,8 +91,8 @@ def test_running_audit_shows_progress_and_polls(client, demo_accounts, tiny):  #
     )
     login(client, demo_accounts, "researcher")
     html = client.get(f"/audits/{run.pk}/").content.decode()
-    assert 'id="audit-progress" max="100" value="25"' in html
-    assert "cirval/audit.js" in html
+    assert 'id="job-progress" max="100" value="25"' in html
+    assert "cirval/jobs.js" in html
     status = client.get(f"/audits/{run.pk}/status/").json()
     assert status["percent"] == 25 and status["done"] == 30 and status["total"] == 120
     assert 25 <= status["eta_seconds"] <= 40  # 10 s for a quarter: about 30 s left

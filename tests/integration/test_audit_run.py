@@ -146,7 +146,7 @@ def test_second_run_hits_the_cache_and_gives_the_same_labels(demo):
 
 def test_done_chunks_are_not_recomputed_and_stale_ones_are_resent(demo, monkeypatch):
     sent: list[int] = []
-    monkeypatch.setattr(dispatch, "_send_chunk", lambda pk, kind: sent.append(pk))
+    monkeypatch.setattr(dispatch, "_send_chunk", lambda pk, kind: sent.append(pk) or True)
     monkeypatch.setattr(dispatch, "kick_coordinator", lambda run_id, countdown=0: "token")
     run = planning.create_run(demo, SPECS, chunk_queries=10, chunk_gallery=100)
     assert planning.plan_run(run) is True

@@ -217,7 +217,7 @@ def test_rerun_hits_the_cache_and_rows_are_unique(demo):
 
 
 def test_redelivered_session_chunk_writes_nothing_twice(demo, monkeypatch):
-    monkeypatch.setattr(dispatch, "_send_chunk", lambda pk, kind: None)
+    monkeypatch.setattr(dispatch, "_send_chunk", lambda pk, kind: True)
     run = planning.create_run(demo, SPECS[:1], chunk_queries=5, chunk_gallery=100)
     planning.plan_run(run)
     chunk = AuditChunk.objects.filter(run=run, kind="sessions").order_by("index").first()

@@ -43,13 +43,14 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
     cache_dir = tmp_path / "embeddings"
     settings.EMBEDDING_CACHE_DIR = cache_dir
     settings.AUDIT_LEASE_SECONDS = LEASE
+    settings.JOB_STALE_SECONDS = LEASE
     settings.AUDIT_COORDINATOR_SECONDS = 1
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=60, n_single=24, n_sessions=4), "demo", images_root=root)
     dataset = Dataset.objects.get(name="demo")
     env = {
         "EMBEDDING_CACHE_DIR": str(cache_dir),
-        "AUDIT_LEASE_SECONDS": str(LEASE),
+        "AUDIT_LEASE_SECONDS": str(LEASE), "JOB_STALE_SECONDS": str(LEASE), "JOB_HEARTBEAT_SECONDS": "0.5",
         "AUDIT_COORDINATOR_SECONDS": "1",
         "AUDIT_MAX_ATTEMPTS": "5",
         "CELERY_VISIBILITY_TIMEOUT": "5",
@@ -116,6 +117,7 @@ def test_resume_command_resends_a_stale_chunk(tmp_path, settings, worker_factory
     cache_dir = tmp_path / "embeddings"
     settings.EMBEDDING_CACHE_DIR = cache_dir
     settings.AUDIT_LEASE_SECONDS = LEASE
+    settings.JOB_STALE_SECONDS = LEASE
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=30, n_single=8, n_sessions=2), "demo", images_root=root)
     run = planning.create_run("demo", SPECS[:1], chunk_queries=4, chunk_gallery=30)
@@ -130,7 +132,7 @@ def test_resume_command_resends_a_stale_chunk(tmp_path, settings, worker_factory
         status="running", owner="gone:1", attempts=1, heartbeat_at=old, started_at=old, enqueued_at=old
     )
     AuditRun.objects.filter(pk=run.pk).update(coordinator_seen_at=old, coordinator_token="lost")
-    env = {"EMBEDDING_CACHE_DIR": str(cache_dir), "AUDIT_LEASE_SECONDS": str(LEASE),
+    env = {"EMBEDDING_CACHE_DIR": str(cache_dir), "AUDIT_LEASE_SECONDS": str(LEASE), "JOB_STALE_SECONDS": str(LEASE), "JOB_HEARTBEAT_SECONDS": "0.5",
            "AUDIT_COORDINATOR_SECONDS": "1", "CELERY_VISIBILITY_TIMEOUT": "5"}
     worker = worker_factory(extra_env=env).start("resume")
     call_command("resume_audits", str(run.pk))
@@ -144,6 +146,7 @@ def test_resume_command_resends_a_stale_chunk(tmp_path, settings, worker_factory
 
 def test_heartbeat_renews_the_lease_and_notices_a_takeover(tmp_path, settings):
     settings.AUDIT_LEASE_SECONDS = LEASE
+    settings.JOB_STALE_SECONDS = LEASE
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=20, n_single=4, n_sessions=0), "demo", images_root=root)
     run = planning.create_run("demo", SPECS[:1])

@@ -199,7 +199,7 @@ def test_an_unexpected_importer_crash_fails_the_job_instead_of_leaving_it_runnin
     def crash(*args, **kwargs):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(importers, "parse", crash)
+    monkeypatch.setattr(importers, "stream", crash)
     settings.UPLOAD_DIR = tmp_path / "uploads"
     client.raise_request_exception = False
     client.login(username="admin", password=demo_accounts["admin"])

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import signal
 import time
 from pathlib import Path
@@ -12,16 +11,13 @@ import pytest
 from annotation.export.validated import export_study
 from annotation.models import ExportJob, Study
 from annotation.tasks import run_export
-from tests.conftest import ROOT, wait_for
+from tests.conftest import bench_module, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
 def bench_export():
-    spec = importlib.util.spec_from_file_location("bench_export", ROOT / "bench" / "export.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("export")
 
 
 def digests(folder: Path) -> dict[str, str]:
@@ -32,7 +28,7 @@ def digests(folder: Path) -> dict[str, str]:
 def test_killed_export_is_finished_by_the_next_worker(tmp_path, worker_factory, capsys):
     study = Study.objects.get(pk=bench_export().build_study(4000, 3))
     reference = export_study(study, out_dir=tmp_path / "reference")
-    env = {"EXPORT_CHUNK_SIZE": "10", "EXPORT_STALE_SECONDS": "2"}
+    env = {"EXPORT_CHUNK_SIZE": "10", "JOB_STALE_SECONDS": "2", "JOB_HEARTBEAT_SECONDS": "0.5"}
     job = ExportJob.objects.create(study=study, policy="majority")
 
     first = worker_factory(queues="celery", extra_env=env).start("export1")

@@ -1,0 +1,83 @@
+"""Abstract job models shared by ImportJob, ExportJob, AuditRun and AuditChunk."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+
+class Status(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+ENDED = (Status.DONE, Status.FAILED)
+
+
+class Leased(models.Model):
+    """A unit of work a worker claims, renews by heartbeat and finishes (see :mod:`.leases`)."""
+
+    #: The status of work waiting for a worker (audit chunks say "pending").
+    WAITING = Status.QUEUED.value
+
+    Status = Status
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    owner = models.CharField(max_length=200, blank=True, help_text="host:pid of the worker holding the lease")
+    attempts = models.PositiveIntegerField(default=0)
+    enqueued_at = models.DateTimeField(null=True, blank=True, help_text="When its message was last sent.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="Last beat of the worker running it.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def queue_unavailable(self) -> bool:
+        """Waiting, and its message could not be sent (the broker was down)."""
+        return self.status == self.WAITING and self.enqueued_at is None
+
+
+class Progress(models.Model):
+    """What a progress page shows: a stage and done / total (needs ``status`` and ``error``)."""
+
+    stage = models.CharField(max_length=100, blank=True)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (Status.QUEUED, Status.RUNNING)
+
+    @property
+    def percent(self) -> int:
+        if self.status == Status.DONE:
+            return 100
+        return min(100, int(100 * self.done / self.total)) if self.total else 0
+
+    def eta(self) -> float | None:
+        """Seconds left, where the job can tell (``None`` otherwise)."""
+        return None
+
+    def progress_json(self, report: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+        """The one JSON shape of every progress endpoint (read by ``static/cirval/jobs.js``)."""
+        eta = self.eta()
+        return {
+            "id": self.pk, "status": self.status, "stage": self.stage, "done": self.done, "total": self.total,
+            "percent": self.percent, "eta_seconds": None if eta is None else round(eta, 1),
+            "error": self.error.splitlines()[0] if self.error else "",
+            "report": report or {}, **extra,
+        }
+
+
+class Job(Leased, Progress):
+    """A background job run by one worker at a time: leased, with progress."""
+
+    class Meta:
+        abstract = True
