@@ -478,7 +478,7 @@ PLANTED_SHARES: dict[str, float] = {
     "text_only": 0.10, "image_only": 0.10, "vague": 0.0625, "wrong_target": 0.0625, "too_broad": 0.075,
 }
 QUERY_KINDS: tuple[str, ...] = ("composition", *PLANTED_SHARES)
-_N_SIBLINGS = 6  # near misses of a shared reference added per query (defeat the image-only shortcut)
+_N_SIBLINGS = 8  # near misses of a shared reference added per query (defeat the image-only shortcut)
 _WHOLE_SCENE_TEMPLATES = ("I want {}", "show me {}", "replace it with {}", "instead: {}")
 _BROAD_TEXTS = {
     "colour": ("change the colour of {the}", "give {the} another colour", "recolour {the}"),
@@ -497,10 +497,17 @@ def plan_kinds(n_single: int, rng: random.Random) -> list[str]:
     return kinds
 
 
+#: Edits that keep every shape in place (:func:`layout_key`): the closest near misses.
+_IN_PLACE_EDITS = ("colour", "size", "background")
+
+
 def _siblings(ref: Scene, gallery: _Gallery, rng: random.Random, n: int = _N_SIBLINGS) -> None:
-    """Add up to ``n`` one-edit variants of ``ref`` to the gallery (hard negatives for its queries)."""
+    """Add up to ``n`` one-edit variants of ``ref`` to the gallery (hard negatives for its queries).
+
+    Mostly in-place edits, which look closest to the reference.
+    """
     for _ in range(n):
-        picked = _pick_edit(ref, rng.choice(EDIT_TYPES), rng)
+        picked = _pick_edit(ref, rng.choice(_IN_PLACE_EDITS if rng.random() < 0.75 else EDIT_TYPES), rng)
         if picked is not None:
             gallery.add(picked[1])
 
@@ -556,6 +563,18 @@ def _build_lonely(edit_kind: str, gallery: _Gallery, rng: random.Random) -> dict
             return out
 
 
+def _build_text_only(refs: list[Scene], gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
+    """A text-only query: the text describes the whole target, a scene no other image comes near."""
+    ref = rng.choice(refs)
+    while True:
+        target = random_scene(rng)
+        if len(target["objects"]) > 1 and _far_from(target, set(gallery.scenes), gallery):
+            break
+    text = rng.choice(_WHOLE_SCENE_TEMPLATES).format(describe_scene(target))
+    return {"ref": gallery.add(ref), "text": text, "edit": None, "targets": [gallery.add(target)],
+            "kind": "text_only", "text_edit": None}
+
+
 def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
     if kind == "too_broad":
         broad = _broad(ref, rng)
@@ -580,9 +599,7 @@ def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rn
         return None
     edit, target = picked
     text_edit = None
-    if kind == "text_only":
-        text = rng.choice(_WHOLE_SCENE_TEMPLATES).format(describe_scene(target))
-    elif kind == "vague":
+    if kind == "vague":
         text = rng.choice(_VAGUE_TEXTS)
     elif kind == "wrong_target":
         other = _pick_edit(ref, rng.choice([k for k in EDIT_TYPES if k != edit["type"]]), rng, avoid={scene_key(target)})
@@ -681,8 +698,9 @@ def build_demo_world(
 
     kinds = plan_kinds(n_single, rng)
     edit_kinds = _edit_types_cycle(n_single, rng)
+    late = ("image_only", "text_only")
     singles: list[dict[str, Any] | None] = [
-        None if kinds[i] == "image_only" else _build_single(kinds[i], edit_kinds[i], refs, gallery, rng)
+        None if kinds[i] in late else _build_single(kinds[i], edit_kinds[i], refs, gallery, rng)
         for i in range(n_single)
     ]
 
@@ -693,12 +711,15 @@ def build_demo_world(
     n_bad = min(len(eligible), max(2, round(n_sessions * _FLAW_SHARE))) if n_sessions else 0
     bad = {s: ("circle", "redundant")[j % 2] for j, s in enumerate(sorted(rng.sample(eligible, n_bad)))}
     sessions = [_build_session(lengths[i], bad.get(i), refs, gallery, rng) for i in range(n_sessions)]
-    # Image-only queries last, each on a reference and target that nothing else comes near.
+    # Image-only and text-only queries last, on targets that no other image comes near.
     lonely: set[str] = set()
     for i in range(n_single):
-        if singles[i] is None:
+        if kinds[i] == "image_only":
             singles[i] = _build_lonely(edit_kinds[i], gallery, rng)
             lonely |= {singles[i]["ref"], singles[i]["targets"][0]}
+        elif kinds[i] == "text_only":
+            singles[i] = _build_text_only(refs, gallery, rng)
+            lonely.add(singles[i]["targets"][0])
 
     # Distractors: near misses of used scenes (not of the image-only references), then random scenes.
     used = [s for k, s in gallery.scenes.items() if k not in lonely]
@@ -782,7 +803,7 @@ def _single_record(qid: str, n: int, q: dict[str, Any], ids: dict[str, str]) -> 
         targets=[TargetRecord(image=t, relevance=1.0, is_primary=j == 0, role="gt", source_field="target")
                  for j, t in enumerate(targets)],
         raw={"id": qid, "reference": ref, "text": q["text"], "targets": targets},
-        extra={} if q["kind"] in ("wrong_target", "vague", "too_broad") else {"edit": copy.deepcopy(q["edit"])},
+        extra={} if q["kind"] in ("wrong_target", "vague", "too_broad", "text_only") else {"edit": copy.deepcopy(q["edit"])},
     )
 
 
