@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import math
 import os
 import random
@@ -172,10 +173,12 @@ def train_model(
         model.eval()
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()  # torch.save names the archive after a file; a buffer keeps the bytes name-free
+    torch.save(model.state_dict(), buf)
     tmp = out_path.with_suffix(out_path.suffix + ".tmp")
-    torch.save(model.state_dict(), tmp)
+    tmp.write_bytes(buf.getvalue())
     os.replace(tmp, out_path)
-    return hashlib.sha256(out_path.read_bytes()).hexdigest()
+    return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
 def checkpoint_path(models_dir: Path, name: str, seed: int) -> Path:
