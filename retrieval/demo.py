@@ -575,24 +575,37 @@ def _build_text_only(refs: list[Scene], gallery: _Gallery, rng: random.Random) -
             "kind": "text_only", "text_edit": None}
 
 
+def _too_broad_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
+    broad = _broad(ref, rng)
+    if broad is None:
+        return None
+    edit, text, options = broad
+    for option in options:
+        gallery.add(option)
+    return {"ref": gallery.add(ref), "text": text, "edit": edit, "targets": [scene_key(options[0])],
+            "kind": "too_broad", "text_edit": None, "alternatives": len(options)}
+
+
+def _family_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
+    """A composition query whose colour is named by family: one target per colour of the family."""
+    fam = _family_edit(ref, rng)
+    if fam is None:
+        return None
+    edit, colours = fam
+    targets = [apply_edit(ref, {**edit, "to": c}) for c in colours]
+    if not all(scene_ok(t) for t in targets):
+        return None
+    return {"ref": gallery.add(ref), "text": describe_edit(ref, edit, rng), "edit": edit,
+            "targets": [gallery.add(t) for t in targets], "kind": "composition", "text_edit": None}
+
+
 def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
     if kind == "too_broad":
-        broad = _broad(ref, rng)
-        if broad is None:
-            return None
-        edit, text, options = broad
-        for option in options:
-            gallery.add(option)
-        return {"ref": gallery.add(ref), "text": text, "edit": edit, "targets": [scene_key(options[0])],
-                "kind": kind, "text_edit": None, "alternatives": len(options)}
+        return _too_broad_query(ref, gallery, rng)
     if kind == "composition" and edit_kind == "colour" and rng.random() < 0.3:
-        fam = _family_edit(ref, rng)
-        if fam is not None:
-            edit, colours = fam
-            targets = [apply_edit(ref, {**edit, "to": c}) for c in colours]
-            if all(scene_ok(t) for t in targets):
-                return {"ref": gallery.add(ref), "text": describe_edit(ref, edit, rng), "edit": edit,
-                        "targets": [gallery.add(t) for t in targets], "kind": kind, "text_edit": None}
+        family = _family_query(ref, gallery, rng)
+        if family is not None:
+            return family
     picked = _pick_edit(ref, "size" if kind == "image_only" and rng.random() < 0.5 else edit_kind, rng,
                         avoid=set(gallery.scenes) if kind == "image_only" else frozenset())
     if picked is None:
@@ -696,10 +709,33 @@ def build_demo_world(
             gallery.add(scene)
             refs.append(scene)
 
+    singles, sessions, lonely = _build_singles(n_single, refs, gallery, rng, n_sessions)
+    n_needed = len(gallery)
+    _fill_distractors(gallery, n_gallery, lonely, rng)
+
+    dataset = ParsedDataset(format="demo")
+    if n_needed > n_gallery:
+        dataset.warnings.append(f"the queries need {n_needed} gallery images, more than n_gallery={n_gallery}")
+    ids = _write_gallery(dataset, gallery, Path(out_dir), image_size, seed, rng)
+    truth: dict[str, Any] = {"seed": seed, "queries": {}}
+    for n, q in enumerate(singles):
+        qid = f"demo-s-{n + 1:04d}"
+        dataset.queries.append(_single_record(qid, n, q, ids))
+        truth["queries"][qid] = _single_truth(q, ids)
+    for n, s in enumerate(sessions):
+        qid = f"demo-m-{n + 1:04d}"
+        dataset.queries.append(_session_record(qid, n, s, ids))
+        truth["queries"][qid] = {"kind": "session", "flaw": s["flaw"], "flaw_turn": s["flaw_turn"]}
+    return dataset, truth
+
+
+def _build_singles(n_single: int, refs: list[Scene], gallery: _Gallery, rng: random.Random,
+                   n_sessions: int) -> tuple[list[Any], list[Any], set[str]]:
+    """The single-turn queries, the sessions, and the keys of the image-only and text-only scenes."""
     kinds = plan_kinds(n_single, rng)
     edit_kinds = _edit_types_cycle(n_single, rng)
     late = ("image_only", "text_only")
-    singles: list[dict[str, Any] | None] = [
+    singles: list[Any] = [
         None if kinds[i] in late else _build_single(kinds[i], edit_kinds[i], refs, gallery, rng)
         for i in range(n_single)
     ]
@@ -720,10 +756,12 @@ def build_demo_world(
         elif kinds[i] == "text_only":
             singles[i] = _build_text_only(refs, gallery, rng)
             lonely.add(singles[i]["targets"][0])
+    return singles, sessions, lonely
 
-    # Distractors: near misses of used scenes (not of the image-only references), then random scenes.
+
+def _fill_distractors(gallery: _Gallery, n_gallery: int, lonely: set[str], rng: random.Random) -> None:
+    """Near misses of used scenes (never near an image-only or text-only scene), then random scenes."""
     used = [s for k, s in gallery.scenes.items() if k not in lonely]
-    n_needed = len(gallery)
     while len(gallery) < n_gallery:
         if used and rng.random() < 0.5:
             picked = _pick_edit(rng.choice(used), rng.choice(EDIT_TYPES), rng, avoid=lonely)
@@ -733,21 +771,6 @@ def build_demo_world(
             scene = random_scene(rng)
             if _far_from(scene, lonely, gallery):
                 gallery.add(scene)
-
-    dataset = ParsedDataset(format="demo")
-    if n_needed > n_gallery:
-        dataset.warnings.append(f"the queries need {n_needed} gallery images, more than n_gallery={n_gallery}")
-    ids = _write_gallery(dataset, gallery, Path(out_dir), image_size, seed, rng)
-    truth: dict[str, Any] = {"seed": seed, "queries": {}}
-    for n, q in enumerate(singles):
-        qid = f"demo-s-{n + 1:04d}"
-        dataset.queries.append(_single_record(qid, n, q, ids))
-        truth["queries"][qid] = _single_truth(q, ids)
-    for n, s in enumerate(sessions):
-        qid = f"demo-m-{n + 1:04d}"
-        dataset.queries.append(_session_record(qid, n, s, ids))
-        truth["queries"][qid] = {"kind": "session", "flaw": s["flaw"], "flaw_turn": s["flaw_turn"]}
-    return dataset, truth
 
 
 def _far_from(scene: Scene, lonely: set[str], gallery: _Gallery) -> bool:
