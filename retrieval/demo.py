@@ -96,7 +96,7 @@ _PLURALS = {"cross": "crosses"}
 _NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
 _SUPERSAMPLE = 4
 _FLAW_SHARE = 0.10
-DEFAULT_GALLERY = 1600
+DEFAULT_GALLERY = 900
 
 
 # ---------------------------------------------------------------------------- scenes

@@ -48,7 +48,7 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     for line in ("admin", "annotator1", "annotator2", "annotator3", "researcher", "password"):
         assert line in text
     s = dataset_stats(Dataset.objects.get(name="demo"))
-    assert s["images"] >= 1600 and s["single_turn"] >= 150 and s["multi_turn"] >= 40 and s["missing_images"] == 0
+    assert s["images"] >= 900 and s["single_turn"] >= 150 and s["multi_turn"] >= 40 and s["missing_images"] == 0
     assert set(s["turns_histogram"]) >= {"1", "2", "3", "4", "5"}
     assert len(list((tmp_path / "demo").rglob("*.png"))) == s["images"]
 

@@ -199,8 +199,8 @@ def test_render_scene_area_and_background() -> None:
 def test_counts(built: tuple[Path, ParsedDataset]) -> None:
     out, ds = built
     assert ds.format == "demo"
-    assert len(ds.images) == 1600 and ds.warnings == []
-    assert len(list((out / "gallery").glob("*.png"))) == 1600
+    assert len(ds.images) == 900 and ds.warnings == []
+    assert len(list((out / "gallery").glob("*.png"))) == 900
     assert len(_singles(ds)) == 160
     sessions = _sessions(ds)
     assert len(sessions) == 48
@@ -217,7 +217,7 @@ def test_deterministic(built: tuple[Path, ParsedDataset], built_again: tuple[Pat
     (out_a, ds_a), (out_b, ds_b) = built, built_again
     assert dataclasses.asdict(ds_a) == dataclasses.asdict(ds_b)
     hashes = _file_hashes(out_a)
-    assert len(hashes) == 1600
+    assert len(hashes) == 900
     assert hashes == _file_hashes(out_b)
 
 
