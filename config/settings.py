@@ -180,6 +180,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Queries and gallery images per chunk (one chunk = one task for one retriever).
 AUDIT_CHUNK_QUERIES = env_int("AUDIT_CHUNK_QUERIES", 512)
 AUDIT_CHUNK_GALLERY = env_int("AUDIT_CHUNK_GALLERY", 4096)
+# The demo retrievers (manage.py train_demo_retriever): where their checkpoints live, and the
+# training steps when make_demo must train them (0: the trainer's default).
+DEMO_MODELS_DIR = Path(env_str("CIRVAL_DEMO_MODELS_DIR", str(VAR_DIR / "models"))).resolve()
+DEMO_TRAIN_STEPS = env_int("CIRVAL_DEMO_TRAIN_STEPS", 0)
 # A chunk whose worker has not renewed its lease for this long is run again elsewhere.
 AUDIT_LEASE_SECONDS = env_int("AUDIT_LEASE_SECONDS", 300)
 # How often the coordinating task re-checks a run (and resends stale chunks).

@@ -121,3 +121,15 @@ def demo_accounts(db):
     from annotation.demo_accounts import ensure_demo_accounts
 
     return {u: p for u, p, _ in ensure_demo_accounts()}
+
+
+@pytest.fixture(scope="session")
+def demo_models_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("demo-models")
+
+
+@pytest.fixture(autouse=True)
+def _tiny_demo_retrievers(settings, demo_models_dir) -> None:
+    """make_demo in tests trains 2-step demo retrievers once, away from the real var/models."""
+    settings.DEMO_MODELS_DIR = demo_models_dir
+    settings.DEMO_TRAIN_STEPS = 2

@@ -23,8 +23,8 @@ pytestmark = pytest.mark.django_db
 def _pretrain(tmp_path, settings) -> dict:
     """Tiny demo checkpoints where make_demo looks for them (a real run trains for minutes)."""
     settings.VAR_DIR = tmp_path / "var"
+    settings.DEMO_MODELS_DIR = models = tmp_path / "models"
     call_command("train_demo_retriever", "--steps", "2", "--no-progress", stdout=StringIO())
-    models = settings.VAR_DIR / "models"
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(models.glob("*.pt"))}
 
 
@@ -36,7 +36,7 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=out)
     text = out.getvalue()
     # the existing checkpoints were reused, not trained again, and audited the demo
-    models = settings.VAR_DIR / "models"
+    models = settings.DEMO_MODELS_DIR
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(models.glob("*.pt"))} == trained
     run = AuditRun.objects.get(dataset__name="demo", status="done")
     assert run.retrievers == [f"openclip:cirval-demo@{(models / n).resolve()}"

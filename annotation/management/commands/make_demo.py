@@ -16,10 +16,10 @@ from audit.runs.planning import create_run
 from audit.runs.dispatch import run_inline
 from annotation.studies.building import StudySpec, create_study
 from retrieval.demo import build_demo_world
-from retrieval.demo_training import DEFAULT_STEPS, retriever_spec
+from retrieval.demo_training import retriever_spec
 from retrieval.loader import load_parsed
 
-from .train_demo_retriever import default_models_dir, demo_checkpoints
+from .train_demo_retriever import default_models_dir, default_steps, demo_checkpoints
 
 
 def truth_path(name: str) -> Path:
@@ -27,11 +27,12 @@ def truth_path(name: str) -> Path:
     return Path(settings.VAR_DIR) / "demo" / f"{name}.truth.json"
 
 
-def demo_retrievers(seed: int, train_steps: int = DEFAULT_STEPS, stdout=None) -> list[str]:
+def demo_retrievers(seed: int, train_steps: int | None = None, stdout=None) -> list[str]:
     """The specs of the two trained demo retrievers; trains the ones whose checkpoint is missing."""
     paths = demo_checkpoints(default_models_dir(), seed)
     if not all(p.exists() for p in paths.values()):
-        call_command("train_demo_retriever", "--seed", str(seed), "--steps", str(train_steps), stdout=stdout)
+        call_command("train_demo_retriever", "--seed", str(seed), "--steps", str(train_steps or default_steps()),
+                     stdout=stdout)
     return [retriever_spec(p) for p in paths.values()]
 
 
@@ -42,7 +43,7 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="demo")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--no-audit", action="store_true", help="Skip the shortcut audit of the demo queries.")
-        parser.add_argument("--train-steps", type=int, default=DEFAULT_STEPS,
+        parser.add_argument("--train-steps", type=int, default=None,
                             help="Steps when the demo retrievers must be trained (an existing checkpoint is reused).")
         parser.add_argument(
             "--images-dir", default=None, help="Where the PNGs go (default: the first IMAGE_ROOTS entry + /<name>)."

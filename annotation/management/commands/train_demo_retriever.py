@@ -22,7 +22,13 @@ def demo_checkpoints(models_dir: Path, seed: int) -> dict[str, Path]:
 
 
 def default_models_dir() -> Path:
-    return Path(settings.VAR_DIR) / "models"
+    """settings.DEMO_MODELS_DIR (default var/models)."""
+    return Path(settings.DEMO_MODELS_DIR)
+
+
+def default_steps() -> int:
+    """settings.DEMO_TRAIN_STEPS when set, else the trainer's default."""
+    return int(settings.DEMO_TRAIN_STEPS) or DEFAULT_STEPS
 
 
 class Command(BaseCommand):
@@ -31,14 +37,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--seed", type=int, default=7)
-        parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+        parser.add_argument("--steps", type=int, default=None,
                             help="steps of the composition model (the caption-only one gets 4/5 of them)")
-        parser.add_argument("--out-dir", default=None, help="default: var/models")
+        parser.add_argument("--out-dir", default=None, help="default: settings.DEMO_MODELS_DIR (var/models)")
         parser.add_argument("--only", choices=sorted(DEMO_MODELS), default=None)
         parser.add_argument("--force", action="store_true", help="train again even if the checkpoint exists")
         parser.add_argument("--no-progress", action="store_true")
 
     def handle(self, *args, **opts):
+        if opts["steps"] is None:
+            opts["steps"] = default_steps()
         if opts["steps"] < 1:
             raise CommandError("--steps must be >= 1")
         out_dir = Path(opts["out_dir"]) if opts["out_dir"] else default_models_dir()
