@@ -231,6 +231,10 @@ JOB_MAX_ATTEMPTS = env_int("JOB_MAX_ATTEMPTS", 3)
 # Queries and gallery images per chunk (one chunk = one task for one retriever).
 AUDIT_CHUNK_QUERIES = env_int("AUDIT_CHUNK_QUERIES", 512)
 AUDIT_CHUNK_GALLERY = env_int("AUDIT_CHUNK_GALLERY", 4096)
+# The demo retrievers (manage.py train_demo_retriever): where their checkpoints live, and the
+# training steps when make_demo must train them (0: the trainer's default).
+DEMO_MODELS_DIR = Path(env_str("CIRVAL_DEMO_MODELS_DIR", str(VAR_DIR / "models"))).resolve()
+DEMO_TRAIN_STEPS = env_int("CIRVAL_DEMO_TRAIN_STEPS", 0)
 # A chunk sent this long ago that never started, while its run showed no activity, is sent
 # again (a lost message); the coordinator is restarted after this long without a tick.
 # A dead worker's chunk is found sooner, by its heartbeat (JOB_STALE_SECONDS).

@@ -96,6 +96,7 @@ _PLURALS = {"cross": "crosses"}
 _NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four"}
 _SUPERSAMPLE = 4
 _FLAW_SHARE = 0.10
+DEFAULT_GALLERY = 900
 
 
 # ---------------------------------------------------------------------------- scenes
@@ -394,18 +395,25 @@ def _shape_points(shape: str, cx: float, cy: float, r: float) -> list[tuple[floa
     raise ValueError(f"unknown shape {shape!r}")
 
 
+def layout_key(scene: Scene) -> str:
+    """What decides where the shapes sit: the shapes and their counts, in scene order."""
+    return json.dumps([[o["shape"], o["count"]] for o in scene["objects"]], separators=(",", ":"))
+
+
 def render_scene(scene: Scene, size: int = 128, seed: int = 7) -> Image.Image:
     """Draw a scene as an RGB image of ``size`` x ``size``.
 
     The instances sit in distinct cells of a 3x3 grid (so they never overlap); which
     cells, and small shapes' offsets inside their cells, come from a random generator
-    seeded by ``seed`` and the scene, so the same scene always gives the same pixels.
+    seeded by ``seed`` and the scene's shapes and counts (:func:`layout_key`), so the same
+    scene always gives the same pixels and a colour, size or background edit keeps
+    every shape where it was.
     Drawn at 4x and box-downsampled, for smooth edges.
     """
     big = size * _SUPERSAMPLE
     img = Image.new("RGB", (big, big), BACKGROUNDS[scene["background"]])
     draw = ImageDraw.Draw(img)
-    rng = random.Random(f"demo-layout:{seed}:{scene_key(scene)}")
+    rng = random.Random(f"demo-layout:{seed}:{layout_key(scene)}")
     cells = list(range(9))
     rng.shuffle(cells)
     cell = big / 3
@@ -464,51 +472,163 @@ def _pick_edit(scene: Scene, kind: str, rng: random.Random, avoid: frozenset[str
     return None
 
 
-def _build_single(flaw: str | None, kind: str, gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
-    """One single-turn query as scene keys, edits and text."""
-    pool = list(gallery.scenes.values())
+#: Planted single-turn query kinds, in the order :func:`plan_kinds` hands them out, with
+#: their share of the single-turn queries (``composition`` takes what is left).
+PLANTED_SHARES: dict[str, float] = {
+    "text_only": 0.10, "image_only": 0.10, "vague": 0.0625, "wrong_target": 0.0625, "too_broad": 0.075,
+}
+QUERY_KINDS: tuple[str, ...] = ("composition", *PLANTED_SHARES)
+_N_SIBLINGS = 8  # near misses of a shared reference added per query (defeat the image-only shortcut)
+_WHOLE_SCENE_TEMPLATES = ("I want {}", "show me {}", "replace it with {}", "instead: {}")
+_BROAD_TEXTS = {
+    "colour": ("change the colour of {the}", "give {the} another colour", "recolour {the}"),
+    "background": ("change the background", "use another background", "put it on a different background"),
+}
+
+
+def plan_kinds(n_single: int, rng: random.Random) -> list[str]:
+    """The kind of each single-turn query: planted kinds by :data:`PLANTED_SHARES`, shuffled."""
+    kinds: list[str] = []
+    for kind, share in PLANTED_SHARES.items():
+        kinds += [kind] * round(n_single * share)
+    kinds = kinds[:n_single]
+    kinds += ["composition"] * (n_single - len(kinds))
+    rng.shuffle(kinds)
+    return kinds
+
+
+#: Edits that keep every shape in place (:func:`layout_key`): the closest near misses.
+_IN_PLACE_EDITS = ("colour", "size", "background")
+
+
+def _siblings(ref: Scene, gallery: _Gallery, rng: random.Random, n: int = _N_SIBLINGS) -> None:
+    """Add up to ``n`` one-edit variants of ``ref`` to the gallery (hard negatives for its queries).
+
+    Mostly in-place edits, which look closest to the reference.
+    """
+    for _ in range(n):
+        picked = _pick_edit(ref, rng.choice(_IN_PLACE_EDITS if rng.random() < 0.75 else EDIT_TYPES), rng)
+        if picked is not None:
+            gallery.add(picked[1])
+
+
+def _broad(ref: Scene, rng: random.Random) -> tuple[Edit, str, list[Scene]] | None:
+    """A too-broad query: the text leaves the new colour / background open; every option fits."""
+    kind = rng.choice(("colour", "background"))
+    options = []
+    for _ in range(30):
+        edit = propose_edit(ref, kind, rng)
+        if edit is None:
+            return None
+        new = apply_edit(ref, edit)
+        if scene_ok(new) and new not in [o[1] for o in options]:
+            options.append((edit, new))
+    if len(options) < 4:
+        return None
+    edit = options[0][0]
+    obj = None if kind == "background" else _find(ref, edit["object"])
+    text = rng.choice(_BROAD_TEXTS[kind]).format(the=_the(obj, rng) if obj else "")
+    return edit, text, [o[1] for o in options]
+
+
+def _build_single(kind: str, edit_kind: str, refs: list[Scene], gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
+    """One single-turn query of a planted ``kind`` as scene keys, edits and text.
+
+    Every kind but ``image_only`` draws its reference from the shared ``refs`` and adds
+    near misses of it, so the target is not the reference's nearest image; an
+    ``image_only`` query gets a fresh reference that nothing else uses and a one-edit
+    target, its nearest image.
+    """
     while True:
-        ref = rng.choice(pool)
-        if flaw is None and kind == "colour" and rng.random() < 0.3:
-            fam = _family_edit(ref, rng)
-            if fam is not None:
-                edit, colours = fam
-                targets = [apply_edit(ref, {**edit, "to": c}) for c in colours]
-                if all(scene_ok(t) for t in targets):
-                    return {
-                        "ref": gallery.add(ref), "text": describe_edit(ref, edit, rng), "edit": edit,
-                        "targets": [gallery.add(t) for t in targets], "flaw": None, "text_edit": None,
-                    }
-        picked = _pick_edit(ref, kind, rng)
-        if picked is None:
-            kind = rng.choice(EDIT_TYPES)  # rare: no such edit fits this scene
+        ref = random_scene(rng) if kind == "image_only" else rng.choice(refs)
+        if kind == "image_only" and scene_key(ref) in gallery.scenes:
             continue
-        edit, target = picked
-        if flaw is None:
-            text, text_edit = describe_edit(ref, edit, rng), None
-        elif flaw == "vague":
-            text, text_edit = rng.choice(_VAGUE_TEXTS), None
-        elif flaw == "mismatch":
-            other = _pick_edit(ref, rng.choice([k for k in EDIT_TYPES if k != kind]), rng, avoid={scene_key(target)})
-            if other is None:
-                continue
-            text_edit = other[0]
-            text = describe_edit(ref, text_edit, rng)
-        elif flaw == "identical":
-            text_edit = edit
-            text = describe_edit(ref, edit, rng)
-            edit, target = None, ref
-        else:  # pragma: no cover - internal
-            raise ValueError(flaw)
-        return {
-            "ref": gallery.add(ref), "text": text, "edit": edit, "targets": [gallery.add(target)],
-            "flaw": flaw, "text_edit": text_edit,
-        }
+        out = _single_of_kind(kind, edit_kind, ref, gallery, rng)
+        if out is None:
+            edit_kind = rng.choice(EDIT_TYPES)  # rare: no such edit fits this scene
+            continue
+        if kind != "image_only":
+            _siblings(ref, gallery, rng)
+        return out
 
 
-def _build_session(length: int, flaw: str | None, gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
+def _build_lonely(edit_kind: str, gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
+    """An image-only query whose reference and target are more than one edit from every other image."""
+    while True:
+        out = _build_single("image_only", edit_kind, [], _Gallery(), rng)
+        ref, target = json.loads(out["ref"]), json.loads(out["targets"][0])
+        if _far_from(ref, set(gallery.scenes), gallery) and _far_from(target, set(gallery.scenes), gallery):
+            gallery.add(ref)
+            gallery.add(target)
+            return out
+
+
+def _build_text_only(refs: list[Scene], gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
+    """A text-only query: the text describes the whole target, a scene no other image comes near."""
+    ref = rng.choice(refs)
+    while True:
+        target = random_scene(rng)
+        if len(target["objects"]) > 1 and _far_from(target, set(gallery.scenes), gallery):
+            break
+    text = rng.choice(_WHOLE_SCENE_TEMPLATES).format(describe_scene(target))
+    return {"ref": gallery.add(ref), "text": text, "edit": None, "targets": [gallery.add(target)],
+            "kind": "text_only", "text_edit": None}
+
+
+def _too_broad_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
+    broad = _broad(ref, rng)
+    if broad is None:
+        return None
+    edit, text, options = broad
+    for option in options:
+        gallery.add(option)
+    return {"ref": gallery.add(ref), "text": text, "edit": edit, "targets": [scene_key(options[0])],
+            "kind": "too_broad", "text_edit": None, "alternatives": len(options)}
+
+
+def _family_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
+    """A composition query whose colour is named by family: one target per colour of the family."""
+    fam = _family_edit(ref, rng)
+    if fam is None:
+        return None
+    edit, colours = fam
+    targets = [apply_edit(ref, {**edit, "to": c}) for c in colours]
+    if not all(scene_ok(t) for t in targets):
+        return None
+    return {"ref": gallery.add(ref), "text": describe_edit(ref, edit, rng), "edit": edit,
+            "targets": [gallery.add(t) for t in targets], "kind": "composition", "text_edit": None}
+
+
+def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
+    if kind == "too_broad":
+        return _too_broad_query(ref, gallery, rng)
+    if kind == "composition" and edit_kind == "colour" and rng.random() < 0.3:
+        family = _family_query(ref, gallery, rng)
+        if family is not None:
+            return family
+    picked = _pick_edit(ref, "size" if kind == "image_only" and rng.random() < 0.5 else edit_kind, rng,
+                        avoid=set(gallery.scenes) if kind == "image_only" else frozenset())
+    if picked is None:
+        return None
+    edit, target = picked
+    text_edit = None
+    if kind == "vague":
+        text = rng.choice(_VAGUE_TEXTS)
+    elif kind == "wrong_target":
+        other = _pick_edit(ref, rng.choice([k for k in EDIT_TYPES if k != edit["type"]]), rng, avoid={scene_key(target)})
+        if other is None:
+            return None
+        text_edit = other[0]
+        text = describe_edit(ref, text_edit, rng)
+        gallery.add(other[1])  # what the text asks for is in the gallery, but not labelled
+    else:
+        text = describe_edit(ref, edit, rng)
+    return {"ref": gallery.add(ref), "text": text, "edit": edit, "targets": [gallery.add(target)],
+            "kind": kind, "text_edit": text_edit}
+
+
+def _build_session(length: int, flaw: str | None, pool: list[Scene], gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
     """One session: a chain of ``length + 1`` scene keys, one edit and text per turn."""
-    pool = list(gallery.scenes.values())
     flaw_turn = rng.randint(2, length - 1) if flaw else None  # 1-based, never the last turn
     while True:
         chain = [rng.choice(pool)]
@@ -551,21 +671,30 @@ def _build_session(length: int, flaw: str | None, gallery: _Gallery, rng: random
             }
 
 
-def build_demo(
+def build_demo(out_dir: Path, seed: int = 7, n_gallery: int = DEFAULT_GALLERY, n_single: int = 160,
+               n_sessions: int = 48, image_size: int = 128) -> ParsedDataset:
+    """The records of :func:`build_demo_world` (images written the same way), without the truth."""
+    return build_demo_world(out_dir, seed, n_gallery, n_single, n_sessions, image_size)[0]
+
+
+def build_demo_world(
     out_dir: Path,
     seed: int = 7,
-    n_gallery: int = 420,
+    n_gallery: int = DEFAULT_GALLERY,
     n_single: int = 160,
     n_sessions: int = 48,
     image_size: int = 128,
-) -> ParsedDataset:
-    """Build the demo world: write PNGs under ``out_dir/gallery`` and return its records.
+) -> tuple[ParsedDataset, dict[str, Any]]:
+    """Build the demo world: write PNGs under ``out_dir/gallery``; return its records and its truth.
 
-    The gallery holds every reference, target and session chain image, plus near-miss
-    and random distractors up to ``n_gallery`` images (more, with a warning, if the
-    queries need more). Same arguments, same records and byte-identical files: all
-    randomness comes from ``random.Random(seed)``. Existing files are overwritten;
-    nothing else in ``out_dir`` is touched.
+    The gallery holds every reference, target and session chain image, the near misses
+    of the shared references, plus near-miss and random distractors up to ``n_gallery``
+    images (more, with a warning, if the queries need more). Same arguments, same
+    records and byte-identical files: all randomness comes from ``random.Random(seed)``.
+    Existing files are overwritten; nothing else in ``out_dir`` is touched.
+
+    The truth (:func:`demo_truth`) names each query's planted kind; it is kept out of
+    the records, so that nothing an annotator can see carries it.
     """
     if image_size < 32:
         raise ValueError("image_size must be at least 32")
@@ -573,15 +702,43 @@ def build_demo(
         raise ValueError("counts must not be negative")
     rng = random.Random(seed)
     gallery = _Gallery()
-    while len(gallery) < max(n_gallery // 8, 8 if n_single or n_sessions else 0):
-        gallery.add(random_scene(rng))
+    refs: list[Scene] = []
+    while len(refs) < max(n_single // 4, 8 if n_single or n_sessions else 0):
+        scene = random_scene(rng)
+        if scene_key(scene) not in gallery.scenes:
+            gallery.add(scene)
+            refs.append(scene)
 
-    # Single-turn queries; about 10% flawed, flaw kinds in turn.
-    n_flawed = round(n_single * _FLAW_SHARE)
-    flaw_kinds = ("vague", "mismatch", "identical")
-    flawed_at = {q: flaw_kinds[j % 3] for j, q in enumerate(sorted(rng.sample(range(n_single), n_flawed)))}
-    kinds = _edit_types_cycle(n_single, rng)
-    singles = [_build_single(flawed_at.get(i), kinds[i], gallery, rng) for i in range(n_single)]
+    singles, sessions, lonely = _build_singles(n_single, refs, gallery, rng, n_sessions)
+    n_needed = len(gallery)
+    _fill_distractors(gallery, n_gallery, lonely, rng)
+
+    dataset = ParsedDataset(format="demo")
+    if n_needed > n_gallery:
+        dataset.warnings.append(f"the queries need {n_needed} gallery images, more than n_gallery={n_gallery}")
+    ids = _write_gallery(dataset, gallery, Path(out_dir), image_size, seed, rng)
+    truth: dict[str, Any] = {"seed": seed, "queries": {}}
+    for n, q in enumerate(singles):
+        qid = f"demo-s-{n + 1:04d}"
+        dataset.queries.append(_single_record(qid, n, q, ids))
+        truth["queries"][qid] = _single_truth(q, ids)
+    for n, s in enumerate(sessions):
+        qid = f"demo-m-{n + 1:04d}"
+        dataset.queries.append(_session_record(qid, n, s, ids))
+        truth["queries"][qid] = {"kind": "session", "flaw": s["flaw"], "flaw_turn": s["flaw_turn"]}
+    return dataset, truth
+
+
+def _build_singles(n_single: int, refs: list[Scene], gallery: _Gallery, rng: random.Random,
+                   n_sessions: int) -> tuple[list[Any], list[Any], set[str]]:
+    """The single-turn queries, the sessions, and the keys of the image-only and text-only scenes."""
+    kinds = plan_kinds(n_single, rng)
+    edit_kinds = _edit_types_cycle(n_single, rng)
+    late = ("image_only", "text_only")
+    singles: list[Any] = [
+        None if kinds[i] in late else _build_single(kinds[i], edit_kinds[i], refs, gallery, rng)
+        for i in range(n_single)
+    ]
 
     # Sessions: lengths 2..5 in turn (shuffled); a few sessions of length >= 3 flawed.
     lengths = [2 + i % 4 for i in range(n_sessions)]
@@ -589,30 +746,62 @@ def build_demo(
     eligible = [i for i, n in enumerate(lengths) if n >= 3]
     n_bad = min(len(eligible), max(2, round(n_sessions * _FLAW_SHARE))) if n_sessions else 0
     bad = {s: ("circle", "redundant")[j % 2] for j, s in enumerate(sorted(rng.sample(eligible, n_bad)))}
-    sessions = [_build_session(lengths[i], bad.get(i), gallery, rng) for i in range(n_sessions)]
+    sessions = [_build_session(lengths[i], bad.get(i), refs, gallery, rng) for i in range(n_sessions)]
+    # Image-only and text-only queries last, on targets that no other image comes near.
+    lonely: set[str] = set()
+    for i in range(n_single):
+        if kinds[i] == "image_only":
+            singles[i] = _build_lonely(edit_kinds[i], gallery, rng)
+            lonely |= {singles[i]["ref"], singles[i]["targets"][0]}
+        elif kinds[i] == "text_only":
+            singles[i] = _build_text_only(refs, gallery, rng)
+            lonely.add(singles[i]["targets"][0])
+    return singles, sessions, lonely
 
-    # Distractors: near misses of used scenes, then random scenes.
-    used = list(gallery.scenes.values())
-    n_needed = len(used)
+
+def _fill_distractors(gallery: _Gallery, n_gallery: int, lonely: set[str], rng: random.Random) -> None:
+    """Near misses of used scenes (never near an image-only or text-only scene), then random scenes."""
+    used = [s for k, s in gallery.scenes.items() if k not in lonely]
     while len(gallery) < n_gallery:
         if used and rng.random() < 0.5:
-            base = rng.choice(used)
-            picked = _pick_edit(base, rng.choice(EDIT_TYPES), rng)
-            if picked is not None:
+            picked = _pick_edit(rng.choice(used), rng.choice(EDIT_TYPES), rng, avoid=lonely)
+            if picked is not None and _far_from(picked[1], lonely, gallery):
                 gallery.add(picked[1])
         else:
-            gallery.add(random_scene(rng))
+            scene = random_scene(rng)
+            if _far_from(scene, lonely, gallery):
+                gallery.add(scene)
 
-    dataset = ParsedDataset(format="demo")
-    if n_needed > n_gallery:
-        dataset.warnings.append(f"the queries need {n_needed} gallery images, more than n_gallery={n_gallery}")
 
-    # Ids in a shuffled order, so that neighbouring ids say nothing about query pairs.
+def _far_from(scene: Scene, lonely: set[str], gallery: _Gallery) -> bool:
+    """True when ``scene`` is not one edit away from an image-only reference or target."""
+    if not lonely:
+        return True
+    return all(_scene_distance(scene, gallery.scenes[k]) > 1 for k in lonely)
+
+
+def _scene_distance(a: Scene, b: Scene) -> int:
+    """How many attributes differ (background, and shape by shape: presence or any field)."""
+    objs_a = {o["shape"]: o for o in a["objects"]}
+    objs_b = {o["shape"]: o for o in b["objects"]}
+    diff = int(a["background"] != b["background"])
+    for shape in set(objs_a) | set(objs_b):
+        if objs_a.get(shape) != objs_b.get(shape):
+            diff += 1
+    return diff
+
+
+def _write_gallery(dataset: ParsedDataset, gallery: _Gallery, out_dir: Path, image_size: int, seed: int,
+                   rng: random.Random) -> dict[str, str]:
+    """Render the gallery and add its image records; returns scene key -> image id.
+
+    Ids in a shuffled order, so that neighbouring ids say nothing about query pairs.
+    """
     keys = list(gallery.scenes)
     rng.shuffle(keys)
     width = max(4, len(str(len(keys))))
     ids = {key: f"g{n + 1:0{width}d}" for n, key in enumerate(keys)}
-    image_dir = Path(out_dir) / "gallery"
+    image_dir = out_dir / "gallery"
     image_dir.mkdir(parents=True, exist_ok=True)
     for key in sorted(keys, key=ids.__getitem__):
         scene = gallery.scenes[key]
@@ -623,38 +812,96 @@ def build_demo(
             extra={"scene": copy.deepcopy(scene), "description": describe_scene(scene), "width": image_size, "height": image_size},
         ))
     dataset.galleries["val"] = sorted(ids.values())
+    return ids
 
-    provenance = "synthetic:demo"
-    for n, q in enumerate(singles):
-        ref, targets = ids[q["ref"]], [ids[k] for k in q["targets"]]
-        extra: dict[str, Any] = {"edit": copy.deepcopy(q["edit"])}
-        if q["flaw"]:
-            extra["demo_flaw"] = q["flaw"]
-            if q["text_edit"] is not None:
-                extra["text_edit"] = copy.deepcopy(q["text_edit"])
-        qid = f"demo-s-{n + 1:04d}"
-        dataset.queries.append(QueryRecord(
-            external_id=qid, split="val", ordinal=n, source_file="demo:single_turn",
-            turns=[TurnRecord(index=1, reference=ref, texts=[TextRecord(q["text"])], provenance=provenance)],
-            targets=[TargetRecord(image=t, relevance=1.0, is_primary=j == 0, role="gt", source_field="target")
-                     for j, t in enumerate(targets)],
-            raw={"id": qid, "reference": ref, "text": q["text"], "targets": targets},
-            extra=extra,
-        ))
-    for n, s in enumerate(sessions):
-        chain = [ids[k] for k in s["chain"]]
-        qid = f"demo-m-{n + 1:04d}"
-        turns = [TurnRecord(index=t + 1, reference=chain[t], texts=[TextRecord(s["texts"][t])],
-                            turn_target=chain[t + 1], provenance=provenance) for t in range(len(s["texts"]))]
-        extra = {"edits": copy.deepcopy(s["edits"]), "chain": chain}
-        if s["flaw"]:
-            extra["demo_flaw"] = s["flaw"]
-            extra["demo_flaw_turn"] = s["flaw_turn"]
-        dataset.queries.append(QueryRecord(
-            external_id=qid, split="val", ordinal=n, source_file="demo:multi_turn", turns=turns,
-            targets=[TargetRecord(image=chain[-1], relevance=1.0, is_primary=True, role="gt", source_field="target")],
-            raw={"id": qid, "turns": [{"reference": t.reference, "text": t.texts[0].text, "turn_target": t.turn_target}
-                                      for t in turns], "target": chain[-1]},
-            extra=extra,
-        ))
-    return dataset
+
+_PROVENANCE = "synthetic:demo"
+
+
+def _single_record(qid: str, n: int, q: dict[str, Any], ids: dict[str, str]) -> QueryRecord:
+    ref, targets = ids[q["ref"]], [ids[k] for k in q["targets"]]
+    return QueryRecord(
+        external_id=qid, split="val", ordinal=n, source_file="demo:single_turn",
+        turns=[TurnRecord(index=1, reference=ref, texts=[TextRecord(q["text"])], provenance=_PROVENANCE)],
+        targets=[TargetRecord(image=t, relevance=1.0, is_primary=j == 0, role="gt", source_field="target")
+                 for j, t in enumerate(targets)],
+        raw={"id": qid, "reference": ref, "text": q["text"], "targets": targets},
+        extra={} if q["kind"] in ("wrong_target", "vague", "too_broad", "text_only") else {"edit": copy.deepcopy(q["edit"])},
+    )
+
+
+def _single_truth(q: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": q["kind"], "edit": copy.deepcopy(q["edit"]),
+                           "reference": ids[q["ref"]], "targets": [ids[k] for k in q["targets"]]}
+    if q["text_edit"] is not None:
+        out["text_edit"] = copy.deepcopy(q["text_edit"])
+    if "alternatives" in q:
+        out["equally_good"] = q["alternatives"]
+    return out
+
+
+def _session_record(qid: str, n: int, s: dict[str, Any], ids: dict[str, str]) -> QueryRecord:
+    chain = [ids[k] for k in s["chain"]]
+    turns = [TurnRecord(index=t + 1, reference=chain[t], texts=[TextRecord(s["texts"][t])],
+                        turn_target=chain[t + 1], provenance=_PROVENANCE) for t in range(len(s["texts"]))]
+    return QueryRecord(
+        external_id=qid, split="val", ordinal=n, source_file="demo:multi_turn", turns=turns,
+        targets=[TargetRecord(image=chain[-1], relevance=1.0, is_primary=True, role="gt", source_field="target")],
+        raw={"id": qid, "turns": [{"reference": t.reference, "text": t.texts[0].text, "turn_target": t.turn_target}
+                                  for t in turns], "target": chain[-1]},
+        extra={"edits": copy.deepcopy(s["edits"]), "chain": chain},
+    )
+
+
+# ---------------------------------------------------------------------------- checking against the truth
+
+#: What the audit should say about each planted kind: ``(label, details)``; a query of
+#: the kind is *found* when its label is ``label`` and (if given) its detail is among ``details``.
+AUDIT_EXPECTED: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "composition": ("composition_required", None),
+    "text_only": ("shortcut_solvable", ("text_only", "both_unimodal")),
+    "image_only": ("shortcut_solvable", ("image_only", "both_unimodal")),
+    "vague": ("unresolved", None),
+    "wrong_target": ("unresolved", None),
+}
+#: The validity-rubric flag a human should raise for each planted defect.
+HUMAN_EXPECTED: dict[str, str] = {
+    "vague": "INVALID_TEXT_QUERY",
+    "wrong_target": "INVALID_TARGET_IMAGE",
+    "too_broad": "QUERY_TOO_BROAD",
+}
+
+
+def precision_recall(planted: set[Any], found: set[Any]) -> dict[str, Any]:
+    """Precision and recall of ``found`` against ``planted`` (``None`` where undefined)."""
+    hits = len(planted & found)
+    return {
+        "planted": len(planted), "found": len(found), "hits": hits,
+        "precision": hits / len(found) if found else None,
+        "recall": hits / len(planted) if planted else None,
+    }
+
+
+def check_audit(kinds: dict[Any, str], labels: dict[Any, str], details: dict[Any, str]) -> dict[str, dict[str, Any]]:
+    """Per planted kind of :data:`AUDIT_EXPECTED`: precision and recall of the audit's labels.
+
+    ``kinds`` maps query -> planted kind; ``labels``/``details`` the audit's label and
+    detail label per query. Only queries the audit labelled take part.
+    """
+    out = {}
+    for kind, (label, wanted) in AUDIT_EXPECTED.items():
+        found = {q for q in labels if labels[q] == label and (wanted is None or details.get(q) in wanted)}
+        out[kind] = precision_recall({q for q in labels if kinds.get(q) == kind}, found)
+    return out
+
+
+def check_judgements(kinds: dict[Any, str], flags: dict[Any, set[str]]) -> dict[str, dict[str, Any]]:
+    """Per planted kind of :data:`HUMAN_EXPECTED`: precision and recall of the humans' flags.
+
+    ``flags`` maps each judged query -> the rubric flags its judges raised (by majority);
+    only judged queries take part.
+    """
+    return {
+        kind: precision_recall({q for q in flags if kinds.get(q) == kind}, {q for q in flags if flag in flags[q]})
+        for kind, flag in HUMAN_EXPECTED.items()
+    }

@@ -133,6 +133,8 @@ def make_annotator(username: str, password: str = "pw", **extra):
     user = get_user_model().objects.create_user(username, password=password, **extra)
     user.groups.add(Group.objects.get_or_create(name=ANNOTATOR)[0])
     return user
+
+
 def bench_module(name: str):
     """Load ``bench/<name>.py`` as a module (its sibling modules, e.g. ``pgdb``, importable)."""
     import importlib.util
@@ -144,3 +146,15 @@ def bench_module(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="session")
+def demo_models_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("demo-models")
+
+
+@pytest.fixture(autouse=True)
+def _tiny_demo_retrievers(settings, demo_models_dir) -> None:
+    """make_demo in tests trains 2-step demo retrievers once, away from the real var/models."""
+    settings.DEMO_MODELS_DIR = demo_models_dir
+    settings.DEMO_TRAIN_STEPS = 2

@@ -397,3 +397,14 @@ def label_table(runs: Iterable[AuditRun]) -> list[dict[str, Any]]:
             **{label: counts.get(label, 0) for label in (*LABELS, "shortcut_free")},
         })
     return rows
+
+
+def stored_labels(run: AuditRun) -> AuditLabels:
+    """The finished run's labels and figures recomputed from its stored ranks.
+
+    Only the queries the run labelled (those with an :class:`AuditLabel`) take part, as in
+    :func:`aggregate_run`; queries are keyed by their external id, retrievers by spec.
+    """
+    labelled = dict(AuditLabel.objects.filter(run=run).values_list("query_id", "query__external_id"))
+    rows = [(labelled[q], r, mm, t, i) for q, r, mm, t, i in _rank_rows(run) if q in labelled]
+    return label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers)

@@ -26,7 +26,7 @@ def test_researcher_reads_the_audit_report(page, live_server, audited_demo, shot
     page.wait_for_selector("svg")
     assert page.locator("svg").count() >= 2
     text = page.inner_text("main")
-    for word in ("composition_required", "unresolved", "shortcut_solvable", "openclip:cirval-tiny-vit"):
+    for word in ("composition_required", "unresolved", "shortcut_solvable", "openclip:cirval-demo"):
         assert word in text
     shot(page, "audit-report")
     # mAP@K beside Recall@K, and the tie and target rules, at both screen sizes

@@ -19,7 +19,7 @@ from retrieval.ranking import naive_rank
 pytestmark = pytest.mark.django_db
 
 SPECS = ["openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit-b"]
-N_SINGLE, N_SESSIONS, N_GALLERY = 30, 6, 80
+N_SINGLE, N_SESSIONS, N_GALLERY = 30, 6, 170  # the queries need 162 images (near misses of shared references)
 
 
 @pytest.fixture
@@ -55,9 +55,9 @@ def test_eager_audit_labels_every_single_turn_query(demo):
     assert run.summary["sessions"]["n_sessions"] == N_SESSIONS
     assert run.summary["n_queries"] == N_SINGLE
     assert sum(run.summary["counts"][k] for k in ("composition_required", "unresolved", "shortcut_solvable")) == N_SINGLE
-    # 2 retrievers x (ceil(80/25) gallery + ceil(30/7) query + ceil(6/7) session) chunks
+    # 2 retrievers x (ceil(170/25) gallery + ceil(30/7) query + ceil(6/7) session) chunks
     # + ceil(6/7) texts chunk of the tau encoder, all done
-    assert AuditChunk.objects.filter(run=run).count() == 2 * (4 + 5 + 1) + 1
+    assert AuditChunk.objects.filter(run=run).count() == 2 * (7 + 5 + 1) + 1
     assert not AuditChunk.objects.filter(run=run).exclude(status="done").exists()
     assert run.done == run.total == 2 * (N_GALLERY + N_SINGLE + N_SESSIONS) + N_SESSIONS
 

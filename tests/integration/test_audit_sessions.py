@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db
 SPECS = ["openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit-b"]
 MODALITIES = ("multimodal", "text_only", "image_only")
 NS = "{http://www.w3.org/2000/svg}"
-N_SINGLE, N_SESSIONS, N_GALLERY = 10, 12, 80
+N_SINGLE, N_SESSIONS, N_GALLERY = 10, 12, 110  # the queries need 102 images
 
 
 @pytest.fixture

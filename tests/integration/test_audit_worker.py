@@ -67,7 +67,7 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
     wait_for(part_done, timeout=60, interval=0.02, what=f"the first chunks\n{first.log()}")
     first.kill(signal.SIGKILL)
     total = AuditChunk.objects.filter(run=run).count()
-    assert total == 2 * (2 + 4 + 1) + 1  # gallery, queries and sessions per retriever; one texts chunk
+    assert total == 2 * (5 + 4 + 1) + 1  # gallery (133 images: the near misses), queries and sessions per retriever; one texts chunk
     done_at_kill = AuditChunk.objects.filter(run=run, status="done").count()
     assert 3 <= done_at_kill < total
     interrupted = list(AuditChunk.objects.filter(run=run, status="running").values_list("pk", flat=True))
@@ -120,7 +120,7 @@ def test_resume_command_resends_a_stale_chunk(tmp_path, settings, worker_factory
     settings.JOB_STALE_SECONDS = LEASE
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=30, n_single=8, n_sessions=2), "demo", images_root=root)
-    run = planning.create_run("demo", SPECS[:1], chunk_queries=4, chunk_gallery=30)
+    run = planning.create_run("demo", SPECS[:1], chunk_queries=4, chunk_gallery=60)  # the 59 images in one gallery chunk
     planning.plan_run(run)
     # pretend a worker took the gallery chunk and died two leases ago
     from datetime import timedelta

@@ -1,6 +1,7 @@
 """make_demo as the README runs it: world, audit, studies, accounts; deterministic."""
 from __future__ import annotations
 
+import hashlib
 import json
 from io import StringIO
 
@@ -11,21 +12,43 @@ from django.core.management import call_command
 from annotation.assignment import queue as engine
 from annotation.models import Study
 from annotation.judging.payloads import item_payload
+from audit.labels import audit_json, label_queries
+from audit.models import AuditRun
 from retrieval.models import Dataset, QuerySubset
 from retrieval.stats import dataset_stats
 
 pytestmark = pytest.mark.django_db
 
 
+def _pretrain(tmp_path, settings) -> dict:
+    """Tiny demo checkpoints where make_demo looks for them (a real run trains for minutes)."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.DEMO_MODELS_DIR = models = tmp_path / "models"
+    call_command("train_demo_retriever", "--steps", "2", "--no-progress", stdout=StringIO())
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(models.glob("*.pt"))}
+
+
 def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     settings.IMAGE_ROOTS = [tmp_path.resolve()]
+    trained = _pretrain(tmp_path, settings)
+    assert sorted(trained) == ["cirval-demo-caption-s7.pt", "cirval-demo-compose-s7.pt"]
     out = StringIO()
     call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=out)
     text = out.getvalue()
+    # the existing checkpoints were reused, not trained again, and audited the demo
+    models = settings.DEMO_MODELS_DIR
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(models.glob("*.pt"))} == trained
+    run = AuditRun.objects.get(dataset__name="demo", status="done")
+    assert run.retrievers == [f"openclip:cirval-demo@{(models / n).resolve()}"
+                              for n in ("cirval-demo-compose-s7.pt", "cirval-demo-caption-s7.pt")]
+    assert "exists" in text or "Training" not in text
+    # the truth file is under var/, not under the served image root
+    truth = json.loads((settings.VAR_DIR / "demo" / "demo.truth.json").read_text())
+    assert not list(tmp_path.joinpath("demo").rglob("*truth*"))
     for line in ("admin", "annotator1", "annotator2", "annotator3", "researcher", "password"):
         assert line in text
     s = dataset_stats(Dataset.objects.get(name="demo"))
-    assert s["images"] >= 400 and s["single_turn"] >= 150 and s["multi_turn"] >= 40 and s["missing_images"] == 0
+    assert s["images"] >= 900 and s["single_turn"] >= 150 and s["multi_turn"] >= 40 and s["missing_images"] == 0
     assert set(s["turns_histogram"]) >= {"1", "2", "3", "4", "5"}
     assert len(list((tmp_path / "demo").rglob("*.png"))) == s["images"]
 
@@ -59,3 +82,28 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=StringIO())
     assert dataset_stats(Dataset.objects.get(name="demo")) == before
     assert Study.objects.filter(name__startswith="demo-").count() == 2
+
+    # audit_report prints what audit_labels would print for the run's stored ranks
+    report = StringIO()
+    call_command("audit_report", "--dataset", "demo", "--format", "json", stdout=report)
+    got = json.loads(report.getvalue())
+    assert set(got) == {"counts", "detail_counts", "labels", "retrievers"}
+    assert got["counts"] == run.summary["counts"] and got["detail_counts"] == run.summary["detail_counts"]
+    assert set(got["labels"]) <= set(truth["queries"]) and len(got["labels"]) == run.summary["n_queries"]
+    assert set(got["retrievers"]) == set(run.retrievers)
+    from audit.models import AuditRank
+    rows = [(q, r, mm, t, i) for q, r, mm, t, i in AuditRank.objects.filter(run=run).order_by(
+        "query__ordinal", "query_id").values_list("query__external_id", "retriever", "mm", "text", "image")]
+    expected = json.loads(json.dumps(audit_json(label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers))))
+    assert got["counts"] == expected["counts"] and got["labels"] == expected["labels"]
+    by_run = StringIO()
+    call_command("audit_report", "--run", str(run.pk), "--format", "json", stdout=by_run)
+    assert json.loads(by_run.getvalue()) == got
+
+    # demo_check compares the labels with the truth file, kind by kind
+    check = StringIO()
+    call_command("demo_check", "--format", "json", stdout=check)
+    result = json.loads(check.getvalue())
+    planted = {k: sum(1 for q in got["labels"] if truth["queries"][q]["kind"] == k) for k in result["audit"]}
+    assert {k: v["planted"] for k, v in result["audit"].items()} == planted
+    assert planted["text_only"] > 0 and planted["image_only"] > 0 and "human" not in result

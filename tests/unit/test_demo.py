@@ -18,6 +18,10 @@ from retrieval.demo import (
     SHAPES,
     apply_edit,
     build_demo,
+    build_demo_world,
+    check_audit,
+    check_judgements,
+    precision_recall,
     describe_scene,
     invert_edit,
     render_scene,
@@ -30,9 +34,14 @@ VAGUE_WORDS = set(COLOURS) | set(SHAPES) | {s + "s" for s in SHAPES} | {"crosses
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ParsedDataset]:
+def built_world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ParsedDataset, dict]:
     out = tmp_path_factory.mktemp("demo_a")
-    return out, build_demo(out)
+    return (out, *build_demo_world(out))
+
+
+@pytest.fixture(scope="module")
+def built(built_world: tuple[Path, ParsedDataset, dict]) -> tuple[Path, ParsedDataset]:
+    return built_world[0], built_world[1]
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +199,8 @@ def test_render_scene_area_and_background() -> None:
 def test_counts(built: tuple[Path, ParsedDataset]) -> None:
     out, ds = built
     assert ds.format == "demo"
-    assert len(ds.images) == 420 and ds.warnings == []
-    assert len(list((out / "gallery").glob("*.png"))) == 420
+    assert len(ds.images) == 900 and ds.warnings == []
+    assert len(list((out / "gallery").glob("*.png"))) == 900
     assert len(_singles(ds)) == 160
     sessions = _sessions(ds)
     assert len(sessions) == 48
@@ -208,15 +217,15 @@ def test_deterministic(built: tuple[Path, ParsedDataset], built_again: tuple[Pat
     (out_a, ds_a), (out_b, ds_b) = built, built_again
     assert dataclasses.asdict(ds_a) == dataclasses.asdict(ds_b)
     hashes = _file_hashes(out_a)
-    assert len(hashes) == 420
+    assert len(hashes) == 900
     assert hashes == _file_hashes(out_b)
 
 
 def test_other_seed_differs(tmp_path: Path) -> None:
-    small = dict(n_gallery=60, n_single=20, n_sessions=8)
+    small = dict(n_gallery=200, n_single=20, n_sessions=8)
     ds7 = build_demo(tmp_path / "s7", seed=7, **small)
     ds8 = build_demo(tmp_path / "s8", seed=8, **small)
-    assert len(ds8.images) == 60 and len(ds8.queries) == 28
+    assert len(ds8.images) == 200 and len(ds8.queries) == 28
     scenes = [{scene_key(i.extra["scene"]) for i in ds.images.values()} for ds in (ds7, ds8)]
     assert scenes[0] != scenes[1]
     assert [q.turns[0].texts[0].text for q in ds7.queries] != [q.turns[0].texts[0].text for q in ds8.queries]
@@ -262,10 +271,11 @@ def test_texts_and_targets_well_formed(built: tuple[Path, ParsedDataset]) -> Non
         assert "demo_flaw" not in json.dumps(q.raw)
 
 
-def test_single_turn_edits(built: tuple[Path, ParsedDataset]) -> None:
-    _, ds = built
-    clean = [q for q in _singles(ds) if "demo_flaw" not in q.extra]
-    assert len(clean) == 144
+def test_single_turn_edits(built_world: tuple[Path, ParsedDataset, dict]) -> None:
+    _, ds, truth = built_world
+    kinds = {q: t["kind"] for q, t in truth["queries"].items()}
+    clean = [q for q in _singles(ds) if kinds[q.external_id] in ("composition", "image_only")]
+    assert len(clean) == 96 + 16
     assert set(Counter(q.extra["edit"]["type"] for q in clean)) == {
         "colour", "shape", "count", "size", "background", "remove", "add"}
     multi = 0
@@ -285,32 +295,48 @@ def test_single_turn_edits(built: tuple[Path, ParsedDataset]) -> None:
             assert edit["to"] in text
         elif edit["type"] in ("remove", "shape", "add", "count"):
             assert edit["object"] in text or (edit["type"] == "shape" and edit["to"] in text)
-    assert multi >= 3
+    assert multi >= 2
 
 
-def test_flawed_single_turn(built: tuple[Path, ParsedDataset]) -> None:
-    _, ds = built
-    flawed = [q for q in _singles(ds) if "demo_flaw" in q.extra]
-    kinds = Counter(q.extra["demo_flaw"] for q in flawed)
-    assert kinds == {"vague": 6, "mismatch": 5, "identical": 5}  # 16 = 10% of 160
-    for q in flawed:
+def test_planted_kinds(built_world: tuple[Path, ParsedDataset, dict]) -> None:
+    _, ds, truth = built_world
+    kinds = Counter(truth["queries"][q.external_id]["kind"] for q in _singles(ds))
+    assert kinds == {"composition": 96, "text_only": 16, "image_only": 16, "too_broad": 12, "vague": 10,
+                     "wrong_target": 10}
+    scenes = {scene_key(r.extra["scene"]) for r in ds.images.values()}
+    for q in _singles(ds):
+        t = truth["queries"][q.external_id]
+        assert "demo_flaw" not in json.dumps(q.extra) and t["kind"] not in json.dumps(q.extra)
         ref_id = q.turns[0].reference
         ref, target = _scene(ds, ref_id), _scene(ds, q.targets[0].image)
         text = q.turns[0].texts[0].text
-        flaw = q.extra["demo_flaw"]
-        if flaw == "identical":
-            assert q.targets[0].image == ref_id and q.extra["edit"] is None
-        elif flaw == "mismatch":
-            _check_edit(ref, target, q.extra["edit"])
-            assert q.extra["text_edit"]["type"] != q.extra["edit"]["type"]
-            assert apply_edit(ref, q.extra["text_edit"]) != target
-        else:
-            _check_edit(ref, target, q.extra["edit"])
+        assert t["reference"] == ref_id and t["targets"] == [x.image for x in q.targets]
+        if t["kind"] == "text_only":  # the text names the whole target scene
+            assert describe_scene(target) in text
+        elif t["kind"] == "image_only":  # one edit away, and nothing else in the gallery is that close to the reference
+            _check_edit(ref, target, t["edit"])
+            near = [k for k in scenes if k != scene_key(ref) and _distance(ref, json.loads(k)) <= 1]
+            assert near == [scene_key(target)]
+        elif t["kind"] == "wrong_target":  # the text asks for another image, which is in the gallery
+            _check_edit(ref, target, t["edit"])
+            assert t["text_edit"]["type"] != t["edit"]["type"]
+            assert scene_key(apply_edit(ref, t["text_edit"])) in scenes
+        elif t["kind"] == "vague":
+            _check_edit(ref, target, t["edit"])
             assert not set(text.replace(",", " ").split()) & VAGUE_WORDS
+        elif t["kind"] == "too_broad":  # every option the text allows is in the gallery
+            _check_edit(ref, target, t["edit"])
+            assert t["equally_good"] >= 4 and t["edit"]["to"] not in text
 
 
-def test_sessions(built: tuple[Path, ParsedDataset]) -> None:
-    _, ds = built
+def _distance(a: dict, b: dict) -> int:
+    objs_a = {o["shape"]: o for o in a["objects"]}
+    objs_b = {o["shape"]: o for o in b["objects"]}
+    return int(a["background"] != b["background"]) + sum(objs_a.get(s) != objs_b.get(s) for s in set(objs_a) | set(objs_b))
+
+
+def test_sessions(built_world: tuple[Path, ParsedDataset, dict]) -> None:
+    _, ds, truth = built_world
     flaws = Counter()
     for q in _sessions(ds):
         turns = q.turns
@@ -320,11 +346,12 @@ def test_sessions(built: tuple[Path, ParsedDataset]) -> None:
         assert turns[-1].turn_target == q.targets[0].image
         chain = [t.reference for t in turns] + [turns[-1].turn_target]
         assert q.extra["chain"] == chain
-        flaw = q.extra.get("demo_flaw")
+        t = truth["queries"][q.external_id]
+        flaw = t["flaw"]
         flaws[flaw] += 1
         for n, (turn, edit) in enumerate(zip(turns, q.extra["edits"]), start=1):
             ref, nxt = _scene(ds, turn.reference), _scene(ds, turn.turn_target)
-            if flaw == "redundant" and n == q.extra["demo_flaw_turn"]:
+            if flaw == "redundant" and n == t["flaw_turn"]:
                 assert edit is None and turn.turn_target == turn.reference
                 assert turn.texts[0].text == turns[n - 2].texts[0].text
             else:
@@ -332,10 +359,29 @@ def test_sessions(built: tuple[Path, ParsedDataset]) -> None:
         if flaw is None:
             assert len(set(chain)) == len(chain)
         elif flaw == "circle":
-            k = q.extra["demo_flaw_turn"]
+            k = t["flaw_turn"]
             assert turns[k - 1].turn_target == turns[k - 2].reference
         assert flaw in (None, "circle", "redundant")
     assert flaws["circle"] >= 2 and flaws["redundant"] >= 2
+
+
+def test_precision_recall_by_hand() -> None:
+    assert precision_recall({1, 2, 3, 4}, {3, 4, 5}) == {"planted": 4, "found": 3, "hits": 2,
+                                                         "precision": 2 / 3, "recall": 0.5}
+    assert precision_recall(set(), set())["precision"] is None
+    kinds = {"a": "text_only", "b": "text_only", "c": "image_only", "d": "vague", "e": "composition"}
+    labels = {"a": "shortcut_solvable", "b": "unresolved", "c": "shortcut_solvable", "d": "unresolved",
+              "e": "composition_required"}
+    details = {"a": "both_unimodal", "b": "unresolved", "c": "text_only", "d": "unresolved", "e": "composition_required"}
+    got = check_audit(kinds, labels, details)
+    assert got["text_only"] == {"planted": 2, "found": 2, "hits": 1, "precision": 0.5, "recall": 0.5}
+    assert got["image_only"]["recall"] == 0.0 and got["image_only"]["found"] == 1  # 'a' (both) counts, 'c' does not
+    assert got["vague"] == {"planted": 1, "found": 2, "hits": 1, "precision": 0.5, "recall": 1.0}
+    assert got["composition"]["precision"] == 1.0
+    human = check_judgements({"x": "too_broad", "y": "vague", "z": "composition"},
+                             {"x": {"QUERY_TOO_BROAD"}, "y": set(), "z": {"QUERY_TOO_BROAD"}})
+    assert human["too_broad"] == {"planted": 1, "found": 2, "hits": 1, "precision": 0.5, "recall": 1.0}
+    assert human["vague"]["recall"] == 0.0
 
 
 def test_small_gallery_warns(tmp_path: Path) -> None:

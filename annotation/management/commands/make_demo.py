@@ -1,10 +1,12 @@
 """python manage.py make_demo: a deterministic synthetic CIR world plus demo accounts."""
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from annotation.demo_accounts import ensure_demo_accounts
@@ -14,12 +16,25 @@ from audit.models import AuditRun
 from audit.runs.planning import create_run
 from audit.runs.dispatch import run_inline
 from annotation.studies.building import StudySpec, create_study
-from retrieval.demo import build_demo
+from retrieval.demo import build_demo_world
+from retrieval.demo_training import retriever_spec
 from retrieval.loader import load_parsed
 
+from .train_demo_retriever import default_models_dir, default_steps, demo_checkpoints
 
-# Two tiny open_clip models with random weights: no download, a few seconds on a CPU.
-DEMO_RETRIEVERS = ["openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit-b"]
+
+def truth_path(name: str) -> Path:
+    """The demo's truth file: every query's planted kind. Under var/, never under an image root."""
+    return Path(settings.VAR_DIR) / "demo" / f"{name}.truth.json"
+
+
+def demo_retrievers(seed: int, train_steps: int | None = None, stdout=None) -> list[str]:
+    """The specs of the two trained demo retrievers; trains the ones whose checkpoint is missing."""
+    paths = demo_checkpoints(default_models_dir(), seed)
+    if not all(p.exists() for p in paths.values()):
+        call_command("train_demo_retriever", "--seed", str(seed), "--steps", str(train_steps or default_steps()),
+                     stdout=stdout)
+    return [retriever_spec(p) for p in paths.values()]
 
 
 class Command(BaseCommand):
@@ -29,6 +44,8 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="demo")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--no-audit", action="store_true", help="Skip the shortcut audit of the demo queries.")
+        parser.add_argument("--train-steps", type=int, default=None,
+                            help="Steps when the demo retrievers must be trained (an existing checkpoint is reused).")
         parser.add_argument(
             "--images-dir", default=None, help="Where the PNGs go (default: the first IMAGE_ROOTS entry + /<name>)."
         )
@@ -38,7 +55,10 @@ class Command(BaseCommand):
         out = Path(opts["images_dir"]) if opts["images_dir"] else Path(settings.IMAGE_ROOTS[0]) / opts["name"]
         out.mkdir(parents=True, exist_ok=True)
         self.stdout.write(f"Drawing the demo world into {out} …")
-        parsed = build_demo(out, seed=opts["seed"])
+        parsed, truth = build_demo_world(out, seed=opts["seed"])
+        truth_file = truth_path(opts["name"])
+        truth_file.parent.mkdir(parents=True, exist_ok=True)
+        truth_file.write_text(json.dumps(truth, indent=1, sort_keys=True), encoding="utf-8")
         report = load_parsed(parsed, opts["name"], images_root=out, description="Synthetic CIR world (make_demo)")
         self.stdout.write(
             f"Dataset {report.dataset!r}: {report.images} images, {report.single_turn} single-turn queries, "
@@ -46,8 +66,9 @@ class Command(BaseCommand):
             f" ({report.missing_images} missing images)."
         )
         if not opts["no_audit"] and not AuditRun.objects.filter(dataset__name=opts["name"], status="done").exists():
-            self.stdout.write(f"Auditing the demo queries with {', '.join(DEMO_RETRIEVERS)} (random weights) …")
-            run = run_inline(create_run(opts["name"], DEMO_RETRIEVERS))
+            retrievers = demo_retrievers(opts["seed"], opts["train_steps"], stdout=self.stdout)
+            self.stdout.write(f"Auditing the demo queries with {', '.join(retrievers)} …")
+            run = run_inline(create_run(opts["name"], retrievers))
             if run.status == "done":
                 counts = ", ".join(f"{k} {v}" for k, v in sorted(run.summary.get("counts", {}).items()))
                 self.stdout.write(f"Audit {run.pk}: {counts}.")

@@ -1,0 +1,70 @@
+"""python manage.py demo_check: the demo's audit and human judgements against its truth file.
+
+Prints precision and recall per planted kind: for the newest finished audit of the demo
+dataset (:data:`retrieval.demo.AUDIT_EXPECTED`) and, where any exist, for the current
+judgements of finished assignments (:data:`retrieval.demo.HUMAN_EXPECTED`; a query
+counts as flagged when more than half of its judgements raise the flag).
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from django.core.management.base import BaseCommand, CommandError
+
+from annotation.models import Assignment, Judgement
+from audit.models import AuditLabel
+from audit.management.commands.audit_report import finished_run
+from retrieval.demo import check_audit, check_judgements
+
+from .make_demo import truth_path
+
+
+def majority_flags(dataset: str) -> dict[str, set[str]]:
+    """Query external id -> flags raised by more than half of its current, finished judgements."""
+    votes: dict[str, list[dict]] = defaultdict(list)
+    for qid, flags in Judgement.objects.filter(
+        is_current=True, assignment__status=Assignment.Status.DONE,
+        assignment__item__query__dataset__name=dataset,
+    ).values_list("assignment__item__query__external_id", "flags"):
+        votes[qid].append(flags or {})
+    return {q: {f for f in set().union(*v) if 2 * sum(bool(x.get(f)) for x in v) > len(v)} for q, v in votes.items()}
+
+
+def _fmt(v) -> str:
+    return "   -" if v is None else f"{v:.2f}"
+
+
+class Command(BaseCommand):
+    help = "Precision and recall of the demo audit's labels (and human judgements) per planted query kind."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", default="demo")
+        parser.add_argument("--format", choices=["json", "text"], default="text")
+
+    def handle(self, *args, **opts):
+        path = truth_path(opts["name"])
+        if not path.exists():
+            raise CommandError(f"no truth file at {path}: run make_demo first")
+        truth = json.loads(path.read_text(encoding="utf-8"))
+        kinds = {q: t["kind"] for q, t in truth["queries"].items()}
+        run = finished_run(None, opts["name"])
+        rows = AuditLabel.objects.filter(run=run).values_list("query__external_id", "label", "detail")
+        labels = {q: label for q, label, _ in rows}
+        details = {q: detail for q, _, detail in rows}
+        report = {"run": run.pk, "audit": check_audit(kinds, labels, details)}
+        flags = majority_flags(opts["name"])
+        if flags:
+            report["human"] = check_judgements(kinds, flags)
+        if opts["format"] == "json":
+            self.stdout.write(json.dumps(report, indent=2))
+            return
+        for part in ("audit", "human"):
+            if part not in report:
+                self.stdout.write(f"{part}: no finished judgements yet")
+                continue
+            self.stdout.write(f"{part} (audit {run.pk})" if part == "audit" else f"{part} ({len(flags)} judged queries)")
+            self.stdout.write(f"  {'kind':<14}{'planted':>8}{'found':>7}{'hits':>6}{'precision':>11}{'recall':>8}")
+            for kind, s in report[part].items():
+                self.stdout.write(f"  {kind:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}"
+                                  f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")

@@ -1,0 +1,191 @@
+"""Training the demo retrievers: small open_clip models fitted to the demo world.
+
+Pure module (torch, open_clip, Pillow, :mod:`retrieval.demo`; no Django). The demo world
+has no public weights to use, so CIRVal trains its own retriever on a *training split*
+of the world: random scenes and edits drawn from a generator seeded apart from the
+demo's queries (``"demo-train:<seed>"``), so the study queries are never seen.
+
+Two objectives, both contrastive (InfoNCE with open_clip's learnable temperature):
+
+* ``captions``: each image against its scene description (:func:`retrieval.demo.describe_scene`);
+* ``compositions``: the composed query ``normalise(normalise(image(ref)) + normalise(text(edit)))``
+  (:func:`retrieval.encoders.compose_embeddings`, the audit's composition) against the
+  target image, the other targets of the same reference being the hard negatives.
+
+:data:`DEMO_MODELS` names the two models of the demo pool: ``compose`` (both objectives)
+and ``caption`` (captions only: what a shortcut-prone retriever looks like).
+
+Deterministic: one CPU thread, ``torch.use_deterministic_algorithms``, every random
+draw seeded, so the same seed and steps give a checkpoint with the same sha256 bytes.
+The checkpoint is a plain ``state_dict`` that open_clip's ``load_checkpoint`` reads,
+so ``openclip:cirval-demo@/path/model.pt`` builds it like any local checkpoint.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import math
+import os
+import random
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import open_clip
+import torch
+import torch.nn.functional as F
+
+from retrieval import encoders
+from retrieval.demo import EDIT_TYPES, _pick_edit, describe_edit, describe_scene, random_scene, render_scene, scene_key
+
+DEMO_CONFIG = "cirval-demo"
+#: name -> training objectives
+DEMO_MODELS: dict[str, tuple[str, ...]] = {"compose": ("captions", "compositions"), "caption": ("captions",)}
+DEFAULT_STEPS = 500
+_EDITS_PER_REF = 4
+
+
+@dataclass
+class TrainingSplit:
+    """Rendered training scenes as model inputs, with captions and compositions.
+
+    ``images``: ``[N, 3, H, W]`` preprocessed; ``captions[i]`` describes image ``i``;
+    ``groups[g]`` = ``(ref index, [(edit text, target index), ...])``.
+    """
+
+    images: torch.Tensor
+    captions: list[str]
+    groups: list[tuple[int, list[tuple[str, int]]]]
+
+
+def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 128) -> TrainingSplit:
+    """Draw ``n_refs`` references with up to four edits each from the training generator."""
+    rng = random.Random(f"demo-train:{seed}")
+    scenes: dict[str, int] = {}
+    ordered: list[dict[str, Any]] = []
+
+    def index(scene: dict[str, Any]) -> int:
+        key = scene_key(scene)
+        if key not in scenes:
+            scenes[key] = len(ordered)
+            ordered.append(scene)
+        return scenes[key]
+
+    groups: list[tuple[int, list[tuple[str, int]]]] = []
+    while len(groups) < n_refs:
+        ref = random_scene(rng)
+        kinds = rng.sample(EDIT_TYPES, len(EDIT_TYPES))
+        comps = []
+        for kind in kinds:
+            picked = _pick_edit(ref, kind, rng)
+            if picked is not None:
+                comps.append((describe_edit(ref, picked[0], rng), index(picked[1])))
+            if len(comps) == _EDITS_PER_REF:
+                break
+        if len(comps) == _EDITS_PER_REF:
+            groups.append((index(ref), comps))
+    images = torch.stack([preprocess(render_scene(s, image_size, seed)) for s in ordered])
+    return TrainingSplit(images=images, captions=[describe_scene(s) for s in ordered], groups=groups)
+
+
+@contextlib.contextmanager
+def deterministic(seed: int) -> Iterator[None]:
+    """One thread, deterministic kernels, seeded torch RNG; everything restored afterwards."""
+    threads = torch.get_num_threads()
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        torch.use_deterministic_algorithms(was)
+        torch.set_num_threads(threads)
+
+
+def _clip_loss(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    logits = scale * a @ b.T
+    labels = torch.arange(len(a))
+    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+
+
+def _step_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]) -> torch.Tensor:
+    """The loss of one batch of reference groups."""
+    refs = [split.groups[g][0] for g in batch]
+    comps = [c for g in batch for c in split.groups[g][1]]
+    image_ids = list(dict.fromkeys(refs + [t for _, t in comps]))
+    pos = {i: n for n, i in enumerate(image_ids)}
+    img = F.normalize(model.encode_image(split.images[image_ids]), dim=-1)
+    scale = model.logit_scale.exp().clamp(max=100)
+    cap = F.normalize(model.encode_text(tokenizer([split.captions[i] for i in image_ids])), dim=-1)
+    loss = _clip_loss(img, cap, scale)
+    if "compositions" in objectives:
+        txt = model.encode_text(tokenizer([t for t, _ in comps]))
+        ref_rows = torch.tensor([pos[split.groups[g][0]] for g in batch for _ in split.groups[g][1]])
+        query = encoders.compose_embeddings(img[ref_rows], txt)
+        logits = scale * query @ img.T
+        target = torch.tensor([pos[t] for _, t in comps])
+        loss = loss + F.cross_entropy(logits, target)
+    return loss
+
+
+def train_model(
+    out_path: Path,
+    objectives: tuple[str, ...],
+    seed: int = 7,
+    steps: int = DEFAULT_STEPS,
+    n_refs: int = 320,
+    groups_per_step: int = 12,
+    lr: float = 2e-3,
+    config: str = DEMO_CONFIG,
+    progress: bool = True,
+    desc: str = "training",
+) -> str:
+    """Train one demo model and save its state_dict at ``out_path``; returns the file's sha256."""
+    from tqdm import tqdm
+
+    unknown = set(objectives) - {"captions", "compositions"}
+    if unknown or not objectives:
+        raise ValueError(f"objectives must be 'captions' and/or 'compositions', not {objectives!r}")
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    with deterministic(seed):
+        model, _, preprocess = open_clip.create_model_and_transforms(config, pretrained=None, device="cpu")
+        tokenizer = open_clip.get_tokenizer(config)
+        split = training_split(seed, n_refs, preprocess)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+        order = random.Random(f"demo-batches:{seed}")
+        model.train()
+        bar = tqdm(range(steps), desc=desc, file=sys.stderr, disable=not progress, unit="step")
+        for _ in bar:
+            batch = order.sample(range(len(split.groups)), min(groups_per_step, len(split.groups)))
+            loss = _step_loss(model, tokenizer, split, batch, objectives)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        model.eval()
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()  # torch.save names the archive after a file; a buffer keeps the bytes name-free
+    torch.save(model.state_dict(), buf)
+    tmp = out_path.with_suffix(out_path.suffix + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, out_path)
+    return hashlib.sha256(buf.getvalue()).hexdigest()
+
+
+def checkpoint_path(models_dir: Path, name: str, seed: int) -> Path:
+    """Where the demo model ``name`` trained with ``seed`` is saved."""
+    return Path(models_dir) / f"{DEMO_CONFIG}-{name}-s{seed}.pt"
+
+
+def retriever_spec(path: Path, config: str = DEMO_CONFIG) -> str:
+    """The retriever spec that builds a saved demo model."""
+    return f"{encoders.SPEC_PREFIX}{config}@{Path(path).resolve()}"

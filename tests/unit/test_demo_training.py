@@ -1,0 +1,59 @@
+"""The demo retrievers: deterministic training, checkpoints that the normal retriever path loads."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from retrieval.demo import describe_scene, random_scene, render_scene
+from retrieval.demo_training import DEMO_MODELS, checkpoint_path, retriever_spec, train_model, training_split
+from retrieval.encoders import build_retriever, parse_retriever_spec
+
+TINY = dict(steps=2, n_refs=4, groups_per_step=2, progress=False)
+
+
+def test_same_seed_same_checkpoint_bytes(tmp_path) -> None:
+    a = train_model(tmp_path / "a.pt", DEMO_MODELS["compose"], seed=3, **TINY)
+    b = train_model(tmp_path / "b.pt", DEMO_MODELS["compose"], seed=3, **TINY)
+    assert a == b == hashlib.sha256((tmp_path / "a.pt").read_bytes()).hexdigest()
+    assert train_model(tmp_path / "c.pt", DEMO_MODELS["compose"], seed=4, **TINY) != a
+    assert train_model(tmp_path / "d.pt", DEMO_MODELS["caption"], seed=3, **TINY) != a
+    assert torch.get_num_threads() >= 1 and not torch.are_deterministic_algorithms_enabled()  # restored
+
+
+def test_training_split_is_seeded_and_well_formed() -> None:
+    from open_clip import create_model_and_transforms
+
+    _, _, preprocess = create_model_and_transforms("cirval-demo", pretrained=None)
+    a, b = training_split(5, 6, preprocess), training_split(5, 6, preprocess)
+    assert torch.equal(a.images, b.images) and a.captions == b.captions and a.groups == b.groups
+    assert len(a.groups) == 6 and all(len(edits) == 4 for _, edits in a.groups)
+    assert len(a.captions) == len(a.images) and all(" on a" in c for c in a.captions)
+    ref, edits = a.groups[0]
+    assert all(t != ref for _, t in edits) and len({t for _, t in edits}) == 4
+
+
+def test_checkpoint_loads_through_the_retriever_spec(tmp_path) -> None:
+    path = checkpoint_path(tmp_path, "compose", 3)
+    digest = train_model(path, DEMO_MODELS["compose"], seed=3, **TINY)
+    spec = retriever_spec(path)
+    assert parse_retriever_spec(spec)["kind"] == "checkpoint"
+    r = build_retriever(spec, device="cpu")
+    assert r.spec == f"openclip:cirval-demo@sha256:{digest}"
+    scene = random_scene(__import__("random").Random(1))
+    img = r.embed_images([render_scene(scene, 64)])
+    txt = r.embed_texts([describe_scene(scene)])
+    assert img.shape == txt.shape == (1, r.dim) and torch.allclose(img.norm(dim=-1), torch.ones(1))
+    # the trained weights are the ones loaded, not a random init
+    state = torch.load(path, map_location="cpu")
+    assert torch.equal(r.model.state_dict()["text_projection"], state["text_projection"])
+    random_init = build_retriever("openclip:cirval-demo", device="cpu")
+    assert not torch.equal(random_init.model.state_dict()["text_projection"], state["text_projection"])
+
+
+def test_bad_objectives_refused(tmp_path) -> None:
+    with pytest.raises(ValueError):
+        train_model(tmp_path / "x.pt", ("images",), **TINY)
+    with pytest.raises(ValueError):
+        train_model(tmp_path / "x.pt", ("captions",), **{**TINY, "steps": 0})
