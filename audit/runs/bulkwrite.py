@@ -1,0 +1,54 @@
+"""Writing many result rows at once: COPY on PostgreSQL, ``bulk_create`` elsewhere.
+
+Rows are write-once (a chunk's rank rows are the same whoever computes them), so a row
+that already exists is kept: on PostgreSQL the rows are COPYed into a temporary table
+and moved over with ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``; on SQLite
+``bulk_create(ignore_conflicts=True)``. Call inside ``transaction.atomic()``.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connection, models
+
+#: bulk_create batch size (SQLite's bound-parameter limit allows a few thousand values).
+BATCH = 1000
+
+
+def _copy_value(field: models.Field, obj: models.Model) -> Any:
+    value = field.value_from_object(obj)
+    if isinstance(field, models.JSONField):
+        return None if value is None else json.dumps(value)
+    if isinstance(field, models.ForeignKey):
+        return getattr(obj, field.attname)
+    return value
+
+
+def copy_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
+    """COPY ``objs`` into ``model``'s table (PostgreSQL, psycopg 3), skipping existing rows."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    table = connection.ops.quote_name(model._meta.db_table)
+    tmp = connection.ops.quote_name(f"_copy_{model._meta.db_table}")
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {tmp}")
+        cursor.execute(f"CREATE TEMP TABLE {tmp} ON COMMIT DROP AS SELECT {cols} FROM {table} WITH NO DATA")
+        with cursor.cursor.copy(f"COPY {tmp} ({cols}) FROM STDIN") as copy:
+            for obj in objs:
+                copy.write_row([_copy_value(f, obj) for f in fields])
+        cursor.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {tmp} ON CONFLICT DO NOTHING")
+        written = cursor.rowcount
+        cursor.execute(f"DROP TABLE {tmp}")
+    return written
+
+
+def insert_rows(model: type[models.Model], objs: Sequence[models.Model]) -> None:
+    """Write ``objs`` in bulk, keeping rows that already exist (see the module docstring)."""
+    if not objs:
+        return
+    if connection.vendor == "postgresql":
+        copy_rows(model, objs)
+    else:
+        model.objects.bulk_create(objs, batch_size=BATCH, ignore_conflicts=True)
