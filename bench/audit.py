@@ -139,14 +139,15 @@ def naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns, positives
     return naive_ranks
 
 
-def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agree, n_pairs, built) -> None:
+def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agree, n_pairs, built, build_s) -> None:
     encode, cold_c, warm_c, naive_c = clocks
     print(f"\n{n_q} single-turn queries x {len(specs)} retrievers = {pool} (query, retriever) pairs, "
           f"{n_gallery} gallery images")
     print(f"  {'':<36}{'wall':>10} {'CPU':>10} {'':>13}")
     line("bare encode (gallery + texts)", encode, pool, "the minimal baseline")
     line("full audit, cold cache", cold_c, pool, f"= {cold_c.wall / encode.wall:.2f}x bare encode wall, "
-         f"{cold_c.cpu / encode.cpu:.2f}x CPU (goal <= 1.3x)")
+         f"{cold_c.cpu / encode.cpu:.2f}x CPU; less the model build {(cold_c.wall - build_s) / encode.wall:.2f}x"
+         f" (goal <= 1.3x)")
     line("repeat audit, warm cache", warm_c, pool, f"cold / warm = {cold_c.wall / warm_c.wall:.1f}x wall, "
          f"{cold_c.cpu / warm_c.cpu:.1f}x CPU (goal >= 10x)")
     naive_all = naive_c.wall * (n_q / n_naive)
@@ -211,7 +212,9 @@ def build_world(args, specs, demo_dir):
     for r in retrievers:
         r.embed_images([probe])
         r.embed_texts(["warm up"])
-    print(f"model build + warm-up: {time.perf_counter() - t0:.2f} s (not counted below)")
+    build_s = time.perf_counter() - t0
+    print(f"model build + warm-up: {build_s:.2f} s (not in the bare encode; the cold audit, as a fresh"
+          f" worker, builds its models again)")
 
     gallery_ids = list(GalleryEntry.objects.filter(dataset=dataset, split="val").order_by("ordinal")
                        .values_list("image_id", flat=True))
@@ -221,7 +224,7 @@ def build_world(args, specs, demo_dir):
                  .select_related("reference_image").order_by("query__ordinal"))
     positives_of = {q: [index[i] for i in ids if i in index]
                     for q, ids in positive_image_ids(dataset.format, [t.query_id for t in turns]).items()}
-    return dataset, retrievers, gallery_ids, images, index, turns, positives_of
+    return dataset, retrievers, gallery_ids, images, index, turns, positives_of, build_s
 
 
 def main() -> None:
@@ -255,7 +258,7 @@ def main() -> None:
           f" · loader workers {default_loader_workers()} · load {os.getloadavg()[0]:.2f}")
 
     demo_dir = work / "demo"
-    dataset, retrievers, gallery_ids, images, index, turns, positives_of = build_world(args, specs, demo_dir)
+    dataset, retrievers, gallery_ids, images, index, turns, positives_of, build_s = build_world(args, specs, demo_dir)
     n_q = len(turns)
     pool = n_q * len(specs)
 
@@ -266,8 +269,9 @@ def main() -> None:
 
     encode = bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync)
 
-    # 2. full audit, cold cache (the retrievers built above are reused) ---------------------
+    # 2. full audit, cold cache, as a fresh worker runs it (memos cleared: it builds the models) --
     shutil.rmtree(settings.EMBEDDING_CACHE_DIR, ignore_errors=True)
+    clear_memos()
     with Clock(sync) as cold_c:
         cold = dispatch.run_inline(planning.create_run(dataset, specs))
     assert cold.status == "done", cold.error
@@ -289,7 +293,7 @@ def main() -> None:
     agree = sum(1 for key, v in naive_ranks.items() if audit_ranks.get(key) == v)
 
     print_figures(specs, n_q, pool, len(gallery_ids), n_naive, (encode, cold_c, warm_c, naive_c), cold, warm,
-                  agree, len(naive_ranks), built)
+                  agree, len(naive_ranks), built, build_s)
     clear_memos()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

@@ -23,6 +23,7 @@ from .base import (
     SUBSET_NAMES,
     subset_name,
 )
+from .bulkwrite import insert_rows
 from .planning import _examples, _tau_encoder
 
 
@@ -248,7 +249,7 @@ def _write_finished(run: AuditRun, audit: AuditLabels, summary: dict[str, Any], 
         if locked.status != AuditRun.Status.RUNNING:
             return False
         AuditLabel.objects.filter(run=run).delete()
-        AuditLabel.objects.bulk_create(label_rows, batch_size=1000)
+        insert_rows(AuditLabel, label_rows)
         _write_subsets(run, audit)
         if sessions_kept is not None:
             subset, _ = QuerySubset.objects.update_or_create(

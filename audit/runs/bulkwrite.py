@@ -3,7 +3,8 @@
 Rows are write-once (a chunk's rank rows are the same whoever computes them), so a row
 that already exists is kept: on PostgreSQL the rows are COPYed into a temporary table
 and moved over with ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``; on SQLite
-``bulk_create(ignore_conflicts=True)``. Call inside ``transaction.atomic()``.
+one prepared ``INSERT OR IGNORE`` (``bulk_create(ignore_conflicts=True)`` on other
+databases). Call inside ``transaction.atomic()``.
 """
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ BATCH = 1000
 
 
 def _copy_value(field: models.Field, obj: models.Model) -> Any:
-    value = field.value_from_object(obj)
+    value = field.pre_save(obj, True)  # what a save would store (auto fields filled)
     if isinstance(field, models.JSONField):
         return None if value is None else json.dumps(value)
     if isinstance(field, models.ForeignKey):
         return getattr(obj, field.attname)
-    return value
+    return field.get_db_prep_save(value, connection)
 
 
 def copy_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
@@ -44,11 +45,24 @@ def copy_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
     return written
 
 
+def sqlite_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
+    """One prepared ``INSERT OR IGNORE`` run over every row (SQLite): no per-row SQL compiling."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    marks = ", ".join("?" * len(fields))
+    sql = f"INSERT OR IGNORE INTO {connection.ops.quote_name(model._meta.db_table)} ({cols}) VALUES ({marks})"
+    with connection.cursor() as cursor:
+        cursor.cursor.executemany(sql, [[_copy_value(f, obj) for f in fields] for obj in objs])
+        return cursor.cursor.rowcount
+
+
 def insert_rows(model: type[models.Model], objs: Sequence[models.Model]) -> None:
     """Write ``objs`` in bulk, keeping rows that already exist (see the module docstring)."""
     if not objs:
         return
     if connection.vendor == "postgresql":
         copy_rows(model, objs)
+    elif connection.vendor == "sqlite":
+        sqlite_rows(model, objs)
     else:
         model.objects.bulk_create(objs, batch_size=BATCH, ignore_conflicts=True)

@@ -156,11 +156,17 @@ class GalleryProgress:
             stage=encoding_stage(before + done, all_images, done / (now - self.started)))
 
 
-def _gallery_counts(run_id: int) -> tuple[int, int]:
+def _chunk_counts(run_id: int) -> dict[tuple[str, str], int]:
+    """Items per (chunk kind, status) of the run, in one query."""
+    rows = AuditChunk.objects.filter(run_id=run_id).values("kind", "status").annotate(n=Sum("n_items")).order_by()
+    return {(r["kind"], r["status"]): r["n"] or 0 for r in rows}
+
+
+def _gallery_counts(run_id: int, counts: dict[tuple[str, str], int] | None = None) -> tuple[int, int]:
     """(gallery images in done chunks, gallery images of the run), over every retriever."""
-    counts = dict(AuditChunk.objects.filter(run_id=run_id, kind=AuditChunk.Kind.GALLERY).values_list(
-        "status").annotate(n=Sum("n_items")).values_list("status", "n"))
-    return counts.get(AuditChunk.Status.DONE, 0) or 0, sum(n or 0 for n in counts.values())
+    counts = _chunk_counts(run_id) if counts is None else counts
+    gallery = {status: n for (kind, status), n in counts.items() if kind == AuditChunk.Kind.GALLERY}
+    return gallery.get(AuditChunk.Status.DONE, 0), sum(gallery.values())
 
 
 def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[Any, ...]:
@@ -460,18 +466,18 @@ def _fail_chunk(chunk: AuditChunk, message: str) -> None:
 
 
 def update_progress(run_id: int) -> None:
-    """Recount finished work and refresh the ETA."""
-    done = AuditChunk.objects.filter(run_id=run_id, status=AuditChunk.Status.DONE).aggregate(s=Sum("n_items"))["s"] or 0
+    """Recount finished work and refresh the ETA and the stage (gallery images/s while encoding)."""
+    counts = _chunk_counts(run_id)
+    done = sum(n for (_kind, status), n in counts.items() if status == AuditChunk.Status.DONE)
     run = AuditRun.objects.filter(pk=run_id).only("started_at", "total", "status").first()
     if run is None:
         return
     eta = None
-    if run.started_at and done and run.total:
-        elapsed = (timezone.now() - run.started_at).total_seconds()
+    elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0.0
+    if elapsed and done and run.total:
         eta = max(0.0, elapsed * (run.total - done) / done)
-    g_done, g_total = _gallery_counts(run_id)
+    g_done, g_total = _gallery_counts(run_id, counts)
     stage = "ranking queries"
     if g_done < g_total:
-        elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0.0
         stage = encoding_stage(g_done, g_total, g_done / elapsed if elapsed > 0 else 0.0)
     AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(done=done, eta_seconds=eta, stage=stage)
