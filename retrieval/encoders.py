@@ -26,10 +26,12 @@ tiny ones shipped in ``retrieval/model_configs`` (``cirval-tiny-vit``,
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import re
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -145,7 +147,28 @@ def preprocessed_batches(
         num_workers=max(0, workers), collate_fn=_collate,
         prefetch_factor=2 if workers > 0 else None,
     )
-    yield from loader
+    with _children_allowed():
+        batches = iter(loader)  # the loader processes start here
+    yield from batches
+
+
+@contextmanager
+def _children_allowed() -> Any:
+    """Let a daemonic process (a Celery prefork pool process) start loader processes.
+
+    multiprocessing refuses children to daemonic processes so that they are not orphaned;
+    DataLoader workers watch their parent and exit when it dies, and the iterator stops
+    them when it is exhausted or dropped, so the refusal is lifted while they start.
+    """
+    config = multiprocessing.current_process()._config  # noqa: SLF001 - no public switch
+    daemon = config.get("daemon")
+    if daemon:
+        config["daemon"] = False
+    try:
+        yield
+    finally:
+        if daemon:
+            config["daemon"] = daemon
 
 
 def _to_rgb(im: Image.Image) -> Image.Image:
