@@ -177,8 +177,31 @@ def _write_gallery_file(
         total.unreadable.update(enc.unreadable)
     out.flush()
     del out
-    os.replace(tmp, path)
+    rows_tmp = path.with_suffix(f".{os.getpid()}.rows.tmp.npy")
+    np.save(rows_tmp, np.asarray(rows, dtype=np.int64))
+    os.replace(rows_tmp, _rows_file(path))
+    os.replace(tmp, path)  # last: the matrix file is the mark of a complete pair
     return rows, total
+
+
+def _rows_file(path: Path) -> Path:
+    return path.with_name(path.stem + ".rows.npy")
+
+
+def _written_gallery(path: Path, n_keys: int) -> tuple[list[int], Encoded] | None:
+    """The rows of a gallery file written before (same keys, so the same embeddings: cache
+    entries are write-once), or ``None`` when there is none to reuse."""
+    try:
+        rows = np.load(_rows_file(path)).tolist()
+        n_rows = np.load(path, mmap_mode="r").shape[0]
+    except (OSError, ValueError):
+        return None
+    if n_rows != n_keys or len(rows) > n_keys:
+        return None
+    ok = [False] * n_keys
+    for r in rows:
+        ok[r] = True
+    return rows, Encoded(matrix=torch.empty(0), ok=ok, hits=len(rows))
 
 
 def gallery_matrix(
@@ -197,7 +220,8 @@ def gallery_matrix(
     every key is already cached by the gallery chunks; any that is not is encoded.
 
     The matrix is streamed from the embedding cache into a ``.npy`` file next to it
-    (``<cache folder>/galleries/<digest of the keys>.npy``) and memory-mapped: on a CPU
+    (``<cache folder>/galleries/<digest of the keys>.npy``, reused by later runs over the same
+    keys, e.g. a warm re-audit, with the readable rows in ``<digest>.rows.npy``) and memory-mapped: on a CPU
     worker the ranking reads it block by block, so the process never holds the whole
     gallery (the page cache does). On another device the matrix is moved there.
     """
@@ -210,7 +234,8 @@ def gallery_matrix(
             matrix, rows = _galleries[full_key]
             return matrix, rows, None
     path = _gallery_file(cache, digest)
-    rows, enc = _write_gallery_file(retriever, cache, list(keys), locate, path, max_pixels)
+    written = _written_gallery(path, len(keys))
+    rows, enc = written or _write_gallery_file(retriever, cache, list(keys), locate, path, max_pixels)
     mapped = np.load(path, mmap_mode="c")[: len(rows)]
     matrix = torch.from_numpy(mapped) if device == "cpu" else torch.from_numpy(np.array(mapped)).to(device)
     with _memo_lock:

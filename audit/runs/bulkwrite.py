@@ -18,13 +18,22 @@ from django.db import connection, models
 BATCH = 1000
 
 
-def _copy_value(field: models.Field, obj: models.Model) -> Any:
-    value = field.pre_save(obj, True)  # what a save would store (auto fields filled)
+_PLAIN = (models.IntegerField, models.CharField, models.TextField, models.FloatField, models.BooleanField)
+
+
+def _converter(field: models.Field) -> Any:
+    """``obj -> value to store`` for one field, chosen once per field (not per row)."""
     if isinstance(field, models.JSONField):
-        return None if value is None else json.dumps(value)
-    if isinstance(field, models.ForeignKey):
-        return getattr(obj, field.attname)
-    return field.get_db_prep_save(value, connection)
+        return lambda obj: None if (v := getattr(obj, field.attname)) is None else json.dumps(v)
+    if isinstance(field, models.ForeignKey) or (isinstance(field, _PLAIN) and not isinstance(field, models.AutoField)):
+        return lambda obj: getattr(obj, field.attname)
+    # what a save would store (auto fields such as auto_now filled in)
+    return lambda obj: field.get_db_prep_save(field.pre_save(obj, True), connection)
+
+
+def _values(fields: Sequence[models.Field], objs: Sequence[models.Model]) -> list[list[Any]]:
+    convert = [_converter(f) for f in fields]
+    return [[c(obj) for c in convert] for obj in objs]
 
 
 def copy_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
@@ -37,8 +46,8 @@ def copy_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
         cursor.execute(f"DROP TABLE IF EXISTS {tmp}")
         cursor.execute(f"CREATE TEMP TABLE {tmp} ON COMMIT DROP AS SELECT {cols} FROM {table} WITH NO DATA")
         with cursor.cursor.copy(f"COPY {tmp} ({cols}) FROM STDIN") as copy:
-            for obj in objs:
-                copy.write_row([_copy_value(f, obj) for f in fields])
+            for row in _values(fields, objs):
+                copy.write_row(row)
         cursor.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {tmp} ON CONFLICT DO NOTHING")
         written = cursor.rowcount
         cursor.execute(f"DROP TABLE {tmp}")
@@ -52,7 +61,7 @@ def sqlite_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
     marks = ", ".join("?" * len(fields))
     sql = f"INSERT OR IGNORE INTO {connection.ops.quote_name(model._meta.db_table)} ({cols}) VALUES ({marks})"
     with connection.cursor() as cursor:
-        cursor.cursor.executemany(sql, [[_copy_value(f, obj) for f in fields] for obj in objs])
+        cursor.cursor.executemany(sql, _values(fields, objs))
         return cursor.cursor.rowcount
 
 

@@ -49,10 +49,20 @@ def _retriever(spec: str) -> Any:
     )
 
 
+_caches: dict[tuple[str, str, int], Any] = {}
+
+
 def _cache(retriever: Any) -> Any:
+    """The embedding cache of the retriever, opened once per process (opening checks and may
+    write its metadata, in a write transaction)."""
     from retrieval.embcache import EmbeddingCache
 
-    return EmbeddingCache(settings.EMBEDDING_CACHE_DIR, retriever.spec, retriever.dim)
+    key = (str(settings.EMBEDDING_CACHE_DIR), retriever.spec, int(retriever.dim))
+    if key not in _caches or not _caches[key].db_path.exists():
+        if len(_caches) >= 8:
+            _caches.pop(next(iter(_caches)))
+        _caches[key] = EmbeddingCache(*key)
+    return _caches[key]
 
 
 def _image_path(root: str, rel: str) -> Path:
