@@ -24,7 +24,7 @@ random-weight retrievers by default. Prints figures; asserts nothing.
 Queries/second counts audited queries times retrievers (one query = its three
 modalities). Wall and CPU seconds (this process plus finished children) are printed: the
 CPU time is the steadier figure on a shared machine. Runs on CUDA when available (--device
-auto), or where --device says; use --precision amp there for fp16 autocast.
+auto), or where --device says, in fp16 autocast on CUDA (--precision amp, the default).
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--naive-queries", type=int, default=None, help="Queries for the naive way (default: all).")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: as a worker sets them, config.worker_tuning.torch_threads)")
-    p.add_argument("--precision", default="fp32", help="fp32, or amp (fp16 autocast on CUDA; plain fp32 on CPU)")
+    p.add_argument("--precision", default="amp", help="amp (fp16 autocast on CUDA; plain fp32 on CPU) or fp32")
     p.add_argument("--loader-workers", type=int, default=None,
                    help="image loader processes of the audit (default: from the cores left, see config/worker_tuning.py)")
     p.add_argument("--keep", default=None, help="Work in this folder and keep it (default: a temporary one).")

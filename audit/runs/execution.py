@@ -45,7 +45,7 @@ def _retriever(spec: str) -> Any:
 
     return get_retriever(
         spec, device=_setting("AUDIT_DEVICE", "") or None, batch_size=int(_setting("AUDIT_BATCH_SIZE", 64)),
-        precision=_setting("AUDIT_PRECISION", "fp32"),
+        precision=_setting("AUDIT_PRECISION", "amp"),
     )
 
 
