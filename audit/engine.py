@@ -33,12 +33,11 @@ import numpy as np
 import torch
 
 from retrieval.embcache import EmbeddingCache, encode_with_cache
-from retrieval.encoders import DEFAULT_MAX_PIXELS, ImageTooLargeError, build_retriever, load_image
+from retrieval.encoders import DEFAULT_MAX_PIXELS, IMAGE_ERRORS, LazyRetriever, preprocessed_batches
 from retrieval.ranking import rank_queries
 from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, aggregate_history, max_pairwise_cosine
 
-#: Exceptions that make an image unreadable (counted and skipped, never fatal).
-IMAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, ImageTooLargeError)
+__all__ = ["IMAGE_ERRORS", "encode_images", "encode_texts", "gallery_matrix", "get_retriever", "rank_three"]
 
 _memo_lock = threading.Lock()
 _retrievers: OrderedDict[tuple, Any] = OrderedDict()
@@ -48,13 +47,16 @@ GALLERY_MEMO = 2
 
 
 def get_retriever(spec: str, device: str | None = None, batch_size: int = 64, precision: str = "fp32") -> Any:
-    """A built retriever for ``spec``, reused within this process (LRU of two)."""
+    """A retriever for ``spec``, reused within this process (LRU of two).
+
+    The model itself is built on the first encode (:class:`retrieval.encoders.LazyRetriever`):
+    an audit served wholly from the embedding cache never builds it."""
     key = (spec, device or "", int(batch_size), precision)
     with _memo_lock:
         if key in _retrievers:
             _retrievers.move_to_end(key)
             return _retrievers[key]
-    retriever = build_retriever(spec, device=device or None, batch_size=batch_size, precision=precision)  # type: ignore[arg-type]
+    retriever = LazyRetriever(spec, device=device or None, batch_size=batch_size, precision=precision)  # type: ignore[arg-type]
     with _memo_lock:
         _retrievers[key] = retriever
         while len(_retrievers) > RETRIEVER_MEMO:
@@ -90,50 +92,49 @@ def encode_images(
     cache: EmbeddingCache,
     keys: Sequence[str],
     locate: Callable[[str], Path],
-    chunk_size: int = 256,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     check: Callable[[], None] | None = None,
+    workers: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Encoded:
     """Image embeddings for ``keys`` (file sha256s); ``locate(key)`` gives a file.
 
-    Only keys missing from the cache are located, loaded and encoded, ``chunk_size``
-    files at a time (memory stays bounded); an unreadable file is reported, not raised,
-    and is never written to the cache. ``check()`` runs between chunks (lease checks).
+    Only keys missing from the cache are located and streamed through
+    :func:`retrieval.encoders.preprocessed_batches` (decoded and preprocessed in ``workers``
+    loader processes), encoded a model batch at a time and written to the cache batch by
+    batch (an interrupted run keeps what it finished). An unreadable file is reported, not
+    raised, and never cached. ``check()`` runs between batches (lease checks);
+    ``progress(done, total)`` after each batch, counting the missing keys.
     """
     started = time.perf_counter()
     keys = list(keys)
     lookup = cache.get_many("image", keys)
     found = lookup.found_mask
     unreadable: dict[str, str] = {}
-    fresh: dict[str, torch.Tensor] = {}
-    encoded = 0
+    fresh: dict[str, np.ndarray] = {}
     missing = lookup.missing
-    for start in range(0, len(missing), chunk_size):
-        if check is not None:
-            check()
-        part = missing[start:start + chunk_size]
-        images: dict[str, Any] = {}
-        for key in part:
-            try:
-                images[key] = load_image(locate(key), max_pixels=max_pixels)
-            except IMAGE_ERRORS as exc:
-                unreadable[key] = f"{type(exc).__name__}: {exc}"
-        readable = [k for k in part if k in images]
-        if readable:
-            emb, stats = encode_with_cache(
-                retriever, cache, "image", readable, loader=lambda ks: [images[k] for k in ks], chunk_size=chunk_size
-            )
-            encoded += stats.encoded
-            fresh.update(zip(readable, emb))
+    if missing:
+        batches = preprocessed_batches([(k, locate(k)) for k in missing], retriever.preprocess,
+                                       retriever.batch_size, workers=workers, max_pixels=max_pixels)
+        for batch_keys, pixels, bad in batches:
+            if check is not None:
+                check()
+            unreadable.update(bad)
+            if pixels is not None:
+                emb = retriever.embed_pixels(pixels).numpy()
+                cache.put_many("image", batch_keys, emb)
+                fresh.update(zip(batch_keys, emb))
+            if progress is not None:
+                progress(len(fresh) + len(unreadable), len(missing))
     ok = [k not in unreadable for k in keys]
-    matrix = torch.from_numpy(lookup.matrix)
-    for row in (~found).nonzero()[0].tolist():
-        key = keys[row]
-        if key in fresh:
-            matrix[row] = fresh[key]
-    matrix = matrix[torch.tensor(ok, dtype=torch.bool)] if not all(ok) else matrix
+    matrix = lookup.matrix
+    for row in np.flatnonzero(~found).tolist():
+        if keys[row] in fresh:
+            matrix[row] = fresh[keys[row]]
+    tensor = torch.from_numpy(matrix)
+    tensor = tensor[torch.tensor(ok, dtype=torch.bool)] if not all(ok) else tensor
     return Encoded(
-        matrix=matrix.contiguous(), ok=ok, hits=int(found.sum()), encoded=encoded,
+        matrix=tensor.contiguous(), ok=ok, hits=int(found.sum()), encoded=len(fresh),
         seconds=time.perf_counter() - started, unreadable=unreadable,
     )
 
@@ -176,8 +177,31 @@ def _write_gallery_file(
         total.unreadable.update(enc.unreadable)
     out.flush()
     del out
-    os.replace(tmp, path)
+    rows_tmp = path.with_suffix(f".{os.getpid()}.rows.tmp.npy")
+    np.save(rows_tmp, np.asarray(rows, dtype=np.int64))
+    os.replace(rows_tmp, _rows_file(path))
+    os.replace(tmp, path)  # last: the matrix file is the mark of a complete pair
     return rows, total
+
+
+def _rows_file(path: Path) -> Path:
+    return path.with_name(path.stem + ".rows.npy")
+
+
+def _written_gallery(path: Path, n_keys: int) -> tuple[list[int], Encoded] | None:
+    """The rows of a gallery file written before (same keys, so the same embeddings: cache
+    entries are write-once), or ``None`` when there is none to reuse."""
+    try:
+        rows = np.load(_rows_file(path)).tolist()
+        n_rows = np.load(path, mmap_mode="r").shape[0]
+    except (OSError, ValueError):
+        return None
+    if n_rows != n_keys or len(rows) > n_keys:
+        return None
+    ok = [False] * n_keys
+    for r in rows:
+        ok[r] = True
+    return rows, Encoded(matrix=torch.empty(0), ok=ok, hits=len(rows))
 
 
 def gallery_matrix(
@@ -196,7 +220,8 @@ def gallery_matrix(
     every key is already cached by the gallery chunks; any that is not is encoded.
 
     The matrix is streamed from the embedding cache into a ``.npy`` file next to it
-    (``<cache folder>/galleries/<digest of the keys>.npy``) and memory-mapped: on a CPU
+    (``<cache folder>/galleries/<digest of the keys>.npy``, reused by later runs over the same
+    keys, e.g. a warm re-audit, with the readable rows in ``<digest>.rows.npy``) and memory-mapped: on a CPU
     worker the ranking reads it block by block, so the process never holds the whole
     gallery (the page cache does). On another device the matrix is moved there.
     """
@@ -209,7 +234,8 @@ def gallery_matrix(
             matrix, rows = _galleries[full_key]
             return matrix, rows, None
     path = _gallery_file(cache, digest)
-    rows, enc = _write_gallery_file(retriever, cache, list(keys), locate, path, max_pixels)
+    written = _written_gallery(path, len(keys))
+    rows, enc = written or _write_gallery_file(retriever, cache, list(keys), locate, path, max_pixels)
     mapped = np.load(path, mmap_mode="c")[: len(rows)]
     matrix = torch.from_numpy(mapped) if device == "cpu" else torch.from_numpy(np.array(mapped)).to(device)
     with _memo_lock:

@@ -3,7 +3,8 @@
 A worker lowers its CPU priority (``WORKER_NICE``, default 10: the web processes win every
 contended core) and gives torch only the cores that are left to it: the machine's cores
 less ``WORKER_RESERVED_CORES`` (default 1, for the web tier), shared among the worker's
-pool processes. ``WORKER_TORCH_THREADS`` overrides the count. On a GPU host with no web
+pool processes. ``WORKER_TORCH_THREADS`` overrides the count. Gallery images are decoded in
+:func:`loader_workers` processes (``AUDIT_LOADER_WORKERS`` overrides). On a GPU host with no web
 tier, set ``WORKER_RESERVED_CORES=0`` and ``WORKER_NICE=0``.
 """
 from __future__ import annotations
@@ -17,6 +18,27 @@ log = logging.getLogger("config.worker")
 def torch_threads(cpus: int, reserved: int, processes: int) -> int:
     """Intra-op threads per pool process: the cores left after ``reserved``, split evenly, at least 1."""
     return max(1, (max(cpus, 1) - max(reserved, 0)) // max(processes, 1))
+
+
+#: At most this many image loader processes by default (decoding rarely needs more to feed one GPU).
+MAX_LOADER_WORKERS = 8
+
+
+def loader_workers(cpus: int, reserved: int, processes: int) -> int:
+    """Image loader processes per pool process: its share of the cores left, less the one that
+    runs the model; 0 (decode in-process) when only one core is left."""
+    return min(MAX_LOADER_WORKERS, torch_threads(cpus, reserved, processes) - 1)
+
+
+def default_loader_workers() -> int:
+    """``AUDIT_LOADER_WORKERS`` when set (>= 0), else :func:`loader_workers` for this process."""
+    n = _env_int("AUDIT_LOADER_WORKERS", -1)
+    if n >= 0:
+        return n
+    from django.conf import settings
+
+    processes = int(getattr(settings, "CELERY_WORKER_CONCURRENCY", 0) or 0) or 1
+    return loader_workers(os.cpu_count() or 1, _env_int("WORKER_RESERVED_CORES", 1), processes)
 
 
 def _env_int(name: str, default: int) -> int:

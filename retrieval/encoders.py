@@ -26,10 +26,12 @@ tiny ones shipped in ``retrieval/model_configs`` (``cirval-tiny-vit``,
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import re
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -40,7 +42,9 @@ from PIL import Image
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "IMAGE_ERRORS",
     "ImageTooLargeError",
+    "LazyRetriever",
     "OpenClipRetriever",
     "Retriever",
     "build_retriever",
@@ -95,6 +99,76 @@ def load_image(path: str | os.PathLike[str], max_pixels: int = DEFAULT_MAX_PIXEL
             return _to_rgb(im)
     except Image.DecompressionBombError as exc:  # Pillow's own, stricter-than-ours guard
         raise ImageTooLargeError(f"{path}: {exc}") from exc
+
+
+#: Exceptions that make an image unreadable (counted and skipped, never fatal).
+IMAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, ImageTooLargeError)
+
+
+class _ImageFiles(torch.utils.data.Dataset):
+    """``(key, path)`` pairs decoded and preprocessed one by one (in a loader process)."""
+
+    def __init__(self, items: Sequence[tuple[str, Any]], preprocess: Callable[[Image.Image], torch.Tensor],
+                 max_pixels: int) -> None:
+        self.items, self.preprocess, self.max_pixels = list(items), preprocess, max_pixels
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> tuple[str, torch.Tensor | None, str | None]:
+        key, path = self.items[i]
+        try:
+            return key, self.preprocess(load_image(path, max_pixels=self.max_pixels)), None
+        except IMAGE_ERRORS as exc:
+            return key, None, f"{type(exc).__name__}: {exc}"
+
+
+def _collate(batch: list[tuple[str, torch.Tensor | None, str | None]]) -> tuple[list[str], torch.Tensor | None, dict[str, str]]:
+    ok = [(k, x) for k, x, _ in batch if x is not None]
+    pixels = torch.stack([x for _, x in ok]) if ok else None
+    return [k for k, _ in ok], pixels, {k: err for k, x, err in batch if x is None and err is not None}
+
+
+def preprocessed_batches(
+    items: Sequence[tuple[str, Any]],
+    preprocess: Callable[[Image.Image], torch.Tensor],
+    batch_size: int,
+    workers: int = 0,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> Any:
+    """Stream ``(keys, pixel batch or None, unreadable {key: reason})`` for ``(key, path)`` items.
+
+    Files are decoded and preprocessed in ``workers`` loader processes (0: in this
+    process), in input order, ``batch_size`` at a time, so the model's batches and the
+    decoding overlap and memory holds a few batches, never the whole gallery.
+    """
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles(items, preprocess, max_pixels), batch_size=max(1, batch_size), shuffle=False,
+        num_workers=max(0, workers), collate_fn=_collate,
+        prefetch_factor=2 if workers > 0 else None,
+    )
+    with _children_allowed():
+        batches = iter(loader)  # the loader processes start here
+    yield from batches
+
+
+@contextmanager
+def _children_allowed() -> Any:
+    """Let a daemonic process (a Celery prefork pool process) start loader processes.
+
+    multiprocessing refuses children to daemonic processes so that they are not orphaned;
+    DataLoader workers watch their parent and exit when it dies, and the iterator stops
+    them when it is exhausted or dropped, so the refusal is lifted while they start.
+    """
+    config = multiprocessing.current_process()._config  # noqa: SLF001 - no public switch
+    daemon = config.get("daemon")
+    if daemon:
+        config["daemon"] = False
+    try:
+        yield
+    finally:
+        if daemon:
+            config["daemon"] = daemon
 
 
 def _to_rgb(im: Image.Image) -> Image.Image:
@@ -251,6 +325,18 @@ def file_sha256(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
 # --------------------------------------------------------------------------- open_clip
 
 
+def _amp(precision: str, device: torch.device) -> tuple[bool, torch.dtype]:
+    """Whether the towers run under CUDA autocast, and in which dtype (fp16: the half type
+    that keeps the embeddings' mantissa)."""
+    return precision == "amp" and device.type == "cuda", torch.float16
+
+
+def _spec_string(model_name: str, weights_id: str, use_amp: bool, amp_dtype: torch.dtype) -> str:
+    """The retriever's identity (cache key): model, weights and autocast dtype."""
+    amp_tag = {torch.bfloat16: "#amp-bf16", torch.float16: "#amp-fp16"}[amp_dtype]
+    return f"{SPEC_PREFIX}{model_name}@{weights_id}" + (amp_tag if use_amp else "")
+
+
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -337,12 +423,8 @@ class OpenClipRetriever:
         cfg = open_clip.get_model_config(model_name) or {}
         self.dim = int(cfg.get("embed_dim") or self.model.text_projection.shape[1])
 
-        self._use_amp = precision == "amp" and self.device.type == "cuda"
-        self._amp_dtype = (
-            torch.bfloat16 if self._use_amp and torch.cuda.is_bf16_supported() else torch.float16
-        )
-        amp_tag = {torch.bfloat16: "#amp-bf16", torch.float16: "#amp-fp16"}[self._amp_dtype]
-        self.spec = f"{SPEC_PREFIX}{model_name}@{weights_id}" + (amp_tag if self._use_amp else "")
+        self._use_amp, self._amp_dtype = _amp(precision, self.device)
+        self.spec = _spec_string(model_name, weights_id, self._use_amp, self._amp_dtype)
 
     def __repr__(self) -> str:
         return f"OpenClipRetriever(spec={self.spec!r}, device={str(self.device)!r})"
@@ -380,6 +462,10 @@ class OpenClipRetriever:
         """Normalised image embeddings, ``[N, dim]`` float32 on the CPU."""
         return self._run(list(images), self.preprocess_images, self.model.encode_image)
 
+    def embed_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Normalised image embeddings of already preprocessed images (``[N, 3, H, W]``)."""
+        return self._run(pixels, lambda batch: batch, self.model.encode_image)
+
     def embed_texts(self, texts: Sequence[str]) -> torch.Tensor:
         """Normalised text embeddings, ``[N, dim]`` float32 on the CPU."""
         texts = list(texts)
@@ -415,3 +501,57 @@ def build_retriever(
         batch_size=batch_size,
         seed=parsed["seed"] or 0,
     )
+
+
+class LazyRetriever:
+    """A retriever whose model is built on its first encode.
+
+    Its ``spec`` (the cache key), ``dim``, ``device`` and :meth:`compose` come from the
+    spec string and the model config alone, so an audit whose embeddings are all cached
+    never builds the model. Anything else is delegated to the built retriever.
+    """
+
+    def __init__(self, spec: str, device: str | torch.device | None = None, batch_size: int = 64,
+                 precision: Precision = "fp32") -> None:
+        parsed = parse_retriever_spec(spec)
+        self._args = (spec, device, batch_size, precision)
+        self._built: OpenClipRetriever | None = None
+        self._lock = threading.Lock()
+        self.device = torch.device(device or _default_device())
+        self.batch_size = int(batch_size)
+        cfg = open_clip.get_model_config(parsed["model"]) or {}
+        if not cfg.get("embed_dim"):  # no declared dim: only the model knows
+            self._build()
+        self.dim = int(cfg.get("embed_dim") or self.built.dim)
+        weights_id = {"random": f"random:{parsed['seed']}", "tag": parsed["tag"],
+                      "checkpoint": f"sha256:{file_sha256(parsed['checkpoint'])}" if parsed["checkpoint"] else ""}
+        self.spec = _spec_string(parsed["model"], weights_id[parsed["kind"]], *_amp(precision, self.device))
+
+    @property
+    def is_built(self) -> bool:
+        return self._built is not None
+
+    def _build(self) -> OpenClipRetriever:
+        with self._lock:
+            if self._built is None:
+                self._built = build_retriever(*self._args)
+        return self._built
+
+    @property
+    def built(self) -> OpenClipRetriever:
+        """The real retriever (built now if needed)."""
+        built = self._build()
+        if "spec" in self.__dict__ and (built.spec, built.dim) != (self.spec, self.dim):
+            raise RuntimeError(f"lazy retriever {self.spec!r}/{self.dim} built as {built.spec!r}/{built.dim}")
+        return built
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.built, name)
+
+    def compose(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor:
+        return compose_embeddings(image_emb, text_emb)
+
+    def __repr__(self) -> str:
+        return f"LazyRetriever(spec={self.spec!r}, built={self.is_built})"

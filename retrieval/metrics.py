@@ -190,14 +190,29 @@ def average_precision_at_k(ranks_of_positives: Sequence[Rank], k: int) -> float 
     g = len(ranks_of_positives)
     if g == 0:
         return None
-    hits = [p for p in hit_positions(ranks_of_positives) if p <= k]
-    return sum((j + 1) / p for j, p in enumerate(hits)) / min(k, g)
+    return _ap_from_hits(hit_positions(ranks_of_positives), g, k)
+
+
+def _ap_from_hits(hits: Sequence[int], g: int, k: int) -> float:
+    """AP@K from the ascending hit positions of a query with ``g >= 1`` positives."""
+    total = 0.0
+    for j, p in enumerate(hits):
+        if p > k:
+            break
+        total += (j + 1) / p
+    return total / min(k, g)
+
+
+def map_at_ks(per_query: Iterable[Sequence[Rank]], ks: Sequence[int]) -> dict[int, float | None]:
+    """:func:`map_at_k` at several cut-offs, each query's hit positions found once."""
+    ks = [check_k(k) for k in ks]
+    hits = [(hit_positions(r), len(r)) for r in per_query if len(r)]
+    return {k: _mean([_ap_from_hits(h, g, k) for h, g in hits]) for k in ks}
 
 
 def map_at_k(per_query: Iterable[Sequence[Rank]], k: int) -> float | None:
     """Mean AP@K over queries with at least one positive; ``None`` when there is none."""
-    values = [average_precision_at_k(r, k) for r in per_query]
-    return _mean([v for v in values if v is not None])
+    return map_at_ks(per_query, [k])[check_k(k)]
 
 
 def mean_graded_ndcg(per_query: Iterable[tuple[Sequence[Rank], Sequence[float]]]) -> float | None:
@@ -238,8 +253,9 @@ def multi_target_scores(
     if graded_by_modality is None:
         graded_by_modality = {m: [(r, [1.0] * len(r)) for r in all_ranks_by_modality[m]] for m in MODALITIES}
     _check_modalities(graded_by_modality, "graded ranks")
+    maps = {m: map_at_ks(all_ranks_by_modality[m], MAP_KS) for m in MODALITIES}
     out: dict[str, Any] = {
-        "map_at_k": {str(k): {m: map_at_k(all_ranks_by_modality[m], k) for m in MODALITIES} for k in MAP_KS},
+        "map_at_k": {str(k): {m: maps[m][k] for m in MODALITIES} for k in MAP_KS},
         "ndcg_graded": {m: mean_graded_ndcg(graded_by_modality[m]) for m in MODALITIES},
         "recall_subset": None,
     }

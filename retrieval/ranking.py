@@ -105,11 +105,11 @@ def _validate(
 def _padded(rows: Sequence[Sequence[int]]) -> torch.Tensor:
     """``[n, max len]`` LongTensor of the rows, padded with -1."""
     width = max([len(r) for r in rows] + [1])
-    out = torch.full((len(rows), width), -1, dtype=torch.long)
+    out = np.full((len(rows), width), -1, dtype=np.int64)
     for i, row in enumerate(rows):
         if len(row):
-            out[i, : len(row)] = torch.as_tensor([int(x) for x in row], dtype=torch.long)
-    return out
+            out[i, : len(row)] = [int(x) for x in row]
+    return torch.from_numpy(out)
 
 
 def _scores_of(qb: torch.Tensor, gallery: torch.Tensor, idx: torch.Tensor, width: int) -> torch.Tensor:

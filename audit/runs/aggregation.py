@@ -23,6 +23,7 @@ from .base import (
     SUBSET_NAMES,
     subset_name,
 )
+from .bulkwrite import insert_rows
 from .planning import _examples, _tau_encoder
 
 
@@ -248,7 +249,7 @@ def _write_finished(run: AuditRun, audit: AuditLabels, summary: dict[str, Any], 
         if locked.status != AuditRun.Status.RUNNING:
             return False
         AuditLabel.objects.filter(run=run).delete()
-        AuditLabel.objects.bulk_create(label_rows, batch_size=1000)
+        insert_rows(AuditLabel, label_rows)
         _write_subsets(run, audit)
         if sessions_kept is not None:
             subset, _ = QuerySubset.objects.update_or_create(
@@ -374,17 +375,27 @@ def _write_subsets(run: AuditRun, audit: AuditLabels) -> None:
         **{label: by_label.get(label, []) for label in LABELS},
     }
     source = f"audit {run.pk}"
-    for name in SUBSET_NAMES:
-        subset, _ = QuerySubset.objects.update_or_create(
-            dataset=run.dataset, name=subset_name(run, name), defaults={"source": source}
-        )
-        subset.queries.set(members[name])
-    if not audit.queries:
-        return  # a sessions-only audit says nothing about single-turn shortcuts: keep the latest subset
-    latest, _ = QuerySubset.objects.update_or_create(
-        dataset=run.dataset, name=LATEST_SUBSET, defaults={"source": f"{source} (latest audit)"}
-    )
-    latest.queries.set(members["shortcut_free"])
+    subsets = {subset_name(run, name): (source, members[name]) for name in SUBSET_NAMES}
+    if audit.queries:  # a sessions-only audit says nothing about single-turn shortcuts: keep the latest subset
+        subsets[LATEST_SUBSET] = (f"{source} (latest audit)", members["shortcut_free"])
+    set_subsets(run.dataset_id, subsets)
+
+
+def set_subsets(dataset_id: int, subsets: dict[str, tuple[str, list[int]]]) -> None:
+    """Create or update the dataset's subsets ``{name: (source, query ids)}`` in a few bulk
+    queries (not a get, an update and a membership diff per subset)."""
+    existing = {s.name: s for s in QuerySubset.objects.filter(dataset_id=dataset_id, name__in=list(subsets))}
+    for name, subset in existing.items():
+        subset.source = subsets[name][0]
+    QuerySubset.objects.bulk_update(list(existing.values()), ["source"])
+    QuerySubset.objects.bulk_create([QuerySubset(dataset_id=dataset_id, name=name, source=source)
+                                     for name, (source, _) in subsets.items() if name not in existing],
+                                    ignore_conflicts=True)  # a concurrent run may create "latest" first
+    ids = dict(QuerySubset.objects.filter(dataset_id=dataset_id, name__in=list(subsets)).values_list("name", "pk"))
+    through = QuerySubset.queries.through
+    through.objects.filter(querysubset_id__in=list(ids.values())).delete()
+    insert_rows(through, [through(querysubset_id=ids[name], query_id=q)
+                          for name, (_, queries) in subsets.items() for q in dict.fromkeys(queries)])
 
 
 def label_table(runs: Iterable[AuditRun]) -> list[dict[str, Any]]:

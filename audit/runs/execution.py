@@ -27,7 +27,9 @@ from .base import (
     max_attempts,
 )
 from ..rankfiles import RANK_FIELDS
+from .bulkwrite import insert_rows
 from .leases import Heartbeat, claim_chunk
+from .progress import encoding_stage
 from .planning import (
     _eligibility,
     _session_eligibility,
@@ -42,14 +44,24 @@ def _retriever(spec: str) -> Any:
 
     return get_retriever(
         spec, device=_setting("AUDIT_DEVICE", "") or None, batch_size=int(_setting("AUDIT_BATCH_SIZE", 64)),
-        precision=_setting("AUDIT_PRECISION", "fp32"),
+        precision=_setting("AUDIT_PRECISION", "amp"),
     )
 
 
+_caches: dict[tuple[str, str, int], Any] = {}
+
+
 def _cache(retriever: Any) -> Any:
+    """The embedding cache of the retriever, opened once per process (opening checks and may
+    write its metadata, in a write transaction)."""
     from retrieval.embcache import EmbeddingCache
 
-    return EmbeddingCache(settings.EMBEDDING_CACHE_DIR, retriever.spec, retriever.dim)
+    key = (str(settings.EMBEDDING_CACHE_DIR), retriever.spec, int(retriever.dim))
+    if key not in _caches or not _caches[key].db_path.exists():
+        if len(_caches) >= 8:
+            _caches.pop(next(iter(_caches)))
+        _caches[key] = EmbeddingCache(*key)
+    return _caches[key]
 
 
 def _image_path(root: str, rel: str) -> Path:
@@ -105,6 +117,12 @@ def _read_gallery(run: AuditRun, spec: str) -> tuple[list[int], list[str], dict[
     return ids, [files[i][0] for i in ids], {files[i][0]: files[i][1] for i in ids}
 
 
+def _loader_workers() -> int:
+    from config.worker_tuning import default_loader_workers
+
+    return default_loader_workers()
+
+
 def _encode_gallery_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> dict[str, Any]:
     from ..engine import encode_images
 
@@ -117,13 +135,47 @@ def _encode_gallery_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | No
     enc = encode_images(
         retriever, cache, [files[i][0] for i in ids], _locator(run, {files[i][0]: files[i][1] for i in ids}),
         max_pixels=int(_setting("IMAGE_MAX_PIXELS", 64_000_000)), check=beat.check if beat else None,
+        workers=_loader_workers(), progress=GalleryProgress(run.pk),
     )
     bad = {str(i): enc.unreadable[files[i][0]] for i in ids if files[i][0] in enc.unreadable}
     return {
         "seconds": {"build": build_s, "encode": enc.seconds},
         "cache": {"gallery_hits": enc.hits, "gallery_encoded": enc.encoded},
         "unreadable": bad,
+        "loader_workers": _loader_workers(),
+        "model_built": bool(getattr(retriever, "is_built", True)),
     }
+
+
+class GalleryProgress:
+    """``progress(done, total)`` of one gallery chunk's encoding: writes the run's stage with the
+    run's gallery images done, images/s of this chunk and an ETA, at most every ``every_s``."""
+
+    def __init__(self, run_id: int, every_s: float = 2.0) -> None:
+        self.run_id, self.every_s = run_id, every_s
+        self.started = self.last = time.perf_counter()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.every_s or done >= total:
+            return
+        self.last = now
+        before, all_images = _gallery_counts(self.run_id)
+        AuditRun.objects.filter(pk=self.run_id, status=AuditRun.Status.RUNNING).update(
+            stage=encoding_stage(before + done, all_images, done / (now - self.started)))
+
+
+def _chunk_counts(run_id: int) -> dict[tuple[str, str], int]:
+    """Items per (chunk kind, status) of the run, in one query."""
+    rows = AuditChunk.objects.filter(run_id=run_id).values("kind", "status").annotate(n=Sum("n_items")).order_by()
+    return {(r["kind"], r["status"]): r["n"] or 0 for r in rows}
+
+
+def _gallery_counts(run_id: int, counts: dict[tuple[str, str], int] | None = None) -> tuple[int, int]:
+    """(gallery images in done chunks, gallery images of the run), over every retriever."""
+    counts = _chunk_counts(run_id) if counts is None else counts
+    gallery = {status: n for (kind, status), n in counts.items() if kind == AuditChunk.Kind.GALLERY}
+    return gallery.get(AuditChunk.Status.DONE, 0), sum(gallery.values())
 
 
 def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[Any, ...]:
@@ -177,7 +229,8 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
     }
     keys = [turns[q]["reference_image__sha256"] for q in eligible]
     locate = _locator(run, {turns[q]["reference_image__sha256"]: turns[q]["reference_image__path"] for q in eligible})
-    img = encode_images(retriever, cache, keys, locate, max_pixels=max_pixels, check=beat.check if beat else None)
+    img = encode_images(retriever, cache, keys, locate, max_pixels=max_pixels, check=beat.check if beat else None,
+                        workers=_loader_workers())
     kept = [q for q, ok in zip(eligible, img.ok) if ok]
     skipped_out.update({str(q): "reference_unreadable" for q, ok in zip(eligible, img.ok) if not ok})
     txt = encode_texts(retriever, cache, [_turn_text(turns[q]["texts"]) for q in kept])
@@ -248,7 +301,7 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
     key_rel = {t["reference_image__sha256"]: t["reference_image__path"] for q in eligible for t in turns[q]}
     keys = list(key_rel)
     img = encode_images(retriever, cache, keys, _locator(run, key_rel), max_pixels=max_pixels,
-                        check=beat.check if beat else None)
+                        check=beat.check if beat else None, workers=_loader_workers())
     image_row = {k: n for n, k in enumerate(k for k, ok in zip(keys, img.ok) if ok)}
     kept = [q for q in eligible if all(t["reference_image__sha256"] in image_row for t in turns[q])]
     skipped_out.update({str(q): "reference_unreadable" for q in eligible if q not in set(kept)})
@@ -372,17 +425,8 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
             return "failed"
         return "busy" if chunk.status != AuditChunk.Status.FAILED else "failed"
     beat = Heartbeat(chunk.pk, owner) if heartbeat else None
-    rows: list[AuditRank] = []
-    session_rows: list[AuditSessionRank] = []
     try:
-        if chunk.kind == AuditChunk.Kind.GALLERY:
-            stats = _encode_gallery_chunk(run, chunk, beat)
-        elif chunk.kind == AuditChunk.Kind.SESSIONS:
-            stats, session_rows = _rank_session_chunk(run, chunk, beat)
-        elif chunk.kind == AuditChunk.Kind.TEXTS:
-            stats = _session_texts_chunk(run, chunk, beat)
-        else:
-            stats, rows = _rank_query_chunk(run, chunk, beat)
+        stats, rows = _compute(run, chunk, beat)
         if beat:
             beat.check()
     except LeaseLost:
@@ -395,18 +439,31 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
     finally:
         if beat:
             beat.stop()
+    _write_chunk(run, chunk, stats, rows)
+    return "ok"
+
+
+def _compute(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[Any]]:
+    """The chunk's stats and result rows (rank rows or session rank rows; none for the others)."""
+    if chunk.kind == AuditChunk.Kind.GALLERY:
+        return _encode_gallery_chunk(run, chunk, beat), []
+    if chunk.kind == AuditChunk.Kind.SESSIONS:
+        return _rank_session_chunk(run, chunk, beat)
+    if chunk.kind == AuditChunk.Kind.TEXTS:
+        return _session_texts_chunk(run, chunk, beat), []
+    return _rank_query_chunk(run, chunk, beat)
+
+
+def _write_chunk(run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: list[Any]) -> None:
+    """Store the rows in bulk (COPY on PostgreSQL) and mark the chunk done, in one transaction."""
     t0 = time.perf_counter()
     with transaction.atomic():
-        if rows:
-            AuditRank.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
-        if session_rows:
-            AuditSessionRank.objects.bulk_create(session_rows, batch_size=1000, ignore_conflicts=True)
+        insert_rows(AuditSessionRank if chunk.kind == AuditChunk.Kind.SESSIONS else AuditRank, rows)
         stats.setdefault("seconds", {})["write"] = time.perf_counter() - t0
         AuditChunk.objects.filter(pk=chunk.pk).exclude(status=AuditChunk.Status.DONE).update(
             status=AuditChunk.Status.DONE, finished_at=timezone.now(), heartbeat_at=timezone.now(), stats=stats,
         )
     update_progress(run.pk)
-    return "ok"
 
 
 def _fail_chunk(chunk: AuditChunk, message: str) -> None:
@@ -418,18 +475,18 @@ def _fail_chunk(chunk: AuditChunk, message: str) -> None:
 
 
 def update_progress(run_id: int) -> None:
-    """Recount finished work and refresh the ETA."""
-    done = AuditChunk.objects.filter(run_id=run_id, status=AuditChunk.Status.DONE).aggregate(s=Sum("n_items"))["s"] or 0
+    """Recount finished work and refresh the ETA and the stage (gallery images/s while encoding)."""
+    counts = _chunk_counts(run_id)
+    done = sum(n for (_kind, status), n in counts.items() if status == AuditChunk.Status.DONE)
     run = AuditRun.objects.filter(pk=run_id).only("started_at", "total", "status").first()
     if run is None:
         return
     eta = None
-    if run.started_at and done and run.total:
-        elapsed = (timezone.now() - run.started_at).total_seconds()
+    elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0.0
+    if elapsed and done and run.total:
         eta = max(0.0, elapsed * (run.total - done) / done)
-    gallery_left = AuditChunk.objects.filter(run_id=run_id, kind=AuditChunk.Kind.GALLERY).exclude(
-        status=AuditChunk.Status.DONE
-    ).exists()
-    AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(
-        done=done, eta_seconds=eta, stage="encoding gallery" if gallery_left else "ranking queries"
-    )
+    g_done, g_total = _gallery_counts(run_id, counts)
+    stage = "ranking queries"
+    if g_done < g_total:
+        stage = encoding_stage(g_done, g_total, g_done / elapsed if elapsed > 0 else 0.0)
+    AuditRun.objects.filter(pk=run_id, status=AuditRun.Status.RUNNING).update(done=done, eta_seconds=eta, stage=stage)

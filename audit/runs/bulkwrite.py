@@ -1,0 +1,77 @@
+"""Writing many result rows at once: COPY on PostgreSQL, ``bulk_create`` elsewhere.
+
+Rows are write-once (a chunk's rank rows are the same whoever computes them), so a row
+that already exists is kept: on PostgreSQL the rows are COPYed into a temporary table
+and moved over with ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``; on SQLite
+one prepared ``INSERT OR IGNORE`` (``bulk_create(ignore_conflicts=True)`` on other
+databases). Call inside ``transaction.atomic()``.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connection, models
+
+#: bulk_create batch size (SQLite's bound-parameter limit allows a few thousand values).
+BATCH = 1000
+
+
+_PLAIN = (models.IntegerField, models.CharField, models.TextField, models.FloatField, models.BooleanField)
+
+
+def _converter(field: models.Field) -> Any:
+    """``obj -> value to store`` for one field, chosen once per field (not per row)."""
+    if isinstance(field, models.JSONField):
+        return lambda obj: None if (v := getattr(obj, field.attname)) is None else json.dumps(v)
+    if isinstance(field, models.ForeignKey) or (isinstance(field, _PLAIN) and not isinstance(field, models.AutoField)):
+        return lambda obj: getattr(obj, field.attname)
+    # what a save would store (auto fields such as auto_now filled in)
+    return lambda obj: field.get_db_prep_save(field.pre_save(obj, True), connection)
+
+
+def _values(fields: Sequence[models.Field], objs: Sequence[models.Model]) -> list[list[Any]]:
+    convert = [_converter(f) for f in fields]
+    return [[c(obj) for c in convert] for obj in objs]
+
+
+def copy_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
+    """COPY ``objs`` into ``model``'s table (PostgreSQL, psycopg 3), skipping existing rows."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    table = connection.ops.quote_name(model._meta.db_table)
+    tmp = connection.ops.quote_name(f"_copy_{model._meta.db_table}")
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {tmp}")
+        cursor.execute(f"CREATE TEMP TABLE {tmp} ON COMMIT DROP AS SELECT {cols} FROM {table} WITH NO DATA")
+        with cursor.cursor.copy(f"COPY {tmp} ({cols}) FROM STDIN") as copy:
+            for row in _values(fields, objs):
+                copy.write_row(row)
+        cursor.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {tmp} ON CONFLICT DO NOTHING")
+        written = cursor.rowcount
+        cursor.execute(f"DROP TABLE {tmp}")
+    return written
+
+
+def sqlite_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
+    """One prepared ``INSERT OR IGNORE`` run over every row (SQLite): no per-row SQL compiling."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    marks = ", ".join("?" * len(fields))
+    sql = f"INSERT OR IGNORE INTO {connection.ops.quote_name(model._meta.db_table)} ({cols}) VALUES ({marks})"
+    with connection.cursor() as cursor:
+        cursor.cursor.executemany(sql, _values(fields, objs))
+        return cursor.cursor.rowcount
+
+
+def insert_rows(model: type[models.Model], objs: Sequence[models.Model]) -> None:
+    """Write ``objs`` in bulk, keeping rows that already exist (see the module docstring)."""
+    if not objs:
+        return
+    if connection.vendor == "postgresql":
+        copy_rows(model, objs)
+    elif connection.vendor == "sqlite":
+        sqlite_rows(model, objs)
+    else:
+        model.objects.bulk_create(objs, batch_size=BATCH, ignore_conflicts=True)
