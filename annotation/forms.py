@@ -42,8 +42,9 @@ class StudyForm(forms.Form):
     agreement_size = forms.IntegerField(min_value=0, initial=0, help_text="Items judged by every annotator.")
     blind = forms.BooleanField(required=False, initial=True)
     lease_minutes = forms.IntegerField(min_value=1, max_value=240, initial=10)
-    candidates = forms.IntegerField(min_value=0, max_value=50, initial=20,
-                                    help_text="Candidate images per item, the same number for every item (on pages of 10).")
+    candidates = forms.IntegerField(min_value=0, max_value=50, initial=20, required=False,
+                                    help_text="Candidate images per item, the same number for every item (on pages "
+                                              "of 10); empty: 20.")
     guidelines = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
     annotators = forms.ModelMultipleChoiceField(
         queryset=get_user_model().objects.filter(groups__name="annotator").order_by("username"),
@@ -69,7 +70,7 @@ class StudyForm(forms.Form):
             hidden_categories=list(d["hidden_categories"]), quotas=d["quotas"], total=d["total"], seed=d["seed"],
             agreement_size=d["agreement_size"], blind=d["blind"], guidelines=d["guidelines"],
             lease_minutes=d["lease_minutes"], annotators=[u.username for u in d["annotators"]],
-            quorum=d.get("quorum"), session_rule=self._session_rule(d), candidates=d["candidates"],
+            quorum=d.get("quorum"), session_rule=self._session_rule(d), candidates=20 if d["candidates"] is None else d["candidates"],
         )
 
     @staticmethod

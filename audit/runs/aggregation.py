@@ -417,5 +417,5 @@ def stored_labels(run: AuditRun) -> AuditLabels:
     :func:`aggregate_run`; queries are keyed by their external id, retrievers by spec.
     """
     labelled = dict(AuditLabel.objects.filter(run=run).values_list("query_id", "query__external_id"))
-    rows = [(labelled[q], r, mm, t, i) for q, r, mm, t, i in _rank_rows(run) if q in labelled]
+    rows = [(labelled[q], *rest) for q, *rest in _rank_rows(run) if q in labelled]
     return label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers)

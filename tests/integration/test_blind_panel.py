@@ -21,10 +21,19 @@ from retrieval.models import Target, Turn
 pytestmark = pytest.mark.django_db
 
 CATEGORIES = ("composition_required", "unresolved")
+BLIND_TRAIN_STEPS = 150
+
+
+@pytest.fixture(scope="module")
+def trained_models_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("blind-demo-models")
 
 
 @pytest.fixture(params=[64])
-def demo_study(request, tmp_path, settings):
+def demo_study(request, tmp_path, settings, trained_models_dir):
+    # retrievers trained long enough that the audit finds both shortcut-free categories
+    # (2-step models leave almost every query unresolved): trained once for this module
+    settings.DEMO_MODELS_DIR, settings.DEMO_TRAIN_STEPS = trained_models_dir, BLIND_TRAIN_STEPS
     settings.IMAGE_ROOTS = [tmp_path.resolve()]
     settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
     # the audit's top-list size (AUDIT_CANDIDATES_N = 64 by default once every run stores it;
