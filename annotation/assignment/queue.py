@@ -129,17 +129,14 @@ def next_assignment(study: Study, user, now=None) -> Served:
                 return resumed
 
         mine = Assignment.objects.filter(study=study, annotator=user).exclude(status=Assignment.Status.RELEASED)
-        gold = _gold_choice(study, mine, counts)
+        gold = _gold_choice(study, user, mine, counts)
         if gold is not None:
-            return _reserve(study, user, gold, now, counts)
+            return _reserve(study, user, gold[0], now, counts, gold[1])
         open_items = StudyItem.objects.filter(study=study, gold=False).exclude(id__in=mine.values("item_id"))
-        earlier = Assignment.objects.filter(item=OuterRef("pk"), annotator=user).values("pk")[:1]
         items = list(
-            (open_items.filter(agreement=True) | open_items.filter(taken__lt=study.overlap))
+            _with_earlier(open_items.filter(agreement=True) | open_items.filter(taken__lt=study.overlap), user)
             .order_by("-agreement", "-taken", "order_key")
-            .select_related("query__dataset")
-            .select_for_update(skip_locked=True, of=("self",))
-            .annotate(earlier_id=Subquery(earlier))[:CANDIDATES]
+            .select_for_update(skip_locked=True, of=("self",))[:CANDIDATES]
         )
         candidates = [
             Candidate(item_id=i.pk, overlap=study.overlap, completed=i.completed, reserved=i.taken - i.completed,
@@ -154,7 +151,14 @@ def next_assignment(study: Study, user, now=None) -> Served:
         return _reserve(study, user, choice, now, counts, {i.pk: i for i in items}.get(choice.item))
 
 
-def _gold_choice(study: Study, mine, counts: dict) -> Choice | None:
+def _with_earlier(items, user):
+    """Items read for serving: with query and dataset (for the payload) and the id of the
+    user's earlier assignment of each (``earlier_id``: None when there is none)."""
+    earlier = Assignment.objects.filter(item=OuterRef("pk"), annotator=user).values("pk")[:1]
+    return items.select_related("query__dataset").annotate(earlier_id=Subquery(earlier))
+
+
+def _gold_choice(study: Study, user, mine, counts: dict) -> tuple[Choice, StudyItem | None] | None:
     """A gold item when one is due (training phase, or the study's gold rate), else None.
     ``counts``: the annotator's served and gold counts (:func:`_mine_counts`)."""
     if study.gold_rate <= 0 and not study.training_items:
@@ -162,9 +166,10 @@ def _gold_choice(study: Study, mine, counts: dict) -> Choice | None:
     rule = gold_due(counts["served"], counts["gold"], study.gold_rate, study.training_items)
     if rule is None:
         return None
-    rows = (StudyItem.objects.filter(study=study, gold=True).exclude(id__in=mine.values("item_id"))
-            .order_by("order_key", "id").values_list("id", "order_key")[:CANDIDATES])
-    return choose_gold([Candidate(item_id=i, overlap=1, order_key=o) for i, o in rows], rule)
+    items = list(_with_earlier(StudyItem.objects.filter(study=study, gold=True).exclude(id__in=mine.values("item_id")),
+                               user).order_by("order_key", "id")[:CANDIDATES])
+    choice = choose_gold([Candidate(item_id=i.pk, overlap=1, order_key=i.order_key) for i in items], rule)
+    return None if choice is None else (choice, {i.pk: i for i in items}.get(choice.item))
 
 
 def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
@@ -401,11 +406,13 @@ def study_sizes(study: Study) -> dict:
     key = study_sizes_key(study)
     sizes = cache.get(key)
     if sizes is None:
+        annotators = Study.annotators.through.objects.filter(study_id=study.pk).order_by().values("study_id")
         counts = StudyItem.objects.filter(study=study).aggregate(
-            agreement=Count("id", filter=Q(agreement=True)), total=Count("id")
+            agreement=Count("id", filter=Q(agreement=True)), total=Count("id"),
+            annotators=Max(Subquery(annotators.annotate(n=Count("user_id")).values("n")[:1])),  # none: 0 items
         )
         sizes = {"agreement": counts["agreement"], "other": counts["total"] - counts["agreement"],
-                 "annotators": study.annotators.count()}
+                 "annotators": counts["annotators"] or 0}
         cache.set(key, sizes, 30)
     return sizes
 
