@@ -25,7 +25,8 @@ def study_dict(study, user) -> dict:
         "id": study.pk, "name": study.name, "rubric": {"key": study.rubric.key, "version": study.rubric.version},
         "kind": study.rubric.rubric.kind, "guidelines": study.guidelines, "status": study.status,
     }
-    if study.annotators.filter(pk=user.pk).exists():
+    is_annotator = getattr(study, "is_annotator", None)
+    if is_annotator if is_annotator is not None else study.annotators.filter(pk=user.pk).exists():
         data["progress"] = engine.annotator_progress(study, user)
     if roles.is_admin(user) or roles.is_researcher(user):
         data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
@@ -79,14 +80,15 @@ def study_detail(request, pk: int):
 def next_item(request, pk: int):
     """Reserve the next item. Staff also get ``staff.served_by``, the rule that chose it;
     annotators never learn it (nor the audit's label)."""
-    study = member_study(request.user, pk)
-    if not study.annotators.filter(pk=request.user.pk).exists():
+    study = member_study(request.user, pk, annotate=engine.lease_state(request.user))
+    if not study.is_annotator:
         return Response({"detail": "You are not an annotator of this study."}, status=status.HTTP_403_FORBIDDEN)
     served = engine.next_assignment(study, request.user)
     if served.assignment is None:
         return Response({"assignment": None, "served_by": served.rule,
                          "progress": engine.annotator_progress(study, request.user)})
-    return Response(item_payload(served.assignment, served.rule, staff=roles.is_admin(request.user)))
+    return Response(item_payload(served.assignment, served.rule, staff=roles.is_admin(request.user),
+                                 fresh=served.fresh, mine=served.mine))
 
 
 @extend_schema(responses={200: dict})
@@ -183,21 +185,30 @@ def judgements(request, pk: int):
     if request.method == "GET":
         a = own_assignment(request.user, pk)
         return Response([judgement_dict(j) for j in a.revisions.order_by("revision")])
-    a = writable_assignment(request.user, pk)
     refused = _json_object(request, "A judgement")
     if refused:
+        writable_assignment(request.user, pk)  # a 404 or 403 comes first
         return refused
     payload = dict(request.data)
     token = str(payload.pop("client_token", "") or "")[:64]
+    held = []  # the row as read under lock (access checked in the same query)
+
+    def fetch(rows):
+        held.append(writable_assignment(request.user, pk, rows))
+        return held[-1]
+
     try:
-        j = engine.submit(a, payload, client_token=token, base_revision=_base_revision(payload))
+        j = engine.submit(Assignment(pk=pk), payload, client_token=token, base_revision=_base_revision(payload),
+                          fetch=fetch)
     except JudgementError as exc:
+        if not held:  # refused before the row was read: a 404 or 403 comes first
+            writable_assignment(request.user, pk)
         return Response({"field": exc.field, "detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
     except engine.DuplicateSubmission as dup:
         return Response({**judgement_dict(dup.judgement), "duplicate": True}, status=status.HTTP_200_OK)
     except engine.Conflict as conflict:
         return Response(_conflict_body(conflict, payload), status=status.HTTP_409_CONFLICT)
-    feedback = training_feedback(a, j)
+    feedback = training_feedback(held[-1], j)
     if feedback:  # shown on the next page the annotator opens
         messages.info(request._request, feedback)
     return Response(judgement_dict(j), status=status.HTTP_201_CREATED)

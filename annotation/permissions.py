@@ -30,13 +30,17 @@ def visible_studies(user):
     return Study.objects.filter(annotators=user)
 
 
-def member_study(user, study_id: int) -> Study:
-    """A study the user annotates in (staff: any); 404 otherwise, so ids leak nothing."""
-    qs = Study.objects.select_related("rubric")
+def member_study(user, study_id: int, annotate: dict | None = None) -> Study:
+    """A study the user annotates in (staff: any); 404 otherwise, so ids leak nothing.
+
+    One query: the row carries ``is_annotator`` (whether the user annotates in it) and any
+    further ``annotate`` expressions the caller needs."""
+    member = Study.annotators.through.objects.filter(study_id=OuterRef("pk"), user_id=user.pk)
+    qs = Study.objects.select_related("rubric").annotate(is_annotator=Exists(member), **(annotate or {}))
     study = qs.filter(pk=study_id).first()
     if study is None:
         raise Http404("no such study")
-    if roles.is_admin(user) or study.annotators.filter(pk=user.pk).exists():
+    if study.is_annotator or roles.is_admin(user):
         return study
     raise Http404("no such study")
 
@@ -44,7 +48,7 @@ def member_study(user, study_id: int) -> Study:
 def own_assignment(user, assignment_id: int) -> Assignment:
     """The user's own assignment; another annotator's gives 404, whoever asks."""
     a = (
-        Assignment.objects.select_related("study__rubric", "item__query", "annotator")
+        Assignment.objects.select_related("study__rubric", "item__query__dataset", "annotator")
         .filter(pk=assignment_id, annotator=user)
         .first()
     )
@@ -62,12 +66,14 @@ def write_refusal(study: Study, is_member: bool) -> str | None:
     return None
 
 
-def writable_assignment(user, assignment_id: int) -> Assignment:
+def writable_assignment(user, assignment_id: int, rows=None) -> Assignment:
     """The user's own assignment in an open study they still annotate (one query);
-    404 for someone else's, 403 with the reason once access has ended."""
+    404 for someone else's, 403 with the reason once access has ended. ``rows``: the
+    queryset to read it from (a submit passes its locked one)."""
     member = Study.annotators.through.objects.filter(study_id=OuterRef("study_id"), user_id=user.pk)
+    rows = rows if rows is not None else Assignment.objects.select_related("study__rubric", "item__query")
     a = (
-        Assignment.objects.select_related("study__rubric", "item__query", "annotator")
+        rows.select_related("annotator")
         .annotate(is_member=Exists(member))
         .filter(pk=assignment_id, annotator=user)
         .first()

@@ -45,3 +45,16 @@ def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
     if raw is None or raw.strip() == "":
         return list(default)
     return [part.strip() for part in raw.split(sep) if part.strip()]
+
+
+def cache_settings(url: str) -> dict:
+    """Django's ``CACHES`` from a URL: empty (or ``locmem://``) keeps the per-process local
+    memory cache; ``redis://`` / ``rediss://`` / ``unix://`` use Django's Redis backend, one
+    cache shared by every gunicorn worker (throttles, image grants, cached study sizes)."""
+    url = (url or "").strip()
+    if url in ("", "locmem://"):
+        return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    if url.split("://", 1)[0] in ("redis", "rediss", "unix"):
+        return {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
+                            "KEY_PREFIX": "cirval"}}
+    raise ValueError(f"CACHE_URL={url!r}: use redis://host:port/db, rediss://..., unix://... or leave it empty")

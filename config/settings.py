@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from .env import env_bool, env_float, env_int, env_list, env_str
+from .env import cache_settings, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CIRVAL_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -91,6 +91,10 @@ TEMPLATES = [
 # --- database --------------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'cirval.sqlite3'}")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))}
+# One cache per process by default. With several gunicorn workers set CACHE_URL (or
+# REDIS_CACHE_URL) to a Redis database so that throttles and image grants are shared.
+CACHE_URL = env_str("CACHE_URL", "") or env_str("REDIS_CACHE_URL", "")
+CACHES = cache_settings(CACHE_URL)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The web process and the worker share the file: WAL lets readers run beside a
     # writer, IMMEDIATE transactions make writers queue instead of failing.
@@ -251,6 +255,9 @@ AUDIT_CANDIDATES_N = env_int("AUDIT_CANDIDATES_N", 64)  # multimodal top list st
 
 # --- validated exports ----------------------------------------------------------------------
 EXPORT_CHUNK_SIZE = env_int("EXPORT_CHUNK_SIZE", 2000)  # items read per batch
+# Pause after every batch (the CPU is given up, then this long a sleep) so that an export
+# running beside the web tier does not starve it; 0 = only sched_yield.
+EXPORT_YIELD_SECONDS = env_float("EXPORT_YIELD_SECONDS", 0.005)
 
 # --- REST framework --------------------------------------------------------------------
 REST_FRAMEWORK = {

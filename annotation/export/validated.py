@@ -47,6 +47,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -590,6 +591,7 @@ def export_study(
                 _write_batch(run, batch, ids)
                 done += len(batch)
                 report("exporting", done, total)
+                yield_cpu()
                 if settings.DEBUG and not connection.force_debug_cursor:
                     connection.queries_log.clear()  # DEBUG keeps every SQL string: memory would grow
         run.layout.finish(run.writers.subsets)
@@ -608,6 +610,17 @@ def export_study(
         raise
     finally:
         id_file.unlink(missing_ok=True)
+
+
+def yield_cpu(seconds: float | None = None) -> None:
+    """Between two batches: give the CPU up (``sched_yield``) and sleep ``EXPORT_YIELD_SECONDS``
+    so that the web tier's requests run between an export's batches (the export keeps
+    streaming; a batch of 2000 items takes far longer than the pause)."""
+    seconds = float(getattr(settings, "EXPORT_YIELD_SECONDS", 0.0)) if seconds is None else seconds
+    if hasattr(os, "sched_yield"):
+        os.sched_yield()
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 def run_export_job(job: ExportJob) -> ExportJob:

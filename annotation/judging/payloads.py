@@ -24,7 +24,7 @@ def image_ref(image: Image | None, size: int = 384) -> dict | None:
 def candidate_refs(item: StudyItem) -> list[dict]:
     """The item's blind candidate panel as image references, in panel order."""
     ids = item_candidates(item)
-    images = Image.objects.in_bulk(ids)
+    images = Image.objects.in_bulk(ids) if ids else {}
     return [image_ref(images[i], 160) for i in ids if i in images]
 
 
@@ -54,20 +54,19 @@ def lease_seconds(assignment: Assignment) -> int | None:
     return max(0, int((assignment.lease_expires - timezone.now()).total_seconds()))
 
 
-def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = False) -> dict:
+def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = False, fresh: bool = False,
+                 mine: dict | None = None) -> dict:
     """The item as its annotator sees it: never the rule that served it (gold items are mixed
     in silently). ``staff`` adds what only staff may see: that rule and where the item's
-    candidate panel came from."""
+    candidate panel came from. ``fresh`` (a row just created: no judgement, no draft) and
+    ``mine`` (the annotator's counts) come from :class:`annotation.assignment.queue.Served`
+    and save queries."""
     study = assignment.study
-    query = (
-        Query.objects.select_related("dataset")
-        .prefetch_related("turns__reference_image", "turns__turn_target", "targets__image")
-        .get(pk=assignment.item.query_id)
-    )
-    turns = list(query.turns.all())
-    targets = [t for t in query.targets.all() if t.is_positive]
-    current = assignment.revisions.filter(is_current=True).first()
-    draft = Draft.objects.filter(assignment=assignment).first()
+    query = assignment.item.query
+    turns = list(query.turns.select_related("reference_image", "turn_target"))
+    targets = [t for t in query.targets.select_related("image") if t.is_positive]
+    current = None if fresh else assignment.revisions.filter(is_current=True).first()
+    draft = None if fresh else Draft.objects.filter(assignment=assignment).first()
     # Not blind: the target's rank after each turn, from the newest audit of the session.
     ranks = session_ranks(query) if (query.n_turns > 1 and not study.blind) else []
     payload = {
@@ -96,7 +95,7 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
         "too_broad_threshold": study.too_broad_threshold,
         "judgement": judgement_dict(current),
         "draft": draft.payload if draft is not None else None,
-        "progress": annotator_progress(study, assignment.annotator),
+        "progress": annotator_progress(study, assignment.annotator_id, mine=mine),
     }
     if staff:
         payload["staff"] = {"served_by": rule or assignment.served_by,

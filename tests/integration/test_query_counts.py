@@ -1,0 +1,105 @@
+"""Issue 17: SQL queries per "next item" and per submit through the full request stack
+(session authentication, API view, engine, payload with its stored candidate panel,
+progress), with gold items mixed in. Each request is also checked for what it must still
+do: a lease, the panel, the progress counts, the quorum counters."""
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import Client
+
+from annotation.assignment import queue as engine
+from annotation.judging.candidates import fill_study_candidates
+from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
+
+pytestmark = pytest.mark.django_db
+
+NEXT_MAX = 11  # session, user, study (membership, leases, counts), begin, candidates, insert, taken, commit,
+#                turns, targets, panel images
+SUBMIT_MAX = 8  # session, user, begin, locked read (access, revision, token, draft), insert, quorum, status, commit
+ANSWER = {"category": "VALIDATED", "time_spent_ms": 900}
+
+
+@pytest.fixture
+def study(tmp_path, settings):
+    settings.IMAGE_ROOTS = [tmp_path.resolve()]
+    settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
+    call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=StringIO())
+    study = Study.objects.get(name="demo-validity")
+    fill_study_candidates(study.pk)
+    study.gold_rate, study.training_items = 0.25, 1
+    study.save(update_fields=["gold_rate", "training_items"])
+    StudyItem.objects.filter(pk__in=list(study.items.order_by("order_key").values_list("pk", flat=True)[:3])).update(
+        gold=True, gold_answer={"validated": True})
+    return study
+
+
+def _client(study, name="counted"):
+    user = get_user_model().objects.create_user(name, password="x")
+    study.annotators.add(user)
+    client = Client()
+    client.force_login(user)
+    return client, user
+
+
+def test_next_item_and_submit_stay_within_their_query_budget(study, django_assert_max_num_queries):
+    client, user = _client(study)
+    engine.study_sizes(study)  # cached for 30 s: the budget is that of the steady state
+    served_gold = 0
+    for n in range(8):
+        with django_assert_max_num_queries(NEXT_MAX):
+            r = client.post(f"/api/studies/{study.pk}/next/")
+        body = r.json()
+        a = Assignment.objects.select_related("item").get(pk=body["assignment"])
+        assert a.status == "reserved" and a.lease_expires is not None and a.annotator == user
+        assert a.item.taken >= 1
+        if a.item.query.n_turns == 1:
+            assert [p["id"] for p in body["panel"]] == list(a.item.candidates) and len(body["panel"]) == study.candidates
+        assert body["judgement"] is None and body["draft"] is None
+        assert body["progress"] == engine.annotator_progress(study, user)
+        served_gold += a.item.gold
+        completed = a.item.completed
+        with django_assert_max_num_queries(SUBMIT_MAX):
+            r = client.post(f"/api/assignments/{a.pk}/judgements/", ANSWER, content_type="application/json")
+        assert r.status_code == 201, r.content
+        a.refresh_from_db()
+        a.item.refresh_from_db()
+        assert a.status == "done" and a.item.completed == completed + 1
+    assert served_gold >= 2  # the training item and the gold rate both served gold
+
+
+def test_resumed_lease_revisions_drafts_and_conflicts_keep_working(study, django_assert_max_num_queries):
+    client, user = _client(study)
+    engine.study_sizes(study)
+    first = client.post(f"/api/studies/{study.pk}/next/").json()
+    with django_assert_max_num_queries(NEXT_MAX + 2):  # resumed: the lease is locked and renewed
+        again = client.post(f"/api/studies/{study.pk}/next/").json()
+    assert again["assignment"] == first["assignment"]
+    url = f"/api/assignments/{first['assignment']}/"
+    client.put(url + "draft/", {"note": "half"}, content_type="application/json")
+    with django_assert_max_num_queries(SUBMIT_MAX + 1):  # the draft is deleted
+        assert client.post(url + "judgements/", {**ANSWER, "client_token": "t1"},
+                           content_type="application/json").status_code == 201
+    assert not Draft.objects.filter(assignment_id=first["assignment"]).exists()
+    same = client.post(url + "judgements/", {**ANSWER, "client_token": "t1"}, content_type="application/json")
+    assert same.status_code == 200 and same.json()["duplicate"]
+    other = {"category": "QUERY_TOO_BROAD", "time_spent_ms": 5}
+    assert client.post(url + "judgements/", {**other, "client_token": "t1"},
+                       content_type="application/json").status_code == 409
+    with django_assert_max_num_queries(SUBMIT_MAX + 1):  # the earlier revision stops being current
+        r = client.post(url + "judgements/", {**other, "client_token": "t2", "base_revision": 1},
+                        content_type="application/json")
+    assert r.status_code == 201 and r.json()["revision"] == 2
+    stale = client.post(url + "judgements/", {**ANSWER, "client_token": "t3", "base_revision": 1},
+                        content_type="application/json")
+    assert stale.status_code == 409 and stale.json()["conflict"] == "stale" and stale.json()["stored"]["revision"] == 2
+    assert Judgement.objects.filter(assignment_id=first["assignment"], is_current=True).count() == 1
+    # another annotator's assignment stays a 404, whatever the body
+    intruder, _ = _client(study, "intruder")
+    assert intruder.post(url + "judgements/", ANSWER, content_type="application/json").status_code == 404
+    assert intruder.post(url + "judgements/", {**ANSWER, "base_revision": -1},
+                         content_type="application/json").status_code == 404
+    assert intruder.post(url + "judgements/", "x=1", content_type="application/x-www-form-urlencoded").status_code == 404
