@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from retrieval.models import Target
+from retrieval.targets import ALTERNATIVE as ALTERNATIVE_ROLE  # the target rule owns the role
 
 from .models import AuditRun
 from .runs.aggregation import subset_scores
 
-ALTERNATIVE_ROLE = "alternative"
-#: Metrics compared before/after, when present in the scores (mAP@K arrives with issue 10 item 2).
+#: Metrics compared before/after.
 COMPARED = ("recall_at_k", "map_at_k")
 
 

@@ -16,7 +16,9 @@ export call :func:`positive_targets`; nothing else decides it. A target is anyth
   turn's intermediate target is never a positive.
 * any other format (``demo``, hand-made data): relevance > 0 and role not ``neg``.
 
-Targets with role ``neg`` never count, whatever the format.
+Targets with role ``neg`` never count, whatever the format. Accepted alternatives (role
+``alternative``: images that annotators judged to fit as well as the labelled target, added
+by ``manage.py apply_alternatives``) count for every format, after the format's own positives.
 """
 from __future__ import annotations
 
@@ -52,10 +54,11 @@ RULES: dict[str, str] = {
     "mtfiq": "the session's final target",
 }
 DEFAULT_RULE = "every target with relevance > 0 that is not a negative"
+ALTERNATIVE = "alternative"  # the role of an accepted alternative (an extra ground truth)
 
 
 def _any_positive(t: TargetLike) -> bool:
-    return t.role != "neg" and t.relevance > 0
+    return t.role not in ("neg", ALTERNATIVE) and t.relevance > 0
 
 
 def _primary_or_all(targets: Sequence[TargetLike]) -> list[TargetLike]:
@@ -93,9 +96,9 @@ def positive_targets(fmt: str, targets: Iterable[TargetLike]) -> list[Any]:
     """The targets of one query that count as positives for ``fmt``, in input order."""
     items = list(targets)
     rule = _RULE_FUNCS.get(fmt)
-    if rule is None:
-        return [t for t in items if _any_positive(t)]
-    return rule(items)
+    labelled = [t for t in items if _any_positive(t)] if rule is None else rule(items)
+    chosen = {id(t) for t in labelled}
+    return labelled + [t for t in items if t.role == ALTERNATIVE and id(t) not in chosen]
 
 
 def graded_targets(fmt: str, targets: Iterable[TargetLike]) -> list[tuple[Any, float]]:

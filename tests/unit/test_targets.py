@@ -151,3 +151,16 @@ def test_cirr_labels_that_change_with_the_rule():
     print(f"CIRR val sample: {len(changed)} of 48 queries change positives; {len(flipped)} change label: {flipped}")
     assert set(flipped) <= changed
     assert flipped  # the rule matters for labels, not only for counts
+
+
+def test_accepted_alternatives_count_for_every_format_after_its_own_positives():
+    from retrieval.targets import ALTERNATIVE, TargetFacts, positive_targets
+
+    hard = TargetFacts("h", 1.0, True, "hard")
+    soft = TargetFacts("s", 0.5, False, "soft")
+    alt = TargetFacts("a", 1.0, False, ALTERNATIVE)
+    neg = TargetFacts("n", 0.0, False, "neg")
+    assert [t.image for t in positive_targets("cirr", [alt, soft, hard, neg])] == ["h", "a"]
+    assert [t.image for t in positive_targets("fashioniq", [alt, hard])] == ["h", "a"]
+    assert [t.image for t in positive_targets("circo", [TargetFacts("g"), alt])] == ["g", "a"]
+    assert [t.image for t in positive_targets("demo", [alt, TargetFacts("g")])] == ["g", "a"]
