@@ -167,6 +167,85 @@ def _marker(shape: str, x: float, y: float, colour: str, tip: str) -> str:
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}">{t}</circle>'
 
 
+def _series_style(n: int) -> tuple[str, str]:
+    """The colour and the stroke-dasharray attribute of the n-th series."""
+    dash = DASHES[n % len(DASHES)]
+    return PALETTE[n % len(PALETTE)], (f' stroke-dasharray="{dash}"' if dash else "")
+
+
+def _line_legend(names: Sequence[str], pad_l: int) -> list[str]:
+    """A line sample with its marker for each series."""
+    out: list[str] = []
+    for n, name in enumerate(names):
+        lx = pad_l + n * 170
+        colour, dash_attr = _series_style(n)
+        out.append(f'<line x1="{lx}" y1="36" x2="{lx + 34}" y2="36" stroke="{colour}" stroke-width="2.5"{dash_attr}/>')
+        out.append(_marker(MARKERS[n % len(MARKERS)], lx + 17, 36, colour, name))
+        out.append(f'<text x="{lx + 42}" y="40" {FONT}>{escape(name)}</text>')
+    return out
+
+
+def _panel_frame(panel_title: str, x0: float, panel_w: float, top: int, plot_h: int, height: int, top_v: float,
+                 y_of: Callable[[float], float], x_of: Callable[[int], float], x_labels: Sequence[str],
+                 x_label: str) -> list[str]:
+    """A panel's title, box, horizontal grid with tick labels and x labels."""
+    out = [f'<text x="{x0 + panel_w / 2:.1f}" y="{top - 10}" {FONT} font-weight="600" '
+           f'text-anchor="middle">{escape(panel_title)}</text>',
+           f'<rect x="{x0:.1f}" y="{top}" width="{panel_w:.1f}" height="{plot_h}" fill="none" stroke="#d9e2ec"/>']
+    for j in range(5):
+        tick = top_v * j / 4
+        ty = y_of(tick)
+        out.append(f'<line x1="{x0:.1f}" y1="{ty:.1f}" x2="{x0 + panel_w:.1f}" y2="{ty:.1f}" stroke="#e4e9ef"/>')
+        out.append(f'<text x="{x0 - 5:.1f}" y="{ty + 4:.1f}" {SMALL} text-anchor="end" fill="#616e7c">'
+                   f'{round(tick, 4):g}</text>')
+    for i, lab in enumerate(x_labels):
+        out.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 15}" {SMALL} text-anchor="middle" '
+                   f'fill="#616e7c">{escape(str(lab))}</text>')
+    out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{height - 8}" {FONT} text-anchor="middle" '
+               f'fill="#616e7c">{escape(x_label)}</text>')
+    return out
+
+
+def _segments(points: Sequence[str | None]) -> list[list[str]]:
+    """Runs of consecutive points; ``None`` is a gap."""
+    segments: list[list[str]] = [[]]
+    for p in points:
+        if p is None:
+            segments.append([])
+        else:
+            segments[-1].append(p)
+    return [seg for seg in segments if seg]
+
+
+def _panel_series(panel_title: str, series: Mapping[str, Sequence[float | None]], names: Sequence[str], n_x: int,
+                  y_of: Callable[[float], float], x_of: Callable[[int], float], x_labels: Sequence[str],
+                  x_label: str) -> list[str]:
+    """A panel's polylines, then its markers; markers at the same point are spread
+    horizontally by their series index."""
+    seen: dict[tuple[int, float], int] = {}
+    lines: list[str] = []
+    marks: list[str] = []
+    for n, name in enumerate(names):
+        values = list(series.get(name, []))[:n_x]
+        colour, dash_attr = _series_style(n)
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            key = (i, round(v, 6))
+            nudge = seen.get(key, 0)
+            seen[key] = nudge + 1
+            marks.append(_marker(
+                MARKERS[n % len(MARKERS)], x_of(i) + 5 * nudge, y_of(v), colour,
+                f"{panel_title} · {name} · {x_label} {x_labels[i]}: {_fmt(v)}",
+            ))
+        points = [None if v is None else f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(values)]
+        for seg in _segments(points):
+            if len(seg) > 1:
+                lines.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{colour}" '
+                             f'stroke-width="2.2"{dash_attr} stroke-linejoin="round"/>')
+    return lines + marks
+
+
 def line_panels_svg(
     panels: Sequence[tuple[str, Mapping[str, Sequence[float | None]]]],
     x_labels: Sequence[str],
@@ -201,14 +280,7 @@ def line_panels_svg(
         f'<title>{escape(title)}</title>',
         f'<text x="8" y="18" {FONT} font-weight="600">{escape(title)}</text>',
     ]
-    for n, name in enumerate(names):  # legend: a line sample with its marker
-        lx = pad_l + n * 170
-        colour = PALETTE[n % len(PALETTE)]
-        dash = DASHES[n % len(DASHES)]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<line x1="{lx}" y1="36" x2="{lx + 34}" y2="36" stroke="{colour}" stroke-width="2.5"{dash_attr}/>')
-        out.append(_marker(MARKERS[n % len(MARKERS)], lx + 17, 36, colour, name))
-        out.append(f'<text x="{lx + 42}" y="40" {FONT}>{escape(name)}</text>')
+    out.extend(_line_legend(names, pad_l))
     top_v = float(y_max)
 
     def y_of(v: float) -> float:
@@ -220,54 +292,10 @@ def line_panels_svg(
         x0 = pad_l + p * (panel_w + gutter)
         step = (panel_w - 24) / max(1, n_x - 1)
 
-        def x_of(i: int) -> float:
+        def x_of(i: int, x0: float = x0, step: float = step) -> float:
             return x0 + 12 + (i * step if n_x > 1 else (panel_w - 24) / 2)
 
-        out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{top - 10}" {FONT} font-weight="600" '
-                   f'text-anchor="middle">{escape(panel_title)}</text>')
-        out.append(f'<rect x="{x0:.1f}" y="{top}" width="{panel_w:.1f}" height="{plot_h}" '
-                   f'fill="none" stroke="#d9e2ec"/>')
-        for j in range(5):
-            tick = top_v * j / 4
-            ty = y_of(tick)
-            out.append(f'<line x1="{x0:.1f}" y1="{ty:.1f}" x2="{x0 + panel_w:.1f}" y2="{ty:.1f}" stroke="#e4e9ef"/>')
-            out.append(f'<text x="{x0 - 5:.1f}" y="{ty + 4:.1f}" {SMALL} text-anchor="end" fill="#616e7c">'
-                       f'{round(tick, 4):g}</text>')
-        for i, lab in enumerate(x_labels):
-            out.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 15}" {SMALL} text-anchor="middle" '
-                       f'fill="#616e7c">{escape(str(lab))}</text>')
-        out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{height - 8}" {FONT} text-anchor="middle" '
-                   f'fill="#616e7c">{escape(x_label)}</text>')
-        # markers at the same point are spread horizontally by their series index
-        seen: dict[tuple[int, float], int] = {}
-        marks: list[str] = []
-        for n, name in enumerate(names):
-            values = list(series.get(name, []))
-            colour = PALETTE[n % len(PALETTE)]
-            dash = DASHES[n % len(DASHES)]
-            dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-            segment: list[str] = []
-            segments: list[list[str]] = []
-            for i, v in enumerate(values[:n_x]):
-                if v is None:
-                    if segment:
-                        segments.append(segment)
-                    segment = []
-                    continue
-                segment.append(f"{x_of(i):.1f},{y_of(v):.1f}")
-                key = (i, round(v, 6))
-                nudge = seen.get(key, 0)
-                seen[key] = nudge + 1
-                marks.append(_marker(
-                    MARKERS[n % len(MARKERS)], x_of(i) + 5 * nudge, y_of(v), colour,
-                    f"{panel_title} · {name} · {x_label} {x_labels[i]}: {_fmt(v)}",
-                ))
-            if segment:
-                segments.append(segment)
-            for seg in segments:
-                if len(seg) > 1:
-                    out.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{colour}" '
-                               f'stroke-width="2.2"{dash_attr} stroke-linejoin="round"/>')
-        out.extend(marks)
+        out.extend(_panel_frame(panel_title, x0, panel_w, top, plot_h, height, top_v, y_of, x_of, x_labels, x_label))
+        out.extend(_panel_series(panel_title, series, names, n_x, y_of, x_of, x_labels, x_label))
     out.append("</svg>")
     return "".join(out)
