@@ -6,7 +6,7 @@ from typing import Any
 from django.utils.safestring import SafeString, mark_safe
 
 from retrieval.metrics import MAP_KS, MODALITIES, SUBSET_KS
-from retrieval.models import QuerySubset
+from retrieval.models import VALIDATED_SUBSET, QuerySubset
 from retrieval.targets import rule_text
 
 from . import charts
@@ -15,7 +15,6 @@ from .labels import LABELS
 from .models import AuditLabel, AuditRun
 from .runs.aggregation import subset_scores
 
-VALIDATED_SUBSET = "validated"
 MODALITY_NAMES = {"multimodal": "multimodal", "text_only": "text only", "image_only": "image only"}
 FILTER_NAMES = {
     "success": "success",
@@ -194,7 +193,7 @@ def _subsets(run: AuditRun) -> tuple[list[dict[str, Any]], str | None]:
         ids = set(validated.queries.values_list("pk", flat=True))
         n = AuditLabel.objects.filter(run=run, query_id__in=ids).count()
         if n:
-            subsets.append({"name": "validated", "title": f"Validated subset ({validated.source or 'export'})",
+            subsets.append({"name": VALIDATED_SUBSET, "title": f"Validated subset ({validated.source or 'export'})",
                             "n": n, "stats": subset_scores(run, ids)})
         else:
             validated_note = "The dataset has a 'validated' subset, but none of its queries is in this audit."

@@ -35,6 +35,9 @@ import krippendorff
 import numpy as np
 from scipy import sparse
 
+from annotation.judging.rubric import CIRCUS_FLAG_ORDER, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE
+from annotation.judging.rubric import signature as circus_signature
+
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
 KappaWeights = Literal["linear", "quadratic"] | None
 LEVELS: tuple[str, ...] = ("nominal", "ordinal", "interval", "ratio")
@@ -864,10 +867,10 @@ def bootstrap_ci(
 
 # --------------------------------------------------------------------------- validity rubric
 
-FLAGS: tuple[str, ...] = ("INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE", "QUERY_TOO_BROAD")
+# The CIRCUS flags and signature strings are defined once, with the rubric (FLAGS is
+# re-exported here under its agreement name).
+FLAGS = CIRCUS_FLAG_ORDER
 VALIDATED = "VALIDATED"
-VALID_SIGNATURE = "VALID"
-UNSPECIFIED_SIGNATURE = "INVALID_UNSPECIFIED"
 _FLAG_INDEX = {f: i for i, f in enumerate(FLAGS)}
 
 
@@ -889,9 +892,7 @@ def validity_signature(label: Any) -> str | None:
     unknown = flags - set(FLAGS)
     if unknown:
         raise ValueError(f"unknown flag(s) {sorted(map(str, unknown))}; expected a subset of {list(FLAGS)}")
-    if not flags:
-        return UNSPECIFIED_SIGNATURE
-    return "+".join(f for f in FLAGS if f in flags)
+    return circus_signature(flags, False)
 
 
 def signature_flags(signature: str) -> frozenset[str]:

@@ -30,7 +30,7 @@ blocked by other annotators' leases (it may free up when they expire), else
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -148,7 +148,15 @@ def choose_next(candidates: Sequence[Candidate], *, annotator_holds: Hashable | 
     chosen = _choose_servable(servable, n_annotators)
     if chosen is not None:
         return chosen
-    waiting = any(c.completed < target_overlap(c, n_annotators) for c in open_items)
+    return nothing_to_serve(open_items, n_annotators)
+
+
+def nothing_to_serve(open_items: Iterable[Candidate], n_annotators: int | None = None) -> Choice:
+    """Why nothing can be served, given the items this annotator has not judged:
+    ``ALL_SLOTS_RESERVED`` while one of them still waits for judgements (others hold its
+    slots; it may come back when a lease runs out), else ``QUEUE_EMPTY``. Stops at the
+    first waiting item, so ``open_items`` may be a lazy iterator."""
+    waiting = any(c.completed < target_overlap(c, n_annotators) for c in open_items if not c.judged_by_me)
     return Choice(None, ALL_SLOTS_RESERVED if waiting else QUEUE_EMPTY)
 
 
