@@ -721,39 +721,6 @@ def pairwise_cohen_kappa(ratings: Ratings, weights: KappaWeights = None,
     ]
 
 
-def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None,
-                                 constant_pairs: ConstantPairs = "undefined") -> list[PairKappa]:
-    """Reference for :func:`pairwise_cohen_kappa`: one ``sklearn`` call per pair (slow).
-
-    Same conventions: full category list as ``labels``; NaN from sklearn (p_e = 1, both
-    raters constant on one label) becomes ``None`` (or 1.0 with ``constant_pairs="one"``);
-    pairs with no shared item are omitted.
-    """
-    import warnings
-
-    from sklearn.metrics import cohen_kappa_score
-
-    dense = ratings.dense()
-    labels = list(range(ratings.n_categories))
-    out: list[PairKappa] = []
-    for a in range(ratings.n_raters):
-        for b in range(a + 1, ratings.n_raters):
-            shared = (dense[a] >= 0) & (dense[b] >= 0)
-            if not shared.any():
-                continue
-            ya, yb = dense[a][shared], dense[b][shared]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                value = float(cohen_kappa_score(ya, yb, labels=labels, weights=weights))
-            constant = bool((ya == ya[0]).all() and (yb == ya[0]).all())
-            if math.isnan(value):
-                if not constant:
-                    raise ArithmeticError("sklearn returned NaN for a pair that is not constant")
-            kappa = (1.0 if constant_pairs == "one" else None) if math.isnan(value) else value
-            out.append(PairKappa(ratings.raters[a], ratings.raters[b], kappa, int(shared.sum()), constant))
-    return out
-
-
 def cohen_kappa(
     labels_a: Sequence[Any],
     labels_b: Sequence[Any],
