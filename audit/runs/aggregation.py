@@ -352,6 +352,17 @@ def subset_scores_from_rows(
     return {name: retriever_scores(pool, name, run.k) for name in run.retrievers}
 
 
+def _chunk_seconds(kind: str, s: dict[str, float]) -> dict[str, float]:
+    """One chunk's recorded seconds under the summary's timing keys."""
+    if kind == AuditChunk.Kind.GALLERY:
+        return {"encode_gallery": s.get("encode", 0.0)}
+    if kind == AuditChunk.Kind.TEXTS:
+        return {"encode_session_texts": s.get("encode_texts", 0.0)}
+    encode, rank = ("encode_sessions", "rank_sessions") if kind == AuditChunk.Kind.SESSIONS else ("encode_queries", "rank")
+    return {encode: s.get("encode_images", 0.0) + s.get("encode_texts", 0.0), "load_gallery": s.get("gallery", 0.0),
+            rank: s.get("rank", 0.0) + s.get("write", 0.0)}
+
+
 def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
     secs: dict[str, float] = defaultdict(float)
     cache: dict[str, int] = defaultdict(int)
@@ -360,26 +371,10 @@ def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
         st = c["stats"] or {}
         s = st.get("seconds", {})
         name = c["retriever"]
-        if c["kind"] == AuditChunk.Kind.GALLERY:
-            secs["encode_gallery"] += s.get("encode", 0.0)
-            per[name]["encode_gallery"] += s.get("encode", 0.0)
-        elif c["kind"] == AuditChunk.Kind.SESSIONS:
-            q = s.get("encode_images", 0.0) + s.get("encode_texts", 0.0)
-            secs["encode_sessions"] += q
-            secs["load_gallery"] += s.get("gallery", 0.0)
-            secs["rank_sessions"] += s.get("rank", 0.0) + s.get("write", 0.0)
-            per[name]["encode_sessions"] += q
-            per[name]["rank_sessions"] += s.get("rank", 0.0) + s.get("write", 0.0)
-        elif c["kind"] == AuditChunk.Kind.TEXTS:
-            secs["encode_session_texts"] += s.get("encode_texts", 0.0)
-            per[name]["encode_session_texts"] += s.get("encode_texts", 0.0)
-        else:
-            q = s.get("encode_images", 0.0) + s.get("encode_texts", 0.0)
-            secs["encode_queries"] += q
-            secs["load_gallery"] += s.get("gallery", 0.0)
-            secs["rank"] += s.get("rank", 0.0) + s.get("write", 0.0)
-            per[name]["encode_queries"] += q
-            per[name]["rank"] += s.get("rank", 0.0) + s.get("write", 0.0)
+        for key, value in _chunk_seconds(c["kind"], s).items():
+            secs[key] += value
+            if key != "load_gallery":  # the gallery is loaded once per worker, not per retriever
+                per[name][key] += value
         secs["build_models"] += s.get("build", 0.0)
         for key, value in st.get("cache", {}).items():
             if isinstance(value, bool):
