@@ -1,4 +1,5 @@
-"""Small server-side SVG charts for the audit report (pure Python; no JS, no network).
+"""Small server-side SVG charts (pure Python; no JS, no network): the audit report's bars,
+histograms and line panels, and the agreement report's annotator heatmaps.
 
 Every function returns a standalone ``<svg>`` string (escaped text, ``role="img"`` and
 a ``<title>`` per bar for tooltips) that a template can inline.
@@ -167,6 +168,85 @@ def _marker(shape: str, x: float, y: float, colour: str, tip: str) -> str:
     return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}">{t}</circle>'
 
 
+def _series_style(n: int) -> tuple[str, str]:
+    """The colour and the stroke-dasharray attribute of the n-th series."""
+    dash = DASHES[n % len(DASHES)]
+    return PALETTE[n % len(PALETTE)], (f' stroke-dasharray="{dash}"' if dash else "")
+
+
+def _line_legend(names: Sequence[str], pad_l: int) -> list[str]:
+    """A line sample with its marker for each series."""
+    out: list[str] = []
+    for n, name in enumerate(names):
+        lx = pad_l + n * 170
+        colour, dash_attr = _series_style(n)
+        out.append(f'<line x1="{lx}" y1="36" x2="{lx + 34}" y2="36" stroke="{colour}" stroke-width="2.5"{dash_attr}/>')
+        out.append(_marker(MARKERS[n % len(MARKERS)], lx + 17, 36, colour, name))
+        out.append(f'<text x="{lx + 42}" y="40" {FONT}>{escape(name)}</text>')
+    return out
+
+
+def _panel_frame(panel_title: str, x0: float, panel_w: float, top: int, plot_h: int, height: int, top_v: float,
+                 y_of: Callable[[float], float], x_of: Callable[[int], float], x_labels: Sequence[str],
+                 x_label: str) -> list[str]:
+    """A panel's title, box, horizontal grid with tick labels and x labels."""
+    out = [f'<text x="{x0 + panel_w / 2:.1f}" y="{top - 10}" {FONT} font-weight="600" '
+           f'text-anchor="middle">{escape(panel_title)}</text>',
+           f'<rect x="{x0:.1f}" y="{top}" width="{panel_w:.1f}" height="{plot_h}" fill="none" stroke="#d9e2ec"/>']
+    for j in range(5):
+        tick = top_v * j / 4
+        ty = y_of(tick)
+        out.append(f'<line x1="{x0:.1f}" y1="{ty:.1f}" x2="{x0 + panel_w:.1f}" y2="{ty:.1f}" stroke="#e4e9ef"/>')
+        out.append(f'<text x="{x0 - 5:.1f}" y="{ty + 4:.1f}" {SMALL} text-anchor="end" fill="#616e7c">'
+                   f'{round(tick, 4):g}</text>')
+    for i, lab in enumerate(x_labels):
+        out.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 15}" {SMALL} text-anchor="middle" '
+                   f'fill="#616e7c">{escape(str(lab))}</text>')
+    out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{height - 8}" {FONT} text-anchor="middle" '
+               f'fill="#616e7c">{escape(x_label)}</text>')
+    return out
+
+
+def _segments(points: Sequence[str | None]) -> list[list[str]]:
+    """Runs of consecutive points; ``None`` is a gap."""
+    segments: list[list[str]] = [[]]
+    for p in points:
+        if p is None:
+            segments.append([])
+        else:
+            segments[-1].append(p)
+    return [seg for seg in segments if seg]
+
+
+def _panel_series(panel_title: str, series: Mapping[str, Sequence[float | None]], names: Sequence[str], n_x: int,
+                  y_of: Callable[[float], float], x_of: Callable[[int], float], x_labels: Sequence[str],
+                  x_label: str) -> list[str]:
+    """A panel's polylines, then its markers; markers at the same point are spread
+    horizontally by their series index."""
+    seen: dict[tuple[int, float], int] = {}
+    lines: list[str] = []
+    marks: list[str] = []
+    for n, name in enumerate(names):
+        values = list(series.get(name, []))[:n_x]
+        colour, dash_attr = _series_style(n)
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            key = (i, round(v, 6))
+            nudge = seen.get(key, 0)
+            seen[key] = nudge + 1
+            marks.append(_marker(
+                MARKERS[n % len(MARKERS)], x_of(i) + 5 * nudge, y_of(v), colour,
+                f"{panel_title} · {name} · {x_label} {x_labels[i]}: {_fmt(v)}",
+            ))
+        points = [None if v is None else f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(values)]
+        for seg in _segments(points):
+            if len(seg) > 1:
+                lines.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{colour}" '
+                             f'stroke-width="2.2"{dash_attr} stroke-linejoin="round"/>')
+    return lines + marks
+
+
 def line_panels_svg(
     panels: Sequence[tuple[str, Mapping[str, Sequence[float | None]]]],
     x_labels: Sequence[str],
@@ -201,14 +281,7 @@ def line_panels_svg(
         f'<title>{escape(title)}</title>',
         f'<text x="8" y="18" {FONT} font-weight="600">{escape(title)}</text>',
     ]
-    for n, name in enumerate(names):  # legend: a line sample with its marker
-        lx = pad_l + n * 170
-        colour = PALETTE[n % len(PALETTE)]
-        dash = DASHES[n % len(DASHES)]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<line x1="{lx}" y1="36" x2="{lx + 34}" y2="36" stroke="{colour}" stroke-width="2.5"{dash_attr}/>')
-        out.append(_marker(MARKERS[n % len(MARKERS)], lx + 17, 36, colour, name))
-        out.append(f'<text x="{lx + 42}" y="40" {FONT}>{escape(name)}</text>')
+    out.extend(_line_legend(names, pad_l))
     top_v = float(y_max)
 
     def y_of(v: float) -> float:
@@ -220,54 +293,99 @@ def line_panels_svg(
         x0 = pad_l + p * (panel_w + gutter)
         step = (panel_w - 24) / max(1, n_x - 1)
 
-        def x_of(i: int) -> float:
+        def x_of(i: int, x0: float = x0, step: float = step) -> float:
             return x0 + 12 + (i * step if n_x > 1 else (panel_w - 24) / 2)
 
-        out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{top - 10}" {FONT} font-weight="600" '
-                   f'text-anchor="middle">{escape(panel_title)}</text>')
-        out.append(f'<rect x="{x0:.1f}" y="{top}" width="{panel_w:.1f}" height="{plot_h}" '
-                   f'fill="none" stroke="#d9e2ec"/>')
-        for j in range(5):
-            tick = top_v * j / 4
-            ty = y_of(tick)
-            out.append(f'<line x1="{x0:.1f}" y1="{ty:.1f}" x2="{x0 + panel_w:.1f}" y2="{ty:.1f}" stroke="#e4e9ef"/>')
-            out.append(f'<text x="{x0 - 5:.1f}" y="{ty + 4:.1f}" {SMALL} text-anchor="end" fill="#616e7c">'
-                       f'{round(tick, 4):g}</text>')
-        for i, lab in enumerate(x_labels):
-            out.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 15}" {SMALL} text-anchor="middle" '
-                       f'fill="#616e7c">{escape(str(lab))}</text>')
-        out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{height - 8}" {FONT} text-anchor="middle" '
-                   f'fill="#616e7c">{escape(x_label)}</text>')
-        # markers at the same point are spread horizontally by their series index
-        seen: dict[tuple[int, float], int] = {}
-        marks: list[str] = []
-        for n, name in enumerate(names):
-            values = list(series.get(name, []))
-            colour = PALETTE[n % len(PALETTE)]
-            dash = DASHES[n % len(DASHES)]
-            dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-            segment: list[str] = []
-            segments: list[list[str]] = []
-            for i, v in enumerate(values[:n_x]):
-                if v is None:
-                    if segment:
-                        segments.append(segment)
-                    segment = []
-                    continue
-                segment.append(f"{x_of(i):.1f},{y_of(v):.1f}")
-                key = (i, round(v, 6))
-                nudge = seen.get(key, 0)
-                seen[key] = nudge + 1
-                marks.append(_marker(
-                    MARKERS[n % len(MARKERS)], x_of(i) + 5 * nudge, y_of(v), colour,
-                    f"{panel_title} · {name} · {x_label} {x_labels[i]}: {_fmt(v)}",
-                ))
-            if segment:
-                segments.append(segment)
-            for seg in segments:
-                if len(seg) > 1:
-                    out.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{colour}" '
-                               f'stroke-width="2.2"{dash_attr} stroke-linejoin="round"/>')
-        out.extend(marks)
+        out.extend(_panel_frame(panel_title, x0, panel_w, top, plot_h, height, top_v, y_of, x_of, x_labels, x_label))
+        out.extend(_panel_series(panel_title, series, names, n_x, y_of, x_of, x_labels, x_label))
     out.append("</svg>")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- heatmaps
+
+
+def _mix(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> str:
+    t = min(1.0, max(0.0, t))
+    r, g, bl = (round(x + (y - x) * t) for x, y in zip(a, b))
+    return f"#{r:02x}{g:02x}{bl:02x}"
+
+
+_WHITE = (255, 255, 255)
+_BLUE = (36, 87, 197)
+_RED = (184, 50, 50)
+
+
+def cell_colour(value: float, vmin: float, vmax: float) -> tuple[str, bool]:
+    """(fill, dark) for a value: white at 0 (or vmin when vmin >= 0), blue toward vmax, red
+    toward a negative vmin. ``dark``: the fill needs white text."""
+    if vmin < 0 <= vmax:
+        t = value / vmax if value >= 0 else value / vmin
+        return (_mix(_WHITE, _BLUE, t) if value >= 0 else _mix(_WHITE, _RED, t)), abs(t) > 0.55
+    t = (value - vmin) / (vmax - vmin) if vmax > vmin else 1.0
+    return _mix(_WHITE, _BLUE, t), t > 0.55
+
+
+def heatmap_svg(labels: Sequence[str], values: Sequence[Sequence[float | None]], *, title: str,
+                vmin: float, vmax: float, shared: Sequence[Sequence[int]] | None = None,
+                element_id: str = "") -> str:
+    """An annotator x annotator heatmap as inline SVG, the value printed in every cell.
+
+    ``None`` cells (the diagonal, pairs without shared items, undefined coefficients) are
+    grey with a dash. Labels are escaped; no script, no external resource.
+    """
+    n = len(labels)
+    cell = 46 if n <= 12 else 34 if n <= 24 else 26
+    font = 12 if n <= 12 else 10 if n <= 24 else 8
+    label_w = 12 + 7 * max([len(str(x)) for x in labels] or [4])
+    top = 18 + int(0.75 * label_w)
+    legend_h = 44
+    bar_w = max(160, min(320, n * cell))
+    # rotated column labels lean right by about 0.7 of their length
+    width = label_w + max(n * cell + int(0.72 * label_w), bar_w) + 16
+    height = top + n * cell + legend_h
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}"'
+        + (f' id="{escape(element_id)}"' if element_id else "") + ">",
+        f"<title>{escape(title)}</title>",
+        f'<g font-family="system-ui, sans-serif" font-size="{font}">',
+    ]
+    for i, name in enumerate(labels):
+        y = top + i * cell + cell / 2
+        out.append(f'<text x="{label_w - 6}" y="{y:.1f}" text-anchor="end" dominant-baseline="middle" '
+                   f'fill="#1f2933">{escape(name)}</text>')
+        x = label_w + i * cell + cell / 2
+        out.append(f'<text transform="translate({x:.1f},{top - 6}) rotate(-45)" text-anchor="start" '
+                   f'fill="#1f2933">{escape(name)}</text>')
+    for i, row in enumerate(values):
+        for j, value in enumerate(row):
+            x, y = label_w + j * cell, top + i * cell
+            if value is None:
+                fill, dark, text = "#eef1f5", False, "–"
+            else:
+                fill, dark = cell_colour(float(value), vmin, vmax)
+                text = f"{value:.2f}"
+            tip = f"{labels[i]} × {labels[j]}: {'undefined' if value is None else f'{value:.4f}'}"
+            if shared is not None and i != j:
+                tip += f" ({shared[i][j]} shared items)"
+            out.append(f'<g><title>{escape(tip)}</title><rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
+                       f'fill="{fill}" stroke="#ffffff" stroke-width="1"/>'
+                       f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2:.1f}" text-anchor="middle" '
+                       f'dominant-baseline="middle" fill="{"#ffffff" if dark else "#1f2933"}">{text}</text></g>')
+    # legend: a bar from vmin to vmax in 20 steps
+    ly = top + n * cell + 14
+    steps = 20
+    for k in range(steps):
+        v = vmin + (vmax - vmin) * (k + 0.5) / steps
+        fill, _ = cell_colour(v, vmin, vmax)
+        out.append(f'<rect x="{label_w + k * bar_w / steps:.1f}" y="{ly}" width="{bar_w / steps + 0.5:.1f}" '
+                   f'height="10" fill="{fill}"/>')
+    out.append(f'<rect x="{label_w}" y="{ly}" width="{bar_w}" height="10" fill="none" stroke="#d9e2ec"/>')
+    for v, anchor, x in ((vmin, "start", label_w), (vmax, "end", label_w + bar_w)):
+        out.append(f'<text x="{x}" y="{ly + 24}" text-anchor="{anchor}" fill="#616e7c">{v:g}</text>')
+    if vmin < 0 < vmax:
+        zx = label_w + bar_w * (0 - vmin) / (vmax - vmin)
+        out.append(f'<text x="{zx:.1f}" y="{ly + 24}" text-anchor="middle" fill="#616e7c">0</text>')
+    out.append("</g></svg>")
     return "".join(out)

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from retrieval.jobs.progress import eta_seconds
 from retrieval.jobs.models import Leased, Progress
 from retrieval.models import Dataset, Query
 
@@ -79,10 +80,9 @@ class AuditRun(Progress):
 
     def live_eta_seconds(self) -> float | None:
         """Seconds left, from the rate so far (``None`` before the first chunk ends)."""
-        if self.status != self.Status.RUNNING or not self.started_at or not self.done or not self.total:
+        if self.status != self.Status.RUNNING or not self.started_at:
             return None
-        elapsed = (timezone.now() - self.started_at).total_seconds()
-        return max(0.0, elapsed * (self.total - self.done) / self.done)
+        return eta_seconds(self.done, self.total, (timezone.now() - self.started_at).total_seconds())
 
 
 class AuditChunk(Leased):

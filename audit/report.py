@@ -6,7 +6,7 @@ from typing import Any
 from django.utils.safestring import SafeString, mark_safe
 
 from retrieval.metrics import MAP_KS, MODALITIES, SUBSET_KS
-from retrieval.models import QuerySubset
+from retrieval.models import VALIDATED_SUBSET, QuerySubset
 from retrieval.targets import rule_text
 
 from . import charts
@@ -15,7 +15,6 @@ from .labels import LABELS
 from .models import AuditLabel, AuditRun
 from .runs.aggregation import subset_scores
 
-VALIDATED_SUBSET = "validated"
 MODALITY_NAMES = {"multimodal": "multimodal", "text_only": "text only", "image_only": "image only"}
 FILTER_NAMES = {
     "success": "success",
@@ -40,6 +39,50 @@ def _num(v: Any) -> Any:
     return None if v is None else float(v)
 
 
+def _sessions_y_max(metrics: dict[str, Any]) -> float:
+    """One y scale for every retriever's chart, so that the charts compare at a glance."""
+    peak = max([float(v) for per in metrics.values() for mods in per.values() for cell in mods.values()
+                for v in cell.get("hits_at_k", []) if v is not None] + [0.0])
+    return next((y for y in charts.Y_STEPS if peak <= y + 1e-12), 1.0)
+
+
+def _sessions_curve(name: str, per: dict[str, Any], strategies: list[str], modalities: list[str], k: int,
+                    l_max: int, y_max: float) -> SafeString:
+    panels = [
+        (MODALITY_NAMES.get(m, m), {st: per.get(st, {}).get(m, {}).get("hits_at_k", []) for st in strategies})
+        for m in modalities
+    ]
+    return mark_safe(charts.line_panels_svg(
+        panels, [str(n) for n in range(1, l_max + 1)],
+        f"{name}: cumulative Hits@{k} after each turn (target within {k} at some turn ≤ l)",
+        x_label="turn l", y_label=f"Hits@{k}", y_max=y_max,
+    ))
+
+
+def _sessions_rows(s: dict[str, Any], name: str, per: dict[str, Any], strategies: list[str],
+                   modalities: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for st in strategies:
+        cells = per.get(st, {})
+        rows.append({
+            "retriever": name, "strategy": st,
+            "final": [_num(cells.get(m, {}).get("final_recall_at_k")) for m in modalities],
+            "auc": [_num(cells.get(m, {}).get("auc")) for m in modalities],
+            "kept": [s.get("kept_per_ranking", {}).get(name, {}).get(st, {}).get(m) for m in modalities],
+        })
+    return rows
+
+
+def _length_chart(hist: dict[int, int], kept_hist: dict[int, int], lengths: list[int]) -> SafeString | None:
+    if not lengths:
+        return None
+    return mark_safe(charts.histogram_svg(
+        {"scored sessions": hist, "kept by all filters": kept_hist}, max(lengths), "Sessions by number of turns",
+        x_label="turns in the session", x_min=min(lengths),
+        tip=lambda series, count, x: f"{series}: {count} session{'' if count == 1 else 's'} of {x} turns",
+    ))
+
+
 def build_sessions_report(run: AuditRun) -> dict[str, Any] | None:
     """The 'Sessions' section: Hits@K curves, metric table, filter table, turn lengths (None: no sessions)."""
     s = run.summary.get("sessions")
@@ -52,32 +95,14 @@ def build_sessions_report(run: AuditRun) -> dict[str, Any] | None:
     l_max = int(s.get("l_max", 0))
     curves: list[SafeString] = []
     rows: list[dict[str, Any]] = []
-    # one y scale for every retriever's chart, so that the charts compare at a glance
-    peak = max([float(v) for per in metrics.values() for mods in per.values() for cell in mods.values()
-                for v in cell.get("hits_at_k", []) if v is not None] + [0.0])
-    y_max = next((y for y in charts.Y_STEPS if peak <= y + 1e-12), 1.0)
+    y_max = _sessions_y_max(metrics)
     for name in run.retrievers:
         per = metrics.get(name)
         if not per:
             continue
         if l_max:
-            panels = [
-                (MODALITY_NAMES.get(m, m), {st: per.get(st, {}).get(m, {}).get("hits_at_k", []) for st in strategies})
-                for m in modalities
-            ]
-            curves.append(mark_safe(charts.line_panels_svg(
-                panels, [str(n) for n in range(1, l_max + 1)],
-                f"{name}: cumulative Hits@{k} after each turn (target within {k} at some turn ≤ l)",
-                x_label="turn l", y_label=f"Hits@{k}", y_max=y_max,
-            )))
-        for st in strategies:
-            cells = per.get(st, {})
-            rows.append({
-                "retriever": name, "strategy": st,
-                "final": [_num(cells.get(m, {}).get("final_recall_at_k")) for m in modalities],
-                "auc": [_num(cells.get(m, {}).get("auc")) for m in modalities],
-                "kept": [s.get("kept_per_ranking", {}).get(name, {}).get(st, {}).get(m) for m in modalities],
-            })
+            curves.append(_sessions_curve(name, per, strategies, modalities, k, l_max, y_max))
+        rows.extend(_sessions_rows(s, name, per, strategies, modalities))
     filters = s.get("filters", {})
     steps = [
         {**step, "title": FILTER_NAMES.get(step["name"], step["name"]), "help": FILTER_HELP.get(step["name"], "")}
@@ -86,13 +111,7 @@ def build_sessions_report(run: AuditRun) -> dict[str, Any] | None:
     hist = {int(n): int(c) for n, c in s.get("turn_histogram", {}).items()}
     kept_hist = {int(n): int(c) for n, c in s.get("kept_turn_histogram", {}).items()}
     lengths = sorted(set(hist) | set(kept_hist))
-    length_chart = None
-    if lengths:
-        length_chart = mark_safe(charts.histogram_svg(
-            {"scored sessions": hist, "kept by all filters": kept_hist}, max(lengths), "Sessions by number of turns",
-            x_label="turns in the session", x_min=min(lengths),
-            tip=lambda series, count, x: f"{series}: {count} session{'' if count == 1 else 's'} of {x} turns",
-        ))
+    length_chart = _length_chart(hist, kept_hist, lengths)
     return {
         "n": s.get("n_sessions", 0),
         "in_split": s.get("sessions_in_split", 0),
@@ -174,7 +193,7 @@ def _subsets(run: AuditRun) -> tuple[list[dict[str, Any]], str | None]:
         ids = set(validated.queries.values_list("pk", flat=True))
         n = AuditLabel.objects.filter(run=run, query_id__in=ids).count()
         if n:
-            subsets.append({"name": "validated", "title": f"Validated subset ({validated.source or 'export'})",
+            subsets.append({"name": VALIDATED_SUBSET, "title": f"Validated subset ({validated.source or 'export'})",
                             "n": n, "stats": subset_scores(run, ids)})
         else:
             validated_note = "The dataset has a 'validated' subset, but none of its queries is in this audit."

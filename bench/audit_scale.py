@@ -14,7 +14,7 @@ memory is its own. Each query is a noisy copy of its target's embedding, so rank
   gallery (page cache, shared and evictable), sampled every 20 ms from /proc/self/status;
   plus tracemalloc's peak of Python/numpy allocations during the ranking;
 * on the smallest size, a check that every rank equals a brute-force full argsort of
-  the score row with the pessimistic tie rule (retrieval.ranking.pessimistic_rank), and
+  the score row with the pessimistic tie rule (tests.reference_impl.pessimistic_rank), and
   that the top-K scores equal those of the full sort.
 
 Goals: time linear in G; anonymous peak memory flat in G (only the mapped gallery grows).
@@ -120,7 +120,7 @@ def brute_force_check(gallery, queries, positives, exclude, result, top_k) -> di
     """Every rank against a full argsort (pessimistic ties), and the top-K scores."""
     import torch
 
-    from retrieval.ranking import pessimistic_rank
+    from tests.reference_impl import pessimistic_rank
 
     g = torch.from_numpy(np.asarray(gallery, dtype=np.float32))
     scores = (torch.from_numpy(queries) @ g.T).numpy()

@@ -14,30 +14,37 @@ from config import worker_tuning  # noqa: E402
 worker_tuning.connect()
 
 
+def _run_logged(fn, done_note: str, failed_note: str) -> tuple[bool, object]:
+    """``(True, fn())`` between fresh database connections, what it returns logged when
+    truthy; ``(False, None)`` when it raised (the error is logged, never raised)."""
+    import logging
+
+    from django.db import close_old_connections
+
+    log = logging.getLogger("config.celery")
+    try:
+        close_old_connections()
+        done = fn()
+        if done:
+            log.info("%s: %s", done_note, done)
+        return True, done
+    except Exception:
+        log.exception(failed_note)
+        return False, None
+    finally:
+        close_old_connections()
+
+
 def at_worker_start(what: str):
     """Register ``fn()`` to run when a worker is ready (recovery of interrupted work).
 
     What it returns is logged when truthy; an error is logged and never keeps the worker
     from starting. Database connections are fresh before and closed after."""
-    import logging
-
     from celery.signals import worker_ready
-
-    log = logging.getLogger("config.celery")
 
     def register(fn):
         def handler(sender=None, **kwargs):
-            from django.db import close_old_connections
-
-            try:
-                close_old_connections()
-                done = fn()
-                if done:
-                    log.info("%s on worker start: %s", what, done)
-            except Exception:
-                log.exception("could not finish %s on worker start", what)
-            finally:
-                close_old_connections()
+            _run_logged(fn, f"{what} on worker start", f"could not finish {what} on worker start")
 
         worker_ready.connect(handler, weak=False, dispatch_uid=f"cirval-worker-start:{fn.__module__}.{fn.__name__}")
         return fn
@@ -64,22 +71,11 @@ def every_sweep(what: str):
 
 def sweep_once() -> dict[str, object]:
     """Run every registered sweep once; returns what each did (errors are logged)."""
-    import logging
-
-    from django.db import close_old_connections
-
-    log = logging.getLogger("config.celery")
     out: dict[str, object] = {}
     for what, fn in list(_SWEEPS):
-        try:
-            close_old_connections()
-            out[what] = done = fn()
-            if done:
-                log.info("%s by the sweep: %s", what, done)
-        except Exception:
-            log.exception("sweep %r failed", what)
-        finally:
-            close_old_connections()
+        ok, done = _run_logged(fn, f"{what} by the sweep", f"sweep {what!r} failed")
+        if ok:
+            out[what] = done
     return out
 
 

@@ -208,53 +208,80 @@ def invert_edit(scene: Scene, edit: Edit) -> Edit:
     return {"type": kind, "object": obj, "from": edit["to"], "to": edit["from"]}
 
 
-def propose_edit(scene: Scene, kind: str, rng: random.Random) -> Edit | None:
-    """A random edit of the given type that keeps the scene valid, or None if none fits."""
+def _colour_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
+    bg = scene["background"]
+    return [{"type": "colour", "object": o["shape"], "from": o["colour"], "to": c}
+            for o in scene["objects"] for c in COLOURS
+            if c != o["colour"] and (c, bg) not in LOW_CONTRAST]
+
+
+def _shape_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
+    shapes = [o["shape"] for o in scene["objects"]]
+    return [{"type": "shape", "object": o["shape"], "from": o["shape"], "to": s}
+            for o in scene["objects"] for s in SHAPES if s not in shapes]
+
+
+def _count_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
+    total = sum(o["count"] for o in scene["objects"])
+    return [{"type": "count", "object": o["shape"], "from": o["count"], "to": n}
+            for o in scene["objects"] for n in range(1, MAX_COUNT + 1)
+            if n != o["count"] and total - o["count"] + n <= MAX_INSTANCES]
+
+
+def _size_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
+    return [{"type": "size", "object": o["shape"], "from": o["size"],
+             "to": "small" if o["size"] == "large" else "large"} for o in scene["objects"]]
+
+
+def _background_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
+    bg = scene["background"]
+    colours = {o["colour"] for o in scene["objects"]}
+    return [{"type": "background", "object": None, "from": bg, "to": b} for b in BACKGROUNDS
+            if b != bg and not any((c, b) in LOW_CONTRAST for c in colours)]
+
+
+def _remove_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
     objects = scene["objects"]
+    if len(objects) <= 1:
+        return []
+    return [{"type": "remove", "object": o["shape"], "from": dict(o), "to": None} for o in objects]
+
+
+def _add_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
+    """One fitting random object per missing shape (three tries each)."""
+    objects = scene["objects"]
+    if len(objects) >= MAX_OBJECTS:
+        return []
     shapes = [o["shape"] for o in objects]
     total = sum(o["count"] for o in objects)
-    bg = scene["background"]
     candidates: list[Edit] = []
-    if kind == "colour":
-        for o in objects:
-            for c in COLOURS:
-                if c != o["colour"] and (c, bg) not in LOW_CONTRAST:
-                    candidates.append({"type": kind, "object": o["shape"], "from": o["colour"], "to": c})
-    elif kind == "shape":
-        for o in objects:
-            for s in SHAPES:
-                if s not in shapes:
-                    candidates.append({"type": kind, "object": o["shape"], "from": o["shape"], "to": s})
-    elif kind == "count":
-        for o in objects:
-            for n in range(1, MAX_COUNT + 1):
-                if n != o["count"] and total - o["count"] + n <= MAX_INSTANCES:
-                    candidates.append({"type": kind, "object": o["shape"], "from": o["count"], "to": n})
-    elif kind == "size":
-        for o in objects:
-            other = "small" if o["size"] == "large" else "large"
-            candidates.append({"type": kind, "object": o["shape"], "from": o["size"], "to": other})
-    elif kind == "background":
-        colours = {o["colour"] for o in objects}
-        for b in BACKGROUNDS:
-            if b != bg and not any((c, b) in LOW_CONTRAST for c in colours):
-                candidates.append({"type": kind, "object": None, "from": bg, "to": b})
-    elif kind == "remove":
-        if len(objects) > 1:
-            for o in objects:
-                candidates.append({"type": kind, "object": o["shape"], "from": dict(o), "to": None})
-    elif kind == "add":
-        if len(objects) < MAX_OBJECTS:
-            for s in SHAPES:
-                if s in shapes:
-                    continue
-                for _ in range(3):
-                    obj = _random_object(rng, s)
-                    if total + obj["count"] <= MAX_INSTANCES and (obj["colour"], bg) not in LOW_CONTRAST:
-                        candidates.append({"type": kind, "object": s, "from": None, "to": obj})
-                        break
-    else:
+    for s in SHAPES:
+        if s in shapes:
+            continue
+        for _ in range(3):
+            obj = _random_object(rng, s)
+            if total + obj["count"] <= MAX_INSTANCES and (obj["colour"], scene["background"]) not in LOW_CONTRAST:
+                candidates.append({"type": "add", "object": s, "from": None, "to": obj})
+                break
+    return candidates
+
+
+_EDIT_CANDIDATES = {
+    "colour": _colour_candidates,
+    "shape": _shape_candidates,
+    "count": _count_candidates,
+    "size": _size_candidates,
+    "background": _background_candidates,
+    "remove": _remove_candidates,
+    "add": _add_candidates,
+}
+
+
+def propose_edit(scene: Scene, kind: str, rng: random.Random) -> Edit | None:
+    """A random edit of the given type that keeps the scene valid, or None if none fits."""
+    if kind not in _EDIT_CANDIDATES:
         raise ValueError(f"unknown edit type {kind!r}")
+    candidates = _EDIT_CANDIDATES[kind](scene, rng)
     return rng.choice(candidates) if candidates else None
 
 

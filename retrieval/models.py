@@ -143,6 +143,10 @@ class Target(models.Model):
         return self.relevance > 0 and self.role != "neg"
 
 
+#: The subset a study export writes and the audit report reads: the queries annotators validated.
+VALIDATED_SUBSET = "validated"
+
+
 class QuerySubset(models.Model):
     """A named list of queries handed from one stage to the next ("shortcut_free", "validated")."""
 

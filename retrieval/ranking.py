@@ -41,7 +41,7 @@ NEG_INF = float("-inf")
 
 @dataclass
 class RankResult:
-    """Output of :func:`rank_queries` / :func:`naive_rank`.
+    """Output of :func:`rank_queries` (and of the tests' reference ``naive_rank``).
 
     ``best_rank[q]``: 1-based rank of the best positive of query ``q`` or ``None``.
     ``topk``: LongTensor ``[Q, top_k]`` of gallery indices (on the CPU), best first,
@@ -262,48 +262,3 @@ def rank_queries(
     topk = torch.cat(idxs) if idxs else torch.empty((0, int(top_k)), dtype=torch.long)
     topk_scores = torch.cat(vals) if vals else torch.empty((0, int(top_k)), dtype=dtype)
     return RankResult(best, topk, topk_scores, per if return_per_positive else None, group_rank, extra_ranks)
-
-
-def pessimistic_rank(scores: np.ndarray, target: int, exclude: int | None = None) -> int:
-    """Brute-force rank of gallery item ``target`` in one score row, by a full argsort.
-
-    Sorted by score (descending) with the target placed after every item it ties with,
-    the excluded item removed: the same rule as :func:`rank_queries`.
-    """
-    idx = np.arange(scores.shape[0])
-    keep = idx != exclude if exclude is not None else np.ones(scores.shape[0], dtype=bool)
-    s, idx = scores[keep], idx[keep]
-    order = np.lexsort((idx == target, -s))  # score desc, the target last among equals
-    return int(np.flatnonzero(idx[order] == target)[0]) + 1
-
-
-def naive_rank(
-    queries: torch.Tensor,
-    gallery: torch.Tensor,
-    positives: Sequence[Sequence[int]],
-    exclude: Sequence[int | None] | None = None,
-    top_k: int = 10,
-    return_per_positive: bool = False,
-) -> RankResult:
-    """Reference implementation: full score matrix and a full sort per query and positive.
-
-    Same conventions as :func:`rank_queries` (pessimistic ties; the excluded item is
-    kept in the top-K list, whose ties break by the lower gallery index).
-    For tests and benchmarks only (memory ``Q x G``, time ``Q P G log G``).
-    """
-    n_q, n_g = _validate(queries, gallery, positives, exclude, top_k)
-    dtype = _score_dtype(queries, gallery)
-    scores = (queries.to(dtype) @ gallery.to(device=queries.device, dtype=dtype).T).cpu().numpy()
-    best_rank: list[int | None] = []
-    per_positive: list[list[int | None]] = []
-    topk = torch.full((n_q, top_k), -1, dtype=torch.long)
-    topk_scores = torch.full((n_q, top_k), NEG_INF, dtype=dtype)
-    for q in range(n_q):
-        ex = None if exclude is None or exclude[q] is None else int(exclude[q])
-        row = [None if int(p) == ex else pessimistic_rank(scores[q], int(p), ex) for p in positives[q]]
-        per_positive.append(row)
-        best_rank.append(min((r for r in row if r is not None), default=None))
-        plain = np.lexsort((np.arange(n_g), -scores[q]))[:top_k]
-        topk[q, : plain.size] = torch.from_numpy(plain.astype(np.int64))
-        topk_scores[q, : plain.size] = torch.from_numpy(scores[q][plain])
-    return RankResult(best_rank, topk, topk_scores, per_positive if return_per_positive else None)

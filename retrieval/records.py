@@ -12,16 +12,20 @@ from typing import Any
 
 
 class ParseError(ValueError):
-    """Malformed input. Names the file, the 0-based record number and the field."""
+    """Malformed input. Names the file, the 0-based record number and the field.
 
-    def __init__(self, file: str, record: int | None, field_name: str | None, message: str):
+    ``record_label`` names the record where a format calls it otherwise (default
+    ``record N``; a CIRCUS file says ``assignments[N]``)."""
+
+    def __init__(self, file: str, record: int | None, field_name: str | None, message: str,
+                 record_label: str | None = None):
         self.file = str(file)
         self.record = record
         self.field = field_name
         self.message = message
         where = self.file
         if record is not None:
-            where += f", record {record}"
+            where += f", {record_label or f'record {record}'}"
         if field_name:
             where += f", field '{field_name}'"
         super().__init__(f"{where}: {message}")

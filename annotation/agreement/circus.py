@@ -24,22 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from annotation.agreement.maths import FLAGS, VALIDATED, label_from_signature
+from retrieval.records import ParseError
 
 
-class CircusFormatError(ValueError):
+class CircusFormatError(ParseError):
     """A malformed CIRCUS file. Names the file, the entry (if any) and the field."""
 
     def __init__(self, file: str, message: str, *, entry: int | None = None, field: str | None = None):
-        self.file = str(file)
+        super().__init__(file, entry, field, message, record_label=f"assignments[{entry}]")
         self.entry = entry
-        self.field = field
-        self.message = message
-        where = self.file
-        if entry is not None:
-            where += f", assignments[{entry}]"
-        if field:
-            where += f", field '{field}'"
-        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True)

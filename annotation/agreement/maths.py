@@ -35,6 +35,9 @@ import krippendorff
 import numpy as np
 from scipy import sparse
 
+from annotation.judging.rubric import CIRCUS_FLAG_ORDER, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE
+from annotation.judging.rubric import signature as circus_signature
+
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
 KappaWeights = Literal["linear", "quadratic"] | None
 LEVELS: tuple[str, ...] = ("nominal", "ordinal", "interval", "ratio")
@@ -718,39 +721,6 @@ def pairwise_cohen_kappa(ratings: Ratings, weights: KappaWeights = None,
     ]
 
 
-def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None,
-                                 constant_pairs: ConstantPairs = "undefined") -> list[PairKappa]:
-    """Reference for :func:`pairwise_cohen_kappa`: one ``sklearn`` call per pair (slow).
-
-    Same conventions: full category list as ``labels``; NaN from sklearn (p_e = 1, both
-    raters constant on one label) becomes ``None`` (or 1.0 with ``constant_pairs="one"``);
-    pairs with no shared item are omitted.
-    """
-    import warnings
-
-    from sklearn.metrics import cohen_kappa_score
-
-    dense = ratings.dense()
-    labels = list(range(ratings.n_categories))
-    out: list[PairKappa] = []
-    for a in range(ratings.n_raters):
-        for b in range(a + 1, ratings.n_raters):
-            shared = (dense[a] >= 0) & (dense[b] >= 0)
-            if not shared.any():
-                continue
-            ya, yb = dense[a][shared], dense[b][shared]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                value = float(cohen_kappa_score(ya, yb, labels=labels, weights=weights))
-            constant = bool((ya == ya[0]).all() and (yb == ya[0]).all())
-            if math.isnan(value):
-                if not constant:
-                    raise ArithmeticError("sklearn returned NaN for a pair that is not constant")
-            kappa = (1.0 if constant_pairs == "one" else None) if math.isnan(value) else value
-            out.append(PairKappa(ratings.raters[a], ratings.raters[b], kappa, int(shared.sum()), constant))
-    return out
-
-
 def cohen_kappa(
     labels_a: Sequence[Any],
     labels_b: Sequence[Any],
@@ -864,10 +834,10 @@ def bootstrap_ci(
 
 # --------------------------------------------------------------------------- validity rubric
 
-FLAGS: tuple[str, ...] = ("INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE", "QUERY_TOO_BROAD")
+# The CIRCUS flags and signature strings are defined once, with the rubric (FLAGS is
+# re-exported here under its agreement name).
+FLAGS = CIRCUS_FLAG_ORDER
 VALIDATED = "VALIDATED"
-VALID_SIGNATURE = "VALID"
-UNSPECIFIED_SIGNATURE = "INVALID_UNSPECIFIED"
 _FLAG_INDEX = {f: i for i, f in enumerate(FLAGS)}
 
 
@@ -889,9 +859,7 @@ def validity_signature(label: Any) -> str | None:
     unknown = flags - set(FLAGS)
     if unknown:
         raise ValueError(f"unknown flag(s) {sorted(map(str, unknown))}; expected a subset of {list(FLAGS)}")
-    if not flags:
-        return UNSPECIFIED_SIGNATURE
-    return "+".join(f for f in FLAGS if f in flags)
+    return circus_signature(flags, False)
 
 
 def signature_flags(signature: str) -> frozenset[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import mimetypes
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,11 @@ from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
+from audit.charts import heatmap_svg
 from config.roles import researcher_required, staff_required
 from retrieval.jobs.queue import QUEUE_DOWN, enqueue
 
@@ -46,7 +45,7 @@ from annotation.agreement.reports import ReportError, default_bootstrap, report_
 # --------------------------------------------------------------------------- access
 
 
-# --------------------------------------------------------------------------- heatmaps
+# --------------------------------------------------------------------------- table cells
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -58,92 +57,6 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
-
-
-def _mix(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> str:
-    t = min(1.0, max(0.0, t))
-    r, g, bl = (round(x + (y - x) * t) for x, y in zip(a, b))
-    return f"#{r:02x}{g:02x}{bl:02x}"
-
-
-_WHITE = (255, 255, 255)
-_BLUE = (36, 87, 197)
-_RED = (184, 50, 50)
-
-
-def cell_colour(value: float, vmin: float, vmax: float) -> tuple[str, bool]:
-    """(fill, dark) for a value: white at 0 (or vmin when vmin >= 0), blue toward vmax, red
-    toward a negative vmin. ``dark``: the fill needs white text."""
-    if vmin < 0 <= vmax:
-        t = value / vmax if value >= 0 else value / vmin
-        return (_mix(_WHITE, _BLUE, t) if value >= 0 else _mix(_WHITE, _RED, t)), abs(t) > 0.55
-    t = (value - vmin) / (vmax - vmin) if vmax > vmin else 1.0
-    return _mix(_WHITE, _BLUE, t), t > 0.55
-
-
-def heatmap_svg(labels: Sequence[str], values: Sequence[Sequence[float | None]], *, title: str,
-                vmin: float, vmax: float, shared: Sequence[Sequence[int]] | None = None,
-                element_id: str = "") -> str:
-    """An annotator x annotator heatmap as inline SVG, the value printed in every cell.
-
-    ``None`` cells (the diagonal, pairs without shared items, undefined coefficients) are
-    grey with a dash. Labels are escaped; no script, no external resource.
-    """
-    n = len(labels)
-    cell = 46 if n <= 12 else 34 if n <= 24 else 26
-    font = 12 if n <= 12 else 10 if n <= 24 else 8
-    label_w = 12 + 7 * max([len(str(x)) for x in labels] or [4])
-    top = 18 + int(0.75 * label_w)
-    legend_h = 44
-    bar_w = max(160, min(320, n * cell))
-    # rotated column labels lean right by about 0.7 of their length
-    width = label_w + max(n * cell + int(0.72 * label_w), bar_w) + 16
-    height = top + n * cell + legend_h
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}"'
-        + (f' id="{escape(element_id)}"' if element_id else "") + ">",
-        f"<title>{escape(title)}</title>",
-        f'<g font-family="system-ui, sans-serif" font-size="{font}">',
-    ]
-    for i, name in enumerate(labels):
-        y = top + i * cell + cell / 2
-        out.append(f'<text x="{label_w - 6}" y="{y:.1f}" text-anchor="end" dominant-baseline="middle" '
-                   f'fill="#1f2933">{escape(name)}</text>')
-        x = label_w + i * cell + cell / 2
-        out.append(f'<text transform="translate({x:.1f},{top - 6}) rotate(-45)" text-anchor="start" '
-                   f'fill="#1f2933">{escape(name)}</text>')
-    for i, row in enumerate(values):
-        for j, value in enumerate(row):
-            x, y = label_w + j * cell, top + i * cell
-            if value is None:
-                fill, dark, text = "#eef1f5", False, "–"
-            else:
-                fill, dark = cell_colour(float(value), vmin, vmax)
-                text = f"{value:.2f}"
-            tip = f"{labels[i]} × {labels[j]}: {'undefined' if value is None else f'{value:.4f}'}"
-            if shared is not None and i != j:
-                tip += f" ({shared[i][j]} shared items)"
-            out.append(f'<g><title>{escape(tip)}</title><rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
-                       f'fill="{fill}" stroke="#ffffff" stroke-width="1"/>'
-                       f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2:.1f}" text-anchor="middle" '
-                       f'dominant-baseline="middle" fill="{"#ffffff" if dark else "#1f2933"}">{text}</text></g>')
-    # legend: a bar from vmin to vmax in 20 steps
-    ly = top + n * cell + 14
-    steps = 20
-    for k in range(steps):
-        v = vmin + (vmax - vmin) * (k + 0.5) / steps
-        fill, _ = cell_colour(v, vmin, vmax)
-        out.append(f'<rect x="{label_w + k * bar_w / steps:.1f}" y="{ly}" width="{bar_w / steps + 0.5:.1f}" '
-                   f'height="10" fill="{fill}"/>')
-    out.append(f'<rect x="{label_w}" y="{ly}" width="{bar_w}" height="10" fill="none" stroke="#d9e2ec"/>')
-    for v, anchor, x in ((vmin, "start", label_w), (vmax, "end", label_w + bar_w)):
-        out.append(f'<text x="{x}" y="{ly + 24}" text-anchor="{anchor}" fill="#616e7c">{v:g}</text>')
-    if vmin < 0 < vmax:
-        zx = label_w + bar_w * (0 - vmin) / (vmax - vmin)
-        out.append(f'<text x="{zx:.1f}" y="{ly + 24}" text-anchor="middle" fill="#616e7c">0</text>')
-    out.append("</g></svg>")
-    return "".join(out)
 
 
 # --------------------------------------------------------------------------- reports

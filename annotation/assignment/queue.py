@@ -17,7 +17,7 @@ from django.core.cache import cache
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, Subquery, Value
 from django.utils import timezone
 
-from annotation.assignment.rules import Candidate, Choice, choose_gold, choose_next, gold_due
+from annotation.assignment.rules import Candidate, Choice, choose_gold, choose_next, gold_due, nothing_to_serve
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.judging.alternatives import FIELD as ALTERNATIVES
 from annotation.judging.alternatives import clean_alternatives
@@ -145,7 +145,7 @@ def next_assignment(study: Study, user, now=None) -> Served:
         ]
         choice = choose_next(candidates, n_annotators=n_annotators)
         if not choice.served:
-            choice = _skipped_again(study, user, n_annotators) or _why_nothing(study, mine, choice)
+            choice = _skipped_again(study, user, n_annotators) or _why_nothing(study, mine, n_annotators)
             if not choice.served:
                 return Served(None, choice.rule)
         return _reserve(study, user, choice, now, counts, {i.pk: i for i in items}.get(choice.item))
@@ -192,13 +192,13 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
     return choice if choice.served else None
 
 
-def _why_nothing(study: Study, mine, choice: Choice) -> Choice:
-    """Tell 'everything left is reserved by others' from 'nothing left at all'."""
-    waiting = (
-        StudyItem.objects.filter(study=study, gold=False, completed__lt=study.overlap)
-        .exclude(id__in=mine.values("item_id")).exists()
-    )
-    return Choice(None, "all_slots_reserved" if waiting else "queue_empty")
+def _why_nothing(study: Study, mine, n_annotators: int) -> Choice:
+    """Tell 'everything left is reserved by others' from 'nothing left at all' (the rule:
+    :func:`annotation.assignment.rules.nothing_to_serve`)."""
+    rows = (StudyItem.objects.filter(study=study, gold=False, completed__lt=max(study.overlap, n_annotators))
+            .exclude(id__in=mine.values("item_id")).values_list("id", "completed", "agreement").iterator())
+    return nothing_to_serve((Candidate(item_id=i, overlap=study.overlap, completed=c, in_agreement_subset=a)
+                             for i, c, a in rows), n_annotators)
 
 
 def _reserve(study: Study, user, choice: Choice, now, counts: dict, item: StudyItem | None = None) -> Served:

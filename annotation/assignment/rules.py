@@ -30,7 +30,7 @@ blocked by other annotators' leases (it may free up when they expire), else
 """
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -104,16 +104,39 @@ def _preference(c: Candidate, n_annotators: int | None) -> tuple[Any, ...]:
     return (capacity_left(c, n_annotators), -progress, c.order_key, c.item_id)
 
 
-def choose_next(candidates: Sequence[Candidate], *, annotator_holds: Hashable | None = None,
-                n_annotators: int | None = None) -> Choice:
-    """The next item for one annotator (see the module docstring for the rules)."""
-    if n_annotators is not None and n_annotators < 1:
-        raise ValueError(f"n_annotators must be >= 1, got {n_annotators}")
+def _by_id(candidates: Sequence[Candidate]) -> dict[Hashable, Candidate]:
     by_id: dict[Hashable, Candidate] = {}
     for c in candidates:
         if c.item_id in by_id:
             raise ValueError(f"item {c.item_id!r} appears twice among the candidates")
         by_id[c.item_id] = c
+    return by_id
+
+
+def _choose_servable(servable: Sequence[Candidate], n_annotators: int | None) -> Choice | None:
+    """Rules 2-4 on the items with a free slot: agreement subset, then fresh items, then skipped ones."""
+    fresh = [c for c in servable if not c.skipped_by_me]
+    agreement = [c for c in fresh if c.in_agreement_subset]
+    if agreement:
+        best = min(agreement, key=lambda c: (c.order_key, c.item_id))
+        return Choice(best.item_id, AGREEMENT_SUBSET)
+    if fresh:
+        best = min(fresh, key=lambda c: _preference(c, n_annotators))
+        rule = FRESH_ITEM if best.completed + best.reserved == 0 else CLOSEST_TO_OVERLAP
+        return Choice(best.item_id, rule)
+    skipped = [c for c in servable if c.skipped_by_me]
+    if skipped:
+        best = min(skipped, key=lambda c: (not c.in_agreement_subset, *_preference(c, n_annotators)))
+        return Choice(best.item_id, SKIPPED_ITEM)
+    return None
+
+
+def choose_next(candidates: Sequence[Candidate], *, annotator_holds: Hashable | None = None,
+                n_annotators: int | None = None) -> Choice:
+    """The next item for one annotator (see the module docstring for the rules)."""
+    if n_annotators is not None and n_annotators < 1:
+        raise ValueError(f"n_annotators must be >= 1, got {n_annotators}")
+    by_id = _by_id(candidates)
 
     if annotator_holds is not None:
         held = by_id.get(annotator_holds)
@@ -122,24 +145,18 @@ def choose_next(candidates: Sequence[Candidate], *, annotator_holds: Hashable | 
 
     open_items = [c for c in by_id.values() if not c.judged_by_me]
     servable = [c for c in open_items if capacity_left(c, n_annotators) > 0]
-    fresh = [c for c in servable if not c.skipped_by_me]
+    chosen = _choose_servable(servable, n_annotators)
+    if chosen is not None:
+        return chosen
+    return nothing_to_serve(open_items, n_annotators)
 
-    agreement = [c for c in fresh if c.in_agreement_subset]
-    if agreement:
-        best = min(agreement, key=lambda c: (c.order_key, c.item_id))
-        return Choice(best.item_id, AGREEMENT_SUBSET)
 
-    if fresh:
-        best = min(fresh, key=lambda c: _preference(c, n_annotators))
-        rule = FRESH_ITEM if best.completed + best.reserved == 0 else CLOSEST_TO_OVERLAP
-        return Choice(best.item_id, rule)
-
-    skipped = [c for c in servable if c.skipped_by_me]
-    if skipped:
-        best = min(skipped, key=lambda c: (not c.in_agreement_subset, *_preference(c, n_annotators)))
-        return Choice(best.item_id, SKIPPED_ITEM)
-
-    waiting = any(c.completed < target_overlap(c, n_annotators) for c in open_items)
+def nothing_to_serve(open_items: Iterable[Candidate], n_annotators: int | None = None) -> Choice:
+    """Why nothing can be served, given the items this annotator has not judged:
+    ``ALL_SLOTS_RESERVED`` while one of them still waits for judgements (others hold its
+    slots; it may come back when a lease runs out), else ``QUEUE_EMPTY``. Stops at the
+    first waiting item, so ``open_items`` may be a lazy iterator."""
+    waiting = any(c.completed < target_overlap(c, n_annotators) for c in open_items if not c.judged_by_me)
     return Choice(None, ALL_SLOTS_RESERVED if waiting else QUEUE_EMPTY)
 
 

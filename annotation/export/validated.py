@@ -62,7 +62,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from retrieval.jobs.leases import run_job
-from retrieval.models import Dataset, Query, QuerySubset, Target, Turn, turn_text
+from retrieval.models import VALIDATED_SUBSET, Dataset, Query, QuerySubset, Target, Turn, turn_text
 from retrieval.targets import TargetFacts, positive_targets
 
 from annotation.verdicts.adjudication import (
@@ -94,8 +94,8 @@ from annotation.export.alternatives import ExtraTargets, QueryLayout
 FORMAT = "cirval.validated_export"
 FORMAT_VERSION = 1
 TASK_ID = 7  # M-BEIR: (image, text) -> image
-SUBSETS = {"composition_required": "validated_solved", "unresolved": "validated_unsolved", "": "validated"}
-SUBSET_QUERY_NAME = "validated"
+SUBSETS = {"composition_required": "validated_solved", "unresolved": "validated_unsolved", "": VALIDATED_SUBSET}
+SUBSET_QUERY_NAME = VALIDATED_SUBSET
 CIRCLED_KEYS = ("session_id", "subset", "ground_truth_ids", "num_turns", "turns")
 MBEIR_KEYS = ("qid", "query_txt", "query_img_path", "query_modality", "query_src_content", "pos_cand_list",
               "neg_cand_list", "task_id")

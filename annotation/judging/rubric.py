@@ -378,6 +378,54 @@ def _parse_rubric(data: Mapping[str, Any]) -> Rubric:
         raise ValueError(f"{where}: {exc}") from None
 
 
+def _parse_decision_order(top: _Reader) -> list[DecisionStep]:
+    steps: list[DecisionStep] = []
+    for p, d in top.items("decision_order"):
+        r = _Reader(d, p, {"question", "category"})
+        cat = r.text("category", required=False) or None
+        steps.append(DecisionStep(question=r.text("question"), category=cat))
+    return steps
+
+
+def _check_unique_keys(categories: tuple[Category, ...], scales: tuple[Any, ...], per_turn: tuple[Any, ...],
+                       rejects: tuple[Any, ...]) -> None:
+    _unique(((f"rubric.categories[{i}].key", c.key) for i, c in enumerate(categories)), "category key")
+    _unique(((f"rubric.scales[{i}].key", s.key) for i, s in enumerate(scales)), "scale key")
+    _unique(((f"rubric.per_turn_checks[{i}].key", c.key) for i, c in enumerate(per_turn)), "per-turn check key")
+    _unique(((f"rubric.reject_flags[{i}].key", c.key) for i, c in enumerate(rejects)), "reject flag key")
+
+
+def _check_shortcuts(categories: tuple[Category, ...], scales: tuple[Any, ...], per_turn: tuple[Any, ...],
+                     rejects: tuple[Any, ...]) -> None:
+    """Keyboard: one first-level namespace; sub-reasons distinct from it; digits kept for scales."""
+    first_level: list[tuple[str, str | None]] = [
+        *((f"rubric.categories[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(categories)),
+        *((f"rubric.scales[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(scales)),
+        *((f"rubric.per_turn_checks[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(per_turn)),
+        *((f"rubric.reject_flags[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(rejects)),
+    ]
+    _unique_shortcuts(first_level, "first level")
+    first_folded = {k.casefold(): p for p, k in first_level if k is not None}
+    sub_level = [(f"rubric.categories[{i}].sub_reasons[{j}].shortcut_key", s.shortcut_key)
+                 for i, c in enumerate(categories) for j, s in enumerate(c.sub_reasons)]
+    for p, k in sub_level:
+        if k.casefold() in first_folded:
+            raise ValueError(f"{p}: {k!r} collides with the first-level key at {first_folded[k.casefold()]}")
+    if scales:
+        for p, k in first_level + sub_level:
+            if k is not None and k.isdigit():
+                raise ValueError(f"{p}: digit {k!r} is reserved for setting scale values")
+
+
+def _check_session_rubric(top: _Reader, categories: tuple[Category, ...], scales: tuple[Any, ...]) -> None:
+    if not scales:
+        raise top.error("scales", "a session rubric needs at least one scale")
+    if categories:
+        raise top.error("categories", "a session rubric has no categories (use kind 'category')")
+    if top.data.get("flags") is not None:
+        raise top.error("flags", "only category rubrics have flag metadata")
+
+
 def _parse_rubric_body(top: _Reader) -> Rubric:
     key = top.ident("key")
     version = top.integer("version")
@@ -392,37 +440,9 @@ def _parse_rubric_body(top: _Reader) -> Rubric:
     scales = tuple(_parse_scale(d, p) for p, d in top.items("scales"))
     per_turn = tuple(_parse_check(d, p) for p, d in top.items("per_turn_checks"))
     rejects = tuple(_parse_check(d, p) for p, d in top.items("reject_flags"))
-    steps: list[DecisionStep] = []
-    for p, d in top.items("decision_order"):
-        r = _Reader(d, p, {"question", "category"})
-        cat = r.text("category", required=False) or None
-        steps.append(DecisionStep(question=r.text("question"), category=cat))
-
-    _unique(((f"rubric.categories[{i}].key", c.key) for i, c in enumerate(categories)), "category key")
-    _unique(((f"rubric.scales[{i}].key", s.key) for i, s in enumerate(scales)), "scale key")
-    _unique(((f"rubric.per_turn_checks[{i}].key", c.key) for i, c in enumerate(per_turn)), "per-turn check key")
-    _unique(((f"rubric.reject_flags[{i}].key", c.key) for i, c in enumerate(rejects)), "reject flag key")
-
-    # Keyboard: one first-level namespace; sub-reasons distinct from it.
-    first_level: list[tuple[str, str | None]] = [
-        *((f"rubric.categories[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(categories)),
-        *((f"rubric.scales[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(scales)),
-        *((f"rubric.per_turn_checks[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(per_turn)),
-        *((f"rubric.reject_flags[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(rejects)),
-    ]
-    _unique_shortcuts(first_level, "first level")
-    first_folded = {k.casefold(): p for p, k in first_level if k is not None}
-    for i, c in enumerate(categories):
-        for j, s in enumerate(c.sub_reasons):
-            if s.shortcut_key.casefold() in first_folded:
-                raise ValueError(f"rubric.categories[{i}].sub_reasons[{j}].shortcut_key: {s.shortcut_key!r} "
-                                 f"collides with the first-level key at {first_folded[s.shortcut_key.casefold()]}")
-    if scales:
-        for p, k in first_level + [(f"rubric.categories[{i}].sub_reasons[{j}].shortcut_key", s.shortcut_key)
-                                   for i, c in enumerate(categories) for j, s in enumerate(c.sub_reasons)]:
-            if k is not None and k.isdigit():
-                raise ValueError(f"{p}: digit {k!r} is reserved for setting scale values")
-
+    steps = _parse_decision_order(top)
+    _check_unique_keys(categories, scales, per_turn, rejects)
+    _check_shortcuts(categories, scales, per_turn, rejects)
     for i, step in enumerate(steps):
         if step.category is not None and all(c.key != step.category for c in categories):
             raise ValueError(f"rubric.decision_order[{i}].category: unknown category {step.category!r}")
@@ -431,12 +451,7 @@ def _parse_rubric_body(top: _Reader) -> Rubric:
     if kind == "category":
         flags = _check_category_rubric(top, categories, steps)
     else:
-        if not scales:
-            raise top.error("scales", "a session rubric needs at least one scale")
-        if categories:
-            raise top.error("categories", "a session rubric has no categories (use kind 'category')")
-        if top.data.get("flags") is not None:
-            raise top.error("flags", "only category rubrics have flag metadata")
+        _check_session_rubric(top, categories, scales)
 
     return Rubric(key=key, version=version, title=title, kind=kind,
                   description=top.text("description", required=False), decision_order=tuple(steps),
@@ -444,8 +459,8 @@ def _parse_rubric_body(top: _Reader) -> Rubric:
                   reject_flags=rejects)
 
 
-def _check_category_rubric(top: _Reader, categories: tuple[Category, ...],
-                           steps: Sequence[DecisionStep]) -> FlagSpec:
+def _check_category_set(top: _Reader, categories: tuple[Category, ...]) -> Category:
+    """Two or more categories, exactly one valid and least severe; returns the valid one."""
     if len(categories) < 2:
         raise top.error("categories", "a category rubric needs at least two categories")
     valid = [c for c in categories if c.valid]
@@ -454,6 +469,12 @@ def _check_category_rubric(top: _Reader, categories: tuple[Category, ...],
     _unique(((f"rubric.categories[{i}].severity", str(c.severity)) for i, c in enumerate(categories)), "severity")
     if any(c.severity <= valid[0].severity for c in categories if not c.valid):
         raise top.error("categories", f"the valid category {valid[0].key!r} must be the least severe")
+    return valid[0]
+
+
+def _check_category_steps(top: _Reader, categories: tuple[Category, ...], steps: Sequence[DecisionStep],
+                          valid: Category) -> None:
+    """The decision order names one category a step, reaches them all and ends with the valid one."""
     if not steps:
         raise top.error("decision_order", "a category rubric needs a decision order")
     step_cats = [s.category for s in steps]
@@ -463,13 +484,11 @@ def _check_category_rubric(top: _Reader, categories: tuple[Category, ...],
     missing = [c.key for c in categories if c.key not in step_cats]
     if missing:
         raise top.error("decision_order", f"does not reach categories {missing}")
-    if step_cats[-1] != valid[0].key:
-        raise top.error("decision_order", f"must end with the valid category {valid[0].key!r}")
+    if step_cats[-1] != valid.key:
+        raise top.error("decision_order", f"must end with the valid category {valid.key!r}")
 
-    invalid_keys = [c.key for c in categories if not c.valid]
-    raw = top.data.get("flags")
-    if raw is None:
-        return FlagSpec(order=tuple(invalid_keys))
+
+def _parse_flag_spec(raw: Any, invalid_keys: list[str]) -> FlagSpec:
     r = _Reader(raw, "rubric.flags", {"order", "validated_field", "note_field"})
     order_raw = raw.get("order")
     if not isinstance(order_raw, (list, tuple)) or not all(isinstance(k, str) for k in order_raw):
@@ -484,6 +503,17 @@ def _check_category_rubric(top: _Reader, categories: tuple[Category, ...],
     if spec.validated_field == spec.note_field or clash:
         raise r.error("validated_field", "the validated and note fields must differ from each other and the flags")
     return spec
+
+
+def _check_category_rubric(top: _Reader, categories: tuple[Category, ...],
+                           steps: Sequence[DecisionStep]) -> FlagSpec:
+    valid = _check_category_set(top, categories)
+    _check_category_steps(top, categories, steps, valid)
+    invalid_keys = [c.key for c in categories if not c.valid]
+    raw = top.data.get("flags")
+    if raw is None:
+        return FlagSpec(order=tuple(invalid_keys))
+    return _parse_flag_spec(raw, invalid_keys)
 
 
 # --------------------------------------------------------------------------- built-ins
@@ -808,27 +838,31 @@ def _category_and_sub(rubric: Rubric, cat_value: Any, sub_value: Any, cat_field:
     return category, sub
 
 
+def _also_categories(rubric: Rubric, also: Any, chosen: list[tuple[Category, Any]]) -> None:
+    """Append the ``also`` categories (a key, an object or a list of them) to ``chosen``."""
+    if isinstance(also, (str, Mapping)):
+        also = [also]
+    if not isinstance(also, (list, tuple)):
+        raise JudgementError("also", f"also must be a list of categories, got {type(also).__name__}")
+    for i, entry in enumerate(also):
+        name = f"also[{i}]"
+        if isinstance(entry, Mapping):
+            extra = set(entry) - {"category", "sub_reason"}
+            if extra:
+                raise JudgementError(name, f"{name} has unknown field(s) {sorted(map(str, extra))}")
+            chosen.append(_category_and_sub(rubric, entry.get("category"), entry.get("sub_reason"),
+                                            f"{name}.category", f"{name}.sub_reason"))
+        else:
+            chosen.append(_category_and_sub(rubric, entry, None, name, f"{name}.sub_reason"))
+        if any(c.key == chosen[-1][0].key for c, _ in chosen[:-1]):
+            raise JudgementError(name, f"{name}: category {chosen[-1][0].key} is given twice")
+
+
 def _validate_categories(rubric: Rubric, payload: Mapping[str, Any], note: str) -> dict[str, Any]:
     chosen = [_category_and_sub(rubric, payload.get("category"), payload.get("sub_reason"),
                                 "category", "sub_reason")]
-    also = payload.get("also")
-    if also is not None:
-        if isinstance(also, (str, Mapping)):
-            also = [also]
-        if not isinstance(also, (list, tuple)):
-            raise JudgementError("also", f"also must be a list of categories, got {type(also).__name__}")
-        for i, entry in enumerate(also):
-            name = f"also[{i}]"
-            if isinstance(entry, Mapping):
-                extra = set(entry) - {"category", "sub_reason"}
-                if extra:
-                    raise JudgementError(name, f"{name} has unknown field(s) {sorted(map(str, extra))}")
-                chosen.append(_category_and_sub(rubric, entry.get("category"), entry.get("sub_reason"),
-                                                f"{name}.category", f"{name}.sub_reason"))
-            else:
-                chosen.append(_category_and_sub(rubric, entry, None, name, f"{name}.sub_reason"))
-            if any(c.key == chosen[-1][0].key for c, _ in chosen[:-1]):
-                raise JudgementError(name, f"{name}: category {chosen[-1][0].key} is given twice")
+    if payload.get("also") is not None:
+        _also_categories(rubric, payload.get("also"), chosen)
 
     needs_note = [f"{c.key}/{s.key}" for c, s in chosen if s is not None and s.requires_note]
     if needs_note and not note:

@@ -107,20 +107,9 @@ def filter_sessions(
     }
 
 
-def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[int]]:
-    """The ``sessions`` part of the run's summary and the ids of the sessions kept by every filter.
-
-    Per retriever x strategy x modality: :func:`retrieval.sessions.session_metrics`
-    (Hits@K curve over turns ``1..L_max``, Final Recall@K, AUC, epsilon-consistent
-    count) and how many sessions pass all filters; the filter table (success ->
-    multi-turn -> epsilon -> tau) on :data:`SESSION_FILTER_BASIS` of the first
-    retriever; the turn-length histograms. ``(None, [])`` when the split has no sessions.
-    """
-    from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, session_metrics
-
-    plan = run.summary.get("session_plan")
-    if plan is None:
-        return None, []
+def _session_chunk_outcomes(plan: dict[str, Any], chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the session and text chunks recorded: skipped sessions (with reasons and
+    examples), the largest text-text cosine per session and sessions without a positive."""
     chunk_skips: dict[str, str] = {}
     max_cos: dict[int, float | None] = {}
     no_positive: dict[str, int] = defaultdict(int)
@@ -136,20 +125,26 @@ def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dic
     examples = dict(plan.get("skipped_examples", {}))
     for reason, ids in _examples(chunk_skips).items():
         examples[reason] = (examples.get(reason, []) + ids)[:10]
+    return {"dropped": {int(q) for q in chunk_skips}, "max_cos": max_cos, "no_positive": no_positive,
+            "reasons": reasons, "examples": examples}
 
-    table = session_rank_table(run)
-    dropped = {int(q) for q in chunk_skips}
+
+def _scored_sessions(table: dict[str, Any], dropped: set[int]) -> tuple[list[int], dict[int, int]]:
+    """The scored session ids in query order, and each session's number of turns."""
     scored = {q for r in table.values() for s in r.values() for m in s.values() for q in m} - dropped
     order = dict(Query.objects.filter(pk__in=scored).values_list("pk", "ordinal"))
     ids = sorted(scored, key=lambda q: (order.get(q, 0), q))
     lengths = {q: len(next(m[q] for r in table.values() for s in r.values() for m in s.values() if q in m))
                for q in ids}
+    return ids, lengths
+
+
+def _per_ranking(run: AuditRun, ranks_of: Any, ids: list[int], max_cos: dict[int, float | None]
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per retriever x strategy x modality: the session metrics and how many sessions pass all filters."""
+    from retrieval.sessions import STRATEGIES, session_metrics
+
     k, eps, tau = run.k, run.epsilon, run.tau
-
-    def ranks_of(name: str, strategy: str, modality: str) -> dict[int, list[Any]]:
-        got = table.get(name, {}).get(strategy, {}).get(modality, {})
-        return {q: got.get(q, [None] * lengths[q]) for q in ids}
-
     metrics: dict[str, Any] = {}
     kept_per: dict[str, Any] = {}
     for name in run.retrievers:
@@ -162,6 +157,40 @@ def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dic
                 kept_per.setdefault(name, {}).setdefault(strategy, {})[modality] = (
                     filter_sessions(sess, max_cos, k, eps, tau)["n_kept"] if ids else 0
                 )
+    return metrics, kept_per
+
+
+def _skipped_counts(reasons: Counter) -> dict[str, int]:
+    """Skip counts, the known session reasons first, in their fixed order."""
+    return ({r: reasons[r] for r in SESSION_SKIP_REASONS if reasons.get(r)}
+            | {r: n for r, n in reasons.items() if r not in SESSION_SKIP_REASONS})
+
+
+def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[int]]:
+    """The ``sessions`` part of the run's summary and the ids of the sessions kept by every filter.
+
+    Per retriever x strategy x modality: :func:`retrieval.sessions.session_metrics`
+    (Hits@K curve over turns ``1..L_max``, Final Recall@K, AUC, epsilon-consistent
+    count) and how many sessions pass all filters; the filter table (success ->
+    multi-turn -> epsilon -> tau) on :data:`SESSION_FILTER_BASIS` of the first
+    retriever; the turn-length histograms. ``(None, [])`` when the split has no sessions.
+    """
+    from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES
+
+    plan = run.summary.get("session_plan")
+    if plan is None:
+        return None, []
+    outcomes = _session_chunk_outcomes(plan, chunks)
+    max_cos, reasons = outcomes["max_cos"], outcomes["reasons"]
+    table = session_rank_table(run)
+    ids, lengths = _scored_sessions(table, outcomes["dropped"])
+    k, eps, tau = run.k, run.epsilon, run.tau
+
+    def ranks_of(name: str, strategy: str, modality: str) -> dict[int, list[Any]]:
+        got = table.get(name, {}).get(strategy, {}).get(modality, {})
+        return {q: got.get(q, [None] * lengths[q]) for q in ids}
+
+    metrics, kept_per = _per_ranking(run, ranks_of, ids, max_cos)
     basis = {"retriever": run.retrievers[0], **SESSION_FILTER_BASIS}
     filters = filter_sessions(ranks_of(basis["retriever"], basis["strategy"], basis["modality"]), max_cos, k, eps, tau)
     kept = filters.pop("kept")
@@ -182,11 +211,10 @@ def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dic
         "kept_turn_histogram": {str(n): c for n, c in sorted(Counter(lengths[q] for q in kept).items())},
         "text_cosine": {"sessions": len(worst), "at_or_above_tau": sum(1 for v in worst if v >= tau),
                         "max": max(worst, default=None)},
-        "skipped": {r: reasons[r] for r in SESSION_SKIP_REASONS if reasons.get(r)}
-        | {r: n for r, n in reasons.items() if r not in SESSION_SKIP_REASONS},
+        "skipped": _skipped_counts(reasons),
         "skipped_total": sum(reasons.values()),
-        "skipped_examples": examples,
-        "no_positive_in_gallery": max(no_positive.values(), default=0),
+        "skipped_examples": outcomes["examples"],
+        "no_positive_in_gallery": max(outcomes["no_positive"].values(), default=0),
         "subset": subset_name(run, SESSIONS_KEPT),
     }
     return summary, kept
@@ -325,6 +353,17 @@ def subset_scores_from_rows(
     return {name: retriever_scores(pool, name, run.k) for name in run.retrievers}
 
 
+def _chunk_seconds(kind: str, s: dict[str, float]) -> dict[str, float]:
+    """One chunk's recorded seconds under the summary's timing keys."""
+    if kind == AuditChunk.Kind.GALLERY:
+        return {"encode_gallery": s.get("encode", 0.0)}
+    if kind == AuditChunk.Kind.TEXTS:
+        return {"encode_session_texts": s.get("encode_texts", 0.0)}
+    encode, rank = ("encode_sessions", "rank_sessions") if kind == AuditChunk.Kind.SESSIONS else ("encode_queries", "rank")
+    return {encode: s.get("encode_images", 0.0) + s.get("encode_texts", 0.0), "load_gallery": s.get("gallery", 0.0),
+            rank: s.get("rank", 0.0) + s.get("write", 0.0)}
+
+
 def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
     secs: dict[str, float] = defaultdict(float)
     cache: dict[str, int] = defaultdict(int)
@@ -333,26 +372,10 @@ def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
         st = c["stats"] or {}
         s = st.get("seconds", {})
         name = c["retriever"]
-        if c["kind"] == AuditChunk.Kind.GALLERY:
-            secs["encode_gallery"] += s.get("encode", 0.0)
-            per[name]["encode_gallery"] += s.get("encode", 0.0)
-        elif c["kind"] == AuditChunk.Kind.SESSIONS:
-            q = s.get("encode_images", 0.0) + s.get("encode_texts", 0.0)
-            secs["encode_sessions"] += q
-            secs["load_gallery"] += s.get("gallery", 0.0)
-            secs["rank_sessions"] += s.get("rank", 0.0) + s.get("write", 0.0)
-            per[name]["encode_sessions"] += q
-            per[name]["rank_sessions"] += s.get("rank", 0.0) + s.get("write", 0.0)
-        elif c["kind"] == AuditChunk.Kind.TEXTS:
-            secs["encode_session_texts"] += s.get("encode_texts", 0.0)
-            per[name]["encode_session_texts"] += s.get("encode_texts", 0.0)
-        else:
-            q = s.get("encode_images", 0.0) + s.get("encode_texts", 0.0)
-            secs["encode_queries"] += q
-            secs["load_gallery"] += s.get("gallery", 0.0)
-            secs["rank"] += s.get("rank", 0.0) + s.get("write", 0.0)
-            per[name]["encode_queries"] += q
-            per[name]["rank"] += s.get("rank", 0.0) + s.get("write", 0.0)
+        for key, value in _chunk_seconds(c["kind"], s).items():
+            secs[key] += value
+            if key != "load_gallery":  # the gallery is loaded once per worker, not per retriever
+                per[name][key] += value
         secs["build_models"] += s.get("build", 0.0)
         for key, value in st.get("cache", {}).items():
             if isinstance(value, bool):

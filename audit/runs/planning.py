@@ -58,6 +58,28 @@ def normalise_retrievers(specs: Iterable[str]) -> list[str]:
     return out
 
 
+def _find_dataset(dataset: Dataset | str) -> Dataset:
+    if not isinstance(dataset, str):
+        return dataset
+    found = Dataset.objects.filter(name=dataset).first()
+    if found is None:
+        raise AuditError(f"no dataset named {dataset!r}")
+    return found
+
+
+def _session_parameters(epsilon: float | None, tau: float | None) -> tuple[float, float]:
+    """The session filters' epsilon and tau, from the arguments or the settings, checked."""
+    from retrieval.sessions import DEFAULT_EPSILON, DEFAULT_TAU
+
+    eps = float(_setting("AUDIT_SESSION_EPSILON", DEFAULT_EPSILON) if epsilon is None else epsilon)
+    if isinstance(epsilon, bool) or not math.isfinite(eps) or eps < 0:
+        raise AuditError("epsilon must be a finite number >= 0")
+    t = float(_setting("AUDIT_SESSION_TAU", DEFAULT_TAU) if tau is None else tau)
+    if isinstance(tau, bool) or not math.isfinite(t) or not -1.0 <= t <= 1.0:
+        raise AuditError("tau must be a cosine between -1 and 1")
+    return eps, t
+
+
 def create_run(
     dataset: Dataset | str,
     retrievers: Sequence[str],
@@ -78,24 +100,13 @@ def create_run(
     (defaults: ``AUDIT_SESSION_EPSILON`` = 30, ``AUDIT_SESSION_TAU`` = 0.8 and the
     pool's first retriever); they are stored on the run, the encoder as a canonical spec.
     """
-    if isinstance(dataset, str):
-        found = Dataset.objects.filter(name=dataset).first()
-        if found is None:
-            raise AuditError(f"no dataset named {dataset!r}")
-        dataset = found
+    dataset = _find_dataset(dataset)
     if isinstance(k, bool) or int(k) < 1:
         raise AuditError("K must be an integer >= 1")
     if isinstance(min_mm_retrievers, bool) or int(min_mm_retrievers) < 0:
         raise AuditError("the minimum number of multimodal retrievers must be >= 0")
-    from retrieval.sessions import DEFAULT_EPSILON, DEFAULT_TAU
-
     specs = normalise_retrievers(retrievers)
-    eps = float(_setting("AUDIT_SESSION_EPSILON", DEFAULT_EPSILON) if epsilon is None else epsilon)
-    if isinstance(epsilon, bool) or not math.isfinite(eps) or eps < 0:
-        raise AuditError("epsilon must be a finite number >= 0")
-    t = float(_setting("AUDIT_SESSION_TAU", DEFAULT_TAU) if tau is None else tau)
-    if isinstance(tau, bool) or not math.isfinite(t) or not -1.0 <= t <= 1.0:
-        raise AuditError("tau must be a cosine between -1 and 1")
+    eps, t = _session_parameters(epsilon, tau)
     tau_spec = normalise_retrievers([tau_encoder])[0] if (tau_encoder or "").strip() else specs[0]
     cq = int(chunk_queries or _setting("AUDIT_CHUNK_QUERIES", 512))
     cg = int(chunk_gallery or _setting("AUDIT_CHUNK_GALLERY", 4096))
@@ -238,6 +249,57 @@ def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
+def _plan_chunks(run: AuditRun, gallery: list[int], eligible: list[int], sessions: list[int]) -> list[AuditChunk]:
+    """Per retriever: gallery, query and session chunks; then the tau encoder's text chunks."""
+    parts = [(AuditChunk.Kind.GALLERY, gallery, run.chunk_gallery), (AuditChunk.Kind.QUERIES, eligible, run.chunk_queries),
+             (AuditChunk.Kind.SESSIONS, sessions, run.chunk_queries)]
+    chunks: list[AuditChunk] = []
+    for spec in run.retrievers:
+        for kind, items, size in parts:
+            chunks.extend(AuditChunk(run=run, retriever=spec, kind=kind, index=n, items=part, n_items=len(part))
+                          for n, part in enumerate(_chunks(items, size)))
+    chunks.extend(AuditChunk(run=run, retriever=_tau_encoder(run), kind=AuditChunk.Kind.TEXTS, index=n,
+                             items=part, n_items=len(part))
+                  for n, part in enumerate(_chunks(sessions, run.chunk_queries)))
+    return chunks
+
+
+def _nothing_to_audit(skipped: dict[int, str], session_skipped: dict[int, str]) -> AuditError:
+    why = Counter(skipped.values())
+    why.update(f"session {r}" for r in session_skipped.values())
+    return AuditError("no query can be audited: " + (
+        ", ".join(f"{n} {r}" for r, n in why.items()) or "the split is empty"
+    ))
+
+
+def _plan_summary(run: AuditRun, eligible: list[int], skipped: dict[int, str], sessions: list[int],
+                  session_skipped: dict[int, str], gallery_info: Any, n_chunks: int) -> dict[str, Any]:
+    reasons = Counter(skipped.values())
+    summary = {
+        **run.summary,
+        "plan": {
+            "queries_in_split": len(eligible) + len(skipped) + len(sessions) + len(session_skipped),
+            "eligible": len(eligible),
+            "sessions_in_split": len(sessions) + len(session_skipped),
+            "sessions_eligible": len(sessions),
+            "gallery": gallery_info,
+            "chunks": n_chunks,
+            "retrievers": len(run.retrievers),
+        },
+        "skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)},
+        "plan_skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)},
+        "skipped_total": len(skipped),
+        "skipped_examples": _examples(skipped),
+    }
+    if sessions or session_skipped:
+        session_reasons = Counter(session_skipped.values())
+        summary["session_plan"] = {
+            "skipped": {r: session_reasons[r] for r in SESSION_SKIP_REASONS if session_reasons.get(r)},
+            "skipped_examples": _examples(session_skipped),
+        }
+    return summary
+
+
 def plan_run(run: AuditRun) -> bool:
     """Create the run's chunks once (idempotent); returns True if this call planned it."""
     with transaction.atomic():
@@ -248,51 +310,12 @@ def plan_run(run: AuditRun) -> bool:
         sessions, session_skipped = _session_eligibility(run)
         gallery, gallery_info = _gallery_rows(run)
         if not eligible and not sessions:
-            why = Counter(skipped.values())
-            why.update(f"session {r}" for r in session_skipped.values())
-            raise AuditError("no query can be audited: " + (
-                ", ".join(f"{n} {r}" for r, n in why.items()) or "the split is empty"
-            ))
+            raise _nothing_to_audit(skipped, session_skipped)
         if not gallery:
             raise AuditError("the gallery is empty (no image with a file on disk)")
-        chunks: list[AuditChunk] = []
-        for spec in run.retrievers:
-            for n, part in enumerate(_chunks(gallery, run.chunk_gallery)):
-                chunks.append(AuditChunk(run=run, retriever=spec, kind=AuditChunk.Kind.GALLERY, index=n,
-                                         items=part, n_items=len(part)))
-            for n, part in enumerate(_chunks(eligible, run.chunk_queries)):
-                chunks.append(AuditChunk(run=run, retriever=spec, kind=AuditChunk.Kind.QUERIES, index=n,
-                                         items=part, n_items=len(part)))
-            for n, part in enumerate(_chunks(sessions, run.chunk_queries)):
-                chunks.append(AuditChunk(run=run, retriever=spec, kind=AuditChunk.Kind.SESSIONS, index=n,
-                                         items=part, n_items=len(part)))
-        for n, part in enumerate(_chunks(sessions, run.chunk_queries)):
-            chunks.append(AuditChunk(run=run, retriever=_tau_encoder(run), kind=AuditChunk.Kind.TEXTS, index=n,
-                                     items=part, n_items=len(part)))
+        chunks = _plan_chunks(run, gallery, eligible, sessions)
         AuditChunk.objects.bulk_create(chunks, batch_size=500)
-        reasons = Counter(skipped.values())
-        session_reasons = Counter(session_skipped.values())
-        run.summary = {
-            **run.summary,
-            "plan": {
-                "queries_in_split": len(eligible) + len(skipped) + len(sessions) + len(session_skipped),
-                "eligible": len(eligible),
-                "sessions_in_split": len(sessions) + len(session_skipped),
-                "sessions_eligible": len(sessions),
-                "gallery": gallery_info,
-                "chunks": len(chunks),
-                "retrievers": len(run.retrievers),
-            },
-            "skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)},
-            "plan_skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)},
-            "skipped_total": len(skipped),
-            "skipped_examples": _examples(skipped),
-        }
-        if sessions or session_skipped:
-            run.summary["session_plan"] = {
-                "skipped": {r: session_reasons[r] for r in SESSION_SKIP_REASONS if session_reasons.get(r)},
-                "skipped_examples": _examples(session_skipped),
-            }
+        run.summary = _plan_summary(run, eligible, skipped, sessions, session_skipped, gallery_info, len(chunks))
         run.total = sum(c.n_items for c in chunks)
         run.done = 0
         run.planned = True

@@ -84,18 +84,21 @@ def test_validated_subset_is_scored_when_present(client, demo_accounts, done_run
     assert "0.500" in section
 
 
-def test_running_audit_shows_progress_and_polls(client, demo_accounts, tiny):  # noqa: F811
+def test_running_audit_shows_progress_and_polls(client, demo_accounts, tiny, monkeypatch):  # noqa: F811
+    started = timezone.now() - timezone.timedelta(seconds=60)
     run = AuditRun.objects.create(
         dataset=Dataset.objects.get(name="tiny"), split="test", retrievers=["openclip:cirval-tiny-vit"],
-        status="running", planned=True, done=30, total=120, started_at=timezone.now() - timezone.timedelta(seconds=10),
+        status="running", planned=True, done=30, total=120, started_at=started,
     )
+    # The clock stands still 10 s after the start: a quarter done in 10 s leaves exactly 30 s.
+    monkeypatch.setattr(timezone, "now", lambda: started + timezone.timedelta(seconds=10))
     login(client, demo_accounts, "researcher")
     html = client.get(f"/audits/{run.pk}/").content.decode()
     assert 'id="job-progress" max="100" value="25"' in html
     assert "cirval/jobs.js" in html
     status = client.get(f"/audits/{run.pk}/status/").json()
     assert status["percent"] == 25 and status["done"] == 30 and status["total"] == 120
-    assert 25 <= status["eta_seconds"] <= 40  # 10 s for a quarter: about 30 s left
+    assert status["eta_seconds"] == 30.0
 
 
 def test_staff_starts_an_audit(client, demo_accounts, tiny, django_capture_on_commit_callbacks):  # noqa: F811

@@ -14,7 +14,7 @@ from retrieval.embcache import EmbeddingCache
 from retrieval.encoders import build_retriever, load_image
 from retrieval.loader import load_parsed
 from retrieval.models import Dataset, GalleryEntry, Image, Query, QuerySubset, Target, Turn
-from retrieval.ranking import naive_rank
+from tests.reference_impl import naive_rank
 
 pytestmark = pytest.mark.django_db
 

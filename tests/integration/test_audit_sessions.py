@@ -24,7 +24,7 @@ from retrieval.embcache import EmbeddingCache
 from retrieval.encoders import build_retriever
 from retrieval.loader import load_parsed
 from retrieval.models import Dataset, GalleryEntry, Image, Query, QuerySubset, Target, Turn
-from retrieval.ranking import naive_rank
+from tests.reference_impl import naive_rank
 from retrieval.sessions import STRATEGIES, aggregate_history, session_metrics
 
 pytestmark = pytest.mark.django_db

@@ -33,7 +33,6 @@ from annotation.agreement.maths import (
     label_from_signature,
     label_prevalence,
     pairwise_cohen_kappa,
-    pairwise_cohen_kappa_sklearn,
     percent_agreement,
     summarize,
     to_json_value,
@@ -41,6 +40,7 @@ from annotation.agreement.maths import (
     validity_ratings,
     validity_signature,
 )
+from tests.reference_impl import pairwise_cohen_kappa_sklearn
 
 
 def expand_table(table: list[list[int]], categories: list[object]) -> tuple[list[object], list[object]]:

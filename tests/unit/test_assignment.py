@@ -20,6 +20,7 @@ from annotation.assignment.rules import (
     capacity_left,
     choose_next,
     lease_expired,
+    nothing_to_serve,
 )
 
 
@@ -107,6 +108,28 @@ def test_queue_empty_vs_all_slots_reserved():
     assert choose_next([C(1, done=3)]).rule == QUEUE_EMPTY
     # A skipped item blocked by leases also means "wait".
     assert choose_next([C(1, done=1, leased=2, skipped=True)]).rule == ALL_SLOTS_RESERVED
+
+
+def test_nothing_to_serve_is_the_rule_the_queue_uses():
+    # An item still short of judgements waits (its slots are leased by others).
+    assert nothing_to_serve([C(1, done=2)]) == Choice(None, ALL_SLOTS_RESERVED)
+    assert nothing_to_serve([C(1, done=3), C(2, done=3)]) == Choice(None, QUEUE_EMPTY)
+    assert nothing_to_serve([]) == Choice(None, QUEUE_EMPTY)
+    # Items this annotator judged never make them wait.
+    assert nothing_to_serve([C(1, done=1, judged=True)]).rule == QUEUE_EMPTY
+    # Agreement items wait for every annotator, not only for the overlap.
+    assert nothing_to_serve([C(1, done=3, agree=True)], n_annotators=5).rule == ALL_SLOTS_RESERVED
+    assert nothing_to_serve([C(1, done=3, agree=True)]).rule == QUEUE_EMPTY
+    # A lazy iterator is read only up to the first waiting item.
+    seen = []
+
+    def items():
+        for c in (C(1, done=1), C(2, done=3)):
+            seen.append(c.item_id)
+            yield c
+
+    assert nothing_to_serve(items()).rule == ALL_SLOTS_RESERVED
+    assert seen == [1]
 
 
 def test_skipped_items_come_back_last():

@@ -22,10 +22,10 @@ from annotation.agreement.maths import (
     binary_valid_ratings,
     flag_ratings,
     pairwise_cohen_kappa,
-    pairwise_cohen_kappa_sklearn,
     validity_ratings,
     validity_signature,
 )
+from tests.reference_impl import pairwise_cohen_kappa_sklearn
 from annotation.agreement.circus import (
     CircusFormatError,
     load_agreement_report,

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from retrieval.ranking import naive_rank, rank_queries
+from retrieval.ranking import rank_queries
+from tests.reference_impl import naive_rank
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

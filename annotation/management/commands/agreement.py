@@ -39,6 +39,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from annotation.agreement.maths import CONSTANT_PAIRS, FLAGS, LEVELS, VALIDATED, agreement_report
+from retrieval.validation import is_number, json_type
 
 # Above this many judgement-replicates the bootstrap gets a "this may take a while" note.
 _SLOW_BOOTSTRAP = 10_000_000
@@ -55,25 +56,14 @@ class InputError(ValueError):
         super().__init__(f"{where}{f', field {field!r}' if field else ''}: {message}")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+_WITH_ARTICLE = {"boolean": "a boolean", "string": "a string", "number": "a number", "list": "a list",
+                 "object": "an object"}
 
 
 def _kind(value: Any) -> str:
-    """Short JSON type name for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return "a string"
-    if _is_number(value):
-        return "a number"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    """Short JSON type name for messages (:func:`retrieval.validation.json_type` with an article)."""
+    name = json_type(value)
+    return _WITH_ARTICLE.get(name, name)
 
 
 class JudgementChecker:
@@ -133,7 +123,7 @@ class JudgementChecker:
         got = f"got {_kind(label)} ({label!r})"
         if label is None:
             raise self._fail(where, "label", "null is not a label (leave a missing judgement out)")
-        if _is_number(label):
+        if is_number(label):
             return self._number(where, label)
         if self.level in ("interval", "ratio"):
             raise self._fail(where, "label", f"the {self.level} level needs a number, {got}")
@@ -169,7 +159,7 @@ class JudgementChecker:
         """Type the ``--categories`` tokens like the first label: numbers (sorted, except at the
         nominal level) for a number, else the strings as given."""
         tokens = self._category_tokens or ()
-        if _is_number(value):
+        if is_number(value):
             try:
                 numbers = [_parse_number(t) for t in tokens]
             except ValueError:
@@ -204,7 +194,7 @@ class JudgementChecker:
             value = self._validity_label(where, label)
         else:
             value = self._generic_label(where, label)
-            family = "a number" if _is_number(label) else _kind(label)
+            family = "a number" if is_number(label) else _kind(label)
             self._label_kind = self._same_kind(where, "label", family, self._label_kind)
             if self._category_tokens is not None:
                 if self._category_set is None:
@@ -239,18 +229,6 @@ def read_jsonl(lines: Iterable[str], checker: JudgementChecker) -> list[tuple[An
         append(check(number, item, annotator, label))
     if not triples:
         raise InputError(checker.source, "no judgements (the input is empty)")
-    return triples
-
-
-def check_triples(records: Iterable[Any], checker: JudgementChecker) -> list[tuple[Any, Any, Any]]:
-    """Check ``(item, annotator, label)`` records from another source (e.g. a study)."""
-    triples: list[tuple[Any, Any, Any]] = []
-    for number, record in enumerate(records, start=1):
-        if not isinstance(record, (tuple, list)) or len(record) != 3:
-            raise InputError(checker.at(number), f"expected an (item, annotator, label) triple, got {record!r}")
-        triples.append(checker.check(number, *record))
-    if not triples:
-        raise InputError(checker.source, "no judgements")
     return triples
 
 

@@ -1,0 +1,96 @@
+"""Slow, obviously-correct reference implementations that the tests (and benchmarks) compare
+the production code with. Not imported by the application.
+
+* :func:`pessimistic_rank` / :func:`naive_rank`: a full sort per query, for
+  :func:`retrieval.ranking.rank_queries`.
+* :func:`pairwise_cohen_kappa_sklearn`: one ``sklearn`` call per pair, for
+  :func:`annotation.agreement.maths.pairwise_cohen_kappa`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from annotation.agreement.maths import ConstantPairs, KappaWeights, PairKappa, Ratings
+from retrieval.ranking import NEG_INF, RankResult, _score_dtype, _validate
+
+
+def pessimistic_rank(scores: np.ndarray, target: int, exclude: int | None = None) -> int:
+    """Brute-force rank of gallery item ``target`` in one score row, by a full argsort.
+
+    Sorted by score (descending) with the target placed after every item it ties with,
+    the excluded item removed: the same rule as :func:`rank_queries`.
+    """
+    idx = np.arange(scores.shape[0])
+    keep = idx != exclude if exclude is not None else np.ones(scores.shape[0], dtype=bool)
+    s, idx = scores[keep], idx[keep]
+    order = np.lexsort((idx == target, -s))  # score desc, the target last among equals
+    return int(np.flatnonzero(idx[order] == target)[0]) + 1
+
+
+def naive_rank(
+    queries: torch.Tensor,
+    gallery: torch.Tensor,
+    positives: Sequence[Sequence[int]],
+    exclude: Sequence[int | None] | None = None,
+    top_k: int = 10,
+    return_per_positive: bool = False,
+) -> RankResult:
+    """Reference implementation: full score matrix and a full sort per query and positive.
+
+    Same conventions as :func:`rank_queries` (pessimistic ties; the excluded item is
+    kept in the top-K list, whose ties break by the lower gallery index).
+    For tests and benchmarks only (memory ``Q x G``, time ``Q P G log G``).
+    """
+    n_q, n_g = _validate(queries, gallery, positives, exclude, top_k)
+    dtype = _score_dtype(queries, gallery)
+    scores = (queries.to(dtype) @ gallery.to(device=queries.device, dtype=dtype).T).cpu().numpy()
+    best_rank: list[int | None] = []
+    per_positive: list[list[int | None]] = []
+    topk = torch.full((n_q, top_k), -1, dtype=torch.long)
+    topk_scores = torch.full((n_q, top_k), NEG_INF, dtype=dtype)
+    for q in range(n_q):
+        ex = None if exclude is None or exclude[q] is None else int(exclude[q])
+        row = [None if int(p) == ex else pessimistic_rank(scores[q], int(p), ex) for p in positives[q]]
+        per_positive.append(row)
+        best_rank.append(min((r for r in row if r is not None), default=None))
+        plain = np.lexsort((np.arange(n_g), -scores[q]))[:top_k]
+        topk[q, : plain.size] = torch.from_numpy(plain.astype(np.int64))
+        topk_scores[q, : plain.size] = torch.from_numpy(scores[q][plain])
+    return RankResult(best_rank, topk, topk_scores, per_positive if return_per_positive else None)
+
+
+def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None,
+                                 constant_pairs: ConstantPairs = "undefined") -> list[PairKappa]:
+    """Reference for :func:`pairwise_cohen_kappa`: one ``sklearn`` call per pair (slow).
+
+    Same conventions: full category list as ``labels``; NaN from sklearn (p_e = 1, both
+    raters constant on one label) becomes ``None`` (or 1.0 with ``constant_pairs="one"``);
+    pairs with no shared item are omitted.
+    """
+    import warnings
+
+    from sklearn.metrics import cohen_kappa_score
+
+    dense = ratings.dense()
+    labels = list(range(ratings.n_categories))
+    out: list[PairKappa] = []
+    for a in range(ratings.n_raters):
+        for b in range(a + 1, ratings.n_raters):
+            shared = (dense[a] >= 0) & (dense[b] >= 0)
+            if not shared.any():
+                continue
+            ya, yb = dense[a][shared], dense[b][shared]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                value = float(cohen_kappa_score(ya, yb, labels=labels, weights=weights))
+            constant = bool((ya == ya[0]).all() and (yb == ya[0]).all())
+            if math.isnan(value):
+                if not constant:
+                    raise ArithmeticError("sklearn returned NaN for a pair that is not constant")
+            kappa = (1.0 if constant_pairs == "one" else None) if math.isnan(value) else value
+            out.append(PairKappa(ratings.raters[a], ratings.raters[b], kappa, int(shared.sum()), constant))
+    return out
