@@ -243,6 +243,19 @@ def parse_retriever_spec(spec: str) -> dict[str, Any]:
     (absolute path, checkpoint only) and ``canonical`` (the normalised spec string).
     Raises ValueError with an explanation for anything else.
     """
+    spec, model, weights = _split_spec(spec)
+    out: dict[str, Any] = {"backend": "openclip", "model": model, "seed": None, "tag": None, "checkpoint": None}
+    if not weights or _SEED_RE.match(weights):
+        out.update(_random_weights(model, weights))
+    elif _looks_like_path(weights):
+        out.update(_checkpoint_weights(spec, model, weights))
+    else:
+        out.update(_tag_weights(spec, model, weights))
+    return out
+
+
+def _split_spec(spec: Any) -> tuple[str, str, str]:
+    """(spec, model, weights) of a well-formed spec naming a known open_clip model."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError("empty retriever spec; expected e.g. 'openclip:ViT-B-32@openai'")
     spec = spec.strip()
@@ -250,10 +263,8 @@ def parse_retriever_spec(spec: str) -> dict[str, Any]:
         backend = spec.split(":", 1)[0] if ":" in spec else ""
         hint = f"unknown backend '{backend}'" if backend else "missing backend prefix"
         raise ValueError(f"bad retriever spec '{spec}': {hint}; expected 'openclip:MODEL[@WEIGHTS]'")
-    rest = spec[len(SPEC_PREFIX):]
-    model, sep, weights = rest.partition("@")
-    model = model.strip()
-    weights = weights.strip()
+    model, sep, weights = spec[len(SPEC_PREFIX):].partition("@")
+    model, weights = model.strip(), weights.strip()
     if not model:
         raise ValueError(f"bad retriever spec '{spec}': no model name after 'openclip:'")
     if model.startswith(("hf-hub:", "local-dir:")) or ":" in model:
@@ -268,31 +279,32 @@ def parse_retriever_spec(spec: str) -> dict[str, Any]:
         raise ValueError(f"bad retriever spec '{spec}': unknown open_clip model '{model}'{hint}")
     if sep and not weights:
         raise ValueError(f"bad retriever spec '{spec}': nothing after '@'")
+    return spec, model, weights
 
-    out: dict[str, Any] = {"backend": "openclip", "model": model, "seed": None, "tag": None, "checkpoint": None}
-    if not weights or _SEED_RE.match(weights):
-        m = _SEED_RE.match(weights) if weights else None
-        seed = int(m.group(1)) if m and m.group(1) is not None else 0
-        out.update(kind="random", seed=seed)
-        out["canonical"] = f"{SPEC_PREFIX}{model}" + (f"@random:{seed}" if seed else "")
-    elif _looks_like_path(weights):
-        path = Path(weights).expanduser().resolve()
-        if not path.is_file():
-            raise ValueError(f"bad retriever spec '{spec}': checkpoint file not found: {path}")
-        out.update(kind="checkpoint", checkpoint=str(path))
-        out["canonical"] = f"{SPEC_PREFIX}{model}@{path}"
-    else:
-        tags = open_clip.list_pretrained_tags_by_model(model)
-        tag = weights.lower().replace("-", "_")
-        if tag not in tags:
-            avail = ", ".join(tags) if tags else "none"
-            raise ValueError(
-                f"bad retriever spec '{spec}': '{weights}' is not a pretrained tag of {model} "
-                f"(available: {avail}) and does not look like a checkpoint path"
-            )
-        out.update(kind="tag", tag=tag)
-        out["canonical"] = f"{SPEC_PREFIX}{model}@{tag}"
-    return out
+
+def _random_weights(model: str, weights: str) -> dict[str, Any]:
+    m = _SEED_RE.match(weights) if weights else None
+    seed = int(m.group(1)) if m and m.group(1) is not None else 0
+    return {"kind": "random", "seed": seed, "canonical": f"{SPEC_PREFIX}{model}" + (f"@random:{seed}" if seed else "")}
+
+
+def _checkpoint_weights(spec: str, model: str, weights: str) -> dict[str, Any]:
+    path = Path(weights).expanduser().resolve()
+    if not path.is_file():
+        raise ValueError(f"bad retriever spec '{spec}': checkpoint file not found: {path}")
+    return {"kind": "checkpoint", "checkpoint": str(path), "canonical": f"{SPEC_PREFIX}{model}@{path}"}
+
+
+def _tag_weights(spec: str, model: str, weights: str) -> dict[str, Any]:
+    tags = open_clip.list_pretrained_tags_by_model(model)
+    tag = weights.lower().replace("-", "_")
+    if tag not in tags:
+        avail = ", ".join(tags) if tags else "none"
+        raise ValueError(
+            f"bad retriever spec '{spec}': '{weights}' is not a pretrained tag of {model} "
+            f"(available: {avail}) and does not look like a checkpoint path"
+        )
+    return {"kind": "tag", "tag": tag, "canonical": f"{SPEC_PREFIX}{model}@{tag}"}
 
 
 def _needs_hf_assets(model: str) -> bool:
