@@ -22,6 +22,7 @@ from annotation.models import GuidelinesVersion, Study, StudyItem
 from annotation.quality import gold as goldsvc
 from annotation.room.forms import GoldForm, RolesForm, StudySettingsForm, UserForm
 from annotation.room.jobs import all_jobs, jobs_status
+from annotation.studies.building import StudyError, add_annotators
 
 User = get_user_model()
 
@@ -130,12 +131,16 @@ def study_settings(request, study_id: int):
 def study_annotators(request, study_id: int):
     study = _study(study_id)
     names = request.POST.getlist("username")
-    found = list(User.objects.filter(username__in=names))
     if request.POST.get("action") == "remove":
+        found = list(User.objects.filter(username__in=names))
         study.annotators.remove(*found)
         verb = "removed from"
     else:
-        study.annotators.add(*found)
+        try:  # the one rule for who may annotate a study (the annotator role)
+            found = add_annotators(study, names)
+        except StudyError as exc:
+            messages.error(request, str(exc))
+            return redirect("room:study", study_id=study.pk)
         verb = "added to"
     forget_study_sizes(study)
     if found:

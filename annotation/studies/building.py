@@ -228,9 +228,11 @@ def _queue_candidates(study_id: int, wanted: bool) -> None:
         logger.warning("could not queue the candidate panels of study %s", study_id, exc_info=True)
 
 
-def add_annotators(study: Study, usernames: Iterable[str]) -> None:
+def add_annotators(study: Study, usernames: Iterable[str]) -> list:
+    """Add these users to the study's annotators (StudyError: unknown, or without the role)."""
     users = annotator_users(usernames)
     study.annotators.add(*users)
+    return users
 
 
 SHORTCUT_FREE = "composition_required"

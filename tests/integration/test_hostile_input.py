@@ -10,7 +10,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from annotation.assignment import queue as engine
-from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
+from annotation.models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from retrieval.models import Image, ImportJob
 from tests.conftest import FIXTURES, make_annotator
@@ -147,6 +147,17 @@ def test_study_creation_refuses_users_without_the_annotator_role(world):
     ok = client.post("/api/studies/", {"name": "roles", "datasets": ["circo"], "total": 2, "annotators": ["ann"]},
                      format="json")
     assert ok.status_code == 201
+
+
+def test_the_project_room_adds_only_annotators(world, client):
+    get_user_model().objects.create_user("norole2", password="pw")
+    study = Study.objects.create(name="room-roles", rubric=RubricVersion.builtin("validity"))
+    client.force_login(world["boss"])
+    resp = client.post(f"/room/studies/{study.pk}/annotators/", {"username": ["ann", "norole2"]}, follow=True)
+    assert "norole2" in resp.content.decode() and "annotator role" in resp.content.decode()
+    assert not study.annotators.exists()  # nothing added, not even the valid one
+    client.post(f"/room/studies/{study.pk}/annotators/", {"username": ["ann"]})
+    assert list(study.annotators.values_list("username", flat=True)) == ["ann"]
 
 
 @pytest.mark.parametrize("field,value,message", [
