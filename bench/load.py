@@ -10,7 +10,9 @@ drops a database it did not create, and drops its own at the end unless --keep-d
 fills it (demo world + a large study), then drives the annotators
 over HTTP for a bounded time: log in, ask for the next item, submit (with a client token),
 now and then revise an earlier judgement or reload the item page. An audit and an export
-run in the background meanwhile. It prints requests served, errors, p50/p95/p99 latency per
+of the load study run in the background meanwhile, on the Celery worker (two pool
+processes, so both run at once), queued the way the audit form and the study page queue
+them; the worker lowers its own priority and torch threads (config/worker_tuning.py). It prints requests served, errors, p50/p95/p99 latency per
 endpoint and the lost-write check: every successful submit is in the database exactly once.
 With --quick --json it runs for under a minute and its last line is one JSON object.
 Every request goes to 127.0.0.1 only, and the loops stop at the deadline.
@@ -66,6 +68,9 @@ Target.objects.bulk_create([Target(query=q, image=copies[(n + 7) % len(copies)],
                            batch_size=5000)
 study = Study.objects.create(name="load", rubric=RubricVersion.builtin("validity"), overlap=3, lease_minutes=5)
 StudyItem.objects.bulk_create([StudyItem(study=study, query=q, order_key=n) for n, q in enumerate(qs)], batch_size=5000)
+# Rows bulk-created here bypass create_study, which refreshes the planner's statistics.
+from retrieval.dbstats import refresh_statistics
+refresh_statistics(Image, Query, Turn, Target, StudyItem)
 # The candidate panels, fixed ahead as the worker does after a study is created.
 from annotation.judging.candidates import fill_study_candidates
 fill_study_candidates(study.pk, batch=1000)
@@ -90,6 +95,19 @@ for u in users:
     s.create()
     keys[u.username] = s.session_key
 print(_json.dumps({"study": study.pk, "sessions": keys}))
+"""
+
+
+# What the study page's export button does: an export job, queued for a worker.
+QUEUE_EXPORT = r"""
+import django, sys
+django.setup()
+from annotation.models import ExportJob, Study
+from annotation.tasks import RUN_EXPORT
+from retrieval.jobs.queue import enqueue
+study = Study.objects.get(pk=int(sys.argv[1]))
+job = ExportJob.objects.create(study=study, policy="majority", total=study.items.count())
+sys.exit(0 if enqueue(ExportJob, job.pk, RUN_EXPORT) else 1)
 """
 
 
@@ -263,17 +281,18 @@ def run_load(args, say) -> None:
          "-w", str(args.web_workers), "--threads", "16", "--access-logfile", "-", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=open(logs / "gunicorn.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
     procs.append(subprocess.Popen(
-        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu", "-c", "1", "--loglevel", "INFO"],
+        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu", "-c", "2", "--loglevel", "INFO"],
         cwd=ROOT, env=env, stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
     base = f"http://127.0.0.1:{args.port}"
     background = []
     try:
         wait_http(base + "/healthz")
         if not args.no_background:
-            for cmd in (["run_audit", "--dataset", "demo", "--retriever", "openclip:cirval-tiny-vit"],
-                        ["export_validated", "--study", "1", "--out", str(var / f"export-{int(time.time())}")]):
-                background.append((cmd[0], subprocess.Popen([PY, "manage.py", *cmd], cwd=ROOT, env=env,
-                                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+            for name, cmd in (("audit", ["manage.py", "run_audit", "--dataset", "demo", "--retriever",
+                                         "openclip:cirval-tiny-vit"]),
+                              ("export", ["-c", QUEUE_EXPORT, str(study)])):
+                background.append((name, subprocess.Popen([PY, *cmd], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                                          stderr=subprocess.STDOUT, text=True)))
         stats = Stats()
         deadline = time.monotonic() + args.duration
         say(f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) ...")
@@ -299,13 +318,10 @@ def run_load(args, say) -> None:
                 os.killpg(p.pid, signal.SIGKILL)
 
     bg_status = {}
-    for name, p in background:
-        try:
-            out, _ = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out = "timed out"
-        bg_status[name] = "ok" if p.returncode == 0 else f"exit {p.returncode}: {out.strip().splitlines()[-1] if out.strip() else ''}"
+    for name, p in background:  # the commands only queue the work: they end at once
+        out, _ = p.communicate(timeout=120)
+        if p.returncode != 0:
+            bg_status[name] = f"not queued (exit {p.returncode}): {out.strip().splitlines()[-1] if out.strip() else ''}"
 
     # lost-write check, straight from the database
     import psycopg
@@ -319,6 +335,10 @@ def run_load(args, say) -> None:
         with_ticks = conn.execute(
             "SELECT count(*) FILTER (WHERE alternatives::text <> '[]'), count(*) FROM annotation_judgement j "
             "JOIN annotation_assignment a ON a.id = j.assignment_id WHERE a.study_id = %s", [study]).fetchone()
+        if background:
+            for name, table in (("audit", "audit_auditrun"), ("export", "annotation_exportjob")):
+                row = conn.execute(f"SELECT status, done, total FROM {table} ORDER BY id DESC LIMIT 1").fetchone()
+                bg_status.setdefault(name, f"{row[0]} {row[1]}/{row[2]} when the load ended" if row else "not found")
     stored = dict(rows)
     lost = sum(1 for _, token in submitted if token not in stored)
     duplicates = sum(n - 1 for n in stored.values() if n > 1) + currents

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from retrieval.dbstats import refresh_statistics
 from retrieval.fusion import MAX_CANDIDATES
 from retrieval.models import Dataset, Query, QuerySubset
 
@@ -191,6 +192,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
         )
         study.annotators.set(users)
         transaction.on_commit(lambda: _queue_candidates(study.pk, single and spec.candidates > 0))
+    refresh_statistics(StudyItem)  # the queue's query is planned from these, from the first request
     return study, {"items": len(chosen), "agreement": len(agreement), "strata": report_json_, "shortfall": shortfall}
 
 
