@@ -250,6 +250,9 @@ def main() -> None:
     # two threads wait on each other's time slices in every small parallel op).
     torch.set_num_threads(args.threads or _env_int("WORKER_TORCH_THREADS", 0)
                           or torch_threads(os.cpu_count() or 1, _env_int("WORKER_RESERVED_CORES", 1), 1))
+    from config.worker_tuning import freeze_startup_heap
+
+    freeze_startup_heap()  # as every worker process does when it starts (its libraries out of the GC's scans)
     specs = args.retrievers or DEFAULT_SPECS
     device = settings.AUDIT_DEVICE or ("cuda" if torch.cuda.is_available() else "cpu")
     print(f"CIRVal audit benchmark · python {platform.python_version()} · torch {torch.__version__} · "

@@ -9,6 +9,7 @@ tier, set ``WORKER_RESERVED_CORES=0`` and ``WORKER_NICE=0``.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 
@@ -79,8 +80,19 @@ def _pool_size() -> int:
     return int(current_app.conf.worker_concurrency or os.cpu_count() or 1)
 
 
+def freeze_startup_heap(sender=None, **kwargs) -> None:
+    """Move every object alive after start-up (modules, Django, torch: some 400,000) out of
+    the garbage collector's generations (``gc.freeze``). A full collection, which Python
+    starts now and then on its own, then scans only what the work allocated since, instead
+    of pausing the process for about 0.2 s. Called last when a worker process starts, and
+    by the web application once it is warmed (config/wsgi.py)."""
+    gc.collect()
+    gc.freeze()
+
+
 def connect() -> None:
     from celery.signals import worker_init, worker_process_init
 
     worker_init.connect(lower_priority, weak=False, dispatch_uid="cirval-worker-nice")
     worker_process_init.connect(limit_torch_threads, weak=False, dispatch_uid="cirval-worker-torch-threads")
+    worker_process_init.connect(freeze_startup_heap, weak=False, dispatch_uid="cirval-worker-freeze-heap")
