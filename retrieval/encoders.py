@@ -318,6 +318,26 @@ def _hf_offline() -> bool:
     return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
+_tokenizers: dict[str, Any] = {}
+_tokenizer_lock = threading.Lock()
+
+
+def shared_tokenizer(model_name: str) -> Any:
+    """open_clip's tokenizer for ``model_name``, one per distinct tokenizer setting: a pool
+    of models that tokenize alike (most open_clip configs share the CLIP BPE tokenizer)
+    builds the BPE tables once, not once per model (about 0.1 s each). Tokenizers hold no
+    per-call state beyond a memo of encoded words."""
+    text_cfg = (open_clip.get_model_config(model_name) or {}).get("text_cfg")
+    if text_cfg is None:  # not a registered config (e.g. hf-hub:): nothing to compare, nothing shared
+        return open_clip.get_tokenizer(model_name)
+    key = repr([text_cfg.get("hf_tokenizer_name"), text_cfg.get("context_length"),
+                sorted((text_cfg.get("tokenizer_kwargs") or {}).items())])
+    with _tokenizer_lock:
+        if key not in _tokenizers:
+            _tokenizers[key] = open_clip.get_tokenizer(model_name)
+        return _tokenizers[key]
+
+
 _digest_cache: dict[tuple[str, int, int], str] = {}
 
 
@@ -431,7 +451,7 @@ class OpenClipRetriever:
             model, _, preprocess = open_clip.create_model_and_transforms(model_name, **create_kwargs)
         self.model = model.to(self.device).eval()
         self.preprocess: Callable[[Image.Image], torch.Tensor] = preprocess
-        self.tokenizer = open_clip.get_tokenizer(model_name)
+        self.tokenizer = shared_tokenizer(model_name)
         cfg = open_clip.get_model_config(model_name) or {}
         self.dim = int(cfg.get("embed_dim") or self.model.text_projection.shape[1])
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from PIL import Image as PILImage
@@ -16,9 +17,16 @@ class PathEscapeError(ValueError):
     """A path that leaves its allowed root (``..``, an absolute path, a symlink out)."""
 
 
+@lru_cache(maxsize=64)
+def _resolved_root(root: str) -> Path:
+    """An images root with its symlinks resolved, once per process and root (an audit
+    resolves hundreds of thousands of files under the same few roots)."""
+    return Path(root).resolve()
+
+
 def resolve_under(root: Path, rel: str) -> Path:
     """Join ``rel`` to ``root`` and resolve symlinks; refuse anything outside ``root``."""
-    root = Path(root).resolve()
+    root = _resolved_root(str(root))
     if not rel or rel.startswith("/") or "\x00" in rel:
         raise PathEscapeError(f"{rel!r} is not a relative path")
     full = (root / rel).resolve()
