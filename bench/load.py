@@ -214,6 +214,31 @@ class Stats:
                     self.examples.append(f"{endpoint}: {error}")
 
 
+def cpu_seconds_by_group(sessions: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the live processes of each process session
+    (the web server and the worker run in sessions of their own), by PostgreSQL's
+    processes, and by this process (the simulated annotators), read from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys([*sessions, "postgres", "annotators (this process)"], 0.0)
+    by_sid = {sid: name for name, sid in sessions.items()}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        comm, fields = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+        sid, cpu = int(fields[3]), (int(fields[11]) + int(fields[12])) / tick
+        if sid in by_sid:
+            out[by_sid[sid]] += cpu
+        elif comm.startswith("postgres"):
+            out["postgres"] += cpu
+        elif int(entry.name) == os.getpid():
+            out["annotators (this process)"] += cpu
+    return out
+
+
 def wait_http(url, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -294,6 +319,8 @@ def run_load(args, say) -> None:
                 background.append((name, subprocess.Popen([PY, *cmd], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                                           stderr=subprocess.STDOUT, text=True)))
         stats = Stats()
+        groups = {"web": procs[0].pid, "worker": procs[1].pid}
+        cpu_before = cpu_seconds_by_group(groups)
         deadline = time.monotonic() + args.duration
         say(f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) ...")
         t0 = time.monotonic()
@@ -305,6 +332,8 @@ def run_load(args, say) -> None:
         for u in users:
             u.join(timeout=args.duration + 60)
         elapsed = time.monotonic() - t0
+        cpu_after = cpu_seconds_by_group(groups)
+        cpu_used = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
     finally:
         for p in procs:
             try:
@@ -357,6 +386,9 @@ def run_load(args, say) -> None:
         say("  e.g. " + e)
     say(f"lost writes: {lost}, duplicated writes: {duplicates}; background: {bg_status or 'skipped'}")
     say(f"judgements with ticked alternatives: {with_ticks[0]} of {with_ticks[1]}")
+    say(f"CPU seconds during the load ({os.cpu_count()} cores x {elapsed:.0f} s = {os.cpu_count() * elapsed:.0f}): "
+        + ", ".join(f"{name} {sec:.1f}" for name, sec in cpu_used.items())
+        + f"; web {1000 * cpu_used['web'] / max(requests, 1):.1f} ms per request; load average {os.getloadavg()[0]:.2f}")
     say(f"annotation endpoints: p50 {pct(all_ms, .5):.1f} ms, p95 {pct(all_ms, .95):.1f} ms, p99 {pct(all_ms, .99):.1f} ms "
         f"(think time {args.think[0]}-{args.think[1]} s per item)")
     say("target: zero errors, zero lost or duplicated judgements, p95 under 100 ms")
@@ -365,7 +397,7 @@ def run_load(args, say) -> None:
                           "p50_ms": round(pct(all_ms, .5), 1), "p95_ms": round(pct(all_ms, .95), 1),
                           "p99_ms": round(pct(all_ms, .99), 1), "submits": len(submitted), "seconds": round(elapsed, 1),
                           "think_s": list(args.think), "judgements_with_ticks": list(with_ticks),
-                          "background": bg_status}))
+                          "background": bg_status, "cpu_seconds": {k: round(v, 1) for k, v in cpu_used.items()}}))
 
 
 if __name__ == "__main__":
