@@ -2,7 +2,9 @@
 other annotators' answers or study statistics."""
 from __future__ import annotations
 
-from django.urls import reverse
+from functools import lru_cache
+
+from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
 from retrieval.models import Image, Query
@@ -13,10 +15,26 @@ from annotation.judging.candidates import PAGE_SIZE, item_candidates
 from annotation.models import Assignment, Draft, Judgement, StudyItem
 
 
+_SENTINEL = 987654321
+
+
+@lru_cache(maxsize=8)
+def _image_url_parts(script_prefix: str) -> tuple[str, str]:
+    """The image URL around its id, reversed once per script prefix (an item payload
+    holds twenty-odd images; reversing each cost about a tenth of the request)."""
+    head, _, tail = reverse("retrieval:image", args=[_SENTINEL]).partition(str(_SENTINEL))
+    return head, tail
+
+
+def image_url(pk: int) -> str:
+    head, tail = _image_url_parts(get_script_prefix())
+    return f"{head}{pk}{tail}"
+
+
 def image_ref(image: Image | None, size: int = 384) -> dict | None:
     if image is None:
         return None
-    url = reverse("retrieval:image", args=[image.pk])
+    url = image_url(image.pk)
     return {"id": image.pk, "external_id": image.external_id, "url": url, "thumb": f"{url}?size={size}",
             "missing": image.missing, "width": image.width, "height": image.height}
 
