@@ -117,7 +117,10 @@ class ParsedDataset:
 
     def gallery_members(self, split: str) -> set[str]:
         """The image ids in the gallery of ``split`` (a live set: do not change it)."""
-        return self._gallery_members.setdefault(split, set(self.galleries.get(split, ())))
+        members = self._gallery_members.get(split)
+        if members is None:  # built once per split (building it on every call made galleries quadratic)
+            members = self._gallery_members[split] = set(self.galleries.get(split, ()))
+        return members
 
     def add_to_gallery(self, split: str, image_id: str) -> bool:
         """Append ``image_id`` to the gallery of ``split`` unless it is there already (False then)."""
