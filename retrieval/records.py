@@ -24,6 +24,7 @@ class ParseError(ValueError):
         self.record = record
         self.field = field_name
         self.message = message
+        self.record_label = record_label
         where = self.file
         if record is not None:
             where += f", {record_label or f'record {record}'}"
