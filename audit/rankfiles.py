@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.records import ParseError
-from retrieval.validation import Record, is_int, json_type
+from retrieval.validation import Record, is_int
 
 RANK_KEYS: dict[str, str] = {"multimodal": "mm", "text_only": "text", "image_only": "image"}
 #: The rank-row field of each modality, in :data:`retrieval.metrics.MODALITIES` order.
@@ -114,9 +114,7 @@ def best_of(value: int | list[int | None] | None) -> int | None:
 def _check_header(doc: Any, path: str) -> tuple[dict[str, Any], list[Any], list[str], int | None]:
     rec = Record(path, None, doc, "rank file (at the top level)")
     metadata = rec.req_obj("metadata")
-    samples = rec.req("samples")
-    if not isinstance(samples, list):
-        rec.fail("samples", f"expected a list, got {json_type(samples)}")
+    samples = rec.req_list("samples")
     gallery = rec.opt_str_list("gallery_paths") or []
     k = rec.nested("metadata", metadata, "metadata object").opt_int("k")
     if k is not None and k < 1:

@@ -21,12 +21,12 @@ The readers that use it:
 * the judgement lines of ``manage.py agreement``
   (``annotation/management/commands/agreement.py``, ``line N``, 1-based).
 
-Not (yet) through it: rubric definitions and submitted judgement payloads
-(``annotation/judging/rubric.py``, from the rubric editor and the annotation page rather
-than a file; their reader's errors name a path inside the rubric or the payload), and the
-CIRCUS assignment files (``annotation/agreement/circus.py``, whose ``_require`` raises a
-ParseError subclass naming ``assignments[N]`` and the field, so its messages already have
-this shape).
+* the CIRCUS per-annotator assignment files, ``annotation/agreement/circus.py``
+  (``assignments[N]``; its :class:`annotation.agreement.circus.CircusFormatError` is a ParseError).
+
+Not through it: rubric definitions and submitted judgement payloads
+(``annotation/judging/rubric.py``), which come from the rubric editor and the annotation page
+rather than a file; their reader's errors name a path inside the rubric or the payload.
 
 Why not pydantic v2 strict mode: tried on the CIRCLED session record, the model classes
 replace the accessor calls one for one (the values still have to be mapped to the
@@ -140,6 +140,24 @@ class Record:
         """An optional integer; absent or null gives ``None``."""
         value = self.data.get(key)
         return None if value is None else self._int(key, value)
+
+    def req_bool(self, key: str) -> bool:
+        """A required boolean (``true`` / ``false``; 0 and 1 are refused)."""
+        value = self.req(key)
+        if not isinstance(value, bool):
+            self.fail(key, f"expected true or false, got {json_type(value)}")
+        return value
+
+    def nullable_bool(self, key: str) -> bool | None:
+        """A key that must be present, holding a boolean or null."""
+        return None if self.req(key) is None else self.req_bool(key)
+
+    def req_list(self, key: str) -> list[Any]:
+        """A required list (its items are the reader's to check)."""
+        value = self.req(key)
+        if not isinstance(value, list):
+            self.fail(key, f"expected a list, got {json_type(value)}")
+        return value
 
     def req_str_list(self, key: str, *, non_empty: bool = False) -> list[str]:
         """A required list of strings."""
