@@ -128,9 +128,8 @@ def upcoming(request, study_id: int):
             ref = image_ref(turn.reference_image)
             if ref:
                 refs.append(ref)
-        for target in nxt.query.targets.select_related("image"):
-            if target.is_positive:
-                refs.append(image_ref(target.image))
+        for target in nxt.query.positive_targets(nxt.query.targets.select_related("image")):
+            refs.append(image_ref(target.image))
         shown = Image.objects.in_bulk(nxt.candidates[:PAGE_SIZE])  # the panel's first page, once fixed
         refs += [image_ref(shown[i], 160) for i in nxt.candidates[:PAGE_SIZE] if i in shown]
     refs = refs[:12 + PAGE_SIZE]

@@ -21,14 +21,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from retrieval.records import ParseError
+from retrieval.validation import Record, is_int
+
 RANK_KEYS: dict[str, str] = {"multimodal": "mm", "text_only": "text", "image_only": "image"}
 #: The rank-row field of each modality, in :data:`retrieval.metrics.MODALITIES` order.
 RANK_FIELDS: tuple[str, ...] = tuple(RANK_KEYS.values())
 _NAME_RE = re.compile(r"^retrieval_data_(?P<ds>[^_]+)_task(?P<task>\d+)_(?P<retriever>.+)\.json$")
 
 
-class RankFileError(ValueError):
-    """A malformed rank file; the message names the file, sample and field."""
+class RankFileError(ParseError):
+    """A malformed rank file: a :class:`retrieval.records.ParseError` naming the file, the
+    sample (``sample N``) and the field."""
+
+    @classmethod
+    def of(cls, exc: ParseError) -> RankFileError:
+        """The same error as a RankFileError (what the rank-file readers' callers catch)."""
+        return cls(exc.file, exc.record, exc.field, exc.message, record_label=exc.record_label)
 
 
 @dataclass
@@ -74,19 +83,24 @@ def retriever_name(path: str | Path, metadata: dict[str, Any]) -> str:
     return Path(path).stem
 
 
-def check_rank_value(value: Any, where: str) -> int | list[int | None] | None:
-    """One modality's rank: an integer >= 1, null, or a non-empty list of those (every positive's rank)."""
+def check_rank_value(rec: Record, key: str) -> int | list[int | None] | None:
+    """Field ``key`` of ``rec``, one modality's rank: an integer >= 1, null, or a non-empty list
+    of those (every positive's rank)."""
+    value = rec.req(key)
     if isinstance(value, list):
         if not value:
-            raise RankFileError(f"{where}: an empty list of ranks (give null when no target was retrieved)")
-        nested = next((n for n, v in enumerate(value) if isinstance(v, list)), None)
-        if nested is not None:
-            raise RankFileError(f"{where}[{nested}]: a list of ranks cannot hold another list")
-        return [check_rank_value(v, f"{where}[{n}]") for n, v in enumerate(value)]  # type: ignore[misc]
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RankFileError(f"{where}: a rank must be an integer >= 1, null or a list of those, got {value!r}")
+            rec.fail(key, "an empty list of ranks (give null when no target was retrieved)")
+        for n, item in enumerate(value):
+            if isinstance(item, list):
+                rec.fail(f"{key}[{n}]", "a list of ranks cannot hold another list")
+            _check_rank(rec, f"{key}[{n}]", item)
+        return value
+    return _check_rank(rec, key, value)
+
+
+def _check_rank(rec: Record, key: str, value: Any) -> int | None:
+    if value is not None and (not is_int(value) or value < 1):
+        rec.fail(key, f"a rank must be an integer >= 1, null or a list of those, got {value!r}")
     return value
 
 
@@ -98,73 +112,59 @@ def best_of(value: int | list[int | None] | None) -> int | None:
 
 
 def _check_header(doc: Any, path: str) -> tuple[dict[str, Any], list[Any], list[str], int | None]:
-    if not isinstance(doc, dict):
-        raise RankFileError(f"{path}: expected a JSON object at the top level")
-    metadata = doc.get("metadata")
-    if not isinstance(metadata, dict):
-        raise RankFileError(f"{path}: field 'metadata' is missing or not an object")
-    samples = doc.get("samples")
-    if not isinstance(samples, list):
-        raise RankFileError(f"{path}: field 'samples' is missing or not a list")
-    gallery = doc.get("gallery_paths", [])
-    if not isinstance(gallery, list) or not all(isinstance(p, str) for p in gallery):
-        raise RankFileError(f"{path}: field 'gallery_paths' must be a list of strings")
-    k = metadata.get("k")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise RankFileError(f"{path}: field 'metadata.k' must be an integer >= 1")
+    rec = Record(path, None, doc, "rank file (at the top level)")
+    metadata = rec.req_obj("metadata")
+    samples = rec.req_list("samples")
+    gallery = rec.opt_str_list("gallery_paths") or []
+    k = rec.nested("metadata", metadata, "metadata object").opt_int("k")
+    if k is not None and k < 1:
+        rec.fail("metadata.k", f"must be an integer >= 1, got {k}")
     return metadata, samples, gallery, k
 
 
-def _sample_ranks(s: dict[str, Any], where: str) -> dict[str, Any]:
-    ranks = s.get("ranks")
-    if not isinstance(ranks, dict):
-        raise RankFileError(f"{where}, field 'ranks': missing or not an object")
+def _sample_ranks(rec: Record) -> dict[str, Any]:
+    ranks = rec.nested("ranks", rec.req_obj("ranks"), "ranks object")
     values: dict[str, Any] = {}
     for modality, short in RANK_KEYS.items():
-        if modality not in ranks:
-            raise RankFileError(f"{where}, field 'ranks.{modality}': missing")
-        value = check_rank_value(ranks[modality], f"{where}, field 'ranks.{modality}'")
+        value = check_rank_value(ranks, modality)
         values[short] = best_of(value)
         values[short + "_all"] = value if isinstance(value, list) else []
     return values
 
 
-def _sample_top(s: dict[str, Any], where: str, n_gallery: int) -> list[int]:
-    retrievals = s.get("retrievals") or {}
-    if not isinstance(retrievals, dict):
-        raise RankFileError(f"{where}, field 'retrievals': not an object")
-    top: list[int] = []
-    for i in retrievals.get("multimodal") or []:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_gallery:
-            raise RankFileError(f"{where}, field 'retrievals.multimodal': {i!r} is not a gallery index")
-        top.append(i)
+def _sample_top(rec: Record, n_gallery: int) -> list[int]:
+    retrievals = rec.opt_obj("retrievals")
+    if retrievals is None or retrievals.get("multimodal") is None:
+        return []
+    top = rec.nested("retrievals", retrievals, "retrievals object").req_int_list("multimodal")
+    for i in top:
+        if not 0 <= i < n_gallery:
+            rec.fail("retrievals.multimodal", f"{i!r} is not a gallery index (the file lists {n_gallery} paths)")
     return top
 
 
-def _aggregation(sample: SampleRanks, agg: Any, where: str) -> None:
-    if not isinstance(agg, dict):
-        raise RankFileError(f"{where}, field 'aggregation': missing in an aggregated file")
-    sample.label = agg.get("label")
-    sample.detail_label = agg.get("detail_label")
-    support = agg.get("retriever_support_at_k")
-    if isinstance(support, dict):
-        sample.support = {key: int(v) for key, v in support.items() if isinstance(v, int) and not isinstance(v, bool)}
+def _aggregation(sample: SampleRanks, rec: Record) -> None:
+    if rec.data.get("aggregation") is None:
+        rec.fail("aggregation", "missing in an aggregated file")
+    agg = rec.nested("aggregation", rec.req_obj("aggregation"), "aggregation object")
+    sample.label = agg.opt_str("label")
+    sample.detail_label = agg.opt_str("detail_label")
+    support = agg.opt_obj("retriever_support_at_k")
+    if support is not None:
+        sample.support = {key: v for key, v in support.items() if is_int(v)}
 
 
-def _sample(s: Any, where: str, n_gallery: int, aggregated: bool, seen: set[int]) -> SampleRanks:
-    if not isinstance(s, dict):
-        raise RankFileError(f"{where}: expected an object")
-    idx = s.get("query_idx")
-    if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
-        raise RankFileError(f"{where}, field 'query_idx': expected an integer >= 0, got {idx!r}")
+def _sample(rec: Record, n_gallery: int, aggregated: bool, seen: dict[int, int]) -> SampleRanks:
+    idx = rec.req_int("query_idx")
+    if idx < 0:
+        rec.fail("query_idx", f"expected an integer >= 0, got {idx}")
     if idx in seen:
-        raise RankFileError(f"{where}, field 'query_idx': {idx} appears twice")
-    seen.add(idx)
-    text = s.get("query_text")
-    sample = SampleRanks(query_idx=idx, query_text=text if isinstance(text, str) else None,
-                         top_mm=_sample_top(s, where, n_gallery), **_sample_ranks(s, where))
+        rec.fail("query_idx", f"{idx} appears twice (first in sample {seen[idx]})")
+    seen[idx] = rec.index
+    sample = SampleRanks(query_idx=idx, query_text=rec.opt_str("query_text"),
+                         top_mm=_sample_top(rec, n_gallery), **_sample_ranks(rec))
     if aggregated:
-        _aggregation(sample, s.get("aggregation"), where)
+        _aggregation(sample, rec)
     return sample
 
 
@@ -173,11 +173,23 @@ def parse_rank_document(doc: Any, path: str = "<input>") -> RankFile:
 
     Each of ``ranks.multimodal``, ``ranks.text_only`` and ``ranks.image_only`` is one rank
     (the best positive's), ``null``, or the list of the ranks of every positive target.
+    Fields are read through :class:`retrieval.validation.Record`; a malformed document
+    raises :class:`RankFileError` naming the file, the sample and the field.
     """
+    try:
+        return _parse_rank_document(doc, path)
+    except RankFileError:
+        raise
+    except ParseError as exc:
+        raise RankFileError.of(exc) from None
+
+
+def _parse_rank_document(doc: Any, path: str) -> RankFile:
     metadata, samples, gallery, k = _check_header(doc, path)
     aggregated = isinstance(metadata.get("aggregation"), dict)
-    seen: set[int] = set()
-    out = [_sample(s, f"{path}, sample {n}", len(gallery), aggregated, seen) for n, s in enumerate(samples)]
+    seen: dict[int, int] = {}
+    out = [_sample(Record(path, n, s, "sample", label=f"sample {n}"), len(gallery), aggregated, seen)
+           for n, s in enumerate(samples)]
     pool = [str(r) for r in metadata["aggregation"].get("retrievers", []) or []] if aggregated else []
     return RankFile(
         path=str(path), aggregated=aggregated, retriever=retriever_name(path, metadata),
@@ -192,9 +204,9 @@ def read_rank_file(path: str | Path) -> RankFile:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
     except json.JSONDecodeError as exc:
-        raise RankFileError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise RankFileError(str(path), None, None, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except OSError as exc:
-        raise RankFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise RankFileError(str(path), None, None, f"cannot read ({exc.strerror or exc})") from None
     return parse_rank_document(doc, str(path))
 
 

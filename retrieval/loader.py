@@ -4,7 +4,9 @@ The parsers (``retrieval.importers``) are pure and validate every record; this l
 checks what only the disk and the database can tell (files, symlinks, an existing
 dataset of another format), then writes everything or nothing: it consumes the parser's
 stream of queries in batches inside one transaction, so memory stays flat however long the
-file, and any error rolls the whole import back.
+file, and any error rolls the whole import back. Images a parser does not keep (M-BEIR
+candidate pools, which run to millions of lines) come through ``ParsedDataset.image_sink``
+and are written, with their gallery entries, a batch at a time as the parser reads them.
 
 Re-importing updates rows in place: queries are keyed by (dataset, split, external_id) and
 images by (dataset, external_id), so no duplicates appear. Each query row stores a hash of
@@ -109,18 +111,24 @@ def load_stream(
 ) -> LoadReport:
     """Write the ``queries`` a parser yields (images, galleries, warnings gathered on ``parsed``).
 
-    ``on_batch(n)`` is called after each written batch with the number of queries so far.
+    Images a parser streams (``parsed.image_sink``: M-BEIR candidate pools) are written batch by
+    batch as they come, with their gallery entries, and not kept. ``on_batch(n)`` is called
+    after each written batch with the number of queries so far.
     """
     root = Path(images_root).resolve() if images_root else None
     with transaction.atomic():
         dataset, created = _open_dataset(name, parsed.format, root, description)
         report = LoadReport(dataset=name, format=parsed.format, dataset_created=created)
         writer = _Writer(dataset, created, parsed, root, report)
-        for batch in _batches(queries, BATCH):
-            writer.write_queries(batch)
-            if on_batch is not None:
-                on_batch(report.queries)
-        writer.finish()
+        parsed.image_sink = writer.write_streamed_images
+        try:
+            for batch in _batches(queries, BATCH):
+                writer.write_queries(batch)
+                if on_batch is not None:
+                    on_batch(report.queries)
+            writer.finish()
+        finally:
+            parsed.image_sink = None
         dataset.save(update_fields=["images_root", "updated_at"])  # a re-import is an update too
     report.warnings[:0] = parsed.warnings
     return report
@@ -161,8 +169,11 @@ class _Probes:
         self.unusable: list[str] = []
         self.unusable_count = 0
 
-    def values(self, image_id: str, rec: ImageRecord) -> dict[str, Any]:
-        """The column values of image ``image_id`` (probing its file when there is a root)."""
+    def values(self, image_id: str, rec: ImageRecord, before: bool | None = None) -> dict[str, Any]:
+        """The column values of image ``image_id`` (probing its file when there is a root).
+
+        ``before``: the ``missing`` flag this import already wrote for the image, when it
+        writes it again (completed values); it was tallied then, so only a change is."""
         info: dict[str, Any] = {"sha256": "", "width": None, "height": None, "missing": True}
         problem = "no path"
         if rec.path and self.root is not None:
@@ -173,8 +184,10 @@ class _Probes:
             probe = probe_image(full, max_pixels=settings.IMAGE_MAX_PIXELS)
             info.update(sha256=probe.sha256, width=probe.width, height=probe.height, missing=not probe.exists)
             problem = probe.problem
-        if info["missing"]:
+        if info["missing"] and not before:
             self._tally(image_id, problem)
+        elif before and not info["missing"]:
+            self._untally(image_id)
         return {"path": rec.path or "", "url": rec.url or "", "extra": rec.extra, **info}
 
     def _tally(self, image_id: str, problem: str) -> None:
@@ -185,6 +198,11 @@ class _Probes:
             self.unusable_count += 1
             if len(self.unusable) < MISSING_EXAMPLES:
                 self.unusable.append(f"{image_id}: {problem}")
+
+    def _untally(self, image_id: str) -> None:
+        self.missing -= 1
+        if image_id in self.missing_examples:
+            self.missing_examples.remove(image_id)
 
     def warnings(self) -> list[str]:
         found = [f"image refused ({x})" for x in self.unusable]
@@ -203,6 +221,8 @@ class _Writer:
         self.report = report
         self.probes = _Probes(root)
         self.pks: dict[str, int] = {}
+        self.streamed = 0  # images received through write_streamed_images (not kept in ``pks``)
+        self.ordinals: dict[str, int] = {}  # split -> next gallery ordinal of streamed members
 
     # ------------------------------------------------------------------ images
 
@@ -215,33 +235,72 @@ class _Writer:
             self.parsed.touched.difference_update(chunk)
 
     def _write_image_chunk(self, chunk: list[str]) -> None:
-        existing = {} if self.created else {
+        self.pks.update(self._write_records([self.parsed.images[image_id] for image_id in chunk]))
+
+    def _write_records(self, records: list[ImageRecord], again: bool = False) -> dict[str, int]:
+        """Create the images of ``records`` not stored yet, update those whose values changed;
+        returns ``external_id -> pk`` of them all. ``again``: this import wrote them before."""
+        if not records:
+            return {}
+        chunk = [rec.external_id for rec in records]
+        existing = {
             row[0]: row[1:] for row in Image.objects.filter(dataset=self.dataset, external_id__in=chunk).values_list(
                 "external_id", "id", *IMAGE_FIELDS)
-        }
+        } if again or not self.created else {}
+        missing_at = 1 + IMAGE_FIELDS.index("missing")
+        pks: dict[str, int] = {}
         new, changed = [], []
-        for image_id in chunk:
-            values = self.probes.values(image_id, self.parsed.images[image_id])
-            row = existing.get(image_id)
+        for rec in records:
+            row = existing.get(rec.external_id)
+            values = self.probes.values(rec.external_id, rec, before=row[missing_at] if again and row else None)
             if row is None:
-                new.append(Image(dataset=self.dataset, external_id=image_id, **values))
+                new.append(Image(dataset=self.dataset, external_id=rec.external_id, **values))
                 continue
-            self.pks[image_id] = row[0]
+            pks[rec.external_id] = row[0]
             if tuple(values[f] for f in IMAGE_FIELDS) != tuple(row[1:]):
-                changed.append(Image(id=row[0], dataset=self.dataset, external_id=image_id, **values))
+                changed.append(Image(id=row[0], dataset=self.dataset, external_id=rec.external_id, **values))
         Image.objects.bulk_create(new)
-        self.pks.update((img.external_id, img.id) for img in new)
+        pks.update((img.external_id, img.id) for img in new)
         if changed:
             Image.objects.bulk_update(changed, IMAGE_FIELDS)
         self.report.images_created += len(new)
         self.report.images_updated += len(changed)
+        return pks
+
+    def _stored_pks(self, ids: list[str]) -> dict[str, int]:
+        """``external_id -> pk`` of the stored images among ``ids``."""
+        found: dict[str, int] = {}
+        for start in range(0, len(ids), BATCH):
+            rows = Image.objects.filter(dataset=self.dataset, external_id__in=ids[start : start + BATCH])
+            found.update(rows.values_list("external_id", "id"))
+        return found
+
+    def write_streamed_images(self, split: str, new: list[ImageRecord], changed: list[ImageRecord],
+                              members: list[str]) -> None:
+        """The image sink of a streaming parser: write one batch of images (``new`` ones and
+        ``changed`` ones, completed since an earlier batch) and the gallery entries of
+        ``members`` in ``split``, keeping nothing per image."""
+        pks = self._write_records(new)
+        pks.update(self._write_records(changed, again=True))  # written by an earlier batch
+        rest = [m for m in members if m not in pks]
+        if rest:
+            pks.update(self._stored_pks(rest))
+        unknown = next((m for m in members if m not in pks), None)
+        if unknown is not None:
+            raise LoadError(f"gallery {split!r} lists unknown image {unknown!r}")
+        first = self.ordinals.get(split, 0)
+        self._add_gallery_entries(split, [pks[ext] for ext in members], first)
+        self.ordinals[split] = first + len(members)
+        self.streamed += len(new)
 
     def _update_touched(self) -> None:
         """Images completed (path, url, extra) after they were written get their new values."""
         ids = [i for i in self.parsed.touched if i in self.pks]
         for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
+            before = dict(Image.objects.filter(id__in=[self.pks[i] for i in chunk]).values_list("id", "missing"))
             rows = [Image(id=self.pks[i], dataset=self.dataset, external_id=i,
-                          **self.probes.values(i, self.parsed.images[i])) for i in ids[start : start + BATCH]]
+                          **self.probes.values(i, self.parsed.images[i], before=before[self.pks[i]])) for i in chunk]
             Image.objects.bulk_update(rows, IMAGE_FIELDS)
         self.parsed.touched.clear()
 
@@ -256,7 +315,11 @@ class _Writer:
 
     def write_queries(self, batch: list[QueryRecord]) -> None:
         """Write one batch: new queries created, changed ones rewritten, unchanged ones left alone."""
-        self.write_images(i for q in batch for i in _images_of(q) if i in self.parsed.images)
+        used = list(dict.fromkeys(i for q in batch for i in _images_of(q)))
+        self.write_images(i for i in used if i in self.parsed.images)
+        streamed = [i for i in used if i not in self.pks]  # images a parser streamed (written, not kept)
+        if streamed and self.streamed:
+            self.pks.update(self._stored_pks(streamed))
         _refuse_duplicates(batch)
         existing = self._existing(batch)
         new, changed = [], []
@@ -343,26 +406,30 @@ class _Writer:
         self._update_touched()
         self._write_galleries()
         r = self.report
-        r.images = len(self.parsed.images)
+        r.images = len(self.parsed.images) + self.streamed
         r.missing_images = self.probes.missing
         r.missing_examples = list(self.probes.missing_examples)
         r.warnings.extend(self.probes.warnings())
 
     def _write_galleries(self) -> None:
-        """Create the gallery entries not stored yet; the report counts what the galleries hold."""
+        """Create the gallery entries not stored yet, a batch at a time; the report counts what
+        the galleries hold (streamed ones included: their entries were written as they came)."""
         splits = list(self.parsed.galleries)
         if not splits:
             return
-        stored = set() if self.created else set(
-            GalleryEntry.objects.filter(dataset=self.dataset, split__in=splits).values_list("split", "image_id"))
-        rows = [
-            GalleryEntry(dataset=self.dataset, split=split, image_id=self.pks[ext], ordinal=n)
-            for split, members in self.parsed.galleries.items()
-            for n, ext in enumerate(members)
-            if (split, self.pks[ext]) not in stored
-        ]
-        GalleryEntry.objects.bulk_create(rows, batch_size=BATCH, ignore_conflicts=True)
+        for split, members in self.parsed.galleries.items():
+            for start in range(0, len(members), BATCH):
+                self._add_gallery_entries(split, [self.pks[ext] for ext in members[start : start + BATCH]], start)
         self.report.gallery_entries = GalleryEntry.objects.filter(dataset=self.dataset, split__in=splits).count()
+
+    def _add_gallery_entries(self, split: str, pks: list[int], first: int) -> None:
+        """Gallery entries for images ``pks`` of ``split`` at ordinals ``first``, ``first + 1``...;
+        an entry stored already keeps its row (and ordinal)."""
+        stored = set() if self.created else set(GalleryEntry.objects.filter(
+            dataset=self.dataset, split=split, image_id__in=pks).values_list("image_id", flat=True))
+        rows = [GalleryEntry(dataset=self.dataset, split=split, image_id=pk, ordinal=first + n)
+                for n, pk in enumerate(pks) if pk not in stored]
+        GalleryEntry.objects.bulk_create(rows, batch_size=BATCH, ignore_conflicts=True)
 
 
 def _refuse_duplicates(queries: Iterable[QueryRecord]) -> None:

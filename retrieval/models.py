@@ -6,9 +6,12 @@ single-turn query is a one-turn session, the verbatim source record is kept in
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.db import models
 
+from . import targets as target_rules
 from .jobs.models import Job
 
 
@@ -91,6 +94,12 @@ class Query(models.Model):
     def is_session(self) -> bool:
         return self.n_turns > 1
 
+    def positive_targets(self, targets: Iterable[Target] | None = None) -> list[Target]:
+        """The targets that count for this query, by the one target rule of its dataset's format
+        (:func:`retrieval.targets.positive_targets`), in input order. ``targets`` defaults to
+        ``self.targets.all()`` (prefetched ones are used)."""
+        return target_rules.positive_targets(self.dataset.format, self.targets.all() if targets is None else targets)
+
 
 CAPTION_ROLES = ("caption", "generated")
 
@@ -137,10 +146,6 @@ class Target(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["query", "image"], name="target_unique_image")]
-
-    @property
-    def is_positive(self) -> bool:
-        return self.relevance > 0 and self.role != "neg"
 
 
 #: The subset a study export writes and the audit report reads: the queries annotators validated.

@@ -7,6 +7,7 @@ a single-turn query is a one-turn session, every source record is kept verbatim 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ class ParseError(ValueError):
         self.record = record
         self.field = field_name
         self.message = message
+        self.record_label = record_label
         where = self.file
         if record is not None:
             where += f", {record_label or f'record {record}'}"
@@ -82,6 +84,22 @@ class QueryRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def merge_image(known: ImageRecord, image: ImageRecord) -> bool:
+    """Complete ``known`` from a later sighting ``image`` of the same image: a missing path or
+    url, extra keys it lacks (the first values win). Returns whether ``known`` changed."""
+    before = (known.path, known.url, len(known.extra))
+    known.path = known.path or image.path
+    known.url = known.url or image.url
+    for k, v in image.extra.items():
+        known.extra.setdefault(k, v)
+    return (known.path, known.url, len(known.extra)) != before
+
+
+#: Where a streaming parser hands the images it does not keep (see :attr:`ParsedDataset.image_sink`):
+#: ``sink(split, new, changed, members)``.
+ImageSink = Callable[[str, list[ImageRecord], list[ImageRecord], list[str]], None]
+
+
 @dataclass
 class ParsedDataset:
     """What a parser returns: images by external id, queries, galleries per split.
@@ -90,6 +108,11 @@ class ParsedDataset:
     (``queries`` then stays empty). Every parser refuses a query id seen twice in one split
     (across its files too), so a stream needs no loader-side check. ``touched`` lists the known images that a later sighting
     completed (a path, url or extra key added), so a loader that already wrote them can update them.
+
+    ``image_sink``: a parser whose images may run to millions (M-BEIR candidate pools) hands
+    them over in batches through :meth:`add_streamed_images`. Without a sink they land in
+    ``images`` and ``galleries`` like any other; with one (the loader sets it) they go to the
+    sink and only the gallery's split is noted here, with an empty member list.
     """
 
     format: str
@@ -98,6 +121,7 @@ class ParsedDataset:
     galleries: dict[str, list[str]] = field(default_factory=dict)  # split -> image ids
     warnings: list[str] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
+    image_sink: ImageSink | None = field(default=None, repr=False, compare=False)
     _gallery_members: dict[str, set[str]] = field(default_factory=dict, repr=False)
 
     def add_image(self, image: ImageRecord) -> str:
@@ -106,18 +130,29 @@ class ParsedDataset:
         if known is None:
             self.images[image.external_id] = image
             return image.external_id
-        before = (known.path, known.url, len(known.extra))
-        known.path = known.path or image.path
-        known.url = known.url or image.url
-        for k, v in image.extra.items():
-            known.extra.setdefault(k, v)
-        if (known.path, known.url, len(known.extra)) != before:
+        if merge_image(known, image):
             self.touched.add(image.external_id)
         return image.external_id
 
+    def add_streamed_images(self, split: str, new: list[ImageRecord], changed: list[ImageRecord],
+                            members: list[str]) -> None:
+        """One batch of a streamed gallery: ``new`` images, ``changed`` ones (registered before,
+        completed since, with all their values) and the ids that join the gallery of ``split``."""
+        self.galleries.setdefault(split, [])
+        if self.image_sink is not None:
+            self.image_sink(split, new, changed, members)
+            return
+        for image in (*new, *changed):
+            self.add_image(image)
+        for image_id in members:
+            self.add_to_gallery(split, image_id)
+
     def gallery_members(self, split: str) -> set[str]:
         """The image ids in the gallery of ``split`` (a live set: do not change it)."""
-        return self._gallery_members.setdefault(split, set(self.galleries.get(split, ())))
+        members = self._gallery_members.get(split)
+        if members is None:  # built once per split (building it on every call made galleries quadratic)
+            members = self._gallery_members[split] = set(self.galleries.get(split, ()))
+        return members
 
     def add_to_gallery(self, split: str, image_id: str) -> bool:
         """Append ``image_id`` to the gallery of ``split`` unless it is there already (False then)."""

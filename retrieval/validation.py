@@ -1,13 +1,32 @@
 """Strict field checks for JSON records, with errors that name the file, record and field.
 
-The one validation approach of CIRVal for JSON input read from files (annotation files,
-rank files, label files, rubric payloads): wrap each decoded record in :class:`Record` and
-read its fields with the ``req_*`` / ``opt_*`` accessors, which check types strictly (a
-boolean is not an integer, a float is not an int) and raise
-:class:`retrieval.records.ParseError` naming the file, the 0-based record number and the
-field (``turns[1].relative_caption`` for a nested object read through ``prefix``).
-Checks that involve more than one field or record (duplicates, counts that must agree,
-safe paths) stay in the reader, next to the mapping they protect.
+The one validation approach of CIRVal for JSON records read from files: wrap each decoded
+record in :class:`Record` and read its fields with the ``req_*`` / ``opt_*`` accessors, which
+check types strictly (a boolean is not an integer, a float is not an int) and raise
+:class:`retrieval.records.ParseError` naming the file, the record (``record N``, 0-based, or
+the record's own ``label``: ``line 3``, ``sample 2``) and the field (``turns[1].relative_caption``
+for a nested object read through ``prefix`` / :meth:`Record.nested`). Checks that involve more
+than one field or record (duplicates, counts that must agree, safe paths) stay in the reader,
+next to the mapping they protect, and fail through :meth:`Record.fail`.
+
+The readers that use it:
+
+* the annotation importers, ``retrieval/importers/`` (CIRR, FashionIQ, CIRCO, LaSCo, M-BEIR,
+  CIRCLED, Multi-turn FashionIQ; through ``retrieval/importers/_common.py``);
+* the CIRCUS rank files, ``audit/rankfiles.py`` (:func:`audit.rankfiles.parse_rank_document`,
+  ``sample N``; its :class:`audit.rankfiles.RankFileError` is a ParseError);
+* the rank lines of ``manage.py audit_labels`` (``audit/management/commands/audit_labels.py``,
+  ``line N``, 1-based) and the session lines of ``manage.py session_metrics``
+  (``audit/management/commands/session_metrics.py``, ``line N``);
+* the judgement lines of ``manage.py agreement``
+  (``annotation/management/commands/agreement.py``, ``line N``, 1-based).
+
+* the CIRCUS per-annotator assignment files, ``annotation/agreement/circus.py``
+  (``assignments[N]``; its :class:`annotation.agreement.circus.CircusFormatError` is a ParseError).
+
+Not through it: rubric definitions and submitted judgement payloads
+(``annotation/judging/rubric.py``), which come from the rubric editor and the annotation page
+rather than a file; their reader's errors name a path inside the rubric or the payload.
 
 Why not pydantic v2 strict mode: tried on the CIRCLED session record, the model classes
 replace the accessor calls one for one (the values still have to be mapped to the
@@ -58,18 +77,25 @@ class Record:
     absent. Types are checked strictly (a boolean is not an integer, a float is not an int).
     """
 
-    def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record", prefix: str = ""):
+    def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record", prefix: str = "",
+                 label: str | None = None):
         self.file = str(path)
         self.index = index
         self.data = data
         self.prefix = prefix  # a nested object (``turns[1]``) names its fields ``turns[1].turn``
+        self.label = label  # how messages name the record (default ``record N``; e.g. ``line 3``, ``sample 2``)
         if not isinstance(data, dict):
             self.fail(None, f"expected a JSON object for this {what}, got {json_type(data)}")
+
+    def nested(self, key: str, value: Any, what: str) -> Record:
+        """A Record for the object ``value`` held by field ``key`` (its fields named ``key.field``)."""
+        prefix = f"{self.prefix}.{key}" if self.prefix else key
+        return Record(self.file, self.index, value, what, prefix=prefix, label=self.label)
 
     def fail(self, field_name: str | None, message: str) -> NoReturn:
         """Raise a ParseError for this record."""
         full = f"{self.prefix}.{field_name}" if self.prefix and field_name else (self.prefix or field_name)
-        raise ParseError(self.file, self.index, full, message)
+        raise ParseError(self.file, self.index, full, message, record_label=self.label)
 
     def has(self, key: str) -> bool:
         """Whether the key is present (even with a null value)."""
@@ -95,6 +121,17 @@ class Record:
         value = self.req(key)
         return None if value is None else self._str(key, value)
 
+    def req_id(self, key: str) -> str | int:
+        """A required identifier: a string with a non-blank character, or an integer."""
+        value = self.req(key)
+        if isinstance(value, str):
+            if not value.strip():
+                self.fail(key, "must not be empty")
+            return value
+        if not is_int(value):
+            self.fail(key, f"expected a string or an integer, got {json_type(value)} ({value!r})")
+        return value
+
     def req_int(self, key: str) -> int:
         """A required integer (booleans and floats are refused)."""
         return self._int(key, self.req(key))
@@ -103,6 +140,24 @@ class Record:
         """An optional integer; absent or null gives ``None``."""
         value = self.data.get(key)
         return None if value is None else self._int(key, value)
+
+    def req_bool(self, key: str) -> bool:
+        """A required boolean (``true`` / ``false``; 0 and 1 are refused)."""
+        value = self.req(key)
+        if not isinstance(value, bool):
+            self.fail(key, f"expected true or false, got {json_type(value)}")
+        return value
+
+    def nullable_bool(self, key: str) -> bool | None:
+        """A key that must be present, holding a boolean or null."""
+        return None if self.req(key) is None else self.req_bool(key)
+
+    def req_list(self, key: str) -> list[Any]:
+        """A required list (its items are the reader's to check)."""
+        value = self.req(key)
+        if not isinstance(value, list):
+            self.fail(key, f"expected a list, got {json_type(value)}")
+        return value
 
     def req_str_list(self, key: str, *, non_empty: bool = False) -> list[str]:
         """A required list of strings."""

@@ -37,6 +37,7 @@ def dataset_detail(request, name: str):
     dataset = get_object_or_404(Dataset, name=name)
     queries = (
         Query.objects.filter(dataset=dataset)
+        .select_related("dataset")  # its format picks the target rule of each row's positives
         .order_by("split", "ordinal", "id")
         .prefetch_related("turns__reference_image", "targets__image")
     )

@@ -25,6 +25,7 @@ from typing import Any
 
 from annotation.agreement.maths import FLAGS, VALIDATED, label_from_signature
 from retrieval.records import ParseError
+from retrieval.validation import Record
 
 
 class CircusFormatError(ParseError):
@@ -33,6 +34,11 @@ class CircusFormatError(ParseError):
     def __init__(self, file: str, message: str, *, entry: int | None = None, field: str | None = None):
         super().__init__(file, entry, field, message, record_label=f"assignments[{entry}]")
         self.entry = entry
+
+    @classmethod
+    def of(cls, exc: ParseError) -> CircusFormatError:
+        """The error of a :class:`retrieval.validation.Record` as a CircusFormatError."""
+        return cls(exc.file, exc.message, entry=exc.record, field=exc.field)
 
 
 @dataclass(frozen=True)
@@ -80,67 +86,29 @@ class AssignmentFile:
     annotations: tuple[CircusAnnotation, ...]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _require(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], file: str,
-             entry: int | None = None, *, nullable: bool = False, prefix: str = "") -> Any:
-    name = prefix + key
-    if key not in obj:
-        raise CircusFormatError(file, "missing", entry=entry, field=name)
-    value = obj[key]
-    if value is None and nullable:
-        return None
-    if kind is int:
-        ok = _is_int(value)
-    elif kind is bool:
-        ok = isinstance(value, bool)
-    else:
-        ok = isinstance(value, kind) and not isinstance(value, bool)
-    if not ok:
-        expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise CircusFormatError(file, f"expected {expected}{' or null' if nullable else ''}, got {value!r}",
-                                entry=entry, field=name)
-    return value
-
-
 def _parse_entry(raw: Any, file: str, entry: int, username: str) -> CircusAnnotation:
-    if not isinstance(raw, dict):
-        raise CircusFormatError(file, "an assignment must be a JSON object", entry=entry)
-    assignment_id = _require(raw, "assignment_id", str, file, entry)
-    dataset = _require(raw, "dataset", str, file, entry)
-    query_idx = _require(raw, "query_idx", int, file, entry)
+    rec = Record(file, entry, raw, "assignment", label=f"assignments[{entry}]")
+    assignment_id = rec.req_str("assignment_id")
+    dataset = rec.req_str("dataset")
+    query_idx = rec.req_int("query_idx")
     if not dataset:
-        raise CircusFormatError(file, "empty dataset", entry=entry, field="dataset")
+        rec.fail("dataset", "empty dataset")
     if query_idx < 0:
-        raise CircusFormatError(file, f"negative query_idx {query_idx}", entry=entry, field="query_idx")
+        rec.fail("query_idx", f"negative query_idx {query_idx}")
     if assignment_id != f"{dataset}::{query_idx}":
-        raise CircusFormatError(
-            file, f"{assignment_id!r} is not '<dataset>::<query_idx>' = '{dataset}::{query_idx}'",
-            entry=entry, field="assignment_id",
-        )
-    hidden = _require(raw, "hidden_category", str, file, entry)
-    order = _require(raw, "presentation_order", int, file, entry)
+        rec.fail("assignment_id", f"{assignment_id!r} is not '<dataset>::<query_idx>' = '{dataset}::{query_idx}'")
+    hidden = rec.req_str("hidden_category")
+    order = rec.req_int("presentation_order")
     if order < 1:
-        raise CircusFormatError(file, f"presentation_order must be >= 1, got {order}", entry=entry,
-                                field="presentation_order")
-    assigned = raw.get("assigned_user")
+        rec.fail("presentation_order", f"presentation_order must be >= 1, got {order}")
+    assigned = rec.data.get("assigned_user")
     if assigned is not None and assigned != username:
-        raise CircusFormatError(file, f"assigned to {assigned!r}, but the file belongs to {username!r}",
-                                entry=entry, field="assigned_user")
-    annotation = _require(raw, "annotation", dict, file, entry)
-    validated = _require(annotation, "validated", bool, file, entry, nullable=True, prefix="annotation.")
-    flags = tuple(f for f in FLAGS if _require(annotation, f, bool, file, entry, prefix="annotation."))
-    other = annotation.get("other", "")
-    if not isinstance(other, str):
-        raise CircusFormatError(file, f"expected str, got {other!r}", entry=entry, field="annotation.other")
-    updated = raw.get("annotation_updated_at")
-    if updated is not None and not isinstance(updated, str):
-        raise CircusFormatError(file, f"expected str or null, got {updated!r}", entry=entry,
-                                field="annotation_updated_at")
-    source_user = raw.get("source_user")
-    selection_mode = raw.get("selection_mode")
+        rec.fail("assigned_user", f"assigned to {assigned!r}, but the file belongs to {username!r}")
+    annotation = rec.nested("annotation", rec.req_obj("annotation"), "annotation")
+    validated = annotation.nullable_bool("validated")
+    flags = tuple(f for f in FLAGS if annotation.req_bool(f))
+    source_user = rec.data.get("source_user")
+    selection_mode = rec.data.get("selection_mode")
     return CircusAnnotation(
         username=username,
         assignment_id=assignment_id,
@@ -150,22 +118,60 @@ def _parse_entry(raw: Any, file: str, entry: int, username: str) -> CircusAnnota
         presentation_order=order,
         validated=validated,
         flags=flags,
-        other=other,
-        updated_at=updated,
+        other=annotation.opt_str("other") or "",
+        updated_at=rec.opt_str("annotation_updated_at"),
         source_user=source_user if isinstance(source_user, str) else None,
         selection_mode=selection_mode if isinstance(selection_mode, str) else None,
     )
 
 
 def parse_assignment_data(data: Any, *, file: str = "<data>", verify_checksum: bool = True) -> AssignmentFile:
-    """Validate an already-decoded assignment file (see :func:`parse_assignment_file`)."""
+    """Validate an already-decoded assignment file (see :func:`parse_assignment_file`).
+
+    Fields are read through :class:`retrieval.validation.Record` (an entry is named
+    ``assignments[N]``); any error is a :class:`CircusFormatError`."""
     if not isinstance(data, dict):
         raise CircusFormatError(file, "the file must hold one JSON object")
-    username = _require(data, "username", str, file)
-    study = _require(data, "study_name", str, file)
-    seed = _require(data, "seed", int, file, nullable=True) if "seed" in data else None
-    raw_list = _require(data, "assignments", list, file)
-    annotations = [_parse_entry(raw, file, i, username) for i, raw in enumerate(raw_list)]
+    try:
+        return _parse_assignment_data(Record(file, None, data, "assignment file"), verify_checksum)
+    except CircusFormatError:
+        raise
+    except ParseError as exc:
+        raise CircusFormatError.of(exc) from None
+
+
+def _parse_assignment_data(rec: Record, verify_checksum: bool) -> AssignmentFile:
+    file = rec.file
+    username = rec.req_str("username")
+    study = rec.req_str("study_name")
+    seed = rec.opt_int("seed")
+    annotations = [_parse_entry(raw, file, i, username) for i, raw in enumerate(rec.req_list("assignments"))]
+    _check_unique(annotations, file)
+    count = rec.opt_int("assignment_count")
+    if count is not None and count != len(annotations):
+        rec.fail("assignment_count", f"assignment_count {count!r} but {len(annotations)} assignments")
+    ordered = tuple(sorted(annotations, key=lambda a: a.presentation_order))
+    checksum = rec.opt_str("assignment_ids_sha256")
+    if verify_checksum and checksum is not None:
+        digest = hashlib.sha256("\n".join(a.assignment_id for a in ordered).encode("utf-8")).hexdigest()
+        if digest != checksum.lower():
+            rec.fail("assignment_ids_sha256",
+                     f"SHA-256 of the assignment ids in presentation order is {digest}, the file says {checksum}")
+    source_user = rec.data.get("source_user")
+    generated_at = rec.data.get("generated_at")
+    return AssignmentFile(
+        study_name=study,
+        seed=seed,
+        username=username,
+        source_user=source_user if isinstance(source_user, str) else None,
+        generated_at=generated_at if isinstance(generated_at, str) else None,
+        assignment_ids_sha256=checksum,
+        annotations=ordered,
+    )
+
+
+def _check_unique(annotations: list[CircusAnnotation], file: str) -> None:
+    """Assignment ids and presentation orders appear once each."""
     seen_ids: dict[str, int] = {}
     seen_orders: dict[int, int] = {}
     for i, ann in enumerate(annotations):
@@ -178,32 +184,6 @@ def parse_assignment_data(data: Any, *, file: str = "<data>", verify_checksum: b
                                     entry=i, field="presentation_order")
         seen_ids[ann.assignment_id] = i
         seen_orders[ann.presentation_order] = i
-    count = data.get("assignment_count")
-    if count is not None and (not _is_int(count) or count != len(annotations)):
-        raise CircusFormatError(file, f"assignment_count {count!r} but {len(annotations)} assignments",
-                                field="assignment_count")
-    ordered = tuple(sorted(annotations, key=lambda a: a.presentation_order))
-    checksum = data.get("assignment_ids_sha256")
-    if checksum is not None and not isinstance(checksum, str):
-        raise CircusFormatError(file, f"expected str, got {checksum!r}", field="assignment_ids_sha256")
-    if verify_checksum and checksum is not None:
-        digest = hashlib.sha256("\n".join(a.assignment_id for a in ordered).encode("utf-8")).hexdigest()
-        if digest != checksum.lower():
-            raise CircusFormatError(
-                file, f"SHA-256 of the assignment ids in presentation order is {digest}, the file says {checksum}",
-                field="assignment_ids_sha256",
-            )
-    source_user = data.get("source_user")
-    generated_at = data.get("generated_at")
-    return AssignmentFile(
-        study_name=study,
-        seed=seed,
-        username=username,
-        source_user=source_user if isinstance(source_user, str) else None,
-        generated_at=generated_at if isinstance(generated_at, str) else None,
-        assignment_ids_sha256=checksum,
-        annotations=ordered,
-    )
 
 
 def parse_assignment_file(path: str | Path, *, verify_checksum: bool = True) -> AssignmentFile:

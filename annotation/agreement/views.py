@@ -270,7 +270,7 @@ def adjudication_item_page(request, study_id: int, item_id: int):
     history = Adjudication.objects.filter(item=item).select_related("decided_by").order_by("-decided_at", "-id")
     query = item.query
     turns = list(query.turns.select_related("reference_image"))
-    targets = [t for t in query.targets.select_related("image") if t.is_positive]
+    targets = query.positive_targets(query.targets.select_related("image"))  # the format's target rule
     return render(request, "annotation/adjudication_item.html", {
         "study": study, "item": item, "row": row, "decision": before, "history": history,
         "turns": [(t, image_ref(t.reference_image)) for t in turns],

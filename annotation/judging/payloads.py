@@ -82,7 +82,7 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
     study = assignment.study
     query = assignment.item.query
     turns = list(query.turns.select_related("reference_image", "turn_target"))
-    targets = [t for t in query.targets.select_related("image") if t.is_positive]
+    targets = query.positive_targets(query.targets.select_related("image"))  # the format's target rule
     current = None if fresh else assignment.revisions.filter(is_current=True).first()
     draft = None if fresh else Draft.objects.filter(assignment=assignment).first()
     # Not blind: the target's rank after each turn, from the newest audit of the session.

@@ -21,9 +21,16 @@ already there. Pool rows register an image with id = ``did``, path = ``img_path`
 The gallery of a split is the list of image dids of its pool(s). The query image has no
 did: it takes the did of the pool row with the same ``img_path`` when there is one,
 otherwise its normalised path is its external id.
+
+Pools stream with bounded memory: their lines are read and validated :data:`POOL_BATCH` at a
+time and handed over through :meth:`retrieval.records.ParsedDataset.add_streamed_images`
+(the loader writes each batch at once); what the queries look up later (a did's path, a
+path's did, duplicates, gallery membership) lives in a scratch index on disk
+(:mod:`retrieval.importers.poolindex`), not in Python.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator
@@ -42,10 +49,23 @@ from retrieval.importers._common import (
     read_lines,
     register,
 )
-from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath
+from retrieval.importers.poolindex import PoolIndex
+from retrieval.records import (
+    ImageRecord,
+    ParsedDataset,
+    ParseError,
+    QueryRecord,
+    TargetRecord,
+    TextRecord,
+    TurnRecord,
+    merge_image,
+    safe_relpath,
+)
 
 FORMAT = "mbeir"
 SPLITS = ("train", "val", "test", "dev")
+#: Pool lines validated and handed over together (Python holds one such batch at a time).
+POOL_BATCH = 2000
 
 _PATTERNS = [
     ("pool", re.compile(r"^.*cand_pool.*\.jsonl$")),
@@ -96,62 +116,104 @@ def _files(paths: Iterable[PathLike], split: str | None) -> dict[str, list[tuple
 
 def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
            subset: str | None = None) -> Iterator[QueryRecord]:
-    """Read the pools (streaming, line by line) and qrels, then yield the queries one by one."""
+    """Read the pools (streaming, a batch of lines at a time) and qrels, then yield the queries one by one."""
     files = _files(paths, split)
-    by_path: dict[str, str] = {}
-    for path, name in files.get("pool", []):
-        _parse_pool(path, name, dataset, by_path)
-    positives: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for path, name in files.get("qrels", []):
-        _parse_qrels(path, name, positives)
-    missing: set[str] = set()
-    seen: set[tuple[str, str]] = set()  # (split, qid) across the query files
-    for path, name in files.get("queries", []):
-        for query in _parse_queries(path, name, dataset, by_path, positives, seen):
-            missing.update(t.image for t in query.targets if dataset.images[t.image].path is None)
-            yield query
+    with PoolIndex() as index:
+        for path, name in files.get("pool", []):
+            _parse_pool(path, name, dataset, index)
+        positives: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for path, name in files.get("qrels", []):
+            _parse_qrels(path, name, positives)
+        missing: set[str] = set()
+        seen: set[tuple[str, str]] = set()  # (split, qid) across the query files
+        for path, name in files.get("queries", []):
+            for query in _parse_queries(path, name, dataset, index, positives, seen):
+                missing.update(t.image for t in query.targets
+                               if (image := dataset.images.get(t.image)) is not None and image.path is None)
+                yield query
     _warn_unmatched(positives, dataset)
     if files.get("pool") and missing:
         dataset.warnings.append(f"{len(missing)} target did(s) are in no candidate pool, e.g. {sorted(missing)[0]!r}")
 
 
-def _parse_pool(path: Path, split: str, dataset: ParsedDataset, by_path: dict[str, str]) -> None:
-    """Register the image rows of a candidate pool and append them to the split's gallery."""
+def _parse_pool(path: Path, split: str, dataset: ParsedDataset, index: PoolIndex) -> None:
+    """Register the image rows of a candidate pool and add them to the split's gallery, a batch
+    at a time: :meth:`ParsedDataset.add_streamed_images` takes each batch, ``index`` what later
+    lookups need, so nothing per row stays in memory."""
     dataset.galleries.setdefault(split, [])
-    seen: dict[str, int] = {}
+    index.start_file()
     text_only = 0
-    for index, raw in iter_jsonl(path):
-        rec = Record(path, index, raw, "candidate")
-        did = rec.req_str("did")
-        if did in seen:
-            rec.fail("did", f"duplicate did {did!r} (first at record {seen[did]})")
-        seen[did] = index
-        img_path = rec.nullable_str("img_path")
-        txt = rec.opt_str("txt")
-        modality = rec.opt_str("modality")
-        src_content = rec.opt_str("src_content")
-        if img_path is None:
-            text_only += 1
-            continue
-        rel = safe_relpath(img_path, rec.file, index, "img_path")
-        extra: dict[str, Any] = {"src_content": src_content}
-        if modality is not None:
-            extra["modality"] = modality
-        if txt is not None:
-            extra["txt"] = txt
-        register(dataset, did, path=rel, extra=extra)
-        by_path.setdefault(rel, did)
-        dataset.add_to_gallery(split, did)
+    lines = iter_jsonl(path)
+    while batch := list(itertools.islice(lines, POOL_BATCH)):
+        rows = _pool_rows(path, batch, index)
+        images = [image for _, image in rows if image is not None]
+        text_only += len(rows) - len(images)
+        _add_pool_images(split, images, dataset, index)
     if text_only:
         dataset.warnings.append(f"{path.name}: skipped {text_only} text-only candidate(s) (no img_path)")
 
 
-def _parse_queries(path: Path, split: str, dataset: ParsedDataset, by_path: dict[str, str],
+def _pool_rows(path: Path, batch: list[tuple[int, Any]], index: PoolIndex) -> list[tuple[str, ImageRecord | None]]:
+    """Validate a batch of pool lines in file order: ``(did, image)``, image None for a text-only row."""
+    earlier = index.first_lines(raw["did"] for _, raw in batch if isinstance(raw, dict) and isinstance(raw.get("did"), str))
+    rows: list[tuple[str, ImageRecord | None]] = []
+    for line, raw in batch:
+        rec = Record(path, line, raw, "candidate")
+        did = rec.req_str("did")
+        if did in earlier:
+            rec.fail("did", f"duplicate did {did!r} (first at record {earlier[did]})")
+        earlier[did] = line
+        rows.append((did, _pool_image(rec, did)))
+    index.mark_seen((did, line) for (did, _), (line, _) in zip(rows, batch))
+    return rows
+
+
+def _pool_image(rec: Record, did: str) -> ImageRecord | None:
+    """The image of one pool row (``img_path``, ``extra``), or None for a text-only row."""
+    img_path = rec.nullable_str("img_path")
+    txt = rec.opt_str("txt")
+    modality = rec.opt_str("modality")
+    src_content = rec.opt_str("src_content")
+    if img_path is None:
+        return None
+    rel = safe_relpath(img_path, rec.file, rec.index, "img_path")
+    extra: dict[str, Any] = {"src_content": src_content}
+    if modality is not None:
+        extra["modality"] = modality
+    if txt is not None:
+        extra["txt"] = txt
+    return ImageRecord(did, path=rel, extra=extra)
+
+
+def _add_pool_images(split: str, images: list[ImageRecord], dataset: ParsedDataset, index: PoolIndex) -> None:
+    """Register one batch of pool images (a did seen in an earlier pool completes its first
+    values) and add them to the gallery of ``split``."""
+    known = index.images(image.external_id for image in images)
+    new, changed = [], []
+    for image in images:
+        first = known.get(image.external_id)
+        if first is None:
+            new.append(image)
+        elif merge_image(first, image):
+            changed.append(first)
+    index.store(new, changed)
+    index.add_paths((image.path, image.external_id) for image in images)
+    members = index.add_members(split, [image.external_id for image in images])
+    dataset.add_streamed_images(split, new, changed, members)
+
+
+def _target_image(dataset: ParsedDataset, index: PoolIndex, did: str) -> None:
+    """Register a target did that no pool row registered (it has no path: warned as missing)."""
+    if not index.has(did):
+        register(dataset, did)
+
+
+def _parse_queries(path: Path, split: str, dataset: ParsedDataset, index: PoolIndex,
                    positives: dict[tuple[str, str], list[tuple[str, str]]],
                    seen: set[tuple[str, str]]) -> Iterator[QueryRecord]:
     """Validate and map every query line of a query jsonl file, adding its qrels positives."""
-    for index, raw in iter_jsonl(path):
-        rec = Record(path, index, raw, "query")
+    for line, raw in iter_jsonl(path):
+        rec = Record(path, line, raw, "query")
         qid = rec.req_str("qid")
         if (split, qid) in seen:
             rec.fail("qid", f"duplicate qid {qid!r} in split {split!r}")
@@ -166,15 +228,15 @@ def _parse_queries(path: Path, split: str, dataset: ParsedDataset, by_path: dict
 
         reference: str | None = None
         if img_path is not None:
-            rel = safe_relpath(img_path, rec.file, index, "query_img_path")
-            reference = by_path.get(rel) or register(dataset, rel, path=rel, extra={"src_content": src_content})
-        where = f"{path.name} record {index}"
+            rel = safe_relpath(img_path, rec.file, line, "query_img_path")
+            reference = index.did_for_path(rel) or register(dataset, rel, path=rel, extra={"src_content": src_content})
+        where = f"{path.name} record {line}"
         targets: list[TargetRecord] = []
         for did in pos:
-            register(dataset, did)
+            _target_image(dataset, index, did)
             add_target(targets, TargetRecord(did, 1.0, not targets, "pos", "pos_cand_list"), dataset, where)
         for did in neg:
-            register(dataset, did)
+            _target_image(dataset, index, did)
             add_target(targets, TargetRecord(did, 0.0, False, "neg", "neg_cand_list"), dataset, where)
 
         extra: dict[str, Any] = {"task_id": task_id, "query_modality": modality, "query_src_content": src_content}
@@ -184,14 +246,14 @@ def _parse_queries(path: Path, split: str, dataset: ParsedDataset, by_path: dict
         query = QueryRecord(
             external_id=qid,
             split=split,
-            ordinal=index,
+            ordinal=line,
             source_file=path.name,
             turns=[TurnRecord(1, reference, texts)],
             targets=targets,
             raw=raw,
             extra=extra,
         )
-        _add_qrels(query, positives.pop((split, qid), []), dataset)
+        _add_qrels(query, positives.pop((split, qid), []), dataset, index)
         yield query
 
 
@@ -218,7 +280,7 @@ def _parse_qrels(path: Path, split: str, positives: dict[tuple[str, str], list[t
             positives.setdefault((split, qid), []).append((did, f"{path.name} line {index + 1}"))
 
 
-def _add_qrels(query: QueryRecord, found: list[tuple[str, str]], dataset: ParsedDataset) -> None:
+def _add_qrels(query: QueryRecord, found: list[tuple[str, str]], dataset: ParsedDataset, index: PoolIndex) -> None:
     """Add qrels positives to ``query`` unless already targets (a negative made positive is warned)."""
     for did, where in found:
         existing = next((t for t in query.targets if t.image == did), None)
@@ -226,7 +288,7 @@ def _add_qrels(query: QueryRecord, found: list[tuple[str, str]], dataset: Parsed
             if existing.role == "neg":
                 dataset.warnings.append(f"{where}: {did!r} is positive here but a negative of {query.external_id!r}")
             continue
-        register(dataset, did)
+        _target_image(dataset, index, did)
         query.targets.append(TargetRecord(did, 1.0, not any(t.is_primary for t in query.targets), "pos", "qrels"))
 
 

@@ -93,12 +93,12 @@ def test_min_mm_retrievers(ranks_file):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ('{"query": "q", "retriever": "A", "mm": 1, "text": 2}', "line 2: field 'image' is missing"),
-        ('{"query": "q", "retriever": "A", "mm": 0, "text": 2, "image": 3}', "line 2: field 'mm'"),
-        ('{"query": "q", "retriever": "A", "mm": 1, "text": "2", "image": 3}', "line 2: field 'text'"),
-        ('{"query": "q", "retriever": "A", "mm": 1, "text": 2, "image": true}', "line 2: field 'image'"),
-        ('{"query": "q", "retriever": "A", "mm": 1.5, "text": 2, "image": 3}', "line 2: field 'mm'"),
-        ('{"query": null, "retriever": "A", "mm": 1, "text": 2, "image": 3}', "line 2: field 'query'"),
+        ('{"query": "q", "retriever": "A", "mm": 1, "text": 2}', "bad.jsonl, line 2, field 'image': missing field"),
+        ('{"query": "q", "retriever": "A", "mm": 0, "text": 2, "image": 3}', "line 2, field 'mm'"),
+        ('{"query": "q", "retriever": "A", "mm": 1, "text": "2", "image": 3}', "line 2, field 'text'"),
+        ('{"query": "q", "retriever": "A", "mm": 1, "text": 2, "image": true}', "line 2, field 'image'"),
+        ('{"query": "q", "retriever": "A", "mm": 1.5, "text": 2, "image": 3}', "line 2, field 'mm'"),
+        ('{"query": null, "retriever": "A", "mm": 1, "text": 2, "image": 3}', "line 2, field 'query'"),
         ('{"query": "q", "retriever": "A", "mm": 1, ', "line 2: not valid JSON"),
         ('[1, 2, 3]', "line 2: expected a JSON object"),
     ],

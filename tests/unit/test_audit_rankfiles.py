@@ -6,6 +6,7 @@ import json
 import pytest
 
 from audit.rankfiles import RankFileError, parse_rank_document, path_suffixes, read_rank_file
+from retrieval.records import ParseError
 from tests.conftest import FIXTURES
 
 DIR = FIXTURES / "circus_audit"
@@ -73,3 +74,80 @@ def test_names_and_null_ranks():
     assert f.retriever == "ranks"
     assert path_suffixes("/home/x/CIRCO/img/1.jpg") == ["home/x/CIRCO/img/1.jpg", "x/CIRCO/img/1.jpg",
                                                        "CIRCO/img/1.jpg", "img/1.jpg", "1.jpg"]
+
+
+@pytest.mark.parametrize(
+    "document, record, field, message",
+    [
+        ([1], None, None, "expected a JSON object for this rank file"),
+        ({"samples": []}, None, "metadata", "missing field"),
+        ({"metadata": [], "samples": []}, None, "metadata", "expected an object, got list"),
+        ({"metadata": {}, "samples": {}}, None, "samples", "expected a list, got object"),
+        ({"metadata": {}, "samples": [], "gallery_paths": ["a", 3]}, None, "gallery_paths",
+         "expected a list of strings, got list of number/string"),
+        ({"metadata": {"k": 0}, "samples": []}, None, "metadata.k", "must be an integer >= 1, got 0"),
+        ({"metadata": {"k": "10"}, "samples": []}, None, "metadata.k", "expected an integer, got string"),
+        ({"metadata": {}, "samples": ["x"]}, 0, None, "expected a JSON object for this sample, got string"),
+    ],
+)
+def test_header_errors_are_parse_errors_naming_file_and_field(document, record, field, message):
+    with pytest.raises(RankFileError) as info:
+        parse_rank_document(document, "f.json")
+    err = info.value
+    assert isinstance(err, ParseError)  # what the importers raise; RankFileError is what callers catch
+    assert (err.file, err.record, err.field) == ("f.json", record, field)
+    assert message in err.message
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        ({"ranks": {"multimodal": [1, [2]], "text_only": 2, "image_only": 3}}, "ranks.multimodal[1]",
+         "cannot hold another list"),
+        ({"ranks": {"multimodal": [1, 0], "text_only": 2, "image_only": 3}}, "ranks.multimodal[1]",
+         "a rank must be an integer >= 1"),
+        ({"ranks": {"multimodal": [], "text_only": 2, "image_only": 3}}, "ranks.multimodal", "an empty list of ranks"),
+        ({"ranks": [1, 2, 3]}, "ranks", "expected an object, got list"),
+        ({"retrievals": {"multimodal": ["0"]}}, "retrievals.multimodal", "expected a list of integers"),
+        ({"retrievals": {"multimodal": [3]}}, "retrievals.multimodal", "3 is not a gallery index (the file lists 1 paths)"),
+        ({"query_text": 5}, "query_text", "expected a string, got number"),
+    ],
+)
+def test_sample_errors_name_the_sample_and_the_nested_field(change, field, message):
+    with pytest.raises(RankFileError) as info:
+        parse_rank_document(doc(**change), "f.json")
+    err = info.value
+    assert (err.file, err.record, err.field) == ("f.json", 0, field)
+    assert str(err).startswith(f"f.json, sample 0, field '{field}': ") and message in err.message
+
+
+def test_aggregated_file_needs_an_aggregation_block_per_sample():
+    d = doc()
+    d["metadata"]["aggregation"] = {"name": "best", "retrievers": ["a", "b"]}
+    with pytest.raises(RankFileError, match="f.json, sample 0, field 'aggregation': missing in an aggregated file"):
+        parse_rank_document(d, "f.json")
+    d["samples"][0]["aggregation"] = {"label": 3}
+    with pytest.raises(RankFileError, match="field 'aggregation.label': expected a string, got number"):
+        parse_rank_document(d, "f.json")
+    d["samples"][0]["aggregation"] = {"label": "unresolved", "retriever_support_at_k": {"multimodal": 1, "x": "2"}}
+    sample = parse_rank_document(d, "f.json").samples[0]
+    assert (sample.label, sample.support) == ("unresolved", {"multimodal": 1})
+
+
+def test_duplicate_query_idx_names_both_samples():
+    d = doc()
+    d["samples"].append(dict(d["samples"][0]))
+    with pytest.raises(RankFileError) as info:
+        parse_rank_document(d, "f.json")
+    assert (info.value.record, info.value.field) == (1, "query_idx")
+    assert info.value.message == "0 appears twice (first in sample 0)"
+
+
+def test_unreadable_and_invalid_json_files_are_rank_file_errors(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"metadata": {}, ')
+    with pytest.raises(RankFileError) as info:
+        read_rank_file(bad)
+    assert info.value.file == str(bad) and str(info.value).startswith(f"{bad}: not valid JSON (line 1")
+    with pytest.raises(RankFileError, match="cannot read"):
+        read_rank_file(tmp_path / "missing.json")

@@ -294,3 +294,28 @@ def test_unlabelled_assignments_are_missing() -> None:
         "annotator_01", "cirr::3775", "cirr", 3775, 2)
     assert a.hidden_category == "composition_required" and a.validated is True and a.flags == ()
     assert a.other == "" and a.updated_at == "2026-04-24T15:40:07+00:00"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where"),
+    [
+        (["assignments", 2, "annotation", "validated"], 1,
+         "assignments[2], field 'annotation.validated': expected true or false, got number"),
+        (["assignments", 0, "annotation", "other"], 5, "assignments[0], field 'annotation.other': expected a string"),
+        (["assignments", 7], [], "assignments[7]: expected a JSON object for this assignment, got list"),
+        (["assignments"], {}, "field 'assignments': expected a list, got object"),
+        (["assignment_count"], "50", "field 'assignment_count': expected an integer, got string"),
+    ],
+)
+def test_fields_are_read_through_records_naming_entry_and_field(tmp_path, path, value, where) -> None:
+    raw = load_raw()
+    node = raw
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    file = tmp_path / "annotator_01.json"
+    file.write_text(json.dumps(raw))
+    with pytest.raises(CircusFormatError) as info:
+        parse_assignment_file(file)
+    assert str(info.value).startswith(f"{file}, ") and where in str(info.value)
+    assert info.value.entry == info.value.record == (path[1] if len(path) > 1 else None)

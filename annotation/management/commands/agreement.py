@@ -13,7 +13,8 @@ computes it. Each input line is one JSON object ``{"item": ..., "annotator": ...
   (``INVALID_TEXT_QUERY``, ``INVALID_IMAGE_QUERY``, ``INVALID_TARGET_IMAGE``,
   ``QUERY_TOO_BROAD``) for an invalid one, ``[]`` for invalid with no flag.
 
-Malformed input stops the command with an error naming the line and the field.
+Malformed input stops the command with an error naming the file, the line and the field (each
+line is read through :class:`retrieval.validation.Record`; a :class:`retrieval.records.ParseError`).
 
 ``--bootstrap`` (default 1000 replicates, ``--seed`` 0) adds 95% percentile intervals over
 items; a large input gets a note on stderr, ``--bootstrap 0`` skips them. ``--study ID``
@@ -39,21 +40,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from annotation.agreement.maths import CONSTANT_PAIRS, FLAGS, LEVELS, VALIDATED, agreement_report
-from retrieval.validation import is_number, json_type
+from retrieval.records import ParseError
+from retrieval.validation import Record, is_number, json_type
 
 # Above this many judgement-replicates the bootstrap gets a "this may take a while" note.
 _SLOW_BOOTSTRAP = 10_000_000
 _FLAG_SET = frozenset(FLAGS)
-
-
-class InputError(ValueError):
-    """A malformed judgement: ``where`` is e.g. ``"in.jsonl, line 3"``, ``field`` the key."""
-
-    def __init__(self, where: str, message: str, field: str | None = None):
-        self.where = where
-        self.field = field
-        self.message = message
-        super().__init__(f"{where}{f', field {field!r}' if field else ''}: {message}")
 
 
 _WITH_ARTICLE = {"boolean": "a boolean", "string": "a string", "number": "a number", "list": "a list",
@@ -69,11 +61,12 @@ def _kind(value: Any) -> str:
 class JudgementChecker:
     """Validates ``(item, annotator, label)`` records one at a time and returns library triples.
 
-    Rules: ``item`` is a non-empty string or an integer; ``annotator`` likewise, with one
-    type for the whole input; the label fits the level / rubric (module docstring), with one
-    kind of label for the whole input; numbers are finite; an (item, annotator) pair appears
-    once; with ``categories`` every label is one of them. Positions are kept as numbers and
-    turned into ``"<source>, line N"`` only for a message.
+    Each judgement is read through a :class:`retrieval.validation.Record` (:meth:`record`), so
+    every error is a :class:`retrieval.records.ParseError` naming the source, the line
+    (``line N``, 1-based) and the field. Rules: ``item`` is a non-empty string or an integer;
+    ``annotator`` likewise, with one type for the whole input; the label fits the level /
+    rubric (module docstring), with one kind of label for the whole input; numbers are finite;
+    an (item, annotator) pair appears once; with ``categories`` every label is one of them.
     """
 
     def __init__(self, level: str, rubric: str | None, categories: tuple[str, ...] | None = None, *,
@@ -90,146 +83,145 @@ class JudgementChecker:
         self._annotator_kind: tuple[str, int] | None = None
         self._seen: dict[tuple[Any, Any], int] = {}  # (item, annotator) -> position
 
-    def at(self, where: int) -> str:
-        """``"<source>, line <where>"``: a record's position in messages."""
-        return f"{self.source}, {self.unit} {where}"
+    def record(self, where: int, data: Any) -> Record:
+        """The judgement at position ``where`` (1-based) as a Record named ``"<unit> <where>"``."""
+        return Record(self.source, where - 1, data, "judgement", label=f"{self.unit} {where}")
 
-    def _fail(self, where: int, field: str | None, message: str) -> InputError:
-        return InputError(self.at(where), message, field)
+    def fail(self, where: int, message: str) -> ParseError:
+        """An error about the record at ``where`` as a whole (no field)."""
+        return ParseError(self.source, where - 1, None, message, record_label=f"{self.unit} {where}")
 
-    def _id(self, where: int, field: str, value: Any) -> Any:
-        if isinstance(value, str):
-            if not value or value.isspace():
-                raise self._fail(where, field, "must not be empty")
-            return value
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise self._fail(where, field, f"expected a string or an integer, got {_kind(value)} ({value!r})")
+    @staticmethod
+    def _where(rec: Record) -> int:
+        return (rec.index or 0) + 1
 
-    def _number(self, where: int, value: float) -> float:
+    def _number(self, rec: Record, value: float) -> float:
         if not math.isfinite(value):
-            raise self._fail(where, "label", f"{value!r} is not a finite number")
+            rec.fail("label", f"{value!r} is not a finite number")
         if self.level == "ratio" and value < 0:
-            raise self._fail(where, "label", f"the ratio level needs non-negative numbers, got {value!r}")
+            rec.fail("label", f"the ratio level needs non-negative numbers, got {value!r}")
         return value
 
-    def _flags(self, where: int, flags: list[Any]) -> list[str]:
+    def _flags(self, rec: Record, flags: list[Any]) -> list[str]:
         for flag in flags:
             if not isinstance(flag, str) or not flag:
-                raise self._fail(where, "label", f"a flag must be a non-empty string, got {flag!r}")
+                rec.fail("label", f"a flag must be a non-empty string, got {flag!r}")
         return flags
 
-    def _generic_label(self, where: int, label: Any) -> Any:
+    def _generic_label(self, rec: Record, label: Any) -> Any:
         got = f"got {_kind(label)} ({label!r})"
         if label is None:
-            raise self._fail(where, "label", "null is not a label (leave a missing judgement out)")
+            rec.fail("label", "null is not a label (leave a missing judgement out)")
         if is_number(label):
-            return self._number(where, label)
+            return self._number(rec, label)
         if self.level in ("interval", "ratio"):
-            raise self._fail(where, "label", f"the {self.level} level needs a number, {got}")
+            rec.fail("label", f"the {self.level} level needs a number, {got}")
         if self.level == "ordinal":
             if isinstance(label, str) and self._category_tokens is not None:
                 return label
             hint = " (or a string, when --categories declares the order)" if isinstance(label, str) else ""
-            raise self._fail(where, "label", f"the ordinal level needs a number{hint}, {got}")
+            rec.fail("label", f"the ordinal level needs a number{hint}, {got}")
         if isinstance(label, str):
             if not label:
-                raise self._fail(where, "label", "empty string")
+                rec.fail("label", "empty string")
             return label
         if isinstance(label, list):
-            flags = self._flags(where, label)
+            flags = self._flags(rec, label)
             bad = [f for f in flags if "+" in f]
             if bad:
-                raise self._fail(where, "label", f"flag {bad[0]!r} contains '+', the flag separator")
+                rec.fail("label", f"flag {bad[0]!r} contains '+', the flag separator")
             return "+".join(sorted(set(flags)))
-        raise self._fail(where, "label", f"expected a category string, a number or a list of flags, {got}")
+        rec.fail("label", f"expected a category string, a number or a list of flags, {got}")
 
-    def _validity_label(self, where: int, label: Any) -> Any:
+    def _validity_label(self, rec: Record, label: Any) -> Any:
         if label == VALIDATED and isinstance(label, str):
             return label
         if isinstance(label, list):
-            unknown = [f for f in self._flags(where, label) if f not in _FLAG_SET]
+            unknown = [f for f in self._flags(rec, label) if f not in _FLAG_SET]
             if unknown:
-                raise self._fail(where, "label", f"unknown flag {unknown[0]!r} (expected one of {', '.join(FLAGS)})")
+                rec.fail("label", f"unknown flag {unknown[0]!r} (expected one of {', '.join(FLAGS)})")
             return label
         what = f"the string {label!r}" if isinstance(label, str) else f"{_kind(label)} ({label!r})"
-        raise self._fail(where, "label", f"expected {VALIDATED!r} or a list of flags, got {what}")
+        rec.fail("label", f"expected {VALIDATED!r} or a list of flags, got {what}")
 
-    def _resolve_categories(self, where: int, value: Any) -> None:
+    def _resolve_categories(self, rec: Record, value: Any) -> None:
         """Type the ``--categories`` tokens like the first label: numbers (sorted, except at the
         nominal level) for a number, else the strings as given."""
         tokens = self._category_tokens or ()
         if is_number(value):
-            try:
-                numbers = [_parse_number(t) for t in tokens]
-            except ValueError:
-                raise self._fail(where, "label", f"a number, but --categories are not all numbers "
-                                 f"({','.join(tokens)})") from None
+            numbers = _numbers(tokens)
+            if numbers is None:
+                rec.fail("label", f"a number, but --categories are not all numbers ({','.join(tokens)})")
             if len(set(numbers)) != len(numbers):
-                raise self._fail(where, "label", f"--categories has the same number twice ({','.join(tokens)})")
+                rec.fail("label", f"--categories has the same number twice ({','.join(tokens)})")
             if self.level == "ratio" and min(numbers) < 0:
-                raise self._fail(where, "label", "--categories: the ratio level needs non-negative numbers")
+                rec.fail("label", "--categories: the ratio level needs non-negative numbers")
             self.categories = tuple(numbers if self.level == "nominal" else sorted(numbers))
         else:
             self.categories = tuple(tokens)
         self._category_set = frozenset(self.categories)
 
-    def _same_kind(self, where: int, field: str, kind: str, first: tuple[str, int] | None) -> tuple[str, int]:
+    def _same_kind(self, rec: Record, field: str, kind: str, first: tuple[str, int] | None) -> tuple[str, int]:
         if first is None:
-            return (kind, where)
+            return (kind, self._where(rec))
         if kind != first[0]:
-            raise self._fail(where, field, f"{kind}, but the {field} at {self.unit} {first[1]} is {first[0]}; "
-                             f"use one kind of {field} for the whole input")
+            rec.fail(field, f"{kind}, but the {field} at {self.unit} {first[1]} is {first[0]}; "
+                     f"use one kind of {field} for the whole input")
         return first
 
-    def check(self, where: int, item: Any, annotator: Any, label: Any) -> tuple[Any, Any, Any]:
-        """One validated triple; ``where`` is the record's line (or position) number.
-
-        Raises :class:`InputError` naming the source, the position and the field.
-        """
-        item = self._id(where, "item", item)
-        annotator = self._id(where, "annotator", annotator)
-        self._annotator_kind = self._same_kind(where, "annotator", _kind(annotator), self._annotator_kind)
+    def _label(self, rec: Record) -> Any:
+        label = rec.req("label")
         if self.rubric == "validity":
-            value = self._validity_label(where, label)
-        else:
-            value = self._generic_label(where, label)
-            family = "a number" if is_number(label) else _kind(label)
-            self._label_kind = self._same_kind(where, "label", family, self._label_kind)
-            if self._category_tokens is not None:
-                if self._category_set is None:
-                    self._resolve_categories(where, value)
-                if value not in self._category_set:  # type: ignore[operator]
-                    raise self._fail(where, "label", f"{label!r} is not one of --categories")
-        key = (item, annotator)
-        first = self._seen.setdefault(key, where)
+            return self._validity_label(rec, label)
+        value = self._generic_label(rec, label)
+        family = "a number" if is_number(label) else _kind(label)
+        self._label_kind = self._same_kind(rec, "label", family, self._label_kind)
+        if self._category_tokens is not None:
+            if self._category_set is None:
+                self._resolve_categories(rec, value)
+            if value not in self._category_set:  # type: ignore[operator]
+                rec.fail("label", f"{label!r} is not one of --categories")
+        return value
+
+    def check(self, rec: Record) -> tuple[Any, Any, Any]:
+        """One validated triple from a judgement record (see :meth:`record`).
+
+        Raises :class:`retrieval.records.ParseError` naming the source, the line and the field.
+        """
+        item = rec.req_id("item")
+        annotator = rec.req_id("annotator")
+        self._annotator_kind = self._same_kind(rec, "annotator", _kind(annotator), self._annotator_kind)
+        value = self._label(rec)
+        where = self._where(rec)
+        first = self._seen.setdefault((item, annotator), where)
         if first != where:
-            raise self._fail(where, "annotator",
-                             f"annotator {annotator!r} already judged item {item!r} at {self.unit} {first}")
+            rec.fail("annotator", f"annotator {annotator!r} already judged item {item!r} at {self.unit} {first}")
         return item, annotator, value
 
 
 def read_jsonl(lines: Iterable[str], checker: JudgementChecker) -> list[tuple[Any, Any, Any]]:
-    """Parse JSON lines into checked triples; errors name the source, the line and the field."""
+    """Parse JSON lines into checked triples; a ParseError names the source, the line and the field."""
     triples: list[tuple[Any, Any, Any]] = []
     append, check, loads = triples.append, checker.check, json.loads
     for number, line in enumerate(lines, start=1):
         if not line or line.isspace():
             continue
         try:
-            record = loads(line)
+            data = loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(checker.at(number), f"invalid JSON: {exc}") from None
-        if type(record) is not dict:
-            raise InputError(checker.at(number), f"expected a JSON object, got {_kind(record)}")
-        try:
-            item, annotator, label = record["item"], record["annotator"], record["label"]
-        except KeyError as exc:
-            raise InputError(checker.at(number), "missing", exc.args[0]) from None
-        append(check(number, item, annotator, label))
+            raise checker.fail(number, f"invalid JSON: {exc}") from None
+        append(check(checker.record(number, data)))
     if not triples:
-        raise InputError(checker.source, "no judgements (the input is empty)")
+        raise ParseError(checker.source, None, None, "no judgements (the input is empty)")
     return triples
+
+
+def _numbers(tokens: tuple[str, ...]) -> list[int | float] | None:
+    """The tokens as numbers, or None when one is not a finite number."""
+    try:
+        return [_parse_number(t) for t in tokens]
+    except ValueError:
+        return None
 
 
 def _parse_number(token: str) -> int | float:
@@ -356,7 +348,7 @@ class Command(BaseCommand):
             triples = read_jsonl(_iter_lines(path), checker)
         except UnicodeDecodeError as exc:
             raise CommandError(f"{path}: not UTF-8 text ({exc})") from None
-        except InputError as exc:
+        except ParseError as exc:
             raise CommandError(str(exc)) from None
         n_boot = 1000 if opts["bootstrap"] is None else opts["bootstrap"]
         if n_boot * len(triples) > _SLOW_BOOTSTRAP:

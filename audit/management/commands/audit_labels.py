@@ -16,28 +16,22 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.labels import LABELS, audit_json, label_queries
 from audit.rankfiles import check_rank_value
+from retrieval.records import ParseError
+from retrieval.validation import Record
 
-FIELDS = ("query", "retriever", "mm", "text", "image")
 
-
-def parse_rank_line(line: str, number: int) -> tuple[Any, Any, Any, Any, Any]:
-    """One JSONL line as a ``label_queries`` row; ValueError naming the line and field."""
+def parse_rank_line(line: str, number: int, source: str = "<input>") -> tuple[Any, Any, Any, Any, Any]:
+    """One JSONL line (``number``, 1-based) as a ``label_queries`` row, its fields read through
+    :class:`retrieval.validation.Record`; a ParseError names the source, the line and the field."""
+    where = f"line {number}"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"line {number}: not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"line {number}: expected a JSON object, got {type(obj).__name__}")
-    for name in FIELDS:
-        if name not in obj:
-            raise ValueError(f"line {number}: field '{name}' is missing")
-    for name in ("query", "retriever"):
-        value = obj[name]
-        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-            raise ValueError(f"line {number}: field '{name}' must be a non-empty string or an integer, got {value!r}")
-    for name in ("mm", "text", "image"):
-        check_rank_value(obj[name], f"line {number}: field '{name}'")
-    return obj["query"], obj["retriever"], obj["mm"], obj["text"], obj["image"]
+        raise ParseError(source, number - 1, None, f"not valid JSON ({exc.msg})", record_label=where) from None
+    rec = Record(source, number - 1, obj, "line", label=where)
+    query, retriever = rec.req_id("query"), rec.req_id("retriever")
+    mm, text, image = (check_rank_value(rec, name) for name in ("mm", "text", "image"))
+    return query, retriever, mm, text, image
 
 
 class Command(BaseCommand):
@@ -51,6 +45,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         rows = []
+        source = "<stdin>" if opts["ranks"] == "-" else opts["ranks"]
         try:
             fh = sys.stdin if opts["ranks"] == "-" else open(opts["ranks"], encoding="utf-8")
         except OSError as exc:
@@ -59,9 +54,11 @@ class Command(BaseCommand):
             for number, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                rows.append(parse_rank_line(line, number))
-        except ValueError as exc:
-            raise CommandError(f"{opts['ranks']}: {exc}") from None
+                rows.append(parse_rank_line(line, number, source))
+        except ParseError as exc:
+            raise CommandError(str(exc)) from None
+        except ValueError as exc:  # not UTF-8
+            raise CommandError(f"{source}: {exc}") from None
         finally:
             if fh is not sys.stdin:
                 fh.close()

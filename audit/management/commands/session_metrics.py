@@ -10,10 +10,14 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from retrieval.records import ParseError
 from retrieval.sessions import session_metrics
+from retrieval.validation import Record, is_int, json_type
 
 
 def read_sessions(path: Path) -> dict:
+    """``session -> ranks`` of a JSONL file, each line read through
+    :class:`retrieval.validation.Record`; a ParseError names the file, the line and the field."""
     sessions: dict = {}
     first_line: dict = {}
     with open(path, encoding="utf-8") as fh:
@@ -21,29 +25,30 @@ def read_sessions(path: Path) -> dict:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                data = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise CommandError(f"{path}, line {n}: not JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(rec, dict):
-                raise CommandError(f"{path}, line {n}: expected an object")
-            for key in ("session", "ranks"):
-                if key not in rec:
-                    raise CommandError(f"{path}, line {n}, field '{key}': missing")
-            sid, ranks = rec["session"], rec["ranks"]
-            if not isinstance(sid, (str, int)) or isinstance(sid, bool):
-                raise CommandError(f"{path}, line {n}, field 'session': expected a string or an integer")
-            if not isinstance(ranks, list) or not ranks:
-                raise CommandError(f"{path}, line {n}, field 'ranks': expected a non-empty list")
-            for i, r in enumerate(ranks):
-                if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 1):
-                    raise CommandError(f"{path}, line {n}, field 'ranks[{i}]': expected a rank >= 1 or null, got {r!r}")
+                raise ParseError(str(path), n - 1, None, f"not JSON ({exc.msg} at column {exc.colno})",
+                                 record_label=f"line {n}") from None
+            rec = Record(path, n - 1, data, "session line", label=f"line {n}")
+            sid, ranks = rec.req_id("session"), _ranks(rec)
             if sid in sessions:
-                raise CommandError(f"{path}, line {n}, field 'session': {sid!r} already given on line {first_line[sid]}")
+                rec.fail("session", f"{sid!r} already given on line {first_line[sid]}")
             sessions[sid] = ranks
             first_line[sid] = n
     if not sessions:
-        raise CommandError(f"{path}: no sessions")
+        raise ParseError(str(path), None, None, "no sessions")
     return sessions
+
+
+def _ranks(rec: Record) -> list[int | None]:
+    """Field ``ranks``: a non-empty list of 1-based ranks or nulls."""
+    ranks = rec.req("ranks")
+    if not isinstance(ranks, list) or not ranks:
+        rec.fail("ranks", f"expected a non-empty list, got {json_type(ranks)}")
+    for i, r in enumerate(ranks):
+        if r is not None and (not is_int(r) or r < 1):
+            rec.fail(f"ranks[{i}]", f"expected a rank >= 1 or null, got {r!r}")
+    return ranks
 
 
 class Command(BaseCommand):
@@ -60,7 +65,11 @@ class Command(BaseCommand):
             raise CommandError(f"{o['ranks']}: no such file")
         if o["k"] < 1:
             raise CommandError("--k must be at least 1")
-        result = session_metrics(read_sessions(o["ranks"]), k=o["k"], epsilon=o["epsilon"])
+        try:
+            sessions = read_sessions(o["ranks"])
+        except ParseError as exc:
+            raise CommandError(str(exc)) from None
+        result = session_metrics(sessions, k=o["k"], epsilon=o["epsilon"])
         if o["format"] == "json":
             self.stdout.write(json.dumps(result))
             return
