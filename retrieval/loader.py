@@ -27,6 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from .dbstats import refresh_statistics
 from .imagefiles import PathEscapeError, probe_image, resolve_under
 from .models import Dataset, GalleryEntry, Image, Query, Target, Turn
 from .records import ImageRecord, ParsedDataset, ParseError, QueryRecord
@@ -410,6 +411,8 @@ class _Writer:
         r.missing_images = self.probes.missing
         r.missing_examples = list(self.probes.missing_examples)
         r.warnings.extend(self.probes.warnings())
+        # Audits and studies of this dataset come next: let PostgreSQL plan them from its new size.
+        refresh_statistics(Image, Query, Turn, Target, GalleryEntry)
 
     def _write_galleries(self) -> None:
         """Create the gallery entries not stored yet, a batch at a time; the report counts what

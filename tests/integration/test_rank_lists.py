@@ -43,9 +43,9 @@ def test_audit_labels_reports_map_at_k_from_rank_lists(tmp_path):
 
 @pytest.mark.parametrize("bad, field, what", [
     ({"mm": []}, "mm", "empty list"),
-    ({"mm": [1, 0]}, "mm", "got 0"),
-    ({"text": [[1]]}, "text", "cannot hold another list"),
-    ({"image": [1, "2"]}, "image", "got '2'"),
+    ({"mm": [1, 0]}, "mm[1]", "got 0"),
+    ({"text": [[1]]}, "text[0]", "cannot hold another list"),
+    ({"image": [1, "2"]}, "image[1]", "got '2'"),
 ])
 def test_audit_labels_bad_rank_lists_name_line_and_field(tmp_path, bad, field, what):
     line = {"query": "q", "retriever": "A", "mm": 1, "text": 2, "image": 3, **bad}
@@ -71,5 +71,5 @@ def test_import_ranks_stores_every_positive_rank(tiny, tmp_path):  # noqa: F811
     assert "map_at_k" in stats and stats["map_at_k"]["10"]["multimodal"] is not None
     doc["samples"][1]["ranks"]["text_only"] = [3, -1]
     path.write_text(json.dumps(doc))
-    with pytest.raises(CommandError, match=r"sample 1, field 'ranks.text_only'\[1\]: a rank must be"):
+    with pytest.raises(CommandError, match=r"sample 1, field 'ranks.text_only\[1\]': a rank must be"):
         call_command("import_ranks", "--dataset", "tiny", str(path), stdout=StringIO(), stderr=StringIO())
