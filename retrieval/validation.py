@@ -37,6 +37,7 @@ Nothing here imports Django.
 """
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -75,22 +76,44 @@ class Record:
 
     ``req_*`` accessors demand the key; ``opt_*`` accessors return ``None`` when it is
     absent. Types are checked strictly (a boolean is not an integer, a float is not an int).
+
+    ``allowed``: when given, a key outside it is refused (the error names the first unknown
+    field and lists the allowed ones). ``index`` may be ``None`` for a value that is not one
+    of a file's records (a rubric definition, a submitted payload): ``path`` then names the
+    source and ``prefix`` the path of the object inside it (``rubric.categories[2]``).
     """
 
     def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record", prefix: str = "",
-                 label: str | None = None):
+                 label: str | None = None, allowed: Collection[str] | None = None):
         self.file = str(path)
         self.index = index
         self.data = data
         self.prefix = prefix  # a nested object (``turns[1]``) names its fields ``turns[1].turn``
         self.label = label  # how messages name the record (default ``record N``; e.g. ``line 3``, ``sample 2``)
-        if not isinstance(data, dict):
+        if not isinstance(data, Mapping):
             self.fail(None, f"expected a JSON object for this {what}, got {json_type(data)}")
+        if allowed is not None:
+            self._refuse_unknown(allowed)
 
-    def nested(self, key: str, value: Any, what: str) -> Record:
+    def _refuse_unknown(self, allowed: Collection[str]) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in allowed)
+        if unknown:
+            others = f" (also unknown: {unknown[1:]})" if len(unknown) > 1 else ""
+            self.fail(unknown[0], f"unknown field{others}; allowed: {sorted(allowed)}")
+
+    def nested(self, key: str, value: Any, what: str, allowed: Collection[str] | None = None) -> Record:
         """A Record for the object ``value`` held by field ``key`` (its fields named ``key.field``)."""
         prefix = f"{self.prefix}.{key}" if self.prefix else key
-        return Record(self.file, self.index, value, what, prefix=prefix, label=self.label)
+        return Record(self.file, self.index, value, what, prefix=prefix, label=self.label, allowed=allowed)
+
+    def objects(self, key: str, what: str, allowed: Collection[str] | None = None) -> list[Record]:
+        """An optional list of objects (absent or null: empty), each a Record named ``key[i]``."""
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.fail(key, f"expected a list, got {json_type(value)}")
+        return [self.nested(f"{key}[{i}]", v, what, allowed) for i, v in enumerate(value)]
 
     def fail(self, field_name: str | None, message: str) -> NoReturn:
         """Raise a ParseError for this record."""
@@ -107,9 +130,12 @@ class Record:
             self.fail(key, "missing field")
         return self.data[key]
 
-    def req_str(self, key: str) -> str:
-        """A required string."""
-        return self._str(key, self.req(key))
+    def req_str(self, key: str, *, non_blank: bool = False) -> str:
+        """A required string; ``non_blank``: with a character other than white space."""
+        value = self._str(key, self.req(key))
+        if non_blank and not value.strip():
+            self.fail(key, "must not be blank")
+        return value
 
     def opt_str(self, key: str) -> str | None:
         """An optional string; absent or null gives ``None``."""
@@ -147,6 +173,10 @@ class Record:
         if not isinstance(value, bool):
             self.fail(key, f"expected true or false, got {json_type(value)}")
         return value
+
+    def opt_bool(self, key: str) -> bool | None:
+        """An optional boolean; absent or null gives ``None``."""
+        return None if self.data.get(key) is None else self.req_bool(key)
 
     def nullable_bool(self, key: str) -> bool | None:
         """A key that must be present, holding a boolean or null."""
@@ -200,7 +230,8 @@ class Record:
 
     def _int(self, key: str, value: Any) -> int:
         if not is_int(value):
-            self.fail(key, f"expected an integer, got {json_type(value)}")
+            shown = f" ({value!r})" if isinstance(value, (bool, float)) else ""  # 2.0, True: say which
+            self.fail(key, f"expected an integer, got {json_type(value)}{shown}")
         return value
 
 
