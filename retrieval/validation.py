@@ -1,15 +1,20 @@
 """Strict field checks for JSON records, with errors that name the file, record and field.
 
-The one validation approach of CIRVal for JSON records read from files: wrap each decoded
-record in :class:`Record` and read its fields with the ``req_*`` / ``opt_*`` accessors, which
-check types strictly (a boolean is not an integer, a float is not an int) and raise
-:class:`retrieval.records.ParseError` naming the file, the record (``record N``, 0-based, or
-the record's own ``label``: ``line 3``, ``sample 2``) and the field (``turns[1].relative_caption``
-for a nested object read through ``prefix`` / :meth:`Record.nested`). Checks that involve more
-than one field or record (duplicates, counts that must agree, safe paths) stay in the reader,
-next to the mapping they protect, and fail through :meth:`Record.fail`.
+The one validation approach of CIRVal for JSON read from files and from clients: wrap each
+decoded record in :class:`Record` and read its fields with the ``req_*`` / ``opt_*``
+accessors, which check types strictly (a boolean is not an integer, a float is not an int)
+and raise :class:`retrieval.records.ParseError` naming the file, the record (``record N``,
+0-based, or the record's own ``label``: ``line 3``, ``sample 2``) and the field
+(``turns[1].relative_caption`` for a nested object read through ``prefix`` /
+:meth:`Record.nested`, ``categories[2]`` for the objects of a list read through
+:meth:`Record.objects`). ``allowed`` refuses unknown fields, naming the first one and
+listing the allowed ones. A value that is not one of a file's records (a rubric, a
+submitted payload) is read with ``index=None``: ``path`` names its source and the field is
+its path inside it (``rubric.categories[2].key``). Checks that involve more than one field
+or record (duplicates, counts that must agree, safe paths, a reader's own vocabulary) stay
+in the reader, next to the mapping they protect, and fail through :meth:`Record.fail`.
 
-The readers that use it:
+The readers that use it (all of CIRVal's):
 
 * the annotation importers, ``retrieval/importers/`` (CIRR, FashionIQ, CIRCO, LaSCo, M-BEIR,
   CIRCLED, Multi-turn FashionIQ; through ``retrieval/importers/_common.py``);
@@ -19,14 +24,16 @@ The readers that use it:
   ``line N``, 1-based) and the session lines of ``manage.py session_metrics``
   (``audit/management/commands/session_metrics.py``, ``line N``);
 * the judgement lines of ``manage.py agreement``
-  (``annotation/management/commands/agreement.py``, ``line N``, 1-based).
-
+  (``annotation/management/commands/agreement.py``, ``line N``, 1-based);
 * the CIRCUS per-annotator assignment files, ``annotation/agreement/circus.py``
-  (``assignments[N]``; its :class:`annotation.agreement.circus.CircusFormatError` is a ParseError).
-
-Not through it: rubric definitions and submitted judgement payloads
-(``annotation/judging/rubric.py``), which come from the rubric editor and the annotation page
-rather than a file; their reader's errors name a path inside the rubric or the payload.
+  (``assignments[N]``; its :class:`annotation.agreement.circus.CircusFormatError` is a ParseError);
+* rubric definitions, ``annotation/judging/rubric.py`` (:meth:`Rubric.from_dict`; source
+  ``rubric 'key' vN``, fields ``rubric.categories[2].shortcut_key``; identifier, reserved
+  shortcut, uniqueness and decision-order rules stay there);
+* submitted judgement payloads, ``annotation/judging/rubric.py``
+  (:func:`validate_judgement`; fields ``category``, ``also[0].sub_reason``,
+  ``scales.overall``; its :class:`JudgementError` is a ParseError whose ``field`` is that
+  path, what the annotation API returns to the page).
 
 Why not pydantic v2 strict mode: tried on the CIRCLED session record, the model classes
 replace the accessor calls one for one (the values still have to be mapped to the
