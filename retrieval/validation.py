@@ -1,15 +1,20 @@
 """Strict field checks for JSON records, with errors that name the file, record and field.
 
-The one validation approach of CIRVal for JSON records read from files: wrap each decoded
-record in :class:`Record` and read its fields with the ``req_*`` / ``opt_*`` accessors, which
-check types strictly (a boolean is not an integer, a float is not an int) and raise
-:class:`retrieval.records.ParseError` naming the file, the record (``record N``, 0-based, or
-the record's own ``label``: ``line 3``, ``sample 2``) and the field (``turns[1].relative_caption``
-for a nested object read through ``prefix`` / :meth:`Record.nested`). Checks that involve more
-than one field or record (duplicates, counts that must agree, safe paths) stay in the reader,
-next to the mapping they protect, and fail through :meth:`Record.fail`.
+The one validation approach of CIRVal for JSON read from files and from clients: wrap each
+decoded record in :class:`Record` and read its fields with the ``req_*`` / ``opt_*``
+accessors, which check types strictly (a boolean is not an integer, a float is not an int)
+and raise :class:`retrieval.records.ParseError` naming the file, the record (``record N``,
+0-based, or the record's own ``label``: ``line 3``, ``sample 2``) and the field
+(``turns[1].relative_caption`` for a nested object read through ``prefix`` /
+:meth:`Record.nested`, ``categories[2]`` for the objects of a list read through
+:meth:`Record.objects`). ``allowed`` refuses unknown fields, naming the first one and
+listing the allowed ones. A value that is not one of a file's records (a rubric, a
+submitted payload) is read with ``index=None``: ``path`` names its source and the field is
+its path inside it (``rubric.categories[2].key``). Checks that involve more than one field
+or record (duplicates, counts that must agree, safe paths, a reader's own vocabulary) stay
+in the reader, next to the mapping they protect, and fail through :meth:`Record.fail`.
 
-The readers that use it:
+The readers that use it (all of CIRVal's):
 
 * the annotation importers, ``retrieval/importers/`` (CIRR, FashionIQ, CIRCO, LaSCo, M-BEIR,
   CIRCLED, Multi-turn FashionIQ; through ``retrieval/importers/_common.py``);
@@ -19,14 +24,16 @@ The readers that use it:
   ``line N``, 1-based) and the session lines of ``manage.py session_metrics``
   (``audit/management/commands/session_metrics.py``, ``line N``);
 * the judgement lines of ``manage.py agreement``
-  (``annotation/management/commands/agreement.py``, ``line N``, 1-based).
-
+  (``annotation/management/commands/agreement.py``, ``line N``, 1-based);
 * the CIRCUS per-annotator assignment files, ``annotation/agreement/circus.py``
-  (``assignments[N]``; its :class:`annotation.agreement.circus.CircusFormatError` is a ParseError).
-
-Not through it: rubric definitions and submitted judgement payloads
-(``annotation/judging/rubric.py``), which come from the rubric editor and the annotation page
-rather than a file; their reader's errors name a path inside the rubric or the payload.
+  (``assignments[N]``; its :class:`annotation.agreement.circus.CircusFormatError` is a ParseError);
+* rubric definitions, ``annotation/judging/rubric.py`` (:meth:`Rubric.from_dict`; source
+  ``rubric 'key' vN``, fields ``rubric.categories[2].shortcut_key``; identifier, reserved
+  shortcut, uniqueness and decision-order rules stay there);
+* submitted judgement payloads, ``annotation/judging/rubric.py``
+  (:func:`validate_judgement`; fields ``category``, ``also[0].sub_reason``,
+  ``scales.overall``; its :class:`JudgementError` is a ParseError whose ``field`` is that
+  path, what the annotation API returns to the page).
 
 Why not pydantic v2 strict mode: tried on the CIRCLED session record, the model classes
 replace the accessor calls one for one (the values still have to be mapped to the
@@ -37,6 +44,7 @@ Nothing here imports Django.
 """
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -75,22 +83,44 @@ class Record:
 
     ``req_*`` accessors demand the key; ``opt_*`` accessors return ``None`` when it is
     absent. Types are checked strictly (a boolean is not an integer, a float is not an int).
+
+    ``allowed``: when given, a key outside it is refused (the error names the first unknown
+    field and lists the allowed ones). ``index`` may be ``None`` for a value that is not one
+    of a file's records (a rubric definition, a submitted payload): ``path`` then names the
+    source and ``prefix`` the path of the object inside it (``rubric.categories[2]``).
     """
 
     def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record", prefix: str = "",
-                 label: str | None = None):
+                 label: str | None = None, allowed: Collection[str] | None = None):
         self.file = str(path)
         self.index = index
         self.data = data
         self.prefix = prefix  # a nested object (``turns[1]``) names its fields ``turns[1].turn``
         self.label = label  # how messages name the record (default ``record N``; e.g. ``line 3``, ``sample 2``)
-        if not isinstance(data, dict):
+        if not isinstance(data, Mapping):
             self.fail(None, f"expected a JSON object for this {what}, got {json_type(data)}")
+        if allowed is not None:
+            self._refuse_unknown(allowed)
 
-    def nested(self, key: str, value: Any, what: str) -> Record:
+    def _refuse_unknown(self, allowed: Collection[str]) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in allowed)
+        if unknown:
+            others = f" (also unknown: {unknown[1:]})" if len(unknown) > 1 else ""
+            self.fail(unknown[0], f"unknown field{others}; allowed: {sorted(allowed)}")
+
+    def nested(self, key: str, value: Any, what: str, allowed: Collection[str] | None = None) -> Record:
         """A Record for the object ``value`` held by field ``key`` (its fields named ``key.field``)."""
         prefix = f"{self.prefix}.{key}" if self.prefix else key
-        return Record(self.file, self.index, value, what, prefix=prefix, label=self.label)
+        return Record(self.file, self.index, value, what, prefix=prefix, label=self.label, allowed=allowed)
+
+    def objects(self, key: str, what: str, allowed: Collection[str] | None = None) -> list[Record]:
+        """An optional list of objects (absent or null: empty), each a Record named ``key[i]``."""
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.fail(key, f"expected a list, got {json_type(value)}")
+        return [self.nested(f"{key}[{i}]", v, what, allowed) for i, v in enumerate(value)]
 
     def fail(self, field_name: str | None, message: str) -> NoReturn:
         """Raise a ParseError for this record."""
@@ -107,9 +137,12 @@ class Record:
             self.fail(key, "missing field")
         return self.data[key]
 
-    def req_str(self, key: str) -> str:
-        """A required string."""
-        return self._str(key, self.req(key))
+    def req_str(self, key: str, *, non_blank: bool = False) -> str:
+        """A required string; ``non_blank``: with a character other than white space."""
+        value = self._str(key, self.req(key))
+        if non_blank and not value.strip():
+            self.fail(key, "must not be blank")
+        return value
 
     def opt_str(self, key: str) -> str | None:
         """An optional string; absent or null gives ``None``."""
@@ -147,6 +180,10 @@ class Record:
         if not isinstance(value, bool):
             self.fail(key, f"expected true or false, got {json_type(value)}")
         return value
+
+    def opt_bool(self, key: str) -> bool | None:
+        """An optional boolean; absent or null gives ``None``."""
+        return None if self.data.get(key) is None else self.req_bool(key)
 
     def nullable_bool(self, key: str) -> bool | None:
         """A key that must be present, holding a boolean or null."""
@@ -200,7 +237,8 @@ class Record:
 
     def _int(self, key: str, value: Any) -> int:
         if not is_int(value):
-            self.fail(key, f"expected an integer, got {json_type(value)}")
+            shown = f" ({value!r})" if isinstance(value, (bool, float)) else ""  # 2.0, True: say which
+            self.fail(key, f"expected an integer, got {json_type(value)}{shown}")
         return value
 
 

@@ -1,8 +1,12 @@
 """Annotation rubrics as data, and validation of one annotator's judgement against them.
 
 No Django, no Celery. A rubric is a versioned, JSON-serialisable definition (stored in a
-database JSON field): :meth:`Rubric.from_dict` validates it and raises :class:`ValueError`
-naming the offending path; :meth:`Rubric.to_dict` gives the canonical dictionary back.
+database JSON field): :meth:`Rubric.from_dict` validates it and raises
+:class:`retrieval.records.ParseError` (a :class:`ValueError`) naming the rubric and the
+offending path (``rubric.categories[2].key``); :meth:`Rubric.to_dict` gives the canonical
+dictionary back. Both the definition and judgement payloads are read through
+:class:`retrieval.validation.Record`, CIRVal's one validation approach; this module adds
+the rubric's own rules (identifiers, shortcut keys, uniqueness, decision order).
 
 Two rubric kinds exist:
 
@@ -27,16 +31,19 @@ Keyboard scheme (checked on load, see :data:`RESERVED_KEYS`):
 
 :func:`validate_judgement` checks a submitted payload and returns a
 :class:`CleanJudgement`, or raises :class:`JudgementError` whose ``field`` names the
-offending payload field (``"category"``, ``"also[0].sub_reason"``, ``"scales.overall"``...).
+offending payload field (``"category"``, ``"also[0].sub_reason"``, ``"scales.overall"``...);
+unknown fields are refused.
 """
 from __future__ import annotations
 
 import copy
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from retrieval.records import ParseError
+from retrieval.validation import Record, is_int, json_type
 
 KINDS: tuple[str, ...] = ("category", "session")
 
@@ -218,7 +225,8 @@ class Rubric:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rubric:
-        """Parse and validate a definition; :class:`ValueError` names the offending path."""
+        """Parse and validate a definition; :class:`retrieval.records.ParseError` (a
+        ValueError) names the rubric and the offending path."""
         return _parse_rubric(data)
 
 
@@ -226,226 +234,183 @@ class Rubric:
 
 _RUBRIC_FIELDS = {"key", "version", "title", "kind", "description", "decision_order", "categories",
                   "flags", "scales", "per_turn_checks", "reject_flags"}
+_CATEGORY_FIELDS = {"key", "label", "description", "shortcut_key", "severity", "valid", "sub_reasons"}
+_SUB_REASON_FIELDS = {"key", "label", "shortcut_key", "requires_note"}
+_SCALE_FIELDS = {"key", "label", "description", "min", "max", "shortcut_key", "anchors"}
+_CHECK_FIELDS = {"key", "label", "description", "shortcut_key"}
+_STEP_FIELDS = {"question", "category"}
+_FLAG_SPEC_FIELDS = {"order", "validated_field", "note_field"}
+
+# The definition is read through retrieval.validation.Record (one record, the root named
+# ``rubric``, nested objects ``rubric.categories[2]``); what follows are the rubric's own
+# rules on top of its typed accessors, failing through Record.fail like every other reader.
 
 
-class _Reader:
-    """Reads typed fields from a mapping, raising ValueError prefixed with a path."""
-
-    def __init__(self, data: Any, path: str, allowed: set[str]) -> None:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{path}: expected an object, got {type(data).__name__}")
-        unknown = sorted(str(k) for k in data if k not in allowed)
-        if unknown:
-            raise ValueError(f"{path}: unknown field(s) {unknown}; allowed: {sorted(allowed)}")
-        self.data = data
-        self.path = path
-
-    def error(self, name: str, problem: str) -> ValueError:
-        return ValueError(f"{self.path}.{name}: {problem}")
-
-    def text(self, name: str, *, required: bool = True, default: str = "") -> str:
-        value = self.data.get(name)
-        if value is None:
-            if required:
-                raise self.error(name, "is required")
-            return default
-        if not isinstance(value, str):
-            raise self.error(name, f"must be a string, got {type(value).__name__}")
-        if required and not value.strip():
-            raise self.error(name, "must not be blank")
-        return value
-
-    def ident(self, name: str) -> str:
-        value = self.text(name)
-        if not _IDENT.match(value):
-            raise self.error(name, f"{value!r} is not an identifier (letters, digits, '_', leading letter)")
-        return value
-
-    def integer(self, name: str, *, default: int | None = None) -> int:
-        value = self.data.get(name, default)
-        if value is None:
-            raise self.error(name, "is required")
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(name, f"must be an integer, got {value!r}")
-        return value
-
-    def boolean(self, name: str, *, default: bool | None = None) -> bool:
-        value = self.data.get(name, default)
-        if value is None:
-            raise self.error(name, "is required")
-        if not isinstance(value, bool):
-            raise self.error(name, f"must be true or false, got {value!r}")
-        return value
-
-    def shortcut(self, name: str, *, required: bool = True) -> str | None:
-        value = self.data.get(name)
-        if value is None:
-            if required:
-                raise self.error(name, "is required")
-            return None
-        if not isinstance(value, str) or len(value) != 1 or not value.isprintable() or value.isspace():
-            raise self.error(name, f"must be a single printable character, got {value!r}")
-        if value.casefold() in _RESERVED_FOLDED:
-            action = next(a for k, a in RESERVED_KEYS.items() if k.casefold() == value.casefold())
-            raise self.error(name, f"{value!r} is reserved by the UI for {action!r}")
-        return value
-
-    def items(self, name: str) -> list[tuple[str, Any]]:
-        """(path, element) pairs of a list field (missing or null = empty list)."""
-        value = self.data.get(name)
-        if value is None:
-            return []
-        if not isinstance(value, (list, tuple)):
-            raise self.error(name, f"must be a list, got {type(value).__name__}")
-        return [(f"{self.path}.{name}[{i}]", v) for i, v in enumerate(value)]
+def _ident(rec: Record, name: str) -> str:
+    """A required identifier: letters, digits and ``_``, starting with a letter."""
+    value = rec.req_str(name, non_blank=True)
+    if not _IDENT.match(value):
+        rec.fail(name, f"{value!r} is not an identifier (letters, digits, '_', leading letter)")
+    return value
 
 
-def _unique(keys: Iterable[tuple[str, str]], what: str) -> None:
-    """Raise on a repeated key; ``keys`` are (path, key) pairs."""
+def _text(rec: Record, name: str) -> str:
+    """An optional free text (absent or null: empty)."""
+    return rec.opt_str(name) or ""
+
+
+def _shortcut(rec: Record, name: str, *, required: bool = True) -> str | None:
+    """A shortcut key: one printable character the UI does not reserve."""
+    value = rec.req_str(name) if required else rec.opt_str(name)
+    if value is None:
+        return None
+    if len(value) != 1 or not value.isprintable() or value.isspace():
+        rec.fail(name, f"must be a single printable character, got {value!r}")
+    if value.casefold() in _RESERVED_FOLDED:
+        action = next(a for k, a in RESERVED_KEYS.items() if k.casefold() == value.casefold())
+        rec.fail(name, f"{value!r} is reserved by the UI for {action!r}")
+    return value
+
+
+def _unique(rec: Record, keys: Iterable[tuple[str, str]], what: str) -> None:
+    """Fail on a repeated key; ``keys`` are (path relative to ``rec``, key) pairs."""
     seen: dict[str, str] = {}
     for path, key in keys:
         if key in seen:
-            raise ValueError(f"{path}: duplicate {what} {key!r} (also at {seen[key]})")
+            rec.fail(path, f"duplicate {what} {key!r} (also at {rec.prefix}.{seen[key]})")
         seen[key] = path
 
 
-def _unique_shortcuts(keys: Iterable[tuple[str, str | None]], level: str) -> None:
+def _unique_shortcuts(rec: Record, keys: Iterable[tuple[str, str | None]], level: str) -> None:
     seen: dict[str, str] = {}
     for path, key in keys:
         if key is None:
             continue
         folded = key.casefold()
         if folded in seen:
-            raise ValueError(f"{path}: shortcut key {key!r} collides with {seen[folded]} ({level})")
+            rec.fail(path, f"shortcut key {key!r} collides with {rec.prefix}.{seen[folded]} ({level})")
         seen[folded] = path
 
 
-def _parse_sub_reason(data: Any, path: str) -> SubReason:
-    r = _Reader(data, path, {"key", "label", "shortcut_key", "requires_note"})
-    return SubReason(key=r.ident("key"), label=r.text("label"), shortcut_key=r.shortcut("shortcut_key") or "",
-                     requires_note=r.boolean("requires_note", default=False))
+def _parse_sub_reason(r: Record) -> SubReason:
+    return SubReason(key=_ident(r, "key"), label=r.req_str("label", non_blank=True),
+                     shortcut_key=_shortcut(r, "shortcut_key") or "",
+                     requires_note=bool(r.opt_bool("requires_note")))
 
 
-def _parse_category(data: Any, path: str) -> Category:
-    r = _Reader(data, path, {"key", "label", "description", "shortcut_key", "severity", "valid", "sub_reasons"})
-    subs = tuple(_parse_sub_reason(d, p) for p, d in r.items("sub_reasons"))
-    _unique(((f"{path}.sub_reasons[{i}].key", s.key) for i, s in enumerate(subs)), "sub-reason key")
-    _unique_shortcuts(((f"{path}.sub_reasons[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(subs)),
+def _parse_category(r: Record) -> Category:
+    subs = tuple(_parse_sub_reason(s) for s in r.objects("sub_reasons", "sub-reason", _SUB_REASON_FIELDS))
+    _unique(r, ((f"sub_reasons[{i}].key", s.key) for i, s in enumerate(subs)), "sub-reason key")
+    _unique_shortcuts(r, ((f"sub_reasons[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(subs)),
                       "sub-reason level")
-    return Category(key=r.ident("key"), label=r.text("label"), description=r.text("description", required=False),
-                    shortcut_key=r.shortcut("shortcut_key") or "", severity=r.integer("severity"),
-                    valid=r.boolean("valid"), sub_reasons=subs)
+    return Category(key=_ident(r, "key"), label=r.req_str("label", non_blank=True), description=_text(r, "description"),
+                    shortcut_key=_shortcut(r, "shortcut_key") or "", severity=r.req_int("severity"),
+                    valid=r.req_bool("valid"), sub_reasons=subs)
 
 
-def _parse_scale(data: Any, path: str) -> Scale:
-    r = _Reader(data, path, {"key", "label", "description", "min", "max", "shortcut_key", "anchors"})
-    lo, hi = r.integer("min", default=1), r.integer("max", default=5)
+def _parse_anchors(r: Record, lo: int, hi: int) -> tuple[tuple[int, str], ...]:
+    """``anchors``: an object mapping a scale value (a string of digits) to its description."""
+    anchors = r.nested("anchors", r.opt_obj("anchors") or {}, "anchors object")
+    points: list[tuple[int, str]] = []
+    for value in anchors.data:
+        point = int(value) if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value) else None
+        if point is None and is_int(value):
+            point = value
+        if point is None:
+            r.fail("anchors", f"key {value!r} is not an integer")
+        if str(point) != str(value).strip() or not lo <= point <= hi:
+            r.fail("anchors", f"key {value!r} is not an integer within [{lo}, {hi}]")
+        points.append((point, anchors.req_str(value)))
+    _unique(r, (("anchors", str(p)) for p, _ in points), "anchor")
+    return tuple(sorted(points))
+
+
+def _parse_scale(r: Record) -> Scale:
+    lo, hi = r.opt_int("min"), r.opt_int("max")
+    lo, hi = 1 if lo is None else lo, 5 if hi is None else hi
     if lo >= hi:
-        raise r.error("max", f"must exceed min ({lo}), got {hi}")
-    raw = data.get("anchors") or {}
-    if not isinstance(raw, Mapping):
-        raise r.error("anchors", "must be an object mapping a scale value to its description")
-    anchors: list[tuple[int, str]] = []
-    for value, text in raw.items():
-        try:
-            point = int(value)
-        except (TypeError, ValueError):
-            raise r.error("anchors", f"key {value!r} is not an integer") from None
-        if isinstance(value, bool) or str(point) != str(value).strip() or not lo <= point <= hi:
-            raise r.error("anchors", f"key {value!r} is not an integer within [{lo}, {hi}]")
-        if not isinstance(text, str):
-            raise r.error(f"anchors.{value}", "must be a string")
-        anchors.append((point, text))
-    _unique(((f"{path}.anchors", str(p)) for p, _ in anchors), "anchor")
-    return Scale(key=r.ident("key"), label=r.text("label"), description=r.text("description", required=False),
-                 min=lo, max=hi, shortcut_key=r.shortcut("shortcut_key", required=False),
-                 anchors=tuple(sorted(anchors)))
+        r.fail("max", f"must exceed min ({lo}), got {hi}")
+    return Scale(key=_ident(r, "key"), label=r.req_str("label", non_blank=True), description=_text(r, "description"),
+                 min=lo, max=hi, shortcut_key=_shortcut(r, "shortcut_key", required=False),
+                 anchors=_parse_anchors(r, lo, hi))
 
 
-def _parse_check(data: Any, path: str) -> Check:
-    r = _Reader(data, path, {"key", "label", "description", "shortcut_key"})
-    return Check(key=r.ident("key"), label=r.text("label"), description=r.text("description", required=False),
-                 shortcut_key=r.shortcut("shortcut_key", required=False))
+def _parse_check(r: Record) -> Check:
+    return Check(key=_ident(r, "key"), label=r.req_str("label", non_blank=True), description=_text(r, "description"),
+                 shortcut_key=_shortcut(r, "shortcut_key", required=False))
 
 
 def _parse_rubric(data: Mapping[str, Any]) -> Rubric:
     where = "rubric"
     if isinstance(data, Mapping):
         where = f"rubric {data.get('key')!r} v{data.get('version')}"
-    try:
-        return _parse_rubric_body(_Reader(data, "rubric", _RUBRIC_FIELDS))
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+    return _parse_rubric_body(Record(where, None, data, "rubric", prefix="rubric", allowed=_RUBRIC_FIELDS))
 
 
-def _parse_decision_order(top: _Reader) -> list[DecisionStep]:
-    steps: list[DecisionStep] = []
-    for p, d in top.items("decision_order"):
-        r = _Reader(d, p, {"question", "category"})
-        cat = r.text("category", required=False) or None
-        steps.append(DecisionStep(question=r.text("question"), category=cat))
-    return steps
+def _parse_decision_order(top: Record) -> list[DecisionStep]:
+    return [DecisionStep(question=r.req_str("question", non_blank=True), category=r.opt_str("category") or None)
+            for r in top.objects("decision_order", "decision step", _STEP_FIELDS)]
 
 
-def _check_unique_keys(categories: tuple[Category, ...], scales: tuple[Any, ...], per_turn: tuple[Any, ...],
-                       rejects: tuple[Any, ...]) -> None:
-    _unique(((f"rubric.categories[{i}].key", c.key) for i, c in enumerate(categories)), "category key")
-    _unique(((f"rubric.scales[{i}].key", s.key) for i, s in enumerate(scales)), "scale key")
-    _unique(((f"rubric.per_turn_checks[{i}].key", c.key) for i, c in enumerate(per_turn)), "per-turn check key")
-    _unique(((f"rubric.reject_flags[{i}].key", c.key) for i, c in enumerate(rejects)), "reject flag key")
+def _check_unique_keys(top: Record, categories: tuple[Category, ...], scales: tuple[Any, ...],
+                       per_turn: tuple[Any, ...], rejects: tuple[Any, ...]) -> None:
+    _unique(top, ((f"categories[{i}].key", c.key) for i, c in enumerate(categories)), "category key")
+    _unique(top, ((f"scales[{i}].key", s.key) for i, s in enumerate(scales)), "scale key")
+    _unique(top, ((f"per_turn_checks[{i}].key", c.key) for i, c in enumerate(per_turn)), "per-turn check key")
+    _unique(top, ((f"reject_flags[{i}].key", c.key) for i, c in enumerate(rejects)), "reject flag key")
 
 
-def _check_shortcuts(categories: tuple[Category, ...], scales: tuple[Any, ...], per_turn: tuple[Any, ...],
-                     rejects: tuple[Any, ...]) -> None:
+def _check_shortcuts(top: Record, categories: tuple[Category, ...], scales: tuple[Any, ...],
+                     per_turn: tuple[Any, ...], rejects: tuple[Any, ...]) -> None:
     """Keyboard: one first-level namespace; sub-reasons distinct from it; digits kept for scales."""
     first_level: list[tuple[str, str | None]] = [
-        *((f"rubric.categories[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(categories)),
-        *((f"rubric.scales[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(scales)),
-        *((f"rubric.per_turn_checks[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(per_turn)),
-        *((f"rubric.reject_flags[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(rejects)),
+        *((f"categories[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(categories)),
+        *((f"scales[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(scales)),
+        *((f"per_turn_checks[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(per_turn)),
+        *((f"reject_flags[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(rejects)),
     ]
-    _unique_shortcuts(first_level, "first level")
+    _unique_shortcuts(top, first_level, "first level")
     first_folded = {k.casefold(): p for p, k in first_level if k is not None}
-    sub_level = [(f"rubric.categories[{i}].sub_reasons[{j}].shortcut_key", s.shortcut_key)
+    sub_level = [(f"categories[{i}].sub_reasons[{j}].shortcut_key", s.shortcut_key)
                  for i, c in enumerate(categories) for j, s in enumerate(c.sub_reasons)]
     for p, k in sub_level:
         if k.casefold() in first_folded:
-            raise ValueError(f"{p}: {k!r} collides with the first-level key at {first_folded[k.casefold()]}")
+            top.fail(p, f"{k!r} collides with the first-level key at {top.prefix}.{first_folded[k.casefold()]}")
     if scales:
         for p, k in first_level + sub_level:
             if k is not None and k.isdigit():
-                raise ValueError(f"{p}: digit {k!r} is reserved for setting scale values")
+                top.fail(p, f"digit {k!r} is reserved for setting scale values")
 
 
-def _check_session_rubric(top: _Reader, categories: tuple[Category, ...], scales: tuple[Any, ...]) -> None:
+def _check_session_rubric(top: Record, categories: tuple[Category, ...], scales: tuple[Any, ...]) -> None:
     if not scales:
-        raise top.error("scales", "a session rubric needs at least one scale")
+        top.fail("scales", "a session rubric needs at least one scale")
     if categories:
-        raise top.error("categories", "a session rubric has no categories (use kind 'category')")
+        top.fail("categories", "a session rubric has no categories (use kind 'category')")
     if top.data.get("flags") is not None:
-        raise top.error("flags", "only category rubrics have flag metadata")
+        top.fail("flags", "only category rubrics have flag metadata")
 
 
-def _parse_rubric_body(top: _Reader) -> Rubric:
-    key = top.ident("key")
-    version = top.integer("version")
+def _parse_rubric_body(top: Record) -> Rubric:
+    key = _ident(top, "key")
+    version = top.req_int("version")
     if version < 1:
-        raise top.error("version", f"must be >= 1, got {version}")
-    title = top.text("title")
-    kind = top.text("kind")
+        top.fail("version", f"must be >= 1, got {version}")
+    title = top.req_str("title", non_blank=True)
+    kind = top.req_str("kind", non_blank=True)
     if kind not in KINDS:
-        raise top.error("kind", f"must be one of {list(KINDS)}, got {kind!r}")
+        top.fail("kind", f"must be one of {list(KINDS)}, got {kind!r}")
 
-    categories = tuple(_parse_category(d, p) for p, d in top.items("categories"))
-    scales = tuple(_parse_scale(d, p) for p, d in top.items("scales"))
-    per_turn = tuple(_parse_check(d, p) for p, d in top.items("per_turn_checks"))
-    rejects = tuple(_parse_check(d, p) for p, d in top.items("reject_flags"))
+    categories = tuple(_parse_category(r) for r in top.objects("categories", "category", _CATEGORY_FIELDS))
+    scales = tuple(_parse_scale(r) for r in top.objects("scales", "scale", _SCALE_FIELDS))
+    per_turn = tuple(_parse_check(r) for r in top.objects("per_turn_checks", "per-turn check", _CHECK_FIELDS))
+    rejects = tuple(_parse_check(r) for r in top.objects("reject_flags", "reject flag", _CHECK_FIELDS))
     steps = _parse_decision_order(top)
-    _check_unique_keys(categories, scales, per_turn, rejects)
-    _check_shortcuts(categories, scales, per_turn, rejects)
+    _check_unique_keys(top, categories, scales, per_turn, rejects)
+    _check_shortcuts(top, categories, scales, per_turn, rejects)
     for i, step in enumerate(steps):
         if step.category is not None and all(c.key != step.category for c in categories):
-            raise ValueError(f"rubric.decision_order[{i}].category: unknown category {step.category!r}")
+            top.fail(f"decision_order[{i}].category", f"unknown category {step.category!r}")
 
     flags: FlagSpec | None = None
     if kind == "category":
@@ -453,67 +418,64 @@ def _parse_rubric_body(top: _Reader) -> Rubric:
     else:
         _check_session_rubric(top, categories, scales)
 
-    return Rubric(key=key, version=version, title=title, kind=kind,
-                  description=top.text("description", required=False), decision_order=tuple(steps),
-                  categories=categories, flags=flags, scales=scales, per_turn_checks=per_turn,
-                  reject_flags=rejects)
+    return Rubric(key=key, version=version, title=title, kind=kind, description=_text(top, "description"),
+                  decision_order=tuple(steps), categories=categories, flags=flags, scales=scales,
+                  per_turn_checks=per_turn, reject_flags=rejects)
 
 
-def _check_category_set(top: _Reader, categories: tuple[Category, ...]) -> Category:
+def _check_category_set(top: Record, categories: tuple[Category, ...]) -> Category:
     """Two or more categories, exactly one valid and least severe; returns the valid one."""
     if len(categories) < 2:
-        raise top.error("categories", "a category rubric needs at least two categories")
+        top.fail("categories", "a category rubric needs at least two categories")
     valid = [c for c in categories if c.valid]
     if len(valid) != 1:
-        raise top.error("categories", f"exactly one category must have valid = true, found {len(valid)}")
-    _unique(((f"rubric.categories[{i}].severity", str(c.severity)) for i, c in enumerate(categories)), "severity")
+        top.fail("categories", f"exactly one category must have valid = true, found {len(valid)}")
+    _unique(top, ((f"categories[{i}].severity", str(c.severity)) for i, c in enumerate(categories)), "severity")
     if any(c.severity <= valid[0].severity for c in categories if not c.valid):
-        raise top.error("categories", f"the valid category {valid[0].key!r} must be the least severe")
+        top.fail("categories", f"the valid category {valid[0].key!r} must be the least severe")
     return valid[0]
 
 
-def _check_category_steps(top: _Reader, categories: tuple[Category, ...], steps: Sequence[DecisionStep],
+def _check_category_steps(top: Record, categories: tuple[Category, ...], steps: Sequence[DecisionStep],
                           valid: Category) -> None:
     """The decision order names one category a step, reaches them all and ends with the valid one."""
     if not steps:
-        raise top.error("decision_order", "a category rubric needs a decision order")
+        top.fail("decision_order", "a category rubric needs a decision order")
     step_cats = [s.category for s in steps]
     if None in step_cats:
-        raise top.error(f"decision_order[{step_cats.index(None)}].category", "is required in a category rubric")
-    _unique(((f"rubric.decision_order[{i}].category", str(c)) for i, c in enumerate(step_cats)), "decision step category")
+        top.fail(f"decision_order[{step_cats.index(None)}].category", "is required in a category rubric")
+    _unique(top, ((f"decision_order[{i}].category", str(c)) for i, c in enumerate(step_cats)),
+            "decision step category")
     missing = [c.key for c in categories if c.key not in step_cats]
     if missing:
-        raise top.error("decision_order", f"does not reach categories {missing}")
+        top.fail("decision_order", f"does not reach categories {missing}")
     if step_cats[-1] != valid.key:
-        raise top.error("decision_order", f"must end with the valid category {valid.key!r}")
+        top.fail("decision_order", f"must end with the valid category {valid.key!r}")
 
 
-def _parse_flag_spec(raw: Any, invalid_keys: list[str]) -> FlagSpec:
-    r = _Reader(raw, "rubric.flags", {"order", "validated_field", "note_field"})
-    order_raw = raw.get("order")
-    if not isinstance(order_raw, (list, tuple)) or not all(isinstance(k, str) for k in order_raw):
-        raise r.error("order", "must be a list of category keys")
-    if sorted(order_raw) != sorted(invalid_keys) or len(set(order_raw)) != len(order_raw):
-        raise r.error("order", f"must list every invalid category exactly once: {sorted(invalid_keys)}")
-    spec = FlagSpec(order=tuple(order_raw),
-                    validated_field=r.ident("validated_field") if raw.get("validated_field") is not None
+def _parse_flag_spec(r: Record, invalid_keys: list[str]) -> FlagSpec:
+    order = r.req_str_list("order")
+    if sorted(order) != sorted(invalid_keys) or len(set(order)) != len(order):
+        r.fail("order", f"must list every invalid category exactly once: {sorted(invalid_keys)}")
+    spec = FlagSpec(order=tuple(order),
+                    validated_field=_ident(r, "validated_field") if r.data.get("validated_field") is not None
                     else "validated",
-                    note_field=r.ident("note_field") if raw.get("note_field") is not None else "other")
+                    note_field=_ident(r, "note_field") if r.data.get("note_field") is not None else "other")
     clash = {spec.validated_field, spec.note_field} & set(spec.order)
     if spec.validated_field == spec.note_field or clash:
-        raise r.error("validated_field", "the validated and note fields must differ from each other and the flags")
+        r.fail("validated_field", "the validated and note fields must differ from each other and the flags")
     return spec
 
 
-def _check_category_rubric(top: _Reader, categories: tuple[Category, ...],
+def _check_category_rubric(top: Record, categories: tuple[Category, ...],
                            steps: Sequence[DecisionStep]) -> FlagSpec:
     valid = _check_category_set(top, categories)
     _check_category_steps(top, categories, steps, valid)
     invalid_keys = [c.key for c in categories if not c.valid]
-    raw = top.data.get("flags")
+    raw = top.opt_obj("flags")
     if raw is None:
         return FlagSpec(order=tuple(invalid_keys))
-    return _parse_flag_spec(raw, invalid_keys)
+    return _parse_flag_spec(top.nested("flags", raw, "flags object", _FLAG_SPEC_FIELDS), invalid_keys)
 
 
 # --------------------------------------------------------------------------- built-ins
@@ -672,13 +634,25 @@ def builtin_rubrics() -> dict[str, Rubric]:
 # --------------------------------------------------------------------------- judgements
 
 
-class JudgementError(ValueError):
-    """A refused judgement payload; ``field`` names the offending field."""
+#: How a judgement payload is named as the source of a :class:`JudgementError`.
+PAYLOAD = "judgement payload"
+
+
+class JudgementError(ParseError):
+    """A refused judgement payload; ``field`` names the offending field by its path in the
+    payload (``"category"``, ``"also[0].sub_reason"``, ``"scales.overall"``; ``"payload"``
+    for the payload itself). A :class:`retrieval.records.ParseError` from :data:`PAYLOAD`;
+    ``str()`` gives the message, prefixed with the field unless the message starts with it."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+        super().__init__(PAYLOAD, None, field, message)
+        self.args = (message if message.startswith(field) else f"{field}: {message}",)
+
+    @classmethod
+    def of(cls, exc: ParseError) -> JudgementError:
+        """The error a payload Record raised, as a JudgementError naming the field path."""
+        name = exc.field or "payload"
+        return cls(name, f"{name}: {exc.message}")
 
 
 @dataclass(frozen=True)
@@ -760,113 +734,111 @@ def signature(flags: Mapping[str, bool] | Iterable[str], validated: bool,
     return "+".join(k for k in order if k in on)
 
 
+#: The fields a judgement payload may hold (whatever the rubric kind); any other is refused.
+#: ``alternatives`` is checked by :mod:`annotation.judging.alternatives`.
+PAYLOAD_FIELDS = frozenset({"note", "flagged", "time_spent_ms", "category", "sub_reason", "also", "scales",
+                            "per_turn_checks", "per_turn", "reject_flags", "alternatives"})
+_ALSO_FIELDS = frozenset({"category", "sub_reason"})
+_DIGITS = re.compile(r"\s*[+-]?\d+\s*")
+
+
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _clean_note(payload: Mapping[str, Any]) -> str:
-    note = payload.get("note")
-    if note is None:
-        return ""
-    if not isinstance(note, str):
-        raise JudgementError("note", f"note must be a string, got {type(note).__name__}")
-    note = note.strip()
+def _clean_note(rec: Record) -> str:
+    note = (rec.opt_str("note") or "").strip()
     if len(note) > NOTE_MAX_CHARS:
-        raise JudgementError("note", f"note is {len(note)} characters long; at most {NOTE_MAX_CHARS} allowed")
+        rec.fail("note", f"{len(note)} characters long; at most {NOTE_MAX_CHARS} allowed")
     return note
 
 
-def _clean_bool(value: Any, name: str, *, default: bool | None = None) -> bool:
-    if value is None and default is not None:
+def _form_bool(rec: Record, name: str, *, default: bool) -> bool:
+    """A boolean; also 0/1 and the strings of form posts (``"on"``, ``"true"``, ``"1"``...)."""
+    value = rec.data.get(name)
+    if value is None:
         return default
     if isinstance(value, bool):
         return value
-    if isinstance(value, int) and value in (0, 1):
+    if is_int(value) and value in (0, 1):
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _TRUE_STRINGS | _FALSE_STRINGS:
         return value.strip().lower() in _TRUE_STRINGS
-    raise JudgementError(name, f"{name} must be true or false, got {value!r}")
+    rec.fail(name, f"expected true or false, got {json_type(value)} ({value!r})")
 
 
-def _clean_int(value: Any, name: str) -> int:
-    """An integer from an int, an integral float or a string of digits (form posts)."""
-    if isinstance(value, bool):
-        raise JudgementError(name, f"{name} must be an integer, got {value!r}")
-    if isinstance(value, int):
+def _form_int(rec: Record, name: str) -> int:
+    """A present integer, or a string of digits (form posts); booleans and floats are refused."""
+    value = rec.data.get(name)
+    if is_int(value):
         return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
         return int(value)
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-        return int(value)
-    raise JudgementError(name, f"{name} must be an integer, got {value!r}")
+    rec.fail(name, f"expected an integer, got {json_type(value)} ({value!r})")
 
 
-def _clean_time(payload: Mapping[str, Any]) -> int:
-    if "time_spent_ms" not in payload or payload["time_spent_ms"] is None:
-        raise JudgementError("time_spent_ms", "time_spent_ms is required (milliseconds spent on the item)")
-    t = _clean_int(payload["time_spent_ms"], "time_spent_ms")
+def _clean_time(rec: Record) -> int:
+    if rec.data.get("time_spent_ms") is None:
+        rec.fail("time_spent_ms", "required (milliseconds spent on the item)")
+    t = _form_int(rec, "time_spent_ms")
     if t < 0:
-        raise JudgementError("time_spent_ms", f"time_spent_ms must not be negative, got {t}")
+        rec.fail("time_spent_ms", f"must not be negative, got {t}")
     if t > TIME_SPENT_MAX_MS:
-        raise JudgementError("time_spent_ms", f"time_spent_ms must be at most {TIME_SPENT_MAX_MS} (24 h), got {t}")
+        rec.fail("time_spent_ms", f"must be at most {TIME_SPENT_MAX_MS} (24 h), got {t}")
     return t
 
 
-def _category_and_sub(rubric: Rubric, cat_value: Any, sub_value: Any, cat_field: str,
-                      sub_field: str) -> tuple[Category, SubReason | None]:
+def _category_and_sub(rubric: Rubric, rec: Record, cat_field: str, sub_field: str,
+                      cat_value: Any, sub_value: Any) -> tuple[Category, SubReason | None]:
+    """The category ``cat_value`` (field ``cat_field`` of ``rec``) and its sub-reason."""
     if _missing(cat_value):
-        raise JudgementError(cat_field, f"{cat_field} is required: pick exactly one of "
-                                        f"{[c.key for c in rubric.categories]}")
+        rec.fail(cat_field, f"required: pick exactly one of {[c.key for c in rubric.categories]}")
     if not isinstance(cat_value, str):
-        raise JudgementError(cat_field, f"{cat_field} must be exactly one category key, got {cat_value!r}")
+        rec.fail(cat_field, f"expected exactly one category key, got {json_type(cat_value)} ({cat_value!r})")
     category = rubric.category(cat_value)
     if category is None:
-        raise JudgementError(cat_field, f"{cat_field}: unknown category {cat_value!r}; expected one of "
-                                        f"{[c.key for c in rubric.categories]}")
+        rec.fail(cat_field, f"unknown category {cat_value!r}; expected one of {[c.key for c in rubric.categories]}")
     if not category.sub_reasons:
         if not _missing(sub_value):
-            raise JudgementError(sub_field, f"{sub_field}: category {category.key} takes no sub-reason, "
-                                            f"got {sub_value!r}")
+            rec.fail(sub_field, f"category {category.key} takes no sub-reason, got {sub_value!r}")
         return category, None
     options = [s.key for s in category.sub_reasons]
     if _missing(sub_value):
-        raise JudgementError(sub_field, f"{sub_field} is required for category {category.key}: one of {options}")
+        rec.fail(sub_field, f"required for category {category.key}: one of {options}")
     sub = category.sub_reason(sub_value) if isinstance(sub_value, str) else None
     if sub is None:
-        raise JudgementError(sub_field, f"{sub_field}: unknown sub-reason {sub_value!r} for category "
-                                        f"{category.key}; expected one of {options}")
+        rec.fail(sub_field, f"unknown sub-reason {sub_value!r} for category {category.key}; expected one of {options}")
     return category, sub
 
 
-def _also_categories(rubric: Rubric, also: Any, chosen: list[tuple[Category, Any]]) -> None:
+def _also_categories(rubric: Rubric, rec: Record, chosen: list[tuple[Category, Any]]) -> None:
     """Append the ``also`` categories (a key, an object or a list of them) to ``chosen``."""
+    also = rec.data.get("also")
     if isinstance(also, (str, Mapping)):
         also = [also]
-    if not isinstance(also, (list, tuple)):
-        raise JudgementError("also", f"also must be a list of categories, got {type(also).__name__}")
+    if not isinstance(also, list):
+        rec.fail("also", f"expected a list of categories, got {json_type(also)}")
     for i, entry in enumerate(also):
         name = f"also[{i}]"
         if isinstance(entry, Mapping):
-            extra = set(entry) - {"category", "sub_reason"}
-            if extra:
-                raise JudgementError(name, f"{name} has unknown field(s) {sorted(map(str, extra))}")
-            chosen.append(_category_and_sub(rubric, entry.get("category"), entry.get("sub_reason"),
-                                            f"{name}.category", f"{name}.sub_reason"))
+            obj = rec.nested(name, entry, "also entry", _ALSO_FIELDS)
+            chosen.append(_category_and_sub(rubric, obj, "category", "sub_reason", entry.get("category"),
+                                            entry.get("sub_reason")))
         else:
-            chosen.append(_category_and_sub(rubric, entry, None, name, f"{name}.sub_reason"))
+            chosen.append(_category_and_sub(rubric, rec, name, f"{name}.sub_reason", entry, None))
         if any(c.key == chosen[-1][0].key for c, _ in chosen[:-1]):
-            raise JudgementError(name, f"{name}: category {chosen[-1][0].key} is given twice")
+            rec.fail(name, f"category {chosen[-1][0].key} is given twice")
 
 
-def _validate_categories(rubric: Rubric, payload: Mapping[str, Any], note: str) -> dict[str, Any]:
-    chosen = [_category_and_sub(rubric, payload.get("category"), payload.get("sub_reason"),
-                                "category", "sub_reason")]
-    if payload.get("also") is not None:
-        _also_categories(rubric, payload.get("also"), chosen)
+def _validate_categories(rubric: Rubric, rec: Record, note: str) -> dict[str, Any]:
+    chosen = [_category_and_sub(rubric, rec, "category", "sub_reason", rec.data.get("category"),
+                                rec.data.get("sub_reason"))]
+    if rec.data.get("also") is not None:
+        _also_categories(rubric, rec, chosen)
 
     needs_note = [f"{c.key}/{s.key}" for c, s in chosen if s is not None and s.requires_note]
     if needs_note and not note:
-        raise JudgementError("note", f"note is required (non-blank) for sub-reason {', '.join(needs_note)}")
+        rec.fail("note", f"required (non-blank) for sub-reason {', '.join(needs_note)}")
 
     subs = {c.key: (s.key if s else None) for c, s in chosen}
     top = most_severe(rubric, subs)
@@ -882,86 +854,65 @@ def _validate_categories(rubric: Rubric, payload: Mapping[str, Any], note: str) 
     }
 
 
-def _validate_scales(rubric: Rubric, payload: Mapping[str, Any]) -> dict[str, int]:
-    raw = payload.get("scales")
-    if raw is None:
-        raise JudgementError("scales", f"scales are required: {[s.key for s in rubric.scales]}")
-    if not isinstance(raw, Mapping):
-        raise JudgementError("scales", "scales must be an object mapping scale key to value")
-    known = {s.key for s in rubric.scales}
-    unknown = sorted(str(k) for k in raw if k not in known)
-    if unknown:
-        raise JudgementError(f"scales.{unknown[0]}", f"scales.{unknown[0]} is not a scale of this rubric")
+def _validate_scales(rubric: Rubric, rec: Record) -> dict[str, int]:
+    keys = [s.key for s in rubric.scales]
+    if rec.data.get("scales") is None:
+        rec.fail("scales", f"required: {keys}")
+    scales = rec.nested("scales", rec.req_obj("scales"), "scales object", keys)
     out: dict[str, int] = {}
     for s in rubric.scales:
-        name = f"scales.{s.key}"
-        if _missing(raw.get(s.key)):
-            raise JudgementError(name, f"{name} is required ({s.min}-{s.max})")
-        value = _clean_int(raw[s.key], name)
+        if _missing(scales.data.get(s.key)):
+            scales.fail(s.key, f"required ({s.min}-{s.max})")
+        value = _form_int(scales, s.key)
         if not s.min <= value <= s.max:
-            raise JudgementError(name, f"{name} must lie within [{s.min}, {s.max}], got {value}")
+            scales.fail(s.key, f"must lie within [{s.min}, {s.max}], got {value}")
         out[s.key] = value
     return out
 
 
-def _validate_per_turn(rubric: Rubric, payload: Mapping[str, Any], n_turns: int | None) -> list[dict[str, bool]]:
-    if "per_turn_checks" in payload and "per_turn" in payload:
-        raise JudgementError("per_turn_checks", "give per_turn_checks or its alias per_turn, not both")
-    name = "per_turn_checks" if "per_turn_checks" in payload else "per_turn" if "per_turn" in payload \
-        else "per_turn_checks"
-    raw = payload.get(name)
-    if raw is None:
-        raise JudgementError(name, f"{name} is required: one object of booleans per turn")
-    if not isinstance(raw, (list, tuple)):
-        raise JudgementError(name, f"{name} must be a list with one object per turn")
+def _validate_per_turn(rubric: Rubric, rec: Record, n_turns: int | None) -> list[dict[str, bool]]:
+    if rec.has("per_turn_checks") and rec.has("per_turn"):
+        rec.fail("per_turn_checks", "give per_turn_checks or its alias per_turn, not both")
+    name = "per_turn" if rec.has("per_turn") else "per_turn_checks"
+    if rec.data.get(name) is None:
+        rec.fail(name, "required: one object of booleans per turn")
+    raw = rec.req_list(name)
     if n_turns is not None and len(raw) != n_turns:
-        raise JudgementError(name, f"{name} has {len(raw)} entries; the session has {n_turns} turns")
+        rec.fail(name, f"has {len(raw)} entries; the session has {n_turns} turns")
     if not raw:
-        raise JudgementError(name, f"{name} must not be empty")
+        rec.fail(name, "must not be empty")
     keys = [c.key for c in rubric.per_turn_checks]
-    out: list[dict[str, bool]] = []
-    for i, turn in enumerate(raw):
-        where = f"{name}[{i}]"
-        if not isinstance(turn, Mapping):
-            raise JudgementError(where, f"{where} must be an object of booleans {keys}")
-        unknown = sorted(str(k) for k in turn if k not in keys)
-        if unknown:
-            raise JudgementError(f"{where}.{unknown[0]}", f"{where}.{unknown[0]} is not a per-turn check")
-        clean: dict[str, bool] = {}
-        for k in keys:
-            if turn.get(k) is None:
-                raise JudgementError(f"{where}.{k}", f"{where}.{k} is required (true or false)")
-            if not isinstance(turn[k], bool):
-                raise JudgementError(f"{where}.{k}", f"{where}.{k} must be true or false, got {turn[k]!r}")
-            clean[k] = turn[k]
-        out.append(clean)
-    return out
+    turns = (rec.nested(f"{name}[{i}]", turn, f"turn (booleans {keys})", keys) for i, turn in enumerate(raw))
+    return [{k: turn.req_bool(k) for k in keys} for turn in turns]
 
 
-def _validate_reject_flags(rubric: Rubric, payload: Mapping[str, Any]) -> tuple[str, ...]:
-    raw = payload.get("reject_flags")
+def _validate_reject_flags(rubric: Rubric, rec: Record) -> tuple[str, ...]:
+    raw = rec.data.get("reject_flags")
     if raw is None:
         return ()
     if isinstance(raw, str):
         raw = [raw]
-    if not isinstance(raw, (list, tuple)):
-        raise JudgementError("reject_flags", "reject_flags must be a list of flag keys")
+    if not isinstance(raw, list):
+        rec.fail("reject_flags", f"expected a list of flag keys, got {json_type(raw)}")
     keys = [c.key for c in rubric.reject_flags]
     for i, k in enumerate(raw):
         if k not in keys:
-            raise JudgementError(f"reject_flags[{i}]", f"reject_flags[{i}]: unknown reject flag {k!r}; "
-                                                       f"expected some of {keys}")
+            rec.fail(f"reject_flags[{i}]", f"unknown reject flag {k!r}; expected some of {keys}")
         if k in raw[:i]:
-            raise JudgementError(f"reject_flags[{i}]", f"reject_flags[{i}]: {k!r} is given twice")
+            rec.fail(f"reject_flags[{i}]", f"{k!r} is given twice")
     return tuple(k for k in keys if k in raw)
 
 
 def validate_judgement(rubric: Rubric, payload: Mapping[str, Any], n_turns: int | None = None) -> CleanJudgement:
     """Check one annotator's payload against ``rubric``; raise :class:`JudgementError`.
 
+    The payload is read through :class:`retrieval.validation.Record`: fields outside
+    :data:`PAYLOAD_FIELDS` are refused, and so are unknown fields of its nested objects.
+
     Common fields: ``note`` (optional string, stripped, at most :data:`NOTE_MAX_CHARS`),
     ``flagged`` (optional boolean; ``"on"``/``"true"``/``"1"`` etc. from forms accepted),
-    ``time_spent_ms`` (required integer, 0 to 24 h). Unknown payload fields are ignored.
+    ``time_spent_ms`` (required integer, or a string of digits, 0 to 24 h; booleans and
+    floats are refused).
 
     Category rubrics: ``category`` (exactly one key), ``sub_reason`` (required when, and
     only when, that category has sub-reasons), optional ``also`` (further categories that
@@ -973,21 +924,28 @@ def validate_judgement(rubric: Rubric, payload: Mapping[str, Any], n_turns: int 
     ``per_turn_checks`` (alias ``per_turn``: one object of every check's boolean per turn,
     exactly ``n_turns`` of them when given) and optional ``reject_flags`` (known keys).
     """
-    if not isinstance(payload, Mapping):
-        raise JudgementError("payload", f"payload must be an object, got {type(payload).__name__}")
     if n_turns is not None and (isinstance(n_turns, bool) or not isinstance(n_turns, int) or n_turns < 1):
         raise ValueError(f"n_turns must be a positive integer or None, got {n_turns!r}")
-    note = _clean_note(payload)
+    try:
+        return _validate_payload(rubric, Record(PAYLOAD, None, payload, PAYLOAD, allowed=PAYLOAD_FIELDS), n_turns)
+    except JudgementError:
+        raise
+    except ParseError as exc:
+        raise JudgementError.of(exc) from None
+
+
+def _validate_payload(rubric: Rubric, rec: Record, n_turns: int | None) -> CleanJudgement:
+    note = _clean_note(rec)
     result: dict[str, Any] = {}
     if rubric.categories:
-        result.update(_validate_categories(rubric, payload, note))
+        result.update(_validate_categories(rubric, rec, note))
     if rubric.scales:
-        result["scales"] = _validate_scales(rubric, payload)
+        result["scales"] = _validate_scales(rubric, rec)
     if rubric.per_turn_checks:
-        result["per_turn_checks"] = _validate_per_turn(rubric, payload, n_turns)
+        result["per_turn_checks"] = _validate_per_turn(rubric, rec, n_turns)
     if rubric.reject_flags:
-        result["reject_flags"] = _validate_reject_flags(rubric, payload)
-    flagged = _clean_bool(payload.get("flagged"), "flagged", default=False)
-    time_spent = _clean_time(payload)
+        result["reject_flags"] = _validate_reject_flags(rubric, rec)
+    flagged = _form_bool(rec, "flagged", default=False)
+    time_spent = _clean_time(rec)
     return CleanJudgement(rubric_key=rubric.key, rubric_version=rubric.version, note=note, flagged=flagged,
                           time_spent_ms=time_spent, **result)
