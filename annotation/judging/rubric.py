@@ -37,6 +37,7 @@ unknown fields are refused.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -734,7 +735,7 @@ def signature(flags: Mapping[str, bool] | Iterable[str], validated: bool,
     return "+".join(k for k in order if k in on)
 
 
-#: The fields a judgement payload may hold (whatever the rubric kind); any other is refused.
+#: The fields a judgement payload may hold (whatever the rubric kind); others are ignored.
 #: ``alternatives`` is checked by :mod:`annotation.judging.alternatives`.
 PAYLOAD_FIELDS = frozenset({"note", "flagged", "time_spent_ms", "category", "sub_reason", "also", "scales",
                             "per_turn_checks", "per_turn", "reject_flags", "alternatives"})
@@ -768,10 +769,13 @@ def _form_bool(rec: Record, name: str, *, default: bool) -> bool:
 
 
 def _form_int(rec: Record, name: str) -> int:
-    """A present integer, or a string of digits (form posts); booleans and floats are refused."""
+    """A present integer, an integral number (``1500.0``: JavaScript clients send those) or
+    a string of digits (form posts); booleans and fractional numbers are refused."""
     value = rec.data.get(name)
     if is_int(value):
         return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
     if isinstance(value, str) and _DIGITS.fullmatch(value):
         return int(value)
     rec.fail(name, f"expected an integer, got {json_type(value)} ({value!r})")
@@ -906,8 +910,9 @@ def _validate_reject_flags(rubric: Rubric, rec: Record) -> tuple[str, ...]:
 def validate_judgement(rubric: Rubric, payload: Mapping[str, Any], n_turns: int | None = None) -> CleanJudgement:
     """Check one annotator's payload against ``rubric``; raise :class:`JudgementError`.
 
-    The payload is read through :class:`retrieval.validation.Record`: fields outside
-    :data:`PAYLOAD_FIELDS` are refused, and so are unknown fields of its nested objects.
+    The payload is read through :class:`retrieval.validation.Record`. Top-level fields
+    outside :data:`PAYLOAD_FIELDS` are ignored, as the API has always done (clients may send
+    their own bookkeeping); unknown fields of its nested objects are refused.
 
     Common fields: ``note`` (optional string, stripped, at most :data:`NOTE_MAX_CHARS`),
     ``flagged`` (optional boolean; ``"on"``/``"true"``/``"1"`` etc. from forms accepted),
@@ -927,7 +932,7 @@ def validate_judgement(rubric: Rubric, payload: Mapping[str, Any], n_turns: int 
     if n_turns is not None and (isinstance(n_turns, bool) or not isinstance(n_turns, int) or n_turns < 1):
         raise ValueError(f"n_turns must be a positive integer or None, got {n_turns!r}")
     try:
-        return _validate_payload(rubric, Record(PAYLOAD, None, payload, PAYLOAD, allowed=PAYLOAD_FIELDS), n_turns)
+        return _validate_payload(rubric, Record(PAYLOAD, None, payload, PAYLOAD), n_turns)
     except JudgementError:
         raise
     except ParseError as exc:

@@ -101,25 +101,22 @@ def _refused(rubric_key: str, payload, n_turns=None) -> JudgementError:
 @pytest.mark.parametrize(
     ("rubric_key", "payload", "field", "message"),
     [
-        # unknown fields, at the top and inside nested objects
-        ("validity", {**VALID, "sub-reason": "cropped"}, "sub-reason", "sub-reason: unknown field; allowed: "),
-        ("validity", {**VALID, "catgory": "X", "zzz": 1}, "catgory",
-         "catgory: unknown field (also unknown: ['zzz']); allowed: "),
+        # unknown fields inside nested objects (unknown top-level fields are ignored: see below)
         ("validity", {**VALID, "category": "QUERY_TOO_BROAD", "also": [{"category": "VALIDATED", "why": "x"}]},
          "also[0].why", "also[0].why: unknown field; allowed: ['category', 'sub_reason']"),
         ("session", {**SESSION_OK, "scales": {**SESSION_OK["scales"], "beauty": 3}}, "scales.beauty",
          "scales.beauty: unknown field; allowed: "),
         ("session", {**SESSION_OK, "per_turn_checks": [SESSION_OK["per_turn_checks"][0], {"funny": True}]},
          "per_turn_checks[1].funny", "per_turn_checks[1].funny: unknown field; allowed: "),
-        # a boolean or a float where an integer belongs
+        # a boolean or a fractional number where an integer belongs
+        ("validity", {**VALID, "time_spent_ms": 1000.5}, "time_spent_ms",
+         "time_spent_ms: expected an integer, got number (1000.5)"),
+        ("session", {**SESSION_OK, "scales": {**SESSION_OK["scales"], "overall": 4.5}}, "scales.overall",
+         "scales.overall: "),
         ("validity", {**VALID, "time_spent_ms": True}, "time_spent_ms",
          "time_spent_ms: expected an integer, got boolean (True)"),
-        ("validity", {**VALID, "time_spent_ms": 1000.0}, "time_spent_ms",
-         "time_spent_ms: expected an integer, got number (1000.0)"),
         ("session", {**SESSION_OK, "scales": {**SESSION_OK["scales"], "overall": False}}, "scales.overall",
          "scales.overall: expected an integer, got boolean (False)"),
-        ("session", {**SESSION_OK, "scales": {**SESSION_OK["scales"], "overall": 4.0}}, "scales.overall",
-         "scales.overall: expected an integer, got number (4.0)"),
         ("session", {**SESSION_OK, "per_turn_checks": [{"real_difference_toward_target": 1,
                                                          "consistent_with_history": True}] * 2},
          "per_turn_checks[0].real_difference_toward_target",
@@ -161,6 +158,17 @@ def test_every_field_the_annotation_page_sends_is_allowed():
     s = validate_judgement(rubrics["session"], {**SESSION_OK, "note": "", "flagged": True, "reject_flags": []},
                            n_turns=2)
     assert s.flagged is True and s.reject_flags == ()
+
+
+def test_unknown_top_level_fields_are_ignored_and_integral_numbers_accepted():
+    """As the API always did: a client's own bookkeeping fields do not refuse a judgement,
+    and a JavaScript client's 1500.0 is the integer 1500."""
+    rubrics = builtin_rubrics()
+    j = validate_judgement(rubrics["validity"], {**VALID, "client_version": "2.1", "time_spent_ms": 1500.0})
+    assert j.category == VALID["category"] and j.time_spent_ms == 1500
+    s = validate_judgement(rubrics["session"], {**SESSION_OK, "scales": {**SESSION_OK["scales"], "overall": 4.0}},
+                           n_turns=2)
+    assert s.scales["overall"] == 4
 
 
 def test_judgement_errors_built_by_hand_keep_field_and_message():
