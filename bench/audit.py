@@ -1,6 +1,6 @@
 """Usage: python bench/audit.py [--device auto|cpu|cuda] [--n-gallery N] [--n-single N]
 [--n-sessions N] [--retriever SPEC ...] [--precision fp32|amp] [--loader-workers N]
-[--naive-queries N] [--keep DIR]
+[--naive-queries N] [--repeat N] [--keep DIR]
 
 Timing of the shortcut audit on the demo world (retrieval.demo.build_demo: a held-out-style
 validation split, its gallery holding every reference and target image plus distractors;
@@ -21,6 +21,12 @@ random-weight retrievers by default. Prints figures; asserts nothing.
    alone, then the image alone, batch size 1) and a full argsort of the gallery per query
    and modality; goal: naive / CIRVal >= 2.5 (on all queries unless --naive-queries).
 
+Steps 1 to 3 are run ``--repeat`` times (default 3), interleaved (bare, cold, warm, bare, cold,
+warm, ...) so that a burst of load from other processes falls on all three alike; each figure
+is the median of its runs, printed with the spread (min-max), and the ratios are ratios of
+medians. Every cold run starts from an empty embedding cache and cleared memos (it builds its
+models); every warm run re-audits with the cache the cold run before it filled.
+
 Queries/second counts audited queries times retrievers (one query = its three
 modalities). Wall and CPU seconds (this process plus finished children) are printed: the
 CPU time is the steadier figure on a shared machine. Runs on CUDA when available (--device
@@ -32,6 +38,7 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -58,6 +65,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--precision", default="amp", help="amp (fp16 autocast on CUDA; plain fp32 on CPU) or fp32")
     p.add_argument("--loader-workers", type=int, default=None,
                    help="image loader processes of the audit (default: from the cores left, see config/worker_tuning.py)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs of the bare encode, the cold and the warm audit (medians reported; default 3)")
     p.add_argument("--keep", default=None, help="Work in this folder and keep it (default: a temporary one).")
     return p.parse_args()
 
@@ -101,7 +110,23 @@ class Clock:
         return t.user + t.system + t.children_user + t.children_system
 
 
-def line(name: str, clock: Clock, n_queries: int, note: str = "") -> None:
+class Runs:
+    """The clocks of repeated runs of one step: ``wall`` and ``cpu`` are the medians."""
+
+    def __init__(self, clocks: list[Clock]) -> None:
+        self.clocks = clocks
+        self.wall = statistics.median(c.wall for c in clocks)
+        self.cpu = statistics.median(c.cpu for c in clocks)
+
+    def spread(self) -> str:
+        if len(self.clocks) < 2:
+            return ""
+        walls, cpus = [c.wall for c in self.clocks], [c.cpu for c in self.clocks]
+        return (f"{len(self.clocks)} runs, wall {min(walls):.3f}-{max(walls):.3f} s, "
+                f"CPU {min(cpus):.3f}-{max(cpus):.3f} s")
+
+
+def line(name: str, clock: Clock | Runs, n_queries: int, note: str = "") -> None:
     qps = n_queries / clock.wall if clock.wall > 0 else float("inf")
     print(f"  {name:<36}{clock.wall:>8.3f} s {clock.cpu:>8.3f} s {qps:>9.1f} q/s  {note}")
 
@@ -142,7 +167,7 @@ def naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns, positives
 def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agree, n_pairs, built, build_s) -> None:
     encode, cold_c, warm_c, naive_c = clocks
     print(f"\n{n_q} single-turn queries x {len(specs)} retrievers = {pool} (query, retriever) pairs, "
-          f"{n_gallery} gallery images")
+          f"{n_gallery} gallery images; medians of {len(encode.clocks)} runs")
     print(f"  {'':<36}{'wall':>10} {'CPU':>10} {'':>13}")
     line("bare encode (gallery + texts)", encode, pool, "the minimal baseline")
     line("full audit, cold cache", cold_c, pool, f"= {cold_c.wall / encode.wall:.2f}x bare encode wall, "
@@ -154,8 +179,14 @@ def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agre
     line(f"naive ({n_naive} queries per retriever)", naive_c, n_naive * len(specs),
          f"naive / CIRVal = {naive_all / cold_c.wall:.2f}x wall, {naive_c.cpu * (n_q / n_naive) / cold_c.cpu:.2f}x CPU"
          f"{' (extrapolated to all queries)' if n_naive < n_q else ''} (goal >= 2.5x)")
+    if len(encode.clocks) > 1:
+        print("spread:")
+        for name, runs in (("bare encode", encode), ("cold audit", cold_c), ("warm audit", warm_c)):
+            print(f"  {name:<14}{runs.spread()}")
+        print("  per run (bare, cold, warm wall s): " + "; ".join(
+            f"{b.wall:.3f}, {c.wall:.3f}, {w.wall:.3f}" for b, c, w in zip(encode.clocks, cold_c.clocks, warm_c.clocks)))
     t = cold.timings
-    print(f"\ncold audit breakdown: encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
+    print(f"\ncold audit breakdown (last run): encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
           f"{t.get('encode_queries', 0):.3f} s, read gallery {t.get('load_gallery', 0):.3f} s, rank+write "
           f"{t.get('rank', 0):.3f} s, aggregate {t.get('aggregate', 0):.3f} s; embeddings encoded "
           f"{t['cache'].get('encoded', 0)}")
@@ -166,15 +197,16 @@ def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agre
     print(f"labels: {cold.summary['counts']}; naive and audit ranks agree on {agree}/{n_pairs} pairs")
 
 
-def bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync) -> Clock:
+def bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync, quiet: bool = False) -> Clock:
     """The minimal baseline: every gallery image and every distinct text, per retriever, batched
     (plus any reference image outside the gallery, counted)."""
     from retrieval.encoders import load_image
 
     extra_refs = {t.reference_image_id for t in turns} - set(gallery_ids)
     texts = list(dict.fromkeys(t.text for t in turns))
-    print(f"bare encode baseline: {len(gallery_ids)} gallery images + {len(texts)} distinct texts"
-          f" + {len(extra_refs)} reference images outside the gallery, per retriever")
+    if not quiet:
+        print(f"bare encode baseline: {len(gallery_ids)} gallery images + {len(texts)} distinct texts"
+              f" + {len(extra_refs)} reference images outside the gallery, per retriever")
     with Clock(sync) as clock:
         for r in retrievers:
             r.embed_images([load_image(demo_dir / images[i].path) for i in gallery_ids])
@@ -270,28 +302,38 @@ def main() -> None:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    encode = bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync)
+    # 1-3, repeated and interleaved: bare encode, cold audit, warm audit ----------------------
+    encodes, colds, warms, built = [], [], [], 0
+    for _ in range(max(1, args.repeat)):
+        # 1. bare encode: the minimal baseline (gallery + distinct texts)
+        encodes.append(bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync, quiet=bool(encodes)))
 
-    # 2. full audit, cold cache, as a fresh worker runs it (memos cleared: it builds the models) --
-    shutil.rmtree(settings.EMBEDDING_CACHE_DIR, ignore_errors=True)
-    clear_memos()
-    with Clock(sync) as cold_c:
-        cold = dispatch.run_inline(planning.create_run(dataset, specs))
-    assert cold.status == "done", cold.error
+        # 2. full audit, cold cache, as a fresh worker runs it (memos cleared: it builds the models)
+        shutil.rmtree(settings.EMBEDDING_CACHE_DIR, ignore_errors=True)
+        clear_memos()
+        with Clock(sync) as cold_c:
+            cold = dispatch.run_inline(planning.create_run(dataset, specs))
+        assert cold.status == "done", cold.error
+        colds.append(cold_c)
+        if len(colds) == 1:
+            first_cold = cold
 
-    # 3. repeat, warm cache, as a fresh worker would (no memo: nothing built, gallery re-read) --
-    clear_memos()
-    with Clock(sync) as warm_c:
-        warm = dispatch.run_inline(planning.create_run(dataset, specs))
-    built = sum(1 for s in specs if get_retriever(s, device=settings.AUDIT_DEVICE or None,
-                                                  batch_size=settings.AUDIT_BATCH_SIZE,
-                                                  precision=settings.AUDIT_PRECISION).is_built)
+        # 3. repeat, warm cache, as a fresh worker would (no memo: nothing built, gallery re-read)
+        clear_memos()
+        with Clock(sync) as warm_c:
+            warm = dispatch.run_inline(planning.create_run(dataset, specs))
+        assert warm.status == "done", warm.error
+        warms.append(warm_c)
+        built = max(built, sum(1 for s in specs if get_retriever(s, device=settings.AUDIT_DEVICE or None,
+                                                                 batch_size=settings.AUDIT_BATCH_SIZE,
+                                                                 precision=settings.AUDIT_PRECISION).is_built))
+    encode, cold_c, warm_c = Runs(encodes), Runs(colds), Runs(warms)
 
     # 4. the naive way ---------------------------------------------------------------------
     n_naive = min(args.naive_queries or n_q, n_q)
     with Clock(sync) as naive_c:
         naive_ranks = naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns[:n_naive], positives_of, index)
-    audit_ranks = {(q, s): (a, b, c) for q, s, a, b, c in AuditRank.objects.filter(run=cold).values_list(
+    audit_ranks = {(q, s): (a, b, c) for q, s, a, b, c in AuditRank.objects.filter(run=first_cold).values_list(
         "query_id", "retriever", "mm", "text", "image")}
     agree = sum(1 for key, v in naive_ranks.items() if audit_ranks.get(key) == v)
 
