@@ -31,11 +31,11 @@ from .bulkwrite import insert_rows
 from .leases import Heartbeat, claim_chunk
 from .progress import encoding_stage
 from .planning import (
-    _eligibility,
     _session_eligibility,
     _session_turns,
     _turn_text,
     fail_run,
+    single_turn_inputs,
 )
 
 
@@ -215,18 +215,14 @@ def _rows(ids: Sequence[int], index_of: dict[int, int]) -> list[int]:
 
 
 def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: Heartbeat | None) -> dict[str, Any]:
-    """The chunk's eligible queries, their encodings and targets (files can vanish between plan and run)."""
+    """The chunk's eligible queries, their encodings and targets (files can vanish between plan and run).
+
+    The queries, their first turns and their targets are read once (eligibility and inputs alike)."""
     from ..engine import encode_images, encode_texts
 
     retriever, cache, max_pixels = gallery_ctx[:3]
-    eligible, skipped = _eligibility(run, chunk.items)
+    eligible, skipped, turns, facts = single_turn_inputs(run, chunk.items, run.dataset.format)
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
-    turns = {
-        t["query_id"]: t
-        for t in Turn.objects.filter(query_id__in=eligible, index=1).values(
-            "query_id", "reference_image_id", "reference_image__sha256", "reference_image__path", "texts"
-        )
-    }
     keys = [turns[q]["reference_image__sha256"] for q in eligible]
     locate = _locator(run, {turns[q]["reference_image__sha256"]: turns[q]["reference_image__path"] for q in eligible})
     img = encode_images(retriever, cache, keys, locate, max_pixels=max_pixels, check=beat.check if beat else None,
@@ -237,7 +233,7 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
     if beat:
         beat.check()
     return {"kept": kept, "turns": turns, "img": img, "txt": txt, "skipped": skipped_out,
-            "targets": evaluation_targets(run.dataset_id, kept)}
+            "targets": evaluation_targets(run.dataset, kept, facts)}
 
 
 def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTargets,
@@ -295,7 +291,7 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
     from ..engine import encode_images, encode_texts
 
     retriever, cache, max_pixels = ctx[:3]
-    eligible, skipped = _session_eligibility(run, chunk.items)
+    eligible, skipped = _session_eligibility(run, chunk.items, run.dataset.format)
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
     turns = _session_turns(eligible)
     key_rel = {t["reference_image__sha256"]: t["reference_image__path"] for q in eligible for t in turns[q]}
@@ -312,7 +308,7 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
         beat.check()
     return {"kept": kept, "turns": turns, "texts": texts, "img": img, "txt": txt, "image_row": image_row,
             "text_row": {x: n for n, x in enumerate(unique_texts)}, "skipped": skipped_out,
-            "targets": evaluation_targets(run.dataset_id, kept)}
+            "targets": evaluation_targets(run.dataset, kept)}
 
 
 def _rank_sessions_of(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any]) -> tuple[list[AuditSessionRank], int, float]:
@@ -463,7 +459,7 @@ def _write_chunk(run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: 
         AuditChunk.objects.filter(pk=chunk.pk).exclude(status=AuditChunk.Status.DONE).update(
             status=AuditChunk.Status.DONE, finished_at=timezone.now(), heartbeat_at=timezone.now(), stats=stats,
         )
-    update_progress(run.pk)
+    update_progress(run.pk, run)
 
 
 def _fail_chunk(chunk: AuditChunk, message: str) -> None:
@@ -474,11 +470,14 @@ def _fail_chunk(chunk: AuditChunk, message: str) -> None:
     fail_run(chunk.run_id, f"chunk {chunk.kind} #{chunk.index} of {chunk.retriever}: {first_line}\n\n{message}")
 
 
-def update_progress(run_id: int) -> None:
-    """Recount finished work and refresh the ETA and the stage (gallery images/s while encoding)."""
+def update_progress(run_id: int, run: AuditRun | None = None) -> None:
+    """Recount finished work and refresh the ETA and the stage (gallery images/s while encoding).
+
+    ``run``: the planned run when the caller holds it (its start and total are fixed once planned)."""
     counts = _chunk_counts(run_id)
     done = sum(n for (_kind, status), n in counts.items() if status == AuditChunk.Status.DONE)
-    run = AuditRun.objects.filter(pk=run_id).only("started_at", "total", "status").first()
+    if run is None or not run.planned:
+        run = AuditRun.objects.filter(pk=run_id).only("started_at", "total", "status").first()
     if run is None:
         return
     eta = None
