@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 Rank = int | None
@@ -30,6 +31,10 @@ def check_rank(rank: Any) -> Rank:
     Raises ``ValueError`` for 0, negatives, booleans, floats and anything else, so that
     importer conventions such as ``-1`` for "absent" cannot slip through as ranks.
     """
+    if type(rank) is int:  # the common case, without the slower abstract-base-class check
+        if rank >= 1:
+            return rank
+        raise ValueError(f"a rank must be an int >= 1 or None, got {rank!r}")
     if rank is None:
         return None
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
@@ -42,6 +47,8 @@ def check_rank(rank: Any) -> Rank:
 
 def check_k(k: Any, name: str = "k") -> int:
     """Validate a cut-off: an integer >= 1."""
+    if type(k) is int and k >= 1:
+        return k
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or int(k) < 1:
         raise ValueError(f"{name} must be an int >= 1, got {k!r}")
     return int(k)
@@ -129,10 +136,16 @@ def ndcg_multi(
     ideal_rels = sorted(rels, reverse=True)
     if cutoff is not None:
         ideal_rels = ideal_rels[:cutoff]
-    idcg = sum(rel / math.log2(2 + i) for i, rel in enumerate(ideal_rels))
+    idcg = _ideal_dcg(tuple(ideal_rels))
     if idcg <= 0:
         return None
     return dcg / idcg
+
+
+@lru_cache(maxsize=1024)
+def _ideal_dcg(ideal_rels: tuple[float, ...]) -> float:
+    """DCG of relevances at ranks 1, 2, ... (most queries share a handful of ideal lists)."""
+    return sum(rel / math.log2(2 + i) for i, rel in enumerate(ideal_rels))
 
 
 def comp_gap(mm: float | None, image: float | None, text: float | None) -> float | None:

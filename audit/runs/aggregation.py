@@ -12,7 +12,17 @@ from django.utils import timezone
 from retrieval.metrics import MODALITIES
 from retrieval.models import Query, QuerySubset
 
-from ..labels import LABELS, SHORTCUT_FREE, SUPPORT_KEYS, AuditLabels, label_queries, read_pool, retriever_scores
+from ..labels import (
+    LABELS,
+    SHORTCUT_FREE,
+    SUPPORT_KEYS,
+    AuditLabels,
+    label_pool,
+    label_queries,
+    read_pool,
+    retriever_scores,
+    sub_pool,
+)
 from ..models import AuditChunk, AuditLabel, AuditRank, AuditRun, AuditSessionRank
 from .base import (
     LATEST_SUBSET,
@@ -318,8 +328,8 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
     # Queries skipped by a chunk (e.g. a reference file that became unreadable) are
     # left out for the whole pool, so every labelled query has a row per retriever.
     outcomes = _chunk_outcomes(run, chunks)
-    rows = _rank_rows(run, exclude_queries=outcomes.pop("dropped"))
-    audit = label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers)
+    pool = read_pool(_rank_rows(run, exclude_queries=outcomes.pop("dropped")))
+    audit = label_pool(pool, k=run.k, min_mm_retrievers=run.min_mm_retrievers)
     if override_support:
         _override_support(audit, override_support)
     sessions, sessions_kept = aggregate_sessions(run, chunks)
@@ -332,7 +342,7 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
         "detail_counts": audit.detail_counts,
         "support_histograms": {k: {str(n): c for n, c in h.items()} for k, h in audit.support_histograms.items()},
         "retriever_stats": _stats_json(audit.retriever_stats),
-        "shortcut_free_stats": subset_scores_from_rows(run, rows, set(audit.shortcut_free)),
+        "shortcut_free_stats": _pool_scores(run, pool, set(audit.shortcut_free)),
         **outcomes,
     }
     if sessions is not None:
@@ -348,8 +358,15 @@ def subset_scores_from_rows(
     a query without a row for a retriever counts as not retrieved by it."""
     if not queries:
         return {}
-    pool = read_pool([row for row in rows if row[0] in queries])
-    pool.queries = dict.fromkeys(sorted(queries, key=str))
+    return _pool_scores(run, read_pool([row for row in rows if row[0] in queries]), queries)
+
+
+def _pool_scores(run: AuditRun, pool: Any, queries: set[Any]) -> dict[str, dict[str, Any]]:
+    """Per-retriever scores over ``queries`` (sorted as strings) of a pool read by
+    :func:`audit.labels.read_pool` (the rows read once serve the labels and every subset)."""
+    if not queries:
+        return {}
+    pool = sub_pool(pool, sorted(queries, key=str))
     return {name: retriever_scores(pool, name, run.k) for name in run.retrievers}
 
 
