@@ -13,7 +13,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from retrieval.evaltargets import QueryTargets, evaluation_targets
-from retrieval.imagefiles import PathEscapeError, resolve_under
+from retrieval.imagefiles import PathEscapeError, UnderRoot, resolve_under
 from retrieval.models import Image, Turn
 
 from ..models import AuditChunk, AuditRank, AuditRun, AuditSessionRank
@@ -82,9 +82,20 @@ def _image_files(image_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
 
 
 def _locator(run: AuditRun, key_to_rel: dict[str, str]) -> Callable[[str], Path]:
-    """key -> file, resolved (and checked against the images root) only when needed."""
+    """key -> file, resolved (and checked against the images root) only when needed, each
+    folder once (:class:`retrieval.imagefiles.UnderRoot`)."""
     root = run.dataset.images_root
-    return lambda key: _image_path(root, key_to_rel[key])
+    if not root:
+        return lambda key: Path(key_to_rel[key])
+    under = UnderRoot(Path(root))
+
+    def locate(key: str) -> Path:
+        try:
+            return under(key_to_rel[key])
+        except PathEscapeError:
+            return Path("/nonexistent-escaped-path") / key_to_rel[key]
+
+    return locate
 
 
 _gallery_memo: dict[tuple[int, str, str], tuple[list[int], list[str], dict[str, str]]] = {}
