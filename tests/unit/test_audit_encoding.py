@@ -95,3 +95,34 @@ def test_loader_workers_from_the_cores_left() -> None:
     assert loader_workers(cpus=2, reserved=1, processes=1) == 0  # one core left: decode in-process
     assert loader_workers(cpus=16, reserved=0, processes=1) == 8  # capped
     assert loader_workers(cpus=8, reserved=1, processes=2) == 2  # 7 // 2 = 3 threads, one runs the model
+
+
+def test_batched_fetch_gives_the_per_file_items(tmp_path: Path) -> None:
+    """A loader batch (``__getitems__``: decode all, then each preprocessing step over the batch)
+    yields exactly the items, tensors and reasons of ``__getitem__`` one file at a time, also
+    when a file is unreadable or fails a preprocessing step."""
+    from torchvision.transforms import Compose
+
+    from retrieval.encoders import _ImageFiles, preprocess_each
+
+    r = build_retriever(TINY, device="cpu")
+    paths = _images(tmp_path, 5)
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"not an image")
+    items = [(f"k{i}", p) for i, p in enumerate(paths)] + [("bad", bad)]
+
+    def refuse_width_42(im):
+        if im.width == 42:
+            raise ValueError("width 42 refused")
+        return im
+
+    for preprocess in (r.preprocess, Compose([refuse_width_42, *r.preprocess.transforms])):
+        files = _ImageFiles(items, preprocess, max_pixels=10**8)
+        batch = files.__getitems__(list(range(len(items))))
+        one_by_one = [files[i] for i in range(len(items))]
+        assert [(k, err) for k, _, err in batch] == [(k, err) for k, _, err in one_by_one]
+        for (_, a, _), (_, b, _) in zip(batch, one_by_one):
+            assert (a is None and b is None) or torch.equal(a, b)
+    assert batch[2][1] is None and "width 42" in batch[2][2] and batch[5][2].startswith("UnidentifiedImageError")
+    images = [load_image(p) for p in paths]
+    assert all(torch.equal(a, r.preprocess(im)) for a, im in zip(preprocess_each(r.preprocess, images), images))
