@@ -264,16 +264,18 @@ def _override_support(audit: AuditLabels, override: dict[int, dict[str, int]]) -
     }
 
 
-def _label_rows(run: AuditRun, audit: AuditLabels) -> list[AuditLabel]:
+def _label_rows(run: AuditRun, audit: AuditLabels) -> list[dict[str, Any]]:
+    """The :class:`AuditLabel` rows (field values, for :func:`insert_rows`)."""
     return [
-        AuditLabel(
-            run=run, query_id=q, label=audit.labels[q], detail=audit.detail[q], legacy=audit.legacy[q],
-            support_mm=audit.support[q]["multimodal"], support_text=audit.support[q]["text_only"],
-            support_image=audit.support[q]["image_only"], support_either=audit.support[q]["either_unimodal"],
-            best_mm=audit.best_ranks[q]["multimodal"], best_text=audit.best_ranks[q]["text_only"],
-            best_image=audit.best_ranks[q]["image_only"],
-            best_retriever={m: (str(v) if v is not None else None) for m, v in audit.best_retriever[q].items()},
-        )
+        {
+            "run_id": run.pk, "query_id": q, "label": audit.labels[q], "detail": audit.detail[q],
+            "legacy": audit.legacy[q],
+            "support_mm": audit.support[q]["multimodal"], "support_text": audit.support[q]["text_only"],
+            "support_image": audit.support[q]["image_only"], "support_either": audit.support[q]["either_unimodal"],
+            "best_mm": audit.best_ranks[q]["multimodal"], "best_text": audit.best_ranks[q]["text_only"],
+            "best_image": audit.best_ranks[q]["image_only"],
+            "best_retriever": {m: (str(v) if v is not None else None) for m, v in audit.best_retriever[q].items()},
+        }
         for q in audit.queries
     ]
 
@@ -434,7 +436,7 @@ def set_subsets(dataset_id: int, subsets: dict[str, tuple[str, list[int]]]) -> N
     ids = dict(QuerySubset.objects.filter(dataset_id=dataset_id, name__in=list(subsets)).values_list("name", "pk"))
     through = QuerySubset.queries.through
     through.objects.filter(querysubset_id__in=list(ids.values())).delete()
-    insert_rows(through, [through(querysubset_id=ids[name], query_id=q)
+    insert_rows(through, [{"querysubset_id": ids[name], "query_id": q}
                           for name, (_, queries) in subsets.items() for q in dict.fromkeys(queries)])
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -72,12 +72,22 @@ def _image_path(root: str, rel: str) -> Path:
 
 
 def _image_files(image_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
-    """Image id -> (sha256, path relative to the images root)."""
+    """Image id -> (sha256, path relative to the images root).
+
+    One plain ``SELECT ... WHERE id IN (...)`` per 5,000 ids: the ORM's ``pk__in`` prepares
+    every id through the field (about 3 us each: 8 ms of a warm audit's 4 reads of a
+    681-image gallery)."""
     out: dict[int, tuple[str, str]] = {}
-    ids = list(image_ids)
-    for start in range(0, len(ids), 5000):
-        for pk, sha, path in Image.objects.filter(pk__in=ids[start:start + 5000]).values_list("id", "sha256", "path"):
-            out[pk] = (sha, path)
+    ids = [int(i) for i in image_ids]
+    quote = connection.ops.quote_name
+    meta = Image._meta
+    cols = ", ".join(quote(meta.get_field(name).column) for name in ("id", "sha256", "path"))
+    head = f"SELECT {cols} FROM {quote(meta.db_table)} WHERE {quote(meta.pk.column)} IN "
+    with connection.cursor() as cursor:
+        for start in range(0, len(ids), 5000):
+            part = ids[start:start + 5000]
+            cursor.execute(head + "(" + ", ".join(["%s"] * len(part)) + ")", part)
+            out.update((pk, (sha, path)) for pk, sha, path in cursor.fetchall())
     return out
 
 
@@ -248,20 +258,21 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
 
 
 def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTargets,
-              index_of: dict[int, int], g_ids: list[int]) -> AuditRank:
-    """One rank row: best ranks, every positive's rank, graded-only targets, subset ranks, top list."""
+              index_of: dict[int, int], g_ids: list[int]) -> dict[str, Any]:
+    """One :class:`AuditRank` row (its field values, for :func:`insert_rows`): best ranks, every
+    positive's rank, graded-only targets, subset ranks, top list."""
     every = {f: _expand(t.positives, index_of, ranks.all[f][n]) for f in RANK_FIELDS}
     graded = {"gains": t.gains, **{f: _expand(t.extras, index_of, ranks.extra[f][n]) for f in RANK_FIELDS}}
-    return AuditRank(
-        run_id=run.pk, query_id=q, retriever=spec, mm=ranks.mm[n], text=ranks.text[n], image=ranks.image[n],
-        mm_all=every["mm"], text_all=every["text"], image_all=every["image"],
-        graded=graded if t.extras else {},
-        subset={f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
-        top_mm=[g_ids[j] for j in ranks.top_mm[n]],
-    )
+    return {
+        "run_id": run.pk, "query_id": q, "retriever": spec, "mm": ranks.mm[n], "text": ranks.text[n],
+        "image": ranks.image[n], "mm_all": every["mm"], "text_all": every["text"], "image_all": every["image"],
+        "graded": graded if t.extras else {},
+        "subset": {f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
+        "top_mm": [g_ids[j] for j in ranks.top_mm[n]],
+    }
 
 
-def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[AuditRank]]:
+def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from ..engine import rank_three
 
     ctx = _chunk_gallery(run, chunk, beat)
