@@ -21,8 +21,8 @@ random-weight retrievers by default. Prints figures; asserts nothing.
    alone, then the image alone, batch size 1) and a full argsort of the gallery per query
    and modality; goal: naive / CIRVal >= 2.5 (on all queries unless --naive-queries).
 
-Steps 1 to 3 are run ``--repeat`` times (default 3), interleaved (bare, cold, warm, bare, cold,
-warm, ...) so that a burst of load from other processes falls on all three alike; each figure
+Steps 1 to 4 are run ``--repeat`` times (default 3), interleaved (bare, cold, warm, naive, bare,
+cold, ...) so that a burst of load from other processes falls on all of them alike; each figure
 is the median of its runs, printed with the spread (min-max), and the ratios are ratios of
 medians. Every cold run starts from an empty embedding cache and cleared memos (it builds its
 models); every warm run re-audits with the cache the cold run before it filled.
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sys
@@ -106,8 +107,9 @@ class Clock:
 
     @staticmethod
     def _cpu() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
+        # getrusage, not os.times (10 ms ticks: a 0.1 s warm audit read as 0.10 or 0.11 s)
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 class Runs:
@@ -181,10 +183,12 @@ def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agre
          f"{' (extrapolated to all queries)' if n_naive < n_q else ''} (goal >= 2.5x)")
     if len(encode.clocks) > 1:
         print("spread:")
-        for name, runs in (("bare encode", encode), ("cold audit", cold_c), ("warm audit", warm_c)):
+        for name, runs in (("bare encode", encode), ("cold audit", cold_c), ("warm audit", warm_c),
+                           ("naive", naive_c)):
             print(f"  {name:<14}{runs.spread()}")
-        print("  per run (bare, cold, warm wall s): " + "; ".join(
-            f"{b.wall:.3f}, {c.wall:.3f}, {w.wall:.3f}" for b, c, w in zip(encode.clocks, cold_c.clocks, warm_c.clocks)))
+        print("  per run (bare, cold, warm, naive wall s): " + "; ".join(
+            f"{b.wall:.3f}, {c.wall:.3f}, {w.wall:.3f}, {n.wall:.3f}"
+            for b, c, w, n in zip(encode.clocks, cold_c.clocks, warm_c.clocks, naive_c.clocks)))
     t = cold.timings
     print(f"\ncold audit breakdown (last run): encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
           f"{t.get('encode_queries', 0):.3f} s, read gallery {t.get('load_gallery', 0):.3f} s, rank+write "
@@ -302,8 +306,9 @@ def main() -> None:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    # 1-3, repeated and interleaved: bare encode, cold audit, warm audit ----------------------
-    encodes, colds, warms, built = [], [], [], 0
+    # 1-4, repeated and interleaved: bare encode, cold audit, warm audit, the naive way ----------
+    encodes, colds, warms, naives, built = [], [], [], [], 0
+    n_naive = min(args.naive_queries or n_q, n_q)
     for _ in range(max(1, args.repeat)):
         # 1. bare encode: the minimal baseline (gallery + distinct texts)
         encodes.append(bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync, quiet=bool(encodes)))
@@ -327,12 +332,14 @@ def main() -> None:
         built = max(built, sum(1 for s in specs if get_retriever(s, device=settings.AUDIT_DEVICE or None,
                                                                  batch_size=settings.AUDIT_BATCH_SIZE,
                                                                  precision=settings.AUDIT_PRECISION).is_built))
-    encode, cold_c, warm_c = Runs(encodes), Runs(colds), Runs(warms)
 
-    # 4. the naive way ---------------------------------------------------------------------
-    n_naive = min(args.naive_queries or n_q, n_q)
-    with Clock(sync) as naive_c:
-        naive_ranks = naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns[:n_naive], positives_of, index)
+        # 4. the naive way
+        with Clock(sync) as naive_one:
+            naive_ranks = naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns[:n_naive], positives_of,
+                                    index)
+        naives.append(naive_one)
+    encode, cold_c, warm_c, naive_c = Runs(encodes), Runs(colds), Runs(warms), Runs(naives)
+
     audit_ranks = {(q, s): (a, b, c) for q, s, a, b, c in AuditRank.objects.filter(run=first_cold).values_list(
         "query_id", "retriever", "mm", "text", "image")}
     agree = sum(1 for key, v in naive_ranks.items() if audit_ranks.get(key) == v)
