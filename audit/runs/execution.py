@@ -145,35 +145,69 @@ def _loader_workers() -> int:
 
 
 def _encode_gallery_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> dict[str, Any]:
-    from ..engine import encode_images
+    return _encode_gallery_group(run, [chunk], [beat])[0]
+
+
+def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[Heartbeat | None]) -> list[dict[str, Any]]:
+    """The stats of gallery chunks over the same images for different retrievers, encoded
+    together: each file decoded once (:func:`audit.engine.encode_images_shared`)."""
+    from ..engine import encode_images_shared
 
     started = time.perf_counter()
-    retriever = _retriever(chunk.retriever)
-    build_s = time.perf_counter() - started
-    cache = _cache(retriever)
-    files = _image_files(chunk.items)
-    ids = [i for i in chunk.items if i in files]
-    enc = encode_images(
-        retriever, cache, [files[i][0] for i in ids], _locator(run, {files[i][0]: files[i][1] for i in ids}),
-        max_pixels=int(_setting("IMAGE_MAX_PIXELS", 64_000_000)), check=beat.check if beat else None,
-        workers=_loader_workers(), progress=GalleryProgress(run.pk),
+    retrievers = [_retriever(c.retriever) for c in chunks]
+    build_s = (time.perf_counter() - started) / len(chunks)
+    caches = [_cache(r) for r in retrievers]
+    items = chunks[0].items
+    files = _image_files(items)
+    ids = [i for i in items if i in files]
+
+    def check() -> None:
+        for beat in beats:
+            if beat:
+                beat.check()
+
+    encs = encode_images_shared(
+        retrievers, caches, [files[i][0] for i in ids], _locator(run, {files[i][0]: files[i][1] for i in ids}),
+        max_pixels=int(_setting("IMAGE_MAX_PIXELS", 64_000_000)), check=check,
+        workers=_loader_workers(), progress=GalleryProgress(run.pk, chunks=len(chunks)),
     )
-    bad = {str(i): enc.unreadable[files[i][0]] for i in ids if files[i][0] in enc.unreadable}
-    return {
+    return [{
         "seconds": {"build": build_s, "encode": enc.seconds},
         "cache": {"gallery_hits": enc.hits, "gallery_encoded": enc.encoded},
-        "unreadable": bad,
+        "unreadable": {str(i): enc.unreadable[files[i][0]] for i in ids if files[i][0] in enc.unreadable},
         "loader_workers": _loader_workers(),
         "model_built": bool(getattr(retriever, "is_built", True)),
-    }
+        **({"decoded_with": [c.pk for c in chunks if c.pk != chunk.pk]} if len(chunks) > 1 else {}),
+    } for chunk, retriever, enc in zip(chunks, retrievers, encs)]
+
+
+def share_decode() -> bool:
+    """Whether a worker encodes the gallery chunks of every retriever over the same images
+    together, decoding each file once (``AUDIT_SHARE_DECODE``, default on)."""
+    return bool(_setting("AUDIT_SHARE_DECODE", True))
+
+
+def _gallery_siblings(run: AuditRun, chunk: AuditChunk, owner: str) -> list[AuditChunk]:
+    """The other retrievers' gallery chunks over the same images as ``chunk``, claimed now by
+    ``owner`` to be encoded with it (those another worker holds or finished are left alone)."""
+    if chunk.kind != AuditChunk.Kind.GALLERY or not share_decode() or len(run.retrievers) < 2:
+        return []
+    out = []
+    for sibling in AuditChunk.objects.filter(run_id=run.pk, kind=AuditChunk.Kind.GALLERY, index=chunk.index).exclude(
+        pk=chunk.pk
+    ).exclude(status=AuditChunk.Status.DONE).order_by("pk"):
+        if sibling.items == chunk.items and claim_chunk(sibling.pk, owner):
+            sibling.run = run
+            out.append(sibling)
+    return out
 
 
 class GalleryProgress:
     """``progress(done, total)`` of one gallery chunk's encoding: writes the run's stage with the
     run's gallery images done, images/s of this chunk and an ETA, at most every ``every_s``."""
 
-    def __init__(self, run_id: int, every_s: float = 2.0) -> None:
-        self.run_id, self.every_s = run_id, every_s
+    def __init__(self, run_id: int, every_s: float = 2.0, chunks: int = 1) -> None:
+        self.run_id, self.every_s, self.chunks = run_id, every_s, chunks
         self.started = self.last = time.perf_counter()
 
     def __call__(self, done: int, total: int) -> None:
@@ -182,6 +216,7 @@ class GalleryProgress:
             return
         self.last = now
         before, all_images = _gallery_counts(self.run_id)
+        done *= self.chunks  # chunks encoded together: each file counts for each of them
         AuditRun.objects.filter(pk=self.run_id, status=AuditRun.Status.RUNNING).update(
             stage=encoding_stage(before + done, all_images, done / (now - self.started)))
 
@@ -442,22 +477,34 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
             _fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
             return "failed"
         return "busy" if chunk.status != AuditChunk.Status.FAILED else "failed"
-    beat = Heartbeat(chunk.pk, owner) if heartbeat else None
+    return _run_claimed([chunk, *_gallery_siblings(run, chunk, owner)], run, owner, heartbeat)
+
+
+def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: bool) -> str:
+    """Compute and write claimed chunks: one chunk, or gallery chunks encoded together."""
+    beats = [Heartbeat(c.pk, owner) if heartbeat else None for c in group]
     try:
-        stats, rows = _compute(run, chunk, beat)
-        if beat:
-            beat.check()
+        if len(group) > 1:
+            results = [(stats, []) for stats in _encode_gallery_group(run, group, beats)]
+        else:
+            results = [_compute(run, group[0], beats[0])]
+        for beat in beats:
+            if beat:
+                beat.check()
     except LeaseLost:
-        logger.warning("audit chunk %s: lease lost, leaving it to its new owner", chunk.pk)
+        logger.warning("audit chunks %s: lease lost, leaving them to their new owner", [c.pk for c in group])
         return "lost"
     except Exception as exc:  # recorded on the run; a person decides whether to retry
-        logger.exception("audit chunk %s failed", chunk.pk)
-        _fail_chunk(chunk, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
+        logger.exception("audit chunks %s failed", [c.pk for c in group])
+        for c in group:
+            _fail_chunk(c, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
         return "failed"
     finally:
-        if beat:
-            beat.stop()
-    _write_chunk(run, chunk, stats, rows)
+        for beat in beats:
+            if beat:
+                beat.stop()
+    for c, (stats, rows) in zip(group, results):
+        _write_chunk(run, c, stats, rows)
     return "ok"
 
 
