@@ -343,7 +343,7 @@ def rank_three(
                            return_per_positive=True, groups=groups, extra=extra)
         for name, q in queries.items()
     }
-    top = [[int(i) for i in row if int(i) >= 0] for row in results["mm"].topk.tolist()]
+    top = [[i for i in row if i >= 0] for row in results["mm"].topk.tolist()]  # tolist() gives ints
     return ThreeRanks(
         results["mm"].best_rank, results["text"].best_rank, results["image"].best_rank, top,
         time.perf_counter() - started,

@@ -118,6 +118,8 @@ def ndcg_multi(
     with a cut-off). Returns ``None`` when the ideal DCG is 0 (no positive, or every
     relevance 0): the score is undefined.
     """
+    if len(ranks_of_positives) == 1 and (relevances is None or len(relevances) == 1):
+        return _ndcg_one(check_rank(ranks_of_positives[0]), 1.0 if relevances is None else float(relevances[0]), k)
     ranks = [check_rank(r) for r in ranks_of_positives]
     if relevances is None:
         rels = [1.0] * len(ranks)
@@ -139,6 +141,19 @@ def ndcg_multi(
     idcg = _ideal_dcg(tuple(ideal_rels))
     if idcg <= 0:
         return None
+    return dcg / idcg
+
+
+def _ndcg_one(rank: Rank, rel: float, k: int | None) -> float | None:
+    """:func:`ndcg_multi` of a query with one positive, the same arithmetic without the lists
+    (most queries of most benchmarks have one target)."""
+    if not math.isfinite(rel) or rel < 0:
+        raise ValueError("relevances must be finite and >= 0")
+    cutoff = None if k is None else check_k(k)
+    idcg = rel / math.log2(2)
+    if idcg <= 0:
+        return None
+    dcg = rel / math.log2(1 + rank) if rank is not None and (cutoff is None or rank <= cutoff) else 0
     return dcg / idcg
 
 
@@ -179,6 +194,9 @@ def hit_positions(ranks_of_positives: Sequence[Rank]) -> list[int]:
     positives tied with each other share the rank ``r`` at the end of their group;
     they occupy positions ``r - c + 1 .. r``. ``None`` (not retrieved) is left out.
     """
+    if len(ranks_of_positives) == 1:  # one positive: its rank, if retrieved
+        rank = check_rank(ranks_of_positives[0])
+        return [] if rank is None else [rank]
     ranks = sorted(r for r in (check_rank(x) for x in ranks_of_positives) if r is not None)
     out: list[int] = []
     n = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import operator
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,20 @@ from django.db import connection, models
 BATCH = 1000
 
 
+def _json_encoder() -> Any:
+    """``json.dumps`` for the acyclic values of JSON fields: the C encoder that ``json.dumps``
+    builds on every call, built once (the same text; 0.3 instead of 2 us for a short list),
+    without the circular-reference check."""
+    if c_make_encoder is None:  # no C accelerator: the plain function
+        return json.dumps
+    base = json.JSONEncoder()
+    encode = c_make_encoder(None, base.default, encode_basestring_ascii, None, base.key_separator,
+                            base.item_separator, False, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+_json_text = _json_encoder()
+
 _PLAIN = (models.IntegerField, models.CharField, models.TextField, models.FloatField, models.BooleanField)
 
 
@@ -27,7 +42,7 @@ def _converter(field: models.Field, from_dict: bool = False) -> Any:
     ``from_dict`` the row is a dict of the model's attribute names (``run_id``, ``mm``, ...)."""
     get = operator.itemgetter(field.attname) if from_dict else operator.attrgetter(field.attname)
     if isinstance(field, models.JSONField):
-        return lambda obj: None if (v := get(obj)) is None else json.dumps(v)
+        return lambda obj: None if (v := get(obj)) is None else _json_text(v)
     if isinstance(field, models.ForeignKey) or (isinstance(field, _PLAIN) and not isinstance(field, models.AutoField)):
         return get
     if from_dict:

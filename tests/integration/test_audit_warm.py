@@ -122,3 +122,14 @@ def test_bulk_writer_keeps_existing_rows(demo):
     assert AuditRank.objects.filter(run=fresh).count() == len(rows) == Query.objects.filter(
         dataset=demo, n_turns=1).count()
     assert connection.vendor in ("sqlite", "postgresql")  # COPY on PostgreSQL, executemany on SQLite
+
+
+def test_rows_store_the_json_text_of_json_dumps():
+    import json
+
+    from audit.runs.bulkwrite import _json_text
+
+    for value in ([], {}, [1, None, 3], {"gains": [0.5, 1.0], "mm": [None, 2]}, {"a": "é\"x\n"}, {1: [2]},
+                  [1.5, float("inf"), -0.0, 1e-300], {"x": True, "y": False, "z": None}, "text", 3, 2.5,
+                  [[1, 2], {"k": [3]}], list(range(64))):
+        assert _json_text(value) == json.dumps(value)

@@ -100,3 +100,18 @@ def test_modality_scores_reports_map_beside_recall():
     assert out["map_at_k"]["10"]["multimodal"] == pytest.approx(0.5)  # AP 1 and AP 0
     # without every rank, the best one stands for the only positive
     assert modality_scores(best, k=10)["map_at_k"]["5"]["text_only"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("rank", [None, 1, 2, 7, 10, 11, 681])
+@pytest.mark.parametrize("rel", [0.0, 0.5, 1.0, 1, 3.0])
+@pytest.mark.parametrize("k", [None, 1, 10])
+def test_one_positive_scores_as_the_general_path(rank, rel, k):
+    """The one-positive shortcuts give what the general code gives: a second positive of
+    relevance 0 (never retrieved, or far down) adds exactly 0.0 to both DCGs."""
+    from retrieval.metrics import hit_positions, ndcg_multi
+
+    assert ndcg_multi([rank], [rel], k) == ndcg_multi([rank, 1000], [rel, 0.0], k)
+    assert ndcg_multi([rank], [rel], k) == ndcg_multi([rank, None], [rel, 0.0], k)
+    if rel == 1.0:
+        assert ndcg_multi([rank], None, k) == ndcg_multi([rank, None], [1.0, 0.0], k)
+    assert hit_positions([rank]) == hit_positions([rank, None])
