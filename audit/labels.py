@@ -189,6 +189,8 @@ def _label_one(per_r: dict[Hashable, tuple[Rank, Rank, Rank]], k: int, min_mm: i
 def _graded(every: tuple[RankList, ...], extras: dict[str, Any], i: int, field_name: str) -> tuple[RankList, list[float]]:
     """(ranks, gains) of every graded target: the positives (gain 1), then the graded-only ones."""
     graded = extras.get("graded") or {}
+    if not graded:  # the positives only (most datasets)
+        return every[i], [1.0] * len(every[i])
     ranks = list(every[i]) + list(graded.get(field_name) or [])
     return ranks, [1.0] * len(every[i]) + [float(g) for g in graded.get("gains") or []]
 

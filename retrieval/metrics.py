@@ -234,11 +234,27 @@ def _ap_from_hits(hits: Sequence[int], g: int, k: int) -> float:
     return total / min(k, g)
 
 
+def _aps_from_hits(hits: Sequence[int], g: int, ks: Sequence[int]) -> list[float]:
+    """:func:`_ap_from_hits` at each of the ascending cut-offs ``ks``, in one pass over the hits:
+    each cut-off's sum is a prefix of the same additions, in the same order (the same floats)."""
+    out: list[float] = []
+    total = 0.0
+    j = 0
+    for k in ks:
+        while j < len(hits) and hits[j] <= k:
+            total += (j + 1) / hits[j]
+            j += 1
+        out.append(total / min(k, g))
+    return out
+
+
 def map_at_ks(per_query: Iterable[Sequence[Rank]], ks: Sequence[int]) -> dict[int, float | None]:
     """:func:`map_at_k` at several cut-offs, each query's hit positions found once."""
     ks = [check_k(k) for k in ks]
-    hits = [(hit_positions(r), len(r)) for r in per_query if len(r)]
-    return {k: _mean([_ap_from_hits(h, g, k) for h, g in hits]) for k in ks}
+    ascending = sorted(set(ks))
+    aps = [_aps_from_hits(hit_positions(r), len(r), ascending) for r in per_query if len(r)]
+    column = {k: n for n, k in enumerate(ascending)}
+    return {k: _mean([ap[column[k]] for ap in aps]) for k in ks}
 
 
 def map_at_k(per_query: Iterable[Sequence[Rank]], k: int) -> float | None:

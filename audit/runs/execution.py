@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -503,8 +504,8 @@ def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: 
         for beat in beats:
             if beat:
                 beat.stop()
-    for c, (stats, rows) in zip(group, results):
-        _write_chunk(run, c, stats, rows)
+    for n, (c, (stats, rows)) in enumerate(zip(group, results)):
+        _write_chunk(run, c, stats, rows, progress=n == len(group) - 1)  # the progress once, after the last
     return "ok"
 
 
@@ -519,16 +520,18 @@ def _compute(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[
     return _rank_query_chunk(run, chunk, beat)
 
 
-def _write_chunk(run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: list[Any]) -> None:
-    """Store the rows in bulk (COPY on PostgreSQL) and mark the chunk done, in one transaction."""
+def _write_chunk(run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: list[Any], progress: bool = True) -> None:
+    """Store the rows in bulk (COPY on PostgreSQL) and mark the chunk done, in one transaction
+    (a chunk without rows: one update); then refresh the run's progress unless told not to."""
     t0 = time.perf_counter()
-    with transaction.atomic():
+    with transaction.atomic() if rows else nullcontext():
         insert_rows(AuditSessionRank if chunk.kind == AuditChunk.Kind.SESSIONS else AuditRank, rows)
         stats.setdefault("seconds", {})["write"] = time.perf_counter() - t0
         AuditChunk.objects.filter(pk=chunk.pk).exclude(status=AuditChunk.Status.DONE).update(
             status=AuditChunk.Status.DONE, finished_at=timezone.now(), heartbeat_at=timezone.now(), stats=stats,
         )
-    update_progress(run.pk, run)
+    if progress:
+        update_progress(run.pk, run)
 
 
 def _fail_chunk(chunk: AuditChunk, message: str) -> None:

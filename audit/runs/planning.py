@@ -237,10 +237,9 @@ def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
 def _gallery_rows(run: AuditRun) -> tuple[list[int], dict[str, Any]]:
     """Gallery image ids in order, and a description of where they came from."""
     entries = GalleryEntry.objects.filter(dataset_id=run.dataset_id, split=run.split)
-    if entries.exists():
-        rows = list(entries.order_by("ordinal", "image_id").values_list("image_id", "image__missing", "image__sha256", "image__path"))
-        source = "split gallery"
-    else:
+    rows = list(entries.order_by("ordinal", "image_id").values_list("image_id", "image__missing", "image__sha256", "image__path"))
+    source = "split gallery"
+    if not rows:
         rows = list(
             Image.objects.filter(dataset_id=run.dataset_id).order_by("id").values_list("id", "missing", "sha256", "path")
         )

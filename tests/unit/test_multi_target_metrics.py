@@ -115,3 +115,22 @@ def test_one_positive_scores_as_the_general_path(rank, rel, k):
     if rel == 1.0:
         assert ndcg_multi([rank], None, k) == ndcg_multi([rank, None], [1.0, 0.0], k)
     assert hit_positions([rank]) == hit_positions([rank, None])
+
+
+def test_map_at_ks_in_one_pass_equals_each_cut_off_alone():
+    """AP at every cut-off from one pass over a query's hits: the same floats as one cut-off at a time."""
+    import random
+
+    from retrieval.metrics import _ap_from_hits, _aps_from_hits, hit_positions, map_at_k, map_at_ks
+
+    rng = random.Random(7)
+    queries = []
+    for _ in range(300):
+        g = rng.randint(1, 8)
+        queries.append([rng.choice([None, rng.randint(1, 80)]) for _ in range(g)])
+    ks = [50, 5, 25, 10, 5]
+    for ranks in queries:
+        hits = hit_positions(ranks)
+        assert _aps_from_hits(hits, len(ranks), sorted(set(ks))) == [_ap_from_hits(hits, len(ranks), k) for k in (5, 10, 25, 50)]
+    assert map_at_ks(queries, ks) == {k: map_at_k(queries, k) for k in ks}
+    assert list(map_at_ks(queries, ks)) == [50, 5, 25, 10]
