@@ -6,6 +6,7 @@ roots from settings.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -46,7 +47,7 @@ class UnderRoot:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self._folders: dict[str, Path] = {}
+        self._folders: dict[str, str] = {}
 
     def __call__(self, rel: str) -> Path:
         if not rel or rel.startswith("/") or "\x00" in rel:
@@ -56,12 +57,12 @@ class UnderRoot:
             return resolve_under(self.root, rel)
         base = self._folders.get(folder)
         if base is None:
-            base = resolve_under(self.root, folder) if folder else _resolved_root(str(self.root))
+            base = str(resolve_under(self.root, folder) if folder else _resolved_root(str(self.root)))
             self._folders[folder] = base
-        full = base / name
-        if full.is_symlink():
+        full = os.path.join(base, name)
+        if os.path.islink(full):
             return resolve_under(self.root, rel)
-        return full
+        return Path(full)
 
 
 def within_any(path: Path, roots: list[Path]) -> bool:
