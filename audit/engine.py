@@ -33,11 +33,11 @@ import numpy as np
 import torch
 
 from retrieval.embcache import EmbeddingCache, encode_with_cache
-from retrieval.encoders import DEFAULT_MAX_PIXELS, IMAGE_ERRORS, LazyRetriever, preprocessed_batches
+from retrieval.encoders import DEFAULT_MAX_PIXELS, IMAGE_ERRORS, LazyRetriever, shared_preprocessed_batches
 from retrieval.ranking import rank_queries
 from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, aggregate_history, max_pairwise_cosine
 
-__all__ = ["IMAGE_ERRORS", "encode_images", "encode_texts", "gallery_matrix", "get_retriever", "rank_three"]
+__all__ = ["IMAGE_ERRORS", "encode_images", "encode_images_shared", "encode_texts", "gallery_matrix", "get_retriever", "rank_three"]
 
 _memo_lock = threading.Lock()
 _retrievers: OrderedDict[tuple, Any] = OrderedDict()
@@ -106,37 +106,84 @@ def encode_images(
     raised, and never cached. ``check()`` runs between batches (lease checks);
     ``progress(done, total)`` after each batch, counting the missing keys.
     """
+    return encode_images_shared([retriever], [cache], keys, locate, max_pixels, check, workers, progress)[0]
+
+
+def encode_images_shared(
+    retrievers: Sequence[Any],
+    caches: Sequence[EmbeddingCache],
+    keys: Sequence[str],
+    locate: Callable[[str], Path],
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    check: Callable[[], None] | None = None,
+    workers: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Encoded]:
+    """:func:`encode_images` for several retrievers (each with its cache) over the same keys,
+    each file decoded once for all of them (:func:`retrieval.encoders.shared_preprocessed_batches`):
+    the keys that some cache lacks are streamed once, and each retriever encodes those its own
+    cache lacks. One :class:`Encoded` per retriever, as :func:`encode_images` would give it;
+    the time spent decoding is shared out evenly in their ``seconds``. ``progress`` counts the
+    keys streamed."""
     started = time.perf_counter()
     keys = list(keys)
-    lookup = cache.get_many("image", keys)
-    found = lookup.found_mask
-    unreadable: dict[str, str] = {}
-    fresh: dict[str, np.ndarray] = {}
-    missing = lookup.missing
-    if missing:
-        batches = preprocessed_batches([(k, locate(k)) for k in missing], retriever.preprocess,
-                                       retriever.batch_size, workers=workers, max_pixels=max_pixels)
+    lookups = [cache.get_many("image", keys) for cache in caches]
+    found = [lookup.found_mask for lookup in lookups]
+    need = [set(lookup.missing) for lookup in lookups]
+    todo = list(dict.fromkeys(k for lookup in lookups for k in lookup.missing))
+    fresh: list[dict[str, np.ndarray]] = [{} for _ in retrievers]
+    unreadable: list[dict[str, str]] = [{} for _ in retrievers]
+    own = [0.0] * len(retrievers)
+    if todo:
+        active = [i for i, n in enumerate(need) if n]
+        batches = shared_preprocessed_batches(
+            [(k, locate(k)) for k in todo], [retrievers[i].preprocess for i in active],
+            min(retrievers[i].batch_size for i in active), workers=workers, max_pixels=max_pixels)
+        done = 0
         for batch_keys, pixels, bad in batches:
             if check is not None:
                 check()
-            unreadable.update(bad)
-            if pixels is not None:
-                emb = retriever.embed_pixels(pixels).numpy()
-                cache.put_many("image", batch_keys, emb)
-                fresh.update(zip(batch_keys, emb))
+            for j, i in enumerate(active):
+                t0 = time.perf_counter()
+                _encode_batch(retrievers[i], caches[i], batch_keys, pixels[j], bad[j], need[i], fresh[i],
+                              unreadable[i])
+                own[i] += time.perf_counter() - t0
+            done += len(batch_keys)
             if progress is not None:
-                progress(len(fresh) + len(unreadable), len(missing))
+                progress(done, len(todo))
+    shared = (time.perf_counter() - started - sum(own)) / max(1, len(retrievers))
+    return [_encoded(keys, lookups[i].matrix, found[i], fresh[i], unreadable[i], shared + own[i])
+            for i in range(len(retrievers))]
+
+
+def _encode_batch(retriever: Any, cache: EmbeddingCache, batch_keys: list[str], pixels: torch.Tensor | None,
+                  bad: dict[str, str], need: set[str], fresh: dict[str, np.ndarray], unreadable: dict[str, str]) -> None:
+    """Encode and cache the keys of one loaded batch that ``retriever`` needs (``pixels`` holds
+    the rows of the batch's keys not in ``bad``)."""
+    unreadable.update((k, why) for k, why in bad.items() if k in need)
+    if pixels is None:
+        return
+    ok_keys = [k for k in batch_keys if k not in bad]
+    rows = [n for n, k in enumerate(ok_keys) if k in need]
+    if not rows:
+        return
+    wanted = [ok_keys[n] for n in rows]
+    emb = retriever.embed_pixels(pixels if len(rows) == len(ok_keys) else pixels[rows]).numpy()
+    cache.put_many("image", wanted, emb)
+    fresh.update(zip(wanted, emb))
+
+
+def _encoded(keys: list[str], matrix: np.ndarray, found: np.ndarray, fresh: dict[str, np.ndarray],
+             unreadable: dict[str, str], seconds: float) -> Encoded:
+    """The :class:`Encoded` of ``keys`` from a cache lookup's matrix and the rows encoded now."""
     ok = [k not in unreadable for k in keys]
-    matrix = lookup.matrix
     for row in np.flatnonzero(~found).tolist():
         if keys[row] in fresh:
             matrix[row] = fresh[keys[row]]
     tensor = torch.from_numpy(matrix)
     tensor = tensor[torch.tensor(ok, dtype=torch.bool)] if not all(ok) else tensor
-    return Encoded(
-        matrix=tensor.contiguous(), ok=ok, hits=int(found.sum()), encoded=len(fresh),
-        seconds=time.perf_counter() - started, unreadable=unreadable,
-    )
+    return Encoded(matrix=tensor.contiguous(), ok=ok, hits=int(found.sum()), encoded=len(fresh), seconds=seconds,
+                   unreadable=unreadable)
 
 
 def encode_texts(retriever: Any, cache: EmbeddingCache, texts: Sequence[str], chunk_size: int = 1024) -> Encoded:
@@ -296,7 +343,7 @@ def rank_three(
                            return_per_positive=True, groups=groups, extra=extra)
         for name, q in queries.items()
     }
-    top = [[int(i) for i in row if int(i) >= 0] for row in results["mm"].topk.tolist()]
+    top = [[i for i in row if i >= 0] for row in results["mm"].topk.tolist()]  # tolist() gives ints
     return ThreeRanks(
         results["mm"].best_rank, results["text"].best_rank, results["image"].best_rank, top,
         time.perf_counter() - started,

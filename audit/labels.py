@@ -189,6 +189,8 @@ def _label_one(per_r: dict[Hashable, tuple[Rank, Rank, Rank]], k: int, min_mm: i
 def _graded(every: tuple[RankList, ...], extras: dict[str, Any], i: int, field_name: str) -> tuple[RankList, list[float]]:
     """(ranks, gains) of every graded target: the positives (gain 1), then the graded-only ones."""
     graded = extras.get("graded") or {}
+    if not graded:  # the positives only (most datasets)
+        return every[i], [1.0] * len(every[i])
     ranks = list(every[i]) + list(graded.get(field_name) or [])
     return ranks, [1.0] * len(every[i]) + [float(g) for g in graded.get("gains") or []]
 
@@ -211,6 +213,12 @@ def retriever_scores(pool: _Pool, retriever: Hashable, k: int) -> dict[str, Any]
     )
 
 
+def _check_min_mm(min_mm_retrievers: Any) -> int:
+    if isinstance(min_mm_retrievers, bool) or int(min_mm_retrievers) < 0:
+        raise ValueError("min_mm_retrievers must be an int >= 0")
+    return int(min_mm_retrievers)
+
+
 def label_queries(
     rows: Iterable[Sequence[Any]], k: int = 10, min_mm_retrievers: int = 1
 ) -> AuditLabels:
@@ -222,10 +230,22 @@ def label_queries(
     (CIRR's soft targets and subset ranks, see :class:`audit.models.AuditRank`).
     """
     k = check_k(k)
-    if isinstance(min_mm_retrievers, bool) or int(min_mm_retrievers) < 0:
-        raise ValueError("min_mm_retrievers must be an int >= 0")
-    min_mm = int(min_mm_retrievers)
-    pool = read_pool(rows)
+    min_mm = _check_min_mm(min_mm_retrievers)
+    return label_pool(read_pool(rows), k, min_mm)
+
+
+def sub_pool(pool: _Pool, queries: Iterable[Hashable]) -> _Pool:
+    """``pool`` over ``queries`` only, in the order given (a query without rows counts as not
+    retrieved). The rows are shared, not copied; the same as :func:`read_pool` over those
+    queries' rows, since rows merge per (query, retriever)."""
+    return _Pool(queries=dict.fromkeys(queries), retrievers=pool.retrievers, best=pool.best, every=pool.every,
+                 extras=pool.extras)
+
+
+def label_pool(pool: _Pool, k: int = 10, min_mm_retrievers: int = 1) -> AuditLabels:
+    """:func:`label_queries` over rows already read by :func:`read_pool`."""
+    k = check_k(k)
+    min_mm = _check_min_mm(min_mm_retrievers)
     missing: tuple[Rank, Rank, Rank] = (None, None, None)
     per_query = {
         q: _label_one({r: pool.best.get((q, r), missing) for r in pool.retrievers}, k, min_mm) for q in pool.queries

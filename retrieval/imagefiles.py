@@ -6,6 +6,7 @@ roots from settings.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -33,6 +34,35 @@ def resolve_under(root: Path, rel: str) -> Path:
     if full != root and root not in full.parents:
         raise PathEscapeError(f"{rel!r} resolves to {full}, outside {root}")
     return full
+
+
+class UnderRoot:
+    """:func:`resolve_under` for many files under one root, the same answers for less work:
+    each folder is resolved once (the files of a gallery share a few folders), then a file
+    costs one ``lstat`` (a file that is a symlink is resolved in full, and checked).
+
+    Keep one for one batch of files (an audit chunk): a folder replaced by a symlink after
+    it was resolved is seen by the next batch, as with any check made before the open.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._folders: dict[str, str] = {}
+
+    def __call__(self, rel: str) -> Path:
+        if not rel or rel.startswith("/") or "\x00" in rel:
+            raise PathEscapeError(f"{rel!r} is not a relative path")
+        folder, _, name = rel.rpartition("/")
+        if name in ("", ".", ".."):
+            return resolve_under(self.root, rel)
+        base = self._folders.get(folder)
+        if base is None:
+            base = str(resolve_under(self.root, folder) if folder else _resolved_root(str(self.root)))
+            self._folders[folder] = base
+        full = os.path.join(base, name)
+        if os.path.islink(full):
+            return resolve_under(self.root, rel)
+        return Path(full)
 
 
 def within_any(path: Path, roots: list[Path]) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 Rank = int | None
@@ -30,6 +31,10 @@ def check_rank(rank: Any) -> Rank:
     Raises ``ValueError`` for 0, negatives, booleans, floats and anything else, so that
     importer conventions such as ``-1`` for "absent" cannot slip through as ranks.
     """
+    if type(rank) is int:  # the common case, without the slower abstract-base-class check
+        if rank >= 1:
+            return rank
+        raise ValueError(f"a rank must be an int >= 1 or None, got {rank!r}")
     if rank is None:
         return None
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
@@ -42,6 +47,8 @@ def check_rank(rank: Any) -> Rank:
 
 def check_k(k: Any, name: str = "k") -> int:
     """Validate a cut-off: an integer >= 1."""
+    if type(k) is int and k >= 1:
+        return k
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or int(k) < 1:
         raise ValueError(f"{name} must be an int >= 1, got {k!r}")
     return int(k)
@@ -111,6 +118,8 @@ def ndcg_multi(
     with a cut-off). Returns ``None`` when the ideal DCG is 0 (no positive, or every
     relevance 0): the score is undefined.
     """
+    if len(ranks_of_positives) == 1 and (relevances is None or len(relevances) == 1):
+        return _ndcg_one(check_rank(ranks_of_positives[0]), 1.0 if relevances is None else float(relevances[0]), k)
     ranks = [check_rank(r) for r in ranks_of_positives]
     if relevances is None:
         rels = [1.0] * len(ranks)
@@ -129,10 +138,29 @@ def ndcg_multi(
     ideal_rels = sorted(rels, reverse=True)
     if cutoff is not None:
         ideal_rels = ideal_rels[:cutoff]
-    idcg = sum(rel / math.log2(2 + i) for i, rel in enumerate(ideal_rels))
+    idcg = _ideal_dcg(tuple(ideal_rels))
     if idcg <= 0:
         return None
     return dcg / idcg
+
+
+def _ndcg_one(rank: Rank, rel: float, k: int | None) -> float | None:
+    """:func:`ndcg_multi` of a query with one positive, the same arithmetic without the lists
+    (most queries of most benchmarks have one target)."""
+    if not math.isfinite(rel) or rel < 0:
+        raise ValueError("relevances must be finite and >= 0")
+    cutoff = None if k is None else check_k(k)
+    idcg = rel / math.log2(2)
+    if idcg <= 0:
+        return None
+    dcg = rel / math.log2(1 + rank) if rank is not None and (cutoff is None or rank <= cutoff) else 0
+    return dcg / idcg
+
+
+@lru_cache(maxsize=1024)
+def _ideal_dcg(ideal_rels: tuple[float, ...]) -> float:
+    """DCG of relevances at ranks 1, 2, ... (most queries share a handful of ideal lists)."""
+    return sum(rel / math.log2(2 + i) for i, rel in enumerate(ideal_rels))
 
 
 def comp_gap(mm: float | None, image: float | None, text: float | None) -> float | None:
@@ -166,6 +194,9 @@ def hit_positions(ranks_of_positives: Sequence[Rank]) -> list[int]:
     positives tied with each other share the rank ``r`` at the end of their group;
     they occupy positions ``r - c + 1 .. r``. ``None`` (not retrieved) is left out.
     """
+    if len(ranks_of_positives) == 1:  # one positive: its rank, if retrieved
+        rank = check_rank(ranks_of_positives[0])
+        return [] if rank is None else [rank]
     ranks = sorted(r for r in (check_rank(x) for x in ranks_of_positives) if r is not None)
     out: list[int] = []
     n = 0
@@ -203,11 +234,27 @@ def _ap_from_hits(hits: Sequence[int], g: int, k: int) -> float:
     return total / min(k, g)
 
 
+def _aps_from_hits(hits: Sequence[int], g: int, ks: Sequence[int]) -> list[float]:
+    """:func:`_ap_from_hits` at each of the ascending cut-offs ``ks``, in one pass over the hits:
+    each cut-off's sum is a prefix of the same additions, in the same order (the same floats)."""
+    out: list[float] = []
+    total = 0.0
+    j = 0
+    for k in ks:
+        while j < len(hits) and hits[j] <= k:
+            total += (j + 1) / hits[j]
+            j += 1
+        out.append(total / min(k, g))
+    return out
+
+
 def map_at_ks(per_query: Iterable[Sequence[Rank]], ks: Sequence[int]) -> dict[int, float | None]:
     """:func:`map_at_k` at several cut-offs, each query's hit positions found once."""
     ks = [check_k(k) for k in ks]
-    hits = [(hit_positions(r), len(r)) for r in per_query if len(r)]
-    return {k: _mean([_ap_from_hits(h, g, k) for h, g in hits]) for k in ks}
+    ascending = sorted(set(ks))
+    aps = [_aps_from_hits(hit_positions(r), len(r), ascending) for r in per_query if len(r)]
+    column = {k: n for n, k in enumerate(ascending)}
+    return {k: _mean([ap[column[k]] for ap in aps]) for k in ks}
 
 
 def map_at_k(per_query: Iterable[Sequence[Rank]], k: int) -> float | None:

@@ -1,18 +1,29 @@
 """Aggregating a finished run: labels, per-retriever figures, session filters, subsets."""
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from retrieval.metrics import MODALITIES
 from retrieval.models import Query, QuerySubset
 
-from ..labels import LABELS, SHORTCUT_FREE, SUPPORT_KEYS, AuditLabels, label_queries, read_pool, retriever_scores
+from ..labels import (
+    LABELS,
+    SHORTCUT_FREE,
+    SUPPORT_KEYS,
+    AuditLabels,
+    label_pool,
+    label_queries,
+    read_pool,
+    retriever_scores,
+    sub_pool,
+)
 from ..models import AuditChunk, AuditLabel, AuditRank, AuditRun, AuditSessionRank
 from .base import (
     LATEST_SUBSET,
@@ -37,12 +48,27 @@ def _rank_rows(run: AuditRun, exclude_queries: set[int] = frozenset()) -> list[t
               "query__ordinal")
     rows = [
         (q, r, mm_all or mm, t_all or t, i_all or i, {"graded": graded or {}, "subset": subset or {}}, ordinal)
-        for q, r, mm, t, i, mm_all, t_all, i_all, graded, subset, ordinal in AuditRank.objects.filter(
-            run=run).values_list(*fields)
+        for q, r, mm, t, i, mm_all, t_all, i_all, graded, subset, ordinal in _plain_rows(
+            AuditRank.objects.filter(run=run), fields, json_at=(5, 6, 7, 8, 9))
         if q not in exclude_queries
     ]
     rows.sort(key=lambda x: (x[6], x[0], order.get(x[1], len(order)), str(x[1])))
     return [row[:6] for row in rows]
+
+
+def _plain_rows(qs: Any, fields: Sequence[str], json_at: Sequence[int]) -> list[list[Any]]:
+    """``qs.values_list(*fields)`` for plain (integer, text) and JSON fields, the JSON values at
+    positions ``json_at`` decoded here: the ORM's per-value converters cost about 2 us a value
+    (a warm audit reads 5 JSON values for each of its rank rows)."""
+    sql, params = qs.values_list(*fields).query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = [list(row) for row in cursor.fetchall()]
+    for row in rows:
+        for i in json_at:
+            if isinstance(row[i], (str, bytes)):  # the database's JSON text (already decoded by some drivers)
+                row[i] = json.loads(row[i])
+    return rows
 
 
 def _stats_json(stats: dict[Any, dict[str, Any]]) -> dict[str, Any]:
@@ -254,16 +280,18 @@ def _override_support(audit: AuditLabels, override: dict[int, dict[str, int]]) -
     }
 
 
-def _label_rows(run: AuditRun, audit: AuditLabels) -> list[AuditLabel]:
+def _label_rows(run: AuditRun, audit: AuditLabels) -> list[dict[str, Any]]:
+    """The :class:`AuditLabel` rows (field values, for :func:`insert_rows`)."""
     return [
-        AuditLabel(
-            run=run, query_id=q, label=audit.labels[q], detail=audit.detail[q], legacy=audit.legacy[q],
-            support_mm=audit.support[q]["multimodal"], support_text=audit.support[q]["text_only"],
-            support_image=audit.support[q]["image_only"], support_either=audit.support[q]["either_unimodal"],
-            best_mm=audit.best_ranks[q]["multimodal"], best_text=audit.best_ranks[q]["text_only"],
-            best_image=audit.best_ranks[q]["image_only"],
-            best_retriever={m: (str(v) if v is not None else None) for m, v in audit.best_retriever[q].items()},
-        )
+        {
+            "run_id": run.pk, "query_id": q, "label": audit.labels[q], "detail": audit.detail[q],
+            "legacy": audit.legacy[q],
+            "support_mm": audit.support[q]["multimodal"], "support_text": audit.support[q]["text_only"],
+            "support_image": audit.support[q]["image_only"], "support_either": audit.support[q]["either_unimodal"],
+            "best_mm": audit.best_ranks[q]["multimodal"], "best_text": audit.best_ranks[q]["text_only"],
+            "best_image": audit.best_ranks[q]["image_only"],
+            "best_retriever": {m: (str(v) if v is not None else None) for m, v in audit.best_retriever[q].items()},
+        }
         for q in audit.queries
     ]
 
@@ -318,8 +346,8 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
     # Queries skipped by a chunk (e.g. a reference file that became unreadable) are
     # left out for the whole pool, so every labelled query has a row per retriever.
     outcomes = _chunk_outcomes(run, chunks)
-    rows = _rank_rows(run, exclude_queries=outcomes.pop("dropped"))
-    audit = label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers)
+    pool = read_pool(_rank_rows(run, exclude_queries=outcomes.pop("dropped")))
+    audit = label_pool(pool, k=run.k, min_mm_retrievers=run.min_mm_retrievers)
     if override_support:
         _override_support(audit, override_support)
     sessions, sessions_kept = aggregate_sessions(run, chunks)
@@ -332,7 +360,7 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
         "detail_counts": audit.detail_counts,
         "support_histograms": {k: {str(n): c for n, c in h.items()} for k, h in audit.support_histograms.items()},
         "retriever_stats": _stats_json(audit.retriever_stats),
-        "shortcut_free_stats": subset_scores_from_rows(run, rows, set(audit.shortcut_free)),
+        "shortcut_free_stats": _pool_scores(run, pool, set(audit.shortcut_free)),
         **outcomes,
     }
     if sessions is not None:
@@ -348,8 +376,15 @@ def subset_scores_from_rows(
     a query without a row for a retriever counts as not retrieved by it."""
     if not queries:
         return {}
-    pool = read_pool([row for row in rows if row[0] in queries])
-    pool.queries = dict.fromkeys(sorted(queries, key=str))
+    return _pool_scores(run, read_pool([row for row in rows if row[0] in queries]), queries)
+
+
+def _pool_scores(run: AuditRun, pool: Any, queries: set[Any]) -> dict[str, dict[str, Any]]:
+    """Per-retriever scores over ``queries`` (sorted as strings) of a pool read by
+    :func:`audit.labels.read_pool` (the rows read once serve the labels and every subset)."""
+    if not queries:
+        return {}
+    pool = sub_pool(pool, sorted(queries, key=str))
     return {name: retriever_scores(pool, name, run.k) for name in run.retrievers}
 
 
@@ -417,7 +452,7 @@ def set_subsets(dataset_id: int, subsets: dict[str, tuple[str, list[int]]]) -> N
     ids = dict(QuerySubset.objects.filter(dataset_id=dataset_id, name__in=list(subsets)).values_list("name", "pk"))
     through = QuerySubset.queries.through
     through.objects.filter(querysubset_id__in=list(ids.values())).delete()
-    insert_rows(through, [through(querysubset_id=ids[name], query_id=q)
+    insert_rows(through, [{"querysubset_id": ids[name], "query_id": q}
                           for name, (_, queries) in subsets.items() for q in dict.fromkeys(queries)])
 
 

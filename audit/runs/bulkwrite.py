@@ -9,6 +9,8 @@ databases). Call inside ``transaction.atomic()``.
 from __future__ import annotations
 
 import json
+import operator
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,21 +20,42 @@ from django.db import connection, models
 BATCH = 1000
 
 
+def _json_encoder() -> Any:
+    """``json.dumps`` for the acyclic values of JSON fields: the C encoder that ``json.dumps``
+    builds on every call, built once (the same text; 0.3 instead of 2 us for a short list),
+    without the circular-reference check."""
+    if c_make_encoder is None:  # no C accelerator: the plain function
+        return json.dumps
+    base = json.JSONEncoder()
+    encode = c_make_encoder(None, base.default, encode_basestring_ascii, None, base.key_separator,
+                            base.item_separator, False, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+_json_text = _json_encoder()
+
 _PLAIN = (models.IntegerField, models.CharField, models.TextField, models.FloatField, models.BooleanField)
 
 
-def _converter(field: models.Field) -> Any:
-    """``obj -> value to store`` for one field, chosen once per field (not per row)."""
+def _converter(field: models.Field, from_dict: bool = False) -> Any:
+    """``obj -> value to store`` for one field, chosen once per field (not per row); with
+    ``from_dict`` the row is a dict of the model's attribute names (``run_id``, ``mm``, ...)."""
+    get = operator.itemgetter(field.attname) if from_dict else operator.attrgetter(field.attname)
     if isinstance(field, models.JSONField):
-        return lambda obj: None if (v := getattr(obj, field.attname)) is None else json.dumps(v)
+        return lambda obj: None if (v := get(obj)) is None else _json_text(v)
     if isinstance(field, models.ForeignKey) or (isinstance(field, _PLAIN) and not isinstance(field, models.AutoField)):
-        return lambda obj: getattr(obj, field.attname)
+        return get
+    if from_dict:
+        raise TypeError(f"{field.name}: write model instances, not dicts, when a field fills itself in on save")
     # what a save would store (auto fields such as auto_now filled in)
     return lambda obj: field.get_db_prep_save(field.pre_save(obj, True), connection)
 
 
-def _values(fields: Sequence[models.Field], objs: Sequence[models.Model]) -> list[list[Any]]:
-    convert = [_converter(f) for f in fields]
+def _values(fields: Sequence[models.Field], objs: Sequence[Any]) -> list[list[Any]]:
+    """The stored values of each row: model instances, or dicts holding every field's value
+    under its attribute name (no model instance built: ~10 us a row less)."""
+    from_dict = bool(objs) and isinstance(objs[0], dict)
+    convert = [_converter(f, from_dict) for f in fields]
     return [[c(obj) for c in convert] for obj in objs]
 
 
@@ -65,10 +88,14 @@ def sqlite_rows(model: type[models.Model], objs: Sequence[models.Model]) -> int:
         return cursor.cursor.rowcount
 
 
-def insert_rows(model: type[models.Model], objs: Sequence[models.Model]) -> None:
-    """Write ``objs`` in bulk, keeping rows that already exist (see the module docstring)."""
+def insert_rows(model: type[models.Model], objs: Sequence[models.Model] | Sequence[dict[str, Any]]) -> None:
+    """Write ``objs`` in bulk, keeping rows that already exist (see the module docstring).
+
+    ``objs``: model instances, or dicts of every field's value by attribute name (see :func:`_values`)."""
     if not objs:
         return
+    if isinstance(objs[0], dict) and connection.vendor not in ("postgresql", "sqlite"):
+        objs = [model(**row) for row in objs]
     if connection.vendor == "postgresql":
         copy_rows(model, objs)
     elif connection.vendor == "sqlite":

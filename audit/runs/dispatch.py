@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 from datetime import timedelta
 
 from django.conf import settings
@@ -49,11 +50,15 @@ def run_inline(run: AuditRun, progress: Progress | None = None) -> AuditRun:
     order = [(spec, kind) for spec in run.retrievers
              for kind in (AuditChunk.Kind.GALLERY, AuditChunk.Kind.QUERIES, AuditChunk.Kind.SESSIONS)]
     order.append((None, AuditChunk.Kind.TEXTS))
+    # Every chunk not done yet, listed once (a chunk another worker finishes meanwhile
+    # returns "done" at once from process_chunk).
+    todo: dict[tuple[str | None, str], list[int]] = defaultdict(list)
+    for pk, spec, kind in AuditChunk.objects.filter(run=run).exclude(status=AuditChunk.Status.DONE).order_by(
+        "index", "pk"
+    ).values_list("pk", "retriever", "kind"):
+        todo[(None if kind == AuditChunk.Kind.TEXTS else spec, kind)].append(pk)
     for spec, kind in order:
-        chunks = AuditChunk.objects.filter(run=run, kind=kind)
-        if spec is not None:
-            chunks = chunks.filter(retriever=spec)
-        for chunk_id in chunks.exclude(status=AuditChunk.Status.DONE).order_by("index").values_list("pk", flat=True):
+        for chunk_id in todo.get((spec, kind), []):
             # A chunk leased by a live worker is left to it; re-claiming is allowed
             # only once the lease is stale (same rule as for workers).
             result = process_chunk(chunk_id, owner=owner, heartbeat=False)

@@ -9,7 +9,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from retrieval.evaltargets import dataset_format, positive_image_ids
+from retrieval.evaltargets import dataset_format, facts_by_query, positive_image_ids
+from retrieval.targets import TargetFacts
 from retrieval.models import (
     Dataset,
     GalleryEntry,
@@ -129,27 +130,44 @@ def _turn_text(texts: Any) -> str:
     return turn_text(texts or [])
 
 
-def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple[list[int], dict[int, str]]:
+def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
+                 fmt: str | None = None) -> tuple[list[int], dict[int, str]]:
     """Eligible single-turn query ids in (ordinal, id) order and the skipped ones with a reason.
 
     Multi-turn queries are not considered here (see :func:`_session_eligibility`).
+    ``fmt``: the dataset's format when the caller has it (else it is read).
+    """
+    eligible, skipped, _turns, _facts = single_turn_inputs(run, query_ids, fmt)
+    return eligible, skipped
+
+
+_FIRST_TURN_FIELDS = (
+    "query_id", "reference_image_id", "reference_image__missing", "reference_image__sha256",
+    "reference_image__path", "texts",
+)
+
+
+def single_turn_inputs(
+    run: AuditRun, query_ids: Sequence[int] | None = None, fmt: str | None = None
+) -> tuple[list[int], dict[int, str], dict[int, dict[str, Any]], dict[int, list[TargetFacts]]]:
+    """:func:`_eligibility`, with what it read: ``(eligible, skipped, first turn of each query
+    (dicts of :data:`_FIRST_TURN_FIELDS`), targets of each query (:func:`facts_by_query`))``.
+
+    One read of the queries, one of their first turns and one of their targets: a query
+    chunk checks eligibility again (files can vanish between plan and run) and goes on
+    with the same rows.
     """
     qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split, n_turns__lte=1)
     if query_ids is not None:
         qs = qs.filter(pk__in=list(query_ids))
-    queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
-    ids = [q for q, _ in queries]
-    first_turns = {
-        t["query_id"]: t
-        for t in Turn.objects.filter(query__in=qs, index=1).values(
-            "query_id", "reference_image_id", "reference_image__missing", "reference_image__sha256",
-            "reference_image__path", "texts",
-        )
-    }
-    with_positive = set(positive_image_ids(dataset_format(run.dataset_id), qs.values("pk")))
+    ids = list(qs.order_by("ordinal", "id").values_list("id", flat=True))
+    wanted = ids if query_ids is not None else qs.values("pk")
+    first_turns = {t["query_id"]: t for t in Turn.objects.filter(query_id__in=wanted, index=1).values(*_FIRST_TURN_FIELDS)}
+    facts = facts_by_query(wanted)
+    with_positive = set(positive_image_ids(fmt if fmt is not None else dataset_format(run.dataset_id), (), facts))
     eligible: list[int] = []
     skipped: dict[int, str] = {}
-    for qid, n_turns in queries:
+    for qid in ids:
         turn = first_turns.get(qid)
         if turn is None or turn["reference_image_id"] is None:
             skipped[qid] = "no_reference"
@@ -162,7 +180,7 @@ def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple
         else:
             eligible.append(qid)
     assert len(eligible) + len(skipped) == len(ids)
-    return eligible, skipped
+    return eligible, skipped, first_turns, facts
 
 
 _TURN_FIELDS = (
@@ -179,18 +197,23 @@ def _session_turns(query_ids: Any) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) -> tuple[list[int], dict[int, str]]:
+def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
+                         fmt: str | None = None) -> tuple[list[int], dict[int, str]]:
     """Eligible multi-turn sessions in (ordinal, id) order and the skipped ones with a reason.
 
     A session is scored when its turns are numbered 1..n_turns, every turn has a
     reference image with a file and a non-empty text, and it has a positive target.
+    ``fmt``: the dataset's format when the caller has it (else it is read).
     """
     qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split, n_turns__gt=1)
     if query_ids is not None:
         qs = qs.filter(pk__in=list(query_ids))
     queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
+    if not queries:  # no session (most single-turn datasets): nothing more to read
+        return [], {}
     turns = _session_turns(qs.values("pk"))
-    with_positive = set(positive_image_ids(dataset_format(run.dataset_id), qs.values("pk")))
+    with_positive = set(positive_image_ids(fmt if fmt is not None else dataset_format(run.dataset_id),
+                                           qs.values("pk")))
     eligible: list[int] = []
     skipped: dict[int, str] = {}
     for qid, n_turns in queries:
@@ -214,10 +237,9 @@ def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None) 
 def _gallery_rows(run: AuditRun) -> tuple[list[int], dict[str, Any]]:
     """Gallery image ids in order, and a description of where they came from."""
     entries = GalleryEntry.objects.filter(dataset_id=run.dataset_id, split=run.split)
-    if entries.exists():
-        rows = list(entries.order_by("ordinal", "image_id").values_list("image_id", "image__missing", "image__sha256", "image__path"))
-        source = "split gallery"
-    else:
+    rows = list(entries.order_by("ordinal", "image_id").values_list("image_id", "image__missing", "image__sha256", "image__path"))
+    source = "split gallery"
+    if not rows:
         rows = list(
             Image.objects.filter(dataset_id=run.dataset_id).order_by("id").values_list("id", "missing", "sha256", "path")
         )
@@ -306,8 +328,9 @@ def plan_run(run: AuditRun) -> bool:
         run = AuditRun.objects.select_for_update().get(pk=run.pk)
         if run.planned or not run.is_active:
             return False
-        eligible, skipped = _eligibility(run)
-        sessions, session_skipped = _session_eligibility(run)
+        fmt = dataset_format(run.dataset_id)
+        eligible, skipped = _eligibility(run, fmt=fmt)
+        sessions, session_skipped = _session_eligibility(run, fmt=fmt)
         gallery, gallery_info = _gallery_rows(run)
         if not eligible and not sessions:
             raise _nothing_to_audit(skipped, session_skipped)

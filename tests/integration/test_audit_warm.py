@@ -51,6 +51,47 @@ def test_warm_reaudit_builds_no_model_and_gives_the_same_rows(demo, settings):
     assert warm.summary["counts"] == cold.summary["counts"]
 
 
+def test_gallery_chunks_of_the_retrievers_are_encoded_together_with_the_same_results(demo, settings, tmp_path):
+    """One worker claims the other retrievers' gallery chunks over the same images and decodes
+    each file once for all of them; the embeddings, ranks and labels are those of chunks run
+    one by one (AUDIT_SHARE_DECODE off)."""
+    run = planning.create_run(demo, SPECS, chunk_gallery=20, chunk_queries=8)
+    planning.plan_run(run)
+    first = AuditChunk.objects.filter(run=run, kind="gallery", retriever=SPECS[0]).order_by("index").first()
+    assert execution.process_chunk(first.pk, owner="w1", heartbeat=False) == "ok"
+    together = AuditChunk.objects.filter(run=run, kind="gallery", index=first.index)
+    assert sorted(together.values_list("retriever", "status", "owner")) == [(s, "done", "w1") for s in SPECS]
+    sibling = together.get(retriever=SPECS[1])
+    assert sibling.stats["decoded_with"] == [first.pk] and sibling.stats["cache"]["gallery_encoded"] == first.n_items
+    assert execution.process_chunk(sibling.pk, owner="w2", heartbeat=False) == "done"
+    # a sibling another worker holds is left to it
+    second = AuditChunk.objects.filter(run=run, kind="gallery", retriever=SPECS[0]).order_by("index")[1]
+    other = AuditChunk.objects.get(run=run, kind="gallery", retriever=SPECS[1], index=second.index)
+    assert execution.claim_chunk(other.pk, "w2")
+    assert execution.process_chunk(second.pk, owner="w1", heartbeat=False) == "ok"
+    assert AuditChunk.objects.get(pk=other.pk).status == "running"
+    assert execution.process_chunk(other.pk, owner="w2", heartbeat=False) == "busy"
+    for c in AuditChunk.objects.filter(run=run).exclude(status="done").exclude(pk=other.pk).order_by("pk"):
+        execution.process_chunk(c.pk, owner="w1", heartbeat=False)
+    AuditChunk.objects.filter(pk=other.pk).update(status="pending", owner="")
+    for c in AuditChunk.objects.filter(run=run).exclude(status="done").order_by("pk"):
+        assert execution.process_chunk(c.pk, owner="w1", heartbeat=False) == "ok"
+    from audit.runs import aggregation
+
+    assert aggregation.aggregate_run(run.pk) is True
+    shared = AuditRun.objects.get(pk=run.pk)
+
+    settings.AUDIT_SHARE_DECODE = False
+    settings.EMBEDDING_CACHE_DIR = tmp_path / "one-by-one"
+    clear_memos()
+    alone = dispatch.run_inline(planning.create_run(demo, SPECS, chunk_gallery=20, chunk_queries=8))
+    assert alone.status == "done", alone.error
+    assert not any("decoded_with" in (st or {}) for st in AuditChunk.objects.filter(run=alone).values_list(
+        "stats", flat=True))
+    assert [r[1:] for r in _ranks(shared)] == [r[1:] for r in _ranks(alone)]
+    assert shared.summary["counts"] == alone.summary["counts"]
+
+
 def test_gallery_progress_shows_images_per_second_and_eta(demo):
     run = planning.create_run(demo, SPECS[:1], chunk_gallery=20)
     planning.plan_run(run)
@@ -81,3 +122,14 @@ def test_bulk_writer_keeps_existing_rows(demo):
     assert AuditRank.objects.filter(run=fresh).count() == len(rows) == Query.objects.filter(
         dataset=demo, n_turns=1).count()
     assert connection.vendor in ("sqlite", "postgresql")  # COPY on PostgreSQL, executemany on SQLite
+
+
+def test_rows_store_the_json_text_of_json_dumps():
+    import json
+
+    from audit.runs.bulkwrite import _json_text
+
+    for value in ([], {}, [1, None, 3], {"gains": [0.5, 1.0], "mm": [None, 2]}, {"a": "é\"x\n"}, {1: [2]},
+                  [1.5, float("inf"), -0.0, 1e-300], {"x": True, "y": False, "z": None}, "text", 3, 2.5,
+                  [[1, 2], {"k": [3]}], list(range(64))):
+        assert _json_text(value) == json.dumps(value)

@@ -100,3 +100,37 @@ def test_modality_scores_reports_map_beside_recall():
     assert out["map_at_k"]["10"]["multimodal"] == pytest.approx(0.5)  # AP 1 and AP 0
     # without every rank, the best one stands for the only positive
     assert modality_scores(best, k=10)["map_at_k"]["5"]["text_only"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("rank", [None, 1, 2, 7, 10, 11, 681])
+@pytest.mark.parametrize("rel", [0.0, 0.5, 1.0, 1, 3.0])
+@pytest.mark.parametrize("k", [None, 1, 10])
+def test_one_positive_scores_as_the_general_path(rank, rel, k):
+    """The one-positive shortcuts give what the general code gives: a second positive of
+    relevance 0 (never retrieved, or far down) adds exactly 0.0 to both DCGs."""
+    from retrieval.metrics import hit_positions, ndcg_multi
+
+    assert ndcg_multi([rank], [rel], k) == ndcg_multi([rank, 1000], [rel, 0.0], k)
+    assert ndcg_multi([rank], [rel], k) == ndcg_multi([rank, None], [rel, 0.0], k)
+    if rel == 1.0:
+        assert ndcg_multi([rank], None, k) == ndcg_multi([rank, None], [1.0, 0.0], k)
+    assert hit_positions([rank]) == hit_positions([rank, None])
+
+
+def test_map_at_ks_in_one_pass_equals_each_cut_off_alone():
+    """AP at every cut-off from one pass over a query's hits: the same floats as one cut-off at a time."""
+    import random
+
+    from retrieval.metrics import _ap_from_hits, _aps_from_hits, hit_positions, map_at_k, map_at_ks
+
+    rng = random.Random(7)
+    queries = []
+    for _ in range(300):
+        g = rng.randint(1, 8)
+        queries.append([rng.choice([None, rng.randint(1, 80)]) for _ in range(g)])
+    ks = [50, 5, 25, 10, 5]
+    for ranks in queries:
+        hits = hit_positions(ranks)
+        assert _aps_from_hits(hits, len(ranks), sorted(set(ks))) == [_ap_from_hits(hits, len(ranks), k) for k in (5, 10, 25, 50)]
+    assert map_at_ks(queries, ks) == {k: map_at_k(queries, k) for k in ks}
+    assert list(map_at_ks(queries, ks)) == [50, 5, 25, 10]
