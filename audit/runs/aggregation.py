@@ -337,8 +337,11 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
     :func:`label_queries` derives with those the file recorded for the real pool.
     """
     started = time.perf_counter()
-    run = AuditRun.objects.select_related("dataset").filter(pk=run_id).first()
-    if run is None or run.status != AuditRun.Status.RUNNING:
+    try:  # get(), not first(): no ordering to compile for one row by its key
+        run = AuditRun.objects.select_related("dataset").get(pk=run_id)
+    except AuditRun.DoesNotExist:
+        return False
+    if run.status != AuditRun.Status.RUNNING:
         return False
     chunks = list(AuditChunk.objects.filter(run=run).values("kind", "status", "stats", "retriever"))
     if any(c["status"] != AuditChunk.Status.DONE for c in chunks):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections import defaultdict
 from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -115,28 +116,46 @@ _gallery_memo: dict[tuple[int, str, str], tuple[list[int], list[str], dict[str, 
 def _gallery_of(run: AuditRun, spec: str) -> tuple[list[int], list[str], dict[str, str]]:
     """The gallery of one retriever: its gallery chunks' images minus unreadable ones.
 
-    Read once per process and run (done gallery chunks never change).
+    Read once per process and run (done gallery chunks never change), with the galleries of
+    the run's other retrievers whose gallery chunks are all done (one read of the chunks and
+    of the images' files for all of them).
     """
-    key = (run.pk, run.created_at.isoformat() if run.created_at else "", spec)
+    created = run.created_at.isoformat() if run.created_at else ""
+    key = (run.pk, created, spec)
     if key not in _gallery_memo:
-        if len(_gallery_memo) >= 4:
+        galleries = _read_galleries(run, spec)
+        for other in sorted(galleries, key=lambda s: s == spec):  # the one asked for last: kept longest
+            _gallery_memo.pop((run.pk, created, other), None)
+            _gallery_memo[(run.pk, created, other)] = galleries[other]
+        while len(_gallery_memo) > GALLERY_MEMO:
             _gallery_memo.pop(next(iter(_gallery_memo)))
-        _gallery_memo[key] = _read_gallery(run, spec)
     return _gallery_memo[key]
 
 
-def _read_gallery(run: AuditRun, spec: str) -> tuple[list[int], list[str], dict[str, str]]:
-    ids: list[int] = []
-    unreadable: set[int] = set()
-    for items, stats in AuditChunk.objects.filter(run=run, retriever=spec, kind=AuditChunk.Kind.GALLERY).order_by(
+#: Galleries (ids, keys, files) kept per process.
+GALLERY_MEMO = 4
+
+
+def _read_galleries(run: AuditRun, spec: str) -> dict[str, tuple[list[int], list[str], dict[str, str]]]:
+    """:func:`_gallery_of` ``spec``, and the other retrievers' galleries that are fully encoded."""
+    chunks: dict[str, list[tuple[list[int], Any, str]]] = defaultdict(list)
+    for retriever, items, stats, status in AuditChunk.objects.filter(run=run, kind=AuditChunk.Kind.GALLERY).order_by(
         "index"
-    ).values_list("items", "stats"):
-        ids.extend(items)
-        unreadable.update(int(i) for i in (stats or {}).get("unreadable", {}))
-    ids = [i for i in ids if i not in unreadable]
-    files = _image_files(ids)
-    ids = [i for i in ids if i in files and files[i][0]]
-    return ids, [files[i][0] for i in ids], {files[i][0]: files[i][1] for i in ids}
+    ).values_list("retriever", "items", "stats", "status"):
+        chunks[retriever].append((items, stats, status))
+    kept: dict[str, list[int]] = {}
+    for retriever, parts in chunks.items():
+        if retriever != spec and any(status != AuditChunk.Status.DONE for _, _, status in parts):
+            continue
+        unreadable = {int(i) for _, stats, _ in parts for i in (stats or {}).get("unreadable", {})}
+        kept[retriever] = [i for items, _, _ in parts for i in items if i not in unreadable]
+    kept.setdefault(spec, [])
+    files = _image_files(list(dict.fromkeys(i for ids in kept.values() for i in ids)))
+    out = {}
+    for retriever, ids in kept.items():
+        ids = [i for i in ids if i in files and files[i][0]]
+        out[retriever] = (ids, [files[i][0] for i in ids], {files[i][0]: files[i][1] for i in ids})
+    return out
 
 
 def _loader_workers() -> int:
@@ -477,8 +496,9 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
     yet), ``"ok"`` (computed now), ``"failed"``, ``"lost"`` (lease taken over while
     computing; nothing written), ``"missing"``.
     """
-    chunk = AuditChunk.objects.select_related("run", "run__dataset").filter(pk=chunk_id).first()
-    if chunk is None:
+    try:  # get(), not first(): no ordering (a join to the run) to compile for one row by its key
+        chunk = AuditChunk.objects.select_related("run", "run__dataset").get(pk=chunk_id)
+    except AuditChunk.DoesNotExist:
         return "missing"
     if chunk.status == AuditChunk.Status.DONE:
         return "done"
