@@ -11,8 +11,8 @@ random-weight retrievers by default. Prints figures; asserts nothing.
    each retriever, and every distinct query text encoded by each retriever, batched, and
    nothing else (the reference images are gallery images, so an audit never needs to
    encode them again; any that are not are added and counted). The audit decodes each
-   gallery file once for all its retrievers too (AUDIT_RETRIEVERS_TOGETHER), so the baseline does
-   the same. No audit can do less work than this;
+   gallery file once for all its retrievers too (AUDIT_RETRIEVERS_TOGETHER), so the
+   baseline does the same. No audit can do less work than this;
 2. full audit, cold cache: the real in-process audit (plan, chunks, three modalities,
    labels, subsets); goal: at most 1.3x the bare encode;
 3. the same audit again, warm embedding cache, in a "fresh process" (the in-process
