@@ -249,9 +249,10 @@ AUDIT_COORDINATOR_SECONDS = env_int("AUDIT_COORDINATOR_SECONDS", 15)
 AUDIT_MAX_ATTEMPTS = env_int("AUDIT_MAX_ATTEMPTS", 3)
 AUDIT_DEVICE = env_str("AUDIT_DEVICE", "")  # "" = cuda when available, else cpu
 AUDIT_BATCH_SIZE = env_int("AUDIT_BATCH_SIZE", 64)
-# A worker encodes the gallery chunks of every retriever over the same images together, each
-# file decoded once for all of them (off: one chunk per task, the retrievers' chunks in parallel).
-AUDIT_SHARE_DECODE = env_bool("AUDIT_SHARE_DECODE", True)
+# A worker runs the chunks of every retriever over the same gallery images or the same queries
+# together: each gallery file decoded once for all of them, each query chunk's queries, turns and
+# targets read once (off: one chunk per task, the retrievers' chunks in parallel).
+AUDIT_RETRIEVERS_TOGETHER = env_bool("AUDIT_RETRIEVERS_TOGETHER", True)
 AUDIT_PRECISION = env_str("AUDIT_PRECISION", "amp")  # amp (fp16 autocast on CUDA; fp32 on CPU) | fp32
 AUDIT_PANEL_K = 10  # multimodal results kept per (query, retriever) for the annotator panel
 AUDIT_CANDIDATES_N = env_int("AUDIT_CANDIDATES_N", 64)  # multimodal top list stored per rank row (targets included)

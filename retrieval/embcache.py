@@ -198,6 +198,8 @@ class EmbeddingCache:
             conn.execute("COMMIT")
         nbytes = self.dim * 4
         missing: dict[str, None] = {}
+        rows: list[int] = []
+        blobs: list[bytes] = []
         for row, (key, skey) in enumerate(zip(keys, skeys)):
             blob = found.get(skey)
             if blob is None:
@@ -205,7 +207,10 @@ class EmbeddingCache:
             else:
                 if len(blob) != nbytes:
                     raise ValueError(f"corrupt entry {kind}/{skey} in {self.db_path}: {len(blob)} bytes, expected {nbytes}")
-                matrix[row] = np.frombuffer(blob, dtype="<f4")
+                rows.append(row)
+                blobs.append(blob)
+        if rows:  # every vector found, copied in at once (not one numpy call per row)
+            matrix[rows] = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(rows), self.dim)
         return CacheLookup(matrix, list(missing))
 
     def put_many(self, kind: Kind, keys: Sequence[str], embeddings: Any) -> int:

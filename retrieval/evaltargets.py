@@ -24,7 +24,8 @@ def facts_by_query(query_ids: Iterable[int] | Any) -> dict[int, list[TargetFacts
 def dataset_format(dataset: Dataset | int) -> str:
     if isinstance(dataset, Dataset):
         return dataset.format
-    return Dataset.objects.filter(pk=dataset).values_list("format", flat=True).first() or ""
+    found = list(Dataset.objects.filter(pk=dataset).order_by().values_list("format", flat=True))
+    return (found[0] if found else "") or ""
 
 
 def positive_image_ids(fmt: str, query_ids: Iterable[int] | Any,

@@ -1,13 +1,12 @@
 """Aggregating a finished run: labels, per-retriever figures, session filters, subsets."""
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from retrieval.metrics import MODALITIES
@@ -32,6 +31,7 @@ from .base import (
     SESSIONS_KEPT,
     SKIP_REASONS,
     SUBSET_NAMES,
+    plain_rows,
     subset_name,
 )
 from .bulkwrite import insert_rows
@@ -48,27 +48,12 @@ def _rank_rows(run: AuditRun, exclude_queries: set[int] = frozenset()) -> list[t
               "query__ordinal")
     rows = [
         (q, r, mm_all or mm, t_all or t, i_all or i, {"graded": graded or {}, "subset": subset or {}}, ordinal)
-        for q, r, mm, t, i, mm_all, t_all, i_all, graded, subset, ordinal in _plain_rows(
+        for q, r, mm, t, i, mm_all, t_all, i_all, graded, subset, ordinal in plain_rows(
             AuditRank.objects.filter(run=run), fields, json_at=(5, 6, 7, 8, 9))
         if q not in exclude_queries
     ]
     rows.sort(key=lambda x: (x[6], x[0], order.get(x[1], len(order)), str(x[1])))
     return [row[:6] for row in rows]
-
-
-def _plain_rows(qs: Any, fields: Sequence[str], json_at: Sequence[int]) -> list[list[Any]]:
-    """``qs.values_list(*fields)`` for plain (integer, text) and JSON fields, the JSON values at
-    positions ``json_at`` decoded here: the ORM's per-value converters cost about 2 us a value
-    (a warm audit reads 5 JSON values for each of its rank rows)."""
-    sql, params = qs.values_list(*fields).query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = [list(row) for row in cursor.fetchall()]
-    for row in rows:
-        for i in json_at:
-            if isinstance(row[i], (str, bytes)):  # the database's JSON text (already decoded by some drivers)
-                row[i] = json.loads(row[i])
-    return rows
 
 
 def _stats_json(stats: dict[Any, dict[str, Any]]) -> dict[str, Any]:
@@ -337,8 +322,11 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
     :func:`label_queries` derives with those the file recorded for the real pool.
     """
     started = time.perf_counter()
-    run = AuditRun.objects.select_related("dataset").filter(pk=run_id).first()
-    if run is None or run.status != AuditRun.Status.RUNNING:
+    try:  # get(), not first(): no ordering to compile for one row by its key
+        run = AuditRun.objects.select_related("dataset").get(pk=run_id)
+    except AuditRun.DoesNotExist:
+        return False
+    if run.status != AuditRun.Status.RUNNING:
         return False
     chunks = list(AuditChunk.objects.filter(run=run).values("kind", "status", "stats", "retriever"))
     if any(c["status"] != AuditChunk.Status.DONE for c in chunks):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections import defaultdict
 from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -115,28 +116,46 @@ _gallery_memo: dict[tuple[int, str, str], tuple[list[int], list[str], dict[str, 
 def _gallery_of(run: AuditRun, spec: str) -> tuple[list[int], list[str], dict[str, str]]:
     """The gallery of one retriever: its gallery chunks' images minus unreadable ones.
 
-    Read once per process and run (done gallery chunks never change).
+    Read once per process and run (done gallery chunks never change), with the galleries of
+    the run's other retrievers whose gallery chunks are all done (one read of the chunks and
+    of the images' files for all of them).
     """
-    key = (run.pk, run.created_at.isoformat() if run.created_at else "", spec)
+    created = run.created_at.isoformat() if run.created_at else ""
+    key = (run.pk, created, spec)
     if key not in _gallery_memo:
-        if len(_gallery_memo) >= 4:
+        galleries = _read_galleries(run, spec)
+        for other in sorted(galleries, key=lambda s: s == spec):  # the one asked for last: kept longest
+            _gallery_memo.pop((run.pk, created, other), None)
+            _gallery_memo[(run.pk, created, other)] = galleries[other]
+        while len(_gallery_memo) > GALLERY_MEMO:
             _gallery_memo.pop(next(iter(_gallery_memo)))
-        _gallery_memo[key] = _read_gallery(run, spec)
     return _gallery_memo[key]
 
 
-def _read_gallery(run: AuditRun, spec: str) -> tuple[list[int], list[str], dict[str, str]]:
-    ids: list[int] = []
-    unreadable: set[int] = set()
-    for items, stats in AuditChunk.objects.filter(run=run, retriever=spec, kind=AuditChunk.Kind.GALLERY).order_by(
+#: Galleries (ids, keys, files) kept per process.
+GALLERY_MEMO = 4
+
+
+def _read_galleries(run: AuditRun, spec: str) -> dict[str, tuple[list[int], list[str], dict[str, str]]]:
+    """:func:`_gallery_of` ``spec``, and the other retrievers' galleries that are fully encoded."""
+    chunks: dict[str, list[tuple[list[int], Any, str]]] = defaultdict(list)
+    for retriever, items, stats, status in AuditChunk.objects.filter(run=run, kind=AuditChunk.Kind.GALLERY).order_by(
         "index"
-    ).values_list("items", "stats"):
-        ids.extend(items)
-        unreadable.update(int(i) for i in (stats or {}).get("unreadable", {}))
-    ids = [i for i in ids if i not in unreadable]
-    files = _image_files(ids)
-    ids = [i for i in ids if i in files and files[i][0]]
-    return ids, [files[i][0] for i in ids], {files[i][0]: files[i][1] for i in ids}
+    ).values_list("retriever", "items", "stats", "status"):
+        chunks[retriever].append((items, stats, status))
+    kept: dict[str, list[int]] = {}
+    for retriever, parts in chunks.items():
+        if retriever != spec and any(status != AuditChunk.Status.DONE for _, _, status in parts):
+            continue
+        unreadable = {int(i) for _, stats, _ in parts for i in (stats or {}).get("unreadable", {})}
+        kept[retriever] = [i for items, _, _ in parts for i in items if i not in unreadable]
+    kept.setdefault(spec, [])
+    files = _image_files(list(dict.fromkeys(i for ids in kept.values() for i in ids)))
+    out = {}
+    for retriever, ids in kept.items():
+        ids = [i for i in ids if i in files and files[i][0]]
+        out[retriever] = (ids, [files[i][0] for i in ids], {files[i][0]: files[i][1] for i in ids})
+    return out
 
 
 def _loader_workers() -> int:
@@ -178,26 +197,33 @@ def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[H
         "unreadable": {str(i): enc.unreadable[files[i][0]] for i in ids if files[i][0] in enc.unreadable},
         "loader_workers": _loader_workers(),
         "model_built": bool(getattr(retriever, "is_built", True)),
-        **({"decoded_with": [c.pk for c in chunks if c.pk != chunk.pk]} if len(chunks) > 1 else {}),
+        **({"run_with": [c.pk for c in chunks if c.pk != chunk.pk]} if len(chunks) > 1 else {}),
     } for chunk, retriever, enc in zip(chunks, retrievers, encs)]
 
 
-def share_decode() -> bool:
-    """Whether a worker encodes the gallery chunks of every retriever over the same images
-    together, decoding each file once (``AUDIT_SHARE_DECODE``, default on)."""
-    return bool(_setting("AUDIT_SHARE_DECODE", True))
+def retrievers_together() -> bool:
+    """Whether a worker runs the chunks of every retriever over the same gallery images or the
+    same queries together (``AUDIT_RETRIEVERS_TOGETHER``, default on): each gallery file is
+    decoded once for all of them, each query chunk's queries, turns and targets read once."""
+    return bool(_setting("AUDIT_RETRIEVERS_TOGETHER", True))
 
 
-def _gallery_siblings(run: AuditRun, chunk: AuditChunk, owner: str) -> list[AuditChunk]:
-    """The other retrievers' gallery chunks over the same images as ``chunk``, claimed now by
-    ``owner`` to be encoded with it (those another worker holds or finished are left alone)."""
-    if chunk.kind != AuditChunk.Kind.GALLERY or not share_decode() or len(run.retrievers) < 2:
+def _siblings(run: AuditRun, chunk: AuditChunk, owner: str) -> list[AuditChunk]:
+    """The other retrievers' gallery or query chunks over the same items as ``chunk``, claimed
+    now by ``owner`` to run with it (:func:`retrievers_together`); a query chunk only once its
+    retriever's gallery is encoded. Those another worker holds or finished are left alone."""
+    kinds = (AuditChunk.Kind.GALLERY, AuditChunk.Kind.QUERIES)
+    if chunk.kind not in kinds or not retrievers_together() or len(run.retrievers) < 2:
         return []
     out = []
-    for sibling in AuditChunk.objects.filter(run_id=run.pk, kind=AuditChunk.Kind.GALLERY, index=chunk.index).exclude(
+    for sibling in AuditChunk.objects.filter(run_id=run.pk, kind=chunk.kind, index=chunk.index).exclude(
         pk=chunk.pk
     ).exclude(status=AuditChunk.Status.DONE).order_by("pk"):
-        if sibling.items == chunk.items and claim_chunk(sibling.pk, owner):
+        if sibling.items != chunk.items:
+            continue
+        if sibling.kind == AuditChunk.Kind.QUERIES and not gallery_ready(run.pk, sibling.retriever):
+            continue
+        if claim_chunk(sibling.pk, owner):
             sibling.run = run
             out.append(sibling)
     return out
@@ -271,14 +297,26 @@ def _rows(ids: Sequence[int], index_of: dict[int, int]) -> list[int]:
     return [index_of[i] for i in ids if i in index_of]
 
 
-def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: Heartbeat | None) -> dict[str, Any]:
-    """The chunk's eligible queries, their encodings and targets (files can vanish between plan and run).
+QueryRead = tuple[list[int], dict[int, str], dict[int, dict[str, Any]], dict[int, QueryTargets]]
 
-    The queries, their first turns and their targets are read once (eligibility and inputs alike)."""
+
+def _read_queries(run: AuditRun, items: Sequence[int]) -> QueryRead:
+    """A query chunk's eligible queries, the skipped ones with a reason, their first turns and
+    the eligible ones' targets: one read of the queries, turns and targets (files can vanish
+    between plan and run, so eligibility is checked again), shared by the retrievers' chunks
+    over the same queries."""
+    eligible, skipped, turns, facts = single_turn_inputs(run, items, run.dataset.format)
+    return eligible, skipped, turns, evaluation_targets(run.dataset, eligible, facts)
+
+
+def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: Heartbeat | None,
+                  read: QueryRead | None = None) -> dict[str, Any]:
+    """The chunk's eligible queries, their encodings and targets (``read``: :func:`_read_queries`
+    of the chunk's items, when it was made for a group of chunks)."""
     from ..engine import encode_images, encode_texts
 
     retriever, cache, max_pixels = gallery_ctx[:3]
-    eligible, skipped, turns, facts = single_turn_inputs(run, chunk.items, run.dataset.format)
+    eligible, skipped, turns, targets = read or _read_queries(run, chunk.items)
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
     keys = [turns[q]["reference_image__sha256"] for q in eligible]
     locate = _locator(run, {turns[q]["reference_image__sha256"]: turns[q]["reference_image__path"] for q in eligible})
@@ -290,7 +328,7 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
     if beat:
         beat.check()
     return {"kept": kept, "turns": turns, "img": img, "txt": txt, "skipped": skipped_out,
-            "targets": evaluation_targets(run.dataset, kept, facts)}
+            "targets": {q: targets[q] for q in kept if q in targets}}
 
 
 def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTargets,
@@ -308,12 +346,13 @@ def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTarg
     }
 
 
-def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None,
+                      read: QueryRead | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from ..engine import rank_three
 
     ctx = _chunk_gallery(run, chunk, beat)
     retriever, _cache_, _px, gallery, g_ids, index_of, g_enc, build_s, gallery_s = ctx
-    inp = _query_inputs(run, chunk, ctx, beat)
+    inp = _query_inputs(run, chunk, ctx, beat, read)
     kept, targets, img, txt = inp["kept"], inp["targets"], inp["img"], inp["txt"]
     empty = QueryTargets()
     tq = [targets.get(q, empty) for q in kept]
@@ -457,8 +496,9 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
     yet), ``"ok"`` (computed now), ``"failed"``, ``"lost"`` (lease taken over while
     computing; nothing written), ``"missing"``.
     """
-    chunk = AuditChunk.objects.select_related("run", "run__dataset").filter(pk=chunk_id).first()
-    if chunk is None:
+    try:  # get(), not first(): no ordering (a join to the run) to compile for one row by its key
+        chunk = AuditChunk.objects.select_related("run", "run__dataset").get(pk=chunk_id)
+    except AuditChunk.DoesNotExist:
         return "missing"
     if chunk.status == AuditChunk.Status.DONE:
         return "done"
@@ -478,17 +518,14 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
             _fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
             return "failed"
         return "busy" if chunk.status != AuditChunk.Status.FAILED else "failed"
-    return _run_claimed([chunk, *_gallery_siblings(run, chunk, owner)], run, owner, heartbeat)
+    return _run_claimed([chunk, *_siblings(run, chunk, owner)], run, owner, heartbeat)
 
 
 def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: bool) -> str:
     """Compute and write claimed chunks: one chunk, or gallery chunks encoded together."""
     beats = [Heartbeat(c.pk, owner) if heartbeat else None for c in group]
     try:
-        if len(group) > 1:
-            results = [(stats, []) for stats in _encode_gallery_group(run, group, beats)]
-        else:
-            results = [_compute(run, group[0], beats[0])]
+        results = _compute_group(run, group, beats)
         for beat in beats:
             if beat:
                 beat.check()
@@ -507,6 +544,20 @@ def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: 
     for n, (c, (stats, rows)) in enumerate(zip(group, results)):
         _write_chunk(run, c, stats, rows, progress=n == len(group) - 1)  # the progress once, after the last
     return "ok"
+
+
+def _compute_group(run: AuditRun, group: list[AuditChunk], beats: list[Heartbeat | None]) -> list[tuple[dict[str, Any], list[Any]]]:
+    """:func:`_compute` of each chunk of a group (:func:`_siblings`): gallery chunks encoded
+    together, query chunks on one read of their queries."""
+    if len(group) == 1:
+        return [_compute(run, group[0], beats[0])]
+    if group[0].kind == AuditChunk.Kind.GALLERY:
+        return [(stats, []) for stats in _encode_gallery_group(run, group, beats)]
+    read = _read_queries(run, group[0].items)
+    results = [_rank_query_chunk(run, c, beat, read) for c, beat in zip(group, beats)]
+    for c, (stats, _rows) in zip(group, results):
+        stats["run_with"] = [other.pk for other in group if other.pk != c.pk]
+    return results
 
 
 def _compute(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[dict[str, Any], list[Any]]:

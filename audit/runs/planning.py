@@ -21,7 +21,7 @@ from retrieval.models import (
 )
 
 from ..models import AuditChunk, AuditRun
-from .base import SESSION_SKIP_REASONS, SKIP_REASONS, AuditError, _setting
+from .base import SESSION_SKIP_REASONS, SKIP_REASONS, AuditError, _setting, plain_rows
 
 
 def query_splits(dataset: Dataset) -> list[str]:
@@ -162,7 +162,8 @@ def single_turn_inputs(
         qs = qs.filter(pk__in=list(query_ids))
     ids = list(qs.order_by("ordinal", "id").values_list("id", flat=True))
     wanted = ids if query_ids is not None else qs.values("pk")
-    first_turns = {t["query_id"]: t for t in Turn.objects.filter(query_id__in=wanted, index=1).values(*_FIRST_TURN_FIELDS)}
+    first_turns = {row[0]: dict(zip(_FIRST_TURN_FIELDS, row)) for row in plain_rows(
+        Turn.objects.filter(query_id__in=wanted, index=1), _FIRST_TURN_FIELDS, json_at=(5,))}
     facts = facts_by_query(wanted)
     with_positive = set(positive_image_ids(fmt if fmt is not None else dataset_format(run.dataset_id), (), facts))
     eligible: list[int] = []

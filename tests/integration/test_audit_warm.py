@@ -51,45 +51,62 @@ def test_warm_reaudit_builds_no_model_and_gives_the_same_rows(demo, settings):
     assert warm.summary["counts"] == cold.summary["counts"]
 
 
-def test_gallery_chunks_of_the_retrievers_are_encoded_together_with_the_same_results(demo, settings, tmp_path):
-    """One worker claims the other retrievers' gallery chunks over the same images and decodes
-    each file once for all of them; the embeddings, ranks and labels are those of chunks run
-    one by one (AUDIT_SHARE_DECODE off)."""
+def test_the_retrievers_chunks_run_together_with_the_same_results(demo, settings, tmp_path):
+    """One worker claims the other retrievers' gallery chunks over the same images (each file
+    decoded once for all of them) and their query chunks over the same queries (read once);
+    the embeddings, ranks and labels are those of chunks run one by one."""
     run = planning.create_run(demo, SPECS, chunk_gallery=20, chunk_queries=8)
     planning.plan_run(run)
-    first = AuditChunk.objects.filter(run=run, kind="gallery", retriever=SPECS[0]).order_by("index").first()
+
+    def chunk(kind, spec, n):
+        return AuditChunk.objects.filter(run=run, kind=kind, retriever=spec).order_by("index")[n]
+
+    first = chunk("gallery", SPECS[0], 0)
     assert execution.process_chunk(first.pk, owner="w1", heartbeat=False) == "ok"
     together = AuditChunk.objects.filter(run=run, kind="gallery", index=first.index)
     assert sorted(together.values_list("retriever", "status", "owner")) == [(s, "done", "w1") for s in SPECS]
     sibling = together.get(retriever=SPECS[1])
-    assert sibling.stats["decoded_with"] == [first.pk] and sibling.stats["cache"]["gallery_encoded"] == first.n_items
+    assert sibling.stats["run_with"] == [first.pk] and sibling.stats["cache"]["gallery_encoded"] == first.n_items
     assert execution.process_chunk(sibling.pk, owner="w2", heartbeat=False) == "done"
     # a sibling another worker holds is left to it
-    second = AuditChunk.objects.filter(run=run, kind="gallery", retriever=SPECS[0]).order_by("index")[1]
-    other = AuditChunk.objects.get(run=run, kind="gallery", retriever=SPECS[1], index=second.index)
+    second, other = chunk("gallery", SPECS[0], 1), chunk("gallery", SPECS[1], 1)
     assert execution.claim_chunk(other.pk, "w2")
     assert execution.process_chunk(second.pk, owner="w1", heartbeat=False) == "ok"
     assert AuditChunk.objects.get(pk=other.pk).status == "running"
     assert execution.process_chunk(other.pk, owner="w2", heartbeat=False) == "busy"
-    for c in AuditChunk.objects.filter(run=run).exclude(status="done").exclude(pk=other.pk).order_by("pk"):
-        execution.process_chunk(c.pk, owner="w1", heartbeat=False)
+    for c in AuditChunk.objects.filter(run=run, kind="gallery").exclude(status="done").exclude(pk=other.pk):
+        assert execution.process_chunk(c.pk, owner="w1", heartbeat=False) in ("ok", "done")
+    # a query chunk runs alone while the other retriever's gallery is not encoded ...
+    q0 = chunk("queries", SPECS[0], 0)
+    assert execution.process_chunk(q0.pk, owner="w1", heartbeat=False) == "ok"
+    assert chunk("queries", SPECS[1], 0).status == "pending"
     AuditChunk.objects.filter(pk=other.pk).update(status="pending", owner="")
+    assert execution.process_chunk(other.pk, owner="w1", heartbeat=False) == "ok"
+    # ... and with it once it is
+    q1 = chunk("queries", SPECS[0], 1)
+    assert execution.process_chunk(q1.pk, owner="w1", heartbeat=False) == "ok"
+    q1b = chunk("queries", SPECS[1], 1)
+    assert q1b.status == "done" and q1b.stats["run_with"] == [q1.pk]
+    q1.refresh_from_db()
+    assert q1.stats["ranked"] > 0 and q1.stats["run_with"] == [q1b.pk]
+    assert AuditRank.objects.filter(run=run, query_id__in=q1.items).count() == 2 * q1.stats["ranked"]
     for c in AuditChunk.objects.filter(run=run).exclude(status="done").order_by("pk"):
-        assert execution.process_chunk(c.pk, owner="w1", heartbeat=False) == "ok"
+        assert execution.process_chunk(c.pk, owner="w1", heartbeat=False) in ("ok", "done")
     from audit.runs import aggregation
 
     assert aggregation.aggregate_run(run.pk) is True
     shared = AuditRun.objects.get(pk=run.pk)
 
-    settings.AUDIT_SHARE_DECODE = False
+    settings.AUDIT_RETRIEVERS_TOGETHER = False
     settings.EMBEDDING_CACHE_DIR = tmp_path / "one-by-one"
     clear_memos()
     alone = dispatch.run_inline(planning.create_run(demo, SPECS, chunk_gallery=20, chunk_queries=8))
     assert alone.status == "done", alone.error
-    assert not any("decoded_with" in (st or {}) for st in AuditChunk.objects.filter(run=alone).values_list(
+    assert not any("run_with" in (st or {}) for st in AuditChunk.objects.filter(run=alone).values_list(
         "stats", flat=True))
     assert [r[1:] for r in _ranks(shared)] == [r[1:] for r in _ranks(alone)]
     assert shared.summary["counts"] == alone.summary["counts"]
+    assert shared.summary["retriever_stats"] == alone.summary["retriever_stats"]
 
 
 def test_gallery_progress_shows_images_per_second_and_eta(demo):
