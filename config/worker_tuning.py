@@ -1,7 +1,7 @@
 """Keep background work from starving the web tier on a shared machine.
 
-A worker lowers its CPU priority (``WORKER_NICE``, default 10: the web processes win every
-contended core) and gives torch only the cores that are left to it: the machine's cores
+A worker lowers its CPU priority (``WORKER_NICE``, default 19: the web processes win every
+contended core; ``idle``: the worker runs only on idle cores) and gives torch only the cores that are left to it: the machine's cores
 less ``WORKER_RESERVED_CORES`` (default 1, for the web tier), shared among the worker's
 pool processes. ``WORKER_TORCH_THREADS`` overrides the count. Gallery images are decoded in
 :func:`loader_workers` processes (``AUDIT_LOADER_WORKERS`` overrides). On a GPU host with no web
@@ -50,13 +50,17 @@ def _env_int(name: str, default: int) -> int:
 
 
 def lower_priority(sender=None, **kwargs) -> None:
-    """``worker_init``: renice the worker before it forks its pool (children inherit it)."""
-    nice = _env_int("WORKER_NICE", 10)
-    if nice > 0:
-        try:
-            os.nice(nice)
-        except OSError as exc:  # not permitted here: run at normal priority
-            log.warning("could not lower the worker's priority: %s", exc)
+    """``worker_init``: lower the worker's CPU priority before it forks its pool (children
+    inherit it): ``WORKER_NICE`` (default 19, the lowest), or ``WORKER_NICE=idle`` for
+    Linux's idle scheduling class, where the worker runs only on cores nothing else wants."""
+    value = os.environ.get("WORKER_NICE", "19").strip().lower()
+    try:
+        if value == "idle":
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        elif _env_int("WORKER_NICE", 19) > 0:
+            os.nice(_env_int("WORKER_NICE", 19))
+    except (OSError, AttributeError) as exc:  # not permitted (or not Linux): run at normal priority
+        log.warning("could not lower the worker's priority: %s", exc)
 
 
 def limit_torch_threads(sender=None, **kwargs) -> None:
