@@ -10,25 +10,15 @@ tensor **on the CPU**, whatever device the model runs on. Embeddings go to the o
 cache (:mod:`retrieval.embcache`) and to ranking code that decides itself where to
 compute; returning CPU tensors keeps GPU memory bounded to one batch.
 
-Retriever spec grammar (what the CLI and the audit settings accept)::
-
-    openclip:MODEL                    random init, seed 0 (deterministic)
-    openclip:MODEL@random:SEED        random init with another seed
-    openclip:MODEL@TAG                open_clip pretrained tag (may download: explicit)
-    openclip:MODEL@/path/to/ckpt.pt   local checkpoint (a path: contains '/' or '\\',
-                                      starts with '.' or '~', or ends in .pt/.pth/
-                                      .bin/.safetensors/.ckpt)
-
-MODEL is an open_clip architecture name (``open_clip.list_models()``), including the
-tiny ones shipped in ``retrieval/model_configs`` (``cirval-tiny-vit``,
-``cirval-tiny-vit-b``). Only a TAG may contact a hub; random and local builds never do.
+Retriever specs (``openclip:MODEL[@random:SEED|@TAG|@/path/to/ckpt.pt]``) are parsed by
+:mod:`retrieval.specs`, which needs no torch; :func:`parse_retriever_spec` is re-exported
+here. Only a TAG may contact a hub; random and local builds never do.
 """
 from __future__ import annotations
 
 import hashlib
 import multiprocessing
 import os
-import re
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -40,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 from torchvision.transforms import Compose
+
+from retrieval.specs import MODEL_CONFIG_DIR, SPEC_PREFIX, looks_like_path, parse_retriever_spec
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -54,9 +46,6 @@ __all__ = [
     "parse_retriever_spec",
 ]
 
-MODEL_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
-SPEC_PREFIX = "openclip:"
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 DEFAULT_MAX_PIXELS = 64_000_000  # ~8000 x 8000; far above any CIR benchmark image
 Precision = Literal["fp32", "amp"]
 
@@ -303,89 +292,7 @@ class Retriever(Protocol):
 
 
 # --------------------------------------------------------------------------- spec parsing
-
-_SEED_RE = re.compile(r"^random(?::(-?\d+))?$")
-
-
-def _looks_like_path(weights: str) -> bool:
-    return (
-        "/" in weights
-        or "\\" in weights
-        or weights.startswith((".", "~"))
-        or weights.lower().endswith(CHECKPOINT_SUFFIXES)
-    )
-
-
-def parse_retriever_spec(spec: str) -> dict[str, Any]:
-    """Parse a retriever spec (grammar in the module docstring).
-
-    Returns a dict with ``backend`` ('openclip'), ``model``, ``kind`` ('random', 'tag'
-    or 'checkpoint'), ``seed`` (random only), ``tag`` (tag only), ``checkpoint``
-    (absolute path, checkpoint only) and ``canonical`` (the normalised spec string).
-    Raises ValueError with an explanation for anything else.
-    """
-    spec, model, weights = _split_spec(spec)
-    out: dict[str, Any] = {"backend": "openclip", "model": model, "seed": None, "tag": None, "checkpoint": None}
-    if not weights or _SEED_RE.match(weights):
-        out.update(_random_weights(model, weights))
-    elif _looks_like_path(weights):
-        out.update(_checkpoint_weights(spec, model, weights))
-    else:
-        out.update(_tag_weights(spec, model, weights))
-    return out
-
-
-def _split_spec(spec: Any) -> tuple[str, str, str]:
-    """(spec, model, weights) of a well-formed spec naming a known open_clip model."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise ValueError("empty retriever spec; expected e.g. 'openclip:ViT-B-32@openai'")
-    spec = spec.strip()
-    if not spec.startswith(SPEC_PREFIX):
-        backend = spec.split(":", 1)[0] if ":" in spec else ""
-        hint = f"unknown backend '{backend}'" if backend else "missing backend prefix"
-        raise ValueError(f"bad retriever spec '{spec}': {hint}; expected 'openclip:MODEL[@WEIGHTS]'")
-    model, sep, weights = spec[len(SPEC_PREFIX):].partition("@")
-    model, weights = model.strip(), weights.strip()
-    if not model:
-        raise ValueError(f"bad retriever spec '{spec}': no model name after 'openclip:'")
-    if model.startswith(("hf-hub:", "local-dir:")) or ":" in model:
-        raise ValueError(
-            f"bad retriever spec '{spec}': schema model names ('hf-hub:', 'local-dir:') are "
-            "not supported; use a built-in architecture with a tag or a checkpoint path"
-        )
-    known = open_clip.list_models()
-    if model not in known:
-        close = [m for m in known if m.lower() == model.lower()]
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"bad retriever spec '{spec}': unknown open_clip model '{model}'{hint}")
-    if sep and not weights:
-        raise ValueError(f"bad retriever spec '{spec}': nothing after '@'")
-    return spec, model, weights
-
-
-def _random_weights(model: str, weights: str) -> dict[str, Any]:
-    m = _SEED_RE.match(weights) if weights else None
-    seed = int(m.group(1)) if m and m.group(1) is not None else 0
-    return {"kind": "random", "seed": seed, "canonical": f"{SPEC_PREFIX}{model}" + (f"@random:{seed}" if seed else "")}
-
-
-def _checkpoint_weights(spec: str, model: str, weights: str) -> dict[str, Any]:
-    path = Path(weights).expanduser().resolve()
-    if not path.is_file():
-        raise ValueError(f"bad retriever spec '{spec}': checkpoint file not found: {path}")
-    return {"kind": "checkpoint", "checkpoint": str(path), "canonical": f"{SPEC_PREFIX}{model}@{path}"}
-
-
-def _tag_weights(spec: str, model: str, weights: str) -> dict[str, Any]:
-    tags = open_clip.list_pretrained_tags_by_model(model)
-    tag = weights.lower().replace("-", "_")
-    if tag not in tags:
-        avail = ", ".join(tags) if tags else "none"
-        raise ValueError(
-            f"bad retriever spec '{spec}': '{weights}' is not a pretrained tag of {model} "
-            f"(available: {avail}) and does not look like a checkpoint path"
-        )
-    return {"kind": "tag", "tag": tag, "canonical": f"{SPEC_PREFIX}{model}@{tag}"}
+# The grammar and its validation live in retrieval.specs (no torch), shared with the web tier.
 
 
 def _needs_hf_assets(model: str) -> bool:
@@ -492,7 +399,7 @@ class OpenClipRetriever:
             p = os.fspath(pretrained)
             tag = p.lower().replace("-", "_")
             is_tag = tag in open_clip.list_pretrained_tags_by_model(model_name)
-            if _looks_like_path(p) or (not is_tag and os.path.isfile(p)):
+            if looks_like_path(p) or (not is_tag and os.path.isfile(p)):
                 checkpoint = str(Path(p).expanduser().resolve())
                 if not os.path.isfile(checkpoint):
                     raise ValueError(f"checkpoint file not found: {checkpoint}")

@@ -30,6 +30,7 @@ tau-diversity (see :func:`apply_filters`):
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -38,10 +39,14 @@ import numpy as np
 
 from retrieval.metrics import Rank, check_k, check_rank
 
-try:  # torch is optional for this module: numpy arrays work without it.
-    import torch
-except ImportError:  # pragma: no cover - torch is a project dependency
-    torch = None  # type: ignore[assignment]
+
+
+def _torch_of(x: Any) -> Any:
+    """torch, when ``x`` is a torch tensor; else None. torch is never imported here: a caller
+    holding a tensor has imported it already, and the web tier (which plans audits with this
+    module's defaults) must not load it."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
 
 ArrayT = TypeVar("ArrayT")
 
@@ -96,7 +101,8 @@ def aggregate_history(
     the same kind of array, same dtype and device. A zero aggregate stays zero
     (its norm is clamped at ``eps``).
     """
-    if torch is not None and isinstance(embeddings, torch.Tensor):
+    torch = _torch_of(embeddings)
+    if torch is not None:
         if embeddings.dim() != 2:
             raise ValueError("embeddings must be [L, D]")
         work = torch.float64 if embeddings.dtype == torch.float64 else torch.float32
@@ -245,7 +251,8 @@ def max_pairwise_cosine(text_embeddings: Any) -> float | None:
 
     Rows are L2-normalised here; a zero row has cosine 0 with everything.
     """
-    if torch is not None and isinstance(text_embeddings, torch.Tensor):
+    torch = _torch_of(text_embeddings)
+    if torch is not None:
         arr = text_embeddings.detach().to("cpu", torch.float64).numpy()
     else:
         arr = np.asarray(text_embeddings, dtype=np.float64)

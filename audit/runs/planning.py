@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from retrieval.specs import parse_retriever_spec
 from retrieval.evaltargets import dataset_format, facts_by_query, positive_image_ids
 from retrieval.targets import TargetFacts
 from retrieval.models import (
@@ -44,8 +45,6 @@ def resolve_split(dataset: Dataset, split: str | None) -> str:
 
 def normalise_retrievers(specs: Iterable[str]) -> list[str]:
     """Validate retriever specs and return their canonical forms, de-duplicated in order."""
-    from retrieval.encoders import parse_retriever_spec
-
     out: list[str] = []
     for spec in specs:
         spec = (spec or "").strip()

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PURE = [
     "retrieval/records.py", "retrieval/validation.py", "retrieval/metrics.py", "retrieval/ranking.py",
     "retrieval/targets.py", "retrieval/sessions.py",
-    "retrieval/encoders.py", "retrieval/embcache.py", "retrieval/demo.py", "retrieval/demo_training.py",
+    "retrieval/encoders.py", "retrieval/specs.py", "retrieval/embcache.py", "retrieval/demo.py", "retrieval/demo_training.py",
     "retrieval/imagefiles.py",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "retrieval" / "importers").glob("*.py")),
     "audit/labels.py", "audit/rankfiles.py",
