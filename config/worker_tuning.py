@@ -1,7 +1,7 @@
 """Keep background work from starving the web tier on a shared machine.
 
-A worker lowers its CPU priority (``WORKER_NICE``, default 19: the web processes win every
-contended core; ``idle``: the worker runs only on idle cores) and gives torch only the cores that are left to it: the machine's cores
+A worker lowers its CPU priority (``WORKER_NICE``, default ``idle``: Linux's idle scheduling
+class, so the worker runs only on cores the web tier leaves idle; a number: that nice value) and gives torch only the cores that are left to it: the machine's cores
 less ``WORKER_RESERVED_CORES`` (default 1, for the web tier), shared among the worker's
 pool processes. ``WORKER_TORCH_THREADS`` overrides the count. Gallery images are decoded in
 :func:`loader_workers` processes (``AUDIT_LOADER_WORKERS`` overrides). On a GPU host with no web
@@ -49,18 +49,45 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
+#: ``WORKER_NICE`` when unset: Linux's idle scheduling class (nice 19 where it is not available).
+DEFAULT_WORKER_NICE = "idle"
+
+
 def lower_priority(sender=None, **kwargs) -> None:
-    """``worker_init``: lower the worker's CPU priority before it forks its pool (children
-    inherit it): ``WORKER_NICE`` (default 19, the lowest), or ``WORKER_NICE=idle`` for
-    Linux's idle scheduling class, where the worker runs only on cores nothing else wants."""
-    value = os.environ.get("WORKER_NICE", "19").strip().lower()
+    """``worker_init``: lower the worker's CPU priority before it forks its pool (children,
+    and their image loader processes, inherit it). ``WORKER_NICE=idle`` (the default):
+    Linux's idle scheduling class, where the worker runs only on cores that nothing else
+    wants and a waking web request takes the core at once; where that class is refused or
+    missing, nice 19. A number: that nice value (0 keeps the normal priority)."""
+    value = os.environ.get("WORKER_NICE", DEFAULT_WORKER_NICE).strip().lower()
     try:
-        if value == "idle":
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        elif _env_int("WORKER_NICE", 19) > 0:
-            os.nice(_env_int("WORKER_NICE", 19))
-    except (OSError, AttributeError) as exc:  # not permitted (or not Linux): run at normal priority
+        if value == "idle" and _set_idle_class():
+            return
+        nice = 19 if value == "idle" else _env_int("WORKER_NICE", 19)
+        if nice > 0:
+            os.nice(nice)
+    except OSError as exc:  # not permitted: run at normal priority
         log.warning("could not lower the worker's priority: %s", exc)
+
+
+def _set_idle_class() -> bool:
+    """Put this process in Linux's SCHED_IDLE class; False where that is not possible."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError) as exc:  # not Linux, or refused
+        log.info("no idle scheduling class here (%s): nice 19 instead", exc)
+        return False
+    return True
+
+
+def scheduling() -> str:
+    """This process's CPU priority in words, for the log."""
+    try:
+        if os.sched_getscheduler(0) == os.SCHED_IDLE:
+            return "idle class"
+    except (OSError, AttributeError):
+        pass
+    return f"nice {os.nice(0)}"
 
 
 def limit_torch_threads(sender=None, **kwargs) -> None:
@@ -75,7 +102,7 @@ def limit_torch_threads(sender=None, **kwargs) -> None:
     except ImportError:  # pragma: no cover - torch is a requirement
         return
     torch.set_num_threads(n)
-    log.info("torch uses %d thread(s) in this worker process (nice %d)", n, os.nice(0))
+    log.info("torch uses %d thread(s) in this worker process (%s)", n, scheduling())
 
 
 def _pool_size() -> int:
