@@ -11,9 +11,13 @@ fills it (demo world + a large study), then drives the annotators
 over HTTP for a bounded time: log in, ask for the next item, submit (with a client token),
 now and then revise an earlier judgement or reload the item page. An audit and an export
 of the load study run in the background meanwhile, on the Celery worker (two pool
-processes, so both run at once), queued the way the audit form and the study page queue
-them; the worker lowers its own priority and torch threads (config/worker_tuning.py). It prints requests served, errors, p50/p95/p99 latency per
-endpoint and the lost-write check: every successful submit is in the database exactly once.
+processes, so both run at once): the demo's admin, already logged in, starts them from the
+audit form and the study page's export button as the annotators arrive; the audit starts
+with an empty embedding cache. The worker lowers
+its own priority and torch threads (config/worker_tuning.py). The clock starts once the web
+server and the worker have finished starting up. It prints requests served, errors,
+p50/p95/p99 latency per endpoint (--timeline: also by second of the run) and the lost-write
+check: every successful submit is in the database exactly once.
 With --quick --json it runs for under a minute and its last line is one JSON object.
 Every request goes to 127.0.0.1 only, and the loops stop at the deadline.
 """
@@ -24,6 +28,7 @@ import http.cookiejar
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,38 +99,32 @@ for u in users:
     s["_auth_user_hash"] = u.get_session_auth_hash()
     s.create()
     keys[u.username] = s.session_key
-print(_json.dumps({"study": study.pk, "sessions": keys}))
+admin = User.objects.filter(is_staff=True).order_by("pk").first()  # the demo's admin queues the background work
+s = SessionStore()
+s["_auth_user_id"] = str(admin.pk)
+s["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+s["_auth_user_hash"] = admin.get_session_auth_hash()
+s.create()
+print(_json.dumps({"study": study.pk, "sessions": keys, "admin_session": s.session_key}))
 """
 
 
-# What the study page's export button does: an export job, queued for a worker.
-QUEUE_EXPORT = r"""
-import django, sys
-django.setup()
-from annotation.models import ExportJob, Study
-from annotation.tasks import RUN_EXPORT
-from retrieval.jobs.queue import enqueue
-study = Study.objects.get(pk=int(sys.argv[1]))
-job = ExportJob.objects.create(study=study, policy="majority", total=study.items.count())
-sys.exit(0 if enqueue(ExportJob, job.pk, RUN_EXPORT) else 1)
-"""
+class HttpUser(threading.Thread):
+    """A browser-like client: a cookie jar, the CSRF header, and every request timed into ``stats``."""
 
-
-class Annotator(threading.Thread):
-    def __init__(self, base, username, study, deadline, stats, rng_seed, think=(0.05, 0.3), ramp=0.0, session=None):
+    def __init__(self, base, stats, session=None):
         super().__init__(daemon=True)
-        self.think, self.ramp, self.session = think, ramp, session
-        self.base, self.username, self.study, self.deadline = base, username, study, deadline
-        self.stats = stats
-        self.rng = random.Random(rng_seed)
+        self.base, self.stats, self.session = base, stats, session
         self.jar = http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
-        self.done: list[tuple[int, str]] = []
-        self.submitted: list[tuple[int, str]] = []
-        self.panels: dict[int, list[int]] = {}
 
     def csrf(self):
         return next((c.value for c in self.jar if c.name == "csrftoken"), "")
+
+    def use_session(self, key):
+        host = urllib.parse.urlparse(self.base).hostname
+        self.jar.set_cookie(http.cookiejar.Cookie(
+            0, "sessionid", key, None, False, host, False, False, "/", True, False, None, False, None, None, {}))
 
     def call(self, endpoint, method, path, body=None, form=False):
         data, headers = None, {"X-CSRFToken": self.csrf(), "Referer": self.base + "/"}
@@ -151,13 +150,39 @@ class Annotator(threading.Thread):
         self.stats.record(endpoint, ms, error=None if status < 400 else f"HTTP {status} {payload[:120]!r}")
         return status, payload
 
+
+class Admin(HttpUser):
+    """The admin, already logged in, who starts an audit and an export from the web pages
+    (the audit form and the study page's export button) as the annotators begin."""
+
+    def __init__(self, base, stats, session, study):
+        super().__init__(base, stats, session)
+        self.study = study
+        self.use_session(session)
+        self.call("admin: audit form", "GET", "/audits/new/")  # the page is open before the clock starts
+
+    def run(self):
+        self.call("admin: start audit", "POST", "/audits/new/", {
+            "dataset": "demo", "split": "", "retrievers": "openclip:cirval-tiny-vit", "k": 10,
+            "min_mm_retrievers": 1, "exclude_reference": "on", "csrfmiddlewaretoken": self.csrf()}, form=True)
+        self.call("admin: start export", "POST", f"/studies/{self.study}/export/",
+                  {"policy": "majority", "csrfmiddlewaretoken": self.csrf()}, form=True)
+
+
+class Annotator(HttpUser):
+    def __init__(self, base, username, study, deadline, stats, rng_seed, think=(0.05, 0.3), ramp=0.0, session=None):
+        super().__init__(base, stats, session)
+        self.think, self.ramp = think, ramp
+        self.username, self.study, self.deadline = username, study, deadline
+        self.rng = random.Random(rng_seed)
+        self.done: list[tuple[int, str]] = []
+        self.submitted: list[tuple[int, str]] = []
+        self.panels: dict[int, list[int]] = {}
+
     def run(self):
         time.sleep(self.rng.uniform(0, self.ramp))  # annotators arrive over the ramp-up
         if self.session:
-            host = urllib.parse.urlparse(self.base).hostname
-            self.jar.set_cookie(http.cookiejar.Cookie(
-                0, "sessionid", self.session, None, False, host, False, False, "/", True, False, None, False, None,
-                None, {}))
+            self.use_session(self.session)
             self.call("queue page", "GET", "/annotate/")  # sets the CSRF cookie
         else:
             self.call("login page", "GET", "/login/")
@@ -198,16 +223,37 @@ class Annotator(threading.Thread):
                     self.submitted.append((old, token))
 
 
+#: The latency target covers these; logging in (deliberately slow password hashing, once per
+#: session), the queue page and the admin's requests are reported on their own rows.
+ANNOTATION_ENDPOINTS = frozenset({"next item", "submit", "submit (retry)", "revise", "reload item page"})
+
+
+def is_annotation_endpoint(endpoint: str) -> bool:
+    return endpoint in ANNOTATION_ENDPOINTS
+
+
+def timeline(started: list[tuple[float, float]], t0: float, step: float = 2.0) -> list[str]:
+    """Lines of p50/p95/max of the annotation requests started in each ``step`` seconds of the run."""
+    buckets = defaultdict(list)
+    for start, ms in started:
+        buckets[int((start - t0) // step)].append(ms)
+    return [f"{k * step:5.0f}-{(k + 1) * step:<4.0f}s {len(v):5d} {pct(v, .5):8.1f} {pct(v, .95):8.1f} {max(v):8.1f}"
+            for k, v in sorted(buckets.items())]
+
+
 class Stats:
     def __init__(self):
         self.lock = threading.Lock()
         self.latency = defaultdict(list)
+        self.started: list[tuple[float, float]] = []  # (monotonic start, ms) of annotation requests
         self.errors = defaultdict(int)
         self.examples: list[str] = []
 
     def record(self, endpoint, ms, error=None):
         with self.lock:
             self.latency[endpoint].append(ms)
+            if is_annotation_endpoint(endpoint):
+                self.started.append((time.monotonic() - ms / 1000, ms))
             if error:
                 self.errors[endpoint] += 1
                 if len(self.examples) < 5:
@@ -239,6 +285,25 @@ def cpu_seconds_by_group(sessions: dict[str, int]) -> dict[str, float]:
     return out
 
 
+def wait_settled(logs: Path, groups: dict[str, int], timeout: float = 90.0) -> str:
+    """Wait until the worker says it is ready and the web server and worker have finished
+    starting up (under 5% of a core over a second), so that the clock measures the load and
+    the background jobs, not process start-up. Returns how long it took."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    log = logs / "worker.log"
+    while time.monotonic() < deadline and not (log.exists() and " ready." in log.read_text(errors="replace")):
+        time.sleep(0.3)
+    before = cpu_seconds_by_group(groups)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = cpu_seconds_by_group(groups)
+        if sum(now[g] - before[g] for g in groups) < 0.05:
+            break
+        before = now
+    return f"{time.monotonic() - t0:.1f} s"
+
+
 def wait_http(url, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -259,6 +324,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--web-workers", type=int, default=3)
+    ap.add_argument("--worker-concurrency", type=int, default=2,
+                    help="the Celery worker's pool processes (default 2: the audit and the export run at once)")
     ap.add_argument("--server-url", default=os.environ.get("LOAD_SERVER_URL", "postgres://postgres@127.0.0.1:5432"),
                     help="PostgreSQL server (no database name): a uniquely named database is created there")
     ap.add_argument("--keep-database", action="store_true", help="keep the load database afterwards (its name is printed)")
@@ -267,6 +334,7 @@ def main() -> None:
     ap.add_argument("--think", type=float, nargs=2, default=(1.0, 3.0), metavar=("MIN", "MAX"),
                     help="seconds an annotator looks at an item before submitting (real annotators take 30-60 s)")
     ap.add_argument("--ramp", type=float, default=5.0, help="seconds over which the annotators arrive")
+    ap.add_argument("--timeline", action="store_true", help="also print latency by second of the run")
     ap.add_argument("--real-logins", type=int, default=5, help="annotators who log in with the form (the rest reuse a session)")
     args = ap.parse_args()
     if args.quick:
@@ -297,6 +365,8 @@ def run_load(args, say) -> None:
     made = json.loads(subprocess.run([PY, "-c", SETUP, str(args.items), str(args.annotators)], cwd=ROOT, env=env,
                                      check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
     study, sessions = made["study"], made["sessions"]
+    if not args.no_background:  # the background audit starts cold: every embedding is computed during the load
+        shutil.rmtree(var / "embeddings", ignore_errors=True)
 
     logs = var / "log"
     logs.mkdir(parents=True, exist_ok=True)
@@ -306,30 +376,27 @@ def run_load(args, say) -> None:
          "-w", str(args.web_workers), "--threads", "16", "--access-logfile", "-", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=open(logs / "gunicorn.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
     procs.append(subprocess.Popen(
-        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu", "-c", "2", "--loglevel", "INFO"],
+        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu", "-c", str(args.worker_concurrency), "--loglevel", "INFO"],
         cwd=ROOT, env=env, stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
     base = f"http://127.0.0.1:{args.port}"
-    background = []
+    background = not args.no_background
     try:
         wait_http(base + "/healthz")
-        if not args.no_background:
-            for name, cmd in (("audit", ["manage.py", "run_audit", "--dataset", "demo", "--retriever",
-                                         "openclip:cirval-tiny-vit"]),
-                              ("export", ["-c", QUEUE_EXPORT, str(study)])):
-                background.append((name, subprocess.Popen([PY, *cmd], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                                          stderr=subprocess.STDOUT, text=True)))
-        stats = Stats()
         groups = {"web": procs[0].pid, "worker": procs[1].pid}
+        say(f"web ready; waiting for the worker and for start-up work to settle ... {wait_settled(logs, groups)}")
+        stats = Stats()
+        admin = Admin(base, stats, made["admin_session"], study) if background else None
         cpu_before = cpu_seconds_by_group(groups)
         deadline = time.monotonic() + args.duration
-        say(f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) ...")
+        say(f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) from "
+            f"{time.strftime('%H:%M:%S')} ...")
         t0 = time.monotonic()
         users = [Annotator(base, f"load{n:02d}", study, deadline, stats, n, think=tuple(args.think), ramp=args.ramp,
                            session=None if n < args.real_logins else sessions[f"load{n:02d}"])
                  for n in range(args.annotators)]
-        for u in users:
+        for u in ([admin] if admin else []) + users:
             u.start()
-        for u in users:
+        for u in ([admin] if admin else []) + users:
             u.join(timeout=args.duration + 60)
         elapsed = time.monotonic() - t0
         cpu_after = cpu_seconds_by_group(groups)
@@ -347,11 +414,6 @@ def run_load(args, say) -> None:
                 os.killpg(p.pid, signal.SIGKILL)
 
     bg_status = {}
-    for name, p in background:  # the commands only queue the work: they end at once
-        out, _ = p.communicate(timeout=120)
-        if p.returncode != 0:
-            bg_status[name] = f"not queued (exit {p.returncode}): {out.strip().splitlines()[-1] if out.strip() else ''}"
-
     # lost-write check, straight from the database
     import psycopg
 
@@ -372,9 +434,7 @@ def run_load(args, say) -> None:
     lost = sum(1 for _, token in submitted if token not in stored)
     duplicates = sum(n - 1 for n in stored.values() if n > 1) + currents
 
-    # Latency targets cover the annotation endpoints; logging in (deliberately slow password
-    # hashing, once per session) is reported on its own rows.
-    all_ms = [ms for e, v in stats.latency.items() if not e.startswith("login") and e != "queue page" for ms in v]
+    all_ms = [ms for e, v in stats.latency.items() if is_annotation_endpoint(e) for ms in v]
     requests = sum(len(v) for v in stats.latency.values())
     errors = sum(stats.errors.values())
     say(f"\n{requests} requests in {elapsed:.1f} s ({requests / elapsed:.0f}/s), {errors} errors, "
@@ -392,6 +452,10 @@ def run_load(args, say) -> None:
     say(f"annotation endpoints: p50 {pct(all_ms, .5):.1f} ms, p95 {pct(all_ms, .95):.1f} ms, p99 {pct(all_ms, .99):.1f} ms "
         f"(think time {args.think[0]}-{args.think[1]} s per item)")
     say("target: zero errors, zero lost or duplicated judgements, p95 under 100 ms")
+    if args.timeline:
+        say(f"annotation requests by start time:\n{'seconds':11} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+        for line in timeline(stats.started, t0):
+            say(line)
     if args.json:
         print(json.dumps({"requests": requests, "errors": errors, "lost_writes": lost, "duplicate_writes": duplicates,
                           "p50_ms": round(pct(all_ms, .5), 1), "p95_ms": round(pct(all_ms, .95), 1),
