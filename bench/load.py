@@ -28,6 +28,7 @@ import http.cookiejar
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -115,6 +116,7 @@ class HttpUser(threading.Thread):
     def __init__(self, base, stats, session=None):
         super().__init__(daemon=True)
         self.base, self.stats, self.session = base, stats, session
+        self.last_url = ""  # the path the last request landed on, after redirects
         self.jar = http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
 
@@ -137,10 +139,12 @@ class HttpUser(threading.Thread):
                 headers["Content-Type"] = "application/json"
         req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
         t = time.perf_counter()
+        self.last_url = ""
         try:
             with self.opener.open(req, timeout=30) as resp:
                 payload = resp.read()
                 status = resp.status
+                self.last_url = urllib.parse.urlparse(resp.geturl()).path  # after any redirect
         except urllib.error.HTTPError as exc:
             payload, status = exc.read(), exc.code
         except Exception as exc:  # connection refused, reset, timeout
@@ -158,15 +162,22 @@ class Admin(HttpUser):
     def __init__(self, base, stats, session, study):
         super().__init__(base, stats, session)
         self.study = study
+        self.started: dict[str, int | str] = {}  # "audit"/"export" -> the job's id, or why it did not start
         self.use_session(session)
         self.call("admin: audit form", "GET", "/audits/new/")  # the page is open before the clock starts
 
+    def start_job(self, name, path, form, lands_on):
+        """POST a form; the job started when the page redirects to its own page (``lands_on``)."""
+        status, _ = self.call(f"admin: start {name}", "POST", path, {**form, "csrfmiddlewaretoken": self.csrf()},
+                              form=True)
+        m = re.fullmatch(lands_on, self.last_url or "")
+        self.started[name] = int(m.group(1)) if m else f"not started (HTTP {status}, landed on {self.last_url!r})"
+
     def run(self):
-        self.call("admin: start audit", "POST", "/audits/new/", {
-            "dataset": "demo", "split": "", "retrievers": "openclip:cirval-tiny-vit", "k": 10,
-            "min_mm_retrievers": 1, "exclude_reference": "on", "csrfmiddlewaretoken": self.csrf()}, form=True)
-        self.call("admin: start export", "POST", f"/studies/{self.study}/export/",
-                  {"policy": "majority", "csrfmiddlewaretoken": self.csrf()}, form=True)
+        self.start_job("audit", "/audits/new/", {"dataset": "demo", "split": "", "retrievers": "openclip:cirval-tiny-vit",
+                                              "k": 10, "min_mm_retrievers": 1, "exclude_reference": "on"},
+                   r"/audits/(\d+)/")
+        self.start_job("export", f"/studies/{self.study}/export/", {"policy": "majority"}, r"/exports/(\d+)/")
 
 
 class Annotator(HttpUser):
@@ -428,8 +439,12 @@ def run_load(args, say) -> None:
             "JOIN annotation_assignment a ON a.id = j.assignment_id WHERE a.study_id = %s", [study]).fetchone()
         if background:
             for name, table in (("audit", "audit_auditrun"), ("export", "annotation_exportjob")):
-                row = conn.execute(f"SELECT status, done, total FROM {table} ORDER BY id DESC LIMIT 1").fetchone()
-                bg_status.setdefault(name, f"{row[0]} {row[1]}/{row[2]} when the load ended" if row else "not found")
+                job = admin.started.get(name, "not started")
+                if isinstance(job, str):
+                    bg_status[name] = job
+                    continue
+                row = conn.execute(f"SELECT status, done, total FROM {table} WHERE id = %s", [job]).fetchone()
+                bg_status[name] = f"{row[0]} {row[1]}/{row[2]} when the load ended" if row else "not found"
     stored = dict(rows)
     lost = sum(1 for _, token in submitted if token not in stored)
     duplicates = sum(n - 1 for n in stored.values() if n > 1) + currents

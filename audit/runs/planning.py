@@ -9,8 +9,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from retrieval.specs import parse_retriever_spec
 from retrieval.evaltargets import dataset_format, facts_by_query, positive_image_ids
+from retrieval.specs import parse_retriever_spec
 from retrieval.targets import TargetFacts
 from retrieval.models import (
     Dataset,

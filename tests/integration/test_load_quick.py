@@ -48,5 +48,5 @@ def test_quick_load_run_loses_nothing():
     # "errors") and neither failed on the worker (on a loaded machine the idle-class worker may
     # not have finished them when the load ends).
     assert set(result["background"]) == {"audit", "export"}, result["background"]
-    assert not any(s.startswith(("not queued", "failed", "not found")) for s in result["background"].values()), \
+    assert not any(s.startswith(("not started", "failed", "not found")) for s in result["background"].values()), \
         result["background"]
