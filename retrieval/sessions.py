@@ -40,13 +40,13 @@ import numpy as np
 from retrieval.metrics import Rank, check_k, check_rank
 
 
-
 def _torch_of(x: Any) -> Any:
     """torch, when ``x`` is a torch tensor; else None. torch is never imported here: a caller
     holding a tensor has imported it already, and the web tier (which plans audits with this
     module's defaults) must not load it."""
     torch = sys.modules.get("torch")
     return torch if torch is not None and isinstance(x, torch.Tensor) else None
+
 
 ArrayT = TypeVar("ArrayT")
 

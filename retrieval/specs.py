@@ -169,9 +169,8 @@ def live_catalog() -> dict[str, Any]:
     """The catalog as the installed open_clip reports it (imports open_clip)."""
     import open_clip
 
-    return {"open_clip": installed_open_clip(),
-            "pretrained_tags": {m: list(open_clip.list_pretrained_tags_by_model(m))
-                                for m in sorted(known_models()) if open_clip.list_pretrained_tags_by_model(m)}}
+    tags = {m: list(open_clip.list_pretrained_tags_by_model(m)) for m in sorted(known_models())}
+    return {"open_clip": installed_open_clip(), "pretrained_tags": {m: t for m, t in tags.items() if t}}
 
 
 def main(argv: list[str] | None = None) -> None:
