@@ -22,7 +22,6 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import open_clip
@@ -31,7 +30,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.transforms import Compose
 
-from retrieval.specs import MODEL_CONFIG_DIR, SPEC_PREFIX, looks_like_path, parse_retriever_spec
+from retrieval.specs import MODEL_CONFIG_DIR, SPEC_PREFIX, parse_retriever_spec, weights_of
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -351,6 +350,16 @@ def _amp(precision: str, device: torch.device) -> tuple[bool, torch.dtype]:
     return precision == "amp" and device.type == "cuda", torch.float16
 
 
+def weights_id_of(weights: dict[str, Any]) -> str:
+    """The weights part of a retriever's identity (:func:`_spec_string`), from
+    :func:`retrieval.specs.weights_of`: ``random:SEED``, the tag, or ``sha256:`` of the checkpoint's bytes."""
+    if weights["kind"] == "random":
+        return f"random:{weights['seed']}"
+    if weights["kind"] == "tag":
+        return weights["tag"]
+    return f"sha256:{file_sha256(weights['checkpoint'])}"
+
+
 def _spec_string(model_name: str, weights_id: str, use_amp: bool, amp_dtype: torch.dtype) -> str:
     """The retriever's identity (cache key): model, weights and autocast dtype."""
     amp_tag = {torch.bfloat16: "#amp-bf16", torch.float16: "#amp-fp16"}[amp_dtype]
@@ -366,7 +375,8 @@ class OpenClipRetriever:
 
     ``pretrained``: None (random init with ``seed``, deterministic across processes),
     an open_clip pretrained tag (downloads if not cached: the only case that may reach
-    a hub), or a path to a local checkpoint file. ``precision='amp'`` runs the towers
+    a hub), or a path to a local checkpoint file, told apart by the spec grammar's rule
+    (:func:`retrieval.specs.weights_of`). ``precision='amp'`` runs the towers
     under CUDA autocast (bf16 where supported, else fp16); on CPU it is plain fp32.
     """
 
@@ -390,24 +400,10 @@ class OpenClipRetriever:
         self.precision: Precision = precision
         self.batch_size = int(batch_size)
 
-        weights_id: str
-        kind: str
-        checkpoint: str | None = None
-        if pretrained is None:
-            kind, weights_id = "random", f"random:{int(seed)}"
-        else:
-            p = os.fspath(pretrained)
-            tag = p.lower().replace("-", "_")
-            is_tag = tag in open_clip.list_pretrained_tags_by_model(model_name)
-            if looks_like_path(p) or (not is_tag and os.path.isfile(p)):
-                checkpoint = str(Path(p).expanduser().resolve())
-                if not os.path.isfile(checkpoint):
-                    raise ValueError(f"checkpoint file not found: {checkpoint}")
-                kind, weights_id = "checkpoint", f"sha256:{file_sha256(checkpoint)}"
-            elif is_tag:
-                kind, weights_id = "tag", tag
-            else:
-                raise ValueError(f"'{p}' is not a pretrained tag of {model_name} nor an existing file")
+        # the spec grammar's rule (retrieval.specs.weights_of): random, a tag or a checkpoint
+        weights = weights_of(model_name, f"random:{int(seed)}" if pretrained is None else os.fspath(pretrained))
+        kind, checkpoint = weights["kind"], weights["checkpoint"]
+        weights_id = weights_id_of(weights)
         if kind != "tag" and _needs_hf_assets(model_name) and not _hf_offline():
             raise ValueError(
                 f"{model_name} needs Hugging Face files (text tower or tokenizer); without a pretrained "
@@ -415,13 +411,9 @@ class OpenClipRetriever:
             )
         self.weights_kind = kind
         self.checkpoint = checkpoint
-        self.seed = int(seed) if kind == "random" else None
+        self.seed = weights["seed"] if kind == "random" else None
         #: the canonical spec that :func:`build_retriever` accepts (a path, not a digest)
-        self.source = f"{SPEC_PREFIX}{model_name}" + {
-            "random": f"@random:{self.seed}" if self.seed else "",
-            "tag": f"@{weights_id}",
-            "checkpoint": f"@{checkpoint}",
-        }[kind]
+        self.source = weights["canonical"]
 
         create_kwargs: dict[str, Any] = dict(
             pretrained=(weights_id if kind == "tag" else checkpoint),
@@ -433,7 +425,7 @@ class OpenClipRetriever:
         if kind == "random":
             # Seed a forked RNG so init is reproducible and the caller's RNG is untouched.
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(int(seed))
+                torch.manual_seed(self.seed)
                 model, _, preprocess = open_clip.create_model_and_transforms(model_name, **create_kwargs)
         else:
             model, _, preprocess = open_clip.create_model_and_transforms(model_name, **create_kwargs)
@@ -543,9 +535,7 @@ class LazyRetriever:
         if not cfg.get("embed_dim"):  # no declared dim: only the model knows
             self._build()
         self.dim = int(cfg.get("embed_dim") or self.built.dim)
-        weights_id = {"random": f"random:{parsed['seed']}", "tag": parsed["tag"],
-                      "checkpoint": f"sha256:{file_sha256(parsed['checkpoint'])}" if parsed["checkpoint"] else ""}
-        self.spec = _spec_string(parsed["model"], weights_id[parsed["kind"]], *_amp(precision, self.device))
+        self.spec = _spec_string(parsed["model"], weights_id_of(parsed), *_amp(precision, self.device))
 
     @property
     def is_built(self) -> bool:

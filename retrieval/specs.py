@@ -13,7 +13,8 @@ Grammar (what the CLI and the audit form accept)::
     openclip:MODEL@TAG                open_clip pretrained tag (may download: explicit)
     openclip:MODEL@/path/to/ckpt.pt   local checkpoint (a path: contains '/' or '\\',
                                       starts with '.' or '~', or ends in .pt/.pth/
-                                      .bin/.safetensors/.ckpt)
+                                      .bin/.safetensors/.ckpt; or an existing
+                                      file whose name is not a tag of MODEL)
 
 MODEL is an open_clip architecture: a config file in open_clip's ``model_configs`` folder
 (listed without importing the package) or one of the tiny configs shipped in
@@ -102,14 +103,38 @@ def parse_retriever_spec(spec: str) -> dict[str, Any]:
     Raises ValueError with an explanation for anything else.
     """
     spec, model, weights = _split_spec(spec)
-    out: dict[str, Any] = {"backend": "openclip", "model": model, "seed": None, "tag": None, "checkpoint": None}
+    try:
+        parsed = weights_of(model, weights)
+    except ValueError as exc:
+        raise ValueError(f"bad retriever spec '{spec}': {exc}") from None
+    return {"backend": "openclip", "model": model, **parsed}
+
+
+def weights_of(model: str, weights: str | None) -> dict[str, Any]:
+    """What the WEIGHTS part of a spec names, for ``model``: the one rule that the spec parser
+    and :class:`retrieval.encoders.OpenClipRetriever` (its ``pretrained`` argument) share.
+
+    Empty (or ``None``) or ``random[:SEED]``: random init. A checkpoint when the text looks
+    like a path (:func:`looks_like_path`), or is an existing file and not one of the model's
+    pretrained tags. Else a pretrained tag (matched case-insensitively, ``-`` as ``_``).
+    Returns ``kind``, ``seed``, ``tag``, ``checkpoint`` (absolute) and ``canonical``; raises
+    ValueError for a missing checkpoint or an unknown tag.
+    """
+    weights = (weights or "").strip()
+    out: dict[str, Any] = {"seed": None, "tag": None, "checkpoint": None}
     if not weights or _SEED_RE.match(weights):
-        out.update(_random_weights(model, weights))
-    elif looks_like_path(weights):
-        out.update(_checkpoint_weights(spec, model, weights))
-    else:
-        out.update(_tag_weights(spec, model, weights))
-    return out
+        return {**out, **_random_weights(model, weights)}
+    if looks_like_path(weights):
+        return {**out, **_checkpoint_weights(model, weights)}
+    tags = pretrained_tags(model)
+    tag = weights.lower().replace("-", "_")
+    if tag in tags:
+        return {**out, "kind": "tag", "tag": tag, "canonical": f"{SPEC_PREFIX}{model}@{tag}"}
+    if Path(weights).expanduser().is_file():
+        return {**out, **_checkpoint_weights(model, weights)}
+    avail = ", ".join(tags) if tags else "none"
+    raise ValueError(f"'{weights}' is not a pretrained tag of {model} (available: {avail}) "
+                     "and does not look like a checkpoint path")
 
 
 def _split_spec(spec: Any) -> tuple[str, str, str]:
@@ -146,23 +171,11 @@ def _random_weights(model: str, weights: str) -> dict[str, Any]:
     return {"kind": "random", "seed": seed, "canonical": f"{SPEC_PREFIX}{model}" + (f"@random:{seed}" if seed else "")}
 
 
-def _checkpoint_weights(spec: str, model: str, weights: str) -> dict[str, Any]:
+def _checkpoint_weights(model: str, weights: str) -> dict[str, Any]:
     path = Path(weights).expanduser().resolve()
     if not path.is_file():
-        raise ValueError(f"bad retriever spec '{spec}': checkpoint file not found: {path}")
+        raise ValueError(f"checkpoint file not found: {path}")
     return {"kind": "checkpoint", "checkpoint": str(path), "canonical": f"{SPEC_PREFIX}{model}@{path}"}
-
-
-def _tag_weights(spec: str, model: str, weights: str) -> dict[str, Any]:
-    tags = pretrained_tags(model)
-    tag = weights.lower().replace("-", "_")
-    if tag not in tags:
-        avail = ", ".join(tags) if tags else "none"
-        raise ValueError(
-            f"bad retriever spec '{spec}': '{weights}' is not a pretrained tag of {model} "
-            f"(available: {avail}) and does not look like a checkpoint path"
-        )
-    return {"kind": "tag", "tag": tag, "canonical": f"{SPEC_PREFIX}{model}@{tag}"}
 
 
 def live_catalog() -> dict[str, Any]:

@@ -187,6 +187,27 @@ def test_local_checkpoint_roundtrip(tmp_path: Path, tiny: OpenClipRetriever) -> 
     assert torch.equal(r.embed_texts(TEXTS), tiny.embed_texts(TEXTS))
 
 
+def test_encoder_and_spec_parser_read_weights_alike(tmp_path: Path, tiny: OpenClipRetriever,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule (retrieval.specs.weights_of) for a spec's WEIGHTS and for OpenClipRetriever's
+    ``pretrained``: an existing file whose name neither looks like a path nor is a tag is a
+    checkpoint in both; an unknown tag is refused by both with the same words."""
+    monkeypatch.chdir(tmp_path)
+    torch.save(tiny.model.state_dict(), tmp_path / "tinyweights")
+    parsed = parse_retriever_spec("openclip:cirval-tiny-vit@tinyweights")
+    direct = OpenClipRetriever("cirval-tiny-vit", pretrained="tinyweights", device="cpu")
+    assert parsed["kind"] == direct.weights_kind == "checkpoint"
+    assert parsed["checkpoint"] == direct.checkpoint == str((tmp_path / "tinyweights").resolve())
+    assert build_retriever("openclip:cirval-tiny-vit@tinyweights", device="cpu").spec == direct.spec
+    assert direct.source == parsed["canonical"]
+    seeded = OpenClipRetriever("cirval-tiny-vit", pretrained=None, device="cpu", seed=5)
+    assert (seeded.weights_kind, seeded.seed, seeded.source) == ("random", 5, "openclip:cirval-tiny-vit@random:5")
+    for call in (lambda: parse_retriever_spec("openclip:cirval-tiny-vit@no_such_tag"),
+                 lambda: OpenClipRetriever("cirval-tiny-vit", pretrained="no_such_tag", device="cpu")):
+        with pytest.raises(ValueError, match="'no_such_tag' is not a pretrained tag of cirval-tiny-vit"):
+            call()
+
+
 # ------------------------------------------------------------------ spec parsing
 
 
