@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import torch
@@ -67,15 +68,24 @@ def _score_dtype(queries: torch.Tensor, gallery: torch.Tensor) -> torch.dtype:
     return torch.float32
 
 
+def _flat(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(every row's length, the rows' indices concatenated) as int64 arrays: one pass in C,
+    not a Python step per index."""
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    flat = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    return lengths, flat
+
+
 def _check_indices(rows: Sequence[Sequence[int]] | None, n_q: int, n_g: int, name: str) -> None:
     if rows is None:
         return
     if len(rows) != n_q:
         raise ValueError(f"{name} has {len(rows)} entries for {n_q} queries")
-    for q, row in enumerate(rows):
-        for p in row:
-            if not 0 <= int(p) < n_g:
-                raise ValueError(f"query {q}: {name} index {p} outside the gallery [0, {n_g})")
+    lengths, flat = _flat(rows)
+    bad = np.flatnonzero((flat < 0) | (flat >= n_g))
+    if bad.size:
+        q = int(np.searchsorted(np.cumsum(lengths), bad[0], side="right"))
+        raise ValueError(f"query {q}: {name} index {int(flat[bad[0]])} outside the gallery [0, {n_g})")
 
 
 def _validate(
@@ -104,11 +114,10 @@ def _validate(
 
 def _padded(rows: Sequence[Sequence[int]]) -> torch.Tensor:
     """``[n, max len]`` LongTensor of the rows, padded with -1."""
-    width = max([len(r) for r in rows] + [1])
+    lengths, flat = _flat(rows)
+    width = max(int(lengths.max(initial=0)), 1)
     out = np.full((len(rows), width), -1, dtype=np.int64)
-    for i, row in enumerate(rows):
-        if len(row):
-            out[i, : len(row)] = [int(x) for x in row]
+    out[np.arange(width)[None, :] < lengths[:, None]] = flat  # row-major: the rows' order
     return torch.from_numpy(out)
 
 
