@@ -363,7 +363,8 @@ def main() -> None:
             drop_own_database(args.database_url, DB_PREFIX)
 
 
-def run_load(args, say) -> None:
+def prepare(args, say) -> tuple[dict[str, str], Path, dict]:
+    """The load database migrated, the demo and the study made; returns (env, var folder, what SETUP made)."""
     var = ROOT / "var" / "load"
     env = dict(os.environ, DATABASE_URL=args.database_url, CELERY_BROKER_URL=args.broker, CIRVAL_VAR_DIR=str(var),
                DJANGO_DEBUG="0", DJANGO_SECRET_KEY="load-test-only", DJANGO_SETTINGS_MODULE="config.settings",
@@ -372,63 +373,73 @@ def run_load(args, say) -> None:
     run = lambda *cmd, **kw: subprocess.run([PY, "manage.py", *cmd], cwd=ROOT, env=env, check=True,  # noqa: E731
                                             stdout=subprocess.DEVNULL if args.json else None, **kw)
     run("migrate", "--noinput", "-v", "0")
-    run("make_demo", "--images-dir", str(var / "images" / "demo"))
+    # The demo's images and queries only: its own audit (and the training of its retrievers, minutes
+    # on a fresh machine) plays no part in the load; the background audit uses the tiny test model.
+    run("make_demo", "--no-audit", "--images-dir", str(var / "images" / "demo"))
     made = json.loads(subprocess.run([PY, "-c", SETUP, str(args.items), str(args.annotators)], cwd=ROOT, env=env,
                                      check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    study, sessions = made["study"], made["sessions"]
     if not args.no_background:  # the background audit starts cold: every embedding is computed during the load
         shutil.rmtree(var / "embeddings", ignore_errors=True)
+    return env, var, made
 
-    logs = var / "log"
+
+def start_servers(args, env: dict[str, str], logs: Path) -> list[subprocess.Popen]:
+    """gunicorn and a Celery worker, each in its own process group."""
     logs.mkdir(parents=True, exist_ok=True)
-    procs = []
-    procs.append(subprocess.Popen(
+    web = subprocess.Popen(
         [str(Path(PY).parent / "gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{args.port}", "-k", "gthread",
          "-w", str(args.web_workers), "--threads", "16", "--access-logfile", "-", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=open(logs / "gunicorn.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
-    procs.append(subprocess.Popen(
-        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu", "-c", str(args.worker_concurrency), "--loglevel", "INFO"],
-        cwd=ROOT, env=env, stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
-    base = f"http://127.0.0.1:{args.port}"
-    background = not args.no_background
-    try:
-        wait_http(base + "/healthz")
-        groups = {"web": procs[0].pid, "worker": procs[1].pid}
-        say(f"web ready; waiting for the worker and for start-up work to settle ... {wait_settled(logs, groups)}")
-        stats = Stats()
-        admin = Admin(base, stats, made["admin_session"], study) if background else None
-        cpu_before = cpu_seconds_by_group(groups)
-        deadline = time.monotonic() + args.duration
-        say(f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) from "
-            f"{time.strftime('%H:%M:%S')} ...")
-        t0 = time.monotonic()
-        users = [Annotator(base, f"load{n:02d}", study, deadline, stats, n, think=tuple(args.think), ramp=args.ramp,
-                           session=None if n < args.real_logins else sessions[f"load{n:02d}"])
-                 for n in range(args.annotators)]
-        for u in ([admin] if admin else []) + users:
-            u.start()
-        for u in ([admin] if admin else []) + users:
-            u.join(timeout=args.duration + 60)
-        elapsed = time.monotonic() - t0
-        cpu_after = cpu_seconds_by_group(groups)
-        cpu_used = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        cwd=ROOT, env=env, stdout=open(logs / "gunicorn.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    worker = subprocess.Popen(
+        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu", "-c", str(args.worker_concurrency),
+         "--loglevel", "INFO"],
+        cwd=ROOT, env=env, stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return [web, worker]
 
-    bg_status = {}
-    # lost-write check, straight from the database
+
+def stop_servers(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def drive(args, say, base: str, made: dict, groups: dict[str, int]) -> dict:
+    """The annotators (and the admin's background jobs) for ``args.duration`` seconds."""
+    study, sessions = made["study"], made["sessions"]
+    stats = Stats()
+    admin = None if args.no_background else Admin(base, stats, made["admin_session"], study)
+    cpu_before = cpu_seconds_by_group(groups)
+    deadline = time.monotonic() + args.duration
+    say(f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) from "
+        f"{time.strftime('%H:%M:%S')} ...")
+    t0 = time.monotonic()
+    users = [Annotator(base, f"load{n:02d}", study, deadline, stats, n, think=tuple(args.think), ramp=args.ramp,
+                       session=None if n < args.real_logins else sessions[f"load{n:02d}"])
+             for n in range(args.annotators)]
+    for u in ([admin] if admin else []) + users:
+        u.start()
+    for u in ([admin] if admin else []) + users:
+        u.join(timeout=args.duration + 60)
+    elapsed = time.monotonic() - t0
+    cpu_after = cpu_seconds_by_group(groups)
+    return {"stats": stats, "admin": admin, "users": users, "t0": t0, "elapsed": elapsed,
+            "cpu_used": {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}}
+
+
+def check_database(args, study: int, done: dict) -> dict:
+    """Lost and duplicated judgements, ticked alternatives and the background jobs' status,
+    straight from the database."""
     import psycopg
 
-    submitted = [pair for u in users for pair in u.submitted]
+    submitted = [pair for u in done["users"] for pair in u.submitted]
+    bg_status = {}
     with psycopg.connect(args.database_url) as conn:
         rows = conn.execute("SELECT client_token, count(*) FROM annotation_judgement GROUP BY client_token").fetchall()
         currents = conn.execute(
@@ -437,18 +448,23 @@ def run_load(args, say) -> None:
         with_ticks = conn.execute(
             "SELECT count(*) FILTER (WHERE alternatives::text <> '[]'), count(*) FROM annotation_judgement j "
             "JOIN annotation_assignment a ON a.id = j.assignment_id WHERE a.study_id = %s", [study]).fetchone()
-        if background:
-            for name, table in (("audit", "audit_auditrun"), ("export", "annotation_exportjob")):
-                job = admin.started.get(name, "not started")
-                if isinstance(job, str):
-                    bg_status[name] = job
-                    continue
-                row = conn.execute(f"SELECT status, done, total FROM {table} WHERE id = %s", [job]).fetchone()
-                bg_status[name] = f"{row[0]} {row[1]}/{row[2]} when the load ended" if row else "not found"
+        for name, table in (("audit", "audit_auditrun"), ("export", "annotation_exportjob")) if done["admin"] else ():
+            job = done["admin"].started.get(name, "not started")
+            if isinstance(job, str):
+                bg_status[name] = job
+                continue
+            row = conn.execute(f"SELECT status, done, total FROM {table} WHERE id = %s", [job]).fetchone()
+            bg_status[name] = f"{row[0]} {row[1]}/{row[2]} when the load ended" if row else "not found"
     stored = dict(rows)
-    lost = sum(1 for _, token in submitted if token not in stored)
-    duplicates = sum(n - 1 for n in stored.values() if n > 1) + currents
+    return {"submitted": submitted, "lost": sum(1 for _, token in submitted if token not in stored),
+            "duplicates": sum(n - 1 for n in stored.values() if n > 1) + currents, "with_ticks": with_ticks,
+            "bg_status": bg_status}
 
+
+def report(args, say, done: dict, checked: dict) -> None:
+    """The figures, as text (to stderr with ``--json``) and, with ``--json``, one JSON line."""
+    stats, elapsed, cpu_used = done["stats"], done["elapsed"], done["cpu_used"]
+    submitted, with_ticks = checked["submitted"], checked["with_ticks"]
     all_ms = [ms for e, v in stats.latency.items() if is_annotation_endpoint(e) for ms in v]
     requests = sum(len(v) for v in stats.latency.values())
     errors = sum(stats.errors.values())
@@ -459,7 +475,8 @@ def run_load(args, say) -> None:
         say(f"{endpoint:20} {len(ms):6d} {pct(ms, .5):8.1f} {pct(ms, .95):8.1f} {pct(ms, .99):8.1f} {stats.errors[endpoint]:7d}")
     for e in stats.examples:
         say("  e.g. " + e)
-    say(f"lost writes: {lost}, duplicated writes: {duplicates}; background: {bg_status or 'skipped'}")
+    say(f"lost writes: {checked['lost']}, duplicated writes: {checked['duplicates']}; "
+        f"background: {checked['bg_status'] or 'skipped'}")
     say(f"judgements with ticked alternatives: {with_ticks[0]} of {with_ticks[1]}")
     say(f"CPU seconds during the load ({os.cpu_count()} cores x {elapsed:.0f} s = {os.cpu_count() * elapsed:.0f}): "
         + ", ".join(f"{name} {sec:.1f}" for name, sec in cpu_used.items())
@@ -469,14 +486,31 @@ def run_load(args, say) -> None:
     say("target: zero errors, zero lost or duplicated judgements, p95 under 100 ms")
     if args.timeline:
         say(f"annotation requests by start time:\n{'seconds':11} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
-        for line in timeline(stats.started, t0):
+        for line in timeline(stats.started, done["t0"]):
             say(line)
     if args.json:
-        print(json.dumps({"requests": requests, "errors": errors, "lost_writes": lost, "duplicate_writes": duplicates,
+        print(json.dumps({"requests": requests, "errors": errors, "lost_writes": checked["lost"],
+                          "duplicate_writes": checked["duplicates"],
                           "p50_ms": round(pct(all_ms, .5), 1), "p95_ms": round(pct(all_ms, .95), 1),
                           "p99_ms": round(pct(all_ms, .99), 1), "submits": len(submitted), "seconds": round(elapsed, 1),
                           "think_s": list(args.think), "judgements_with_ticks": list(with_ticks),
-                          "background": bg_status, "cpu_seconds": {k: round(v, 1) for k, v in cpu_used.items()}}))
+                          "background": checked["bg_status"],
+                          "cpu_seconds": {k: round(v, 1) for k, v in cpu_used.items()}}))
+
+
+def run_load(args, say) -> None:
+    env, var, made = prepare(args, say)
+    logs = var / "log"
+    procs = start_servers(args, env, logs)
+    base = f"http://127.0.0.1:{args.port}"
+    try:
+        wait_http(base + "/healthz")
+        groups = {"web": procs[0].pid, "worker": procs[1].pid}
+        say(f"web ready; waiting for the worker and for start-up work to settle ... {wait_settled(logs, groups)}")
+        done = drive(args, say, base, made, groups)
+    finally:
+        stop_servers(procs)
+    report(args, say, done, check_database(args, made["study"], done))
 
 
 if __name__ == "__main__":
