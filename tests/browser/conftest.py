@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -28,24 +29,62 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser, transactional_db):
-    """A fresh browser tab. It asks for the database fixture so that it is closed before the
-    database is flushed: a request still in flight (a draft save, a prefetch) must not race
-    the flush."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def open_tab(browser, width: int = 1280, height: int = 900):
+    """A fresh browser context and its one tab."""
+    context = browser.new_context(viewport={"width": width, "height": height})
     p = context.new_page()
     p.set_default_timeout(15000)
-    yield p
+    return p
+
+
+def close_tab(p) -> None:
+    """Leave the page, let what leaving sends finish, then close its context.
+
+    Leaving fires the page's pagehide handler (the annotator page saves its draft with a
+    keepalive request that outlives a closed tab): it must finish before the database is
+    flushed, or the request and the flush lock each other's tables."""
     try:
-        # Leaving the page fires its pagehide handler (the annotator page saves its draft
-        # with a keepalive request that would outlive a closed tab): let that finish now.
         p.goto("about:blank")
         p.wait_for_load_state("networkidle", timeout=5000)
         p.wait_for_timeout(300)
     except Exception:  # a page that keeps polling: close it anyway
         pass
-    context.close()
+    p.context.close()
+
+
+@pytest.fixture
+def page(browser, transactional_db):
+    """A fresh browser tab. It asks for the database fixture so that it is closed before the
+    database is flushed."""
+    p = open_tab(browser)
+    yield p
+    close_tab(p)
+
+
+def _busy_sessions(connection) -> int:
+    """How many other sessions on this test database are running a statement or hold a
+    transaction open (PostgreSQL only; SQLite has no such view)."""
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND state IS NOT NULL AND state <> 'idle'")
+        return cursor.fetchone()[0]
+
+
+@pytest.fixture(autouse=True)
+def _server_quiet_before_flush(transactional_db):
+    """Torn down before the database fixture: wait (at most 10 s) until no live-server
+    request is inside the database, seen idle twice in a row, so the flush's TRUNCATE does
+    not deadlock with a request a closed tab left behind."""
+    yield
+    from django.db import connection
+
+    quiet, deadline = 0, time.monotonic() + 10
+    while quiet < 2 and time.monotonic() < deadline:
+        quiet = quiet + 1 if _busy_sessions(connection) == 0 else 0
+        time.sleep(0.1)
 
 
 @pytest.fixture

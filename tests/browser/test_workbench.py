@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from annotation.models import Study
-from tests.browser.conftest import SHOTS, login
+from tests.browser.conftest import SHOTS, close_tab, login, open_tab
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -94,9 +94,7 @@ def visible_inside(page, selector, container):
 @pytest.mark.parametrize("width,height", [(1366, 768), (1920, 1080)])
 def test_layout_keeps_submit_and_note_in_view(browser, live_server, demo_world, width, height):
     SHOTS.mkdir(parents=True, exist_ok=True)
-    context = browser.new_context(viewport={"width": width, "height": height})
-    page = context.new_page()
-    page.set_default_timeout(15000)
+    page = open_tab(browser, width, height)
     try:
         open_item(page, live_server.url, "demo-validity", "annotator1")
         page.keyboard.press("1")  # a category with sub-reasons: the longest form
@@ -107,7 +105,7 @@ def test_layout_keeps_submit_and_note_in_view(browser, live_server, demo_world, 
             assert in_view(page, sel, height), (sel, width, height)
         page.screenshot(path=str(SHOTS / f"workbench-validity-{width}x{height}.png"))
         page.goto("about:blank")
-        context.clear_cookies()
+        page.context.clear_cookies()
         open_item(page, live_server.url, "demo-sessions", "annotator3")
         for key, value in zip("qwert", "45344"):
             page.keyboard.press(key)
@@ -120,5 +118,4 @@ def test_layout_keeps_submit_and_note_in_view(browser, live_server, demo_world, 
             assert in_view(page, sel, height), (sel, width, height)
         page.screenshot(path=str(SHOTS / f"workbench-session-{width}x{height}.png"))
     finally:
-        page.goto("about:blank")
-        context.close()
+        close_tab(page)
