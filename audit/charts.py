@@ -18,6 +18,15 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "undefined" if value is None else f"{value:.{digits}f}"
 
 
+def _elided(text: str, max_chars: int) -> str:
+    """``text`` cut in the middle to at most ``max_chars`` characters: a retriever spec keeps
+    both its model (the start) and its checkpoint's file name (the end)."""
+    if len(text) <= max_chars:
+        return text
+    head = (max_chars - 1) // 2
+    return text[:head] + "…" + text[len(text) - (max_chars - 1 - head):]
+
+
 def _legend(series: Sequence[str], x: float, y: float) -> list[str]:
     out = []
     for n, name in enumerate(series):
@@ -70,8 +79,10 @@ def grouped_hbar_svg(
     out.append(f'<line x1="{zero:.1f}" y1="{top}" x2="{zero:.1f}" y2="{height - 24}" stroke="#616e7c"/>')
     for r, row in enumerate(rows):
         y0 = top + r * group_h
+        # ~7 px a character at 12 px: the label fits between the left margin and the bars;
+        # the whole name is the label's tooltip
         out.append(f'<text x="{label_w - 8}" y="{y0 + n_series * bar_h / 2 + 4:.1f}" {FONT} text-anchor="end">'
-                   f'{escape(row if len(row) <= 34 else row[:33] + "…")}</text>')
+                   f'<title>{escape(row)}</title>{escape(_elided(row, (label_w - 8 - pad) // 7))}</text>')
         for s, name in enumerate(series):
             v = values.get((row, name))
             y = y0 + s * bar_h

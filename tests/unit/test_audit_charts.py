@@ -40,3 +40,15 @@ def test_histogram_bars_scale_with_counts():
     three = heights["multimodal: 3 queries solved by 1 retriever"]
     assert abs(six - 2 * three) < 0.2
     assert heights["either: 0 queries solved by 2 retrievers"] == 0.0
+
+
+def test_long_row_labels_are_cut_in_the_middle_with_the_whole_name_as_tooltip():
+    spec = "openclip:cirval-demo@/work/main/var/models/cirval-demo-compose-s7.pt"
+    svg = grouped_hbar_svg([spec, "openclip:tiny"], ["full"], {(spec, "full"): 0.2, ("openclip:tiny", "full"): 0.1}, "Gap")
+    root = ET.fromstring(svg)
+    labels = [t for t in root.iter(f"{NS}text") if t.get("text-anchor") == "end"]
+    shown = [t.find(f"{NS}title").tail for t in labels]
+    assert shown[1] == "openclip:tiny"  # short names are left whole
+    assert shown[0].startswith("openclip:cir") and shown[0].endswith("compose-s7.pt") and "…" in shown[0]
+    assert len(shown[0]) * 7 <= 230 - 8 - 12  # fits between the left margin and the bars
+    assert labels[0].find(f"{NS}title").text == spec
