@@ -118,7 +118,8 @@ def weights_of(model: str, weights: str | None) -> dict[str, Any]:
     like a path (:func:`looks_like_path`), or is an existing file and not one of the model's
     pretrained tags. Else a pretrained tag (matched case-insensitively, ``-`` as ``_``).
     Returns ``kind``, ``seed``, ``tag``, ``checkpoint`` (absolute) and ``canonical``; raises
-    ValueError for a missing checkpoint or an unknown tag.
+    ValueError for a missing checkpoint, a file that is no checkpoint
+    (:func:`checkpoint_format`) or an unknown tag.
     """
     weights = (weights or "").strip()
     out: dict[str, Any] = {"seed": None, "tag": None, "checkpoint": None}
@@ -171,10 +172,35 @@ def _random_weights(model: str, weights: str) -> dict[str, Any]:
     return {"kind": "random", "seed": seed, "canonical": f"{SPEC_PREFIX}{model}" + (f"@random:{seed}" if seed else "")}
 
 
+#: The first bytes of each checkpoint format open_clip can load: torch.save's zip archive
+#: (also numpy's .npz), torch.save's older pickle, and numpy's .npy. safetensors has its own
+#: test (a little-endian header length, then a JSON object).
+_CHECKPOINT_MAGIC = {b"PK\x03\x04": "zip (torch.save or .npz)", b"\x80": "pickle (older torch.save)",
+                     b"\x93NUMPY": "numpy .npy"}
+
+
+def checkpoint_format(path: str | Path) -> str:
+    """Which checkpoint format ``path`` holds, from its first bytes, without torch; raises
+    ValueError for an empty file or one that no format open_clip loads begins like, so that a
+    wrong file is refused when the audit is asked for, not when a worker loads it."""
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if not head:
+        raise ValueError(f"checkpoint file is empty: {path}")
+    for magic, name in _CHECKPOINT_MAGIC.items():
+        if head.startswith(magic):
+            return name
+    if len(head) > 8 and head[8:9] == b"{" and 0 < int.from_bytes(head[:8], "little") < 100_000_000:
+        return "safetensors"
+    raise ValueError(f"not a checkpoint open_clip can load (neither a torch.save file, safetensors "
+                     f"nor numpy): {path} begins with {head[:8]!r}")
+
+
 def _checkpoint_weights(model: str, weights: str) -> dict[str, Any]:
     path = Path(weights).expanduser().resolve()
     if not path.is_file():
         raise ValueError(f"checkpoint file not found: {path}")
+    checkpoint_format(path)
     return {"kind": "checkpoint", "checkpoint": str(path), "canonical": f"{SPEC_PREFIX}{model}@{path}"}
 
 

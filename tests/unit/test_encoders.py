@@ -225,7 +225,7 @@ def test_parse_valid_specs(tmp_path: Path) -> None:
     p = parse_retriever_spec("openclip:ViT-B-32@LAION2B-S34B-B79K")  # tags normalised as open_clip does
     assert p["tag"] == "laion2b_s34b_b79k"
     ckpt = tmp_path / "w.pt"
-    ckpt.write_bytes(b"x")
+    torch.save({}, ckpt)
     p = parse_retriever_spec(f"openclip:ViT-B-32@{ckpt}")
     assert (p["kind"], p["checkpoint"]) == ("checkpoint", str(ckpt.resolve()))
 

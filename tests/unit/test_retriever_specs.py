@@ -82,3 +82,32 @@ def test_the_web_tier_starts_an_audit_without_loading_torch(tmp_path: Path):
     assert lines[1].startswith("302 /audits/"), out.stdout
     assert lines[2].startswith("refused: bad retriever spec 'openclip:ViT-B-32@no_such_tag'")
     assert lines[3] == "[]"
+
+
+def test_checkpoint_formats_open_clip_loads_are_told_from_their_first_bytes(tmp_path: Path):
+    """Each format open_clip's loader reads is recognised (written by the real libraries);
+    an empty file, a text file or an image is refused by the spec check, before any worker."""
+    import numpy as np
+    import safetensors.torch
+    import torch
+
+    state = {"w": torch.zeros(2, 2)}
+    files = {"new.pt": "zip (torch.save or .npz)", "old.pt": "pickle (older torch.save)",
+             "w.safetensors": "safetensors", "w.npz": "zip (torch.save or .npz)", "w.npy": "numpy .npy"}
+    torch.save(state, tmp_path / "new.pt")
+    torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
+    safetensors.torch.save_file(state, str(tmp_path / "w.safetensors"))
+    np.savez(tmp_path / "w.npz", w=np.zeros(2))
+    np.save(tmp_path / "w.npy", np.zeros(2))
+    for name, kind in files.items():
+        assert specs.checkpoint_format(tmp_path / name) == kind
+        assert specs.parse_retriever_spec(f"openclip:ViT-B-32@{tmp_path / name}")["kind"] == "checkpoint"
+
+    (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "notes.pt").write_text("not weights")
+    (tmp_path / "cat.pt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(32))
+    with pytest.raises(ValueError, match="checkpoint file is empty: .*empty.pt"):
+        specs.parse_retriever_spec(f"openclip:ViT-B-32@{tmp_path / 'empty.pt'}")
+    for name in ("notes.pt", "cat.pt"):
+        with pytest.raises(ValueError, match=f"bad retriever spec .*not a checkpoint open_clip can load.*{name}"):
+            specs.parse_retriever_spec(f"openclip:ViT-B-32@{tmp_path / name}")
