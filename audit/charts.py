@@ -18,7 +18,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "undefined" if value is None else f"{value:.{digits}f}"
 
 
-def _elided(text: str, max_chars: int) -> str:
+def elided(text: str, max_chars: int) -> str:
     """``text`` cut in the middle to at most ``max_chars`` characters: a retriever spec keeps
     both its model (the start) and its checkpoint's file name (the end)."""
     if len(text) <= max_chars:
@@ -82,7 +82,7 @@ def grouped_hbar_svg(
         # ~7 px a character at 12 px: the label fits between the left margin and the bars;
         # the whole name is the label's tooltip
         out.append(f'<text x="{label_w - 8}" y="{y0 + n_series * bar_h / 2 + 4:.1f}" {FONT} text-anchor="end">'
-                   f'<title>{escape(row)}</title>{escape(_elided(row, (label_w - 8 - pad) // 7))}</text>')
+                   f'<title>{escape(row)}</title>{escape(elided(row, (label_w - 8 - pad) // 7))}</text>')
         for s, name in enumerate(series):
             v = values.get((row, name))
             y = y0 + s * bar_h
@@ -267,8 +267,12 @@ def line_panels_svg(
     width: int = 960,
     height: int = 300,
     y_max: float | None = None,
+    full_title: str | None = None,
 ) -> str:
     """Small multiples of line charts on a shared ``0..y_max`` axis: one panel per entry of ``panels``.
+
+    ``title`` is drawn as the heading; ``full_title`` (default: the same) is the chart's
+    tooltip and accessible name, for a heading that had to be shortened to fit.
 
     Each panel is ``(panel title, {series name: [y per x]})``; every panel has the same
     series (same colour, dash and marker per series, one legend on top). ``None``
@@ -288,8 +292,8 @@ def line_panels_svg(
     n_x = max(1, len(x_labels))
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
-        f'width="100%" role="img" aria-label="{escape(title)}">',
-        f'<title>{escape(title)}</title>',
+        f'width="100%" role="img" aria-label="{escape(full_title or title)}">',
+        f'<title>{escape(full_title or title)}</title>',
         f'<text x="8" y="18" {FONT} font-weight="600">{escape(title)}</text>',
     ]
     out.extend(_line_legend(names, pad_l))

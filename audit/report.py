@@ -52,10 +52,13 @@ def _sessions_curve(name: str, per: dict[str, Any], strategies: list[str], modal
         (MODALITY_NAMES.get(m, m), {st: per.get(st, {}).get(m, {}).get("hits_at_k", []) for st in strategies})
         for m in modalities
     ]
+    what = f"cumulative Hits@{k} after each turn (target within {k} at some turn ≤ l)"
+    # the heading holds about 125 characters of 12 px bold across the chart's 960 units: a
+    # long retriever spec is cut in its middle there, and stays whole in the tooltip
+    shown = charts.elided(name, max(24, 123 - len(": ") - len(what)))
     return mark_safe(charts.line_panels_svg(
-        panels, [str(n) for n in range(1, l_max + 1)],
-        f"{name}: cumulative Hits@{k} after each turn (target within {k} at some turn ≤ l)",
-        x_label="turn l", y_label=f"Hits@{k}", y_max=y_max,
+        panels, [str(n) for n in range(1, l_max + 1)], f"{shown}: {what}",
+        x_label="turn l", y_label=f"Hits@{k}", y_max=y_max, full_title=f"{name}: {what}",
     ))
 
 

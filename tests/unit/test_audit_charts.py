@@ -52,3 +52,17 @@ def test_long_row_labels_are_cut_in_the_middle_with_the_whole_name_as_tooltip():
     assert shown[0].startswith("openclip:cir") and shown[0].endswith("compose-s7.pt") and "…" in shown[0]
     assert len(shown[0]) * 7 <= 230 - 8 - 12  # fits between the left margin and the bars
     assert labels[0].find(f"{NS}title").text == spec
+
+
+def test_session_curve_heading_fits_with_the_whole_spec_as_tooltip():
+    from audit.report import _sessions_curve
+
+    spec = "openclip:cirval-demo@/tmp/pytest-of-root/pytest-9/demo-models0/cirval-demo-caption-s7.pt"
+    per = {"latest": {"multimodal": {"hits_at_k": [0.1, 0.2]}}}
+    root = ET.fromstring(str(_sessions_curve(spec, per, ["latest"], ["multimodal"], 10, 2, 0.5)))
+    heading = next(t for t in root.iter(f"{NS}text") if t.get("font-weight") == "600").text
+    assert len(heading) <= 123 and heading.startswith("openclip:cirv") and "caption-s7.pt: cumulative Hits@10" in heading
+    assert heading.endswith("(target within 10 at some turn ≤ l)")
+    assert root.find(f"{NS}title").text.startswith(spec + ": cumulative") and root.get("aria-label").startswith(spec)
+    short = ET.fromstring(str(_sessions_curve("openclip:tiny", per, ["latest"], ["multimodal"], 10, 2, 0.5)))
+    assert short.find(f"{NS}title").text == "openclip:tiny: cumulative Hits@10 after each turn (target within 10 at some turn ≤ l)"
