@@ -69,7 +69,7 @@ def _busy_sessions(connection) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid() AND state IS NOT NULL AND state <> 'idle'")
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'")
         return cursor.fetchone()[0]
 
 
