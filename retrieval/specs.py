@@ -183,8 +183,11 @@ def checkpoint_format(path: str | Path) -> str:
     """Which checkpoint format ``path`` holds, from its first bytes, without torch; raises
     ValueError for an empty file or one that no format open_clip loads begins like, so that a
     wrong file is refused when the audit is asked for, not when a worker loads it."""
-    with open(path, "rb") as fh:
-        head = fh.read(16)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:  # unreadable (permissions, a folder): say so, as for the rest
+        raise ValueError(f"cannot read checkpoint file {path}: {exc.strerror or exc}") from None
     if not head:
         raise ValueError(f"checkpoint file is empty: {path}")
     for magic, name in _CHECKPOINT_MAGIC.items():

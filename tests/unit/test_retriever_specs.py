@@ -111,3 +111,5 @@ def test_checkpoint_formats_open_clip_loads_are_told_from_their_first_bytes(tmp_
     for name in ("notes.pt", "cat.pt"):
         with pytest.raises(ValueError, match=f"bad retriever spec .*not a checkpoint open_clip can load.*{name}"):
             specs.parse_retriever_spec(f"openclip:ViT-B-32@{tmp_path / name}")
+    with pytest.raises(ValueError, match="cannot read checkpoint file"):
+        specs.checkpoint_format(tmp_path)  # a folder: open() fails; the spec check says so in words
