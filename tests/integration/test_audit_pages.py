@@ -101,13 +101,19 @@ def test_running_audit_shows_progress_and_polls(client, demo_accounts, tiny, mon
     assert status["eta_seconds"] == 30.0
 
 
-def test_staff_starts_an_audit(client, demo_accounts, tiny, django_capture_on_commit_callbacks):  # noqa: F811
+def test_staff_starts_an_audit(client, demo_accounts, tiny, django_capture_on_commit_callbacks, tmp_path):  # noqa: F811
     login(client, demo_accounts, "admin")
     assert client.get("/audits/").content.decode().count("New audit") >= 1
     assert client.get("/audits/new/").status_code == 200
     bad = client.post("/audits/new/", {"dataset": "tiny", "retrievers": "openclip:no-such-model", "k": 10,
                                        "min_mm_retrievers": 1})
     assert bad.status_code == 200 and "unknown open_clip model" in bad.content.decode()
+    notes = tmp_path / "weights.pt"
+    notes.write_text("my notes, not weights")  # an existing file that no loader reads
+    bad = client.post("/audits/new/", {"dataset": "tiny", "retrievers": f"openclip:cirval-tiny-vit@{notes}",
+                                       "k": 10, "min_mm_retrievers": 1})
+    assert bad.status_code == 200 and "not a checkpoint open_clip can load" in bad.content.decode()
+    assert not AuditRun.objects.exists()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         resp = client.post("/audits/new/", {
             "dataset": "tiny", "split": "", "retrievers": "openclip:cirval-tiny-vit\n\nopenclip:cirval-tiny-vit-b\n",
