@@ -28,6 +28,7 @@ import os
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,9 +126,26 @@ class EmbeddingCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL (once; the mode persists in the file). The switch needs the
+        file to itself, and SQLite answers "database is locked" at once, without waiting for
+        the busy timeout, when another process opens the same new cache at that moment (two
+        workers starting one audit): retry until ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.005
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
     def _init_db(self) -> None:
         conn = self._conn()
-        conn.execute("PRAGMA journal_mode = WAL")
+        self._enable_wal(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")

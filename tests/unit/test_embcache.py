@@ -134,6 +134,36 @@ def test_concurrent_writers_leave_consistent_cache(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
+def _opener(root: str, spec: str, barrier, errors) -> None:
+    barrier.wait()  # every process opens the same new cache at the same moment
+    try:
+        EmbeddingCache(root, spec, dim=4)
+    except Exception as exc:  # reported to the parent, which asserts there were none
+        errors.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_one_new_cache_at_once_all_succeed(tmp_path: Path) -> None:
+    """Two workers starting one audit open the same new cache together. Switching a new
+    file to WAL needs it to itself, and SQLite says "database is locked" at once, without
+    the busy timeout; before the retry, about 1 in 200 openings failed this way and
+    failed its audit chunk."""
+    ctx = mp.get_context("fork")
+    errors = ctx.Queue()
+    for n in range(100):
+        barrier = ctx.Barrier(6)
+        procs = [ctx.Process(target=_opener, args=(str(tmp_path), f"openclip:race@random:{n}", barrier, errors))
+                 for _ in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert found == []
+
+
 def _fork_child(cache: EmbeddingCache) -> None:
     cache.put_many("image", ["from-child"], np.ones((1, 16), np.float32))
 
