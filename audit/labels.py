@@ -1,4 +1,6 @@
-"""Shortcut-audit labels from per-retriever ranks (pure Python; no Django, no torch).
+"""The audit rule: a shortcut-audit label for every query from per-retriever ranks (pure Python; no Django, no torch).
+
+This module is the one place the rule and its label names live; everything else imports them from here.
 
 Input rows are ``(query, retriever, mm, text, image)``: the 1-based rank of the best
 positive target (:func:`retrieval.targets.positive_targets`) for the multimodal,

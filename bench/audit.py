@@ -263,7 +263,7 @@ def build_world(args, specs, demo_dir):
     """The demo world loaded and each retriever built once to warm up; the gallery, queries and positives."""
     from django.conf import settings
 
-    from audit.engine import get_retriever
+    from audit.runs.encoding import get_retriever
     from retrieval.demo import build_demo
     from retrieval.encoders import load_image
     from retrieval.evaltargets import positive_image_ids
@@ -327,7 +327,7 @@ def cold_and_warm(dataset, specs, sync) -> tuple[Any, Clock, Any, Clock, int]:
     the gallery re-read). Returns (cold run, its clock, warm run, its clock, models the warm run built)."""
     from django.conf import settings
 
-    from audit.engine import clear_memos, get_retriever
+    from audit.runs.encoding import clear_memos, get_retriever
     from audit.runs import dispatch, planning
 
     shutil.rmtree(settings.EMBEDDING_CACHE_DIR, ignore_errors=True)
@@ -356,7 +356,7 @@ def main() -> None:
     logging.getLogger().setLevel(logging.WARNING)
     import torch
 
-    from audit.engine import clear_memos
+    from audit.runs.encoding import clear_memos
     from audit.models import AuditRank
 
     specs = args.retrievers or DEFAULT_SPECS

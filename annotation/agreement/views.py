@@ -100,7 +100,7 @@ def _report(request, study: Study) -> dict[str, Any]:
 def _alternatives(request, study: Study) -> dict[str, Any] | None:
     """Per-candidate agreement and accepted alternatives, for studies with candidate panels."""
     from annotation.agreement.reports import annotator_pseudonyms
-    from annotation.verdicts.extra_targets import alternatives_report
+    from annotation.alternatives.study import alternatives_report
 
     if study.rubric.rubric.kind == "session" or not study.items.exclude(candidates=[]).exists():
         return None
@@ -282,7 +282,7 @@ def adjudication_item_page(request, study_id: int, item_id: int):
 
 def _decide_candidate(request, study: Study, item: StudyItem):
     """An adjudicator accepts or refuses one candidate of the item as an extra ground truth."""
-    from annotation.verdicts.extra_targets import decide_candidate
+    from annotation.alternatives.study import decide_candidate
 
     try:
         image = int(request.POST["candidate"])
@@ -296,7 +296,7 @@ def _decide_candidate(request, study: Study, item: StudyItem):
 
 def _candidate_rows(study: Study, item: StudyItem) -> list[dict[str, Any]]:
     """The item's candidates with votes and outcome under the study's rule (ticked first)."""
-    from annotation.verdicts.extra_targets import study_alternatives
+    from annotation.alternatives.study import study_alternatives
 
     outcome = {a.image: a for a in study_alternatives(study, [item.pk]).get(item.pk, [])}
     images = Image.objects.in_bulk(item.candidates)

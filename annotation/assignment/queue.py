@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from annotation.assignment.rules import Candidate, Choice, choose_gold, choose_next, gold_due, nothing_to_serve
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
-from annotation.judging.alternatives import FIELD as ALTERNATIVES
-from annotation.judging.alternatives import clean_alternatives
+from annotation.alternatives.payload import FIELD as ALTERNATIVES
+from annotation.alternatives.payload import clean_alternatives
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
 

@@ -88,7 +88,7 @@ from annotation.verdicts.consensus import (
 )
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
-from annotation.export.alternatives import ExtraTargets, QueryLayout
+from annotation.alternatives.export import ExtraTargets, QueryLayout
 
 
 FORMAT = "cirval.validated_export"

@@ -736,7 +736,7 @@ def signature(flags: Mapping[str, bool] | Iterable[str], validated: bool,
 
 
 #: The fields a judgement payload may hold (whatever the rubric kind); others are ignored.
-#: ``alternatives`` is checked by :mod:`annotation.judging.alternatives`.
+#: ``alternatives`` is checked by :mod:`annotation.alternatives.payload`.
 PAYLOAD_FIELDS = frozenset({"note", "flagged", "time_spent_ms", "category", "sub_reason", "also", "scales",
                             "per_turn_checks", "per_turn", "reject_flags", "alternatives"})
 _ALSO_FIELDS = frozenset({"category", "sub_reason"})

@@ -3,6 +3,7 @@
 Modules, in import order (each imports only those above it):
 
 * :mod:`.base`: settings, errors, subset names, skip reasons;
+* :mod:`.encoding`: the numeric core of a chunk (cached encoding, three-modality ranking; no Django);
 * :mod:`.planning`: which queries, sessions and gallery; the chunks;
 * :mod:`.leases`: the chunk claim and heartbeat (:mod:`retrieval.jobs.leases` for chunks);
 * :mod:`.execution`: running one chunk (encode, rank, write rank rows);
@@ -22,7 +23,7 @@ How a computed run goes (see also :mod:`audit.tasks`):
    embedding cache; query chunks encode the queries (one image and one text embedding
    each), rank the three modalities and write one :class:`AuditRank` row per (query,
    retriever); session chunks do the same for every turn of a session on its
-   aggregated history (:func:`audit.engine.rank_sessions`) and write one
+   aggregated history (:func:`audit.runs.encoding.rank_sessions`) and write one
    :class:`AuditSessionRank` row per (session, retriever, strategy, modality); texts
    chunks store each session's largest text-text cosine (tau-diversity).
 3. Chunks are Celery tasks. A task first *claims* its chunk (an atomic update that

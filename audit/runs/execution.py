@@ -42,7 +42,7 @@ from .planning import (
 
 
 def _retriever(spec: str) -> Any:
-    from ..engine import get_retriever
+    from .encoding import get_retriever
 
     return get_retriever(
         spec, device=_setting("AUDIT_DEVICE", "") or None, batch_size=int(_setting("AUDIT_BATCH_SIZE", 64)),
@@ -170,8 +170,8 @@ def _encode_gallery_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | No
 
 def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[Heartbeat | None]) -> list[dict[str, Any]]:
     """The stats of gallery chunks over the same images for different retrievers, encoded
-    together: each file decoded once (:func:`audit.engine.encode_images_shared`)."""
-    from ..engine import encode_images_shared
+    together: each file decoded once (:func:`audit.runs.encoding.encode_images_shared`)."""
+    from .encoding import encode_images_shared
 
     started = time.perf_counter()
     retrievers = [_retriever(c.retriever) for c in chunks]
@@ -266,7 +266,7 @@ def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> 
 
     Returns ``(retriever, cache, max_pixels, gallery, gallery image ids, row of each image id,
     gallery encode stats, build seconds, gallery seconds)``."""
-    from ..engine import gallery_matrix
+    from .encoding import gallery_matrix
 
     t0 = time.perf_counter()
     retriever = _retriever(chunk.retriever)
@@ -313,7 +313,7 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
                   read: QueryRead | None = None) -> dict[str, Any]:
     """The chunk's eligible queries, their encodings and targets (``read``: :func:`_read_queries`
     of the chunk's items, when it was made for a group of chunks)."""
-    from ..engine import encode_images, encode_texts
+    from .encoding import encode_images, encode_texts
 
     retriever, cache, max_pixels = gallery_ctx[:3]
     eligible, skipped, turns, targets = read or _read_queries(run, chunk.items)
@@ -348,7 +348,7 @@ def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTarg
 
 def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None,
                       read: QueryRead | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from ..engine import rank_three
+    from .encoding import rank_three
 
     ctx = _chunk_gallery(run, chunk, beat)
     retriever, _cache_, _px, gallery, g_ids, index_of, g_enc, build_s, gallery_s = ctx
@@ -385,7 +385,7 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None,
 
 def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbeat | None) -> dict[str, Any]:
     """Eligible sessions, one image encoding per distinct reference file, one text encoding per distinct text."""
-    from ..engine import encode_images, encode_texts
+    from .encoding import encode_images, encode_texts
 
     retriever, cache, max_pixels = ctx[:3]
     eligible, skipped = _session_eligibility(run, chunk.items, run.dataset.format)
@@ -412,7 +412,7 @@ def _rank_sessions_of(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any])
     """Session rank rows (every strategy x modality), sessions without a positive in the gallery, seconds."""
     from retrieval.sessions import DEFAULT_ALPHA
 
-    from ..engine import rank_sessions
+    from .encoding import rank_sessions
 
     retriever, gallery, index_of = ctx[0], ctx[3], ctx[5]
     kept, turns, texts = inp["kept"], inp["turns"], inp["texts"]
@@ -464,7 +464,7 @@ def _rank_session_chunk(
 
 def _session_texts_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> dict[str, Any]:
     """Each session's largest text-text cosine with the tau encoder (stored in the chunk's stats)."""
-    from ..engine import session_texts_max_cosine
+    from .encoding import session_texts_max_cosine
 
     t0 = time.perf_counter()
     retriever = _retriever(chunk.retriever)

@@ -35,7 +35,7 @@ def candidate_retriever(dataset_id: int) -> str:
 
 
 def _encode_gallery(retriever, cache, image_ids: list[int], root: str):
-    from ..engine import encode_images
+    from .encoding import encode_images
 
     files = _image_files(image_ids)
     ids = [i for i in image_ids if i in files and files[i][0]]
@@ -63,7 +63,7 @@ def _query_inputs(group: Sequence[Query]) -> tuple[list[Query], list[str], dict[
 def _rank_group(group: Sequence[Query], depth: int, spec: str | None) -> dict[int, list[int]]:
     from retrieval.ranking import rank_queries
 
-    from ..engine import encode_images, encode_texts
+    from .encoding import encode_images, encode_texts
 
     dataset = group[0].dataset
     retriever = _retriever(spec or candidate_retriever(dataset.pk))

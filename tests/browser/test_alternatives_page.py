@@ -9,13 +9,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from annotation.agreement.alternatives import candidate_units, unit_agreement
+from annotation.alternatives.agreement import candidate_units, unit_agreement
 from annotation.agreement.reports import annotator_pseudonyms
 from annotation.export.validated import export_study
 from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Judgement, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
-from audit.engine import clear_memos
+from audit.runs.encoding import clear_memos
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
 from retrieval.models import Image

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from audit.runs import aggregation, base, dispatch, execution, leases, panels, planning
-from audit.engine import clear_memos
+from audit.runs.encoding import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
 from retrieval.embcache import EmbeddingCache
@@ -295,7 +295,7 @@ def test_run_audit_command_queues_without_wait(demo, monkeypatch):
 
 def test_gallery_matrix_is_memory_mapped_from_the_cache(demo, settings):
     """A CPU worker's gallery matrix is a view of a .npy file streamed out of the embedding cache."""
-    from audit.engine import gallery_matrix
+    from audit.runs.encoding import gallery_matrix
 
     audit(demo)
     clear_memos()

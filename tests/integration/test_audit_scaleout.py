@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from audit.engine import clear_memos
+from audit.runs.encoding import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from audit.runs import dispatch, planning
 from retrieval.demo import build_demo

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 
 from audit.runs import aggregation, dispatch, execution, planning
-from audit.engine import clear_memos
+from audit.runs.encoding import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRun, AuditSessionRank
 from retrieval.demo import build_demo
 from retrieval.embcache import EmbeddingCache
@@ -417,7 +417,7 @@ def test_rank_sessions_on_hand_made_embeddings():
     .78, t .99) rank it first. Text only: e2 every time -> 2. Multimodal turn 1:
     normalise(e1 + e2) = t -> 1. Leaving e2 out at turn 2 lifts image-only latest to 1.
     """
-    from audit.engine import rank_sessions
+    from audit.runs.encoding import rank_sessions
 
     s = 1 / np.sqrt(2)
     gallery = torch.tensor([[1.0, 0.0], [0.0, 1.0], [s, s]])

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from audit.runs import dispatch, planning
-from audit.engine import clear_memos
+from audit.runs.encoding import clear_memos
 from audit.models import AuditRun
 from retrieval.models import Dataset, Query
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from audit.engine import clear_memos, get_retriever
+from audit.runs.encoding import clear_memos, get_retriever
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from audit.runs import dispatch, execution, planning
 from audit.runs.bulkwrite import insert_rows

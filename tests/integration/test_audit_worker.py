@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from audit.runs import base, dispatch, leases, planning
-from audit.engine import clear_memos
+from audit.runs.encoding import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed

@@ -8,7 +8,7 @@ import pytest
 from annotation.judging.candidates import item_candidates
 from annotation.models import StudyItem
 from annotation.studies.building import StudySpec, create_study
-from audit.engine import clear_memos
+from audit.runs.encoding import clear_memos
 from audit.models import AuditRank
 from audit.runs import dispatch, planning
 from audit.runs.ondemand import retrieve_top_lists

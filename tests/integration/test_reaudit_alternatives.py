@@ -13,9 +13,9 @@ from annotation.assignment import queue as engine
 from annotation.judging.candidates import fill_study_candidates
 from annotation.models import StudyItem
 from annotation.studies.building import StudySpec, create_study
-from annotation.verdicts.extra_targets import decide_candidate
+from annotation.alternatives.study import decide_candidate
 from audit.alternatives import ALTERNATIVE_ROLE
-from audit.engine import clear_memos
+from audit.runs.encoding import clear_memos
 from audit.models import AuditLabel
 from audit.report import build_report
 from audit.runs import dispatch, planning

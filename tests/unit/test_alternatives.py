@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from annotation.agreement.alternatives import candidate_units, distribution, unit_agreement
-from annotation.judging.alternatives import clean_alternatives, too_broad
+from annotation.alternatives.agreement import candidate_units, distribution, unit_agreement
+from annotation.alternatives.payload import clean_alternatives, too_broad
 from annotation.judging.rubric import JudgementError
-from annotation.verdicts.alternatives import accepted, decide_alternatives
+from annotation.alternatives.decisions import accepted, decide_alternatives
 
 
 def test_clean_alternatives_takes_only_the_items_own_candidates():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from audit.engine import encode_images, encode_texts
+from audit.runs.encoding import encode_images, encode_texts
 from audit.runs.progress import encoding_stage
 from config.worker_tuning import loader_workers
 from retrieval.embcache import EmbeddingCache

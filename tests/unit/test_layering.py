@@ -13,10 +13,10 @@ PURE = [
     "retrieval/encoders.py", "retrieval/specs.py", "retrieval/embcache.py", "retrieval/demo.py", "retrieval/demo_training.py",
     "retrieval/imagefiles.py",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "retrieval" / "importers").glob("*.py")),
-    "audit/labels.py", "audit/rankfiles.py",
+    "audit/labels.py", "audit/rankfiles.py", "audit/runs/encoding.py",
     "annotation/agreement/maths.py", "annotation/agreement/circus.py", "annotation/judging/rubric.py", "annotation/assignment/rules.py",
     "annotation/studies/sampling.py", "annotation/verdicts/consensus.py", "annotation/quality/signals.py", "retrieval/fusion.py",
-    "annotation/judging/alternatives.py", "annotation/verdicts/alternatives.py", "annotation/agreement/alternatives.py",
+    "annotation/alternatives/payload.py", "annotation/alternatives/decisions.py", "annotation/alternatives/agreement.py",
 ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from annotation.agreement.reports import get_study
-from annotation.verdicts.extra_targets import apply_alternatives
+from annotation.alternatives.study import apply_alternatives
 
 
 class Command(BaseCommand):

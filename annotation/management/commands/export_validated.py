@@ -15,7 +15,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from annotation.verdicts.consensus import POLICIES
-from annotation.export.alternatives import FORMATS
+from annotation.alternatives.export import FORMATS
 from annotation.export.validated import ExportError, export_study
 from annotation.agreement.reports import get_study
 

@@ -10,7 +10,7 @@ from retrieval.models import Image
 
 from annotation.models import Study
 from annotation.verdicts.adjudication import ItemRow
-from annotation.verdicts.extra_targets import study_alternatives
+from annotation.alternatives.study import study_alternatives
 
 FORMATS: tuple[str, ...] = ("mbeir", "circo")
 CIRCO_KEYS = ("id", "reference_img_id", "target_img_id", "relative_caption", "shared_concept", "gt_img_ids")

@@ -1,15 +1,15 @@
 """Extra ground truths of a study's items: the ticked candidates its consensus accepts
-(:mod:`annotation.verdicts.alternatives`), adjudicators' decisions on candidates, and the
-per-candidate agreement report (:mod:`annotation.agreement.alternatives`)."""
+(:mod:`annotation.alternatives.decisions`), adjudicators' decisions on candidates, and the
+per-candidate agreement report (:mod:`annotation.alternatives.agreement`)."""
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from annotation.agreement.alternatives import CONVENTIONS, candidate_units, distribution, per_candidate, unit_agreement
+from annotation.alternatives.agreement import CONVENTIONS, candidate_units, distribution, per_candidate, unit_agreement
 from annotation.models import AlternativeDecision, Judgement, Study, StudyItem
-from annotation.verdicts.alternatives import Alternative, decide_alternatives
+from annotation.alternatives.decisions import Alternative, decide_alternatives
 
 
 def item_ticks(study: Study, item_ids: Iterable[int] | None = None) -> tuple[dict[int, list[int]], dict[int, dict[str, list[int]]]]:
