@@ -2,8 +2,9 @@
 items served to them (references, targets, turn targets, the item's candidate panel),
 the prefetched next item, and the example images of their studies' guidelines.
 
-The image view (``retrieval``) calls :func:`may_fetch_image` through the
-``CIRVAL_IMAGE_ACCESS`` setting, so the corpus app imports nothing from this one."""
+The image view (``retrieval``) calls :func:`may_fetch_image` through the hook of
+:mod:`retrieval.access`, which :meth:`annotation.apps.AnnotationConfig.ready` fills in, so the
+corpus app imports nothing from this one."""
 from __future__ import annotations
 
 import re

@@ -8,8 +8,13 @@ class AnnotationConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import m2m_changed
 
+        from retrieval.access import set_image_access
+
+        from annotation.access import may_fetch_image
         from annotation.assignment.queue import forget_study_sizes
         from annotation.models import Study
+
+        set_image_access(may_fetch_image)  # annotators fetch only the images they were shown
 
         def annotators_changed(sender, instance, action, **kwargs):
             if action.startswith("post_") and isinstance(instance, Study):

@@ -184,8 +184,6 @@ IMAGE_ROOTS = [
     for p in env_list("IMAGE_ROOTS", [str(VAR_DIR / "images")], sep=os.pathsep if os.pathsep in env_str("IMAGE_ROOTS") else ",")
 ]
 IMAGE_MAX_PIXELS = env_int("IMAGE_MAX_PIXELS", 64_000_000)
-# Who may fetch which image (annotators: only what they were shown; see annotation/access.py).
-CIRVAL_IMAGE_ACCESS = "annotation.access.may_fetch_image"
 THUMBNAIL_DIR = VAR_DIR / "thumbs"
 EMBEDDING_CACHE_DIR = Path(env_str("EMBEDDING_CACHE_DIR", str(VAR_DIR / "embeddings")))
 

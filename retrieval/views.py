@@ -10,13 +10,13 @@ from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.module_loading import import_string
 from django.utils.text import get_valid_filename
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET
 
 from config.roles import researcher_required, staff_required
 
+from .access import may_fetch
 from .forms import ImportForm
 from .imageserve import ImageRefused, check_pixels, image_file, parse_size, placeholder_svg, thumbnail
 from .jobs.queue import QUEUE_DOWN, enqueue
@@ -64,12 +64,6 @@ def query_detail(request, name: str, pk: int):
     return render(request, "retrieval/query_detail.html", {"dataset": dataset, "query": query})
 
 
-def _may_fetch(user, pk: int) -> bool:
-    """The access rule named by ``CIRVAL_IMAGE_ACCESS`` (the annotation app's), else everyone."""
-    rule = getattr(settings, "CIRVAL_IMAGE_ACCESS", "")
-    return import_string(rule)(user, pk) if rule else True
-
-
 @require_GET
 @cache_control(private=True, max_age=86400)
 def image(request, pk: int):
@@ -79,7 +73,7 @@ def image(request, pk: int):
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
     img = Image.objects.select_related("dataset").filter(pk=pk).first()
-    if img is None or not _may_fetch(request.user, pk):
+    if img is None or not may_fetch(request.user, pk):
         raise Http404("no such image")
     path = image_file(img.dataset.images_root, img.path)
     if path is None:

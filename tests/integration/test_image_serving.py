@@ -28,7 +28,7 @@ def served(tmp_path, settings, client, demo_accounts):
     rows = {name: Image.objects.create(dataset=ds, external_id=name, path=f"{name}.png") for name in ("ok", "big", "fake", "link")}
     rows["outside"] = Image.objects.create(dataset=other, external_id="secret", path="secret.png")
     rows["traversal"] = Image.objects.create(dataset=ds, external_id="trav", path="../outside/secret.png")
-    # researchers may fetch any image (annotators only what they were shown: test_image_access.py)
+    # researchers may fetch any image (annotators only what they were shown: test_hardening.py)
     client.login(username="researcher", password=demo_accounts["researcher"])
     return rows
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,97 @@ def test_no_import_cycle_inside_an_app(app):
         for name, path in modules.items()
     }
     assert find_cycle(graph) is None
+
+
+# ------------------------------------------------------------------ imports by string
+# A dotted path in a string (``import_string``, ``send_task``, a model reference, a setting
+# whose value names a function) is an import all the same. It must run the same way.
+
+LOWER = {"retrieval": {"audit", "annotation"}, "audit": {"annotation"}}
+DOTTED = re.compile(r"^([a-z_]+)(\.[A-Za-z_]\w*)+$")
+
+
+def dotted_strings(tree: ast.AST) -> set[str]:
+    """Every string constant of the tree that is a whole dotted path (``app.module.name``)."""
+    return {n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and DOTTED.match(n.value)}
+
+
+def app_files(app: str) -> list[Path]:
+    return [p for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts]
+
+
+def string_imports_against_layers(files: dict[str, set[str]], lower: dict[str, set[str]]) -> dict[str, list[str]]:
+    """For each file (``app/...``: its dotted strings) the strings that name a higher app."""
+    offenders = {}
+    for rel, strings in files.items():
+        forbidden = lower.get(rel.split("/")[0], set())
+        if bad := sorted(s for s in strings if s.split(".")[0] in forbidden):
+            offenders[rel] = bad
+    return offenders
+
+
+def settings_read_against_layers(settings_values: dict[str, str], readers: dict[str, set[str]],
+                                 lower: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Settings whose value names a module of a higher app than an app that reads them.
+
+    ``settings_values`` maps a setting to its dotted value; ``readers`` maps each file
+    (``app/...``) to the setting names it reads."""
+    offenders: dict[str, list[str]] = {}
+    for rel, names in readers.items():
+        forbidden = lower.get(rel.split("/")[0], set())
+        bad = sorted(f"{n} = {settings_values[n]!r}" for n in names
+                     if n in settings_values and settings_values[n].split(".")[0] in forbidden)
+        if bad:
+            offenders[rel] = bad
+    return offenders
+
+
+def settings_read(tree: ast.AST) -> set[str]:
+    """Names of settings a file reads: ``settings.X`` and ``getattr(settings, "X"...)``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "settings":
+            names.add(node.attr)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "settings"
+              and isinstance(node.args[1], ast.Constant)):
+            names.add(node.args[1].value)
+    return names
+
+
+def dotted_settings() -> dict[str, str]:
+    """Each setting of config/settings.py whose value is a dotted path string."""
+    tree = ast.parse((ROOT / "config" / "settings.py").read_text())
+    return {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            and DOTTED.match(node.value.value) for t in node.targets if isinstance(t, ast.Name)}
+
+
+def test_the_string_checks_see_a_reverse_dependency():
+    # the shape of the old CIRVAL_IMAGE_ACCESS: a setting names an annotation function, retrieval reads it
+    assert settings_read_against_layers(
+        {"CIRVAL_IMAGE_ACCESS": "annotation.access.may_fetch_image", "ROOT_URLCONF": "config.urls"},
+        {"retrieval/views.py": {"CIRVAL_IMAGE_ACCESS", "ROOT_URLCONF"}, "annotation/views.py": {"CIRVAL_IMAGE_ACCESS"}},
+        LOWER,
+    ) == {"retrieval/views.py": ["CIRVAL_IMAGE_ACCESS = 'annotation.access.may_fetch_image'"]}
+    tree = ast.parse('x = import_string("annotation.access.may_fetch_image")\nFK = "audit.AuditRun"\n"""annotation.x in prose."""')
+    assert string_imports_against_layers({"retrieval/views.py": dotted_strings(tree)}, LOWER) == {
+        "retrieval/views.py": ["annotation.access.may_fetch_image", "audit.AuditRun"]}
+    assert string_imports_against_layers({"audit/tasks.py": {"audit.tasks.coordinate", "retrieval.models"}}, LOWER) == {}
+    tree = ast.parse('a = settings.IMAGE_ACCESS\nb = getattr(settings, "OTHER", None)')
+    assert settings_read(tree) == {"IMAGE_ACCESS", "OTHER"}
+
+
+@pytest.mark.parametrize("app", sorted(LOWER))
+def test_no_string_names_a_higher_app(app):
+    """import_string targets, task names and model references in strings run one way too."""
+    files = {str(p.relative_to(ROOT)): dotted_strings(ast.parse(p.read_text())) for p in app_files(app)}
+    assert string_imports_against_layers(files, LOWER) == {}
+
+
+@pytest.mark.parametrize("app", sorted(LOWER))
+def test_no_setting_points_a_lower_app_at_a_higher_one(app):
+    """A setting whose value names a module of a higher app is a reverse import of every lower app that reads it."""
+    readers = {str(p.relative_to(ROOT)): settings_read(ast.parse(p.read_text())) for p in app_files(app)}
+    assert settings_read_against_layers(dotted_settings(), readers, LOWER) == {}
