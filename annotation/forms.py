@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib.auth import get_user_model
 
+from audit.labels import COMPOSITION_REQUIRED, LABELS, UNRESOLVED
 from config.parsing import HostileInput, loads
 from retrieval.models import Dataset
 
@@ -29,13 +30,12 @@ class StudyForm(forms.Form):
         help_text="Session rubrics only: otherwise a session is validated when the median overall score reaches this.")
     hidden_categories = forms.MultipleChoiceField(
         required=False, widget=forms.CheckboxSelectMultiple,
-        choices=[("composition_required", "composition_required"), ("unresolved", "unresolved"),
-                 ("shortcut_solvable", "shortcut_solvable")],
+        choices=[(label, label) for label in LABELS],
         help_text="Draw the pool from these audit labels (leave empty for all queries).",
     )
     quotas = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3}),
-        help_text='Optional JSON quotas per stratum, e.g. {"demo::unresolved": 20, "demo::composition_required": 30}.',
+        help_text=f'Optional JSON quotas per stratum, e.g. {{"demo::{UNRESOLVED}": 20, "demo::{COMPOSITION_REQUIRED}": 30}}.',
     )
     total = forms.IntegerField(required=False, min_value=1, help_text="Or a total, split over strata by size.")
     seed = forms.IntegerField(initial=0, min_value=-(2**31), max_value=2**31 - 1)

@@ -37,16 +37,23 @@ from typing import Any
 
 from retrieval.metrics import MODALITIES, Rank, check_k, check_rank, modality_scores
 
-LABELS: tuple[str, str, str] = ("composition_required", "unresolved", "shortcut_solvable")
-DETAIL_LABELS: tuple[str, ...] = (
-    "both_unimodal",
-    "text_only",
-    "image_only",
-    "composition_required",
-    "unresolved",
-)
+#: The label names. Every other module imports them from here (never spells them).
+COMPOSITION_REQUIRED = "composition_required"
+UNRESOLVED = "unresolved"
+SHORTCUT_SOLVABLE = "shortcut_solvable"
+LABELS: tuple[str, str, str] = (COMPOSITION_REQUIRED, UNRESOLVED, SHORTCUT_SOLVABLE)
+#: Detail labels of a shortcut-solvable query (the other queries' detail is their label).
+BOTH_UNIMODAL = "both_unimodal"
+TEXT_ONLY = "text_only"
+IMAGE_ONLY = "image_only"
+DETAIL_LABELS: tuple[str, ...] = (BOTH_UNIMODAL, TEXT_ONLY, IMAGE_ONLY, COMPOSITION_REQUIRED, UNRESOLVED)
 SUPPORT_KEYS: tuple[str, ...] = (*MODALITIES, "either_unimodal")
-SHORTCUT_FREE: frozenset[str] = frozenset({"composition_required", "unresolved"})
+#: The labels no retriever could shortcut, in order, and their union's name (a count and a subset).
+SHORTCUT_FREE_LABELS: tuple[str, str] = (COMPOSITION_REQUIRED, UNRESOLVED)
+SHORTCUT_FREE: frozenset[str] = frozenset(SHORTCUT_FREE_LABELS)
+SHORTCUT_FREE_NAME = "shortcut_free"
+#: The counts of an audit, in the order reports show them.
+COUNT_KEYS: tuple[str, ...] = (*LABELS, SHORTCUT_FREE_NAME)
 
 
 @dataclass
@@ -102,9 +109,9 @@ def _legacy(text_hit: bool, image_hit: bool) -> str:
     if text_hit and image_hit:
         return "either"
     if text_hit:
-        return "text_only"
+        return TEXT_ONLY
     if image_hit:
-        return "image_only"
+        return IMAGE_ONLY
     return "multimodal_needed"
 
 
@@ -177,10 +184,10 @@ def _label_one(per_r: dict[Hashable, tuple[Rank, Rank, Rank]], k: int, min_mm: i
     text_hit = _hit(bests["text_only"][0], k)
     image_hit = _hit(bests["image_only"][0], k)
     if text_hit or image_hit:
-        label = "shortcut_solvable"
-        detail = "both_unimodal" if text_hit and image_hit else ("text_only" if text_hit else "image_only")
+        label = SHORTCUT_SOLVABLE
+        detail = BOTH_UNIMODAL if text_hit and image_hit else (TEXT_ONLY if text_hit else IMAGE_ONLY)
     else:
-        label = detail = "composition_required" if sup["multimodal"] >= min_mm else "unresolved"
+        label = detail = COMPOSITION_REQUIRED if sup["multimodal"] >= min_mm else UNRESOLVED
     return {
         "label": label, "detail": detail, "legacy": _legacy(text_hit, image_hit), "support": sup,
         "best_ranks": {m: bests[m][0] for m in MODALITIES},
@@ -255,7 +262,7 @@ def label_pool(pool: _Pool, k: int = 10, min_mm_retrievers: int = 1) -> AuditLab
     support = {q: v["support"] for q, v in per_query.items()}
     label_counter = Counter(v["label"] for v in per_query.values())
     counts = {name: label_counter.get(name, 0) for name in LABELS}
-    counts["shortcut_free"] = counts["composition_required"] + counts["unresolved"]
+    counts[SHORTCUT_FREE_NAME] = sum(counts[name] for name in SHORTCUT_FREE_LABELS)
     detail_counter = Counter(v["detail"] for v in per_query.values())
     return AuditLabels(
         k=k,

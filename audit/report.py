@@ -11,7 +11,7 @@ from retrieval.targets import rule_text
 
 from . import charts
 from .alternatives import before_after
-from .labels import LABELS
+from .labels import COUNT_KEYS, SHORTCUT_FREE_NAME
 from .models import AuditLabel, AuditRun
 from .runs.aggregation import subset_scores
 
@@ -187,7 +187,7 @@ def _subsets(run: AuditRun) -> tuple[list[dict[str, Any]], str | None]:
     subsets: list[dict[str, Any]] = [
         {"name": "full", "title": "All audited queries", "n": s.get("n_queries", 0),
          "stats": s.get("retriever_stats", {})},
-        {"name": "shortcut-free", "title": "Shortcut-free subset", "n": s.get("counts", {}).get("shortcut_free", 0),
+        {"name": "shortcut-free", "title": "Shortcut-free subset", "n": s.get("counts", {}).get(SHORTCUT_FREE_NAME, 0),
          "stats": s.get("shortcut_free_stats", {})},
     ]
     validated = QuerySubset.objects.filter(dataset=run.dataset, name=VALIDATED_SUBSET).first()
@@ -239,7 +239,7 @@ def build_report(run: AuditRun) -> dict[str, Any]:
     ))
     table1 = {
         "dataset": run.dataset.name, "split": run.split, "total": s.get("n_queries", 0),
-        **{label: counts.get(label, 0) for label in (*LABELS, "shortcut_free")},
+        **{label: counts.get(label, 0) for label in COUNT_KEYS},
     }
     sessions = build_sessions_report(run)
     return {

@@ -54,6 +54,7 @@ def build_study(n: int, votes: int) -> int:
     from django.db import connection, transaction
 
     from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
+    from audit.labels import SHORTCUT_FREE_LABELS
     from retrieval.models import Dataset, Image, Query, Target, Turn
 
     name = f"bench-export-{n}-{votes}"
@@ -88,7 +89,7 @@ def build_study(n: int, votes: int) -> int:
             Target.objects.bulk_create([Target(query=q, image=img, is_primary=True, role="gt")
                                         for q, img in zip(queries, images)])
             items = StudyItem.objects.bulk_create([
-                StudyItem(study=study, query=q, hidden_category=("composition_required", "unresolved")[q.ordinal % 2],
+                StudyItem(study=study, query=q, hidden_category=SHORTCUT_FREE_LABELS[q.ordinal % 2],
                           stratum=ds.name, order_key=q.ordinal, taken=votes, completed=votes)
                 for q in queries])
             assignments = Assignment.objects.bulk_create([

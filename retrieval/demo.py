@@ -882,15 +882,6 @@ def _session_record(qid: str, n: int, s: dict[str, Any], ids: dict[str, str]) ->
 
 # ---------------------------------------------------------------------------- checking against the truth
 
-#: What the audit should say about each planted kind: ``(label, details)``; a query of
-#: the kind is *found* when its label is ``label`` and (if given) its detail is among ``details``.
-AUDIT_EXPECTED: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "composition": ("composition_required", None),
-    "text_only": ("shortcut_solvable", ("text_only", "both_unimodal")),
-    "image_only": ("shortcut_solvable", ("image_only", "both_unimodal")),
-    "vague": ("unresolved", None),
-    "wrong_target": ("unresolved", None),
-}
 #: The validity-rubric flag a human should raise for each planted defect.
 HUMAN_EXPECTED: dict[str, str] = {
     "vague": "INVALID_TEXT_QUERY",
@@ -907,19 +898,6 @@ def precision_recall(planted: set[Any], found: set[Any]) -> dict[str, Any]:
         "precision": hits / len(found) if found else None,
         "recall": hits / len(planted) if planted else None,
     }
-
-
-def check_audit(kinds: dict[Any, str], labels: dict[Any, str], details: dict[Any, str]) -> dict[str, dict[str, Any]]:
-    """Per planted kind of :data:`AUDIT_EXPECTED`: precision and recall of the audit's labels.
-
-    ``kinds`` maps query -> planted kind; ``labels``/``details`` the audit's label and
-    detail label per query. Only queries the audit labelled take part.
-    """
-    out = {}
-    for kind, (label, wanted) in AUDIT_EXPECTED.items():
-        found = {q for q in labels if labels[q] == label and (wanted is None or details.get(q) in wanted)}
-        out[kind] = precision_recall({q for q in labels if kinds.get(q) == kind}, found)
-    return out
 
 
 def check_judgements(kinds: dict[Any, str], flags: dict[Any, set[str]]) -> dict[str, dict[str, Any]]:

@@ -61,6 +61,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from audit.labels import COMPOSITION_REQUIRED, UNRESOLVED
 from retrieval.jobs.leases import run_job
 from retrieval.models import VALIDATED_SUBSET, Dataset, Query, QuerySubset, Target, Turn, turn_text
 from retrieval.targets import TargetFacts, positive_targets
@@ -94,7 +95,7 @@ from annotation.alternatives.export import ExtraTargets, QueryLayout
 FORMAT = "cirval.validated_export"
 FORMAT_VERSION = 1
 TASK_ID = 7  # M-BEIR: (image, text) -> image
-SUBSETS = {"composition_required": "validated_solved", "unresolved": "validated_unsolved", "": VALIDATED_SUBSET}
+SUBSETS = {COMPOSITION_REQUIRED: "validated_solved", UNRESOLVED: "validated_unsolved", "": VALIDATED_SUBSET}
 SUBSET_QUERY_NAME = VALIDATED_SUBSET
 CIRCLED_KEYS = ("session_id", "subset", "ground_truth_ids", "num_turns", "turns")
 MBEIR_KEYS = ("qid", "query_txt", "query_img_path", "query_modality", "query_src_content", "pos_cand_list",

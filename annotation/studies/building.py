@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from audit.labels import LABELS
 from retrieval.dbstats import refresh_statistics
 from retrieval.fusion import MAX_CANDIDATES
 from retrieval.models import Dataset, Query, QuerySubset
@@ -16,8 +17,6 @@ from annotation.models import RubricVersion, Study, StudyItem
 from annotation.roles import ANNOTATOR
 from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
 from annotation.verdicts.consensus import SessionRule
-
-AUDIT_LABELS = ("composition_required", "unresolved", "shortcut_solvable")
 
 
 logger = logging.getLogger(__name__)
@@ -33,7 +32,7 @@ class StudySpec:
     datasets: list[str]
     rubric: str = "validity"
     overlap: int = 3
-    hidden_categories: list[str] = field(default_factory=list)  # e.g. ["composition_required", "unresolved"]
+    hidden_categories: list[str] = field(default_factory=list)  # audit labels (audit.labels.LABELS), e.g. audit.labels.SHORTCUT_FREE_LABELS
     quotas: dict[str, int] | None = None  # "dataset::category" -> n
     total: int | None = None
     seed: int = 0
@@ -64,7 +63,7 @@ def hidden_categories(dataset: Dataset) -> dict[int, str]:
     if run is not None:
         return dict(AuditLabel.objects.filter(run=run).values_list("query_id", "label"))
     labels: dict[int, str] = {}
-    for name in AUDIT_LABELS:
+    for name in LABELS:
         subset = QuerySubset.objects.filter(dataset=dataset, name=name).first()
         if subset is not None:
             for qid in subset.queries.values_list("id", flat=True):
@@ -237,12 +236,10 @@ def add_annotators(study: Study, usernames: Iterable[str]) -> list:
     return users
 
 
-SHORTCUT_FREE = "composition_required"
-
-
 def preflight(spec: StudySpec) -> list[str]:
     """What the admin should know before a study is built: queries whose images are missing,
-    and a shortcut-free pool asked of a dataset that no finished audit has labelled."""
+    and a pool drawn from audit labels (e.g. the shortcut-free ones) asked of a dataset that no
+    finished audit has labelled."""
     from retrieval.models import Target, Turn
 
     warnings: list[str] = []
@@ -257,7 +254,8 @@ def preflight(spec: StudySpec) -> list[str]:
             n_images = dataset.images.filter(missing=True).count()
             warnings.append(f"{name}: {len(broken)} of {queries.count()} queries have missing images "
                             f"({n_images} image files were not found at import). Annotators would see placeholders.")
-        if SHORTCUT_FREE in spec.hidden_categories and latest_audit(dataset) is None:
-            warnings.append(f"{name}: no finished audit. A shortcut-free pool ({SHORTCUT_FREE}) needs one; "
+        asked = [label for label in LABELS if label in spec.hidden_categories]
+        if asked and latest_audit(dataset) is None:
+            warnings.append(f"{name}: no finished audit. A pool drawn from audit labels ({', '.join(asked)}) needs one; "
                             "labels imported with the dataset, if any, are used as they are.")
     return warnings

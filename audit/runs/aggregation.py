@@ -13,8 +13,9 @@ from retrieval.metrics import MODALITIES
 from retrieval.models import Query, QuerySubset
 
 from ..labels import (
+    COUNT_KEYS,
     LABELS,
-    SHORTCUT_FREE,
+    SHORTCUT_FREE_NAME,
     SUPPORT_KEYS,
     AuditLabels,
     label_pool,
@@ -417,13 +418,13 @@ def _write_subsets(run: AuditRun, audit: AuditLabels) -> None:
     for q, label in audit.labels.items():
         by_label[label].append(q)
     members = {
-        "shortcut_free": [q for q in audit.queries if audit.labels[q] in SHORTCUT_FREE],
+        SHORTCUT_FREE_NAME: audit.shortcut_free,
         **{label: by_label.get(label, []) for label in LABELS},
     }
     source = f"audit {run.pk}"
     subsets = {subset_name(run, name): (source, members[name]) for name in SUBSET_NAMES}
     if audit.queries:  # a sessions-only audit says nothing about single-turn shortcuts: keep the latest subset
-        subsets[LATEST_SUBSET] = (f"{source} (latest audit)", members["shortcut_free"])
+        subsets[LATEST_SUBSET] = (f"{source} (latest audit)", members[SHORTCUT_FREE_NAME])
     set_subsets(run.dataset_id, subsets)
 
 
@@ -451,7 +452,7 @@ def label_table(runs: Iterable[AuditRun]) -> list[dict[str, Any]]:
         counts = run.summary.get("counts", {})
         rows.append({
             "run": run, "dataset": run.dataset.name, "split": run.split, "total": run.summary.get("n_queries", 0),
-            **{label: counts.get(label, 0) for label in (*LABELS, "shortcut_free")},
+            **{label: counts.get(label, 0) for label in COUNT_KEYS},
         })
     return rows
 

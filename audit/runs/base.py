@@ -11,6 +11,7 @@ from django.db import connection
 
 from retrieval.jobs import leases as jobs
 
+from ..labels import LABELS, SHORTCUT_FREE_NAME
 from ..models import AuditChunk, AuditRun
 
 logger = logging.getLogger(__name__)
@@ -35,10 +36,10 @@ SESSION_SKIP_REASONS: tuple[str, ...] = (
 )
 
 
-SUBSET_NAMES: tuple[str, ...] = ("shortcut_free", "composition_required", "unresolved", "shortcut_solvable")
+SUBSET_NAMES: tuple[str, ...] = (SHORTCUT_FREE_NAME, *LABELS)
 
 
-LATEST_SUBSET = "shortcut_free"
+LATEST_SUBSET = SHORTCUT_FREE_NAME
 
 
 SESSIONS_KEPT = "sessions_kept"

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from audit.democheck import check_audit
 from retrieval.demo import (
     COLOURS,
     LOW_CONTRAST,
@@ -19,7 +20,6 @@ from retrieval.demo import (
     apply_edit,
     build_demo,
     build_demo_world,
-    check_audit,
     check_judgements,
     precision_recall,
     describe_scene,

@@ -1,7 +1,7 @@
 """python manage.py demo_check: the demo's audit and human judgements against its truth file.
 
 Prints precision and recall per planted kind: for the newest finished audit of the demo
-dataset (:data:`retrieval.demo.AUDIT_EXPECTED`) and, where any exist, for the current
+dataset (:data:`audit.democheck.AUDIT_EXPECTED`) and, where any exist, for the current
 judgements of finished assignments (:data:`retrieval.demo.HUMAN_EXPECTED`; a query
 counts as flagged when more than half of its judgements raise the flag).
 """
@@ -15,7 +15,8 @@ from django.core.management.base import BaseCommand, CommandError
 from annotation.models import Assignment, Judgement
 from audit.models import AuditLabel
 from audit.management.commands.audit_report import finished_run
-from retrieval.demo import check_audit, check_judgements
+from audit.democheck import check_audit
+from retrieval.demo import check_judgements
 
 from .make_demo import truth_path
 

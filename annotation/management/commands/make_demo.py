@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand
 from annotation.demo_accounts import ensure_demo_accounts
 from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Study
+from audit.labels import SHORTCUT_FREE_LABELS
 from audit.models import AuditRun
 from audit.runs.planning import create_run
 from audit.runs.dispatch import run_inline
@@ -78,7 +79,7 @@ class Command(BaseCommand):
         annotators = [u for u, _, role in accounts if role == "annotator"]
         audited = AuditRun.objects.filter(dataset__name=opts["name"], status="done").exists()
         # Humans see what the audit could not rule out: the shortcut-free queries.
-        pool = ["composition_required", "unresolved"] if audited else []
+        pool = list(SHORTCUT_FREE_LABELS) if audited else []
         for spec in (
             StudySpec(name=f"{opts['name']}-validity", datasets=[opts["name"]], rubric="validity", overlap=3,
                       hidden_categories=pool, agreement_size=10, seed=opts["seed"], annotators=annotators,

@@ -11,7 +11,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.labels import LABELS, audit_json
+from audit.labels import COUNT_KEYS, audit_json
 from audit.models import AuditRun
 from audit.runs.aggregation import stored_labels
 
@@ -47,7 +47,7 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"audit {run.pk} of {run.dataset.name}: {len(audit.queries)} queries, "
                           f"{len(audit.retrievers)} retrievers, K={audit.k}")
-        for label in (*LABELS, "shortcut_free"):
+        for label in COUNT_KEYS:
             self.stdout.write(f"  {label:<22}{audit.counts[label]:>8}")
         for name, stats in audit.retriever_stats.items():
             recall = ", ".join(f"{m} {v:.3f}" if v is not None else f"{m} -" for m, v in stats["recall_at_k"].items())

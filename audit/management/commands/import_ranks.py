@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.imports import ImportRanksError, import_rank_files
-from audit.labels import LABELS
+from audit.labels import COUNT_KEYS
 from audit.rankfiles import RankFileError
 
 
@@ -46,5 +46,5 @@ class Command(BaseCommand):
             a = report["label_agreement"]
             self.stdout.write(f"Labels agree with the file's for {a['same']} queries, differ for {a['different']}.")
         counts = run.summary.get("counts", {})
-        for label in (*LABELS, "shortcut_free"):
+        for label in COUNT_KEYS:
             self.stdout.write(f"  {label:<22}{counts.get(label, 0):>8}")

@@ -6,7 +6,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.runs import dispatch, planning
-from audit.labels import LABELS
+from audit.labels import COUNT_KEYS
 from audit.models import AuditRun
 
 
@@ -92,7 +92,7 @@ class Command(BaseCommand):
         skipped = ", ".join(f"{r} {n}" for r, n in s.get("skipped", {}).items()) or "none"
         self.stdout.write(f"Audit {run.pk} done: {s.get('n_queries', 0)} queries labelled; skipped: {skipped}.")
         counts = s.get("counts", {})
-        for label in (*LABELS, "shortcut_free"):
+        for label in COUNT_KEYS:
             self.stdout.write(f"  {label:<22}{counts.get(label, 0):>8}")
         ses = s.get("sessions")
         if ses:

@@ -1,0 +1,50 @@
+"""One place per concept: checks over the source that keep twins from coming back (issue 28)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from audit.labels import BOTH_UNIMODAL, LABELS, SHORTCUT_FREE_NAME
+
+ROOT = Path(__file__).resolve().parents[2]
+APPS = ("annotation", "audit", "retrieval", "config", "bench")
+
+
+def source_files() -> list[Path]:
+    return sorted(p for app in APPS for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts)
+
+
+def docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring nodes of a module, its classes and functions (prose may name a label)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def spelled(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each string constant of the tree equal to one of ``names`` (docstrings aside)."""
+    skip = docstrings(tree)
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names and id(n) not in skip]
+
+
+def test_spelled_finds_a_label_literal_but_not_prose():
+    tree = ast.parse('"""composition_required in prose."""\npool = ["composition_required", "x"]\n')
+    assert spelled(tree, {"composition_required"}) == [(2, "composition_required")]
+
+
+def test_audit_label_names_are_spelled_only_in_audit_labels():
+    # text_only / image_only are modality names as well as detail labels: they are left out here
+    names = {*LABELS, SHORTCUT_FREE_NAME, BOTH_UNIMODAL}
+    offenders = {}
+    for path in source_files():
+        rel = str(path.relative_to(ROOT))
+        if rel == "audit/labels.py":
+            continue
+        if found := spelled(ast.parse(path.read_text(), filename=rel), names):
+            offenders[rel] = found
+    assert offenders == {}
