@@ -19,6 +19,16 @@ export call :func:`positive_targets`; nothing else decides it. A target is anyth
 Targets with role ``neg`` never count, whatever the format. Accepted alternatives (role
 ``alternative``: images that annotators judged to fit as well as the labelled target, added
 by ``manage.py apply_alternatives``) count for every format, after the format's own positives.
+
+Negatives are decided here too (:func:`negative_targets`), and the M-BEIR candidate lists
+of an export are placed from both (:func:`mbeir_candidates`), as UniIR's converters place
+them (``src/data/preprocessing/cirr_data_preprocessor.py``, ``cirr_to_mbeir_entry``): a
+CIRR target whose ``target_soft`` score is 1.0 goes to ``pos_cand_list``, one scored 0.5, 0.2
+or -1 to ``neg_cand_list``. A soft target scored 1.0 is therefore never a negative (it is a
+gain-1.0 target of graded nDCG), although CIRR's own protocol does not count it as a hit.
+Two documented departures from UniIR, where CIRR's file is inconsistent: the hard target is
+always a positive (UniIR drops it when ``target_soft`` does not list it, and makes it a negative
+when ``target_soft`` scores it below 1.0), and a query is never dropped.
 """
 from __future__ import annotations
 
@@ -99,6 +109,30 @@ def positive_targets(fmt: str, targets: Iterable[TargetLike]) -> list[Any]:
     labelled = [t for t in items if _any_positive(t)] if rule is None else rule(items)
     chosen = {id(t) for t in labelled}
     return labelled + [t for t in items if t.role == ALTERNATIVE and id(t) not in chosen]
+
+
+def negative_targets(fmt: str, targets: Iterable[TargetLike]) -> list[Any]:
+    """The targets of one query that are negatives for ``fmt``, in input order: role ``neg``
+    (M-BEIR's ``neg_cand_list``), CIRR's soft targets scored below 1.0 (UniIR's rule), and,
+    for formats other than CIRR, every target that is not a positive (relevance <= 0)."""
+    items = list(targets)
+    chosen = {id(t) for t in positive_targets(fmt, items)}
+    if fmt == "cirr":
+        return [t for t in items if id(t) not in chosen and (t.role == "neg" or t.relevance < 1.0)]
+    return [t for t in items if id(t) not in chosen]
+
+
+def mbeir_candidates(fmt: str, targets: Iterable[TargetLike]) -> tuple[list[Any], list[Any]]:
+    """``(pos_cand_list, neg_cand_list)`` targets of one query in an M-BEIR export (module
+    docstring): the positives (input order; the primary first where it comes first), then for
+    CIRR the other targets scored 1.0; and :func:`negative_targets`. A target is in at most one."""
+    items = list(targets)
+    pos = positive_targets(fmt, items)
+    negatives = negative_targets(fmt, items)
+    taken = {id(t) for t in pos} | {id(t) for t in negatives}
+    if fmt == "cirr":
+        pos = pos + [t for t in items if id(t) not in taken and t.role != "neg" and t.relevance >= 1.0]
+    return pos, negatives
 
 
 def graded_targets(fmt: str, targets: Iterable[TargetLike]) -> list[tuple[Any, float]]:

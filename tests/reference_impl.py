@@ -5,6 +5,12 @@ the production code with. Not imported by the application.
   :func:`retrieval.ranking.rank_queries`.
 * :func:`pairwise_cohen_kappa_sklearn`: one ``sklearn`` call per pair, for
   :func:`annotation.agreement.maths.pairwise_cohen_kappa`.
+* :func:`circo_official_scores`: the logic of CIRCO's ``src/evaluation.py`` (miccunifi/CIRCO
+  @267b5c9, ``main`` and ``compute_metrics``), re-written here from reading it: the checks it
+  makes on a predictions file and the figures it prints, for the validated CIRCO export.
+* :func:`uniir_cirr_lists`: where UniIR's CIRR converter puts a CIRR record's targets
+  (TIGER-AI-Lab/UniIR @98dc570, ``src/data/preprocessing/cirr_data_preprocessor.py``,
+  ``cirr_to_mbeir_entry``), for the M-BEIR export.
 """
 from __future__ import annotations
 
@@ -94,3 +100,52 @@ def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None,
             kappa = (1.0 if constant_pairs == "one" else None) if math.isnan(value) else value
             out.append(PairKappa(ratings.raters[a], ratings.raters[b], kappa, int(shared.sum()), constant))
     return out
+
+
+CIRCO_ASPECTS = ("cardinality", "addition", "negation", "direct_addressing", "compare_change",
+                 "comparative_statement", "statement_with_conjunction", "spatial_relations_background", "viewpoint")
+
+
+def circo_official_scores(annotations: list[dict], predictions: dict[str, list[int]],
+                          ranks: Sequence[int] = (5, 10, 25, 50)) -> dict[str, dict]:
+    """What CIRCO's evaluation script reports for ``predictions`` (query id -> ranked COCO ids)
+    against ``annotations`` (the list it reads as ``annotations/val.json``).
+
+    Like the script: the predictions' keys must be exactly ``0 .. len(predictions) - 1``
+    (AssertionError otherwise); a query id is a *position* in ``annotations``; duplicate
+    predictions are a ValueError; AP@k over every ``gt_img_ids`` (precision at each hit,
+    summed over the first k, over min(#gt, k)); Recall@k counts ``target_img_id`` only;
+    semantic mAP@10 per aspect of ``semantic_aspects`` (NaN for an aspect no query has)."""
+    keys = sorted(int(k) for k in predictions)
+    assert keys == list(range(len(predictions))), "The keys of the predictions dictionary must be all the query ids"
+    aps: dict[int, list[float]] = {k: [] for k in ranks}
+    recalls: dict[int, list[float]] = {k: [] for k in ranks}
+    by_aspect: dict[str, list[float]] = {}
+    for key, ranked in predictions.items():
+        entry = annotations[int(key)]
+        if len(set(ranked)) != len(ranked):
+            raise ValueError(f"query {key}: duplicate predictions")
+        gts = set(int(g) for g in entry["gt_img_ids"])
+        hit = np.array([int(p) in gts for p in ranked], dtype=float)
+        precision_at_hits = np.cumsum(hit) * hit / np.arange(1, len(hit) + 1)
+        for k in ranks:
+            aps[k].append(float(precision_at_hits[:k].sum() / min(len(entry["gt_img_ids"]), k)))
+            recalls[k].append(float(sum(1 for p in ranked[:k] if int(p) == int(entry["target_img_id"]))))
+        for aspect in entry.get("semantic_aspects", []):
+            by_aspect.setdefault(aspect, []).append(float(precision_at_hits[:10].sum()
+                                                          / min(len(entry["gt_img_ids"]), 10)))
+    return {
+        "map": {k: float(np.mean(aps[k])) for k in ranks},
+        "recall": {k: float(np.mean(recalls[k])) for k in ranks},
+        "semantic_map10": {a: float(np.mean(by_aspect[a])) if by_aspect.get(a) else math.nan for a in CIRCO_ASPECTS},
+    }
+
+
+def uniir_cirr_lists(record: dict) -> tuple[list[str], list[str]]:
+    """``(positives, negatives)`` image names of one CIRR record as UniIR's converter places
+    them (every image of the candidate pool): each ``target_soft`` entry scored exactly 1.0 is a
+    positive, every other one (0.5, 0.2, -1) a negative, in ``target_soft`` order; the hard
+    target is not looked at by itself. With no positive the converter skips the record (``pos`` empty)."""
+    pos = [name for name, score in record.get("target_soft", {}).items() if score == 1.0]
+    neg = [name for name, score in record.get("target_soft", {}).items() if score != 1.0]
+    return pos, neg

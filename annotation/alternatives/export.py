@@ -1,7 +1,15 @@
 """Accepted alternatives in the validated export: ``pos_cand_list`` = the labelled positives
 then the accepted alternatives; the trace names each positive ``labelled`` or
 ``alternative`` (with its votes, who ticked it and the rule); ``--format circo`` writes the
-CIRCO annotation layout with ``gt_img_ids`` (the labelled target first)."""
+CIRCO annotation layout with ``gt_img_ids`` (the labelled target first).
+
+The CIRCO layout is the one CIRCO's own ``src/evaluation.py`` reads as ``annotations/val.json``
+(miccunifi/CIRCO): it looks a query up by its ``id`` *as a position in the list* and asserts
+that a predictions file's keys are exactly ``0 .. n-1``. So each subset's array numbers its
+queries ``0 .. n-1`` in ``id`` (the original CIRCO query id is in the trace line at the same
+position, ``query_external_id``, beside ``circo_id``), ids of COCO images are integers, and
+``semantic_aspects`` is kept (CIRCO records carry it; other formats get ``[]``), so that the
+per-aspect semantic mAP@10 is computed, not NaN."""
 from __future__ import annotations
 
 from typing import Any
@@ -13,7 +21,9 @@ from annotation.verdicts.adjudication import ItemRow
 from annotation.alternatives.study import study_alternatives
 
 FORMATS: tuple[str, ...] = ("mbeir", "circo")
-CIRCO_KEYS = ("id", "reference_img_id", "target_img_id", "relative_caption", "shared_concept", "gt_img_ids")
+#: CIRCO's val.json keys, in the order its file has them.
+CIRCO_KEYS = ("reference_img_id", "target_img_id", "relative_caption", "shared_concept", "gt_img_ids", "id",
+              "semantic_aspects")
 
 
 def _circo_id(value: Any) -> Any:
@@ -46,13 +56,16 @@ class ExtraTargets:
         return {**line, "pos_cand_list": [p["image"] for p in positives]}, positives
 
     @staticmethod
-    def circo_entry(line: dict[str, Any], reference: str | None, raw: Any, external_id: str) -> dict[str, Any]:
-        """One CIRCO annotation: ``gt_img_ids`` = the labelled target first, then the alternatives."""
+    def circo_entry(line: dict[str, Any], reference: str | None, raw: Any, position: int) -> dict[str, Any]:
+        """One CIRCO annotation, ``id`` = its ``position`` in the subset's array (module docstring);
+        ``gt_img_ids`` = the labelled target first, then the alternatives."""
         gts = [_circo_id(x) for x in line["pos_cand_list"]]
-        concept = raw.get("shared_concept", "") if isinstance(raw, dict) else ""
-        return {"id": _circo_id(external_id), "reference_img_id": _circo_id(reference),
-                "target_img_id": gts[0] if gts else None, "relative_caption": line.get("query_txt") or "",
-                "shared_concept": concept, "gt_img_ids": gts}
+        raw = raw if isinstance(raw, dict) else {}
+        aspects = raw.get("semantic_aspects")
+        return {"reference_img_id": _circo_id(reference), "target_img_id": gts[0] if gts else None,
+                "relative_caption": line.get("query_txt") or "", "shared_concept": raw.get("shared_concept", ""),
+                "gt_img_ids": gts, "id": position,
+                "semantic_aspects": [a for a in aspects if isinstance(a, str)] if isinstance(aspects, list) else []}
 
 
 class QueryLayout:
@@ -69,13 +82,17 @@ class QueryLayout:
     def keys(self, mbeir_keys: tuple[str, ...]) -> list[str]:
         return list(CIRCO_KEYS if self.fmt == "circo" else mbeir_keys)
 
-    def write(self, out, key: Any, line: dict[str, Any], query: tuple, reference: str | None) -> None:
-        """``query``: (raw record, dataset format, external id, split)."""
+    def write(self, out, key: Any, line: dict[str, Any], query: tuple, reference: str | None) -> dict[str, Any]:
+        """Write (or keep, for CIRCO) one query line; returns what the trace line adds
+        (CIRCO: ``circo_id``, the query's ``id`` in the array). ``query``: (raw record,
+        dataset format, external id, split)."""
         if self.fmt != "circo":
             out.write_json(line)
-            return
-        raw, _format, external_id, _split = query
-        self.entries.setdefault(key, []).append(ExtraTargets.circo_entry(line, reference, raw, external_id))
+            return {}
+        raw = query[0]
+        entries = self.entries.setdefault(key, [])
+        entries.append(ExtraTargets.circo_entry(line, reference, raw, len(entries)))
+        return {"circo_id": len(entries) - 1}
 
     def finish(self, writers: dict[Any, Any]) -> None:
         """Write each subset's array into its writer's ``queries`` file."""

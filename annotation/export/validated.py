@@ -21,8 +21,9 @@ query_src_content, pos_cand_list, neg_cand_list, task_id``. An M-BEIR query keep
 values (from the verbatim source record); other formats get ``qid = "<dataset>:<query id>"``,
 the turn's text, the reference image path (relative to the dataset's image root),
 ``query_modality = "image,text"``, ``query_src_content`` = JSON of the dataset, query id
-and reference id, positives = the format's positive targets (:func:`retrieval.targets.positive_targets`,
-the primary first), negatives = every other target (for CIRR the soft ones), ``task_id = 7``.
+and reference id, ``pos_cand_list`` / ``neg_cand_list`` as :func:`retrieval.targets.mbeir_candidates`
+places them (UniIR's converter: for CIRR, every target scored 1.0 is a positive, the primary
+first, and those scored 0.5, 0.2 or -1 are negatives), ``task_id = 7``.
 Each trace line carries the consensus, every vote (category, sub-reason, flags, note, flag
 for adjudication, time, revision) and the adjudication behind the query line at the same
 position. Annotators appear as ``annotator_NN`` (:func:`annotation.agreement.reports.annotator_pseudonyms`),
@@ -64,7 +65,7 @@ from django.utils.text import slugify
 from audit.labels import COMPOSITION_REQUIRED, UNRESOLVED
 from retrieval.jobs.leases import run_job
 from retrieval.models import VALIDATED_SUBSET, Dataset, Query, QuerySubset, Target, Turn, turn_text
-from retrieval.targets import TargetFacts, positive_targets
+from retrieval.targets import TargetFacts, mbeir_candidates
 
 from annotation.verdicts.adjudication import (
     DEFAULT_CHUNK,
@@ -177,9 +178,9 @@ def check_exportable(study: Study, policy: str, primary: str | None) -> None:
 
 
 def _split_targets(fmt: str, facts: list[TargetFacts]) -> tuple[list[str], list[str]]:
-    """(positives, negatives) external ids: positives by the one target rule of the format."""
-    chosen = {id(t) for t in positive_targets(fmt, facts)}
-    return [t.image for t in facts if id(t) in chosen], [t.image for t in facts if id(t) not in chosen]
+    """(pos_cand_list, neg_cand_list) external ids, as :func:`retrieval.targets.mbeir_candidates` places them."""
+    pos, neg = mbeir_candidates(fmt, facts)
+    return [t.image for t in pos], [t.image for t in neg]
 
 
 class _QueryData:
@@ -227,9 +228,20 @@ class _QueryData:
         }
 
 
-def _circled_subset(row: ItemRow, category: str, split: str) -> str:
-    """The CIRCLED subset of a session: its own (CIRCLED imports), else ``<dataset>_<split>``."""
-    return category or slugify(f"{row.dataset}_{split}").replace("-", "_")
+def _token(text: str) -> str:
+    return "".join(ch for ch in slugify(text) if ch.isalnum()) or "x"
+
+
+def circled_subset(fmt: str, dataset: str, category: str, split: str) -> str:
+    """The CIRCLED subset of a session that is not a CIRCLED record, named as CIRCLED names its
+    sources so that :mod:`retrieval.importers.circled` re-imports the file without ``--subset``:
+    FashionIQ and Multi-turn FashionIQ ``fashioniq_<category>_<split>``, CIRR ``cirr_<split>``,
+    CIRCO ``circo_<split>``, any other data ``<dataset>_<split>`` (letters and digits only)."""
+    if fmt in ("fashioniq", "mtfiq") and category:
+        return f"fashioniq_{_token(category)}_{_token(split)}"
+    if fmt in ("cirr", "circo"):
+        return f"{fmt}_{_token(split)}"
+    return f"{_token(dataset)}_{_token(split)}"
 
 
 def circled_record(row: ItemRow, query: Query, positives: list[str]) -> dict[str, Any]:
@@ -242,7 +254,8 @@ def circled_record(row: ItemRow, query: Query, positives: list[str]) -> dict[str
     turns = [{"turn": t.index, "reference_image_id": t.reference_image.external_id if t.reference_image else "",
               "relative_caption": turn_text(t.texts)}
              for t in query.turns.select_related("reference_image").order_by("index")]
-    return {"session_id": query.external_id, "subset": _circled_subset(row, query.category, query.split),
+    subset = circled_subset(query.dataset.format, row.dataset, query.category, query.split)
+    return {"session_id": query.external_id, "subset": subset,
             "ground_truth_ids": list(positives), "num_turns": len(turns), "turns": turns}
 
 
@@ -527,9 +540,9 @@ def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: 
     line, positives = extras.apply(row, data.mbeir_line(row))  # + accepted alternatives
     subset = subset_name(row.hidden_category)
     w = run.writers.get(row.dataset, subset, row.hidden_category)
-    run.layout.write(w.queries, (row.dataset, subset), line, data.queries[row.query_id],
-                     data.turns.get(row.query_id, ("", None, None))[2])
-    w.trace.write_json({**_trace_line(str(line["qid"]), row, d, subset, run), "positives": positives})
+    added = run.layout.write(w.queries, (row.dataset, subset), line, data.queries[row.query_id],
+                             data.turns.get(row.query_id, ("", None, None))[2])
+    w.trace.write_json({**_trace_line(str(line["qid"]), row, d, subset, run), "positives": positives, **added})
     return subset
 
 

@@ -20,7 +20,9 @@ images root, so they coincide with what the CIRR / FashionIQ / CIRCO parsers pro
 * FashionIQ ASINs -> ``<asin>.jpg``;
 * CIRCO 12-digit COCO ids (also the ``"%012d.jpg"`` fallback spelling) -> id ``str(int)``
   (as the CIRCO parser) and path ``%012d.jpg``; the spelling in the file is kept in
-  ``ImageRecord.extra['source_id']`` when it differs.
+  ``ImageRecord.extra['source_id']`` when it differs;
+* any other source (``<source>_<split>``, e.g. the sessions of CIRVal's demo world exported
+  by a session study): the ids as they are, with no path (one warning per file).
 """
 from __future__ import annotations
 
@@ -48,11 +50,11 @@ from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetReco
 FORMAT = "circled"
 
 _SUBSET = re.compile(
-    r"^(?P<subset>(?P<source>cirr|circo|fashioniq_(?P<category>[A-Za-z0-9]+))_(?P<split>[A-Za-z0-9]+))$"
+    r"^(?P<subset>(?P<source>cirr|circo|fashioniq_(?P<category>[A-Za-z0-9]+)|[A-Za-z0-9]+)_(?P<split>[A-Za-z0-9]+))$"
 )
 _PATTERNS = [("sessions", re.compile(rf"^(?P<subset>[A-Za-z0-9_]+?){SAMPLE}\.json$"))]
 _CONTENT = [("sessions", list_of_objects_with("session_id", "turns"))]
-_SUBSETS = "cirr_<split>, circo_<split> or fashioniq_<category>_<split>"
+_SUBSETS = "cirr_<split>, circo_<split>, fashioniq_<category>_<split> or <source>_<split>"
 _EXPECTED = f"a list of CIRCLED sessions, in a file named <subset>.json with subset {_SUBSETS}"
 
 
@@ -118,6 +120,9 @@ class _Images:
             coco_id = int(digits)
             extra = {"source_id": value} if value != str(coco_id) else {}
             return register(self.dataset, str(coco_id), path=f"{coco_id:012d}.jpg", extra=extra)
+        if self.source not in ("cirr", "fashioniq"):
+            self.no_path.add(value)  # no path is built from the id
+            return register(self.dataset, value)
         if self.source == "fashioniq":
             return register(self.dataset, value, path=image_id_path(value, "{id}.jpg", file, rec.index, field_name))
         # CIRR
@@ -161,11 +166,14 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
             category=subset,
             extra={"source": source, "num_turns": len(turns)},
         )
-    if images.no_path:
+    if images.no_path and source == "cirr":
         dataset.warnings.append(
             f"{path.name}: {len(images.no_path)} CIRR image(s) outside dev/test1 (e.g. {sorted(images.no_path)[0]!r}); "
             "their path needs CIRR's split file and was left empty"
         )
+    elif images.no_path:
+        dataset.warnings.append(f"{path.name}: subset {subset!r} is not from CIRR, FashionIQ or CIRCO; its "
+                                f"{len(images.no_path)} image id(s) were kept as they are, with no path")
 
 
 def _turns(rec: Record, images: _Images) -> list[TurnRecord]:

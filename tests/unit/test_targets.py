@@ -164,3 +164,25 @@ def test_accepted_alternatives_count_for_every_format_after_its_own_positives():
     assert [t.image for t in positive_targets("fashioniq", [alt, hard])] == ["h", "a"]
     assert [t.image for t in positive_targets("circo", [TargetFacts("g"), alt])] == ["g", "a"]
     assert [t.image for t in positive_targets("demo", [alt, TargetFacts("g")])] == ["g", "a"]
+
+
+def test_negatives_and_mbeir_lists_come_from_the_target_rule():
+    """One place decides negatives too: CIRR soft targets scored 1.0 are never negatives (UniIR
+    puts them in pos_cand_list; graded nDCG gives them gain 1.0), those below 1.0 are."""
+    from retrieval.targets import mbeir_candidates, negative_targets
+
+    hard = TargetFacts("h", 1.0, True, "hard")
+    soft1 = TargetFacts("s1", 1.0, False, "soft")
+    half = TargetFacts("s5", 0.5, False, "soft")
+    minus = TargetFacts("m", -1.0, False, "soft")
+    targets = [hard, soft1, half, minus]
+    assert [t.image for t in negative_targets("cirr", targets)] == ["s5", "m"]
+    pos, neg = mbeir_candidates("cirr", targets)
+    assert ([t.image for t in pos], [t.image for t in neg]) == (["h", "s1"], ["s5", "m"])
+    assert ("s1", 1.0) in [(t.image, g) for t, g in graded_targets("cirr", targets)]
+    # the hard target stays a positive even when target_soft scores it below 1.0 (documented departure)
+    low_hard = TargetFacts("h", 0.5, True, "hard")
+    assert [t.image for t in mbeir_candidates("cirr", [low_hard, soft1])[0]] == ["h", "s1"]
+    mb = [TargetFacts("p", 1.0, False, "pos"), TargetFacts("n", 0.0, False, "neg")]
+    assert [[t.image for t in part] for part in mbeir_candidates("mbeir", mb)] == [["p"], ["n"]]
+    assert [[t.image for t in part] for part in mbeir_candidates("circo", [TargetFacts("g")])] == [["g"], []]
