@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from retrieval import encoders
+from retrieval.specs import spec_string
 from retrieval.demo import EDIT_TYPES, _pick_edit, describe_edit, describe_scene, random_scene, render_scene, scene_key
 
 DEMO_CONFIG = "cirval-demo"
@@ -188,4 +189,4 @@ def checkpoint_path(models_dir: Path, name: str, seed: int) -> Path:
 
 def retriever_spec(path: Path, config: str = DEMO_CONFIG) -> str:
     """The retriever spec that builds a saved demo model."""
-    return f"{encoders.SPEC_PREFIX}{config}@{Path(path).resolve()}"
+    return spec_string(config, Path(path).resolve())

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.transforms import Compose
 
-from retrieval.specs import MODEL_CONFIG_DIR, SPEC_PREFIX, parse_retriever_spec, weights_of
+from retrieval.specs import MODEL_CONFIG_DIR, parse_retriever_spec, spec_string, weights_of
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -351,7 +351,7 @@ def _amp(precision: str, device: torch.device) -> tuple[bool, torch.dtype]:
 
 
 def weights_id_of(weights: dict[str, Any]) -> str:
-    """The weights part of a retriever's identity (:func:`_spec_string`), from
+    """The weights part of a retriever's identity (:func:`retriever_identity`), from
     :func:`retrieval.specs.weights_of`: ``random:SEED``, the tag, or ``sha256:`` of the checkpoint's bytes."""
     if weights["kind"] == "random":
         return f"random:{weights['seed']}"
@@ -360,10 +360,16 @@ def weights_id_of(weights: dict[str, Any]) -> str:
     return f"sha256:{file_sha256(weights['checkpoint'])}"
 
 
-def _spec_string(model_name: str, weights_id: str, use_amp: bool, amp_dtype: torch.dtype) -> str:
-    """The retriever's identity (cache key): model, weights and autocast dtype."""
-    amp_tag = {torch.bfloat16: "#amp-bf16", torch.float16: "#amp-fp16"}[amp_dtype]
-    return f"{SPEC_PREFIX}{model_name}@{weights_id}" + (amp_tag if use_amp else "")
+AMP_TAGS = {torch.bfloat16: "#amp-bf16", torch.float16: "#amp-fp16"}
+
+
+def retriever_identity(model_name: str, weights: dict[str, Any], precision: str, device: torch.device) -> str:
+    """A retriever's ``spec``, its identity and the embedding-cache key: model, weights
+    (:func:`weights_id_of`: a checkpoint by its digest, not its path) and autocast dtype.
+    Both :class:`OpenClipRetriever` and :class:`LazyRetriever` take it from here, so a lazy
+    retriever and the one it builds agree."""
+    use_amp, amp_dtype = _amp(precision, device)
+    return spec_string(model_name, weights_id_of(weights)) + (AMP_TAGS[amp_dtype] if use_amp else "")
 
 
 def _default_device() -> str:
@@ -403,7 +409,6 @@ class OpenClipRetriever:
         # the spec grammar's rule (retrieval.specs.weights_of): random, a tag or a checkpoint
         weights = weights_of(model_name, f"random:{int(seed)}" if pretrained is None else os.fspath(pretrained))
         kind, checkpoint = weights["kind"], weights["checkpoint"]
-        weights_id = weights_id_of(weights)
         if kind != "tag" and _needs_hf_assets(model_name) and not _hf_offline():
             raise ValueError(
                 f"{model_name} needs Hugging Face files (text tower or tokenizer); without a pretrained "
@@ -416,7 +421,7 @@ class OpenClipRetriever:
         self.source = weights["canonical"]
 
         create_kwargs: dict[str, Any] = dict(
-            pretrained=(weights_id if kind == "tag" else checkpoint),
+            pretrained=(weights["tag"] if kind == "tag" else checkpoint),
             precision="fp32",
             device="cpu",
             pretrained_image=False,
@@ -436,7 +441,7 @@ class OpenClipRetriever:
         self.dim = int(cfg.get("embed_dim") or self.model.text_projection.shape[1])
 
         self._use_amp, self._amp_dtype = _amp(precision, self.device)
-        self.spec = _spec_string(model_name, weights_id, self._use_amp, self._amp_dtype)
+        self.spec = retriever_identity(model_name, weights, precision, self.device)
 
     def __repr__(self) -> str:
         return f"OpenClipRetriever(spec={self.spec!r}, device={str(self.device)!r})"
@@ -535,7 +540,7 @@ class LazyRetriever:
         if not cfg.get("embed_dim"):  # no declared dim: only the model knows
             self._build()
         self.dim = int(cfg.get("embed_dim") or self.built.dim)
-        self.spec = _spec_string(parsed["model"], weights_id_of(parsed), *_amp(precision, self.device))
+        self.spec = retriever_identity(parsed["model"], parsed, precision, self.device)
 
     @property
     def is_built(self) -> bool:

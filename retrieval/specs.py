@@ -130,12 +130,20 @@ def weights_of(model: str, weights: str | None) -> dict[str, Any]:
     tags = pretrained_tags(model)
     tag = weights.lower().replace("-", "_")
     if tag in tags:
-        return {**out, "kind": "tag", "tag": tag, "canonical": f"{SPEC_PREFIX}{model}@{tag}"}
+        return {**out, "kind": "tag", "tag": tag, "canonical": spec_string(model, tag)}
     if Path(weights).expanduser().is_file():
         return {**out, **_checkpoint_weights(model, weights)}
     avail = ", ".join(tags) if tags else "none"
     raise ValueError(f"'{weights}' is not a pretrained tag of {model} (available: {avail}) "
                      "and does not look like a checkpoint path")
+
+
+def spec_string(model: str, weights: Any = None) -> str:
+    """``openclip:MODEL[@WEIGHTS]``: the one place a retriever spec string is written (the
+    canonical spec of :func:`weights_of`, a demo model's spec, and the identity that
+    :func:`retrieval.encoders.retriever_identity` keys the embedding cache with);
+    :func:`parse_retriever_spec` reads it back."""
+    return f"{SPEC_PREFIX}{model}" + (f"@{weights}" if weights else "")
 
 
 def _split_spec(spec: Any) -> tuple[str, str, str]:
@@ -169,7 +177,7 @@ def _split_spec(spec: Any) -> tuple[str, str, str]:
 def _random_weights(model: str, weights: str) -> dict[str, Any]:
     m = _SEED_RE.match(weights) if weights else None
     seed = int(m.group(1)) if m and m.group(1) is not None else 0
-    return {"kind": "random", "seed": seed, "canonical": f"{SPEC_PREFIX}{model}" + (f"@random:{seed}" if seed else "")}
+    return {"kind": "random", "seed": seed, "canonical": spec_string(model, f"random:{seed}" if seed else None)}
 
 
 #: The first bytes of each checkpoint format open_clip can load: torch.save's zip archive
@@ -204,7 +212,7 @@ def _checkpoint_weights(model: str, weights: str) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"checkpoint file not found: {path}")
     checkpoint_format(path)
-    return {"kind": "checkpoint", "checkpoint": str(path), "canonical": f"{SPEC_PREFIX}{model}@{path}"}
+    return {"kind": "checkpoint", "checkpoint": str(path), "canonical": spec_string(model, path)}
 
 
 def live_catalog() -> dict[str, Any]:

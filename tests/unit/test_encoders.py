@@ -208,6 +208,27 @@ def test_encoder_and_spec_parser_read_weights_alike(tmp_path: Path, tiny: OpenCl
             call()
 
 
+def test_lazy_and_built_retrievers_take_their_spec_from_one_function(tmp_path: Path, tiny: OpenClipRetriever) -> None:
+    """encoders.retriever_identity is the one place a retriever's spec (the cache key) is built;
+    specs.spec_string the one place a spec string is written; parse_retriever_spec reads it back."""
+    ckpt = tmp_path / "tiny.pt"
+    torch.save(tiny.model.state_dict(), ckpt)
+    digest = hashlib.sha256(ckpt.read_bytes()).hexdigest()
+    for spec, expected in ((f"openclip:cirval-tiny-vit@{ckpt}", f"openclip:cirval-tiny-vit@sha256:{digest}"),
+                           ("openclip:cirval-tiny-vit@random:3", "openclip:cirval-tiny-vit@random:3"),
+                           ("openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit@random:0")):
+        lazy = encoders.LazyRetriever(spec, device="cpu")
+        assert not lazy.is_built and lazy.spec == expected
+        assert lazy.built.spec == expected  # the built one agrees (LazyRetriever.built checks it too)
+        parsed = parse_retriever_spec(spec)
+        assert encoders.retriever_identity(parsed["model"], parsed, "fp32", torch.device("cpu")) == expected
+        assert parse_retriever_spec(parsed["canonical"])["canonical"] == parsed["canonical"]
+    # amp on a CUDA device is part of the identity (CPU runs plain fp32: test_amp_on_cpu_is_plain_fp32)
+    parsed = parse_retriever_spec("openclip:cirval-tiny-vit@random:3")
+    assert encoders.retriever_identity("cirval-tiny-vit", parsed, "amp", torch.device("cuda")) == \
+        "openclip:cirval-tiny-vit@random:3#amp-fp16"
+
+
 # ------------------------------------------------------------------ spec parsing
 
 
