@@ -10,13 +10,6 @@ from annotation import roles
 from annotation.models import Assignment, Study
 
 
-class IsStaff(BasePermission):
-    message = "Only staff may do this."
-
-    def has_permission(self, request, view):
-        return roles.is_admin(request.user)
-
-
 class IsResearcher(BasePermission):
     message = "Only researchers and staff may read reports."
 

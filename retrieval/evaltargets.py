@@ -41,12 +41,6 @@ def positive_image_ids(fmt: str, query_ids: Iterable[int] | Any,
     return out
 
 
-def graded_image_ids(fmt: str, query_ids: Iterable[int] | Any) -> dict[int, list[tuple[int, float]]]:
-    """Query id -> ``(image id, gain)`` of :func:`retrieval.targets.graded_targets`."""
-    return {qid: [(t.image, g) for t, g in graded_targets(fmt, facts)]
-            for qid, facts in facts_by_query(query_ids).items()}
-
-
 @dataclass
 class QueryTargets:
     """What one query is evaluated against (image ids; see :mod:`retrieval.targets`).

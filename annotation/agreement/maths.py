@@ -68,11 +68,6 @@ class Undefined:
 Value = float | Undefined
 
 
-def is_undefined(value: object) -> bool:
-    """True for an :class:`Undefined` result."""
-    return isinstance(value, Undefined)
-
-
 def to_json_value(value: Value | None) -> float | None:
     """``float`` for a defined coefficient, ``None`` for :class:`Undefined` or ``None``."""
     if value is None or isinstance(value, Undefined):

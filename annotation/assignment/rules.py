@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 RESUME_OWN_LEASE = "resume_own_lease"
@@ -158,20 +157,6 @@ def nothing_to_serve(open_items: Iterable[Candidate], n_annotators: int | None =
     first waiting item, so ``open_items`` may be a lazy iterator."""
     waiting = any(c.completed < target_overlap(c, n_annotators) for c in open_items if not c.judged_by_me)
     return Choice(None, ALL_SLOTS_RESERVED if waiting else QUEUE_EMPTY)
-
-
-def lease_expired(leased_at: datetime | None, now: datetime, minutes: float) -> bool:
-    """True when a lease taken at ``leased_at`` has run out at ``now``.
-
-    A lease lasts ``minutes``: it is expired from ``leased_at + minutes`` on (inclusive).
-    ``leased_at = None`` (no lease) counts as expired. Mixing naive and aware datetimes
-    raises ``TypeError``.
-    """
-    if minutes <= 0:
-        raise ValueError(f"lease minutes must be positive, got {minutes}")
-    if leased_at is None:
-        return True
-    return now - leased_at >= timedelta(minutes=minutes)
 
 
 def gold_due(served: int, gold_served: int, rate: float, training: int = 0) -> str | None:

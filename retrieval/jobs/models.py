@@ -13,9 +13,6 @@ class Status(models.TextChoices):
     FAILED = "failed"
 
 
-ENDED = (Status.DONE, Status.FAILED)
-
-
 class Leased(models.Model):
     """A unit of work a worker claims, renews by heartbeat and finishes (see :mod:`.leases`)."""
 

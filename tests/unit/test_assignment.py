@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -19,7 +18,6 @@ from annotation.assignment.rules import (
     Choice,
     capacity_left,
     choose_next,
-    lease_expired,
     nothing_to_serve,
 )
 
@@ -143,19 +141,6 @@ def test_skipped_items_come_back_last():
 def test_duplicate_candidates_rejected():
     with pytest.raises(ValueError, match="twice"):
         choose_next([C(1), C(1)])
-
-
-def test_lease_expired():
-    t0 = datetime(2026, 5, 1, 10, 0, tzinfo=timezone.utc)
-    assert not lease_expired(t0, t0, 20)
-    assert not lease_expired(t0, t0 + timedelta(minutes=19, seconds=59), 20)
-    assert lease_expired(t0, t0 + timedelta(minutes=20), 20)  # boundary: expired
-    assert lease_expired(t0, t0 + timedelta(hours=1), 20)
-    assert lease_expired(None, t0, 20)
-    with pytest.raises(ValueError):
-        lease_expired(t0, t0, 0)
-    with pytest.raises(TypeError):
-        lease_expired(t0, datetime(2026, 5, 1, 10, 30), 20)
 
 
 # --------------------------------------------------------------------------- simulations
