@@ -348,12 +348,26 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "", base_r
     A racing submit that commits between that read's snapshot and its lock makes the insert
     break a unique constraint: the whole submit is then tried once more on fresh rows.
     """
+    return _locked(assignment, client_token, fetch, lambda a: _store(a, payload, client_token, base_revision))
+
+
+def store_judgement(assignment: Assignment, answer: dict, client_token: str = "") -> Judgement:
+    """Store a judgement that was checked elsewhere (an import's records, e.g. a CIRCUS
+    file read by :mod:`annotation.agreement.circus`) through the same store as an
+    annotator's :func:`submit`: the lock, the revision and current row, the client token,
+    the late rule and the item's counters. ``answer`` holds the cleaned fields
+    (``category``, ``flags``, ``validated``, ``note``, ...; see :func:`_row_fields`)."""
+    fields = {**_row_fields(answer), "alternatives": list(answer.get("alternatives") or [])}
+    return _locked(assignment, client_token, None, lambda a: _store_fields(a, fields, client_token, None))
+
+
+def _locked(assignment: Assignment, client_token: str, fetch, store) -> Judgement:
     rows = submit_rows(client_token)
     read = fetch or (lambda qs: qs.get(pk=assignment.pk))
     for attempt in (1, 2):
         try:
             with transaction.atomic():
-                return _store(read(rows), payload, client_token, base_revision)
+                return store(read(rows))
         except IntegrityError:
             if attempt == 2:
                 raise
@@ -361,11 +375,15 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "", base_r
 
 
 def _store(a: Assignment, payload: dict, client_token: str, base_revision: int | None) -> Judgement:
-    study = a.study
-    clean = validate_judgement(study.rubric.rubric, payload, n_turns=a.item.query.n_turns)
+    clean = validate_judgement(a.study.rubric.rubric, payload, n_turns=a.item.query.n_turns)
     ticked = payload.get(ALTERNATIVES)
     alternatives = clean_alternatives(ticked, item_candidates(a.item) if ticked else [])
-    fields = {**_row_fields(clean.to_dict()), "alternatives": alternatives}
+    return _store_fields(a, {**_row_fields(clean.to_dict()), "alternatives": alternatives}, client_token, base_revision)
+
+
+def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision: int | None) -> Judgement:
+    """The one place a Judgement row is written (submits and imports)."""
+    study = a.study
     _check_token(a, client_token, fields)
     revision = a.current_revision or 0
     if base_revision is not None and revision != base_revision:

@@ -152,6 +152,30 @@ def test_rerun_is_idempotent_and_edits_become_revisions(nine, tmp_path) -> None:
         (1, False, "VALIDATED", ""), (2, True, "QUERY_TOO_BROAD", "too many red cars")]
 
 
+def test_judgements_are_stored_through_the_queues_store(db, monkeypatch) -> None:
+    """import_circus writes no Judgement row itself: each goes through
+    annotation.assignment.queue.store_judgement, the store of annotators' submits (the real
+    one runs: the call is only counted), which marks each assignment done and counts it on its item."""
+    from annotation.assignment import queue
+    from annotation.management.commands import import_circus as command
+
+    stored = []
+
+    def counted(assignment, answer, client_token=""):
+        j = queue.store_judgement(assignment, answer, client_token=client_token)
+        stored.append(j.pk)
+        return j
+
+    monkeypatch.setattr(command, "store_judgement", counted)
+    import_circus("--study-name", "through-the-store", *FILES)
+    study = Study.objects.get(name="through-the-store")
+    rows = Judgement.objects.filter(assignment__study=study)
+    assert len(stored) == rows.count() == 350 and sorted(stored) == sorted(rows.values_list("pk", flat=True))
+    assert set(rows.values_list("client_token", flat=True)) == {"circus-import"}
+    assert not Assignment.objects.filter(study=study).exclude(status=Assignment.Status.DONE).exists()
+    assert all(i.completed == i.taken == 7 for i in StudyItem.objects.filter(study=study))
+
+
 def test_refusals(nine, tmp_path) -> None:
     with pytest.raises(CommandError, match="has a file and is also taken from the report"):
         import_circus("--study-name", "x", FILES[0], "--report", str(REPORT), "--from-report", "annotator_01")

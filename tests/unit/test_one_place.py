@@ -48,3 +48,22 @@ def test_audit_label_names_are_spelled_only_in_audit_labels():
         if found := spelled(ast.parse(path.read_text(), filename=rel), names):
             offenders[rel] = found
     assert offenders == {}
+
+
+def judgement_writes(tree: ast.AST) -> list[int]:
+    """Lines that create Judgement rows: ``Judgement.objects.create/bulk_create/get_or_create``."""
+    return [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("create", "bulk_create", "get_or_create", "update_or_create")
+            and isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "objects"
+            and isinstance(n.func.value.value, ast.Name) and n.func.value.value.id == "Judgement"]
+
+
+def test_judgement_rows_are_written_only_by_the_queues_store():
+    """Annotators' submits and imports (import_circus) store judgements through
+    annotation.assignment.queue (submit / store_judgement); bench/ builds synthetic loads."""
+    assert judgement_writes(ast.parse("Judgement.objects.create(a=1)\nOther.objects.create()")) == [1]
+    offenders = {str(p.relative_to(ROOT)): lines for p in source_files()
+                 if not p.is_relative_to(ROOT / "bench")
+                 and (lines := judgement_writes(ast.parse(p.read_text())))}
+    assert set(offenders) == {"annotation/assignment/queue.py"}

@@ -41,6 +41,7 @@ from django.db.models import Count, Q
 from annotation import roles
 from annotation.agreement.maths import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE, signature_flags
 from annotation.agreement.circus import CircusFormatError, load_agreement_report, parse_assignment_file
+from annotation.assignment.queue import store_judgement
 from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
 from retrieval.models import Dataset, Query, Turn
 
@@ -226,7 +227,7 @@ class Command(BaseCommand):
         study = self._study(study, study_name, rubric_row, records, needed, prefix)
         items, n_new_items = self._items(study, records, queries, prefix)
         users, new_users = self._annotators(study, records)
-        counts = self._judgements(study, rubric_row, records, queries, items, users)
+        counts = self._judgements(study, study.rubric, records, queries, items, users)
         self._counters(study)
         return {"study": study.pk, "items": len(items), "annotators": len(users), "new_queries": new_queries,
                 "new_items": n_new_items, "new_users": new_users, **counts}
@@ -314,17 +315,18 @@ class Command(BaseCommand):
                     r.validated, flags, category, r.note):
                 continue
             counts["revised" if previous is not None else "new_judgements"] += 1
-            current[assignment.pk] = _judge(assignment, rubric_row, previous, r, flags, category, at)
+            current[assignment.pk] = _judge(assignment, previous, r, flags, category, at)
         return counts
 
     @staticmethod
     def _assignment(study: Study, existing: dict, item_id: int, user, r: Record, at: datetime | None,
                     counts: dict[str, int]) -> Assignment:
+        """The annotator's assignment of the item; a new one is reserved, and the store marks it done."""
         assignment = existing.get((item_id, user.pk))
         if assignment is None:
             assignment = Assignment.objects.create(
-                study=study, item_id=item_id, annotator=user, status=Assignment.Status.DONE,
-                served_by=SOURCE, position=r.position, completed_at=at,
+                study=study, item_id=item_id, annotator=user, status=Assignment.Status.RESERVED,
+                served_by=SOURCE, position=r.position,
             )
             existing[(item_id, user.pk)] = assignment
             counts["new_assignments"] += 1
@@ -345,17 +347,15 @@ class Command(BaseCommand):
         study.save(update_fields=["overlap"])
 
 
-def _judge(assignment: Assignment, rubric_row: RubricVersion, previous: Judgement | None, r: Record,
+def _judge(assignment: Assignment, previous: Judgement | None, r: Record,
            flags: dict[str, bool], category: str, at: datetime | None) -> Judgement:
-    """A new current judgement (the previous one, if any, stops being current)."""
-    if previous is not None:
-        Judgement.objects.filter(pk=previous.pk).update(is_current=False)
-    judgement = Judgement.objects.create(
-        assignment=assignment, rubric=rubric_row, revision=(previous.revision + 1) if previous else 1,
-        is_current=True, category=category, sub_reason="", note=r.note, flags=flags,
-        validated=r.validated, flagged=False, time_spent_ms=0,
-        client_token=CLIENT_TOKEN if previous is None else f"{CLIENT_TOKEN}-{previous.revision + 1}",
-    )
+    """A new current judgement, stored through the queue's store (the path of annotators'
+    submits: revision, current row, token, counters); the CIRCUS edit time is kept."""
+    token = CLIENT_TOKEN if previous is None else f"{CLIENT_TOKEN}-{previous.revision + 1}"
+    judgement = store_judgement(assignment, {"category": category, "flags": flags, "validated": r.validated,
+                                             "note": r.note}, client_token=token)
     if at is not None:
         Judgement.objects.filter(pk=judgement.pk).update(created_at=at)
+        if judgement.revision == 1:
+            Assignment.objects.filter(pk=assignment.pk).update(completed_at=at)
     return judgement
