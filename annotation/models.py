@@ -277,6 +277,8 @@ class ExportJob(Job):
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="exports")
     policy = models.CharField(max_length=20, default="majority")
     primary = models.CharField(max_length=150, blank=True, help_text="Deciding annotator of the primary policy.")
+    query_format = models.CharField(max_length=10, default="mbeir",
+                                    help_text="Query files of a category study: mbeir (JSONL) or circo (CIRCO's layout).")
     path = models.CharField(max_length=1000, blank=True, help_text="The finished export folder.")
     files = models.JSONField(default=list, blank=True, help_text="Paths relative to the export folder.")
     manifest = models.JSONField(default=dict, blank=True)

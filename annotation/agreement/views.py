@@ -316,13 +316,14 @@ def export_start(request, study_id: int):
 
     policy = request.POST.get("policy") or "majority"
     primary = (request.POST.get("primary") or "").strip() if policy == "primary" else ""
+    query_format = request.POST.get("format") or "mbeir"
     try:
-        check_exportable(study, policy, primary or None)
+        check_exportable(study, policy, primary or None, query_format)
     except ExportError as exc:
         messages.error(request, str(exc))
         return redirect("annotation:study_progress", study_id=study.pk)
-    job = ExportJob.objects.create(study=study, policy=policy, primary=primary, created_by=request.user,
-                                   total=study.items.count())
+    job = ExportJob.objects.create(study=study, policy=policy, primary=primary, query_format=query_format,
+                                   created_by=request.user, total=study.items.count())
     if not enqueue(ExportJob, job.pk, RUN_EXPORT):
         messages.warning(request, QUEUE_DOWN)
     return redirect("annotation:export_job", pk=job.pk)

@@ -90,7 +90,7 @@ from annotation.verdicts.consensus import (
 )
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
-from annotation.alternatives.export import ExtraTargets, QueryLayout
+from annotation.alternatives.export import FORMATS as QUERY_FORMATS, ExtraTargets, QueryLayout
 
 
 FORMAT = "cirval.validated_export"
@@ -156,15 +156,19 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def check_exportable(study: Study, policy: str, primary: str | None) -> None:
+def check_exportable(study: Study, policy: str, primary: str | None, fmt: str = "mbeir") -> None:
     """Raise :class:`ExportError` unless the study can be exported under this policy.
-    Category rubrics with a validated category export M-BEIR JSONL; session rubrics
-    export CIRCLED sessions under the study's session rule (``policy`` must stay majority)."""
+    Category rubrics with a validated category export M-BEIR JSONL or CIRCO's layout
+    (``fmt``); session rubrics export CIRCLED sessions under the study's session rule
+    (``policy`` must stay majority, ``fmt`` mbeir, the default). The export page and
+    ``manage.py export_validated`` both ask this before :func:`export_study`."""
+    if fmt not in QUERY_FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; expected one of {QUERY_FORMATS}")
     rubric = study.rubric.rubric
     if is_session_rubric(rubric):
-        if policy != "majority" or primary:
-            raise ExportError("session studies are decided by their session rule; the policy and the primary "
-                              "annotator apply to category rubrics only")
+        if policy != "majority" or primary or fmt != "mbeir":
+            raise ExportError("session studies are decided by their session rule and exported as CIRCLED sessions; "
+                              "the policy, the primary annotator and the format apply to category rubrics only")
         return
     if rubric.kind != "category" or rubric.valid_category is None:
         raise ExportError(f"study {study.name!r} uses the {rubric.kind} rubric {rubric.key!r}: only category "
@@ -587,7 +591,7 @@ def export_study(
     """Export a study's validated items (module docstring). ``out_dir``: the export folder
     itself (absent or empty); default ``EXPORT_DIR/<study>-<timestamp>``. ``progress(stage,
     done, total)`` is called after every batch. Returns the final folder and the manifest."""
-    check_exportable(study, policy, primary or None)
+    check_exportable(study, policy, primary or None, fmt)
     verdicts = Verdicts.of(study, policy, primary or None)
     layout = QueryLayout(fmt)
     report = progress or (lambda stage, done, total: None)
@@ -644,7 +648,7 @@ def run_export_job(job: ExportJob) -> ExportJob:
     def work(report) -> dict[str, Any]:
         study = Study.objects.select_related("rubric").get(pk=job.study_id)
         result = export_study(study, policy=job.policy, primary=job.primary or None, progress=report,
-                              tmp_name=f".export-job{job.pk}.tmp",
+                              tmp_name=f".export-job{job.pk}.tmp", fmt=job.query_format or "mbeir",
                               chunk_size=getattr(settings, "EXPORT_CHUNK_SIZE", DEFAULT_CHUNK))
         return {"path": str(result.path), "manifest": result.manifest,
                 "files": ["manifest.json"] + [f["path"] for f in result.manifest["files"]]}

@@ -15,10 +15,11 @@ from django.core.management import call_command
 
 from annotation.assignment import queue as engine
 from annotation.export.validated import export_study
-from annotation.models import Assignment, StudyItem
+from annotation.models import Assignment, ExportJob, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from retrieval.models import Dataset, Query
 from tests.conftest import FIXTURES, SHARED, make_annotator
+from tests.integration.test_report_export import eager_celery  # noqa: F401  (a fixture)
 from tests.reference_impl import CIRCO_ASPECTS, circo_official_scores, uniir_cirr_lists
 
 pytestmark = pytest.mark.django_db
@@ -56,14 +57,20 @@ def one_export_file(path: Path, suffix: str) -> Path:
     return files[0]
 
 
-def test_circo_export_scores_with_circos_evaluation_as_is(root, tmp_path) -> None:
-    val = root / "circo" / "val.json"
+def circo_study(val: Path):
+    """30 CIRCO queries judged by one annotator; every third item rejected, so that the
+    validated queries' CIRCO ids are not 0..n-1."""
     call_command("import_dataset", "--format", "circo", "--name", "circo", str(val), verbosity=0)
     user = make_annotator("solo")
     study, _ = create_study(StudySpec(name="circo-sub", datasets=["circo"], overlap=1, total=30, seed=5,
                                       annotators=["solo"], candidates=0))
-    # every third item rejected: the validated queries' CIRCO ids are not 0..n-1
     judge_all(study, user, lambda item: INVALID if item.pk % 3 == 0 else VALID)
+    return study
+
+
+def test_circo_export_scores_with_circos_evaluation_as_is(root, tmp_path) -> None:
+    val = root / "circo" / "val.json"
+    study = circo_study(val)
     result = export_study(study, tmp_path / "e", fmt="circo")
     exported = json.loads(one_export_file(result.path, ".circo.json").read_text())
     trace = [json.loads(line) for line in one_export_file(result.path, ".trace.jsonl").open()]
@@ -174,3 +181,29 @@ def test_mbeir_export_places_cirr_targets_as_uniirs_converter(cirr_root, tmp_pat
         assert line["pos_cand_list"][0] == hard
     assert same > departed > 0 if cirr_root.parent.name == "reference" else same > 0
     assert Dataset.objects.get(name="cirr").format == "cirr" and Assignment.objects.filter(study=study).count() == n
+
+
+def test_the_export_page_offers_the_circo_layout_through_the_clis_service(
+        client, settings, tmp_path, eager_celery, django_capture_on_commit_callbacks) -> None:  # noqa: F811
+    """Issue 28: the CIRCO export is on the export page, and the page's job writes what
+    ``export_validated --format circo`` writes (the same service, byte for byte)."""
+    study = circo_study(FIXTURES / "datasets" / "circo" / "val.json")
+    settings.EXPORT_DIR = tmp_path / "exports"
+    staff = make_annotator("boss", is_staff=True)
+    client.force_login(staff)
+    page = client.get(f"/studies/{study.pk}/exports/").content.decode()
+    assert 'name="format"' in page and 'value="circo"' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = client.post(f"/studies/{study.pk}/export/", {"policy": "majority", "format": "circo"})
+    job = ExportJob.objects.get()
+    assert resp.status_code == 302 and job.query_format == "circo"
+    job.refresh_from_db()
+    assert job.status == "done", job.error
+    assert job.manifest["query_format"] == "circo"
+    by_page = one_export_file(Path(job.path), ".circo.json").read_bytes()
+    call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "cli"), "--format", "circo",
+                 verbosity=0)
+    assert one_export_file(tmp_path / "cli", ".circo.json").read_bytes() == by_page
+    assert "circo" in client.get(f"/studies/{study.pk}/exports/").content.decode()
+    resp = client.post(f"/studies/{study.pk}/export/", {"policy": "majority", "format": "xml"})
+    assert resp.status_code == 302 and ExportJob.objects.count() == 1  # refused with a message, no job
