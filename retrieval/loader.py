@@ -10,9 +10,23 @@ and are written, with their gallery entries, a batch at a time as the parser rea
 
 Re-importing updates rows in place: queries are keyed by (dataset, split, external_id) and
 images by (dataset, external_id), so no duplicates appear. Each query row stores a hash of
-its normalised content (fields, turns, targets); a re-import writes only the queries whose
-hash changed and the images whose values changed, so re-importing unchanged data costs
-about as much as reading it.
+its normalised content (fields, turns, targets; not its position in the file); a re-import
+writes only the queries whose hash changed and the images whose values changed, so
+re-importing unchanged data costs about as much as reading it.
+
+What a re-import did is counted by content, not by position (:class:`LoadReport`): *added*
+(``queries_created``), *changed* (``queries_updated``: same query, other content), *removed*
+and *unchanged* (same content; a record that only moved in its file is unchanged, and its
+stored position follows). Formats whose ids are positions (:data:`retrieval.records.POSITIONAL_ID_FORMATS`)
+are matched on their content first; a record whose content is new takes the stored row of
+its id (changed) when that row matched nothing, else it is added.
+
+Removed records are the stored queries of the same file (split and file name) that the new
+file no longer holds. The safe default (``on_removed="refuse"``) refuses the whole import with
+a message naming them and everything that depends on them (audit results, subsets, study
+items); ``on_removed="delete"`` deletes them with their audit results and subset memberships
+and reports the same list. Queries that annotators judged (study items) are never deleted by
+an import: those refuse in either mode.
 """
 from __future__ import annotations
 
@@ -25,16 +39,18 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import router, transaction
+from django.db.models.deletion import Collector, ProtectedError
 
 from .dbstats import refresh_statistics
 from .imagefiles import PathEscapeError, probe_image, resolve_under
 from .models import Dataset, GalleryEntry, Image, Query, Target, Turn
-from .records import ImageRecord, ParsedDataset, ParseError, QueryRecord
+from .records import POSITIONAL_ID_FORMATS, ImageRecord, ParsedDataset, ParseError, QueryRecord
 
 Progress = Callable[[str, int, int], None]
 BATCH = 2000
 MISSING_EXAMPLES = 10
+ON_REMOVED = ("refuse", "delete")
 QUERY_FIELDS = ["category", "ordinal", "source_file", "n_turns", "context_text", "tags", "raw", "extra", "content_hash"]
 IMAGE_FIELDS = ["path", "url", "sha256", "width", "height", "missing", "extra"]
 
@@ -52,6 +68,9 @@ class LoadReport:
     queries_created: int = 0
     queries_updated: int = 0
     queries_unchanged: int = 0
+    queries_removed: int = 0
+    removed_examples: list[str] = field(default_factory=list)
+    removed_dependents: dict[str, int] = field(default_factory=dict)
     single_turn: int = 0
     multi_turn: int = 0
     turns: int = 0
@@ -72,9 +91,11 @@ def _noop(stage: str, done: int, total: int) -> None:
     return None
 
 
-def content_hash(q: QueryRecord) -> str:
-    """A digest of everything the loader writes for one query (its row, turns and targets)."""
-    payload = [q.external_id, q.split, q.category, q.ordinal, q.source_file, q.context_text, q.tags, q.raw,
+def content_hash(q: QueryRecord, positional: bool = False) -> str:
+    """A digest of the content the loader writes for one query (its row, turns and targets),
+    leaving out where the record sits (its ordinal and file name) and, for ``positional`` ids,
+    the id (a position too)."""
+    payload = [None if positional else q.external_id, q.split, q.category, q.context_text, q.tags, q.raw,
                q.extra, [vars(t) for t in q.turns], [vars(t) for t in q.targets]]
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=vars, allow_nan=False)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
@@ -109,18 +130,22 @@ def load_stream(
     images_root: Path | None = None,
     description: str = "",
     on_batch: Callable[[int], None] | None = None,
+    on_removed: str = "refuse",
 ) -> LoadReport:
     """Write the ``queries`` a parser yields (images, galleries, warnings gathered on ``parsed``).
 
     Images a parser streams (``parsed.image_sink``: M-BEIR candidate pools) are written batch by
     batch as they come, with their gallery entries, and not kept. ``on_batch(n)`` is called
-    after each written batch with the number of queries so far.
+    after each written batch with the number of queries so far. ``on_removed``: what to do
+    with stored queries the file no longer holds (module docstring): ``refuse`` or ``delete``.
     """
+    if on_removed not in ON_REMOVED:
+        raise LoadError(f"on_removed must be one of {ON_REMOVED}, got {on_removed!r}")
     root = Path(images_root).resolve() if images_root else None
     with transaction.atomic():
         dataset, created = _open_dataset(name, parsed.format, root, description)
         report = LoadReport(dataset=name, format=parsed.format, dataset_created=created)
-        writer = _Writer(dataset, created, parsed, root, report)
+        writer = _Writer(dataset, created, parsed, root, report, on_removed)
         parsed.image_sink = writer.write_streamed_images
         try:
             for batch in _batches(queries, BATCH):
@@ -215,11 +240,18 @@ class _Probes:
 class _Writer:
     """Writes images (when first needed), query batches and galleries of one import."""
 
-    def __init__(self, dataset: Dataset, created: bool, parsed: ParsedDataset, root: Path | None, report: LoadReport):
+    def __init__(self, dataset: Dataset, created: bool, parsed: ParsedDataset, root: Path | None, report: LoadReport,
+                 on_removed: str = "refuse"):
         self.dataset = dataset
         self.created = created
         self.parsed = parsed
         self.report = report
+        self.positional = parsed.format in POSITIONAL_ID_FORMATS
+        self.on_removed = on_removed
+        self.claimed: set[int] = set()  # stored queries this import matched
+        self.scope: set[tuple[str, str]] = set()  # (split, source file) of the records read
+        self.pending: list[tuple[QueryRecord, str]] = []  # positional: content not stored yet
+        self.moves: list[tuple[int, QueryRecord]] = []  # positional: matched rows whose id/position moved
         self.probes = _Probes(root)
         self.pks: dict[str, int] = {}
         self.streamed = 0  # images received through write_streamed_images (not kept in ``pks``)
@@ -315,44 +347,86 @@ class _Writer:
     # ------------------------------------------------------------------ queries
 
     def write_queries(self, batch: list[QueryRecord]) -> None:
-        """Write one batch: new queries created, changed ones rewritten, unchanged ones left alone."""
+        """Write one batch: new queries created, changed ones rewritten, unchanged ones left alone
+        (their position updated when it moved). Positional formats on a re-import keep the
+        records whose content is new for :meth:`finish_queries`."""
         used = list(dict.fromkeys(i for q in batch for i in _images_of(q)))
         self.write_images(i for i in used if i in self.parsed.images)
         streamed = [i for i in used if i not in self.pks]  # images a parser streamed (written, not kept)
         if streamed and self.streamed:
             self.pks.update(self._stored_pks(streamed))
         _refuse_duplicates(batch)
+        self.scope.update((q.split, q.source_file) for q in batch)
+        if self.positional and not self.created:
+            self._match_by_content(batch)
+            return
         existing = self._existing(batch)
-        new, changed = [], []
+        new, changed, moved = [], [], []
         for q in batch:
-            digest = content_hash(q)
+            digest = content_hash(q, self.positional)
             row = existing.get((q.split, q.external_id))
-            if row is not None and row[1] == digest:
-                continue
-            obj = Query(dataset=self.dataset, external_id=q.external_id, split=q.split, category=q.category,
-                        ordinal=q.ordinal, source_file=q.source_file, n_turns=len(q.turns),
-                        context_text=q.context_text, tags=q.tags, raw=q.raw, extra=q.extra, content_hash=digest)
+            if row is not None:
+                self.claimed.add(row[0])
+                if row[1] == digest:
+                    if row[2:] != (q.ordinal, q.source_file):
+                        moved.append(Query(id=row[0], ordinal=q.ordinal, source_file=q.source_file))
+                    continue
+            obj = self._query(q, digest)
             if row is None:
                 new.append((q, obj))
             else:
                 obj.id = row[0]
                 changed.append((q, obj))
+        Query.objects.bulk_update(moved, ["ordinal", "source_file"])
         self._save(new, changed)
         self._count(batch, len(new), len(changed))
 
-    def _existing(self, batch: list[QueryRecord]) -> dict[tuple[str, str], tuple[int, str]]:
-        """``(split, external_id) -> (pk, content_hash)`` of the batch's queries already stored."""
+    def _query(self, q: QueryRecord, digest: str) -> Query:
+        return Query(dataset=self.dataset, external_id=q.external_id, split=q.split, category=q.category,
+                     ordinal=q.ordinal, source_file=q.source_file, n_turns=len(q.turns),
+                     context_text=q.context_text, tags=q.tags, raw=q.raw, extra=q.extra, content_hash=digest)
+
+    def _existing(self, batch: list[QueryRecord]) -> dict[tuple[str, str], tuple[int, str, int, str]]:
+        """``(split, external_id) -> (pk, content_hash, ordinal, source_file)`` of the batch's stored queries."""
         if self.created:
             return {}
-        found: dict[tuple[str, str], tuple[int, str]] = {}
+        found: dict[tuple[str, str], tuple[int, str, int, str]] = {}
         by_split: dict[str, list[str]] = {}
         for q in batch:
             by_split.setdefault(q.split, []).append(q.external_id)
         for split, ids in by_split.items():
             rows = Query.objects.filter(dataset=self.dataset, split=split, external_id__in=ids)
-            for ext, pk, digest in rows.values_list("external_id", "id", "content_hash"):
-                found[(split, ext)] = (pk, digest)
+            for ext, pk, digest, ordinal, source in rows.values_list("external_id", "id", "content_hash", "ordinal",
+                                                                     "source_file"):
+                found[(split, ext)] = (pk, digest, ordinal, source)
         return found
+
+    def _match_by_content(self, batch: list[QueryRecord]) -> None:
+        """Positional ids: each record takes a stored, unclaimed query of the same split and
+        content (unchanged; its id and position follow the file); the others wait."""
+        digests = {q.split: set() for q in batch}
+        keyed = [(q, content_hash(q, True)) for q in batch]
+        for q, digest in keyed:
+            digests[q.split].add(digest)
+        stored: dict[tuple[str, str], list[tuple[int, str, int, str]]] = {}
+        for split, wanted in digests.items():
+            rows = Query.objects.filter(dataset=self.dataset, split=split, content_hash__in=wanted).order_by("id")
+            for pk, digest, ext, ordinal, source in rows.values_list("id", "content_hash", "external_id", "ordinal",
+                                                                     "source_file"):
+                if pk not in self.claimed:
+                    stored.setdefault((split, digest), []).append((pk, ext, ordinal, source))
+        for q, digest in keyed:
+            candidates = stored.get((q.split, digest))
+            if not candidates:
+                self.pending.append((q, digest))
+                continue
+            # the row of the same id first, else the first stored
+            pick = next((c for c in candidates if c[1] == q.external_id), candidates[0])
+            candidates.remove(pick)
+            self.claimed.add(pick[0])
+            if pick[1:] != (q.external_id, q.ordinal, q.source_file):
+                self.moves.append((pick[0], q))
+        self._count(batch, 0, 0)
 
     def _save(self, new: list[tuple[QueryRecord, Query]], changed: list[tuple[QueryRecord, Query]]) -> None:
         Query.objects.bulk_create([obj for _, obj in new])
@@ -400,8 +474,98 @@ class _Writer:
 
     # ------------------------------------------------------------------ the end
 
+    def finish_queries(self) -> None:
+        """After the last batch of a re-import: for positional ids the records whose content is
+        new (changed when a stored query that matched nothing shows the same images, else
+        added) and the moves; then the removed queries (refused or deleted, with what depends
+        on them)."""
+        if self.created:
+            return
+        unclaimed = self._unclaimed()
+        changed, new, moving = [], [], list(self.moves)
+        if self.pending:
+            by_images = self._images_of_rows(unclaimed)
+            for q, digest in self.pending:
+                obj = self._query(q, digest)
+                pk = _pick(by_images.get((q.split, _signature(q))), unclaimed.get((q.split, q.external_id)))
+                if pk is None:
+                    new.append((q, obj))
+                    continue
+                obj.id = pk
+                changed.append((q, obj))
+                moving.append((pk, q))
+        left = {pk for pk in unclaimed.values()} - {obj.id for _, obj in changed}
+        # free the ids that move: a kept record's new id may be another's old one
+        Query.objects.bulk_update([Query(id=pk, external_id=f"~moving~{pk}~") for pk, _ in moving], ["external_id"])
+        self._remove(sorted(left))
+        Query.objects.bulk_update([Query(id=pk, external_id=q.external_id, ordinal=q.ordinal, source_file=q.source_file)
+                                   for pk, q in moving], ["external_id", "ordinal", "source_file"])
+        self._save(new, changed)
+        r = self.report
+        r.queries_created += len(new)
+        r.queries_updated += len(changed)
+        r.queries_unchanged -= len(new) + len(changed)
+
+    def _images_of_rows(self, rows: dict[tuple[str, str], int]) -> dict[tuple[str, tuple], list[int]]:
+        """``(split, image signature) -> pks`` of the stored queries ``rows`` (see :func:`_signature`)."""
+        pks = {pk: split for (split, _), pk in rows.items()}
+        parts: dict[int, list] = {pk: [] for pk in pks}
+        ids = sorted(pks)
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
+            for qid, ref, nxt in Turn.objects.filter(query_id__in=chunk).order_by("query_id", "index").values_list(
+                    "query_id", "reference_image__external_id", "turn_target__external_id"):
+                parts[qid].append((ref, nxt))
+            for qid, image in Target.objects.filter(query_id__in=chunk).order_by("query_id", "id").values_list(
+                    "query_id", "image__external_id"):
+                parts[qid].append(image)
+        out: dict[tuple[str, tuple], list[int]] = {}
+        for pk in ids:
+            out.setdefault((pks[pk], tuple(parts[pk])), []).append(pk)
+        return out
+
+    def _unclaimed(self) -> dict[tuple[str, str], int]:
+        """``(split, external_id) -> pk`` of the stored queries of this import's files that no record matched."""
+        out: dict[tuple[str, str], int] = {}
+        for split, source in sorted(self.scope):
+            rows = Query.objects.filter(dataset=self.dataset, split=split, source_file=source)
+            for pk, ext in rows.values_list("id", "external_id"):
+                if pk not in self.claimed:
+                    out[(split, ext)] = pk
+        return out
+
+    def _remove(self, pks: list[int]) -> None:
+        """Refuse or delete the removed queries ``pks``, naming them and what depends on them."""
+        if not pks:
+            return
+        r = self.report
+        rows = list(Query.objects.filter(pk__in=pks).order_by("split", "ordinal", "id"))
+        r.queries_removed = len(rows)
+        r.removed_examples = [q.external_id for q in rows[:MISSING_EXAMPLES]]
+        collector = Collector(using=router.db_for_write(Query))
+        protected: list[Any] = []
+        try:
+            collector.collect(rows)
+        except ProtectedError as exc:
+            protected = list(exc.protected_objects)
+        r.removed_dependents = _dependents(collector, protected)
+        named = ", ".join(r.removed_examples) + (f" and {len(rows) - len(r.removed_examples)} more"
+                                                  if len(rows) > len(r.removed_examples) else "")
+        depends = "; ".join(f"{n} {label}" for label, n in r.removed_dependents.items())
+        deps = f"what depends on them: {depends}" if depends else "nothing depends on them"
+        if protected:
+            raise LoadError(f"{len(rows)} stored quer{'y is' if len(rows) == 1 else 'ies are'} not in the file any "
+                            f"more ({named}), and some of them are items of annotation studies ({deps}); an import "
+                            "never deletes annotation work: keep those records in the file, or delete the studies first")
+        if self.on_removed != "delete":
+            raise LoadError(f"{len(rows)} stored quer{'y is' if len(rows) == 1 else 'ies are'} not in the file any "
+                            f"more: {named} ({deps}). Nothing was written. Import again with "
+                            "--delete-removed (upload page: 'delete records missing from the file') to delete them")
+        collector.delete()
+
     def finish(self) -> None:
         """Write the images no query used, updates to written ones, the galleries; fill the report."""
+        self.finish_queries()
         _check_references(self.parsed)
         self.write_images(self.parsed.images)
         self._update_touched()
@@ -433,6 +597,38 @@ class _Writer:
         rows = [GalleryEntry(dataset=self.dataset, split=split, image_id=pk, ordinal=first + n)
                 for n, pk in enumerate(pks) if pk not in stored]
         GalleryEntry.objects.bulk_create(rows, batch_size=BATCH, ignore_conflicts=True)
+
+
+def _signature(q: QueryRecord) -> tuple:
+    """The images a record names, in order (each turn's reference and next image, then the
+    targets): how a positional record whose text changed finds its stored query."""
+    return tuple([(t.reference, t.turn_target) for t in q.turns] + [t.image for t in q.targets])
+
+
+def _pick(candidates: list[int] | None, same_id: int | None) -> int | None:
+    """Take one pk from ``candidates`` (the one of the same id first); None when there is none."""
+    if not candidates:
+        return None
+    pk = same_id if same_id in candidates else candidates[0]
+    candidates.remove(pk)
+    return pk
+
+
+def _dependents(collector: Collector, protected: list[Any]) -> dict[str, int]:
+    """What deleting the collected queries would delete too, and what protects them:
+    ``model label -> rows`` (the queries with their own turns and targets left out), largest first."""
+    counts: dict[str, int] = {}
+    for model, objs in collector.data.items():
+        if model not in (Query, Turn, Target):
+            counts[model._meta.label] = counts.get(model._meta.label, 0) + len(objs)
+    for qs in collector.fast_deletes:
+        n = 0 if qs.model in (Turn, Target) else qs.count()
+        if n:
+            counts[qs.model._meta.label] = counts.get(qs.model._meta.label, 0) + n
+    for obj in protected:
+        label = f"{obj._meta.label} (protected)"
+        counts[label] = counts.get(label, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _refuse_duplicates(queries: Iterable[QueryRecord]) -> None:

@@ -173,6 +173,8 @@ class ImportJob(Job):
     split = models.CharField(max_length=50, blank=True)
     images_root = models.CharField(max_length=1000, blank=True)
     files = models.JSONField(default=list, help_text="Stored upload paths")
+    delete_removed = models.BooleanField(
+        default=False, help_text="A re-import deletes the stored records its files no longer hold (else it refuses).")
     report = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -69,6 +69,12 @@ class TargetRecord:
     source_field: str = ""
 
 
+#: Formats whose query ids are positions in their file (FashionIQ and Multi-turn FashionIQ
+#: records carry no id: ``<category>/<split>/<ordinal>``). A re-import matches their stored
+#: queries by content, not by id, so a record that only moved is unchanged (``retrieval.loader``).
+POSITIONAL_ID_FORMATS = frozenset({"fashioniq", "mtfiq"})
+
+
 @dataclass
 class QueryRecord:
     external_id: str

@@ -21,11 +21,14 @@ def import_files(
     images_root: Path | None = None,
     progress: Progress | None = None,
     subset: str | None = None,
+    delete_removed: bool = False,
 ) -> LoadReport:
     """Parse ``paths`` as ``fmt`` and load them as dataset ``name`` (all or nothing), streaming.
 
     Records are read and written in batches, so memory does not grow with the files;
-    ``progress("importing", bytes_read, bytes_total)`` follows the reading.
+    ``progress("importing", bytes_read, bytes_total)`` follows the reading. A re-import that
+    no longer holds stored records is refused, naming them, unless ``delete_removed``
+    (:mod:`retrieval.loader`).
     """
     paths = [Path(p) for p in paths]
     total = sum(p.stat().st_size for p in paths if p.is_file())
@@ -35,7 +38,8 @@ def import_files(
         parsed = ParsedDataset(format=fmt)
         queries = importers.stream(fmt, paths, parsed, split=split, subset=subset)
         on_batch = (lambda _n: progress("importing", min(meter.done, total), total)) if progress is not None else None
-        report = load_stream(parsed, queries, name, images_root=images_root, on_batch=on_batch)
+        report = load_stream(parsed, queries, name, images_root=images_root, on_batch=on_batch,
+                             on_removed="delete" if delete_removed else "refuse")
     finally:
         METER.reset(token)
     if progress is not None:
@@ -52,6 +56,7 @@ def run_import_job(job: ImportJob) -> ImportJob:
         result = import_files(
             job.format, job.dataset_name, [Path(p) for p in job.files], split=job.split or None,
             images_root=Path(job.images_root) if job.images_root else None, progress=report,
+            delete_removed=job.delete_removed,
         )
         return {"report": result.as_dict()}
 

@@ -110,6 +110,7 @@ def import_upload(request):
                 dataset_name=form.cleaned_data["name"], format=form.cleaned_data["format"],
                 split=form.cleaned_data["split"], images_root=form.cleaned_data["images_root"],
                 files=stored, created_by=request.user, enqueued_at=timezone.now(),
+                delete_removed=form.cleaned_data["delete_removed"],
             )
             total = sum(f.size for f in form.cleaned_data["files"])
             if total > settings.CIRVAL_ASYNC_IMPORT_BYTES:

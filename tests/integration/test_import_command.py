@@ -57,7 +57,7 @@ def test_reimport_creates_no_duplicates():
     first = row_counts()
     stamp = Dataset.objects.get(name="circo").updated_at
     out = run_import(*args)
-    assert "0 new, 0 updated, 220 unchanged" in out
+    assert "0 added, 0 changed, 0 removed, 220 unchanged" in out
     assert row_counts() == first
     assert Dataset.objects.get(name="circo").updated_at > stamp
 
@@ -241,7 +241,7 @@ def test_reimport_rewrites_only_changed_queries_and_keeps_the_rest(tmp_path):
     records[0]["gt_img_ids"] = records[0]["gt_img_ids"][:1]
     path.write_text(json.dumps(records))
     out = run_import("--format", "circo", "--name", "circo", str(path))
-    assert "0 new, 1 updated, 219 unchanged" in out
+    assert "0 added, 1 changed, 0 removed, 219 unchanged" in out
     changed = Query.objects.get(dataset__name="circo", external_id=str(records[0]["id"]))
     assert changed.turns.get().text == "a changed caption" and changed.targets.count() == 1
     assert changed.raw == records[0]

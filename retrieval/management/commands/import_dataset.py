@@ -24,6 +24,9 @@ class Command(BaseCommand):
                             help="Override the subset (CIRCLED) or category (FashionIQ, Multi-turn FashionIQ) read "
                                  "from the records or file names.")
         parser.add_argument("--images-root", default=None, help="Folder the records' image paths are relative to.")
+        parser.add_argument("--delete-removed", action="store_true",
+                            help="On a re-import, delete the stored records of these files that the files no longer "
+                                 "hold (the default refuses the import and names them).")
         parser.add_argument("--json", action="store_true", help="Print the import report as JSON.")
         parser.add_argument("paths", nargs="+")
 
@@ -43,7 +46,7 @@ class Command(BaseCommand):
 
         try:
             report = import_files(opts["format"], opts["name"], paths, split=opts["split"], images_root=root,
-                                  progress=progress, subset=opts["subset"])
+                                  progress=progress, subset=opts["subset"], delete_removed=opts["delete_removed"])
         except ValueError as exc:  # ParseError, LoadError: nothing was written
             raise CommandError(f"import failed, nothing written: {exc}") from None
         if opts["json"]:
@@ -54,7 +57,8 @@ class Command(BaseCommand):
         verb = "created" if report.dataset_created else "updated"
         self.stdout.write(
             f"Dataset {report.dataset!r} {verb} ({report.format}): {report.queries} queries "
-            f"({report.queries_created} new, {report.queries_updated} updated, {report.queries_unchanged} unchanged; "
+            f"({report.queries_created} added, {report.queries_updated} changed, {report.queries_removed} removed, "
+            f"{report.queries_unchanged} unchanged; "
             f"{report.single_turn} single-turn, {report.multi_turn} multi-turn), {report.turns} turns, "
             f"{report.targets} targets, {report.images} images ({report.images_created} new, "
             f"{report.images_updated} updated), {report.gallery_entries} gallery entries stored."
@@ -77,5 +81,10 @@ class Command(BaseCommand):
             self.stdout.write(
                 self.style.WARNING(f"{root} is not under IMAGE_ROOTS; its images will not be served until it is added.")
             )
+        if report.queries_removed:
+            depends = "; ".join(f"{n} {label}" for label, n in report.removed_dependents.items()) or "nothing else"
+            self.stdout.write(self.style.WARNING(
+                f"Deleted {report.queries_removed} queries no longer in the files (e.g. "
+                f"{', '.join(report.removed_examples)}), with {depends}."))
         for w in report.warnings:
             self.stdout.write(self.style.WARNING(w))
