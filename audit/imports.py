@@ -30,6 +30,7 @@ from django.utils import timezone
 from retrieval.models import Dataset, Image, Query, Turn
 
 from .runs import aggregation, base
+from .labels import COUNT_KEYS
 from .models import AuditLabel, AuditRank, AuditRun
 from .rankfiles import RankFile, path_suffixes, read_rank_file
 
@@ -274,3 +275,23 @@ def import_rank_files(
     if got.file_labels:
         _label_agreement(target, got.file_labels, report)
     return target, report
+
+
+def import_summary(run: AuditRun, report: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """What :func:`import_rank_files` did, as (lines, warnings): ``manage.py import_ranks``
+    prints them (warnings on stderr), the project room's import page shows them."""
+    lines = [f"Audit {run.pk}: {report['rows']} rank rows from {len(report['files'])} file(s), "
+             f"retrievers {', '.join(report['retrievers'])}; K={run.k}."]
+    warnings = []
+    if report["unknown_query_idx"]:
+        warnings.append(f"warning: {report['unknown_query_idx']} sample(s) match no query "
+                        f"(query_idx e.g. {report['unknown_examples']})")
+    if report["text_mismatches"]:
+        warnings.append(f"warning: {report['text_mismatches']} query text(s) differ from the dataset's "
+                        f"(query_idx e.g. {report['text_mismatch_examples']})")
+    if "label_agreement" in report:
+        a = report["label_agreement"]
+        lines.append(f"Labels agree with the file's for {a['same']} queries, differ for {a['different']}.")
+    counts = run.summary.get("counts", {})
+    lines += [f"  {label:<22}{counts.get(label, 0):>8}" for label in COUNT_KEYS]
+    return lines, warnings

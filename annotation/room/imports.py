@@ -1,20 +1,25 @@
 """Staff imports from the browser that the CLI also offers: audit rank files
 (``import_ranks``) and a CIRCUS study (``import_circus``). The files are stored under
-UPLOAD_DIR and the same management command runs on them, in the request."""
+UPLOAD_DIR and the service each command calls runs on them, in the request
+(:func:`audit.imports.import_rank_files`, :func:`annotation.studies.circus.import_circus_study`);
+the page shows the lines the command prints."""
 from __future__ import annotations
 
-import io
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django import forms
 from django.conf import settings
-from django.core.management import CommandError, call_command
 from django.utils.text import get_valid_filename
 
+from audit.imports import ImportRanksError, import_rank_files, import_summary
+from audit.rankfiles import RankFileError
 from retrieval.forms import MultipleFileField
 from retrieval.models import Dataset
+
+from annotation.studies.circus import CircusImportError, import_circus_study, summary_line
 
 
 class RanksForm(forms.Form):
@@ -57,17 +62,18 @@ def store(files) -> tuple[list[str], list[str]]:
     return paths, names
 
 
-def run_command(name: str, names: list[str], *args, **options) -> ImportResult:
-    out, err = io.StringIO(), io.StringIO()
+def run_service(name: str, names: list[str], service: Callable[[], tuple[list[str], list[str]]],
+                errors: tuple[type[Exception], ...]) -> ImportResult:
+    """Run an import service; its (lines, warnings), or its refusal, without server paths."""
     result = ImportResult(name, names)
     try:
-        call_command(name, *args, stdout=out, stderr=err, **options)
-    except CommandError as exc:
+        result.lines, result.warnings = service()
+    except errors as exc:
         result.status, result.error = "failed", str(exc)
     uploads = str(Path(settings.UPLOAD_DIR))
     clean = lambda s: s.replace(uploads + "/", "")  # noqa: E731 - never show server paths
-    result.lines = [clean(x) for x in out.getvalue().splitlines() if x.strip()]
-    result.warnings = [clean(x) for x in err.getvalue().splitlines() if x.strip()]
+    result.lines = [clean(x) for x in result.lines if x.strip()]
+    result.warnings = [clean(x) for x in result.warnings if x.strip()]
     result.error = clean(result.error)
     return result
 
@@ -75,16 +81,21 @@ def run_command(name: str, names: list[str], *args, **options) -> ImportResult:
 def import_ranks(form: RanksForm) -> ImportResult:
     d = form.cleaned_data
     paths, names = store(d["files"])
-    opts = {"dataset": d["dataset"].name, "min_mm_retrievers": d["min_mm_retrievers"]}
-    if d["split"]:
-        opts["split"] = d["split"]
-    if d["k"]:
-        opts["k"] = d["k"]
-    return run_command("import_ranks", names, *paths, **opts)
+
+    def service():
+        return import_summary(*import_rank_files(d["dataset"].name, paths, split=d["split"] or None, k=d["k"],
+                                                 min_mm_retrievers=d["min_mm_retrievers"]))
+
+    return run_service("import_ranks", names, service, (ImportRanksError, RankFileError))
 
 
 def import_circus(form: CircusForm) -> ImportResult:
     d = form.cleaned_data
     paths, names = store(d["files"])
-    return run_command("import_circus", names, *paths, study_name=d["study_name"],
-                       dataset_prefix=d["dataset_prefix"] or "", no_verify_checksum=not d["verify_checksum"])
+
+    def service():
+        summary = import_circus_study(paths, d["study_name"], d["dataset_prefix"] or "",
+                                      verify_checksum=d["verify_checksum"])
+        return [summary_line(summary)], []
+
+    return run_service("import_circus", names, service, (CircusImportError,))

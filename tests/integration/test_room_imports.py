@@ -1,11 +1,13 @@
 """Rank files and a CIRCUS study imported from the project room's page."""
 from __future__ import annotations
 
+import html
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from annotation.models import Study
+from annotation.models import RubricVersion, Study
 from audit.models import AuditRun
 from tests.conftest import FIXTURES
 from tests.integration.test_audit_import import ALPHA, BETA, tiny  # noqa: F401 - the fixture
@@ -41,3 +43,50 @@ def test_circus_study_from_the_browser(staff_client):
     assert 'class="status done"' in page and f"Study {study.pk}" in page
     assert study.items.count() > 0 and study.annotators.count() == len(files)
 
+
+
+def _listed(page: str, section: str) -> list[str]:
+    """The <li> lines of the result card's list ``section`` (plain lines or warnings)."""
+    import re
+
+    card = page[page.index('id="import-result"'):page.index("</section>", page.index('id="import-result"'))]
+    block = card if section == "lines" else card[card.index('class="warnings"'):]
+    if section == "lines":
+        block = block[block.index('<ul class="plain">'):block.index("</ul>", block.index('<ul class="plain">'))]
+    return [html.unescape(x) for x in re.findall(r"<li[^>]*>(.*?)</li>", block)]
+
+
+def test_the_room_and_the_command_run_one_service_and_say_the_same(staff_client, tiny, settings):  # noqa: F811
+    """The page calls audit.imports.import_rank_files / import_summary, as manage.py import_ranks
+    does (no call_command in a request): same run, same lines, same warnings."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    with open(ALPHA, "rb") as a:
+        page = staff_client.post("/room/imports/", {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [a],
+                                                    "ranks-min_mm_retrievers": 1}).content.decode()
+    out, err = StringIO(), StringIO()
+    call_command("import_ranks", str(ALPHA), "--dataset", "tiny", stdout=out, stderr=err)
+    web_run, cli_run = AuditRun.objects.order_by("pk")
+    assert web_run.summary["counts"] == cli_run.summary["counts"]
+    cli_lines = [x for x in out.getvalue().splitlines() if x.strip()]
+    assert cli_lines[0].startswith(f"Audit {cli_run.pk}:")
+    same_run = [x.replace(f"Audit {cli_run.pk}:", f"Audit {web_run.pk}:") for x in cli_lines]
+    assert [x.strip() for x in _listed(page, "lines")] == [x.strip() for x in same_run]
+    cli_warnings = [x for x in err.getvalue().splitlines() if x.strip()]
+    assert (_listed(page, "warnings") if cli_warnings else []) == cli_warnings
+
+
+def test_the_room_shows_the_services_refusal_in_the_commands_words(staff_client):
+    from django.core.management import CommandError, call_command
+
+    Study.objects.create(name="taken", rubric=RubricVersion.builtin("validity"))
+    path = sorted((FIXTURES / "circus" / "agreement_users").glob("annotator_*.json"))[0]
+    with pytest.raises(CommandError) as cli:
+        call_command("import_circus", str(path), "--study-name", "taken")
+    with open(path, "rb") as h:
+        page = staff_client.post("/room/imports/", {"which": "circus", "circus-study_name": "taken",
+                                                    "circus-files": [h], "circus-dataset_prefix": "circus",
+                                                    "circus-verify_checksum": "on"}).content.decode()
+    assert 'class="status failed"' in page and str(cli.value) in html.unescape(page)

@@ -67,3 +67,20 @@ def test_judgement_rows_are_written_only_by_the_queues_store():
                  if not p.is_relative_to(ROOT / "bench")
                  and (lines := judgement_writes(ast.parse(p.read_text())))}
     assert set(offenders) == {"annotation/assignment/queue.py"}
+
+
+def command_calls(tree: ast.AST) -> list[int]:
+    """Lines that run a management command: ``call_command(...)`` or ``management.call_command(...)``."""
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and ((isinstance(n.func, ast.Name) and n.func.id == "call_command")
+                 or (isinstance(n.func, ast.Attribute) and n.func.attr == "call_command"))]
+
+
+def test_views_and_services_never_run_a_management_command():
+    """Commands and views call the same service functions; a command may still call another
+    command (make_demo runs the demo's steps), a view or service never does."""
+    assert command_calls(ast.parse("call_command('x')\nmanagement.call_command('y')\nf()")) == [1, 2]
+    offenders = {str(p.relative_to(ROOT)): lines for p in source_files()
+                 if "commands" not in p.parts and not p.is_relative_to(ROOT / "bench")
+                 and (lines := command_calls(ast.parse(p.read_text())))}
+    assert offenders == {}

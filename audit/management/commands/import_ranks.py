@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.imports import ImportRanksError, import_rank_files
-from audit.labels import COUNT_KEYS
+from audit.imports import ImportRanksError, import_rank_files, import_summary
 from audit.rankfiles import RankFileError
 
 
@@ -32,19 +31,8 @@ class Command(BaseCommand):
             )
         except (ImportRanksError, RankFileError) as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(
-            f"Audit {run.pk}: {report['rows']} rank rows from {len(report['files'])} file(s), "
-            f"retrievers {', '.join(report['retrievers'])}; K={run.k}."
-        )
-        if report["unknown_query_idx"]:
-            self.stderr.write(f"warning: {report['unknown_query_idx']} sample(s) match no query "
-                              f"(query_idx e.g. {report['unknown_examples']})")
-        if report["text_mismatches"]:
-            self.stderr.write(f"warning: {report['text_mismatches']} query text(s) differ from the dataset's "
-                              f"(query_idx e.g. {report['text_mismatch_examples']})")
-        if "label_agreement" in report:
-            a = report["label_agreement"]
-            self.stdout.write(f"Labels agree with the file's for {a['same']} queries, differ for {a['different']}.")
-        counts = run.summary.get("counts", {})
-        for label in COUNT_KEYS:
-            self.stdout.write(f"  {label:<22}{counts.get(label, 0):>8}")
+        lines, warnings = import_summary(run, report)
+        for line in lines:
+            self.stdout.write(line)
+        for warning in warnings:
+            self.stderr.write(warning)
