@@ -39,6 +39,11 @@ class ImportRanksError(ValueError):
     """The rank files cannot be imported as asked."""
 
 
+class QueriesDiffer(ImportRanksError):
+    """The files' query texts differ from the dataset's: they are most likely another
+    dataset's (or split's) rank files, matched here by position only. Refused unless forced."""
+
+
 def _query_index(dataset: Dataset, split: str | None) -> dict[int, int]:
     qs = Query.objects.filter(dataset=dataset)
     if split:
@@ -130,6 +135,7 @@ class _Collected:
         self.unknown: set[int] = set()
         self.not_in_run: set[int] = set()
         self.text_mismatch: list[int] = []
+        self.mismatch_example: tuple[int, str, str] | None = None  # (query_idx, file's text, dataset's text)
         self.support: dict[int, dict[str, int]] = {}
         self.file_labels: dict[int, str] = {}
         self.unmapped = 0
@@ -164,6 +170,7 @@ def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: s
                 continue
             if s.query_text is not None and s.query_text.strip() != (texts.get(q) or "").strip():
                 got.text_mismatch.append(s.query_idx)
+                got.mismatch_example = got.mismatch_example or (s.query_idx, s.query_text, texts.get(q) or "")
             got.rows.append(AuditRank(
                 query_id=q, retriever=f.retriever, mm=s.mm, text=s.text, image=s.image,
                 mm_all=s.mm_all, text_all=s.text_all, image_all=s.image_all, top_mm=_top_ids(f, s, mapper, got),
@@ -173,6 +180,23 @@ def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: s
             if s.label:
                 got.file_labels[q] = s.label
     return got
+
+
+def _refuse_other_queries(dataset: Dataset, got: _Collected) -> None:
+    """Raise :class:`QueriesDiffer` when any matched sample's query text differs from the
+    dataset's query at that position (the files are then not this dataset's)."""
+    if not got.text_mismatch:
+        return
+    idx, theirs, ours = got.mismatch_example or (got.text_mismatch[0], "", "")
+    bad = sorted(set(got.text_mismatch))
+    matched = len({r.query_id for r in got.rows})
+    raise QueriesDiffer(
+        f"these rank files do not match dataset {dataset.name!r}: the query texts of {len(bad)} of the {matched} "
+        f"matched queries differ from the dataset's (query_idx {bad[:10]}{'…' if len(bad) > 10 else ''}; e.g. "
+        f"query_idx {idx}: the file says {theirs!r}, the dataset {ours!r}). They are probably another dataset's or "
+        f"split's rank files; check the dataset and split. Nothing was imported; force the import (--force) to "
+        f"import them anyway."
+    )
 
 
 def _report(files: list[RankFile], got: _Collected, k: int) -> dict[str, Any]:
@@ -186,8 +210,9 @@ def _report(files: list[RankFile], got: _Collected, k: int) -> dict[str, Any]:
         "unknown_query_idx": len(got.unknown),
         "unknown_examples": sorted(got.unknown)[:10],
         "not_in_run": len(got.not_in_run),
-        "text_mismatches": len(got.text_mismatch),
-        "text_mismatch_examples": sorted(got.text_mismatch)[:10],
+        "text_mismatches": len(set(got.text_mismatch)),  # queries, not samples (several files name each)
+        "text_mismatch_examples": sorted(set(got.text_mismatch))[:10],
+        "forced": bool(got.text_mismatch),
         "unmapped_gallery_indices": got.unmapped,
         "k": k,
     }
@@ -239,12 +264,15 @@ def import_rank_files(
     min_mm_retrievers: int = 1,
     run: AuditRun | int | None = None,
     created_by: Any = None,
+    force: bool = False,
 ) -> tuple[AuditRun, dict[str, Any]]:
     """Import rank files as a new finished audit run, or add them to ``run``'s pool.
 
     Returns the run (labelled) and a report: files, retrievers, rows written, samples
     whose ``query_idx`` matched no query, query texts that differ from the stored ones,
-    and for an aggregated file how many computed labels agree with the file's. A
+    and for an aggregated file how many computed labels agree with the file's. Files whose
+    query texts differ from the dataset's are refused (:class:`QueriesDiffer`) unless
+    ``force``; a forced import records ``forced`` in its report. A
     sample's rank may be one rank or the list of every positive's rank (stored in
     ``AuditRank.*_all``; the best one in ``mm``/``text``/``image``).
     """
@@ -267,6 +295,8 @@ def import_rank_files(
         raise ImportRanksError(
             f"no sample matched a query of dataset {dataset.name!r} by query_idx (Query.ordinal)"
         )
+    if not force:
+        _refuse_other_queries(dataset, got)
     report = _report(files, got, k)
     target = _store(dataset, existing, split, report["retrievers"], k, min_mm_retrievers, created_by, got, report)
     if not aggregation.aggregate_run(target.pk, override_support=got.support if aggregated else None):
@@ -287,8 +317,8 @@ def import_summary(run: AuditRun, report: dict[str, Any]) -> tuple[list[str], li
         warnings.append(f"warning: {report['unknown_query_idx']} sample(s) match no query "
                         f"(query_idx e.g. {report['unknown_examples']})")
     if report["text_mismatches"]:
-        warnings.append(f"warning: {report['text_mismatches']} query text(s) differ from the dataset's "
-                        f"(query_idx e.g. {report['text_mismatch_examples']})")
+        warnings.append(f"warning: imported with --force although {report['text_mismatches']} query text(s) "
+                        f"differ from the dataset's (query_idx e.g. {report['text_mismatch_examples']})")
     if "label_agreement" in report:
         a = report["label_agreement"]
         lines.append(f"Labels agree with the file's for {a['same']} queries, differ for {a['different']}.")

@@ -28,6 +28,8 @@ class RanksForm(forms.Form):
     split = forms.CharField(required=False, help_text="Needed when several splits share ordinals.")
     k = forms.IntegerField(required=False, min_value=1, help_text="Default: metadata.k of the files (else 10).")
     min_mm_retrievers = forms.IntegerField(min_value=1, initial=1)
+    force = forms.BooleanField(required=False, label="Force (--force)",
+                               help_text="Import even if the files' query texts differ from the dataset's.")
 
 
 class CircusForm(forms.Form):
@@ -84,7 +86,7 @@ def import_ranks(form: RanksForm) -> ImportResult:
 
     def service():
         return import_summary(*import_rank_files(d["dataset"].name, paths, split=d["split"] or None, k=d["k"],
-                                                 min_mm_retrievers=d["min_mm_retrievers"]))
+                                                 min_mm_retrievers=d["min_mm_retrievers"], force=d["force"]))
 
     return run_service("import_ranks", names, service, (ImportRanksError, RankFileError))
 

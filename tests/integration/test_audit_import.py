@@ -135,3 +135,44 @@ def test_malformed_rank_file_is_refused(tiny, tmp_path):
         imp("--dataset", "tiny", bad)
     with pytest.raises(CommandError, match="no dataset"):
         imp("--dataset", "nope", ALPHA)
+
+
+@pytest.fixture
+def other(tiny):
+    """A second dataset with the same images and query positions but other query texts: the
+    tiny rank files are not its files."""
+    parsed = ParsedDataset(format="mbeir")
+    for i in range(16):
+        parsed.add_image(ImageRecord(external_id=f"img_{i:02d}", path=f"gallery/img_{i:02d}.png"))
+    parsed.galleries["test"] = [f"img_{i:02d}" for i in range(16)]
+    for i, text in enumerate(TEXTS):
+        words = text if i in (1, 3) else f"another query {i}"  # 4 of the 6 texts differ
+        parsed.queries.append(QueryRecord(
+            external_id=f"o{i}", split="test", ordinal=i, source_file="other_test.jsonl",
+            turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}", texts=[TextRecord(words)])],
+            targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)], raw={"qid": i},
+        ))
+    load_parsed(parsed, "other")
+    return "other"
+
+
+def test_rank_files_of_another_dataset_are_refused_unless_forced(other):
+    before = AuditRun.objects.count()
+    with pytest.raises(CommandError) as refused:
+        imp("--dataset", other, ALPHA, BETA)
+    text = str(refused.value)
+    assert "do not match dataset 'other'" in text and "query texts of 4 of the 6 matched queries differ" in text
+    assert "query_idx [0, 2, 4, 5]" in text
+    assert "the file says 'is red', the dataset 'another query 0'" in text  # one example, both texts
+    assert "Nothing was imported; force the import (--force) to import them anyway." in text
+    assert AuditRun.objects.count() == before and not AuditRank.objects.exists()
+
+    err = StringIO()
+    call_command("import_ranks", "--dataset", other, "--force", str(ALPHA), str(BETA), stdout=StringIO(), stderr=err)
+    run = AuditRun.objects.order_by("-pk").first()
+    assert run.status == "done" and run.summary["import"]["forced"] is True
+    assert run.summary["import"]["text_mismatches"] == 4  # queries (each named by both files)
+    assert "imported with --force although 4 query text(s) differ" in err.getvalue()
+    # the dataset's own files still import without --force
+    own, _ = imp("--dataset", "tiny", ALPHA, BETA)
+    assert own.summary["import"]["forced"] is False and own.summary["import"]["text_mismatches"] == 0

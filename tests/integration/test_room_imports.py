@@ -10,7 +10,7 @@ from django.test import Client
 from annotation.models import RubricVersion, Study
 from audit.models import AuditRun
 from tests.conftest import FIXTURES
-from tests.integration.test_audit_import import ALPHA, BETA, tiny  # noqa: F401 - the fixture
+from tests.integration.test_audit_import import ALPHA, BETA, other, tiny  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.django_db
 @pytest.fixture
@@ -90,3 +90,21 @@ def test_the_room_shows_the_services_refusal_in_the_commands_words(staff_client)
                                                     "circus-files": [h], "circus-dataset_prefix": "circus",
                                                     "circus-verify_checksum": "on"}).content.decode()
     assert 'class="status failed"' in page and str(cli.value) in html.unescape(page)
+
+
+def test_rank_files_of_another_dataset_are_refused_on_the_page_unless_forced(staff_client, other):  # noqa: F811
+    def post(force: bool):
+        with open(ALPHA, "rb") as a:
+            data = {"which": "ranks", "ranks-dataset": "other", "ranks-files": [a], "ranks-min_mm_retrievers": 1}
+            if force:
+                data["ranks-force"] = "on"
+            return staff_client.post("/room/imports/", data).content.decode()
+
+    page = post(force=False)
+    assert 'class="status failed"' in page and "do not match dataset &#x27;other&#x27;" in page
+    assert "Nothing was imported" in page and "--force" in page and "Force (--force)" in page
+    assert not AuditRun.objects.exists()
+    page = post(force=True)
+    run = AuditRun.objects.get()
+    assert 'class="status done"' in page and run.summary["import"]["forced"] is True
+    assert "imported with --force although 4 query text(s) differ" in page

@@ -22,12 +22,14 @@ class Command(BaseCommand):
         parser.add_argument("--k", type=int, default=None, help="Default: metadata.k of the files (else 10).")
         parser.add_argument("--min-mm-retrievers", type=int, default=1)
         parser.add_argument("--run", type=int, default=None, help="Add to this finished audit instead.")
+        parser.add_argument("--force", action="store_true",
+                            help="Import even if the files' query texts differ from the dataset's (refused otherwise).")
 
     def handle(self, *args, **opts):
         try:
             run, report = import_rank_files(
                 opts["dataset"], opts["files"], split=opts["split"] or None, k=opts["k"],
-                min_mm_retrievers=opts["min_mm_retrievers"], run=opts["run"],
+                min_mm_retrievers=opts["min_mm_retrievers"], run=opts["run"], force=opts["force"],
             )
         except (ImportRanksError, RankFileError) as exc:
             raise CommandError(str(exc)) from None
