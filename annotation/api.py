@@ -14,7 +14,7 @@ from annotation import roles
 from annotation.assignment import queue as engine
 from annotation.models import Assignment
 from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
-from annotation.quality.gold import training_feedback
+from annotation.quality.gold import feedback_message, training_feedback
 from annotation.permissions import member_study, own_assignment, visible_studies, writable_assignment
 from annotation.judging.rubric import JudgementError
 from annotation.studies.building import StudyError, StudySpec, create_study
@@ -147,7 +147,9 @@ def draft(request, pk: int):
         d = engine.save_draft(a, request.data)
     except JudgementError as exc:
         return Response({"field": exc.field, "detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
-    return Response({"saved": d.updated_at.isoformat()})
+    # edited_at: the page's stamp of the draft the server now holds (maybe a newer one than
+    # this request's): the page forgets its local copy of every edit up to it.
+    return Response({"saved": d.updated_at.isoformat(), "edited_at": d.payload.get("edited_at")})
 
 
 @extend_schema(request=None, responses={200: dict})
@@ -208,10 +210,12 @@ def judgements(request, pk: int):
         return Response({**judgement_dict(dup.judgement), "duplicate": True}, status=status.HTTP_200_OK)
     except engine.Conflict as conflict:
         return Response(_conflict_body(conflict, payload), status=status.HTTP_409_CONFLICT)
+    body = judgement_dict(j)
     feedback = training_feedback(held[-1], j)
-    if feedback:  # shown on the next page the annotator opens
-        messages.info(request._request, feedback)
-    return Response(judgement_dict(j), status=status.HTTP_201_CREATED)
+    if feedback:  # shown on the next page the annotator opens, with a link back to this item
+        messages.info(request._request, feedback_message(feedback))
+        body["training"] = feedback
+    return Response(body, status=status.HTTP_201_CREATED)
 
 
 CONFLICT_TEXT = {

@@ -3,6 +3,8 @@ and scoring annotators on them with a Wilson interval."""
 from __future__ import annotations
 
 from django.db import transaction
+from django.urls import reverse
+from django.utils.html import format_html
 
 from annotation.assignment.rules import TRAINING_ITEM
 from annotation.models import Adjudication, Assignment, Judgement, Study, StudyItem
@@ -13,8 +15,11 @@ from annotation.verdicts.consensus import UNANIMOUS
 HAND, ADJUDICATED, PROMOTED = "hand", "adjudicated", "unanimous"
 
 
-def mark_gold(item: StudyItem, validated: bool, source: str = HAND) -> StudyItem:
-    item.gold, item.gold_answer, item.gold_source = True, {"validated": bool(validated)}, source
+def mark_gold(item: StudyItem, validated: bool, source: str = HAND, category: str = "") -> StudyItem:
+    """Make ``item`` gold. ``category``: the expected category key, when known (then a
+    judgement must name it to be right, and training feedback names it)."""
+    answer = {"validated": bool(validated), **({"category": category} if category else {})}
+    item.gold, item.gold_answer, item.gold_source = True, answer, source
     item.save(update_fields=["gold", "gold_answer", "gold_source"])
     return item
 
@@ -71,14 +76,43 @@ def gold_scores(study: Study) -> dict[str, dict]:
     return out
 
 
-def training_feedback(assignment: Assignment, judgement: Judgement) -> str | None:
-    """The feedback shown after a training item (served by the training rule), else None."""
+def expected_answer(rubric, gold: dict) -> str:
+    """The gold answer in the rubric's words: the expected category's label when the gold
+    answer names one (or when only one category is valid and the item is valid), else
+    "not valid (any invalid category)". Never more than the gold answer itself holds."""
+    category = rubric.category(gold.get("category") or "")
+    if category is not None:
+        return category.label
+    valid = [c for c in rubric.categories if c.valid]
+    if gold.get("validated"):
+        return valid[0].label if len(valid) == 1 else "valid"
+    return "not valid (any invalid category)"
+
+
+def training_feedback(assignment: Assignment, judgement: Judgement) -> dict | None:
+    """The feedback on a training item (served by the training rule), else None: whether
+    the answer was right, the expected category, the annotator's own answer, and the item's
+    page (``url``) to look at it again. Only the gold answer is told: never the audit's
+    label nor other annotators' answers."""
     if assignment.served_by != TRAINING_ITEM or not assignment.item.gold:
         return None
-    ok = gold_correct({"validated": judgement.validated, "category": judgement.category}, assignment.item.gold_answer)
+    gold = assignment.item.gold_answer
+    ok = gold_correct({"validated": judgement.validated, "category": judgement.category}, gold)
     if ok is None:
         return None
-    expected = "valid" if assignment.item.gold_answer.get("validated") else "not valid"
-    if ok:
-        return f"Training item: correct — this query is {expected}."
-    return f"Training item: not quite — this query is {expected}. Read the guidelines (press ?) before going on."
+    rubric = assignment.study.rubric.rubric
+    mine = rubric.category(judgement.category)
+    return {"correct": ok, "expected": expected_answer(rubric, gold), "yours": mine.label if mine else "",
+            "position": assignment.position,
+            "url": reverse("annotation:item", args=[assignment.study_id, assignment.pk])}
+
+
+def feedback_message(feedback: dict) -> str:
+    """The training feedback as the one-line message shown on the next page, with a link
+    back to the item."""
+    head = "correct" if feedback["correct"] else "not quite"
+    tail = "" if feedback["correct"] else " Read the guidelines (press ?) before going on."
+    return format_html(
+        'Training item #{}: {} — expected “{}”, you answered “{}”. <a href="{}" class="training-item">Look at '
+        'item #{} again</a>.{}', feedback["position"], head, feedback["expected"], feedback["yours"],
+        feedback["url"], feedback["position"], tail)

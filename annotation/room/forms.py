@@ -65,5 +65,20 @@ class StudySettingsForm(forms.ModelForm):
 
 
 class GoldForm(forms.Form):
+    """An item marked gold by hand; ``category``: the expected invalid category, optional
+    (training feedback then names it, and a judgement must name it to be right)."""
+
     item = forms.IntegerField(min_value=1, label="Item id")
     answer = forms.ChoiceField(choices=[("valid", "validated"), ("invalid", "not valid"), ("none", "not gold")])
+    category = forms.ChoiceField(required=False, label="Expected category (not valid only)")
+
+    def __init__(self, *args, rubric=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        invalid = [(c.key, c.label) for c in (rubric.categories if rubric is not None else ()) if not c.valid]
+        self.fields["category"].choices = [("", "any invalid category"), *invalid]
+
+    def clean(self):
+        data = super().clean()
+        if data.get("category") and data.get("answer") != "invalid":
+            self.add_error("category", "A category goes with “not valid” only.")
+        return data

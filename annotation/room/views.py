@@ -101,7 +101,7 @@ def _render_study(request, study, form):
     gold = StudyItem.objects.filter(study=study, gold=True).select_related("query").order_by("id")
     return render(request, "room/study.html", {
         "study": study, "form": form, "members": members, "candidates": candidates,
-        "gold": gold[:200], "n_gold": gold.count(), "gold_form": GoldForm(),
+        "gold": gold[:200], "n_gold": gold.count(), "gold_form": GoldForm(rubric=study.rubric.rubric),
         "versions": GuidelinesVersion.objects.filter(study=study).select_related("created_by", "rubric")[:20],
         "statuses": Study.Status,
     })
@@ -178,15 +178,17 @@ def study_gold(request, study_id: int):
         n = goldsvc.gold_from_adjudications(study)
         messages.success(request, f"{n} adjudicated item{'s' if n != 1 else ''} marked gold.")
     else:
-        form = GoldForm(request.POST)
+        form = GoldForm(request.POST, rubric=study.rubric.rubric)
         item = form.is_valid() and StudyItem.objects.filter(study=study, pk=form.cleaned_data["item"]).first()
-        if not item:
+        if form.errors:
+            messages.error(request, " ".join(e for errs in form.errors.values() for e in errs))
+        elif not item:
             messages.error(request, "No such item in this study.")
         elif form.cleaned_data["answer"] == "none":
             goldsvc.unmark_gold(item)
             messages.success(request, f"Item {item.pk} is no longer gold.")
         else:
-            goldsvc.mark_gold(item, form.cleaned_data["answer"] == "valid")
+            goldsvc.mark_gold(item, form.cleaned_data["answer"] == "valid", category=form.cleaned_data["category"])
             messages.success(request, f"Item {item.pk} is gold ({form.cleaned_data['answer']}).")
     return redirect("room:study", study_id=study.pk)
 

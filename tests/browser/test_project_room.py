@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from annotation.models import Assignment, Judgement, Study, StudyItem
+from audit.labels import LABELS
 from tests.browser.conftest import login
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -80,10 +81,18 @@ def test_gold_item_scored_with_training_feedback(page, live_server, demo_world, 
     page.keyboard.press("1")
     page.keyboard.press("q")
     page.keyboard.press("Enter")
-    page.wait_for_selector(".messages li:has-text('Training item: not quite')")
+    page.wait_for_selector(".messages li:has-text('Training item #1: not quite')")
+    feedback = page.inner_text(".messages li")
+    # the expected category, the annotator's own answer, and a link back to the item
+    assert "expected “Validated”, you answered “Invalid text”" in feedback
+    assert not any(label in feedback for label in LABELS)  # never the audit's label
+    page.set_viewport_size({"width": 1366, "height": 768})
     shot(page, "gold-training-feedback")
     judged = Judgement.objects.get(assignment__item=item, assignment__annotator__username="annotator2")
     assert judged.validated is False
+    page.click(".messages a.training-item")
+    page.wait_for_url(f"**/annotate/{study.pk}/item/{served.pk}/")
+    assert page.is_checked("input[name=category][value=INVALID_TEXT_QUERY]")  # the item as answered
 
     page.context.clear_cookies()
     login(page, base, "admin", "admin-demo")

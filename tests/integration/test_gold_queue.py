@@ -70,3 +70,45 @@ def test_promote_unanimous_items(study):
     assert promote_unanimous(study) == 1  # two agreeing votes: unanimous; bea's other items have one
     item = StudyItem.objects.get(pk=served.item_id)
     assert item.gold and item.gold_answer == {"validated": True} and item.gold_source == "unanimous"
+
+
+def test_training_feedback_names_the_expected_category_and_links_to_the_item(study, client):
+    """Staff mark a gold item by hand with its expected category (the room's form); the
+    annotator's wrong answer on it during training gets feedback naming that category, their
+    own answer and the item's page, in the submit's answer and on the next page."""
+    from rest_framework.test import APIClient
+
+    study.training_items, study.gold_rate = 1, 0
+    study.save()
+    gold = StudyItem.objects.filter(study=study).order_by("id").first()
+    boss = get_user_model().objects.create_superuser("boss", password="pw")
+    client.force_login(boss)
+    refused = client.post(f"/room/studies/{study.pk}/gold/",
+                          {"item": gold.pk, "answer": "valid", "category": "QUERY_TOO_BROAD"}, follow=True)
+    assert "A category goes with “not valid” only." in refused.content.decode()
+    client.post(f"/room/studies/{study.pk}/gold/", {"item": gold.pk, "answer": "invalid", "category": "QUERY_TOO_BROAD"})
+    gold.refresh_from_db()
+    assert gold.gold_answer == {"validated": False, "category": "QUERY_TOO_BROAD"}
+    assert "not valid (QUERY_TOO_BROAD)" in client.get(f"/room/studies/{study.pk}/").content.decode()
+
+    ann = get_user_model().objects.get(username="ann")
+    api = APIClient()
+    api.force_login(ann)
+    served = api.post(f"/api/studies/{study.pk}/next/").json()
+    assert "gold" not in str(served) and "training" not in str(served)  # silent until answered
+    r = api.post(f"/api/assignments/{served['assignment']}/judgements/",
+                 {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "time_spent_ms": 9}, format="json")
+    url = f"/annotate/{study.pk}/item/{served['assignment']}/"
+    assert r.status_code == 201 and r.json()["training"] == {
+        "correct": False, "expected": "Query too broad", "yours": "Invalid text", "position": 1, "url": url}
+    page = api.get(f"/annotate/{study.pk}/").content.decode()  # the next page shows it once
+    assert ("Training item #1: not quite — expected “Query too broad”, you answered “Invalid text”. "
+            f'<a href="{url}" class="training-item">Look at item #1 again</a>') in page
+    # a right answer (a revision) is told as right; an invalid gold without a category asks only "not valid"
+    r = api.post(f"/api/assignments/{served['assignment']}/judgements/",
+                 {"category": "QUERY_TOO_BROAD", "time_spent_ms": 9}, format="json")
+    assert r.json()["training"]["correct"] is True
+    mark_gold(gold, False)
+    r = api.post(f"/api/assignments/{served['assignment']}/judgements/",
+                 {"category": "VALIDATED", "time_spent_ms": 9}, format="json")
+    assert r.json()["training"]["expected"] == "not valid (any invalid category)"
