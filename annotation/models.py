@@ -196,6 +196,8 @@ class Judgement(models.Model):
     reject_flags = models.JSONField(default=list, blank=True)
     alternatives = models.JSONField(default=list, blank=True,
                                     help_text="Candidate image ids that fit as well as the labelled target.")
+    none_fit = models.BooleanField(default=False,
+                                   help_text="The annotator said that none of the candidates fits (no tick by choice).")
     client_token = models.CharField(max_length=64, blank=True, help_text="Idempotency key sent by the client.")
     late = models.BooleanField(
         default=False, help_text="Submitted after the lease expired and the item went to someone else: kept, "

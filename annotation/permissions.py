@@ -50,10 +50,22 @@ def own_assignment(user, assignment_id: int) -> Assignment:
     return a
 
 
-def write_refusal(study: Study, is_member: bool) -> str | None:
-    """Why a write (judgement, revision, draft, skip) to this study is refused, or None."""
+# What a paused study still takes: answers to the items its annotators already hold (the
+# page they are typing on) or have answered (a revision), so pausing loses no one's work.
+# Only new items are refused while paused (``queue.next_assignment`` serves nothing).
+WRITABLE_WHILE_PAUSED = (Assignment.Status.RESERVED, Assignment.Status.DONE)
+
+
+def write_refusal(study: Study, is_member: bool, assignment_status: str | None = None) -> str | None:
+    """Why a write (judgement, revision, draft, lease, skip) to this study is refused, or None.
+    ``assignment_status``: the status of the assignment written to (a paused study accepts
+    writes to the ones in :data:`WRITABLE_WHILE_PAUSED`)."""
     if not is_member:
         return "You are no longer an annotator of this study; nothing was saved."
+    if study.status == Study.Status.PAUSED and assignment_status in WRITABLE_WHILE_PAUSED:
+        return None
+    if study.status == Study.Status.PAUSED:
+        return "This study is paused: only the items you hold can still be answered; nothing was saved."
     if study.status != Study.Status.OPEN:
         return f"This study is {study.status}; nothing was saved."
     return None
@@ -73,7 +85,7 @@ def writable_assignment(user, assignment_id: int, rows=None) -> Assignment:
     )
     if a is None:
         raise Http404("no such assignment")
-    refusal = write_refusal(a.study, a.is_member)
+    refusal = write_refusal(a.study, a.is_member, a.status)
     if refusal:
         raise PermissionDenied(refusal)
     return a

@@ -8,6 +8,7 @@ from typing import Any
 from annotation.judging.rubric import JudgementError
 
 FIELD = "alternatives"
+NONE_FIT = "none_fit"
 
 
 def clean_alternatives(value: Any, candidates: Sequence[int]) -> list[int]:
@@ -28,6 +29,19 @@ def clean_alternatives(value: Any, candidates: Sequence[int]) -> list[int]:
             raise JudgementError(FIELD, f"image {v} is ticked twice")
         seen.add(v)
     return sorted(seen, key=allowed.__getitem__)
+
+
+def clean_none_fit(value: Any, alternatives: Sequence[int]) -> bool:
+    """Whether the annotator said that none of the candidates fits (the page's "None fit",
+    key 0): a boolean, absent/None meaning no; it cannot go with ticked ``alternatives``.
+    Stored so that "looked, none fits" is told apart from "ticked nothing"."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise JudgementError(NONE_FIT, "must be true or false")
+    if value and alternatives:
+        raise JudgementError(NONE_FIT, "“None fit” cannot go with ticked candidates")
+    return value
 
 
 def too_broad(n_ticked: int, threshold: int) -> bool:

@@ -20,7 +20,7 @@ from django.utils import timezone
 from annotation.assignment.rules import Candidate, Choice, choose_gold, choose_next, gold_due, nothing_to_serve
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.alternatives.payload import FIELD as ALTERNATIVES
-from annotation.alternatives.payload import clean_alternatives
+from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
 
@@ -257,11 +257,25 @@ def skip(assignment: Assignment) -> None:
         StudyItem.objects.filter(pk=a.item_id, taken__gt=0).update(taken=F("taken") - 1)
 
 
+def _edited_at(payload: dict) -> float:
+    """When the page made a draft (its clock, ms); 0 for none or nonsense."""
+    stamp = payload.get("edited_at")
+    return float(stamp) if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) else 0.0
+
+
 def save_draft(assignment: Assignment, payload: dict) -> Draft:
-    """Autosave; ticked ``alternatives`` are checked like a judgement's (JudgementError)."""
-    if payload.get(ALTERNATIVES):
-        payload = {**payload, ALTERNATIVES: clean_alternatives(payload[ALTERNATIVES], item_candidates(assignment.item))}
-    draft, _ = Draft.objects.update_or_create(assignment=assignment, defaults={"payload": payload})
+    """Autosave; ticked ``alternatives`` and ``none_fit`` are checked like a judgement's
+    (JudgementError). A save older (by the page's ``edited_at``) than the stored draft, one
+    that arrives after a newer one from the same page, changes nothing: the stored draft is
+    returned, and its ``edited_at`` tells the page which of its edits the server holds."""
+    ticked = clean_alternatives(payload.get(ALTERNATIVES), item_candidates(assignment.item)) \
+        if payload.get(ALTERNATIVES) else []
+    payload = {**payload, ALTERNATIVES: ticked, NONE_FIT: clean_none_fit(payload.get(NONE_FIT), ticked)}
+    with transaction.atomic():
+        stored = Draft.objects.select_for_update().filter(assignment=assignment).first()
+        if stored is not None and _edited_at(stored.payload) > _edited_at(payload):
+            return stored
+        draft, _ = Draft.objects.update_or_create(assignment=assignment, defaults={"payload": payload})
     return draft
 
 
@@ -283,7 +297,8 @@ class Conflict(Exception):
         self.judgement = judgement
 
 
-ANSWER_FIELDS = ("category", "sub_reason", "note", "flagged", "scales", "per_turn", "reject_flags", "alternatives")
+ANSWER_FIELDS = ("category", "sub_reason", "note", "flagged", "scales", "per_turn", "reject_flags", "alternatives",
+                 "none_fit")
 
 
 def answer_of(j: Judgement) -> dict:
@@ -357,7 +372,8 @@ def store_judgement(assignment: Assignment, answer: dict, client_token: str = ""
     annotator's :func:`submit`: the lock, the revision and current row, the client token,
     the late rule and the item's counters. ``answer`` holds the cleaned fields
     (``category``, ``flags``, ``validated``, ``note``, ...; see :func:`_row_fields`)."""
-    fields = {**_row_fields(answer), "alternatives": list(answer.get("alternatives") or [])}
+    fields = {**_row_fields(answer), "alternatives": list(answer.get("alternatives") or []),
+              "none_fit": bool(answer.get(NONE_FIT))}
     return _locked(assignment, client_token, None, lambda a: _store_fields(a, fields, client_token, None))
 
 
@@ -378,7 +394,9 @@ def _store(a: Assignment, payload: dict, client_token: str, base_revision: int |
     clean = validate_judgement(a.study.rubric.rubric, payload, n_turns=a.item.query.n_turns)
     ticked = payload.get(ALTERNATIVES)
     alternatives = clean_alternatives(ticked, item_candidates(a.item) if ticked else [])
-    return _store_fields(a, {**_row_fields(clean.to_dict()), "alternatives": alternatives}, client_token, base_revision)
+    fields = {**_row_fields(clean.to_dict()), "alternatives": alternatives,
+              "none_fit": clean_none_fit(payload.get(NONE_FIT), alternatives)}
+    return _store_fields(a, fields, client_token, base_revision)
 
 
 def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision: int | None) -> Judgement:

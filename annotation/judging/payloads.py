@@ -61,7 +61,7 @@ def judgement_dict(j: Judgement | None) -> dict | None:
         "revision": j.revision, "category": j.category or None, "sub_reason": j.sub_reason or None, "note": j.note,
         "flagged": j.flagged, "scales": j.scales, "per_turn": j.per_turn, "reject_flags": j.reject_flags,
         "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(), "late": j.late,
-        "alternatives": j.alternatives,
+        "alternatives": j.alternatives, "none_fit": j.none_fit,
     }
 
 

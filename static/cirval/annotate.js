@@ -15,10 +15,11 @@
   const nTurns = payload.query.n_turns;
 
   // ---- state -------------------------------------------------------------------
-  // Drafts live in two places: localStorage (written synchronously on every change, so a
-  // reload a few ms after a keystroke finds it) and the server (debounced, for another
-  // browser). The newer one by its edited_at wins; a draft older than the stored
-  // judgement is stale.
+  // Drafts live in two places: localStorage (written synchronously on every change, a
+  // tick or "None fit" included, so a reload a few ms after it finds it) and the server
+  // (debounced, for another browser). The local copy stays until the server acknowledges
+  // an edit at least as new (by edited_at); the newer one wins on load; a draft older
+  // than the stored judgement is stale.
   const localKey = "cirval-draft-" + payload.assignment;
   function localDraft() {
     try { return JSON.parse(localStorage.getItem(localKey) || "null"); } catch (e) { return null; }
@@ -95,9 +96,9 @@
     if (ticks.has(id)) ticks.delete(id); else ticks.add(id);
     if (ticks.size) noneFit = false;
     cursor = i;
-    renderPanel(); saveDraft(); hideError();
+    renderPanel(); edited(); hideError();
   }
-  function setNoneFit() { ticks.clear(); noneFit = true; renderPanel(); saveDraft(); }
+  function setNoneFit() { ticks.clear(); noneFit = true; renderPanel(); edited(); hideError(); }
   cands.forEach((c, i) => c.addEventListener("click", () => toggleTick(i)));
   if (cands.length) {
     document.getElementById("cand-prev").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) - 1) * pageSize));
@@ -221,26 +222,58 @@
   }
 
   // ---- draft autosave -----------------------------------------------------------
+  // The status line says only what is true: "Draft saved." once the server has
+  // acknowledged the newest edit, else where the edit is kept and what went wrong.
   let saveTimer = null;
+  let retryTimer = null;
   const draftStatus = document.getElementById("draft-status");
   let submitted = false;
+  let lastEdit = restoredDraft ? restoredDraft.edited_at || 0 : 0; // edited_at of the newest edit
+  const restoredAt = lastEdit;
+  let keptLocally = true;
+  function say(text, unsaved) { draftStatus.textContent = text; draftStatus.classList.toggle("unsaved", !!unsaved); }
+  function where() { return keptLocally ? " It is kept in this browser" : " It is not kept anywhere yet"; }
+  function acknowledged(stamp) {
+    // The server holds every edit up to ``stamp``: the local copy of those is no longer needed.
+    const local = localDraft();
+    if (local && typeof stamp === "number" && (local.edited_at || 0) <= stamp) forgetDraft();
+    if (typeof stamp === "number" && stamp >= lastEdit) say(lastEdit === restoredAt ? "Draft restored." : "Draft saved.");
+  }
+  function notSaved(why, retry) {
+    say("Draft not saved on the server: " + why + "." + where() + (retry ? "; trying again." : "."), true);
+    clearTimeout(retryTimer);
+    if (retry) retryTimer = setTimeout(() => saveDraft(true), 5000);
+  }
   function saveDraft(now) {
     clearTimeout(saveTimer);
     if (submitted || !dirty) return;
     const send = () => {
+      clearTimeout(retryTimer);
+      const body = Object.assign(current(), { edited_at: lastEdit });
       fetch(urls.draft, { method: "PUT", keepalive: true, credentials: "same-origin",
-        headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(current()) })
-        .then((r) => { draftStatus.textContent = r.ok ? "Draft saved." : "Draft not saved (" + r.status + ")."; })
-        .catch(() => { draftStatus.textContent = "Offline: draft not saved yet."; });
+        headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(body) })
+        .then(async (r) => {
+          const data = await r.json().catch(() => ({}));
+          if (submitted) return;
+          if (r.ok && data.stale) { forgetDraft(); return; } // this page's answer is already stored
+          if (r.ok) { acknowledged(data.edited_at); return; }
+          notSaved(data.detail || "the server answered " + r.status, r.status >= 500 || r.status === 429);
+        })
+        .catch(() => { if (!submitted) notSaved("the server cannot be reached (offline?)", true); });
     };
     if (now) send(); else saveTimer = setTimeout(send, 300);
   }
   function edited() {
     dirty = true;
-    try { localStorage.setItem(localKey, JSON.stringify(current())); } catch (e) { /* private mode: server only */ }
+    const d = current();
+    lastEdit = Math.max(d.edited_at, lastEdit + 1);
+    d.edited_at = lastEdit;
+    try { localStorage.setItem(localKey, JSON.stringify(d)); keptLocally = true; } catch (e) { keptLocally = false; }
+    say(keptLocally ? "Saving the draft…" : "Saving the draft (this browser keeps no copy)…");
     saveDraft();
   }
   function forgetDraft() { try { localStorage.removeItem(localKey); } catch (e) { /* nothing kept */ } }
+  window.addEventListener("online", () => saveDraft(true));
   form.addEventListener("change", () => { if (!isSession) showSubs(); refresh(); edited(); hideError(); });
   note.addEventListener("input", () => { refresh(); edited(); });
   window.addEventListener("pagehide", () => saveDraft(true));
@@ -304,7 +337,6 @@
     const body = Object.assign({}, d, { time_spent_ms: Math.round(d.elapsed_ms), base_revision: baseRevision });
     delete body.elapsed_ms;
     delete body.edited_at;
-    delete body.none_fit;
     try {
       const r = await fetch(urls.submit, { method: "POST", credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(body) });
@@ -352,11 +384,21 @@
       showLease(d);
     } catch (e) { /* offline: try again on the next beat */ }
   }
+  // Once the server has said that a submit would now be late, that notice stays (nothing
+  // overwrites it) until the annotator has read it and pressed "Got it".
+  let lateTold = false;
+  let lateRead = false;
+  const leaseAck = document.getElementById("lease-ack");
+  leaseAck.addEventListener("click", () => { lateRead = true; leaseBox.hidden = true; });
   function showLease(d) {
     const left = leaseLeft();
-    if (!leaseHeld && d && d.late) {
+    if (!leaseHeld && d && d.late) lateTold = true;
+    leaseAck.hidden = !lateTold;
+    if (lateTold) {
+      if (lateRead) return;
       showNotice("lease-warning", "Your reservation ran out and this item went to someone else. You can still submit: " +
         "your answer will be stored, marked late.");
+      leaseBox.setAttribute("role", "alert");
     } else if (left <= 0) {
       showNotice("lease-warning", "Your reservation has run out. Submit now to keep your answer.");
     } else if (left <= leaseCfg.warn_seconds * 1000) {
@@ -427,7 +469,14 @@
   // ---- start ----------------------------------------------------------------------
   restore(start);
   renderPanel();
-  if (restoredDraft) { dirty = true; draftStatus.textContent = "Draft restored."; }
+  if (restoredDraft) {
+    dirty = true;
+    say("Draft restored.");
+    // A local edit the server never acknowledged (a lost request, a reload, a crash) is sent now.
+    if (restoredDraft !== payload.draft) saveDraft(true); else acknowledged(restoredAt);
+  } else if (localDraft()) {
+    forgetDraft(); // older than the stored judgement: stale
+  }
   if (leaseHeld) showLease(null);
   // Warm the browser cache with the images of the item most likely served next.
   fetch(urls.upcoming, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : { images: [] }))

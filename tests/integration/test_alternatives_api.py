@@ -63,6 +63,45 @@ def test_ticks_go_into_drafts_judgements_and_revisions(served):
     assert api.get(url).json()[0]["alternatives"] == [panel[1], panel[3]]
 
 
+def test_none_fit_is_stored_in_drafts_and_judgements_and_never_with_ticks(served):
+    api, body, item = served
+    asg = body["assignment"]
+    panel = [p["id"] for p in body["panel"]]
+    draft_url, url = f"/api/assignments/{asg}/draft/", f"/api/assignments/{asg}/judgements/"
+    saved = api.put(draft_url, {"none_fit": True, "alternatives": [], "edited_at": 10}, format="json")
+    assert saved.status_code == 200 and saved.json()["edited_at"] == 10
+    assert api.get(f"/api/assignments/{asg}/").json()["draft"]["none_fit"] is True
+    for bad in ({"none_fit": True, "alternatives": [panel[0]]}, {"none_fit": "yes"}):
+        assert api.put(draft_url, bad, format="json").json()["field"] == "none_fit", bad
+        r = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, **bad}, format="json")
+        assert r.status_code == 400 and r.json()["field"] == "none_fit", bad
+    r = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, "none_fit": True, "client_token": "t1"},
+                 format="json")
+    assert r.status_code == 201 and r.json()["none_fit"] is True and r.json()["alternatives"] == []
+    # the same answer again is a retry; the same token with ticks instead is another answer
+    again = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, "none_fit": True, "client_token": "t1"},
+                     format="json")
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    other = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, "client_token": "t1"}, format="json")
+    assert other.status_code == 409
+    assert list(Judgement.objects.filter(assignment_id=asg).values_list("none_fit", flat=True)) == [True]
+    assert api.get(f"/api/assignments/{asg}/").json()["judgement"]["none_fit"] is True
+
+
+def test_a_draft_save_older_than_the_stored_one_changes_nothing(served):
+    """Saves of one page can arrive out of order (a debounced save and the keepalive one sent
+    on leaving): the newest edit stays, and the answer names the edit the server holds."""
+    api, body, item = served
+    url = f"/api/assignments/{body['assignment']}/draft/"
+    panel = [p["id"] for p in body["panel"]]
+    assert api.put(url, {"alternatives": [panel[0], panel[2]], "edited_at": 2000}, format="json").json()["edited_at"] == 2000
+    late = api.put(url, {"alternatives": [panel[0]], "edited_at": 1000}, format="json")
+    assert late.status_code == 200 and late.json()["edited_at"] == 2000
+    assert Draft.objects.get(assignment_id=body["assignment"]).payload["alternatives"] == [panel[0], panel[2]]
+    assert api.put(url, {"alternatives": [], "none_fit": True, "edited_at": 3000}, format="json").json()["edited_at"] == 3000
+    assert Draft.objects.get(assignment_id=body["assignment"]).payload["none_fit"] is True
+
+
 def test_an_adjudicator_accepts_or_refuses_a_candidate(served, client):
     from annotation.models import AlternativeDecision
 

@@ -59,9 +59,8 @@ def test_a_removed_annotator_can_no_longer_write(world):
     assert nothing_written(world["asg"])
 
 
-@pytest.mark.parametrize("state", [Study.Status.CLOSED, Study.Status.PAUSED])
-def test_a_closed_or_paused_study_takes_no_writes(world, state):
-    Study.objects.filter(pk=world["study"].pk).update(status=state)
+def test_a_closed_study_takes_no_writes(world):
+    Study.objects.filter(pk=world["study"].pk).update(status=Study.Status.CLOSED)
     client = api(world["a"])
     assert writes(client, world["asg"]) == [403] * 4
     assert nothing_written(world["asg"])
@@ -69,6 +68,36 @@ def test_a_closed_or_paused_study_takes_no_writes(world, state):
     assert client.post(f"/api/studies/{world['study'].pk}/next/").json()["assignment"] is None
     Study.objects.filter(pk=world["study"].pk).update(status=Study.Status.OPEN)
     assert writes(client, world["asg"])[0] == 201  # reopened: writes again
+
+
+def test_a_paused_study_takes_answers_to_held_items_but_serves_nothing_new(world, client):
+    study, asg = world["study"], world["asg"]
+    Study.objects.filter(pk=study.pk).update(status=Study.Status.PAUSED)
+    a = api(world["a"])
+    # the item a holds: draft, heartbeat and submit all go through, and count
+    assert a.put(f"/api/assignments/{asg.pk}/draft/", {"note": "typing", "edited_at": 5}, format="json").status_code == 200
+    assert a.post(f"/api/assignments/{asg.pk}/lease/").json()["held"] is True
+    done = a.post(f"/api/assignments/{asg.pk}/judgements/", ANSWER, format="json")
+    assert done.status_code == 201 and done.json()["late"] is False
+    assert StudyItem.objects.get(pk=asg.item_id).completed == 1 and not Draft.objects.exists()
+    # a revision of it too
+    again = a.post(f"/api/assignments/{asg.pk}/judgements/", {**ANSWER, "note": "on second thought"}, format="json")
+    assert again.status_code == 201 and again.json()["revision"] == 2
+    # no new item, by the API or the page
+    assert a.post(f"/api/studies/{study.pk}/next/").json() == {
+        "assignment": None, "served_by": "study_closed", "progress": engine.annotator_progress(study, world["a"])}
+    client.force_login(world["a"])
+    resp = client.post(f"/annotate/{study.pk}/", follow=True)
+    assert b"This study is paused" in resp.content and Assignment.objects.filter(annotator=world["a"]).count() == 1
+
+
+def test_a_paused_study_refuses_an_item_no_longer_held(world):
+    study, asg = world["study"], world["asg"]
+    engine.skip(asg)
+    Study.objects.filter(pk=study.pk).update(status=Study.Status.PAUSED)
+    refused = api(world["a"]).post(f"/api/assignments/{asg.pk}/judgements/", ANSWER, format="json")
+    assert refused.status_code == 403 and "only the items you hold" in refused.json()["detail"]
+    assert not Judgement.objects.exists()
 
 
 def test_get_never_reserves_post_does(world, client):
