@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('annotation', '0010_export_job_lease'),
+        ('annotation', '0011_export_job_query_format'),
     ]
 
     operations = [
