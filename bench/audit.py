@@ -306,12 +306,12 @@ def set_up_as_worker(args) -> str:
     import torch
     from django.conf import settings
 
-    from config.worker_tuning import _env_int, default_loader_workers, freeze_startup_heap, torch_threads
+    from config.worker_tuning import default_loader_workers, freeze_startup_heap, torch_threads
 
     # As a worker would: the cores left after the web tier's reserve (on a loaded 2-core host,
     # two threads wait on each other's time slices in every small parallel op).
-    torch.set_num_threads(args.threads or _env_int("WORKER_TORCH_THREADS", 0)
-                          or torch_threads(os.cpu_count() or 1, _env_int("WORKER_RESERVED_CORES", 1), 1))
+    torch.set_num_threads(args.threads or settings.WORKER_TORCH_THREADS
+                          or torch_threads(os.cpu_count() or 1, settings.WORKER_RESERVED_CORES, 1))
     freeze_startup_heap()  # as every worker process does when it starts (its libraries out of the GC's scans)
     device = settings.AUDIT_DEVICE or ("cuda" if torch.cuda.is_available() else "cpu")
     print(f"CIRVal audit benchmark · python {platform.python_version()} · torch {torch.__version__} · "

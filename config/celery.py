@@ -94,7 +94,7 @@ def _start_sweeper(sender=None, **kwargs) -> None:
     def loop() -> None:
         while not stop.is_set():
             sweep_once()
-            stop.wait(float(getattr(settings, "JOB_SWEEP_SECONDS", 5)))
+            stop.wait(float(settings.JOB_SWEEP_SECONDS))
 
     threading.Thread(target=loop, name="cirval-sweep", daemon=True).start()
 

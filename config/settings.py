@@ -12,6 +12,9 @@ from pathlib import Path
 
 import dj_database_url
 
+from retrieval.imagefiles import DEFAULT_MAX_PIXELS
+from retrieval.sessions import DEFAULT_EPSILON, DEFAULT_TAU
+
 from .env import cache_settings, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -177,13 +180,28 @@ CIRVAL_LEASE_HEARTBEAT_SECONDS = env_int("CIRVAL_LEASE_HEARTBEAT_SECONDS", 60)
 CIRVAL_LEASE_IDLE_SECONDS = env_int("CIRVAL_LEASE_IDLE_SECONDS", 300)
 CIRVAL_LEASE_WARN_SECONDS = env_int("CIRVAL_LEASE_WARN_SECONDS", 60)
 
+# --- Content-Security-Policy (config/security.py sends it) ------------------------------
+# Scripts only from our static files: no inline script, no inline handler, no eval. Styles
+# allow inline attributes (charts and a few layouts set them); images may be data: URIs.
+CONTENT_SECURITY_POLICY = "; ".join([
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self' 'unsafe-inline'",
+    "img-src 'self' data:",
+    "font-src 'self'",
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'self'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+])
+
 # --- images --------------------------------------------------------------------------
 # Folders images may be served from (os.pathsep or comma separated).
-IMAGE_ROOTS = [
-    Path(p).resolve()
-    for p in env_list("IMAGE_ROOTS", [str(VAR_DIR / "images")], sep=os.pathsep if os.pathsep in env_str("IMAGE_ROOTS") else ",")
-]
-IMAGE_MAX_PIXELS = env_int("IMAGE_MAX_PIXELS", 64_000_000)
+_IMAGE_ROOTS = env_str("IMAGE_ROOTS").strip() or str(VAR_DIR / "images")
+IMAGE_ROOTS = [Path(p.strip()).resolve()
+               for p in _IMAGE_ROOTS.split(os.pathsep if os.pathsep in _IMAGE_ROOTS else ",") if p.strip()]
+IMAGE_MAX_PIXELS = env_int("IMAGE_MAX_PIXELS", DEFAULT_MAX_PIXELS)
 THUMBNAIL_DIR = VAR_DIR / "thumbs"
 EMBEDDING_CACHE_DIR = Path(env_str("EMBEDDING_CACHE_DIR", str(VAR_DIR / "embeddings")))
 
@@ -254,6 +272,23 @@ AUDIT_RETRIEVERS_TOGETHER = env_bool("AUDIT_RETRIEVERS_TOGETHER", True)
 AUDIT_PRECISION = env_str("AUDIT_PRECISION", "amp")  # amp (fp16 autocast on CUDA; fp32 on CPU) | fp32
 AUDIT_PANEL_K = 10  # multimodal results kept per (query, retriever) for the annotator panel
 AUDIT_CANDIDATES_N = env_int("AUDIT_CANDIDATES_N", 64)  # multimodal top list stored per rank row (targets included)
+# Session filters (CIRCLED): a session is kept when its ranks stay within epsilon and its turn
+# texts are diverse (largest text-text cosine below tau); the published values by default.
+AUDIT_SESSION_EPSILON = env_float("AUDIT_SESSION_EPSILON", DEFAULT_EPSILON)
+AUDIT_SESSION_TAU = env_float("AUDIT_SESSION_TAU", DEFAULT_TAU)
+# The retriever that ranks candidates for a study whose dataset no audit ranked (audit/runs/ondemand.py).
+CANDIDATE_RETRIEVER = env_str("CANDIDATE_RETRIEVER", "openclip:cirval-tiny-vit")
+
+# --- workers (config/worker_tuning.py) --------------------------------------------------------
+# A worker's CPU priority: idle (Linux's idle scheduling class, nice 19 where there is none) or a
+# nice value; the cores it leaves to the web tier; torch's threads per pool process (0: from the
+# cores left); image loader processes per pool process (-1: from the cores left).
+WORKER_NICE = env_str("WORKER_NICE", "idle")
+WORKER_RESERVED_CORES = env_int("WORKER_RESERVED_CORES", 1)
+WORKER_TORCH_THREADS = env_int("WORKER_TORCH_THREADS", 0)
+AUDIT_LOADER_WORKERS = env_int("AUDIT_LOADER_WORKERS", -1)
+# The web application imports every view and template at start (config/wsgi.py); 0 skips it.
+WSGI_WARM_UP = env_bool("WSGI_WARM_UP", True)
 
 # --- validated exports ----------------------------------------------------------------------
 EXPORT_CHUNK_SIZE = env_int("EXPORT_CHUNK_SIZE", 2000)  # items read per batch

@@ -33,24 +33,11 @@ def loader_workers(cpus: int, reserved: int, processes: int) -> int:
 
 def default_loader_workers() -> int:
     """``AUDIT_LOADER_WORKERS`` when set (>= 0), else :func:`loader_workers` for this process."""
-    n = _env_int("AUDIT_LOADER_WORKERS", -1)
-    if n >= 0:
-        return n
     from django.conf import settings
 
-    processes = int(getattr(settings, "CELERY_WORKER_CONCURRENCY", 0) or 0) or 1
-    return loader_workers(os.cpu_count() or 1, _env_int("WORKER_RESERVED_CORES", 1), processes)
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-#: ``WORKER_NICE`` when unset: Linux's idle scheduling class (nice 19 where it is not available).
-DEFAULT_WORKER_NICE = "idle"
+    if settings.AUDIT_LOADER_WORKERS >= 0:
+        return settings.AUDIT_LOADER_WORKERS
+    return loader_workers(os.cpu_count() or 1, settings.WORKER_RESERVED_CORES, _pool_size(default=1))
 
 
 def lower_priority(sender=None, **kwargs) -> None:
@@ -59,15 +46,24 @@ def lower_priority(sender=None, **kwargs) -> None:
     Linux's idle scheduling class, where the worker runs only on cores that nothing else
     wants and a waking web request takes the core at once; where that class is refused or
     missing, nice 19. A number: that nice value (0 keeps the normal priority)."""
-    value = os.environ.get("WORKER_NICE", DEFAULT_WORKER_NICE).strip().lower()
+    from django.conf import settings
+
+    value = settings.WORKER_NICE.strip().lower()
     try:
         if value == "idle" and _set_idle_class():
             return
-        nice = 19 if value == "idle" else _env_int("WORKER_NICE", 19)
+        nice = 19 if value == "idle" else _nice_value(value)
         if nice > 0:
             os.nice(nice)
     except OSError as exc:  # not permitted: run at normal priority
         log.warning("could not lower the worker's priority: %s", exc)
+
+
+def _nice_value(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"WORKER_NICE={value!r}: use idle or a nice value (0 to 19)") from None
 
 
 def _set_idle_class() -> bool:
@@ -94,9 +90,7 @@ def limit_torch_threads(sender=None, **kwargs) -> None:
     """``worker_process_init``: set torch's thread count in each pool process."""
     from django.conf import settings
 
-    processes = int(getattr(settings, "CELERY_WORKER_CONCURRENCY", 0) or 0) or _pool_size()
-    n = _env_int("WORKER_TORCH_THREADS", 0) or torch_threads(
-        os.cpu_count() or 1, _env_int("WORKER_RESERVED_CORES", 1), processes)
+    n = settings.WORKER_TORCH_THREADS or torch_threads(os.cpu_count() or 1, settings.WORKER_RESERVED_CORES, _pool_size())
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a requirement
@@ -105,10 +99,11 @@ def limit_torch_threads(sender=None, **kwargs) -> None:
     log.info("torch uses %d thread(s) in this worker process (%s)", n, scheduling())
 
 
-def _pool_size() -> int:
+def _pool_size(default: int | None = None) -> int:
+    """The worker's pool processes (``-c`` / ``CELERY_WORKER_CONCURRENCY``), else ``default``, else the cores."""
     from celery import current_app
 
-    return int(current_app.conf.worker_concurrency or os.cpu_count() or 1)
+    return int(current_app.conf.worker_concurrency or default or os.cpu_count() or 1)
 
 
 def freeze_startup_heap(sender=None, **kwargs) -> None:

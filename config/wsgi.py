@@ -34,7 +34,9 @@ def warm_up() -> None:
             pass
 
 
-if os.environ.get("WSGI_WARM_UP", "1") != "0":
+from django.conf import settings  # noqa: E402 - after the application is set up
+
+if settings.WSGI_WARM_UP:
     warm_up()
     from config.worker_tuning import freeze_startup_heap
 

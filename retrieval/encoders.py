@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.transforms import Compose
 
+from retrieval.imagefiles import DEFAULT_MAX_PIXELS
 from retrieval.specs import MODEL_CONFIG_DIR, parse_retriever_spec, spec_string, weights_of
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "parse_retriever_spec",
 ]
 
-DEFAULT_MAX_PIXELS = 64_000_000  # ~8000 x 8000; far above any CIR benchmark image
 Precision = Literal["fp32", "amp"]
 
 _register_lock = threading.Lock()
@@ -302,7 +302,9 @@ def _needs_hf_assets(model: str) -> bool:
 
 
 def _hf_offline() -> bool:
-    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    """Hugging Face's own switches (the library's environment variables, not CIRVal settings)."""
+    on = ("1", "true", "yes")
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in on or os.environ.get("TRANSFORMERS_OFFLINE", "").lower() in on
 
 
 _tokenizers: dict[str, Any] = {}

@@ -14,6 +14,12 @@ from pathlib import Path
 from PIL import Image as PILImage
 
 
+#: The largest image (width x height) read by default (~8000 x 8000, far above any CIR benchmark
+#: image; larger ones are refused as decompression bombs). ``IMAGE_MAX_PIXELS`` in the settings
+#: overrides it; the pure readers take it as their default.
+DEFAULT_MAX_PIXELS = 64_000_000
+
+
 class PathEscapeError(ValueError):
     """A path that leaves its allowed root (``..``, an absolute path, a symlink out)."""
 

@@ -634,7 +634,7 @@ def yield_cpu(seconds: float | None = None) -> None:
     """Between two batches: give the CPU up (``sched_yield``) and sleep ``EXPORT_YIELD_SECONDS``
     so that the web tier's requests run between an export's batches (the export keeps
     streaming; a batch of 2000 items takes far longer than the pause)."""
-    seconds = float(getattr(settings, "EXPORT_YIELD_SECONDS", 0.0)) if seconds is None else seconds
+    seconds = float(settings.EXPORT_YIELD_SECONDS) if seconds is None else seconds
     if hasattr(os, "sched_yield"):
         os.sched_yield()
     if seconds > 0:
@@ -649,7 +649,7 @@ def run_export_job(job: ExportJob) -> ExportJob:
         study = Study.objects.select_related("rubric").get(pk=job.study_id)
         result = export_study(study, policy=job.policy, primary=job.primary or None, progress=report,
                               tmp_name=f".export-job{job.pk}.tmp", fmt=job.query_format or "mbeir",
-                              chunk_size=getattr(settings, "EXPORT_CHUNK_SIZE", DEFAULT_CHUNK))
+                              chunk_size=settings.EXPORT_CHUNK_SIZE)
         return {"path": str(result.path), "manifest": result.manifest,
                 "files": ["manifest.json"] + [f["path"] for f in result.manifest["files"]]}
 

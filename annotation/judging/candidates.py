@@ -27,7 +27,7 @@ PAGE_SIZE = 10
 def _depth(size: int) -> int:
     """How deep an on-demand ranking goes: the audit's top-list size, at least the panel plus
     room for the targets it must leave out."""
-    stored = int(getattr(settings, "AUDIT_CANDIDATES_N", getattr(settings, "AUDIT_PANEL_K", 10)))
+    stored = int(settings.AUDIT_CANDIDATES_N)
     return max(stored, size + 10)
 
 

@@ -62,31 +62,27 @@ class AuditError(ValueError):
 LeaseLost = jobs.LeaseLost  # another worker took over this chunk; stop without writing
 
 
-def _setting(name: str, default: Any) -> Any:
-    return getattr(settings, name, default)
-
-
 def lease_seconds() -> float:
     """How long a sent chunk may wait unstarted (run idle) before it is sent again, and the
     coordinator may stay silent; a dead worker is found by its heartbeat, far sooner."""
-    return float(_setting("AUDIT_LEASE_SECONDS", 300))
+    return float(settings.AUDIT_LEASE_SECONDS)
 
 
 def coordinator_seconds() -> float:
-    return float(_setting("AUDIT_COORDINATOR_SECONDS", 15))
+    return float(settings.AUDIT_COORDINATOR_SECONDS)
 
 
 def max_attempts() -> int:
-    return int(_setting("AUDIT_MAX_ATTEMPTS", 3))
+    return int(settings.AUDIT_MAX_ATTEMPTS)
 
 
 def panel_k() -> int:
-    return int(_setting("AUDIT_PANEL_K", 10))
+    return int(settings.AUDIT_PANEL_K)
 
 
 def candidates_n() -> int:
     """Length of the multimodal top list stored on each rank row (``AuditRank.top_mm``)."""
-    return int(_setting("AUDIT_CANDIDATES_N", 64))
+    return int(settings.AUDIT_CANDIDATES_N)
 
 
 default_owner = jobs.default_owner

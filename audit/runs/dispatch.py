@@ -31,7 +31,7 @@ from .planning import fail_run, plan_run
 
 def start_run(run: AuditRun) -> None:
     """Hand a queued run to the workers (after the current transaction commits)."""
-    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
+    if settings.CELERY_TASK_ALWAYS_EAGER:
         run_inline(run)
         return
     transaction.on_commit(lambda: kick_coordinator(run.pk))

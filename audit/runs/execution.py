@@ -22,7 +22,6 @@ from ..models import AuditChunk, AuditRank, AuditRun, AuditSessionRank
 from .base import (
     SESSION_CHUNK_KINDS,
     LeaseLost,
-    _setting,
     default_owner,
     logger,
     candidates_n,
@@ -45,8 +44,8 @@ def _retriever(spec: str) -> Any:
     from .encoding import get_retriever
 
     return get_retriever(
-        spec, device=_setting("AUDIT_DEVICE", "") or None, batch_size=int(_setting("AUDIT_BATCH_SIZE", 64)),
-        precision=_setting("AUDIT_PRECISION", "amp"),
+        spec, device=settings.AUDIT_DEVICE or None, batch_size=int(settings.AUDIT_BATCH_SIZE),
+        precision=settings.AUDIT_PRECISION,
     )
 
 
@@ -188,7 +187,7 @@ def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[H
 
     encs = encode_images_shared(
         retrievers, caches, [files[i][0] for i in ids], _locator(run, {files[i][0]: files[i][1] for i in ids}),
-        max_pixels=int(_setting("IMAGE_MAX_PIXELS", 64_000_000)), check=check,
+        max_pixels=int(settings.IMAGE_MAX_PIXELS), check=check,
         workers=_loader_workers(), progress=GalleryProgress(run.pk, chunks=len(chunks)),
     )
     return [{
@@ -205,7 +204,7 @@ def retrievers_together() -> bool:
     """Whether a worker runs the chunks of every retriever over the same gallery images or the
     same queries together (``AUDIT_RETRIEVERS_TOGETHER``, default on): each gallery file is
     decoded once for all of them, each query chunk's queries, turns and targets read once."""
-    return bool(_setting("AUDIT_RETRIEVERS_TOGETHER", True))
+    return bool(settings.AUDIT_RETRIEVERS_TOGETHER)
 
 
 def _siblings(run: AuditRun, chunk: AuditChunk, owner: str) -> list[AuditChunk]:
@@ -272,7 +271,7 @@ def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> 
     retriever = _retriever(chunk.retriever)
     cache = _cache(retriever)
     build_s = time.perf_counter() - t0
-    max_pixels = int(_setting("IMAGE_MAX_PIXELS", 64_000_000))
+    max_pixels = int(settings.IMAGE_MAX_PIXELS)
 
     t0 = time.perf_counter()
     g_ids, g_keys, g_rel = _gallery_of(run, chunk.retriever)

@@ -11,15 +11,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from django.conf import settings
+
 from retrieval.models import Image, Query, Turn
 
 from ..models import AuditRun
-from .base import _setting
 from .execution import _cache, _image_files, _image_path, _retriever
 from .panels import gallery_ids
-
-DEFAULT_CANDIDATE_RETRIEVER = "openclip:cirval-tiny-vit"
-
 
 def candidate_retriever(dataset_id: int) -> str:
     """The spec that ranks a dataset's queries on demand: the first in-process retriever of the
@@ -31,7 +29,7 @@ def candidate_retriever(dataset_id: int) -> str:
         inside = [r for r in retrievers or [] if r not in set(external or [])]
         if inside:
             return inside[0]
-    return str(_setting("CANDIDATE_RETRIEVER", DEFAULT_CANDIDATE_RETRIEVER))
+    return str(settings.CANDIDATE_RETRIEVER)
 
 
 def _encode_gallery(retriever, cache, image_ids: list[int], root: str):
@@ -41,7 +39,7 @@ def _encode_gallery(retriever, cache, image_ids: list[int], root: str):
     ids = [i for i in image_ids if i in files and files[i][0]]
     rel = {files[i][0]: files[i][1] for i in ids}
     enc = encode_images(retriever, cache, [files[i][0] for i in ids], lambda key: _image_path(root, rel[key]),
-                        max_pixels=int(_setting("IMAGE_MAX_PIXELS", 64_000_000)))
+                        max_pixels=int(settings.IMAGE_MAX_PIXELS))
     return enc.matrix, [i for i, ok in zip(ids, enc.ok) if ok]
 
 

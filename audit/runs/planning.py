@@ -6,6 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -22,7 +23,7 @@ from retrieval.models import (
 )
 
 from ..models import AuditChunk, AuditRun
-from .base import SESSION_SKIP_REASONS, SKIP_REASONS, AuditError, _setting, plain_rows
+from .base import SESSION_SKIP_REASONS, SKIP_REASONS, AuditError, plain_rows
 
 
 def query_splits(dataset: Dataset) -> list[str]:
@@ -69,12 +70,10 @@ def _find_dataset(dataset: Dataset | str) -> Dataset:
 
 def _session_parameters(epsilon: float | None, tau: float | None) -> tuple[float, float]:
     """The session filters' epsilon and tau, from the arguments or the settings, checked."""
-    from retrieval.sessions import DEFAULT_EPSILON, DEFAULT_TAU
-
-    eps = float(_setting("AUDIT_SESSION_EPSILON", DEFAULT_EPSILON) if epsilon is None else epsilon)
+    eps = float(settings.AUDIT_SESSION_EPSILON if epsilon is None else epsilon)
     if isinstance(epsilon, bool) or not math.isfinite(eps) or eps < 0:
         raise AuditError("epsilon must be a finite number >= 0")
-    t = float(_setting("AUDIT_SESSION_TAU", DEFAULT_TAU) if tau is None else tau)
+    t = float(settings.AUDIT_SESSION_TAU if tau is None else tau)
     if isinstance(tau, bool) or not math.isfinite(t) or not -1.0 <= t <= 1.0:
         raise AuditError("tau must be a cosine between -1 and 1")
     return eps, t
@@ -108,8 +107,8 @@ def create_run(
     specs = normalise_retrievers(retrievers)
     eps, t = _session_parameters(epsilon, tau)
     tau_spec = normalise_retrievers([tau_encoder])[0] if (tau_encoder or "").strip() else specs[0]
-    cq = int(chunk_queries or _setting("AUDIT_CHUNK_QUERIES", 512))
-    cg = int(chunk_gallery or _setting("AUDIT_CHUNK_GALLERY", 4096))
+    cq = int(chunk_queries or settings.AUDIT_CHUNK_QUERIES)
+    cg = int(chunk_gallery or settings.AUDIT_CHUNK_GALLERY)
     if cq < 1 or cg < 1:
         raise AuditError("chunk sizes must be >= 1")
     return AuditRun.objects.create(

@@ -38,28 +38,24 @@ class LeaseLost(RuntimeError):
     """Another worker took this work over; stop without writing."""
 
 
-def _seconds(name: str, default: float) -> float:
-    return float(getattr(settings, name, default))
-
-
 def heartbeat_seconds() -> float:
-    return _seconds("JOB_HEARTBEAT_SECONDS", 5)
+    return float(settings.JOB_HEARTBEAT_SECONDS)
 
 
 def stale_seconds() -> float:
-    return _seconds("JOB_STALE_SECONDS", 25)
+    return float(settings.JOB_STALE_SECONDS)
 
 
 def sweep_seconds() -> float:
-    return _seconds("JOB_SWEEP_SECONDS", 5)
+    return float(settings.JOB_SWEEP_SECONDS)
 
 
 def resend_seconds() -> float:
-    return _seconds("JOB_RESEND_SECONDS", 120)
+    return float(settings.JOB_RESEND_SECONDS)
 
 
 def max_attempts() -> int:
-    return int(getattr(settings, "JOB_MAX_ATTEMPTS", 3))
+    return int(settings.JOB_MAX_ATTEMPTS)
 
 
 def detection_bound_seconds() -> float:

@@ -84,3 +84,84 @@ def test_views_and_services_never_run_a_management_command():
                  if "commands" not in p.parts and not p.is_relative_to(ROOT / "bench")
                  and (lines := command_calls(ast.parse(p.read_text())))}
     assert offenders == {}
+
+
+# ------------------------------------------------------------------ settings: each default stated once
+# config/settings.py (through config/env.py) is the one reader of the environment and states
+# each setting's default; every other module reads ``settings.X``, with no fallback of its own.
+
+SETTINGS_FILE = ROOT / "config" / "settings.py"
+#: Environment variables read by libraries, not settings of CIRVal.
+LIBRARY_ENV = {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DJANGO_SETTINGS_MODULE"}
+
+
+def fallback_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """``getattr(settings, "X", default)``: a setting read with a default of the call site's own."""
+    return [(n.lineno, ast.unparse(n.args[1])) for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
+            and len(n.args) == 3 and isinstance(n.args[0], ast.Name) and n.args[0].id == "settings"]
+
+
+def environment_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """``os.environ.get(X...)``, ``os.environ[X]``, ``os.getenv(X...)`` of names that are not a library's."""
+    found = []
+    for n in ast.walk(tree):
+        name = None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args:
+            f = n.func
+            if (f.attr == "get" and ast.unparse(f.value) == "os.environ") or ast.unparse(f) == "os.getenv":
+                name = n.args[0]
+        elif isinstance(n, ast.Subscript) and ast.unparse(n.value) == "os.environ" and isinstance(n.ctx, ast.Load):
+            name = n.slice
+        if name is not None:
+            text = name.value if isinstance(name, ast.Constant) else ast.unparse(name)
+            if text not in LIBRARY_ENV:
+                found.append((n.lineno, text))
+    return found
+
+
+def settings_attributes(tree: ast.AST) -> set[str]:
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name) and n.value.id == "settings" and n.attr.isupper()}
+
+
+def test_the_settings_checks_see_a_restated_default():
+    tree = ast.parse('a = getattr(settings, "EXPORT_YIELD_SECONDS", 0.0)\nb = getattr(settings, "X")\n'
+                     'c = os.environ.get("WORKER_NICE", "idle")\nd = os.environ["HF_HUB_OFFLINE"]\ne = settings.IMAGE_MAX_PIXELS')
+    assert fallback_reads(tree) == [(1, "'EXPORT_YIELD_SECONDS'")]
+    assert environment_reads(tree) == [(3, "WORKER_NICE")]
+    assert settings_attributes(tree) == {"IMAGE_MAX_PIXELS"}
+
+
+def test_no_call_site_restates_a_settings_default():
+    offenders = {str(p.relative_to(ROOT)): found for p in source_files()
+                 if (found := fallback_reads(ast.parse(p.read_text())))}
+    assert offenders == {}
+
+
+def test_only_the_settings_read_the_environment():
+    allowed = {"config/env.py", "config/settings.py"}
+    offenders = {rel: found for p in source_files()
+                 if (rel := str(p.relative_to(ROOT))) not in allowed and not p.is_relative_to(ROOT / "bench")
+                 and (found := environment_reads(ast.parse(p.read_text())))}
+    assert offenders == {}
+
+
+def test_every_setting_read_is_stated_in_the_settings_or_by_django():
+    """``settings.X`` with no X in config/settings.py (nor a Django default) would need a fallback."""
+    from django.conf import global_settings
+
+    stated = {t.id for node in ast.parse(SETTINGS_FILE.read_text()).body
+              if isinstance(node, (ast.Assign, ast.AnnAssign))
+              for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    stated |= {name for name in dir(global_settings) if name.isupper()}
+    offenders = {str(p.relative_to(ROOT)): missing for p in source_files()
+                 if (missing := sorted(settings_attributes(ast.parse(p.read_text())) - stated))}
+    assert offenders == {}
+
+
+def test_each_environment_variable_is_read_once_in_the_settings():
+    reads = [n.args[0].value for n in ast.walk(ast.parse(SETTINGS_FILE.read_text()))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id.startswith("env_")
+             and n.args and isinstance(n.args[0], ast.Constant)]
+    assert reads and sorted(name for name in set(reads) if reads.count(name) > 1) == []
