@@ -50,6 +50,9 @@ class AuditRun(Progress):
     tau_encoder = models.CharField(
         max_length=500, blank=True, help_text="Sessions: retriever spec whose text encoder the tau filter uses."
     )
+    caption_join = models.CharField(
+        max_length=10, default="cirval",
+        help_text="How a turn's captions become one text (retrieval.captions): cirval or clip4cir.")
 
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     planned = models.BooleanField(default=False)

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import models
 
 from . import targets as target_rules
+from .captions import DEFAULT_JOIN, join_captions
 from .jobs.models import Job
 
 
@@ -109,9 +110,10 @@ def turn_captions(texts: list[dict]) -> list[str]:
     return [t["text"] for t in texts or () if t.get("role", "caption") in CAPTION_ROLES]
 
 
-def turn_text(texts: list[dict]) -> str:
-    """A turn's modification text as one string: several captions are joined with ' and '."""
-    return " and ".join(c.strip() for c in turn_captions(texts) if c and c.strip())
+def turn_text(texts: list[dict], join: str = DEFAULT_JOIN) -> str:
+    """A turn's modification text as one string: several captions are joined as ``join``
+    says (:mod:`retrieval.captions`; CIRVal's: stripped, non-empty, joined with ' and ')."""
+    return join_captions(turn_captions(texts), join)
 
 
 class Turn(models.Model):

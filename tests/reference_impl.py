@@ -11,6 +11,8 @@ the production code with. Not imported by the application.
 * :func:`uniir_cirr_lists`: where UniIR's CIRR converter puts a CIRR record's targets
   (TIGER-AI-Lab/UniIR @98dc570, ``src/data/preprocessing/cirr_data_preprocessor.py``,
   ``cirr_to_mbeir_entry``), for the M-BEIR export.
+* :func:`clip4cir_fiq_text`: the text CLIP4Cir's FashionIQ validation encodes for a caption
+  pair (ABaldrati/CLIP4Cir @dfed9f7, ``src/validate.py``), for :mod:`retrieval.captions`.
 """
 from __future__ import annotations
 
@@ -149,3 +151,11 @@ def uniir_cirr_lists(record: dict) -> tuple[list[str], list[str]]:
     pos = [name for name, score in record.get("target_soft", {}).items() if score == 1.0]
     neg = [name for name, score in record.get("target_soft", {}).items() if score != 1.0]
     return pos, neg
+
+
+def clip4cir_fiq_text(pair: Sequence[str]) -> str:
+    """CLIP4Cir's validation text of one FashionIQ triplet: the two captions trimmed of
+    '.', '?', ',' and spaces at both ends, the first capitalised (str.capitalize), joined by
+    ' and ' (written out for exactly two captions, as the script indexes them)."""
+    first, second = pair[0], pair[1]
+    return first.strip(".?, ").capitalize() + " and " + second.strip(".?, ")

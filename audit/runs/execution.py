@@ -323,7 +323,7 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
                         workers=_loader_workers())
     kept = [q for q, ok in zip(eligible, img.ok) if ok]
     skipped_out.update({str(q): "reference_unreadable" for q, ok in zip(eligible, img.ok) if not ok})
-    txt = encode_texts(retriever, cache, [_turn_text(turns[q]["texts"]) for q in kept])
+    txt = encode_texts(retriever, cache, [_turn_text(turns[q]["texts"], run.caption_join) for q in kept])
     if beat:
         beat.check()
     return {"kept": kept, "turns": turns, "img": img, "txt": txt, "skipped": skipped_out,
@@ -397,7 +397,7 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
     image_row = {k: n for n, k in enumerate(k for k, ok in zip(keys, img.ok) if ok)}
     kept = [q for q in eligible if all(t["reference_image__sha256"] in image_row for t in turns[q])]
     skipped_out.update({str(q): "reference_unreadable" for q in eligible if q not in set(kept)})
-    texts = {q: [_turn_text(t["texts"]) for t in turns[q]] for q in kept}
+    texts = {q: [_turn_text(t["texts"], run.caption_join) for t in turns[q]] for q in kept}
     unique_texts = list(dict.fromkeys(x for q in kept for x in texts[q]))
     txt = encode_texts(retriever, cache, unique_texts)
     if beat:
@@ -470,7 +470,8 @@ def _session_texts_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | Non
     cache = _cache(retriever)
     build_s = time.perf_counter() - t0
     turns = _session_turns(chunk.items)
-    texts = [[x for x in (_turn_text(t["texts"]) for t in turns.get(q, [])) if x] for q in chunk.items]
+    texts = [[x for x in (_turn_text(t["texts"], run.caption_join) for t in turns.get(q, [])) if x]
+             for q in chunk.items]
     if beat:
         beat.check()
     worst, enc = session_texts_max_cosine(retriever, cache, texts)

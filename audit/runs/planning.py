@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from retrieval.captions import CAPTION_JOINS, DEFAULT_JOIN
 from retrieval.evaltargets import dataset_format, facts_by_query, positive_image_ids
 from retrieval.specs import parse_retriever_spec
 from retrieval.targets import TargetFacts
@@ -92,12 +93,14 @@ def create_run(
     epsilon: float | None = None,
     tau: float | None = None,
     tau_encoder: str | None = None,
+    caption_join: str = "cirval",
 ) -> AuditRun:
     """Validate the request and store a queued run (nothing is computed yet).
 
     ``epsilon``, ``tau`` and ``tau_encoder`` parameterise the session filters
     (defaults: ``AUDIT_SESSION_EPSILON`` = 30, ``AUDIT_SESSION_TAU`` = 0.8 and the
     pool's first retriever); they are stored on the run, the encoder as a canonical spec.
+    ``caption_join``: how a turn's captions become the encoded text (:mod:`retrieval.captions`).
     """
     dataset = _find_dataset(dataset)
     if isinstance(k, bool) or int(k) < 1:
@@ -111,11 +114,13 @@ def create_run(
     cg = int(chunk_gallery or settings.AUDIT_CHUNK_GALLERY)
     if cq < 1 or cg < 1:
         raise AuditError("chunk sizes must be >= 1")
+    if caption_join not in CAPTION_JOINS:
+        raise AuditError(f"unknown caption join {caption_join!r}; expected one of {', '.join(CAPTION_JOINS)}")
     return AuditRun.objects.create(
         dataset=dataset, split=resolve_split(dataset, split), retrievers=specs, k=int(k),
         min_mm_retrievers=int(min_mm_retrievers), exclude_reference=bool(exclude_reference),
         chunk_queries=cq, chunk_gallery=cg, created_by=created_by if getattr(created_by, "pk", None) else None,
-        epsilon=eps, tau=t, tau_encoder=tau_spec,
+        epsilon=eps, tau=t, tau_encoder=tau_spec, caption_join=caption_join,
     )
 
 
@@ -124,8 +129,9 @@ def _tau_encoder(run: AuditRun) -> str:
     return run.tau_encoder or run.retrievers[0]
 
 
-def _turn_text(texts: Any) -> str:
-    return turn_text(texts or [])
+def _turn_text(texts: Any, join: str = DEFAULT_JOIN) -> str:
+    """The encoded text of a turn; ``join``: the run's ``caption_join``."""
+    return turn_text(texts or [], join)
 
 
 def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.runs import dispatch, planning
 from audit.labels import COUNT_KEYS
+from retrieval.captions import CAPTION_JOINS
 from audit.models import AuditRun
 
 
@@ -51,6 +52,9 @@ class Command(BaseCommand):
                             help="Sessions: tau-diversity cosine threshold (default 0.8).")
         parser.add_argument("--tau-encoder", default=None,
                             help="Sessions: retriever spec whose text encoder tau uses (default: the first --retriever).")
+        parser.add_argument("--caption-join", choices=sorted(CAPTION_JOINS), default="cirval",
+                            help="How a turn's captions become one text: cirval (default: stripped, joined with "
+                                 "' and ') or clip4cir (CLIP4Cir's FashionIQ validation text); retrieval/captions.py.")
         parser.add_argument("--chunk-queries", type=int, default=None)
         parser.add_argument("--chunk-gallery", type=int, default=None)
         parser.add_argument("--wait", action="store_true", help="Show progress until done, then the label counts.")
@@ -64,6 +68,7 @@ class Command(BaseCommand):
                 min_mm_retrievers=opts["min_mm_retrievers"], exclude_reference=not opts["keep_reference"],
                 chunk_queries=opts["chunk_queries"], chunk_gallery=opts["chunk_gallery"],
                 epsilon=opts["epsilon"], tau=opts["tau"], tau_encoder=opts["tau_encoder"],
+                caption_join=opts["caption_join"],
             )
         except ValueError as exc:  # AuditError and bad retriever specs
             raise CommandError(str(exc)) from None
