@@ -12,11 +12,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class ParseError(ValueError):
-    """Malformed input. Names the file, the 0-based record number and the field.
+#: Files whose records are lines: messages name their records ``line N``.
+LINE_FILES = (".jsonl", ".ndjson", ".txt", ".tsv")
 
-    ``record_label`` names the record where a format calls it otherwise (default
-    ``record N``; a CIRCUS file says ``assignments[N]``)."""
+
+def record_name(file: str | Any, index: int) -> str:
+    """How every message names record ``index`` (0-based) of ``file``: ``line N`` for
+    line-based files (JSON Lines, qrels), ``record N`` for the items of a JSON list or
+    object, N counted from 1 as an editor counts."""
+    is_lines = str(file).lower().endswith(LINE_FILES)
+    return f"{'line' if is_lines else 'record'} {index + 1}"
+
+
+class ParseError(ValueError):
+    """Malformed input. Names the file, the record (:func:`record_name`: 1-based, ``line N`` in
+    line-based files; :attr:`record` itself stays 0-based) and the field.
+
+    ``record_label`` names the record where a format calls it otherwise (a CIRCUS file says
+    ``assignments[N]``)."""
 
     def __init__(self, file: str, record: int | None, field_name: str | None, message: str,
                  record_label: str | None = None):
@@ -27,7 +40,7 @@ class ParseError(ValueError):
         self.record_label = record_label
         where = self.file
         if record is not None:
-            where += f", {record_label or f'record {record}'}"
+            where += f", {record_label or record_name(self.file, record)}"
         if field_name:
             where += f", field '{field_name}'"
         super().__init__(f"{where}: {message}")
@@ -128,6 +141,9 @@ class ParsedDataset:
     warnings: list[str] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
     image_sink: ImageSink | None = field(default=None, repr=False, compare=False)
+    #: Multi-turn FashionIQ: also store an image for every ASIN its attribute files describe
+    #: (``import_dataset --attribute-images``); by default only images sessions or galleries use.
+    attribute_images: bool = False
     _gallery_members: dict[str, set[str]] = field(default_factory=dict, repr=False)
 
     def add_image(self, image: ImageRecord) -> str:

@@ -6,11 +6,11 @@ from pathlib import Path
 from django.conf import settings
 
 from . import importers
-from .importers.jsonstream import METER, Meter
+from .importers.jsonstream import METER, Meter, file_start
 from .jobs.leases import run_job
 from .loader import LoadReport, Progress, load_stream
 from .models import ImportJob
-from .records import ParsedDataset
+from .records import LINE_FILES, ParsedDataset, ParseError
 
 
 def import_files(
@@ -22,20 +22,23 @@ def import_files(
     progress: Progress | None = None,
     subset: str | None = None,
     delete_removed: bool = False,
+    attribute_images: bool = False,
 ) -> LoadReport:
     """Parse ``paths`` as ``fmt`` and load them as dataset ``name`` (all or nothing), streaming.
 
     Records are read and written in batches, so memory does not grow with the files;
     ``progress("importing", bytes_read, bytes_total)`` follows the reading. A re-import that
     no longer holds stored records is refused, naming them, unless ``delete_removed``
-    (:mod:`retrieval.loader`).
+    (:mod:`retrieval.loader`). ``attribute_images``: Multi-turn FashionIQ attribute files also
+    create an image for every ASIN they describe (:mod:`retrieval.importers.mtfiq`).
     """
     paths = [Path(p) for p in paths]
+    notices = check_starts(paths)
     total = sum(p.stat().st_size for p in paths if p.is_file())
     meter = Meter()
     token = METER.set(meter)
     try:
-        parsed = ParsedDataset(format=fmt)
+        parsed = ParsedDataset(format=fmt, attribute_images=attribute_images)
         queries = importers.stream(fmt, paths, parsed, split=split, subset=subset)
         on_batch = (lambda _n: progress("importing", min(meter.done, total), total)) if progress is not None else None
         report = load_stream(parsed, queries, name, images_root=images_root, on_batch=on_batch,
@@ -44,7 +47,27 @@ def import_files(
         METER.reset(token)
     if progress is not None:
         progress("importing", total, total)
+    report.warnings[:0] = notices
     return report
+
+
+def check_starts(paths: list[Path]) -> list[str]:
+    """Refuse a file that holds nothing (an empty list or object, or a JSON Lines / qrels file
+    without a line: importing it would do nothing, silently); return a warning for each file
+    that starts with a UTF-8 byte order mark (read past here, but ``json.load`` and the
+    benchmarks' own scripts refuse such a file)."""
+    notices = []
+    for path in paths:
+        if not path.is_file():
+            continue
+        start = file_start(path, path.name.lower().endswith(LINE_FILES))
+        if start.empty:
+            raise ParseError(str(path), None, None, "the file holds no record (an empty list, object or file); "
+                                                     "nothing to import: leave it out of the import")
+        if start.bom:
+            notices.append(f"{path.name}: starts with a UTF-8 byte order mark (BOM); CIRVal read past it, but "
+                           "Python's json.load and the benchmarks' own scripts refuse such a file: save it without one")
+    return notices
 
 
 def run_import_job(job: ImportJob) -> ImportJob:

@@ -45,7 +45,7 @@ from retrieval.importers._common import (
     register,
     sniff,
 )
-from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
+from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, record_name
 
 FORMAT = "circled"
 
@@ -144,7 +144,7 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
         if (split, session_id) in seen:
             rec.fail("session_id", f"duplicate session_id {session_id!r} in split {split!r} "
                                    f"(first at {seen[(split, session_id)]})")
-        seen[(split, session_id)] = f"{path.name} record {index}"
+        seen[(split, session_id)] = f"{path.name} {record_name(path, index)}"
         found = rec.opt_str("subset")
         if found is not None and found != subset and not overridden:
             rec.fail("subset", f"subset {found!r} differs from the file's subset {subset!r}")
@@ -154,7 +154,7 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
         for gt in gt_ids:
             image = images.add(rec, gt, "ground_truth_ids")
             add_target(targets, TargetRecord(image, 1.0, not targets, "gt", "ground_truth_ids"), dataset,
-                       f"{path.name} record {index}")
+                       f"{path.name} {record_name(path, index)}")
         yield QueryRecord(
             external_id=session_id,
             split=split,

@@ -33,7 +33,7 @@ from retrieval.importers._common import (
     need,
     register,
 )
-from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
+from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, record_name
 
 FORMAT = "circo"
 
@@ -82,7 +82,7 @@ def _parse_file(path: Path, split: str, dataset: ParsedDataset) -> Iterator[Quer
         rec = Record(path, index, raw)
         qid = rec.req_int("id")
         if qid in seen:
-            rec.fail("id", f"duplicate id {qid} (first at record {seen[qid]})")
+            rec.fail("id", f"duplicate id {qid} (first at {record_name(rec.file, seen[qid])})")
         seen[qid] = index
         reference = _image(rec, dataset, rec.req_int("reference_img_id"), "reference_img_id")
         caption = rec.req_str("relative_caption")
@@ -95,7 +95,7 @@ def _parse_file(path: Path, split: str, dataset: ParsedDataset) -> Iterator[Quer
             primary = rec.req_int("target_img_id")
             gt = rec.req_int_list("gt_img_ids", non_empty=True)
 
-        where = f"{path.name} record {index}"
+        where = f"{path.name} {record_name(path, index)}"
         targets: list[TargetRecord] = []
         if primary is not None and primary not in gt:
             dataset.warnings.append(f"{where}: target_img_id {primary} is not in gt_img_ids; added first")

@@ -43,7 +43,7 @@ from retrieval.importers._common import (
     object_of,
     register,
 )
-from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath
+from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath, record_name
 
 FORMAT = "cirr"
 SPLITS = ("train", "val", "test1", "dev")
@@ -145,7 +145,7 @@ def _caption_query(rec: Record, split: str, dataset: ParsedDataset, known: set[s
     """One ``cap.rc2`` record, validated and mapped (its images registered on ``dataset``)."""
     pairid = rec.req_int("pairid")
     if pairid in seen:
-        rec.fail("pairid", f"duplicate pairid {pairid} (first at record {seen[pairid]})")
+        rec.fail("pairid", f"duplicate pairid {pairid} (first at {record_name(rec.file, seen[pairid])})")
     seen[pairid] = rec.index or 0
     reference = rec.req_str("reference")
     caption = rec.req_str("caption")
@@ -154,7 +154,7 @@ def _caption_query(rec: Record, split: str, dataset: ParsedDataset, known: set[s
     soft = _check_soft(rec)
 
     targets: list[TargetRecord] = []
-    where = f"{Path(rec.file).name} record {rec.index}"
+    where = f"{Path(rec.file).name} {record_name(rec.file, rec.index)}"
     if hard is not None:
         relevance = float(soft[hard]) if soft is not None and hard in soft else 1.0
         targets.append(TargetRecord(hard, relevance, True, "hard", "target_hard"))
@@ -245,7 +245,7 @@ class _ExtJoin:
             rec = Record(self.path, index, raw)
             found = rec.req_int("pairid")
             if found in self.seen:
-                rec.fail("pairid", f"duplicate pairid {found} (first at record {self.seen[found]})")
+                rec.fail("pairid", f"duplicate pairid {found} (first at {record_name(rec.file, self.seen[found])})")
             self.seen[found] = index
             rec.opt_str("reference")
             rec.opt_str("target_hard")
@@ -269,7 +269,7 @@ class _ExtJoin:
         index, ext, raw = found
         if isinstance(raw.get("reference"), str) and raw["reference"] != query.turns[0].reference:
             self.dataset.warnings.append(
-                f"{self.path.name} record {index}: reference differs from the caption file for pairid {pairid}"
+                f"{self.path.name} {record_name(self.path, index)}: reference differs from the caption file for pairid {pairid}"
             )
         query.turns[0].texts.extend(TextRecord(text, "caption_ext", key=key) for key, text in ext.items())
         query.extra["caption_extend"] = raw

@@ -37,7 +37,7 @@ from retrieval.importers._common import (
     need,
     register,
 )
-from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
+from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, record_name
 
 FORMAT = "fashioniq"
 IMAGE_TEMPLATE = "{id}.jpg"
@@ -130,7 +130,7 @@ def _parse_captions(path: Path, category: str, split: str, dataset: ParsedDatase
         target = rec.opt_str("target") if test else rec.req_str("target")
         captions = rec.req_str_list("captions", non_empty=True)
         if len(captions) != 2:
-            dataset.warnings.append(f"{path.name} record {index}: {len(captions)} captions instead of 2")
+            dataset.warnings.append(f"{path.name} {record_name(path, index)}: {len(captions)} captions instead of 2")
 
         register(dataset, candidate, path=image_id_path(candidate, IMAGE_TEMPLATE, str(path), index, "candidate"))
         targets: list[TargetRecord] = []

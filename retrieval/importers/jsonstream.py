@@ -69,6 +69,32 @@ def _open(path: Path) -> IO[bytes]:
     return handle
 
 
+@dataclass
+class FileStart:
+    """What the start of a file tells before it is parsed: a UTF-8 byte order mark, and
+    whether it holds nothing (an empty JSON list or object, or no non-blank line)."""
+
+    bom: bool
+    empty: bool
+
+
+def file_start(path: Path, line_based: bool) -> FileStart:
+    """Look at the start of ``path`` (a JSON document, or JSON Lines / text when ``line_based``)."""
+    try:
+        with open(path, "rb") as handle:
+            bom = handle.read(3) == BOM
+            if not bom:
+                handle.seek(0)
+            if line_based:
+                return FileStart(bom, not any(line.strip() for line in handle))
+            head = handle.read(4096).lstrip()
+    except OSError as exc:
+        raise ParseError(str(path), None, None, f"cannot read file: {exc.strerror or exc}") from exc
+    opening = head[:1]
+    closing = {b"[": b"]", b"{": b"}"}.get(opening)
+    return FileStart(bom, closing is not None and head[1:].lstrip()[:1] == closing)
+
+
 def top_level(path: Path) -> str:
     """``"list"``, ``"object"`` or ``"other"``: the JSON type the file starts with."""
     with _open(path) as handle:
@@ -151,18 +177,18 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ParseError(str(path), index, None, f"line {index + 1}: not UTF-8 text: {exc}") from None
+                raise ParseError(str(path), index, None, f"not UTF-8 text: {exc}", record_label=f"line {index + 1}") from None
             if not line.strip():
                 continue
             try:
                 yield index, json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
             except _LineError as exc:
                 field_name = _field_of(line.encode("utf-8"))
-                raise ParseError(str(path), index, field_name,
-                                 f"line {index + 1}: " + NON_STANDARD_MESSAGE.format(token=exc.token)) from None
+                raise ParseError(str(path), index, field_name, NON_STANDARD_MESSAGE.format(token=exc.token),
+                                 record_label=f"line {index + 1}") from None
             except json.JSONDecodeError as exc:
-                raise ParseError(str(path), index, None,
-                                 f"invalid JSON at line {index + 1}, column {exc.colno}: {exc.msg}") from None
+                raise ParseError(str(path), index, None, f"invalid JSON at column {exc.colno}: {exc.msg}",
+                                 record_label=f"line {index + 1}") from None
 
 
 def _count(n: int) -> None:
@@ -214,7 +240,7 @@ def diagnose(path: Path, exc: Exception) -> ParseError:
         return ParseError(str(path), record, field_name, "number too large for a double (not a finite number)")
     if record is None:
         return ParseError(str(path), None, None, f"invalid JSON before the first record: {reason}")
-    last = f"record {record - 1} is the last complete one" if record else "no record is complete"
+    last = f"record {record} is the last complete one" if record else "no record is complete"  # 1-based
     if "premature EOF" in reason:
         return ParseError(str(path), record, None, f"invalid JSON: the file ends inside this record ({last}); truncated?")
     return ParseError(str(path), record, None, f"invalid JSON ({last}): {reason}")

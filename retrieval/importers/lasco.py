@@ -39,7 +39,7 @@ from retrieval.importers._common import (
     name_token,
     register,
 )
-from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath
+from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath, record_name
 
 FORMAT = "lasco"
 
@@ -131,7 +131,7 @@ def _parse_triplets(path: Path, split: str, dataset: ParsedDataset, has_gallery:
         rec = Record(path, index, raw)
         qid = rec.req_int("qid")
         if qid in seen:
-            rec.fail("qid", f"duplicate qid {qid} (first at record {seen[qid]})")
+            rec.fail("qid", f"duplicate qid {qid} (first at {record_name(rec.file, seen[qid])})")
         seen[qid] = index
         ref_id, ref_path = _pair(rec, "query-image")
         text = rec.req_str("query-text")
@@ -168,7 +168,7 @@ def _parse_corpus(path: Path, split: str, dataset: ParsedDataset) -> None:
         rec = Record(path, index, raw, "corpus entry")
         coco_id = rec.req_int("id")
         if coco_id in seen:
-            rec.fail("id", f"duplicate id {coco_id} (first at record {seen[coco_id]})")
+            rec.fail("id", f"duplicate id {coco_id} (first at {record_name(rec.file, seen[coco_id])})")
         seen[coco_id] = index
         original = safe_relpath(rec.req_str("path"), rec.file, index, "path")
         image_id = _image(dataset, coco_id, reconcile_corpus_path(original))

@@ -59,6 +59,7 @@ from retrieval.records import (
     TextRecord,
     TurnRecord,
     merge_image,
+    record_name,
     safe_relpath,
 )
 
@@ -161,7 +162,7 @@ def _pool_rows(path: Path, batch: list[tuple[int, Any]], index: PoolIndex) -> li
         rec = Record(path, line, raw, "candidate")
         did = rec.req_str("did")
         if did in earlier:
-            rec.fail("did", f"duplicate did {did!r} (first at record {earlier[did]})")
+            rec.fail("did", f"duplicate did {did!r} (first at {record_name(path, earlier[did])})")
         earlier[did] = line
         rows.append((did, _pool_image(rec, did)))
     index.mark_seen((did, line) for (did, _), (line, _) in zip(rows, batch))
@@ -230,7 +231,7 @@ def _parse_queries(path: Path, split: str, dataset: ParsedDataset, index: PoolIn
         if img_path is not None:
             rel = safe_relpath(img_path, rec.file, line, "query_img_path")
             reference = index.did_for_path(rel) or register(dataset, rel, path=rel, extra={"src_content": src_content})
-        where = f"{path.name} record {line}"
+        where = f"{path.name} {record_name(path, line)}"
         targets: list[TargetRecord] = []
         for did in pos:
             _target_image(dataset, index, did)
@@ -264,18 +265,19 @@ def _parse_qrels(path: Path, split: str, positives: dict[tuple[str, str], list[t
         if not cols:
             continue
         if len(cols) not in (4, 5):
-            raise ParseError(str(path), index, None,
-                             f"line {index + 1}: expected 'qid 0 did relevance [task_id]', got {len(cols)} columns")
+            raise ParseError(str(path), index, None, f"expected 'qid 0 did relevance [task_id]', got {len(cols)} columns",
+                             record_label=f"line {index + 1}")
         qid, _, did, rel_text = cols[:4]
         try:
             relevance = float(rel_text)
         except ValueError:
             relevance = math.nan
         if not math.isfinite(relevance):
-            raise ParseError(str(path), index, "relevance",
-                             f"line {index + 1}: relevance {rel_text!r} is not a finite number")
+            raise ParseError(str(path), index, "relevance", f"relevance {rel_text!r} is not a finite number",
+                             record_label=f"line {index + 1}")
         if len(cols) == 5 and not cols[4].lstrip("-").isdigit():
-            raise ParseError(str(path), index, "task_id", f"line {index + 1}: task id {cols[4]!r} is not an integer")
+            raise ParseError(str(path), index, "task_id", f"task id {cols[4]!r} is not an integer",
+                             record_label=f"line {index + 1}")
         if relevance > 0:
             positives.setdefault((split, qid), []).append((did, f"{path.name} line {index + 1}"))
 

@@ -12,7 +12,11 @@ Mapping: ``external_id = f"{category}/{split}/{ordinal:05d}"``; turn i = ``refer
 (its URL kept in ``ImageRecord.url``) with its two captions (``annotator`` 0 and 1, verbatim);
 ``turn_target`` of turn i = the next image of the chain (``reference[i+1]``, or ``target``
 for the last turn); ``target`` is the single primary final target (role ``gt``). Image
-id = ASIN, path ``f"{asin}.jpg"``; attributes go to ``ImageRecord.extra['attributes']``.
+id = ASIN, path ``f"{asin}.jpg"``; attributes go to ``ImageRecord.extra['attributes']`` of the
+images that sessions or galleries use. An attribute file describes many more ASINs than the
+sessions use (an ``asin2attr`` file covers the whole category); those create no image rows
+unless asked (``ParsedDataset.attribute_images``, ``import_dataset --attribute-images``): a
+warning counts them.
 Galleries are keyed ``f"{category}/{split}"`` (also in ``QueryRecord.extra['gallery']``).
 """
 from __future__ import annotations
@@ -72,18 +76,26 @@ def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None 
     """
     groups, attribute_files = group_files(paths, _PATTERNS, _CONTENT, _EXPECTED, split, subset,
                                           (*CATEGORIES, "all"), default_split=UNSPLIT)
+    attributes: dict[str, list] = {}
     for path in attribute_files:
-        _parse_attributes(path, dataset)
+        _parse_attributes(path, dataset, attributes)
     for (category, split_name), roles in groups.items():
         gallery_key = f"{category}/{split_name}"
         if "split" in roles:
             parse_asin_list(roles["split"], dataset, gallery_key)
+            for asin in dataset.galleries.get(gallery_key, []):
+                if asin in attributes:
+                    register(dataset, asin, extra={"attributes": attributes[asin]})
         if "sessions" in roles:
             if split_name == UNSPLIT and split is None:
                 dataset.warnings.append(f"{roles['sessions'].name}: no split in the file name; stored as split "
                                         f"{UNSPLIT!r} (pass --split to name it)")
             yield from _parse_sessions(roles["sessions"], category, split_name, dataset,
-                                       gallery_key if "split" in roles else None)
+                                       gallery_key if "split" in roles else None, attributes)
+    unused = sum(1 for asin in attributes if asin not in dataset.images)
+    if unused:
+        dataset.warnings.append(f"{unused} ASIN(s) of the attribute files are in no session or gallery: not stored "
+                                "as images (pass --attribute-images to store them)")
 
 
 def _check_image_entry(rec: Record, field_name: str, value: Any, size: int) -> list[Any]:
@@ -97,13 +109,15 @@ def _check_image_entry(rec: Record, field_name: str, value: Any, size: int) -> l
     return value
 
 
-def _image(dataset: ParsedDataset, rec: Record, asin: str, url: str, field_name: str) -> str:
+def _image(dataset: ParsedDataset, rec: Record, asin: str, url: str, field_name: str,
+           attributes: dict[str, list]) -> str:
     path = image_id_path(asin, IMAGE_TEMPLATE, rec.file, rec.index, field_name)
-    return register(dataset, asin, path=path, url=url or None)
+    extra = {"attributes": attributes[asin]} if asin in attributes else None
+    return register(dataset, asin, path=path, url=url or None, extra=extra)
 
 
 def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDataset,
-                    gallery_key: str | None) -> Iterator[QueryRecord]:
+                    gallery_key: str | None, attributes: dict[str, list]) -> Iterator[QueryRecord]:
     for index, raw in iter_list(path):
         rec = Record(path, index, raw, "session")
         target = _check_image_entry(rec, "target", rec.req("target"), 2)
@@ -117,8 +131,8 @@ def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDatase
             captions = entry[1]
             if not isinstance(captions, list) or not all(isinstance(c, str) for c in captions):
                 rec.fail(f"{name}[1]", "expected a list of caption strings")
-            steps.append((_image(dataset, rec, entry[2], entry[0], f"{name}[2]"), captions, name))
-        final = _image(dataset, rec, target[1], target[0], "target[1]")
+            steps.append((_image(dataset, rec, entry[2], entry[0], f"{name}[2]", attributes), captions, name))
+        final = _image(dataset, rec, target[1], target[0], "target[1]", attributes)
 
         turns: list[TurnRecord] = []
         for i, (asin, captions, _name) in enumerate(steps):
@@ -138,11 +152,15 @@ def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDatase
         )
 
 
-def _parse_attributes(path: Path, dataset: ParsedDataset) -> None:
+def _parse_attributes(path: Path, dataset: ParsedDataset, attributes: dict[str, list]) -> None:
+    """Read an attribute file into ``attributes`` (the first file naming an ASIN wins); images
+    for every ASIN only when ``dataset.attribute_images`` asks for them."""
     for index, asin, groups in iter_object(path):
         if not isinstance(groups, list) or not all(
             isinstance(g, list) and all(isinstance(w, str) for w in g) for g in groups
         ):
             raise ParseError(str(path), index, asin, "expected a list of attribute groups (lists of strings)")
         image_path = image_id_path(asin, IMAGE_TEMPLATE, str(path), index, asin)
-        register(dataset, asin, path=image_path, extra={"attributes": groups})
+        attributes.setdefault(asin, groups)
+        if dataset.attribute_images:
+            register(dataset, asin, path=image_path, extra={"attributes": groups})

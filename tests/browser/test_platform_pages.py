@@ -60,6 +60,6 @@ def test_bad_upload_is_refused_with_the_record_named(page, live_server, demo_wor
     page.click("button[type=submit]")
     page.wait_for_selector("#job-status.failed")
     text = page.inner_text("#job-error")
-    assert "record 0" in text and "reference_img_id" in text
+    assert "record 1" in text and "reference_img_id" in text
     shot(page, "platform-import-failed")
     assert not Dataset.objects.filter(name="circo-bad").exists()

@@ -44,19 +44,19 @@ def png_header(width: int, height: int) -> bytes:
 IMPORT_CASES = [
     ("truncated-json", "circo", "val.json", b'[{"id": 0, "reference_img_id": 1', ["val.json", "JSON"]),
     ("truncated-jsonl", "mbeir", "mbeir_cirr_task7_test.jsonl", b'{"qid": "8:1", "query_txt": "x"', ["line 1"]),
-    ("wrong-type", "circo", "val.json", json.dumps([{**CIRCO_OK, "relative_caption": 7}]).encode(), ["record 0", "relative_caption"]),
+    ("wrong-type", "circo", "val.json", json.dumps([{**CIRCO_OK, "relative_caption": 7}]).encode(), ["record 1", "relative_caption"]),
     ("missing-field", "fashioniq", "cap.dress.val.json", json.dumps([{"candidate": "B1", "captions": ["a", "b"]}]).encode(),
-     ["record 0", "target"]),
+     ["record 1", "target"]),
     ("not-a-list", "circo", "val.json", b'{"id": 0}', ["val.json"]),
     ("zip-bomb-named-json", "circo", "val.json", zip_bomb(), ["val.json"]),
     ("zip-bomb-named-zip", "circo", "val.zip", zip_bomb(), ["val.zip"]),
     ("binary-garbage", "cirr", "cap.rc2.val.json", bytes(range(256)) * 8, ["cap.rc2.val.json"]),
     ("traversal", "lasco", "lasco_val.json", json.dumps([{"qid": 1, "query-image": [1, "../../etc/passwd"],
                                                           "query-text": "x", "target-image": [2, "val2014/b.jpg"]}]).encode(),
-     ["record 0", "query-image"]),
+     ["record 1", "query-image"]),
     ("absolute-path", "lasco", "lasco_val.json", json.dumps([{"qid": 1, "query-image": [1, "/etc/passwd"],
                                                               "query-text": "x", "target-image": [2, "val2014/b.jpg"]}]).encode(),
-     ["record 0", "query-image"]),
+     ["record 1", "query-image"]),
 ]
 
 

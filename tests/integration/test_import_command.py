@@ -128,9 +128,9 @@ BAD_CASES = [
     ("val.json", json.dumps([{"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "x",
                               "shared_concept": "c", "gt_img_ids": [2], "semantic_aspects": []},
                              {"id": 1, "reference_img_id": 3, "target_img_id": 4, "shared_concept": "c",
-                              "gt_img_ids": [4], "semantic_aspects": []}]), ["record 1", "relative_caption"]),
+                              "gt_img_ids": [4], "semantic_aspects": []}]), ["record 2", "relative_caption"]),
     ("val.json", json.dumps([{"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "x",
-                              "shared_concept": "c", "gt_img_ids": "2", "semantic_aspects": []}]), ["record 0", "gt_img_ids"]),
+                              "shared_concept": "c", "gt_img_ids": "2", "semantic_aspects": []}]), ["record 1", "gt_img_ids"]),
 ]
 
 
@@ -157,7 +157,7 @@ def test_image_path_escaping_the_root_is_refused(tmp_path, bad_path):
     before = row_counts()
     with pytest.raises(CommandError) as err:
         run_import("--format", "lasco", "--name", "bad", "--images-root", str(tmp_path), str(path))
-    assert "lasco_val.json" in str(err.value) and "record 1" in str(err.value) and "query-image" in str(err.value)
+    assert "lasco_val.json" in str(err.value) and "record 2" in str(err.value) and "query-image" in str(err.value)
     assert row_counts() == before
 
 
@@ -185,7 +185,7 @@ def test_duplicate_query_id_is_refused_and_nothing_written(tmp_path):
     before = row_counts()
     with pytest.raises(CommandError) as err:
         run_import("--format", "circo", "--name", "dup", str(path))
-    assert "record 1" in str(err.value) and "duplicate" in str(err.value)
+    assert "record 2" in str(err.value) and "duplicate" in str(err.value) and "first at record 1" in str(err.value)
     assert row_counts() == before
 
 
@@ -200,7 +200,7 @@ def test_cli_exit_code_and_message_on_bad_input(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0
-    assert "record 1" in proc.stderr and "relative_caption" in proc.stderr and "nothing written" in proc.stderr
+    assert "record 2" in proc.stderr and "relative_caption" in proc.stderr and "nothing written" in proc.stderr
     assert not Dataset.objects.filter(name="bad").exists()
 
 
@@ -225,7 +225,7 @@ def test_nan_score_is_refused_naming_file_record_and_field(tmp_path):
     before = row_counts()
     with pytest.raises(CommandError) as err:
         run_import("--format", "cirr", "--name", "nan", str(path))
-    assert f"cap.rc2.val.json, record 5, field 'target_soft.{key}'" in str(err.value)
+    assert f"cap.rc2.val.json, record 6, field 'target_soft.{key}'" in str(err.value)  # 1-based: records[5]
     assert "NaN" in str(err.value) and "JSON_VALID" not in str(err.value)
     assert row_counts() == before
 
@@ -292,5 +292,5 @@ def test_failure_after_written_batches_rolls_back_the_whole_import(tmp_path):
     before = row_counts()
     with pytest.raises(CommandError) as err:
         run_import("--format", "circo", "--name", "late", str(path))
-    assert f"record {BATCH + 50}, field 'relative_caption'" in str(err.value)
+    assert f"record {BATCH + 51}, field 'relative_caption'" in str(err.value)  # 1-based
     assert row_counts() == before

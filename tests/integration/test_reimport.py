@@ -147,3 +147,46 @@ def test_the_upload_page_refuses_then_deletes_with_its_checkbox(client, tmp_path
     assert (done.report["queries_removed"], done.report["queries_unchanged"]) == (1, 219)
     page = client.get(f"/datasets/imports/{done.pk}/").content.decode()
     assert "0 / 0 / 1 / 219" in page and 'id="removed-queries"' in page
+
+
+def test_a_bom_is_warned_about_and_an_empty_list_refused(tmp_path) -> None:
+    """Issue 24 item 7: a UTF-8 BOM is read past with a warning; an empty list, object or
+    JSON Lines file is refused (it would import nothing, silently); messages count from 1."""
+    records = json.loads((DS / "circo" / "val.json").read_text())
+    bom = tmp_path / "bom" / "val.json"
+    bom.parent.mkdir()
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(records[:3]).encode())
+    out = run_import("--format", "circo", "--name", "bom", str(bom))
+    assert "3 added" in out and "val.json: starts with a UTF-8 byte order mark (BOM)" in out
+    for name, content, fmt in (("val.json", "[ ]", "circo"), ("cap.dress.val.json", "\ufeff[]", "fashioniq"),
+                               ("mbeir_cirr_task7_test.jsonl", "\n\n", "mbeir")):
+        path = tmp_path / fmt / name
+        path.parent.mkdir()
+        path.write_text(content)
+        with pytest.raises(CommandError, match=r"the file holds no record .*nothing to import"):
+            run_import("--format", fmt, "--name", f"empty-{fmt}", str(path))
+        assert not Dataset.objects.filter(name=f"empty-{fmt}").exists()
+    bad = tmp_path / "bad" / "mbeir_cirr_task7_test.jsonl"
+    bad.parent.mkdir()
+    line = (DS / "mbeir" / "mbeir_cirr_task7_test.jsonl").read_text().splitlines()[0]
+    bad.write_text(line + "\n\n" + json.dumps({**json.loads(line), "qid": 7}) + "\n")
+    with pytest.raises(CommandError, match=r"mbeir_cirr_task7_test.jsonl, line 3, field 'qid'"):
+        run_import("--format", "mbeir", "--name", "lines", str(bad))
+
+
+def test_mtfiq_attribute_only_asins_create_no_images_unless_asked(tmp_path) -> None:
+    folder = DS / "mtfiq"
+    sessions = json.loads((folder / "dress.val.sample.json").read_text())[:4]  # the attributes describe all 12
+    attributes = json.loads((folder / "asin2attr.dress.val.sample.json").read_text())
+    (tmp_path / "dress.val.json").write_text(json.dumps(sessions))
+    used = {s["target"][1] for s in sessions} | {r[2] for s in sessions for r in s["reference"]}
+    only_attributes = set(attributes) - used
+    assert only_attributes and used & set(attributes)
+    files = [str(tmp_path / "dress.val.json"), str(folder / "asin2attr.dress.val.sample.json")]
+    out = run_import("--format", "mtfiq", "--name", "mt", *files)
+    images = {i.external_id: i for i in Dataset.objects.get(name="mt").images.all()}
+    assert set(images) == used
+    assert f"{len(only_attributes)} ASIN(s) of the attribute files are in no session or gallery" in out
+    assert all(images[a].extra["attributes"] == attributes[a] for a in used & set(attributes))
+    run_import("--format", "mtfiq", "--name", "mt-all", "--attribute-images", *files)
+    assert set(Dataset.objects.get(name="mt-all").images.values_list("external_id", flat=True)) == used | set(attributes)

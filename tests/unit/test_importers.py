@@ -338,7 +338,7 @@ def test_circo_bad_json(tmp_path):
     path = write(tmp_path, "val.json", f'[{json.dumps(CIRCO_OK)}\n{json.dumps({**CIRCO_OK, "id": 1})}]')
     err = raises(circo.parse, [path])
     assert (err.file, err.record, err.field) == (str(path), 1, None)
-    assert "record 0 is the last complete one" in err.message
+    assert "record 1 is the last complete one" in err.message and str(err).startswith(f"{path}, record 2:")  # 1-based
 
 
 CIRCO_OK = {"reference_img_id": 1, "target_img_id": 2, "relative_caption": "x", "shared_concept": "y",
@@ -503,7 +503,7 @@ def test_mbeir_bad_json_line(tmp_path):
     path = write(tmp_path, "mbeir_cirr_task7_test.jsonl", json.dumps(MBEIR_OK) + '\n{"qid": "8:2",\n')
     err = raises(mbeir.parse, [path])
     assert (err.file, err.record, err.field) == (str(path), 1, None)
-    assert "line 2" in err.message
+    assert str(err).startswith(f"{path}, line 2:")  # JSON Lines: the line number
 
 
 @pytest.mark.parametrize("change, field", [

@@ -76,7 +76,7 @@ def test_mbeir_jsonl_nan_and_infinity_name_line_record_and_field(tmp_path):
     path.write_text("\n".join([lines[0], json.dumps(bad).replace('"__X__"', "Infinity")]) + "\n")
     err = raises(mbeir.parse, [path])
     assert (err.record, err.field) == (1, "task_id")
-    assert "line 2" in err.message and "Infinity" in err.message
+    assert ", line 2, field" in str(err) and "Infinity" in err.message
 
 
 def test_mbeir_qrels_nan_relevance_is_refused(tmp_path):
@@ -97,7 +97,7 @@ def test_truncated_single_line_file_names_the_record_not_a_column(tmp_path):
     path.write_text(text[:cut])
     err = raises(cirr.parse, [path])
     assert (err.record, err.field) == (40, None)
-    assert "record 39 is the last complete one" in err.message
+    assert "record 40 is the last complete one" in err.message and ", record 41:" in str(err)  # 1-based
     assert "column" not in err.message
 
 
@@ -248,7 +248,7 @@ def test_circled_session_id_repeated_in_another_file_of_the_split_is_refused(tmp
     second.write_text(json.dumps(other))
     err = raises(circled.parse, [first, second])
     assert (err.file, err.record, err.field) == (str(second), 1, "session_id")
-    assert "cirr_val.json record 0" in err.message
+    assert "cirr_val.json record 1" in err.message
 
 
 def test_mbeir_qid_repeated_in_another_query_file_is_refused(tmp_path):

@@ -82,7 +82,7 @@ def test_duplicate_did_in_a_later_batch_names_its_first_record(tmp_path, monkeyp
         streamed([path], monkeypatch, batch=2)
     err = info.value
     assert (err.file, err.record, err.field) == (str(path), 5, "did")
-    assert "duplicate did '8:1' (first at record 1)" in err.message
+    assert "duplicate did '8:1' (first at line 2)" in err.message
     with pytest.raises(ParseError) as info:
         mbeir.parse([path])
     assert str(info.value) == str(err)

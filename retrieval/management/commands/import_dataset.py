@@ -27,6 +27,9 @@ class Command(BaseCommand):
         parser.add_argument("--delete-removed", action="store_true",
                             help="On a re-import, delete the stored records of these files that the files no longer "
                                  "hold (the default refuses the import and names them).")
+        parser.add_argument("--attribute-images", action="store_true",
+                            help="Multi-turn FashionIQ: store an image for every ASIN of the attribute files, not only "
+                                 "for those that sessions or galleries use.")
         parser.add_argument("--json", action="store_true", help="Print the import report as JSON.")
         parser.add_argument("paths", nargs="+")
 
@@ -46,7 +49,8 @@ class Command(BaseCommand):
 
         try:
             report = import_files(opts["format"], opts["name"], paths, split=opts["split"], images_root=root,
-                                  progress=progress, subset=opts["subset"], delete_removed=opts["delete_removed"])
+                                  progress=progress, subset=opts["subset"], delete_removed=opts["delete_removed"],
+                                  attribute_images=opts["attribute_images"])
         except ValueError as exc:  # ParseError, LoadError: nothing was written
             raise CommandError(f"import failed, nothing written: {exc}") from None
         if opts["json"]:
