@@ -22,3 +22,11 @@ class AnnotationConfig(AppConfig):
 
         m2m_changed.connect(annotators_changed, sender=Study.annotators.through, weak=False,
                             dispatch_uid="cirval-study-annotators")
+
+        from audit.runs.aggregation import audit_finished
+
+        from annotation.judging.candidates import panels_after_audit
+
+        audit_finished.connect(panels_after_audit, weak=False, dispatch_uid="cirval-panels-after-audit")
+
+        import annotation.tasks  # noqa: F401  registers the tasks the web tier sends by name (fill_candidates)

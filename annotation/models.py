@@ -133,6 +133,9 @@ class StudyItem(models.Model):
         constraints = [models.UniqueConstraint(fields=["study", "query"], name="studyitem_unique_query")]
         indexes = [
             models.Index(fields=["study", "-agreement", "-taken", "order_key"], name="studyitem_queue"),
+            # The gold choice (annotation.assignment.queue._gold_choice) and the gold count of
+            # "next item": gold rows only, in serving order, so neither scans the study.
+            models.Index(fields=["study", "order_key", "id"], condition=models.Q(gold=True), name="studyitem_gold"),
         ]
 
     def __str__(self) -> str:

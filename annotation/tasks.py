@@ -8,6 +8,7 @@ from retrieval.jobs import leases
 from retrieval.jobs.queue import send_task
 
 from annotation.export.validated import run_export_job
+from annotation.judging.candidates import FILL_TASK
 from annotation.models import ExportJob
 
 RUN_EXPORT = "annotation.run_export"
@@ -24,10 +25,11 @@ def run_export(job_id: int) -> str:
     return run_export_job(job).status
 
 
-@shared_task(name="annotation.fill_candidates")
+@shared_task(name=FILL_TASK)
 def fill_candidates(study_id: int) -> int:
-    """Fix the candidate panel of every item of a study ahead of the annotators (the item
-    page fills a missing one itself, but then the first annotator waits for it)."""
+    """Fix the candidate panel of every item of a study that has none, in queue order: sent
+    when the study is created, when an audit of its dataset finishes and when the web tier
+    serves an item without a panel (the web tier never computes one)."""
     from annotation.judging.candidates import fill_study_candidates
 
     return fill_study_candidates(study_id)

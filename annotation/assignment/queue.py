@@ -15,6 +15,7 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.core.cache import cache
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from annotation.assignment.rules import Candidate, Choice, choose_gold, choose_next, gold_due, nothing_to_serve
@@ -75,12 +76,15 @@ def _mine_aggregates(now) -> dict:
 def lease_state(user, now=None) -> dict:
     """Annotations for the study row a "next item" request reads anyway (``member_study``),
     so that the engine needs no query of its own for them: whether any lease of the study
-    has expired (a request with none skips the release) and the user's counts of
-    :func:`_mine_counts` (``mine_*``)."""
+    has expired (a request with none skips the release), the user's counts of
+    :func:`_mine_counts` (``mine_*``) and the study's number of gold items (``n_gold``,
+    counted on the partial index ``studyitem_gold``: a study without gold costs nothing)."""
     now = now or timezone.now()
     expired = Assignment.objects.filter(study=OuterRef("pk"), status=Assignment.Status.RESERVED, lease_expires__lte=now)
     mine = Assignment.objects.filter(study=OuterRef("pk"), annotator=user.pk).order_by().values("study")
-    state = {"has_expired": Exists(expired), "mine_user": Value(user.pk)}
+    gold = StudyItem.objects.filter(study=OuterRef("pk"), gold=True).order_by().values("study")
+    state = {"has_expired": Exists(expired), "mine_user": Value(user.pk),
+             "n_gold": Coalesce(Subquery(gold.annotate(n=Count("id")).values("n")[:1]), 0)}
     for name, agg in _mine_aggregates(now).items():
         state[f"mine_{name}"] = Subquery(mine.annotate(v=agg).values("v")[:1])
     return state
@@ -160,8 +164,18 @@ def _with_earlier(items, user):
 
 def _gold_choice(study: Study, user, mine, counts: dict) -> tuple[Choice, StudyItem | None] | None:
     """A gold item when one is due (training phase, or the study's gold rate), else None.
-    ``counts``: the annotator's served and gold counts (:func:`_mine_counts`)."""
+    ``counts``: the annotator's served and gold counts (:func:`_mine_counts`).
+
+    The gold query runs only when an unseen gold item exists: the study row's ``n_gold``
+    (:func:`lease_state`) minus the gold items the annotator holds (``counts["gold"]``; one
+    assignment per item and annotator, released ones left out of both). A study without gold
+    items therefore never runs it, and when it runs it finds an item, so "next item" never
+    pays for both the gold query and the queue's. It reads the partial index
+    ``studyitem_gold`` (gold rows only, in serving order), never scanning the study."""
     if study.gold_rate <= 0 and not study.training_items:
+        return None
+    n_gold = getattr(study, "n_gold", None)
+    if n_gold is not None and n_gold <= counts["gold"]:
         return None
     rule = gold_due(counts["served"], counts["gold"], study.gold_rate, study.training_items)
     if rule is None:

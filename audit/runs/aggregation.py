@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from retrieval.metrics import MODALITIES
@@ -314,6 +315,12 @@ def _write_finished(run: AuditRun, audit: AuditLabels, summary: dict[str, Any], 
     return True
 
 
+#: Sent (``sender=AuditRun``, ``run``) once a run is finished and committed: the annotation
+#: app fills the candidate panels still missing in its studies of that dataset (one-way
+#: imports: audit never imports annotation).
+audit_finished = Signal()
+
+
 def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | None = None) -> bool:
     """Label the run's queries once every chunk is done; returns True if this call finished it.
 
@@ -354,8 +361,11 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
     }
     if sessions is not None:
         summary["sessions"] = sessions
-    return _write_finished(run, audit, summary, _timings(run, chunks), sessions_kept if sessions is not None else None,
-                           started)
+    finished = _write_finished(run, audit, summary, _timings(run, chunks),
+                               sessions_kept if sessions is not None else None, started)
+    if finished:
+        transaction.on_commit(lambda: audit_finished.send(sender=AuditRun, run=run))
+    return finished
 
 
 def subset_scores_from_rows(

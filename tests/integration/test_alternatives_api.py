@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
+from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Draft, Judgement, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from retrieval.demo import build_demo
@@ -23,6 +24,7 @@ def served(tmp_path):
     user = get_user_model().objects.create_user("ann", password="pw")
     user.groups.add(Group.objects.get(name="annotator"))
     study, _ = create_study(StudySpec(name="alt", datasets=["demo"], overlap=1, annotators=["ann"], candidates=6))
+    fill_study_candidates(study.pk)  # a worker's task (the web tier never computes a panel)
     api = APIClient()
     api.force_authenticate(user)
     body = api.post(f"/api/studies/{study.pk}/next/").json()

@@ -15,13 +15,18 @@ import pytest
 from tests.conftest import ROOT
 
 
-def test_quick_load_run_loses_nothing():
+def _servers() -> tuple[str, str]:
+    """The PostgreSQL server (no database) and the Redis broker of the test run, or a skip."""
     db, broker = os.environ.get("DATABASE_URL", ""), os.environ.get("CELERY_BROKER_URL", "")
     if not db.startswith("postgres") or not broker.startswith("redis"):
         pytest.skip("runs against PostgreSQL and Redis: set DATABASE_URL and CELERY_BROKER_URL (CI does)")
+    return db.rsplit("/", 1)[0], broker
+
+
+def test_quick_load_run_loses_nothing():
     import psycopg
 
-    base = db.rsplit("/", 1)[0]
+    base, broker = _servers()
     databases = "SELECT datname FROM pg_database WHERE datname LIKE 'cirval_load%'"
     with psycopg.connect(base + "/postgres", autocommit=True) as conn:
         conn.execute('DROP DATABASE IF EXISTS "cirval_load" WITH (FORCE)')
@@ -44,9 +49,30 @@ def test_quick_load_run_loses_nothing():
     print(proc.stderr[-2500:])  # the per-endpoint table, for the CI log
     assert result["requests"] > 300 and result["submits"] > 100
     assert result["errors"] == 0 and result["lost_writes"] == 0 and result["duplicate_writes"] == 0
-    # The admin started the audit and the export from the web pages (an error there counts in
-    # "errors") and neither failed on the worker (on a loaded machine the idle-class worker may
-    # not have finished them when the load ends).
+    # The admin kept an audit and an export going from the web pages (an error there counts in
+    # "errors") and none failed on the worker (on a loaded machine the idle-class worker may
+    # not have finished them when the load ends); background work ran in the window.
     assert set(result["background"]) == {"audit", "export"}, result["background"]
-    assert not any(s.startswith(("not started", "failed", "not found")) for s in result["background"].values()), \
+    assert not any(("not started" in s or "failed" in s or "not found" in s) for s in result["background"].values()), \
         result["background"]
+    assert 0 < result["background_share"] <= 1 and result["n_background"] > 0
+
+
+def test_the_web_tier_never_loads_torch_during_a_load_run():
+    """No model in the web tier: a load run whose study has no candidate panels yet (gunicorn
+    + a real worker + PostgreSQL + Redis) serves the items without a panel, the worker fills
+    them (ranking on demand: torch, in the worker), and no gunicorn process ever maps torch."""
+    base, broker = _servers()
+    proc = subprocess.run(
+        [sys.executable, "bench/load.py", "--json", "--duration", "15", "--items", "1500", "--annotators", "10",
+         "--no-background", "--cold-panels", "--server-url", base, "--broker", broker.rsplit("/", 1)[0] + "/7"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(proc.stderr[-1500:])
+    assert result["errors"] == 0 and result["lost_writes"] == 0 and result["duplicate_writes"] == 0
+    assert result["served_without_panel"] > 0  # the web tier did not rank them itself
+    assert result["panels_stored"][0] > 0  # ... the worker did, when the web tier asked
+    assert result["torch_in_worker"] > 0  # the check sees torch where it is loaded
+    assert result["torch_in_web"] == []

@@ -17,8 +17,8 @@ from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 
 pytestmark = pytest.mark.django_db
 
-NEXT_MAX = 11  # session, user, study (membership, leases, counts), begin, candidates, insert, taken, commit,
-#                turns, targets, panel images
+NEXT_MAX = 11  # session, user, study (membership, leases, counts, gold count), begin, candidates or gold, insert,
+#                taken, commit, turns, targets, panel images (minus one: the resumed and fresh paths share)
 SUBMIT_MAX = 8  # session, user, begin, locked read (access, revision, token, draft), insert, quorum, status, commit
 ANSWER = {"category": "VALIDATED", "time_spent_ms": 900}
 
@@ -103,3 +103,28 @@ def test_resumed_lease_revisions_drafts_and_conflicts_keep_working(study, django
     assert intruder.post(url + "judgements/", {**ANSWER, "base_revision": -1},
                          content_type="application/json").status_code == 404
     assert intruder.post(url + "judgements/", "x=1", content_type="application/x-www-form-urlencoded").status_code == 404
+
+
+def test_a_study_without_gold_items_never_pays_for_the_gold_query(study):
+    """At a 5% gold rate gold falls due on an annotator's 20th item; in a study with no gold
+    item the request must cost no more queries after that than before (issue 30: it ran a
+    scan of every study item on each request)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    StudyItem.objects.filter(study=study).update(gold=False, gold_answer={})
+    study.gold_rate, study.training_items, study.overlap = 0.05, 0, 1
+    study.save(update_fields=["gold_rate", "training_items", "overlap"])
+    client, user = _client(study, "no-gold")
+    engine.study_sizes(study)
+    counts = []
+    for _ in range(24):
+        with CaptureQueriesContext(connection) as ctx:
+            r = client.post(f"/api/studies/{study.pk}/next/")
+        counts.append(len(ctx.captured_queries))
+        body = r.json()
+        assert body["assignment"] is not None, body
+        assert client.post(f"/api/assignments/{body['assignment']}/judgements/", ANSWER,
+                           content_type="application/json").status_code == 201
+    assert Assignment.objects.filter(annotator=user).count() == 24
+    assert max(counts[19:]) <= max(counts[1:19]) <= NEXT_MAX, counts
