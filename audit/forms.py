@@ -13,7 +13,7 @@ DEFAULT_POOL = "openclip:cirval-tiny-vit\nopenclip:cirval-tiny-vit-b"
 
 class AuditForm(forms.Form):
     dataset = forms.ModelChoiceField(Dataset.objects.all(), to_field_name="name", empty_label=None)
-    split = forms.CharField(required=False, max_length=50, help_text="Empty: the dataset's only split.")
+    split = forms.CharField(required=False, max_length=50, help_text="A split (val) or a category of one (dress/val). Empty: the dataset's only split.")
     retrievers = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), initial=DEFAULT_POOL,
         help_text="One retriever spec a line, e.g. openclip:ViT-B-32@openai or openclip:cirval-tiny-vit.",

@@ -134,6 +134,9 @@ class AuditRank(models.Model):
     order; ``None`` for one missing from the gallery). ``graded`` holds the graded-only
     targets (CIRR's soft ones): ``{"gains": [...], "mm": [...], "text": [...], "image": [...]}``;
     ``subset`` the rank within the query's subset group (CIRR's img_set) per modality.
+    ``reference_ahead`` (``{"mm": [...], "text": [...], "image": [...]}``, one boolean or
+    ``None`` per positive) lets :mod:`retrieval.protocols` give the rank a protocol that
+    keeps (or removes) the reference would give; empty for rows from before it or imported.
     Ties are pessimistic (see :mod:`retrieval.ranking`).
     """
 
@@ -151,6 +154,10 @@ class AuditRank(models.Model):
     top_mm = models.JSONField(
         default=list, blank=True,
         help_text="Image ids of the top AUDIT_CANDIDATES_N multimodal results, best first (targets and reference included).",
+    )
+    reference_ahead = models.JSONField(
+        default=dict, blank=True,
+        help_text="Per modality, per positive (the *_all order): whether the reference scored >= it (protocols that keep it).",
     )
 
     class Meta:

@@ -12,6 +12,7 @@ from retrieval.targets import rule_text
 from . import charts
 from .alternatives import before_after
 from .labels import COUNT_KEYS, SHORTCUT_FREE_NAME
+from .protocol import protocol_table, run_protocol
 from .models import AuditLabel, AuditRun
 from .runs.aggregation import subset_scores
 
@@ -269,4 +270,5 @@ def build_report(run: AuditRun) -> dict[str, Any]:
         "tie_rule": TIE_RULE,
         "target_rule": rule_text(run.dataset.format),
         "dataset_format": run.dataset.format,
+        "protocol": protocol_table(run_protocol(run)),
     }

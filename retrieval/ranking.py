@@ -22,6 +22,11 @@ the gallery size: the gallery is never sorted and the score matrix is never held
 * **Group ranks.** With ``groups[q]`` (gallery indices, e.g. CIRR's ``img_set``
   members), :attr:`RankResult.group_rank` is the best positive's rank within that group:
   ``1 + #{members other than that positive and the excluded item scoring >= it}``.
+* **Reference ahead.** With ``references[q]`` (a gallery index, typically the reference
+  image, whether or not it is excluded), :attr:`RankResult.reference_ahead` says for each
+  positive whether that item scores ``>=`` it (it is not the positive itself): the rank a
+  protocol that keeps the reference gives is the excluded rank plus this (and the one
+  that removes it, the kept rank minus this), by the same pessimistic rule.
 * **Top-K** indices come from ``torch.topk`` per gallery block, merged across blocks
   (a running top-K). Among items with exactly equal scores their order is unspecified.
   When fewer than ``top_k`` items exist the row is padded with index ``-1``, score ``-inf``.
@@ -51,6 +56,7 @@ class RankResult:
     excluded item). ``group_rank[q]``: rank within ``groups[q]`` (``None`` without groups
     or without a positive). ``extra_ranks[q][i]``: rank of ``extra[q][i]`` (targets
     ranked by the same rule that never count as positives, e.g. CIRR's soft targets).
+    ``reference_ahead[q][i]``: whether ``references[q]`` scores >= ``positives[q][i]``.
     """
 
     best_rank: list[int | None]
@@ -59,6 +65,7 @@ class RankResult:
     per_positive_ranks: list[list[int | None]] | None = None
     group_rank: list[int | None] | None = None
     extra_ranks: list[list[int | None]] | None = None
+    reference_ahead: list[list[bool]] | None = None
 
 
 def _score_dtype(queries: torch.Tensor, gallery: torch.Tensor) -> torch.dtype:
@@ -195,6 +202,14 @@ class _Block:
         has = self.is_pos.any(dim=1).cpu().tolist()
         return [int(a) + 1 if h else None for a, h in zip(above, has)]
 
+    def reference_ahead(self, gallery: torch.Tensor, refs: Sequence[int]) -> list[list[bool]]:
+        """Per positive: whether the query's reference item (``-1``: none) scores >= it."""
+        ref = torch.as_tensor(refs, dtype=torch.long).to(self.qb.device)[:, None]
+        score = _scores_of(self.qb, gallery, ref, self.width)
+        ahead = self.is_pos & (ref >= 0) & (self.pos != ref) & (score >= self.thr)
+        rows = ahead.cpu().tolist()
+        return [row[:n] for row, n in zip(rows, self.n_pos)]
+
     def top(self) -> tuple[torch.Tensor, torch.Tensor]:
         nb, pad = self.qb.shape[0], self.top_k - self.run_val.shape[1]
         val, idx = self.run_val, self.run_idx
@@ -226,6 +241,7 @@ def rank_queries(
     return_per_positive: bool = False,
     groups: Sequence[Sequence[int]] | None = None,
     extra: Sequence[Sequence[int]] | None = None,
+    references: Sequence[int | None] | None = None,
 ) -> RankResult:
     """Rank every query against the gallery in one pass over it (see the module notes).
 
@@ -234,12 +250,15 @@ def rank_queries(
     ``positives[q]`` lists the gallery indices of query ``q``'s positive targets;
     ``exclude[q]`` is a gallery index to remove for query ``q`` (or ``None``);
     ``groups[q]`` optional gallery indices for :attr:`RankResult.group_rank`;
-    ``extra[q]`` optional targets ranked for :attr:`RankResult.extra_ranks` only.
+    ``extra[q]`` optional targets ranked for :attr:`RankResult.extra_ranks` only;
+    ``references[q]`` optional gallery index for :attr:`RankResult.reference_ahead`.
     Peak memory: ``query_chunk_size x chunk_size`` scores plus ``top_k`` per query.
     """
     n_q, n_g = _validate(queries, gallery, positives, exclude, top_k)
     _check_indices(groups, n_q, n_g, "groups")
     _check_indices(extra, n_q, n_g, "extra")
+    if references is not None:
+        _check_indices([[] if r is None else [r] for r in references], n_q, n_g, "references")
     extra = extra if extra is not None else [[] for _ in range(n_q)]
     if chunk_size < 1 or query_chunk_size < 1:
         raise ValueError("chunk sizes must be >= 1")
@@ -249,6 +268,7 @@ def rank_queries(
     per: list[list[int | None]] = []
     extra_ranks: list[list[int | None]] = []
     group_rank: list[int | None] | None = [] if groups is not None else None
+    ahead: list[list[bool]] | None = [] if references is not None else None
     vals: list[torch.Tensor] = []
     idxs: list[torch.Tensor] = []
     for qs in range(0, n_q, query_chunk_size):
@@ -265,9 +285,11 @@ def rank_queries(
         extra_ranks.extend(e)
         if group_rank is not None:
             group_rank.extend(block.group_ranks(gallery, groups[qs:qe]))
+        if ahead is not None:
+            ahead.extend(block.reference_ahead(gallery, [-1 if r is None else int(r) for r in references[qs:qe]]))
         val, idx = block.top()
         vals.append(val)
         idxs.append(idx)
     topk = torch.cat(idxs) if idxs else torch.empty((0, int(top_k)), dtype=torch.long)
     topk_scores = torch.cat(vals) if vals else torch.empty((0, int(top_k)), dtype=dtype)
-    return RankResult(best, topk, topk_scores, per if return_per_positive else None, group_rank, extra_ranks)
+    return RankResult(best, topk, topk_scores, per if return_per_positive else None, group_rank, extra_ranks, ahead)

@@ -159,3 +159,52 @@ def clip4cir_fiq_text(pair: Sequence[str]) -> str:
     ' and ' (written out for exactly two captions, as the script indexes them)."""
     first, second = pair[0], pair[1]
     return first.strip(".?, ").capitalize() + " and " + second.strip(".?, ")
+
+
+# ----------------------------------------------------------------- benchmark evaluation code
+# Re-implementations of the community's evaluation logic (written here from reading it, not
+# copied): they rank by a full argsort of the score matrix and then score the ranked names the
+# way each repository does, for :mod:`retrieval.protocols`.
+
+def ranked_names(scores: np.ndarray, names: Sequence) -> np.ndarray:
+    """Every query's gallery names, best score first (a full argsort per row, as CLIP4Cir's
+    ``torch.argsort`` of the distances)."""
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return np.asarray(names, dtype=object)[order]
+
+
+def clip4cir_cirr(scores: np.ndarray, names: Sequence, references: Sequence, targets: Sequence,
+                  members: Sequence[Sequence]) -> dict[str, float]:
+    """CLIP4Cir's CIRR validation: the reference is dropped from each ranked list, R@K counts
+    ``target_hard``, Recall_subset@K ranks within the ``img_set`` members; percent."""
+    ranked = ranked_names(scores, names)
+    rows = [row[row != ref] for row, ref in zip(ranked, references)]
+    labels = np.array([row == t for row, t in zip(rows, targets)])
+    out = {f"R@{k}": float(labels[:, :k].sum() / len(rows) * 100) for k in (1, 5, 10, 50)}
+    group = [row[np.isin(row, list(m))] == t for row, m, t in zip(rows, members, targets)]
+    for k in (1, 2, 3):
+        out[f"Recall_subset@{k}"] = float(sum(g[:k].sum() for g in group) / len(rows) * 100)
+    return out
+
+
+def clip4cir_fiq(scores: np.ndarray, names: Sequence, targets: Sequence) -> dict[str, float]:
+    """CLIP4Cir's FashionIQ validation of one category (its gallery only; the reference
+    stays in the list); percent."""
+    ranked = ranked_names(scores, names)
+    labels = np.array([row == t for row, t in zip(ranked, targets)])
+    return {f"R@{k}": float(labels[:, :k].sum() / len(ranked) * 100) for k in (10, 50)}
+
+
+def circo_evaluation(predictions: dict, annotations: Sequence[dict]) -> dict[str, float]:
+    """:func:`circo_official_scores` as percent figures named like :mod:`retrieval.protocols`'
+    (``mAP@K``, ``R@K``); ``annotations`` in query id order (ids are positions, as the script reads them)."""
+    scores = circo_official_scores(list(annotations), predictions)
+    out = {f"mAP@{k}": 100 * v for k, v in scores["map"].items()}
+    out.update({f"R@{k}": 100 * v for k, v in scores["recall"].items()})
+    return out
+
+
+def searle_circo_predictions(scores: np.ndarray, names: Sequence, query_ids: Sequence) -> dict[str, list]:
+    """SEARLE's CIRCO predictions: the top 50 of the whole gallery, reference kept."""
+    ranked = ranked_names(scores, names)
+    return {str(q): [int(x) for x in row[:50]] for q, row in zip(query_ids, ranked)}

@@ -53,15 +53,17 @@ def _compute(items: Sequence[StudyItem], size: int) -> dict[int, tuple[list[int]
     """item id -> (candidate ids, source) for items that have no panel yet."""
     from audit.runs.ondemand import retrieve_top_lists
     from audit.runs.panels import batch_exclusions, candidate_panel, gallery_ids, latest_pool_rankings
+    from retrieval.galleries import query_gallery_keys
 
     qids = [i.query_id for i in items]
     queries = {q.pk: q for q in Query.objects.filter(pk__in=qids).select_related("dataset")}
     excluded = batch_exclusions(qids)
     ranked = latest_pool_rankings(qids)
-    galleries: dict[tuple[int, str], list[int]] = {}
+    galleries: dict[tuple[int, str | None], list[int]] = {}
+    searched = query_gallery_keys(qids)
 
     def panel(query: Query, lists: list[list[int]]):
-        key = (query.dataset_id, query.split)
+        key = (query.dataset_id, searched.get(query.pk))  # the gallery it searches (retrieval.galleries)
         if key not in galleries:  # read once per batch (padding needs it)
             galleries[key] = gallery_ids(query)
         return candidate_panel(query, lists, size, galleries[key], excluded[query.pk])

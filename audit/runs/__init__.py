@@ -54,7 +54,9 @@ worker's periodic sweep, in the coordinator's re-check, in ``run_audit --wait``,
 ``manage.py resume_audits`` and when a worker starts (Celery's ``worker_ready`` signal),
 which also takes over coordination.
 
-Gallery: the split's :class:`~retrieval.models.GalleryEntry` images in their
-ordinal order, or every image of the dataset when the split has no gallery entries.
-Images without a file (``missing`` at import, or unreadable now) are left out.
+Gallery: every query searches the gallery :mod:`retrieval.galleries` gives it (its
+split's, or its category's for FashionIQ and Multi-turn FashionIQ, or every image of the
+dataset when there is none); the run encodes the union of its queries' galleries and ranks
+each query against its own. Images without a file (``missing`` at import, or unreadable
+now) are left out.
 """

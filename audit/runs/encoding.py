@@ -301,7 +301,8 @@ class ThreeRanks:
     order given. ``extra[field][q]``: ranks of the graded-only targets (CIRR's soft
     ones). ``group[field][q]``: rank within the query's group (CIRR's ``img_set``) or
     ``None``. ``top_mm[q]``: the multimodal top list (gallery rows, best first; targets
-    and the reference included).
+    and the reference included). ``ahead[field][q][i]``: whether the reference scores >=
+    positive ``i`` (protocols that keep the reference add it to the rank).
     """
 
     mm: list[int | None]
@@ -312,6 +313,7 @@ class ThreeRanks:
     all: dict[str, list[list[int | None]]] = field(default_factory=dict)
     extra: dict[str, list[list[int | None]]] = field(default_factory=dict)
     group: dict[str, list[int | None]] = field(default_factory=dict)
+    ahead: dict[str, list[list[bool]]] = field(default_factory=dict)
 
 
 def rank_three(
@@ -324,12 +326,15 @@ def rank_three(
     panel_k: int = 64,
     extra: Sequence[Sequence[int]] | None = None,
     groups: Sequence[Sequence[int]] | None = None,
+    references: Sequence[int | None] | None = None,
 ) -> ThreeRanks:
     """Rank the multimodal, text-only and image-only queries of one batch of queries.
 
     ``positives[q]``/``exclude[q]``/``extra[q]``/``groups[q]`` are gallery row indices
     (see :func:`retrieval.ranking.rank_queries`). Only the multimodal query keeps a top
-    list (``panel_k`` gallery rows, best first, padding dropped).
+    list (``panel_k`` gallery rows, best first, padding dropped). ``references[q]``: the
+    reference's gallery row, for :attr:`ThreeRanks.ahead` (see ``reference_ahead`` of
+    :func:`retrieval.ranking.rank_queries`).
     """
     started = time.perf_counter()
     device = gallery.device
@@ -340,7 +345,7 @@ def rank_three(
     }
     results = {
         name: rank_queries(q, gallery, positives, exclude, top_k=panel_k if name == "mm" else 0,
-                           return_per_positive=True, groups=groups, extra=extra)
+                           return_per_positive=True, groups=groups, extra=extra, references=references)
         for name, q in queries.items()
     }
     top = [[i for i in row if i >= 0] for row in results["mm"].topk.tolist()]  # tolist() gives ints
@@ -350,6 +355,7 @@ def rank_three(
         all={n: r.per_positive_ranks or [] for n, r in results.items()},
         extra={n: r.extra_ranks or [] for n, r in results.items()},
         group={n: r.group_rank or [None] * len(positives) for n, r in results.items()},
+        ahead={n: r.reference_ahead or [[] for _ in positives] for n, r in results.items()},
     )
 
 

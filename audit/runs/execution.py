@@ -15,6 +15,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from retrieval.evaltargets import QueryTargets, evaluation_targets
+from retrieval.galleries import gallery_image_ids, query_gallery_keys
 from retrieval.imagefiles import PathEscapeError, UnderRoot, resolve_under
 from retrieval.models import Image, Turn
 
@@ -342,31 +343,93 @@ def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTarg
         "graded": graded if t.extras else {},
         "subset": {f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
         "top_mm": [g_ids[j] for j in ranks.top_mm[n]],
+        "reference_ahead": {f: _expand(t.positives, index_of, ranks.ahead[f][n]) for f in RANK_FIELDS},
     }
+
+
+def _searched_groups(run: AuditRun, query_ids: Sequence[int], ctx: tuple) -> list[tuple[list[int], tuple]]:
+    """The queries grouped by the gallery they search (:mod:`retrieval.galleries`), each with
+    ``ctx`` (:func:`_chunk_gallery`) cut to that gallery's rows: a FashionIQ dress query
+    ranks against dress's gallery only. One group over the whole gallery when the run's
+    queries all search one gallery (the plan's ``galleries``)."""
+    galleries = ((run.summary or {}).get("plan") or {}).get("gallery", {}).get("galleries") or {}
+    if len(galleries) <= 1 or not query_ids:
+        return [(list(query_ids), ctx)]
+    keys = query_gallery_keys(query_ids)
+    by_key: dict[str | None, list[int]] = defaultdict(list)
+    for q in query_ids:
+        by_key[keys.get(q)].append(q)
+    return [(members, _cut_gallery(run, key, ctx)) for key, members in by_key.items()]
+
+
+_searched_memo: dict[tuple[int, str, str | None], frozenset[int]] = {}
+
+
+def _cut_gallery(run: AuditRun, key: str | None, ctx: tuple) -> tuple:
+    """``ctx`` with its gallery matrix, ids and row index cut to the images of gallery ``key``."""
+    import torch
+
+    memo_key = (run.pk, run.created_at.isoformat() if run.created_at else "", key)
+    if memo_key not in _searched_memo:
+        while len(_searched_memo) >= 16:
+            _searched_memo.pop(next(iter(_searched_memo)))
+        _searched_memo[memo_key] = frozenset(gallery_image_ids(run.dataset_id, key))
+    wanted = _searched_memo[memo_key]
+    g_ids = ctx[4]
+    rows = [n for n, image_id in enumerate(g_ids) if image_id in wanted]
+    if len(rows) == len(g_ids):
+        return ctx
+    sub_ids = [g_ids[n] for n in rows]
+    gallery = ctx[3][torch.as_tensor(rows, dtype=torch.long)]
+    return (*ctx[:3], gallery, sub_ids, {image_id: n for n, image_id in enumerate(sub_ids)}, *ctx[6:])
+
+
+def _rank_searched(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], rows_of: list[int]
+                   ) -> tuple[list[dict[str, Any]], int, float]:
+    """Rank rows of the queries at positions ``rows_of`` of ``inp['kept']`` against the
+    gallery of ``ctx``; the count of those without a positive in it; seconds."""
+    from .encoding import rank_three
+
+    retriever, gallery, g_ids, index_of = ctx[0], ctx[3], ctx[4], ctx[5]
+    kept = [inp["kept"][n] for n in rows_of]
+    empty = QueryTargets()
+    tq = [inp["targets"].get(q, empty) for q in kept]
+    positives = [_rows(t.positives, index_of) for t in tq]
+    references = [index_of.get(inp["turns"][q]["reference_image_id"]) for q in kept]
+    exclude = references if run.exclude_reference else [None] * len(kept)
+    no_positive = sum(1 for pos, ex in zip(positives, exclude) if not [p for p in pos if p != ex])
+    groups = [_rows(t.group, index_of) for t in tq] if any(t.group for t in tq) else None
+    at = torch_rows(rows_of)
+    ranks = rank_three(retriever, inp["img"].matrix[at], inp["txt"].matrix[at], gallery, positives, exclude,
+                       panel_k=candidates_n(), extra=[_rows(t.extras, index_of) for t in tq], groups=groups,
+                       references=references)
+    rank_rows = [_rank_row(run, spec, q, n, ranks, tq[n], index_of, g_ids) for n, q in enumerate(kept)]
+    return rank_rows, no_positive, ranks.seconds
+
+
+def torch_rows(rows: Sequence[int]) -> Any:
+    import torch
+
+    return torch.as_tensor(list(rows), dtype=torch.long)
 
 
 def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None,
                       read: QueryRead | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from .encoding import rank_three
-
     ctx = _chunk_gallery(run, chunk, beat)
-    retriever, _cache_, _px, gallery, g_ids, index_of, g_enc, build_s, gallery_s = ctx
+    g_ids, g_enc, build_s, gallery_s = ctx[4], ctx[6], ctx[7], ctx[8]
     inp = _query_inputs(run, chunk, ctx, beat, read)
-    kept, targets, img, txt = inp["kept"], inp["targets"], inp["img"], inp["txt"]
-    empty = QueryTargets()
-    tq = [targets.get(q, empty) for q in kept]
-    positives = [_rows(t.positives, index_of) for t in tq]
-    exclude = [
-        index_of.get(inp["turns"][q]["reference_image_id"]) if run.exclude_reference else None for q in kept
-    ]
-    no_positive = sum(1 for pos, ex in zip(positives, exclude) if not [p for p in pos if p != ex])
-    groups = [_rows(t.group, index_of) for t in tq] if any(t.group for t in tq) else None
-    ranks = rank_three(retriever, img.matrix, txt.matrix, gallery, positives, exclude, panel_k=candidates_n(),
-                       extra=[_rows(t.extras, index_of) for t in tq], groups=groups)
-    rank_rows = [_rank_row(run, chunk.retriever, q, n, ranks, tq[n], index_of, g_ids) for n, q in enumerate(kept)]
+    kept, img, txt = inp["kept"], inp["img"], inp["txt"]
+    position = {q: n for n, q in enumerate(kept)}
+    rank_rows: list[dict[str, Any]] = []
+    no_positive, rank_s = 0, 0.0
+    for members, sub in _searched_groups(run, kept, ctx):
+        rows, missing, seconds = _rank_searched(run, chunk.retriever, sub, inp, [position[q] for q in members])
+        rank_rows.extend(rows)
+        no_positive += missing
+        rank_s += seconds
     stats = {
         "seconds": {"build": build_s, "gallery": gallery_s, "encode_images": img.seconds,
-                    "encode_texts": txt.seconds, "rank": ranks.seconds},
+                    "encode_texts": txt.seconds, "rank": rank_s},
         "cache": {
             "query_image_hits": img.hits, "query_image_encoded": img.encoded,
             "text_hits": txt.hits, "text_encoded": txt.encoded,
@@ -408,13 +471,27 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
 
 
 def _rank_sessions_of(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any]) -> tuple[list[AuditSessionRank], int, float]:
-    """Session rank rows (every strategy x modality), sessions without a positive in the gallery, seconds."""
+    """Session rank rows (every strategy x modality), sessions without a positive in the
+    gallery, seconds; each session against the gallery it searches (:func:`_searched_groups`)."""
+    rows: list[AuditSessionRank] = []
+    no_positive, seconds = 0, 0.0
+    for members, sub in _searched_groups(run, inp["kept"], ctx):
+        part, missing, s = _rank_sessions_in(run, spec, sub, inp, members)
+        rows.extend(part)
+        no_positive += missing
+        seconds += s
+    return rows, no_positive, seconds
+
+
+def _rank_sessions_in(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], kept: list[int]
+                      ) -> tuple[list[AuditSessionRank], int, float]:
+    """:func:`_rank_sessions_of` for the sessions ``kept`` against the gallery of ``ctx``."""
     from retrieval.sessions import DEFAULT_ALPHA
 
     from .encoding import rank_sessions
 
     retriever, gallery, index_of = ctx[0], ctx[3], ctx[5]
-    kept, turns, texts = inp["kept"], inp["turns"], inp["texts"]
+    turns, texts = inp["turns"], inp["texts"]
     if not kept:
         return [], 0, 0.0
     image_emb = inp["img"].matrix[[inp["image_row"][t["reference_image__sha256"]] for q in kept for t in turns[q]]]

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
+from retrieval.galleries import query_gallery, query_gallery_keys
 from retrieval.models import Image, Query, Turn
 
 from ..models import AuditRun
 from .execution import _cache, _image_files, _image_path, _retriever
-from .panels import gallery_ids
+
 
 def candidate_retriever(dataset_id: int) -> str:
     """The spec that ranks a dataset's queries on demand: the first in-process retriever of the
@@ -66,7 +67,7 @@ def _rank_group(group: Sequence[Query], depth: int, spec: str | None) -> dict[in
     dataset = group[0].dataset
     retriever = _retriever(spec or candidate_retriever(dataset.pk))
     cache = _cache(retriever)
-    gallery, g_ids = _encode_gallery(retriever, cache, gallery_ids(group[0]), dataset.images_root)
+    gallery, g_ids = _encode_gallery(retriever, cache, query_gallery(group[0]), dataset.images_root)
     usable, keys, rel, texts, ref_ids = _query_inputs(group)
     if not g_ids or not usable:
         return {}
@@ -85,9 +86,10 @@ def _rank_group(group: Sequence[Query], depth: int, spec: str | None) -> dict[in
 def retrieve_top_lists(queries: Sequence[Query], depth: int, spec: str | None = None) -> dict[int, list[int]]:
     """query id -> the retriever's multimodal top ``depth`` gallery image ids (best first,
     the reference left out). Queries whose reference or text is missing get no entry."""
-    by_gallery: dict[tuple[int, str], list[Query]] = defaultdict(list)
-    for q in queries:
-        by_gallery[(q.dataset_id, q.split)].append(q)
+    keys = query_gallery_keys([q.pk for q in queries])
+    by_gallery: dict[tuple[int, str | None], list[Query]] = defaultdict(list)
+    for q in queries:  # each query ranks against the gallery it searches (retrieval.galleries)
+        by_gallery[(q.dataset_id, keys.get(q.pk))].append(q)
     out: dict[int, list[int]] = {}
     for group in by_gallery.values():
         out.update(_rank_group(group, depth, spec))

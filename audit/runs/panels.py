@@ -3,7 +3,8 @@ the annotation app."""
 from __future__ import annotations
 
 from retrieval.fusion import Candidates, candidate_list, seeded_padding
-from retrieval.models import GalleryEntry, Image, Query, Target, Turn
+from retrieval.galleries import query_gallery
+from retrieval.models import Query, Target, Turn
 
 from ..models import AuditRank, AuditRun, AuditSessionRank
 from .base import SESSION_FILTER_BASIS
@@ -55,12 +56,8 @@ def panel_exclusions(query: Query | int) -> set[int]:
 
 
 def gallery_ids(query: Query) -> list[int]:
-    """The query's retrieval gallery: its split's gallery entries, else the dataset's readable images."""
-    entries = GalleryEntry.objects.filter(dataset_id=query.dataset_id, split=query.split)
-    if query.split and entries.exists():
-        return list(entries.order_by("image_id").values_list("image_id", flat=True))
-    return list(Image.objects.filter(dataset_id=query.dataset_id, missing=False).order_by("id")
-                .values_list("id", flat=True))
+    """The query's retrieval gallery by image id: :func:`retrieval.galleries.query_gallery`."""
+    return query_gallery(query)
 
 
 def candidate_panel(query: Query, rankings: list[list[int]], size: int, gallery: list[int] | None = None,

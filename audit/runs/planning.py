@@ -12,12 +12,18 @@ from django.utils import timezone
 
 from retrieval.captions import CAPTION_JOINS, DEFAULT_JOIN
 from retrieval.evaltargets import dataset_format, facts_by_query, positive_image_ids
+from retrieval.galleries import (
+    ScopeError,
+    gallery_image_ids,
+    parse_scope,
+    query_gallery_keys,
+    scope_text,
+    split_of_scope,
+)
 from retrieval.specs import parse_retriever_spec
 from retrieval.targets import TargetFacts
 from retrieval.models import (
     Dataset,
-    GalleryEntry,
-    Image,
     Query,
     Turn,
     turn_text,
@@ -32,17 +38,24 @@ def query_splits(dataset: Dataset) -> list[str]:
 
 
 def resolve_split(dataset: Dataset, split: str | None) -> str:
-    """The split to audit: the one given, or the dataset's only split."""
+    """The scope to audit (stored as ``AuditRun.split``): the split given, a category of it
+    (``dress/val``) or a category of the only split (``dress``), else the dataset's only split
+    (:func:`retrieval.galleries.parse_scope`)."""
     splits = query_splits(dataset)
     if not splits:
         raise AuditError(f"dataset {dataset.name!r} has no queries")
-    if split:
-        if split not in splits:
-            raise AuditError(f"dataset {dataset.name!r} has no split {split!r} (splits: {', '.join(splits)})")
-        return split
-    if len(splits) > 1:
-        raise AuditError(f"dataset {dataset.name!r} has several splits ({', '.join(splits)}); choose one")
-    return splits[0]
+    categories = set(Query.objects.filter(dataset=dataset).order_by().values_list("category", flat=True).distinct())
+    try:
+        return scope_text(*parse_scope(split, splits, categories - {""}))
+    except ScopeError as exc:
+        raise AuditError(f"dataset {dataset.name!r}: {exc}") from None
+
+
+def scope_queries(run: AuditRun) -> Any:
+    """The queries of the run's scope (its split, and its category when it names one)."""
+    split, category = split_of_scope(run.split)
+    qs = Query.objects.filter(dataset_id=run.dataset_id, split=split)
+    return qs.filter(category=category) if category else qs
 
 
 def normalise_retrievers(specs: Iterable[str]) -> list[str]:
@@ -161,7 +174,7 @@ def single_turn_inputs(
     chunk checks eligibility again (files can vanish between plan and run) and goes on
     with the same rows.
     """
-    qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split, n_turns__lte=1)
+    qs = scope_queries(run).filter(n_turns__lte=1)
     if query_ids is not None:
         qs = qs.filter(pk__in=list(query_ids))
     ids = list(qs.order_by("ordinal", "id").values_list("id", flat=True))
@@ -210,7 +223,7 @@ def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
     reference image with a file and a non-empty text, and it has a positive target.
     ``fmt``: the dataset's format when the caller has it (else it is read).
     """
-    qs = Query.objects.filter(dataset_id=run.dataset_id, split=run.split, n_turns__gt=1)
+    qs = scope_queries(run).filter(n_turns__gt=1)
     if query_ids is not None:
         qs = qs.filter(pk__in=list(query_ids))
     queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
@@ -240,27 +253,19 @@ def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
 
 
 def _gallery_rows(run: AuditRun) -> tuple[list[int], dict[str, Any]]:
-    """Gallery image ids in order, and a description of where they came from."""
-    entries = GalleryEntry.objects.filter(dataset_id=run.dataset_id, split=run.split)
-    rows = list(entries.order_by("ordinal", "image_id").values_list("image_id", "image__missing", "image__sha256", "image__path"))
-    source = "split gallery"
-    if not rows:
-        rows = list(
-            Image.objects.filter(dataset_id=run.dataset_id).order_by("id").values_list("id", "missing", "sha256", "path")
-        )
-        source = "all dataset images (the split has no gallery)"
-    seen: set[int] = set()
-    ids: list[int] = []
-    left_out = 0
-    for image_id, missing, sha, path in rows:
-        if image_id in seen:
-            continue
-        seen.add(image_id)
-        if missing or not sha or not path:
-            left_out += 1
-            continue
-        ids.append(image_id)
-    return ids, {"source": source, "images": len(ids), "missing_left_out": left_out}
+    """Gallery image ids in order (the union of the galleries the run's queries search, by
+    :func:`retrieval.galleries.query_gallery_keys`), and a description of where they came from:
+    ``galleries`` maps each key searched (``"*"``: every image of the dataset) to its readable
+    images."""
+    keys = sorted(set(query_gallery_keys(scope_queries(run).values("pk")).values()), key=lambda k: (k is None, k or ""))
+    per_key = {key: gallery_image_ids(run.dataset_id, key, readable=True) for key in keys}
+    listed = sum(len(gallery_image_ids(run.dataset_id, key)) for key in keys)
+    ids = list(dict.fromkeys(i for part in per_key.values() for i in part))
+    source = ("split gallery" if keys and None not in keys else "all dataset images (the split has no gallery)"
+              if keys == [None] else "per-query galleries")
+    galleries = {("*" if key is None else key): len(part) for key, part in per_key.items()}
+    return ids, {"source": source, "images": len(ids), "missing_left_out": listed - sum(galleries.values()),
+                 "galleries": galleries}
 
 
 def _examples(skipped: dict[Any, str], n: int = 10) -> dict[str, list[int]]:

@@ -1,8 +1,9 @@
 """python manage.py audit_report (--run ID | --dataset NAME): a finished audit's labels and figures.
 
-The JSON (``--format json``) has exactly the shape of ``audit_labels --format json``
-(:func:`audit.labels.audit_json`), computed from the run's stored ranks; queries are
-named by their external ids. With ``--dataset`` the newest finished run of that dataset
+The JSON (``--format json``) has the shape of ``audit_labels --format json``
+(:func:`audit.labels.audit_json`), computed from the run's stored ranks, plus a ``protocol``
+key: the benchmark's own figures (:func:`audit.protocol.run_protocol`; ``null`` for a format
+without a published protocol); queries are named by their external ids. With ``--dataset`` the newest finished run of that dataset
 is reported.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.labels import COUNT_KEYS, audit_json
 from audit.models import AuditRun
+from audit.protocol import run_protocol
 from audit.runs.aggregation import stored_labels
 
 
@@ -43,7 +45,7 @@ class Command(BaseCommand):
         run = finished_run(opts["run"], opts["dataset"])
         audit = stored_labels(run)
         if opts["format"] == "json":
-            self.stdout.write(json.dumps(audit_json(audit), indent=2))
+            self.stdout.write(json.dumps({**audit_json(audit), "protocol": run_protocol(run)}, indent=2))
             return
         self.stdout.write(f"audit {run.pk} of {run.dataset.name}: {len(audit.queries)} queries, "
                           f"{len(audit.retrievers)} retrievers, K={audit.k}")

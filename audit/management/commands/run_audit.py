@@ -39,7 +39,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dataset", required=True)
-        parser.add_argument("--split", default="", help="Default: the dataset's only split.")
+        parser.add_argument("--split", default="", help="A split (val), a category of one (dress/val) or a category of the only split "
+                                 "(dress). Default: the dataset's only split.")
         parser.add_argument("--retriever", action="append", required=True, dest="retrievers",
                             help="Retriever spec, e.g. openclip:cirval-tiny-vit (repeat for a pool).")
         parser.add_argument("--k", type=int, default=10)

@@ -1,0 +1,105 @@
+"""An audit's figures as the benchmark's own protocol computes them (thin; the maths is
+:mod:`retrieval.protocols`).
+
+Read from the run's stored rank rows: one table per benchmark, a row per retriever and
+modality, at every standard cut-off whatever the audit's K; the reference handled as the
+benchmark's code handles it (``reference_ahead`` of each rank row). Warnings say when the
+figures cannot be put next to a paper's: CIRCO ranked on fewer images than its 123,403-image
+COCO gallery, queries of the split that were not ranked, ranks stored without the
+reference's position.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from retrieval.evaltargets import facts_by_query
+from retrieval.protocols import QueryRanks, protocol_for, protocol_report
+from retrieval.targets import positive_targets
+
+from .models import AuditRank, AuditRun
+from .rankfiles import RANK_KEYS
+from .runs.base import plain_rows
+
+#: The size of CIRCO's gallery (COCO 2017 unlabeled), that its published figures rank against.
+CIRCO_GALLERY = 123_403
+
+
+def _primary_index(fmt: str, facts: list[Any]) -> int | None:
+    """Position of the primary target among the query's positives (CIRCO's ``target_img_id``)."""
+    for n, target in enumerate(positive_targets(fmt, facts)):
+        if target.is_primary:
+            return n
+    return None
+
+
+def _warnings(run: AuditRun, fmt: str, n_ranked: int) -> list[str]:
+    out: list[str] = []
+    plan = (run.summary or {}).get("plan") or {}
+    gallery = (plan.get("gallery") or {}).get("images")
+    if fmt == "circo" and gallery is not None and gallery < CIRCO_GALLERY:
+        out.append(f"ranked against {gallery:,} images, not CIRCO's {CIRCO_GALLERY:,}-image COCO unlabeled2017 "
+                   f"gallery: not comparable with published CIRCO figures (import it with import_gallery)")
+    in_split = plan.get("queries_in_split")
+    if in_split and n_ranked < in_split:
+        out.append(f"{in_split - n_ranked} of the scope's {in_split} queries were not ranked "
+                   f"(see the skipped queries); the figures cover {n_ranked}")
+    return out
+
+
+def run_protocol(run: AuditRun) -> dict[str, Any] | None:
+    """The protocol report of a run as JSON (:meth:`retrieval.protocols.ProtocolReport.as_json`
+    plus ``queries``), or ``None`` when its dataset format has no published protocol."""
+    fmt = run.dataset.format
+    protocol = protocol_for(fmt)
+    if protocol is None:
+        return None
+    fields = ("query_id", "retriever", "mm_all", "text_all", "image_all", "subset", "reference_ahead",
+              "query__category")
+    rows = plain_rows(AuditRank.objects.filter(run=run).order_by("query__ordinal", "query_id"), fields,
+                      json_at=(2, 3, 4, 5, 6))
+    query_ids = sorted({r[0] for r in rows})
+    facts = facts_by_query(query_ids) if protocol.recall_of_primary else {}
+    per_row: dict[tuple[str, str], list[QueryRanks]] = defaultdict(list)
+    order = {name: n for n, name in enumerate(run.retrievers)}
+    for qid, retriever, mm_all, text_all, image_all, subset, ahead, category in rows:
+        every = {"mm": mm_all or [], "text": text_all or [], "image": image_all or []}
+        primary = _primary_index(fmt, facts.get(qid, [])) if protocol.recall_of_primary else 0
+        for modality, field in RANK_KEYS.items():
+            per_row[(retriever, modality)].append(QueryRanks(
+                every[field], (ahead or {}).get(field) or (), primary, (subset or {}).get(field), category or ""))
+    ordered = dict(sorted(per_row.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][0],
+                                                          list(RANK_KEYS).index(kv[0][1]))))
+    report = protocol_report(protocol, ordered, audited_removed=run.exclude_reference)
+    report.warnings.extend(_warnings(run, fmt, len(query_ids)))
+    return {**report.as_json(), "queries": len(query_ids)}
+
+
+def _columns(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(header, key path) of a protocol table: per category first (FashionIQ), then the rest."""
+    first = data["rows"][0] if data["rows"] else {}
+    cols: list[tuple[str, str]] = []
+    for cat, values in (first.get("categories") or {}).items():
+        cols += [(f"{cat} {k}", f"{cat}|{k}") for k in values if k != "queries"]
+    prefix = "mean " if first.get("categories") else ""
+    cols += [(f"{prefix}{k}" if k.startswith("R@") else k, k) for k in first
+             if k not in ("retriever", "modality", "queries", "categories")]
+    return cols
+
+
+def protocol_table(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The protocol report as the audit page shows it: percent, one row per retriever and
+    modality, as the papers print their tables."""
+    if not data:
+        return None
+    cols = _columns(data)
+    rows = []
+    for row in data["rows"]:
+        cells = []
+        for _, key in cols:
+            cat, _, name = key.rpartition("|")
+            value = (row.get("categories") or {}).get(cat, {}).get(name) if cat else row.get(name)
+            cells.append(None if value is None else 100 * value)
+        rows.append({"retriever": row["retriever"], "modality": row["modality"], "cells": cells})
+    return {**{k: data[k] for k in ("benchmark", "reference", "source", "warnings", "queries")},
+            "columns": [header for header, _ in cols], "rows": rows}

@@ -1,0 +1,121 @@
+"""Which images a query searches: THE gallery rule (one function for every caller).
+
+Each benchmark defines its own search space, and the importers store it as gallery entries
+under a *gallery key* (``GalleryEntry.split``):
+
+* CIRR, LaSCo, M-BEIR, CIRCO (once its COCO gallery is imported): the split, e.g. ``val``;
+* FashionIQ and Multi-turn FashionIQ: one gallery per category, ``"<category>/<split>"``
+  (``dress/val`` holds dress's 3,817 val images, not the 15,415 of the three categories),
+  which is CLIP4Cir's protocol (``split.<category>.<split>.json``).
+
+:func:`search_key` is the rule: a query searches the gallery its importer named
+(``Query.extra['gallery']``), else ``"<category>/<split>"``, else its split, the first of
+these that holds entries; when none does, it searches every image of its dataset (the key
+is then ``None``). The audit's planning and ranking, the on-demand ranking of the candidate
+panels, the panels' padding and the session scoring all call :func:`query_gallery_keys` and
+:func:`gallery_image_ids`; nothing else decides it.
+
+Audit *scopes* (``run_audit --split``) use the same keys: ``val`` (every category of the
+split), ``dress/val`` (one category of it) or ``dress`` (one category, of the dataset's only
+split): :func:`parse_scope`.
+"""
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from .models import GalleryEntry, Image, Query
+
+#: The key of "every image of the dataset" (the query's split and category have no gallery).
+ALL_IMAGES = None
+
+
+def search_key(split: str, category: str = "", named: str | None = None,
+               keys: Collection[str] = ()) -> str | None:
+    """The gallery key a query of ``split``/``category`` searches, given the dataset's stored
+    gallery ``keys`` and the key its importer ``named`` (pure: the rule itself)."""
+    for key in (named, f"{category}/{split}" if category and split else None, split or None):
+        if key and key in keys:
+            return key
+    return ALL_IMAGES
+
+
+def gallery_keys(dataset_id: int) -> set[str]:
+    """The gallery keys the dataset has entries for."""
+    return set(GalleryEntry.objects.filter(dataset_id=dataset_id).order_by().values_list("split", flat=True).distinct())
+
+
+def query_gallery_keys(query_ids: Iterable[int] | Any, dataset_id: int | None = None) -> dict[int, str | None]:
+    """Query id -> :func:`search_key` of each query (``None``: every image of its dataset)."""
+    rows = list(Query.objects.filter(pk__in=query_ids).values_list("pk", "dataset_id", "split", "category", "extra"))
+    keys_of: dict[int, set[str]] = {}
+    out: dict[int, str | None] = {}
+    for qid, ds, split, category, extra in rows:
+        if ds not in keys_of:
+            keys_of[ds] = gallery_keys(ds)
+        out[qid] = search_key(split, category, (extra or {}).get("gallery"), keys_of[ds])
+    return out
+
+
+def gallery_image_ids(dataset_id: int, key: str | None, order: str = "ordinal", readable: bool = False) -> list[int]:
+    """The image ids of gallery ``key`` (every image of the dataset for ``None``), in gallery
+    order (``order="id"``: by image id), each once; ``readable``: only images with a file
+    (not missing, with a path and a sha256), the ones an audit can encode."""
+    if key is ALL_IMAGES:
+        images = Image.objects.filter(dataset_id=dataset_id)
+        if readable:
+            images = images.filter(missing=False).exclude(sha256="").exclude(path="")
+        return list(images.order_by("id").values_list("id", flat=True))
+    entries = GalleryEntry.objects.filter(dataset_id=dataset_id, split=key)
+    if readable:
+        entries = entries.filter(image__missing=False).exclude(image__sha256="").exclude(image__path="")
+    ordering = ("image_id",) if order == "id" else ("ordinal", "image_id")
+    return list(dict.fromkeys(entries.order_by(*ordering).values_list("image_id", flat=True)))
+
+
+def query_gallery(query: Query) -> list[int]:
+    """The image ids the query searches that have a file, by image id (the panels' padding)."""
+    key = query_gallery_keys([query.pk])[query.pk]
+    return gallery_image_ids(query.dataset_id, key, order="id", readable=True)
+
+
+# ---------------------------------------------------------------------------- audit scopes
+
+class ScopeError(ValueError):
+    """An audit scope that names no split or category of the dataset."""
+
+
+def parse_scope(scope: str | None, splits: Collection[str], categories: Collection[str]) -> tuple[str, str]:
+    """``(split, category)`` of an audit scope: ``"val"``, ``"dress/val"`` or ``"dress"``
+    (``category`` empty: every category). ``splits`` and ``categories`` are the dataset's."""
+    text = (scope or "").strip()
+    shown = ", ".join(sorted(splits)) or "none"
+    if "/" in text:
+        category, _, split = text.partition("/")
+        if split not in splits:
+            raise ScopeError(f"no split {split!r} (splits: {shown})")
+        if category not in categories:
+            raise ScopeError(f"no category {category!r} (categories: {', '.join(sorted(c for c in categories if c)) or 'none'})")
+        return split, category
+    if text in splits:
+        return text, ""
+    if text and text in categories:
+        if len(splits) != 1:
+            raise ScopeError(f"category {text!r} is in several splits ({shown}); name one, e.g. {text}/{sorted(splits)[0]}")
+        return next(iter(splits)), text
+    if text:
+        raise ScopeError(f"no split or category {text!r} (splits: {shown})")
+    if len(splits) != 1:
+        raise ScopeError(f"several splits ({shown}); choose one")
+    return next(iter(splits)), ""
+
+
+def scope_text(split: str, category: str) -> str:
+    """The stored form of a scope (``AuditRun.split``): ``val`` or ``dress/val``."""
+    return f"{category}/{split}" if category else split
+
+
+def split_of_scope(scope: str) -> tuple[str, str]:
+    """``(split, category)`` of a stored scope (:func:`scope_text`)."""
+    category, _, split = scope.rpartition("/")
+    return split, category
