@@ -208,3 +208,16 @@ def searle_circo_predictions(scores: np.ndarray, names: Sequence, query_ids: Seq
     """SEARLE's CIRCO predictions: the top 50 of the whole gallery, reference kept."""
     ranked = ranked_names(scores, names)
     return {str(q): [int(x) for x in row[:50]] for q, row in zip(query_ids, ranked)}
+
+
+def cirr_server(recall: dict, subset: dict, annotations: Sequence[dict]) -> dict[str, float]:
+    """The CIRR test server's scoring of its two prediction files (Recall@K: ``target_hard``
+    within the first K of the 50 names; Recall_subset@K: within the first K of the 3), as
+    its page describes it; percent."""
+    out = {}
+    for k in (1, 5, 10, 50):
+        out[f"R@{k}"] = 100 * sum(a["target_hard"] in recall[str(a["pairid"])][:k] for a in annotations) / len(annotations)
+    for k in (1, 2, 3):
+        out[f"Recall_subset@{k}"] = 100 * sum(a["target_hard"] in subset[str(a["pairid"])][:k]
+                                              for a in annotations) / len(annotations)
+    return out

@@ -59,7 +59,12 @@ def _query_inputs(group: Sequence[Query]) -> tuple[list[Query], list[str], dict[
             [_turn_text(turns[q.pk].texts) for q in usable], [turns[q.pk].reference_image_id for q in usable])
 
 
-def _rank_group(group: Sequence[Query], depth: int, spec: str | None) -> dict[int, list[int]]:
+def _rank_group(group: Sequence[Query], depth: int, spec: str | None,
+                members: dict[int, list[int]] | None = None) -> dict[int, tuple[list[int], list[int]]]:
+    """query id -> (top ``depth`` gallery ids, ``members[q]`` ordered by score) for a group of
+    queries that search one gallery."""
+    import torch
+
     from retrieval.ranking import rank_queries
 
     from .encoding import encode_images, encode_texts
@@ -80,17 +85,41 @@ def _rank_group(group: Sequence[Query], depth: int, spec: str | None) -> dict[in
     row_of = {image_id: n for n, image_id in enumerate(g_ids)}
     ranked = rank_queries(composed, gallery, [[] for _ in keep], [row_of.get(ref_ids[n]) for n in keep],
                           top_k=min(int(depth), len(g_ids)))
-    return {usable[n].pk: [g_ids[int(j)] for j in row if int(j) >= 0] for n, row in zip(keep, ranked.topk.tolist())}
+    out = {}
+    for m, (n, row) in enumerate(zip(keep, ranked.topk.tolist())):
+        qid = usable[n].pk
+        rows = [row_of[i] for i in (members or {}).get(qid, []) if i in row_of]
+        scores = (composed[m : m + 1] @ gallery[torch.as_tensor(rows, dtype=torch.long)].to(composed.dtype).T)[0] \
+            if rows else composed.new_zeros(0)
+        order = sorted(range(len(rows)), key=lambda j: -float(scores[j]))  # stable: members' order among ties
+        out[qid] = ([g_ids[int(j)] for j in row if int(j) >= 0], [g_ids[rows[j]] for j in order])
+    return out
+
+
+def _by_gallery(queries: Sequence[Query]) -> list[list[Query]]:
+    """The queries grouped by the gallery they search (:mod:`retrieval.galleries`)."""
+    keys = query_gallery_keys([q.pk for q in queries])
+    by_gallery: dict[tuple[int, str | None], list[Query]] = defaultdict(list)
+    for q in queries:
+        by_gallery[(q.dataset_id, keys.get(q.pk))].append(q)
+    return list(by_gallery.values())
 
 
 def retrieve_top_lists(queries: Sequence[Query], depth: int, spec: str | None = None) -> dict[int, list[int]]:
     """query id -> the retriever's multimodal top ``depth`` gallery image ids (best first,
     the reference left out). Queries whose reference or text is missing get no entry."""
-    keys = query_gallery_keys([q.pk for q in queries])
-    by_gallery: dict[tuple[int, str | None], list[Query]] = defaultdict(list)
-    for q in queries:  # each query ranks against the gallery it searches (retrieval.galleries)
-        by_gallery[(q.dataset_id, keys.get(q.pk))].append(q)
     out: dict[int, list[int]] = {}
-    for group in by_gallery.values():
-        out.update(_rank_group(group, depth, spec))
+    for group in _by_gallery(queries):
+        out.update({q: top for q, (top, _) in _rank_group(group, depth, spec).items()})
+    return out
+
+
+def rank_with_scores(queries: Sequence[Query], depth: int, spec: str,
+                     members: dict[int, list[int]]) -> dict[int, tuple[list[int], list[int]]]:
+    """query id -> (the multimodal top ``depth`` gallery ids, best first, the reference
+    ranked like any image; ``members[q]`` ordered by the same scores, best first). Queries
+    whose reference or text is missing get no entry."""
+    out: dict[int, tuple[list[int], list[int]]] = {}
+    for group in _by_gallery(queries):
+        out.update(_rank_group(group, depth, spec, members))
     return out
