@@ -64,23 +64,50 @@ def _write(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+def _retriever_of(run: AuditRun, retriever: str | None) -> str:
+    """The audit retriever that ranks the predictions (default: its first computed one)."""
+    external = set(run.external_retrievers or [])
+    spec = retriever or next((r for r in run.retrievers if r not in external), None)
+    if spec is None or spec not in run.retrievers or spec in external:
+        raise PredictionError(f"retriever {retriever!r} is not one this audit ran (its pool: {', '.join(run.retrievers)})")
+    return spec
+
+
+def _img_sets(run: AuditRun, queries: list[Query]) -> dict[int, list[int]]:
+    """query id -> image ids of its CIRR ``img_set`` members."""
+    by_ext = dict(Image.objects.filter(dataset_id=run.dataset_id).values_list("external_id", "pk"))
+    return {q.pk: [by_ext[m] for m in ((q.extra or {}).get("img_set") or {}).get("members", []) if m in by_ext]
+            for q in queries}
+
+
+def _cirr_files(queries: list[Query], ranked: dict, refs: dict[int, int], out_dir: Path, suffix: str) -> list[Path]:
+    names = _names({i for top, group in ranked.values() for i in (*top, *group)})
+    recall: dict[str, Any] = {"version": CIRR_VERSION, "metric": "recall"}
+    subset: dict[str, Any] = {"version": CIRR_VERSION, "metric": "recall_subset"}
+    for q in queries:
+        top, group = ranked[q.pk]
+        recall[q.external_id] = [names[i] for i in top if i != refs.get(q.pk)][:TOP]
+        subset[q.external_id] = [names[i] for i in group if i != refs.get(q.pk)][:SUBSET_TOP]
+    return [_write(out_dir / f"recall_submission{suffix}.json", recall),
+            _write(out_dir / f"recall_subset_submission{suffix}.json", subset)]
+
+
+def _circo_file(queries: list[Query], ranked: dict, split: str, out_dir: Path, suffix: str) -> list[Path]:
+    names = _names({i for top, _ in ranked.values() for i in top})
+    return [_write(out_dir / f"circo_{split}_submission{suffix}.json",
+                   {q.external_id: [int(names[i]) for i in ranked[q.pk][0][:TOP]] for q in queries})]
+
+
 def export_predictions(run: AuditRun, split: str, out_dir: Path, retriever: str | None = None,
                        name: str = "") -> Predictions:
     """Write the evaluation server's prediction file(s) for ``split`` of the run's dataset."""
     fmt = run.dataset.format
     if fmt not in ("cirr", "circo"):
         raise PredictionError(f"no evaluation server format for {fmt!r} datasets (CIRR and CIRCO have one)")
-    spec = retriever or next((r for r in run.retrievers if r not in set(run.external_retrievers or [])), None)
-    if spec is None or spec not in run.retrievers or spec in (run.external_retrievers or []):
-        raise PredictionError(f"retriever {retriever!r} is not one this audit ran (its pool: {', '.join(run.retrievers)})")
+    spec = _retriever_of(run, retriever)
     queries = _queries(run, split)
     refs = dict(Turn.objects.filter(query__in=queries, index=1).values_list("query_id", "reference_image_id"))
-    members = {}
-    if fmt == "cirr":
-        by_ext = dict(Image.objects.filter(dataset_id=run.dataset_id).values_list("external_id", "pk"))
-        members = {q.pk: [by_ext[m] for m in ((q.extra or {}).get("img_set") or {}).get("members", []) if m in by_ext]
-                   for q in queries}
-    ranked = rank_with_scores(queries, TOP + 1, spec, members)
+    ranked = rank_with_scores(queries, TOP + 1, spec, _img_sets(run, queries) if fmt == "cirr" else {})
     out = Predictions(queries=len(queries))
     out.unranked = [q.external_id for q in queries if q.pk not in ranked]
     if out.unranked:
@@ -88,18 +115,6 @@ def export_predictions(run: AuditRun, split: str, out_dir: Path, retriever: str 
                               f"e.g. {', '.join(out.unranked[:5])}; a submission needs every query")
     out_dir.mkdir(parents=True, exist_ok=True)
     suffix = f"_{name}" if name else ""
-    if fmt == "cirr":
-        names = _names({i for top, group in ranked.values() for i in (*top, *group)})
-        recall: dict[str, Any] = {"version": CIRR_VERSION, "metric": "recall"}
-        subset: dict[str, Any] = {"version": CIRR_VERSION, "metric": "recall_subset"}
-        for q in queries:
-            top, group = ranked[q.pk]
-            recall[q.external_id] = [names[i] for i in top if i != refs.get(q.pk)][:TOP]
-            subset[q.external_id] = [names[i] for i in group if i != refs.get(q.pk)][:SUBSET_TOP]
-        out.files = [_write(out_dir / f"recall_submission{suffix}.json", recall),
-                     _write(out_dir / f"recall_subset_submission{suffix}.json", subset)]
-    else:
-        names = _names({i for top, _ in ranked.values() for i in top})
-        out.files = [_write(out_dir / f"circo_{split}_submission{suffix}.json",
-                            {q.external_id: [int(names[i]) for i in ranked[q.pk][0][:TOP]] for q in queries})]
+    out.files = (_cirr_files(queries, ranked, refs, out_dir, suffix) if fmt == "cirr"
+                 else _circo_file(queries, ranked, split, out_dir, suffix))
     return out

@@ -230,6 +230,25 @@ class _Block:
         return best, per, extra
 
 
+def _validate_extras(queries, gallery, positives, exclude, top_k, groups, extra, references) -> tuple[int, int]:
+    """:func:`_validate`, and the optional per-query index lists."""
+    n_q, n_g = _validate(queries, gallery, positives, exclude, top_k)
+    _check_indices(groups, n_q, n_g, "groups")
+    _check_indices(extra, n_q, n_g, "extra")
+    if references is not None:
+        _check_indices([[] if r is None else [r] for r in references], n_q, n_g, "references")
+    return n_q, n_g
+
+
+def _block_extras(block: _Block, gallery: torch.Tensor, groups, references, rows: slice,
+                  group_rank: list | None, ahead: list | None) -> None:
+    """Append the block's group ranks and reference-ahead flags (when asked for)."""
+    if group_rank is not None:
+        group_rank.extend(block.group_ranks(gallery, groups[rows]))
+    if ahead is not None:
+        ahead.extend(block.reference_ahead(gallery, [-1 if r is None else int(r) for r in references[rows]]))
+
+
 def rank_queries(
     queries: torch.Tensor,
     gallery: torch.Tensor,
@@ -254,11 +273,7 @@ def rank_queries(
     ``references[q]`` optional gallery index for :attr:`RankResult.reference_ahead`.
     Peak memory: ``query_chunk_size x chunk_size`` scores plus ``top_k`` per query.
     """
-    n_q, n_g = _validate(queries, gallery, positives, exclude, top_k)
-    _check_indices(groups, n_q, n_g, "groups")
-    _check_indices(extra, n_q, n_g, "extra")
-    if references is not None:
-        _check_indices([[] if r is None else [r] for r in references], n_q, n_g, "references")
+    n_q, n_g = _validate_extras(queries, gallery, positives, exclude, top_k, groups, extra, references)
     extra = extra if extra is not None else [[] for _ in range(n_q)]
     if chunk_size < 1 or query_chunk_size < 1:
         raise ValueError("chunk sizes must be >= 1")
@@ -283,10 +298,7 @@ def rank_queries(
         best.extend(b)
         per.extend(p)
         extra_ranks.extend(e)
-        if group_rank is not None:
-            group_rank.extend(block.group_ranks(gallery, groups[qs:qe]))
-        if ahead is not None:
-            ahead.extend(block.reference_ahead(gallery, [-1 if r is None else int(r) for r in references[qs:qe]]))
+        _block_extras(block, gallery, groups, references, slice(qs, qe), group_rank, ahead)
         val, idx = block.top()
         vals.append(val)
         idxs.append(idx)
