@@ -82,7 +82,7 @@ def embeddings(dataset, query_ids, image_ids):
     return retriever.compose(img.matrix, txt.matrix).float(), gallery.matrix.float()
 
 
-def test_fashioniq_categories_rank_against_their_own_gallery(tmp_path, cache_dir):
+def test_fashioniq_categories_rank_against_their_own_gallery(tmp_path, cache_dir, client, demo_accounts):
     files = sorted((DS / "fashioniq").glob("*.val.sample.json"))
     asins = {a for f in files if f.name.startswith("split.") for a in json.loads(f.read_text())}
     asins |= {r[k] for f in files if f.name.startswith("cap.") for r in json.loads(f.read_text())
@@ -116,6 +116,18 @@ def test_fashioniq_categories_rank_against_their_own_gallery(tmp_path, cache_dir
             assert row["categories"][cat][f"R@{k}"] * 100 == pytest.approx(expected[cat][f"R@{k}"], abs=1e-9)
     for k in (10, 50):
         assert row[f"R@{k}"] * 100 == pytest.approx(np.mean([e[f"R@{k}"] for e in expected.values()]), abs=1e-9)
+
+    # the audit page: one table, percent, a row per retriever and modality, per category first
+    assert client.login(username="researcher", password=demo_accounts["researcher"])
+    html = client.get(f"/audits/{run.pk}/").content.decode()
+    assert "dress/val 199, shirt/val 198, toptee/val 203; each query searches its own" in html
+    table = html[html.index('id="protocol"'):]
+    table = table[:table.index("</section>")]
+    assert "FashionIQ, as its protocol reports it" in table and "<strong>kept</strong>" in table
+    for header in ("dress R@10", "shirt R@50", "toptee R@10", "mean R@10", "mean R@50", "Avg"):
+        assert f">{header}<" in table
+    assert table.count("<tr><td><code>") == 3  # one retriever, three modalities
+    assert f">{100 * row['categories']['dress']['R@50']:.2f}<" in table
 
     # one category of the split: its queries, its gallery only
     dress = audit(ds, split="dress/val")
