@@ -67,6 +67,9 @@ def test_admin_adjudicates_a_flagged_item(page, live_server, judged_demo, shot):
     page.goto(f"{live_server.url}/studies/{study.pk}/progress/")
     # items below the quorum are counted and the export form warns about them
     assert "pending" in page.inner_text("#export-pending")
+    # the CIRCO layout is offered beside M-BEIR JSONL (issue 28)
+    page.select_option("#export-format", "circo")
+    assert page.locator("#export-format").input_value() == "circo"
     for width, height in ((1366, 768), (1920, 1080)):
         page.set_viewport_size({"width": width, "height": height})
         shot(page, f"progress-pending-{width}")
