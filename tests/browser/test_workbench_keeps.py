@@ -48,7 +48,7 @@ def tab(browser, transactional_db):
 
 def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, live_server, demo_world, shot):
     page = tab
-    _study, a, panel = open_item(page, live_server.url, "annotator1")
+    study, a, panel = open_item(page, live_server.url, "annotator1")
     assert len(panel) >= 3
     assert status(page) == "No changes to save yet."  # nothing claimed before anything is saved
 
@@ -73,6 +73,11 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
     assert kept["none_fit"] is True and kept["alternatives"] == []
     assert Draft.objects.get(assignment_id=a).payload["alternatives"] == panel[:2]  # the server has the old one
     shot(page, "workbench-none-fit-offline-1366x768")
+    page.set_viewport_size({"width": 1920, "height": 1080})  # the longer status line still leaves Submit in view
+    box = page.locator("#submit-btn").bounding_box()
+    assert box["y"] + box["height"] <= 1080
+    shot(page, "workbench-none-fit-offline-1920x1080")
+    page.set_viewport_size({"width": 1366, "height": 768})
 
     # a reload while still offline restores "None fit" from the browser's copy
     page.reload()
@@ -95,6 +100,8 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
     j = Judgement.objects.get(assignment_id=a)
     assert (j.category, j.alternatives, j.none_fit) == ("VALIDATED", [], True)
     assert not Draft.objects.filter(assignment_id=a).exists()
+    page.goto(f"{live_server.url}/annotate/{study.pk}/history/")
+    assert "VALIDATED · none fit" in page.inner_text("table.data")
 
 
 def test_a_paused_study_takes_the_answer_to_the_item_held(tab, live_server, demo_world, shot):
@@ -115,4 +122,6 @@ def test_a_paused_study_takes_the_answer_to_the_item_held(tab, live_server, demo
     j = Judgement.objects.get(assignment_id=a)
     assert (j.category, j.alternatives) == ("INVALID_TEXT_QUERY", panel[:1])
     assert Assignment.objects.get(pk=a).status == "done"
+    page.goto(f"{live_server.url}/annotate/{study.pk}/history/")
+    assert "INVALID_TEXT_QUERY / ungrammatical_nonsensical · 1 also correct" in page.inner_text("table.data")
     assert Assignment.objects.filter(study=study, annotator__username="annotator2").count() == 1  # nothing new
