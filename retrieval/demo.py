@@ -46,6 +46,7 @@ clean queries), never in the text or ``raw``:
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import random
@@ -718,7 +719,8 @@ def build_demo_world(
     of the shared references, plus near-miss and random distractors up to ``n_gallery``
     images (more, with a warning, if the queries need more). Same arguments, same
     records and byte-identical files: all randomness comes from ``random.Random(seed)``.
-    Existing files are overwritten; nothing else in ``out_dir`` is touched.
+    Existing files are overwritten, unless ``out_dir`` already holds this very gallery
+    (:data:`STAMP_FILE`): then nothing is rendered again; nothing else in ``out_dir`` is touched.
 
     The truth (:func:`demo_truth`) names each query's planted kind; it is kept out of
     the records, so that nothing an annotator can see carries it.
@@ -830,16 +832,41 @@ def _write_gallery(dataset: ParsedDataset, gallery: _Gallery, out_dir: Path, ima
     ids = {key: f"g{n + 1:0{width}d}" for n, key in enumerate(keys)}
     image_dir = out_dir / "gallery"
     image_dir.mkdir(parents=True, exist_ok=True)
-    for key in sorted(keys, key=ids.__getitem__):
+    order = sorted(keys, key=ids.__getitem__)
+    stamp = _gallery_stamp([(ids[k], gallery.scenes[k]) for k in order], image_size, seed)
+    rendered = _already_rendered(image_dir, stamp, [ids[k] for k in order])
+    for key in order:
         scene = gallery.scenes[key]
         ext = ids[key]
-        render_scene(scene, image_size, seed).save(image_dir / f"{ext}.png", format="PNG", compress_level=6)
+        if not rendered:
+            render_scene(scene, image_size, seed).save(image_dir / f"{ext}.png", format="PNG", compress_level=6)
         dataset.add_image(ImageRecord(
             external_id=ext, path=f"gallery/{ext}.png",
             extra={"scene": copy.deepcopy(scene), "description": describe_scene(scene), "width": image_size, "height": image_size},
         ))
     dataset.galleries["val"] = sorted(ids.values())
+    (image_dir / STAMP_FILE).write_text(stamp, encoding="utf-8")
     return ids
+
+
+#: Written beside a rendered gallery: what was rendered (every image id and scene, the size, the
+#: seed and this module's source), so that drawing the same world into the same folder again
+#: (``make_demo`` once more, or a test session that draws it once for many tests) renders nothing.
+STAMP_FILE = ".rendered"
+
+
+def _gallery_stamp(images: list[tuple[str, Scene]], image_size: int, seed: int) -> str:
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(json.dumps([images, image_size, seed], sort_keys=True, default=str).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _already_rendered(image_dir: Path, stamp: str, ids: list[str]) -> bool:
+    """True when ``image_dir`` holds this very gallery (same stamp, every file present)."""
+    stamp_file = image_dir / STAMP_FILE
+    if not stamp_file.is_file() or stamp_file.read_text(encoding="utf-8") != stamp:
+        return False
+    return all((image_dir / f"{ext}.png").is_file() for ext in ids)
 
 
 _PROVENANCE = "synthetic:demo"

@@ -217,7 +217,7 @@ def test_deterministic(built: tuple[Path, ParsedDataset], built_again: tuple[Pat
     (out_a, ds_a), (out_b, ds_b) = built, built_again
     assert dataclasses.asdict(ds_a) == dataclasses.asdict(ds_b)
     hashes = _file_hashes(out_a)
-    assert len(hashes) == 900
+    assert len(hashes) == 901 and "gallery/.rendered" in hashes  # the 900 images and the stamp (STAMP_FILE)
     assert hashes == _file_hashes(out_b)
 
 
@@ -389,3 +389,18 @@ def test_small_gallery_warns(tmp_path: Path) -> None:
     assert len(ds.images) > 10 and ds.warnings and "n_gallery=10" in ds.warnings[0]
     with Image.open(tmp_path / next(iter(ds.images.values())).path) as img:
         assert img.size == (64, 64)
+
+
+def test_drawing_the_same_world_again_renders_nothing(tmp_path: Path) -> None:
+    """make_demo run twice, or a test session that draws the world once for many tests: the
+    second draw into the same folder returns the same records and leaves the files alone."""
+    first = build_demo(tmp_path, seed=3, n_gallery=30, n_single=8, n_sessions=2, image_size=64)
+    files = sorted((tmp_path / "gallery").glob("*.png"))
+    stamps = {p: p.stat().st_mtime_ns for p in files}
+    again = build_demo(tmp_path, seed=3, n_gallery=30, n_single=8, n_sessions=2, image_size=64)
+    assert again == first and {p: p.stat().st_mtime_ns for p in files} == stamps
+    files[0].unlink()  # a file gone: everything is drawn again, byte for byte
+    build_demo(tmp_path, seed=3, n_gallery=30, n_single=8, n_sessions=2, image_size=64)
+    assert files[0].is_file() and files[1].stat().st_mtime_ns != stamps[files[1]]
+    other = build_demo(tmp_path, seed=4, n_gallery=30, n_single=8, n_sessions=2, image_size=64)
+    assert other != first  # another world over the same folder is drawn, not taken from the stamp
