@@ -240,7 +240,8 @@
     if (typeof stamp === "number" && stamp >= lastEdit) say(lastEdit === restoredAt ? "Draft restored." : "Draft saved.");
   }
   function notSaved(why, retry) {
-    say("Draft not saved on the server: " + why + "." + where() + (retry ? "; trying again." : "."), true);
+    say("Draft not saved on the server: " + String(why).replace(/[.\s]+$/, "") + "." + where() +
+      (retry ? "; trying again." : "."), true);
     clearTimeout(retryTimer);
     if (retry) retryTimer = setTimeout(() => saveDraft(true), 5000);
   }

@@ -114,6 +114,15 @@ def test_a_paused_study_takes_the_answer_to_the_item_held(tab, live_server, demo
     page.wait_for_selector("#paused-notice")
     assert "still saved" in page.inner_text("#paused-notice")
     shot(page, "workbench-paused-1366x768")
+    # closed: the server refuses the draft, and the page says so (and keeps it in the browser)
+    Study.objects.filter(pk=study.pk).update(status=Study.Status.CLOSED)
+    page.keyboard.press("f")
+    page.wait_for_function("() => document.getElementById('draft-status').textContent.includes('not saved')")
+    assert status(page) == ("Draft not saved on the server: This study is closed; nothing was saved. "
+                            "It is kept in this browser.")
+    assert local_draft(page, a)["flagged"] is True
+    page.keyboard.press("f")
+    Study.objects.filter(pk=study.pk).update(status=Study.Status.PAUSED)
     page.keyboard.press("1")
     page.keyboard.press("q")
     page.keyboard.press("Enter")
