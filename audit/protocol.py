@@ -87,9 +87,9 @@ def _columns(data: dict[str, Any]) -> list[tuple[str, str]]:
     return cols
 
 
-def protocol_table(data: dict[str, Any] | None) -> dict[str, Any] | None:
+def protocol_table(data: dict[str, Any] | None, modality_names: dict[str, str] | None = None) -> dict[str, Any] | None:
     """The protocol report as the audit page shows it: percent, one row per retriever and
-    modality, as the papers print their tables."""
+    modality (the retriever named on its first row), as the papers print their tables."""
     if not data:
         return None
     cols = _columns(data)
@@ -100,6 +100,8 @@ def protocol_table(data: dict[str, Any] | None) -> dict[str, Any] | None:
             cat, _, name = key.rpartition("|")
             value = (row.get("categories") or {}).get(cat, {}).get(name) if cat else row.get(name)
             cells.append(None if value is None else 100 * value)
-        rows.append({"retriever": row["retriever"], "modality": row["modality"], "cells": cells})
+        first = not rows or rows[-1]["retriever"] != row["retriever"]
+        rows.append({"retriever": row["retriever"], "first": first, "cells": cells,
+                     "modality": (modality_names or {}).get(row["modality"], row["modality"])})
     return {**{k: data[k] for k in ("benchmark", "reference", "source", "warnings", "queries")},
             "columns": [header for header, _ in cols], "rows": rows}

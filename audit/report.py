@@ -270,5 +270,5 @@ def build_report(run: AuditRun) -> dict[str, Any]:
         "tie_rule": TIE_RULE,
         "target_rule": rule_text(run.dataset.format),
         "dataset_format": run.dataset.format,
-        "protocol": protocol_table(run_protocol(run)),
+        "protocol": protocol_table(run_protocol(run), MODALITY_NAMES),
     }
