@@ -15,12 +15,13 @@ in ``gallery_paths``) of the top results.
 """
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from retrieval.importers import jsonstream
 from retrieval.records import ParseError
 from retrieval.validation import Record, is_int
 
@@ -176,20 +177,20 @@ def parse_rank_document(doc: Any, path: str = "<input>") -> RankFile:
     Fields are read through :class:`retrieval.validation.Record`; a malformed document
     raises :class:`RankFileError` naming the file, the sample and the field.
     """
+    return _parse_rank_samples(doc, enumerate(doc.get("samples") or []) if isinstance(doc, dict) else iter(()), path)
+
+
+def _parse_rank_samples(header: Any, samples: Iterable[tuple[int, Any]], path: str) -> RankFile:
     try:
-        return _parse_rank_document(doc, path)
+        metadata, _, gallery, k = _check_header(header, path)
+        aggregated = isinstance(metadata.get("aggregation"), dict)
+        seen: dict[int, int] = {}
+        out = [_sample(Record(path, n, s, "sample", label=f"sample {n}"), len(gallery), aggregated, seen)
+               for n, s in samples]
     except RankFileError:
         raise
     except ParseError as exc:
         raise RankFileError.of(exc) from None
-
-
-def _parse_rank_document(doc: Any, path: str) -> RankFile:
-    metadata, samples, gallery, k = _check_header(doc, path)
-    aggregated = isinstance(metadata.get("aggregation"), dict)
-    seen: dict[int, int] = {}
-    out = [_sample(Record(path, n, s, "sample", label=f"sample {n}"), len(gallery), aggregated, seen)
-           for n, s in enumerate(samples)]
     pool = [str(r) for r in metadata["aggregation"].get("retrievers", []) or []] if aggregated else []
     return RankFile(
         path=str(path), aggregated=aggregated, retriever=retriever_name(path, metadata),
@@ -199,15 +200,22 @@ def _parse_rank_document(doc: Any, path: str) -> RankFile:
 
 
 def read_rank_file(path: str | Path) -> RankFile:
-    """Read and validate one CIRCUS rank file (per-retriever or aggregated)."""
+    """Read and validate one CIRCUS rank file (per-retriever or aggregated), streaming.
+
+    The file is first checked with flat memory (:func:`jsonstream.check_bounds`: depth,
+    64-bit integers, NUL and lone surrogates); then its header (``metadata``,
+    ``gallery_paths``) is read in one pass and its ``samples`` are streamed one by one, so
+    memory holds the parsed ranks, never the whole document."""
+    file = str(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise RankFileError(str(path), None, None, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except OSError as exc:
-        raise RankFileError(str(path), None, None, f"cannot read ({exc.strerror or exc})") from None
-    return parse_rank_document(doc, str(path))
+        jsonstream.check_bounds(file)
+        header = jsonstream.top_members(file, ("metadata", "gallery_paths"))
+        return _parse_rank_samples(header, jsonstream.iter_member(file, "samples"), file)
+    except RankFileError:
+        raise
+    except ParseError as exc:
+        message = exc.message.replace("cannot read file:", "cannot read")
+        raise RankFileError(file, exc.record, exc.field, message, record_label=exc.record_label) from None
 
 
 def path_suffixes(path: str) -> list[str]:

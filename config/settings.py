@@ -170,8 +170,6 @@ EXPORT_DIR = VAR_DIR / "exports"
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
 CIRVAL_MAX_UPLOAD_BYTES = env_int("CIRVAL_MAX_UPLOAD_BYTES", 512 * 1024 * 1024)
-# Browser uploads larger than this (bytes, all files together) are imported by a worker.
-CIRVAL_ASYNC_IMPORT_BYTES = env_int("CIRVAL_ASYNC_IMPORT_BYTES", 1024 * 1024)
 
 # The item page renews its lease every HEARTBEAT seconds while the annotator is active,
 # stops after IDLE seconds without a key, click or mouse move, and warns WARN seconds

@@ -21,7 +21,6 @@ from .forms import ImportForm
 from .imageserve import ImageRefused, check_pixels, image_file, parse_size, placeholder_svg, thumbnail
 from .jobs.queue import QUEUE_DOWN, enqueue
 from .models import Dataset, Image, ImportJob, Query
-from .services import run_import_job
 from .stats import dataset_stats
 
 
@@ -112,14 +111,11 @@ def import_upload(request):
                 files=stored, created_by=request.user, enqueued_at=timezone.now(),
                 delete_removed=form.cleaned_data["delete_removed"],
             )
-            total = sum(f.size for f in form.cleaned_data["files"])
-            if total > settings.CIRVAL_ASYNC_IMPORT_BYTES:
-                from .tasks import RUN_IMPORT
+            # Always on a worker, however small: no uploaded file is parsed in the web process.
+            from .tasks import RUN_IMPORT
 
-                if not enqueue(ImportJob, job.pk, RUN_IMPORT):
-                    messages.warning(request, QUEUE_DOWN)
-            else:
-                run_import_job(job)
+            if not enqueue(ImportJob, job.pk, RUN_IMPORT):
+                messages.warning(request, QUEUE_DOWN)
             return redirect("retrieval:import_job", pk=job.pk)
     else:
         form = ImportForm()

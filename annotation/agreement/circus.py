@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from annotation.agreement.maths import FLAGS, VALIDATED, label_from_signature
+from retrieval.importers import jsonstream
 from retrieval.records import ParseError
 from retrieval.validation import Record
 
@@ -199,7 +200,10 @@ def parse_assignment_file(path: str | Path, *, verify_checksum: bool = True) -> 
     """
     file = str(path)
     try:
+        jsonstream.check_bounds(file)  # depth, 64-bit integers, NUL, lone surrogates: flat memory
         text = Path(path).read_text(encoding="utf-8")
+    except ParseError as exc:
+        raise CircusFormatError(file, exc.message.replace("cannot read file:", "cannot read:")) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CircusFormatError(file, f"cannot read: {exc}") from None
     try:

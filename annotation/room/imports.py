@@ -2,7 +2,9 @@
 (``import_ranks``) and a CIRCUS study (``import_circus``). The files are stored under
 UPLOAD_DIR and the service each command calls runs on them, in the request
 (:func:`audit.imports.import_rank_files`, :func:`annotation.studies.circus.import_circus_study`);
-the page shows the lines the command prints."""
+the page shows the lines the command prints. The uploads are deleted once it ends, whatever
+the outcome. Every JSON file is checked with flat memory before it is parsed
+(:func:`retrieval.importers.jsonstream.check_bounds`) and rank files are streamed."""
 from __future__ import annotations
 
 import uuid
@@ -18,6 +20,7 @@ from audit.imports import ImportRanksError, import_rank_files, import_summary
 from audit.rankfiles import RankFileError
 from retrieval.forms import MultipleFileField
 from retrieval.models import Dataset
+from retrieval.services import discard_uploads
 
 from annotation.studies.circus import CircusImportError, import_circus_study, summary_line
 
@@ -88,7 +91,10 @@ def import_ranks(form: RanksForm) -> ImportResult:
         return import_summary(*import_rank_files(d["dataset"].name, paths, split=d["split"] or None, k=d["k"],
                                                  min_mm_retrievers=d["min_mm_retrievers"], force=d["force"]))
 
-    return run_service("import_ranks", names, service, (ImportRanksError, RankFileError))
+    try:
+        return run_service("import_ranks", names, service, (ImportRanksError, RankFileError))
+    finally:
+        discard_uploads(paths)  # whatever the outcome, as SECURITY.md says
 
 
 def import_circus(form: CircusForm) -> ImportResult:
@@ -100,4 +106,7 @@ def import_circus(form: CircusForm) -> ImportResult:
                                       verify_checksum=d["verify_checksum"])
         return [summary_line(summary)], []
 
-    return run_service("import_circus", names, service, (CircusImportError,))
+    try:
+        return run_service("import_circus", names, service, (CircusImportError,))
+    finally:
+        discard_uploads(paths)  # whatever the outcome, as SECURITY.md says

@@ -4,7 +4,16 @@
 * :func:`iter_object` yields ``(index, key, value)`` for the members of a top-level object;
 * :func:`iter_jsonl` yields ``(index, record)`` for the lines of a JSON Lines file;
 * :func:`sniff` tells the top-level shape and the first record, so a parser can take a
-  file's role from its content.
+  file's role from its content;
+* :func:`check_bounds` refuses, before any reader builds a value, a file nested deeper than
+  :data:`MAX_DEPTH`, an integer longer than Python converts (4,300 digits), and a string that
+  holds a NUL or a lone surrogate (no database column stores them).
+
+Why a separate bounded pass: ijson's ``items``/``parse`` keep a prefix string per level, so
+their memory grows with the square of the nesting depth (629 MB for 32 KB nested 16k deep);
+``basic_parse`` (yajl's C events, no prefixes) keeps memory flat and stops at the first level
+too deep, so a 200 KB file nested 100k deep is refused in milliseconds. Every reader here
+calls it first.
 
 Errors are :class:`retrieval.records.ParseError` naming the file, the record and, where it
 can be known, the field. Only standard JSON is accepted: ``NaN``, ``Infinity`` and
@@ -16,10 +25,11 @@ Django.
 from __future__ import annotations
 
 import contextvars
+import io
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -29,6 +39,9 @@ import ijson
 from retrieval.records import ParseError
 
 BOM = b"\xef\xbb\xbf"
+#: The deepest nesting any imported JSON file may have (the formats CIRVal reads need < 10).
+MAX_DEPTH = 64
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 NON_STANDARD = re.compile(r"(?<![\w\"])(-?Infinity|NaN)(?![\w\"])")
 NON_STANDARD_MESSAGE = "non-standard JSON number {token} (only finite numbers are valid JSON; write null or a number)"
 
@@ -95,6 +108,82 @@ def file_start(path: Path, line_based: bool) -> FileStart:
     return FileStart(bom, closing is not None and head[1:].lstrip()[:1] == closing)
 
 
+def check_bounds(path: Path | str, max_depth: int = MAX_DEPTH) -> None:
+    """Refuse ``path`` (a :class:`ParseError` naming the record) if it is nested deeper than
+    ``max_depth``, holds an integer outside 64 bits, or a string with a NUL or a lone
+    surrogate. Streams with flat memory; invalid JSON is left to the reader's own message."""
+    with _open(Path(path)) as handle:
+        guarded = _Guarded(handle)
+        scan_events(str(path), ijson.basic_parse(guarded, use_float=True), max_depth, guard=guarded)
+
+
+def check_document_bounds(source: str, document: bytes, max_depth: int = MAX_DEPTH,
+                          record: int | None = None) -> None:
+    """:func:`check_bounds` for one in-memory document (a JSON Lines line: ``record`` is its number)."""
+    guarded = _Guarded(io.BytesIO(document))
+    scan_events(source, ijson.basic_parse(guarded, use_float=True), max_depth, record, guard=guarded)
+
+
+# A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the reverse: yajl turns it into "?"
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+class _Guarded:
+    """A reader that looks for escaped lone surrogates in the raw bytes (across chunk ends)
+    and ends the stream at the first one (``found`` says so)."""
+
+    KEEP = 24  # bytes carried over: 12 not yet judged (an escape and its lookahead) + lookbehind
+
+    def __init__(self, raw: Any):
+        self.raw, self.tail, self.found = raw, b"", False
+
+    def read(self, size: int = -1) -> bytes:
+        if self.found or size == 0:
+            return b""
+        data = self.raw.read(size)
+        window = self.tail + data
+        judged_from = max(0, len(self.tail) - 12)
+        judged_to = len(window) if not data else len(window) - 12
+        for m in _LONE_SURROGATE.finditer(window):
+            if judged_from <= m.start() < judged_to or (not data and m.start() >= judged_from):
+                self.found = True
+                return b""
+        self.tail = window[-self.KEEP:]
+        return data
+
+
+def scan_events(source: str, events: Iterator[tuple[str, Any]], max_depth: int, record: int | None = None,
+                guard: _Guarded | None = None) -> None:
+    position = _Position()
+
+    def refuse(message: str) -> ParseError:
+        return ParseError(source, position.record if record is None else record, None, message)
+
+    try:
+        for event, value in events:
+            position.step(event)
+            if position.depth > max_depth:
+                raise refuse(f"JSON nested deeper than {max_depth} levels; refused before reading it")
+            if event in ("string", "map_key") and _UNSTORABLE.search(value):
+                raise refuse(_unstorable_message(value))
+    except ijson.JSONError as exc:
+        if guard is None or not guard.found:
+            if "integer overflow" in str(exc):
+                raise refuse("an integer outside the 64-bit range; refused") from None
+            return  # invalid JSON: the reader that follows says where, in its own words
+    except UnicodeDecodeError:
+        raise refuse("a string is not valid UTF-8 (a lone surrogate?): no field may hold it") from None
+    if guard is not None and guard.found:
+        raise refuse("a string holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), which no field may hold")
+
+
+def _unstorable_message(value: str) -> str:
+    what = "a NUL character" if "\x00" in value else "a lone surrogate"
+    return f"a string holds {what}, which no field may hold"
+
+
 def top_level(path: Path) -> str:
     """``"list"``, ``"object"`` or ``"other"``: the JSON type the file starts with."""
     with _open(path) as handle:
@@ -112,7 +201,11 @@ def _expect(path: Path, kind: str) -> None:
 def iter_list(path: Path) -> Iterator[tuple[int, Any]]:
     """Yield ``(index, item)`` for the items of the top-level array of ``path``, streaming."""
     _expect(path, "list")
-    index = 0
+    check_bounds(path)
+    yield from _list_items(path)
+
+
+def _list_items(path: Path) -> Iterator[tuple[int, Any]]:
     with _open(path) as handle:
         try:
             for index, item in enumerate(ijson.items(_Counting(handle), "item", use_float=True)):
@@ -124,6 +217,11 @@ def iter_list(path: Path) -> Iterator[tuple[int, Any]]:
 def iter_object(path: Path) -> Iterator[tuple[int, str, Any]]:
     """Yield ``(index, key, value)`` for the members of the top-level object of ``path``."""
     _expect(path, "object")
+    check_bounds(path)
+    yield from _object_items(path)
+
+
+def _object_items(path: Path) -> Iterator[tuple[int, str, Any]]:
     with _open(path) as handle:
         try:
             for index, (key, value) in enumerate(ijson.kvitems(_Counting(handle), "", use_float=True)):
@@ -140,10 +238,10 @@ def sniff(path: Path) -> tuple[str, Any]:
     shape = top_level(path)
     try:
         if shape == "list":
-            return shape, next((item for _, item in iter_list(path)), None)
+            return shape, next((item for _, item in _list_items(path)), None)
         if shape == "object":
-            return shape, next(((key, value) for _, key, value in iter_object(path)), None)
-    except ParseError:
+            return shape, next(((key, value) for _, key, value in _object_items(path)), None)
+    except (ParseError, ValueError, SystemError):
         return shape, None
     return shape, None
 
@@ -180,6 +278,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                 raise ParseError(str(path), index, None, f"not UTF-8 text: {exc}", record_label=f"line {index + 1}") from None
             if not line.strip():
                 continue
+            check_document_bounds(str(path), raw, record=index)
             try:
                 yield index, json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
             except _LineError as exc:
@@ -301,3 +400,44 @@ def _track_container(keys: list[str | None], event: str, value: Any) -> None:
         keys.pop()
     elif event == "map_key":
         keys[-1] = value
+
+
+_EMPTY = {"start_map": dict, "start_array": list}
+
+
+def top_members(path: Path | str, build: Collection[str]) -> dict[str, Any]:
+    """The members of the top-level object of ``path``, in one streaming pass: those named in
+    ``build`` with their values, every other one as an empty value of its type (``[]``, ``{}``)
+    or its scalar, so a reader can check a header and then stream a large member with
+    :func:`iter_member`. Call :func:`check_bounds` first."""
+    path = Path(path)
+    _expect(path, "object")
+    out: dict[str, Any] = {}
+    builder: ijson.ObjectBuilder | None = None
+    key, depth = None, 0
+    with _open(path) as handle:
+        try:
+            for _prefix, event, value in ijson.parse(_Counting(handle), use_float=True):
+                if depth == 1 and event == "map_key":
+                    key = value
+                elif depth == 1 and event not in ("end_map", "end_array"):
+                    builder = ijson.ObjectBuilder() if key in build else None
+                    out[key] = _EMPTY[event]() if event in _EMPTY else value
+                if builder is not None and depth >= 1 and not (depth == 1 and event == "map_key"):
+                    builder.event(event, value)
+                depth += 1 if event in _EMPTY else -1 if event in ("end_map", "end_array") else 0
+                if builder is not None and depth == 1 and event != "map_key":
+                    out[key], builder = builder.value, None
+        except ijson.JSONError as exc:
+            raise ParseError(str(path), None, None, f"not valid JSON: {str(exc).splitlines()[0]}") from None
+    return out
+
+
+def iter_member(path: Path | str, member: str) -> Iterator[tuple[int, Any]]:
+    """Yield ``(index, item)`` for the items of the list ``member`` of the top-level object."""
+    path = Path(path)
+    with _open(path) as handle:
+        try:
+            yield from enumerate(ijson.items(_Counting(handle), f"{member}.item", use_float=True))
+        except ijson.JSONError as exc:
+            raise ParseError(str(path), None, member, f"not valid JSON: {str(exc).splitlines()[0]}") from None

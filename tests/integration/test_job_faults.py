@@ -15,7 +15,6 @@ import signal
 import time
 
 import pytest
-from django.test import override_settings
 
 from annotation.models import ExportJob, Study
 from annotation.tasks import RUN_EXPORT
@@ -123,7 +122,6 @@ def test_broker_restart_loses_every_message_and_audit_import_export_still_finish
         redis.stop()
 
 
-@override_settings(CIRVAL_ASYNC_IMPORT_BYTES=0)
 def test_broker_down_the_page_says_so_and_the_sweep_starts_the_job_later(tmp_path, client, demo_accounts,
                                                                           worker_factory):
     needs_redis_server()

@@ -28,6 +28,7 @@ def test_rank_files_from_the_browser(staff_client, tiny, settings):  # noqa: F81
     assert run.source == "imported" and run.retrievers == ["alpha", "beta"]
     assert 'class="status done"' in page and f"Audit {run.pk}:" in page
     assert f"<code>{ALPHA.name}</code>" in page and str(settings.UPLOAD_DIR) not in page
+    assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]  # deleted once the import ended
 def test_circus_study_from_the_browser(staff_client):
     files = sorted((FIXTURES / "circus" / "agreement_users").glob("annotator_*.json"))
     handles = [open(p, "rb") for p in files]
@@ -108,3 +109,29 @@ def test_rank_files_of_another_dataset_are_refused_on_the_page_unless_forced(sta
     run = AuditRun.objects.get()
     assert 'class="status done"' in page and run.summary["import"]["forced"] is True
     assert "imported with --force although 4 query text(s) differ" in page
+
+
+HOSTILE = {
+    "deep": ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 64 levels"),
+    "huge-int": ('{"metadata": {"k": ' + "9" * 5000 + '}, "samples": []}', "64-bit range"),
+    "nul": ('{"metadata": {"dataset": "a\\u0000"}, "samples": []}', "NUL character"),
+}
+
+
+@pytest.mark.parametrize("which", ["ranks", "circus"])
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_room_imports_fail_in_words_write_nothing_and_delete_their_upload(staff_client, tiny, settings,  # noqa: F811
+                                                                                    which, case, tmp_path):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    text, words = HOSTILE[case]
+    upload = SimpleUploadedFile("retrieval_data_tiny_task7_x.json", text.encode(), "application/json")
+    data = ({"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [upload], "ranks-min_mm_retrievers": 1}
+            if which == "ranks" else
+            {"which": "circus", "circus-study_name": "evil", "circus-files": [upload], "circus-dataset_prefix": "circus"})
+    resp = staff_client.post("/room/imports/", data)
+    page = resp.content.decode()
+    assert resp.status_code == 200 and 'class="status failed"' in page and words in page, page[-2000:]
+    assert str(settings.UPLOAD_DIR) not in page
+    assert not AuditRun.objects.exists() and not Study.objects.filter(name="evil").exists()
+    assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]  # the upload is gone

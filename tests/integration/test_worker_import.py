@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.test import override_settings
 
 from retrieval.models import ImportJob, Query
 from tests.conftest import FIXTURES, wait_for
@@ -16,7 +15,6 @@ from tests.conftest import FIXTURES, wait_for
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
-@override_settings(CIRVAL_ASYNC_IMPORT_BYTES=0)
 def test_upload_runs_on_a_real_worker_and_reports_progress(client, demo_accounts, worker_factory):
     worker = worker_factory().start("import")
     assert client.login(username="admin", password=demo_accounts["admin"])

@@ -148,6 +148,34 @@ def test_unreadable_and_invalid_json_files_are_rank_file_errors(tmp_path):
     bad.write_text('{"metadata": {}, ')
     with pytest.raises(RankFileError) as info:
         read_rank_file(bad)
-    assert info.value.file == str(bad) and str(info.value).startswith(f"{bad}: not valid JSON (line 1")
+    assert info.value.file == str(bad) and str(info.value).startswith(f"{bad}: not valid JSON")
+    assert "premature EOF" in str(info.value)
     with pytest.raises(RankFileError, match="cannot read"):
         read_rank_file(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("text,words", [
+    ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 64 levels"),
+    ('{"metadata": {"k": ' + "9" * 5000 + "}}", "64-bit range"),
+    ('{"metadata": {}, "samples": [{"query_idx": ' + "1" * 30 + "}]}", "64-bit range"),
+    ('{"metadata": {"dataset": "a\\u0000b"}}', "NUL character"),
+    ('{"metadata": {"dataset": "a\\ud800b"}}', "lone surrogate"),
+])
+def test_hostile_rank_files_are_refused_before_they_are_parsed(tmp_path, text, words):
+    """Deep nesting, huge integers, NUL and lone surrogates: a RankFileError in words, from
+    the bounded pre-pass (never a RecursionError, a ValueError or a "?" stored for a surrogate)."""
+    bad = tmp_path / "retrieval_data_cirr_task7_x.json"
+    bad.write_text(text)
+    with pytest.raises(RankFileError, match=words):
+        read_rank_file(bad)
+
+
+def test_rank_files_are_streamed_sample_by_sample(tmp_path):
+    """Samples may come before the header; the result is the same as from the loaded document."""
+    d = doc()
+    reordered = {"samples": d["samples"], **{k: v for k, v in d.items() if k != "samples"}}
+    path = tmp_path / "retrieval_data_cirr_task7_lamra_qwen25vl.json"
+    path.write_text(json.dumps(reordered))
+    streamed = read_rank_file(path)
+    loaded = parse_rank_document(json.loads(json.dumps(d)), str(path))
+    assert streamed == loaded and len(streamed.samples) == len(d["samples"])
