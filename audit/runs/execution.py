@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import time
-import traceback
 from collections import defaultdict
 from contextlib import nullcontext
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from django.utils import timezone
 
 from retrieval.evaltargets import QueryTargets, evaluation_targets
 from retrieval.galleries import gallery_image_ids, query_gallery_keys
+from retrieval.jobs.leases import error_reference
 from retrieval.imagefiles import PathEscapeError, UnderRoot, resolve_under
 from retrieval.models import Image, Turn
 
@@ -610,9 +610,10 @@ def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: 
         logger.warning("audit chunks %s: lease lost, leaving them to their new owner", [c.pk for c in group])
         return "lost"
     except Exception as exc:  # recorded on the run; a person decides whether to retry
-        logger.exception("audit chunks %s failed", [c.pk for c in group])
+        # the page shows a reference number; the traceback is in the log under it
+        message = error_reference(exc, f"audit chunks {[c.pk for c in group]}")
         for c in group:
-            _fail_chunk(c, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")
+            _fail_chunk(c, message)
         return "failed"
     finally:
         for beat in beats:

@@ -29,7 +29,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -108,13 +108,15 @@ def file_start(path: Path, line_based: bool) -> FileStart:
     return FileStart(bom, closing is not None and head[1:].lstrip()[:1] == closing)
 
 
-def check_bounds(path: Path | str, max_depth: int = MAX_DEPTH) -> None:
+def check_bounds(path: Path | str, max_depth: int = MAX_DEPTH, *, first_only: bool = False) -> None:
     """Refuse ``path`` (a :class:`ParseError` naming the record) if it is nested deeper than
     ``max_depth``, holds an integer outside 64 bits, or a string with a NUL or a lone
-    surrogate. Streams with flat memory; invalid JSON is left to the reader's own message."""
+    surrogate. Streams with flat memory; invalid JSON is left to the reader's own message.
+    ``first_only``: stop after the first top-level item (what :func:`sniff` reads)."""
     with _open(Path(path)) as handle:
         guarded = _Guarded(handle)
-        scan_events(str(path), ijson.basic_parse(guarded, use_float=True), max_depth, guard=guarded)
+        scan_events(str(path), ijson.basic_parse(guarded, use_float=True), max_depth, guard=guarded,
+                    first_only=first_only)
 
 
 def check_document_bounds(source: str, document: bytes, max_depth: int = MAX_DEPTH,
@@ -155,7 +157,10 @@ class _Guarded:
 
 
 def scan_events(source: str, events: Iterator[tuple[str, Any]], max_depth: int, record: int | None = None,
-                guard: _Guarded | None = None) -> None:
+                guard: _Guarded | None = None, first_only: bool = False,
+                on_event: Callable[[str, Any], None] | None = None) -> bool:
+    """Check ``events`` (see :func:`check_bounds`), passing each to ``on_event`` once checked.
+    False when the JSON is invalid before the end (the reader that follows says where)."""
     position = _Position()
 
     def refuse(message: str) -> ParseError:
@@ -168,15 +173,20 @@ def scan_events(source: str, events: Iterator[tuple[str, Any]], max_depth: int, 
                 raise refuse(f"JSON nested deeper than {max_depth} levels; refused before reading it")
             if event in ("string", "map_key") and _UNSTORABLE.search(value):
                 raise refuse(_unstorable_message(value))
+            if on_event is not None:
+                on_event(event, value)
+            if first_only and position.complete:
+                break
     except ijson.JSONError as exc:
         if guard is None or not guard.found:
             if "integer overflow" in str(exc):
                 raise refuse("an integer outside the 64-bit range; refused") from None
-            return  # invalid JSON: the reader that follows says where, in its own words
+            return False  # invalid JSON: the reader that follows says where, in its own words
     except UnicodeDecodeError:
         raise refuse("a string is not valid UTF-8 (a lone surrogate?): no field may hold it") from None
     if guard is not None and guard.found:
         raise refuse("a string holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), which no field may hold")
+    return True
 
 
 def _unstorable_message(value: str) -> str:
@@ -234,16 +244,37 @@ def sniff(path: Path) -> tuple[str, Any]:
     """``(shape, first)``: the top-level type and its first item (``(key, value)`` for an object).
 
     ``first`` is None for an empty or unreadable document; only the start of the file is read.
+    The first item is built from checked events (:func:`scan_events`), never by ijson's
+    ``items``, whose read-ahead would build what follows it: a hostile first item is a
+    ParseError, and a hostile second one is left to the full check of the reader.
     """
     shape = top_level(path)
-    try:
-        if shape == "list":
-            return shape, next((item for _, item in _list_items(path)), None)
-        if shape == "object":
-            return shape, next(((key, value) for _, key, value in _object_items(path)), None)
-    except (ParseError, ValueError, SystemError):
+    if shape not in ("list", "object"):
         return shape, None
-    return shape, None
+    first = _FirstItem()
+    with _open(path) as handle:
+        guarded = _Guarded(handle)
+        complete = scan_events(str(path), ijson.basic_parse(guarded, use_float=True), MAX_DEPTH, guard=guarded,
+                               first_only=True, on_event=first.event)
+    if not complete or not first.fed:
+        return shape, None
+    return shape, (first.key, first.builder.value) if shape == "object" else first.builder.value
+
+
+class _FirstItem:
+    """Builds the first item of a top-level list (or the first member of an object) from events."""
+
+    def __init__(self) -> None:
+        self.depth, self.key, self.fed = 0, None, False
+        self.builder = ijson.ObjectBuilder()
+
+    def event(self, event: str, value: Any) -> None:
+        if self.depth == 1 and event == "map_key":
+            self.key = value
+        elif self.depth >= 2 or (self.depth == 1 and event not in ("end_map", "end_array")):
+            self.builder.event(event, value)
+            self.fed = True
+        self.depth += 1 if event in ("start_map", "start_array") else -1 if event in ("end_map", "end_array") else 0
 
 
 class _LineError(ValueError):

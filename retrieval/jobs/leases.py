@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import secrets
 import socket
 import threading
 import time
@@ -105,13 +107,31 @@ def fail(model, pk: int, message: str, owner: str | None = None, **fields: Any) 
         status=Status.FAILED, error=message[:20000], finished_at=timezone.now(), **fields))
 
 
+#: An absolute path (two parts or more): shown by its last part only.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[^\s:'\",/()]+/)+([^\s:'\",/()]+)")
+
+
+def redact_paths(text: str) -> str:
+    """``text`` with every absolute server path cut to its file name (pages never show paths)."""
+    return _ABSOLUTE_PATH.sub(r"\1", text)
+
+
 def readable(exc: BaseException) -> str:
-    """A one-line message for any exception: the text of the errors we raise on purpose
-    (``ValueError``, ``OSError``), otherwise the exception's type and text."""
-    text = str(exc).strip()
+    """A one-line message for any exception, never a traceback or a server path: the text of
+    the errors we raise on purpose (``ValueError``, ``OSError``); otherwise the exception's
+    type and text and a reference number, logged with the traceback (``error reference N``)."""
+    text = redact_paths(str(exc).strip())
     if isinstance(exc, (ValueError, OSError)) and text:
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def error_reference(exc: BaseException, what: str) -> str:
+    """Log ``exc`` with its traceback under a fresh reference number and return the message a
+    page may show: :func:`readable`'s, plus the reference to find the details in the log."""
+    ref = secrets.token_hex(4)
+    logger.error("error reference %s: %s failed", ref, what, exc_info=exc)
+    return f"{readable(exc)} (reference {ref}: the details are in the server log)"
 
 
 class Heartbeat:
@@ -213,8 +233,10 @@ def run_job(model, pk: int, work: Callable[[Callable[[str, int, int], None]], di
             logger.warning("%s %s: lease lost, leaving it to its new owner", model.__name__, pk)
             return "lost"
         except Exception as exc:  # noqa: BLE001 - any failure is shown on the job's page
-            logger.exception("%s %s failed", model.__name__, pk)
-            fail(model, pk, readable(exc), owner=owner, stage="failed")
+            expected = isinstance(exc, (ValueError, OSError))  # said in words; anything else gets a reference
+            message = readable(exc) if expected else error_reference(exc, f"{model.__name__} {pk}")
+            logger.warning("%s %s failed: %s", model.__name__, pk, message, exc_info=expected)
+            fail(model, pk, message, owner=owner, stage="failed")
             return "failed"
     return "done"
 

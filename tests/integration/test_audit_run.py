@@ -318,3 +318,31 @@ def test_gallery_matrix_is_memory_mapped_from_the_cache(demo, settings):
     again, _, memo = gallery_matrix(r, cache, "t", keys, lambda key: Path("/nonexistent") / key)
     assert memo is None and again is matrix  # the process memo
     clear_memos()
+
+
+def test_a_failed_audit_shows_a_reference_never_a_traceback_or_a_path(demo, monkeypatch, caplog):
+    """An unexpected error in a chunk: the researcher's page shows the error's type and a
+    reference number; the traceback is in the log under that reference."""
+    import re as _re
+
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.test import Client
+
+    from audit.runs import execution
+
+    def boom(*_args, **_kwargs):
+        raise RuntimeError("cannot map /srv/cirval/var/embeddings/secret.npy")
+
+    monkeypatch.setattr(execution, "_compute_group", boom)
+    run = audit(demo)
+    assert run.status == "failed"
+    ref = _re.search(r"reference ([0-9a-f]{8})", run.error).group(1)
+    assert "Traceback" not in run.error and "/srv/cirval" not in run.error and "secret.npy" in run.error
+    assert any(ref in r.getMessage() and r.exc_info for r in caplog.records)  # the details, in the log
+    user = get_user_model().objects.create_user("res", password="pw")
+    user.groups.add(Group.objects.get_or_create(name="researcher")[0])
+    c = Client()
+    c.force_login(user)
+    page = c.get(f"/audits/{run.pk}/").content.decode()
+    assert ref in page and "Traceback" not in page and "/srv/cirval" not in page and 'File "' not in page
