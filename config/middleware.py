@@ -1,26 +1,51 @@
-"""The guard that runs before every other middleware.
+"""The guard that runs before every middleware that may read a body.
 
 * Oversized bodies are refused by their ``Content-Length`` before a byte is read: before
   CSRF (which reads POST bodies), sessions and authentication. Multipart uploads by a
   signed-in client may reach ``CIRVAL_MAX_UPLOAD_BYTES``; every other body, and any body
-  from a client without a session cookie or API token, ``DATA_UPLOAD_MAX_MEMORY_SIZE``.
+  from a client that is not signed in, ``DATA_UPLOAD_MAX_MEMORY_SIZE``. "Signed in" is
+  verified, and only when a body claims more than the small limit: the session cookie must
+  name a live session of an active user whose password has not changed since (Django's own
+  :func:`django.contrib.auth.get_user` check), or the ``Authorization`` header a valid API
+  token; a made-up cookie or header lifts nothing.
+* Only the security headers' middlewares run before it, so its 413 and 400 carry them.
 * Hostile query parameters (:class:`config.parsing.HostileInput`) raised anywhere below
   become a 400 that names the parameter.
 """
 from __future__ import annotations
 
+from importlib import import_module
+from types import SimpleNamespace
+
 from django.conf import settings
+from django.contrib.auth import get_user
 from django.http import JsonResponse
 
 from config.parsing import HostileInput
 
 
 def body_limit(request) -> int:
-    signed_in = settings.SESSION_COOKIE_NAME in request.COOKIES or "HTTP_AUTHORIZATION" in request.META
+    """The largest body ``request`` may send (checked against its claimed length)."""
     multipart = (request.META.get("CONTENT_TYPE") or "").startswith("multipart/form-data")
-    if signed_in and multipart:
+    if multipart and verified_client(request):
         return settings.CIRVAL_MAX_UPLOAD_BYTES
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+def verified_client(request) -> bool:
+    """Whether the request comes from an active user: a valid session, or a valid API token."""
+    key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+    if key:
+        store = import_module(settings.SESSION_ENGINE).SessionStore(key)
+        user = get_user(SimpleNamespace(session=store))  # verifies the session's password hash
+        if user.is_authenticated and user.is_active:
+            return True
+    auth = request.META.get("HTTP_AUTHORIZATION", "").split()
+    if len(auth) == 2 and auth[0].lower() == "token":
+        from rest_framework.authtoken.models import Token
+
+        return Token.objects.filter(key=auth[1][:40], user__is_active=True).exists()
+    return False
 
 
 def refuse(status: int, field: str, detail: str) -> JsonResponse:
@@ -35,7 +60,8 @@ class RequestGuardMiddleware:
         claimed = request.META.get("CONTENT_LENGTH") or "0"
         if not claimed.isascii() or not claimed.isdigit():
             return refuse(400, "Content-Length", "Content-Length must be a whole number of bytes.")
-        limit = body_limit(request)
+        small = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        limit = small if int(claimed) <= small else body_limit(request)  # verify only when it matters
         if int(claimed) > limit:
             return refuse(413, "Content-Length", f"Request refused: {claimed} bytes claimed; the limit is {limit}.")
         return self.get_response(request)

@@ -57,8 +57,11 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "config.middleware.RequestGuardMiddleware",  # first: refuses oversized bodies unread
+    # The security headers first, so that even the guard's 413/400 carry them; none reads a body.
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "config.security.ContentSecurityPolicyMiddleware",
+    "config.middleware.RequestGuardMiddleware",  # then: refuses oversized bodies unread
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -66,9 +69,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
-    "config.security.ContentSecurityPolicyMiddleware",
     "config.errors.FriendlyErrorsMiddleware",
 ]
 

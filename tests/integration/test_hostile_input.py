@@ -131,7 +131,45 @@ def test_anonymous_and_oversized_bodies_are_refused_before_reading(world, client
     assert not ImportJob.objects.exists()
     from config.settings import MIDDLEWARE
 
-    assert MIDDLEWARE[0] == "config.middleware.RequestGuardMiddleware"
+    guard = MIDDLEWARE.index("config.middleware.RequestGuardMiddleware")
+    assert MIDDLEWARE[:guard] == ["django.middleware.security.SecurityMiddleware",
+                                  "django.middleware.clickjacking.XFrameOptionsMiddleware",
+                                  "config.security.ContentSecurityPolicyMiddleware"]  # they read no body
+
+
+def test_only_a_verified_session_or_token_lifts_the_body_cap_and_refusals_carry_the_security_headers(world, settings):
+    """A made-up ``sessionid`` cookie or ``Authorization`` header lifts nothing (524 MB were read
+    with one); a real session or token does. The 413 and 400 carry the security headers."""
+    from django.test import Client
+    from rest_framework.authtoken.models import Token
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000  # a real upload over the cap, small enough for a test
+
+    def post(client, **extra):
+        upload = SimpleUploadedFile("val.json", b"[" + b" " * 3000 + b"]", "application/json")
+        return client.post("/datasets/import/", {"name": "capped", "format": "circo", "files": [upload]}, **extra)
+
+    fake = Client()
+    fake.cookies[settings.SESSION_COOKIE_NAME] = "made-up-session-key-0123456789abcdef"
+    for resp in (post(fake), post(Client(), HTTP_AUTHORIZATION="Token " + "0" * 40)):
+        assert resp.status_code == 413, resp.content
+        assert resp["X-Content-Type-Options"] == "nosniff" and resp["X-Frame-Options"] == "DENY"
+        assert "default-src 'self'" in resp["Content-Security-Policy"] and "Referrer-Policy" in resp
+    bad = Client().generic("POST", "/api/studies/", b"{}", content_type="application/json", CONTENT_LENGTH="x")
+    assert bad.status_code == 400 and bad["X-Content-Type-Options"] == "nosniff" and "Content-Security-Policy" in bad
+    # a session whose user was deactivated lifts nothing either
+    stale = Client()
+    stale.force_login(world["boss"])
+    type(world["boss"]).objects.filter(pk=world["boss"].pk).update(is_active=False)
+    assert post(stale).status_code == 413
+    type(world["boss"]).objects.filter(pk=world["boss"].pk).update(is_active=True)
+    real = Client()
+    real.force_login(world["boss"])
+    assert post(real).status_code != 413
+    token = Token.objects.create(user=world["boss"])
+    assert post(Client(), HTTP_AUTHORIZATION=f"Token {token.key}").status_code != 413
 
 
 def test_study_creation_refuses_users_without_the_annotator_role(world):
