@@ -313,8 +313,8 @@ REST_FRAMEWORK = {
     # Per account (user) and per address (anon). Generous: 50 annotators behind one NAT
     # address submit, autosave and fetch items many times a minute.
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.UserRateThrottle",
-        "rest_framework.throttling.AnonRateThrottle",
+        "config.throttling.UserRateThrottle",  # atomic counters (Redis INCR), see config/throttling.py
+        "config.throttling.AnonRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "user": env_str("API_THROTTLE_USER", "600/min"),

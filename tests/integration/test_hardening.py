@@ -122,3 +122,38 @@ def test_annotators_fetch_only_images_they_were_shown(world):
     upcoming = c.get(reverse("annotation:upcoming", args=[study.pk])).json()["images"]
     for url in upcoming:
         assert c.get(url).status_code == 200
+
+
+def test_api_throttle_is_atomic_under_16_threads_on_a_real_redis(world, settings, tmp_path, monkeypatch):
+    """16 threads, 400 requests of one account against 100 a day on a real Redis: exactly 100
+    are let through (DRF's read-append-write list let 1,836 of 2,000 through against 600)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.test import RequestFactory
+    from rest_framework.request import Request
+    from rest_framework.throttling import UserRateThrottle as DRFUserRateThrottle
+
+    from config.env import cache_settings
+    from config.throttling import UserRateThrottle
+    from tests.brokers import PrivateRedis, needs_redis_server
+
+    needs_redis_server()
+    redis = PrivateRedis(tmp_path).start()
+    try:
+        settings.CACHES = cache_settings(redis.url)
+        monkeypatch.setattr(DRFUserRateThrottle, "THROTTLE_RATES", {"user": "100/day", "anon": "100/day"})
+
+        def hit(_n: int) -> bool:
+            request = Request(RequestFactory().get("/api/studies/"))
+            request.user = world["ann"]
+            return UserRateThrottle().allow_request(request, None)
+
+        with ThreadPoolExecutor(16) as pool:
+            allowed = list(pool.map(hit, range(400)))
+        assert sum(allowed) == 100
+        throttle = UserRateThrottle()
+        request = Request(RequestFactory().get("/api/studies/"))
+        request.user = world["ann"]
+        assert not throttle.allow_request(request, None) and 0 < throttle.wait() <= 86400
+    finally:
+        redis.stop()
