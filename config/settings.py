@@ -124,13 +124,16 @@ AUTHENTICATION_BACKENDS = [
     "config.security.LoginThrottleBackend",  # django-axes: refuses logins while an account or address is locked out
     "django.contrib.auth.backends.ModelBackend",
 ]
-# Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one account,
-# or from one address, further attempts are refused for AXES_COOLOFF_MINUTES.
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords for one account
+# from one address, that account is refused at that address for AXES_COOLOFF_MINUTES after
+# the last wrong one. Per account AND address: the owner of a locked account still gets in
+# from their own address, guesses from another address neither lock nor extend it, and a
+# login to another account resets nothing but its own pair. Staff unlock on the users page.
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = env_int("AXES_COOLOFF_MINUTES", 15) / 60  # hours
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_LOCKOUT_CALLABLE = "config.security.lockout_response"  # says for how long
 AXES_IPWARE_PROXY_COUNT = env_int("AXES_PROXY_COUNT", 0)
 AXES_ENABLED = env_bool("AXES_ENABLED", True)
 LOGIN_URL = "login"

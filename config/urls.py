@@ -4,10 +4,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from . import views
+from .security import LoginForm
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LoginForm),
+         name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -13,7 +13,10 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.http import require_POST
 
+from axes.utils import reset as axes_reset
+
 from config.roles import staff_required
+from config.security import locked_usernames
 
 from annotation import roles
 from annotation.assignment.queue import forget_study_sizes
@@ -62,7 +65,9 @@ def users(request):
             invite = {"user": user.username, "link": invite_link(request, user)}
             messages.success(request, f"{user.username} invited: send them the link below.")
         form = UserForm()
-    rows = [(u, user_roles(u)) for u in User.objects.order_by("username").prefetch_related("groups")]
+    people = list(User.objects.order_by("username").prefetch_related("groups"))
+    locked = locked_usernames(u.username for u in people)
+    rows = [(u, user_roles(u), u.username in locked) for u in people]
     return render(request, "room/users.html", {"form": form, "rows": rows, "invite": invite,
                                                "role_choices": RolesForm().fields["roles"].choices})
 
@@ -71,6 +76,10 @@ def users(request):
 @require_POST
 def user_update(request, user_id: int):
     user = get_object_or_404(User, pk=user_id)
+    if request.POST.get("unlock"):
+        axes_reset(username=user.username)  # every address's failed logins of this account
+        messages.success(request, f"{user.username} is unlocked: they can log in again now.")
+        return redirect("room:users")
     form = RolesForm(request.POST)
     if form.is_valid():
         if user == request.user and roles.ADMIN not in form.cleaned_data["roles"]:
