@@ -9,6 +9,9 @@
   :func:`django.contrib.auth.get_user` check), or the ``Authorization`` header a valid API
   token; a made-up cookie or header lifts nothing.
 * Only the security headers' middlewares run before it, so its 413 and 400 carry them.
+* A NUL character in any query parameter or form field (``application/x-www-form-urlencoded``)
+  is a 400 naming it, before any view passes it to the database (PostgreSQL refuses NUL in
+  text: a note, a user name or an export's ``primary`` would be a 500).
 * Hostile query parameters (:class:`config.parsing.HostileInput`) raised anywhere below
   become a 400 that names the parameter.
 """
@@ -21,7 +24,7 @@ from django.conf import settings
 from django.contrib.auth import get_user
 from django.http import JsonResponse
 
-from config.parsing import HostileInput
+from config.parsing import HostileInput, check_text
 
 
 def body_limit(request) -> int:
@@ -48,6 +51,18 @@ def verified_client(request) -> bool:
     return False
 
 
+def check_fields(request) -> None:
+    """Refuse a NUL in the query string or in a form-encoded body (:class:`HostileInput`)."""
+    sources = [request.GET]
+    if (request.META.get("CONTENT_TYPE") or "").startswith("application/x-www-form-urlencoded"):
+        sources.append(request.POST)  # within DATA_UPLOAD_MAX_MEMORY_SIZE, checked above
+    for source in sources:
+        for name, values in source.lists():
+            check_text(name, "a field name")
+            for value in values:
+                check_text(value, name[:40])
+
+
 def refuse(status: int, field: str, detail: str) -> JsonResponse:
     return JsonResponse({"field": field, "detail": detail}, status=status)
 
@@ -64,6 +79,10 @@ class RequestGuardMiddleware:
         limit = small if int(claimed) <= small else body_limit(request)  # verify only when it matters
         if int(claimed) > limit:
             return refuse(413, "Content-Length", f"Request refused: {claimed} bytes claimed; the limit is {limit}.")
+        try:
+            check_fields(request)
+        except HostileInput as exc:
+            return refuse(400, exc.field, str(exc))
         return self.get_response(request)
 
     def process_exception(self, request, exception):

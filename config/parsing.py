@@ -5,7 +5,8 @@ Every JSON body of the API goes through :class:`SafeJSONParser`; query-string id
 
 * nesting deeper than :data:`MAX_DEPTH` (a ``RecursionError`` otherwise);
 * ``NaN``, ``Infinity`` and numbers such as ``1e999`` that overflow to infinity;
-* integers outside a signed 64-bit range (no database column holds them);
+* integers outside a signed 64-bit range (no database column holds them), even of 5,000
+  digits (never converted);
 * NUL characters and lone UTF-16 surrogates in any string or key (PostgreSQL refuses NUL in
   text and JSON; a lone surrogate cannot be encoded as UTF-8);
 * bodies that are not UTF-8.
@@ -45,6 +46,14 @@ class _Overflow(float):
         obj = super().__new__(cls, "inf")
         obj.text = text
         return obj
+
+
+def _parse_int(text: str) -> int | _Overflow:
+    """Integers past 64 bits are never converted (Python refuses over 4,300 digits with a
+    ValueError): the walk reports them as out of range, naming the field."""
+    if len(text.lstrip("-")) > 19:
+        return _Overflow(text)
+    return int(text)
 
 
 def _parse_float(text: str) -> float:
@@ -106,7 +115,7 @@ def loads(raw: bytes | str) -> Any:
     if nesting_depth(text) > MAX_DEPTH:
         raise HostileInput("", f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        data = json.loads(text, parse_float=_parse_float, parse_constant=_refuse_constant)
+        data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise HostileInput("", f"not valid JSON: {exc}") from None
     check_value(data)

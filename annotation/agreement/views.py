@@ -22,6 +22,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
 from audit.charts import heatmap_svg
+from config.parsing import query_int
 from config.roles import researcher_required, staff_required
 from retrieval.jobs.queue import QUEUE_DOWN, enqueue
 
@@ -73,11 +74,11 @@ def _policy(request) -> tuple[str, str | None]:
 def _bootstrap(request, study: Study) -> tuple[int, int]:
     """(replicates, seed) of the report's intervals: ``?bootstrap=N&seed=S``, default
     :func:`default_bootstrap` (1000 but for very large studies) and 0."""
-    try:
-        n_boot = int(request.GET.get("bootstrap") or default_bootstrap(study))
-        seed = int(request.GET.get("seed", 0))
-    except ValueError:
-        raise Http404("bootstrap and seed must be integers") from None
+    # whole numbers of ASCII digits (config.parsing.query_int): ?seed=-1 or a 5,000-digit
+    # seed is a 400 naming the parameter (numpy refuses negative seeds)
+    n_boot = query_int(request, "bootstrap")
+    n_boot = default_bootstrap(study) if n_boot is None else n_boot
+    seed = query_int(request, "seed") or 0
     if not 0 <= n_boot <= 10_000:
         raise Http404("bootstrap must lie between 0 and 10000")
     return n_boot, seed

@@ -777,6 +777,8 @@ def _form_int(rec: Record, name: str) -> int:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     if isinstance(value, str) and _DIGITS.fullmatch(value):
+        if len(value.strip().lstrip("+-")) > 18:  # never converted: Python refuses 4,300 digits
+            rec.fail(name, f"out of range ({len(value.strip())} digits)")
         return int(value)
     rec.fail(name, f"expected an integer, got {json_type(value)} ({value!r})")
 

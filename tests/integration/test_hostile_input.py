@@ -10,7 +10,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from annotation.assignment import queue as engine
-from annotation.models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
+from annotation.models import Adjudication, Assignment, Draft, ExportJob, Judgement, RubricVersion, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from retrieval.models import Image, ImportJob
 from tests.conftest import FIXTURES, make_annotator
@@ -64,6 +64,27 @@ CASES = [
      400, "base_revision"),
     ("form-encoded-judgement", "ann", "POST", "/api/assignments/{a}/judgements/", "category=VALIDATED&time_spent_ms=5",
      "form", 400, ""),
+    # issue 29: integers of 5,000 digits (Python refuses to convert over 4,300), in JSON and in a string
+    ("5000-digit-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/",
+     '{"category": "VALIDATED", "time_spent_ms": ' + "9" * 5000 + "}", "json", 400, "time_spent_ms"),
+    ("5000-digit-time-spent-string", "ann", "POST", "/api/assignments/{a}/judgements/",
+     ok_judgement(time_spent_ms="9" * 5000), "json", 400, "time_spent_ms"),
+    ("5000-digit-draft", "ann", "PUT", "/api/assignments/{a}/draft/", '{"elapsed_ms": -' + "9" * 5000 + "}", "json",
+     400, "elapsed_ms"),
+    ("5000-digit-study-seed", "boss", "POST", "/api/studies/",
+     '{"name": "x", "datasets": ["circo"], "seed": ' + "9" * 5000 + "}", "json", 400, "seed"),
+    ("negative-seed-report", "boss", "GET", "/studies/{s}/report/?seed=-1", None, None, 400, "seed"),
+    ("negative-seed-json", "boss", "GET", "/studies/{s}/report.json?seed=-1", None, None, 400, "seed"),
+    ("negative-seed-csv", "boss", "GET", "/studies/{s}/report.csv?seed=-1", None, None, 400, "seed"),
+    ("huge-seed-json", "boss", "GET", "/studies/{s}/report.json?seed=" + "9" * 5000, None, None, 400, "seed"),
+    ("nul-primary-report", "boss", "GET", "/studies/{s}/report.json?policy=primary&primary=a%00b", None, None, 400,
+     "primary"),
+    ("nul-in-adjudication-note", "boss", "POST", "/studies/{s}/adjudication/{item}/", "decision=validated&note=a%00b",
+     "form", 400, "note"),
+    ("nul-in-export-primary", "boss", "POST", "/studies/{s}/export/", "policy=primary&primary=ann%00", "form", 400,
+     "primary"),
+    ("nul-in-room-username", "boss", "POST", "/room/studies/{s}/annotators/", "username=ann%00", "form", 400,
+     "username"),
     ("study-abc", "ann", "GET", "/api/assignments/?study=abc", None, None, 400, "study"),
     ("study-nul", "ann", "GET", "/api/assignments/?study=%00", None, None, 400, "study"),
     ("study-superscript", "ann", "GET", "/api/assignments/?study=%C2%B2", None, None, 400, "study"),
@@ -82,12 +103,14 @@ def world(db):
     boss = get_user_model().objects.create_user("boss", password="pw", is_staff=True)
     study, _ = create_study(StudySpec(name="s", datasets=["circo"], overlap=1, total=4, annotators=["ann"]))
     asg = engine.next_assignment(study, ann).assignment
-    return {"ann": ann, "boss": boss, "a": asg.pk, "image": Image.objects.first().pk}
+    return {"ann": ann, "boss": boss, "a": asg.pk, "image": Image.objects.first().pk, "s": study.pk,
+            "item": asg.item_id}
 
 
 def snapshot():
     return (
         Judgement.objects.count(), Draft.objects.count(), Study.objects.count(), ImportJob.objects.count(),
+        ExportJob.objects.count(), Adjudication.objects.count(), sorted(Study.annotators.through.objects.values_list("pk")),
         sorted(Assignment.objects.values_list("pk", "status", "lease_expires")),
         sorted(StudyItem.objects.values_list("pk", "taken", "completed")),
     )
@@ -99,7 +122,7 @@ def test_hostile_input_is_refused_naming_the_field_and_nothing_is_written(world,
     client = APIClient()
     client.force_login(world[who])
     before = snapshot()
-    url = url.format(a=world["a"], image=world["image"])
+    url = url.format(a=world["a"], image=world["image"], s=world["s"], item=world["item"])
     if body is None:
         resp = client.generic(method, url)
     else:
