@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.db.models import Exists, OuterRef
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view
@@ -15,7 +16,7 @@ from annotation.assignment import queue as engine
 from annotation.models import Assignment
 from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
 from annotation.quality.gold import feedback_message, training_feedback
-from annotation.permissions import member_study, own_assignment, visible_studies, writable_assignment
+from annotation.permissions import member_study, membership, own_assignment, visible_studies, writable_assignment
 from annotation.judging.rubric import JudgementError
 from annotation.studies.building import StudyError, StudySpec, create_study
 
@@ -107,6 +108,8 @@ def study_progress(request, pk: int):
 def assignments(request):
     """The caller's own assignments (for reopening earlier judgements)."""
     qs = Assignment.objects.filter(annotator=request.user).select_related("item__query", "study").order_by("study", "position")
+    if not roles.is_admin(request.user):  # only the studies they still annotate
+        qs = qs.filter(Exists(membership(request.user, OuterRef("study_id"))))
     study = query_int(request, "study")
     if study is not None:
         qs = qs.filter(study_id=study)

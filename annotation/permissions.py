@@ -23,12 +23,22 @@ def visible_studies(user):
     return Study.objects.filter(annotators=user)
 
 
+def membership(user, study_ref):
+    """The rows that make ``user`` an annotator of the study ``study_ref`` (an id or an
+    ``OuterRef``): a membership of an active account that still holds the annotator role.
+    Every access check of annotation work goes through it, so revoking the role, removing the
+    annotator from the study or deactivating the account ends reading, next, submit and
+    image fetches at once."""
+    rows = Study.annotators.through.objects.filter(study_id=study_ref, user_id=user.pk)
+    return rows if user.is_active and roles.is_annotator(user) else rows.none()
+
+
 def member_study(user, study_id: int, annotate: dict | None = None) -> Study:
     """A study the user annotates in (staff: any); 404 otherwise, so ids leak nothing.
 
-    One query: the row carries ``is_annotator`` (whether the user annotates in it) and any
-    further ``annotate`` expressions the caller needs."""
-    member = Study.annotators.through.objects.filter(study_id=OuterRef("pk"), user_id=user.pk)
+    One query: the row carries ``is_annotator`` (whether the user annotates in it, see
+    :func:`membership`) and any further ``annotate`` expressions the caller needs."""
+    member = membership(user, OuterRef("pk"))
     qs = Study.objects.select_related("rubric").annotate(is_annotator=Exists(member), **(annotate or {}))
     study = qs.filter(pk=study_id).first()
     if study is None:
@@ -39,12 +49,12 @@ def member_study(user, study_id: int, annotate: dict | None = None) -> Study:
 
 
 def own_assignment(user, assignment_id: int) -> Assignment:
-    """The user's own assignment; another annotator's gives 404, whoever asks."""
-    a = (
-        Assignment.objects.select_related("study__rubric", "item__query__dataset", "annotator")
-        .filter(pk=assignment_id, annotator=user)
-        .first()
-    )
+    """The user's own assignment in a study they still annotate (staff: any of their own);
+    another annotator's, or one of a study they were removed from, gives 404."""
+    rows = Assignment.objects.select_related("study__rubric", "item__query__dataset", "annotator")
+    if not roles.is_admin(user):
+        rows = rows.filter(Exists(membership(user, OuterRef("study_id"))))
+    a = rows.filter(pk=assignment_id, annotator=user).first()
     if a is None:
         raise Http404("no such assignment")
     return a
@@ -75,7 +85,7 @@ def writable_assignment(user, assignment_id: int, rows=None) -> Assignment:
     """The user's own assignment in an open study they still annotate (one query);
     404 for someone else's, 403 with the reason once access has ended. ``rows``: the
     queryset to read it from (a submit passes its locked one)."""
-    member = Study.annotators.through.objects.filter(study_id=OuterRef("study_id"), user_id=user.pk)
+    member = membership(user, OuterRef("study_id"))
     rows = rows if rows is not None else Assignment.objects.select_related("study__rubric", "item__query")
     a = (
         rows.select_related("annotator")

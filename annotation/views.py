@@ -133,7 +133,7 @@ def upcoming(request, study_id: int):
         shown = Image.objects.in_bulk(nxt.candidates[:PAGE_SIZE])  # the panel's first page, once fixed
         refs += [image_ref(shown[i], 160) for i in nxt.candidates[:PAGE_SIZE] if i in shown]
     refs = refs[:12 + PAGE_SIZE]
-    grant_images(request.user.pk, [r["id"] for r in refs])  # the prefetch may fetch what it is told
+    grant_images(request.user.pk, [r["id"] for r in refs], study.pk)  # the prefetch may fetch what it is told
     return JsonResponse({"images": [r["thumb"] for r in refs]})
 
 

@@ -118,5 +118,5 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
     if staff:
         payload["staff"] = {"served_by": rule or assignment.served_by,
                             "panel_source": assignment.item.candidates_source}
-    grant_images(assignment.annotator_id, payload_image_ids(payload))
+    grant_images(assignment.annotator_id, payload_image_ids(payload), assignment.study_id)
     return payload

@@ -212,3 +212,38 @@ def test_queue_done_page_counts_what_was_done(world, client):
     client.force_login(b)
     resp = client.post(f"/annotate/{study.pk}/", follow=True)
     assert b"All done" in resp.content and b"0 of 0 judged" in resp.content
+
+
+def _shown_image(client, asg) -> int:
+    payload = client.get(f"/api/assignments/{asg.pk}/").json()
+    return payload["query"]["turns"][0]["reference"]["id"]
+
+
+@pytest.mark.parametrize("how", ["role revoked", "removed from the study", "account deactivated"])
+def test_access_ends_with_the_role_or_the_membership_reads_and_image_grants_included(world, how):
+    """Issue 29: revoking the annotator role stopped neither next nor submit, a removed
+    annotator could still read their old assignment, and image grants lasted 24 h."""
+    from django.contrib.auth.models import Group
+
+    client = api(world["a"])
+    study, asg = world["study"], world["asg"]
+    image = _shown_image(client, asg)  # the served item grants its images
+    assert client.get(f"/images/{image}/", {"size": 160}).status_code == 200
+    if how == "role revoked":
+        world["a"].groups.remove(Group.objects.get(name="annotator"))
+    elif how == "removed from the study":
+        study.annotators.remove(world["a"])
+    else:
+        type(world["a"]).objects.filter(pk=world["a"].pk).update(is_active=False)
+    client = api(type(world["a"]).objects.get(pk=world["a"].pk))  # a fresh request: the role is read again
+    if how == "account deactivated":
+        client = APIClient()  # a deactivated account's session is refused by Django itself
+        client.force_authenticate(type(world["a"]).objects.get(pk=world["a"].pk))
+    assert client.post(f"/api/studies/{study.pk}/next/").status_code in (403, 404)
+    assert writes(client, asg)[:2] in ([403, 403], [404, 404])
+    assert client.get(f"/api/assignments/{asg.pk}/").status_code == 404
+    assert client.get(f"/api/assignments/{asg.pk}/judgements/").status_code == 404
+    assert asg.pk not in [row["id"] for row in client.get("/api/assignments/").json()]
+    # the grant ended with it (a deactivated account is not even signed in on the image view: login)
+    assert client.get(f"/images/{image}/", {"size": 160}).status_code == (302 if how == "account deactivated" else 404)
+    assert nothing_written(asg)
