@@ -205,6 +205,9 @@ IMAGE_ROOTS = [Path(p.strip()).resolve()
                for p in _IMAGE_ROOTS.split(os.pathsep if os.pathsep in _IMAGE_ROOTS else ",") if p.strip()]
 IMAGE_MAX_PIXELS = env_int("IMAGE_MAX_PIXELS", DEFAULT_MAX_PIXELS)
 THUMBNAIL_DIR = VAR_DIR / "thumbs"
+# The most memory one image's decode may take (bytes, after a JPEG's draft reduction); an
+# image needing more is refused. Decodes of one image run one at a time (retrieval/imageserve.py).
+IMAGE_DECODE_MAX_BYTES = env_int("IMAGE_DECODE_MAX_BYTES", 512 * 1024 * 1024)
 EMBEDDING_CACHE_DIR = Path(env_str("EMBEDDING_CACHE_DIR", str(VAR_DIR / "embeddings")))
 
 # --- Celery ----------------------------------------------------------------------------

@@ -1,8 +1,24 @@
-"""Serving image files: only from IMAGE_ROOTS, thumbnails cached, bombs refused."""
+"""Serving image files: only from IMAGE_ROOTS, thumbnails cached, bombs refused.
+
+Within budget (issue 29):
+
+* a full-size image is served only once it has been **verified** (:func:`verified`): a PNG's
+  chunks and checksums read to the end (``Image.verify``), any other format decoded (a JPEG
+  at the smallest scale its decoder offers, which still reads the whole stream); a truncated
+  or corrupt file is refused (422). The result is remembered beside the thumbnails, keyed
+  by path, size and modification time, so each file is checked once;
+* the thumbnails of one image are built **one at a time** (an exclusive ``flock`` per image,
+  held across processes), all sizes from one decode, so five sizes requested together
+  decode the image once, not five times in parallel (2.2 GB for a 7,900x7,900 image);
+* a decode whose pixels would take more than ``IMAGE_DECODE_MAX_BYTES`` (after the JPEG
+  draft reduction) is refused before it starts.
+"""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -46,27 +62,104 @@ def check_pixels(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def thumbnail(path: Path, size: int) -> Path:
-    """A cached JPEG/PNG thumbnail of at most ``size`` pixels on its long side."""
-    check_pixels(path)
+def _key(path: Path, what: str) -> str:
     stat = path.stat()
-    key = hashlib.sha256(f"{path}|{stat.st_mtime_ns}|{stat.st_size}|{size}".encode()).hexdigest()
-    out = Path(settings.THUMBNAIL_DIR) / key[:2] / f"{key}.png"
+    return hashlib.sha256(f"{path}|{stat.st_mtime_ns}|{stat.st_size}|{what}".encode()).hexdigest()
+
+
+def _cached(key: str, suffix: str) -> Path:
+    return Path(settings.THUMBNAIL_DIR) / key[:2] / f"{key}{suffix}"
+
+
+@contextmanager
+def _one_at_a_time(path: Path):
+    """Hold the image's exclusive lock (one decode of one image at a time, across processes)."""
+    lock = _cached(_key(path, "lock"), ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _damaged(exc: BaseException) -> ImageRefused:
+    return ImageRefused(f"not a readable image ({type(exc).__name__}: the file is damaged or truncated)")
+
+
+def _check_budget(img, size: int | None) -> None:
+    """Refuse a decode whose pixels would pass IMAGE_DECODE_MAX_BYTES (after a JPEG draft)."""
+    if size is not None:
+        img.draft("RGB", (size, size))
+    width, height = img.size
+    needed = width * height * max(len(img.getbands()), 3)
+    if needed > settings.IMAGE_DECODE_MAX_BYTES:
+        raise ImageRefused(f"image refused: decoding it needs {needed // 2**20} MB, more than the "
+                           f"{settings.IMAGE_DECODE_MAX_BYTES // 2**20} MB allowed per image")
+
+
+def verified(path: Path) -> Path:
+    """``path`` once it is known to decode to the end (see the module notes); ImageRefused if not."""
+    check_pixels(path)
+    mark = _cached(_key(path, "verified"), ".ok")
+    if mark.exists():
+        return path
+    with _one_at_a_time(path):
+        if mark.exists():
+            return path
+        try:
+            with PILImage.open(path) as img:
+                if img.format == "PNG":
+                    img.verify()
+                else:
+                    _check_budget(img, 64)
+                    img.load()
+        except ImageRefused:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the message may carry the path: never shown
+            raise _damaged(exc) from None
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
+    return path
+
+
+def thumbnail(path: Path, size: int) -> Path:
+    """A cached PNG thumbnail of at most ``size`` pixels on its long side. All sizes of one
+    image are built together, under its lock, from one decode."""
+    check_pixels(path)
+    out = _cached(_key(path, str(size)), ".png")
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    with _one_at_a_time(path):
+        if not out.exists():  # another request may have built it while this one waited
+            _build_thumbnails(path)
+    return out
+
+
+def _build_thumbnails(path: Path) -> None:
+    largest = max(THUMB_SIZES)
     try:
         with PILImage.open(path) as img:
-            img.draft("RGB", (size, size))
-            img = img.convert("RGB")
-            img.thumbnail((size, size))
-            img.save(tmp, format="PNG", optimize=False)
+            _check_budget(img, largest)
+            img.load()
+            if img.mode != "RGB":
+                img = img.convert("RGB")
+            for size in sorted(THUMB_SIZES, reverse=True):  # each from the one before: small steps
+                img.thumbnail((size, size))
+                out = _cached(_key(path, str(size)), ".png")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                tmp = out.with_suffix(f".{os.getpid()}.tmp")
+                try:
+                    img.save(tmp, format="PNG", optimize=False)
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
+                os.replace(tmp, out)
+    except ImageRefused:
+        raise
     except (OSError, ValueError, SyntaxError) as exc:  # truncated or corrupt past its header
-        tmp.unlink(missing_ok=True)
-        raise ImageRefused(f"not a readable image ({type(exc).__name__}: the file is damaged or truncated)") from None
-    os.replace(tmp, out)
-    return out
+        raise _damaged(exc) from None
 
 
 def parse_size(raw: str | None) -> int | None:

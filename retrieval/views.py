@@ -18,7 +18,7 @@ from config.roles import researcher_required, staff_required
 
 from .access import may_fetch
 from .forms import ImportForm
-from .imageserve import ImageRefused, check_pixels, image_file, parse_size, placeholder_svg, thumbnail
+from .imageserve import ImageRefused, image_file, parse_size, placeholder_svg, thumbnail, verified
 from .jobs.queue import QUEUE_DOWN, enqueue
 from .models import Dataset, Image, ImportJob, Query
 from .stats import dataset_stats
@@ -83,7 +83,7 @@ def image(request, pk: int):
         if size:
             return FileResponse(open(thumbnail(path, size), "rb"), content_type="image/png",
                                 filename=f"image-{img.pk}-{size}.png")
-        check_pixels(path)
+        verified(path)  # a truncated or corrupt file is never served (422)
     except ImageRefused as exc:
         return HttpResponse(f"image {img.pk}: {exc}", status=422, content_type="text/plain")
     # The served name is the image's id, never the file's real name or path.

@@ -40,9 +40,11 @@ def test_full_image_and_thumbnail_with_cache_headers(client, served, settings):
     assert thumb.status_code == 200 and thumb["Content-Type"] == "image/png"
     body = b"".join(thumb.streaming_content)
     assert body.startswith(b"\x89PNG")
-    assert len(list(settings.THUMBNAIL_DIR.rglob("*.png"))) == 1  # cached on disk
-    client.get(f"/images/{served['ok'].pk}/?size=96")
-    assert len(list(settings.THUMBNAIL_DIR.rglob("*.png"))) == 1
+    from retrieval.imageserve import THUMB_SIZES
+
+    assert len(list(settings.THUMBNAIL_DIR.rglob("*.png"))) == len(THUMB_SIZES)  # every size, from one decode
+    client.get(f"/images/{served['ok'].pk}/?size=160")
+    assert len(list(settings.THUMBNAIL_DIR.rglob("*.png"))) == len(THUMB_SIZES)
     assert client.get(f"/images/{served['ok'].pk}/?size=13").status_code == 400
 
 
@@ -92,3 +94,47 @@ def test_served_files_carry_the_image_id_not_the_file_name(client, served):
 @pytest.mark.parametrize("size", ["²", "٣", "-1", "96.0", "1" * 40, "\x00"])
 def test_hostile_sizes_are_400(client, served, size):
     assert client.get(f"/images/{served['ok'].pk}/", {"size": size}).status_code == 400
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_a_truncated_image_is_never_served_at_full_size(client, served, settings, fmt):
+    """Issue 29: a truncated PNG was served at full size. Each file is verified (once)."""
+    import io
+
+    buf = io.BytesIO()
+    PILImage.effect_noise((90, 90), 64).convert("RGB").save(buf, format=fmt)
+    root = settings.IMAGE_ROOTS[0]
+    name = f"cut.{fmt.lower()}"
+    (root / name).write_bytes(buf.getvalue()[: len(buf.getvalue()) * 2 // 3])
+    cut = Image.objects.create(dataset=served["ok"].dataset, external_id="cut", path=name)
+    resp = client.get(f"/images/{cut.pk}/")
+    assert resp.status_code == 422 and b"damaged or truncated" in resp.content and str(root).encode() not in resp.content
+    assert not list(settings.THUMBNAIL_DIR.rglob("*.ok"))  # nothing remembered as good
+    good = client.get(f"/images/{served['ok'].pk}/")
+    assert good.status_code == 200 and len(list(settings.THUMBNAIL_DIR.rglob("*.ok"))) == 1
+
+
+def test_thumbnails_of_one_image_are_built_once_under_a_memory_cap(served, settings, monkeypatch):
+    """Five sizes requested together decode the image once (all sizes from one decode, under
+    the image's lock); a decode over IMAGE_DECODE_MAX_BYTES is refused before it starts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from retrieval import imageserve
+
+    root = settings.IMAGE_ROOTS[0]
+    PILImage.effect_noise((90, 90), 64).convert("RGB").save(root / "five.png")
+    builds = []
+    real = imageserve._build_thumbnails
+
+    def counted(path):
+        builds.append(path)
+        return real(path)
+
+    monkeypatch.setattr(imageserve, "_build_thumbnails", counted)
+    with ThreadPoolExecutor(5) as pool:
+        outs = list(pool.map(lambda size: imageserve.thumbnail(root / "five.png", size), imageserve.THUMB_SIZES))
+    assert len(builds) == 1 and all(o.exists() for o in outs)
+    settings.IMAGE_DECODE_MAX_BYTES = 90 * 90 * 3 - 1
+    PILImage.effect_noise((90, 90), 64).convert("RGB").save(root / "over.png")
+    with pytest.raises(imageserve.ImageRefused, match="more than the 0 MB allowed"):
+        imageserve.thumbnail(root / "over.png", 96)
