@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,33 @@ def test_the_export_page_offers_the_circo_layout_through_the_clis_service(
     assert "circo" in client.get(f"/studies/{study.pk}/exports/").content.decode()
     resp = client.post(f"/studies/{study.pk}/export/", {"policy": "majority", "format": "xml"})
     assert resp.status_code == 302 and ExportJob.objects.count() == 1  # refused with a message, no job
+
+
+def test_a_demo_session_export_reimports_as_circled_with_its_ids(tmp_path) -> None:
+    """Sessions of data that is not CIRR, FashionIQ or CIRCO (CIRVal's demo world) are named
+    ``<dataset>_<split>`` and re-import with their image ids as they are (no path; one warning)."""
+    from retrieval.demo import build_demo
+    from retrieval.loader import load_parsed
+
+    root = tmp_path / "demo"
+    load_parsed(build_demo(root, n_gallery=20, n_single=0, n_sessions=3), "demo", images_root=root)
+    user = make_annotator("solo")
+    study, _ = create_study(StudySpec(name="demo-sessions", datasets=["demo"], rubric="session", overlap=1,
+                                      seed=1, annotators=["solo"]))
+    judge_all(study, user, session_payload)
+    result = export_study(study, tmp_path / "e")
+    exported = [f for f in result.manifest["files"] if f["kind"] == "queries"]
+    assert [f["subset"] for f in exported] == ["demo_val"]
+    out = StringIO()
+    call_command("import_dataset", "--format", "circled", "--name", "back",
+                 *[str(result.path / f["path"]) for f in exported], stdout=out)
+    assert "demo_val.json: subset 'demo_val' is not from CIRR, FashionIQ or CIRCO" in out.getvalue()
+    back = {q.external_id: q for q in Query.objects.filter(dataset__name="back")}
+    source = {q.external_id: q for q in Query.objects.filter(dataset__name="demo", n_turns__gt=1)}
+    assert set(back) == set(source) and len(back) == 3
+    for ext, q in back.items():
+        refs = [list(x.turns.order_by("index").values_list("reference_image__external_id", flat=True))
+                for x in (q, source[ext])]
+        assert refs[0] == refs[1]
+        assert [t.image.external_id for t in q.targets.all()] == \
+               [t.image.external_id for t in source[ext].positive_targets(source[ext].targets.all())]
