@@ -21,8 +21,8 @@ stored position follows). Formats whose ids are positions (:data:`retrieval.reco
 are matched on their content first; a record whose content is new takes the stored row of
 its id (changed) when that row matched nothing, else it is added.
 
-Removed records are the stored queries of the same file (split and file name) that the new
-file no longer holds. The safe default (``on_removed="refuse"``) refuses the whole import with
+Removed records are the stored queries of the same file (split and file name; for positional
+ids the same split and category, which share the ids) that the new file no longer holds. The safe default (``on_removed="refuse"``) refuses the whole import with
 a message naming them and everything that depends on them (audit results, subsets, study
 items); ``on_removed="delete"`` deletes them with their audit results and subset memberships
 and reports the same list. Queries that annotators judged (study items) are never deleted by
@@ -249,7 +249,8 @@ class _Writer:
         self.positional = parsed.format in POSITIONAL_ID_FORMATS
         self.on_removed = on_removed
         self.claimed: set[int] = set()  # stored queries this import matched
-        self.scope: set[tuple[str, str]] = set()  # (split, source file) of the records read
+        # (split, source file) of the records read; positional ids: (split, category), whose ids they share
+        self.scope: set[tuple[str, str]] = set()
         self.pending: list[tuple[QueryRecord, str]] = []  # positional: content not stored yet
         self.moves: list[tuple[int, QueryRecord]] = []  # positional: matched rows whose id/position moved
         self.probes = _Probes(root)
@@ -356,7 +357,7 @@ class _Writer:
         if streamed and self.streamed:
             self.pks.update(self._stored_pks(streamed))
         _refuse_duplicates(batch)
-        self.scope.update((q.split, q.source_file) for q in batch)
+        self.scope.update((q.split, q.category if self.positional else q.source_file) for q in batch)
         if self.positional and not self.created:
             self._match_by_content(batch)
             return
@@ -525,10 +526,13 @@ class _Writer:
         return out
 
     def _unclaimed(self) -> dict[tuple[str, str], int]:
-        """``(split, external_id) -> pk`` of the stored queries of this import's files that no record matched."""
+        """``(split, external_id) -> pk`` of the stored queries of this import's files (for
+        positional ids: of its categories, since the ids are ``<category>/<split>/<n>``) that
+        no record matched."""
         out: dict[tuple[str, str], int] = {}
-        for split, source in sorted(self.scope):
-            rows = Query.objects.filter(dataset=self.dataset, split=split, source_file=source)
+        key = "category" if self.positional else "source_file"
+        for split, value in sorted(self.scope):
+            rows = Query.objects.filter(dataset=self.dataset, split=split, **{key: value})
             for pk, ext in rows.values_list("id", "external_id"):
                 if pk not in self.claimed:
                     out[(split, ext)] = pk

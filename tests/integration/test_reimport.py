@@ -190,3 +190,22 @@ def test_mtfiq_attribute_only_asins_create_no_images_unless_asked(tmp_path) -> N
     assert all(images[a].extra["attributes"] == attributes[a] for a in used & set(attributes))
     run_import("--format", "mtfiq", "--name", "mt-all", "--attribute-images", *files)
     assert set(Dataset.objects.get(name="mt-all").images.values_list("external_id", flat=True)) == used | set(attributes)
+
+
+def test_a_fashioniq_sample_then_its_full_file_keeps_the_sample_rows(tmp_path) -> None:
+    """Positional ids are shared by every file of a category and split: the full file after its
+    sample (another file name) claims the sample's rows by content; nothing is duplicated."""
+    records = json.loads((DS / "fashioniq" / "cap.dress.val.sample.json").read_text())
+    sample, full = tmp_path / "cap.dress.val.sample.json", tmp_path / "cap.dress.val.json"
+    sample.write_text(json.dumps(records[:5]))
+    full.write_text(json.dumps(records[2:]))  # the full file's order differs: the sample's 0 and 1 are gone
+    run_import("--format", "fashioniq", "--name", "fiq", str(sample))
+    kept = {q.raw["candidate"] + q.raw["target"]: q.pk for q in Query.objects.filter(dataset__name="fiq")}
+    with pytest.raises(CommandError, match="2 stored queries are not in the file any more"):
+        run_import("--format", "fashioniq", "--name", "fiq", str(full))
+    out = run_import("--format", "fashioniq", "--name", "fiq", "--delete-removed", str(full))
+    assert f"{len(records) - 5} added, 0 changed, 2 removed, 3 unchanged" in out
+    stored = Query.objects.filter(dataset__name="fiq")
+    assert stored.count() == len(records) - 2 and set(stored.values_list("source_file", flat=True)) == {full.name}
+    assert all(kept[r["candidate"] + r["target"]] == stored.get(external_id=f"dress/val/{i:05d}").pk
+               for i, r in enumerate(records[2:5]))
