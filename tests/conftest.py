@@ -153,6 +153,70 @@ def demo_models_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("demo-models")
 
 
+@pytest.fixture(scope="session")
+def demo_images(tmp_path_factory) -> Path:
+    """One folder for the demo world's images for the whole test session: the first make_demo
+    draws them, the later ones find them drawn (retrieval.demo.STAMP_FILE). Tests that change
+    image files use a folder of their own."""
+    return tmp_path_factory.mktemp("demo-world")
+
+
+@pytest.fixture(scope="session")
+def demo_embeddings(tmp_path_factory) -> Path:
+    """One embedding cache for the demo world (keyed by retriever spec and image bytes), so the
+    demo's audit encodes its gallery once per session."""
+    return tmp_path_factory.mktemp("demo-embeddings")
+
+
+def _last_pks() -> dict:
+    from django.apps import apps
+
+    return {m: m.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+            for m in apps.get_models() if m._meta.pk.get_internal_type() in ("AutoField", "BigAutoField")}
+
+
+def _delete_added(before: dict) -> None:
+    """Delete every row added since ``before`` (children first where a foreign key protects them)."""
+    from django.db.models import ProtectedError, RestrictedError
+
+    left = list(reversed(list(before)))
+    for _ in range(len(left) + 1):
+        blocked = []
+        for model in left:
+            try:
+                model.objects.filter(pk__gt=before[model]).delete()
+            except (ProtectedError, RestrictedError):
+                blocked.append(model)
+        if not blocked:
+            return
+        left = blocked
+    raise RuntimeError(f"could not remove the demo's rows of {left}")
+
+
+@pytest.fixture(scope="module")
+def demo_db(django_db_setup, django_db_blocker, demo_images, demo_embeddings, demo_models_dir):
+    """``make_demo`` (world, audit, studies, accounts) committed once for a module whose tests only
+    read it: each test's own writes roll back with its transaction as usual. Afterwards every row
+    it added is deleted, so other modules find the database as before. Tests that run workers or
+    a live server (which need committed data of their own) keep their per-test make_demo."""
+    from io import StringIO
+
+    from django.core.cache import cache
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    overrides = override_settings(IMAGE_ROOTS=[demo_images.resolve()], EMBEDDING_CACHE_DIR=demo_embeddings,
+                                  DEMO_MODELS_DIR=demo_models_dir, DEMO_TRAIN_STEPS=2)
+    with django_db_blocker.unblock(), overrides:
+        before = _last_pks()
+        try:
+            call_command("make_demo", "--images-dir", str(demo_images), stdout=StringIO())
+            yield demo_images
+        finally:
+            _delete_added(before)
+            cache.clear()
+
+
 @pytest.fixture(autouse=True)
 def _tiny_demo_retrievers(settings, demo_models_dir) -> None:
     """make_demo in tests trains 2-step demo retrievers once, away from the real var/models."""

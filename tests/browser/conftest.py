@@ -108,11 +108,12 @@ def login(page, base_url: str, username: str, password: str) -> None:
 
 
 @pytest.fixture
-def demo_world(db, tmp_path_factory, settings):
-    """The demo world drawn into a temporary folder that IMAGE_ROOTS serves."""
+def demo_world(db, demo_images, settings):
+    """The demo world in a folder that IMAGE_ROOTS serves, drawn once per test session
+    (tests/conftest.py demo_images); the database part is made for each test."""
     from django.core.management import call_command
 
-    images = tmp_path_factory.mktemp("demo-images")
+    images = demo_images
     settings.IMAGE_ROOTS = [images.resolve()]
     call_command("make_demo", "--images-dir", str(images), "--no-audit", verbosity=0)
     return images

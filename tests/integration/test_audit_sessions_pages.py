@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 
 from audit.runs import dispatch, planning
 from audit.runs.encoding import clear_memos
@@ -20,11 +18,10 @@ FILTERS = ("success", "multi-turn", "epsilon-consistency", "tau-diversity")
 
 
 @pytest.fixture
-def demo_run(tmp_path, settings) -> AuditRun:
-    settings.IMAGE_ROOTS = [tmp_path.resolve()]
-    settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
+def demo_run(demo_db) -> AuditRun:
+    """The demo's audit, made once for this module (tests/conftest.py demo_db); each test's own
+    writes (more runs, edited splits) roll back."""
     clear_memos()
-    call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=StringIO())
     yield AuditRun.objects.get(dataset__name="demo")
     clear_memos()
 

@@ -30,16 +30,16 @@ def trained_models_dir(tmp_path_factory):
 
 
 @pytest.fixture(params=[64])
-def demo_study(request, tmp_path, settings, trained_models_dir):
+def demo_study(request, settings, trained_models_dir, demo_images, demo_embeddings):
     # retrievers trained long enough that the audit finds both shortcut-free categories
     # (2-step models leave almost every query unresolved): trained once for this module
     settings.DEMO_MODELS_DIR, settings.DEMO_TRAIN_STEPS = trained_models_dir, BLIND_TRAIN_STEPS
-    settings.IMAGE_ROOTS = [tmp_path.resolve()]
-    settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
+    settings.IMAGE_ROOTS = [demo_images.resolve()]  # the world drawn once per session, its embeddings cached
+    settings.EMBEDDING_CACHE_DIR = demo_embeddings
     # the audit's top-list size (AUDIT_CANDIDATES_N = 64 by default once every run stores it;
     # 10 before): blind either way, mostly padded with 10
     settings.AUDIT_PANEL_K = settings.AUDIT_CANDIDATES_N = request.param
-    call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=StringIO())
+    call_command("make_demo", "--images-dir", str(demo_images), stdout=StringIO())
     study = Study.objects.get(name="demo-validity")
     fill_study_candidates(study.pk)
     return study

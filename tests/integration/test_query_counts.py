@@ -4,11 +4,9 @@ progress), with gold items mixed in. Each request is also checked for what it mu
 do: a lease, the panel, the progress counts, the quorum counters."""
 from __future__ import annotations
 
-from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.test import Client
 
 from annotation.assignment import queue as engine
@@ -24,10 +22,9 @@ ANSWER = {"category": "VALIDATED", "time_spent_ms": 900}
 
 
 @pytest.fixture
-def study(tmp_path, settings):
-    settings.IMAGE_ROOTS = [tmp_path.resolve()]
-    settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
-    call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=StringIO())
+def study(demo_db):
+    """The demo study, made once for this module (tests/conftest.py demo_db); what a test
+    changes rolls back with its transaction."""
     study = Study.objects.get(name="demo-validity")
     fill_study_candidates(study.pk)
     study.gold_rate, study.training_items = 0.25, 1

@@ -413,10 +413,10 @@ def check_majority_by_hand(study: Study, validated: set[int]) -> None:
         assert (item.pk in validated) is expected, item.pk
 
 
-def test_demo_study_round_trip(db, tmp_path, settings) -> None:
-    images = tmp_path / "images"
-    settings.IMAGE_ROOTS = [images.resolve()]
-    call_command("make_demo", "--images-dir", str(images), verbosity=0, stdout=io.StringIO())
+def test_demo_study_round_trip(db, tmp_path, settings, demo_images, demo_embeddings) -> None:
+    settings.IMAGE_ROOTS = [demo_images.resolve()]  # the world drawn once per session, its embeddings cached
+    settings.EMBEDDING_CACHE_DIR = demo_embeddings
+    call_command("make_demo", "--images-dir", str(demo_images), verbosity=0, stdout=io.StringIO())
     study = Study.objects.get(name="demo-validity")
     users = list(study.annotators.order_by("username"))
     rng = random.Random(11)
@@ -552,11 +552,11 @@ def test_export_runs_on_a_real_worker(client, worker_factory) -> None:
             shutil.rmtree(job.path, ignore_errors=True)
 
 
-def test_session_study_triples_and_report(db, tmp_path, settings) -> None:
+def test_session_study_triples_and_report(db, tmp_path, settings, demo_images, demo_embeddings) -> None:
     """Session rubrics: one scale per report (default 'overall'), ordinal level, the session rule's consensus."""
-    images = tmp_path / "images"
-    settings.IMAGE_ROOTS = [images.resolve()]
-    call_command("make_demo", "--images-dir", str(images), verbosity=0, stdout=io.StringIO())
+    settings.IMAGE_ROOTS = [demo_images.resolve()]  # the world drawn once per session, its embeddings cached
+    settings.EMBEDDING_CACHE_DIR = demo_embeddings
+    call_command("make_demo", "--images-dir", str(demo_images), verbosity=0, stdout=io.StringIO())
     study = Study.objects.get(name="demo-sessions")
     users = list(study.annotators.order_by("username"))[:2]
     items = list(StudyItem.objects.filter(study=study).order_by("id").select_related("query")[:4])
