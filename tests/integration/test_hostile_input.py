@@ -252,3 +252,45 @@ def test_security_md_is_true_about_the_cookies(world, client):
     assert "CSRF cookie are `HttpOnly`" in (root / "SECURITY.md").read_text().replace("\n  ", " ")
     for script in (root / "static").rglob("*.js"):
         assert "document.cookie" not in script.read_text(), script
+
+
+@pytest.mark.parametrize("caption,words", [
+    ("a\\u0000b", "NUL character"),
+    ("x\\ud800y", "lone surrogate"),
+    ("deep", "nested deeper than 64 levels"),
+    ("huge", "64-bit range"),
+])
+def test_hostile_dataset_uploads_fail_their_job_in_words_and_are_deleted(db, client, settings, tmp_path, caption, words):
+    """Issue 29: a NUL in a caption was a raw DataError and a lone surrogate was stored as
+    "x?y"; deep nesting took a web worker to 22 GB. Every upload is parsed by the worker's
+    task (eager here), refused by the bounded check, writes nothing, and its file is deleted."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from retrieval.models import Dataset, Query
+
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    records = json.loads((FIXTURES / "datasets/circo/val.json").read_text())[:3]
+    text = json.dumps(records)
+    if caption == "deep":
+        text = text[:-1] + ", " + "[" * 100_000 + "]" * 100_000 + "]"
+    elif caption == "huge":
+        text = text.replace('"id": 2', '"id": ' + "9" * 5000)
+    else:
+        text = text.replace(records[1]["relative_caption"], caption)
+    boss = get_user_model().objects.create_user("boss2", password="pw", is_staff=True)
+    client.force_login(boss)
+    upload = SimpleUploadedFile("val.json", text.encode(), "application/json")
+    resp = client.post("/datasets/import/", {"name": "hostile", "format": "circo", "files": [upload]})
+    assert resp.status_code == 302
+    job = ImportJob.objects.get()
+    assert job.status == "queued"  # nothing parsed in the request, however small the file
+    from retrieval.tasks import run_import
+
+    run_import(job.pk)  # what the worker runs
+    job.refresh_from_db()
+    assert job.status == "failed" and words in job.error, job.error
+    assert str(settings.UPLOAD_DIR) not in job.error and "Traceback" not in job.error
+    assert not Dataset.objects.filter(name="hostile").exists() and not Query.objects.exists()
+    assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]
+    page = client.get(f"/datasets/imports/{job.pk}/").content.decode()
+    assert words in page and str(tmp_path) not in page
