@@ -222,3 +222,16 @@ def _tiny_demo_retrievers(settings, demo_models_dir) -> None:
     """make_demo in tests trains 2-step demo retrievers once, away from the real var/models."""
     settings.DEMO_MODELS_DIR = demo_models_dir
     settings.DEMO_TRAIN_STEPS = 2
+
+
+@pytest.fixture
+def eager_tasks():
+    """Celery tasks run in the test's process as they are sent, as a worker would run them.
+    Browser uploads are always imported by a worker (issue 29: nothing is parsed in the web
+    process); tests of what an import shows, without a real worker, use this."""
+    from celery import current_app
+
+    before = current_app.conf.task_always_eager
+    current_app.conf.task_always_eager = True
+    yield
+    current_app.conf.task_always_eager = before
