@@ -23,6 +23,8 @@ from retrieval.models import Dataset, Query
 
 
 class AuditRun(Progress):
+    QUEUE = "gpu"  # its chunks' queue (settings.CELERY_TASK_ROUTES)
+
     class Status(models.TextChoices):
         QUEUED = "queued"
         RUNNING = "running"

@@ -5,6 +5,10 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+from config import fsbroker  # noqa: E402
+
+fsbroker.register()  # filesystem:// = atomic writes and takes (config/fsbroker.py)
+
 app = Celery("cirval")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
@@ -79,30 +83,155 @@ def sweep_once() -> dict[str, object]:
     return out
 
 
+#: This worker: its name (host:pid of the main process), queues, and every pool process
+#: seen (their leases are released when it stops).
+_WORKER: dict[str, object] = {"name": "", "queues": [], "pids": set()}
+_wake = None  # threading.Event: wakes the sweep thread at once (a broker reconnect)
+
+
+def _pool_pids(consumer) -> set[int]:
+    try:
+        return set(consumer.controller.pool.info.get("processes") or [])
+    except Exception:  # noqa: BLE001 - a pool without processes (solo, threads)
+        return set()
+
+
+def _beat_worker() -> None:
+    """Record this worker alive (``retrieval.jobs.workers``: "no worker alive" on pages)."""
+    from retrieval.jobs import workers
+
+    _run_logged(lambda: workers.beat(_WORKER["name"], _WORKER["queues"]), "worker beat", "worker beat failed")
+
+
 def _start_sweeper(sender=None, **kwargs) -> None:
-    """One daemon thread per worker process that runs :func:`sweep_once` periodically."""
+    """One daemon thread per worker that beats the worker's row and runs :func:`sweep_once`
+    every ``JOB_SWEEP_SECONDS`` (at once when woken by a broker reconnect)."""
+    import os
+    import socket
     import threading
 
     from django.conf import settings
 
-    global _sweeper_started
+    global _sweeper_started, _wake
     if _sweeper_started:
         return
     _sweeper_started = True
-    stop = threading.Event()
+    _WORKER["name"] = f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        _WORKER["queues"] = sorted(q.name for q in sender.task_consumer.queues)
+    except Exception:  # noqa: BLE001
+        _WORKER["queues"] = sorted(app.amqp.queues.consume_from or ["celery"])
+    _install_fast_stop(sender)
+    _wake = threading.Event()
 
     def loop() -> None:
-        while not stop.is_set():
+        while True:
+            _WORKER["pids"] |= _pool_pids(sender)
+            _beat_worker()
             sweep_once()
-            stop.wait(float(settings.JOB_SWEEP_SECONDS))
+            _wake.wait(float(settings.JOB_SWEEP_SECONDS))
+            _wake.clear()
 
     threading.Thread(target=loop, name="cirval-sweep", daemon=True).start()
 
 
+def _install_fast_stop(consumer) -> None:
+    """SIGTERM stops the worker within ``WORKER_STOP_SECONDS``: a running task gets that
+    long to finish (Celery's soft shutdown), then it is cancelled and its work released
+    (:func:`_stopped`) and sent again at once. Celery's own SIGTERM is a warm shutdown that
+    waits for every running task, however long (an audit chunk: minutes)."""
+    import logging
+
+    try:
+        from celery.apps import worker as celery_worker
+        from celery.platforms import EX_FAILURE
+
+        celery_worker._shutdown_handler(consumer.controller, sig="SIGTERM", how="Cold",
+                                        callback=celery_worker.on_cold_shutdown, exitcode=EX_FAILURE)
+    except Exception:  # noqa: BLE001 - e.g. a Celery without it: the warm shutdown stays
+        logging.getLogger("config.celery").warning("could not install the fast SIGTERM stop", exc_info=True)
+
+
+def _stopped(sender=None, how: str = "", **kwargs) -> None:
+    """The worker stops: release the leases of its processes and send that work again at
+    once (another worker, or this one restarted, takes it), and say this worker is gone.
+
+    Connected to ``worker_shutting_down`` (sent from the signal handler, after a cold stop
+    cancelled the running tasks; a warm stop is left to finish them) and ``worker_shutdown``
+    (the end of a warm stop). Runs on a thread of its own: its own database connection."""
+    import threading
+
+    if not _WORKER["name"] or how == "Warm" or _WORKER.get("stopped"):
+        return
+    _WORKER["stopped"] = True
+    t = threading.Thread(target=_release_all, name="cirval-stopped")
+    t.start()
+    t.join(timeout=15)
+
+
+def _release_all() -> None:
+    import os
+    import socket
+
+    from retrieval.jobs import leases, workers
+
+    host = socket.gethostname()
+    owners = [f"{host}:{pid}" for pid in {*_WORKER["pids"], os.getpid()}]
+    _run_logged(lambda: leases.release(owners), "work released by the stopping worker",
+                "could not release the stopping worker's work")
+    sweep_once()
+    _run_logged(lambda: workers.gone(_WORKER["name"]), "", "could not remove the worker's beat")
+
+
 def _connect_sweeper() -> None:
-    from celery.signals import worker_ready
+    from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
     worker_ready.connect(_start_sweeper, weak=False, dispatch_uid="cirval-sweeper")
+    worker_shutdown.connect(_stopped, weak=False, dispatch_uid="cirval-stopped")
+    worker_shutting_down.connect(_stopped, weak=False, dispatch_uid="cirval-stopping")
 
 
 _connect_sweeper()
+
+
+# --- a worker that survives its broker ---------------------------------------------------
+from celery import bootsteps  # noqa: E402
+from celery.worker.consumer import Consumer as _CeleryConsumer  # noqa: E402
+
+
+class Consumer(_CeleryConsumer):
+    """Celery's consumer without gossip and mingle (``CELERY_WORKER_CONSUMER``).
+
+    CIRVal uses neither (no worker elections, no state sync between workers), and restarting
+    Gossip after a Redis restart touches channels of the closed connection inside kombu's
+    Redis transport (``'NoneType' object has no attribute ...``, celery/kombu#582): a plain
+    ``celery -A config worker`` is the same as one started with ``--without-gossip
+    --without-mingle``."""
+
+    def __init__(self, *args, worker_options=None, **kwargs):
+        options = {**(worker_options or {}), "without_gossip": True, "without_mingle": True}
+        super().__init__(*args, worker_options=options, **kwargs)
+
+
+class BrokerReconnected(bootsteps.StartStopStep):
+    """Starts with the consumer, again after each lost broker connection: then messages sent
+    before may be gone (a Redis restart), so the sweep runs at once and resends them
+    (:func:`retrieval.jobs.leases.messages_lost`) instead of after ``JOB_RESEND_SECONDS``."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, c, **kwargs):
+        super().__init__(c, **kwargs)
+        self.starts = 0
+
+    def start(self, c):
+        self.starts += 1
+        if self.starts > 1:
+            from retrieval.jobs import leases
+
+            leases.messages_lost()
+            if _wake is not None:
+                _wake.set()
+
+
+app.steps["consumer"].add(BrokerReconnected)

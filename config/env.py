@@ -47,14 +47,18 @@ def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
     return [part.strip() for part in raw.split(sep) if part.strip()]
 
 
-def cache_settings(url: str) -> dict:
+def cache_settings(url: str, retry_seconds: float = 5.0) -> dict:
     """Django's ``CACHES`` from a URL: empty (or ``locmem://``) keeps the per-process local
     memory cache; ``redis://`` / ``rediss://`` / ``unix://`` use Django's Redis backend, one
-    cache shared by every gunicorn worker (throttles, image grants, cached study sizes)."""
+    cache shared by every gunicorn worker (throttles, image grants, cached study sizes),
+    through :class:`config.cache.FallbackRedisCache`: while Redis is down, each process serves
+    the cache from its own memory (retrying Redis every ``retry_seconds``), short socket
+    timeouts so that a dead server costs a request at most half a second."""
     url = (url or "").strip()
     if url in ("", "locmem://"):
         return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     if url.split("://", 1)[0] in ("redis", "rediss", "unix"):
-        return {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
-                            "KEY_PREFIX": "cirval"}}
+        return {"default": {"BACKEND": "config.cache.FallbackRedisCache", "LOCATION": url, "KEY_PREFIX": "cirval",
+                            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5,
+                                        "retry_seconds": retry_seconds}}}
     raise ValueError(f"CACHE_URL={url!r}: use redis://host:port/db, rediss://..., unix://... or leave it empty")

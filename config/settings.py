@@ -98,7 +98,10 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int
 # One cache per process by default. With several gunicorn workers set CACHE_URL (or
 # REDIS_CACHE_URL) to a Redis database so that throttles and image grants are shared.
 CACHE_URL = env_str("CACHE_URL", "") or env_str("REDIS_CACHE_URL", "")
-CACHES = cache_settings(CACHE_URL)
+# While the cache's Redis is down every process falls back to its own memory (config/cache.py)
+# and tries Redis again after this many seconds.
+CACHE_RETRY_SECONDS = env_float("CACHE_RETRY_SECONDS", 5)
+CACHES = cache_settings(CACHE_URL, CACHE_RETRY_SECONDS)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The web process and the worker share the file: WAL lets readers run beside a
     # writer, IMMEDIATE transactions make writers queue instead of failing.
@@ -239,6 +242,12 @@ CELERY_TASK_ROUTES = {"audit.tasks.*": {"queue": "gpu"}}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# config/celery.py: a consumer without gossip and mingle (they crash on a Redis restart).
+CELERY_WORKER_CONSUMER = "config.celery:Consumer"
+# On SIGTERM a running task gets this long to finish, then it is cancelled and its work is
+# released and sent again at once (config/celery.py); Celery's warm shutdown waits forever.
+WORKER_STOP_SECONDS = env_float("WORKER_STOP_SECONDS", 3)
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = WORKER_STOP_SECONDS
 
 # --- background jobs (imports, audit chunks, exports: retrieval/jobs) ----------------------
 # A running job beats every JOB_HEARTBEAT_SECONDS; one silent for JOB_STALE_SECONDS has lost
@@ -260,9 +269,9 @@ AUDIT_CHUNK_GALLERY = env_int("AUDIT_CHUNK_GALLERY", 4096)
 # training steps when make_demo must train them (0: the trainer's default).
 DEMO_MODELS_DIR = Path(env_str("CIRVAL_DEMO_MODELS_DIR", str(VAR_DIR / "models"))).resolve()
 DEMO_TRAIN_STEPS = env_int("CIRVAL_DEMO_TRAIN_STEPS", 0)
-# A chunk sent this long ago that never started, while its run showed no activity, is sent
-# again (a lost message); the coordinator is restarted after this long without a tick.
-# A dead worker's chunk is found sooner, by its heartbeat (JOB_STALE_SECONDS).
+# The coordinator is restarted after this long without a tick. Lost chunk messages are
+# resent by JOB_RESEND_SECONDS (at once after a broker reconnect), dead workers' chunks by
+# their heartbeat (JOB_STALE_SECONDS).
 AUDIT_LEASE_SECONDS = env_int("AUDIT_LEASE_SECONDS", 300)
 # How often the coordinating task re-checks a run (and resends stale chunks).
 AUDIT_COORDINATOR_SECONDS = env_int("AUDIT_COORDINATOR_SECONDS", 15)

@@ -38,7 +38,11 @@ def database_url_for_subprocess() -> str:
 class WorkerProcess:
     """A real ``celery -A config worker`` running against the test database and broker."""
 
-    def __init__(self, queues: str = "celery,gpu", concurrency: int = 1, extra_env: dict | None = None):
+    def __init__(self, queues: str = "celery,gpu", concurrency: int = 1, extra_env: dict | None = None,
+                 plain: bool = False):
+        """``plain``: started as the README says (``celery -A config worker``), without the
+        test's ``--without-gossip --without-mingle --without-heartbeat``."""
+        self.plain = plain
         self.queues = queues
         self.concurrency = concurrency
         self.extra_env = extra_env or {}
@@ -62,8 +66,8 @@ class WorkerProcess:
         self.log_path = log_dir / f"test-worker-{name}-{os.getpid()}.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queues, "-n", f"{name}@%h",
-             "--concurrency", str(self.concurrency), "--pool", "prefork", "--loglevel", "INFO", "--without-gossip",
-             "--without-mingle", "--without-heartbeat"],
+             "--concurrency", str(self.concurrency), "--pool", "prefork", "--loglevel", "INFO",
+             *([] if self.plain else ["--without-gossip", "--without-mingle", "--without-heartbeat"])],
             cwd=ROOT, env=env, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         return self

@@ -48,8 +48,10 @@ embeddings of the run's ``tau_encoder`` (default: the first retriever).
 
 Recovery (:func:`~audit.runs.dispatch.reconcile`): a running chunk whose heartbeat is
 stale (its worker was killed; ``JOB_STALE_SECONDS``, see :mod:`retrieval.jobs.leases`) is
-sent again; a chunk that was sent but never started is sent again once the whole run has
-shown no activity for a lease period (``AUDIT_LEASE_SECONDS``). Reconcile runs in every
+sent again; a chunk that was sent but never started is sent again at once after the
+worker's broker connection came back (a broker restart), else once the whole run has
+shown no activity for ``JOB_RESEND_SECONDS`` (the job framework's ``resend_lost``). Chunks
+are finished and failed through the job framework too, with owner checks. Reconcile runs in every
 worker's periodic sweep, in the coordinator's re-check, in ``run_audit --wait``, in
 ``manage.py resume_audits`` and when a worker starts (Celery's ``worker_ready`` signal),
 which also takes over coordination.

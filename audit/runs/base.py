@@ -63,8 +63,8 @@ LeaseLost = jobs.LeaseLost  # another worker took over this chunk; stop without 
 
 
 def lease_seconds() -> float:
-    """How long a sent chunk may wait unstarted (run idle) before it is sent again, and the
-    coordinator may stay silent; a dead worker is found by its heartbeat, far sooner."""
+    """How long the coordinating task may stay silent before it is restarted (lost chunk
+    messages are the job framework's ``JOB_RESEND_SECONDS``; dead workers its heartbeat)."""
     return float(settings.AUDIT_LEASE_SECONDS)
 
 

@@ -129,11 +129,12 @@ def reconcile(run: AuditRun | int, takeover: bool = False) -> dict[str, int]:
 
     * a running chunk whose heartbeat is older than the lease: its worker is gone; it
       is set back to pending and sent again (or failed after too many attempts);
-    * a pending chunk sent more than a lease ago, while the run showed no activity for
-      a lease: its message was lost; it is sent again;
+    * a pending chunk sent before the worker's last broker reconnect, or sent more than
+      ``JOB_RESEND_SECONDS`` ago while the run showed no activity that long: its message
+      was lost; it is sent again (:func:`retrieval.jobs.leases.resend_lost`);
     * chunks whose dependencies are met and that were never sent are sent;
-    * the coordinating task is restarted when it has not ticked for a while, or
-      always with ``takeover`` (a worker starting up takes over).
+    * the coordinating task is restarted when it has not ticked for ``AUDIT_LEASE_SECONDS``
+      or since the broker reconnect, or always with ``takeover`` (a worker starting up).
 
     Every resend is harmless: a chunk that turns out to be done or leased returns at
     once. Returns counts of what was done.
@@ -144,36 +145,32 @@ def reconcile(run: AuditRun | int, takeover: bool = False) -> dict[str, int]:
     if run is None or not run.is_active:
         return out
     now = timezone.now()
-    lease = lease_seconds()
-    stale = now - timedelta(seconds=lease)
-    coord_stale = now - timedelta(seconds=max(lease, 3 * coordinator_seconds()))
+    coord_stale = now - timedelta(seconds=max(lease_seconds(), 3 * coordinator_seconds()))
+    reconnected = jobs.reconnected_at()
     if run.planned:
+        chunks = AuditChunk.objects.filter(run=run)
         out.update(jobs.resend_stale(
-            AuditChunk.objects.filter(run=run), lambda pk: _send_chunk(pk, None),
+            chunks, lambda pk: _send_chunk(pk, None),
             give_up=lambda chunk: _fail_chunk(
                 chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)"),
             limit=max_attempts()))
         if out["failed"]:
             return out
-        last = AuditChunk.objects.filter(run=run).aggregate(
-            beat=Max("heartbeat_at"), sent=Max("enqueued_at")
-        )
-        activity = max([t for t in (last["beat"], run.started_at) if t is not None], default=None)
-        if activity is None or activity < stale:
-            for pk, kind in AuditChunk.objects.filter(
-                run=run, status=AuditChunk.Status.PENDING, enqueued_at__lt=stale
-            ).values_list("pk", "kind"):
-                if AuditChunk.objects.filter(pk=pk, status=AuditChunk.Status.PENDING, enqueued_at__lt=stale).update(
-                    enqueued_at=now
-                ):
-                    _send_chunk(pk, kind)
-                    out["resent_lost"] += 1
+        # A sent chunk that never started has lost its message: after a broker reconnect at
+        # once, otherwise once the run shows no activity for JOB_RESEND_SECONDS (queued chunks
+        # of a busy run are not lost, just waiting their turn).
+        last = chunks.aggregate(beat=Max("heartbeat_at"))["beat"]
+        activity = max([t for t in (last, run.started_at) if t is not None], default=None)
+        idle = activity is None or activity < now - timedelta(seconds=jobs.resend_seconds())
+        out["resent_lost"] = jobs.resend_lost(chunks, lambda pk: _send_chunk(pk, None), never_sent=False,
+                                              after_reconnect_only=not idle)
         out["sent"] = dispatch_ready(run.pk)
-        if not AuditChunk.objects.filter(run=run).exclude(status=AuditChunk.Status.DONE).exists():
+        if not chunks.exclude(status=AuditChunk.Status.DONE).exists():
             out["aggregated"] = int(aggregate_run(run.pk))
             if out["aggregated"]:
                 return out
-    if takeover or run.coordinator_seen_at is None or run.coordinator_seen_at < coord_stale:
+    seen = run.coordinator_seen_at
+    if takeover or seen is None or seen < coord_stale or (reconnected is not None and seen < reconnected):
         kick_coordinator(run.pk)
         out["coordinator"] = 1
     return out

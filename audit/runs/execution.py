@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from django.utils import timezone
 
 from retrieval.evaltargets import QueryTargets, evaluation_targets
 from retrieval.galleries import gallery_image_ids, query_gallery_keys
+from retrieval.jobs import leases as jobs
 from retrieval.jobs.leases import error_reference
 from retrieval.imagefiles import PathEscapeError, UnderRoot, resolve_under
 from retrieval.models import Image, Turn
@@ -613,15 +613,15 @@ def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: 
         # the page shows a reference number; the traceback is in the log under it
         message = error_reference(exc, f"audit chunks {[c.pk for c in group]}")
         for c in group:
-            _fail_chunk(c, message)
+            _fail_chunk(c, message, owner=owner)
         return "failed"
     finally:
         for beat in beats:
             if beat:
                 beat.stop()
-    for n, (c, (stats, rows)) in enumerate(zip(group, results)):
-        _write_chunk(run, c, stats, rows, progress=n == len(group) - 1)  # the progress once, after the last
-    return "ok"
+    written = [_write_chunk(run, c, stats, rows, owner, progress=n == len(group) - 1)  # progress once, after the last
+               for n, (c, (stats, rows)) in enumerate(zip(group, results))]
+    return "ok" if all(written) else "lost"
 
 
 def _compute_group(run: AuditRun, group: list[AuditChunk], beats: list[Heartbeat | None]) -> list[tuple[dict[str, Any], list[Any]]]:
@@ -649,24 +649,30 @@ def _compute(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[
     return _rank_query_chunk(run, chunk, beat)
 
 
-def _write_chunk(run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: list[Any], progress: bool = True) -> None:
-    """Store the rows in bulk (COPY on PostgreSQL) and mark the chunk done, in one transaction
-    (a chunk without rows: one update); then refresh the run's progress unless told not to."""
+def _write_chunk(run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: list[Any], owner: str,
+                 progress: bool = True) -> bool:
+    """Store the rows in bulk (COPY on PostgreSQL) and mark the chunk done with the job
+    framework's owner-checked finish, in one transaction: a chunk another worker took over
+    meanwhile writes nothing (``False``). Then refresh the run's progress unless told not to."""
     t0 = time.perf_counter()
-    with transaction.atomic() if rows else nullcontext():
-        insert_rows(AuditSessionRank if chunk.kind == AuditChunk.Kind.SESSIONS else AuditRank, rows)
-        stats.setdefault("seconds", {})["write"] = time.perf_counter() - t0
-        AuditChunk.objects.filter(pk=chunk.pk).exclude(status=AuditChunk.Status.DONE).update(
-            status=AuditChunk.Status.DONE, finished_at=timezone.now(), heartbeat_at=timezone.now(), stats=stats,
-        )
+    try:
+        with transaction.atomic():
+            insert_rows(AuditSessionRank if chunk.kind == AuditChunk.Kind.SESSIONS else AuditRank, rows)
+            stats.setdefault("seconds", {})["write"] = time.perf_counter() - t0
+            if not jobs.finish(AuditChunk, chunk.pk, owner, stats=stats):
+                raise LeaseLost(f"audit chunk {chunk.pk} was taken over by another worker")
+    except LeaseLost:
+        logger.warning("audit chunk %s: lease lost before its rows were written; nothing written", chunk.pk)
+        return False
     if progress:
         update_progress(run.pk, run)
+    return True
 
 
-def _fail_chunk(chunk: AuditChunk, message: str) -> None:
-    AuditChunk.objects.filter(pk=chunk.pk).exclude(status=AuditChunk.Status.DONE).update(
-        status=AuditChunk.Status.FAILED, error=message[:20000], finished_at=timezone.now()
-    )
+def _fail_chunk(chunk: AuditChunk, message: str, owner: str | None = None) -> None:
+    """Fail the chunk (with ``owner``: only while that worker holds it) and its run."""
+    if not jobs.fail(AuditChunk, chunk.pk, message, owner=owner):
+        return
     first_line = message.splitlines()[0] if message else "failed"
     fail_run(chunk.run_id, f"chunk {chunk.kind} #{chunk.index} of {chunk.retriever}: {first_line}\n\n{message}")
 

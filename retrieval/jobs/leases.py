@@ -10,7 +10,11 @@
   sweep period (``JOB_SWEEP_SECONDS``, default 5 s) a dead worker's work is resent within
   :func:`detection_bound_seconds` (30 s by default), whatever the job's own length.
 * :func:`resend_lost`: a waiting row never sent (broker down) or sent longer ago than
-  ``JOB_RESEND_SECONDS`` is sent again (its message was lost, e.g. a broker restart).
+  ``JOB_RESEND_SECONDS`` is sent again (its message was lost). A worker whose broker
+  connection came back (:func:`messages_lost`, a broker restart may have lost every queued
+  message) resends at once every waiting row sent before that moment, not 120 s later.
+* :func:`release`: a worker that stops puts its running rows back, never sent, so the next
+  sweep of any worker (or the worker's own last sweep) sends them again at once.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Case, F, Q, QuerySet, When
 from django.utils import timezone
 
 from .models import Status
@@ -266,12 +270,61 @@ def resend_stale(qs: QuerySet, send: Send, give_up: Callable[[Any], None], limit
     return out
 
 
-def resend_lost(qs: QuerySet, send: Send, never_sent: bool = True) -> int:
-    """Send again the waiting rows of ``qs`` whose message was never sent (``never_sent``)
-    or was sent more than :func:`resend_seconds` ago. Returns how many were sent."""
-    model = qs.model
+_lost_before = None
+
+
+def messages_lost(at=None) -> None:
+    """Messages sent before ``at`` (now) may be lost: this worker's broker connection was
+    lost and came back (a broker restart without persistence drops every message)."""
+    global _lost_before
+    _lost_before = at or timezone.now()
+    logger.warning("the broker connection came back: work sent before %s is sent again", _lost_before)
+
+
+def reconnected_at():
+    """When this worker's broker connection last came back (``None``: never lost)."""
+    return _lost_before
+
+
+def lost_before(after_reconnect_only: bool = False):
+    """A waiting row sent before this moment has lost its message: :func:`resend_seconds`
+    ago, or the last broker reconnect of this worker (:func:`messages_lost`) if later
+    (with ``after_reconnect_only``, only the reconnect; ``None`` when there was none)."""
+    if after_reconnect_only:
+        return _lost_before
     before = timezone.now() - timedelta(seconds=resend_seconds())
-    lost = Q(enqueued_at__lt=before) | Q(enqueued_at__isnull=True) if never_sent else Q(enqueued_at__lt=before)
+    return max(before, _lost_before) if _lost_before is not None else before
+
+
+def release(owners: list[str]) -> dict[str, int]:
+    """Put back the running rows of every leased kind held by ``owners`` (a worker's
+    processes, when it stops): waiting and never sent, so that the next sweep sends them
+    again at once; the attempt is not counted (the worker was stopped, not lost)."""
+    from django.apps import apps
+
+    from .models import Leased
+
+    out = {}
+    if not owners:
+        return out
+    for model in apps.get_models():
+        if issubclass(model, Leased):
+            n = model.objects.filter(status=Status.RUNNING, owner__in=owners).update(
+                status=model.WAITING, owner="", enqueued_at=None, heartbeat_at=None,
+                attempts=Case(When(attempts__gt=0, then=F("attempts") - 1), default=0))
+            if n:
+                out[model._meta.label] = n
+    return out
+
+
+def resend_lost(qs: QuerySet, send: Send, never_sent: bool = True, after_reconnect_only: bool = False) -> int:
+    """Send again the waiting rows of ``qs`` whose message was never sent (``never_sent``)
+    or was sent before :func:`lost_before`. Returns how many were sent."""
+    model = qs.model
+    before = lost_before(after_reconnect_only)
+    lost = Q(enqueued_at__lt=before) if before is not None else Q(pk__in=[])
+    if never_sent:
+        lost |= Q(enqueued_at__isnull=True)
     sent = 0
     for pk, enqueued in qs.filter(status=model.WAITING).filter(lost).values_list("pk", "enqueued_at"):
         now = timezone.now()

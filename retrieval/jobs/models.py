@@ -41,6 +41,9 @@ class Leased(models.Model):
 class Progress(models.Model):
     """What a progress page shows: a stage and done / total (needs ``status`` and ``error``)."""
 
+    #: The Celery queue whose workers run this kind of job (audits: ``gpu``).
+    QUEUE = "celery"
+
     stage = models.CharField(max_length=100, blank=True)
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
@@ -69,8 +72,16 @@ class Progress(models.Model):
             "id": self.pk, "status": self.status, "stage": self.stage, "done": self.done, "total": self.total,
             "percent": self.percent, "eta_seconds": None if eta is None else round(eta, 1),
             "error": self.error.splitlines()[0] if self.error else "",
-            "report": report or {}, **extra,
+            "report": report or {}, "no_worker": self.no_worker_message, **extra,
         }
+
+    @property
+    def no_worker_message(self) -> str:
+        """Unfinished, and no worker of its queue beats (:mod:`.workers`): what the page
+        says (nothing runs it); empty otherwise."""
+        from . import workers
+
+        return workers.NO_WORKER if self.is_active and not workers.alive(self.QUEUE) else ""
 
 
 class Job(Leased, Progress):
@@ -78,3 +89,19 @@ class Job(Leased, Progress):
 
     class Meta:
         abstract = True
+
+
+class WorkerBeat(models.Model):
+    """A live Celery worker: its main process beats every ``JOB_SWEEP_SECONDS`` (see
+    :mod:`.workers`); one silent for ``JOB_STALE_SECONDS`` is taken for dead."""
+
+    name = models.CharField(max_length=200, unique=True, help_text="host:pid of the worker's main process")
+    queues = models.CharField(max_length=500, help_text="the queues it consumes, comma-separated")
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        app_label = "retrieval"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.queues})"

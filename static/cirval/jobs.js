@@ -19,6 +19,8 @@
     $("job-progress").value = s.percent;
     $("job-count").textContent = s.done + " / " + s.total;
     if ($("job-eta")) $("job-eta").textContent = eta(s.eta_seconds);
+    const idle = $("job-noworker");  // jobs wait and no worker beats
+    if (idle) { idle.hidden = !s.no_worker; idle.textContent = s.no_worker || ""; }
     if (s.error) { $("job-error").hidden = false; $("job-error").textContent = s.error; }
     const report = $("job-report");
     if (report && s.report && Object.keys(s.report).length) { report.hidden = false; report.textContent = JSON.stringify(s.report, null, 2); }

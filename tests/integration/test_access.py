@@ -30,7 +30,9 @@ def test_login_page_is_open(client):
 
 
 def test_health_is_open(client):
-    assert client.get("/healthz").json() == {"ok": True}
+    resp = client.get("/healthz")
+    assert resp.status_code == 200 and resp.json()["ok"] is True
+    assert set(resp.json()) == {"ok", "database", "broker", "cache", "workers"}
 
 
 def test_roles(client, demo_accounts, circo):

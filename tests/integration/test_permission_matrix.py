@@ -78,7 +78,7 @@ def table(w):
         "home": ("GET", {}, everyone),
         "login": ("GET", {}, {"anon": ok, **{r: 302 for r in ROLES[1:]}}),
         "logout": ("POST", {}, {"anon": 302, **{r: 302 for r in ROLES[1:]}}),
-        "healthz": ("GET", {}, {"anon": ok, **everyone}),
+        "healthz": ("GET", {}, {r: {ok, 503} for r in ROLES}),  # 503: the world's import waits, no worker
         "api-schema": ("GET", {}, {"member": 403, "outsider": 403, "researcher": ok, "staff": ok}),
         "retrieval:dataset_list": ("GET", {}, page_research),
         "retrieval:dataset_detail": ("GET", {"name": "circo"}, page_research),

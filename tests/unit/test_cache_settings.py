@@ -7,7 +7,7 @@ import pytest
 from config.env import cache_settings
 
 LOCMEM = "django.core.cache.backends.locmem.LocMemCache"
-REDIS = "django.core.cache.backends.redis.RedisCache"
+REDIS = "config.cache.FallbackRedisCache"  # Django's RedisCache, with a local fallback
 
 
 @pytest.mark.parametrize("url", ["", "  ", "locmem://"])
