@@ -1,13 +1,15 @@
 """The Celery app. Workers: ``celery -A config worker -Q celery,gpu``."""
 import os
+import threading
 
 from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-from config import fsbroker  # noqa: E402
+from config import fsbroker, redisbroker  # noqa: E402
 
 fsbroker.register()  # filesystem:// = atomic writes and takes (config/fsbroker.py)
+redisbroker.register()  # redis:// = survives a Redis restart (config/redisbroker.py)
 
 app = Celery("cirval")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -96,11 +98,17 @@ def _pool_pids(consumer) -> set[int]:
         return set()
 
 
+_beat_lock = threading.Lock()
+
+
 def _beat_worker() -> None:
-    """Record this worker alive (``retrieval.jobs.workers``: "no worker alive" on pages)."""
+    """Record this worker alive (``retrieval.jobs.workers``: "no worker alive" on pages);
+    nothing once it stops (:func:`_release_all` removes the row under the same lock)."""
     from retrieval.jobs import workers
 
-    _run_logged(lambda: workers.beat(_WORKER["name"], _WORKER["queues"]), "worker beat", "worker beat failed")
+    with _beat_lock:
+        if not _WORKER.get("stopped"):
+            _run_logged(lambda: workers.beat(_WORKER["name"], _WORKER["queues"]), "worker beat", "worker beat failed")
 
 
 def _start_sweeper(sender=None, **kwargs) -> None:
@@ -108,7 +116,6 @@ def _start_sweeper(sender=None, **kwargs) -> None:
     every ``JOB_SWEEP_SECONDS`` (at once when woken by a broker reconnect)."""
     import os
     import socket
-    import threading
 
     from django.conf import settings
 
@@ -159,8 +166,6 @@ def _stopped(sender=None, how: str = "", **kwargs) -> None:
     Connected to ``worker_shutting_down`` (sent from the signal handler, after a cold stop
     cancelled the running tasks; a warm stop is left to finish them) and ``worker_shutdown``
     (the end of a warm stop). Runs on a thread of its own: its own database connection."""
-    import threading
-
     if not _WORKER["name"] or how == "Warm" or _WORKER.get("stopped"):
         return
     _WORKER["stopped"] = True
@@ -180,7 +185,8 @@ def _release_all() -> None:
     _run_logged(lambda: leases.release(owners), "work released by the stopping worker",
                 "could not release the stopping worker's work")
     sweep_once()
-    _run_logged(lambda: workers.gone(_WORKER["name"]), "", "could not remove the worker's beat")
+    with _beat_lock:
+        _run_logged(lambda: workers.gone(_WORKER["name"]), "", "could not remove the worker's beat")
 
 
 def _connect_sweeper() -> None:

@@ -17,10 +17,12 @@ NO_WORKER = "No worker alive: nothing will run this job until one is started (./
 
 
 def beat(name: str, queues: list[str]) -> None:
-    """Record that worker ``name`` (consuming ``queues``) is alive now."""
+    """Record that worker ``name`` (consuming ``queues``) is alive now (and forget workers
+    silent for a day: killed without a word)."""
     now = timezone.now()
     n = WorkerBeat.objects.filter(name=name).update(beat_at=now, queues=",".join(sorted(queues))[:500])
     if not n:
+        WorkerBeat.objects.filter(beat_at__lt=now - timedelta(days=1)).delete()
         WorkerBeat.objects.update_or_create(name=name, defaults={
             "queues": ",".join(sorted(queues))[:500], "started_at": now, "beat_at": now})
 
@@ -31,9 +33,8 @@ def gone(name: str) -> None:
 
 
 def live() -> list[WorkerBeat]:
-    """Workers that beat within ``JOB_STALE_SECONDS`` (older rows are removed)."""
+    """Workers that beat within ``JOB_STALE_SECONDS`` (a read only: pages call it)."""
     before = timezone.now() - timedelta(seconds=leases.stale_seconds())
-    WorkerBeat.objects.filter(beat_at__lt=before - timedelta(days=1)).delete()
     return list(WorkerBeat.objects.filter(beat_at__gte=before))
 
 

@@ -139,3 +139,86 @@ def test_send_task_answers_false_when_the_broker_is_down():
 
         assert RUN_IMPORT in current_app.tasks  # a refused connection, not an unknown task
         assert queue.send_task(RUN_IMPORT, 1) is False
+
+
+def _planned_run(tmp_path):
+    from audit.runs import planning
+    from retrieval.demo import build_demo
+    from retrieval.loader import load_parsed
+
+    root = tmp_path / "demo"
+    load_parsed(build_demo(root, n_gallery=20, n_single=6, n_sessions=0), "demo", images_root=root)
+    run = planning.create_run("demo", ["openclip:cirval-tiny-vit"], chunk_queries=3, chunk_gallery=10)
+    planning.plan_run(run)
+    return run
+
+
+def test_audit_chunks_finish_and_fail_only_for_the_worker_that_holds_them(tmp_path, settings):
+    """Issue 28: a chunk taken over by another worker can be neither finished nor failed by
+    the worker that lost it (the job framework's owner checks)."""
+    from audit.models import AuditChunk, AuditRank, AuditRun
+    from audit.runs import execution
+
+    settings.JOB_STALE_SECONDS = 20
+    run = _planned_run(tmp_path)
+    chunk = AuditChunk.objects.filter(run=run, kind="queries").first()
+    assert leases.claim(AuditChunk, chunk.pk, "w1")
+    AuditChunk.objects.filter(pk=chunk.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=21))
+    assert leases.claim(AuditChunk, chunk.pk, "w2")  # w1 went silent: w2 took it over
+    row = AuditRank(run=run, query_id=chunk.items[0], retriever=chunk.retriever)
+    assert execution._write_chunk(run, chunk, {}, [row], "w1") is False  # the loser writes nothing
+    assert not AuditRank.objects.filter(run=run).exists()
+    execution._fail_chunk(chunk, "w1 failed", owner="w1")  # nor can it fail w2's chunk or the run
+    chunk.refresh_from_db()
+    assert chunk.status == "running" and chunk.owner == "w2"
+    assert AuditRun.objects.get(pk=run.pk).status != "failed"
+    assert execution._write_chunk(run, chunk, {}, [row], "w2") is True
+    chunk.refresh_from_db()
+    assert chunk.status == "done" and AuditRank.objects.filter(run=run).count() == 1
+
+
+def test_a_broker_reconnect_resends_waiting_work_at_once(tmp_path, settings, monkeypatch):
+    """Messages sent before a broker reconnect may be lost: they are sent again at the next
+    sweep, not after JOB_RESEND_SECONDS; a chunk of a busy run too (the audit resumed ~290 s
+    after a Redis restart before)."""
+    from audit.models import AuditChunk
+    from audit.runs import dispatch
+
+    settings.JOB_RESEND_SECONDS = 600
+    run = _planned_run(tmp_path)
+    job = ImportJob.objects.create(dataset_name="x", format="circo", files=[str(VAL)], enqueued_at=timezone.now())
+    AuditChunk.objects.filter(run=run).update(enqueued_at=timezone.now())
+    waiting, busy = AuditChunk.objects.filter(run=run, kind="gallery")[:2]
+    AuditChunk.objects.filter(pk=busy.pk).update(status="running", owner="w9", heartbeat_at=timezone.now())
+    AuditRun = type(run)
+    AuditRun.objects.filter(pk=run.pk).update(coordinator_seen_at=timezone.now())
+    chunks, tasks = [], []
+    monkeypatch.setattr(dispatch, "_send_chunk", lambda pk, kind: chunks.append(pk) or True)
+    monkeypatch.setattr(dispatch, "send_task", lambda *a, **k: tasks.append(a) or True)
+    resend = lambda: leases.resend_lost(ImportJob.objects.all(), lambda pk: sent.append(pk) or True)  # noqa: E731
+    sent = []
+    assert resend() == 0  # sent just now, the run busy: nothing is lost yet
+    assert dispatch.reconcile(run.pk)["resent_lost"] == 0 and not chunks and not tasks
+    old = leases.reconnected_at()
+    try:
+        leases.messages_lost()  # what the worker's consumer step calls after a reconnect
+        assert resend() == 1 and sent == [job.pk]
+        assert resend() == 1 - 1  # once per reconnect
+        out = dispatch.reconcile(run.pk)
+        assert out["resent_lost"] >= 1 and waiting.pk in chunks and busy.pk not in chunks
+        assert out["coordinator"] == 1 and tasks  # the coordinator's countdown message was lost too
+    finally:
+        leases._lost_before = old
+
+
+def test_a_stopping_workers_jobs_are_released_never_sent_and_not_counted():
+    job = ImportJob.objects.create(dataset_name="x", format="circo", files=[str(VAL)])
+    other = ImportJob.objects.create(dataset_name="y", format="circo", files=[str(VAL)])
+    assert leases.claim(ImportJob, job.pk, "host:11") and leases.claim(ImportJob, other.pk, "host:12")
+    assert leases.release(["host:11", "host:10"]) == {"retrieval.ImportJob": 1}
+    job.refresh_from_db()
+    other.refresh_from_db()
+    assert (job.status, job.owner, job.attempts, job.enqueued_at) == ("queued", "", 0, None)
+    assert (other.status, other.owner) == ("running", "host:12")
+    sent = []
+    assert leases.resend_lost(ImportJob.objects.all(), lambda pk: sent.append(pk) or True) == 1 and sent == [job.pk]

@@ -136,6 +136,8 @@ def test_plain_worker_survives_redis_restarts_during_an_import_an_export_and_an_
             redis.stop()
             time.sleep(2)
             redis.start()
+            # (SQLite: the import holds the write lock until it ends; the export is created after)
+            assert wait_for(ended(ImportJob, imp.pk), timeout=240, what=f"the import\n{worker.log()[-3000:]}").status == "done"
             # 2. an export running while Redis restarts
             exp = ExportJob.objects.create(study_id=study, policy="majority", total=3000)
             assert enqueue(ExportJob, exp.pk, RUN_EXPORT)
@@ -144,7 +146,6 @@ def test_plain_worker_survives_redis_restarts_during_an_import_an_export_and_an_
             redis.stop()
             time.sleep(2)
             redis.start()
-            assert wait_for(ended(ImportJob, imp.pk), timeout=240, what=f"the import\n{worker.log()[-3000:]}").status == "done"
             assert wait_for(ended(ExportJob, exp.pk), timeout=120, what=f"the export\n{worker.log()[-3000:]}").status == "done"
             # 3. an audit whose queued chunk messages the restart loses
             run = planning.create_run("demo", SPECS, chunk_queries=4, chunk_gallery=20)
