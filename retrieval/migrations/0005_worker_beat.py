@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('retrieval', '0003_import_job_lease'),
+        ('retrieval', '0004_import_job_delete_removed'),
     ]
 
     operations = [
