@@ -1,6 +1,7 @@
 """Abstract job models shared by ImportJob, ExportJob, AuditRun and AuditChunk."""
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.db import models
@@ -79,9 +80,7 @@ class Progress(models.Model):
     def no_worker_message(self) -> str:
         """Unfinished, and no worker of its queue beats (:mod:`.workers`): what the page
         says (nothing runs it); empty otherwise."""
-        from . import workers
-
-        return workers.NO_WORKER if self.is_active and not workers.alive(self.QUEUE) else ""
+        return NO_WORKER if self.is_active and not WorkerBeat.alive(self.QUEUE) else ""
 
 
 class Job(Leased, Progress):
@@ -89,6 +88,10 @@ class Job(Leased, Progress):
 
     class Meta:
         abstract = True
+
+
+#: What a page says when work waits and no worker of its queue is alive.
+NO_WORKER = "No worker alive: nothing will run this job until one is started (./cirval worker)."
 
 
 class WorkerBeat(models.Model):
@@ -105,3 +108,17 @@ class WorkerBeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.queues})"
+
+    @classmethod
+    def live(cls) -> list["WorkerBeat"]:
+        """Workers that beat within ``JOB_STALE_SECONDS`` (a read only: pages call it)."""
+        from django.conf import settings
+        from django.utils import timezone
+
+        before = timezone.now() - timedelta(seconds=float(settings.JOB_STALE_SECONDS))
+        return list(cls.objects.filter(beat_at__gte=before))
+
+    @classmethod
+    def alive(cls, queue: str | None = None) -> int:
+        """How many live workers consume ``queue`` (any queue when ``None``)."""
+        return sum(1 for w in cls.live() if queue is None or queue in w.queues.split(","))

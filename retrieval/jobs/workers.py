@@ -9,11 +9,9 @@ from django.apps import apps
 from django.db.models import Q
 from django.utils import timezone
 
-from . import leases
-from .models import Leased, Status, WorkerBeat
+from .models import NO_WORKER, Leased, Status, WorkerBeat
 
-#: What a page says when work waits and no worker of its queue is alive.
-NO_WORKER = "No worker alive: nothing will run this job until one is started (./cirval worker)."
+__all__ = ["NO_WORKER", "alive", "beat", "gone", "health", "live", "waiting_jobs"]
 
 
 def beat(name: str, queues: list[str]) -> None:
@@ -32,15 +30,8 @@ def gone(name: str) -> None:
     WorkerBeat.objects.filter(name=name).delete()
 
 
-def live() -> list[WorkerBeat]:
-    """Workers that beat within ``JOB_STALE_SECONDS`` (a read only: pages call it)."""
-    before = timezone.now() - timedelta(seconds=leases.stale_seconds())
-    return list(WorkerBeat.objects.filter(beat_at__gte=before))
-
-
-def alive(queue: str | None = None) -> int:
-    """How many live workers consume ``queue`` (any queue when ``None``)."""
-    return sum(1 for w in live() if queue is None or queue in w.queues.split(","))
+live = WorkerBeat.live
+alive = WorkerBeat.alive
 
 
 def waiting_jobs() -> dict[str, int]:
