@@ -151,10 +151,11 @@ def _install_fast_stop(consumer) -> None:
 
     try:
         from celery.apps import worker as celery_worker
-        from celery.platforms import EX_FAILURE
+        from celery.platforms import EX_OK
 
+        # exit code 0: a stop that was asked for is no failure (systemd, the supervisor)
         celery_worker._shutdown_handler(consumer.controller, sig="SIGTERM", how="Cold",
-                                        callback=celery_worker.on_cold_shutdown, exitcode=EX_FAILURE)
+                                        callback=celery_worker.on_cold_shutdown, exitcode=EX_OK)
     except Exception:  # noqa: BLE001 - e.g. a Celery without it: the warm shutdown stays
         logging.getLogger("config.celery").warning("could not install the fast SIGTERM stop", exc_info=True)
 

@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 def test_a_killed_worker_is_started_again_and_the_supervisor_says_so(tmp_path):
     log = tmp_path / "worker.log"
+    log.touch()
     env = {**os.environ, "DATABASE_URL": database_url_for_subprocess(), "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
            "CIRVAL_VAR_DIR": str(settings.VAR_DIR), "CELERY_TASK_ALWAYS_EAGER": "0", "PYTHONUNBUFFERED": "1",
            "JOB_SWEEP_SECONDS": "1", "JOB_HEARTBEAT_SECONDS": "0.5"}

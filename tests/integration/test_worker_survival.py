@@ -98,6 +98,8 @@ def test_filesystem_broker_never_delivers_half_a_message(tmp_path):
 
 def test_an_unreadable_broker_message_is_set_aside_and_the_worker_lives_on(worker_factory):
     queue_dir = settings.BROKER_DIR / "queue"
+    for old in queue_dir.glob("*.msg"):  # messages left by earlier tests name jobs of their databases
+        old.unlink()
     torn = queue_dir / f"{int(time.monotonic() * 1000) - 10_000}_torn.celery.msg"
     torn.write_text('{"body": "eyJhIjog')  # half a message under a final name
     partial = queue_dir / f"{PARTIAL}being-written"
@@ -109,8 +111,9 @@ def test_an_unreadable_broker_message_is_set_aside_and_the_worker_lives_on(worke
     assert done.status == "done", done.error
     assert worker.proc.poll() is None, worker.log()[-3000:]  # still alive
     assert "Unrecoverable error" not in worker.log()
-    assert (settings.BROKER_DIR / "bad" / torn.name).exists() and not torn.exists()
-    assert "is unreadable" in worker.log()
+    wait_for(lambda: (settings.BROKER_DIR / "bad" / torn.name).exists(), timeout=30, what="the torn message set aside")
+    assert not torn.exists() and "is unreadable" in worker.log()
+    assert worker.proc.poll() is None
     assert partial.exists()
     partial.unlink()
 
@@ -182,7 +185,7 @@ def test_sigterm_stops_a_busy_worker_in_seconds_and_its_job_is_sent_again_at_onc
     time.sleep(1.0)
     t0 = time.monotonic()
     first.proc.send_signal(signal.SIGTERM)  # the main process only, as systemd or a supervisor does
-    first.proc.wait(timeout=30)  # the import alone needs far longer than this
+    assert first.proc.wait(timeout=30) == 0  # the import alone needs far longer; a stop asked for is no failure
     print(f"worker stopped {time.monotonic() - t0:.1f} s after SIGTERM")
     released = ImportJob.objects.get(pk=job.pk)
     assert released.status == "queued" and released.owner == "" and released.attempts == 0, first.log()[-3000:]
