@@ -13,6 +13,7 @@ from config.parsing import query_int
 from annotation import roles
 
 from annotation.assignment import queue as engine
+from annotation.verdicts.state import annotator_share
 from annotation.models import Assignment
 from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
 from annotation.quality.gold import feedback_message, training_feedback
@@ -28,7 +29,7 @@ def study_dict(study, user) -> dict:
     }
     is_annotator = getattr(study, "is_annotator", None)
     if is_annotator if is_annotator is not None else study.annotators.filter(pk=user.pk).exists():
-        data["progress"] = engine.annotator_progress(study, user)
+        data["progress"] = annotator_share(study, user)
     if roles.is_admin(user) or roles.is_researcher(user):
         data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
                     items=study.items.count(), pool=study.pool, candidates=study.candidates)
@@ -87,7 +88,7 @@ def next_item(request, pk: int):
     served = engine.next_assignment(study, request.user)
     if served.assignment is None:
         return Response({"assignment": None, "served_by": served.rule,
-                         "progress": engine.annotator_progress(study, request.user)})
+                         "progress": annotator_share(study, request.user)})
     return Response(item_payload(served.assignment, served.rule, staff=roles.is_admin(request.user),
                                  fresh=served.fresh, mine=served.mine))
 
@@ -100,7 +101,7 @@ def study_progress(request, pk: int):
         from annotation.assignment.progress import study_progress as full
 
         return Response(full(study))
-    return Response(engine.annotator_progress(study, request.user))
+    return Response(annotator_share(study, request.user))
 
 
 @extend_schema(responses={200: dict})

@@ -11,7 +11,7 @@ class AnnotationConfig(AppConfig):
         from retrieval.access import set_image_access
 
         from annotation.access import may_fetch_image
-        from annotation.assignment.queue import forget_study_sizes
+        from annotation.verdicts.state import forget_study_sizes
         from annotation.models import Study
 
         set_image_access(may_fetch_image)  # annotators fetch only the images they were shown

@@ -12,6 +12,7 @@ from retrieval.jobs.models import Job
 from retrieval.models import Query
 
 from annotation.judging.rubric import Rubric, builtin_rubrics
+from annotation.verdicts.consensus import QuorumRule
 
 
 class RubricVersion(models.Model):
@@ -91,9 +92,14 @@ class Study(models.Model):
         return self.name
 
     @property
+    def quorum_rule(self) -> QuorumRule:
+        """THE quorum rule of the study (:class:`annotation.verdicts.consensus.QuorumRule`)."""
+        return QuorumRule(self.overlap, self.quorum)
+
+    @property
     def decision_quorum(self) -> int:
-        """Current judgements an item needs before it is decided: the quorum, else the overlap."""
-        return max(1, self.quorum or self.overlap or 1)
+        """Counted judgements an item needs before it is decided: the quorum, else the overlap."""
+        return self.quorum_rule.base
 
 
 class GuidelinesVersion(models.Model):
@@ -173,8 +179,9 @@ class Assignment(models.Model):
 
 class JudgementQuerySet(models.QuerySet):
     def counted(self):
-        """The judgements that count towards agreement, consensus and exports: the current
-        revision of each, less late ones (an item gone to someone else is counted once)."""
+        """THE judgements that count (agreement, consensus, gold, quality, alternatives,
+        progress, shares and exports): the current revision of each, less late ones (an item
+        gone to someone else is counted once). :mod:`annotation.verdicts.state` reads them."""
         return self.filter(is_current=True, late=False)
 
 

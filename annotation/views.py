@@ -19,7 +19,8 @@ from annotation.judging.guidelines import current_guidelines, render_markdown
 from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
-from annotation.verdicts.adjudication import has_verdicts, study_verdicts
+from annotation.verdicts.adjudication import has_verdicts
+from annotation.verdicts.state import annotator_share, study_counts
 
 
 def _annotator_study(request, study_id: int) -> Study:
@@ -31,7 +32,7 @@ def _annotator_study(request, study_id: int) -> Study:
 
 def my_studies(request):
     studies = Study.objects.filter(annotators=request.user, status__in=[Study.Status.OPEN, Study.Status.PAUSED])
-    rows = [(s, engine.annotator_progress(s, request.user)) for s in studies.select_related("rubric")]
+    rows = [(s, annotator_share(s, request.user)) for s in studies.select_related("rubric")]
     for s, _ in rows:
         s.guidelines_html = render_markdown(s.guidelines)
     return render(request, "annotation/my_studies.html", {"rows": rows})
@@ -54,7 +55,7 @@ def work(request, study_id: int):
     if rule:
         return render(request, "annotation/queue_done.html", {
             "study": study, "rule": rule,
-            "progress": engine.annotator_progress(study, request.user, finished=rule == "queue_empty")})
+            "progress": annotator_share(study, request.user)})
     return render(request, "annotation/work_start.html", {"study": study})
 
 
@@ -143,7 +144,7 @@ def upcoming(request, study_id: int):
 @staff_required
 def study_list(request):
     studies = Study.objects.select_related("rubric").order_by("-created_at")
-    return render(request, "annotation/study_list.html", {"rows": [(s, study_progress(s)) for s in studies]})
+    return render(request, "annotation/study_list.html", {"rows": [(s, study_counts(s)) for s in studies]})
 
 
 @staff_required
@@ -174,10 +175,11 @@ def study_progress_page(request, study_id: int):
     from annotation.quality.report import quality_signals
 
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
-    progress = study_progress(study)
+    counts = study_counts(study)
+    progress = study_progress(study, counts)
     quality = quality_signals(study)
     for row in progress["annotators"]:
         row["quality"] = quality.get(row["annotator"])
     return render(request, "annotation/study_progress.html", {
-        "study": study, "progress": progress, "verdicts": study_verdicts(study),
+        "study": study, "progress": progress, "verdicts": counts,
         "exportable": has_verdicts(study.rubric.rubric)})

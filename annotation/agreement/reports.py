@@ -42,7 +42,8 @@ from annotation.agreement.maths import (
 )
 from annotation.verdicts.consensus import ADJUDICATION, PENDING, POLICIES, REJECTED, Decision, tally
 from annotation.verdicts.consensus import VALIDATED as VALIDATED_STATUS
-from annotation.models import Assignment, Judgement, Study, StudyItem
+from annotation.models import Assignment, Study, StudyItem
+from annotation.verdicts.state import counted_judgements, item_states, late_judgements
 from annotation.judging.rubric import Rubric
 
 NO_CATEGORY = "(none)"
@@ -108,7 +109,7 @@ def judgement_label(kind: str, rubric: Rubric, validated: bool | None, flags: di
 def reject_flag_triples(study: Study, flag: str) -> list[tuple[int, str, int]]:
     """``(item, annotator, 0/1)``: whether each current session judgement raised ``flag``."""
     rows = (
-        Judgement.objects.counted().filter(assignment__study=study)
+        counted_judgements(study)
         .order_by("assignment__item_id", "assignment__annotator__username")
         .values_list("assignment__item_id", "assignment__annotator__username", "reject_flags")
     )
@@ -128,7 +129,7 @@ def study_triples(study_id: Any, dimension: str | None = None) -> list[tuple[int
     kind = label_kind(rubric)
     dimension = _check_dimension(rubric, dimension)
     rows = (
-        Judgement.objects.counted().filter(assignment__study=study)
+        counted_judgements(study)
         .order_by("assignment__item_id", "assignment__annotator__username")
         .values_list("assignment__item_id", "assignment__annotator__username", "validated", "flags", "category",
                      "scales")
@@ -436,7 +437,8 @@ def _consensus(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
     v = ctx.verdicts
     return {"policy": "session" if v.session is not None else v.policy,
             "primary": ctx.show(v.primary) if v.primary else None, "quorum": v.quorum,
-            "session_rule": v.session.to_dict() if v.session is not None else None, **tally(g.decisions.values())}
+            "session_rule": v.session.to_dict() if v.session is not None else None, **tally(g.decisions.values()),
+            "states": item_states(g.decisions.values())}
 
 
 def _pairwise(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> dict[str, Any]:
@@ -519,6 +521,7 @@ def study_report(
                                                                "version": study.rubric.version},
                   "kind": ctx.kind, "dimension": ctx.dimension, "overlap": study.overlap,
                   "quorum": ctx.verdicts.quorum, "items": len(g.rows), "judgements": g.n_judgements,
+                  "late": late_judgements(study).count(),
                   "annotators": g.annotators, "pseudonymised": pseudonymise},
         "agreement": overall,
         "categories": _categories(ctx, g, overall),

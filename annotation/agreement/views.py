@@ -27,6 +27,7 @@ from config.roles import researcher_required, staff_required
 from retrieval.jobs.queue import QUEUE_DOWN, enqueue
 
 from annotation import roles
+from annotation.verdicts.state import study_counts
 from annotation.verdicts.adjudication import (
     Verdicts,
     adjudicate,
@@ -34,7 +35,6 @@ from annotation.verdicts.adjudication import (
     decide_row,
     has_verdicts,
     item_row,
-    study_verdicts,
 )
 from annotation.verdicts.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
@@ -366,4 +366,4 @@ def export_file(request, pk: int, name: str):
 def export_list(request, study_id: int):
     study = _adjudicable(study_id)
     return render(request, "annotation/export_list.html", {"study": study, "jobs": study.exports.all()[:50],
-                                                           "policies": POLICIES, "verdicts": study_verdicts(study)})
+                                                           "policies": POLICIES, "verdicts": study_counts(study)})

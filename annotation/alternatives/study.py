@@ -8,20 +8,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from annotation.alternatives.agreement import CONVENTIONS, candidate_units, distribution, per_candidate, unit_agreement
-from annotation.models import AlternativeDecision, Judgement, Study, StudyItem
+from annotation.models import AlternativeDecision, Study, StudyItem
+from annotation.verdicts.state import counted_judgements
 from annotation.alternatives.decisions import Alternative, decide_alternatives
 
 
 def item_ticks(study: Study, item_ids: Iterable[int] | None = None) -> tuple[dict[int, list[int]], dict[int, dict[str, list[int]]]]:
     """(item -> candidate panel, item -> annotator username -> ticked ids) over the current
-    judgements of the items that have a panel."""
+    judgements (:func:`~annotation.verdicts.state.counted_judgements`) of the items that have a panel."""
     items = StudyItem.objects.filter(study=study).exclude(candidates=[])
     if item_ids is not None:
         items = items.filter(pk__in=list(item_ids))
     panels = {pk: list(c) for pk, c in items.values_list("pk", "candidates")}
     ticks: dict[int, dict[str, list[int]]] = defaultdict(dict)
-    for item, user, alts in Judgement.objects.filter(
-        assignment__item_id__in=list(panels), is_current=True
+    for item, user, alts in counted_judgements(study).filter(
+        assignment__item_id__in=list(panels)
     ).values_list("assignment__item_id", "assignment__annotator__username", "alternatives"):
         ticks[item][user] = list(alts or [])
     return panels, dict(ticks)

@@ -1,4 +1,4 @@
-"""The admin's view of a study's progress."""
+"""The admin's view of a study's progress: every count comes from :mod:`annotation.verdicts.state`."""
 from __future__ import annotations
 
 from statistics import median
@@ -6,45 +6,45 @@ from statistics import median
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from annotation.assignment.queue import annotator_progress
-from annotation.models import Assignment, Judgement, Study, StudyItem
+from annotation.models import Assignment, Study
+from annotation.verdicts.state import annotator_share, counted_judgements, study_counts
 
 
-def study_progress(study: Study) -> dict:
+def study_progress(study: Study, counts: dict | None = None) -> dict:
+    """Items, item states and judgements (:func:`~annotation.verdicts.state.study_counts`)
+    with, per annotator, their counted and late judgements, live leases, skips and share."""
+    counts = counts if counts is not None else study_counts(study)
     now = timezone.now()
     per_user = {
         row["annotator__username"]: row
         for row in Assignment.objects.filter(study=study)
         .values("annotator__username")
         .annotate(
-            done=Count("id", filter=Q(status=Assignment.Status.DONE)),
             reserved=Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=now)),
             skipped=Count("id", filter=Q(status=Assignment.Status.SKIPPED)),
         )
     }
     times: dict[str, list[int]] = {}
-    for username, ms in Judgement.objects.filter(assignment__study=study, is_current=True).values_list(
-        "assignment__annotator__username", "time_spent_ms"
-    ):
+    for username, ms in counted_judgements(study).values_list("assignment__annotator__username", "time_spent_ms"):
         times.setdefault(username, []).append(ms)
     annotators = []
     for user in study.annotators.order_by("username"):
         row = per_user.get(user.username, {})
-        share = annotator_progress(study, user)
+        judged = counts["annotators"].get(user.username, {"judged": 0, "late": 0})
+        share = annotator_share(study, user)
         spent = times.get(user.username, [])
         annotators.append({
-            "annotator": user.username, "done": row.get("done", 0), "reserved": row.get("reserved", 0),
-            "skipped": row.get("skipped", 0), "remaining": share["remaining"], "total": share["total"],
+            "annotator": user.username, "done": share["done"], "judged": judged["judged"], "late": judged["late"],
+            "reserved": row.get("reserved", 0), "skipped": row.get("skipped", 0),
+            "remaining": share["remaining"], "total": share["total"],
             "median_seconds": round(median(spent) / 1000, 1) if spent else None,
         })
-    items = StudyItem.objects.filter(study=study)
-    n_items = items.count()
-    complete = items.filter(Q(agreement=False, completed__gte=study.overlap) | Q(agreement=True, completed__gte=max(1, study.annotators.count()))).count()
     all_times = [ms for v in times.values() for ms in v]
     return {
-        "study": study.pk, "items": n_items, "items_complete": complete,
-        "judgements": Judgement.objects.filter(assignment__study=study, is_current=True).count(),
-        "flagged": Judgement.objects.filter(assignment__study=study, is_current=True, flagged=True).count(),
+        "study": study.pk, "items": counts["items"], "items_complete": counts["complete"],
+        "states": counts["states"], "pending": counts["pending"], "unjudged": counts["unjudged"],
+        "judgements": counts["judgements"], "late": counts["late"], "flagged": counts["flagged"],
+        "quorum": counts["quorum"], "exported": counts["exported"],
         "median_seconds": round(median(all_times) / 1000, 1) if all_times else None,
         "annotators": annotators,
     }

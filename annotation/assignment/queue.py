@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
-from django.core.cache import cache
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -24,6 +23,7 @@ from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
+from annotation.verdicts.state import forget_study_sizes, study_sizes, submit_is_late  # noqa: F401 (the engine's API)
 
 CANDIDATES = 8  # rows locked per request: enough to step around a few racing annotators
 
@@ -341,10 +341,8 @@ def _check_token(a: Assignment, client_token: str, fields: dict) -> None:
 
 
 def _lost_slot(a: Assignment, study: Study) -> bool:
-    """A released lease whose slot has since gone to someone else: the submit is late."""
-    if a.status != Assignment.Status.RELEASED:
-        return False
-    return StudyItem.objects.filter(pk=a.item_id, taken__gte=study.overlap).exists()
+    """The late rule (:func:`annotation.verdicts.state.submit_is_late`) on a locked assignment."""
+    return submit_is_late(a.status, a.item.taken, a.item.agreement, study)
 
 
 def submit_rows(client_token: str = ""):
@@ -442,31 +440,6 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
     return judgement
 
 
-def study_sizes_key(study: Study) -> str:
-    return f"cirval:study-sizes:{study.pk}:{study.created_at.timestamp()}"
-
-
-def forget_study_sizes(study: Study) -> None:
-    cache.delete(study_sizes_key(study))
-
-
-def study_sizes(study: Study) -> dict:
-    """Item and annotator counts of a study, cached briefly: counting 100k items per
-    request would cost more than the rest of a "next item" call."""
-    key = study_sizes_key(study)
-    sizes = cache.get(key)
-    if sizes is None:
-        annotators = Study.annotators.through.objects.filter(study_id=study.pk).order_by().values("study_id")
-        counts = StudyItem.objects.filter(study=study).aggregate(
-            agreement=Count("id", filter=Q(agreement=True)), total=Count("id"),
-            annotators=Max(Subquery(annotators.annotate(n=Count("user_id")).values("n")[:1])),  # none: 0 items
-        )
-        sizes = {"agreement": counts["agreement"], "other": counts["total"] - counts["agreement"],
-                 "annotators": counts["annotators"] or 0}
-        cache.set(key, sizes, 30)
-    return sizes
-
-
 def held_assignment(study: Study, user, now=None) -> Assignment | None:
     """The annotator's live lease in this study, read only (nothing is reserved or renewed)."""
     now = now or timezone.now()
@@ -474,23 +447,3 @@ def held_assignment(study: Study, user, now=None) -> Assignment | None:
         Assignment.objects.filter(study=study, annotator=user, status=Assignment.Status.RESERVED, lease_expires__gt=now)
         .order_by("leased_at").first()
     )
-
-
-def annotator_progress(study: Study, user, finished: bool = False, mine: dict | None = None) -> dict:
-    """'17 of 120' for one annotator: done, reserved, and their share of the work.
-
-    The share is an estimate (items are shared out as annotators ask): the total never
-    falls below what is done plus the item held now, and once the queue has nothing left
-    for this annotator (``finished``) it is exactly what they did. ``mine``: their done and
-    live-reserved counts when already known (:attr:`Served.mine`), which saves a query."""
-    if mine is None:
-        mine = Assignment.objects.filter(study=study, annotator=user).aggregate(
-            done=Count("id", filter=Q(status=Assignment.Status.DONE)),
-            reserved=Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now())),
-        )
-    sizes = study_sizes(study)
-    n_annotators = max(1, sizes["annotators"])
-    share = sizes["agreement"] + -(-sizes["other"] * min(study.overlap, n_annotators) // n_annotators)
-    done = mine["done"]
-    total = done if finished else max(done + mine["reserved"], min(share, sizes["agreement"] + sizes["other"]))
-    return {"done": done, "reserved": mine["reserved"], "total": total, "remaining": max(0, total - done)}

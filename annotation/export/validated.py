@@ -31,7 +31,8 @@ adjudicators as ``adjudicator_NN`` (username order).
 
 Only decided items are exported: an item needs the study's quorum of current judgements (or an
 adjudication, :func:`annotation.verdicts.adjudication.decide_row`); the manifest counts validated,
-rejected, adjudicated, pending (below the quorum, or unjudged) and awaiting-adjudication items.
+rejected, adjudicated, pending (below the quorum), unjudged and awaiting-adjudication items, the
+states of :mod:`annotation.verdicts.state`.
 
 Session studies (session rubric) are decided by their session rule and written in the CIRCLED
 public layout instead (CIR-FORMATS §7.1): ``<dataset>/<subset>.json``, a JSON list of
@@ -399,8 +400,7 @@ def verdict_counts(tallied: dict[str, Any], exported_lines: int) -> dict[str, An
         "validated": status[VALIDATED],
         "rejected": status[REJECTED],
         "adjudicated": provenance[ADJUDICATED],
-        "pending": status[PENDING] + status[UNJUDGED],
-        "pending_quorum": status[PENDING],
+        "pending": status[PENDING],  # below the quorum (annotation.verdicts.state); unjudged items apart
         "unjudged": status[UNJUDGED],
         "awaiting_adjudication": status[ADJUDICATION],
         "by_provenance": {k: n for k, n in sorted(provenance.items()) if n},

@@ -10,7 +10,7 @@ from django.utils import timezone
 from retrieval.models import Image, Query
 
 from annotation.access import grant_images, payload_image_ids
-from annotation.assignment.queue import annotator_progress
+from annotation.verdicts.state import annotator_share
 from annotation.judging.candidates import PAGE_SIZE, item_candidates
 from annotation.models import Assignment, Draft, Judgement, StudyItem
 
@@ -113,7 +113,7 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
         "too_broad_threshold": study.too_broad_threshold,
         "judgement": judgement_dict(current),
         "draft": draft.payload if draft is not None else None,
-        "progress": annotator_progress(study, assignment.annotator_id, mine=mine),
+        "progress": annotator_share(study, assignment.annotator_id, mine=mine),
     }
     if staff:
         payload["staff"] = {"served_by": rule or assignment.served_by,

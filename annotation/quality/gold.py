@@ -8,6 +8,7 @@ from django.utils.html import format_html
 
 from annotation.assignment.rules import TRAINING_ITEM
 from annotation.models import Adjudication, Assignment, Judgement, Study, StudyItem
+from annotation.verdicts.state import counted_judgements
 from annotation.quality.signals import gold_correct, wilson_interval
 from annotation.verdicts.adjudication import Verdicts, decide_row, iter_item_batches
 from annotation.verdicts.consensus import UNANIMOUS
@@ -15,10 +16,14 @@ from annotation.verdicts.consensus import UNANIMOUS
 HAND, ADJUDICATED, PROMOTED = "hand", "adjudicated", "unanimous"
 
 
-def mark_gold(item: StudyItem, validated: bool, source: str = HAND, category: str = "") -> StudyItem:
+def mark_gold(item: StudyItem, validated: bool, source: str = HAND, category: str = "",
+              made_by: list[str] | None = None) -> StudyItem:
     """Make ``item`` gold. ``category``: the expected category key, when known (then a
-    judgement must name it to be right, and training feedback names it)."""
-    answer = {"validated": bool(validated), **({"category": category} if category else {})}
+    judgement must name it to be right, and training feedback names it). ``made_by``: the
+    usernames whose decision made the answer (the voters of a unanimous item, the
+    adjudicator): their own accuracy is not scored on it."""
+    answer = {"validated": bool(validated), **({"category": category} if category else {}),
+              **({"made_by": sorted(made_by)} if made_by else {})}
     item.gold, item.gold_answer, item.gold_source = True, answer, source
     item.save(update_fields=["gold", "gold_answer", "gold_source"])
     return item
@@ -33,8 +38,9 @@ def unmark_gold(item: StudyItem) -> None:
 def gold_from_adjudications(study: Study) -> int:
     """Every item with a current adjudication becomes gold with the adjudicated answer."""
     n = 0
-    for adj in Adjudication.objects.filter(study=study, is_current=True).select_related("item"):
-        mark_gold(adj.item, adj.validated, ADJUDICATED)
+    for adj in Adjudication.objects.filter(study=study, is_current=True).select_related("item", "decided_by"):
+        mark_gold(adj.item, adj.validated, ADJUDICATED,
+                  made_by=[adj.decided_by.username] if adj.decided_by else None)
         n += 1
     return n
 
@@ -45,24 +51,27 @@ def promote_unanimous(study: Study, min_votes: int | None = None) -> int:
     two: one vote is not unanimous) annotators all agreed become gold with that answer (the
     unanimous consensus of :func:`decide_row`)."""
     verdicts = Verdicts(quorum=max(2, min_votes or study.decision_quorum), policy="unanimous")
-    ids: dict[bool, list[int]] = {True: [], False: []}
+    made: dict[int, tuple[bool, list[str]]] = {}
     for batch in iter_item_batches(study):
         for row in batch:
             d = decide_row(row, verdicts, with_adjudication=False)
             if d.decided and d.provenance == UNANIMOUS:
-                ids[d.validated].append(row.item_id)
-    for validated, items in ids.items():
-        StudyItem.objects.filter(pk__in=items).update(gold=True, gold_answer={"validated": validated},
-                                                      gold_source=PROMOTED)
-    return len(ids[True]) + len(ids[False])
+                made[row.item_id] = (d.validated, sorted(v.annotator for v in row.votes))
+    for item in StudyItem.objects.filter(pk__in=list(made)):
+        mark_gold(item, made[item.pk][0], PROMOTED, made_by=made[item.pk][1])
+    return len(made)
 
 
 def gold_scores(study: Study) -> dict[str, dict]:
-    """Per annotator: gold items judged, how many right, accuracy and its 95 % Wilson interval."""
-    rows = (Judgement.objects.filter(assignment__study=study, assignment__item__gold=True, is_current=True)
+    """Per annotator: gold items judged (counted judgements), how many right, accuracy and its
+    95 % Wilson interval. An annotator is never scored on a gold item they made (``made_by``:
+    their vote made a unanimous item gold, or they adjudicated it)."""
+    rows = (counted_judgements(study).filter(assignment__item__gold=True)
             .values_list("assignment__annotator__username", "validated", "category", "assignment__item__gold_answer"))
     tally: dict[str, list[int]] = {}
     for user, validated, category, gold in rows:
+        if user in (gold or {}).get("made_by", ()):
+            continue
         ok = gold_correct({"validated": validated, "category": category}, gold or {})
         if ok is None:
             continue

@@ -6,7 +6,8 @@ from statistics import median
 
 from django.core.cache import cache
 
-from annotation.models import Judgement, Study
+from annotation.models import Study
+from annotation.verdicts.state import counted_judgements
 from annotation.quality.gold import gold_scores
 from annotation.quality.signals import disagreement, straight_runs, too_fast
 from annotation.verdicts.adjudication import Verdicts, decide_row, iter_item_batches
@@ -50,7 +51,7 @@ def quality_signals(study: Study, *, fresh: bool = False) -> dict[str, dict]:
 
 def _quality_signals(study: Study) -> dict[str, dict]:
     """username -> signals. Straight-lining reads judgements in the order they were made."""
-    rows = (Judgement.objects.filter(assignment__study=study, is_current=True)
+    rows = (counted_judgements(study)
             .order_by("assignment__annotator__username", "created_at", "id")
             .values_list("assignment__annotator__username", "time_spent_ms", "category", "scales", "reject_flags"))
     per: dict[str, dict[str, list]] = {}

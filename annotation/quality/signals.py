@@ -80,10 +80,15 @@ def disagreement(votes: Mapping[Hashable, bool], consensus: Mapping[Hashable, bo
     return sum(1 for item in compared if votes[item] != consensus[item]), len(compared)
 
 
+GOLD_KEYS = ("validated", "category")
+
+
 def gold_correct(answer: Mapping[str, object], gold: Mapping[str, object]) -> bool | None:
-    """Whether a judgement matches a gold answer: every key of the gold answer must match
-    (``validated``, and ``category`` when the gold answer names one). ``None`` when the
-    gold answer is empty (nothing to score)."""
-    if not gold:
+    """Whether a judgement matches a gold answer: every answer key of the gold answer
+    (:data:`GOLD_KEYS`: ``validated``, and ``category`` when the gold answer names one) must
+    match; other keys (``made_by``: who made the gold) are not answers. ``None`` when the
+    gold answer holds no answer (nothing to score)."""
+    keys = [k for k in GOLD_KEYS if k in gold]
+    if not keys:
         return None
-    return all(answer.get(key) == value for key, value in gold.items())
+    return all(answer.get(key) == gold[key] for key in keys)

@@ -19,7 +19,7 @@ from config.roles import staff_required
 from config.security import locked_usernames
 
 from annotation import roles
-from annotation.assignment.queue import forget_study_sizes
+from annotation.verdicts.state import forget_study_sizes
 from annotation.judging.guidelines import save_guidelines
 from annotation.models import GuidelinesVersion, Study, StudyItem
 from annotation.quality import gold as goldsvc

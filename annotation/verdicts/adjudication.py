@@ -17,15 +17,13 @@ from django.db.models import Count, F, Q
 
 from annotation.agreement.maths import FLAGS, VALIDATED
 from annotation.verdicts.consensus import (
-    PENDING,
-    UNJUDGED,
     Decision,
+    QuorumRule,
     SessionRule,
     SessionVote,
     Vote,
     decide,
     decide_session,
-    tally,
 )
 from annotation.models import Adjudication, Judgement, Study, StudyItem
 from annotation.judging.rubric import Rubric
@@ -75,6 +73,7 @@ class ItemRow:
     ordinal: int
     hidden_category: str
     stratum: str
+    agreement: bool = False
     votes: list[VoteRow] = field(default_factory=list)
     adjudication: AdjudicationRow | None = None
 
@@ -133,12 +132,18 @@ class Verdicts:
     policy: str = "majority"
     primary: str | None = None
     session: SessionRule | None = None  # set for session studies
+    rule: QuorumRule | None = None  # the study's quorum rule; None: ``quorum`` as a fixed number
 
     @classmethod
     def of(cls, study: Study, policy: str = "majority", primary: str | None = None) -> Verdicts:
-        """The study's rule: its quorum and, for a session rubric, its session rule."""
+        """The study's rule: its quorum rule and, for a session rubric, its session rule."""
         session = SessionRule.from_dict(study.session_rule) if is_session_rubric(study.rubric.rubric) else None
-        return cls(study.decision_quorum, policy, primary or None, session)
+        rule = study.quorum_rule
+        return cls(rule.base, policy, primary or None, session, rule)
+
+    def needed(self, votes) -> int:
+        """Counted judgements an item with these ``votes`` needs (the study's :class:`QuorumRule`)."""
+        return self.rule.needed(votes) if self.rule is not None else self.quorum
 
 
 def is_session_rubric(rubric: Rubric) -> bool:
@@ -157,10 +162,11 @@ def decide_row(row: ItemRow, verdicts: Verdicts, *, with_adjudication: bool = Tr
     :func:`~annotation.verdicts.consensus.decide_session` for sessions, with the study's quorum."""
     adjudication = row.adjudication.validated if (with_adjudication and row.adjudication) else None
     if verdicts.session is not None:
-        return decide_session(session_votes_of(row, verdicts.session), verdicts.session,
-                              adjudication=adjudication, quorum=verdicts.quorum)
-    return decide(votes_of(row), verdicts.policy, primary=verdicts.primary, adjudication=adjudication,
-                  quorum=verdicts.quorum)
+        votes = session_votes_of(row, verdicts.session)
+        return decide_session(votes, verdicts.session, adjudication=adjudication, quorum=verdicts.needed(votes))
+    votes = votes_of(row)
+    return decide(votes, verdicts.policy, primary=verdicts.primary, adjudication=adjudication,
+                  quorum=verdicts.needed(votes))
 
 
 def _batched(iterable, n: int) -> Iterator[list]:
@@ -175,7 +181,7 @@ def _batched(iterable, n: int) -> Iterator[list]:
 
 
 _ITEM_FIELDS = ("id", "query_id", "query__dataset_id", "query__dataset__name", "query__external_id",
-                "query__ordinal", "hidden_category", "stratum")
+                "query__ordinal", "hidden_category", "stratum", "agreement")
 _VOTE_FIELDS = ("assignment__item_id", "assignment__annotator__username", "validated", "category", "sub_reason",
                 "flags", "note", "flagged", "time_spent_ms", "revision", "created_at", "scales", "reject_flags")
 
@@ -277,18 +283,6 @@ def adjudication_queue(study: Study, verdicts: Verdicts | None = None) -> list[Q
                 if decision.needs_adjudication or row.adjudication is not None:
                     entries.append(QueueEntry(row, decision))
     return sorted(entries, key=lambda e: (e.adjudicated, e.row.item_id))
-
-
-def study_verdicts(study: Study, verdicts: Verdicts | None = None) -> dict[str, Any]:
-    """The :func:`~annotation.verdicts.consensus.tally` of every item of the study under
-    ``verdicts`` (default: the study's rule), for progress and export pages."""
-    verdicts = verdicts or Verdicts.of(study)
-    decisions = (decide_row(row, verdicts) for batch in iter_item_batches(study) for row in batch)
-    out = tally(decisions)
-    status = out["status"]
-    out["pending"] = status[PENDING] + status[UNJUDGED]
-    out["quorum"] = verdicts.quorum
-    return out
 
 
 def adjudicate(study: Study, item: StudyItem, validated: bool, note: str, user) -> Adjudication:

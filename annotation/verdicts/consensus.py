@@ -61,6 +61,38 @@ QUORUM = "quorum"
 
 
 @dataclass(frozen=True)
+class QuorumRule:
+    """How many annotators an item is served to and how many counted judgements decide it:
+    THE quorum rule of a study (``Study.quorum_rule``), read by consensus, serving, the late
+    rule and every count.
+
+    ``overlap``: annotators an item is served to; ``quorum``: counted judgements an item
+    needs before consensus decides it (``None``: the overlap). Agreement-subset items are
+    served to every annotator. A rule that depends on the votes (an "adaptive overlap":
+    two annotators, a third only when they disagree) is a subclass overriding
+    :meth:`needed` and :meth:`slots`; nothing else defines a quorum.
+    """
+
+    overlap: int
+    quorum: int | None = None
+
+    @property
+    def base(self) -> int:
+        """The quorum before any vote is seen (what pages state as "the quorum")."""
+        return max(1, self.quorum or self.overlap or 1)
+
+    def needed(self, votes: Sequence[object] = ()) -> int:
+        """Counted judgements the item needs, given its counted ``votes`` so far."""
+        return self.base
+
+    def slots(self, agreement: bool = False, n_annotators: int | None = None) -> int:
+        """Annotators the item is served to: every annotator for an agreement item, else the overlap."""
+        if agreement and n_annotators:
+            return n_annotators
+        return max(1, self.overlap or 1)
+
+
+@dataclass(frozen=True)
 class Vote:
     """One annotator's current judgement of an item, as consensus sees it."""
 
@@ -89,6 +121,12 @@ class Decision:
     flagged_votes: int
     decided_by: str | None = None
     quorum: int = 1
+    split: tuple[tuple[str, int], ...] = ()  # the vote split the outcome rests on, e.g. (("valid", 1), ("invalid", 1))
+
+    @property
+    def split_text(self) -> str:
+        """The vote split in words, e.g. ``1 valid / 1 invalid`` or ``1 reject flag / 1 none``."""
+        return " / ".join(f"{n} {what}" for what, n in self.split)
 
     @property
     def validated(self) -> bool:
@@ -107,6 +145,7 @@ class Decision:
             "status": self.status, "provenance": self.provenance, "reason": self.reason,
             "n_votes": self.n_votes, "valid_votes": self.valid_votes, "invalid_votes": self.invalid_votes,
             "flagged_votes": self.flagged_votes, "decided_by": self.decided_by, "quorum": self.quorum,
+            "split": self.split_text,
         }
 
 
@@ -202,7 +241,8 @@ def decide(
     elif outcome is None:
         outcome = _split(valid, n, policy)
     status, provenance, reason = outcome
-    return Decision(status, provenance, reason, n, valid, n - valid, flagged, by, quorum)
+    return Decision(status, provenance, reason, n, valid, n - valid, flagged, by, quorum,
+                    (("valid", valid), ("invalid", n - valid)))
 
 
 # --------------------------------------------------------------------------- sessions
@@ -311,7 +351,20 @@ def decide_session(
     flagged = sum(1 for v in votes if v.flagged)
     outcome = _gate(n, flagged, quorum, adjudication) or _session_outcome(votes, rule)
     status, provenance, reason = outcome
-    return Decision(status, provenance, reason, n, valid, n - valid, flagged, None, quorum)
+    return Decision(status, provenance, reason, n, valid, n - valid, flagged, None, quorum, session_split(votes, rule))
+
+
+def session_split(votes: Sequence[SessionVote], rule: SessionRule) -> tuple[tuple[str, int], ...]:
+    """The split a session decision rests on: reject flags first (a tie is an exact half of
+    them), then, among the votes without one, the scores against the threshold."""
+    rejecting = sum(1 for v in votes if v.reject_flags)
+    passing = sum(1 for v in votes if _vote_passes(v, rule))
+    unscored = sum(1 for v in votes if not v.reject_flags and v.overall is None)
+    split = [("reject flag", rejecting), ("no reject flag", len(votes) - rejecting),
+             (f"{rule.scale} \u2265 {rule.threshold:g}", passing)]
+    if unscored:
+        split.append(("unscored", unscored))
+    return tuple(split)
 
 
 def tally(decisions: Iterable[Decision]) -> dict[str, object]:

@@ -289,7 +289,7 @@ def test_export_of_the_small_study(twelve, tmp_path) -> None:
     counts = manifest["counts"]
     # item 6 is below the quorum (2 of 3 votes) and item 10 unjudged: 2 pending, never exported
     assert (counts["items"], counts["validated"], counts["rejected"], counts["adjudicated"], counts["pending"],
-            counts["pending_quorum"], counts["unjudged"], counts["awaiting_adjudication"]) == (12, 6, 3, 0, 2, 1, 1, 1)
+            counts["unjudged"], counts["awaiting_adjudication"]) == (12, 6, 3, 0, 1, 1, 1)
     assert counts["by_provenance"] == {"majority": 4, "unanimous": 5}  # validated and rejected together
     assert manifest["study"]["quorum"] == 3 and manifest["consensus"]["quorum"] == 3
     assert "quorum" in manifest["consensus"]["rule"]
@@ -341,7 +341,8 @@ def test_adjudication_changes_the_export(twelve, people, tmp_path) -> None:
     adjudicate(study, items[1], True, "on reflection, fine", people["staff"])        # replaces the decision
     manifest = check_export(export_study(study, tmp_path / "e").path)
     assert manifest["counts"]["validated"] == 7 and manifest["counts"]["awaiting_adjudication"] == 0
-    assert manifest["counts"]["adjudicated"] == 3 and manifest["counts"]["pending"] == 1  # item 10, unjudged
+    assert manifest["counts"]["adjudicated"] == 3 and manifest["counts"]["pending"] == 0
+    assert manifest["counts"]["unjudged"] == 1  # item 10
     assert manifest["consensus"]["adjudications_applied"] == 3
     t = traces(tmp_path / "e")
     assert items[7].pk not in t
@@ -430,7 +431,8 @@ def test_demo_study_round_trip(db, tmp_path, settings, demo_images, demo_embeddi
     report = study_report(study)
     assert manifest["counts"]["validated"] == report["consensus"]["status"]["validated"] > 0
     assert manifest["counts"]["awaiting_adjudication"] == report["consensus"]["status"]["adjudication"]
-    assert manifest["counts"]["pending_quorum"] == report["consensus"]["status"]["pending"]
+    assert manifest["counts"]["pending"] == report["consensus"]["status"]["pending"]
+    assert manifest["counts"]["unjudged"] == report["consensus"]["status"]["unjudged"]
     validated = {t["item"] for t in traces(tmp_path / "demo").values()}
     check_majority_by_hand(study, validated)
     # the adjudication queue (found with an aggregate query) holds exactly the waiting items

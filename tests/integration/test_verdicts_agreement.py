@@ -18,7 +18,8 @@ from annotation.assignment import queue as engine
 from annotation.export.validated import CIRCLED_KEYS, export_study
 from annotation.models import Assignment, Study, StudyItem
 from annotation.studies.building import StudyError, StudySpec, create_study
-from annotation.verdicts.adjudication import adjudicate, adjudication_queue, study_verdicts
+from annotation.verdicts.adjudication import adjudicate, adjudication_queue
+from annotation.verdicts.state import study_counts
 from retrieval.importers import circled
 from tests.conftest import FIXTURES
 from tests.integration.test_report_export import check_export, judge, make_user
@@ -54,8 +55,8 @@ def test_one_vote_in_an_overlap_3_study_is_pending_and_never_exported(tmp_path, 
         judge(study, items[2], user, "V")                   # quorum reached: validated, unanimous
     manifest = check_export(export_study(study, tmp_path / "e").path)
     counts = manifest["counts"]
-    assert (counts["validated"], counts["rejected"], counts["pending"], counts["pending_quorum"],
-            counts["unjudged"], counts["adjudicated"], counts["awaiting_adjudication"]) == (1, 0, 3, 2, 1, 0, 0)
+    assert (counts["validated"], counts["rejected"], counts["pending"],
+            counts["unjudged"], counts["adjudicated"], counts["awaiting_adjudication"]) == (1, 0, 2, 1, 0, 0)
     assert counts["by_provenance"] == {"unanimous": 1} and counts["exported_lines"] == 1
     traces = [json.loads(line) for f in (tmp_path / "e").rglob("*.trace.jsonl") for line in f.open()]
     assert [t["item"] for t in traces] == [items[2].pk]
@@ -65,13 +66,13 @@ def test_one_vote_in_an_overlap_3_study_is_pending_and_never_exported(tmp_path, 
     staff = make_user("boss", None, staff=True)
     adjudicate(study, items[0], True, "clear", staff)
     counts = check_export(export_study(study, tmp_path / "f").path)["counts"]
-    assert (counts["validated"], counts["adjudicated"], counts["pending"]) == (2, 1, 2)
+    assert (counts["validated"], counts["adjudicated"], counts["pending"], counts["unjudged"]) == (2, 1, 1, 1)
     # the export page and the progress page warn while items are pending
     client.force_login(staff)
     for url in (f"/studies/{study.pk}/exports/", f"/studies/{study.pk}/progress/"):
         html = client.get(url).content.decode()
-        assert 'id="export-pending"' in html and "2 items pending" in html, url
-    assert study_verdicts(study)["pending"] == 2
+        assert 'id="export-pending"' in html and "1 item pending" in html and "1 unjudged" in html, url
+    assert (study_counts(study)["pending"], study_counts(study)["unjudged"]) == (1, 1)
 
 
 def test_quorum_setting_and_honest_provenance(tmp_path) -> None:
@@ -260,7 +261,7 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     manifest = check_circled_export(result.path)
     counts = manifest["counts"]
     assert (counts["validated"], counts["rejected"], counts["adjudicated"]) == (2, 1, 1)
-    assert counts["pending"] == len(items) - 3 and counts["pending_quorum"] == 1
+    assert counts["pending"] == 1 and counts["unjudged"] == len(items) - 4
     assert manifest["consensus"]["policy"] == "session" and manifest["query_format"] == "circled"
     assert manifest["consensus"]["session_rule"] == {"reject": "majority", "threshold": 3.0, "scale": "overall"}
     check_round_trip(result.path, manifest, {items[0].query.external_id, items[2].query.external_id})

@@ -10,6 +10,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotation.assignment import queue as engine
+from annotation.verdicts.state import annotator_share
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from tests.conftest import FIXTURES, make_annotator
@@ -188,17 +189,18 @@ def test_heartbeat_renews_a_held_lease(world):
 
 def test_progress_at_the_end_of_a_share(world):
     """overlap 1, 3 items, 2 annotators: a's share is 2. Serving a third item must read
-    '2 of 3', and once nothing is left the count is exactly what was done."""
+    '2 of 3', and once nothing is left the count is exactly what was done (no flag needed:
+    nothing is open to them any more)."""
     study, a = world["study"], world["a"]
     asg = world["asg"]
     for _ in range(2):
         engine.submit(asg, ANSWER)
         asg = engine.next_assignment(study, a).assignment
-    progress = engine.annotator_progress(study, a)
+    progress = annotator_share(study, a)
     assert progress["done"] == 2 and progress["reserved"] == 1 and progress["total"] == 3
     engine.submit(asg, ANSWER)
     assert engine.next_assignment(study, a).rule == "queue_empty"
-    done = engine.annotator_progress(study, a, finished=True)
+    done = annotator_share(study, a)
     assert done["done"] == done["total"] == 3 and done["remaining"] == 0
 
 

@@ -58,7 +58,7 @@ class Command(BaseCommand):
             f"{time.perf_counter() - started:.1f} s: {counts['validated']} validated of {counts['items']} items "
             f"({counts['rejected']} rejected, {counts['adjudicated']} decided by an adjudicator, "
             f"{counts['awaiting_adjudication']} waiting for adjudication, {counts['pending']} pending below the "
-            f"quorum of {result.manifest['consensus']['quorum']})."
+            f"quorum of {result.manifest['consensus']['quorum']}, {counts['unjudged']} unjudged)."
         )
         for f in result.manifest["files"]:
             self.stdout.write(f"  {f['path']}  {f['lines']} lines  sha256 {f['sha256']}")

@@ -1,0 +1,214 @@
+"""THE state of a study's items and of an annotator's share: every count a page shows is read here.
+
+One definition of each quantity, read by the progress page and API, My studies, the end
+page, the item page's bar, the report (``report.json``), consensus, gold, quality,
+alternatives and the export:
+
+* **Judgements that count**: :func:`counted_judgements`, i.e. ``Judgement.objects.counted()``:
+  the current revision of each judgement, less late ones (stored after the lease went to
+  someone else: kept and shown as *late*, never counted). :func:`submit_is_late` is the
+  late rule.
+* **The quorum rule**: ``Study.quorum_rule`` (:class:`annotation.verdicts.consensus.QuorumRule`):
+  how many annotators an item is served to (``slots``) and how many counted judgements decide
+  it (``needed``). An adaptive rule plugs in there and nowhere else.
+* **An item's decision state** (:func:`item_state`): ``unjudged`` (no counted judgement),
+  ``pending`` (below the quorum), ``awaiting_adjudication`` (a tie, a flag or a
+  disagreement), ``decided`` (by the votes), ``adjudicated`` (by staff). An item is
+  *exported* once a finished export wrote it; :func:`study_counts` gives the latest export's
+  count beside the states.
+* :func:`study_counts`: the states of every item, the counted and late judgements, and the
+  counted judgements of each annotator.
+* :func:`annotator_share`: "N of M" for one annotator: ``done`` (items they submitted),
+  ``remaining`` (items still open to them, at most their estimated share) and
+  ``total = done + remaining``; ``remaining`` is 0 exactly when the queue has nothing left
+  for them, so the bar, the end page and My studies agree.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.core.cache import cache
+from django.db.models import Count, Max, Q, QuerySet, Subquery
+from django.utils import timezone
+
+from annotation.models import Assignment, ExportJob, Judgement, Study, StudyItem
+from annotation.verdicts.adjudication import ItemRow, Verdicts, decide_row, has_verdicts, iter_item_batches
+from annotation.verdicts.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, tally
+
+AWAITING_ADJUDICATION = "awaiting_adjudication"
+DECIDED = "decided"
+EXPORTED = "exported"
+ITEM_STATES: tuple[str, ...] = (UNJUDGED, PENDING, AWAITING_ADJUDICATION, DECIDED, ADJUDICATED)
+
+
+def counted_judgements(study: Study | int) -> QuerySet:
+    """The study's judgements that count (see the module docstring)."""
+    return Judgement.objects.counted().filter(assignment__study=study)
+
+
+def late_judgements(study: Study | int) -> QuerySet:
+    """Current judgements stored late: kept, shown, never counted."""
+    return Judgement.objects.filter(assignment__study=study, is_current=True, late=True)
+
+
+def study_sizes_key(study: Study) -> str:
+    return f"cirval:study-sizes:{study.pk}:{study.created_at.timestamp()}"
+
+
+def forget_study_sizes(study: Study) -> None:
+    cache.delete(study_sizes_key(study))
+
+
+def study_sizes(study: Study) -> dict:
+    """Item and annotator counts of a study, cached briefly: counting 100k items per
+    request would cost more than the rest of a "next item" call."""
+    key = study_sizes_key(study)
+    sizes = cache.get(key)
+    if sizes is None:
+        annotators = Study.annotators.through.objects.filter(study_id=study.pk).order_by().values("study_id")
+        counts = StudyItem.objects.filter(study=study).aggregate(
+            agreement=Count("id", filter=Q(agreement=True)), total=Count("id"),
+            annotators=Max(Subquery(annotators.annotate(n=Count("user_id")).values("n")[:1])),  # none: 0 items
+        )
+        sizes = {"agreement": counts["agreement"], "other": counts["total"] - counts["agreement"],
+                 "annotators": counts["annotators"] or 0}
+        cache.set(key, sizes, 30)
+    return sizes
+
+
+def submit_is_late(status: str, taken: int, agreement: bool, study: Study) -> bool:
+    """THE late rule: a submit on an assignment that no longer holds its slot (its lease was
+    released, or the annotator skipped the item) is late when the item's slots
+    (``Study.quorum_rule.slots``) have since gone to others (``taken`` reached them)."""
+    if status not in (Assignment.Status.RELEASED, Assignment.Status.SKIPPED):
+        return False
+    return taken >= study.quorum_rule.slots(agreement, study_sizes(study)["annotators"])
+
+
+def item_state(decision: Decision) -> str:
+    """The decision state of one item from its :func:`~annotation.verdicts.adjudication.decide_row`."""
+    if decision.provenance == ADJUDICATED:
+        return ADJUDICATED
+    if decision.decided:
+        return DECIDED
+    if decision.status == ADJUDICATION:
+        return AWAITING_ADJUDICATION
+    return PENDING if decision.status == PENDING else UNJUDGED
+
+
+def item_states(decisions: Iterable[Decision]) -> dict[str, int]:
+    """Items per :data:`ITEM_STATES` of these decisions."""
+    states = {s: 0 for s in ITEM_STATES}
+    for d in decisions:
+        states[item_state(d)] += 1
+    return states
+
+
+def _plain_state(n_votes: int, needed: int) -> str:
+    """The state of an item of a rubric without verdicts (scales only): by its counted judgements."""
+    if n_votes == 0:
+        return UNJUDGED
+    return PENDING if n_votes < needed else DECIDED
+
+
+class _Walk:
+    """One pass over a study's items (counted judgements attached): decisions, states,
+    complete items and per-annotator counted judgements."""
+
+    def __init__(self, study: Study, verdicts: Verdicts):
+        self.study, self.verdicts = study, verdicts
+        self.decides = has_verdicts(study.rubric.rubric)
+        self.states = {s: 0 for s in ITEM_STATES}
+        self.per_annotator: dict[str, int] = {}
+        self.judgements = self.flagged = self.complete = 0
+        self.n_annotators = study_sizes(study)["annotators"]
+
+    def decisions(self) -> Iterable[Decision]:
+        for batch in iter_item_batches(self.study):
+            for row in batch:
+                decision = self._count(row)
+                if decision is not None:
+                    yield decision
+
+    def _count(self, row: ItemRow) -> Decision | None:
+        rule = self.study.quorum_rule
+        n = len(row.votes)
+        self.judgements += n
+        self.flagged += sum(1 for v in row.votes if v.flagged)
+        self.complete += n >= rule.slots(row.agreement, self.n_annotators)
+        for v in row.votes:
+            self.per_annotator[v.annotator] = self.per_annotator.get(v.annotator, 0) + 1
+        if not self.decides:
+            self.states[_plain_state(n, rule.needed(row.votes))] += 1
+            return None
+        decision = decide_row(row, self.verdicts)
+        self.states[item_state(decision)] += 1
+        return decision
+
+
+def latest_export(study: Study) -> ExportJob | None:
+    return ExportJob.objects.filter(study=study, status=ExportJob.Status.DONE).order_by("-finished_at", "-id").first()
+
+
+def study_counts(study: Study, verdicts: Verdicts | None = None) -> dict[str, Any]:
+    """Every count of a study, from one pass over its items and counted judgements.
+
+    ``items``; ``states`` (:data:`ITEM_STATES` -> items); ``pending`` (below the quorum,
+    unjudged items NOT included) and ``unjudged``; ``status``, ``provenance`` and
+    ``adjudication_reasons`` (the :func:`~annotation.verdicts.consensus.tally` of the
+    decisions); ``quorum``; ``judgements`` (counted), ``late``, ``flagged`` (counted and
+    flagged); ``complete`` (items that reached their slots); ``annotators`` (username ->
+    ``{"judged": counted, "late": late}``); ``exported`` (validated items of the latest
+    finished export, ``None`` before any)."""
+    verdicts = verdicts or Verdicts.of(study)
+    walk = _Walk(study, verdicts)
+    out: dict[str, Any] = tally(walk.decisions())
+    out["items"] = sum(walk.states.values())
+    late = dict(late_judgements(study).values_list("assignment__annotator__username")
+                .annotate(n=Count("id")).values_list("assignment__annotator__username", "n"))
+    export = latest_export(study)
+    out.update(
+        states=walk.states, pending=walk.states[PENDING], unjudged=walk.states[UNJUDGED], quorum=verdicts.quorum,
+        judgements=walk.judgements, late=sum(late.values()), flagged=walk.flagged, complete=walk.complete,
+        annotators={u: {"judged": walk.per_annotator.get(u, 0), "late": late.get(u, 0)}
+                    for u in sorted(set(walk.per_annotator) | set(late))},
+        exported=(export.manifest.get("counts", {}).get("validated") if export is not None else None),
+    )
+    return out
+
+
+def _mine(study: Study, user_id: int) -> dict:
+    return Assignment.objects.filter(study=study, annotator_id=user_id).aggregate(
+        done=Count("id", filter=Q(status=Assignment.Status.DONE)),
+        reserved=Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now())),
+    )
+
+
+def open_to(study: Study, user_id: int, n_annotators: int) -> QuerySet:
+    """Items still open to one annotator: not gold, not submitted by them, and with a slot
+    free under the quorum rule (or held by them now). Skipped items stay open."""
+    rule = study.quorum_rule
+    mine = Assignment.objects.filter(study=study, annotator_id=user_id)
+    held = mine.filter(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now()).values("item_id")
+    free = (Q(agreement=True, taken__lt=rule.slots(True, n_annotators))
+            | Q(agreement=False, taken__lt=rule.slots(False, n_annotators)))
+    return (StudyItem.objects.filter(study=study, gold=False).filter(free | Q(id__in=held))
+            .exclude(id__in=mine.filter(status=Assignment.Status.DONE).values("item_id")))
+
+
+def annotator_share(study: Study, user, mine: dict | None = None) -> dict[str, int]:
+    """'17 of 120' for one annotator (see the module docstring): ``done``, ``reserved``,
+    ``remaining``, ``total``. The share is estimated as the agreement items plus an even
+    part of the others' slots; ``remaining`` never exceeds the items still open to the
+    annotator, so it reaches 0 exactly when nothing is left for them. ``mine``: their done
+    and live-reserved counts when already known (``Served.mine``), which saves a query."""
+    user_id = getattr(user, "pk", user)
+    mine = mine if mine is not None else _mine(study, user_id)
+    sizes = study_sizes(study)
+    n = max(1, sizes["annotators"])
+    estimate = sizes["agreement"] + -(-sizes["other"] * min(study.quorum_rule.slots(), n) // n)
+    done, reserved = mine["done"], mine["reserved"]
+    wanted = max(estimate - done, reserved, 1)
+    remaining = max(open_to(study, user_id, sizes["annotators"])[:wanted].count(), reserved)
+    return {"done": done, "reserved": reserved, "total": done + remaining, "remaining": remaining}
