@@ -120,7 +120,7 @@ def upcoming(request, study_id: int):
     study = _annotator_study(request, study_id)
     mine = Assignment.objects.filter(study=study, annotator=request.user).values("item_id")
     nxt = (
-        StudyItem.objects.filter(study=study, taken__lt=study.overlap).exclude(id__in=mine)
+        StudyItem.objects.filter(study=study, taken__lt=study.quorum_rule.slots()).exclude(id__in=mine)
         .order_by("-agreement", "-taken", "order_key").select_related("query").first()
     )
     refs: list[dict] = []

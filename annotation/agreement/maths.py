@@ -957,8 +957,11 @@ def validity_rates(signatures: Ratings) -> dict[str, Value]:
 N_SIGNATURES = 2 ** len(FLAGS) + 1  # VALID, INVALID_UNSPECIFIED and every non-empty set of flags
 
 
-def _default_weights(level: str) -> KappaWeights:
-    return {"nominal": None, "ordinal": "linear"}.get(level, "quadratic")  # type: ignore[return-value]
+def default_kappa_weights(level: str) -> KappaWeights:
+    """THE default weights of Cohen's kappa, stated once: none at the nominal level, quadratic
+    at the ordinal, interval and ratio levels (rubric scales, ``manage.py agreement FILE``
+    and ``--study`` all take it from here; ``--weights`` overrides it for a file)."""
+    return None if level == "nominal" else "quadratic"
 
 
 class _Recorder:
@@ -1148,7 +1151,7 @@ def agreement_report(
     nominal, and the report adds ``binary_valid_invalid``, ``per_flag_agreement`` and
     ``signature_alpha_nominal`` shaped as in the CIRCUS ``agreement_report.json``.
     ``categories``: the scale (the rubric's, so unused values count). ``kappa_weights="auto"``:
-    none for nominal, linear for ordinal, quadratic for interval and ratio.
+    :func:`default_kappa_weights` (none for nominal, quadratic otherwise).
     ``constant_pairs``: Cohen's kappa of a pair constant on one label is ``"undefined"``
     (default) or ``"one"`` (CIRCUS). ``n_categories``: Q of Gwet's AC1 (default: the
     categories; validity: all :data:`N_SIGNATURES` signatures). ``n_boot=0`` skips the
@@ -1156,7 +1159,7 @@ def agreement_report(
     conventions are listed in ``conventions``.
     """
     _check_options(rubric, level, constant_pairs)
-    weights: KappaWeights = _default_weights(level) if kappa_weights == "auto" else kappa_weights
+    weights: KappaWeights = default_kappa_weights(level) if kappa_weights == "auto" else kappa_weights
     if rubric == "validity" and n_categories is None:
         n_categories = N_SIGNATURES
     opts = _Options(rubric, level, weights, constant_pairs, n_categories)

@@ -37,6 +37,7 @@ from annotation.agreement.maths import (
     FLAGS,
     VALIDATED,
     agreement_report,
+    default_kappa_weights,
     pair_key,
     validity_signature,
 )
@@ -203,7 +204,7 @@ def agreement_spec(rubric: Rubric, dimension: str | None = None) -> AgreementSpe
         return AgreementSpec(None, "nominal", tuple(c.key for c in rubric.categories), None)
     dimension = _check_dimension(rubric, dimension)
     scale = next(s for s in rubric.scales if s.key == dimension)
-    return AgreementSpec(None, "ordinal", tuple(range(scale.min, scale.max + 1)), "quadratic")
+    return AgreementSpec(None, "ordinal", tuple(range(scale.min, scale.max + 1)), default_kappa_weights("ordinal"))
 
 
 def compute_agreement(triples: list[tuple[Any, Any, Any]], spec: AgreementSpec, *, raters: list[str] | None = None,
@@ -593,14 +594,60 @@ def _csv_consensus(report: dict[str, Any]) -> Iterator[list[Any]]:
             yield ["confusion", annotator, "agreement_with_consensus", entry["agreement_with_consensus"]]
 
 
+def _weights_words(weights: str) -> str:
+    return "unweighted" if weights in (None, "none") else f"{weights} weights"
+
+
+def kappa_bases(report: dict[str, Any]) -> dict[str, str]:
+    """What each Cohen's kappa of a report is computed over (the CSV's ``basis`` column):
+    ``labels`` (the headline kappa: validity signatures, categories or the scale), ``binary``
+    (validity: valid / invalid) and ``pairwise`` (the pairwise matrix, :func:`_pairwise`)."""
+    kind, a = report["study"]["kind"], report["agreement"]
+    weights = _weights_words(a["pairwise_cohen"]["weights"])
+    labels = {"validity": "validity signatures", "category": "categories"}.get(kind, report["study"]["dimension"])
+    return {"labels": f"{labels}, {weights}", "binary": "binary valid / invalid, unweighted",
+            "pairwise": report["pairwise"]["kappa_of"]}
+
+
+def _basis(row: list[Any], bases: dict[str, str], kind: str) -> str:
+    """The basis of a row's Cohen's kappa ('' for a row that is no kappa)."""
+    section, group, key = (str(x) for x in row[:3])
+    if section == "pairwise_cohen_kappa":
+        return bases["pairwise"]
+    if "cohen" not in group and "cohen" not in key:
+        return ""
+    if "binary" in group or "binary" in key:
+        return bases["binary"]
+    if section == "category":
+        return (f"{group} chosen or not, unweighted" if kind != "scale" or group.startswith("reject:")
+                else f"{group}, {_weights_words(default_kappa_weights('ordinal'))}")
+    return bases["labels"]
+
+
+def _csv_undefined(report: dict[str, Any]) -> Iterator[list[Any]]:
+    """Why each null coefficient of the headline is undefined (Fleiss' kappa and the others)."""
+    for key, why in report["agreement"]["undefined"].items():
+        yield ["agreement", "undefined", key, why]
+
+
 def report_csv_rows(report: dict[str, Any]) -> Iterator[list[Any]]:
-    """``section, group, key, value`` rows of a :func:`study_report` (header first)."""
-    yield ["section", "group", "key", "value"]
+    """``section, group, key, value, basis`` rows of a :func:`study_report` (header first).
+    ``basis`` names what a Cohen's kappa is computed over (:func:`kappa_bases`), so two kappas
+    of one pair (e.g. over validity signatures and over valid / invalid) are told apart; the
+    ``agreement, undefined`` rows say why a coefficient is null."""
+    bases, kind = kappa_bases(report), report["study"]["kind"]
+    yield ["section", "group", "key", "value", "basis"]
+    for row in _csv_body(report):
+        yield [*row, _basis(row, bases, kind)]
+
+
+def _csv_body(report: dict[str, Any]) -> Iterator[list[Any]]:
     s = report["study"]
-    for key in ("id", "name", "kind", "dimension", "overlap", "quorum", "items", "judgements"):
+    for key in ("id", "name", "kind", "dimension", "overlap", "quorum", "items", "judgements", "late"):
         yield ["study", "", key, s[key]]
     yield ["study", "", "rubric", f"{s['rubric']['key']} v{s['rubric']['version']}"]
     yield from _csv_agreement(report["agreement"])
+    yield from _csv_undefined(report)
     yield from _csv_breakdowns(report)
     yield from _csv_consensus(report)
     p = report["pairwise"]

@@ -8,12 +8,14 @@ everyone else, also on the status and download URLs).
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import mimetypes
 from pathlib import Path
 from typing import Any
 
 from django.contrib import messages
+from django.core.cache import cache
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -27,7 +29,7 @@ from config.roles import researcher_required, staff_required
 from retrieval.jobs.queue import QUEUE_DOWN, enqueue
 
 from annotation import roles
-from annotation.verdicts.state import study_counts
+from annotation.verdicts.state import study_counts, study_version
 from annotation.verdicts.adjudication import (
     Verdicts,
     adjudicate,
@@ -84,17 +86,32 @@ def _bootstrap(request, study: Study) -> tuple[int, int]:
     return n_boot, seed
 
 
+REPORT_CACHE_SECONDS = 7 * 24 * 3600  # keyed by the study's version: a change makes a new key
+
+
 def _report(request, study: Study) -> dict[str, Any]:
-    """The one report behind the page, report.json and report.csv (same query, same numbers)."""
+    """The one report behind the page, report.json and report.csv (same query, same numbers).
+
+    Cached (its bootstrap intervals cost seconds) under the request's options and
+    :func:`annotation.verdicts.state.study_version`, which changes with every judgement,
+    adjudication or setting: a cached report is never stale, and the second view of an
+    unchanged study reads it back instead of resampling."""
     policy, primary = _policy(request)
     n_boot, seed = _bootstrap(request, study)
+    options = {"policy": policy, "primary": primary, "pseudonymise": not roles.is_admin(request.user),
+               "dimension": request.GET.get("dimension") or None, "n_boot": n_boot, "seed": seed,
+               "constant_pairs": request.GET.get("constant_pairs") or "undefined"}
+    digest = hashlib.sha256(json.dumps([study_version(study), options], sort_keys=True).encode()).hexdigest()
+    key = f"cirval:report:{study.pk}:{digest}"
+    report = cache.get(key)
+    if report is not None:
+        return report
     try:
-        report = study_report(study, policy=policy, primary=primary, pseudonymise=not roles.is_admin(request.user),
-                              dimension=request.GET.get("dimension") or None, n_boot=n_boot, seed=seed,
-                              constant_pairs=request.GET.get("constant_pairs") or "undefined")
+        report = study_report(study, **options)
     except ReportError as exc:
         raise Http404(str(exc)) from None
     report["alternatives"] = _alternatives(request, study)
+    cache.set(key, report, REPORT_CACHE_SECONDS)
     return report
 
 
@@ -127,24 +144,30 @@ def _kappa_label(pc: dict[str, Any]) -> str:
     return f"Mean Cohen's kappa ({weights}; {pc['count']} of {pc['n_pairs']} pairs)"
 
 
-def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str]]:
-    """(label, value, 95% interval) of the report's headline figures."""
+def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str, str]]:
+    """(label, value, 95% interval, why it is undefined or '') of the report's headline figures."""
+    why = a["undefined"]
     headline = [
-        ("Items (2+ judgements)", a["n_items"], ""), ("Annotators", a["n_annotators"], ""),
-        ("Judgements", a["n_judgements"], ""),
-        ("Percent agreement", fmt(a["percent_agreement"]), _ci(a, "percent_agreement")),
-        (f"Krippendorff's alpha ({a['level']})", fmt(a["krippendorff_alpha"]), _ci(a, "krippendorff_alpha")),
-        ("Fleiss' kappa", fmt(a["fleiss_kappa"]), _ci(a, "fleiss_kappa")),
-        (f"Gwet's AC1 (Q = {a['n_categories']})", fmt(a["gwet_ac1"]), _ci(a, "gwet_ac1")),
-        (_kappa_label(a["pairwise_cohen"]), fmt(a["pairwise_cohen"]["mean"]), _ci(a, "pairwise_cohen_mean")),
+        ("Items (2+ judgements)", a["n_items"], "", ""), ("Annotators", a["n_annotators"], "", ""),
+        ("Judgements", a["n_judgements"], "", ""),
+        ("Percent agreement", fmt(a["percent_agreement"]), _ci(a, "percent_agreement"),
+         why.get("percent_agreement", "")),
+        (f"Krippendorff's alpha ({a['level']})", fmt(a["krippendorff_alpha"]), _ci(a, "krippendorff_alpha"),
+         why.get("krippendorff_alpha", "")),
+        ("Fleiss' kappa", fmt(a["fleiss_kappa"]), _ci(a, "fleiss_kappa"), why.get("fleiss_kappa", "")),
+        (f"Gwet's AC1 (Q = {a['n_categories']})", fmt(a["gwet_ac1"]), _ci(a, "gwet_ac1"), why.get("gwet_ac1", "")),
+        (_kappa_label(a["pairwise_cohen"]), fmt(a["pairwise_cohen"]["mean"]), _ci(a, "pairwise_cohen_mean"),
+         why.get("pairwise_cohen", "")),
     ]
     if "binary_valid_invalid" in a:
         b = a["binary_valid_invalid"]
-        headline += [("Valid rate", fmt(b["valid_rate"]), ""),
+        headline += [("Valid rate", fmt(b["valid_rate"]), "", ""),
                      ("Binary alpha", fmt(b["krippendorff_alpha_nominal"]),
-                      _ci(a, "binary_valid_invalid.krippendorff_alpha_nominal")),
-                     ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"]), _ci(a, "binary_valid_invalid.fleiss_kappa")),
-                     ("Signature alpha", fmt(a["signature_alpha_nominal"]), "")]
+                      _ci(a, "binary_valid_invalid.krippendorff_alpha_nominal"),
+                      why.get("binary_valid_invalid.krippendorff_alpha_nominal", "")),
+                     ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"]), _ci(a, "binary_valid_invalid.fleiss_kappa"),
+                      why.get("binary_valid_invalid.fleiss_kappa", "")),
+                     ("Signature alpha", fmt(a["signature_alpha_nominal"]), "", why.get("signature_alpha_nominal", ""))]
     return headline
 
 

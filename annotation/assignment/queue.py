@@ -137,13 +137,14 @@ def next_assignment(study: Study, user, now=None) -> Served:
         if gold is not None:
             return _reserve(study, user, gold[0], now, counts, gold[1])
         open_items = StudyItem.objects.filter(study=study, gold=False).exclude(id__in=mine.values("item_id"))
+        slots = study.quorum_rule.slots()  # annotators per item (agreement items: everyone, in the rules)
         items = list(
-            _with_earlier(open_items.filter(agreement=True) | open_items.filter(taken__lt=study.overlap), user)
+            _with_earlier(open_items.filter(agreement=True) | open_items.filter(taken__lt=slots), user)
             .order_by("-agreement", "-taken", "order_key")
             .select_for_update(skip_locked=True, of=("self",))[:CANDIDATES]
         )
         candidates = [
-            Candidate(item_id=i.pk, overlap=study.overlap, completed=i.completed, reserved=i.taken - i.completed,
+            Candidate(item_id=i.pk, overlap=slots, completed=i.completed, reserved=i.taken - i.completed,
                       in_agreement_subset=i.agreement, order_key=i.order_key)
             for i in items
         ]
@@ -198,7 +199,7 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
     if not rows:
         return None
     candidates = [
-        Candidate(item_id=i, overlap=study.overlap, completed=c, reserved=t - c, in_agreement_subset=a,
+        Candidate(item_id=i, overlap=study.quorum_rule.slots(), completed=c, reserved=t - c, in_agreement_subset=a,
                   order_key=o, skipped_by_me=True)
         for i, t, c, a, o in rows
     ]
@@ -209,9 +210,10 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
 def _why_nothing(study: Study, mine, n_annotators: int) -> Choice:
     """Tell 'everything left is reserved by others' from 'nothing left at all' (the rule:
     :func:`annotation.assignment.rules.nothing_to_serve`)."""
-    rows = (StudyItem.objects.filter(study=study, gold=False, completed__lt=max(study.overlap, n_annotators))
+    slots = study.quorum_rule.slots()
+    rows = (StudyItem.objects.filter(study=study, gold=False, completed__lt=max(slots, n_annotators))
             .exclude(id__in=mine.values("item_id")).values_list("id", "completed", "agreement").iterator())
-    return nothing_to_serve((Candidate(item_id=i, overlap=study.overlap, completed=c, in_agreement_subset=a)
+    return nothing_to_serve((Candidate(item_id=i, overlap=slots, completed=c, in_agreement_subset=a)
                              for i, c, a in rows), n_annotators)
 
 

@@ -25,6 +25,8 @@ alternatives and the export:
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,7 +34,7 @@ from django.core.cache import cache
 from django.db.models import Count, Max, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from annotation.models import Assignment, ExportJob, Judgement, Study, StudyItem
+from annotation.models import Adjudication, AlternativeDecision, Assignment, ExportJob, Judgement, Study, StudyItem
 from annotation.verdicts.adjudication import ItemRow, Verdicts, decide_row, has_verdicts, iter_item_batches
 from annotation.verdicts.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, tally
 
@@ -160,8 +162,22 @@ def study_counts(study: Study, verdicts: Verdicts | None = None) -> dict[str, An
     decisions); ``quorum``; ``judgements`` (counted), ``late``, ``flagged`` (counted and
     flagged); ``complete`` (items that reached their slots); ``annotators`` (username ->
     ``{"judged": counted, "late": late}``); ``exported`` (validated items of the latest
-    finished export, ``None`` before any)."""
-    verdicts = verdicts or Verdicts.of(study)
+    finished export, ``None`` before any). With the study's own rule (``verdicts`` None) the
+    counts are cached under :func:`study_version`."""
+    if verdicts is None:  # the study's own rule: cached under the study's version (never stale)
+        key = "cirval:counts:" + hashlib.sha256(study_version(study).encode()).hexdigest()
+        counts = cache.get(key)
+        if counts is None:
+            counts = _study_counts(study, Verdicts.of(study))
+            cache.set(key, counts, COUNTS_CACHE_SECONDS)
+        return counts
+    return _study_counts(study, verdicts)
+
+
+COUNTS_CACHE_SECONDS = 24 * 3600  # keyed by study_version: a change makes a new key
+
+
+def _study_counts(study: Study, verdicts: Verdicts) -> dict[str, Any]:
     walk = _Walk(study, verdicts)
     out: dict[str, Any] = tally(walk.decisions())
     out["items"] = sum(walk.states.values())
@@ -176,6 +192,22 @@ def study_counts(study: Study, verdicts: Verdicts | None = None) -> dict[str, An
         exported=(export.manifest.get("counts", {}).get("validated") if export is not None else None),
     )
     return out
+
+
+def study_version(study: Study) -> str:
+    """A fingerprint of everything a study's counts and reports read: it changes with every
+    judgement (a revision is a new row), adjudication, candidate decision, assignment (the
+    pseudonyms), item and setting. Caches of derived figures are keyed by it."""
+    parts = [Judgement.objects.filter(assignment__study=study).aggregate(n=Count("id"), last=Max("id")),
+             Adjudication.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
+             AlternativeDecision.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
+             Assignment.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
+             StudyItem.objects.filter(study=study).aggregate(n=Count("id"), gold=Count("id", filter=Q(gold=True))),
+             ExportJob.objects.filter(study=study, status=ExportJob.Status.DONE).aggregate(n=Count("id"), last=Max("id"))]
+    fresh = Study.objects.filter(pk=study.pk).values_list("rubric_id", "overlap", "quorum", "session_rule",
+                                                          "alternatives_rule", "candidates").first()
+    team = sorted(Study.annotators.through.objects.filter(study_id=study.pk).values_list("user_id", flat=True))
+    return json.dumps([study.pk, study.created_at.timestamp(), parts, fresh, team], sort_keys=True, default=str)
 
 
 def _mine(study: Study, user_id: int) -> dict:

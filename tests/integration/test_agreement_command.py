@@ -178,7 +178,7 @@ def kripp_file(tmp_path) -> Path:
 # units, categories 1..5: A (3, 3, 2, 1, 0), B (2, 4, 2, 1, 0). Expected disagreement
 # sum |i-j| a_i b_j = 85, sum (i-j)^2 a_i b_j = 149 (over n = 9), observed 1 and 1, so
 # linear kappa = 1 - 9/85 = 76/85 and quadratic kappa = 1 - 9/149 = 140/149.
-A_B_KAPPA = {"ordinal": Fraction(76, 85), "interval": Fraction(140, 149), "ratio": Fraction(140, 149)}
+A_B_KAPPA = {"linear": Fraction(76, 85), "quadratic": Fraction(140, 149)}
 
 
 @pytest.mark.parametrize("level", ["ordinal", "interval", "ratio"])
@@ -194,10 +194,15 @@ def test_numeric_levels_through_the_command(kripp_file, level) -> None:
     assert report["percent_agreement"] == pytest.approx(9 / 11, abs=1e-15)
     assert report["fleiss_kappa"] is None and "not applicable" in report["undefined"]["fleiss_kappa"]
     pc = report["pairwise_cohen"]
-    assert pc["weights"] == ("linear" if level == "ordinal" else "quadratic")
+    assert pc["weights"] == "quadratic"  # the one default (maths.default_kappa_weights), stated in the report
+    assert report["spec"]["kappa_weights"] == "quadratic" and "quadratic weights" in report["spec"]["statement"]
     assert list(pc["by_pair"]) == [f"{a}__{b}" for a, b in combinations("ABCD", 2)]
-    assert pc["by_pair"]["A__B"] == pytest.approx(float(A_B_KAPPA[level]), abs=1e-12)
+    assert pc["by_pair"]["A__B"] == pytest.approx(float(A_B_KAPPA["quadratic"]), abs=1e-12)
     assert pc["shared_items_by_pair"]["A__B"] == 9
+    linear = run_json(str(kripp_file), "--level", level, "--weights", "linear", "--bootstrap", "0")
+    assert linear["pairwise_cohen"]["weights"] == "linear"
+    assert linear["pairwise_cohen"]["by_pair"]["A__B"] == pytest.approx(float(A_B_KAPPA["linear"]), abs=1e-12)
+    assert linear["krippendorff_alpha"] == report["krippendorff_alpha"]  # weights touch Cohen's kappa only
 
 
 def test_ordinal_strings_follow_declared_categories(tmp_path) -> None:
@@ -207,7 +212,7 @@ def test_ordinal_strings_follow_declared_categories(tmp_path) -> None:
     path = write_jsonl(tmp_path / "words.jsonl", records)
     report = run_json(str(path), "--level", "ordinal", "--categories", "none,low,mid,high,max", "--bootstrap", "0")
     assert report["krippendorff_alpha"] == pytest.approx(float(alpha_exact(K_DATA, "ordinal")), abs=1e-12)
-    assert report["pairwise_cohen"]["by_pair"]["A__B"] == pytest.approx(76 / 85, abs=1e-12)
+    assert report["pairwise_cohen"]["by_pair"]["A__B"] == pytest.approx(140 / 149, abs=1e-12)  # quadratic
     assert list(report["label_prevalence"]) == ["none", "low", "mid", "high", "max"]
     # Without the declared order, strings are refused at the ordinal level.
     with pytest.raises(CommandError, match=r"line 1, field 'label': the ordinal level needs a number"):

@@ -69,7 +69,8 @@ def test_promote_unanimous_items(study):
             break
     assert promote_unanimous(study) == 1  # two agreeing votes: unanimous; bea's other items have one
     item = StudyItem.objects.get(pk=served.item_id)
-    assert item.gold and item.gold_answer == {"validated": True} and item.gold_source == "unanimous"
+    assert item.gold and item.gold_source == "unanimous"
+    assert item.gold_answer == {"validated": True, "made_by": ["ann", "bea"]}  # their votes made it: not scored
 
 
 def test_training_feedback_names_the_expected_category_and_links_to_the_item(study, client):

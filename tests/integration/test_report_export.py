@@ -205,8 +205,15 @@ def test_report_endpoints_and_access(twelve, people, client) -> None:
     csv_resp = client.get(f"/studies/{study.pk}/report.csv")
     assert csv_resp.status_code == 200 and csv_resp["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(b"".join(csv_resp.streaming_content).decode())))
-    assert rows[0] == ["section", "group", "key", "value"]
+    assert rows[0] == ["section", "group", "key", "value", "basis"]
     assert ["pairwise_cohen_kappa", "annotator_01", "annotator_02", "0.56"] in [r[:3] + [r[3][:4]] for r in rows]
+    # issue 28: two Cohen's kappas of one pair, each naming its basis
+    basis = {tuple(r[:3]): r[4] for r in rows[1:]}
+    assert basis[("pairwise_cohen_kappa", "annotator_01", "annotator_02")] == "binary valid / invalid, unweighted"
+    assert basis[("agreement", "pairwise_cohen_by_pair", "annotator_01__annotator_02")] == \
+        "validity signatures, unweighted"
+    assert basis[("agreement", "binary_valid_invalid", "pairwise_cohen_mean")] == "binary valid / invalid, unweighted"
+    assert basis[("agreement", "", "fleiss_kappa")] == "" and basis[("study", "", "items")] == ""
     # staff see the usernames
     client.force_login(people["staff"])
     assert "ann_x" in client.get(f"/studies/{study.pk}/report/").content.decode()

@@ -6,6 +6,7 @@ import csv
 import hashlib
 import io
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from sklearn.metrics import cohen_kappa_score
 
-from annotation.agreement.reports import study_agreement
+from annotation.agreement.reports import study_agreement, study_triples
 from annotation.assignment import queue as engine
 from annotation.export.validated import CIRCLED_KEYS, export_study
 from annotation.models import Assignment, Study, StudyItem
@@ -144,6 +145,8 @@ def test_identical_agreement_from_every_entry_point(client) -> None:
         assert len({json.dumps(r[key]) for r in reports.values()}) == 1, key
         assert csv_value(rows, "agreement", "", key) == pytest.approx(reports["page"][key], abs=1e-12), key
     assert csv_value(rows, "agreement", "pairwise_cohen", "mean") == pytest.approx(expected, abs=1e-12)
+    assert next(r for r in rows if r[:3] == ["agreement", "pairwise_cohen", "mean"])[4] == \
+        "overall, quadratic weights"
     # the same bootstrap (items resampled, n = 1000, seed 0) everywhere
     assert len({json.dumps(r["confidence_intervals"]) for r in reports.values()}) == 1
     assert reports["page"]["confidence_intervals"]["n_boot"] == 1000
@@ -159,8 +162,17 @@ def entry_points(client, study: Study, page) -> tuple[dict[str, dict], list[list
                                                 .streaming_content).decode())))
     out = io.StringIO()
     call_command("agreement", "--study", str(study.pk), "--format", "json", stdout=out, stderr=io.StringIO())
+    # the same triples from a file: `agreement FILE --level ordinal` goes through the study path
+    # (issue 28: it weighted linearly, 0.359, where the study path weighted quadratically, 0.632)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "triples.jsonl"
+        path.write_text("".join(json.dumps({"item": i, "annotator": a, "label": v}) + "\n"
+                                for i, a, v in study_triples(study)))
+        from_file = io.StringIO()
+        call_command("agreement", str(path), "--level", "ordinal", "--categories", "1,2,3,4,5", "--format", "json",
+                     stdout=from_file, stderr=io.StringIO())
     return {"page": page.context["report"]["agreement"], "json": from_json, "cli": json.loads(out.getvalue()),
-            "function": study_agreement(study, n_boot=1000)}, rows
+            "file": json.loads(from_file.getvalue()), "function": study_agreement(study, n_boot=1000)}, rows
 
 
 def check_same_weights_everywhere(page, expected: float) -> None:
@@ -193,6 +205,15 @@ def test_constant_raters_are_undefined_and_ac1_is_defined(client) -> None:
     client.force_login(make_user("boss", None, staff=True))
     html = client.get(f"/studies/{study.pk}/report/").content.decode()
     assert "undefined" in html and "0 of 1 pairs" in html
+    # Fleiss' kappa is undefined too (one label everywhere): its reason shows under it on the page
+    # and in the CSV (issue 28: the page said "undefined" with no reason, the CSV dropped it)
+    why = r["undefined"]["fleiss_kappa"]
+    assert r["fleiss_kappa"] is None and why
+    headline = html.split('id="headline"')[1].split("</dl>")[0].replace("&#x27;", "'")
+    assert f'<small class="muted why">{why}</small>' in headline
+    rows = list(csv.reader(io.StringIO(b"".join(client.get(f"/studies/{study.pk}/report.csv")
+                                                .streaming_content).decode())))
+    assert ["agreement", "undefined", "fleiss_kappa", why, ""] in rows
     html = client.get(f"/studies/{study.pk}/report/?constant_pairs=one").content.decode()
     assert "1 of 1 pairs" in html
 
@@ -254,6 +275,11 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     client.force_login(staff)
     html = client.get(f"/studies/{study.pk}/adjudication/{items[2].pk}/").content.decode()
     assert "circle" in html and "median overall score is at least 3" in html
+    # the real split behind the tie (issue 28: it read "1 valid / 1 invalid" only by chance, and
+    # "0 valid / 2 invalid" for a tie on reject flags whose other vote scored low)
+    split = "1 reject flag / 1 no reject flag / 1 overall \u2265 3"
+    assert f'<span class="split">{split}</span>' in html
+    assert f'<td class="split">{split}</td>' in client.get(f"/studies/{study.pk}/adjudication/").content.decode()
     resp = client.post(f"/studies/{study.pk}/adjudication/{items[2].pk}/", {"decision": "validated", "note": "ok"})
     assert resp.status_code == 302
 
@@ -296,7 +322,7 @@ def test_default_bootstrap_is_the_same_everywhere_and_bounded(client, monkeypatc
     client.force_login(make_user("boss", None, staff=True))
     page = client.get(f"/studies/{study.pk}/report/")
     reports_, _ = entry_points(client, study, page)
-    assert {r["confidence_intervals"]["n_boot"] for k, r in reports_.items() if k != "function"} == {150}
+    assert {r["confidence_intervals"]["n_boot"] for k, r in reports_.items() if k not in ("function", "file")} == {150}
     assert "n = 150 replicates" in page.content.decode()
     assert json.loads(client.get(f"/studies/{study.pk}/report.json?bootstrap=0").content)[
         "agreement"]["confidence_intervals"]["n_boot"] == 0

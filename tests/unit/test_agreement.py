@@ -517,10 +517,10 @@ def test_generic_ordinal_report_shape() -> None:
         assert key in report
     pc = report["pairwise_cohen"]
     assert set(pc) >= {"count", "mean", "median", "min", "max", "by_pair"}
-    assert pc["weights"] == "linear"
+    assert pc["weights"] == "quadratic"  # default_kappa_weights("ordinal")
     assert list(pc["by_pair"]) == ["ann1__ann2", "ann1__ann3", "ann2__ann3"]
     ratings = Ratings.from_triples(triples, categories=[1, 2, 3, 4, 5]).min_ratings(2)
-    ref = pairwise_cohen_kappa_sklearn(ratings, "linear")
+    ref = pairwise_cohen_kappa_sklearn(ratings, "quadratic")
     assert [pc["by_pair"][f"{p.rater_a}__{p.rater_b}"] for p in ref] == pytest.approx([p.kappa for p in ref], abs=1e-12)
     expected = summarize([p.kappa for p in ref])
     assert {k: pc[k] for k in expected} == pytest.approx(expected, abs=1e-12)

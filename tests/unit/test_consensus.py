@@ -236,3 +236,39 @@ def test_session_any_rule_threshold_quorum_and_adjudication() -> None:
     assert decide_session([sv("a", None), sv("b", None)], rule, quorum=2).status == ADJUDICATION
     with pytest.raises(ValueError):
         SessionRule(reject="some")
+
+
+# --------------------------------------------------------------------------- issue 28: the quorum rule, the split
+
+
+def test_quorum_rule_is_the_quorum_else_the_overlap_and_serves_agreement_items_to_everyone():
+    from annotation.verdicts.consensus import QuorumRule
+
+    assert QuorumRule(3).base == QuorumRule(3).needed() == 3
+    assert QuorumRule(3, 2).needed([Vote("a", True), Vote("b", True)]) == 2
+    assert QuorumRule(0).base == 1  # never below one
+    assert QuorumRule(2).slots() == 2 and QuorumRule(2).slots(True, 5) == 5 and QuorumRule(2).slots(True, None) == 2
+
+
+def test_an_adaptive_rule_plugs_in_by_overriding_needed():
+    """The later issue's "adaptive overlap": two annotators, a third only on disagreement."""
+    from annotation.verdicts.consensus import QuorumRule
+
+    class Adaptive(QuorumRule):
+        def needed(self, votes=()):
+            return 3 if len({v.validated for v in votes}) > 1 else 2
+
+    rule = Adaptive(2)
+    agree, split = [Vote("a", True), Vote("b", True)], [Vote("a", True), Vote("b", False)]
+    assert decide(agree, quorum=rule.needed(agree)).status == "validated"
+    assert decide(split, quorum=rule.needed(split)).status == "pending"
+
+
+def test_a_session_tie_shows_the_reject_flag_split_not_valid_invalid():
+    """1 reject flag / 1 none is the tie; its votes are 0 "valid" / 2 "invalid" (neither passes)."""
+    from annotation.verdicts.consensus import SessionVote, decide_session
+
+    d = decide_session([SessionVote("a", ("incoherent",), 4.0), SessionVote("b", (), 2.0)])
+    assert d.reason == "tie" and (d.valid_votes, d.invalid_votes) == (0, 2)
+    assert d.split_text == "1 reject flag / 1 no reject flag / 0 overall \u2265 3"
+    assert decide([Vote("a", True), Vote("b", False)]).split_text == "1 valid / 1 invalid"

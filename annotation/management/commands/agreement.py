@@ -1,5 +1,6 @@
 """python manage.py agreement (INPUT.jsonl | --study ID) [--level nominal|ordinal|interval|ratio]
-[--rubric validity] [--categories A,B,...] [--bootstrap N] [--seed S] [--format json|text]
+[--weights none|linear|quadratic] [--rubric validity] [--categories A,B,...] [--bootstrap N] [--seed S]
+[--format json|text]
 
 Inter-annotator agreement of a set of judgements, as :func:`annotation.agreement.maths.agreement_report`
 computes it. Each input line is one JSON object ``{"item": ..., "annotator": ..., "label": ...}``
@@ -15,6 +16,13 @@ computes it. Each input line is one JSON object ``{"item": ..., "annotator": ...
 
 Malformed input stops the command with an error naming the file, the line and the field (each
 line is read through :class:`retrieval.validation.Record`; a :class:`retrieval.records.ParseError`).
+
+A file goes through the study path, :func:`annotation.agreement.reports.compute_agreement`
+with an :class:`~annotation.agreement.reports.AgreementSpec` (level, categories, weights), so a
+file and a study with the same triples give the same numbers. ``--weights``: Cohen's kappa
+weights; the default is :func:`annotation.agreement.maths.default_kappa_weights` (none at the
+nominal level, quadratic at the others: the rubric scales' weights). The output states the
+weights used (``spec.statement``).
 
 ``--bootstrap`` (default 1000 replicates, ``--seed`` 0) adds 95% percentile intervals over
 items; a large input gets a note on stderr, ``--bootstrap 0`` skips them. ``--study ID``
@@ -39,10 +47,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.agreement.maths import CONSTANT_PAIRS, FLAGS, LEVELS, VALIDATED, agreement_report
+from annotation.agreement.maths import CONSTANT_PAIRS, FLAGS, LEVELS, VALIDATED, default_kappa_weights
 from retrieval.records import ParseError
 from retrieval.validation import Record, is_number, json_type
 
+_WEIGHTS = {"none": None, "linear": "linear", "quadratic": "quadratic"}
+WEIGHTS = tuple(_WEIGHTS)
 # Above this many judgement-replicates the bootstrap gets a "this may take a while" note.
 _SLOW_BOOTSTRAP = 10_000_000
 _FLAG_SET = frozenset(FLAGS)
@@ -283,6 +293,9 @@ class Command(BaseCommand):
                             help="--study with a session rubric: the scale to report on (default overall).")
         parser.add_argument("--level", choices=LEVELS, default=None,
                             help="Level of measurement (default nominal; a study's rubric sets its own).")
+        parser.add_argument("--weights", choices=WEIGHTS, default=None,
+                            help="Cohen's kappa weights for a file (default: none at the nominal level, quadratic "
+                                 "at the others, as for a study's rubric scales).")
         parser.add_argument("--rubric", choices=["validity"], default=None,
                             help="validity: labels are VALIDATED or a list of flags; adds the flag blocks.")
         parser.add_argument("--categories", default=None,
@@ -320,8 +333,9 @@ class Command(BaseCommand):
             study_agreement,
         )
 
-        if opts["level"] is not None or opts["categories"] is not None:
-            raise CommandError("--level and --categories do not apply to --study: the study's rubric sets them")
+        if opts["level"] is not None or opts["categories"] is not None or opts["weights"] is not None:
+            raise CommandError("--level, --categories and --weights do not apply to --study: the study's rubric "
+                               "sets them")
         study = get_study(opts["study"])
         kind = label_kind(study.rubric.rubric)
         if opts["rubric"] == "validity" and kind != "validity":
@@ -337,6 +351,8 @@ class Command(BaseCommand):
         level, rubric = opts["level"] or "nominal", opts["rubric"]
         if rubric == "validity" and level != "nominal":
             raise CommandError("the validity rubric is nominal; drop --level or use --level nominal")
+        if rubric == "validity" and opts["weights"] not in (None, "none"):
+            raise CommandError("the validity rubric's labels are nominal: Cohen's kappa takes no weights")
         if opts["dimension"] is not None:
             raise CommandError("--dimension needs --study")
         categories = parse_categories(opts["categories"], level, rubric)
@@ -354,9 +370,13 @@ class Command(BaseCommand):
         if n_boot * len(triples) > _SLOW_BOOTSTRAP:
             self.stderr.write(f"note: {n_boot} bootstrap replicates over {len(triples)} judgements may take a "
                               "while; --bootstrap 0 skips the intervals.")
+        from annotation.agreement.reports import AgreementSpec, compute_agreement  # noqa: PLC0415
+
+        weights = default_kappa_weights(level) if opts["weights"] is None else _WEIGHTS[opts["weights"]]
+        spec = AgreementSpec(rubric, level, checker.categories, weights)
         try:
-            return agreement_report(triples, rubric=rubric, level=level, categories=checker.categories,
-                                    n_boot=n_boot, seed=opts["seed"], constant_pairs=opts["constant_pairs"])
+            return compute_agreement(triples, spec, n_boot=n_boot, seed=opts["seed"],
+                                     constant_pairs=opts["constant_pairs"])
         except ValueError as exc:
             raise CommandError(f"cannot compute the report: {exc}") from None
 
@@ -372,6 +392,8 @@ class Command(BaseCommand):
             w(f"  {label:<36}{_fmt(value):>10}{ci}")
 
         w(f"Agreement report ({report['rubric']}, {report['level']}) in {elapsed:.2f} s")
+        if "spec" in report:
+            w(f"  {report['spec']['statement']}")
         w(f"  {report['n_items']} items ({report['n_items_excluded']} excluded: fewer than 2 ratings), "
           f"{report['n_annotators']} annotators, {report['n_judgements']} judgements")
         ci = report["confidence_intervals"]
