@@ -3,9 +3,9 @@ computed) and later views of the unchanged study (read from the cache).
 
     python bench/report_page.py [--views 5] [--database-url sqlite:///var/bench/report.sqlite3]
 
-Draws the demo world (``make_demo``, once; reused on later runs) into its own database, has
-its annotators judge every item of the validity study (seeded random answers, through the
-queue), then times ``/studies/<id>/report/`` and ``report.json`` for each demo study through Django's full
+Draws the demo world (``make_demo``, once, training the demo retrievers: minutes; reused on
+later runs) into its own database, has its annotators judge every item of the validity study
+(seeded random answers, through the queue), then times ``/studies/<id>/report/`` and ``report.json`` for each demo study through Django's full
 request stack (test client) as staff. Prints the first view and the median of the later ones.
 Target (issue 28): under 1 s for the cached view of the demo's validity study. Asserts nothing.
 """

@@ -86,7 +86,7 @@ def test_a_paused_study_takes_answers_to_held_items_but_serves_nothing_new(world
     assert again.status_code == 201 and again.json()["revision"] == 2
     # no new item, by the API or the page
     assert a.post(f"/api/studies/{study.pk}/next/").json() == {
-        "assignment": None, "served_by": "study_closed", "progress": engine.annotator_progress(study, world["a"])}
+        "assignment": None, "served_by": "study_closed", "progress": annotator_share(study, world["a"])}
     client.force_login(world["a"])
     resp = client.post(f"/annotate/{study.pk}/", follow=True)
     assert b"This study is paused" in resp.content and Assignment.objects.filter(annotator=world["a"]).count() == 1
