@@ -14,12 +14,16 @@ from annotation.verdicts.state import annotator_share
 from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 
+from tests.conftest import make_annotator
+
 pytestmark = pytest.mark.django_db
 
-NEXT_MAX = 12  # session, user, study (membership, leases, counts, gold count), begin, candidates or gold, insert,
+NEXT_MAX = 13  # session, user, study (membership, leases, counts, gold count), begin, candidates or gold, insert,
 #                taken, commit, turns, targets, panel images (minus one: the resumed and fresh paths share),
-#                items still open to the annotator (their share, annotation/verdicts/state.py)
-SUBMIT_MAX = 8  # session, user, begin, locked read (access, revision, token, draft), insert, quorum, status, commit
+#                items still open to the annotator (their share, annotation/verdicts/state.py), the annotator
+#                role (access ends with the role)
+SUBMIT_MAX = 9  # session, user, annotator role, begin, locked read (access, revision, token, draft), insert, quorum,
+#                 status, commit
 ANSWER = {"category": "VALIDATED", "time_spent_ms": 900}
 
 
@@ -37,7 +41,7 @@ def study(demo_db):
 
 
 def _client(study, name="counted"):
-    user = get_user_model().objects.create_user(name, password="x")
+    user = make_annotator(name, password="x")  # access needs the annotator role
     study.annotators.add(user)
     client = Client()
     client.force_login(user)
