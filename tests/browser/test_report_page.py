@@ -118,3 +118,25 @@ def test_session_report_states_its_weights(page, live_server, demo_world, shot):
     for width, height in ((1366, 768), (1920, 1080)):
         page.set_viewport_size({"width": width, "height": height})
         shot(page, f"report-sessions-{width}")
+
+
+def test_progress_page_counts_are_the_study_counts(page, live_server, judged_demo, shot):
+    """Issue 28 at 1366x768: the progress page's item states and judgement counts are those of
+    annotation.verdicts.state.study_counts; pending (below the quorum) and unjudged are apart."""
+    from annotation.verdicts.state import study_counts
+
+    study = judged_demo
+    counts = study_counts(study)
+    assert counts["pending"] == 3 and counts["unjudged"] == counts["items"] - 57  # 3 items left unjudged
+    page.set_viewport_size({"width": 1366, "height": 768})
+    login(page, live_server.url, "admin", "admin-demo")
+    page.goto(f"{live_server.url}/studies/{study.pk}/progress/")
+    shown = {k: int(page.inner_text(f"#count-{k}")) for k in ("items", "judgements", "late", "pending", "unjudged",
+                                                               "validated", "rejected", "awaiting")}
+    assert shown == {"items": counts["items"], "judgements": counts["judgements"], "late": 0,
+                     "pending": counts["pending"], "unjudged": counts["unjudged"],
+                     "validated": counts["status"]["validated"], "rejected": counts["status"]["rejected"],
+                     "awaiting": counts["status"]["adjudication"]}
+    box = page.locator("#count-unjudged").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 1366  # the stats wrap inside the window
+    shot(page, "progress-counts-1366")

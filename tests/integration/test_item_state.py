@@ -157,6 +157,8 @@ def test_the_end_of_a_share_reads_the_same_on_the_bar_the_end_page_and_my_studie
         if r["assignment"] is None:
             break
         bars.append((r["progress"]["done"], r["progress"]["total"]))
+        item_page = me.get(f"/annotate/{study.pk}/item/{r['assignment']}/").content.decode()
+        assert f'id="progress-text"><b>{bars[-1][0]}</b> of {bars[-1][1]}<' in item_page  # the item page's bar
         assert me.post(f"/api/assignments/{r['assignment']}/judgements/", VALID,
                        content_type="application/json").status_code == 201
     done = len(bars)
