@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -302,3 +303,8 @@ class ExportJob(Job):
 
     def __str__(self) -> str:
         return f"export {self.pk} of study {self.study_id} ({self.status})"
+
+    @property
+    def folder_name(self) -> str:
+        """The export folder's name, what pages show (never the server's absolute path)."""
+        return Path(self.path).name if self.path else ""

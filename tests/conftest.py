@@ -229,10 +229,10 @@ def _tiny_demo_retrievers(settings, demo_models_dir) -> None:
 
 
 @pytest.fixture
-def eager_tasks():
+def eager_celery():
     """Celery tasks run in the test's process as they are sent, as a worker would run them.
     Browser uploads are always imported by a worker (issue 29: nothing is parsed in the web
-    process); tests of what an import shows, without a real worker, use this."""
+    process); tests of what an import or an export shows, without a real worker, use this."""
     from celery import current_app
 
     before = current_app.conf.task_always_eager

@@ -35,7 +35,7 @@ def test_login_is_required_and_demo_is_browsable(page, live_server, demo_world, 
     shot(page, "platform-sessions")
 
 
-@pytest.mark.usefixtures("eager_tasks")  # the upload is imported by its task, run here
+@pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
 def test_browser_upload_import(page, live_server, demo_world, shot):
     login(page, live_server.url, "admin", "admin-demo")
     page.goto(f"{live_server.url}/datasets/import/")
@@ -50,7 +50,7 @@ def test_browser_upload_import(page, live_server, demo_world, shot):
     assert Dataset.objects.filter(name="circo-browser").exists()
 
 
-@pytest.mark.usefixtures("eager_tasks")  # the upload is imported by its task, run here
+@pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
 def test_bad_upload_is_refused_with_the_record_named(page, live_server, demo_world, tmp_path, shot):
     bad = tmp_path / "val.json"
     bad.write_text('[{"id": 0, "reference_img_id": "x"}]')

@@ -72,7 +72,7 @@ def test_command_refuses_and_writes_nothing(tmp_path, case, fmt, name, content, 
     assert counts() == before
 
 
-@pytest.mark.usefixtures("eager_tasks")  # the upload is imported by its task, run here
+@pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
 @pytest.mark.parametrize("case,fmt,name,content,fragments", IMPORT_CASES, ids=[c[0] for c in IMPORT_CASES])
 def test_browser_upload_refuses_and_writes_nothing(client, demo_accounts, case, fmt, name, content, fragments):
     client.login(username="admin", password=demo_accounts["admin"])
@@ -177,7 +177,7 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
     assert SCRIPT in set(strings(traces))  # the note, exactly as written
 
 
-@pytest.mark.usefixtures("eager_tasks")  # the upload is imported by its task, run here
+@pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
 @pytest.mark.parametrize("content,status", [(json.dumps([CIRCO_OK]).encode(), "done"), (b"[{", "failed")])
 def test_uploaded_files_are_deleted_once_the_import_finished_or_failed(client, demo_accounts, settings, tmp_path,
                                                                        content, status):
@@ -194,7 +194,7 @@ def test_uploaded_files_are_deleted_once_the_import_finished_or_failed(client, d
     assert [p.rsplit("/", 1)[-1] for p in job.files] == ["val.json"]
 
 
-@pytest.mark.usefixtures("eager_tasks")  # the upload is imported by its task, run here
+@pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
 def test_an_unexpected_importer_crash_fails_the_job_instead_of_leaving_it_running(client, demo_accounts, settings,
                                                                                   tmp_path, monkeypatch):
     from retrieval import importers

@@ -20,7 +20,6 @@ from annotation.models import Assignment, ExportJob, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from retrieval.models import Dataset, Query
 from tests.conftest import FIXTURES, SHARED, make_annotator
-from tests.integration.test_report_export import eager_celery  # noqa: F401  (a fixture)
 from tests.reference_impl import CIRCO_ASPECTS, circo_official_scores, uniir_cirr_lists
 
 pytestmark = pytest.mark.django_db
@@ -205,7 +204,8 @@ def test_the_export_page_offers_the_circo_layout_through_the_clis_service(
     call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "cli"), "--format", "circo",
                  verbosity=0)
     assert one_export_file(tmp_path / "cli", ".circo.json").read_bytes() == by_page
-    assert "circo" in client.get(f"/studies/{study.pk}/exports/").content.decode()
+    listed = client.get(f"/studies/{study.pk}/exports/").content.decode()
+    assert "circo" in listed and Path(job.path).name in listed and str(settings.EXPORT_DIR) not in listed  # no server path
     resp = client.post(f"/studies/{study.pk}/export/", {"policy": "majority", "format": "xml"})
     assert resp.status_code == 302 and ExportJob.objects.count() == 1  # refused with a message, no job
 

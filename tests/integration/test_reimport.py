@@ -121,7 +121,7 @@ def test_the_content_hash_leaves_the_position_out() -> None:
     assert Dataset.objects.count() == 0
 
 
-@pytest.mark.usefixtures("eager_tasks")  # the upload is imported by its task, run here
+@pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
 def test_the_upload_page_refuses_then_deletes_with_its_checkbox(client, tmp_path) -> None:
     import io
 

@@ -40,7 +40,6 @@ from annotation.export.validated import MBEIR_KEYS, ExportError, export_study
 from annotation.models import Assignment, ExportJob, Judgement, RubricVersion, Study, StudyItem
 from annotation.agreement.reports import study_report, study_triples
 from annotation.studies.building import StudySpec, create_study
-from config import celery_app
 from retrieval.models import Query, QuerySubset
 from tests.conftest import FIXTURES
 
@@ -98,15 +97,6 @@ def build_twelve() -> tuple[Study, list[StudyItem]]:
 @pytest.fixture
 def twelve(db):
     return build_twelve()
-
-
-@pytest.fixture
-def eager_celery():
-    """Tasks sent with .delay() run at once in this process."""
-    before = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = before
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def test_warns_then_builds_when_confirmed():
     assert resp.status_code == 302 and Study.objects.filter(name="over-missing").exists()
 
 
-@pytest.mark.usefixtures("eager_tasks")  # the upload is imported by its task, run here
+@pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
 def test_import_result_page_is_readable(settings, tmp_path):
     settings.UPLOAD_DIR = tmp_path / "uploads"
     staff = get_user_model().objects.create_user("boss2", password="pw", is_staff=True)
