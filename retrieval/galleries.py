@@ -74,9 +74,13 @@ def gallery_image_ids(dataset_id: int, key: str | None, order: str = "ordinal", 
 
 
 def query_gallery(query: Query) -> list[int]:
-    """The image ids the query searches that have a file, by image id (the panels' padding)."""
+    """The image ids the query searches, by image id (the panels' padding and the on-demand
+    ranking): its gallery's entries, or the dataset's images not marked missing when it has none."""
     key = query_gallery_keys([query.pk])[query.pk]
-    return gallery_image_ids(query.dataset_id, key, order="id", readable=True)
+    if key is ALL_IMAGES:
+        return list(Image.objects.filter(dataset_id=query.dataset_id, missing=False).order_by("id")
+                    .values_list("id", flat=True))
+    return gallery_image_ids(query.dataset_id, key, order="id")
 
 
 # ---------------------------------------------------------------------------- audit scopes
