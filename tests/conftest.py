@@ -157,6 +157,18 @@ def demo_models_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("demo-models")
 
 
+#: Tests hash passwords with a fast hasher (Django's advice for test suites): PBKDF2's million
+#: rounds cost about 0.3 s a hash on a quiet core, and the suite hashes hundreds (demo accounts,
+#: logins). PBKDF2 stays listed, so hashes made before (a session-wide demo_db) still verify.
+TEST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher",
+                         "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings) -> None:
+    settings.PASSWORD_HASHERS = TEST_PASSWORD_HASHERS
+
+
 @pytest.fixture(scope="session")
 def demo_images(tmp_path_factory) -> Path:
     """One folder for the demo world's images for the whole test session: the first make_demo
@@ -210,7 +222,8 @@ def demo_db(django_db_setup, django_db_blocker, demo_images, demo_embeddings, de
     from django.test import override_settings
 
     overrides = override_settings(IMAGE_ROOTS=[demo_images.resolve()], EMBEDDING_CACHE_DIR=demo_embeddings,
-                                  DEMO_MODELS_DIR=demo_models_dir, DEMO_TRAIN_STEPS=2)
+                                  DEMO_MODELS_DIR=demo_models_dir, DEMO_TRAIN_STEPS=2,
+                                  PASSWORD_HASHERS=TEST_PASSWORD_HASHERS)
     with django_db_blocker.unblock(), overrides:
         before = _last_pks()
         try:
