@@ -178,12 +178,18 @@ class Assignment(models.Model):
         ordering = ["position", "id"]
 
 
+def counted_q(prefix: str = "") -> Q:
+    """The condition of a judgement that counts (see :meth:`JudgementQuerySet.counted`), for a
+    query that reaches judgements through ``prefix`` (e.g. ``"assignments__revisions__"``)."""
+    return Q(**{f"{prefix}is_current": True, f"{prefix}late": False})
+
+
 class JudgementQuerySet(models.QuerySet):
     def counted(self):
         """THE judgements that count (agreement, consensus, gold, quality, alternatives,
         progress, shares and exports): the current revision of each, less late ones (an item
         gone to someone else is counted once). :mod:`annotation.verdicts.state` reads them."""
-        return self.filter(is_current=True, late=False)
+        return self.filter(counted_q())
 
 
 class Judgement(models.Model):

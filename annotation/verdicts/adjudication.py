@@ -25,7 +25,7 @@ from annotation.verdicts.consensus import (
     decide,
     decide_session,
 )
-from annotation.models import Adjudication, Judgement, Study, StudyItem
+from annotation.models import Adjudication, Judgement, Study, StudyItem, counted_q
 from annotation.judging.rubric import Rubric
 
 DEFAULT_CHUNK = 1000
@@ -249,11 +249,12 @@ def _queue_candidates(study: Study, verdicts: Verdicts) -> list[int]:
     """Ids of the items that may need an adjudicator, found with one aggregate query: an item
     with a flag, a split vote (majority: an even split; unanimous: any split) or a decision.
     Sessions: every item with a judgement (their rule reads scores, decided in Python).
-    Late judgements (stored after their lease went to someone else) never count."""
-    current = Q(assignments__revisions__is_current=True, assignments__revisions__late=False,
-                assignments__revisions__validated__isnull=False)
-    if verdicts.session is not None:
-        current = Q(assignments__revisions__is_current=True, assignments__revisions__late=False)
+    Late judgements (stored after their lease went to someone else) never count. The filter
+    uses the study's base quorum: a superset for any quorum rule whose ``needed`` is at least
+    its base; :func:`decide_row` then decides each candidate under the rule."""
+    current = counted_q("assignments__revisions__")
+    if verdicts.session is None:
+        current &= Q(assignments__revisions__validated__isnull=False)
     items = StudyItem.objects.filter(study=study).annotate(
         n=Count("assignments__revisions", filter=current),
         valid=Count("assignments__revisions", filter=current & Q(assignments__revisions__validated=True)),
