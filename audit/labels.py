@@ -284,6 +284,13 @@ def label_pool(pool: _Pool, k: int = 10, min_mm_retrievers: int = 1) -> AuditLab
     )
 
 
+def label_shares(counts: dict[str, int]) -> dict[str, float | None]:
+    """Each label's share of the audited queries (:data:`LABELS` partition them; the
+    ``shortcut_free`` union too): count / (sum of the three labels), ``None`` when none."""
+    total = sum(int(counts.get(label, 0)) for label in LABELS)
+    return {key: (int(counts.get(key, 0)) / total if total else None) for key in COUNT_KEYS}
+
+
 def audit_json(audit: AuditLabels) -> dict[str, Any]:
     """The JSON document of the audit CLI, exactly::
 

@@ -11,10 +11,17 @@ from retrieval.targets import rule_text
 
 from . import charts
 from .alternatives import before_after
-from .labels import COUNT_KEYS, SHORTCUT_FREE_NAME
+from .labels import COUNT_KEYS, SHORTCUT_FREE_NAME, audit_json
 from .protocol import protocol_table, run_protocol
 from .models import AuditLabel, AuditRun
-from .runs.aggregation import subset_scores
+from .runs.aggregation import stored_labels, subset_scores
+
+def audit_report_json(run: AuditRun) -> dict[str, Any]:
+    """The audit report of a finished run as ``audit_report --format json`` prints it and a
+    release ships it: :func:`audit.labels.audit_json` of the stored ranks plus ``protocol``
+    (:func:`audit.protocol.run_protocol`)."""
+    return {**audit_json(stored_labels(run)), "protocol": run_protocol(run)}
+
 
 MODALITY_NAMES = {"multimodal": "multimodal", "text_only": "text only", "image_only": "image only"}
 FILTER_NAMES = {

@@ -587,10 +587,13 @@ def export_study(
     progress: Progress | None = None,
     tmp_name: str | None = None,
     fmt: str = "mbeir",
+    created_at: datetime | None = None,
 ) -> ExportResult:
     """Export a study's validated items (module docstring). ``out_dir``: the export folder
     itself (absent or empty); default ``EXPORT_DIR/<study>-<timestamp>``. ``progress(stage,
-    done, total)`` is called after every batch. Returns the final folder and the manifest."""
+    done, total)`` is called after every batch. ``created_at``: the manifest's timestamp
+    (default now; a release passes the time of the study's last decision, so the same study
+    gives the same bytes). Returns the final folder and the manifest."""
     check_exportable(study, policy, primary or None, fmt)
     verdicts = Verdicts.of(study, policy, primary or None)
     layout = QueryLayout(fmt)
@@ -600,7 +603,7 @@ def export_study(
     run = _Run(study, verdicts, tmp, id_file, annotator_pseudonyms(study), _adjudicator_names(study),
                _Writers(tmp, verdicts.session is not None, layout.suffix), [], {}, {}, layout)
     total = StudyItem.objects.filter(study=study).count()
-    created_at = timezone.now()
+    created_at = created_at or timezone.now()
     done = 0
     report("exporting", 0, total)
     try:

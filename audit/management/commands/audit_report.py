@@ -12,9 +12,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.labels import COUNT_KEYS, audit_json
+from audit.labels import COUNT_KEYS
 from audit.models import AuditRun
-from audit.protocol import run_protocol
+from audit.report import audit_report_json
 from audit.runs.aggregation import stored_labels
 
 
@@ -43,10 +43,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         run = finished_run(opts["run"], opts["dataset"])
-        audit = stored_labels(run)
         if opts["format"] == "json":
-            self.stdout.write(json.dumps({**audit_json(audit), "protocol": run_protocol(run)}, indent=2))
+            self.stdout.write(json.dumps(audit_report_json(run), indent=2))
             return
+        audit = stored_labels(run)
         self.stdout.write(f"audit {run.pk} of {run.dataset.name}: {len(audit.queries)} queries, "
                           f"{len(audit.retrievers)} retrievers, K={audit.k}")
         for label in COUNT_KEYS:

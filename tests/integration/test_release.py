@@ -1,0 +1,127 @@
+"""A release (manage.py release / the staff button): croissant.json read back by mlcroissant,
+the dataset card's numbers equal to the study's report, byte-identical re-runs."""
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from annotation.agreement.reports import default_bootstrap, study_report
+from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD
+from annotation.release.croissant import PLACEHOLDER
+from tests.integration.test_report_export import build_twelve
+
+pytestmark = pytest.mark.django_db
+
+
+def sums(path: Path) -> dict[str, str]:
+    return {name: digest for digest, name in (line.split("  ", 1) for line in (path / SUMS).read_text().splitlines())}
+
+
+def jsonl(paths: list[Path]) -> list[dict]:
+    return [json.loads(line) for p in paths for line in p.read_text(encoding="utf-8").splitlines() if line]
+
+
+def _plain(value):
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _plain(value.tolist())
+    return value
+
+
+def croissant_records(path: Path, monkeypatch) -> dict[str, list[dict]]:
+    """Every RecordSet of croissant.json as mlcroissant reads it: local files only (any
+    connection attempt fails the test), no validation warning."""
+    import socket
+
+    import mlcroissant as mlc
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("mlcroissant tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    ds = mlc.Dataset(jsonld=str(path / "croissant.json"))
+    assert not ds.metadata.ctx.issues.errors, ds.metadata.ctx.issues.report()
+    assert not ds.metadata.ctx.issues.warnings, ds.metadata.ctx.issues.report()
+    out = {}
+    for rs in ds.metadata.record_sets:
+        prefix = rs.id + "/"
+        out[rs.id] = [{k[len(prefix):]: _plain(v) for k, v in rec.items()} for rec in ds.records(record_set=rs.id)]
+    return out
+
+
+def expected_mbeir(path: Path, folder: str) -> dict[str, list[dict]]:
+    """The records each RecordSet must give, read straight from the JSONL (in the FileSet's path order)."""
+    root = path / folder / "mbeir"
+    files = sorted(p for p in root.rglob("*.jsonl") if not p.name.endswith(".trace.jsonl"))
+    traces = sorted(p for p in root.rglob("*.trace.jsonl"))
+    q, t = jsonl(files), jsonl(traces)
+    pre = f"{folder}/mbeir/"
+    return {
+        pre + "queries": [{k: line[k] for k in ("qid", "query_txt", "query_img_path", "query_modality",
+                                                "query_src_content", "task_id")} for line in q],
+        pre + "targets": [{k: line[k] for k in ("qid", "pos_cand_list", "neg_cand_list")} for line in q],
+        pre + "verdicts": [{"qid": x["qid"], "item": x["item"], "dataset": x["dataset"], "subset": x["subset"],
+                            "hidden_category": x["hidden_category"], "status": x["consensus"]["status"],
+                            "policy": x["consensus"]["policy"], "n_votes": x["consensus"]["n_votes"],
+                            "valid_votes": x["consensus"]["valid_votes"]} for x in t],
+        pre + "alternatives": [{"qid": x["qid"], "images": [p["image"] for p in x["positives"]],
+                                "sources": [p["source"] for p in x["positives"]]} for x in t],
+    }
+
+
+def test_release_of_the_small_study(tmp_path, monkeypatch) -> None:
+    study, _ = build_twelve()
+    out = io.StringIO()
+    call_command("release", "--study", str(study.pk), "--out", str(tmp_path / "r1"), "--layout", "mbeir",
+                 "--layout", "circo", stdout=out)
+    text = out.getvalue()
+    assert "rai:personalSensitiveInformation" in text and "rai:dataReleaseMaintenancePlan" in text
+    root = tmp_path / "r1"
+    assert (tmp_path / "r1.zip").is_file()
+    folder = f"study-{study.pk}"
+    for name in ("README.md", "croissant.json", RELEASE_JSON, SUMS, f"{folder}/agreement.json",
+                 f"{folder}/agreement.csv", f"{folder}/mbeir/manifest.json", f"{folder}/circo/manifest.json"):
+        assert (root / name).is_file(), name
+    # every checksum is right
+    import hashlib
+    for name, digest in sums(root).items():
+        assert hashlib.sha256((root / name).read_bytes()).hexdigest() == digest, name
+    # mlcroissant reads back every record of the JSONL
+    got = croissant_records(root, monkeypatch)
+    want = expected_mbeir(root, folder)
+    for rs, records in want.items():
+        assert got[rs] == records, rs
+    assert len(got[f"{folder}/mbeir/queries"]) == 6
+    circo = [c for p in sorted((root / folder / "circo").rglob("*.circo.json")) for c in json.loads(p.read_text())]
+    assert got[f"{folder}/circo/circo_queries"] == [
+        {k: c[k] for k in ("id", "relative_caption", "shared_concept")} for c in circo]
+    assert len(circo) == 6
+    # the card's numbers are the report's
+    report = study_report(study, pseudonymise=True, n_boot=default_bootstrap(study), seed=0)
+    card = (root / "README.md").read_text()
+    assert f"* Validated: {report['consensus']['status']['validated']} " in card
+    assert f"* Items judged: {report['study']['items']} " in card
+    alpha = report["agreement"]["krippendorff_alpha"]
+    assert f"krippendorff alpha {alpha:.3f}" in card
+    assert PLACEHOLDER in card and "## Licence and citation" in card and "CC BY-NC 4.0" in card
+    meta = json.loads((root / "croissant.json").read_text())
+    assert meta["rai:personalSensitiveInformation"].startswith(PLACEHOLDER)
+    assert f"{alpha:.3f}" in meta["rai:dataAnnotationAnalysis"]
+    # reproducible: a second release of the same study differs only in released_at
+    call_command("release", "--study", str(study.pk), "--out", str(tmp_path / "r2"), "--layout", "mbeir",
+                 "--layout", "circo", stdout=io.StringIO())
+    a, b = sums(root), sums(tmp_path / "r2")
+    assert a.keys() == b.keys()
+    assert {k for k in a if a[k] != b[k]} <= {RELEASE_JSON}
+    ra, rb = (json.loads((p / RELEASE_JSON).read_text()) for p in (root, tmp_path / "r2"))
+    ra.pop(TIMESTAMP_FIELD), rb.pop(TIMESTAMP_FIELD)
+    assert ra == rb and re.fullmatch(r"[0-9a-f]{40}|unknown", ra["cirval_commit"])
+    assert ra["studies"][0]["rubric"] == {"key": study.rubric.key, "version": study.rubric.version}
