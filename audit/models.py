@@ -127,6 +127,11 @@ class AuditChunk(Leased):
     def __str__(self) -> str:
         return f"run {self.run_id} {self.retriever} {self.kind}#{self.index} ({self.status})"
 
+    @classmethod
+    def unfinished(cls):
+        """Chunks still to run: those of a failed or finished run never will."""
+        return super().unfinished().filter(run__status__in=[AuditRun.Status.QUEUED, AuditRun.Status.RUNNING])
+
 
 class AuditRank(models.Model):
     """1-based ranks of a query's positives per modality for one retriever (None: not retrieved).

@@ -33,6 +33,11 @@ class Leased(models.Model):
     class Meta:
         abstract = True
 
+    @classmethod
+    def unfinished(cls):
+        """Rows some worker still has to run (waiting or running)."""
+        return cls.objects.filter(status__in=[cls.WAITING, Status.RUNNING])
+
     @property
     def queue_unavailable(self) -> bool:
         """Waiting, and its message could not be sent (the broker was down)."""

@@ -6,10 +6,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.apps import apps
-from django.db.models import Q
 from django.utils import timezone
 
-from .models import NO_WORKER, Leased, Status, WorkerBeat
+from .models import NO_WORKER, Leased, WorkerBeat
 
 __all__ = ["NO_WORKER", "alive", "beat", "gone", "health", "live", "waiting_jobs"]
 
@@ -39,7 +38,7 @@ def waiting_jobs() -> dict[str, int]:
     out = {}
     for model in apps.get_models():
         if issubclass(model, Leased):
-            n = model.objects.filter(Q(status=model.WAITING) | Q(status=Status.RUNNING)).count()
+            n = model.unfinished().count()
             if n:
                 out[model._meta.label] = n
     return out

@@ -222,3 +222,17 @@ def test_a_stopping_workers_jobs_are_released_never_sent_and_not_counted():
     assert (other.status, other.owner) == ("running", "host:12")
     sent = []
     assert leases.resend_lost(ImportJob.objects.all(), lambda pk: sent.append(pk) or True) == 1 and sent == [job.pk]
+
+
+def test_health_counts_only_work_a_worker_still_has_to_run(tmp_path):
+    """/healthz's workers are down when work waits and none beats: chunks of a failed audit
+    never run again and do not count."""
+    from audit.models import AuditRun
+    from retrieval.jobs import workers
+
+    run = _planned_run(tmp_path)
+    assert workers.waiting_jobs().get("audit.AuditChunk") == run.chunks.count()
+    assert workers.health()["ok"] is False and workers.health()["alive"] == 0
+    AuditRun.objects.filter(pk=run.pk).update(status="failed")
+    assert "audit.AuditChunk" not in workers.waiting_jobs()
+    assert workers.health()["ok"] is (not workers.waiting_jobs())
