@@ -157,7 +157,7 @@ def test_judgements_are_stored_through_the_queues_store(db, monkeypatch) -> None
     annotation.assignment.queue.store_judgement, the store of annotators' submits (the real
     one runs: the call is only counted), which marks each assignment done and counts it on its item."""
     from annotation.assignment import queue
-    from annotation.management.commands import import_circus as command
+    from annotation.studies import circus as command  # the service behind manage.py import_circus
 
     stored = []
 
