@@ -12,7 +12,9 @@ file under a temporary CIRVAL_VAR_DIR (deleted at the end unless --keep).
 Each export then runs in a fresh child process (so its peak RSS is its own), twice: once
 timed, once under tracemalloc for the peak of Python allocations. Printed per size: the
 export time (target: under 30 s for 100,000 items), items per second, tracemalloc peak and
-ru_maxrss. Flat memory shows as peaks that do not grow with the number of items.
+the child's own peak RSS (VmHWM: ru_maxrss would carry the parent's peak, i.e. the memory of
+building the study, into every cell). Flat memory shows as peaks that do not grow with the
+number of items.
 Prints only; asserts nothing.
 """
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from memory import peak_rss_kib
 from pgdb import ensure_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,8 +128,7 @@ def child(study_id: int, chunk_size: int, traced: bool, out_root: str) -> None:
                           chunk_size=chunk_size)
     seconds = time.perf_counter() - started
     peak = tracemalloc.get_traced_memory()[1] if traced else None
-    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"seconds": seconds, "tracemalloc_peak": peak, "ru_maxrss_kib": rss_kib,
+    print(json.dumps({"seconds": seconds, "tracemalloc_peak": peak, "peak_rss_kib": peak_rss_kib(),
                       "validated": result.manifest["counts"]["validated"],
                       "bytes": sum(f["bytes"] for f in result.manifest["files"])}))
 
@@ -164,7 +165,7 @@ def main() -> None:
     print(f"\ndatabase: {connection.vendor} ({database_url}); chunk size {args.chunk_size}; "
           f"{args.votes} judgements per item")
     print(f"{'items':>8} {'export s':>9} {'items/s':>9} {'output MB':>10} {'tracemalloc peak MB':>20} "
-          f"{'ru_maxrss MB':>13} {'(traced run)':>13}")
+          f"{'peak RSS MB':>13} {'(traced run)':>13}")
     try:
         for n, study_id in studies.items():
             runs = {}
@@ -175,8 +176,8 @@ def main() -> None:
                 runs[traced] = json.loads(done.stdout.strip().splitlines()[-1])
             timed, traced_run = runs[False], runs[True]
             print(f"{n:>8} {timed['seconds']:>9.2f} {n / timed['seconds']:>9.0f} {timed['bytes'] / 1e6:>10.1f} "
-                  f"{traced_run['tracemalloc_peak'] / 1e6:>20.2f} {timed['ru_maxrss_kib'] / 1024:>13.1f} "
-                  f"{traced_run['ru_maxrss_kib'] / 1024:>13.1f}", flush=True)
+                  f"{traced_run['tracemalloc_peak'] / 1e6:>20.2f} {timed['peak_rss_kib'] / 1024:>13.1f} "
+                  f"{traced_run['peak_rss_kib'] / 1024:>13.1f}", flush=True)
             shutil.rmtree(Path(var_dir) / "bench-exports", ignore_errors=True)
         print("target: under 30 s for 100,000 items; memory peaks should not grow with the items")
     finally:

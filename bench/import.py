@@ -43,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from memory import peak_rss_kib
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 REFERENCE = ROOT.parent / "shared" / "reference" / "datasets" / "cirr"
@@ -138,22 +140,6 @@ def setup_django(database_url: str, var_dir: str) -> None:
     import django
 
     django.setup()
-
-
-def peak_rss_kib() -> int:
-    """Peak resident memory of this process, in KiB.
-
-    ``VmHWM`` of /proc/self/status belongs to the memory map made at ``exec``; ru_maxrss does
-    not do here: Linux carries the parent's peak into a forked child, and this parent held the
-    generated files in memory.
-    """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def child(step: str, fmt: str, paths: list[str]) -> None:

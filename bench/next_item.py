@@ -1,19 +1,22 @@
-"""Server time of "next item" and "submit judgement" on a large study.
+"""Server time and SQL queries of "next item" and "submit judgement" on large studies.
 
-    python bench/next_item.py [--items 100000] [--annotators 30] [--overlap 3] [--requests 600]
-                              [--database-url postgres://postgres@127.0.0.1:5432/cirval_bench]
+    python bench/next_item.py [--items 10000 1000000] [--gold 50] [--annotators 30] [--overlap 3]
+                              [--requests 600] [--database-url postgres://postgres@127.0.0.1:5432/cirval_bench]
 
-Builds (once; reused on later runs) a study of ``--items`` items with overlap 3 and 30
-annotators in its own PostgreSQL database, then times requests through Django's full
-request stack (test client: URL routing, authentication, views, JSON) and prints the
-median and 95th percentile per endpoint plus the SQL queries per request.
-Target: p95 under 50 ms for each endpoint.
+Builds (once per size; reused on later runs) a study of each ``--items`` size with overlap 3,
+30 annotators, the default 5% gold rate and ``--gold`` gold items spread through it, in its
+own PostgreSQL database, then times requests through Django's full request stack (test
+client: URL routing, authentication, views, JSON) and prints, per size, the median and 95th
+percentile per endpoint, the SQL queries per request (Django's count: the transaction's
+BEGIN and COMMIT are not statements it sends) and the plan of the gold choice (an index
+scan of ``studyitem_gold``, never a scan of the study). Each annotator gets over 20 items,
+so gold falls due for all of them.
+Target: p95 under 50 ms for each endpoint and at most 10 queries per next item, at any size.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,10 +34,12 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--items", type=int, nargs="+", default=[10_000, 1_000_000])
+    ap.add_argument("--gold", type=int, default=50, help="gold items per study")
     ap.add_argument("--annotators", type=int, default=30)
     ap.add_argument("--overlap", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=600, help="next+submit pairs to time")
+    ap.add_argument("--requests", type=int, default=900,
+                    help="next+submit pairs to time (900: 30 per annotator, past the 20th, where gold falls due)")
     ap.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cirval_bench"))
     args = ap.parse_args()
 
@@ -46,43 +51,84 @@ def main() -> None:
     import django
 
     django.setup()
-    from django.contrib.auth import get_user_model
     from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    for n_items in args.items:
+        study = build_study(args, n_items)
+        measure(args, study)
+
+
+def build_study(args, n_items: int):
+    """The bench study of ``n_items`` items (made once, reused)."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from annotation.models import RubricVersion, Study, StudyItem
+    from retrieval.models import Dataset, Image, Query, Turn
+
+    name = f"bench-{n_items}-{args.overlap}-{args.annotators}-gold{args.gold}"
+    User = get_user_model()
+    study = Study.objects.filter(name=name).first()
+    t0 = time.perf_counter()
+    if study is not None:
+        return study
+    print(f"building a study of {n_items} items ...", flush=True)
+    ds, _ = Dataset.objects.get_or_create(name="bench", defaults={"format": "demo"})
+    img, _ = Image.objects.get_or_create(dataset=ds, external_id="img0", defaults={"missing": True})
+    have = Query.objects.filter(dataset=ds).count()
+    for start in range(have, n_items, 10_000):
+        qs = Query.objects.bulk_create(
+            [Query(dataset=ds, external_id=f"q{i}", split="val", ordinal=i) for i in range(start, min(n_items, start + 10_000))]
+        )
+        Turn.objects.bulk_create([Turn(query=q, index=1, reference_image=img, texts=[{"text": "make it red"}]) for q in qs])
+    study = Study.objects.create(name=name, rubric=RubricVersion.builtin("validity"), overlap=args.overlap)
+    qids = list(Query.objects.filter(dataset=ds).order_by("id").values_list("id", flat=True)[:n_items])
+    every = max(1, n_items // max(args.gold, 1))
+    for start in range(0, len(qids), 50_000):
+        StudyItem.objects.bulk_create(
+            [StudyItem(study=study, query_id=q, order_key=n, gold=args.gold > 0 and n % every == every // 2,
+                       gold_answer={"validated": True} if args.gold > 0 and n % every == every // 2 else {})
+             for n, q in enumerate(qids[start:start + 50_000], start)], batch_size=10_000)
+    users = []
+    for i in range(args.annotators):
+        u, _ = User.objects.get_or_create(username=f"bench{i:02d}")
+        u.set_password("bench")
+        u.save()
+        users.append(u)
+    study.annotators.set(users)
+    with connection.cursor() as c:
+        c.execute("ANALYZE")
+    print(f"  built in {time.perf_counter() - t0:.1f} s")
+    return study
+
+
+def gold_plan(study, user) -> str:
+    """The plan of the gold choice query for ``user`` (its first lines)."""
+    from django.db import connection
+
+    from annotation.assignment.queue import _with_earlier
+    from annotation.models import Assignment, StudyItem
+
+    if connection.vendor != "postgresql":
+        return "(plans are printed on PostgreSQL only)"
+    mine = Assignment.objects.filter(study=study, annotator=user).exclude(status=Assignment.Status.RELEASED)
+    qs = _with_earlier(StudyItem.objects.filter(study=study, gold=True).exclude(id__in=mine.values("item_id")),
+                       user).order_by("order_key", "id")[:8]
+    plan = qs.explain(analyze=True).splitlines()
+    scans = [line.strip() for line in plan if "Scan" in line and "annotation_studyitem" in line]
+    return "; ".join(scans) or plan[0]
+
+
+def measure(args, study) -> None:
+    import statistics
+
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from annotation.models import Assignment, RubricVersion, Study, StudyItem
-    from retrieval.models import Dataset, Image, Query, Turn
+    from annotation.models import Assignment
 
-    call_command("migrate", verbosity=0)
-    name = f"bench-{args.items}-{args.overlap}-{args.annotators}"
-    User = get_user_model()
-    study = Study.objects.filter(name=name).first()
-    t0 = time.perf_counter()
-    if study is None:
-        print(f"building a study of {args.items} items ...", flush=True)
-        ds, _ = Dataset.objects.get_or_create(name="bench", defaults={"format": "demo"})
-        img, _ = Image.objects.get_or_create(dataset=ds, external_id="img0", defaults={"missing": True})
-        have = Query.objects.filter(dataset=ds).count()
-        for start in range(have, args.items, 10_000):
-            qs = Query.objects.bulk_create(
-                [Query(dataset=ds, external_id=f"q{i}", split="val", ordinal=i) for i in range(start, min(args.items, start + 10_000))]
-            )
-            Turn.objects.bulk_create([Turn(query=q, index=1, reference_image=img, texts=[{"text": "make it red"}]) for q in qs])
-        study = Study.objects.create(name=name, rubric=RubricVersion.builtin("validity"), overlap=args.overlap)
-        qids = list(Query.objects.filter(dataset=ds).order_by("id").values_list("id", flat=True)[: args.items])
-        StudyItem.objects.bulk_create([StudyItem(study=study, query_id=q, order_key=n) for n, q in enumerate(qids)], batch_size=10_000)
-        users = []
-        for i in range(args.annotators):
-            u, _ = User.objects.get_or_create(username=f"bench{i:02d}")
-            u.set_password("bench")
-            u.save()
-            users.append(u)
-        study.annotators.set(users)
-        with connection.cursor() as c:
-            c.execute("ANALYZE")
-        print(f"  built in {time.perf_counter() - t0:.1f} s")
     users = list(study.annotators.order_by("username"))
     clients = []
     for u in users:
@@ -112,11 +158,16 @@ def main() -> None:
         assert r.status_code == 201, r.content
 
     done = Assignment.objects.filter(study=study, status="done").count()
-    print(f"study: {study.items.count()} items, overlap {study.overlap}, {len(users)} annotators, {done} judgements so far")
+    gold = Assignment.objects.filter(study=study, item__gold=True).count()
+    print(f"study: {study.items.count()} items ({study.items.filter(gold=True).count()} gold, gold rate "
+          f"{study.gold_rate:.0%}), overlap {study.overlap}, {len(users)} annotators, {done} judgements so far "
+          f"({gold} of them on gold items)")
     print(f"database: {connection.vendor} ({args.database_url})")
     for label, ms, q in (("next item", next_ms, next_q), ("submit judgement", submit_ms, submit_q)):
         print(f"{label:17} n={len(ms):4d}  median {statistics.median(ms):6.1f} ms  p95 {pct(ms, 0.95):6.1f} ms  "
               f"max {max(ms):6.1f} ms  queries/request median {statistics.median(q):.0f} (max {max(q)})")
+    print(f"gold choice plan: {gold_plan(study, users[0])}")
+    print("target: p95 < 50 ms per endpoint, next item <= 10 queries")
 
 
 if __name__ == "__main__":

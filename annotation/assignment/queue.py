@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, F, Max, OuterRef, Q, Subquery, Value
+from django.db.models import Count, Exists, F, FilteredRelation, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -156,11 +156,21 @@ def next_assignment(study: Study, user, now=None) -> Served:
         return _reserve(study, user, choice, now, counts, {i.pk: i for i in items}.get(choice.item))
 
 
+#: The first turn's columns read with an item for serving (``turn1_<column>``): a single-turn
+#: item's payload then needs no query of its own for its turn
+#: (:func:`annotation.judging.payloads.item_payload`).
+TURN1_COLUMNS = ("id", "texts", "reference_image_id", "turn_target_id", "provenance")
+
+
 def _with_earlier(items, user):
-    """Items read for serving: with query and dataset (for the payload) and the id of the
-    user's earlier assignment of each (``earlier_id``: None when there is none)."""
+    """Items read for serving: with query and dataset (for the payload), the id of the
+    user's earlier assignment of each (``earlier_id``: None when there is none) and the
+    query's first turn (``turn1_*``, a join on the unique (query, index = 1))."""
     earlier = Assignment.objects.filter(item=OuterRef("pk"), annotator=user).values("pk")[:1]
-    return items.select_related("query__dataset").annotate(earlier_id=Subquery(earlier))
+    turn1 = {f"turn1_{c}": F(f"first_turn__{c}") for c in TURN1_COLUMNS}
+    return (items.select_related("query__dataset")
+            .annotate(first_turn=FilteredRelation("query__turns", condition=Q(query__turns__index=1)))
+            .annotate(earlier_id=Subquery(earlier), **turn1))
 
 
 def _gold_choice(study: Study, user, mine, counts: dict) -> tuple[Choice, StudyItem | None] | None:

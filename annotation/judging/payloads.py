@@ -7,7 +7,7 @@ from functools import lru_cache
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
-from retrieval.models import Image, Query
+from retrieval.models import Image, Query, Turn
 
 from annotation.access import grant_images, payload_image_ids
 from annotation.verdicts.state import annotator_share
@@ -39,11 +39,32 @@ def image_ref(image: Image | None, size: int = 384) -> dict | None:
             "missing": image.missing, "width": image.width, "height": image.height}
 
 
-def candidate_refs(item: StudyItem) -> list[dict]:
-    """The item's blind candidate panel as image references, in panel order."""
-    ids = item_candidates(item)
-    images = Image.objects.in_bulk(ids) if ids else {}
-    return [image_ref(images[i], 160) for i in ids if i in images]
+def first_turn(item: StudyItem, query: Query) -> Turn | None:
+    """A single-turn item's turn from the columns read with the item for serving
+    (``turn1_*``: :func:`annotation.assignment.queue._with_earlier`), its images not yet
+    attached; None when they were not read (the turns are then read on their own)."""
+    if query.n_turns != 1 or getattr(item, "turn1_id", None) is None:
+        return None
+    return Turn(pk=item.turn1_id, query=query, index=1, texts=item.turn1_texts,
+                reference_image_id=item.turn1_reference_image_id, turn_target_id=item.turn1_turn_target_id,
+                provenance=item.turn1_provenance)
+
+
+def turns_and_panel(item: StudyItem, query: Query) -> tuple[list[Turn], list[dict]]:
+    """The query's turns (with their images) and the item's blind candidate panel as image
+    references in panel order. A single-turn item read for serving needs one query for
+    both: the panel's images and its turn's images together."""
+    ids = item_candidates(item) if query.n_turns == 1 else []
+    turn = first_turn(item, query)
+    wanted = [*ids, *((turn.reference_image_id, turn.turn_target_id) if turn else ())]
+    images = Image.objects.in_bulk([i for i in wanted if i is not None]) if any(wanted) else {}
+    if turn is not None:
+        turn.reference_image = images.get(turn.reference_image_id)
+        turn.turn_target = images.get(turn.turn_target_id)
+        turns = [turn]
+    else:
+        turns = list(query.turns.select_related("reference_image", "turn_target"))
+    return turns, [image_ref(images[i], 160) for i in ids if i in images]
 
 
 def session_ranks(query: Query) -> list:
@@ -81,7 +102,7 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
     and save queries."""
     study = assignment.study
     query = assignment.item.query
-    turns = list(query.turns.select_related("reference_image", "turn_target"))
+    turns, panel = turns_and_panel(assignment.item, query)
     targets = query.positive_targets(query.targets.select_related("image"))  # the format's target rule
     current = None if fresh else assignment.revisions.filter(is_current=True).first()
     draft = None if fresh else Draft.objects.filter(assignment=assignment).first()
@@ -108,7 +129,7 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
             ],
             "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
         },
-        "panel": candidate_refs(assignment.item) if query.n_turns == 1 else [],
+        "panel": panel,
         "panel_page_size": PAGE_SIZE,
         "too_broad_threshold": study.too_broad_threshold,
         "judgement": judgement_dict(current),

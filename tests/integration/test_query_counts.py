@@ -18,11 +18,10 @@ from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
 
-NEXT_MAX = 13  # session, user, study (membership, leases, counts, gold count), begin, candidates or gold, insert,
-#                taken, commit, turns, targets, panel images (minus one: the resumed and fresh paths share),
-#                items still open to the annotator (their share, annotation/verdicts/state.py), the annotator
-#                role (access ends with the role)
-SUBMIT_MAX = 9  # session, user, annotator role, begin, locked read (access, revision, token, draft), insert, quorum,
+NEXT_MAX = 11  # session, user, study (membership and role, leases, counts, gold count), begin, candidates or
+#                gold (with the first turn), insert, taken, commit, targets, panel and turn images, items still
+#                open to the annotator (their share, annotation/verdicts/state.py: the one over issue 30's 10)
+SUBMIT_MAX = 8  # session, user, begin, locked read (access and role, revision, token, draft), insert, quorum,
 #                 status, commit
 ANSWER = {"category": "VALIDATED", "time_spent_ms": 900}
 
@@ -63,6 +62,8 @@ def test_next_item_and_submit_stay_within_their_query_budget(study, django_asser
             assert [p["id"] for p in body["panel"]] == list(a.item.candidates) and len(body["panel"]) == study.candidates
         assert body["judgement"] is None and body["draft"] is None
         assert body["progress"] == annotator_share(study, user)
+        # the turn read with the served item is the turn read on its own (the item page's path)
+        assert client.get(f"/api/assignments/{a.pk}/").json()["query"] == body["query"]
         served_gold += a.item.gold
         completed = a.item.completed
         with django_assert_max_num_queries(SUBMIT_MAX):
