@@ -4,16 +4,13 @@ progress), with gold items mixed in. Each request is also checked for what it mu
 do: a lease, the panel, the progress counts, the quorum counters."""
 from __future__ import annotations
 
-
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from annotation.assignment import queue as engine
 from annotation.verdicts.state import annotator_share
 from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
-
 from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
