@@ -314,3 +314,28 @@ class ExportJob(Job):
     def folder_name(self) -> str:
         """The export folder's name, what pages show (never the server's absolute path)."""
         return Path(self.path).name if self.path else ""
+
+
+class ReleaseJob(Job):
+    """A release of one or more studies (:func:`annotation.release.bundle.build_release`), run by
+    a worker; the staff page's "Make a release" button creates it."""
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="releases",
+                              help_text="The study whose page started it (the first of study_ids).")
+    study_ids = models.JSONField(default=list, help_text="The studies released, in order.")
+    layouts = models.JSONField(default=list, blank=True, help_text="Layouts asked for (empty: each study's default).")
+    path = models.CharField(max_length=1000, blank=True, help_text="The finished release folder (the zip is beside it).")
+    files = models.JSONField(default=list, blank=True, help_text="Paths relative to the release folder.")
+    placeholders = models.JSONField(default=list, blank=True, help_text="Fields the publisher must fill in.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"release {self.pk} of studies {self.study_ids} ({self.status})"
+
+    @property
+    def zip_name(self) -> str:
+        return (self.path.rstrip("/").rsplit("/", 1)[-1] + ".zip") if self.path else ""

@@ -9,9 +9,11 @@ from retrieval.jobs.queue import send_task
 
 from annotation.export.validated import run_export_job
 from annotation.judging.candidates import FILL_TASK
-from annotation.models import ExportJob
+from annotation.models import ExportJob, ReleaseJob
+from annotation.release.bundle import run_release_job
 
 RUN_EXPORT = "annotation.run_export"
+RUN_RELEASE = "annotation.run_release"
 
 
 @shared_task(name=RUN_EXPORT, acks_late=True)
@@ -23,6 +25,16 @@ def run_export(job_id: int) -> str:
     if job is None:
         return "missing"
     return run_export_job(job).status
+
+
+@shared_task(name=RUN_RELEASE, acks_late=True)
+def run_release(job_id: int) -> str:
+    """Run a queued release (:func:`annotation.release.bundle.build_release`); a finished job is
+    not run again, a redelivered one starts over in the same temporary folder."""
+    job = ReleaseJob.objects.filter(pk=job_id).first()
+    if job is None:
+        return "missing"
+    return run_release_job(job).status
 
 
 @shared_task(name=FILL_TASK)
@@ -39,15 +51,25 @@ def send_export(job_id: int) -> bool:
     return send_task(RUN_EXPORT, job_id)
 
 
+def send_release(job_id: int) -> bool:
+    return send_task(RUN_RELEASE, job_id)
+
+
+def _resend(model, send) -> dict[str, int]:
+    jobs = model.objects.all()
+    out = leases.resend_stale(jobs, send, give_up=lambda job: leases.fail(
+        model, job.pk, f"given up after {job.attempts} attempts (its worker was lost each time)"))
+    out["resent_lost"] = leases.resend_lost(jobs, send)
+    return {k: v for k, v in out.items() if v}
+
+
 @every_sweep("exports sent again")
 def resume_stale_exports() -> dict[str, int]:
-    """Send again the exports no live worker runs: running with a stale heartbeat (its
-    worker died), or queued and never sent (broker down) or sent long ago (message lost)."""
-    exports = ExportJob.objects.all()
-    out = leases.resend_stale(exports, send_export, give_up=lambda job: leases.fail(
-        ExportJob, job.pk, f"given up after {job.attempts} attempts (its worker was lost each time)"))
-    out["resent_lost"] = leases.resend_lost(exports, send_export)
-    return {k: v for k, v in out.items() if v}
+    """Send again the exports and releases no live worker runs: running with a stale heartbeat
+    (its worker died), or queued and never sent (broker down) or sent long ago (message lost)."""
+    out = _resend(ExportJob, send_export)
+    out.update({f"release_{k}": v for k, v in _resend(ReleaseJob, send_release).items()})
+    return out
 
 
 @at_worker_start("exports sent again")

@@ -3,6 +3,7 @@ from django.urls import path
 from annotation import api, views
 
 from annotation.agreement import views as report_views
+from annotation.release import views as release_views
 
 app_name = "annotation"
 urlpatterns = [
@@ -27,6 +28,11 @@ urlpatterns = [
     path("exports/<int:pk>/", report_views.export_job_page, name="export_job"),
     path("exports/<int:pk>/status/", report_views.export_job_status, name="export_job_status"),
     path("exports/<int:pk>/files/<path:name>", report_views.export_file, name="export_file"),
+    path("studies/<int:study_id>/release/", release_views.release_start, name="release_start"),
+    path("releases/<int:pk>/", release_views.release_job_page, name="release_job"),
+    path("releases/<int:pk>/status/", release_views.release_job_status, name="release_job_status"),
+    path("releases/<int:pk>/zip", release_views.release_zip, name="release_zip"),
+    path("releases/<int:pk>/files/<path:name>", release_views.release_file, name="release_file"),
     # REST API
     path("api/studies/", api.studies, name="api_studies"),
     path("api/studies/<int:pk>/", api.study_detail, name="api_study"),

@@ -90,6 +90,19 @@ class StudyPart:
         return is_session_rubric(self.study.rubric.rubric)
 
 
+class _Overall:
+    """One progress bar over a whole release: each export's items, in turn, add up."""
+
+    def __init__(self, report: Progress, total: int):
+        self.report, self.total, self.offset, self.last = report, total, 0, 0
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if done < self.last:  # the next export started
+            self.offset += self.last
+        self.last = done
+        self.report(stage, min(self.total, self.offset + done), self.total)
+
+
 @dataclass
 class ReleaseResult:
     path: Path
@@ -196,9 +209,10 @@ def _write_study(part: StudyPart, root: Path, report: Progress) -> None:
     for layout in part.layouts:
         fmt = "mbeir" if layout == "circled" else layout
         result = export_study(study, folder / layout, fmt=fmt, created_at=part.data_as_of,
-                              progress=lambda stage, done, total, l=layout: report(f"study {study.pk} {l}", done, total),
+                              progress=lambda stage, done, total, l=layout: report(f"study {study.pk}: {l} files", done, total),
                               chunk_size=settings.EXPORT_CHUNK_SIZE)
         part.exports[layout] = result.manifest
+    report(f"study {study.pk}: reports", 0, 0)
     part.report = study_report(study, pseudonymise=True, n_boot=default_bootstrap(study), seed=SEED)
     _dump(folder / "agreement.json", part.report)
     _write_csv(folder / "agreement.csv", report_csv_rows(part.report))
@@ -276,8 +290,9 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
     """Write a release (module docstring) of the studies into ``out_dir`` (absent or empty;
     default ``EXPORT_DIR/release-<studies>-<timestamp>``) and ``<out_dir>.zip`` beside it.
     The files appear only once complete (a temporary folder renamed at the end)."""
-    report = progress or (lambda stage, done, total: None)
     chosen = check_release(list(study_ids), layouts)
+    report = _Overall(progress or (lambda stage, done, total: None),
+                      sum(study.items.count() * len(lays) for study, lays in chosen))
     final = _destination([s for s, _ in chosen], out_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / (tmp_name or f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -287,7 +302,7 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
         parts = [StudyPart(study, f"study-{study.pk}", lays) for study, lays in chosen]
         for part in parts:
             _write_study(part, tmp, report)
-        report("metadata", 0, 1)
+        report("croissant.json, README.md, SHA256SUMS", report.last, 0)
         release = _release_json(parts, released_at or timezone.now())
         _dump(tmp / RELEASE_JSON, release)
         (tmp / "README.md").write_text(dataset_card(parts, release), encoding="utf-8")
@@ -300,8 +315,8 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     zip_path = final.with_name(final.name + ".zip")
+    report("zip", report.last, 0)
     write_zip(final, zip_path)
-    report("metadata", 1, 1)
     return ReleaseResult(final, zip_path, placeholders(), release, release_files(final))
 
 

@@ -125,3 +125,51 @@ def test_release_of_the_small_study(tmp_path, monkeypatch) -> None:
     ra.pop(TIMESTAMP_FIELD), rb.pop(TIMESTAMP_FIELD)
     assert ra == rb and re.fullmatch(r"[0-9a-f]{40}|unknown", ra["cirval_commit"])
     assert ra["studies"][0]["rubric"] == {"key": study.rubric.key, "version": study.rubric.version}
+
+
+def test_release_button_runs_a_job(client, tmp_path, settings, django_capture_on_commit_callbacks) -> None:
+    """The staff button queues a ReleaseJob (nothing is built in the request); a worker (here
+    eager Celery) builds it; its page, status, files and zip are staff-only."""
+    from annotation.models import ReleaseJob
+    from config import celery_app
+    from tests.integration.test_report_export import make_user
+
+    study, _ = build_twelve()
+    settings.EXPORT_DIR = tmp_path / "exports"
+    staff, researcher = make_user("boss", None, staff=True), make_user("rita", "researcher")
+    client.force_login(staff)
+    page = client.get(f"/studies/{study.pk}/progress/").content.decode()
+    assert f'action="/studies/{study.pk}/release/"' in page
+    before = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            resp = client.post(f"/studies/{study.pk}/release/", {"layout": ["mbeir", "circo"]})
+    finally:
+        celery_app.conf.task_always_eager = before
+    job = ReleaseJob.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/releases/{job.pk}/"
+    job.refresh_from_db()
+    assert job.status == "done", job.error
+    assert job.layouts == ["mbeir", "circo"] and "croissant.json" in job.files
+    status = client.get(f"/releases/{job.pk}/status/").json()
+    assert status["percent"] == 100 and any(p.startswith("rai:personalSensitiveInformation")
+                                             for p in status["report"]["placeholders"])
+    html = client.get(f"/releases/{job.pk}/").content.decode()
+    assert "Fill in before publishing" in html and job.zip_name in html
+    zipped = client.get(f"/releases/{job.pk}/zip")
+    import zipfile
+    body = io.BytesIO(b"".join(zipped.streaming_content))
+    names = zipfile.ZipFile(body).namelist()
+    assert zipped.status_code == 200 and f"{Path(job.path).name}/croissant.json" in names
+    card = client.get(f"/releases/{job.pk}/files/README.md")
+    assert card.status_code == 200 and b"## Dataset summary" in b"".join(card.streaming_content)
+    assert client.get(f"/releases/{job.pk}/files/../../secret").status_code == 404
+    # a session layout for a category study is refused with a message, not a job
+    resp = client.post(f"/studies/{study.pk}/release/", {"layout": ["circled"]})
+    assert resp.status_code == 302 and ReleaseJob.objects.count() == 1
+    client.force_login(researcher)
+    for url in (f"/releases/{job.pk}/", f"/releases/{job.pk}/status/", f"/releases/{job.pk}/zip",
+                f"/releases/{job.pk}/files/README.md"):
+        assert client.get(url).status_code == 403, url
+    assert client.post(f"/studies/{study.pk}/release/").status_code == 403
