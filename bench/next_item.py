@@ -129,7 +129,12 @@ def measure(args, study) -> None:
 
     from annotation.models import Assignment
 
+    from django.contrib.auth.models import Group
+
+    from annotation.roles import ANNOTATOR
+
     users = list(study.annotators.order_by("username"))
+    Group.objects.get_or_create(name=ANNOTATOR)[0].user_set.add(*users)  # next and submit need the role
     clients = []
     for u in users:
         c = Client()
