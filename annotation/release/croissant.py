@@ -166,11 +166,15 @@ def _json_sets(prefix: str, files: list[str], layout: str) -> tuple[list, list]:
         rs = f"{prefix}/circo_queries"
         return sets, [_record_set(rs, "Validated queries (CIRCO layout; id = position in the file).",
                                   [_json_field(rs, fs, f) for f in CIRCO_FIELDS])]
-    sets = [_file_set(fs, files, "application/json", "Validated sessions in the CIRCLED public layout.")]
+    # one FileSet per RecordSet: mlcroissant reads every field of a JSON FileSet into one table,
+    # so sessions and their turns (two lengths) read the same files through two FileSets
+    fs_t = f"{prefix}/{layout}-turn-files"
+    sets = [_file_set(fs, files, "application/json", "Validated sessions in the CIRCLED public layout."),
+            _file_set(fs_t, files, "application/json", "The same files, read turn by turn.")]
     rs_s, rs_t = f"{prefix}/sessions", f"{prefix}/turns"
     return sets, [_record_set(rs_s, "Validated sessions.", [_json_field(rs_s, fs, f) for f in SESSION_FIELDS]),
                   _record_set(rs_t, "Every turn of every validated session, in file order.",
-                              [_json_field(rs_t, fs, f) for f in TURN_FIELDS])]
+                              [_json_field(rs_t, fs_t, f) for f in TURN_FIELDS])]
 
 
 def _study_sets(part) -> tuple[list, list]:

@@ -173,3 +173,66 @@ def test_release_button_runs_a_job(client, tmp_path, settings, django_capture_on
                 f"/releases/{job.pk}/files/README.md"):
         assert client.get(url).status_code == 403, url
     assert client.post(f"/studies/{study.pk}/release/").status_code == 403
+
+
+def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_images, demo_embeddings,
+                                                   monkeypatch) -> None:
+    """The demo's two studies in one release (M-BEIR + CIRCLED): the card's audit and study
+    numbers are the audit report's and the study report's; mlcroissant reads back the
+    sessions, their turns and the verdicts."""
+    import random
+
+    from annotation.assignment import queue as engine
+    from annotation.models import Assignment, Study, StudyItem
+    from audit.labels import LABELS, label_shares
+    from audit.models import AuditRun
+    from audit.report import audit_report_json
+    from tests.integration.test_report_export import judge
+
+    settings.IMAGE_ROOTS = [demo_images.resolve()]
+    settings.EMBEDDING_CACHE_DIR = demo_embeddings
+    call_command("make_demo", "--images-dir", str(demo_images), verbosity=0, stdout=io.StringIO())
+    validity, sessions = Study.objects.get(name="demo-validity"), Study.objects.get(name="demo-sessions")
+    rng = random.Random(5)
+    for item in StudyItem.objects.filter(study=validity).order_by("id"):
+        for user in validity.annotators.order_by("username"):
+            judge(validity, item, user, rng.choice(["V", "V", "V", "TEXT", "BROAD"]))
+    for item in StudyItem.objects.filter(study=sessions).order_by("id").select_related("query")[:6]:
+        for user in list(sessions.annotators.order_by("username"))[:2]:
+            a = Assignment.objects.create(study=sessions, item=item, annotator=user, status="reserved")
+            engine.submit(a, {"scales": {"naturalness": 3, "coherence": 3, "goal_progress": 3, "low_redundancy": 3,
+                                         "overall": rng.choice([2, 4, 5])},
+                              "per_turn_checks": [{"real_difference_toward_target": True,
+                                                   "consistent_with_history": True}] * item.query.n_turns,
+                              "time_spent_ms": 1000})
+    root = tmp_path / "demo-release"
+    call_command("release", "--study", str(validity.pk), "--study", str(sessions.pk), "--out", str(root),
+                 "--layout", "mbeir", "--layout", "circled", stdout=io.StringIO())
+    card = (root / "README.md").read_text()
+    run = AuditRun.objects.get(pk=validity.pool["audit_runs"]["demo"])
+    audit = audit_report_json(run)
+    audited = sum(audit["counts"][label] for label in LABELS)
+    assert audited > 0 and f"* Audit of `demo`: {audited} queries audited at K={run.k}" in card
+    for label, share in label_shares(audit["counts"]).items():
+        assert f"  * {label}: {audit['counts'][label]} ({share * 100:.1f}%)" in card
+    for study in (validity, sessions):
+        report = study_report(study, pseudonymise=True, n_boot=default_bootstrap(study), seed=0)
+        assert f"* Validated: {report['consensus']['status']['validated']} " in card
+    assert "Alternatives added per query: mean" in card
+    release = json.loads((root / RELEASE_JSON).read_text())
+    assert {r["spec"] for r in release["retrievers"]} == set(run.retrievers)
+    assert all(len(r["checkpoint_sha256"]) == 64 for r in release["retrievers"])
+    got = croissant_records(root, monkeypatch)
+    want = expected_mbeir(root, f"study-{validity.pk}")
+    for rs, records in want.items():
+        assert got[rs] == records, rs
+    base = root / f"study-{sessions.pk}" / "circled"
+    records = [r for p in sorted(p for p in base.rglob("*.json") if p.name != "manifest.json")
+               for r in json.loads(p.read_text())]
+    pre = f"study-{sessions.pk}/circled/"
+    assert records and got[pre + "sessions"] == [{k: r[k] for k in ("session_id", "subset", "num_turns")}
+                                                 for r in records]
+    assert got[pre + "turns"] == [{k: t[k] for k in ("turn", "reference_image_id", "relative_caption")}
+                                  for r in records for t in r["turns"]]
+    traces = jsonl(sorted(base.rglob("*.trace.jsonl")))
+    assert [v["qid"] for v in got[pre + "verdicts"]] == [t["qid"] for t in traces]
