@@ -8,12 +8,14 @@ from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management import call_command
 from rest_framework.test import APIClient
 from scipy.stats import chi2_contingency, fisher_exact
 
 from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Study
+from annotation.roles import ANNOTATOR
 from audit.models import AuditLabel, AuditRank
 from audit.runs.panels import candidate_panel, latest_pool_rankings
 from retrieval.models import Target, Turn
@@ -115,6 +117,7 @@ def test_annotators_see_the_panel_but_never_the_rule_or_the_source(demo_study, c
     assert "served by" not in html and "served_by" not in html and "agreement_subset" not in html
     # staff see both, in the API's staff view and on the page
     admin = get_user_model().objects.get(username="admin")
+    admin.groups.add(Group.objects.get_or_create(name=ANNOTATOR)[0])  # next is served to annotators only
     study.annotators.add(admin)
     api.force_authenticate(admin)
     staff = api.post(f"/api/studies/{study.pk}/next/").json()

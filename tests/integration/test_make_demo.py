@@ -87,7 +87,9 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     report = StringIO()
     call_command("audit_report", "--dataset", "demo", "--format", "json", stdout=report)
     got = json.loads(report.getvalue())
-    assert set(got) == {"counts", "detail_counts", "labels", "retrievers"}
+    assert set(got) == {"counts", "detail_counts", "labels", "retrievers", "protocol"}
+    from audit.protocol import run_protocol
+    assert got["protocol"] == json.loads(json.dumps(run_protocol(run)))  # the demo has no published protocol: null
     assert got["counts"] == run.summary["counts"] and got["detail_counts"] == run.summary["detail_counts"]
     assert set(got["labels"]) <= set(truth["queries"]) and len(got["labels"]) == run.summary["n_queries"]
     assert set(got["retrievers"]) == set(run.retrievers)
