@@ -236,3 +236,39 @@ def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_
                                   for r in records for t in r["turns"]]
     traces = jsonl(sorted(base.rglob("*.trace.jsonl")))
     assert [v["qid"] for v in got[pre + "verdicts"]] == [t["qid"] for t in traces]
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_release_runs_on_a_real_worker(client, worker_factory, tmp_path, settings) -> None:
+    """The button's release goes through the broker to a real ``celery worker`` process."""
+    import shutil
+
+    from annotation.models import ReleaseJob
+    from tests.conftest import wait_for
+    from tests.integration.test_report_export import make_user
+
+    study, _ = build_twelve()
+    client.force_login(make_user("boss", None, staff=True))
+    resp = client.post(f"/studies/{study.pk}/release/", {"layout": ["mbeir"]})
+    job = ReleaseJob.objects.get()
+    assert resp.status_code == 302 and job.status == "queued"
+    worker = worker_factory(queues="celery").start("release")
+
+    def finished():
+        job.refresh_from_db()
+        return job.status in ("done", "failed")
+
+    wait_for(finished, timeout=180, what=f"the worker to run the release\n{worker.log()}")
+    try:
+        assert job.status == "done", job.error
+        assert "annotation.run_release" in worker.log()
+        assert client.get(f"/releases/{job.pk}/status/").json()["percent"] == 100
+        root = Path(job.path)
+        assert json.loads((root / f"study-{study.pk}/mbeir/manifest.json").read_text())["counts"]["validated"] == 6
+        assert sums(root).keys() == set(job.files) - {SUMS}
+        assert (root.parent / job.zip_name).is_file()
+    finally:
+        if job.path:
+            shutil.rmtree(job.path, ignore_errors=True)
+            Path(job.path + ".zip").unlink(missing_ok=True)
