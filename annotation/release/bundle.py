@@ -317,7 +317,7 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
     zip_path = final.with_name(final.name + ".zip")
     report("zip", report.last, 0)
     write_zip(final, zip_path)
-    return ReleaseResult(final, zip_path, placeholders(), release, release_files(final))
+    return ReleaseResult(final, zip_path, placeholders(parts), release, release_files(final))
 
 
 def run_release_job(job) -> Any:

@@ -15,9 +15,10 @@ def _pct(share: float | None) -> str:
 
 def _study_numbers(f: dict[str, Any]) -> list[str]:
     out = [f"### Study `{f['name']}` (folder `{f['folder']}/`)", "",
-           f"* Items judged: {f['items']} ({f['judgements']} judgements by {f['annotators']} annotators)",
+           f"* Items in the study: {f['items']} ({f['judgements']} judgements by {f['annotators']} annotators)",
            f"* Validated: {f['validated']} (rejected {f['rejected']}, decided by an adjudicator {f['adjudicated']}, "
-           f"pending {f['pending']}, waiting for adjudication {f['awaiting_adjudication']})",
+           f"below the quorum {f['pending']}, unjudged {f['unjudged']}, waiting for adjudication "
+           f"{f['awaiting_adjudication']}; only validated items are released)",
            f"* Agreement: {agreement_text(f['agreement'])}"]
     alt = f["alternatives_per_query"]
     if alt is not None:

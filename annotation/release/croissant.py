@@ -79,9 +79,14 @@ ENCODING = {".jsonl": "application/jsonlines", ".json": "application/json", ".cs
             ".md": "text/markdown"}
 
 
-def placeholders() -> list[str]:
-    """The fields a publisher must fill in, with what each asks for."""
-    return [f"{key}: {what}" for key, what in UNKNOWN_FIELDS.items()]
+def placeholders(parts: list | None = None) -> list[str]:
+    """The fields a publisher must fill in, with what each asks for: :data:`UNKNOWN_FIELDS`,
+    then ``license`` / ``citeAs`` for each source dataset CIRVal has no record of."""
+    out = [f"{key}: {what}" for key, what in UNKNOWN_FIELDS.items()]
+    rows = source_lines([study_facts(p) for p in parts or []], PLACEHOLDER)
+    out += [f"{key}: {value[len(PLACEHOLDER):].strip()} of {name}" for name, _, lic, cite in rows
+            for key, value in (("license", lic), ("citeAs", cite)) if value.startswith(PLACEHOLDER)]
+    return list(dict.fromkeys(out))
 
 
 def _placeholder(key: str) -> str:
@@ -234,12 +239,14 @@ def _rai(facts: list[dict[str, Any]], release: dict[str, Any]) -> dict[str, Any]
                         f"a rate of {f['gold_rate']:g}, {f['training_items']} training items before counting.")
         analysis.append(f"{f['name']}: {f['judgements']} judgements of {f['items']} items; {f['validated']} "
                         f"validated, {f['rejected']} rejected, {f['adjudicated']} decided by an adjudicator, "
-                        f"{f['pending']} pending. Agreement: {agreement_text(f['agreement'])}.")
+                        f"{f['pending']} below the quorum, {f['unjudged']} unjudged. Agreement: "
+                        f"{agreement_text(f['agreement'])}.")
         for name, a in f["audits"].items():
             machine.append(_audit_text(name, a))
             limits.extend(f"{name}: {w}" for w in a["warnings"])
-        if f["pending"]:
-            limits.append(f"{f['name']}: {f['pending']} items had not reached the quorum and are not released.")
+        if f["pending"] or f["unjudged"]:
+            limits.append(f"{f['name']}: {f['pending'] + f['unjudged']} of {f['items']} items were not decided "
+                          "(below the quorum or unjudged) and are not released.")
         collection.append(f"{f['name']}: queries of {', '.join(f['datasets'])} drawn by CIRVal's seeded sampler "
                           "and judged by people in CIRVal's annotation tool.")
     uses.append("Evaluating composed image retrieval models on queries that human annotators validated and that "

@@ -52,7 +52,8 @@ def study_facts(part) -> dict[str, Any]:
         "annotators": len(report["study"]["annotators"]), "overlap": study.overlap,
         "quorum": report["study"]["quorum"], "gold_rate": study.gold_rate, "training_items": study.training_items,
         "validated": counts["validated"], "rejected": counts["rejected"], "adjudicated": counts["adjudicated"],
-        "pending": counts["pending"], "awaiting_adjudication": counts["awaiting_adjudication"],
+        "pending": counts["pending"], "unjudged": counts.get("unjudged", 0),
+        "awaiting_adjudication": counts["awaiting_adjudication"],
         "report_validated": status.get("validated"),
         "consensus_rule": first["consensus"]["rule"],
         "agreement": agreement_facts(report),
@@ -70,8 +71,12 @@ def source_lines(facts: list[dict[str, Any]], placeholder: str) -> list[tuple[st
     """(dataset, format, licence, citation) of every source dataset of a release; what CIRVal
     does not know is ``placeholder`` + what to write."""
     out = []
+    seen = set()
     for f in facts:
         for name, s in f["sources"].items():
+            if name in seen:
+                continue
+            seen.add(name)
             src = s["source"] or {}
             out.append((name, s["format"], src.get("licence") or f"{placeholder} the source dataset's licence",
                         src.get("citation") or f"{placeholder} the source dataset's citation"))

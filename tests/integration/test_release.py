@@ -108,7 +108,7 @@ def test_release_of_the_small_study(tmp_path, monkeypatch) -> None:
     report = study_report(study, pseudonymise=True, n_boot=default_bootstrap(study), seed=0)
     card = (root / "README.md").read_text()
     assert f"* Validated: {report['consensus']['status']['validated']} " in card
-    assert f"* Items judged: {report['study']['items']} " in card
+    assert f"* Items in the study: {report['study']['items']} " in card
     alpha = report["agreement"]["krippendorff_alpha"]
     assert f"krippendorff alpha {alpha:.3f}" in card
     assert PLACEHOLDER in card and "## Licence and citation" in card and "CC BY-NC 4.0" in card
@@ -206,8 +206,12 @@ def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_
                                                    "consistent_with_history": True}] * item.query.n_turns,
                               "time_spent_ms": 1000})
     root = tmp_path / "demo-release"
+    printed = io.StringIO()
     call_command("release", "--study", str(validity.pk), "--study", str(sessions.pk), "--out", str(root),
-                 "--layout", "mbeir", "--layout", "circled", stdout=io.StringIO())
+                 "--layout", "mbeir", "--layout", "circled", stdout=printed)
+    # the demo's source licence and citation are unknown to CIRVal: the command says so
+    assert "license: the source dataset's licence of demo" in printed.getvalue()
+    assert "citeAs: the source dataset's citation of demo" in printed.getvalue()
     card = (root / "README.md").read_text()
     run = AuditRun.objects.get(pk=validity.pool["audit_runs"]["demo"])
     audit = audit_report_json(run)
@@ -218,7 +222,17 @@ def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_
     for study in (validity, sessions):
         report = study_report(study, pseudonymise=True, n_boot=default_bootstrap(study), seed=0)
         assert f"* Validated: {report['consensus']['status']['validated']} " in card
-    assert "Alternatives added per query: mean" in card
+    from annotation.agreement.reports import annotator_pseudonyms
+    from annotation.alternatives.study import alternatives_report
+
+    alts = alternatives_report(validity, annotator_pseudonyms(validity), n_boot=default_bootstrap(validity), seed=0)
+    mean = alts["accepted_per_query"]["mean"]
+    assert f"Alternatives added per query: mean {mean if mean is None else round(mean, 3)} over " \
+           f"{alts['accepted_per_query']['n_items']} judged queries" in card
+    report = study_report(validity, pseudonymise=True, n_boot=default_bootstrap(validity), seed=0)
+    a = report["agreement"]
+    iv = a["confidence_intervals"]["intervals"]["krippendorff_alpha"]
+    assert f"krippendorff alpha {a['krippendorff_alpha']:.3f} (95% CI {iv['low']:.3f} to {iv['high']:.3f})" in card
     release = json.loads((root / RELEASE_JSON).read_text())
     assert {r["spec"] for r in release["retrievers"]} == set(run.retrievers)
     assert all(len(r["checkpoint_sha256"]) == 64 for r in release["retrievers"])
