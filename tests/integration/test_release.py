@@ -113,6 +113,9 @@ def test_release_of_the_small_study(tmp_path, monkeypatch) -> None:
     assert f"krippendorff alpha {alpha:.3f}" in card
     assert PLACEHOLDER in card and "## Licence and citation" in card and "CC BY-NC 4.0" in card
     meta = json.loads((root / "croissant.json").read_text())
+    objects = {d["contentUrl"]: d["sha256"] for d in meta["distribution"] if d["@type"] == "cr:FileObject"}
+    assert set(objects) == set(sums(root)) - {"croissant.json", RELEASE_JSON}
+    assert all(sums(root)[name] == digest for name, digest in objects.items())
     assert meta["rai:personalSensitiveInformation"].startswith(PLACEHOLDER)
     assert f"{alpha:.3f}" in meta["rai:dataAnnotationAnalysis"]
     # reproducible: a second release of the same study differs only in released_at
