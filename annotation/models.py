@@ -337,5 +337,10 @@ class ReleaseJob(Job):
         return f"release {self.pk} of studies {self.study_ids} ({self.status})"
 
     @property
+    def folder_name(self) -> str:
+        """The release folder's name: pages show it, never the server path."""
+        return self.path.rstrip("/").rsplit("/", 1)[-1] if self.path else ""
+
+    @property
     def zip_name(self) -> str:
-        return (self.path.rstrip("/").rsplit("/", 1)[-1] + ".zip") if self.path else ""
+        return self.folder_name + ".zip" if self.path else ""

@@ -47,7 +47,7 @@ def release_job_page(request, pk: int):
 @staff_required
 def release_job_status(request, pk: int):
     job = get_object_or_404(ReleaseJob, pk=pk)
-    report = {"path": job.path, "placeholders": job.placeholders} if job.status == ReleaseJob.Status.DONE else {}
+    report = {"folder": job.folder_name, "placeholders": job.placeholders} if job.status == ReleaseJob.Status.DONE else {}
     files = [reverse("annotation:release_file", args=[job.pk, name]) for name in job.files]
     if job.status == ReleaseJob.Status.DONE:
         files.insert(0, reverse("annotation:release_zip", args=[job.pk]))

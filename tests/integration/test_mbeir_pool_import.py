@@ -136,7 +136,7 @@ def test_a_bad_pool_line_after_written_batches_leaves_nothing(tmp_path, monkeypa
     lines = paths[1].read_text().splitlines()
     lines[22] = pool_line("8:3", "img/x.jpg")  # a duplicate did, in the fifth batch
     paths[1].write_text("\n".join(lines) + "\n")
-    with pytest.raises(ValueError, match=r"record 22, field 'did': duplicate did '8:3' \(first at record 3\)"):
+    with pytest.raises(ValueError, match=r"line 23, field 'did': duplicate did '8:3' \(first at line 4\)"):
         import_files("mbeir", "broken", paths)
     assert not Dataset.objects.filter(name="broken").exists()
     assert not Image.objects.exists() and not GalleryEntry.objects.exists()

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from annotation.assignment import queue as engine
-from annotation.models import ExportJob
+from annotation.models import ExportJob, ReleaseJob
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.planning import create_run
 from retrieval.models import Image, ImportJob, Query
@@ -58,8 +58,13 @@ def world(tmp_path):
     job = ImportJob.objects.create(dataset_name="x", format="circo")
     (tmp_path / "manifest.json").write_text("{}")
     export = ExportJob.objects.create(study=study, status="done", path=str(tmp_path), files=["manifest.json"])
+    (tmp_path / "rel").mkdir()
+    (tmp_path / "rel" / "README.md").write_text("card")
+    (tmp_path / "rel.zip").write_bytes(b"PK")
+    release = ReleaseJob.objects.create(study=study, study_ids=[study.pk], status="done", path=str(tmp_path / "rel"),
+                                        files=["README.md"])
     return {
-        "users": users, "study": study, "asg": asg, "run": run, "job": job, "export": export,
+        "users": users, "study": study, "asg": asg, "run": run, "job": job, "export": export, "release": release,
         "query": Query.objects.filter(dataset__name="circo").first(),
         # an image of the item served to the member (annotators fetch only what they were shown)
         "image": asg.item.query.turns.first().reference_image,
@@ -111,6 +116,11 @@ def table(w):
         "annotation:export_job": ("GET", {"pk": w["export"].pk}, page_staff),
         "annotation:export_job_status": ("GET", {"pk": w["export"].pk}, page_staff),
         "annotation:export_file": ("GET", {"pk": w["export"].pk, "name": "manifest.json"}, page_staff),
+        "annotation:release_start": ("POST", {"study_id": s}, {**page_staff, "staff": 302}),
+        "annotation:release_job": ("GET", {"pk": w["release"].pk}, page_staff),
+        "annotation:release_job_status": ("GET", {"pk": w["release"].pk}, page_staff),
+        "annotation:release_file": ("GET", {"pk": w["release"].pk, "name": "README.md"}, page_staff),
+        "annotation:release_zip": ("GET", {"pk": w["release"].pk}, page_staff),
         "annotation:api_studies": ("GET", {}, everyone),
         "annotation:api_study": ("GET", {"pk": s}, {"member": ok, "outsider": 404, "researcher": 404, "staff": ok}),
         "annotation:api_next": ("POST", {"pk": s}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 403}),
