@@ -11,9 +11,14 @@ the gallery size: the gallery is never sorted and the score matrix is never held
   other items is placed after all of them. The count is accumulated over the gallery
   blocks in one pass. The rank of a query is that of its best positive (the minimum
   over its positives); :attr:`RankResult.per_positive_ranks` holds every positive's.
-* **Scores of the positives** are computed once per query block, before the pass over
-  the gallery, by the same matrix product (same shapes) as the gallery chunks, so
-  exact ties (for example duplicate images) are seen as ties and are pessimistic.
+* **Scores of the positives** (and of the group members and references) are taken, once
+  per query block and before the counting pass, from the very matrix products the pass
+  uses: the gallery chunks that hold them (at most :data:`KEEP_CHUNKS` of them) are scored
+  first, kept, and folded into the counts when the pass reaches them, so nothing is scored
+  twice and a positive's score is the pass's own, bit for bit (exact ties, for example
+  duplicate images, stay ties and are pessimistic). When they lie in more chunks than
+  that (a large gallery), their rows are stacked into blocks of a chunk's width and
+  scored by the same product instead, a small cost next to the pass there.
 * **Exclusion.** An optional gallery index per query (typically the reference image) is
   removed from that query's gallery for ranking: it never counts in ranks, and if it is
   also listed as a positive it is ignored as a positive (rank ``None``). It is *not*
@@ -149,12 +154,46 @@ def _scores_of(qb: torch.Tensor, gallery: torch.Tensor, idx: torch.Tensor, width
     return torch.where(idx >= 0, out, torch.full_like(out, NEG_INF))
 
 
+#: Most gallery chunks whose scores a query block keeps from before the counting pass
+#: until the pass reaches them (see the module notes): peak memory grows by this many
+#: ``query_chunk_size x chunk_size`` score blocks.
+KEEP_CHUNKS = 4
+
+
+def _chunk_product(qb: torch.Tensor, gallery: torch.Tensor, start: int, chunk_size: int) -> torch.Tensor:
+    """Scores of the query block against gallery items ``start..start+chunk_size``: the one
+    product every score of the ranking comes from."""
+    part = gallery[start : start + chunk_size].to(device=qb.device, dtype=qb.dtype)
+    return qb @ part.T
+
+
+def _kept_products(qb: torch.Tensor, gallery: torch.Tensor, needed: Sequence[torch.Tensor],
+                   chunk_size: int) -> dict[int, torch.Tensor] | None:
+    """Start -> product of the gallery chunks that hold the ``needed`` indices (``-1``:
+    none), or ``None`` when they lie in more than :data:`KEEP_CHUNKS` chunks."""
+    flat = torch.cat([t.reshape(-1) for t in needed]).cpu()
+    starts = torch.unique(flat[flat >= 0] // chunk_size).tolist()
+    if len(starts) > KEEP_CHUNKS:
+        return None
+    return {int(c) * chunk_size: _chunk_product(qb, gallery, int(c) * chunk_size, chunk_size) for c in starts}
+
+
+def _gathered(kept: dict[int, torch.Tensor], idx: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``score[i, j]`` of gallery item ``idx[i, j]`` read from the kept products (``-1``: -inf)."""
+    out = torch.full(idx.shape, NEG_INF, dtype=like.dtype, device=like.device)
+    for start, scores in kept.items():
+        gc = scores.shape[1]
+        inside = (idx >= start) & (idx < start + gc)
+        out = torch.where(inside, scores.gather(1, (idx - start).clamp(0, gc - 1)), out)
+    return out
+
+
 class _Block:
     """One block of queries: positives, thresholds, counts and the running top-K."""
 
-    def __init__(self, qb, gallery, positives, extra, excl, top_k, width):
+    def __init__(self, qb, gallery, positives, extra, excl, top_k, chunk_size, groups=None, refs=None):
         device = qb.device
-        self.qb, self.top_k, self.width = qb, top_k, width
+        self.qb, self.top_k, self.chunk_size = qb, top_k, chunk_size
         self.n_pos = [len(p) for p in positives]
         rows = [[*p, *e] for p, e in zip(positives, extra)]
         self.pos = _padded(rows).to(device)
@@ -162,12 +201,29 @@ class _Block:
         self.valid = (self.pos >= 0) & (self.pos != self.excl[:, None])
         cols = torch.arange(self.pos.shape[1], device=device)[None, :]
         self.is_pos = self.valid & (cols < torch.as_tensor(self.n_pos, device=device)[:, None])
-        scores = _scores_of(qb, gallery, self.pos, width)
+        self.members = _padded(groups).to(device) if groups is not None else None
+        self.ref = None if refs is None else torch.as_tensor(refs, dtype=torch.long).to(device)[:, None]
+        needed = [t for t in (self.pos, self.members, self.ref) if t is not None]
+        self.kept = _kept_products(qb, gallery, needed, chunk_size)
+        width = min(chunk_size, gallery.shape[0]) or 1
+
+        def score(idx: torch.Tensor | None) -> torch.Tensor | None:
+            if idx is None:
+                return None
+            return _gathered(self.kept, idx, qb) if self.kept is not None else _scores_of(qb, gallery, idx, width)
+
+        scores = score(self.pos)
+        self.member_scores, self.ref_scores = score(self.members), score(self.ref)
         # invalid slots get +inf: nothing scores >= +inf, so their count stays 0
         self.thr = torch.where(self.valid, scores, torch.full_like(scores, float("inf")))
         self.counts = torch.zeros(self.pos.shape, dtype=torch.long, device=device)
         self.run_val = torch.empty((qb.shape[0], 0), dtype=qb.dtype, device=device)
         self.run_idx = torch.empty((qb.shape[0], 0), dtype=torch.long, device=device)
+
+    def chunk_scores(self, gallery: torch.Tensor, start: int) -> torch.Tensor:
+        """The product of gallery chunk ``start``: the kept one if any (handed over once)."""
+        kept = self.kept.pop(start, None) if self.kept else None
+        return kept if kept is not None else _chunk_product(self.qb, gallery, start, self.chunk_size)
 
     def add_chunk(self, scores: torch.Tensor, start: int) -> None:
         """Fold the scores of gallery items ``start..start+gc`` into the counts and top-K."""
@@ -189,10 +245,9 @@ class _Block:
         own = scores.gather(1, (self.pos - start).clamp(0, gc - 1))
         self.counts -= (inside & (own >= self.thr)).long()
 
-    def group_ranks(self, gallery: torch.Tensor, groups: Sequence[Sequence[int]]) -> list[int | None]:
+    def group_ranks(self) -> list[int | None]:
         """Rank of the best positive within each query's group (see the module notes)."""
-        members = _padded(groups).to(self.qb.device)
-        scores = _scores_of(self.qb, gallery, members, self.width)
+        members, scores = self.members, self.member_scores
         masked = torch.where(self.is_pos, self.counts, torch.full_like(self.counts, 2**62))
         best_slot = masked.argmin(dim=1)
         best_idx = self.pos.gather(1, best_slot[:, None])
@@ -202,10 +257,9 @@ class _Block:
         has = self.is_pos.any(dim=1).cpu().tolist()
         return [int(a) + 1 if h else None for a, h in zip(above, has)]
 
-    def reference_ahead(self, gallery: torch.Tensor, refs: Sequence[int]) -> list[list[bool]]:
+    def reference_ahead(self) -> list[list[bool]]:
         """Per positive: whether the query's reference item (``-1``: none) scores >= it."""
-        ref = torch.as_tensor(refs, dtype=torch.long).to(self.qb.device)[:, None]
-        score = _scores_of(self.qb, gallery, ref, self.width)
+        ref, score = self.ref, self.ref_scores
         ahead = self.is_pos & (ref >= 0) & (self.pos != ref) & (score >= self.thr)
         rows = ahead.cpu().tolist()
         return [row[:n] for row, n in zip(rows, self.n_pos)]
@@ -240,13 +294,12 @@ def _validate_extras(queries, gallery, positives, exclude, top_k, groups, extra,
     return n_q, n_g
 
 
-def _block_extras(block: _Block, gallery: torch.Tensor, groups, references, rows: slice,
-                  group_rank: list | None, ahead: list | None) -> None:
+def _block_extras(block: _Block, group_rank: list | None, ahead: list | None) -> None:
     """Append the block's group ranks and reference-ahead flags (when asked for)."""
     if group_rank is not None:
-        group_rank.extend(block.group_ranks(gallery, groups[rows]))
+        group_rank.extend(block.group_ranks())
     if ahead is not None:
-        ahead.extend(block.reference_ahead(gallery, [-1 if r is None else int(r) for r in references[rows]]))
+        ahead.extend(block.reference_ahead())
 
 
 def rank_queries(
@@ -289,16 +342,16 @@ def rank_queries(
     for qs in range(0, n_q, query_chunk_size):
         qe = min(qs + query_chunk_size, n_q)
         excl = [-1 if exclude is None or exclude[q] is None else int(exclude[q]) for q in range(qs, qe)]
-        block = _Block(queries[qs:qe].to(dtype), gallery, positives[qs:qe], extra[qs:qe], excl, int(top_k),
-                       min(chunk_size, n_g) or 1)
+        refs = None if references is None else [-1 if r is None else int(r) for r in references[qs:qe]]
+        block = _Block(queries[qs:qe].to(device=device, dtype=dtype), gallery, positives[qs:qe], extra[qs:qe], excl,
+                       int(top_k), chunk_size, None if groups is None else groups[qs:qe], refs)
         for s in range(0, n_g, chunk_size):
-            part = gallery[s : s + chunk_size].to(device=device, dtype=dtype)
-            block.add_chunk(block.qb @ part.T, s)
+            block.add_chunk(block.chunk_scores(gallery, s), s)
         b, p, e = block.ranks([len(x) + len(y) for x, y in zip(positives[qs:qe], extra[qs:qe])])
         best.extend(b)
         per.extend(p)
         extra_ranks.extend(e)
-        _block_extras(block, gallery, groups, references, slice(qs, qe), group_rank, ahead)
+        _block_extras(block, group_rank, ahead)
         val, idx = block.top()
         vals.append(val)
         idxs.append(idx)

@@ -208,3 +208,35 @@ def test_extra_targets_are_ranked_but_never_positives():
     assert res.extra_ranks == [[1, 5]]
     # within the group, the positive (score 1) is below items 0 and 2
     assert res.group_rank == [3]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kept_chunk_scores_equal_the_stacked_ones(device, monkeypatch):
+    """The positives', group members' and references' scores read from the pass's own
+    chunk products (few chunks hold them) give the same ranks, group ranks and
+    reference-ahead flags as the rows stacked into chunk-wide blocks (many chunks), and as
+    the naive ranking, with duplicate gallery rows (exact ties) among the positives."""
+    import retrieval.ranking as ranking
+
+    gen = torch.Generator().manual_seed(30)
+    queries = torch.nn.functional.normalize(torch.randn(23, 8, generator=gen), dim=1)
+    gallery = torch.nn.functional.normalize(torch.randn(90, 8, generator=gen), dim=1)
+    gallery[50:60] = gallery[0:10]  # duplicates of the first positives: ties
+    positives = [[q % 10, (q * 7) % 90] for q in range(23)]
+    exclude = [(q * 5 + 3) % 90 for q in range(23)]
+    groups = [[q % 10, q % 10 + 50, (q + 1) % 90, (q * 3) % 90] for q in range(23)]
+    refs = [(q * 11) % 90 for q in range(23)]
+    args = (queries.to(device), gallery.to(device), positives, exclude)
+    kw = dict(top_k=5, chunk_size=30, query_chunk_size=8, return_per_positive=True, groups=groups, references=refs)
+    kept = rank_queries(*args, **kw)
+    monkeypatch.setattr(ranking, "KEEP_CHUNKS", 0)
+    stacked = rank_queries(*args, **kw)
+    ref = naive_rank(queries, gallery, positives, exclude, top_k=5, return_per_positive=True)
+    assert kept.per_positive_ranks == stacked.per_positive_ranks == ref.per_positive_ranks
+    assert kept.best_rank == stacked.best_rank == ref.best_rank
+    assert kept.group_rank == stacked.group_rank
+    assert kept.reference_ahead == stacked.reference_ahead
+    assert torch.equal(kept.topk_scores, stacked.topk_scores)
+    # the duplicate of positive q % 10 ties with it and is counted ahead of it
+    assert all(r[0] is None or r[0] >= 2 for r in kept.per_positive_ranks)
+    assert any(g is not None and g >= 2 for g in kept.group_rank)
