@@ -344,3 +344,27 @@ class ReleaseJob(Job):
     @property
     def zip_name(self) -> str:
         return self.folder_name + ".zip" if self.path else ""
+
+
+class RoomImportJob(Job):
+    """A staff project room import of rank files (``import_ranks``) or of a CIRCUS study
+    (``import_circus``), run by a worker (:func:`annotation.room.imports.run_room_import_job`):
+    the request only stores the uploads and queues it; the uploads are deleted when it ends."""
+
+    RANKS = "import_ranks"
+    CIRCUS = "import_circus"
+
+    command = models.CharField(max_length=20, choices=[(RANKS, RANKS), (CIRCUS, CIRCUS)])
+    options = models.JSONField(default=dict, blank=True, help_text="The form's fields, as the command's options.")
+    paths = models.JSONField(default=list, blank=True, help_text="The stored uploads (deleted when the job ends).")
+    names = models.JSONField(default=list, blank=True, help_text="The files' names as uploaded.")
+    lines = models.JSONField(default=list, blank=True, help_text="What the command prints.")
+    warnings = models.JSONField(default=list, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.command} {self.pk} ({self.status})"

@@ -6,11 +6,13 @@ from celery import shared_task
 from config.celery import at_worker_start, every_sweep
 from retrieval.jobs import leases
 from retrieval.jobs.queue import send_task
+from retrieval.services import discard_uploads
 
 from annotation.export.validated import run_export_job
 from annotation.judging.candidates import FILL_TASK
-from annotation.models import ExportJob, ReleaseJob
+from annotation.models import ExportJob, ReleaseJob, RoomImportJob
 from annotation.release.bundle import run_release_job
+from annotation.room.imports import RUN_ROOM_IMPORT, run_room_import_job
 
 RUN_EXPORT = "annotation.run_export"
 RUN_RELEASE = "annotation.run_release"
@@ -37,6 +39,16 @@ def run_release(job_id: int) -> str:
     return run_release_job(job).status
 
 
+@shared_task(name=RUN_ROOM_IMPORT, acks_late=True)
+def run_room_import(job_id: int) -> str:
+    """Run a queued project room import (rank files or a CIRCUS study); a finished job is not
+    run again, a redelivered one runs again on the uploads still there."""
+    job = RoomImportJob.objects.filter(pk=job_id).first()
+    if job is None:
+        return "missing"
+    return run_room_import_job(job).status
+
+
 @shared_task(name=FILL_TASK)
 def fill_candidates(study_id: int) -> int:
     """Fix the candidate panel of every item of a study that has none, in queue order: sent
@@ -55,10 +67,19 @@ def send_release(job_id: int) -> bool:
     return send_task(RUN_RELEASE, job_id)
 
 
+def send_room_import(job_id: int) -> bool:
+    return send_task(RUN_ROOM_IMPORT, job_id)
+
+
+def _give_up(model, job) -> None:
+    leases.fail(model, job.pk, f"given up after {job.attempts} attempts (its worker was lost each time)")
+    if model is RoomImportJob:
+        discard_uploads(list(job.paths))
+
+
 def _resend(model, send) -> dict[str, int]:
     jobs = model.objects.all()
-    out = leases.resend_stale(jobs, send, give_up=lambda job: leases.fail(
-        model, job.pk, f"given up after {job.attempts} attempts (its worker was lost each time)"))
+    out = leases.resend_stale(jobs, send, give_up=lambda job: _give_up(model, job))
     out["resent_lost"] = leases.resend_lost(jobs, send)
     return {k: v for k, v in out.items() if v}
 
@@ -69,6 +90,7 @@ def resume_stale_exports() -> dict[str, int]:
     (its worker died), or queued and never sent (broker down) or sent long ago (message lost)."""
     out = _resend(ExportJob, send_export)
     out.update({f"release_{k}": v for k, v in _resend(ReleaseJob, send_release).items()})
+    out.update({f"room_import_{k}": v for k, v in _resend(RoomImportJob, send_room_import).items()})
     return out
 
 

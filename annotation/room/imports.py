@@ -1,15 +1,15 @@
 """Staff imports from the browser that the CLI also offers: audit rank files
-(``import_ranks``) and a CIRCUS study (``import_circus``). The files are stored under
-UPLOAD_DIR and the service each command calls runs on them, in the request
-(:func:`audit.imports.import_rank_files`, :func:`annotation.studies.circus.import_circus_study`);
-the page shows the lines the command prints. The uploads are deleted once it ends, whatever
-the outcome. Every JSON file is checked with flat memory before it is parsed
+(``import_ranks``) and a CIRCUS study (``import_circus``). The request only stores the files
+under UPLOAD_DIR and queues a :class:`annotation.models.RoomImportJob`; a worker runs the service
+each command calls on them (:func:`audit.imports.import_rank_files`,
+:func:`annotation.studies.circus.import_circus_study`) and the job's page shows the lines the
+command prints, or its refusal. The uploads are deleted once it ends, whatever the outcome.
+Every JSON file is checked with flat memory before it is parsed
 (:func:`retrieval.importers.jsonstream.check_bounds`) and rank files are streamed."""
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from django import forms
@@ -19,10 +19,16 @@ from django.utils.text import get_valid_filename
 from audit.imports import ImportRanksError, import_rank_files, import_summary
 from audit.rankfiles import RankFileError
 from retrieval.forms import MultipleFileField
+from retrieval.jobs.leases import run_job
+from retrieval.jobs.queue import enqueue
 from retrieval.models import Dataset
 from retrieval.services import discard_uploads
 
+from annotation.models import RoomImportJob
 from annotation.studies.circus import CircusImportError, import_circus_study, summary_line
+
+#: The Celery task that runs a queued room import (:mod:`annotation.tasks`).
+RUN_ROOM_IMPORT = "annotation.run_room_import"
 
 
 class RanksForm(forms.Form):
@@ -42,16 +48,6 @@ class CircusForm(forms.Form):
     verify_checksum = forms.BooleanField(required=False, initial=True)
 
 
-@dataclass
-class ImportResult:
-    command: str
-    files: list[str]
-    status: str = "done"
-    lines: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    error: str = ""
-
-
 def store(files) -> tuple[list[str], list[str]]:
     """Write the uploads to a fresh folder: (server paths, the names as uploaded)."""
     folder = Path(settings.UPLOAD_DIR) / uuid.uuid4().hex
@@ -67,46 +63,59 @@ def store(files) -> tuple[list[str], list[str]]:
     return paths, names
 
 
-def run_service(name: str, names: list[str], service: Callable[[], tuple[list[str], list[str]]],
-                errors: tuple[type[Exception], ...]) -> ImportResult:
-    """Run an import service; its (lines, warnings), or its refusal, without server paths."""
-    result = ImportResult(name, names)
-    try:
-        result.lines, result.warnings = service()
-    except errors as exc:
-        result.status, result.error = "failed", str(exc)
-    uploads = str(Path(settings.UPLOAD_DIR))
-    clean = lambda s: s.replace(uploads + "/", "")  # noqa: E731 - never show server paths
-    result.lines = [clean(x) for x in result.lines if x.strip()]
-    result.warnings = [clean(x) for x in result.warnings if x.strip()]
-    result.error = clean(result.error)
-    return result
+def queue_import(command: str, form: forms.Form, user) -> tuple[RoomImportJob, bool]:
+    """Store the uploads and queue a :class:`RoomImportJob` (nothing is parsed here): the job
+    and whether its message reached the broker."""
+    d = dict(form.cleaned_data)
+    paths, names = store(d.pop("files"))
+    if isinstance(d.get("dataset"), Dataset):
+        d["dataset"] = d["dataset"].name
+    job = RoomImportJob.objects.create(command=command, options=d, paths=paths, names=names, total=1,
+                                       stage="queued", created_by=user if user.is_authenticated else None)
+    return job, enqueue(RoomImportJob, job.pk, RUN_ROOM_IMPORT)
 
 
-def import_ranks(form: RanksForm) -> ImportResult:
-    d = form.cleaned_data
-    paths, names = store(d["files"])
-
-    def service():
-        return import_summary(*import_rank_files(d["dataset"].name, paths, split=d["split"] or None, k=d["k"],
-                                                 min_mm_retrievers=d["min_mm_retrievers"], force=d["force"]))
-
-    try:
-        return run_service("import_ranks", names, service, (ImportRanksError, RankFileError))
-    finally:
-        discard_uploads(paths)  # whatever the outcome, as SECURITY.md says
+def _ranks(paths: list[str], o: dict) -> tuple[list[str], list[str]]:
+    return import_summary(*import_rank_files(o["dataset"], paths, split=o.get("split") or None, k=o.get("k"),
+                                             min_mm_retrievers=o.get("min_mm_retrievers") or 1,
+                                             force=bool(o.get("force"))))
 
 
-def import_circus(form: CircusForm) -> ImportResult:
-    d = form.cleaned_data
-    paths, names = store(d["files"])
+def _circus(paths: list[str], o: dict) -> tuple[list[str], list[str]]:
+    summary = import_circus_study(paths, o["study_name"], o.get("dataset_prefix") or "",
+                                  verify_checksum=bool(o.get("verify_checksum")))
+    return [summary_line(summary)], []
 
-    def service():
-        summary = import_circus_study(paths, d["study_name"], d["dataset_prefix"] or "",
-                                      verify_checksum=d["verify_checksum"])
-        return [summary_line(summary)], []
 
-    try:
-        return run_service("import_circus", names, service, (CircusImportError,))
-    finally:
-        discard_uploads(paths)  # whatever the outcome, as SECURITY.md says
+#: Each command's service and the errors that are its refusals (said in the CLI's words).
+SERVICES: dict[str, tuple[Callable[[list[str], dict], tuple[list[str], list[str]]], tuple[type[Exception], ...]]] = {
+    RoomImportJob.RANKS: (_ranks, (ImportRanksError, RankFileError)),
+    RoomImportJob.CIRCUS: (_circus, (CircusImportError,)),
+}
+
+
+def _clean(text: str) -> str:
+    """Never show server paths: an upload is named by its folder and file name."""
+    return text.replace(str(Path(settings.UPLOAD_DIR)) + "/", "")
+
+
+def run_room_import_job(job: RoomImportJob) -> RoomImportJob:
+    """Run one queued room import under :func:`retrieval.jobs.leases.run_job` (on a worker,
+    never in the request): done with the lines and warnings the command prints, or failed
+    with its refusal in the same words. The uploads are deleted whatever the outcome."""
+    service, refusals = SERVICES[job.command]
+
+    def work(report) -> dict:
+        report("importing", 0, 1)
+        try:
+            lines, warnings = service(list(job.paths), dict(job.options))
+        except refusals as exc:
+            raise ValueError(_clean(str(exc))) from None
+        finally:
+            discard_uploads(list(job.paths))  # whatever the outcome, as SECURITY.md says
+        report("importing", 1, 1)
+        return {"lines": [_clean(x) for x in lines if x.strip()], "warnings": [_clean(x) for x in warnings if x.strip()]}
+
+    run_job(RoomImportJob, job.pk, work)
+    job.refresh_from_db()
+    return job

@@ -1,4 +1,4 @@
-"""Every job (imports, audits, exports) in one list, read from the three job models.
+"""Every job (imports, room imports, audits, exports) in one list, read from the job models.
 
 One row shape for all of them, so the page can move to a unified job model unchanged."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from django.urls import reverse
 from audit.models import AuditRun
 from retrieval.models import ImportJob
 
-from annotation.models import ExportJob
+from annotation.models import ExportJob, RoomImportJob
 
 LIMIT = 50
 
@@ -57,9 +57,16 @@ def _exports():
                      reverse("annotation:export_job", args=[e.pk]))
 
 
+def _room_imports():
+    for j in RoomImportJob.objects.order_by("-created_at")[:LIMIT]:
+        yield JobRow("import", j.pk, f"{j.command} ({', '.join(j.names)})"[:200], j.status, j.stage, j.percent,
+                     j.done, j.total, _first_line(j.error), j.created_at.isoformat(),
+                     reverse("room:import_job", args=[j.pk]))
+
+
 def all_jobs() -> list[JobRow]:
     """The newest jobs of every kind, newest first."""
-    rows = [*_imports(), *_audits(), *_exports()]
+    rows = [*_imports(), *_room_imports(), *_audits(), *_exports()]
     return sorted(rows, key=lambda r: r.created_at, reverse=True)[:LIMIT]
 
 

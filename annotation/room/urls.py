@@ -17,6 +17,8 @@ urlpatterns = [
     path("room/studies/<int:study_id>/gold/", views.study_gold, name="study_gold"),
     path("room/jobs/", views.jobs, name="jobs"),
     path("room/imports/", views.imports, name="imports"),
+    path("room/imports/<int:pk>/", views.import_job, name="import_job"),
+    path("room/imports/<int:pk>/status/", views.import_job_status, name="import_job_status"),
     path("room/jobs.json", views.jobs_json, name="jobs_json"),
     path("room/audits/<int:run_id>/retry/", views.audit_retry, name="audit_retry"),
 ]

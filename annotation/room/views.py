@@ -231,16 +231,36 @@ def audit_retry(request, run_id: int):
 
 @staff_required
 def imports(request):
-    from annotation.room.imports import CircusForm, RanksForm, import_circus, import_ranks
+    """The forms; a valid post stores the uploads and queues a RoomImportJob (a worker parses
+    them, never this request) and goes to the job's page."""
+    from annotation.models import RoomImportJob
+    from annotation.room.imports import CircusForm, RanksForm, queue_import
+    from retrieval.jobs.queue import QUEUE_DOWN
 
     which = request.POST.get("which") if request.method == "POST" else None
     ranks = RanksForm(request.POST if which == "ranks" else None, request.FILES if which == "ranks" else None,
                       prefix="ranks")
     circus = CircusForm(request.POST if which == "circus" else None, request.FILES if which == "circus" else None,
                         prefix="circus", initial={"dataset_prefix": "circus", "verify_checksum": True})
-    result = None
-    if which == "ranks" and ranks.is_valid():
-        result = import_ranks(ranks)
-    elif which == "circus" and circus.is_valid():
-        result = import_circus(circus)
-    return render(request, "room/imports.html", {"ranks": ranks, "circus": circus, "result": result})
+    form = {"ranks": (RoomImportJob.RANKS, ranks), "circus": (RoomImportJob.CIRCUS, circus)}.get(which)
+    if form and form[1].is_valid():
+        job, sent = queue_import(form[0], form[1], request.user)
+        if not sent:
+            messages.warning(request, QUEUE_DOWN)
+        return redirect("room:import_job", pk=job.pk)
+    return render(request, "room/imports.html", {"ranks": ranks, "circus": circus})
+
+
+@staff_required
+def import_job(request, pk: int):
+    from annotation.models import RoomImportJob
+
+    return render(request, "room/import_job.html", {"job": get_object_or_404(RoomImportJob, pk=pk)})
+
+
+@staff_required
+def import_job_status(request, pk: int):
+    from annotation.models import RoomImportJob
+
+    job = get_object_or_404(RoomImportJob, pk=pk)
+    return JsonResponse(job.progress_json({"lines": job.lines, "warnings": job.warnings}))

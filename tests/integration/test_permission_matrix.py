@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from annotation.assignment import queue as engine
-from annotation.models import ExportJob, ReleaseJob
+from annotation.models import ExportJob, ReleaseJob, RoomImportJob
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.planning import create_run
 from retrieval.models import Image, ImportJob, Query
@@ -65,6 +65,7 @@ def world(tmp_path):
                                         files=["README.md"])
     return {
         "users": users, "study": study, "asg": asg, "run": run, "job": job, "export": export, "release": release,
+        "room_import": RoomImportJob.objects.create(command=RoomImportJob.RANKS, names=["r.json"], status="done"),
         "query": Query.objects.filter(dataset__name="circo").first(),
         # an image of the item served to the member (annotators fetch only what they were shown)
         "image": asg.item.query.turns.first().reference_image,
@@ -142,6 +143,8 @@ def table(w):
         "room:jobs": ("GET", {}, page_staff),
         "room:jobs_json": ("GET", {}, page_staff),
         "room:imports": ("GET", {}, page_staff),
+        "room:import_job": ("GET", {"pk": w["room_import"].pk}, page_staff),
+        "room:import_job_status": ("GET", {"pk": w["room_import"].pk}, page_staff),
         "room:audit_retry": ("POST", {"run_id": w["run"].pk}, {**page_staff, "staff": 302}),
     }
 

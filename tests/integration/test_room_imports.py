@@ -1,4 +1,6 @@
-"""Rank files and a CIRCUS study imported from the project room's page."""
+"""Rank files and a CIRCUS study imported from the project room's page: the request stores the
+uploads and queues a RoomImportJob; a worker runs it (here eagerly, in-process, and once on a
+real worker) and the job's page shows the command's lines or its refusal."""
 from __future__ import annotations
 
 import html
@@ -13,10 +15,18 @@ from tests.conftest import FIXTURES
 from tests.integration.test_audit_import import ALPHA, BETA, other, tiny  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.django_db
+class FollowingClient(Client):
+    """Posts follow the redirect to the job's page (the eager worker has run the job)."""
+
+    def post(self, *args, **kwargs):
+        kwargs.setdefault("follow", True)
+        return super().post(*args, **kwargs)
+
+
 @pytest.fixture
-def staff_client(settings, tmp_path):
+def staff_client(settings, tmp_path, eager_celery):
     settings.UPLOAD_DIR = tmp_path / "uploads"
-    c = Client()
+    c = FollowingClient()
     c.force_login(get_user_model().objects.create_user("boss", password="pw", is_staff=True))
     return c
 def test_rank_files_from_the_browser(staff_client, tiny, settings):  # noqa: F811
@@ -29,16 +39,24 @@ def test_rank_files_from_the_browser(staff_client, tiny, settings):  # noqa: F81
     assert 'class="status done"' in page and f"Audit {run.pk}:" in page
     assert f"<code>{ALPHA.name}</code>" in page and str(settings.UPLOAD_DIR) not in page
     assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]  # deleted once the import ended
-def test_circus_study_from_the_browser(staff_client):
-    files = sorted((FIXTURES / "circus" / "agreement_users").glob("annotator_*.json"))
-    handles = [open(p, "rb") for p in files]
+CIRCUS_FILES = sorted((FIXTURES / "circus" / "agreement_users").glob("annotator_*.json"))
+
+
+def post_circus(client: Client, study_name: str):
+    """Post the CIRCUS fixture's annotator files to the room's form."""
+    handles = [open(p, "rb") for p in CIRCUS_FILES]
     try:
-        resp = staff_client.post("/room/imports/", {"which": "circus", "circus-study_name": "circus-web",
-                                                    "circus-files": handles, "circus-dataset_prefix": "circus",
-                                                    "circus-verify_checksum": "on"})
+        return client.post("/room/imports/", {"which": "circus", "circus-study_name": study_name,
+                                              "circus-files": handles, "circus-dataset_prefix": "circus",
+                                              "circus-verify_checksum": "on"})
     finally:
         for h in handles:
             h.close()
+
+
+def test_circus_study_from_the_browser(staff_client):
+    files = CIRCUS_FILES
+    resp = post_circus(staff_client, "circus-web")
     page = resp.content.decode()
     study = Study.objects.get(name="circus-web")
     assert 'class="status done"' in page and f"Study {study.pk}" in page
@@ -103,7 +121,8 @@ def test_rank_files_of_another_dataset_are_refused_on_the_page_unless_forced(sta
 
     page = post(force=False)
     assert 'class="status failed"' in page and "do not match dataset &#x27;other&#x27;" in page
-    assert "Nothing was imported" in page and "--force" in page and "Force (--force)" in page
+    assert "Nothing was imported" in page and "--force" in page
+    assert "Force (--force)" in staff_client.get("/room/imports/").content.decode()  # the form offers it
     assert not AuditRun.objects.exists()
     page = post(force=True)
     run = AuditRun.objects.get()
@@ -135,3 +154,60 @@ def test_hostile_room_imports_fail_in_words_write_nothing_and_delete_their_uploa
     assert str(settings.UPLOAD_DIR) not in page
     assert not AuditRun.objects.exists() and not Study.objects.filter(name="evil").exists()
     assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]  # the upload is gone
+
+
+def test_the_request_only_stores_the_upload_and_queues_the_job(settings, tmp_path, tiny, monkeypatch):  # noqa: F811
+    """No worker runs here (not eager): the request never calls the service, the upload waits
+    on disk for the worker, and the job page says it is queued; the job then runs and deletes it."""
+    from annotation.models import RoomImportJob
+    from annotation.room import imports
+
+    settings.UPLOAD_DIR = tmp_path / "uploads"
+    calls = []
+    real = imports.SERVICES[RoomImportJob.RANKS]
+    monkeypatch.setitem(imports.SERVICES, RoomImportJob.RANKS, (lambda *a: calls.append(a) or real[0](*a), real[1]))
+    c = Client()
+    c.force_login(get_user_model().objects.create_user("boss", password="pw", is_staff=True))
+    with open(ALPHA, "rb") as a:
+        resp = c.post("/room/imports/", {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [a],
+                                         "ranks-min_mm_retrievers": 1})
+    job = RoomImportJob.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/room/imports/{job.pk}/"
+    assert calls == [] and job.status == "queued" and not AuditRun.objects.exists()
+    assert [p.name for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()] == [ALPHA.name]
+    page = c.get(resp["Location"]).content.decode()
+    assert 'class="status queued"' in page and f"<code>{ALPHA.name}</code>" in page
+    assert imports.run_room_import_job(job).status == "done" and len(calls) == 1
+    assert AuditRun.objects.get().retrievers == ["alpha"]
+    assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]
+    status = c.get(f"/room/imports/{job.pk}/status/").json()
+    assert status["status"] == "done" and status["percent"] == 100 and status["report"]["lines"] == job.lines
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_circus_import_runs_on_a_real_worker(worker_factory):
+    """The room's CIRCUS import goes through the broker to a real ``celery worker`` process,
+    which imports the study and deletes the uploads."""
+    from pathlib import Path
+
+    from annotation.models import RoomImportJob
+    from tests.conftest import wait_for
+
+    c = Client()
+    c.force_login(get_user_model().objects.create_user("boss", password="pw", is_staff=True))
+    files = CIRCUS_FILES
+    resp = post_circus(c, "circus-worker")
+    job = RoomImportJob.objects.get()
+    assert resp.status_code == 302 and job.status == "queued" and all(Path(p).is_file() for p in job.paths)
+    worker = worker_factory(queues="celery").start("room-import")
+
+    def finished():
+        job.refresh_from_db()
+        return job.status in ("done", "failed")
+
+    wait_for(finished, timeout=120, what=f"the worker to run the room import\n{worker.log()}")
+    assert job.status == "done", job.error
+    study = Study.objects.get(name="circus-worker")
+    assert job.lines and f"Study {study.pk}" in job.lines[0] and study.annotators.count() == len(files)
+    assert not any(Path(p).exists() for p in job.paths) and "annotation.run_room_import" in worker.log()
