@@ -61,7 +61,7 @@ def _reset_pools(app) -> None:
 
 
 @contextmanager
-def celery_broker(url: str):
+def celery_broker(url: str, transport_options: dict | None = None):
     """Send this process's tasks to ``url`` (the pages and sweeps run in the test process)."""
     from celery import current_app
 
@@ -69,7 +69,7 @@ def celery_broker(url: str):
     keys = ("broker_url", "broker_write_url", "broker_read_url", "broker_transport_options")
     old = {k: app.conf[k] for k in keys}
     app.conf.update(broker_url=url, broker_write_url=url, broker_read_url=url,
-                    broker_transport_options={"visibility_timeout": 5})
+                    broker_transport_options=transport_options or {"visibility_timeout": 5})
     _reset_pools(app)
     try:
         yield
