@@ -23,7 +23,7 @@ from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
-from annotation.verdicts.state import forget_study_sizes, study_sizes, submit_is_late  # noqa: F401 (the engine's API)
+from annotation.verdicts.state import forget_study_sizes, open_left, share_wanted, study_sizes, submit_is_late  # noqa: F401
 
 CANDIDATES = 8  # rows locked per request: enough to step around a few racing annotators
 
@@ -31,7 +31,9 @@ CANDIDATES = 8  # rows locked per request: enough to step around a few racing an
 @dataclass
 class Served:
     """``fresh``: the assignment row was just created (no judgement or draft yet);
-    ``mine``: the annotator's done and live-reserved counts after serving (for progress)."""
+    ``mine``: the annotator's done and live-reserved counts after serving and the items
+    still open to them (``open``, :func:`annotation.verdicts.state.open_left`, read with the
+    row that served the item; None when not read), for progress."""
 
     assignment: Assignment | None
     rule: str
@@ -99,10 +101,11 @@ def _mine_counts(study: Study, user, now) -> dict:
     return Assignment.objects.filter(study=study, annotator=user).aggregate(**_mine_aggregates(now))
 
 
-def _resume(study: Study, user, now, counts: dict) -> Served | None:
-    """The annotator's own live lease, renewed, or None."""
+def _resume(study: Study, user, now, counts: dict, left) -> Served | None:
+    """The annotator's own live lease, renewed, or None. ``left``: :func:`open_left`."""
     own = (
         Assignment.objects.select_for_update(of=("self",)).select_related("item__query__dataset")
+        .annotate(open_left=left)
         .filter(study=study, annotator=user, status=Assignment.Status.RESERVED, lease_expires__gt=now)
         .order_by("leased_at")
         .first()
@@ -113,7 +116,7 @@ def _resume(study: Study, user, now, counts: dict) -> Served | None:
     own.lease_expires = _lease(study, now)
     own.save(update_fields=["lease_expires"])
     own.study = study
-    return Served(own, choice.rule, mine={"done": counts["done"], "reserved": counts["reserved"]})
+    return Served(own, choice.rule, mine={"done": counts["done"], "reserved": counts["reserved"], "open": own.open_left})
 
 
 def next_assignment(study: Study, user, now=None) -> Served:
@@ -127,20 +130,24 @@ def next_assignment(study: Study, user, now=None) -> Served:
     n_annotators = study_sizes(study)["annotators"]
     with transaction.atomic():
         counts = _mine_counts(study, user, now)
+        # The items still open to the user, counted as far as their share can use (after
+        # this request: one more held), read with the row that serves the item: serving
+        # keeps it open to them (now held), so the count stands after serving.
+        left = open_left(study, user.pk, share_wanted(study, counts["done"] or 0, (counts["reserved"] or 0) + 1))
         if counts["reserved"]:
-            resumed = _resume(study, user, now, counts)
+            resumed = _resume(study, user, now, counts, left)
             if resumed is not None:
                 return resumed
 
         mine = Assignment.objects.filter(study=study, annotator=user).exclude(status=Assignment.Status.RELEASED)
-        gold = _gold_choice(study, user, mine, counts)
+        gold = _gold_choice(study, user, mine, counts, left)
         if gold is not None:
             return _reserve(study, user, gold[0], now, counts, gold[1])
         open_items = StudyItem.objects.filter(study=study, gold=False).exclude(id__in=mine.values("item_id"))
         slots = study.quorum_rule.slots()  # annotators per item (agreement items: everyone, in the rules)
         items = list(
             _with_earlier(open_items.filter(agreement=True) | open_items.filter(taken__lt=slots), user)
-            .order_by("-agreement", "-taken", "order_key")
+            .annotate(open_left=left).order_by("-agreement", "-taken", "order_key")
             .select_for_update(skip_locked=True, of=("self",))[:CANDIDATES]
         )
         candidates = [
@@ -173,9 +180,10 @@ def _with_earlier(items, user):
             .annotate(earlier_id=Subquery(earlier), **turn1))
 
 
-def _gold_choice(study: Study, user, mine, counts: dict) -> tuple[Choice, StudyItem | None] | None:
+def _gold_choice(study: Study, user, mine, counts: dict, left) -> tuple[Choice, StudyItem | None] | None:
     """A gold item when one is due (training phase, or the study's gold rate), else None.
-    ``counts``: the annotator's served and gold counts (:func:`_mine_counts`).
+    ``counts``: the annotator's served and gold counts (:func:`_mine_counts`); ``left``:
+    :func:`open_left`, read with the gold rows.
 
     The gold query runs only when an unseen gold item exists: the study row's ``n_gold``
     (:func:`lease_state`) minus the gold items the annotator holds (``counts["gold"]``; one
@@ -192,7 +200,7 @@ def _gold_choice(study: Study, user, mine, counts: dict) -> tuple[Choice, StudyI
     if rule is None:
         return None
     items = list(_with_earlier(StudyItem.objects.filter(study=study, gold=True).exclude(id__in=mine.values("item_id")),
-                               user).order_by("order_key", "id")[:CANDIDATES])
+                               user).annotate(open_left=left).order_by("order_key", "id")[:CANDIDATES])
     choice = choose_gold([Candidate(item_id=i.pk, overlap=1, order_key=i.order_key) for i in items], rule)
     return None if choice is None else (choice, {i.pk: i for i in items}.get(choice.item))
 
@@ -253,7 +261,8 @@ def _reserve(study: Study, user, choice: Choice, now, counts: dict, item: StudyI
         item.taken += 1
         item.study = study
         assignment.item = item
-    return Served(assignment, choice.rule, fresh=fresh, mine={"done": counts["done"], "reserved": counts["reserved"] + 1})
+    return Served(assignment, choice.rule, fresh=fresh, mine={"done": counts["done"], "reserved": counts["reserved"] + 1,
+                                                              "open": getattr(item, "open_left", None)})
 
 
 def renew_lease(assignment: Assignment, now=None) -> dict:  # {"assignment": row, "body": answer}

@@ -15,9 +15,9 @@ from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
 
-NEXT_MAX = 11  # session, user, study (membership and role, leases, counts, gold count), begin, candidates or
-#                gold (with the first turn), insert, taken, commit, targets, panel and turn images, items still
-#                open to the annotator (their share, annotation/verdicts/state.py: the one over issue 30's 10)
+NEXT_MAX = 10  # session, user, study (membership and role, leases, counts, gold count), begin, candidates or
+#                gold (with the first turn and the items still open to the annotator for their share:
+#                annotation/verdicts/state.py open_left), insert, taken, commit, targets, panel and turn images
 SUBMIT_MAX = 8  # session, user, begin, locked read (access and role, revision, token, draft), insert, quorum,
 #                 status, commit
 ANSWER = {"category": "VALIDATED", "time_spent_ms": 900}
