@@ -17,6 +17,13 @@ leaves a half-written entry. Entries are write-once (``INSERT OR IGNORE``): the 
 spec and key always yield the same embedding, so the first writer wins. Keep ROOT on a
 local file system (SQLite locking is unreliable over NFS).
 
+Claims: a process about to encode keys the cache lacks first claims them (table ``claim``:
+kind, key, owner and an expiry time, in one ``BEGIN IMMEDIATE`` transaction), encodes only
+those it claimed, stores them and drops its claims; keys another live owner has claimed are
+waited for and read back when stored, so two processes (two pool processes of one worker,
+or two workers) never encode the same key twice. A claim whose owner died expires after
+:data:`CLAIM_TTL_S` and is taken over.
+
 Keys: image keys are stored as given (the image file's sha256 hex); text keys are the
 texts themselves and are stored as the sha256 hex of their UTF-8 bytes.
 """
@@ -29,6 +36,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +55,9 @@ Kind = Literal["image", "text"]
 KINDS: tuple[str, ...] = ("image", "text")
 FORMAT_VERSION = 1
 _SQL_CHUNK = 900  # bound parameters per query (old SQLite builds allow 999)
+#: Seconds a claim on keys being encoded lasts (one ``chunk_size`` batch must be encoded
+#: within it); a claim left by a process that died is taken over after it.
+CLAIM_TTL_S = 300.0
 
 
 def spec_folder_name(spec: str) -> str:
@@ -151,6 +162,8 @@ class EmbeddingCache:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             for kind in KINDS:
                 conn.execute(f"CREATE TABLE IF NOT EXISTS {kind} (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS claim (kind TEXT NOT NULL, key TEXT NOT NULL, "
+                         "owner TEXT NOT NULL, until REAL NOT NULL, PRIMARY KEY (kind, key))")
             conn.executemany(
                 "INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)",
                 [("spec", self.spec), ("dim", str(self.dim)), ("format", str(FORMAT_VERSION))],
@@ -260,6 +273,47 @@ class EmbeddingCache:
             raise
         return written
 
+    def _keys_in(self, conn: sqlite3.Connection, sql: str, skeys: list[str], *head: Any) -> set[str]:
+        out: set[str] = set()
+        for start in range(0, len(skeys), _SQL_CHUNK):
+            part = skeys[start:start + _SQL_CHUNK]
+            out.update(k for (k,) in conn.execute(sql.format(marks=",".join("?" * len(part))), (*head, *part)))
+        return out
+
+    def claim(self, kind: Kind, keys: Sequence[str], owner: str, limit: int, ttl_s: float = CLAIM_TTL_S) -> list[str]:
+        """Claim for ``owner`` up to ``limit`` of ``keys`` (as given, deduplicated) that are
+        neither stored nor claimed by another owner (expired claims do not count); returns
+        the keys claimed, in order. See the module notes."""
+        self._check_kind(kind)
+        keys = list(dict.fromkeys(keys))
+        skeys = self._storage_keys(kind, keys)
+        now = time.time()
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM claim WHERE until < ?", (now,))
+            busy = self._keys_in(conn, f"SELECT key FROM {kind} WHERE key IN ({{marks}})", skeys)
+            busy |= self._keys_in(conn, "SELECT key FROM claim WHERE kind = ? AND owner != ? AND key IN ({marks})",
+                                  skeys, kind, owner)
+            mine = [(k, sk) for k, sk in zip(keys, skeys) if sk not in busy][:max(int(limit), 0)]
+            conn.executemany("INSERT OR REPLACE INTO claim (kind, key, owner, until) VALUES (?, ?, ?, ?)",
+                             [(kind, sk, owner, now + ttl_s) for _, sk in mine])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return [k for k, _ in mine]
+
+    def release(self, kind: Kind, keys: Sequence[str], owner: str) -> None:
+        """Drop ``owner``'s claims on ``keys`` (stored or given up)."""
+        self._check_kind(kind)
+        skeys = self._storage_keys(kind, list(keys))
+        conn = self._conn()
+        for start in range(0, len(skeys), _SQL_CHUNK):
+            part = skeys[start:start + _SQL_CHUNK]
+            conn.execute(f"DELETE FROM claim WHERE kind = ? AND owner = ? AND key IN ({','.join('?' * len(part))})",
+                         (kind, owner, *part))
+
     def count(self, kind: Kind) -> int:
         """Number of entries of ``kind``."""
         self._check_kind(kind)
@@ -329,18 +383,46 @@ def encode_with_cache(
     missing = lookup.missing
     if missing:
         embed = retriever.embed_images if kind == "image" else retriever.embed_texts
-        fresh: dict[str, np.ndarray] = {}
-        for start in range(0, len(missing), chunk_size):
-            chunk = missing[start:start + chunk_size]
-            items = list(loader(chunk))
-            if len(items) != len(chunk):
-                raise ValueError(f"loader returned {len(items)} items for {len(chunk)} keys")
-            emb = _as_float32_matrix(embed(items))
-            cache.put_many(kind, chunk, emb)
+        fresh = _encode_claimed(cache, kind, missing, lambda chunk: _embedded(embed, loader, chunk), chunk_size,
+                                stats, progress)
+        for row in np.flatnonzero(~found):
+            matrix[row] = fresh[keys[row]]
+    return torch.from_numpy(matrix), stats
+
+
+def _embedded(embed: Callable[[list[Any]], Any], loader: Callable[[list[str]], Sequence[Any]],
+              chunk: list[str]) -> np.ndarray:
+    items = list(loader(chunk))
+    if len(items) != len(chunk):
+        raise ValueError(f"loader returned {len(items)} items for {len(chunk)} keys")
+    return _as_float32_matrix(embed(items))
+
+
+def _encode_claimed(cache: EmbeddingCache, kind: Kind, missing: list[str], encode: Callable[[list[str]], np.ndarray],
+                    chunk_size: int, stats: EncodeStats, progress: Callable[[int, int], None] | None,
+                    ) -> dict[str, np.ndarray]:
+    """Embeddings of ``missing``: claimed and encoded ``chunk_size`` at a time, those another
+    process claimed read back once it has stored them (see the module notes)."""
+    owner = f"{os.getpid()}-{uuid.uuid4().hex}"
+    fresh: dict[str, np.ndarray] = {}
+    pending, delay = list(missing), 0.01
+    while pending:
+        chunk = cache.claim(kind, pending, owner, chunk_size)
+        if chunk:
+            try:
+                emb = encode(chunk)
+                cache.put_many(kind, chunk, emb)
+            finally:
+                cache.release(kind, chunk, owner)
             fresh.update(zip(chunk, emb))
             stats.encoded += len(chunk)
             if progress is not None:
                 progress(stats.encoded, len(missing))
-        for row in np.flatnonzero(~found):
-            matrix[row] = fresh[keys[row]]
-    return torch.from_numpy(matrix), stats
+        else:  # every pending key is another process's: wait for it to store them
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+        others = [k for k in pending if k not in fresh]
+        look = cache.get_many(kind, others)
+        fresh.update((others[n], look.matrix[n]) for n in np.flatnonzero(look.found_mask))
+        pending = look.missing
+    return fresh

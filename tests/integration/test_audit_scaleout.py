@@ -54,3 +54,35 @@ def test_two_workers_split_one_audit_and_match_an_in_process_run(tmp_path, setti
     assert ranks[result.pk] == ranks[eager.pk]
     assert result.summary["counts"] == eager.summary["counts"]
     assert result.summary["sessions"]["n_sessions"] == eager.summary["sessions"]["n_sessions"] == 4
+
+
+def test_two_pool_processes_encode_each_text_once(tmp_path, settings, worker_factory):
+    """One worker with two pool processes ranks two query chunks whose texts are the same 32
+    texts (encoded one at a time, so that the two chunks encode at the same moment): each text
+    is encoded once in all (the embedding cache's claims), counted by the chunks' own stats."""
+    from retrieval.models import Turn
+
+    cache_dir = tmp_path / "embeddings"
+    settings.EMBEDDING_CACHE_DIR = cache_dir
+    root = tmp_path / "demo"
+    load_parsed(build_demo(root, n_gallery=80, n_single=64, n_sessions=0), "demo", images_root=root)
+    dataset = Dataset.objects.get(name="demo")
+    turns = list(Turn.objects.filter(query__dataset=dataset).order_by("query_id", "index"))
+    for n, turn in enumerate(turns):
+        turn.texts = [{**(turn.texts[0] if turn.texts else {}), "text": f"make it shade {n % 32}"}]
+    Turn.objects.bulk_update(turns, ["texts"])
+    worker = worker_factory(concurrency=2, extra_env={"EMBEDDING_CACHE_DIR": str(cache_dir),
+                                                      "AUDIT_COORDINATOR_SECONDS": "1",
+                                                      "AUDIT_BATCH_SIZE": "1"}).start("pool2")
+    wait_for(lambda: "ready." in worker.log(), timeout=90, what=f"worker start\n{worker.log()}")
+    run = planning.create_run(dataset, SPECS[:1], chunk_queries=32, chunk_gallery=80)
+    dispatch.kick_coordinator(run.pk)
+    result = wait_for(lambda: (r := AuditRun.objects.get(pk=run.pk)).status in ("done", "failed") and r,
+                      timeout=180, interval=0.2, what="the worker to finish\n" + worker.log())
+    stop(worker)
+    assert result.status == "done", result.error
+    chunks = list(AuditChunk.objects.filter(run=run, kind="queries").values_list("owner", "stats"))
+    assert len(chunks) == 2
+    assert len({owner for owner, _ in chunks}) == 2, chunks  # both pool processes ranked queries
+    encoded = [stats["cache"]["text_encoded"] for _, stats in chunks]
+    assert sum(encoded) == 32, encoded  # 32 distinct texts, each encoded once

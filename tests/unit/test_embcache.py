@@ -262,3 +262,60 @@ def test_encode_with_cache_checks(tmp_path: Path, tiny: OpenClipRetriever) -> No
         encode_with_cache(tiny, cache, "image", ["k"])
     with pytest.raises(ValueError, match="loader returned 0 items"):
         encode_with_cache(tiny, cache, "image", ["k"], loader=lambda ks: [])
+
+
+# ------------------------------------------------------------------ claims
+
+
+def test_claims_exclude_other_owners_until_released_or_expired(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, SPEC, dim=16)
+    cache.put_many("text", ["stored"], _vec("stored", 16)[None, :])
+    assert cache.claim("text", ["stored", "a", "b", "a", "c"], "A", limit=2) == ["a", "b"]
+    assert cache.claim("text", ["a", "b", "c"], "B", limit=10) == ["c"]  # a, b are A's; stored ones never
+    assert cache.claim("text", ["a"], "A", limit=10) == ["a"]  # its own claim, renewed
+    cache.release("text", ["a"], "A")
+    assert cache.claim("text", ["a", "b"], "B", limit=10) == ["a"]
+    assert cache.claim("image", ["b"], "B", limit=10) == ["b"]  # kinds are separate
+    cache.claim("text", ["d"], "A", limit=1, ttl_s=-1.0)  # its owner died: the claim has expired
+    assert cache.claim("text", ["d"], "B", limit=1) == ["d"]
+
+
+class _SlowTexts:
+    """A retriever whose text encoder is slow and logs each text it encodes to a file."""
+
+    spec, dim = SPEC, 16
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        import time
+
+        time.sleep(0.05)
+        with open(self.log, "a", encoding="utf-8") as f:
+            f.writelines(t + "\n" for t in texts)
+        return np.stack([_vec(t, 16) for t in texts])
+
+
+def _text_encoder(root: str, log: str, texts: list[str], barrier) -> None:
+    cache = EmbeddingCache(root, SPEC, dim=16, timeout_s=60)
+    barrier.wait()
+    emb, stats = encode_with_cache(_SlowTexts(log), cache, "text", texts, chunk_size=4)
+    assert np.array_equal(emb.numpy(), np.stack([_vec(t, 16) for t in texts]))
+
+
+def test_two_processes_never_encode_the_same_text_twice(tmp_path: Path) -> None:
+    texts = [f"text {i}" for i in range(40)]
+    log = tmp_path / "encoded.log"
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_text_encoder, args=(str(tmp_path), str(log), order, barrier))
+             for order in (texts, texts[::-1] + texts[:7])]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    encoded = log.read_text(encoding="utf-8").splitlines()
+    assert sorted(encoded) == sorted(texts)  # every text once, by one process or the other
+    assert EmbeddingCache(tmp_path, SPEC, dim=16).count("text") == 40
