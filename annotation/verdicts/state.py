@@ -21,7 +21,10 @@ alternatives and the export:
 * :func:`annotator_share`: "N of M" for one annotator: ``done`` (items they submitted),
   ``remaining`` (items still open to them, at most their estimated share) and
   ``total = done + remaining``; ``remaining`` is 0 exactly when the queue has nothing left
-  for them, so the bar, the end page and My studies agree.
+  for them, so the bar, the end page and My studies agree. The open items are counted up to
+  :data:`OPEN_COUNT_CAP` only, so "next item" reads a bounded number of rows at any study
+  size: while at least that many are open, ``remaining`` is the share's estimate; within the
+  last :data:`OPEN_COUNT_CAP` it is the exact count.
 """
 from __future__ import annotations
 
@@ -230,6 +233,11 @@ def open_to(study: Study, user_id: int, n_annotators: int) -> QuerySet:
             .exclude(id__in=mine.filter(status=Assignment.Status.DONE).values("item_id")))
 
 
+#: The most open items counted for an annotator's share (a bounded read at any study size):
+#: while at least this many are open the share's estimate stands.
+OPEN_COUNT_CAP = 40
+
+
 def share_wanted(study: Study, done: int, reserved: int) -> int:
     """How many open items an annotator's share can still use: their estimated share (the
     agreement items plus an even part of the others' slots) less what they did, at least
@@ -245,7 +253,8 @@ def open_left(study: Study, user_id: int, limit: int) -> RawSQL:
     to ``limit`` (:func:`share_wanted`): the "next item" engine reads it with a row it reads
     anyway, so the share costs no query of its own (issue 30: next item in <= 10 queries).
     It is an uncorrelated subquery, evaluated once per statement."""
-    inner = open_to(study, user_id, study_sizes(study)["annotators"]).order_by().values("id")[:max(1, limit)]
+    inner = open_to(study, user_id, study_sizes(study)["annotators"]).order_by().values("id")[
+        :max(1, min(limit, OPEN_COUNT_CAP))]
     sql, params = inner.query.sql_with_params()
     return RawSQL(f"SELECT COUNT(*) FROM ({sql}) open_left", params)
 
@@ -264,6 +273,8 @@ def annotator_share(study: Study, user, mine: dict | None = None) -> dict[str, i
     wanted = share_wanted(study, done, reserved)
     found = mine.get("open")
     if found is None:
-        found = open_to(study, user_id, study_sizes(study)["annotators"])[:wanted].count()
+        found = open_to(study, user_id, study_sizes(study)["annotators"])[:min(wanted, OPEN_COUNT_CAP)].count()
+    if found >= OPEN_COUNT_CAP:  # at least the cap open: the share's estimate stands
+        found = wanted
     remaining = max(min(found, wanted), reserved)
     return {"done": done, "reserved": reserved, "total": done + remaining, "remaining": remaining}
