@@ -364,7 +364,7 @@ def export_job_status(request, pk: int):
     job = get_object_or_404(ExportJob, pk=pk)
     report = {}
     if job.status == ExportJob.Status.DONE:
-        report = {"path": job.path, "counts": job.manifest.get("counts", {}),
+        report = {"folder": Path(job.path).name, "counts": job.manifest.get("counts", {}),
                   "files": {f["path"]: f["sha256"] for f in job.manifest.get("files", [])}}
     return JsonResponse(job.progress_json(
         report, files=[reverse("annotation:export_file", args=[job.pk, name]) for name in job.files]))

@@ -160,6 +160,7 @@ def test_release_button_runs_a_job(client, tmp_path, settings, django_capture_on
                                              for p in status["report"]["placeholders"])
     html = client.get(f"/releases/{job.pk}/").content.decode()
     assert "Fill in before publishing" in html and job.zip_name in html
+    assert job.path not in json.dumps(status) and job.path not in html  # the folder's name, never the server path
     zipped = client.get(f"/releases/{job.pk}/zip")
     import zipfile
     body = io.BytesIO(b"".join(zipped.streaming_content))

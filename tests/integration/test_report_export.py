@@ -492,6 +492,7 @@ def test_export_page_job_status_and_download(twelve, people, client, settings, t
     assert job.status == "done", job.error
     status = client.get(f"/exports/{job.pk}/status/").json()
     assert status["status"] == "done" and status["percent"] == 100 and status["done"] == status["total"] == 12
+    assert status["report"]["folder"] == Path(job.path).name and job.path not in json.dumps(status)  # no server path
     page = client.get(f"/exports/{job.pk}/").content.decode()
     assert "circo/validated_solved/circo_validated_solved.jsonl" in page
     manifest = check_export(Path(job.path))
