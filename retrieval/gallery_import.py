@@ -31,6 +31,7 @@ from django.db import transaction
 
 from .dbstats import refresh_statistics
 from .imagefiles import PathEscapeError, probe_image, resolve_under
+from .loader import batched
 from .models import Dataset, GalleryEntry, Image
 
 BATCH = 2000
@@ -104,17 +105,6 @@ def ids_from_folder(folder: Path, root: Path) -> Iterator[tuple[str, str]]:
                 yield (str(int(stem)) if _COCO_STEM.match(stem) else stem), str(base / name)
 
 
-def _batches(items: Iterable[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
-    batch: list[tuple[str, str]] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def import_gallery(dataset: Dataset, splits: list[str], items: Iterable[tuple[str, str]],
                    progress: Callable[[int], None] | None = None) -> GalleryReport:
     """Add ``items`` (external id, relative path) to the galleries of ``splits``; see the module notes."""
@@ -125,7 +115,7 @@ def import_gallery(dataset: Dataset, splits: list[str], items: Iterable[tuple[st
     seen: set[str] = set()
     with transaction.atomic():
         first = {s: GalleryEntry.objects.filter(dataset=dataset, split=s).count() for s in splits}
-        for batch in _batches(items):
+        for batch in batched(items, BATCH):
             batch = [(ext, rel) for ext, rel in batch if ext not in seen]
             seen.update(ext for ext, _ in batch)
             pks = _images(dataset, root, batch, report)

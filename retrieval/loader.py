@@ -36,7 +36,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import router, transaction
@@ -46,6 +46,8 @@ from .dbstats import refresh_statistics
 from .imagefiles import PathEscapeError, probe_image, resolve_under
 from .models import Dataset, GalleryEntry, Image, Query, Target, Turn
 from .records import POSITIONAL_ID_FORMATS, ImageRecord, ParsedDataset, ParseError, QueryRecord
+
+T = TypeVar("T")
 
 Progress = Callable[[str, int, int], None]
 BATCH = 2000
@@ -148,7 +150,7 @@ def load_stream(
         writer = _Writer(dataset, created, parsed, root, report, on_removed)
         parsed.image_sink = writer.write_streamed_images
         try:
-            for batch in _batches(queries, BATCH):
+            for batch in batched(queries, BATCH):
                 writer.write_queries(batch)
                 if on_batch is not None:
                     on_batch(report.queries)
@@ -160,7 +162,8 @@ def load_stream(
     return report
 
 
-def _batches(items: Iterable[QueryRecord], size: int) -> Iterator[list[QueryRecord]]:
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter), read lazily."""
     iterator = iter(items)
     while batch := list(itertools.islice(iterator, size)):
         yield batch
