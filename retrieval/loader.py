@@ -257,7 +257,8 @@ class _Writer:
         self.pending: list[tuple[QueryRecord, str]] = []  # positional: content not stored yet
         self.moves: list[tuple[int, QueryRecord]] = []  # positional: matched rows whose id/position moved
         self.probes = _Probes(root)
-        self.pks: dict[str, int] = {}
+        self.pks: dict[str, int] = {}  # images of ``parsed.images`` written so far
+        self.batch_pks: dict[str, int] = {}  # streamed images the query batch being written uses
         self.streamed = 0  # images received through write_streamed_images (not kept in ``pks``)
         self.ordinals: dict[str, int] = {}  # split -> next gallery ordinal of streamed members
 
@@ -344,9 +345,18 @@ class _Writer:
     def _pk(self, q: QueryRecord, field_name: str, image_id: str | None) -> int | None:
         if image_id is None:
             return None
-        if image_id not in self.pks:
+        pk = self.pks.get(image_id, self.batch_pks.get(image_id))
+        if pk is None:
             raise ParseError(q.source_file, q.ordinal, field_name, f"image {image_id!r} is not defined")
-        return self.pks[image_id]
+        return pk
+
+    def _use_images(self, records: list[QueryRecord]) -> None:
+        """Write the images of ``parsed.images`` that ``records`` use, and look up the pks of the
+        streamed ones they use (written as they came; only this batch's are held)."""
+        used = list(dict.fromkeys(i for q in records for i in _images_of(q)))
+        self.write_images(i for i in used if i in self.parsed.images)
+        streamed = [i for i in used if i not in self.pks]
+        self.batch_pks = self._stored_pks(streamed) if streamed and self.streamed else {}
 
     # ------------------------------------------------------------------ queries
 
@@ -354,11 +364,7 @@ class _Writer:
         """Write one batch: new queries created, changed ones rewritten, unchanged ones left alone
         (their position updated when it moved). Positional formats on a re-import keep the
         records whose content is new for :meth:`finish_queries`."""
-        used = list(dict.fromkeys(i for q in batch for i in _images_of(q)))
-        self.write_images(i for i in used if i in self.parsed.images)
-        streamed = [i for i in used if i not in self.pks]  # images a parser streamed (written, not kept)
-        if streamed and self.streamed:
-            self.pks.update(self._stored_pks(streamed))
+        self._use_images(batch)
         _refuse_duplicates(batch)
         self.scope.update((q.split, q.category if self.positional else q.source_file) for q in batch)
         if self.positional and not self.created:
@@ -504,6 +510,7 @@ class _Writer:
         self._remove(sorted(left))
         Query.objects.bulk_update([Query(id=pk, external_id=q.external_id, ordinal=q.ordinal, source_file=q.source_file)
                                    for pk, q in moving], ["external_id", "ordinal", "source_file"])
+        self._use_images([q for q, _ in new + changed])
         self._save(new, changed)
         r = self.report
         r.queries_created += len(new)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from retrieval.importers.jsonstream import iter_jsonl, iter_list, iter_object, sniff
 from retrieval.records import ImageRecord, ParsedDataset, ParseError, QueryRecord, TargetRecord, safe_relpath
@@ -19,6 +19,7 @@ __all__ = ["Record", "check_str_list", "describe", "is_int", "is_number", "iter_
            "json_type", "sniff"]
 
 PathLike = str | Path
+T = TypeVar("T")
 
 #: Optional ``.sample`` marker accepted before the extension of every known file name
 #: (the excerpts under shared/reference keep the official names plus ``.sample``).
@@ -49,6 +50,28 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
         raise ParseError(str(path), None, None, f"cannot read file: {exc.strerror or exc}") from exc
 
 
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size``, read lazily. When reading the items fails (a file cut
+    short, malformed JSON), the items read before the failure come first, as a shorter list,
+    and the error after it: a parser that validates a list at a time still reports an
+    earlier record's error before a later record's."""
+    iterator = iter(items)
+    while True:
+        batch: list[T] = []
+        try:
+            for item in iterator:
+                batch.append(item)
+                if len(batch) == size:
+                    break
+        except ParseError:
+            if batch:
+                yield batch
+            raise
+        if not batch:
+            return
+        yield batch
+
+
 def collect(stream: Callable[..., Iterator[QueryRecord]], fmt: str, paths: Iterable[PathLike] | PathLike,
             split: str | None = None, subset: str | None = None) -> ParsedDataset:
     """Run a parser's ``stream`` to the end and return the whole ParsedDataset (queries in a list)."""
@@ -61,10 +84,15 @@ def fill_gallery(dataset: ParsedDataset, split: str, file: str, members: Iterabl
     """Add ``members`` to the gallery of ``split``; entries listed twice are kept once, with a warning."""
     dataset.galleries.setdefault(split, [])
     duplicates = [image_id for image_id in members if not dataset.add_to_gallery(split, image_id)]
-    if duplicates:
+    warn_repeated(dataset, file, len(duplicates), duplicates[0] if duplicates else None)
+
+
+def warn_repeated(dataset: ParsedDataset, file: str, count: int, first: str | None) -> None:
+    """Warn that ``count`` gallery entries of ``file`` repeat an earlier one (``first``: the first)."""
+    if count:
         dataset.warnings.append(
-            f"{file}: {len(duplicates)} gallery entr{'y is' if len(duplicates) == 1 else 'ies are'} listed more "
-            f"than once (kept once), e.g. {duplicates[0]!r}"
+            f"{file}: {count} gallery entr{'y is' if count == 1 else 'ies are'} listed more "
+            f"than once (kept once), e.g. {first!r}"
         )
 
 

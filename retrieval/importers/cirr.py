@@ -23,6 +23,7 @@ from typing import Any
 
 from retrieval.importers._common import (
     SAMPLE,
+    chunks,
     TOKEN,
     PathLike,
     Record,
@@ -31,7 +32,6 @@ from retrieval.importers._common import (
     check_str_list,
     collect,
     file_role,
-    fill_gallery,
     is_int,
     is_number,
     is_test_split,
@@ -42,11 +42,18 @@ from retrieval.importers._common import (
     need,
     object_of,
     register,
+    warn_repeated,
 )
-from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath, record_name
+from retrieval.importers.poolindex import PoolIndex, stream_images
+from retrieval.records import ImageRecord, ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
+from retrieval.records import record_name, safe_relpath
 
 FORMAT = "cirr"
 SPLITS = ("train", "val", "test1", "dev")
+#: Split-file entries and caption records read, validated and handed over together.
+BATCH = 2000
+# scopes of the scratch index's pairids: one per file kind, read side by side
+_CAPTIONS, _EXTENDED = "cap", "ext"
 
 _PATTERNS = [
     ("ext", re.compile(rf"^cap\.ext\.(?P<ver>rc\d+)\.(?P<split>{TOKEN}){SAMPLE}\.json$")),
@@ -82,71 +89,111 @@ def _group(paths: Iterable[PathLike], split: str | None) -> dict[str, dict[str, 
 
 def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
            subset: str | None = None) -> Iterator[QueryRecord]:
-    """Yield the queries of CIRR files one by one, registering images and galleries on ``dataset``."""
-    for name, roles in _group(paths, split).items():
+    """Yield the queries of CIRR files one by one, registering images and galleries on ``dataset``.
+
+    The split files are read first, :data:`BATCH` entries at a time, their images handed over
+    through :meth:`ParsedDataset.add_streamed_images` (the loader writes each batch at once);
+    what the captions look up later (is an image registered, is it in the split's gallery,
+    was a pairid seen) lives in a scratch index on disk (:mod:`retrieval.importers.poolindex`),
+    so memory does not grow with the files."""
+    groups = _group(paths, split)
+    for roles in groups.values():
         if "ext" in roles and "cap" not in roles:
             raise ParseError(str(roles["ext"]), None, None,
                              "extended captions given without their cap.rc2 caption file")
-        known: set[str] | None = None
-        if "split" in roles:
-            known = _parse_split_file(roles["split"], dataset, name)
-        if "cap" in roles:
-            ext = _ExtJoin(roles["ext"], dataset) if "ext" in roles else None
-            yield from _parse_captions(roles["cap"], name, dataset, known, ext)
-            if ext is not None:
-                ext.finish()
+    with PoolIndex() as index:
+        # every split file before any caption: an image a caption names is then registered
+        # (and written) once, whichever split file lists it
+        for name, roles in groups.items():
+            if "split" in roles:
+                _parse_split_file(roles["split"], dataset, name, index)
+        for name, roles in groups.items():
+            if "cap" in roles:
+                ext = _ExtJoin(roles["ext"], dataset, index) if "ext" in roles else None
+                yield from _parse_captions(roles["cap"], name, dataset, index, "split" in roles, ext)
+                if ext is not None:
+                    ext.finish()
 
 
-def _parse_split_file(path: Path, dataset: ParsedDataset, split: str) -> set[str]:
-    """Register every image of a split file (id -> path) and record the split's gallery."""
-    def members() -> Iterator[str]:
-        for index, image_id, rel in iter_object(path):
-            norm = safe_relpath(rel, str(path), index, image_id)
-            yield register(dataset, image_id, path=norm)
-
-    fill_gallery(dataset, split, path.name, members())
-    return dataset.gallery_members(split)
+def _parse_split_file(path: Path, dataset: ParsedDataset, split: str, index: PoolIndex) -> None:
+    """Register every image of a split file (id -> path) and add it to the split's gallery, a
+    batch at a time; an id listed twice is kept once, with a warning."""
+    dataset.galleries.setdefault(split, [])
+    repeated, first = 0, None
+    for batch in chunks(iter_object(path), BATCH):
+        images = [ImageRecord(image_id, path=safe_relpath(rel, str(path), i, image_id)) for i, image_id, rel in batch]
+        again = stream_images(split, images, dataset, index)
+        repeated += len(again)
+        first = first if first is not None or not again else again[0]
+    warn_repeated(dataset, path.name, repeated, first)
 
 
 class _Warnings:
     """What one caption file warns about, gathered while its records stream past."""
 
     def __init__(self) -> None:
-        self.flagged: list[str] = []
+        self.flagged = 0  # queries that list their reference as a positive target
+        self.first_flagged = ""
         self.missing: set[str] = set()  # referenced images that the split file lacks
 
 
-def _parse_captions(path: Path, split: str, dataset: ParsedDataset, known: set[str] | None,
+def _parse_captions(path: Path, split: str, dataset: ParsedDataset, index: PoolIndex, gallery: bool,
                     ext: _ExtJoin | None) -> Iterator[QueryRecord]:
-    """Validate and map every triplet of a ``cap.rc2`` file, streaming."""
+    """Validate and map every triplet of a ``cap.rc2`` file, streaming (:data:`BATCH` records
+    validated in file order, then their images looked up in ``index`` at once). ``gallery``:
+    a split file of this split was given."""
     test = is_test_split(split)
-    seen: dict[int, int] = {}
     notes = _Warnings()
-    for index, raw in iter_list(path):
-        query = _caption_query(Record(path, index, raw), split, dataset, known, test, seen)
+    index.start_file(_CAPTIONS)
+    for batch in chunks(iter_list(path), BATCH):
+        seen = index.first_lines((str(raw["pairid"]) for _, raw in batch
+                                  if isinstance(raw, dict) and is_int(raw.get("pairid"))), _CAPTIONS)
+        queries = []
+        for i, raw in batch:
+            query = _caption_query(Record(path, i, raw), split, dataset, gallery, test, seen)
+            if ext is not None:
+                ext.attach(query)
+            queries.append(query)
+        index.mark_seen(((q.external_id, q.ordinal) for q in queries), _CAPTIONS)
+        yield from _register_images(queries, split, dataset, index, gallery, notes)
+    _warn_captions(path, split, dataset, gallery, notes)
+
+
+def _register_images(queries: list[QueryRecord], split: str, dataset: ParsedDataset, index: PoolIndex,
+                     gallery: bool, notes: _Warnings) -> Iterator[QueryRecord]:
+    """Register the images of a batch of queries that no split file registered (no path), note
+    those missing from the split's gallery, and yield the queries."""
+    used = {image_id for query in queries for image_id in _images_of(query)}
+    registered = index.known(used)
+    members = index.members(split, used) if gallery else set()
+    for query in queries:
+        images = _images_of(query)
+        for image_id in images:
+            if image_id not in registered:
+                register(dataset, image_id)
         if any(t.image == query.turns[0].reference and t.relevance > 0 for t in query.targets):
-            notes.flagged.append(query.external_id)
-        if known is not None:
-            notes.missing.update(i for i in _images_of(query) if i not in known)
-        if ext is not None:
-            ext.attach(query)
+            notes.flagged += 1
+            notes.first_flagged = notes.first_flagged or query.external_id
+        if gallery:
+            notes.missing.update(i for i in images if i not in members)
         yield query
-    _warn_captions(path, split, dataset, known, notes)
 
 
 def _images_of(query: QueryRecord) -> list[str]:
+    """The images a query names: its reference, its targets, its ``img_set`` members."""
     img_set = query.extra.get("img_set")
     members = img_set["members"] if img_set else []
     return [query.turns[0].reference or "", *(t.image for t in query.targets), *members]
 
 
-def _caption_query(rec: Record, split: str, dataset: ParsedDataset, known: set[str] | None, test: bool,
-                   seen: dict[int, int]) -> QueryRecord:
-    """One ``cap.rc2`` record, validated and mapped (its images registered on ``dataset``)."""
+def _caption_query(rec: Record, split: str, dataset: ParsedDataset, gallery: bool, test: bool,
+                   seen: dict[str, int]) -> QueryRecord:
+    """One ``cap.rc2`` record, validated and mapped. ``seen``: ``pairid -> record`` of the
+    pairids read before (this one is added)."""
     pairid = rec.req_int("pairid")
-    if pairid in seen:
-        rec.fail("pairid", f"duplicate pairid {pairid} (first at {record_name(rec.file, seen[pairid])})")
-    seen[pairid] = rec.index or 0
+    if str(pairid) in seen:
+        rec.fail("pairid", f"duplicate pairid {pairid} (first at {record_name(rec.file, seen[str(pairid)])})")
+    seen[str(pairid)] = rec.index or 0
     reference = rec.req_str("reference")
     caption = rec.req_str("caption")
     img_set = _check_img_set(rec)
@@ -161,13 +208,11 @@ def _caption_query(rec: Record, split: str, dataset: ParsedDataset, known: set[s
     for image_id, score in (soft or {}).items():
         if image_id != hard:
             add_target(targets, TargetRecord(image_id, float(score), False, "soft", "target_soft"), dataset, where)
-    for image_id in (reference, *(t.image for t in targets), *(img_set["members"] if img_set else [])):
-        register(dataset, image_id)
 
     extra: dict[str, Any] = {}
     if img_set is not None:
         extra["img_set"] = img_set
-    if known is not None:
+    if gallery:
         extra["gallery"] = split
     return QueryRecord(
         external_id=str(pairid),
@@ -181,13 +226,13 @@ def _caption_query(rec: Record, split: str, dataset: ParsedDataset, known: set[s
     )
 
 
-def _warn_captions(path: Path, split: str, dataset: ParsedDataset, known: set[str] | None, notes: _Warnings) -> None:
+def _warn_captions(path: Path, split: str, dataset: ParsedDataset, gallery: bool, notes: _Warnings) -> None:
     if notes.flagged:
         dataset.warnings.append(
-            f"{path.name}: {len(notes.flagged)} quer(y/ies) list the reference image as a positive target "
-            f"(misaligned soft labels?), e.g. pairid {notes.flagged[0]}"
+            f"{path.name}: {notes.flagged} quer(y/ies) list the reference image as a positive target "
+            f"(misaligned soft labels?), e.g. pairid {notes.first_flagged}"
         )
-    if known is None:
+    if not gallery:
         dataset.warnings.append(
             f"{path.name}: no split.rc2.{split}.json given; image paths are unknown and no gallery was built"
         )
@@ -229,24 +274,27 @@ class _ExtJoin:
     """Joins a ``cap.ext`` file to the caption records while both stream.
 
     The ext file is read ahead only as far as the pairid asked for; entries read past are kept
-    until asked for, so files in the same order hold one entry at a time in memory.
+    until asked for, so files in the same order hold one entry at a time in memory. The
+    pairids read (for duplicates) are kept in the import's scratch ``index``.
     """
 
-    def __init__(self, path: Path, dataset: ParsedDataset):
+    def __init__(self, path: Path, dataset: ParsedDataset, index: PoolIndex):
         self.path = path
         self.dataset = dataset
+        self.index = index
         self.entries = iter_list(path)
         self.pending: dict[int, tuple[int, dict[str, str], dict[str, Any]]] = {}
-        self.seen: dict[int, int] = {}
         self.used = 0
+        index.start_file(_EXTENDED)
 
     def _read_until(self, pairid: int) -> None:
         for index, raw in self.entries:
             rec = Record(self.path, index, raw)
             found = rec.req_int("pairid")
-            if found in self.seen:
-                rec.fail("pairid", f"duplicate pairid {found} (first at {record_name(rec.file, self.seen[found])})")
-            self.seen[found] = index
+            earlier = self.index.first_lines([str(found)], _EXTENDED)
+            if earlier:
+                rec.fail("pairid", f"duplicate pairid {found} (first at {record_name(rec.file, earlier[str(found)])})")
+            self.index.mark_seen([(str(found), index)], _EXTENDED)
             rec.opt_str("reference")
             rec.opt_str("target_hard")
             ext = rec.req_obj("caption_extend")

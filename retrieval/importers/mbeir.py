@@ -49,7 +49,7 @@ from retrieval.importers._common import (
     read_lines,
     register,
 )
-from retrieval.importers.poolindex import PoolIndex
+from retrieval.importers.poolindex import PoolIndex, stream_images
 from retrieval.records import (
     ImageRecord,
     ParsedDataset,
@@ -58,7 +58,6 @@ from retrieval.records import (
     TargetRecord,
     TextRecord,
     TurnRecord,
-    merge_image,
     record_name,
     safe_relpath,
 )
@@ -189,18 +188,8 @@ def _pool_image(rec: Record, did: str) -> ImageRecord | None:
 def _add_pool_images(split: str, images: list[ImageRecord], dataset: ParsedDataset, index: PoolIndex) -> None:
     """Register one batch of pool images (a did seen in an earlier pool completes its first
     values) and add them to the gallery of ``split``."""
-    known = index.images(image.external_id for image in images)
-    new, changed = [], []
-    for image in images:
-        first = known.get(image.external_id)
-        if first is None:
-            new.append(image)
-        elif merge_image(first, image):
-            changed.append(first)
-    index.store(new, changed)
     index.add_paths((image.path, image.external_id) for image in images)
-    members = index.add_members(split, [image.external_id for image in images])
-    dataset.add_streamed_images(split, new, changed, members)
+    stream_images(split, images, dataset, index)
 
 
 def _target_image(dataset: ParsedDataset, index: PoolIndex, did: str) -> None:
