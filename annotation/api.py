@@ -32,6 +32,7 @@ def study_dict(study, user) -> dict:
         data["progress"] = annotator_share(study, user)
     if roles.is_admin(user) or roles.is_researcher(user):
         data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
+                    adaptive_max=study.adaptive_max, consensus=study.consensus,
                     items=study.items.count(), pool=study.pool, candidates=study.candidates)
     return data
 
@@ -53,6 +54,8 @@ class StudyCreateSerializer(serializers.Serializer):
     lease_minutes = serializers.IntegerField(min_value=1, max_value=240, default=10)
     annotators = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     candidates = serializers.IntegerField(min_value=0, max_value=50, default=20)
+    adaptive_max = serializers.IntegerField(min_value=2, max_value=50, required=False, allow_null=True, default=None)
+    consensus = serializers.ChoiceField(choices=["majority", "reliability"], default="majority")
 
 
 @extend_schema(request=StudyCreateSerializer, responses={200: dict, 201: dict})

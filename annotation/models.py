@@ -13,7 +13,7 @@ from retrieval.jobs.models import Job
 from retrieval.models import Query
 
 from annotation.judging.rubric import Rubric, builtin_rubrics
-from annotation.verdicts.consensus import QuorumRule
+from annotation.verdicts.consensus import QuorumRule, quorum_rule
 
 
 class RubricVersion(models.Model):
@@ -58,6 +58,14 @@ class Study(models.Model):
     quorum = models.PositiveSmallIntegerField(
         null=True, blank=True,
         help_text="Current judgements an item needs before consensus decides it (empty: the overlap).")
+    adaptive_max = models.PositiveSmallIntegerField(
+        null=True, blank=True,
+        help_text="Adaptive overlap: serve each item to `overlap` annotators and, while they disagree, to one more "
+                  "up to this many (empty: a fixed overlap).")
+    consensus = models.CharField(
+        max_length=12, default="majority",
+        choices=[("majority", "majority"), ("reliability", "reliability-weighted (Dawid-Skene)")],
+        help_text="The consensus policy pages and exports use unless told another.")
     session_rule = models.JSONField(
         default=dict, blank=True,
         help_text="Session studies: how a session is decided (reject rule, overall threshold); empty: the default.")
@@ -95,7 +103,7 @@ class Study(models.Model):
     @property
     def quorum_rule(self) -> QuorumRule:
         """THE quorum rule of the study (:class:`annotation.verdicts.consensus.QuorumRule`)."""
-        return QuorumRule(self.overlap, self.quorum)
+        return quorum_rule(self.overlap, self.quorum, self.adaptive_max)
 
     @property
     def decision_quorum(self) -> int:
@@ -129,6 +137,9 @@ class StudyItem(models.Model):
     order_key = models.PositiveIntegerField(default=0)
     taken = models.PositiveIntegerField(default=0)
     completed = models.PositiveIntegerField(default=0)
+    extra_slots = models.PositiveSmallIntegerField(
+        default=0, help_text="Annotators beyond the study's overlap this item is open to: what an adaptive quorum "
+                             "rule opened for its counted votes (Study.quorum_rule.slots less the overlap).")
     gold = models.BooleanField(default=False, help_text="A gold item: served to everyone at the study's gold rate.")
     gold_answer = models.JSONField(default=dict, blank=True, help_text='The known answer, e.g. {"validated": true}.')
     gold_source = models.CharField(max_length=20, blank=True, help_text="hand, adjudicated or unanimous.")

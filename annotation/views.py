@@ -20,6 +20,7 @@ from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
 from annotation.verdicts.adjudication import has_verdicts
+from annotation.verdicts.state import free_slot_q
 from annotation.verdicts.state import annotator_share, study_counts
 
 
@@ -120,7 +121,7 @@ def upcoming(request, study_id: int):
     study = _annotator_study(request, study_id)
     mine = Assignment.objects.filter(study=study, annotator=request.user).values("item_id")
     nxt = (
-        StudyItem.objects.filter(study=study, taken__lt=study.quorum_rule.slots()).exclude(id__in=mine)
+        StudyItem.objects.filter(free_slot_q(study, None), study=study).exclude(id__in=mine)
         .order_by("-agreement", "-taken", "order_key").select_related("query").first()
     )
     refs: list[dict] = []

@@ -23,7 +23,16 @@ from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
-from annotation.verdicts.state import forget_study_sizes, open_left, share_wanted, study_sizes, submit_is_late  # noqa: F401
+from annotation.verdicts.state import (  # noqa: F401
+    forget_study_sizes,
+    free_slot_q,
+    item_slots,
+    open_left,
+    reopen_slots,
+    share_wanted,
+    study_sizes,
+    submit_is_late,
+)
 
 CANDIDATES = 8  # rows locked per request: enough to step around a few racing annotators
 
@@ -144,15 +153,16 @@ def next_assignment(study: Study, user, now=None) -> Served:
         if gold is not None:
             return _reserve(study, user, gold[0], now, counts, gold[1])
         open_items = StudyItem.objects.filter(study=study, gold=False).exclude(id__in=mine.values("item_id"))
-        slots = study.quorum_rule.slots()  # annotators per item (agreement items: everyone, in the rules)
+        # annotators per item: the quorum rule's slots plus what an adaptive rule opened for the
+        # item's votes (agreement items: everyone, in the rules)
         items = list(
-            _with_earlier(open_items.filter(agreement=True) | open_items.filter(taken__lt=slots), user)
+            _with_earlier(open_items.filter(free_slot_q(study, None)), user)
             .annotate(open_left=left).order_by("-agreement", "-taken", "order_key")
             .select_for_update(skip_locked=True, of=("self",))[:CANDIDATES]
         )
         candidates = [
-            Candidate(item_id=i.pk, overlap=slots, completed=i.completed, reserved=i.taken - i.completed,
-                      in_agreement_subset=i.agreement, order_key=i.order_key)
+            Candidate(item_id=i.pk, overlap=item_slots(study, False, i.extra_slots, None), completed=i.completed,
+                      reserved=i.taken - i.completed, in_agreement_subset=i.agreement, order_key=i.order_key)
             for i in items
         ]
         choice = choose_next(candidates, n_annotators=n_annotators)
@@ -212,14 +222,14 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
             study=study, assignments__annotator=user, assignments__status=Assignment.Status.SKIPPED
         )
         .select_for_update(skip_locked=True, of=("self",))
-        .values_list("id", "taken", "completed", "agreement", "order_key")[:CANDIDATES]
+        .values_list("id", "taken", "completed", "agreement", "order_key", "extra_slots")[:CANDIDATES]
     )
     if not rows:
         return None
     candidates = [
-        Candidate(item_id=i, overlap=study.quorum_rule.slots(), completed=c, reserved=t - c, in_agreement_subset=a,
-                  order_key=o, skipped_by_me=True)
-        for i, t, c, a, o in rows
+        Candidate(item_id=i, overlap=item_slots(study, False, x, None), completed=c, reserved=t - c,
+                  in_agreement_subset=a, order_key=o, skipped_by_me=True)
+        for i, t, c, a, o, x in rows
     ]
     choice = choose_next(candidates, n_annotators=n_annotators)
     return choice if choice.served else None
@@ -228,11 +238,11 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
 def _why_nothing(study: Study, mine, n_annotators: int) -> Choice:
     """Tell 'everything left is reserved by others' from 'nothing left at all' (the rule:
     :func:`annotation.assignment.rules.nothing_to_serve`)."""
-    slots = study.quorum_rule.slots()
-    rows = (StudyItem.objects.filter(study=study, gold=False, completed__lt=max(slots, n_annotators))
-            .exclude(id__in=mine.values("item_id")).values_list("id", "completed", "agreement").iterator())
-    return nothing_to_serve((Candidate(item_id=i, overlap=slots, completed=c, in_agreement_subset=a)
-                             for i, c, a in rows), n_annotators)
+    rows = (StudyItem.objects.filter(study=study, gold=False, completed__lt=max(study.quorum_rule.most, n_annotators))
+            .exclude(id__in=mine.values("item_id")).values_list("id", "completed", "agreement", "extra_slots")
+            .iterator())
+    return nothing_to_serve((Candidate(item_id=i, overlap=item_slots(study, False, x, None), completed=c,
+                                       in_agreement_subset=a) for i, c, a, x in rows), n_annotators)
 
 
 def _reserve(study: Study, user, choice: Choice, now, counts: dict, item: StudyItem | None = None) -> Served:
@@ -363,7 +373,7 @@ def _check_token(a: Assignment, client_token: str, fields: dict) -> None:
 
 def _lost_slot(a: Assignment, study: Study) -> bool:
     """The late rule (:func:`annotation.verdicts.state.submit_is_late`) on a locked assignment."""
-    return submit_is_late(a.status, a.item.taken, a.item.agreement, study)
+    return submit_is_late(a.status, a.item.taken, a.item.agreement, study, a.item.extra_slots)
 
 
 def submit_rows(client_token: str = ""):
@@ -458,6 +468,8 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
         a.save(update_fields=["status", "completed_at"])
     if a.has_draft:
         Draft.objects.filter(assignment=a).delete()
+    if not judgement.late:
+        reopen_slots(study, a.item_id)  # an adaptive rule: two disagreeing votes open a third slot
     return judgement
 
 

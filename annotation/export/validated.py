@@ -53,7 +53,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -302,7 +302,8 @@ def _session_vote_dict(vote, names: dict[str, str]) -> dict[str, Any]:
 def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, run: _Run) -> dict[str, Any]:
     adj, names, session = row.adjudication, run.names, run.verdicts.session is not None
     vote_dict = _session_vote_dict if session else _vote_dict
-    return {
+    differs = {"majority": run.differs[row.item_id]} if row.item_id in run.differs else {}  # reliability policy
+    return {**differs,
         "qid": qid,
         "item": row.item_id,
         "query": row.query_id,
@@ -379,6 +380,8 @@ def _refresh_validated_subsets(study: Study, dataset_ids: list[int], id_file: Pa
 _RULES = {
     "majority": "validated when strictly more than half of the item's annotators chose VALIDATED",
     "unanimous": "validated when every annotator of the item chose VALIDATED",
+    "reliability": "validated when every annotator of the item chose VALIDATED, or, on a split vote, when the "
+                   "annotators' Dawid-Skene reliability model gives the item a posterior above one half",
     "primary": "validated when the deciding annotator (the primary one where they judged the item, else the first "
                "in username order) chose VALIDATED",
 }
@@ -387,7 +390,9 @@ _RULES = {
 def consensus_rule(verdicts: Verdicts) -> str:
     """The consensus rule of an export in words (the manifest's ``consensus.rule``)."""
     rule = verdicts.session.describe() if verdicts.session is not None else _RULES[verdicts.policy]
-    return (f"{rule}; an item is decided only once it has {verdicts.quorum} current judgement(s) (the quorum), "
+    quorum = (f"the quorum of its votes under {verdicts.rule.describe()}" if verdicts.rule is not None
+              and verdicts.rule.adaptive else f"{verdicts.quorum} current judgement(s) (the quorum)")
+    return (f"{rule}; an item is decided only once it has {quorum}, "
             "before that it is pending and never exported; flagged items, ties and disagreements wait for an "
             "adjudicator, whose decision always wins")
 
@@ -490,6 +495,7 @@ class _Run:
     per_dataset: dict[str, dict[str, Any]]
     dataset_ids: dict[str, int]
     layout: QueryLayout
+    differs: dict[int, dict[str, Any]] = field(default_factory=dict)  # reliability vs majority (_compare_majority)
 
 
 def _adjudicator_names(study: Study) -> dict[str, str]:
@@ -519,6 +525,7 @@ def _write_batch(run: _Run, batch: list[ItemRow], ids: IO[str]) -> None:
     decided = [(row, decide_row(row, run.verdicts)) for row in batch]
     for row, d in decided:
         _count_row(run, row, d)
+        _compare_majority(run, row, d)
     keep = [(row, d) for row, d in decided if d.validated]
     if not keep:
         return
@@ -530,6 +537,18 @@ def _write_batch(run: _Run, batch: list[ItemRow], ids: IO[str]) -> None:
         entry = run.per_dataset[row.dataset]
         entry["validated"] += 1
         entry["subsets"][subset] = entry["subsets"].get(subset, 0) + 1
+
+
+def _compare_majority(run: _Run, row: ItemRow, decision: Decision) -> None:
+    """Under the reliability policy: keep the majority verdict of every item where it differs
+    (the trace line and the manifest show both)."""
+    if run.verdicts.policy != "reliability" or run.verdicts.session is not None:
+        return
+    majority = decide_row(row, replace(run.verdicts, policy="majority"))
+    if majority.status != decision.status:
+        run.differs[row.item_id] = {"item": row.item_id, "dataset": row.dataset, "query_external_id": row.external_id,
+                                    "reliability": decision.status, "majority": majority.status,
+                                    "majority_provenance": majority.provenance, "split": majority.split_text}
 
 
 def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: ItemRow, d: Decision) -> str:
@@ -550,6 +569,20 @@ def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: 
     return subset
 
 
+def _reliability_manifest(run: _Run) -> dict[str, Any] | None:
+    """The reliability policy's model (annotators pseudonymised) and the items where its
+    verdict differs from the majority's; None under another policy."""
+    model = run.verdicts.reliability
+    if run.verdicts.policy != "reliability" or model is None:
+        return None
+    name = run.names.get
+    return {"model": "Dawid-Skene (annotation.verdicts.reliability)", "prior_valid": model.prior,
+            "annotators": {name(u, u): {"sensitivity": model.sensitivity[u], "specificity": model.specificity[u]}
+                           for u in sorted(model.sensitivity)},
+            "differs_from_majority": len(run.differs),
+            "differing_items": [run.differs[k] for k in sorted(run.differs)]}
+
+
 def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
     study, rubric, verdicts = run.study, run.study.rubric, run.verdicts
     circled = verdicts.session is not None
@@ -567,6 +600,8 @@ def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
             "session_rule": verdicts.session.to_dict() if circled else None,  # type: ignore[union-attr]
             "adjudications_applied": Adjudication.objects.filter(study=study, is_current=True).count(),
             "rule": consensus_rule(verdicts),
+            "quorum_rule": verdicts.rule.describe() if verdicts.rule is not None else None,
+            "reliability": _reliability_manifest(run),
         },
         "counts": verdict_counts(tally(run.decisions), run.writers.lines),
         "datasets": {k: run.per_dataset[k] for k in sorted(run.per_dataset)},

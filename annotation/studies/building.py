@@ -45,6 +45,8 @@ class StudySpec:
     quorum: int | None = None  # current judgements before an item is decided; default: the overlap
     session_rule: dict | None = None  # session rubrics: {"reject": "majority"|"any", "threshold": 3.0}
     candidates: int = 20  # candidate images per single-turn item (0 to 50)
+    adaptive_max: int | None = None  # adaptive overlap: more annotators, up to this many, where they disagree
+    consensus: str = "majority"  # the study's consensus policy: majority or reliability (Dawid-Skene weighted)
 
 
 def latest_audit(dataset: Dataset):
@@ -172,7 +174,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
         study = Study.objects.create(
             name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
             lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by, candidates=spec.candidates,
-            quorum=spec.quorum, session_rule=session_rule,
+            quorum=spec.quorum, session_rule=session_rule, adaptive_max=spec.adaptive_max, consensus=spec.consensus,
             pool={
                 "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
                 "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,
@@ -215,6 +217,10 @@ def _check_numbers(spec: StudySpec) -> None:
         raise StudyError("overlap must be at least 1")
     if not 0 <= int(spec.candidates) <= MAX_CANDIDATES:
         raise StudyError(f"candidates must be between 0 and {MAX_CANDIDATES}")
+    if spec.adaptive_max is not None and spec.adaptive_max <= spec.overlap:
+        raise StudyError(f"adaptive overlap: the maximum ({spec.adaptive_max}) must exceed the overlap ({spec.overlap})")
+    if spec.consensus not in ("majority", "reliability"):
+        raise StudyError(f"consensus must be majority or reliability, got {spec.consensus!r}")
 
 
 def _queue_candidates(study_id: int, wanted: bool) -> None:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, F, Max, Q
 
 from annotation.agreement.maths import FLAGS, VALIDATED
 from annotation.verdicts.consensus import (
@@ -25,6 +26,7 @@ from annotation.verdicts.consensus import (
     decide,
     decide_session,
 )
+from annotation.verdicts.reliability import AnnotatorReliability, Reliability, annotator_reliability, fit_votes
 from annotation.models import Adjudication, Judgement, Study, StudyItem, counted_q
 from annotation.judging.rubric import Rubric
 
@@ -133,17 +135,30 @@ class Verdicts:
     primary: str | None = None
     session: SessionRule | None = None  # set for session studies
     rule: QuorumRule | None = None  # the study's quorum rule; None: ``quorum`` as a fixed number
+    reliability: Any = None  # the "reliability" policy's model (annotation.verdicts.reliability.Reliability)
 
     @classmethod
-    def of(cls, study: Study, policy: str = "majority", primary: str | None = None) -> Verdicts:
-        """The study's rule: its quorum rule and, for a session rubric, its session rule."""
-        session = SessionRule.from_dict(study.session_rule) if is_session_rubric(study.rubric.rubric) else None
+    def of(cls, study: Study, policy: str | None = "majority", primary: str | None = None) -> Verdicts:
+        """The study's rule: its quorum rule and, for a session rubric, its session rule.
+        ``policy`` None: the study's own consensus policy (``Study.consensus``). Under the
+        ``"reliability"`` policy the annotators' Dawid-Skene model is fitted on the study's
+        counted votes (:func:`study_reliability`, cached)."""
+        session = session_rule_of(study)
         rule = study.quorum_rule
-        return cls(rule.base, policy, primary or None, session, rule)
+        policy = policy or study.consensus
+        model = None
+        if policy == "reliability" and session is None:
+            model = study_reliability(study).model
+        return cls(rule.base, policy, primary or None, session, rule, model)
 
     def needed(self, votes) -> int:
         """Counted judgements an item with these ``votes`` needs (the study's :class:`QuorumRule`)."""
         return self.rule.needed(votes) if self.rule is not None else self.quorum
+
+
+def session_rule_of(study: Study) -> SessionRule | None:
+    """The study's session rule (session rubrics), else None."""
+    return SessionRule.from_dict(study.session_rule) if is_session_rubric(study.rubric.rubric) else None
 
 
 def is_session_rubric(rubric: Rubric) -> bool:
@@ -156,17 +171,22 @@ def has_verdicts(rubric: Rubric) -> bool:
     return is_session_rubric(rubric) or (rubric.kind == "category" and rubric.valid_category is not None)
 
 
+def counted_votes(row: ItemRow, session: SessionRule | None = None) -> list:
+    """The votes an item is decided on (and its quorum rule reads): session votes under a
+    session rule, else the judgements with a validated / invalid verdict."""
+    return session_votes_of(row, session) if session is not None else votes_of(row)
+
+
 def decide_row(row: ItemRow, verdicts: Verdicts, *, with_adjudication: bool = True) -> Decision:
     """THE decision of one study item (every page, report, queue and export calls it):
     :func:`~annotation.verdicts.consensus.decide` for single-turn items,
     :func:`~annotation.verdicts.consensus.decide_session` for sessions, with the study's quorum."""
     adjudication = row.adjudication.validated if (with_adjudication and row.adjudication) else None
+    votes = counted_votes(row, verdicts.session)
     if verdicts.session is not None:
-        votes = session_votes_of(row, verdicts.session)
         return decide_session(votes, verdicts.session, adjudication=adjudication, quorum=verdicts.needed(votes))
-    votes = votes_of(row)
     return decide(votes, verdicts.policy, primary=verdicts.primary, adjudication=adjudication,
-                  quorum=verdicts.needed(votes))
+                  quorum=verdicts.needed(votes), reliability=verdicts.reliability)
 
 
 def _batched(iterable, n: int) -> Iterator[list]:
@@ -227,6 +247,18 @@ def iter_item_batches(study: Study, *, chunk_size: int = DEFAULT_CHUNK,
         rows = [ItemRow(*values) for values in chunk]
         _fill(study, rows, exact=item_ids is not None)
         yield rows
+
+
+def locked_item_row(study: Study, item_id: int) -> tuple[ItemRow, int] | None:
+    """One item, its row locked (``select_for_update``) and read with its ``extra_slots``,
+    then its votes attached: (row, extra slots), or None."""
+    found = (StudyItem.objects.select_for_update(of=("self",)).filter(pk=item_id, study=study)
+             .values_list(*_ITEM_FIELDS, "extra_slots").first())
+    if found is None:
+        return None
+    row = ItemRow(*found[:-1])
+    _fill(study, [row], exact=True)
+    return row, found[-1]
 
 
 def item_row(study: Study, item_id: int) -> ItemRow | None:
@@ -296,3 +328,43 @@ def adjudicate(study: Study, item: StudyItem, validated: bool, note: str, user) 
         Adjudication.objects.filter(item=item, is_current=True).update(is_current=False)
         return Adjudication.objects.create(study=study, item=item, decision=decision, note=(note or "").strip(),
                                            decided_by=user, is_current=True)
+
+
+# --------------------------------------------------------------------------- reliability
+
+
+@dataclass(frozen=True)
+class StudyReliability:
+    """A study's Dawid-Skene fit on its counted validity votes (:mod:`annotation.verdicts.reliability`):
+    ``model`` (what the ``"reliability"`` policy decides by), ``annotators`` (each one's
+    reliability with its interval), ``items`` (items with a vote) and ``answers``."""
+
+    model: Reliability
+    annotators: tuple[AnnotatorReliability, ...]
+    items: int
+    answers: int
+    iterations: int
+
+
+RELIABILITY_CACHE_SECONDS = 3600  # keyed by the study's judgements: a new one makes a new key
+
+
+def study_reliability(study: Study) -> StudyReliability:
+    """THE reliability model of a study: Dawid-Skene on every item's counted votes (the
+    votes consensus decides on), fitted once per state of the study's judgements (cached)."""
+    seen = Judgement.objects.filter(assignment__study=study).aggregate(n=Count("id"), last=Max("id"))
+    key = f"cirval:reliability:{study.pk}:{study.created_at.timestamp()}:{seen['n']}:{seen['last']}"
+    found = cache.get(key)
+    if found is None:
+        by_item: dict[int, list[Vote]] = {}
+        for batch in iter_item_batches(study):
+            for row in batch:
+                votes = votes_of(row)
+                if votes:
+                    by_item[row.item_id] = votes
+        fit, model = fit_votes(by_item)
+        rows = [(item, v.annotator, v.validated) for item, votes in by_item.items() for v in votes]
+        found = StudyReliability(model, tuple(annotator_reliability(fit, rows)), len(by_item), len(rows),
+                                 fit.iterations)
+        cache.set(key, found, RELIABILITY_CACHE_SECONDS)
+    return found

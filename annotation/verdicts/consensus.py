@@ -9,6 +9,9 @@ turns an item's votes into a :class:`Decision` under one of three policies:
   otherwise (an even split) the item is a *tie* and goes to adjudication.
 * ``"unanimous"``: validated only when every voter chose VALIDATED, rejected only when
   every voter chose invalid; any disagreement goes to adjudication.
+* ``"reliability"``: reliability-weighted: unanimous votes decide as under majority, split
+  votes by the posterior of the annotators' reliability model (Dawid-Skene,
+  :mod:`annotation.verdicts.reliability`), so a reliable annotator can outweigh two unreliable ones.
 * ``"primary"``: one annotator decides alone, the rule of the CIRCUS release (FORMATS.md
   §6): the ``primary`` annotator when they voted on the item, otherwise the first voter
   in sorted annotator order (CIRCUS kept annotator_03 over annotator_08, and the first
@@ -37,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-POLICIES: tuple[str, ...] = ("majority", "unanimous", "primary")
+POLICIES: tuple[str, ...] = ("majority", "unanimous", "primary", "reliability")
 
 VALIDATED = "validated"
 REJECTED = "rejected"
@@ -51,7 +54,8 @@ SINGLE = "single"
 MAJORITY = "majority"
 PRIMARY = "primary"
 ADJUDICATED = "adjudicated"
-PROVENANCES: tuple[str, ...] = (UNANIMOUS, SINGLE, MAJORITY, PRIMARY, ADJUDICATED)
+RELIABILITY = "reliability"
+PROVENANCES: tuple[str, ...] = (UNANIMOUS, SINGLE, MAJORITY, PRIMARY, ADJUDICATED, RELIABILITY)
 
 TIE = "tie"
 FLAGGED = "flagged"
@@ -85,11 +89,91 @@ class QuorumRule:
         """Counted judgements the item needs, given its counted ``votes`` so far."""
         return self.base
 
-    def slots(self, agreement: bool = False, n_annotators: int | None = None) -> int:
-        """Annotators the item is served to: every annotator for an agreement item, else the overlap."""
+    @property
+    def most(self) -> int:
+        """The most annotators an item that is not in the agreement subset is ever served to."""
+        return max(1, self.overlap or 1)
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether an item's slots depend on its votes (see :class:`AdaptiveQuorumRule`)."""
+        return False
+
+    def slots(self, agreement: bool = False, n_annotators: int | None = None, votes: Sequence[object] = ()) -> int:
+        """Annotators the item is served to: every annotator for an agreement item, else the
+        overlap (for an adaptive rule: as many as its counted ``votes`` need)."""
         if agreement and n_annotators:
             return n_annotators
         return max(1, self.overlap or 1)
+
+    def describe(self) -> str:
+        return f"{self.most} annotator(s) per item, decided at {self.base} counted judgement(s)"
+
+
+def leaning(vote: object) -> bool | None:
+    """Which way a vote leans, for disagreement: ``validated`` of a :class:`Vote`; a session
+    vote leans valid when it raised no reject flag; ``None``: no verdict (a scales-only rubric)."""
+    validated = getattr(vote, "validated", None)
+    if validated is None and hasattr(vote, "reject_flags"):
+        return not getattr(vote, "reject_flags")
+    return None if validated is None else bool(validated)
+
+
+@dataclass(frozen=True)
+class AdaptiveQuorumRule(QuorumRule):
+    """Adaptive overlap: each item goes to ``overlap`` annotators (the base, e.g. 2), and to one
+    more, up to ``maximum``, while its counted votes are not *settled*.
+
+    Votes are settled when any of them is flagged (an adjudicator decides, more votes would not),
+    when no vote carries a verdict, when one side leads the other by at least the base quorum
+    (two agreeing votes of two; 3 to 1 of four) or when ``maximum`` votes are in (the policy
+    then decides, a tie goes to adjudication). So with base 2 and maximum 3: two agreeing votes
+    decide; two disagreeing ones open the item to a third annotator, whose vote makes a majority.
+    """
+
+    maximum: int = 3
+
+    def __post_init__(self) -> None:
+        if self.maximum < max(1, self.overlap or 1):
+            raise ValueError(f"adaptive overlap: the maximum ({self.maximum}) is below the overlap ({self.overlap})")
+
+    @property
+    def most(self) -> int:
+        return self.maximum
+
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    def settled(self, votes: Sequence[object]) -> bool:
+        """Whether these counted votes need no further annotator (see the class docstring)."""
+        if len(votes) >= self.maximum or any(getattr(v, "flagged", False) for v in votes):
+            return True
+        sides = [leaning(v) for v in votes]
+        valid, invalid = sides.count(True), sides.count(False)
+        return valid + invalid == 0 or abs(valid - invalid) >= self.base
+
+    def needed(self, votes: Sequence[object] = ()) -> int:
+        n = len(votes)
+        if n < self.base:
+            return self.base
+        return n if self.settled(votes) else min(n + 1, self.maximum)
+
+    def slots(self, agreement: bool = False, n_annotators: int | None = None, votes: Sequence[object] = ()) -> int:
+        if agreement and n_annotators:
+            return n_annotators
+        return max(max(1, self.overlap or 1), self.needed(votes))
+
+    def describe(self) -> str:
+        return (f"adaptive overlap: {self.overlap} annotator(s) per item, one more (up to {self.maximum}) "
+                f"while they disagree; decided once one side leads by {self.base}")
+
+
+def quorum_rule(overlap: int, quorum: int | None = None, maximum: int | None = None) -> QuorumRule:
+    """THE quorum rule of these study settings: adaptive when ``maximum`` exceeds the overlap."""
+    if maximum and maximum > max(1, overlap or 1):
+        return AdaptiveQuorumRule(overlap, quorum, maximum)
+    return QuorumRule(overlap, quorum)
 
 
 @dataclass(frozen=True)
@@ -210,6 +294,22 @@ def _split(valid: int, n: int, policy: str) -> tuple[str, str, str]:
     return (ADJUDICATION, "", TIE)
 
 
+def _weighted(votes: Sequence[Vote], valid: int, reliability: Any) -> tuple[str, str, str]:
+    """(status, provenance, reason) under the ``reliability`` policy: unanimous votes decide
+    as under majority; split votes by the posterior ``reliability.posterior(votes)`` (the
+    probability that the item is valid given who voted what, e.g. a Dawid-Skene model):
+    above one half validated, below rejected, exactly one half a tie."""
+    n = len(votes)
+    if valid in (0, n):
+        return _split(valid, n, "majority")
+    p = float(reliability.posterior(votes))
+    if p > 0.5:
+        return (VALIDATED, RELIABILITY, "")
+    if p < 0.5:
+        return (REJECTED, RELIABILITY, "")
+    return (ADJUDICATION, "", TIE)
+
+
 def decide(
     votes: Iterable[Vote],
     policy: str = "majority",
@@ -217,6 +317,7 @@ def decide(
     primary: str | None = None,
     adjudication: bool | None = None,
     quorum: int = 1,
+    reliability: Any = None,
 ) -> Decision:
     """The consensus decision of one item.
 
@@ -224,6 +325,9 @@ def decide(
     primary policy (ignored by the others). ``adjudication``: an adjudicator's decision
     (True = validated, False = rejected) that overrides the policy, or ``None``.
     ``quorum``: current votes needed before the policy decides (a study's quorum).
+    ``reliability``: for the ``"reliability"`` policy, the annotators' reliability model
+    (anything with ``posterior(votes) -> P(valid)``, e.g.
+    :class:`annotation.verdicts.reliability.Reliability`); without one it decides as majority.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown consensus policy {policy!r}; expected one of {POLICIES}")
@@ -238,8 +342,10 @@ def decide(
         vote = primary_voter(votes, primary)
         assert vote is not None
         outcome, by = (VALIDATED if vote.validated else REJECTED, PRIMARY, ""), vote.annotator
+    elif outcome is None and policy == "reliability" and reliability is not None:
+        outcome = _weighted(votes, valid, reliability)
     elif outcome is None:
-        outcome = _split(valid, n, policy)
+        outcome = _split(valid, n, "majority" if policy == "reliability" else policy)
     status, provenance, reason = outcome
     return Decision(status, provenance, reason, n, valid, n - valid, flagged, by, quorum,
                     (("valid", valid), ("invalid", n - valid)))

@@ -10,7 +10,10 @@ alternatives and the export:
   late rule.
 * **The quorum rule**: ``Study.quorum_rule`` (:class:`annotation.verdicts.consensus.QuorumRule`):
   how many annotators an item is served to (``slots``) and how many counted judgements decide
-  it (``needed``). An adaptive rule plugs in there and nowhere else.
+  it (``needed``). An adaptive rule (:class:`~annotation.verdicts.consensus.AdaptiveQuorumRule`)
+  plugs in there and nowhere else; what it opened for an item's votes is kept on the item
+  (``StudyItem.extra_slots``, :func:`reopen_slots`) so serving reads it in SQL (:func:`free_slot_q`,
+  :func:`item_slots`).
 * **An item's decision state** (:func:`item_state`): ``unjudged`` (no counted judgement),
   ``pending`` (below the quorum), ``awaiting_adjudication`` (a tie, a flag or a
   disagreement), ``decided`` (by the votes), ``adjudicated`` (by staff). An item is
@@ -34,12 +37,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, Max, Q, QuerySet, Subquery
+from django.db.models import Count, F, Max, Q, QuerySet, Subquery, Sum
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from annotation.models import Adjudication, AlternativeDecision, Assignment, ExportJob, Judgement, Study, StudyItem
-from annotation.verdicts.adjudication import ItemRow, Verdicts, decide_row, has_verdicts, iter_item_batches
+from annotation.verdicts.adjudication import (
+    ItemRow,
+    Verdicts,
+    counted_votes,
+    decide_row,
+    has_verdicts,
+    iter_item_batches,
+    locked_item_row,
+    session_rule_of,
+)
 from annotation.verdicts.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, tally
 
 AWAITING_ADJUDICATION = "awaiting_adjudication"
@@ -76,20 +88,55 @@ def study_sizes(study: Study) -> dict:
         counts = StudyItem.objects.filter(study=study).aggregate(
             agreement=Count("id", filter=Q(agreement=True)), total=Count("id"),
             annotators=Max(Subquery(annotators.annotate(n=Count("user_id")).values("n")[:1])),  # none: 0 items
+            extra=Sum("extra_slots"),  # agreement items never get extra slots (reopen_slots)
         )
         sizes = {"agreement": counts["agreement"], "other": counts["total"] - counts["agreement"],
-                 "annotators": counts["annotators"] or 0}
+                 "annotators": counts["annotators"] or 0, "extra": counts["extra"] or 0}
         cache.set(key, sizes, 30)
     return sizes
 
 
-def submit_is_late(status: str, taken: int, agreement: bool, study: Study) -> bool:
+def item_slots(study: Study, agreement: bool, extra: int, n_annotators: int | None) -> int:
+    """THE number of annotators one item is served to now: the quorum rule's slots
+    (``Study.quorum_rule.slots``; every annotator for an agreement item) plus, for other items,
+    what an adaptive rule opened for its votes (``StudyItem.extra_slots``, kept by :func:`reopen_slots`)."""
+    rule = study.quorum_rule
+    return rule.slots(True, n_annotators) if agreement and n_annotators else rule.slots() + extra
+
+
+def free_slot_q(study: Study, n_annotators: int | None) -> Q:
+    """Items with a slot free (:func:`item_slots` above ``taken``), as a filter on StudyItem;
+    ``n_annotators`` None: every agreement item (the pure rules then judge their capacity)."""
+    rule = study.quorum_rule
+    agreement = Q(agreement=True) if n_annotators is None else Q(agreement=True, taken__lt=rule.slots(True, n_annotators))
+    return agreement | Q(agreement=False, taken__lt=F("extra_slots") + rule.slots())
+
+
+def reopen_slots(study: Study, item_id: int) -> int:
+    """Under an adaptive quorum rule, after a judgement of the item is stored: open or close
+    the item's extra slots (``StudyItem.extra_slots``) to what the rule's ``slots`` give for
+    its counted votes (two disagreeing votes open a third). The item row is locked first, so
+    two racing submits of its last votes both see each other's. A fixed rule: nothing (0)."""
+    rule = study.quorum_rule
+    if not rule.adaptive:
+        return 0
+    found = locked_item_row(study, item_id)
+    if found is None or found[0].agreement:
+        return 0
+    row, before = found
+    extra = rule.slots(False, None, counted_votes(row, session_rule_of(study))) - rule.slots()
+    if extra != before:
+        StudyItem.objects.filter(pk=item_id).update(extra_slots=extra)
+    return extra
+
+
+def submit_is_late(status: str, taken: int, agreement: bool, study: Study, extra: int = 0) -> bool:
     """THE late rule: a submit on an assignment that no longer holds its slot (its lease was
     released, or the annotator skipped the item) is late when the item's slots
-    (``Study.quorum_rule.slots``) have since gone to others (``taken`` reached them)."""
+    (:func:`item_slots`; ``extra``: its ``extra_slots``) have since gone to others (``taken`` reached them)."""
     if status not in (Assignment.Status.RELEASED, Assignment.Status.SKIPPED):
         return False
-    return taken >= study.quorum_rule.slots(agreement, study_sizes(study)["annotators"])
+    return taken >= item_slots(study, agreement, extra, study_sizes(study)["annotators"])
 
 
 def item_state(decision: Decision) -> str:
@@ -127,7 +174,7 @@ class _Walk:
         self.decides = has_verdicts(study.rubric.rubric)
         self.states = {s: 0 for s in ITEM_STATES}
         self.per_annotator: dict[str, int] = {}
-        self.judgements = self.flagged = self.complete = 0
+        self.judgements = self.flagged = self.complete = self.saved = 0
         self.n_annotators = study_sizes(study)["annotators"]
 
     def decisions(self) -> Iterable[Decision]:
@@ -142,7 +189,10 @@ class _Walk:
         n = len(row.votes)
         self.judgements += n
         self.flagged += sum(1 for v in row.votes if v.flagged)
-        self.complete += n >= rule.slots(row.agreement, self.n_annotators)
+        slots = rule.slots(row.agreement, self.n_annotators, counted_votes(row, self.verdicts.session))
+        self.complete += n >= slots
+        if rule.adaptive and not row.agreement and n >= slots:  # settled below the maximum: saved judgements
+            self.saved += rule.most - slots
         for v in row.votes:
             self.per_annotator[v.annotator] = self.per_annotator.get(v.annotator, 0) + 1
         if not self.decides:
@@ -191,11 +241,21 @@ def _study_counts(study: Study, verdicts: Verdicts) -> dict[str, Any]:
     out.update(
         states=walk.states, pending=walk.states[PENDING], unjudged=walk.states[UNJUDGED], quorum=verdicts.quorum,
         judgements=walk.judgements, late=sum(late.values()), flagged=walk.flagged, complete=walk.complete,
+        labour=labour_figures(study, walk.judgements, walk.saved),
         annotators={u: {"judged": walk.per_annotator.get(u, 0), "late": late.get(u, 0)}
                     for u in sorted(set(walk.per_annotator) | set(late))},
         exported=(export.manifest.get("counts", {}).get("validated") if export is not None else None),
     )
     return out
+
+
+def labour_figures(study: Study, spent: int, saved: int) -> dict[str, Any]:
+    """Judgements spent (counted) and saved by adaptive overlap: on every item that settled
+    below the rule's maximum, the judgements a fixed overlap at that maximum would have cost
+    beyond it. ``adaptive``: whether the study's rule is adaptive (else nothing is saved)."""
+    rule = study.quorum_rule
+    return {"adaptive": rule.adaptive, "rule": rule.describe(), "spent": spent, "saved": saved,
+            "maximum": rule.most, "base": rule.base}
 
 
 def study_version(study: Study) -> str:
@@ -209,7 +269,8 @@ def study_version(study: Study) -> str:
              StudyItem.objects.filter(study=study).aggregate(n=Count("id"), gold=Count("id", filter=Q(gold=True))),
              ExportJob.objects.filter(study=study, status=ExportJob.Status.DONE).aggregate(n=Count("id"), last=Max("id"))]
     fresh = Study.objects.filter(pk=study.pk).values_list("rubric_id", "overlap", "quorum", "session_rule",
-                                                          "alternatives_rule", "candidates").first()
+                                                          "alternatives_rule", "candidates", "adaptive_max",
+                                                          "consensus").first()
     team = sorted(Study.annotators.through.objects.filter(study_id=study.pk).values_list("user_id", flat=True))
     return json.dumps([study.pk, study.created_at.timestamp(), parts, fresh, team], sort_keys=True, default=str)
 
@@ -224,11 +285,9 @@ def _mine(study: Study, user_id: int) -> dict:
 def open_to(study: Study, user_id: int, n_annotators: int) -> QuerySet:
     """Items still open to one annotator: not gold, not submitted by them, and with a slot
     free under the quorum rule (or held by them now). Skipped items stay open."""
-    rule = study.quorum_rule
     mine = Assignment.objects.filter(study=study, annotator_id=user_id)
     held = mine.filter(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now()).values("item_id")
-    free = (Q(agreement=True, taken__lt=rule.slots(True, n_annotators))
-            | Q(agreement=False, taken__lt=rule.slots(False, n_annotators)))
+    free = free_slot_q(study, n_annotators)
     return (StudyItem.objects.filter(study=study, gold=False).filter(free | Q(id__in=held))
             .exclude(id__in=mine.filter(status=Assignment.Status.DONE).values("item_id")))
 
@@ -244,7 +303,8 @@ def share_wanted(study: Study, done: int, reserved: int) -> int:
     what they hold (and 1). Counting further than this changes no figure."""
     sizes = study_sizes(study)
     n = max(1, sizes["annotators"])
-    estimate = sizes["agreement"] + -(-sizes["other"] * min(study.quorum_rule.slots(), n) // n)
+    others = sizes["other"] * min(study.quorum_rule.slots(), n) + sizes.get("extra", 0)  # slots opened so far
+    estimate = sizes["agreement"] + -(-others // n)
     return max(estimate - done, reserved, 1)
 
 

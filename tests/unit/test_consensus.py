@@ -153,7 +153,7 @@ def test_tally() -> None:
     t = tally(decisions)
     assert t["items"] == 6
     assert t["status"] == {VALIDATED: 2, REJECTED: 1, ADJUDICATION: 2, PENDING: 0, UNJUDGED: 1}
-    assert t["provenance"] == {UNANIMOUS: 1, SINGLE: 0, MAJORITY: 1, PRIMARY: 0, ADJUDICATED: 1}
+    assert t["provenance"] == {UNANIMOUS: 1, SINGLE: 0, MAJORITY: 1, PRIMARY: 0, ADJUDICATED: 1, "reliability": 0}
     assert t["adjudication_reasons"] == {TIE: 1, FLAGGED: 1, DISAGREEMENT: 0}
 
 
