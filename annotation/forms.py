@@ -20,6 +20,14 @@ class StudyForm(forms.Form):
         required=False, min_value=1, max_value=50,
         help_text="Current judgements an item needs before it is decided (validated, rejected or sent to "
                   "adjudication); empty: the overlap. Items below it are pending and never exported.")
+    adaptive_max = forms.IntegerField(
+        required=False, min_value=2, max_value=50, label="Adaptive overlap: at most",
+        help_text="Serve each item to the overlap (e.g. 2) and, only while its annotators disagree, to one more "
+                  "up to this many (e.g. 3); empty: every item goes to the overlap.")
+    consensus = forms.ChoiceField(
+        choices=[("majority", "majority"), ("reliability", "reliability-weighted (Dawid-Skene)")], initial="majority",
+        help_text="How pages and exports decide an item by default; reliability-weighted consensus lets a reliable "
+                  "annotator outweigh unreliable ones, and is shown beside the majority wherever they differ.")
     session_reject = forms.ChoiceField(
         required=False, choices=[("majority", "majority of reject flags"), ("any", "any reject flag")], initial="majority",
         label="Session rule: reject when",
@@ -71,6 +79,7 @@ class StudyForm(forms.Form):
             agreement_size=d["agreement_size"], blind=d["blind"], guidelines=d["guidelines"],
             lease_minutes=d["lease_minutes"], annotators=[u.username for u in d["annotators"]],
             quorum=d.get("quorum"), session_rule=self._session_rule(d), candidates=20 if d["candidates"] is None else d["candidates"],
+            adaptive_max=d.get("adaptive_max"), consensus=d.get("consensus") or "majority",
         )
 
     @staticmethod

@@ -19,7 +19,7 @@ from annotation.judging.guidelines import current_guidelines, render_markdown
 from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
-from annotation.verdicts.adjudication import has_verdicts
+from annotation.verdicts.adjudication import has_verdicts, session_rule_of, study_reliability
 from annotation.verdicts.state import free_slot_q
 from annotation.verdicts.state import annotator_share, study_counts
 
@@ -181,6 +181,9 @@ def study_progress_page(request, study_id: int):
     quality = quality_signals(study)
     for row in progress["annotators"]:
         row["quality"] = quality.get(row["annotator"])
+    exportable = has_verdicts(study.rubric.rubric)
+    reliability = (study_reliability(study) if exportable and session_rule_of(study) is None and counts["judgements"]
+                   else None)
     return render(request, "annotation/study_progress.html", {
-        "study": study, "progress": progress, "verdicts": counts,
-        "exportable": has_verdicts(study.rubric.rubric)})
+        "study": study, "progress": progress, "verdicts": counts, "labour": counts["labour"],
+        "reliability": reliability, "exportable": exportable})

@@ -36,10 +36,13 @@ class RolesForm(forms.Form):
 class StudySettingsForm(forms.ModelForm):
     class Meta:
         model = Study
-        fields = ["overlap", "quorum", "lease_minutes", "gold_rate", "training_items", "too_fast_seconds", "straight_run",
+        fields = ["overlap", "quorum", "adaptive_max", "consensus", "lease_minutes", "gold_rate", "training_items", "too_fast_seconds", "straight_run",
                   "guidelines"]
         labels = {"overlap": "Overlap (annotators per item)",
                   "quorum": "Quorum (current judgements before an item is decided; empty: the overlap)", "gold_rate": "Gold rate (0–1)",
+                  "adaptive_max": "Adaptive overlap: at most this many annotators, one more while they disagree "
+                                  "(empty: a fixed overlap)",
+                  "consensus": "Consensus (majority, or weighted by the annotators' Dawid-Skene reliability)",
                   "training_items": "Training items (gold, with feedback, before real items)",
                   "too_fast_seconds": "Too fast below (seconds)", "straight_run": "Straight-lining run length",
                   "guidelines": "Guidelines (Markdown; example images as ![caption](/images/ID/))"}
@@ -56,6 +59,13 @@ class StudySettingsForm(forms.ModelForm):
         if not 1 <= n <= 50:
             raise forms.ValidationError("Between 1 and 50.")
         return n
+
+    def clean(self):
+        data = super().clean()
+        most, overlap = data.get("adaptive_max"), data.get("overlap")
+        if most is not None and overlap is not None and most <= overlap:
+            self.add_error("adaptive_max", f"More than the overlap ({overlap}), or empty.")
+        return data
 
     def clean_straight_run(self):
         n = self.cleaned_data["straight_run"]

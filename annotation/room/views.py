@@ -25,6 +25,7 @@ from annotation.models import GuidelinesVersion, Study, StudyItem
 from annotation.quality import gold as goldsvc
 from annotation.room.forms import GoldForm, RolesForm, StudySettingsForm, UserForm
 from annotation.room.jobs import all_jobs, jobs_status
+from annotation.verdicts.state import refresh_slots
 from annotation.studies.building import StudyError, add_annotators
 
 User = get_user_model()
@@ -128,6 +129,8 @@ def study_settings(request, study_id: int):
     text = study.guidelines
     study.guidelines = guidelines_before
     study.save()
+    if {"overlap", "quorum", "adaptive_max"} & set(form.changed_data):
+        refresh_slots(study)  # the items' extra slots follow the new quorum rule
     version = save_guidelines(study, text, request.user)
     forget_study_sizes(study)
     note = f" Guidelines saved as version {version.version}." if version else ""

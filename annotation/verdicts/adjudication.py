@@ -344,6 +344,24 @@ class StudyReliability:
     items: int
     answers: int
     iterations: int
+    differs: tuple[dict, ...] = ()  # items whose reliability-weighted verdict differs from the majority's
+
+    @property
+    def by_annotator(self) -> dict[str, AnnotatorReliability]:
+        return {a.annotator: a for a in self.annotators}
+
+
+def _differences(study: Study, by_item: dict[int, list[Vote]], keys: dict[int, str], model: Reliability) -> tuple:
+    """The items whose verdict under the reliability policy differs from the majority's (by
+    their votes, before any adjudication), with both verdicts and the vote split."""
+    rule, out = study.quorum_rule, []
+    for item, votes in by_item.items():
+        majority = decide(votes, "majority", quorum=rule.needed(votes))
+        weighted = decide(votes, "reliability", quorum=rule.needed(votes), reliability=model)
+        if majority.status != weighted.status:
+            out.append({"item": item, "key": keys[item], "majority": majority.status, "reliability": weighted.status,
+                        "split": majority.split_text, "posterior": model.posterior(votes)})
+    return tuple(out)
 
 
 RELIABILITY_CACHE_SECONDS = 3600  # keyed by the study's judgements: a new one makes a new key
@@ -357,14 +375,15 @@ def study_reliability(study: Study) -> StudyReliability:
     found = cache.get(key)
     if found is None:
         by_item: dict[int, list[Vote]] = {}
+        keys: dict[int, str] = {}
         for batch in iter_item_batches(study):
             for row in batch:
                 votes = votes_of(row)
                 if votes:
-                    by_item[row.item_id] = votes
+                    by_item[row.item_id], keys[row.item_id] = votes, row.key
         fit, model = fit_votes(by_item)
         rows = [(item, v.annotator, v.validated) for item, votes in by_item.items() for v in votes]
         found = StudyReliability(model, tuple(annotator_reliability(fit, rows)), len(by_item), len(rows),
-                                 fit.iterations)
+                                 fit.iterations, _differences(study, by_item, keys, model))
         cache.set(key, found, RELIABILITY_CACHE_SECONDS)
     return found

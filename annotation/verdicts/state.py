@@ -130,6 +130,21 @@ def reopen_slots(study: Study, item_id: int) -> int:
     return extra
 
 
+def refresh_slots(study: Study) -> int:
+    """Every item's extra slots again, under the study's current quorum rule (after its overlap
+    or adaptive maximum changed): what :func:`reopen_slots` would give each. Returns the items changed."""
+    rule, session, changed = study.quorum_rule, session_rule_of(study), 0
+    extra_now = dict(StudyItem.objects.filter(study=study).values_list("id", "extra_slots"))
+    for batch in iter_item_batches(study):
+        for row in batch:
+            extra = 0 if row.agreement or not rule.adaptive else (
+                rule.slots(False, None, counted_votes(row, session)) - rule.slots())
+            if extra != extra_now.get(row.item_id):
+                changed += StudyItem.objects.filter(pk=row.item_id).update(extra_slots=extra)
+    forget_study_sizes(study)
+    return changed
+
+
 def submit_is_late(status: str, taken: int, agreement: bool, study: Study, extra: int = 0) -> bool:
     """THE late rule: a submit on an assignment that no longer holds its slot (its lease was
     released, or the annotator skipped the item) is late when the item's slots

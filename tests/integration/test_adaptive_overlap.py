@@ -148,3 +148,38 @@ def test_a_revision_that_agrees_closes_the_third_slot(study):
     assert revision.status_code == 201, revision.content
     item.refresh_from_db()
     assert item.extra_slots == 0
+
+
+def test_staff_page_shows_labour_and_reliability_and_the_reliability_export(study, tmp_path):
+    from django.test import Client
+
+    from annotation.verdicts.adjudication import study_reliability
+
+    study, _ = study
+    for name in ("ann1", "ann2", "ann3"):
+        work(study, name)
+    staff = Client()
+    staff.force_login(get_user_model().objects.get(username="boss"))
+    html = staff.get(f"/studies/{study.pk}/progress/").content.decode()
+    counts = study_counts(study)
+    assert f'<dd id="count-spent">{counts["judgements"]}</dd>' in html
+    assert f'<dd id="count-saved">{counts["labour"]["saved"]}</dd>' in html and counts["labour"]["saved"] > 0
+    reliability = study_reliability(study)
+    assert reliability.answers == counts["judgements"] and reliability.items == ITEMS
+    for r in reliability.annotators:
+        assert f'data-annotator="{r.annotator}"' in html and 0 <= r.low <= r.accuracy <= r.high <= 1
+        assert f"[{r.low:.2f}, {r.high:.2f}]" in html
+    # annotators see none of it
+    ann = Client()
+    ann.force_login(get_user_model().objects.get(username="ann1"))
+    assert ann.get(f"/studies/{study.pk}/progress/").status_code in (302, 403, 404)
+
+    result = export_study(study, tmp_path / "rel", policy="reliability")
+    block = result.manifest["consensus"]["reliability"]
+    assert set(block["annotators"]) == {"annotator_01", "annotator_02", "annotator_03"}  # pseudonymised
+    assert block["differs_from_majority"] == len(block["differing_items"]) == len(reliability.differs)
+    majority = export_study(study, tmp_path / "maj").manifest
+    assert majority["consensus"]["reliability"] is None
+    shift = result.manifest["counts"]["validated"] - majority["counts"]["validated"]
+    assert shift == sum(1 if d["reliability"] == "validated" else -1 if d["majority"] == "validated" else 0
+                        for d in block["differing_items"])

@@ -109,3 +109,10 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     planted = {k: sum(1 for q in got["labels"] if truth["queries"][q]["kind"] == k) for k in result["audit"]}
     assert {k: v["planted"] for k, v in result["audit"].items()} == planted
     assert planted["text_only"] > 0 and planted["image_only"] > 0 and "human" not in result
+    # and the labour figures (issue 25: bench/labour.py's simulated crowd on this truth)
+    labour = result["labour"]
+    fixed, adaptive, ds = labour["strategies"]
+    assert fixed["judgements"] == 3 * labour["items"] * labour["repeats"]
+    assert ds["judgements"] == adaptive["judgements"] < fixed["judgements"]
+    assert all(0.5 < r["validated_accuracy"] <= 1 for r in labour["strategies"])
+    assert all(figures["spent"] == 0 for figures in labour["studies"].values())

@@ -71,3 +71,22 @@ def test_consensus_follows_the_rule():
         vs = votes(*sides)
         d = decide(vs, quorum=rule.needed(vs))
         assert (d.status, d.provenance) == (status, provenance), sides
+
+
+def test_the_simulated_crowd_runs_the_apps_rules():
+    import random
+
+    from annotation.verdicts.crowd import STRATEGIES, TEAM, collect, compare, decide_all, labour_table
+
+    truth = {f"q{n}": n % 5 != 0 for n in range(120)}
+    fixed, adaptive, ds = STRATEGIES
+    votes = collect(truth, adaptive, TEAM, random.Random(1))
+    for got in votes.values():
+        assert len(got) in (2, 3) and len({v.annotator for v in got}) == len(got)
+        assert (len(got) == 3) == (got[0].validated != got[1].validated)  # a third only after a split
+    assert all(len(v) == 3 for v in collect(truth, fixed, TEAM, random.Random(1)).values())
+    verdicts = decide_all(votes, adaptive)
+    assert all(v is not None for v in verdicts.values())  # every item decided: 2-0 or 2-1
+    rows = labour_table(compare(truth, repeats=3))
+    assert rows[0]["judgements"] == 3 * 120 * 3 and rows[1]["judgements"] == rows[2]["judgements"] < rows[0]["judgements"]
+    assert 0.9 < rows[1]["validated_accuracy"] <= 1 and rows[1]["judgements_share"] < 0.8

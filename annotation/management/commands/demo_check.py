@@ -12,7 +12,9 @@ from collections import defaultdict
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.models import Assignment, Judgement
+from annotation.models import Assignment, Judgement, Study
+from annotation.verdicts.crowd import compare, demo_truth_validity, labour_table
+from annotation.verdicts.state import study_counts
 from audit.models import AuditLabel
 from audit.management.commands.audit_report import finished_run
 from audit.democheck import check_audit
@@ -57,6 +59,7 @@ class Command(BaseCommand):
         flags = majority_flags(opts["name"])
         if flags:
             report["human"] = check_judgements(kinds, flags)
+        report["labour"] = labour_report(truth, opts["name"])
         if opts["format"] == "json":
             self.stdout.write(json.dumps(report, indent=2))
             return
@@ -69,3 +72,31 @@ class Command(BaseCommand):
             for kind, s in report[part].items():
                 self.stdout.write(f"  {kind:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}"
                                   f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
+        self.write_labour(report["labour"])
+
+    def write_labour(self, labour: dict) -> None:
+        """Issue 25 item 5: the simulated crowd's labour figures, and the demo studies' own."""
+        self.stdout.write(f"labour (simulated crowd on the demo truth: {labour['items']} items x {labour['repeats']} crowds; "
+                          "bench/labour.py)")
+        self.stdout.write(f"  {'strategy':<30}{'judgements':>11}{'share':>7}{'val. acc.':>10}{'accuracy':>9}")
+        for r in labour["strategies"]:
+            self.stdout.write(f"  {r['strategy']:<30}{r['judgements']:>11}{r['judgements_share']:>7.0%}"
+                              f"{r['validated_accuracy']:>10.4f}{r['accuracy']:>9.4f}")
+        for name, figures in labour["studies"].items():
+            self.stdout.write(f"  study {name}: {figures['spent']} judgements spent, "
+                              + (f"{figures['saved']} saved by adaptive overlap" if figures["adaptive"]
+                                 else "fixed overlap (nothing saved)"))
+
+
+LABOUR_REPEATS = 20
+
+
+def labour_report(truth: dict, dataset: str, repeats: int = LABOUR_REPEATS) -> dict:
+    """The labour figures: each strategy of :mod:`annotation.verdicts.crowd` on the demo truth
+    (the same simulation as bench/labour.py), and the judgements spent and saved by the studies
+    of the demo dataset (:func:`annotation.verdicts.state.study_counts`)."""
+    validity = demo_truth_validity(truth)
+    rows = labour_table(compare(validity, repeats=repeats))
+    studies = {s.name: study_counts(s)["labour"] for s in
+               Study.objects.filter(items__query__dataset__name=dataset).distinct().order_by("name")}
+    return {"items": len(validity), "repeats": repeats, "strategies": rows, "studies": studies}
