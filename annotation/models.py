@@ -12,7 +12,7 @@ from django.db.models import Q
 from retrieval.jobs.models import Job
 from retrieval.models import Query
 
-from annotation.judging.rubric import Rubric, builtin_rubrics
+from annotation.judging.rubric import Rubric, builtin_rubric
 from annotation.verdicts.consensus import QuorumRule, quorum_rule
 
 
@@ -37,9 +37,9 @@ class RubricVersion(models.Model):
         return Rubric.from_dict(self.definition)
 
     @classmethod
-    def builtin(cls, key: str) -> RubricVersion:
-        """The stored copy of a shipped rubric (created on first use)."""
-        rubric = builtin_rubrics()[key]
+    def builtin(cls, key: str, version: int | None = None) -> RubricVersion:
+        """The stored copy of a shipped rubric, ``version`` or the newest (created on first use)."""
+        rubric = builtin_rubric(key, version)
         obj, _ = cls.objects.get_or_create(
             key=rubric.key, version=rubric.version, defaults={"title": rubric.title, "definition": rubric.to_dict()}
         )

@@ -176,6 +176,24 @@ class Check:
 
 
 @dataclass(frozen=True)
+class TurnVerdict:
+    """A session rubric's per-turn verdict: every turn is answered valid or invalid
+    (``valid_key`` / ``invalid_key`` set the focused turn). It is stored in each turn's
+    object of ``per_turn_checks`` under ``key``; the session's own verdict is derived from
+    the turns by :func:`annotation.verdicts.turns.valid_prefix` (session rubric v2 on)."""
+
+    key: str
+    label: str
+    description: str = ""
+    valid_key: str = ""
+    invalid_key: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "label": self.label, "description": self.description,
+                "valid_key": self.valid_key, "invalid_key": self.invalid_key}
+
+
+@dataclass(frozen=True)
 class Rubric:
     """A validated, immutable rubric definition. Build it with :meth:`from_dict`."""
 
@@ -190,6 +208,7 @@ class Rubric:
     scales: tuple[Scale, ...] = ()
     per_turn_checks: tuple[Check, ...] = ()
     reject_flags: tuple[Check, ...] = ()
+    turn_verdict: TurnVerdict | None = None
 
     # ---- accessors
 
@@ -209,8 +228,9 @@ class Rubric:
     # ---- (de)serialisation
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical JSON-serialisable definition (``from_dict`` round-trips it)."""
-        return {
+        """The canonical JSON-serialisable definition (``from_dict`` round-trips it). A rubric
+        without a turn verdict (every rubric before session v2) has no ``turn_verdict`` key."""
+        out = {
             "key": self.key,
             "version": self.version,
             "title": self.title,
@@ -223,6 +243,9 @@ class Rubric:
             "per_turn_checks": [c.to_dict() for c in self.per_turn_checks],
             "reject_flags": [c.to_dict() for c in self.reject_flags],
         }
+        if self.turn_verdict is not None:
+            out["turn_verdict"] = self.turn_verdict.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rubric:
@@ -234,12 +257,13 @@ class Rubric:
 # --------------------------------------------------------------------------- parsing
 
 _RUBRIC_FIELDS = {"key", "version", "title", "kind", "description", "decision_order", "categories",
-                  "flags", "scales", "per_turn_checks", "reject_flags"}
+                  "flags", "scales", "per_turn_checks", "reject_flags", "turn_verdict"}
 _CATEGORY_FIELDS = {"key", "label", "description", "shortcut_key", "severity", "valid", "sub_reasons"}
 _SUB_REASON_FIELDS = {"key", "label", "shortcut_key", "requires_note"}
 _SCALE_FIELDS = {"key", "label", "description", "min", "max", "shortcut_key", "anchors"}
 _CHECK_FIELDS = {"key", "label", "description", "shortcut_key"}
 _STEP_FIELDS = {"question", "category"}
+_TURN_VERDICT_FIELDS = {"key", "label", "description", "valid_key", "invalid_key"}
 _FLAG_SPEC_FIELDS = {"order", "validated_field", "note_field"}
 
 # The definition is read through retrieval.validation.Record (one record, the root named
@@ -341,6 +365,23 @@ def _parse_check(r: Record) -> Check:
                  shortcut_key=_shortcut(r, "shortcut_key", required=False))
 
 
+def _parse_turn_verdict(top: Record, kind: str, per_turn: tuple[Check, ...]) -> TurnVerdict | None:
+    """The optional ``turn_verdict`` object (session rubrics only): a key distinct from the
+    per-turn checks' and two shortcut keys, one per answer."""
+    raw = top.opt_obj("turn_verdict")
+    if raw is None:
+        return None
+    if kind != "session":
+        top.fail("turn_verdict", "only session rubrics have a per-turn verdict")
+    r = top.nested("turn_verdict", raw, "turn verdict object", _TURN_VERDICT_FIELDS)
+    verdict = TurnVerdict(key=_ident(r, "key"), label=r.req_str("label", non_blank=True),
+                          description=_text(r, "description"), valid_key=_shortcut(r, "valid_key") or "",
+                          invalid_key=_shortcut(r, "invalid_key") or "")
+    if any(c.key == verdict.key for c in per_turn):
+        r.fail("key", f"{verdict.key!r} is also a per-turn check key")
+    return verdict
+
+
 def _parse_rubric(data: Mapping[str, Any]) -> Rubric:
     where = "rubric"
     if isinstance(data, Mapping):
@@ -362,13 +403,15 @@ def _check_unique_keys(top: Record, categories: tuple[Category, ...], scales: tu
 
 
 def _check_shortcuts(top: Record, categories: tuple[Category, ...], scales: tuple[Any, ...],
-                     per_turn: tuple[Any, ...], rejects: tuple[Any, ...]) -> None:
+                     per_turn: tuple[Any, ...], rejects: tuple[Any, ...],
+                     extra: Sequence[tuple[str, str | None]] = ()) -> None:
     """Keyboard: one first-level namespace; sub-reasons distinct from it; digits kept for scales."""
     first_level: list[tuple[str, str | None]] = [
         *((f"categories[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(categories)),
         *((f"scales[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(scales)),
         *((f"per_turn_checks[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(per_turn)),
         *((f"reject_flags[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(rejects)),
+        *extra,
     ]
     _unique_shortcuts(top, first_level, "first level")
     first_folded = {k.casefold(): p for p, k in first_level if k is not None}
@@ -407,8 +450,11 @@ def _parse_rubric_body(top: Record) -> Rubric:
     per_turn = tuple(_parse_check(r) for r in top.objects("per_turn_checks", "per-turn check", _CHECK_FIELDS))
     rejects = tuple(_parse_check(r) for r in top.objects("reject_flags", "reject flag", _CHECK_FIELDS))
     steps = _parse_decision_order(top)
+    verdict = _parse_turn_verdict(top, kind, per_turn)
     _check_unique_keys(top, categories, scales, per_turn, rejects)
-    _check_shortcuts(top, categories, scales, per_turn, rejects)
+    _check_shortcuts(top, categories, scales, per_turn, rejects,
+                     () if verdict is None else (("turn_verdict.valid_key", verdict.valid_key),
+                                                 ("turn_verdict.invalid_key", verdict.invalid_key)))
     for i, step in enumerate(steps):
         if step.category is not None and all(c.key != step.category for c in categories):
             top.fail(f"decision_order[{i}].category", f"unknown category {step.category!r}")
@@ -421,7 +467,7 @@ def _parse_rubric_body(top: Record) -> Rubric:
 
     return Rubric(key=key, version=version, title=title, kind=kind, description=_text(top, "description"),
                   decision_order=tuple(steps), categories=categories, flags=flags, scales=scales,
-                  per_turn_checks=per_turn, reject_flags=rejects)
+                  per_turn_checks=per_turn, reject_flags=rejects, turn_verdict=verdict)
 
 
 def _check_category_set(top: Record, categories: tuple[Category, ...]) -> Category:
@@ -626,10 +672,43 @@ SESSION_RUBRIC_V1: dict[str, Any] = {
 }
 
 
+#: The CIRVal session rubric, version 2 (issue 26, "a turn-by-turn verdict"): version 1 plus a
+#: valid / invalid verdict on every turn (``a`` valid, ``d`` invalid, for the focused turn).
+#: A session is valid when every turn is and no reject flag holds; its longest valid prefix
+#: is kept too (:mod:`annotation.verdicts.turns`). The scales are still rated (reports) but
+#: no longer decide a session. Version 1 stays readable: its studies keep their rule.
+SESSION_RUBRIC_V2: dict[str, Any] = {
+    **copy.deepcopy(SESSION_RUBRIC_V1),
+    "version": 2,
+    "title": "Quality of a multi-turn session, turn by turn",
+    "description": "Look at the whole filmstrip (each turn's reference image and text, the target marked). "
+                   "Give every turn a verdict: valid (a) when it is a sound step of the session, invalid (d) "
+                   "otherwise; answer the two checks for every turn, rate the session on 1-5 scales and tick any "
+                   "reject flag. The session is valid when every turn is valid and no reject flag holds; "
+                   "its valid turns before the first invalid one are kept as a valid prefix.",
+    "turn_verdict": {"key": "valid", "label": "Turn valid",
+                     "description": "The turn is a sound step of the session: a clear request, a correct "
+                                    "reference and a change toward the target.",
+                     "valid_key": "a", "invalid_key": "d"},
+}
+
+#: Every shipped rubric definition, oldest version first.
+BUILTIN_DEFINITIONS: tuple[dict[str, Any], ...] = (VALIDITY_RUBRIC_V1, SESSION_RUBRIC_V1, SESSION_RUBRIC_V2)
+
+
+def builtin_rubric(key: str, version: int | None = None) -> Rubric:
+    """A shipped rubric (a fresh object): ``version`` or, by default, the newest of ``key``.
+    ``KeyError`` for an unknown key or version."""
+    found = [d for d in BUILTIN_DEFINITIONS if d["key"] == key and (version is None or d["version"] == version)]
+    if not found:
+        raise KeyError(f"{key} v{version}" if version is not None else key)
+    return Rubric.from_dict(copy.deepcopy(max(found, key=lambda d: d["version"])))
+
+
 def builtin_rubrics() -> dict[str, Rubric]:
-    """The shipped rubrics by key: ``validity`` v1 and ``session`` v1 (fresh objects)."""
-    rubrics = (Rubric.from_dict(copy.deepcopy(d)) for d in (VALIDITY_RUBRIC_V1, SESSION_RUBRIC_V1))
-    return {r.key: r for r in rubrics}
+    """The shipped rubrics by key, the newest version of each: ``validity`` v1 and
+    ``session`` v2 (fresh objects); :func:`builtin_rubric` gives older versions."""
+    return {d["key"]: builtin_rubric(d["key"]) for d in BUILTIN_DEFINITIONS}
 
 
 # --------------------------------------------------------------------------- judgements
@@ -887,7 +966,7 @@ def _validate_per_turn(rubric: Rubric, rec: Record, n_turns: int | None) -> list
         rec.fail(name, f"has {len(raw)} entries; the session has {n_turns} turns")
     if not raw:
         rec.fail(name, "must not be empty")
-    keys = [c.key for c in rubric.per_turn_checks]
+    keys = [c.key for c in rubric.per_turn_checks] + ([rubric.turn_verdict.key] if rubric.turn_verdict else [])
     turns = (rec.nested(f"{name}[{i}]", turn, f"turn (booleans {keys})", keys) for i, turn in enumerate(raw))
     return [{k: turn.req_bool(k) for k in keys} for turn in turns]
 
@@ -929,7 +1008,9 @@ def validate_judgement(rubric: Rubric, payload: Mapping[str, Any], n_turns: int 
 
     Session rubrics: ``scales`` (every scale, an integer in its range),
     ``per_turn_checks`` (alias ``per_turn``: one object of every check's boolean per turn,
-    exactly ``n_turns`` of them when given) and optional ``reject_flags`` (known keys).
+    exactly ``n_turns`` of them when given; with a turn verdict (session v2) each object
+    also holds the turn's valid / invalid boolean under the verdict's key, e.g.
+    ``{"valid": true, ...}``) and optional ``reject_flags`` (known keys).
     """
     if n_turns is not None and (isinstance(n_turns, bool) or not isinstance(n_turns, int) or n_turns < 1):
         raise ValueError(f"n_turns must be a positive integer or None, got {n_turns!r}")
@@ -948,7 +1029,7 @@ def _validate_payload(rubric: Rubric, rec: Record, n_turns: int | None) -> Clean
         result.update(_validate_categories(rubric, rec, note))
     if rubric.scales:
         result["scales"] = _validate_scales(rubric, rec)
-    if rubric.per_turn_checks:
+    if rubric.per_turn_checks or rubric.turn_verdict is not None:
         result["per_turn_checks"] = _validate_per_turn(rubric, rec, n_turns)
     if rubric.reject_flags:
         result["reject_flags"] = _validate_reject_flags(rubric, rec)

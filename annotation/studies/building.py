@@ -104,10 +104,14 @@ def _verdict_settings(spec: StudySpec, rubric: RubricVersion) -> dict:
 
 
 def _rubric(key: str) -> RubricVersion:
-    """A shipped rubric by key, or a stored version by id."""
+    """A shipped rubric by key (its newest version; ``key@N``: version N, e.g. ``session@1``),
+    or a stored version by id."""
     try:
-        return RubricVersion.builtin(key) if not key.isdigit() else RubricVersion.objects.get(pk=int(key))
-    except (KeyError, RubricVersion.DoesNotExist):
+        if key.isdigit():
+            return RubricVersion.objects.get(pk=int(key))
+        name, _, version = key.partition("@")
+        return RubricVersion.builtin(name, int(version) if version else None)
+    except (KeyError, ValueError, RubricVersion.DoesNotExist):
         raise StudyError(f"unknown rubric {key!r}") from None
 
 

@@ -22,13 +22,16 @@ from annotation.verdicts.consensus import (
     QuorumRule,
     SessionRule,
     SessionVote,
+    TurnVote,
     Vote,
     decide,
     decide_session,
+    decide_turns,
 )
 from annotation.verdicts.reliability import AnnotatorReliability, Reliability, annotator_reliability, fit_votes
 from annotation.models import Adjudication, Judgement, Study, StudyItem, counted_q
 from annotation.judging.rubric import Rubric
+from annotation.verdicts.turns import turn_answers
 
 DEFAULT_CHUNK = 1000
 
@@ -49,6 +52,7 @@ class VoteRow:
     judged_at: datetime
     scales: dict[str, Any]
     reject_flags: list[str]
+    per_turn: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,17 @@ def session_votes_of(row: ItemRow, rule: SessionRule) -> list[SessionVote]:
             for v in row.votes]
 
 
+def turn_votes_of(row: ItemRow, key: str) -> list[TurnVote]:
+    """The turn-by-turn votes of a session: each judgement's turn verdicts (under ``key``),
+    reject flags and flag; a judgement without turn verdicts (an older rubric) is left out."""
+    out = []
+    for v in row.votes:
+        answers = turn_answers(v.per_turn, key)
+        if answers is not None:
+            out.append(TurnVote(v.annotator, answers, tuple(v.reject_flags), v.flagged))
+    return out
+
+
 @dataclass(frozen=True)
 class Verdicts:
     """How a study decides its items: what :func:`decide_row` needs besides the votes."""
@@ -136,10 +151,12 @@ class Verdicts:
     session: SessionRule | None = None  # set for session studies
     rule: QuorumRule | None = None  # the study's quorum rule; None: ``quorum`` as a fixed number
     reliability: Any = None  # the "reliability" policy's model (annotation.verdicts.reliability.Reliability)
+    turn_key: str | None = None  # session rubrics with a turn verdict: its key (sessions decided turn by turn)
 
     @classmethod
     def of(cls, study: Study, policy: str | None = "majority", primary: str | None = None) -> Verdicts:
-        """The study's rule: its quorum rule and, for a session rubric, its session rule.
+        """The study's rule: its quorum rule and, for a session rubric, its session rule (and
+        its turn verdict's key when the rubric judges turn by turn, :func:`turn_key_of`).
         ``policy`` None: the study's own consensus policy (``Study.consensus``). Under the
         ``"reliability"`` policy the annotators' Dawid-Skene model is fitted on the study's
         counted votes (:func:`study_reliability`, cached)."""
@@ -149,7 +166,7 @@ class Verdicts:
         model = None
         if policy == "reliability" and session is None:
             model = study_reliability(study).model
-        return cls(rule.base, policy, primary or None, session, rule, model)
+        return cls(rule.base, policy, primary or None, session, rule, model, turn_key_of(study))
 
     def needed(self, votes) -> int:
         """Counted judgements an item with these ``votes`` needs (the study's :class:`QuorumRule`)."""
@@ -159,6 +176,12 @@ class Verdicts:
 def session_rule_of(study: Study) -> SessionRule | None:
     """The study's session rule (session rubrics), else None."""
     return SessionRule.from_dict(study.session_rule) if is_session_rubric(study.rubric.rubric) else None
+
+
+def turn_key_of(study: Study) -> str | None:
+    """The key of the study's turn verdict (session rubrics that judge turn by turn), else None."""
+    rubric = study.rubric.rubric
+    return rubric.turn_verdict.key if is_session_rubric(rubric) and rubric.turn_verdict is not None else None
 
 
 def is_session_rubric(rubric: Rubric) -> bool:
@@ -171,18 +194,26 @@ def has_verdicts(rubric: Rubric) -> bool:
     return is_session_rubric(rubric) or (rubric.kind == "category" and rubric.valid_category is not None)
 
 
-def counted_votes(row: ItemRow, session: SessionRule | None = None) -> list:
-    """The votes an item is decided on (and its quorum rule reads): session votes under a
-    session rule, else the judgements with a validated / invalid verdict."""
+def counted_votes(row: ItemRow, session: SessionRule | None = None, turn_key: str | None = None) -> list:
+    """The votes an item is decided on (and its quorum rule reads): turn-by-turn votes under a
+    turn verdict (``turn_key``), session votes under a session rule, else the judgements with
+    a validated / invalid verdict."""
+    if turn_key is not None:
+        return turn_votes_of(row, turn_key)
     return session_votes_of(row, session) if session is not None else votes_of(row)
 
 
 def decide_row(row: ItemRow, verdicts: Verdicts, *, with_adjudication: bool = True) -> Decision:
     """THE decision of one study item (every page, report, queue and export calls it):
     :func:`~annotation.verdicts.consensus.decide` for single-turn items,
-    :func:`~annotation.verdicts.consensus.decide_session` for sessions, with the study's quorum."""
+    :func:`~annotation.verdicts.consensus.decide_session` for sessions,
+    :func:`~annotation.verdicts.consensus.decide_turns` for sessions judged turn by turn (the
+    study's policy on every turn), with the study's quorum."""
     adjudication = row.adjudication.validated if (with_adjudication and row.adjudication) else None
-    votes = counted_votes(row, verdicts.session)
+    votes = counted_votes(row, verdicts.session, verdicts.turn_key)
+    if verdicts.turn_key is not None:
+        return decide_turns(votes, verdicts.session, verdicts.policy, primary=verdicts.primary,
+                            adjudication=adjudication, quorum=verdicts.needed(votes))
     if verdicts.session is not None:
         return decide_session(votes, verdicts.session, adjudication=adjudication, quorum=verdicts.needed(votes))
     return decide(votes, verdicts.policy, primary=verdicts.primary, adjudication=adjudication,
@@ -203,7 +234,8 @@ def _batched(iterable, n: int) -> Iterator[list]:
 _ITEM_FIELDS = ("id", "query_id", "query__dataset_id", "query__dataset__name", "query__external_id",
                 "query__ordinal", "hidden_category", "stratum", "agreement")
 _VOTE_FIELDS = ("assignment__item_id", "assignment__annotator__username", "validated", "category", "sub_reason",
-                "flags", "note", "flagged", "time_spent_ms", "revision", "created_at", "scales", "reject_flags")
+                "flags", "note", "flagged", "time_spent_ms", "revision", "created_at", "scales", "reject_flags",
+                "per_turn")
 
 
 def _fill(study: Study, rows: list[ItemRow], exact: bool = False) -> None:
@@ -221,11 +253,11 @@ def _fill(study: Study, rows: list[ItemRow], exact: bool = False) -> None:
         .order_by("assignment__item_id", "assignment__annotator__username")
         .values_list(*_VOTE_FIELDS)
     )
-    for item_id, user, validated, cat, sub, flags, note, flagged, ms, rev, at, scales, rejects in judgements:
+    for item_id, user, validated, cat, sub, flags, note, flagged, ms, rev, at, scales, rejects, turns in judgements:
         row = by_id.get(item_id)
         if row is not None:
             row.votes.append(VoteRow(user, validated, cat, sub, flags or {}, note, flagged, ms, rev, at,
-                                     scales or {}, list(rejects or [])))
+                                     scales or {}, list(rejects or []), list(turns or [])))
     adjudications = (
         Adjudication.objects.filter(adjudicated, study=study, is_current=True)
         .values_list("item_id", "decision", "note", "decided_by__username", "decided_at")

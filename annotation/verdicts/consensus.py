@@ -32,13 +32,17 @@ quorum) or ``"unjudged"`` (no vote yet).
 
 :func:`decide` is the one rule for single-turn items; :func:`decide_session` applies the
 same quorum, flag and adjudication gate to session studies, whose votes are reject flags
-and an overall score (:class:`SessionRule`).
+and an overall score (:class:`SessionRule`, session rubric v1). Under a rubric with a turn
+verdict (session v2) :func:`decide_turns` decides every turn with :func:`decide` and derives
+the session's verdict and valid prefix from the turns (:mod:`annotation.verdicts.turns`).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from annotation.verdicts.turns import session_valid, valid_prefix
 
 POLICIES: tuple[str, ...] = ("majority", "unanimous", "primary", "reliability")
 
@@ -206,6 +210,8 @@ class Decision:
     decided_by: str | None = None
     quorum: int = 1
     split: tuple[tuple[str, int], ...] = ()  # the vote split the outcome rests on, e.g. (("valid", 1), ("invalid", 1))
+    turns: tuple[Decision, ...] = ()  # turn-by-turn sessions: the decision of every turn (:func:`decide_turns`)
+    prefix: int | None = None  # turn-by-turn sessions, once decided: the valid prefix kept (turns)
 
     @property
     def split_text(self) -> str:
@@ -230,6 +236,7 @@ class Decision:
             "n_votes": self.n_votes, "valid_votes": self.valid_votes, "invalid_votes": self.invalid_votes,
             "flagged_votes": self.flagged_votes, "decided_by": self.decided_by, "quorum": self.quorum,
             "split": self.split_text,
+            **({"prefix": self.prefix, "turns": [t.to_dict() for t in self.turns]} if self.turns else {}),
         }
 
 
@@ -458,6 +465,121 @@ def decide_session(
     outcome = _gate(n, flagged, quorum, adjudication) or _session_outcome(votes, rule)
     status, provenance, reason = outcome
     return Decision(status, provenance, reason, n, valid, n - valid, flagged, None, quorum, session_split(votes, rule))
+
+
+# --------------------------------------------------------------------------- turn by turn
+
+
+@dataclass(frozen=True)
+class TurnVote:
+    """One annotator's current judgement of a session under a turn-verdict rubric: a
+    valid / invalid answer per turn, the reject flags raised and the flag for adjudication."""
+
+    annotator: str
+    turns: tuple[bool, ...]
+    reject_flags: tuple[str, ...] = ()
+    flagged: bool = False
+
+    @property
+    def validated(self) -> bool:
+        """This annotator's own session verdict (:func:`annotation.verdicts.turns.session_valid`);
+        what an adaptive quorum reads as the vote's leaning."""
+        return session_valid(self.turns, bool(self.reject_flags))
+
+
+def turn_decisions(votes: Sequence[TurnVote], policy: str = "majority", *, primary: str | None = None,
+                   quorum: int = 1) -> tuple[Decision, ...]:
+    """The consensus of every turn position: :func:`decide` over the annotators' answers on
+    that turn, under the study's policy and quorum (the one vote rule; the flag for
+    adjudication belongs to the session, so it is not passed down to its turns)."""
+    n_turns = max((len(v.turns) for v in votes), default=0)
+    return tuple(decide([Vote(v.annotator, v.turns[t]) for v in votes if t < len(v.turns)], policy,
+                        primary=primary, quorum=quorum) for t in range(n_turns))
+
+
+def _turns_outcome(turns: Sequence[Decision]) -> tuple[str, str, str, int | None]:
+    """(status, provenance, reason, prefix) from the turn decisions, read in turn order: the
+    first turn not validated decides (rejected: the session is rejected and keeps the turns
+    before it; undecided: the session waits with it); every turn validated: validated."""
+    for i, d in enumerate(turns):
+        if d.status == VALIDATED:
+            continue
+        if d.status == REJECTED:
+            return (REJECTED, d.provenance, "", valid_prefix([True] * i + [False]))
+        return (d.status, "", d.reason, None)
+    return (VALIDATED, "", "", valid_prefix([True] * len(turns)))
+
+
+def _adjudicated_prefix(adjudication: bool | None, turns: Sequence[Decision], rejected: bool) -> int | None:
+    """The prefix kept by an adjudicator's decision (``None``: no adjudication, undecided):
+    validated keeps every turn; rejected keeps the turns the consensus validated before the
+    first it did not (none when the reject flags rejected or tied), never every turn."""
+    if adjudication is None:
+        return None
+    if adjudication:
+        return len(turns)
+    kept = 0 if rejected else valid_prefix([d.status == VALIDATED for d in turns])
+    return min(kept, max(len(turns) - 1, 0))
+
+
+def _turns_provenance(status: str, votes: Sequence[TurnVote], policy: str, fallback: str) -> str:
+    """Unanimous / single when every vote's own session verdict agrees with the outcome,
+    primary under the primary policy, else the deciding turn's provenance (``fallback``)
+    or majority."""
+    if all(v.validated == (status == VALIDATED) for v in votes):
+        return _agreeing(len(votes))
+    if policy == PRIMARY:
+        return PRIMARY
+    return fallback if fallback not in ("", UNANIMOUS, SINGLE) else MAJORITY
+
+
+def decide_turns(
+    votes: Iterable[TurnVote],
+    rule: SessionRule | None = None,
+    policy: str = "majority",
+    *,
+    primary: str | None = None,
+    adjudication: bool | None = None,
+    quorum: int = 1,
+) -> Decision:
+    """The decision of one session judged turn by turn.
+
+    The quorum, flag and adjudication gate of :func:`decide` comes first; then the reject
+    flags, under the study's session rule (``rule.reject``: majority or any; an exact half is
+    a tie); then every turn is decided by :func:`decide` (:func:`turn_decisions`) and the
+    session's verdict and valid prefix follow from the turns by THE derivation,
+    :func:`annotation.verdicts.turns.valid_prefix` (valid when every turn is). The scales do
+    not decide. An adjudicator's decision overrides: validated keeps every turn; rejected keeps
+    the turns the annotators' consensus validated before the first it did not (none when the
+    reject flags rejected the session), never the whole session. ``Decision.turns`` holds every
+    turn's decision; ``valid_votes`` counts the votes whose own verdict is valid.
+    """
+    rule = rule or SessionRule()
+    if policy not in POLICIES:
+        raise ValueError(f"unknown consensus policy {policy!r}; expected one of {POLICIES}")
+    votes = list(votes)
+    seen = [v.annotator for v in votes]
+    if len(set(seen)) != len(seen):
+        raise ValueError("an annotator voted twice on the same session")
+    n = len(votes)
+    valid = sum(1 for v in votes if v.validated)
+    flagged = sum(1 for v in votes if v.flagged)
+    turns = turn_decisions(votes, policy, primary=primary, quorum=quorum)
+    rejection = _session_rejection(  # the reject flags, under the study's session rule
+        [SessionVote(v.annotator, v.reject_flags, None, v.flagged) for v in votes], rule) if n else None
+    gate = _gate(n, flagged, quorum, adjudication)
+    if gate is not None:
+        status, provenance, reason = gate
+        prefix = _adjudicated_prefix(adjudication, turns, rejection is not None)
+    elif rejection is not None:
+        (status, provenance, reason), prefix = rejection, (0 if rejection[0] == REJECTED else None)
+    else:
+        status, provenance, reason, prefix = _turns_outcome(turns)
+        if status in (VALIDATED, REJECTED):
+            provenance = _turns_provenance(status, votes, policy, provenance)
+    rejecting = sum(1 for v in votes if v.reject_flags)
+    split = (("valid", valid), ("invalid", n - valid), ("reject flag", rejecting))
+    return Decision(status, provenance, reason, n, valid, n - valid, flagged, None, quorum, split, turns, prefix)
 
 
 def session_split(votes: Sequence[SessionVote], rule: SessionRule) -> tuple[tuple[str, int], ...]:

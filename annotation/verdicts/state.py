@@ -51,6 +51,7 @@ from annotation.verdicts.adjudication import (
     iter_item_batches,
     locked_item_row,
     session_rule_of,
+    turn_key_of,
 )
 from annotation.verdicts.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, tally
 
@@ -124,7 +125,7 @@ def reopen_slots(study: Study, item_id: int) -> int:
     if found is None or found[0].agreement:
         return 0
     row, before = found
-    extra = rule.slots(False, None, counted_votes(row, session_rule_of(study))) - rule.slots()
+    extra = rule.slots(False, None, counted_votes(row, session_rule_of(study), turn_key_of(study))) - rule.slots()
     if extra != before:
         StudyItem.objects.filter(pk=item_id).update(extra_slots=extra)
     return extra
@@ -133,12 +134,12 @@ def reopen_slots(study: Study, item_id: int) -> int:
 def refresh_slots(study: Study) -> int:
     """Every item's extra slots again, under the study's current quorum rule (after its overlap
     or adaptive maximum changed): what :func:`reopen_slots` would give each. Returns the items changed."""
-    rule, session, changed = study.quorum_rule, session_rule_of(study), 0
+    rule, session, turn_key, changed = study.quorum_rule, session_rule_of(study), turn_key_of(study), 0
     extra_now = dict(StudyItem.objects.filter(study=study).values_list("id", "extra_slots"))
     for batch in iter_item_batches(study):
         for row in batch:
             extra = 0 if row.agreement or not rule.adaptive else (
-                rule.slots(False, None, counted_votes(row, session)) - rule.slots())
+                rule.slots(False, None, counted_votes(row, session, turn_key)) - rule.slots())
             if extra != extra_now.get(row.item_id):
                 changed += StudyItem.objects.filter(pk=row.item_id).update(extra_slots=extra)
     forget_study_sizes(study)
@@ -204,7 +205,7 @@ class _Walk:
         n = len(row.votes)
         self.judgements += n
         self.flagged += sum(1 for v in row.votes if v.flagged)
-        slots = rule.slots(row.agreement, self.n_annotators, counted_votes(row, self.verdicts.session))
+        slots = rule.slots(row.agreement, self.n_annotators, counted_votes(row, self.verdicts.session, self.verdicts.turn_key))
         self.complete += n >= slots
         if rule.adaptive and not row.agreement and n >= slots:  # settled below the maximum: saved judgements
             self.saved += rule.most - slots

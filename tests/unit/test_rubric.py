@@ -11,6 +11,8 @@ from annotation.judging.rubric import (
     NOTE_MAX_CHARS,
     RESERVED_KEYS,
     SESSION_RUBRIC_V1,
+    SESSION_RUBRIC_V2,
+    builtin_rubric,
     TIME_SPENT_MAX_MS,
     VALIDITY_RUBRIC_V1,
     JudgementError,
@@ -29,7 +31,7 @@ def validity() -> Rubric:
 
 @pytest.fixture
 def session() -> Rubric:
-    return builtin_rubrics()["session"]
+    return builtin_rubric("session", 1)  # the v1 payloads (v2: tests/unit/test_turn_verdicts.py)
 
 
 def judged(rubric: Rubric, **payload):
@@ -43,8 +45,9 @@ def judged(rubric: Rubric, **payload):
 def test_builtins_load_and_round_trip_through_json():
     rubrics = builtin_rubrics()
     assert set(rubrics) == {"validity", "session"}
-    for rubric, source in ((rubrics["validity"], VALIDITY_RUBRIC_V1), (rubrics["session"], SESSION_RUBRIC_V1)):
-        assert rubric.version == 1
+    for rubric, source in ((rubrics["validity"], VALIDITY_RUBRIC_V1), (rubrics["session"], SESSION_RUBRIC_V2),
+                           (builtin_rubric("session", 1), SESSION_RUBRIC_V1)):
+        assert rubric.version == source["version"]
         data = rubric.to_dict()
         assert data == source
         again = Rubric.from_dict(json.loads(json.dumps(data)))

@@ -87,7 +87,7 @@ def test_a_definition_that_is_not_an_object_is_refused():
 VALID = {"category": "VALIDATED", "time_spent_ms": 1000}
 SESSION_OK = {
     "scales": {"naturalness": 4, "coherence": 5, "goal_progress": 3, "low_redundancy": 1, "overall": 4},
-    "per_turn_checks": [{"real_difference_toward_target": True, "consistent_with_history": True}] * 2,
+    "per_turn_checks": [{"real_difference_toward_target": True, "consistent_with_history": True, "valid": True}] * 2,
     "time_spent_ms": 1000,
 }
 
