@@ -309,6 +309,8 @@ class ExportJob(Job):
     primary = models.CharField(max_length=150, blank=True, help_text="Deciding annotator of the primary policy.")
     query_format = models.CharField(max_length=10, default="mbeir",
                                     help_text="Query files of a category study: mbeir (JSONL) or circo (CIRCO's layout).")
+    sessions = models.CharField(max_length=10, default="whole",
+                                help_text="Sessions judged turn by turn: whole (valid sessions) or prefix (valid prefixes too).")
     path = models.CharField(max_length=1000, blank=True, help_text="The finished export folder.")
     files = models.JSONField(default=list, blank=True, help_text="Paths relative to the export folder.")
     manifest = models.JSONField(default=dict, blank=True)

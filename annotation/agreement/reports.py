@@ -24,6 +24,7 @@ from itertools import combinations
 from typing import Any
 
 from django.core.management.base import CommandError
+from django.db.models import Max
 
 from annotation.verdicts.adjudication import (
     Verdicts,
@@ -46,8 +47,15 @@ from annotation.verdicts.consensus import VALIDATED as VALIDATED_STATUS
 from annotation.models import Assignment, Study, StudyItem
 from annotation.verdicts.state import counted_judgements, item_states, late_judgements
 from annotation.judging.rubric import Rubric
+from annotation.verdicts.turns import session_valid, turn_answers
 
 NO_CATEGORY = "(none)"
+
+#: Session rubrics with a turn verdict (v2 on): the dimensions of their turn-by-turn agreement,
+#: ``verdict`` (each annotator's own session verdict, :func:`annotation.verdicts.turns.session_valid`)
+#: and ``turn:N`` (the verdict on turn N, 1-based), labels 1 (valid) / 0 (invalid).
+VERDICT_DIMENSION = "verdict"
+TURN_PREFIX = "turn:"
 
 
 class ReportError(CommandError):
@@ -82,7 +90,35 @@ def default_dimension(rubric: Rubric) -> str:
     return "overall" if "overall" in keys else keys[0]
 
 
+def turn_position(dimension: str | None) -> int | None:
+    """N of a ``turn:N`` dimension (N >= 1), else ``None``."""
+    if not dimension or not dimension.startswith(TURN_PREFIX):
+        return None
+    number = dimension[len(TURN_PREFIX):]
+    return int(number) if number.isdigit() and int(number) >= 1 else None
+
+
+def is_turn_dimension(dimension: str | None) -> bool:
+    return dimension == VERDICT_DIMENSION or turn_position(dimension) is not None
+
+
+def turn_label(key: str, per_turn: Any, reject_flags: Any, dimension: str) -> int | None:
+    """The 1 / 0 label of one judgement on a turn dimension (``None``: no answer there, e.g. a
+    judgement made under a rubric without turn verdicts or a session shorter than turn N)."""
+    answers = turn_answers(per_turn, key)
+    if answers is None:
+        return None
+    if dimension == VERDICT_DIMENSION:
+        return int(session_valid(answers, bool(reject_flags)))
+    n = turn_position(dimension)
+    return int(answers[n - 1]) if n is not None and n <= len(answers) else None
+
+
 def _check_dimension(rubric: Rubric, dimension: str | None) -> str | None:
+    if is_turn_dimension(dimension):
+        if rubric.turn_verdict is None:
+            raise ReportError(f"rubric {rubric.key!r} v{rubric.version} gives no turn verdict: no dimension {dimension!r}")
+        return dimension
     if label_kind(rubric) != "scale":
         if dimension not in (None, "", "label"):
             raise ReportError(f"rubric {rubric.key!r} has categories, not scales: drop the dimension")
@@ -90,8 +126,9 @@ def _check_dimension(rubric: Rubric, dimension: str | None) -> str | None:
     if not dimension:
         return default_dimension(rubric)
     if dimension not in {s.key for s in rubric.scales}:
+        turns = f", {VERDICT_DIMENSION!r} and {TURN_PREFIX}N (turn N)" if rubric.turn_verdict is not None else ""
         raise ReportError(f"unknown dimension {dimension!r}; rubric {rubric.key!r} has the scales "
-                          f"{[s.key for s in rubric.scales]}")
+                          f"{[s.key for s in rubric.scales]}{turns}")
     return dimension
 
 
@@ -121,7 +158,8 @@ def study_triples(study_id: Any, dimension: str | None = None) -> list[tuple[int
     """``(item id, annotator username, label)`` for every current judgement of a study.
 
     ``dimension``: for session rubrics, the scale to report on (default ``overall``, else
-    the first scale); category rubrics take none. Judgements without a label on the
+    the first scale), or with a turn verdict ``verdict`` / ``turn:N`` (1 valid, 0 invalid);
+    category rubrics take none. Judgements without a label on the
     dimension are left out. Raises :class:`ReportError` (a ``CommandError``) for an
     unknown study or dimension. Triples come in item id order, then annotator name.
     """
@@ -133,11 +171,13 @@ def study_triples(study_id: Any, dimension: str | None = None) -> list[tuple[int
         counted_judgements(study)
         .order_by("assignment__item_id", "assignment__annotator__username")
         .values_list("assignment__item_id", "assignment__annotator__username", "validated", "flags", "category",
-                     "scales")
+                     "scales", "per_turn", "reject_flags")
     )
     out: list[tuple[int, str, Any]] = []
-    for item, user, validated, flags, category, scales in rows.iterator(chunk_size=5000):
-        label = judgement_label(kind, rubric, validated, flags, category, scales, dimension)
+    turns = is_turn_dimension(dimension)
+    for item, user, validated, flags, category, scales, per_turn, rejects in rows.iterator(chunk_size=5000):
+        label = (turn_label(rubric.turn_verdict.key, per_turn, rejects, dimension) if turns  # type: ignore[union-attr, arg-type]
+                 else judgement_label(kind, rubric, validated, flags, category, scales, dimension))
         if label is not None:
             out.append((item, user, label))
     return out
@@ -192,12 +232,16 @@ class AgreementSpec:
 
 
 FLAG_SPEC = AgreementSpec(None, "nominal", (0, 1), None)
+TURN_SPEC = FLAG_SPEC  # turn verdicts and derived session verdicts: 1 valid / 0 invalid, nominal
 
 
 def agreement_spec(rubric: Rubric, dimension: str | None = None) -> AgreementSpec:
     """The spec of a rubric's labels (``dimension``: the scale of a session rubric).
     Scales are ordinal with quadratic weights over their whole range."""
     kind = label_kind(rubric)
+    if is_turn_dimension(dimension):
+        _check_dimension(rubric, dimension)
+        return TURN_SPEC
     if kind == "validity":
         return AgreementSpec("validity", "nominal", None, None)
     if kind == "category":
@@ -229,6 +273,22 @@ def study_agreement(study: Study | Any, *, dimension: str | None = None, n_boot:
         triples = [(i, names.get(a, a), v) for i, a, v in triples]
     return compute_agreement(triples, spec, raters=sorted({a for _, a, _ in triples}), n_boot=n_boot, seed=seed,
                              constant_pairs=constant_pairs)
+
+
+def study_turn_agreement(study: Study | Any, *, n_boot: int = 0, seed: int = 0, constant_pairs: str = "undefined",
+                         pseudonymise: bool = False) -> dict[str, Any]:
+    """Agreement turn by turn (``manage.py agreement --study ID --turns``): :func:`study_agreement`
+    on the derived session verdict and on every turn position up to the study's longest session."""
+    study = study if isinstance(study, Study) else get_study(study)
+    if study.rubric.rubric.turn_verdict is None:
+        raise ReportError(f"study {study.pk} uses rubric {study.rubric.key!r} v{study.rubric.version}, which gives "
+                          "no turn verdict")
+    longest = StudyItem.objects.filter(study=study).aggregate(n=Max("query__n_turns"))["n"] or 0
+    options = {"n_boot": n_boot, "seed": seed, "constant_pairs": constant_pairs, "pseudonymise": pseudonymise}
+    return {"study": study.pk, "spec": TURN_SPEC.to_dict(),
+            "session": study_agreement(study, dimension=VERDICT_DIMENSION, **options),
+            "positions": [{"turn": n, **study_agreement(study, dimension=f"{TURN_PREFIX}{n}", **options)}
+                          for n in range(1, longest + 1)]}
 
 
 # --------------------------------------------------------------------------- the report
@@ -275,6 +335,8 @@ class _Gathered:
     decisions: dict[int, Decision] = field(default_factory=dict)
     top_category: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     n_judgements: int = 0
+    turn_triples: dict[str, list[tuple[int, str, int]]] = field(default_factory=lambda: defaultdict(list))
+    n_turns: int = 0  # the longest session's turns (turn verdict rubrics)
 
     @property
     def annotators(self) -> list[str]:
@@ -321,9 +383,63 @@ def _gather(ctx: _Context) -> _Gathered:
                 g.triples.append((row.item_id, ctx.show(v.annotator), label))
                 if ctx.kind != "scale":
                     g.top_category[v.category or NO_CATEGORY] += 1
+            if ctx.verdicts.turn_key is not None:
+                _gather_turns(ctx, g, row)
             if with_consensus:
                 g.decisions[row.item_id] = decide_row(row, ctx.verdicts)
     return g
+
+
+def _gather_turns(ctx: _Context, g: _Gathered, row) -> None:
+    """The turn-dimension triples of one session (:func:`turn_label`, as :func:`study_triples`)."""
+    key = ctx.verdicts.turn_key
+    for v in row.votes:
+        answers = turn_answers(v.per_turn, key)  # type: ignore[arg-type]
+        if answers is None:
+            continue
+        g.n_turns = max(g.n_turns, len(answers))
+        for dim in (VERDICT_DIMENSION, *(f"{TURN_PREFIX}{n}" for n in range(1, len(answers) + 1))):
+            label = turn_label(key, v.per_turn, v.reject_flags, dim)  # type: ignore[arg-type]
+            g.turn_triples[dim].append((row.item_id, ctx.show(v.annotator), label))  # type: ignore[arg-type]
+
+
+def _turn_row(ctx: _Context, dimension: str, triples: list[tuple[int, str, int]],
+              decisions: list[Decision]) -> dict[str, Any]:
+    """One row of the turn-by-turn table: agreement on ``dimension`` through the one engine
+    (no bootstrap, as every breakdown) and the consensus of that turn (or session)."""
+    r = ctx.agreement(triples, TURN_SPEC)
+    return {"dimension": dimension, "n_items": r["n_items"], "n_judgements": r["n_judgements"],
+            "valid_rate": r["label_prevalence"].get(1, r["label_prevalence"].get("1", 0.0)) if triples else None,
+            "percent_agreement": r["percent_agreement"], "krippendorff_alpha": r["krippendorff_alpha"],
+            "fleiss_kappa": r["fleiss_kappa"], "gwet_ac1": r["gwet_ac1"],
+            "pairwise_cohen_mean": r["pairwise_cohen"]["mean"], "kappa_pairs": _pairs_covered(r["pairwise_cohen"]),
+            "consensus": tally(decisions)["status"]}
+
+
+def _turns(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
+    """Agreement per turn position and per session (turn verdict rubrics), and the valid
+    prefixes the consensus keeps; ``None`` for other rubrics."""
+    if ctx.verdicts.turn_key is None:
+        return None
+    decided = [d for d in g.decisions.values() if d.decided and d.prefix is not None]
+    prefixes: dict[str, int] = defaultdict(int)
+    for d in decided:
+        prefixes[str(d.prefix)] += 1
+    positions = []
+    for n in range(1, g.n_turns + 1):
+        turn_decisions = [d.turns[n - 1] for d in g.decisions.values() if len(d.turns) >= n]
+        positions.append({"turn": n, **_turn_row(ctx, f"{TURN_PREFIX}{n}", g.turn_triples[f"{TURN_PREFIX}{n}"],
+                                                 turn_decisions)})
+    return {
+        "verdict_key": ctx.verdicts.turn_key, "spec": TURN_SPEC.to_dict(),
+        "rule": "a session is valid when every turn is valid and no reject flag holds; its valid prefix is its "
+                "leading valid turns (annotation.verdicts.turns.valid_prefix)",
+        "session": _turn_row(ctx, VERDICT_DIMENSION, g.turn_triples[VERDICT_DIMENSION], list(g.decisions.values())),
+        "positions": positions,
+        "prefix_lengths": dict(sorted(prefixes.items(), key=lambda kv: int(kv[0]))),
+        "whole_sessions": sum(1 for d in decided if d.validated),
+        "prefix_sessions": sum(1 for d in decided if d.prefix and not d.validated),
+    }
 
 
 def _category_row(category: str, share: float | None, prevalence: float, block: dict[str, Any]) -> dict[str, Any]:
@@ -487,6 +603,9 @@ def _context(study: Study, policy: str, primary: str | None, pseudonymise: bool,
     if constant_pairs not in CONSTANT_PAIRS:
         raise ReportError(f"constant_pairs must be one of {CONSTANT_PAIRS}, got {constant_pairs!r}")
     rubric = study.rubric.rubric
+    if is_turn_dimension(dimension):
+        raise ReportError(f"the report shows every turn in its turn-by-turn section; {dimension!r} is for "
+                          "manage.py agreement --study")
     dimension = _check_dimension(rubric, dimension)
     return _Context(study, rubric, label_kind(rubric), dimension, agreement_spec(rubric, dimension),
                     Verdicts.of(study, policy, primary), annotator_pseudonyms(study) if pseudonymise else {},
@@ -531,6 +650,7 @@ def study_report(
         "consensus": _consensus(ctx, g),
         "confusion": _confusion(ctx, g),
         "pairwise": _pairwise(ctx, g, overall),
+        "turns": _turns(ctx, g),
     }
 
 
@@ -594,6 +714,24 @@ def _csv_consensus(report: dict[str, Any]) -> Iterator[list[Any]]:
             yield ["confusion", annotator, "agreement_with_consensus", entry["agreement_with_consensus"]]
 
 
+def _csv_turns(report: dict[str, Any]) -> Iterator[list[Any]]:
+    """``turns, session | turn N, key, value`` rows (turn verdict rubrics)."""
+    t = report.get("turns")
+    if not t:
+        return
+    for row, group in [(t["session"], "session"), *((p, f"turn {p['turn']}") for p in t["positions"])]:
+        for key, value in row.items():
+            if key == "consensus":
+                for status, n in value.items():
+                    yield ["turns", group, f"consensus_{status}", n]
+            elif key not in ("turn", "dimension"):
+                yield ["turns", group, key, value]
+    for length, n in t["prefix_lengths"].items():
+        yield ["turns", "prefix_lengths", length, n]
+    yield ["turns", "", "whole_sessions", t["whole_sessions"]]
+    yield ["turns", "", "prefix_sessions", t["prefix_sessions"]]
+
+
 def _weights_words(weights: str) -> str:
     return "unweighted" if weights in (None, "none") else f"{weights} weights"
 
@@ -614,6 +752,9 @@ def _basis(row: list[Any], bases: dict[str, str], kind: str) -> str:
     section, group, key = (str(x) for x in row[:3])
     if section == "pairwise_cohen_kappa":
         return bases["pairwise"]
+    if section == "turns" and "cohen" in key:
+        return "turn verdict valid / invalid, unweighted" if group.startswith("turn") else \
+            "session verdict valid / invalid, unweighted"
     if "cohen" not in group and "cohen" not in key:
         return ""
     if "binary" in group or "binary" in key:
@@ -650,6 +791,7 @@ def _csv_body(report: dict[str, Any]) -> Iterator[list[Any]]:
     yield from _csv_undefined(report)
     yield from _csv_breakdowns(report)
     yield from _csv_consensus(report)
+    yield from _csv_turns(report)
     p = report["pairwise"]
     yield ["pairwise", "", "kappa_of", p["kappa_of"]]
     for name in ("cohen_kappa", "signature_agreement", "shared_items"):

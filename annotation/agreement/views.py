@@ -187,7 +187,7 @@ def report_page(request, study_id: int):
     categories = [(row["category"], [fmt(row[k]) for k in columns]) for row in report["categories"]]
     heading = {"chosen_share": "Chosen share", "prevalence": "Prevalence", "krippendorff_alpha": "Alpha",
                "fleiss_kappa": "Fleiss' kappa", "gwet_ac1": "Gwet's AC1", "pairwise_cohen_mean": "Mean Cohen's kappa",
-               "n": "Judgements", "mean": "Mean", "items": "Items", "n_judgements": "Judgements",
+               "n": "Judgements", "mean": "Mean", "items": "Items", "n_judgements": "Judgements", "n_items": "Items (2+)",
                "percent_agreement": "Percent agreement", "valid_rate": "Valid rate", "binary_alpha": "Binary alpha",
                "binary_fleiss": "Binary Fleiss", "kind": "Level and weights", "kappa_weights": "Kappa weights",
                "kappa_pairs": "Pairs in the kappa mean"}
@@ -203,6 +203,13 @@ def report_page(request, study_id: int):
             consensus = entry.get("consensus")
             rows.append((group, cells, consensus))
         breakdowns.append((title, key, rows))
+    turn_cols = ["n_items", "n_judgements", "valid_rate", "percent_agreement", "krippendorff_alpha", "fleiss_kappa",
+                 "gwet_ac1", "pairwise_cohen_mean", "kappa_pairs"]
+    turns = None
+    if report.get("turns"):
+        t = report["turns"]
+        turns = [(name, [fmt(row.get(c)) for c in turn_cols], row["consensus"]) for name, row in
+                 [("Session (derived verdict)", t["session"]), *((f"Turn {p['turn']}", p) for p in t["positions"])]]
     confusion = None
     if report["confusion"]:
         conf = report["confusion"]
@@ -213,7 +220,8 @@ def report_page(request, study_id: int):
         "study": study, "report": report, "headline": headline, "kappa_svg": mark_safe(kappa_svg),
         "agree_svg": mark_safe(agree_svg), "category_columns": [heading.get(c, c) for c in columns],
         "categories": categories, "breakdown_cols": [heading.get(c, c) for c in breakdown_cols],
-        "breakdowns": breakdowns, "confusion": confusion,
+        "breakdowns": breakdowns, "confusion": confusion, "turns": turns,
+        "turn_cols": [heading.get(c, c) for c in turn_cols],
         "policies": POLICIES, "policy": report["consensus"]["policy"] if report["consensus"] else None,
         "query": request.GET.urlencode(), "constant_pairs": CONSTANT_PAIR_CONVENTIONS,
         "ci": report["agreement"]["confidence_intervals"],
@@ -300,7 +308,7 @@ def adjudication_item_page(request, study_id: int, item_id: int):
         "turns": [(t, image_ref(t.reference_image)) for t in turns],
         "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
         "rubric": study.rubric.rubric, "candidates": _candidate_rows(study, item),
-        "session_rule": verdicts.session.describe() if verdicts.session is not None else "",
+        "session_rule": verdicts.describe_session(),
     })
 
 
@@ -341,13 +349,14 @@ def export_start(request, study_id: int):
     policy = request.POST.get("policy") or "majority"
     primary = (request.POST.get("primary") or "").strip() if policy == "primary" else ""
     query_format = request.POST.get("format") or "mbeir"
+    sessions = request.POST.get("sessions") or "whole"
     try:
-        check_exportable(study, policy, primary or None, query_format)
+        check_exportable(study, policy, primary or None, query_format, sessions)
     except ExportError as exc:
         messages.error(request, str(exc))
         return redirect("annotation:study_progress", study_id=study.pk)
     job = ExportJob.objects.create(study=study, policy=policy, primary=primary, query_format=query_format,
-                                   created_by=request.user, total=study.items.count())
+                                   sessions=sessions, created_by=request.user, total=study.items.count())
     if not enqueue(ExportJob, job.pk, RUN_EXPORT):
         messages.warning(request, QUEUE_DOWN)
     return redirect("annotation:export_job", pk=job.pk)

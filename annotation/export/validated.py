@@ -39,6 +39,11 @@ public layout instead (CIR-FORMATS §7.1): ``<dataset>/<subset>.json``, a JSON l
 ``{session_id, subset, ground_truth_ids, num_turns, turns}`` (a CIRCLED query keeps its verbatim
 record, so the file re-imports with :mod:`retrieval.importers.circled`), and
 ``<dataset>/<subset>.trace.jsonl`` beside it (scales, reject flags, notes, adjudication).
+Sessions judged turn by turn (session rubric v2) are written whole (``sessions="whole"``, the
+default: the validated sessions) or as valid prefixes (``sessions="prefix"``: every decided
+session with a valid prefix of at least one turn, cut after it as CIRCLED truncates its
+sessions; the ground truths stay the session's). Their trace line carries per-turn provenance:
+which turns were kept, each turn's consensus and every annotator's answer on it.
 
 After the rename, each dataset of the study gets its :class:`retrieval.models.QuerySubset`
 named ``validated`` rewritten with the validated queries, so an audit report can score them.
@@ -91,6 +96,7 @@ from annotation.verdicts.consensus import (
 )
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
+from annotation.verdicts.turns import turn_answers
 from annotation.alternatives.export import FORMATS as QUERY_FORMATS, ExtraTargets, QueryLayout
 
 
@@ -104,6 +110,9 @@ MBEIR_KEYS = ("qid", "query_txt", "query_img_path", "query_modality", "query_src
               "neg_cand_list", "task_id")
 
 Progress = Callable[[str, int, int], None]
+
+
+SESSION_SCOPES = ("whole", "prefix")  # turn-by-turn sessions: whole valid sessions or valid prefixes
 
 
 class ExportError(ValueError):
@@ -157,15 +166,22 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def check_exportable(study: Study, policy: str, primary: str | None, fmt: str = "mbeir") -> None:
+def check_exportable(study: Study, policy: str, primary: str | None, fmt: str = "mbeir",
+                     sessions: str = "whole") -> None:
     """Raise :class:`ExportError` unless the study can be exported under this policy.
     Category rubrics with a validated category export M-BEIR JSONL or CIRCO's layout
     (``fmt``); session rubrics export CIRCLED sessions under the study's session rule
-    (``policy`` must stay majority, ``fmt`` mbeir, the default). The export page and
+    (``policy`` must stay majority, ``fmt`` mbeir, the default); ``sessions="prefix"``
+    (valid prefixes) needs a session rubric with a turn verdict. The export page and
     ``manage.py export_validated`` both ask this before :func:`export_study`."""
     if fmt not in QUERY_FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; expected one of {QUERY_FORMATS}")
     rubric = study.rubric.rubric
+    if sessions not in SESSION_SCOPES:
+        raise ExportError(f"unknown session scope {sessions!r}; expected one of {SESSION_SCOPES}")
+    if sessions == "prefix" and (not is_session_rubric(rubric) or rubric.turn_verdict is None):
+        raise ExportError(f"valid prefixes need a session rubric with a turn verdict; study {study.name!r} uses "
+                          f"{rubric.key!r} v{rubric.version}")
     if is_session_rubric(rubric):
         if policy != "majority" or primary or fmt != "mbeir":
             raise ExportError("session studies are decided by their session rule and exported as CIRCLED sessions; "
@@ -290,6 +306,7 @@ def _session_vote_dict(vote, names: dict[str, str]) -> dict[str, Any]:
     return {
         "annotator": names.get(vote.annotator, vote.annotator),
         "scales": vote.scales,
+        "per_turn": vote.per_turn,
         "reject_flags": vote.reject_flags,
         "note": vote.note,
         "flagged": vote.flagged,
@@ -299,10 +316,28 @@ def _session_vote_dict(vote, names: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, run: _Run) -> dict[str, Any]:
+def _turn_trace(row: ItemRow, decision: Decision, kept: int, run: _Run) -> dict[str, Any]:
+    """Per-turn provenance of a turn-by-turn session: the turns kept, and for every turn its
+    consensus (status, provenance, votes) and each annotator's answer."""
+    key, names = run.verdicts.turn_key, run.names
+    answers = {names.get(v.annotator, v.annotator): turn_answers(v.per_turn, key)  # type: ignore[arg-type]
+               for v in row.votes}
+    return {
+        "scope": run.sessions, "num_turns": len(decision.turns), "turns_kept": kept,
+        "truncated": kept < len(decision.turns), "valid_prefix": decision.prefix,
+        "turns": [{"turn": i + 1, "kept": i < kept, "status": d.status, "provenance": d.provenance,
+                   "valid_votes": d.valid_votes, "invalid_votes": d.invalid_votes,
+                   "answers": {a: (t[i] if t is not None and i < len(t) else None) for a, t in answers.items()}}
+                  for i, d in enumerate(decision.turns)],
+    }
+
+
+def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, run: _Run,
+                kept: int | None = None) -> dict[str, Any]:
     adj, names, session = row.adjudication, run.names, run.verdicts.session is not None
     vote_dict = _session_vote_dict if session else _vote_dict
     differs = {"majority": run.differs[row.item_id]} if row.item_id in run.differs else {}  # reliability policy
+    turns = {"turn_verdicts": _turn_trace(row, decision, kept, run)} if kept is not None else {}
     return {**differs,
         "qid": qid,
         "item": row.item_id,
@@ -325,6 +360,7 @@ def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, run: _R
             "decision": adj.decision, "note": adj.note,
             "adjudicator": run.adjudicators.get(adj.decided_by or "", None), "decided_at": _iso(adj.decided_at),
         },
+        **turns,
     }
 
 
@@ -389,7 +425,7 @@ _RULES = {
 
 def consensus_rule(verdicts: Verdicts) -> str:
     """The consensus rule of an export in words (the manifest's ``consensus.rule``)."""
-    rule = verdicts.session.describe() if verdicts.session is not None else _RULES[verdicts.policy]
+    rule = verdicts.describe_session() if verdicts.session is not None else _RULES[verdicts.policy]
     quorum = (f"the quorum of its votes under {verdicts.rule.describe()}" if verdicts.rule is not None
               and verdicts.rule.adaptive else f"{verdicts.quorum} current judgement(s) (the quorum)")
     return (f"{rule}; an item is decided only once it has {quorum}, "
@@ -496,6 +532,21 @@ class _Run:
     dataset_ids: dict[str, int]
     layout: QueryLayout
     differs: dict[int, dict[str, Any]] = field(default_factory=dict)  # reliability vs majority (_compare_majority)
+    sessions: str = "whole"
+
+    def kept_turns(self, decision: Decision) -> int | None:
+        """Turns of a turn-by-turn session to write (``None``: not such a study, or nothing to
+        write): a validated session whole; in prefix scope, a decided session's valid prefix."""
+        if self.verdicts.turn_key is None:
+            return None
+        if decision.validated:
+            return decision.prefix or len(decision.turns)
+        if self.sessions == "prefix" and decision.decided and decision.prefix:
+            return decision.prefix
+        return None
+
+    def keeps(self, decision: Decision) -> bool:
+        return decision.validated or self.kept_turns(decision) is not None
 
 
 def _adjudicator_names(study: Study) -> dict[str, str]:
@@ -526,7 +577,7 @@ def _write_batch(run: _Run, batch: list[ItemRow], ids: IO[str]) -> None:
     for row, d in decided:
         _count_row(run, row, d)
         _compare_majority(run, row, d)
-    keep = [(row, d) for row, d in decided if d.validated]
+    keep = [(row, d) for row, d in decided if run.keeps(d)]
     if not keep:
         return
     data = _QueryData([row.query_id for row, _ in keep])
@@ -536,6 +587,8 @@ def _write_batch(run: _Run, batch: list[ItemRow], ids: IO[str]) -> None:
         ids.write(f"{row.dataset_id} {row.query_id}\n")
         entry = run.per_dataset[row.dataset]
         entry["validated"] += 1
+        if not d.validated:
+            entry["valid_prefixes"] = entry.get("valid_prefixes", 0) + 1
         entry["subsets"][subset] = entry["subsets"].get(subset, 0) + 1
 
 
@@ -553,12 +606,15 @@ def _compare_majority(run: _Run, row: ItemRow, decision: Decision) -> None:
 
 def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: ItemRow, d: Decision) -> str:
     """Write one validated item's query line (or session record) and trace line; its subset."""
-    if extras is None:  # a session: the CIRCLED record
+    if extras is None:  # a session: the CIRCLED record (cut after its valid prefix when so asked)
         line = data.circled_record(row)
+        kept = run.kept_turns(d)
+        if kept is not None and kept < len(line["turns"]):
+            line = {**line, "num_turns": kept, "turns": line["turns"][:kept]}
         subset = str(line["subset"])
         w = run.writers.get(row.dataset, subset, row.hidden_category)
         w.queries.write_json(line)
-        w.trace.write_json(_trace_line(str(line["session_id"]), row, d, subset, run))
+        w.trace.write_json(_trace_line(str(line["session_id"]), row, d, subset, run, kept))
         return subset
     line, positives = extras.apply(row, data.mbeir_line(row))  # + accepted alternatives
     subset = subset_name(row.hidden_category)
@@ -598,12 +654,16 @@ def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
             "primary": run.names.get(verdicts.primary, verdicts.primary) if verdicts.primary else None,
             "quorum": verdicts.quorum,
             "session_rule": verdicts.session.to_dict() if circled else None,  # type: ignore[union-attr]
+            "turn_verdict": verdicts.turn_key,
+            "sessions": run.sessions if verdicts.turn_key is not None else None,
             "adjudications_applied": Adjudication.objects.filter(study=study, is_current=True).count(),
             "rule": consensus_rule(verdicts),
             "quorum_rule": verdicts.rule.describe() if verdicts.rule is not None else None,
             "reliability": _reliability_manifest(run),
         },
-        "counts": verdict_counts(tally(run.decisions), run.writers.lines),
+        "counts": {**verdict_counts(tally(run.decisions), run.writers.lines),
+                   **({"valid_prefixes": sum(e.get("valid_prefixes", 0) for e in run.per_dataset.values())}
+                      if verdicts.turn_key is not None else {})},
         "datasets": {k: run.per_dataset[k] for k in sorted(run.per_dataset)},
         "files": run.writers.files(),
         "query_layout": list(CIRCLED_KEYS) if circled else run.layout.keys(MBEIR_KEYS),
@@ -623,20 +683,22 @@ def export_study(
     tmp_name: str | None = None,
     fmt: str = "mbeir",
     created_at: datetime | None = None,
+    sessions: str = "whole",
 ) -> ExportResult:
     """Export a study's validated items (module docstring). ``out_dir``: the export folder
     itself (absent or empty); default ``EXPORT_DIR/<study>-<timestamp>``. ``progress(stage,
     done, total)`` is called after every batch. ``created_at``: the manifest's timestamp
     (default now; a release passes the time of the study's last decision, so the same study
-    gives the same bytes). Returns the final folder and the manifest."""
-    check_exportable(study, policy, primary or None, fmt)
+    gives the same bytes). ``sessions``: turn-by-turn session studies, ``whole`` (validated
+    sessions) or ``prefix`` (valid prefixes too). Returns the final folder and the manifest."""
+    check_exportable(study, policy, primary or None, fmt, sessions)
     verdicts = Verdicts.of(study, policy, primary or None)
     layout = QueryLayout(fmt)
     report = progress or (lambda stage, done, total: None)
     final, auto, tmp = _prepare(study, out_dir, tmp_name)
     id_file = final.parent / f"{tmp.name}.ids"
     run = _Run(study, verdicts, tmp, id_file, annotator_pseudonyms(study), _adjudicator_names(study),
-               _Writers(tmp, verdicts.session is not None, layout.suffix), [], {}, {}, layout)
+               _Writers(tmp, verdicts.session is not None, layout.suffix), [], {}, {}, layout, sessions=sessions)
     total = StudyItem.objects.filter(study=study).count()
     created_at = created_at or timezone.now()
     done = 0
@@ -687,7 +749,7 @@ def run_export_job(job: ExportJob) -> ExportJob:
         study = Study.objects.select_related("rubric").get(pk=job.study_id)
         result = export_study(study, policy=job.policy, primary=job.primary or None, progress=report,
                               tmp_name=f".export-job{job.pk}.tmp", fmt=job.query_format or "mbeir",
-                              chunk_size=settings.EXPORT_CHUNK_SIZE)
+                              chunk_size=settings.EXPORT_CHUNK_SIZE, sessions=job.sessions or "whole")
         return {"path": str(result.path), "manifest": result.manifest,
                 "files": ["manifest.json"] + [f["path"] for f in result.manifest["files"]]}
 

@@ -27,6 +27,7 @@ from annotation.verdicts.consensus import (
     decide,
     decide_session,
     decide_turns,
+    describe_turns,
 )
 from annotation.verdicts.reliability import AnnotatorReliability, Reliability, annotator_reliability, fit_votes
 from annotation.models import Adjudication, Judgement, Study, StudyItem, counted_q
@@ -167,6 +168,12 @@ class Verdicts:
         if policy == "reliability" and session is None:
             model = study_reliability(study).model
         return cls(rule.base, policy, primary or None, session, rule, model, turn_key_of(study))
+
+    def describe_session(self) -> str:
+        """The session rule in words ('' for single-turn studies)."""
+        if self.session is None:
+            return ""
+        return describe_turns(self.session, self.policy) if self.turn_key is not None else self.session.describe()
 
     def needed(self, votes) -> int:
         """Counted judgements an item with these ``votes`` needs (the study's :class:`QuorumRule`)."""

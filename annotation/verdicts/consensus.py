@@ -533,6 +533,16 @@ def _turns_provenance(status: str, votes: Sequence[TurnVote], policy: str, fallb
     return fallback if fallback not in ("", UNANIMOUS, SINGLE) else MAJORITY
 
 
+def describe_turns(rule: SessionRule, policy: str = "majority") -> str:
+    """The turn-by-turn rule in words (pages, export manifests)."""
+    reject = ("strictly more than half of the votes raise a reject flag (an exact half goes to adjudication)"
+              if rule.reject == "majority" else "any vote raises a reject flag")
+    return (f"every turn is decided by the {policy} rule on its valid / invalid answers; a session is rejected "
+            f"when {reject}; otherwise it is valid when every turn is valid, and rejected at its first rejected "
+            "turn, keeping the turns before it as its valid prefix (a turn still undecided before that holds "
+            "the session)")
+
+
 def decide_turns(
     votes: Iterable[TurnVote],
     rule: SessionRule | None = None,

@@ -13,6 +13,14 @@
   const flagged = document.getElementById("flagged");
   const isSession = rubric.kind === "session";
   const nTurns = payload.query.n_turns;
+  // Session rubric v2: a valid / invalid verdict on every turn, given in the filmstrip. The
+  // radios live in the frames (outside the form element, tied to it by form="judgement-form").
+  const turnVerdict = isSession ? rubric.turn_verdict || null : null;
+  function verdictInput(t, value) { return document.querySelector(`input[name="turnv-${t}"][value="${value ? 1 : 0}"]`); }
+  function turnVerdictOf(t) {
+    const el = document.querySelector(`input[name="turnv-${t}"]:checked`);
+    return el ? el.value === "1" : null;
+  }
 
   // ---- state -------------------------------------------------------------------
   // Drafts live in two places: localStorage (written synchronously on every change, a
@@ -146,6 +154,7 @@
       for (let t = 0; t < nTurns; t++) {
         const row = {};
         for (const c of rubric.per_turn_checks) row[c.key] = !!form.querySelector(`input[name="turn-${t}-${c.key}"]:checked`);
+        if (turnVerdict && turnVerdictOf(t) !== null) row[turnVerdict.key] = turnVerdictOf(t);
         data.per_turn_checks.push(row);
       }
       data.reject_flags = rubric.reject_flags.filter((c) => form.querySelector(`input[name="reject-${c.key}"]:checked`)).map((c) => c.key);
@@ -167,6 +176,7 @@
       for (const [k, v] of Object.entries(d.scales || {})) setRadio("scale-" + k, v);
       (d.per_turn_checks || d.per_turn || []).forEach((row, t) => {
         for (const [k, v] of Object.entries(row)) { const el = form.querySelector(`input[name="turn-${t}-${k}"]`); if (el) el.checked = !!v; }
+        if (turnVerdict && typeof row[turnVerdict.key] === "boolean") { const el = verdictInput(t, row[turnVerdict.key]); if (el) el.checked = true; }
       });
       for (const k of d.reject_flags || []) { const el = form.querySelector(`input[name="reject-${k}"]`); if (el) el.checked = true; }
     } else {
@@ -197,6 +207,14 @@
     if (isSession) {
       const missing = rubric.scales.filter((s) => !(s.key in d.scales));
       if (missing.length) return "Rate " + missing.map((s) => s.label).join(", ") + ".";
+      if (turnVerdict) {
+        const open = d.per_turn_checks.map((row, t) => (turnVerdict.key in row ? null : t + 1)).filter((t) => t !== null);
+        if (open.length) {
+          activeTurn = open[0] - 1; highlightSession();
+          return "Give every turn a verdict (" + turnVerdict.valid_key + " valid, " + turnVerdict.invalid_key +
+            " invalid): turn " + open.join(", ") + (open.length > 1 ? " have" : " has") + " none.";
+        }
+      }
       return null;
     }
     if (!d.category) return "Choose a category (keys " + rubric.categories.map((c) => c.shortcut_key).join(" ") + ").";
@@ -213,12 +231,23 @@
     note.classList.toggle("required", noteRequired(d) && !d.note.trim());
     if (isSession) highlightSession();
   }
+  function setTurnVerdict(t, value) {
+    const el = verdictInput(t, value);
+    if (el) { el.checked = true; form.dispatchEvent(new Event("change")); }
+  }
 
   // ---- session rubric helpers ---------------------------------------------------
   function highlightSession() {
     form.querySelectorAll(".scale").forEach((el) => el.classList.toggle("active", el.dataset.scale === activeScale));
     document.querySelectorAll(".frame").forEach((el) => el.classList.toggle("active", Number(el.dataset.turn) === activeTurn));
     form.querySelectorAll(".turnchecks").forEach((el) => el.classList.toggle("active", Number(el.dataset.turn) === activeTurn));
+    if (!turnVerdict) return;
+    document.querySelectorAll(".turnverdict label.tv").forEach((l) => l.classList.toggle("on", l.querySelector("input").checked));
+    document.querySelectorAll(".frame[data-turn]").forEach((el) => {
+      const v = turnVerdictOf(Number(el.dataset.turn));
+      el.classList.toggle("tv-valid", v === true);
+      el.classList.toggle("tv-invalid", v === false);
+    });
   }
 
   // ---- draft autosave -----------------------------------------------------------
@@ -276,6 +305,12 @@
   function forgetDraft() { try { localStorage.removeItem(localKey); } catch (e) { /* nothing kept */ } }
   window.addEventListener("online", () => saveDraft(true));
   form.addEventListener("change", () => { if (!isSession) showSubs(); refresh(); edited(); hideError(); });
+  // The filmstrip's verdict radios are outside the form element: their changes are the form's.
+  // A click on a frame makes it the current turn (what the keys act on).
+  document.querySelectorAll(".frame[data-turn]").forEach((frame) => {
+    frame.addEventListener("change", (ev) => { ev.stopPropagation(); form.dispatchEvent(new Event("change")); });
+    frame.addEventListener("click", () => { activeTurn = Number(frame.dataset.turn); refresh(); });
+  });
   note.addEventListener("input", () => { refresh(); edited(); });
   window.addEventListener("pagehide", () => saveDraft(true));
 
@@ -448,6 +483,9 @@
       if (scale) { activeScale = scale.key; refresh(); return; }
       if (/^[0-9]$/.test(k) && activeScale) { setRadio("scale-" + activeScale, k); form.dispatchEvent(new Event("change")); return; }
       if (k === "ArrowRight" || k === "ArrowLeft") { activeTurn = Math.max(0, Math.min(nTurns - 1, activeTurn + (k === "ArrowRight" ? 1 : -1))); refresh(); ev.preventDefault(); return; }
+      if (turnVerdict && (k === turnVerdict.valid_key.toLowerCase() || k === turnVerdict.invalid_key.toLowerCase())) {
+        setTurnVerdict(activeTurn, k === turnVerdict.valid_key.toLowerCase()); ev.preventDefault(); return;
+      }
       const check = rubric.per_turn_checks.find((c) => (c.shortcut_key || "").toLowerCase() === k);
       if (check) { pressKey(form.querySelector(`input[name="turn-${activeTurn}-${check.key}"]`)); return; }
       const rej = rubric.reject_flags.find((c) => (c.shortcut_key || "").toLowerCase() === k);

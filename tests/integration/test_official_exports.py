@@ -115,7 +115,7 @@ def mtfiq_dir(request) -> Path:
 
 def session_payload(item) -> dict:
     return {"scales": {k: 5 for k in ("naturalness", "coherence", "goal_progress", "low_redundancy", "overall")},
-            "per_turn_checks": [{"real_difference_toward_target": True, "consistent_with_history": True}]
+            "per_turn_checks": [{"real_difference_toward_target": True, "consistent_with_history": True, "valid": True}]
             * item.query.n_turns, "reject_flags": [], "time_spent_ms": 1000}
 
 

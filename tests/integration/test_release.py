@@ -207,7 +207,7 @@ def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_
             engine.submit(a, {"scales": {"naturalness": 3, "coherence": 3, "goal_progress": 3, "low_redundancy": 3,
                                          "overall": rng.choice([2, 4, 5])},
                               "per_turn_checks": [{"real_difference_toward_target": True,
-                                                   "consistent_with_history": True}] * item.query.n_turns,
+                                                   "consistent_with_history": True, "valid": True}] * item.query.n_turns,
                               "time_spent_ms": 1000})
     root = tmp_path / "demo-release"
     printed = io.StringIO()

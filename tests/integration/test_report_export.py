@@ -568,14 +568,16 @@ def test_session_study_triples_and_report(db, tmp_path, settings, demo_images, d
             engine.submit(a, {"scales": {"naturalness": 3, "coherence": 3, "goal_progress": 3, "low_redundancy": 3,
                                          "overall": value},
                               "per_turn_checks": [{"real_difference_toward_target": True,
-                                                   "consistent_with_history": True}] * item.query.n_turns,
+                                                   "consistent_with_history": True,
+                                                   "valid": value >= 3 or t < item.query.n_turns - 1}
+                                                  for t in range(item.query.n_turns)],
                               "time_spent_ms": 1000})
     triples = study_triples(str(study.pk))
     assert sorted(t[2] for t in triples) == sorted(v for pair in overall for v in pair)
     assert {t[1] for t in triples} == {u.username for u in users}
     r = study_report(study)
     assert r["study"]["kind"] == "scale" and r["study"]["dimension"] == "overall"
-    # the session rule (majority of reject flags, median overall >= 3) at quorum 2: medians 4, 3.5, 2, 5
+    # session rubric v2 at quorum 2: the third session's last turn is invalid for both, the others valid
     assert r["consensus"]["policy"] == "session" and r["consensus"]["quorum"] == 2 and r["confusion"] is None
     assert r["consensus"]["status"]["validated"] == 3 and r["consensus"]["status"]["rejected"] == 1
     assert r["agreement"]["level"] == "ordinal" and r["agreement"]["percent_agreement"] == pytest.approx(3 / 4)

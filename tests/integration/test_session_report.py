@@ -22,7 +22,7 @@ def session_payload(value_a: int, overall: int, rejects: list[str], n_turns: int
     scales = {k: value_a for k in SCALES}
     scales["overall"] = overall
     return {"scales": scales, "per_turn_checks": [{"real_difference_toward_target": True,
-                                                   "consistent_with_history": True}] * n_turns,
+                                                   "consistent_with_history": True, "valid": True}] * n_turns,
             "reject_flags": rejects, "time_spent_ms": 1000}
 
 

@@ -99,17 +99,24 @@ def test_quorum_setting_and_honest_provenance(tmp_path) -> None:
 def session_study(name: str, overlap: int = 2, **spec) -> tuple[Study, list]:
     call_command("import_dataset", "--format", "circled", "--name", "circled", *map(str, CIRCLED_FILES), verbosity=0)
     users = [make_user(n, "annotator") for n in ("ann_a", "ann_b")]
-    study, _ = create_study(StudySpec(name=name, datasets=["circled"], rubric="session", overlap=overlap, seed=1,
+    # session rubric v1: these tests are about its rule (reject flags, median overall score),
+    # which studies made under it keep; v2's turn-by-turn rule: tests/integration/test_turn_verdicts.py
+    study, _ = create_study(StudySpec(name=name, datasets=["circled"], rubric="session@1", overlap=overlap, seed=1,
                                       annotators=["ann_a", "ann_b"], **spec))
     return study, users
 
 
 def rate(study: Study, item: StudyItem, user, overall: int, rejects: list[str] | None = None,
          flagged: bool = False) -> None:
+    """One session judgement; under a rubric with a turn verdict (v2) every turn is valid
+    when ``overall`` is at least 3, else the last turn is invalid."""
     a = Assignment.objects.create(study=study, item=item, annotator=user, status="reserved")
+    verdict = study.rubric.rubric.turn_verdict
+    n = item.query.n_turns
+    turns = [{"real_difference_toward_target": True, "consistent_with_history": True,
+              **({verdict.key: overall >= 3 or t < n - 1} if verdict else {})} for t in range(n)]
     engine.submit(a, {"scales": {**{k: 3 for k in SCALES}, "overall": overall},
-                      "per_turn_checks": [{"real_difference_toward_target": True,
-                                           "consistent_with_history": True}] * item.query.n_turns,
+                      "per_turn_checks": turns,
                       "reject_flags": rejects or [], "flagged": flagged, "time_spent_ms": 1000})
 
 

@@ -290,7 +290,11 @@ class Command(BaseCommand):
         parser.add_argument("input", nargs="?", help="JSONL file, one judgement per line.")
         parser.add_argument("--study", default=None, help="Report on a study's judgements instead of a file.")
         parser.add_argument("--dimension", default=None,
-                            help="--study with a session rubric: the scale to report on (default overall).")
+                            help="--study with a session rubric: the scale to report on (default overall); with a "
+                                 "turn verdict also 'verdict' (the derived session verdict) or turn:N (turn N).")
+        parser.add_argument("--turns", action="store_true",
+                            help="--study with a turn-verdict session rubric: agreement on the session verdict and "
+                                 "on every turn position (turn 1, turn 2, ...).")
         parser.add_argument("--level", choices=LEVELS, default=None,
                             help="Level of measurement (default nominal; a study's rubric sets its own).")
         parser.add_argument("--weights", choices=WEIGHTS, default=None,
@@ -315,6 +319,9 @@ class Command(BaseCommand):
         if opts["bootstrap"] is not None and opts["bootstrap"] < 0:
             raise CommandError("--bootstrap must be 0 or more")
         started = time.perf_counter()
+        if opts["turns"]:
+            self._turns(opts, started)
+            return
         report = self._from_study(opts) if opts["study"] is not None else self._from_file(opts)
         elapsed = time.perf_counter() - started
         if opts["format"] == "json":
@@ -346,6 +353,29 @@ class Command(BaseCommand):
                                    constant_pairs=opts["constant_pairs"])
         except ValueError as exc:
             raise CommandError(f"cannot compute the report: {exc}") from None
+
+    def _turns(self, opts: dict[str, Any], started: float) -> None:
+        """``--turns``: the session verdict and every turn position, one line each (or JSON)."""
+        from annotation.agreement.reports import default_bootstrap, get_study, study_turn_agreement  # noqa: PLC0415
+
+        if opts["study"] is None or opts["dimension"] is not None:
+            raise CommandError("--turns needs --study ID and no --dimension")
+        study = get_study(opts["study"])
+        n_boot = default_bootstrap(study) if opts["bootstrap"] is None else opts["bootstrap"]
+        report = study_turn_agreement(study, n_boot=n_boot, seed=opts["seed"], constant_pairs=opts["constant_pairs"])
+        if opts["format"] == "json":
+            self.stdout.write(json.dumps(report, indent=2, allow_nan=False))
+            return
+        w = self.stdout.write
+        w(f"Turn-by-turn agreement of study {study.pk} in {time.perf_counter() - started:.2f} s "
+          f"({report['spec']['statement']}; 1 valid / 0 invalid)")
+        w(f"  {'position':<10}{'items':>7}{'judged':>8}{'valid':>8}{'agree':>8}{'alpha':>9}{'fleiss':>9}"
+          f"{'AC1':>9}{'cohen':>9}")
+        for name, r in [("session", report["session"]), *((f"turn {p['turn']}", p) for p in report["positions"])]:
+            valid = r["label_prevalence"].get(1, r["label_prevalence"].get("1"))
+            w(f"  {name:<10}{r['n_items']:>7}{r['n_judgements']:>8}{_fmt(valid):>8}{_fmt(r['percent_agreement']):>8}"
+              f"{_fmt(r['krippendorff_alpha']):>9}{_fmt(r['fleiss_kappa']):>9}{_fmt(r['gwet_ac1']):>9}"
+              f"{_fmt(r['pairwise_cohen']['mean']):>9}")
 
     def _from_file(self, opts: dict[str, Any]) -> dict[str, Any]:
         level, rubric = opts["level"] or "nominal", opts["rubric"]

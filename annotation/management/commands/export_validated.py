@@ -1,5 +1,5 @@
 """python manage.py export_validated --study ID [--out DIR] [--policy majority|unanimous|primary]
-[--primary USER] [--chunk-size N] [--format mbeir|circo]
+[--primary USER] [--chunk-size N] [--format mbeir|circo] [--sessions whole|prefix]
 
 Writes the validated export of a study (M-BEIR query JSONL per dataset and hidden category, or
 CIRCLED session JSON for session studies; trace JSONL, manifest with SHA-256 and the counts of
@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from annotation.verdicts.consensus import POLICIES
 from annotation.alternatives.export import FORMATS
-from annotation.export.validated import ExportError, export_study
+from annotation.export.validated import SESSION_SCOPES, ExportError, export_study
 from annotation.agreement.reports import get_study
 
 
@@ -29,6 +29,9 @@ class Command(BaseCommand):
         parser.add_argument("--policy", choices=POLICIES, default="majority", help="Consensus policy (default majority).")
         parser.add_argument("--primary", default=None, help="Deciding annotator of the primary policy (a username).")
         parser.add_argument("--chunk-size", type=int, default=1000, help="Items read per batch (default 1000).")
+        parser.add_argument("--sessions", choices=SESSION_SCOPES, default="whole",
+                            help="Session studies judged turn by turn: whole valid sessions (default) or valid "
+                                 "prefixes too (each decided session cut after its last leading valid turn).")
         parser.add_argument("--format", choices=FORMATS, default="mbeir",
                             help="Query files: M-BEIR JSONL (default) or CIRCO's annotation layout (gt_img_ids).")
 
@@ -49,7 +52,8 @@ class Command(BaseCommand):
 
         try:
             result = export_study(study, opts["out"], policy=opts["policy"], primary=opts["primary"],
-                                  chunk_size=opts["chunk_size"], progress=progress, fmt=opts["format"])
+                                  chunk_size=opts["chunk_size"], progress=progress, fmt=opts["format"],
+                                  sessions=opts["sessions"])
         except (ExportError, OSError) as exc:
             raise CommandError(str(exc)) from None
         counts = result.manifest["counts"]
