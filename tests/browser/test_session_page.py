@@ -37,6 +37,13 @@ def test_two_sessions_on_the_filmstrip(page, live_server, demo_world, shot):
     page.keyboard.press("ArrowRight")   # turn 2
     page.keyboard.press("j")
     page.keyboard.press("k")            # turn 2: consistent with the history
+    # session rubric v2: Enter without every turn's verdict is refused and names the turns
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#form-error:not([hidden])")
+    assert "Give every turn a verdict" in page.inner_text("#form-error")
+    for t in range(n_frames):           # a (valid) on every turn, from the first
+        page.locator(f".filmstrip .frame[data-turn='{t}'] .turnno").click()
+        page.keyboard.press("a")
     shot(page, "session-rated")
     page.keyboard.press("Enter")
     page.wait_for_function(f"() => !location.pathname.endsWith('/item/{first}/')")
@@ -49,6 +56,11 @@ def test_two_sessions_on_the_filmstrip(page, live_server, demo_world, shot):
     page.keyboard.press("z")            # reject: duplicate
     page.keyboard.press("v")            # reject: circle
     page.keyboard.press("f")            # flag for adjudication
+    for _ in range(8):
+        page.keyboard.press("ArrowLeft")
+    for _ in range(page.locator(".filmstrip .frame:not(.goal)").count()):
+        page.keyboard.press("d")        # every turn invalid
+        page.keyboard.press("ArrowRight")
     shot(page, "session-rejected")
     page.keyboard.press("Enter")
     page.wait_for_function(f"() => !location.pathname.endsWith('/item/{second}/')")
@@ -57,7 +69,9 @@ def test_two_sessions_on_the_filmstrip(page, live_server, demo_world, shot):
     assert j1.scales == {"naturalness": 4, "coherence": 5, "goal_progress": 3, "low_redundancy": 4, "overall": 4}
     assert len(j1.per_turn) == n_frames
     assert j1.per_turn[0]["real_difference_toward_target"] is True
-    assert j1.per_turn[1] == {"real_difference_toward_target": True, "consistent_with_history": True}
+    assert j1.per_turn[1] == {"real_difference_toward_target": True, "consistent_with_history": True, "valid": True}
+    assert all(t["valid"] is True for t in j1.per_turn)
     assert j1.reject_flags == [] and j1.category == ""
     j2 = Judgement.objects.get(assignment_id=second, is_current=True)
     assert set(j2.scales.values()) == {2} and sorted(j2.reject_flags) == ["circle", "duplicate"] and j2.flagged
+    assert j2.per_turn and all(t["valid"] is False for t in j2.per_turn)
