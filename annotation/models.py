@@ -90,6 +90,10 @@ class Study(models.Model):
     too_fast_seconds = models.FloatField(default=5.0, help_text="Judgements faster than this are flagged to staff.")
     straight_run = models.PositiveSmallIntegerField(
         default=8, help_text="This many identical answers in a row are flagged to staff as straight-lining.")
+    interactive = models.JSONField(
+        default=dict, blank=True,
+        help_text="Interactive studies (the annotator plays the user): retriever, top_n, max_rounds, strategy, "
+                  "target_view (annotation.interactive.rules.InteractiveSettings); empty: not interactive.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -104,6 +108,11 @@ class Study(models.Model):
     def quorum_rule(self) -> QuorumRule:
         """THE quorum rule of the study (:class:`annotation.verdicts.consensus.QuorumRule`)."""
         return quorum_rule(self.overlap, self.quorum, self.adaptive_max)
+
+    @property
+    def kind(self) -> str:
+        """What the annotators do: ``interactive`` (they write sessions), else the rubric's kind."""
+        return "interactive" if self.interactive else self.rubric.rubric.kind
 
     @property
     def decision_quorum(self) -> int:
@@ -299,6 +308,57 @@ class AlternativeDecision(models.Model):
     class Meta:
         indexes = [models.Index(fields=["item", "image_id"], name="altdecision_item_image")]
         ordering = ["item", "image_id", "-decided_at", "-id"]
+
+
+class InteractiveSession(models.Model):
+    """A session an annotator writes in an interactive study: one per assignment; its rounds
+    are :class:`InteractiveRound` rows. ``outcome``: found (the target reached the top N),
+    rounds (R rounds passed without it) or empty while the session goes on."""
+
+    FOUND = "found"
+    OUT_OF_ROUNDS = "rounds"
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="interactive_sessions")
+    assignment = models.OneToOneField(Assignment, on_delete=models.CASCADE, related_name="interactive_session")
+    item = models.ForeignKey(StudyItem, on_delete=models.CASCADE, related_name="interactive_sessions")
+    annotator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    config = models.JSONField(default=dict, help_text="The study's interactive settings when the session began.")
+    outcome = models.CharField(max_length=10, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["study", "id"]
+
+    def __str__(self) -> str:
+        return f"session {self.pk} of study {self.study_id}"
+
+
+class InteractiveRound(models.Model):
+    """One round: the feedback text the annotator typed about ``reference`` (the query's
+    reference image in round 1, the candidate they picked afterwards), and what the worker's
+    re-ranking gave back: the candidates shown (image ids, best first) and the target's rank."""
+
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+    session = models.ForeignKey(InteractiveSession, on_delete=models.CASCADE, related_name="rounds")
+    index = models.PositiveSmallIntegerField(help_text="1-based.")
+    text = models.TextField()
+    reference = models.ForeignKey("retrieval.Image", on_delete=models.PROTECT, related_name="+")
+    status = models.CharField(max_length=10, default=PENDING)
+    shown = models.JSONField(default=list, blank=True, help_text="Candidate image ids shown after the round, best first.")
+    target_rank = models.PositiveIntegerField(null=True, blank=True, help_text="1-based; empty: not ranked.")
+    error = models.TextField(blank=True)
+    rank_ms = models.FloatField(null=True, blank=True, help_text="The worker's re-ranking time.")
+    time_spent_ms = models.PositiveIntegerField(default=0, help_text="Writing time the page measured.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    ranked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "index"], name="interactive_round_once")]
+        ordering = ["session", "index"]
 
 
 class ExportJob(Job):

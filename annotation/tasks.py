@@ -9,6 +9,7 @@ from retrieval.jobs.queue import send_task
 from retrieval.services import discard_uploads
 
 from annotation.export.validated import run_export_job
+from annotation.interactive.service import RANK_TASK
 from annotation.judging.candidates import FILL_TASK
 from annotation.models import ExportJob, ReleaseJob, RoomImportJob
 from annotation.release.bundle import run_release_job
@@ -99,3 +100,12 @@ def resume_exports_on_worker_start() -> dict[str, int]:
     """A starting worker picks up exports whose worker died (kombu's filesystem broker loses
     a taken message with its worker; Redis returns it only after the visibility timeout)."""
     return resume_stale_exports()
+
+
+@shared_task(name=RANK_TASK, acks_late=True)
+def rank_interactive_round(round_id: int) -> str:
+    """Re-rank the gallery for one round of an interactive session (the web tier never loads
+    the retriever); a round ranked already is left as it is."""
+    from annotation.interactive.service import rank_round
+
+    return rank_round(round_id)

@@ -3,6 +3,8 @@ from django.urls import path
 from annotation import api, views
 
 from annotation.agreement import views as report_views
+from annotation.interactive import api as interactive_api
+from annotation.interactive import views as interactive_views
 from annotation.release import views as release_views
 
 app_name = "annotation"
@@ -44,4 +46,9 @@ urlpatterns = [
     path("api/assignments/<int:pk>/skip/", api.skip, name="api_skip"),
     path("api/assignments/<int:pk>/lease/", api.lease, name="api_lease"),
     path("api/assignments/<int:pk>/judgements/", api.judgements, name="api_judgements"),
+    path("api/assignments/<int:pk>/interactive/", interactive_api.state, name="api_interactive"),
+    path("api/assignments/<int:pk>/interactive/rounds/", interactive_api.rounds, name="api_interactive_rounds"),
+    path("api/assignments/<int:pk>/interactive/retry/", interactive_api.retry, name="api_interactive_retry"),
+    path("studies/<int:study_id>/interactive/export/", interactive_views.export_sessions,
+         name="interactive_export"),
 ]

@@ -70,12 +70,16 @@ def item(request, study_id: int, assignment_id: int):
     assignment = own_assignment(request.user, assignment_id)
     if assignment.study_id != study.pk:
         raise Http404("no such item in this study")
-    payload = item_payload(assignment, staff=roles.is_admin(request.user))
     previous = (
         Assignment.objects.filter(study=study, annotator=request.user, status=Assignment.Status.DONE,
                                   position__lt=assignment.position)
         .order_by("-position").values_list("pk", flat=True).first()
     )
+    if study.interactive:
+        from annotation.interactive.views import interactive_item
+
+        return interactive_item(request, study, assignment, previous)
+    payload = item_payload(assignment, staff=roles.is_admin(request.user))
     return render(request, "annotation/item.html", {
         "study": study, "assignment": assignment, "payload": payload, "rubric": study.rubric.rubric,
         "previous": previous, "urls": item_urls(study, assignment, previous), "guidelines": current_guidelines(study),

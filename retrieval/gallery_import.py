@@ -12,7 +12,8 @@ to an imported dataset as the gallery of one or more splits (``val``, ``test``: 
   an image's id is its file stem (a COCO number loses its leading zeros: ``000000000042.jpg``
   is image ``42``, the id the CIRCO importer gives it).
 
-Images already in the dataset (the annotation images) are reused, not duplicated. Rows are
+Images already in the dataset (the annotation images) are reused, not duplicated; one that has
+no file yet (a format that names none) gets the gallery's. Rows are
 written ``BATCH`` at a time (memory stays flat whatever the size) in one transaction (a
 failed import writes nothing); every file is hashed and its header read, as the annotation
 importers do. A re-import adds only what is new.
@@ -133,10 +134,24 @@ def import_gallery(dataset: Dataset, splits: list[str], items: Iterable[tuple[st
     return report
 
 
+def _give_files(root: Path, paths: dict[str, str], pathless: list[tuple[str, int]]) -> None:
+    """Images the dataset has without a file (an annotation format that names no path, e.g. a
+    CIRCLED file of another source) get the gallery's file, probed as a new image is."""
+    for ext, pk in pathless:
+        try:
+            probe = probe_image(resolve_under(root, paths[ext]), max_pixels=settings.IMAGE_MAX_PIXELS)
+        except PathEscapeError as exc:
+            raise GalleryImportError(f"image {ext!r}: path {paths[ext]!r} escapes the images root ({exc})") from None
+        Image.objects.filter(pk=pk).update(path=paths[ext], sha256=probe.sha256, width=probe.width,
+                                           height=probe.height, missing=not probe.exists)
+
+
 def _images(dataset: Dataset, root: Path, batch: list[tuple[str, str]], report: GalleryReport) -> list[int]:
     """Image ids of ``batch``, creating (and probing) the images the dataset lacks."""
-    existing = dict(Image.objects.filter(dataset=dataset, external_id__in=[e for e, _ in batch])
-                    .values_list("external_id", "pk"))
+    found = list(Image.objects.filter(dataset=dataset, external_id__in=[e for e, _ in batch])
+                 .values_list("external_id", "pk", "path"))
+    existing = {ext: pk for ext, pk, _ in found}
+    _give_files(root, dict(batch), [(ext, pk) for ext, pk, path in found if not path])
     new = []
     for ext, rel in batch:
         if ext in existing:

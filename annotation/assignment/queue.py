@@ -456,21 +456,30 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
         assignment=a, rubric=study.rubric, revision=revision + 1, is_current=True, client_token=client_token,
         late=late or bool(a.current_late), **fields,
     )
-    if a.status != Assignment.Status.DONE:
-        if not late:
-            # A released lease whose slot is still free takes it back: counted once.
-            grow_taken = a.status != Assignment.Status.RESERVED
-            StudyItem.objects.filter(pk=a.item_id).update(
-                completed=F("completed") + 1, taken=F("taken") + (1 if grow_taken else 0)
-            )
-        a.status = Assignment.Status.DONE
-        a.completed_at = timezone.now()
-        a.save(update_fields=["status", "completed_at"])
+    mark_done(a, late)
     if a.has_draft:
         Draft.objects.filter(assignment=a).delete()
     if not judgement.late:
         reopen_slots(study, a.item_id)  # an adaptive rule: two disagreeing votes open a third slot
     return judgement
+
+
+def mark_done(a: Assignment, late: bool | None = None) -> None:
+    """The assignment is done (a judgement was stored, or an interactive session ended): its
+    item counts one more completion unless the answer came late (``None``: the lease rule)."""
+    if a.status == Assignment.Status.DONE:
+        return
+    if late is None:
+        late = _lost_slot(a, a.study)
+    if not late:
+        # A released lease whose slot is still free takes it back: counted once.
+        grow_taken = a.status != Assignment.Status.RESERVED
+        StudyItem.objects.filter(pk=a.item_id).update(
+            completed=F("completed") + 1, taken=F("taken") + (1 if grow_taken else 0)
+        )
+    a.status = Assignment.Status.DONE
+    a.completed_at = timezone.now()
+    a.save(update_fields=["status", "completed_at"])
 
 
 def held_assignment(study: Study, user, now=None) -> Assignment | None:

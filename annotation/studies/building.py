@@ -13,6 +13,7 @@ from retrieval.dbstats import refresh_statistics
 from retrieval.fusion import MAX_CANDIDATES
 from retrieval.models import Dataset, Query, QuerySubset
 
+from annotation.interactive.rules import InteractiveSettings
 from annotation.models import RubricVersion, Study, StudyItem
 from annotation.roles import ANNOTATOR
 from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
@@ -47,6 +48,7 @@ class StudySpec:
     candidates: int = 20  # candidate images per single-turn item (0 to 50)
     adaptive_max: int | None = None  # adaptive overlap: more annotators, up to this many, where they disagree
     consensus: str = "majority"  # the study's consensus policy: majority or reliability (Dawid-Skene weighted)
+    interactive: dict | None = None  # an interactive study: annotation.interactive.rules.InteractiveSettings fields
 
 
 def latest_audit(dataset: Dataset):
@@ -101,6 +103,27 @@ def _verdict_settings(spec: StudySpec, rubric: RubricVersion) -> dict:
     if rule.scale not in scales:
         raise StudyError(f"session rule: the rubric has no scale {rule.scale!r} (scales: {', '.join(scales)})")
     return rule.to_dict()
+
+
+def _interactive_settings(spec: StudySpec) -> dict:
+    """The interactive settings to store (empty: not interactive). The retriever defaults to
+    the one that ranks the first dataset's queries on demand (its newest audited spec)."""
+    if spec.interactive is None:
+        return {}
+    from audit.runs.ondemand import candidate_retriever
+    from retrieval.specs import parse_retriever_spec
+
+    data = dict(spec.interactive)
+    if not data.get("retriever"):
+        dataset = Dataset.objects.filter(name=spec.datasets[0]).first() if spec.datasets else None
+        if dataset is None:
+            raise StudyError(f"no dataset named {spec.datasets[0] if spec.datasets else ''!r}")
+        data["retriever"] = candidate_retriever(dataset.pk)
+    try:
+        parse_retriever_spec(data["retriever"])
+        return InteractiveSettings.from_dict(data).to_dict()
+    except (TypeError, ValueError) as exc:
+        raise StudyError(f"interactive settings: {exc}") from None
 
 
 def _rubric(key: str) -> RubricVersion:
@@ -159,9 +182,10 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     if Study.objects.filter(name=spec.name).exists():
         raise StudyError(f"a study named {spec.name!r} exists already")
     rubric = _rubric(spec.rubric)
+    interactive = _interactive_settings(spec)
     single = spec.single_turn_only
     if single is None:
-        single = rubric.rubric.kind != "session"
+        single = rubric.rubric.kind != "session" or bool(interactive)
 
     session_rule = _verdict_settings(spec, rubric)
     pool, hidden = _draw_pool(spec, single)
@@ -179,6 +203,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
             name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
             lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by, candidates=spec.candidates,
             quorum=spec.quorum, session_rule=session_rule, adaptive_max=spec.adaptive_max, consensus=spec.consensus,
+            interactive=interactive,
             pool={
                 "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
                 "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,
@@ -196,7 +221,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
             batch_size=5000,
         )
         study.annotators.set(users)
-        transaction.on_commit(lambda: _queue_candidates(study.pk, single and spec.candidates > 0))
+        transaction.on_commit(lambda: _queue_candidates(study.pk, single and spec.candidates > 0 and not interactive))
     refresh_statistics(StudyItem)  # the queue's query is planned from these, from the first request
     return study, {"items": len(chosen), "agreement": len(agreement), "strata": report_json_, "shortfall": shortfall}
 

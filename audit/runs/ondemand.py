@@ -123,3 +123,47 @@ def rank_with_scores(queries: Sequence[Query], depth: int, spec: str,
     for group in _by_gallery(queries):
         out.update(_rank_group(group, depth, spec, members))
     return out
+
+
+def rank_turns(query: Query, spec: str, turns: Sequence[tuple[int, str]], positives: Sequence[int],
+               strategy: str, alpha: float, depth: int) -> tuple[list[int], int | None]:
+    """One interactive round: the history ``turns`` (reference image id, text) of a session
+    over ``query``'s gallery, each turn composed as the audit composes it, aggregated with
+    :func:`retrieval.sessions.aggregate_history` (``strategy``) and ranked with the latest
+    turn's reference left out. Returns (the top ``depth`` gallery image ids, best first; the
+    best rank of ``positives``, ``None`` when none is in the gallery). The gallery comes
+    from the embedding cache (memory-mapped, memoised in the process); only new texts and
+    new reference images are encoded."""
+    import torch
+
+    from retrieval.ranking import rank_queries
+    from retrieval.sessions import aggregate_history
+
+    from .encoding import encode_images, encode_texts, gallery_matrix
+
+    dataset = query.dataset
+    retriever = _retriever(spec)
+    cache = _cache(retriever)
+    g_ids_all = query_gallery(query)
+    files = _image_files([*g_ids_all, *(ref for ref, _ in turns)])
+    g_ids = [i for i in g_ids_all if i in files and files[i][0]]
+    rel = {files[i][0]: files[i][1] for i in files}
+    locate = lambda key: _image_path(dataset.images_root, rel[key])  # noqa: E731
+    gallery, rows, _ = gallery_matrix(retriever, cache, ("interactive", dataset.pk), [files[i][0] for i in g_ids],
+                                      locate, max_pixels=int(settings.IMAGE_MAX_PIXELS))
+    g_ids = [g_ids[r] for r in rows]
+    refs = [files.get(ref, ("", ""))[0] for ref, _ in turns]
+    if not all(refs):
+        raise ValueError("a reference image of the session has no readable file")
+    img = encode_images(retriever, cache, refs, locate, max_pixels=int(settings.IMAGE_MAX_PIXELS))
+    if not all(img.ok):
+        raise ValueError("a reference image of the session could not be read")
+    txt = encode_texts(retriever, cache, [text for _, text in turns])
+    composed = retriever.compose(img.matrix, txt.matrix).float().cpu().numpy()
+    history = aggregate_history(composed, strategy, alpha)[-1:]
+    row_of = {image_id: n for n, image_id in enumerate(g_ids)}
+    ranked = rank_queries(torch.from_numpy(history).to(gallery.device), gallery,
+                          [[row_of[p] for p in positives if p in row_of]], [row_of.get(turns[-1][0])],
+                          top_k=min(int(depth), len(g_ids)))
+    top = [g_ids[int(j)] for j in ranked.topk[0].tolist() if int(j) >= 0]
+    return top, ranked.best_rank[0]

@@ -8,7 +8,8 @@ relative_caption}]}``.
 Mapping: ``external_id = session_id``; ``category = subset``; turns in file order (their
 ``turn`` numbers must run 1..n), turn 1 provenance ``human`` (the source caption, role
 ``caption``), later turns provenance ``llm`` (role ``generated``); turn k's
-``turn_target`` = the reference of turn k+1 (the last turn has none: its goal is the
+``turn_target`` = the reference of turn k+1 (a turn's optional ``provenance``, e.g. ``human`` in
+CIRVal's export of sessions written by people, replaces the default) (the last turn has none: its goal is the
 final target); targets = ``ground_truth_ids`` in order (role ``gt``), the first primary.
 
 Image ids and paths follow the subset's source dataset, relative to that dataset's
@@ -193,12 +194,15 @@ def _turns(rec: Record, images: _Images) -> list[TurnRecord]:
         caption = item.req_str("relative_caption")
         if number != k + 1:
             rec.fail(f"{name}.turn", f"turn number {number} at position {k + 1} (turns must run 1..n)")
-        human = k == 0
+        # A turn's own provenance where the record gives one (CIRVal's export of sessions
+        # written by people says "human" on every turn); CIRCLED's turn 1 is the source caption.
+        provenance = item.opt_str("provenance") or ("human" if k == 0 else "llm")
+        human = provenance == "human"
         turns.append(TurnRecord(
             index=k + 1,
             reference=images.add(rec, reference, f"{name}.reference_image_id"),
             texts=[TextRecord(caption, "caption" if human else "generated")],
-            provenance="human" if human else "llm",
+            provenance=provenance,
         ))
     for current, following in zip(turns, turns[1:]):
         current.turn_target = following.reference

@@ -1,0 +1,112 @@
+"""Interactive studies (issue 26, item 4): the annotator plays the user; every round is stored,
+re-ranked by the worker's code over the cached gallery, and the session ends at the top N or
+after R rounds; the sessions export in the CIRCLED layout and re-import with every turn human."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from annotation.assignment import queue as engine
+from annotation.interactive import service
+from annotation.interactive.export import export_interactive
+from annotation.interactive.service import RoundError, rank_round, session_for, session_state, submit_round
+from annotation.models import Assignment, InteractiveRound, StudyItem
+from annotation.studies.building import StudyError, StudySpec, create_study
+from audit.runs.encoding import clear_memos
+from retrieval.demo import build_demo
+from retrieval.importers import circled
+from retrieval.loader import load_parsed
+from retrieval.models import Dataset, Query
+from tests.conftest import make_annotator
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SPEC = "openclip:cirval-tiny-vit"
+
+
+@pytest.fixture
+def world(tmp_path, settings):
+    settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
+    root = tmp_path / "demo"
+    load_parsed(build_demo(root, n_gallery=40, n_single=8, n_sessions=0), "demo", images_root=root)
+    clear_memos()
+    yield Dataset.objects.get(name="demo")
+    clear_memos()
+
+
+def sent(monkeypatch) -> list[int]:
+    """Rounds the web tier sends to the worker (run here by the test, as a worker would)."""
+    out: list[int] = []
+    monkeypatch.setattr(service, "send_task", lambda name, pk: out.append(pk) or True)
+    return out
+
+
+def test_rounds_are_stored_ranked_and_the_session_ends_after_r_rounds(world, monkeypatch, tmp_path):
+    queued = sent(monkeypatch)
+    ann = make_annotator("ann")
+    study, _ = create_study(StudySpec(name="iact", datasets=["demo"], overlap=1, annotators=["ann"],
+                                      interactive={"retriever": SPEC, "top_n": 1, "max_rounds": 2}))
+    assert study.kind == "interactive" and study.interactive["strategy"] == "average"
+    assert all(StudyItem.objects.filter(study=study).values_list("query__n_turns", flat=True))
+    a = engine.next_assignment(study, ann).assignment
+    session = session_for(a)
+    state = session_state(session, ann.pk)
+    assert state["rounds"] == [] and not state["ended"] and state["target"]["image"]
+    with pytest.raises(RoundError):
+        submit_round(session, "   ", None)
+    first = submit_round(session, "make it  red", None, 1200)
+    assert first.text == "make it red" and first.reference_id == service.start_reference(a.item.query)
+    assert queued == [first.pk]
+    with pytest.raises(RoundError, match="still being ranked"):
+        submit_round(session, "again", None)
+    assert rank_round(first.pk) == "done"
+    first.refresh_from_db()
+    gallery = Query.objects.get(pk=a.item.query_id).dataset.gallery.count()
+    assert len(first.shown) == 1 and first.rank_ms > 0 and first.target_rank is not None
+    assert 1 <= first.target_rank <= gallery
+    # the state is blind: no rank anywhere in it
+    assert "target_rank" not in json.dumps(session_state(session, ann.pk))
+    if first.target_rank > 1:  # not found in one round: a second round about the shown result
+        with pytest.raises(RoundError, match="pick one"):
+            submit_round(session, "bluer", first.reference_id if first.reference_id not in first.shown else -1)
+        second = submit_round(session, "bluer please", first.shown[0])
+        assert rank_round(second.pk) == "done"
+        second.refresh_from_db()
+        assert second.reference_id == first.shown[0]
+    session.refresh_from_db()
+    assert session.outcome in ("found", "rounds")
+    assert Assignment.objects.get(pk=a.pk).status == "done"
+    assert StudyItem.objects.get(pk=a.item_id).completed == 1
+    with pytest.raises(RoundError, match="ended"):
+        submit_round(session, "more", None)
+    # a redelivered task changes nothing
+    assert rank_round(first.pk) == "done"
+
+    folder = export_interactive(study, tmp_path / "export")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["sessions"] == 1
+    files = [folder / f["path"] for f in manifest["files"] if f["path"].endswith(".json")]
+    records = json.loads(files[0].read_text())
+    rounds = list(session.rounds.order_by("index"))
+    assert records[0]["num_turns"] == len(rounds)
+    assert [t["relative_caption"] for t in records[0]["turns"]] == [r.text for r in rounds]
+    trace = [json.loads(line) for line in (folder / manifest["files"][1]["path"]).read_text().splitlines()]
+    assert [r["target_rank"] for r in trace[0]["rounds"]] == [r.target_rank for r in rounds]
+    assert trace[0]["annotator"] == "annotator_01"
+    parsed = circled.parse(files)
+    (q,) = parsed.queries
+    assert [t.provenance for t in q.turns] == ["human"] * len(rounds)
+    assert [t.texts[0].text for t in q.turns] == [r.text for r in rounds]
+
+
+def test_the_settings_are_checked(world):
+    make_annotator("ann")
+    with pytest.raises(StudyError, match="top_n"):
+        create_study(StudySpec(name="bad", datasets=["demo"], interactive={"retriever": SPEC, "top_n": 0}))
+    with pytest.raises(StudyError, match="strategy"):
+        create_study(StudySpec(name="bad", datasets=["demo"], interactive={"retriever": SPEC, "strategy": "x"}))
+    study, _ = create_study(StudySpec(name="ok", datasets=["demo"], interactive={}))
+    assert study.interactive == {"retriever": SPEC, "top_n": 10, "max_rounds": 5, "strategy": "average",
+                                 "alpha": 0.8, "target_view": "image"}
+    assert InteractiveRound.objects.count() == 0
