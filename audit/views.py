@@ -13,6 +13,7 @@ from config.roles import is_admin, researcher_required
 from .runs import aggregation, dispatch, planning
 from .forms import AuditForm
 from .models import AuditRun
+from .compare import compare_sessions
 from .report import build_report
 
 
@@ -67,7 +68,12 @@ def _status(run: AuditRun) -> dict:
 def audit_detail(request, pk: int):
     run = get_object_or_404(AuditRun.objects.select_related("dataset", "created_by"), pk=pk)
     report = build_report(run) if run.status == AuditRun.Status.DONE else None
-    return render(request, "audit/detail.html", {"run": run, "report": report, "status": _status(run)})
+    compare = None
+    if report is not None and report.get("sessions"):
+        others = [int(v) for v in request.GET.getlist("compare") if v.isdigit()]
+        compare = compare_sessions(run, others, request.GET.get("strategy"))
+    return render(request, "audit/detail.html", {"run": run, "report": report, "status": _status(run),
+                                                 "compare": compare})
 
 
 @require_GET

@@ -37,3 +37,19 @@ def drop_own_database(url: str, prefix: str) -> None:
         raise ValueError(f"refusing to drop {name!r}: not a {prefix}_* database of this script")
     with psycopg.connect(_admin(server), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def setup_django(database_url: str, root) -> None:
+    """Point Django at ``database_url`` (a PostgreSQL one is made when missing), with the
+    benchmarks' own var folder (``<root>/var/bench``), and set it up."""
+    import os
+
+    import django
+
+    if database_url.startswith("postgres"):
+        ensure_database(database_url)
+    (root / "var" / "bench").mkdir(parents=True, exist_ok=True)
+    os.environ["DATABASE_URL"] = database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("CIRVAL_VAR_DIR", str(root / "var" / "bench"))
+    django.setup()

@@ -44,18 +44,10 @@ def main() -> None:
     ap.add_argument("--database-url", default=os.environ.get(
         "BENCH_DATABASE_URL", f"sqlite:///{ROOT / 'var' / 'bench' / 'report.sqlite3'}"))
     args = ap.parse_args()
-    if args.database_url.startswith("postgres"):
-        sys.path.insert(0, str(ROOT / "bench"))
-        from pgdb import ensure_database
+    sys.path.insert(0, str(ROOT / "bench"))
+    from pgdb import setup_django
 
-        ensure_database(args.database_url)
-    (ROOT / "var" / "bench").mkdir(parents=True, exist_ok=True)
-    os.environ["DATABASE_URL"] = args.database_url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    os.environ.setdefault("CIRVAL_VAR_DIR", str(ROOT / "var" / "bench"))
-    import django
-
-    django.setup()
+    setup_django(args.database_url, ROOT)
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command

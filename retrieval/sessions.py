@@ -362,3 +362,22 @@ def apply_filters(
         report.steps.append(FilterStep(name, len(removed_ids), removed_ids, len(remaining), alone))
     report.kept = remaining
     return report
+
+
+# --------------------------------------------------------------------------- rank curve
+
+
+def rank_curve(sessions: Mapping[Hashable, Sequence[Rank]]) -> list[float | None]:
+    """Median rank of the target after turn ``l``, ``l = 1..L_max``, over the sessions that
+    have a turn ``l`` (a rank of ``None``, not retrieved, counts as +infinity; a median that
+    falls on +infinity is ``None``). The rank curve of the session report, beside Hits@K."""
+    checked = _check_sessions(sessions)
+    if not checked:
+        return []
+    l_max = max(len(r) for r in checked.values())
+    out: list[float | None] = []
+    for l in range(l_max):
+        values = [math.inf if r[l] is None else float(r[l]) for r in checked.values() if len(r) > l]
+        median = float(np.median(values))
+        out.append(None if math.isinf(median) or math.isnan(median) else median)
+    return out

@@ -110,3 +110,48 @@ def test_the_settings_are_checked(world):
     assert study.interactive == {"retriever": SPEC, "top_n": 10, "max_rounds": 5, "strategy": "average",
                                  "alpha": 0.8, "target_view": "image"}
     assert InteractiveRound.objects.count() == 0
+
+
+WEB_TIER = r"""
+import sys
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.test import Client
+from annotation.studies.building import StudySpec, create_study
+from retrieval.models import Dataset, Image, Query, Target, Turn
+from tests.conftest import make_annotator
+ds = Dataset.objects.create(name="tiny", format="demo", images_root="/nonexistent")
+a, b = (Image.objects.create(dataset=ds, external_id=x, path=x + ".png") for x in "ab")
+q = Query.objects.create(dataset=ds, external_id="q1", split="val", n_turns=1)
+Turn.objects.create(query=q, index=1, reference_image=a, texts=[{"text": "make it red"}])
+Target.objects.create(query=q, image=b, is_primary=True)
+make_annotator("ann")
+study, _ = create_study(StudySpec(name="s", datasets=["tiny"], overlap=1, annotators=["ann"],
+                                  interactive={"retriever": "openclip:cirval-tiny-vit"}))
+client = Client()
+client.login(username="ann", password="pw")
+page = client.post(f"/annotate/{study.pk}/", follow=True)
+print(page.status_code, "feedback" in page.content.decode())
+pk = study.assignments.get().pk
+sent = client.post(f"/api/assignments/{pk}/interactive/rounds/", {"text": "bluer"}, content_type="application/json")
+print(sent.status_code, sent.json()["rounds"][0]["status"])
+print(client.get(f"/api/assignments/{pk}/interactive/").json()["rounds"][0]["status"])
+print(sorted(m for m in ("torch", "open_clip", "torchvision") if m in sys.modules))
+"""
+
+
+def test_the_web_tier_takes_a_round_without_loading_torch(tmp_path):
+    """The page and its API store the round and send it: torch stays out of the web process."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings", CIRVAL_VAR_DIR=str(tmp_path),
+               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="filesystem://")
+    out = subprocess.run([sys.executable, "-c", WEB_TIER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:4] == ["200 True", "202 pending", "pending", "[]"], out.stdout

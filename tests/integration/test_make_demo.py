@@ -81,7 +81,10 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     before = dataset_stats(Dataset.objects.get(name="demo"))
     call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=StringIO())
     assert dataset_stats(Dataset.objects.get(name="demo")) == before
-    assert Study.objects.filter(name__startswith="demo-").count() == 2
+    assert Study.objects.filter(name__startswith="demo-").count() == 3
+    interactive = Study.objects.get(name="demo-interactive")  # sessions written by people, over the audit's retriever
+    assert interactive.interactive["retriever"] in AuditRun.objects.get(dataset__name="demo").retrievers
+    assert (interactive.interactive["top_n"], interactive.interactive["max_rounds"]) == (10, 5)
 
     # audit_report prints what audit_labels would print for the run's stored ranks
     report = StringIO()

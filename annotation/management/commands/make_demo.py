@@ -88,10 +88,16 @@ class Command(BaseCommand):
             StudySpec(name=f"{opts['name']}-sessions", datasets=[opts["name"]], rubric="session", overlap=2,
                       seed=opts["seed"], annotators=annotators,
                       guidelines="Rate each generated session as a whole, then check every turn."),
+            # the annotators play the user: sessions written by people (issue 26), N = 10, R = 5
+            StudySpec(name=f"{opts['name']}-interactive", datasets=[opts["name"]], overlap=1, seed=opts["seed"],
+                      hidden_categories=pool, total=30, annotators=annotators, interactive={},
+                      guidelines="Look at the target, then tell the search engine what to change, round by "
+                                 "round, until the target shows up among the results."),
         ):
             if not Study.objects.filter(name=spec.name).exists():
                 study, info = create_study(spec)
-                fill_study_candidates(study.pk)  # the candidate panels, fixed before anyone looks
+                if spec.interactive is None:
+                    fill_study_candidates(study.pk)  # the candidate panels, fixed before anyone looks
                 self.stdout.write(f"Study {study.name!r}: {info['items']} items, overlap {study.overlap}.")
         self.stdout.write(self.style.SUCCESS(f"Demo ready in {time.monotonic() - started:.1f} s. Accounts:"))
         for username, password, role in accounts:
