@@ -25,7 +25,7 @@ from annotation.studies.building import StudyError, StudySpec, create_study
 def study_dict(study, user) -> dict:
     data = {
         "id": study.pk, "name": study.name, "rubric": {"key": study.rubric.key, "version": study.rubric.version},
-        "kind": study.rubric.rubric.kind, "guidelines": study.guidelines, "status": study.status,
+        "kind": study.kind, "guidelines": study.guidelines, "status": study.status,
     }
     is_annotator = getattr(study, "is_annotator", None)
     if is_annotator if is_annotator is not None else study.annotators.filter(pk=user.pk).exists():
@@ -33,7 +33,8 @@ def study_dict(study, user) -> dict:
     if roles.is_admin(user) or roles.is_researcher(user):
         data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
                     adaptive_max=study.adaptive_max, consensus=study.consensus,
-                    items=study.items.count(), pool=study.pool, candidates=study.candidates)
+                    items=study.items.count(), pool=study.pool, candidates=study.candidates,
+                    interactive=study.interactive)
     return data
 
 
@@ -54,6 +55,9 @@ class StudyCreateSerializer(serializers.Serializer):
     lease_minutes = serializers.IntegerField(min_value=1, max_value=240, default=10)
     annotators = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     candidates = serializers.IntegerField(min_value=0, max_value=50, default=20)
+    interactive = serializers.DictField(required=False, allow_null=True, default=None,
+                                        help_text="An interactive study: retriever, top_n, max_rounds, strategy, "
+                                                  "alpha, target_view (annotation.interactive.rules).")
     adaptive_max = serializers.IntegerField(min_value=2, max_value=50, required=False, allow_null=True, default=None)
     consensus = serializers.ChoiceField(choices=["majority", "reliability"], default="majority")
 

@@ -6,7 +6,16 @@ from django.contrib.auth import get_user_model
 from audit.labels import COMPOSITION_REQUIRED, LABELS, UNRESOLVED
 from config.parsing import HostileInput, loads
 from retrieval.models import Dataset
+from retrieval.sessions import STRATEGIES
 
+from annotation.interactive.rules import (
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_STRATEGY,
+    DEFAULT_TOP_N,
+    MAX_ROUNDS_LIMIT,
+    MAX_TOP_N,
+    TARGET_VIEWS,
+)
 from annotation.judging.rubric import builtin_rubrics
 from annotation.studies.building import StudySpec
 
@@ -54,6 +63,20 @@ class StudyForm(forms.Form):
                                     help_text="Candidate images per item, the same number for every item (on pages "
                                               "of 10); empty: 20.")
     guidelines = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+    interactive = forms.BooleanField(
+        required=False, label="Interactive: the annotators play the user and write sessions",
+        help_text="Each single-turn query's target is shown; the annotator types feedback, a worker re-ranks, "
+                  "round after round (the rubric then only names how the sessions are judged later).")
+    interactive_retriever = forms.CharField(
+        required=False, label="Interactive: retriever", help_text="A retriever spec; empty: the dataset's newest audited one.")
+    interactive_top_n = forms.IntegerField(required=False, min_value=1, max_value=MAX_TOP_N, initial=DEFAULT_TOP_N,
+                                           label="Interactive: found within the top N")
+    interactive_max_rounds = forms.IntegerField(required=False, min_value=1, max_value=MAX_ROUNDS_LIMIT,
+                                                initial=DEFAULT_MAX_ROUNDS, label="Interactive: at most R rounds")
+    interactive_strategy = forms.ChoiceField(required=False, choices=[(s, s) for s in STRATEGIES],
+                                             initial=DEFAULT_STRATEGY, label="Interactive: history of the rounds")
+    interactive_target_view = forms.ChoiceField(required=False, choices=[(v, v) for v in TARGET_VIEWS],
+                                                initial="image", label="Interactive: the target is shown as")
     annotators = forms.ModelMultipleChoiceField(
         queryset=get_user_model().objects.filter(groups__name="annotator").order_by("username"),
         to_field_name="username", widget=forms.CheckboxSelectMultiple, required=False,
@@ -80,7 +103,19 @@ class StudyForm(forms.Form):
             lease_minutes=d["lease_minutes"], annotators=[u.username for u in d["annotators"]],
             quorum=d.get("quorum"), session_rule=self._session_rule(d), candidates=20 if d["candidates"] is None else d["candidates"],
             adaptive_max=d.get("adaptive_max"), consensus=d.get("consensus") or "majority",
+            interactive=self._interactive(d),
         )
+
+    @staticmethod
+    def _interactive(d: dict) -> dict | None:
+        if not d.get("interactive"):
+            return None
+        out = {"retriever": (d.get("interactive_retriever") or "").strip(),
+               "top_n": d.get("interactive_top_n") or DEFAULT_TOP_N,
+               "max_rounds": d.get("interactive_max_rounds") or DEFAULT_MAX_ROUNDS,
+               "strategy": d.get("interactive_strategy") or DEFAULT_STRATEGY,
+               "target_view": d.get("interactive_target_view") or "image"}
+        return {k: v for k, v in out.items() if v != ""}
 
     @staticmethod
     def _session_rule(d: dict) -> dict | None:

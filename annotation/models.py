@@ -354,6 +354,7 @@ class InteractiveRound(models.Model):
     rank_ms = models.FloatField(null=True, blank=True, help_text="The worker's re-ranking time.")
     time_spent_ms = models.PositiveIntegerField(default=0, help_text="Writing time the page measured.")
     created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="Last sent to a worker (the sweep resends).")
     ranked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

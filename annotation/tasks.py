@@ -102,6 +102,14 @@ def resume_exports_on_worker_start() -> dict[str, int]:
     return resume_stale_exports()
 
 
+@every_sweep("interactive rounds sent again")
+def resend_interactive_rounds() -> int:
+    """Rounds whose worker died or whose message was lost are sent again."""
+    from annotation.interactive.service import resend_stale_rounds
+
+    return resend_stale_rounds()
+
+
 @shared_task(name=RANK_TASK, acks_late=True)
 def rank_interactive_round(round_id: int) -> str:
     """Re-rank the gallery for one round of an interactive session (the web tier never loads

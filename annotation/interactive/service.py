@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from retrieval.jobs.queue import send_task
@@ -94,11 +97,24 @@ def submit_round(session: InteractiveSession, text: str, reference_id: int | Non
 
 
 def send_round(round_id: int) -> bool:
-    """Send a pending round to a worker (False when the broker is down: the page says so)."""
+    """Send a pending round to a worker (False when the broker is down: the sweep sends it later)."""
+    InteractiveRound.objects.filter(pk=round_id).update(sent_at=timezone.now())
     ok = send_task(RANK_TASK, round_id)
     if not ok:
         logger.warning("could not queue interactive round %s", round_id)
+        InteractiveRound.objects.filter(pk=round_id).update(sent_at=None)
     return ok
+
+
+def resend_stale_rounds(now=None) -> int:
+    """Send again the rounds still pending ``JOB_STALE_SECONDS`` after they were last sent (a
+    worker died on them, the message was lost) or never sent (broker down); every worker's
+    sweep calls it. A round ranked twice is stored once (:func:`rank_round`)."""
+    now = now or timezone.now()
+    stale = now - timedelta(seconds=float(settings.JOB_STALE_SECONDS))
+    rows = InteractiveRound.objects.filter(status=InteractiveRound.PENDING).filter(
+        Q(sent_at__isnull=True, created_at__lt=now - timedelta(seconds=1)) | Q(sent_at__lt=stale))
+    return sum(send_round(pk) for pk in rows.values_list("pk", flat=True)[:100])
 
 
 def rank_round(round_id: int) -> str:

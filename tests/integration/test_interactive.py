@@ -4,12 +4,14 @@ after R rounds; the sessions export in the CIRCLED layout and re-import with eve
 from __future__ import annotations
 
 import json
+from io import StringIO
+from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from annotation.assignment import queue as engine
 from annotation.interactive import service
-from annotation.interactive.export import export_interactive
 from annotation.interactive.service import RoundError, rank_round, session_for, session_state, submit_round
 from annotation.models import Assignment, InteractiveRound, StudyItem
 from annotation.studies.building import StudyError, StudySpec, create_study
@@ -83,7 +85,10 @@ def test_rounds_are_stored_ranked_and_the_session_ends_after_r_rounds(world, mon
     # a redelivered task changes nothing
     assert rank_round(first.pk) == "done"
 
-    folder = export_interactive(study, tmp_path / "export")
+    out = StringIO()
+    call_command("export_interactive", "--study", study.name, "--out", str(tmp_path / "export"), stdout=out)
+    folder = Path(out.getvalue().strip())
+    assert folder == (tmp_path / "export").resolve()
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["sessions"] == 1
     files = [folder / f["path"] for f in manifest["files"] if f["path"].endswith(".json")]
@@ -155,3 +160,58 @@ def test_the_web_tier_takes_a_round_without_loading_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", WEB_TIER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:4] == ["200 True", "202 pending", "pending", "[]"], out.stdout
+
+
+def test_lost_rounds_are_sent_again_and_the_description_view_hides_the_target(world, monkeypatch, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotation.interactive.service import resend_stale_rounds
+
+    settings.JOB_STALE_SECONDS = 25
+    down = []
+    monkeypatch.setattr(service, "send_task", lambda name, pk: down.append(pk) and False)  # the broker is down
+    ann = make_annotator("ann")
+    study, _ = create_study(StudySpec(name="fisd", datasets=["demo"], overlap=1, annotators=["ann"],
+                                      interactive={"retriever": SPEC, "target_view": "description"}))
+    a = engine.next_assignment(study, ann).assignment
+    session = session_for(a)
+    state = session_state(session, ann.pk)
+    target = a.item.query.targets.get(is_primary=True).image
+    assert state["target"] == {"description": target.extra["description"]} and target.extra["description"]
+    rnd = submit_round(session, "make it red", None)
+    assert down == [rnd.pk] and InteractiveRound.objects.get(pk=rnd.pk).sent_at is None
+    monkeypatch.setattr(service, "send_task", lambda name, pk: down.append(pk) or True)  # back
+    later = timezone.now() + timedelta(seconds=2)
+    assert resend_stale_rounds(later) == 1 and down == [rnd.pk, rnd.pk]
+    assert resend_stale_rounds(later) == 0  # sent just now: not again before JOB_STALE_SECONDS
+    assert resend_stale_rounds(later + timedelta(seconds=30)) == 1  # its worker died: sent again
+    assert rank_round(rnd.pk) == "done"
+    assert resend_stale_rounds(later + timedelta(seconds=90)) == 0
+
+
+def test_staff_create_an_interactive_study_with_the_form_and_the_api(world, client):
+    from django.contrib.auth import get_user_model
+
+    make_annotator("ann")
+    boss = get_user_model().objects.create_superuser("boss", password="boss-pw")
+    client.force_login(boss)
+    page = client.post("/studies/new/", {
+        "name": "by-form", "datasets": ["demo"], "rubric": "session", "overlap": 1, "consensus": "majority",
+        "seed": 0, "agreement_size": 0, "lease_minutes": 10, "candidates": 20, "annotators": ["ann"],
+        "interactive": "on", "interactive_retriever": SPEC, "interactive_top_n": 5, "interactive_max_rounds": 3,
+        "interactive_strategy": "weighted", "interactive_target_view": "description"})
+    assert page.status_code == 302, page.content.decode()[:2000]
+    from annotation.models import Study
+
+    study = Study.objects.get(name="by-form")
+    assert study.interactive == {"retriever": SPEC, "top_n": 5, "max_rounds": 3, "strategy": "weighted",
+                                 "alpha": 0.8, "target_view": "description"}
+    made = client.post("/api/studies/", {"name": "by-api", "datasets": ["demo"], "overlap": 1,
+                                         "interactive": {"max_rounds": 4}}, content_type="application/json")
+    assert made.status_code == 201, made.content
+    assert made.json()["kind"] == "interactive" and made.json()["interactive"]["max_rounds"] == 4
+    bad = client.post("/api/studies/", {"name": "bad", "datasets": ["demo"], "interactive": {"top_n": 99}},
+                      content_type="application/json")
+    assert bad.status_code == 400 and "top_n" in bad.json()["detail"]
