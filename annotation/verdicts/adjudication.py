@@ -334,7 +334,7 @@ def _queue_candidates(study: Study, verdicts: Verdicts) -> list[int]:
     wanted = Q(flags__gt=0) | Q(id__in=Adjudication.objects.filter(study=study).values("item_id"))
     if verdicts.session is not None:
         wanted |= Q(n__gte=verdicts.quorum)
-    elif verdicts.policy == "majority":
+    elif verdicts.policy in ("majority", "reliability"):  # reliability: a tie needs an even split too
         wanted |= Q(n__gte=verdicts.quorum, n=F("valid") * 2)
     elif verdicts.policy == "unanimous":
         wanted |= Q(n__gte=verdicts.quorum, valid__gt=0) & ~Q(valid=F("n"))

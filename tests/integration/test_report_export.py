@@ -118,7 +118,7 @@ def test_report_figures(twelve) -> None:
     assert r["consensus"]["status"] == {"validated": 6, "rejected": 3, "adjudication": 1, "pending": 1,
                                         "unjudged": 1}
     assert r["consensus"]["provenance"] == {"unanimous": 5, "single": 0, "majority": 4, "primary": 0,
-                                            "adjudicated": 0}
+                                            "adjudicated": 0, "reliability": 0}
     assert r["consensus"]["adjudication_reasons"] == {"tie": 0, "flagged": 1, "disagreement": 0}
     a = r["agreement"]
     assert a["n_items"] == 11 and a["n_items_excluded"] == 0  # item 10 has no rating at all

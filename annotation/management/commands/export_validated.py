@@ -1,4 +1,4 @@
-"""python manage.py export_validated --study ID [--out DIR] [--policy majority|unanimous|primary]
+"""python manage.py export_validated --study ID [--out DIR] [--policy majority|unanimous|primary|reliability]
 [--primary USER] [--chunk-size N] [--format mbeir|circo] [--sessions whole|prefix]
 
 Writes the validated export of a study (M-BEIR query JSONL per dataset and hidden category, or
