@@ -115,6 +115,11 @@ def test_session_report_states_its_weights(page, live_server, demo_world, shot):
     assert "quadratic weights" in page.inner_text("#headline") and "categories 1, 2, 3, 4, 5" in body
     assert body.count("Cohen's kappa quadratic weights") >= 5  # one per scale row
     assert "Consensus (session)" in body
+    # session rubric v2: agreement per turn position and per session, with each turn's consensus
+    rows = page.locator("#turn-agreement tbody tr")
+    assert rows.count() >= 3 and rows.first.inner_text().startswith("Session (derived verdict)")
+    assert rows.nth(1).inner_text().startswith("Turn 1") and "validated" in rows.nth(1).inner_text()
+    page.locator("#turns").scroll_into_view_if_needed()
     for width, height in ((1366, 768), (1920, 1080)):
         page.set_viewport_size({"width": width, "height": height})
         shot(page, f"report-sessions-{width}")

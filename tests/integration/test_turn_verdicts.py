@@ -235,3 +235,40 @@ def test_prefixes_need_a_turn_verdict_rubric_and_v1_studies_keep_their_rule(db) 
     with pytest.raises(ExportError, match="valid prefixes need"):
         export_study(old, sessions="prefix")
     assert study_report(old)["turns"] is None
+
+
+def test_adjudication_page_and_export_page_for_turns(judged, client, settings, tmp_path) -> None:
+    from annotation.export.validated import run_export_job
+    from annotation.models import ExportJob
+
+    settings.EXPORT_DIR = tmp_path / "exports"
+    staff = get_user_model().objects.create_user("boss", password="pw", is_staff=True, is_superuser=True)
+    client.force_login(staff)
+    items = {i.query.external_id: i for i in StudyItem.objects.filter(study=judged).select_related("query")}
+    page = client.get(f"/studies/{judged.pk}/adjudication/{items['circo_val_0000'].pk}/").content.decode()
+    assert 'id="turn-decisions"' in page and "Valid prefix: 1 turn." in page
+    assert "every turn is decided by the majority rule" in page
+    # an adjudicator's VALIDATED keeps every turn; REJECTED keeps the consensus prefix, never all
+    client.post(f"/studies/{judged.pk}/adjudication/{items['circo_val_0000'].pk}/", {"decision": "validated"})
+    client.post(f"/studies/{judged.pk}/adjudication/{items['cirr_val_0001'].pk}/", {"decision": "rejected"})
+    ds = decisions(judged)
+    assert (ds["circo_val_0000"].status, ds["circo_val_0000"].provenance, ds["circo_val_0000"].prefix) == (
+        "validated", "adjudicated", 2)
+    assert (ds["cirr_val_0001"].status, ds["cirr_val_0001"].prefix) == ("rejected", 1)
+
+    # the export page offers the choice and the worker's job honours it
+    form = client.get(f"/studies/{judged.pk}/exports/").content.decode()
+    assert 'name="sessions"' in form and 'value="prefix"' in form
+    client.post(f"/studies/{judged.pk}/export/", {"sessions": "prefix"})
+    job = ExportJob.objects.get(study=judged)
+    assert job.sessions == "prefix"
+    job = run_export_job(job)
+    assert job.status == "done", job.error
+    assert job.manifest["consensus"]["sessions"] == "prefix"
+    sessions, traces = read_export(type(tmp_path)(job.path))
+    assert {k: s["num_turns"] for k, s in sessions.items()} == {"cirr_val_0000": 2, "cirr_val_0001": 1,
+                                                                "circo_val_0000": 2}
+    assert traces["cirr_val_0001"]["adjudication"]["decision"] == "rejected"
+    assert traces["cirr_val_0001"]["turn_verdicts"]["turns_kept"] == 1
+    client.post(f"/studies/{judged.pk}/export/", {"sessions": "sparkle"})
+    assert ExportJob.objects.filter(study=judged).count() == 1  # refused, nothing queued
