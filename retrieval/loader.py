@@ -186,6 +186,31 @@ def _open_dataset(name: str, fmt: str, root: Path | None, description: str) -> t
     return dataset, created
 
 
+class PkSet:
+    """A set of positive integer primary keys, as a bitmap over the range they span (one bit per
+    key from the lowest to the highest added): the rows a re-import matched cost an eighth of a
+    byte each (25 KB for 200,000 queries stored together, where a Python set took 14 MB)."""
+
+    def __init__(self) -> None:
+        self.bits = bytearray()
+        self.base = 0  # the byte of the lowest key added, once one is
+
+    def add(self, pk: int) -> None:
+        byte = pk >> 3
+        if not self.bits:
+            self.base = byte
+        elif byte < self.base:
+            self.bits[:0] = bytes(self.base - byte)
+            self.base = byte
+        if byte - self.base >= len(self.bits):
+            self.bits.extend(bytes(byte - self.base + 1 - len(self.bits)))
+        self.bits[byte - self.base] |= 1 << (pk & 7)
+
+    def __contains__(self, pk: int) -> bool:
+        at = (pk >> 3) - self.base
+        return 0 <= at < len(self.bits) and bool(self.bits[at] >> (pk & 7) & 1)
+
+
 class _Probes:
     """Looks at image files (path safety, existence, sha256, size) and tallies what is missing."""
 
@@ -251,7 +276,7 @@ class _Writer:
         self.report = report
         self.positional = parsed.format in POSITIONAL_ID_FORMATS
         self.on_removed = on_removed
-        self.claimed: set[int] = set()  # stored queries this import matched
+        self.claimed = PkSet()  # stored queries this import matched
         # (split, source file) of the records read; positional ids: (split, category), whose ids they share
         self.scope: set[tuple[str, str]] = set()
         self.pending: list[tuple[QueryRecord, str]] = []  # positional: content not stored yet
@@ -543,7 +568,7 @@ class _Writer:
         key = "category" if self.positional else "source_file"
         for split, value in sorted(self.scope):
             rows = Query.objects.filter(dataset=self.dataset, split=split, **{key: value})
-            for pk, ext in rows.values_list("id", "external_id"):
+            for pk, ext in rows.values_list("id", "external_id").iterator(chunk_size=BATCH):  # not all at once
                 if pk not in self.claimed:
                     out[(split, ext)] = pk
         return out

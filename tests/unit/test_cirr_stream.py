@@ -164,3 +164,18 @@ def test_memory_of_a_streamed_cirr_parse_does_not_grow_with_the_file(tmp_path, m
     peaks = [_peak(write_cirr(small, 1000)), _peak(write_cirr(large, 4000))]
     # before the split file streamed (its images, gallery and pairids held in Python) it was 1.86x
     assert peaks[1] < 1.3 * peaks[0], peaks
+
+
+def test_pk_set_answers_as_a_set_does():
+    """The loader's bitmap of matched query pks (a re-import's ``claimed``): keys added in any
+    order, lower ones after higher ones included."""
+    from retrieval.loader import PkSet
+
+    keys = [1000, 1007, 1008, 17, 5000, 999, 0, 4999]
+    pks, seen = PkSet(), set()
+    for key in keys:
+        pks.add(key)
+        seen.add(key)
+        assert [k for k in range(6000) if k in pks] == sorted(seen)
+    assert -1 not in pks and 10**9 not in pks
+    assert len(pks.bits) == 5000 // 8 + 1  # one bit per key of the range
