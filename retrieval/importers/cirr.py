@@ -17,6 +17,7 @@ captions reference but the split file lacks get ``path=None`` (and a warning).
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -164,8 +165,7 @@ def _register_images(queries: list[QueryRecord], split: str, dataset: ParsedData
     """Register the images of a batch of queries that no split file registered (no path), note
     those missing from the split's gallery, and yield the queries."""
     used = {image_id for query in queries for image_id in _images_of(query)}
-    registered = index.known(used)
-    members = index.members(split, used) if gallery else set()
+    registered, members = index.known(used, split if gallery else None)
     for query in queries:
         images = _images_of(query)
         for image_id in images:
@@ -273,8 +273,9 @@ def _check_soft(rec: Record) -> dict[str, float] | None:
 class _ExtJoin:
     """Joins a ``cap.ext`` file to the caption records while both stream.
 
-    The ext file is read ahead only as far as the pairid asked for; entries read past are kept
-    until asked for, so files in the same order hold one entry at a time in memory. The
+    The ext file is read ahead only as far as the pairid asked for (its records come
+    :data:`BATCH` at a time, validated one by one as they are reached); entries read past are
+    kept until asked for, so files in the same order hold one batch at a time in memory. The
     pairids read (for duplicates) are kept in the import's scratch ``index``.
     """
 
@@ -282,19 +283,37 @@ class _ExtJoin:
         self.path = path
         self.dataset = dataset
         self.index = index
-        self.entries = iter_list(path)
+        self.entries = chunks(iter_list(path), BATCH)
+        self.buffer: deque[tuple[int, Any]] = deque()  # records read, not validated yet
+        self.earlier: dict[str, int] = {}  # pairid -> first record, of the buffered pairids read before
+        self.read: list[tuple[str, int]] = []  # (pairid, record) validated since the index was told
         self.pending: dict[int, tuple[int, dict[str, str], dict[str, Any]]] = {}
         self.used = 0
         index.start_file(_EXTENDED)
 
+    def _next(self) -> tuple[int, Any] | None:
+        """The next record of the file (None at its end), reading a batch when none is left."""
+        if not self.buffer:
+            self.index.mark_seen(self.read, _EXTENDED)
+            self.read = []
+            batch = next(self.entries, None)
+            if batch is None:
+                return None
+            self.buffer.extend(batch)
+            self.earlier = self.index.first_lines(
+                (str(raw["pairid"]) for _, raw in batch if isinstance(raw, dict) and is_int(raw.get("pairid"))),
+                _EXTENDED)
+        return self.buffer.popleft()
+
     def _read_until(self, pairid: int) -> None:
-        for index, raw in self.entries:
+        while (entry := self._next()) is not None:
+            index, raw = entry
             rec = Record(self.path, index, raw)
             found = rec.req_int("pairid")
-            earlier = self.index.first_lines([str(found)], _EXTENDED)
-            if earlier:
-                rec.fail("pairid", f"duplicate pairid {found} (first at {record_name(rec.file, earlier[str(found)])})")
-            self.index.mark_seen([(str(found), index)], _EXTENDED)
+            if str(found) in self.earlier:
+                rec.fail("pairid", f"duplicate pairid {found} (first at {record_name(rec.file, self.earlier[str(found)])})")
+            self.earlier[str(found)] = index
+            self.read.append((str(found), index))
             rec.opt_str("reference")
             rec.opt_str("target_hard")
             ext = rec.req_obj("caption_extend")

@@ -105,9 +105,12 @@ class PoolIndex:
         """Remember ``(path, did)`` pairs; a path keeps the first did given for it."""
         self.db.executemany("INSERT OR IGNORE INTO by_path (path, did) VALUES (?, ?)", pairs)
 
-    def known(self, dids: Iterable[str]) -> set[str]:
-        """The ``dids`` that an earlier row registered."""
-        return {row[0] for row in self._select("SELECT did FROM image WHERE did IN ({marks})", list(set(dids)))}
+    def known(self, dids: Iterable[str], split: str | None = None) -> tuple[set[str], set[str]]:
+        """The ``dids`` that an earlier row registered, and those of them in the gallery of
+        ``split`` (none without a split), in one look-up."""
+        rows = self._select("SELECT i.did, m.did IS NOT NULL FROM image i LEFT JOIN member m ON m.split = ? "
+                            "AND m.did = i.did WHERE i.did IN ({marks})", list(set(dids)), split or "")
+        return {did for did, _ in rows}, {did for did, member in rows if member}
 
     def has(self, did: str) -> bool:
         """Whether a pool row registered the image ``did``."""
