@@ -24,13 +24,13 @@ from typing import Any
 
 from retrieval.importers._common import (
     SAMPLE,
-    chunks,
     TOKEN,
     PathLike,
     Record,
     add_target,
     as_paths,
     check_str_list,
+    chunks,
     collect,
     file_role,
     is_int,
