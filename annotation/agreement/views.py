@@ -65,8 +65,8 @@ def fmt(value: Any, digits: int = 3) -> str:
 # --------------------------------------------------------------------------- reports
 
 
-def _policy(request) -> tuple[str, str | None]:
-    policy = request.GET.get("policy") or "majority"
+def _policy(request, study: Study) -> tuple[str, str | None]:
+    policy = request.GET.get("policy") or study.consensus  # default: the study's consensus option
     if policy not in POLICIES:
         raise Http404("unknown consensus policy")
     primary = (request.GET.get("primary") or None) if roles.is_admin(request.user) else None
@@ -96,7 +96,7 @@ def _report(request, study: Study) -> dict[str, Any]:
     :func:`annotation.verdicts.state.study_version`, which changes with every judgement,
     adjudication or setting: a cached report is never stale, and the second view of an
     unchanged study reads it back instead of resampling."""
-    policy, primary = _policy(request)
+    policy, primary = _policy(request, study)
     n_boot, seed = _bootstrap(request, study)
     options = {"policy": policy, "primary": primary, "pseudonymise": not roles.is_admin(request.user),
                "dimension": request.GET.get("dimension") or None, "n_boot": n_boot, "seed": seed,

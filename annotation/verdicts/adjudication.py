@@ -155,7 +155,7 @@ class Verdicts:
     turn_key: str | None = None  # session rubrics with a turn verdict: its key (sessions decided turn by turn)
 
     @classmethod
-    def of(cls, study: Study, policy: str | None = "majority", primary: str | None = None) -> Verdicts:
+    def of(cls, study: Study, policy: str | None = None, primary: str | None = None) -> Verdicts:
         """The study's rule: its quorum rule and, for a session rubric, its session rule (and
         its turn verdict's key when the rubric judges turn by turn, :func:`turn_key_of`).
         ``policy`` None: the study's own consensus policy (``Study.consensus``). Under the
@@ -344,7 +344,7 @@ def _queue_candidates(study: Study, verdicts: Verdicts) -> list[int]:
 def adjudication_queue(study: Study, verdicts: Verdicts | None = None) -> list[QueueEntry]:
     """Items that need (or got) an adjudicator: ties, flagged items, and any item already
     adjudicated. Waiting items first, each group in item id order. ``verdicts``: default
-    the study's own rule (:meth:`Verdicts.of`, majority policy)."""
+    the study's own rule (:meth:`Verdicts.of`: its consensus policy)."""
     verdicts = verdicts or Verdicts.of(study)
     entries: list[QueueEntry] = []
     candidates = _queue_candidates(study, verdicts)
@@ -410,7 +410,8 @@ def study_reliability(study: Study) -> StudyReliability:
     """THE reliability model of a study: Dawid-Skene on every item's counted votes (the
     votes consensus decides on), fitted once per state of the study's judgements (cached)."""
     seen = Judgement.objects.filter(assignment__study=study).aggregate(n=Count("id"), last=Max("id"))
-    key = f"cirval:reliability:{study.pk}:{study.created_at.timestamp()}:{seen['n']}:{seen['last']}"
+    key = (f"cirval:reliability:{study.pk}:{study.created_at.timestamp()}:{seen['n']}:{seen['last']}:"
+           f"{study.overlap}:{study.quorum}:{study.adaptive_max}")  # the quorum rule decides what differs
     found = cache.get(key)
     if found is None:
         by_item: dict[int, list[Vote]] = {}

@@ -183,3 +183,21 @@ def test_staff_page_shows_labour_and_reliability_and_the_reliability_export(stud
     shift = result.manifest["counts"]["validated"] - majority["counts"]["validated"]
     assert shift == sum(1 if d["reliability"] == "validated" else -1 if d["majority"] == "validated" else 0
                         for d in block["differing_items"])
+
+
+def test_the_studys_consensus_option_drives_its_counts(study, tmp_path):
+    from annotation.models import Study
+
+    study, _ = study
+    for name in ("ann1", "ann2", "ann3"):
+        work(study, name)
+    majority = study_counts(study)
+    Study.objects.filter(pk=study.pk).update(consensus="reliability")
+    study.refresh_from_db()
+    weighted = study_counts(study)  # a setting change makes a new study version: not the cached counts
+    exported = export_study(study, tmp_path / "rel", policy="reliability").manifest["counts"]
+    assert weighted["status"]["validated"] == exported["validated"]
+    assert weighted["status"]["rejected"] == exported["rejected"]
+    differs = exported["validated"] - export_study(study, tmp_path / "maj", policy="majority").manifest["counts"]["validated"]
+    assert weighted["status"]["validated"] - majority["status"]["validated"] == differs
+    assert weighted["provenance"]["reliability"] + weighted["provenance"]["majority"] == majority["provenance"]["majority"]
