@@ -208,3 +208,53 @@ def test_turn_verdict_definition_is_checked() -> None:
     data["turn_verdict"]["invalid_key"] = "s"
     with pytest.raises(ParseError, match="reserved"):
         Rubric.from_dict(data)
+
+
+# --------------------------------------------------------------------------- agreement per position
+
+
+def test_agreement_per_turn_position_equals_sklearn_and_krippendorff() -> None:
+    """Random answers of 4 annotators on 30 sessions of 2-5 turns (each session judged by 2-4 of
+    them): the labels of every turn dimension (annotation.agreement.reports.turn_label) through the
+    one engine (compute_agreement, TURN_SPEC) give krippendorff's nominal alpha and, per pair,
+    sklearn's Cohen's kappa."""
+    import random
+
+    import krippendorff
+    import numpy as np
+    from sklearn.metrics import cohen_kappa_score
+
+    from annotation.agreement.maths import pair_key
+    from annotation.agreement.reports import TURN_SPEC, compute_agreement, turn_label
+
+    rng = random.Random(7)
+    users = ["u1", "u2", "u3", "u4"]
+    compared = 0
+    judgements = []  # (session, user, per_turn objects, reject flags)
+    for s in range(30):
+        n = rng.randint(2, 5)
+        truth = [rng.random() < 0.75 for _ in range(n)]
+        for u in rng.sample(users, rng.randint(2, 4)):
+            turns = [t if rng.random() < 0.8 else not t for t in truth]
+            judgements.append((s, u, [{"valid": v, "x": True} for v in turns], ["circle"] if rng.random() < 0.1 else []))
+    for dim in ("verdict", "turn:1", "turn:2", "turn:3", "turn:4"):
+        triples = [(s, u, lab) for s, u, per_turn, rej in judgements
+                   if (lab := turn_label("valid", per_turn, rej, dim)) is not None]
+        report = compute_agreement(triples, TURN_SPEC, raters=users)
+        items = sorted({s for s, _, _ in triples})
+        grid = {(s, u): v for s, u, v in triples}
+        data = np.array([[grid.get((s, u), np.nan) for s in items] for u in users], dtype=float)
+        assert report["krippendorff_alpha"] == pytest.approx(
+            krippendorff.alpha(reliability_data=data, level_of_measurement="nominal", value_domain=[0, 1]), abs=1e-9)
+        for a, b in ((0, 1), (0, 2), (1, 3), (2, 3)):
+            both = [(grid[(s, users[a])], grid[(s, users[b])]) for s in items
+                    if (s, users[a]) in grid and (s, users[b]) in grid]
+            if len({x for pair in both for x in pair}) < 2:
+                continue
+            key = pair_key(users[a], users[b])
+            mine = report["pairwise_cohen"]["by_pair"].get(key, report["pairwise_cohen"]["by_pair"].get(
+                pair_key(users[b], users[a])))
+            ref = cohen_kappa_score([x for x, _ in both], [y for _, y in both], labels=[0, 1])
+            assert mine == pytest.approx(ref, abs=1e-9), (dim, key)
+            compared += 1
+    assert compared >= 15  # most pairs of most dimensions were checked

@@ -87,7 +87,8 @@ class Command(BaseCommand):
                                  "check the target, ask whether many gallery images would fit equally well."),
             StudySpec(name=f"{opts['name']}-sessions", datasets=[opts["name"]], rubric="session", overlap=2,
                       seed=opts["seed"], annotators=annotators,
-                      guidelines="Rate each generated session as a whole, then check every turn."),
+                      guidelines="Give every turn of the session a verdict (a: valid, d: invalid; the session is valid "
+                                 "when every turn is), check every turn, then rate the session as a whole."),
             # the annotators play the user: sessions written by people (issue 26), N = 10, R = 5
             StudySpec(name=f"{opts['name']}-interactive", datasets=[opts["name"]], overlap=1, seed=opts["seed"],
                       hidden_categories=pool, total=30, annotators=annotators, interactive={},
