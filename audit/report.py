@@ -146,7 +146,34 @@ def build_sessions_report(run: AuditRun) -> dict[str, Any] | None:
         "no_positive_in_gallery": s.get("no_positive_in_gallery", 0),
         "text_cosine": s.get("text_cosine", {}),
         "subset": s.get("subset", ""),
+        "checks": _checks_report(s.get("checks")),
     }
+
+
+#: What each automatic session check looks for (the staff report's wording).
+CHECK_HELP: dict[str, str] = {
+    "duplicate": "the target repeats the previous turn's target (cosine ≥ {duplicate}) although the turn starts "
+                 "from another image",
+    "circle": "the target returns to an image the session had left (cosine ≥ {circle} with an image two or more "
+              "turns back)",
+    "conflict": "two turns ask for opposite changes: their centred text embeddings have cosine ≤ −{conflict}",
+    "noop": "the target is nearly the turn's (effective) reference (cosine ≥ {noop})",
+    "reference_not_earlier": "the text names a turn that does not exist or is not earlier",
+    "keep_names_no_turn": "a “keep the <attribute>” claim names no turn",
+    "refers_to_later_turn": "the text refers to a later turn",
+}
+
+
+def _checks_report(c: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The 'Automatic checks' part of the sessions section (staff only; None for runs before them)."""
+    if not c:
+        return None
+    th = c.get("thresholds", {})
+    rows = [{"key": key, "kind": kind, "help": CHECK_HELP.get(key, "").format(**th), **counts}
+            for kind, part in (("embedding", c.get("consistency", {})), ("reference", c.get("reference", {})))
+            for key, counts in part.items()]
+    return {"rows": rows, "retriever": c.get("retriever"), "retrospective_turns": c.get("retrospective_turns", 0),
+            "flagged_turns": c.get("flagged_turns", 0), "flagged": c.get("flagged", []), "thresholds": th}
 
 
 def _score_rows(run: AuditRun, stats: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

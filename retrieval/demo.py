@@ -41,7 +41,12 @@ clean queries), never in the text or ``raw``:
 * ``"identical"``: the target is the reference image itself (``extra["edit"]`` is None);
 * ``"circle"`` (session): the turn ``extra["demo_flaw_turn"]`` returns to an earlier image;
 * ``"redundant"`` (session): the turn ``extra["demo_flaw_turn"]`` repeats the previous
-  turn's text verbatim and changes nothing (its turn target is its reference).
+  turn's text verbatim and changes nothing (its turn target is its reference);
+* ``"noop"``, ``"duplicate"``, ``"conflict"`` (session): see :data:`SESSION_FLAWS`.
+
+A few clean sessions also have a FashionMT-style retrospective turn (:data:`RETRO_KINDS`):
+"go back to turn 2 and ..." (rollback) or "keep the background in the first turn and ..."
+(combination); the truth names each turn's effective reference turns.
 """
 from __future__ import annotations
 
@@ -655,33 +660,40 @@ def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rn
             "kind": kind, "text_edit": text_edit}
 
 
-def _build_session(length: int, flaw: str | None, pool: list[Scene], gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
-    """One session: a chain of ``length + 1`` scene keys, one edit and text per turn."""
-    flaw_turn = rng.randint(2, length - 1) if flaw else None  # 1-based, never the last turn
+def _build_session(length: int, flaw: str | None, pool: list[Scene], gallery: _Gallery, rng: random.Random,
+                   retro: str | None = None) -> dict[str, Any]:
+    """One session: a chain of ``length + 1`` scene keys, one edit and text per turn.
+
+    ``flaw``: a planted flaw (:data:`SESSION_FLAWS`) at a turn that is never the first or the
+    last; ``retro``: a clean retrospective turn (:data:`RETRO_KINDS`) at a turn >= 2.
+    """
+    flaw_turn = rng.randint(3 if flaw in _LATE_FLAWS else 2, length - 1) if flaw else None  # 1-based
+    retro_turn = rng.randint(2, length) if retro else None
     while True:
         chain = [rng.choice(pool)]
         edits: list[Edit | None] = []
         texts: list[str] = []
+        reference_turns: list[list[int]] = []
         kinds = list(EDIT_TYPES)
         rng.shuffle(kinds)
         ok = True
         for turn in range(1, length + 1):
             cur = chain[-1]
+            refs: list[int] = []
             if turn == flaw_turn and flaw == "circle":
                 edit = invert_edit(chain[-2], edits[-1])
                 nxt = apply_edit(cur, edit)
                 text = rng.choice(_FOLLOW_UPS) + describe_edit(cur, edit, rng)
             elif turn == flaw_turn and flaw == "redundant":
                 edit, nxt, text = None, cur, texts[-1]
+            elif (turn == flaw_turn and flaw in _STEP_FLAWS) or turn == retro_turn:
+                step = _special_step(flaw if turn == flaw_turn else retro, turn, chain, edits, kinds, rng)
+                if step is None:
+                    ok = False
+                    break
+                edit, nxt, text, refs = step
             else:
-                avoid = {scene_key(s) for s in chain}
-                picked = None
-                for k in kinds[:]:
-                    picked = _pick_edit(cur, k, rng, avoid)
-                    if picked is not None:
-                        kinds.remove(k)
-                        kinds.append(k)
-                        break
+                picked = _next_edit(cur, chain, kinds, rng)
                 if picked is None:
                     ok = False
                     break
@@ -692,11 +704,104 @@ def _build_session(length: int, flaw: str | None, pool: list[Scene], gallery: _G
             chain.append(nxt)
             edits.append(edit)
             texts.append(text)
+            reference_turns.append(refs)
         if ok:
             return {
                 "chain": [gallery.add(s) for s in chain], "edits": edits, "texts": texts,
-                "flaw": flaw, "flaw_turn": flaw_turn,
+                "flaw": flaw, "flaw_turn": flaw_turn, "retro": retro, "retro_turn": retro_turn,
+                "reference_turns": reference_turns,
             }
+
+
+#: Planted session flaws: ``circle`` (a turn undoes the previous one: back to an earlier image),
+#: ``redundant`` (a turn repeats the previous text and changes nothing), ``noop`` (a turn asks for
+#: a change and its target is its reference), ``duplicate`` (a rollback to the previous turn that
+#: redoes that turn's change: its target repeats the previous target), ``conflict`` (a turn undoes
+#: the change of a turn at least two turns back, so the two ask for opposite changes).
+SESSION_FLAWS: tuple[str, ...] = ("circle", "redundant", "noop", "duplicate", "conflict")
+#: Clean FashionMT-style retrospective turns: ``rollback`` ("go back to turn k and ...": the
+#: effective reference is turn k's image) and ``combination`` ("keep the background in the k-th
+#: turn and ...": turn k's image and the turn's own).
+RETRO_KINDS: tuple[str, ...] = ("rollback", "combination")
+_STEP_FLAWS = ("noop", "duplicate", "conflict")
+_LATE_FLAWS = ("duplicate", "conflict")  # need two earlier turns
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth")
+
+
+def _next_edit(cur: Scene, chain: list[Scene], kinds: list[str], rng: random.Random) -> tuple[Edit, Scene] | None:
+    """The next edit of a session: the first edit kind of ``kinds`` that gives a new scene (that
+    kind then moves to the back)."""
+    avoid = {scene_key(s) for s in chain}
+    for k in kinds[:]:
+        picked = _pick_edit(cur, k, rng, avoid)
+        if picked is not None:
+            kinds.remove(k)
+            kinds.append(k)
+            return picked
+    return None
+
+
+def _turn_name(k: int, rng: random.Random) -> str:
+    return rng.choice((f"turn {k}", f"the {_ORDINALS[k - 1]} turn"))
+
+
+def _special_step(kind: str | None, turn: int, chain: list[Scene], edits: list[Edit | None], kinds: list[str],
+                  rng: random.Random) -> tuple[Edit | None, Scene, str, list[int]] | None:
+    """One planted turn: ``(edit, next scene, text, reference turns)``; None when it cannot be
+    planted on this chain (the session is drawn again)."""
+    cur = chain[-1]
+    if kind == "noop":  # asks for a change, nothing changes
+        picked = _next_edit(cur, chain, kinds, rng)
+        return None if picked is None else (None, cur, rng.choice(_FOLLOW_UPS) + describe_edit(cur, picked[0], rng), [])
+    if kind == "duplicate":  # back to the previous turn's image, the previous turn's change again
+        k, done = turn - 1, edits[-1]
+        if done is None:
+            return None
+        return done, cur, f"go back to {_turn_name(k, rng)} and {describe_edit(chain[k - 1], done, rng)}", [k]
+    if kind == "conflict":  # undo an edit of two or more turns back
+        seen = {scene_key(s) for s in chain}
+        for k in rng.sample(range(1, turn - 1), turn - 2):
+            if edits[k - 1] is None:
+                continue
+            undo = invert_edit(chain[k - 1], edits[k - 1])
+            try:
+                new = apply_edit(cur, undo)
+            except KeyError:
+                continue
+            if scene_ok(new) and scene_key(new) not in seen:
+                return undo, new, rng.choice(_FOLLOW_UPS) + describe_edit(cur, undo, rng), []
+        return None
+    if kind == "rollback":  # "go back to turn k and ...": the edit applies to turn k's image
+        k = rng.randint(1, turn - 1)
+        picked = _next_edit(chain[k - 1], chain, kinds, rng)
+        if picked is None:
+            return None
+        return picked[0], picked[1], f"go back to {_turn_name(k, rng)} and {describe_edit(chain[k - 1], picked[0], rng)}", [k]
+    # combination: "keep the background in turn k and ...", turn k's background being the current one
+    same = [k for k in range(1, turn) if chain[k - 1]["background"] == cur["background"]]
+    others = [k for k in kinds if k != "background"]
+    picked = _next_edit(cur, chain, others, rng) if same else None
+    if picked is None:
+        return None
+    k = rng.choice(same)
+    return picked[0], picked[1], f"keep the background in {_turn_name(k, rng)} and {describe_edit(cur, picked[0], rng)}", [k, turn]
+
+
+def _plant_session_turns(sessions: list[dict[str, Any]], pool: list[Scene], gallery: _Gallery, seed: int) -> None:
+    """Redraw a few clean sessions with the flaws and retrospective turns of issue 26 (noop,
+    duplicate, conflict; rollback, combination), about one of each per 24 sessions, from a
+    random stream of their own (so the rest of the world is drawn as before)."""
+    rng = random.Random(seed * 1_000_003 + 26)
+    per_kind = max(1, round(len(sessions) / 24)) if sessions else 0
+    clean = [i for i, s in enumerate(sessions) if s["flaw"] is None]
+    rng.shuffle(clean)
+    for kind in ("duplicate", "conflict", "noop", *RETRO_KINDS):
+        least = 4 if kind in _LATE_FLAWS else 3
+        fits = [i for i in clean if len(sessions[i]["texts"]) >= least][:per_kind]
+        for i in fits:
+            clean.remove(i)
+            flaw, retro = (None, kind) if kind in RETRO_KINDS else (kind, None)
+            sessions[i] = _build_session(len(sessions[i]["texts"]), flaw, pool, gallery, rng, retro)
 
 
 def build_demo(out_dir: Path, seed: int = 7, n_gallery: int = DEFAULT_GALLERY, n_single: int = 160,
@@ -739,6 +844,7 @@ def build_demo_world(
             refs.append(scene)
 
     singles, sessions, lonely = _build_singles(n_single, refs, gallery, rng, n_sessions)
+    _plant_session_turns(sessions, refs, gallery, seed)
     n_needed = len(gallery)
     _fill_distractors(gallery, n_gallery, lonely, rng)
 
@@ -754,7 +860,9 @@ def build_demo_world(
     for n, s in enumerate(sessions):
         qid = f"demo-m-{n + 1:04d}"
         dataset.queries.append(_session_record(qid, n, s, ids))
-        truth["queries"][qid] = {"kind": "session", "flaw": s["flaw"], "flaw_turn": s["flaw_turn"]}
+        truth["queries"][qid] = {"kind": "session", "flaw": s["flaw"], "flaw_turn": s["flaw_turn"],
+                                 "retro": s["retro"], "retro_turn": s["retro_turn"],
+                                 "reference_turns": s["reference_turns"]}
     return dataset, truth
 
 
@@ -937,3 +1045,42 @@ def check_judgements(kinds: dict[Any, str], flags: dict[Any, set[str]]) -> dict[
         kind: precision_recall({q for q in flags if kinds.get(q) == kind}, {q for q in flags if flag in flags[q]})
         for kind, flag in HUMAN_EXPECTED.items()
     }
+
+
+#: Which planted session flaws each automatic consistency check should find, turn by turn (the
+#: flawed turn ``flaw_turn``). A ``redundant`` turn changes nothing, so it is a no-op; a
+#: ``circle`` turn undoes the turn before it, so the two ask for opposite changes (a conflict).
+SESSION_CHECK_EXPECTED: dict[str, tuple[str, ...]] = {
+    "duplicate": ("duplicate",),
+    "circle": ("circle",),
+    "conflict": ("conflict", "circle"),
+    "noop": ("noop", "redundant"),
+}
+
+
+def check_session_flags(truth: dict[Any, dict[str, Any]], flags: dict[tuple[Any, int], Any]) -> dict[str, dict[str, Any]]:
+    """Per check of :data:`SESSION_CHECK_EXPECTED`: precision and recall over the flagged turns.
+
+    ``truth`` maps each checked session -> its truth record (``flaw``, ``flaw_turn``); only those
+    sessions take part. ``flags`` maps ``(session, turn)`` -> the checks the turn failed.
+    """
+    out = {}
+    for check, kinds in SESSION_CHECK_EXPECTED.items():
+        planted = {(q, t["flaw_turn"]) for q, t in truth.items() if t.get("flaw") in kinds}
+        found = {(q, n) for (q, n), f in flags.items() if q in truth and check in f}
+        out[check] = precision_recall(planted, found)
+    return out
+
+
+def check_reference_turns(truth: dict[Any, dict[str, Any]], stored: dict[Any, list[list[int]]]) -> dict[str, int]:
+    """How many of the planted retrospective turns were read with the planted effective reference,
+    and how many turns got an effective reference that none was planted for."""
+    planted = read = spurious = 0
+    for q, t in truth.items():
+        want, got = t.get("reference_turns") or [], stored.get(q, [])
+        for n, refs in enumerate(want):
+            have = got[n] if n < len(got) else []
+            planted += bool(refs)
+            read += bool(refs) and list(have) == list(refs)
+            spurious += bool(have) and not refs
+    return {"planted": planted, "read": read, "spurious": spurious}

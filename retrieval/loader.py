@@ -44,6 +44,7 @@ from django.db.models.deletion import Collector, ProtectedError
 
 from .dbstats import refresh_statistics
 from .imagefiles import PathEscapeError, probe_image, resolve_under
+from .importers._common import resolve_turn_references
 from .models import Dataset, GalleryEntry, Image, Query, Target, Turn
 from .records import POSITIONAL_ID_FORMATS, ImageRecord, ParsedDataset, ParseError, QueryRecord
 
@@ -93,12 +94,21 @@ def _noop(stage: str, done: int, total: int) -> None:
     return None
 
 
+_TURN_REFERENCE_FIELDS = ("reference_turns", "reference_checks")
+
+
+def _turn_content(t: Any) -> dict[str, Any]:
+    """A turn's fields for the digest; empty reference fields left out, so that the digests of
+    turns without retrospective references are those written before these fields existed."""
+    return {k: v for k, v in vars(t).items() if k not in _TURN_REFERENCE_FIELDS or v}
+
+
 def content_hash(q: QueryRecord, positional: bool = False) -> str:
     """A digest of the content the loader writes for one query (its row, turns and targets),
     leaving out where the record sits (its ordinal and file name) and, for ``positional`` ids,
     the id (a position too)."""
     payload = [None if positional else q.external_id, q.split, q.category, q.context_text, q.tags, q.raw,
-               q.extra, [vars(t) for t in q.turns], [vars(t) for t in q.targets]]
+               q.extra, [_turn_content(t) for t in q.turns], [vars(t) for t in q.targets]]
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=vars, allow_nan=False)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
@@ -391,6 +401,8 @@ class _Writer:
         records whose content is new for :meth:`finish_queries`."""
         self._use_images(batch)
         _refuse_duplicates(batch)
+        for q in batch:
+            resolve_turn_references(q)
         self.scope.update((q.split, q.category if self.positional else q.source_file) for q in batch)
         if self.positional and not self.created:
             self._match_by_content(batch)
@@ -482,6 +494,7 @@ class _Writer:
             Turn(query_id=qid, index=t.index, provenance=t.provenance,
                  reference_image_id=self._pk(q, "reference", t.reference),
                  turn_target_id=self._pk(q, "turn_target", t.turn_target),
+                 reference_turns=t.reference_turns or [], reference_checks=t.reference_checks or [],
                  texts=[{k: v for k, v in vars(x).items() if v is not None} for x in t.texts])
             for t in q.turns
         ]

@@ -123,6 +123,12 @@ class Turn(models.Model):
     texts = models.JSONField(default=list, help_text="[{text, role, annotator, key}] as in the source")
     turn_target = models.ForeignKey(Image, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     provenance = models.CharField(max_length=50, default="human")
+    reference_turns = models.JSONField(
+        default=list, blank=True,
+        help_text="Earlier turns whose images form this turn's effective reference (rollback: one, "
+                  "combination: several); empty: its own reference image (retrieval.sessions).")
+    reference_checks = models.JSONField(
+        default=list, blank=True, help_text="Automatic reference checks the turn fails (retrieval.sessions.REFERENCE_CHECKS)")
 
     class Meta:
         ordering = ["query", "index"]

@@ -71,6 +71,11 @@ class TurnRecord:
     texts: list[TextRecord]
     turn_target: str | None = None  # implicit intermediate target (MT-FIQ, CIRCLED)
     provenance: str = "human"
+    #: earlier turns whose images form the turn's effective reference ([]: its own reference);
+    #: None: not read yet (the loader parses the texts: retrieval.sessions.session_turn_references)
+    reference_turns: list[int] | None = None
+    #: automatic reference checks the turn fails (retrieval.sessions.REFERENCE_CHECKS)
+    reference_checks: list[str] | None = None
 
 
 @dataclass

@@ -30,6 +30,7 @@ tau-diversity (see :func:`apply_filters`):
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -380,4 +381,284 @@ def rank_curve(sessions: Mapping[Hashable, Sequence[Rank]]) -> list[float | None
         values = [math.inf if r[l] is None else float(r[l]) for r in checked.values() if len(r) > l]
         median = float(np.median(values))
         out.append(None if math.isinf(median) or math.isnan(median) else median)
+    return out
+
+
+# --------------------------------------------------------------------------- retrospective turns
+#
+# A turn may name earlier turns (FashionMT's rollback and combination turns): "go back to
+# turn 2", "the second turn", "the 2nd turn", "Keep the colour in the first turn". *Turn k's
+# image* is turn k's reference image (the image shown when turn k was written; turn 1's is the
+# session's first reference). :func:`parse_turn_references` reads the names from a text,
+# :func:`effective_reference_turns` turns them into the turn's *effective reference*, and
+# :func:`turn_reference_checks` runs the automatic checks on them.
+
+#: Automatic checks on the turns a text names (flag codes stored on the turn).
+REF_NOT_EARLIER = "reference_not_earlier"  # a named turn does not exist or is not earlier
+KEEP_NAMES_NO_TURN = "keep_names_no_turn"  # a "keep the <attribute>" claim names no turn
+REF_LATER = "refers_to_later_turn"  # the text refers to a later turn
+REFERENCE_CHECKS: tuple[str, str, str] = (REF_NOT_EARLIER, KEEP_NAMES_NO_TURN, REF_LATER)
+
+_ORDINAL_WORDS = {
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
+    "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12,
+}
+_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+                 "nine": 9, "ten": 10}
+_ORD = r"(?:\d+(?:st|nd|rd|th)?|" + "|".join(_ORDINAL_WORDS) + ")"
+_CARD = r"(?:\d+|" + "|".join(_NUMBER_WORDS) + ")"
+_JOIN = r"(?:\s*(?:,|and|&|or)\s*(?:the\s+)?)"
+#: "turn 2", "turns 1 and 3", "turn #2"
+_TURN_THEN_NUMBER = re.compile(rf"\bturns?\s*#?\s*({_CARD}(?:{_JOIN}{_CARD})*)\b", re.I)
+#: "the second turn", "2nd turn", "first and third turns", "{ID} turn" with ID an ordinal or number
+_NUMBER_THEN_TURN = re.compile(rf"\b({_ORD}(?:{_JOIN}{_ORD})*)\s+turns?\b", re.I)
+_PREVIOUS_TURN = re.compile(r"\b(?:previous|prior|preceding|last)\s+turn\b", re.I)
+_LATER_TURN = re.compile(r"\b(?:next|following|later|subsequent|future|upcoming)\s+turns?\b", re.I)
+_KEEP = re.compile(r"\bkeep(?:s|ing)?\b", re.I)
+_CLAUSE_END = re.compile(r"[.;!?\n]")
+_KEEP_ATTRIBUTE = re.compile(r"^\s*(?:the\s+|its\s+|their\s+)?(.+?)(?:\s+(?:in|from|as|at|like|of)\b|,|$)", re.I)
+
+
+def _number(token: str) -> int:
+    token = token.lower()
+    if token in _ORDINAL_WORDS:
+        return _ORDINAL_WORDS[token]
+    if token in _NUMBER_WORDS:
+        return _NUMBER_WORDS[token]
+    return int(re.match(r"\d+", token).group(0))  # type: ignore[union-attr]
+
+
+def _named_turns(text: str) -> list[tuple[int, int]]:
+    """``(position in text, turn number)`` of every explicitly numbered turn, in text order."""
+    found: list[tuple[int, int]] = []
+    for pattern, item in ((_TURN_THEN_NUMBER, _CARD), (_NUMBER_THEN_TURN, _ORD)):
+        for m in pattern.finditer(text):
+            for tok in re.finditer(rf"\b{item}\b", m.group(1), re.I):
+                found.append((m.start(), _number(tok.group(0))))
+    return sorted(set(found))
+
+
+@dataclass(frozen=True)
+class TurnReferences:
+    """What a turn's text says about other turns (see :func:`parse_turn_references`).
+
+    ``turns``: the turns it names, in text order, each once (``previous`` counts as the
+    turn before); ``keep``: ``(attribute, turns named in that claim)`` per "keep the
+    <attribute> ..." claim; ``later``: it speaks of a "next"/"later" turn.
+    """
+
+    turns: tuple[int, ...] = ()
+    keep: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    later: bool = False
+
+    @property
+    def keep_turns(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(t for _, ts in self.keep for t in ts))
+
+
+def parse_turn_references(text: str, turn_index: int | None = None) -> TurnReferences:
+    """The turns ``text`` names: "Turn 2", "turns 1 and 3", "the second turn", "the 2nd turn",
+    "{ID} turn" (an ordinal or a number before "turn"), "the previous turn" (``turn_index - 1``,
+    only when ``turn_index`` is given), and its "Keep the {attribute} in the {ID} turn" claims.
+
+    Pure string work: whether the named turns exist is :func:`turn_reference_checks`' job.
+    """
+    text = text or ""
+    positions = _named_turns(text)
+    if turn_index is not None:
+        positions = sorted(positions + [(m.start(), turn_index - 1) for m in _PREVIOUS_TURN.finditer(text)])
+    turns = tuple(dict.fromkeys(t for _, t in positions))
+    keep: list[tuple[str, tuple[int, ...]]] = []
+    for m in _KEEP.finditer(text):
+        end_m = _CLAUSE_END.search(text, m.end())
+        nxt = _KEEP.search(text, m.end())
+        end = min(x for x in (end_m.start() if end_m else len(text), nxt.start() if nxt else len(text)))
+        clause = text[m.end():end]
+        attr = _KEEP_ATTRIBUTE.match(clause)
+        named = tuple(dict.fromkeys(t for p, t in positions if m.end() <= p < end))
+        keep.append(((attr.group(1).strip() if attr else ""), named))
+    return TurnReferences(turns, tuple(keep), bool(_LATER_TURN.search(text)))
+
+
+def turn_reference_checks(turn_index: int, n_turns: int, refs: TurnReferences) -> list[str]:
+    """The automatic checks a turn fails, in :data:`REFERENCE_CHECKS` order.
+
+    * :data:`REF_NOT_EARLIER`: a named turn does not exist (outside ``1..n_turns``) or is not
+      earlier than ``turn_index`` (the turn itself or a later one);
+    * :data:`KEEP_NAMES_NO_TURN`: a "keep the <attribute>" claim names no turn (turn 1
+      exempt: it has no earlier turn to keep from, its "keep" is about its reference);
+    * :data:`REF_LATER`: a named turn is later than ``turn_index``, or the text speaks of a
+      next/later turn.
+    """
+    flags = []
+    if any(not (1 <= t < turn_index and t <= n_turns) for t in refs.turns):
+        flags.append(REF_NOT_EARLIER)
+    if turn_index > 1 and any(not ts for _, ts in refs.keep):
+        flags.append(KEEP_NAMES_NO_TURN)
+    if refs.later or any(t > turn_index for t in refs.turns):
+        flags.append(REF_LATER)
+    return flags
+
+
+def effective_reference_turns(turn_index: int, refs: TurnReferences) -> list[int]:
+    """The turns whose images form the turn's effective reference; ``[]``: its own reference.
+
+    Only named turns that are earlier count (``1 <= k < turn_index``). The turns named in
+    "keep" claims are *kept from*; the others are *gone back to*. Rollback: the gone-back-to
+    turns replace the turn's own image. Combination: the kept-from turns are added to the
+    base (the gone-back-to turns, else the turn itself). The result is sorted; one turn =
+    a rollback, several = a combination, ``[]`` = no retrospective reference.
+    """
+    valid = [t for t in refs.turns if 1 <= t < turn_index]
+    if not valid:
+        return []
+    kept = {t for t in refs.keep_turns if t in valid}
+    back = [t for t in valid if t not in kept]
+    base = set(back) if back else {turn_index}
+    out = sorted(base | kept)
+    return [] if out == [turn_index] else out
+
+
+def session_turn_references(texts: Sequence[str]) -> list[tuple[list[int], list[str]]]:
+    """Per turn of a session (texts in turn order): ``(effective reference turns, failed checks)``."""
+    n = len(texts)
+    out = []
+    for index, text in enumerate(texts, start=1):
+        refs = parse_turn_references(text, index)
+        out.append((effective_reference_turns(index, refs), turn_reference_checks(index, n, refs)))
+    return out
+
+
+def describe_reference(turn_index: int, reference_turns: Sequence[int]) -> str:
+    """How the filmstrip names a turn's effective reference ('' when it is the turn's own)."""
+    refs = [t for t in reference_turns]
+    if not refs:
+        return ""
+    others = [t for t in refs if t != turn_index]
+    names = " and ".join(f"turn {t}" for t in others)
+    if len(refs) == 1:
+        return f"refers back to {names}"
+    if turn_index in refs:
+        return f"keeps from {names}"
+    return f"combines {names}"
+
+
+def effective_references(image_emb: ArrayT, reference_turns: Sequence[Sequence[int]], eps: float = 1e-12) -> ArrayT:
+    """Each turn's effective reference embedding, ``[L, D]`` from the turns' own reference
+    embeddings ``image_emb [L, D]`` (numpy or torch, same kind back).
+
+    Row ``l`` is ``image_emb[l]`` when ``reference_turns[l]`` is empty, else the combination
+    rule: ``normalise(mean_k normalise(image_emb[k - 1]))`` over its turns ``k`` (1-based); a
+    rollback (one turn) is that turn's normalised embedding. Turns outside ``1..L`` are a
+    ``ValueError`` (the caller keeps only valid earlier turns).
+    """
+    torch = _torch_of(image_emb)
+    arr = image_emb.detach().to("cpu", torch.float64).numpy() if torch is not None else np.asarray(image_emb, dtype=np.float64)
+    if arr.ndim != 2 or len(reference_turns) != arr.shape[0]:
+        raise ValueError("image embeddings must be [L, D] with one reference list per turn")
+    if not any(reference_turns):
+        return image_emb
+    unit = arr / np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), eps)
+    out = arr.copy()
+    for row, turns in enumerate(reference_turns):
+        if not turns:
+            continue
+        if any(not 1 <= t <= arr.shape[0] for t in turns):
+            raise ValueError(f"turn {row + 1}: reference turns {list(turns)} outside 1..{arr.shape[0]}")
+        mean = unit[[t - 1 for t in turns]].mean(axis=0)
+        out[row] = mean / max(float(np.linalg.norm(mean)), eps)
+    if torch is not None:
+        return torch.from_numpy(out).to(device=image_emb.device, dtype=image_emb.dtype)  # type: ignore[return-value]
+    dtype = np.asarray(image_emb).dtype
+    return out.astype(dtype if np.issubdtype(dtype, np.floating) else np.float64)  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- consistency checks
+#
+# Computed by the audit from embeddings (never shown to annotators before they answer). The
+# session's images: ``I_0`` = turn 1's reference, ``I_l`` = turn ``l``'s target (its
+# intermediate target; the final target for the last turn); ``E_l`` = turn ``l``'s effective
+# reference. Cosines of L2-normalised embeddings; each turn gets at most one of no-op,
+# duplicate, circle (in that priority), and conflict independently.
+
+#: no-op: ``cos(I_l, E_l) >= NOOP_COSINE`` (the target is nearly the turn's reference).
+NOOP_COSINE = 0.97
+#: duplicate: ``cos(I_l, I_{l-1}) >= DUPLICATE_COSINE``, turn l >= 2 and not a no-op (the target
+#: repeats the previous turn's target although the turn starts from another image: a rollback
+#: that redoes the same change).
+DUPLICATE_COSINE = 0.97
+#: circle: ``cos(I_l, I_k) >= CIRCLE_COSINE`` for some ``k <= l - 2`` (the session returns to an
+#: image it had left), not a no-op or duplicate.
+CIRCLE_COSINE = 0.97
+#: conflict: ``cos(d_k, d_l) <= -CONFLICT_COSINE`` for an earlier turn ``k``, where ``d`` is the
+#: turn's text embedding minus the centre of the texts checked together (see
+#: :func:`text_directions`): the two texts point in opposite directions.
+CONFLICT_COSINE = 0.3
+
+NOOP, DUPLICATE, CIRCLE, CONFLICT = "noop", "duplicate", "circle", "conflict"
+CONSISTENCY_CHECKS: tuple[str, str, str, str] = (DUPLICATE, CIRCLE, CONFLICT, NOOP)
+
+
+@dataclass(frozen=True)
+class ConsistencyThresholds:
+    noop: float = NOOP_COSINE
+    duplicate: float = DUPLICATE_COSINE
+    circle: float = CIRCLE_COSINE
+    conflict: float = CONFLICT_COSINE
+
+
+def _unit(x: Any, eps: float = 1e-12) -> np.ndarray:
+    torch = _torch_of(x)
+    arr = x.detach().to("cpu", torch.float64).numpy() if torch is not None else np.asarray(x, dtype=np.float64)
+    return arr / np.maximum(np.linalg.norm(arr, axis=-1, keepdims=True), eps)
+
+
+def text_directions(text_emb: Any, centre: Any = None) -> np.ndarray:
+    """What each text asks for, as a direction: ``normalise(t) - centre``, where ``centre``
+    defaults to the mean of the normalised rows (texts share a large common component, so raw
+    text cosines are nearly always positive; centring leaves what sets them apart)."""
+    unit = _unit(text_emb)
+    c = unit.mean(axis=0) if centre is None else np.asarray(centre, dtype=np.float64)
+    return unit - c
+
+
+def session_consistency(
+    start: Any,
+    targets: Any,
+    effective: Any,
+    directions: Any,
+    thresholds: ConsistencyThresholds = ConsistencyThresholds(),
+) -> list[dict[str, int]]:
+    """The consistency checks one session fails, per turn: ``{check: earlier turn}``.
+
+    ``start`` ``[D]``: ``I_0``; ``targets`` ``[L, D]``: ``I_1..I_L`` (a row of NaN = unknown:
+    the image checks skip that turn); ``effective`` ``[L, D]``: ``E_1..E_L``; ``directions``
+    ``[L, D]`` (:func:`text_directions`) or ``None`` (no conflict check). The value names the
+    earlier turn involved: no-op -> the turn itself, duplicate -> ``l - 1``, circle -> the
+    turn whose reference it returns to (``k + 1`` for ``I_k``), conflict -> the most opposite
+    earlier turn.
+    """
+    t = _unit(targets)
+    e = _unit(effective)
+    imgs = np.vstack([_unit(start)[None, :], t])  # I_0..I_L
+    known = ~np.isnan(imgs).any(axis=1)
+    d = None if directions is None else _unit(directions)
+    out: list[dict[str, int]] = []
+    for l in range(1, t.shape[0] + 1):
+        flags: dict[str, int] = {}
+        if known[l]:
+            if float(imgs[l] @ e[l - 1]) >= thresholds.noop:
+                flags[NOOP] = l
+            elif l >= 2 and known[l - 1] and float(imgs[l] @ imgs[l - 1]) >= thresholds.duplicate:
+                flags[DUPLICATE] = l - 1
+            else:
+                back = [k for k in range(l - 1) if known[k] and float(imgs[l] @ imgs[k]) >= thresholds.circle]
+                if back:
+                    flags[CIRCLE] = back[-1] + 1
+        if d is not None and l >= 2:
+            cos = d[: l - 1] @ d[l - 1]
+            k = int(np.argmin(cos))
+            if float(cos[k]) <= -thresholds.conflict:
+                flags[CONFLICT] = k + 1
+        out.append(flags)
     return out

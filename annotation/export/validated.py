@@ -69,6 +69,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from audit.labels import COMPOSITION_REQUIRED, UNRESOLVED
+from audit.runs.aggregation import latest_turn_checks
 from retrieval.jobs.leases import run_job
 from retrieval.models import VALIDATED_SUBSET, Dataset, Query, QuerySubset, Target, Turn, turn_text
 from retrieval.targets import TargetFacts, mbeir_candidates
@@ -582,8 +583,9 @@ def _write_batch(run: _Run, batch: list[ItemRow], ids: IO[str]) -> None:
         return
     data = _QueryData([row.query_id for row, _ in keep])
     extras = None if run.verdicts.session is not None else ExtraTargets(run.study, keep, run.names)
+    checks = latest_turn_checks([row.query_id for row, _ in keep]) if extras is None else {}
     for row, d in keep:
-        subset = _write_query(run, data, extras, row, d)
+        subset = _write_query(run, data, extras, row, d, checks)
         ids.write(f"{row.dataset_id} {row.query_id}\n")
         entry = run.per_dataset[row.dataset]
         entry["validated"] += 1
@@ -604,8 +606,11 @@ def _compare_majority(run: _Run, row: ItemRow, decision: Decision) -> None:
                                     "majority_provenance": majority.provenance, "split": majority.split_text}
 
 
-def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: ItemRow, d: Decision) -> str:
-    """Write one validated item's query line (or session record) and trace line; its subset."""
+def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: ItemRow, d: Decision,
+                 checks: dict[int, list[dict[str, Any]]] | None = None) -> str:
+    """Write one validated item's query line (or session record) and trace line; its subset.
+    A session's trace line carries its turns' automatic checks (``turn_checks``:
+    :func:`audit.runs.aggregation.latest_turn_checks`)."""
     if extras is None:  # a session: the CIRCLED record (cut after its valid prefix when so asked)
         line = data.circled_record(row)
         kept = run.kept_turns(d)
@@ -614,7 +619,8 @@ def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: 
         subset = str(line["subset"])
         w = run.writers.get(row.dataset, subset, row.hidden_category)
         w.queries.write_json(line)
-        w.trace.write_json(_trace_line(str(line["session_id"]), row, d, subset, run, kept))
+        w.trace.write_json({**_trace_line(str(line["session_id"]), row, d, subset, run, kept),
+                            "turn_checks": (checks or {}).get(row.query_id, [])})
         return subset
     line, positives = extras.apply(row, data.mbeir_line(row))  # + accepted alternatives
     subset = subset_name(row.hidden_category)

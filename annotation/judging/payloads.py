@@ -8,6 +8,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
 from retrieval.models import Image, Query, Turn
+from retrieval.sessions import describe_reference
 
 from annotation.access import grant_images, payload_image_ids
 from annotation.verdicts.state import annotator_share
@@ -123,6 +124,9 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
             "turns": [
                 {"index": t.index, "reference": image_ref(t.reference_image), "text": t.text,
                  "texts": t.captions,
+                 # the turn's effective reference (read from its text at import: part of the data)
+                 "reference_turns": list(t.reference_turns or []),
+                 "refers_to": describe_reference(t.index, t.reference_turns or []),
                  "next": image_ref(t.turn_target, 160),
                  "rank": ranks[n] if n < len(ranks) and ranks[n] is not None else None}
                 for n, t in enumerate(turns)
@@ -138,6 +142,8 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
     }
     if staff:
         payload["staff"] = {"served_by": rule or assignment.served_by,
-                            "panel_source": assignment.item.candidates_source}
+                            "panel_source": assignment.item.candidates_source,
+                            # the automatic reference checks each turn fails (staff only)
+                            "turn_checks": [list(t.reference_checks or []) for t in turns]}
     grant_images(assignment.annotator_id, payload_image_ids(payload), assignment.study_id)
     return payload

@@ -11,7 +11,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from retrieval.metrics import MODALITIES
-from retrieval.models import Query, QuerySubset
+from retrieval.models import Query, QuerySubset, Turn
 
 from ..labels import (
     COUNT_KEYS,
@@ -173,6 +173,94 @@ def _per_ranking(run: AuditRun, ranks_of: Any, ids: list[int], max_cos: dict[int
     return metrics, kept_per
 
 
+#: How many flagged turns of each check the run's summary lists (the counts cover them all).
+CHECK_EXAMPLES = 200
+
+
+def turn_flags(run: AuditRun, ids: Iterable[int] | None = None, chunks: list[dict[str, Any]] | None = None
+               ) -> tuple[dict[tuple[int, int], dict[str, int | None]], int]:
+    """``{(session id, turn): {check: earlier turn or None}}`` for every turn of the scored
+    sessions ``ids`` (default: every session the run ranked), and how many of those turns have
+    a retrospective reference: the first retriever's consistency checks (stored by its session
+    chunks) and the reference checks stored on the turns. ``chunks``: the run's chunk rows
+    (``kind``, ``retriever``, ``stats``) when the caller read them."""
+    if chunks is None:
+        chunks = list(AuditChunk.objects.filter(run=run, kind=AuditChunk.Kind.SESSIONS).values("kind", "stats", "retriever"))
+    first = run.retrievers[0] if run.retrievers else None
+    found: dict[int, list[dict[str, int]]] = {}
+    for c in chunks:
+        if c["kind"] == AuditChunk.Kind.SESSIONS and c["retriever"] == first:
+            found.update({int(q): v for q, v in (c["stats"] or {}).get("consistency", {}).items()})
+    scored = set(found) if ids is None else set(ids)
+    per_turn: dict[tuple[int, int], dict[str, int | None]] = defaultdict(dict)
+    for q, turns in found.items():
+        if q in scored:
+            for n, flags in enumerate(turns, start=1):
+                per_turn[(q, n)].update(flags)
+    retro = 0
+    for q, n, checks, refs in Turn.objects.filter(query_id__in=scored).values_list(
+            "query_id", "index", "reference_checks", "reference_turns"):
+        retro += bool(refs)
+        per_turn[(q, n)].update({c: None for c in checks or ()})
+    return dict(per_turn), retro
+
+
+def latest_turn_checks(query_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
+    """Per session of ``query_ids``: each turn's ``{turn, reference_turns, checks}`` (``checks``:
+    ``{check: earlier turn or None}``, the reference checks stored on the turn and the consistency
+    checks of the newest finished audit that ranked the session; none when no audit did). For
+    staff and exports only, never for annotators."""
+    ids = list(query_ids)
+    newest: dict[int, int] = {}
+    for q, run_id in (AuditSessionRank.objects.filter(query_id__in=ids, run__status=AuditRun.Status.DONE)
+                      .order_by("query_id", "run_id").values_list("query_id", "run_id").distinct()):
+        newest[q] = max(run_id, newest.get(q, 0))
+    flags: dict[tuple[int, int], dict[str, Any]] = {}
+    for run in AuditRun.objects.filter(pk__in=set(newest.values())):
+        mine = [q for q, r in newest.items() if r == run.pk]
+        flags.update(turn_flags(run, mine)[0])
+    out: dict[int, list[dict[str, Any]]] = {}
+    for q, n, refs, checks in Turn.objects.filter(query_id__in=ids).order_by("query_id", "index").values_list(
+            "query_id", "index", "reference_turns", "reference_checks"):
+        got = flags.get((q, n), {c: None for c in checks or ()})
+        out.setdefault(q, []).append({"turn": n, "reference_turns": refs or [], "checks": got})
+    return out
+
+
+def session_checks(run: AuditRun, chunks: list[dict[str, Any]], ids: list[int]) -> dict[str, Any]:
+    """The automatic checks on the scored sessions, for staff (never for annotators).
+
+    ``consistency``: the embedding checks of the first retriever's session chunks
+    (:func:`retrieval.sessions.session_consistency`), with their thresholds; ``reference``: the
+    reference checks stored on the turns at import (:data:`retrieval.sessions.REFERENCE_CHECKS`)
+    and how many turns have a retrospective (effective) reference. ``counts``: turns failing each
+    check; ``sessions``: sessions with at least one; ``flagged``: ``[{query, external_id, turn,
+    checks: {check: earlier turn or null}}]`` in query and turn order (at most
+    :data:`CHECK_EXAMPLES` rows)."""
+    from retrieval.sessions import CONSISTENCY_CHECKS, REFERENCE_CHECKS, ConsistencyThresholds
+
+    per_turn, retro = turn_flags(run, ids, chunks)
+    order = {q: i for i, q in enumerate(ids)}
+    names = dict(Query.objects.filter(pk__in={q for q, _ in per_turn}).values_list("pk", "external_id"))
+    flagged = sorted(((key, f) for key, f in per_turn.items() if f), key=lambda x: (order.get(x[0][0], 0), x[0][1]))
+
+    def count(check: str) -> dict[str, int]:
+        hits = [key for key, f in flagged if check in f]
+        return {"turns": len(hits), "sessions": len({q for q, _ in hits})}
+
+    th = ConsistencyThresholds()
+    return {
+        "consistency": {c: count(c) for c in CONSISTENCY_CHECKS},
+        "reference": {c: count(c) for c in REFERENCE_CHECKS},
+        "thresholds": {"noop": th.noop, "duplicate": th.duplicate, "circle": th.circle, "conflict": th.conflict},
+        "retriever": run.retrievers[0] if run.retrievers else None,
+        "retrospective_turns": retro,
+        "flagged_turns": len(flagged),
+        "flagged": [{"query": q, "external_id": names.get(q, str(q)), "turn": n, "checks": f}
+                    for (q, n), f in flagged[:CHECK_EXAMPLES]],
+    }
+
+
 def _skipped_counts(reasons: Counter) -> dict[str, int]:
     """Skip counts, the known session reasons first, in their fixed order."""
     return ({r: reasons[r] for r in SESSION_SKIP_REASONS if reasons.get(r)}
@@ -229,6 +317,7 @@ def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dic
         "skipped_examples": outcomes["examples"],
         "no_positive_in_gallery": max(outcomes["no_positive"].values(), default=0),
         "subset": subset_name(run, SESSIONS_KEPT),
+        "checks": session_checks(run, chunks, ids),
     }
     return summary, kept
 

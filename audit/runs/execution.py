@@ -485,7 +485,12 @@ def _rank_sessions_of(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any])
 
 def _rank_sessions_in(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], kept: list[int]
                       ) -> tuple[list[AuditSessionRank], int, float]:
-    """:func:`_rank_sessions_of` for the sessions ``kept`` against the gallery of ``ctx``."""
+    """:func:`_rank_sessions_of` for the sessions ``kept`` against the gallery of ``ctx``.
+
+    Each turn's image is its *effective reference* (:func:`retrieval.sessions.effective_references`:
+    a rollback turn's is the earlier turn's image, a combination's the normalised mean of its
+    turns' images); the gallery row left out is still the turn's own reference (the image on
+    screen). The session consistency checks are computed here too (:func:`_consistency_of`)."""
     from retrieval.sessions import DEFAULT_ALPHA
 
     from .encoding import rank_sessions
@@ -494,7 +499,7 @@ def _rank_sessions_in(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any],
     turns, texts = inp["turns"], inp["texts"]
     if not kept:
         return [], 0, 0.0
-    image_emb = inp["img"].matrix[[inp["image_row"][t["reference_image__sha256"]] for q in kept for t in turns[q]]]
+    image_emb = _effective_image_rows(inp, kept)
     text_emb = inp["txt"].matrix[[inp["text_row"][x] for q in kept for x in texts[q]]]
     empty = QueryTargets()
     positives = [_rows(inp["targets"].get(q, empty).positives, index_of) for q in kept]
@@ -509,7 +514,55 @@ def _rank_sessions_in(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any],
         for (strategy, modality), per_session in result.ranks.items()
         for n, q in enumerate(kept)
     ]
+    inp.setdefault("consistency", {}).update(_consistency_of(inp, kept, image_emb, gallery, index_of, positives))
     return rows, sum(1 for pos in positives if not pos), result.seconds
+
+
+def _effective_image_rows(inp: dict[str, Any], kept: list[int]) -> Any:
+    """The turns' effective reference embeddings, the sessions one after the other."""
+    import torch
+
+    from retrieval.sessions import effective_references
+
+    turns, matrix, row = inp["turns"], inp["img"].matrix, inp["image_row"]
+    return torch.cat([
+        effective_references(matrix[[row[t["reference_image__sha256"]] for t in turns[q]]],
+                             [t.get("reference_turns") or [] for t in turns[q]])
+        for q in kept
+    ])
+
+
+def _consistency_of(inp: dict[str, Any], kept: list[int], effective: Any, gallery: Any,
+                    index_of: dict[int, int], positives: list[list[int]]) -> dict[str, list[dict[str, int]]]:
+    """Per session (str id): the consistency checks each turn fails
+    (:func:`retrieval.sessions.session_consistency`), from the reference, effective reference,
+    turn target and text embeddings of this retriever. A turn target neither encoded as a
+    reference nor in the searched gallery is unknown (its image checks are skipped)."""
+    import numpy as np
+
+    from retrieval.sessions import session_consistency, text_directions
+
+    turns, texts, img, row = inp["turns"], inp["texts"], inp["img"].matrix, inp["image_row"]
+    directions = text_directions(inp["txt"].matrix)  # centred on the texts of this chunk
+    eff = effective.float().cpu().numpy()
+    dim = eff.shape[1]
+    out: dict[str, list[dict[str, int]]] = {}
+    start = 0
+    for q, pos in zip(kept, positives):
+        ts = turns[q]
+        targets = np.full((len(ts), dim), np.nan)
+        for n, t in enumerate(ts):
+            if t.get("turn_target__sha256") in row:
+                targets[n] = img[row[t["turn_target__sha256"]]].float().cpu().numpy()
+            elif t.get("turn_target_id") in index_of:
+                targets[n] = gallery[index_of[t["turn_target_id"]]].float().cpu().numpy()
+            elif n == len(ts) - 1 and pos:
+                targets[n] = gallery[pos[0]].float().cpu().numpy()
+        d = directions[[inp["text_row"][x] for x in texts[q]]]
+        first = img[row[ts[0]["reference_image__sha256"]]].float().cpu().numpy()
+        out[str(q)] = session_consistency(first, targets, eff[start:start + len(ts)], d)
+        start += len(ts)
+    return out
 
 
 def _rank_session_chunk(
@@ -530,6 +583,7 @@ def _rank_session_chunk(
             "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
         },
         "session_skipped": inp["skipped"],
+        "consistency": inp.get("consistency", {}),
         "no_positive_in_gallery": no_positive,
         "sessions_ranked": len(inp["kept"]),
         "turns_ranked": sum(len(inp["turns"][q]) for q in inp["kept"]),

@@ -203,7 +203,7 @@ def single_turn_inputs(
 
 _TURN_FIELDS = (
     "query_id", "index", "reference_image_id", "reference_image__missing", "reference_image__sha256",
-    "reference_image__path", "texts",
+    "reference_image__path", "texts", "reference_turns", "turn_target_id", "turn_target__sha256",
 )
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from retrieval.importers.jsonstream import iter_jsonl, iter_list, iter_object, sniff
+from retrieval.captions import DEFAULT_JOIN, join_captions
 from retrieval.records import ImageRecord, ParsedDataset, ParseError, QueryRecord, TargetRecord, safe_relpath
+from retrieval.sessions import REF_NOT_EARLIER, REFERENCE_CHECKS, session_turn_references
 from retrieval.validation import Record, check_str_list, describe, is_int, is_number, json_type
 
 __all__ = ["Record", "check_str_list", "describe", "is_int", "is_number", "iter_jsonl", "iter_list", "iter_object",
@@ -185,3 +187,43 @@ def need(value: str | None, path: Path, what: str, option: str, expected: str) -
     if value:
         return value
     raise ParseError(str(path), None, None, f"cannot tell the {what} of this file; name it {expected} or pass {option}")
+
+
+#: Text roles that carry a turn's modification text (as :data:`retrieval.models.CAPTION_ROLES`).
+_CAPTION_ROLES = ("caption", "generated")
+
+
+def resolve_turn_references(q: QueryRecord) -> None:
+    """Fill each session turn's ``reference_turns`` and ``reference_checks`` that its importer
+    left unread (``None``) from the turn texts (:func:`retrieval.sessions.session_turn_references`).
+    Given ``reference_turns`` (a format that stores them) are kept; those that are not earlier
+    turns of the session are dropped and flagged :data:`~retrieval.sessions.REF_NOT_EARLIER`.
+    Single-turn queries get none."""
+    if len(q.turns) < 2:
+        for t in q.turns:
+            t.reference_turns, t.reference_checks = t.reference_turns or [], t.reference_checks or []
+        return
+    texts = [join_captions([x.text for x in t.texts if x.role in _CAPTION_ROLES], DEFAULT_JOIN) for t in q.turns]
+    for t, (refs, checks) in zip(q.turns, session_turn_references(texts)):
+        given = t.reference_turns
+        if t.reference_checks is None:
+            t.reference_checks = checks
+        if given is None:
+            t.reference_turns = refs
+            continue
+        valid = sorted({k for k in given if 1 <= k <= t.index})  # the turn itself: a combination's base
+        if len(valid) != len(set(given)):
+            failed = {*t.reference_checks, REF_NOT_EARLIER}
+            t.reference_checks = [c for c in REFERENCE_CHECKS if c in failed]
+        t.reference_turns = [] if valid == [t.index] else valid
+
+
+def turn_reference_list(rec: Record, turn: Any, name: str) -> list[int] | None:
+    """A turn's optional ``reference_turns`` field (a list of 1-based turn numbers), or None."""
+    if not isinstance(turn, dict) or turn.get("reference_turns") is None:
+        return None
+    value = turn["reference_turns"]
+    if not isinstance(value, list) or not all(is_int(v) for v in value):
+        rec.fail(f"{name}.reference_turns", "expected a list of turn numbers")
+    return [int(v) for v in value]
+

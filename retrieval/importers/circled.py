@@ -10,7 +10,10 @@ Mapping: ``external_id = session_id``; ``category = subset``; turns in file orde
 ``caption``), later turns provenance ``llm`` (role ``generated``); turn k's
 ``turn_target`` = the reference of turn k+1 (a turn's optional ``provenance``, e.g. ``human`` in
 CIRVal's export of sessions written by people, replaces the default) (the last turn has none: its goal is the
-final target); targets = ``ground_truth_ids`` in order (role ``gt``), the first primary.
+final target); targets = ``ground_truth_ids`` in order (role ``gt``), the first primary. A turn may carry
+``reference_turns`` (CIRVal's extension: the earlier turns whose images form its effective
+reference, FashionMT's rollback/combination turns); without it they are read from the
+caption (:func:`retrieval.sessions.session_turn_references`).
 
 Image ids and paths follow the subset's source dataset, relative to that dataset's
 images root, so they coincide with what the CIRR / FashionIQ / CIRCO parsers produce:
@@ -44,7 +47,9 @@ from retrieval.importers._common import (
     iter_list,
     list_of_objects_with,
     register,
+    resolve_turn_references,
     sniff,
+    turn_reference_list,
 )
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, record_name
 
@@ -156,7 +161,7 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
             image = images.add(rec, gt, "ground_truth_ids")
             add_target(targets, TargetRecord(image, 1.0, not targets, "gt", "ground_truth_ids"), dataset,
                        f"{path.name} {record_name(path, index)}")
-        yield QueryRecord(
+        record = QueryRecord(
             external_id=session_id,
             split=split,
             ordinal=index,
@@ -167,6 +172,8 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
             category=subset,
             extra={"source": source, "num_turns": len(turns)},
         )
+        resolve_turn_references(record)
+        yield record
     if images.no_path and source == "cirr":
         dataset.warnings.append(
             f"{path.name}: {len(images.no_path)} CIRR image(s) outside dev/test1 (e.g. {sorted(images.no_path)[0]!r}); "
@@ -203,6 +210,7 @@ def _turns(rec: Record, images: _Images) -> list[TurnRecord]:
             reference=images.add(rec, reference, f"{name}.reference_image_id"),
             texts=[TextRecord(caption, "caption" if human else "generated")],
             provenance=provenance,
+            reference_turns=turn_reference_list(rec, turn, name),
         ))
     for current, following in zip(turns, turns[1:]):
         current.turn_target = following.reference

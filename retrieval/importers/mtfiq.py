@@ -39,6 +39,7 @@ from retrieval.importers._common import (
     list_of_strings,
     object_of,
     register,
+    resolve_turn_references,
 )
 from retrieval.importers.fashioniq import CATEGORIES, group_files, parse_asin_list
 from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
@@ -139,7 +140,7 @@ def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDatase
             nxt = steps[i + 1][0] if i + 1 < len(steps) else final
             texts = [TextRecord(text, "caption", annotator=a) for a, text in enumerate(captions)]
             turns.append(TurnRecord(i + 1, asin, texts, turn_target=nxt))
-        yield QueryRecord(
+        record = QueryRecord(
             external_id=f"{category}/{split}/{index:05d}",
             split=split,
             ordinal=index,
@@ -150,6 +151,8 @@ def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDatase
             category=category,
             extra={"gallery": gallery_key} if gallery_key else {},
         )
+        resolve_turn_references(record)  # turn references ("the second turn") read from the captions
+        yield record
 
 
 def _parse_attributes(path: Path, dataset: ParsedDataset, attributes: dict[str, list]) -> None:

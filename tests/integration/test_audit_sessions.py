@@ -162,7 +162,9 @@ def rank_bounds(scores: torch.Tensor, pos: list[int], exclude: list[int], tol: f
 
 
 def test_session_ranks_match_a_naive_recomputation(demo, settings):
-    """Every stored rank equals a full-sort ranking of the cached embeddings' aggregated history."""
+    """Every stored rank equals a full-sort ranking of the cached embeddings' aggregated history,
+    each turn's image being its effective reference (a rollback turn's: the earlier turn's image;
+    a combination's: the normalised mean of its turns' normalised images)."""
     run = audit(demo)
     rows = rows_of(run)
     gallery_ids = list(
@@ -171,13 +173,22 @@ def test_session_ranks_match_a_naive_recomputation(demo, settings):
     images = Image.objects.in_bulk(gallery_ids)
     index = {pk: n for n, pk in enumerate(gallery_ids)}
     sessions = session_ids(demo)
+    retrospective: list[tuple] = []
     for spec in SPECS:
         r = build_retriever(spec, device="cpu")
         cache = EmbeddingCache(settings.EMBEDDING_CACHE_DIR, r.spec, r.dim)
         g = torch.from_numpy(cache.get_many("image", [images[i].sha256 for i in gallery_ids]).matrix)
         for q in sessions:
             turns = list(Turn.objects.filter(query_id=q).order_by("index").select_related("reference_image"))
-            img = cache.get_many("image", [t.reference_image.sha256 for t in turns]).matrix
+            own = cache.get_many("image", [t.reference_image.sha256 for t in turns]).matrix
+            img = own.copy()
+            for n, t in enumerate(turns):
+                if t.reference_turns:
+                    unit = own[[k - 1 for k in t.reference_turns]]
+                    unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
+                    img[n] = unit.mean(axis=0) / np.linalg.norm(unit.mean(axis=0))
+                    retrospective.append((q, t.index, t.reference_turns))
+                    assert not np.allclose(img[n], own[n] / np.linalg.norm(own[n]), atol=1e-4)
             txt = cache.get_many("text", [t.text for t in turns]).matrix
             assert not np.isnan(img).any() and not np.isnan(txt).any()
             mm = torch.nn.functional.normalize(torch.from_numpy(img) + torch.from_numpy(txt), dim=-1).numpy()
@@ -193,6 +204,9 @@ def test_session_ranks_match_a_naive_recomputation(demo, settings):
                     low, high = rank_bounds(agg.double() @ g.double().T, pos, exclude, 1e-6)
                     for got, want, lo, hi in zip(rows[(q, spec, s, m)], expect, low, high):
                         assert got == want or lo <= got <= hi, (q, spec, s, m)
+    # the demo's FashionMT-style turns were read from their texts: a rollback and a combination
+    assert any(len(refs) == 1 for *_, refs in retrospective), retrospective
+    assert any(len(refs) == 2 and refs[1] == t for _, t, refs in retrospective), retrospective
 
 
 def test_rerun_hits_the_cache_and_rows_are_unique(demo):

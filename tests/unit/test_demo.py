@@ -17,7 +17,9 @@ from retrieval.demo import (
     COLOURS,
     LOW_CONTRAST,
     SHAPES,
+    SESSION_FLAWS,
     apply_edit,
+    invert_edit,
     build_demo,
     build_demo_world,
     check_judgements,
@@ -337,7 +339,7 @@ def _distance(a: dict, b: dict) -> int:
 
 def test_sessions(built_world: tuple[Path, ParsedDataset, dict]) -> None:
     _, ds, truth = built_world
-    flaws = Counter()
+    flaws, retros = Counter(), Counter()
     for q in _sessions(ds):
         turns = q.turns
         assert 2 <= len(turns) <= 5
@@ -347,22 +349,39 @@ def test_sessions(built_world: tuple[Path, ParsedDataset, dict]) -> None:
         chain = [t.reference for t in turns] + [turns[-1].turn_target]
         assert q.extra["chain"] == chain
         t = truth["queries"][q.external_id]
-        flaw = t["flaw"]
+        flaw, k = t["flaw"], t["flaw_turn"]
         flaws[flaw] += 1
+        retros[t["retro"]] += 1
+        refs = t["reference_turns"]
+        assert len(refs) == len(turns)
         for n, (turn, edit) in enumerate(zip(turns, q.extra["edits"]), start=1):
-            ref, nxt = _scene(ds, turn.reference), _scene(ds, turn.turn_target)
-            if flaw == "redundant" and n == t["flaw_turn"]:
+            # a rollback turn's edit applies to the image of the turn it goes back to
+            start = turns[refs[n - 1][0] - 1].reference if len(refs[n - 1]) == 1 else turn.reference
+            ref, nxt = _scene(ds, start), _scene(ds, turn.turn_target)
+            if flaw in ("redundant", "noop") and n == k:
                 assert edit is None and turn.turn_target == turn.reference
-                assert turn.texts[0].text == turns[n - 2].texts[0].text
+                if flaw == "redundant":
+                    assert turn.texts[0].text == turns[n - 2].texts[0].text
             else:
                 _check_edit(ref, nxt, edit)
         if flaw is None:
             assert len(set(chain)) == len(chain)
         elif flaw == "circle":
-            k = t["flaw_turn"]
             assert turns[k - 1].turn_target == turns[k - 2].reference
-        assert flaw in (None, "circle", "redundant")
+        elif flaw == "duplicate":  # back to the previous turn, same change: the previous target again
+            assert refs[k - 1] == [k - 1] and turns[k - 1].turn_target == turns[k - 2].turn_target
+        elif flaw == "conflict":  # undoes an edit two or more turns back, to a new image
+            assert k >= 3 and len(set(chain)) == len(chain)
+            assert any(q.extra["edits"][k - 1] == invert_edit(_scene(ds, turns[j - 1].reference), q.extra["edits"][j - 1])
+                       for j in range(1, k - 1) if q.extra["edits"][j - 1])
+        assert flaw in (None, *SESSION_FLAWS)
+        if t["retro"] == "rollback":
+            assert len(refs[t["retro_turn"] - 1]) == 1 and "go back to" in turns[t["retro_turn"] - 1].texts[0].text
+        elif t["retro"] == "combination":
+            assert refs[t["retro_turn"] - 1][-1] == t["retro_turn"] and "keep the background" in turns[t["retro_turn"] - 1].texts[0].text
     assert flaws["circle"] >= 2 and flaws["redundant"] >= 2
+    assert min(flaws[f] for f in ("noop", "duplicate", "conflict")) >= 1
+    assert retros["rollback"] >= 1 and retros["combination"] >= 1
 
 
 def test_precision_recall_by_hand() -> None:

@@ -18,7 +18,8 @@ from annotation.verdicts.state import study_counts
 from audit.models import AuditLabel
 from audit.management.commands.audit_report import finished_run
 from audit.democheck import check_audit
-from retrieval.demo import check_judgements
+from retrieval.demo import check_judgements, check_reference_turns, check_session_flags
+from retrieval.models import Turn
 
 from .make_demo import truth_path
 
@@ -32,6 +33,50 @@ def majority_flags(dataset: str) -> dict[str, set[str]]:
     ).values_list("assignment__item__query__external_id", "flags"):
         votes[qid].append(flags or {})
     return {q: {f for f in set().union(*v) if 2 * sum(bool(x.get(f)) for x in v) > len(v)} for q, v in votes.items()}
+
+
+def session_checks_report(run, truth: dict) -> dict | None:
+    """The automatic session checks of ``run`` against the demo's planted session flaws: per
+    consistency check, precision and recall over the flawed turns; the reference checks' flags
+    (none is planted: every flag is a false alarm); the retrospective turns read from the texts.
+    None when the run scored no session."""
+    from audit.runs.aggregation import turn_flags
+
+    flags, _ = turn_flags(run)
+    sessions = {q for q, _ in flags}
+    if not sessions:
+        return None
+    ext = dict(Turn.objects.filter(query_id__in=sessions).values_list("query_id", "query__external_id").distinct())
+    named = {(ext[q], n): f for (q, n), f in flags.items()}
+    checked = {ext[q]: truth[ext[q]] for q in sessions if ext[q] in truth}
+    stored: dict[str, list] = {}
+    for q, refs in Turn.objects.filter(query_id__in=sessions).order_by("query_id", "index").values_list(
+            "query__external_id", "reference_turns"):
+        stored.setdefault(q, []).append(refs or [])
+    from retrieval.sessions import REFERENCE_CHECKS
+    return {
+        "consistency": check_session_flags(checked, named),
+        "reference_flags": {c: sum(1 for f in named.values() if c in f) for c in REFERENCE_CHECKS},
+        "retrospective": check_reference_turns(checked, stored),
+        "sessions": len(checked),
+    }
+
+
+def _write_sessions(out, report: dict | None) -> None:
+    """The session section of the text report."""
+    if report is None:
+        out.write("sessions: the audit scored no session")
+        return
+    out.write(f"sessions ({report['sessions']} scored; automatic checks per flawed turn)")
+    out.write(f"  {'check':<14}{'planted':>8}{'found':>7}{'hits':>6}{'precision':>11}{'recall':>8}")
+    for check, s in report["consistency"].items():
+        out.write(f"  {check:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}"
+                  f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
+    r = report["retrospective"]
+    out.write(f"  retrospective turns: {r['read']} of {r['planted']} read with their planted reference, "
+              f"{r['spurious']} spurious")
+    out.write("  reference check flags (none planted): "
+              + ", ".join(f"{c} {n}" for c, n in report["reference_flags"].items()))
 
 
 def _fmt(v) -> str:
@@ -55,7 +100,8 @@ class Command(BaseCommand):
         rows = AuditLabel.objects.filter(run=run).values_list("query__external_id", "label", "detail")
         labels = {q: label for q, label, _ in rows}
         details = {q: detail for q, _, detail in rows}
-        report = {"run": run.pk, "audit": check_audit(kinds, labels, details)}
+        report = {"run": run.pk, "audit": check_audit(kinds, labels, details),
+                  "sessions": session_checks_report(run, truth["queries"])}
         flags = majority_flags(opts["name"])
         if flags:
             report["human"] = check_judgements(kinds, flags)
@@ -72,6 +118,7 @@ class Command(BaseCommand):
             for kind, s in report[part].items():
                 self.stdout.write(f"  {kind:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}"
                                   f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
+        _write_sessions(self.stdout, report["sessions"])
         self.write_labour(report["labour"])
 
     def write_labour(self, labour: dict) -> None:
