@@ -157,6 +157,8 @@ CHECK_HELP: dict[str, str] = {
     "circle": "the target returns to an image the session had left (cosine ≥ {circle} with an image two or more "
               "turns back)",
     "conflict": "two turns ask for opposite changes: their centred text embeddings have cosine ≤ −{conflict}",
+    "conflict/image": "two turns make opposite changes: their image changes (target − reference) have cosine "
+                      "≤ −{conflict}",
     "noop": "the target is nearly the turn's (effective) reference (cosine ≥ {noop})",
     "reference_not_earlier": "the text names a turn that does not exist or is not earlier",
     "keep_names_no_turn": "a “keep the <attribute>” claim names no turn",
@@ -169,7 +171,9 @@ def _checks_report(c: dict[str, Any] | None) -> dict[str, Any] | None:
     if not c:
         return None
     th = c.get("thresholds", {})
-    rows = [{"key": key, "kind": kind, "help": CHECK_HELP.get(key, "").format(**th), **counts}
+    image = c.get("conflict_directions") == "image"
+    rows = [{"key": key, "kind": kind, "help": CHECK_HELP.get(f"{key}/image" if image and key == "conflict" else key,
+                                                             "").format(**th), **counts}
             for kind, part in (("embedding", c.get("consistency", {})), ("reference", c.get("reference", {})))
             for key, counts in part.items()]
     return {"rows": rows, "retriever": c.get("retriever"), "retrospective_turns": c.get("retrospective_turns", 0),

@@ -25,6 +25,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="demo")
     parser.add_argument("--retriever", default=None)
+    parser.add_argument("--direction", choices=["text", "composed", "image"], default="text",
+                        help="conflict directions: centred texts (the audit's), composed query minus its "
+                             "effective reference, or target minus effective reference (images)")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
@@ -61,11 +64,22 @@ def main() -> None:
         own = cache.get_many("image", [t.reference_image.sha256 for t in ts]).matrix
         eff = effective_references(own, [t.reference_turns for t in ts])
         shas = [t.turn_target.sha256 if t.turn_target else final[q] for t in ts]
-        inputs[q] = (own[0], cache.get_many("image", shas).matrix, eff, np.vstack([directions[t.text] for t in ts]))
+        targets = cache.get_many("image", shas).matrix
+        if args.direction == "text":
+            d = np.vstack([directions[t.text] for t in ts])
+        elif args.direction == "composed":
+            import torch
+            txt_q = torch.from_numpy(cache.get_many("text", [t.text for t in ts]).matrix).float()
+            e = torch.nn.functional.normalize(torch.from_numpy(eff).float(), dim=-1)
+            d = (torch.nn.functional.normalize(r.compose(e, txt_q), dim=-1) - e).numpy()
+        else:
+            unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+            d = unit(targets) - unit(eff)
+        inputs[q] = (own[0], targets, eff, d)
     print(f"retriever {spec}; {len(sessions)} sessions; thresholds: noop = duplicate = circle = c_img, conflict = c_txt")
     print(f"  {'c_img':>6}{'c_txt':>7}  " + "  ".join(f"{c + ' P/R':>16}" for c in ("duplicate", "circle", "conflict", "noop")))
-    for c_img in (0.9, 0.95, 0.97, 0.98, 0.99, 0.995):
-        for c_txt in (0.2, 0.3, 0.4, 0.5):
+    for c_img in (0.95, 0.98, 0.99, 0.995, 0.998):
+        for c_txt in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
             th = ConsistencyThresholds(noop=c_img, duplicate=c_img, circle=c_img, conflict=c_txt)
             flags = {}
             for q, (start, targets, eff, d) in inputs.items():

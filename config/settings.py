@@ -264,6 +264,10 @@ JOB_MAX_ATTEMPTS = env_int("JOB_MAX_ATTEMPTS", 3)
 # --- shortcut audits ---------------------------------------------------------------------
 # Queries and gallery images per chunk (one chunk = one task for one retriever).
 AUDIT_CHUNK_QUERIES = env_int("AUDIT_CHUNK_QUERIES", 512)
+# Session conflict check (issue 26): a turn's requested change read from its text embedding
+# ("text": centred text embeddings, cosine <= -0.3) or from its image change ("image": target
+# minus effective reference, cosine <= -0.9). See README, "Sessions, turn by turn".
+SESSION_CONFLICT_DIRECTIONS = env_str("SESSION_CONFLICT_DIRECTIONS", "text")
 AUDIT_CHUNK_GALLERY = env_int("AUDIT_CHUNK_GALLERY", 4096)
 # The demo retrievers (manage.py train_demo_retriever): where their checkpoints live, and the
 # training steps when make_demo must train them (0: the trainer's default).

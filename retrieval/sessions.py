@@ -582,18 +582,23 @@ def effective_references(image_emb: ArrayT, reference_turns: Sequence[Sequence[i
 # duplicate, circle (in that priority), and conflict independently.
 
 #: no-op: ``cos(I_l, E_l) >= NOOP_COSINE`` (the target is nearly the turn's reference).
-NOOP_COSINE = 0.97
+NOOP_COSINE = 0.995
 #: duplicate: ``cos(I_l, I_{l-1}) >= DUPLICATE_COSINE``, turn l >= 2 and not a no-op (the target
 #: repeats the previous turn's target although the turn starts from another image: a rollback
 #: that redoes the same change).
-DUPLICATE_COSINE = 0.97
+DUPLICATE_COSINE = 0.995
 #: circle: ``cos(I_l, I_k) >= CIRCLE_COSINE`` for some ``k <= l - 2`` (the session returns to an
 #: image it had left), not a no-op or duplicate.
-CIRCLE_COSINE = 0.97
+CIRCLE_COSINE = 0.995
 #: conflict: ``cos(d_k, d_l) <= -CONFLICT_COSINE`` for an earlier turn ``k``, where ``d`` is the
 #: turn's text embedding minus the centre of the texts checked together (see
 #: :func:`text_directions`): the two texts point in opposite directions.
 CONFLICT_COSINE = 0.3
+#: conflict read from the images instead (``directions="image"``): ``d`` is the change the turn
+#: made, target minus effective reference (:func:`change_directions`).
+CONFLICT_IMAGE_COSINE = 0.9
+#: Where the conflict check reads a turn's requested change: its text or its image change.
+CONFLICT_DIRECTIONS: tuple[str, str] = ("text", "image")
 
 NOOP, DUPLICATE, CIRCLE, CONFLICT = "noop", "duplicate", "circle", "conflict"
 CONSISTENCY_CHECKS: tuple[str, str, str, str] = (DUPLICATE, CIRCLE, CONFLICT, NOOP)
@@ -611,6 +616,13 @@ def _unit(x: Any, eps: float = 1e-12) -> np.ndarray:
     torch = _torch_of(x)
     arr = x.detach().to("cpu", torch.float64).numpy() if torch is not None else np.asarray(x, dtype=np.float64)
     return arr / np.maximum(np.linalg.norm(arr, axis=-1, keepdims=True), eps)
+
+
+def change_directions(targets: Any, effective: Any) -> np.ndarray:
+    """The change each turn made: ``normalise(I_l) - normalise(E_l)`` (a row with an unknown
+    target, NaN, gives a zero direction: no conflict)."""
+    d = _unit(targets) - _unit(effective)
+    return np.nan_to_num(d, nan=0.0)
 
 
 def text_directions(text_emb: Any, centre: Any = None) -> np.ndarray:
@@ -642,7 +654,7 @@ def session_consistency(
     e = _unit(effective)
     imgs = np.vstack([_unit(start)[None, :], t])  # I_0..I_L
     known = ~np.isnan(imgs).any(axis=1)
-    d = None if directions is None else _unit(directions)
+    d = None if directions is None else np.nan_to_num(_unit(directions), nan=0.0)
     out: list[dict[str, int]] = []
     for l in range(1, t.shape[0] + 1):
         flags: dict[str, int] = {}

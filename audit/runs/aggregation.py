@@ -237,7 +237,7 @@ def session_checks(run: AuditRun, chunks: list[dict[str, Any]], ids: list[int]) 
     check; ``sessions``: sessions with at least one; ``flagged``: ``[{query, external_id, turn,
     checks: {check: earlier turn or null}}]`` in query and turn order (at most
     :data:`CHECK_EXAMPLES` rows)."""
-    from retrieval.sessions import CONSISTENCY_CHECKS, REFERENCE_CHECKS, ConsistencyThresholds
+    from retrieval.sessions import CONSISTENCY_CHECKS, REFERENCE_CHECKS
 
     per_turn, retro = turn_flags(run, ids, chunks)
     order = {q: i for i, q in enumerate(ids)}
@@ -248,11 +248,14 @@ def session_checks(run: AuditRun, chunks: list[dict[str, Any]], ids: list[int]) 
         hits = [key for key, f in flagged if check in f]
         return {"turns": len(hits), "sessions": len({q for q, _ in hits})}
 
-    th = ConsistencyThresholds()
+    from .base import conflict_source, consistency_thresholds
+
+    th = consistency_thresholds()
     return {
         "consistency": {c: count(c) for c in CONSISTENCY_CHECKS},
         "reference": {c: count(c) for c in REFERENCE_CHECKS},
         "thresholds": {"noop": th.noop, "duplicate": th.duplicate, "circle": th.circle, "conflict": th.conflict},
+        "conflict_directions": conflict_source(),
         "retriever": run.retrievers[0] if run.retrievers else None,
         "retrospective_turns": retro,
         "flagged_turns": len(flagged),

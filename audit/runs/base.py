@@ -107,3 +107,21 @@ def plain_rows(qs: Any, fields: Sequence[str], json_at: Sequence[int] = ()) -> l
             if isinstance(row[i], (str, bytes)):  # the database's JSON text (already decoded by some drivers)
                 row[i] = json.loads(row[i])
     return rows
+
+
+def conflict_source() -> str:
+    """Where the conflict check reads a turn's requested change (``settings.SESSION_CONFLICT_DIRECTIONS``)."""
+    from retrieval.sessions import CONFLICT_DIRECTIONS
+
+    source = str(settings.SESSION_CONFLICT_DIRECTIONS)
+    if source not in CONFLICT_DIRECTIONS:
+        raise ValueError(f"SESSION_CONFLICT_DIRECTIONS must be one of {CONFLICT_DIRECTIONS}, not {source!r}")
+    return source
+
+
+def consistency_thresholds() -> Any:
+    """The consistency thresholds the audit uses: the constants of :mod:`retrieval.sessions`, the
+    conflict one for the directions :func:`conflict_source` names."""
+    from retrieval.sessions import CONFLICT_IMAGE_COSINE, ConsistencyThresholds
+
+    return ConsistencyThresholds() if conflict_source() == "text" else ConsistencyThresholds(conflict=CONFLICT_IMAGE_COSINE)

@@ -540,10 +540,14 @@ def _consistency_of(inp: dict[str, Any], kept: list[int], effective: Any, galler
     reference nor in the searched gallery is unknown (its image checks are skipped)."""
     import numpy as np
 
-    from retrieval.sessions import session_consistency, text_directions
+    from retrieval.sessions import change_directions, session_consistency, text_directions
+
+    from .base import conflict_source, consistency_thresholds
 
     turns, texts, img, row = inp["turns"], inp["texts"], inp["img"].matrix, inp["image_row"]
-    directions = text_directions(inp["txt"].matrix)  # centred on the texts of this chunk
+    from_text = conflict_source() == "text"
+    directions = text_directions(inp["txt"].matrix) if from_text else None  # centred on this chunk's texts
+    thresholds = consistency_thresholds()
     eff = effective.float().cpu().numpy()
     dim = eff.shape[1]
     out: dict[str, list[dict[str, int]]] = {}
@@ -558,9 +562,10 @@ def _consistency_of(inp: dict[str, Any], kept: list[int], effective: Any, galler
                 targets[n] = gallery[index_of[t["turn_target_id"]]].float().cpu().numpy()
             elif n == len(ts) - 1 and pos:
                 targets[n] = gallery[pos[0]].float().cpu().numpy()
-        d = directions[[inp["text_row"][x] for x in texts[q]]]
+        e = eff[start:start + len(ts)]
+        d = directions[[inp["text_row"][x] for x in texts[q]]] if from_text else change_directions(targets, e)
         first = img[row[ts[0]["reference_image__sha256"]]].float().cpu().numpy()
-        out[str(q)] = session_consistency(first, targets, eff[start:start + len(ts)], d)
+        out[str(q)] = session_consistency(first, targets, e, d, thresholds)
         start += len(ts)
     return out
 

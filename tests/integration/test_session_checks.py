@@ -46,7 +46,8 @@ def test_the_audit_computes_counts_and_measures_the_checks(audited):
     assert run.status == "done", run.error
     checks = run.summary["sessions"]["checks"]
     assert set(checks["consistency"]) == set(CONSISTENCY_CHECKS) and set(checks["reference"]) == set(REFERENCE_CHECKS)
-    assert checks["thresholds"] == {"noop": 0.97, "duplicate": 0.97, "circle": 0.97, "conflict": 0.3}
+    assert checks["thresholds"] == {"noop": 0.995, "duplicate": 0.995, "circle": 0.995, "conflict": 0.3}
+    assert checks["conflict_directions"] == "text"
     flags, retro = turn_flags(run)
     ext = dict(Query.objects.filter(n_turns__gt=1).values_list("pk", "external_id"))
     planted_retro = sum(bool(r) for q in ext.values() for r in truth[q]["reference_turns"])

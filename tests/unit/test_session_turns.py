@@ -15,7 +15,9 @@ from retrieval.sessions import (
     NOOP,
     REF_LATER,
     REF_NOT_EARLIER,
+    NOOP_COSINE,
     ConsistencyThresholds,
+    change_directions,
     describe_reference,
     effective_reference_turns,
     effective_references,
@@ -120,9 +122,10 @@ def test_consistency_checks_by_hand():
     flags = session_consistency(a, np.vstack([b, c, c]), np.vstack([a, b, b]), None)
     assert flags == [{}, {}, {DUPLICATE: 2}]
     # thresholds are inclusive; an unknown target (NaN) skips the image checks
-    near = _unit([1, 0.2, 0, 0])[0]  # cos with a = 0.98
+    near = _unit([1, 0.05, 0, 0])[0]  # cos with a = 0.9988
+    assert NOOP_COSINE <= float(near @ a) < 1
     assert session_consistency(a, np.vstack([near]), np.vstack([a]), None) == [{NOOP: 1}]
-    th = ConsistencyThresholds(noop=0.99)
+    th = ConsistencyThresholds(noop=0.999)
     assert session_consistency(a, np.vstack([near]), np.vstack([a]), None, th) == [{}]
     assert session_consistency(a, np.vstack([np.full(4, np.nan), a]), np.vstack([a, a]), None) == [{}, {NOOP: 2}]
 
@@ -158,3 +161,16 @@ def test_precision_recall_of_the_session_checks():
     refs = check_reference_turns({"s1": {"reference_turns": [[], [1], [1, 3]]}, "s2": {"reference_turns": [[], []]}},
                                  {"s1": [[], [1], [1]], "s2": [[], [1]]})
     assert refs == {"planted": 2, "read": 1, "spurious": 1}
+
+
+def test_conflict_from_image_changes():
+    # turn 1 a -> b, turn 2 b -> c, turn 3 c -> c - (b - a): undoes turn 1's change
+    a, b, c = np.array([1.0, 0, 0]), np.array([0.6, 0.8, 0]), np.array([0.6, 0.0, 0.8])
+    undo = c - (b - a)
+    targets, effective = np.vstack([b, c, undo]), np.vstack([a, b, c])
+    d = change_directions(targets, effective)
+    assert np.allclose(d[0], b - a) and float(d[0] @ d[2] / np.linalg.norm(d[0]) / np.linalg.norm(d[2])) < -0.8
+    flags = session_consistency(a, targets, effective, d, ConsistencyThresholds(conflict=0.8))
+    assert flags[2] == {CONFLICT: 1} and flags[1] == {}
+    # an unknown target gives no direction
+    assert np.allclose(change_directions(np.vstack([np.full(3, np.nan)]), np.vstack([a])), 0)
