@@ -8,6 +8,7 @@ import random
 import pytest
 
 from annotation.models import Study, StudyItem
+from annotation.studies.truth import defects_found, planted_kinds
 from annotation.verdicts.adjudication import study_reliability
 from annotation.verdicts.state import study_counts
 from tests.browser.conftest import login
@@ -51,6 +52,11 @@ def test_staff_see_labour_and_reliability(page, live_server, adaptive_demo, shot
     assert page.inner_text("#count-spent") == str(counts["judgements"])
     assert page.inner_text("#count-saved") == str(counts["labour"]["saved"])
     assert "adaptive overlap" in page.inner_text("#labour")
+    # the share of the demo's planted defects found so far (its truth file, staff only)
+    defects = defects_found(study)
+    assert defects is not None and defects["planted"] > 0 and planted_kinds("demo")
+    assert page.inner_text("#defects-found") == f"{defects['found']} of {defects['planted']}"
+    assert defects["found"] + defects["missed"] + defects["open"] == defects["planted"]
     rows = page.locator("#reliability tbody tr")
     assert rows.count() == 3
     by_name = reliability.by_annotator
@@ -65,6 +71,7 @@ def test_staff_see_labour_and_reliability(page, live_server, adaptive_demo, shot
     assert (str(len(reliability.differs)) in differs) if reliability.differs else "agree on every item" in differs
     for width, height in ((1366, 768), (1920, 1080)):
         page.set_viewport_size({"width": width, "height": height})
+        shot(page, f"labour-{width}")
         page.locator("#reliability-title").scroll_into_view_if_needed()
         page.screenshot(path=str(shot(page, f"reliability-{width}").with_name(f"reliability-{width}-view.png")))
         box = page.locator("#reliability").bounding_box()

@@ -21,7 +21,7 @@ from audit.democheck import check_audit
 from retrieval.demo import check_judgements, check_reference_turns, check_session_flags
 from retrieval.models import Turn
 
-from .make_demo import truth_path
+from annotation.studies.truth import truth_path
 
 
 def majority_flags(dataset: str) -> dict[str, set[str]]:

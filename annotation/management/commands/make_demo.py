@@ -21,12 +21,9 @@ from retrieval.demo import build_demo_world
 from retrieval.demo_training import retriever_spec
 from retrieval.loader import load_parsed
 
+from annotation.studies.truth import truth_path
+
 from .train_demo_retriever import default_models_dir, default_steps, demo_checkpoints
-
-
-def truth_path(name: str) -> Path:
-    """The demo's truth file: every query's planted kind. Under var/, never under an image root."""
-    return Path(settings.VAR_DIR) / "demo" / f"{name}.truth.json"
 
 
 def demo_retrievers(seed: int, train_steps: int | None = None, stdout=None) -> list[str]:
