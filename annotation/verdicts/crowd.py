@@ -11,7 +11,10 @@ the model of the ``"reliability"`` policy).
 Each annotator has a known confusion matrix: ``sensitivity`` (P(says valid | the item is
 valid)) and ``specificity`` (P(says invalid | invalid)); a spammer answers valid or invalid
 at random. An item is served to annotators drawn at random from the team (no one twice), one
-at a time, while the rule's ``slots`` for its votes exceed the votes it has.
+at a time, while the rule's ``slots`` for its votes exceed the votes it has. Every strategy
+sees the same crowd (the same order and answers per item and seed), so adaptive 2->3 with
+majority decides every item exactly as fixed overlap 3 does: a third vote never overturns two
+agreeing ones.
 """
 from __future__ import annotations
 
@@ -95,20 +98,27 @@ class Outcome:
                 "accuracy": self.accuracy, "valid_recall": self.valid_recall}
 
 
+def answers(item: str, valid: bool, team: Sequence[Annotator], seed: int) -> list[Vote]:
+    """The item's answers in serving order: the team shuffled and each member's answer, drawn
+    from the item's own generator (seed and item), so that every strategy sees the same crowd
+    (common random numbers: strategies differ by their rules, not by their luck)."""
+    rng = random.Random(f"{seed}:{item}")
+    return [Vote(a.name, a.answer(valid, rng)) for a in rng.sample(list(team), len(team))]
+
+
 def collect(truth: Mapping[str, bool], strategy: Strategy, team: Sequence[Annotator],
-            rng: random.Random) -> dict[str, list[Vote]]:
+            seed: int) -> dict[str, list[Vote]]:
     """The votes each item gets under the strategy's quorum rule: served to one annotator
-    after another (drawn at random, no one twice) while the rule's slots exceed its votes."""
+    after another (:func:`answers`' order, no one twice) while the rule's slots exceed its votes."""
     rule = quorum_rule(strategy.overlap, None, strategy.maximum)
     if rule.most > len(team):
         raise ValueError(f"a team of {len(team)} cannot give {rule.most} votes per item")
     votes: dict[str, list[Vote]] = {}
     for item, valid in truth.items():
-        order = rng.sample(list(team), len(team))
+        stream = answers(item, valid, team, seed)
         got: list[Vote] = []
         while len(got) < rule.slots(False, None, got):
-            who = order[len(got)]
-            got.append(Vote(who.name, who.answer(valid, rng)))
+            got.append(stream[len(got)])
         votes[item] = got
     return votes
 
@@ -128,7 +138,7 @@ def decide_all(votes: Mapping[str, list[Vote]], strategy: Strategy) -> dict[str,
 def run_strategy(truth: Mapping[str, bool], strategy: Strategy, team: Sequence[Annotator] = TEAM,
                  seed: int = 0) -> Outcome:
     """One simulated study of the strategy on ``truth`` (item -> truly valid)."""
-    votes = collect(truth, strategy, team, random.Random(seed))
+    votes = collect(truth, strategy, team, seed)
     verdicts = decide_all(votes, strategy)
     validated = [i for i, v in verdicts.items() if v]
     return Outcome(strategy.name, len(truth), sum(truth.values()), sum(len(v) for v in votes.values()),
