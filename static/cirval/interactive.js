@@ -38,6 +38,7 @@
     if (!state.rounds.length) {
       const li = document.createElement("li");
       li.className = "muted small";
+      li.style.listStyle = "none";
       li.textContent = "nothing yet";
       ol.append(li);
     }

@@ -79,6 +79,7 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
             page.keyboard.press("Alt+1")  # pick result 1 while typing
             page.keyboard.press("Alt+i")  # inspect it beside the target
             assert page.is_visible("#inspect")
+            assert page.eval_on_selector("#inspect-img", "img => img.decode().then(() => img.naturalWidth)") > 0
             if n == 0:
                 shots(page, "interactive-inspect")
             page.keyboard.press("Escape")
@@ -86,6 +87,18 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
             picked = int(page.get_attribute("#results .iact-cand.picked", "data-id"))
             if n == 0:
                 shots(page, "interactive-round1")
+                # at 1366x768 the target, the feedback box and ten results (the default N) fit unscrolled
+                layout = page.evaluate("""() => {
+                    const grid = document.getElementById('results');
+                    const copies = [];
+                    for (let i = 1; i < 10; i++) { const c = grid.firstElementChild.cloneNode(true); copies.push(c); grid.append(c); }
+                    const bottom = (id) => document.getElementById(id).getBoundingClientRect().bottom;
+                    const out = {target: bottom('target-img'), feedback: bottom('send'), results: bottom('results'),
+                                 width: document.documentElement.scrollWidth, height: window.innerHeight};
+                    copies.forEach((c) => c.remove());
+                    return out; }""")
+                assert layout["height"] == 768 and layout["width"] <= 1366, layout
+                assert max(layout["target"], layout["feedback"], layout["results"]) <= 768, layout
             write_round(page, "now with two blue circles", 2)
             assert page.evaluate("document.body.dataset.ended") == "1"
             session = InteractiveSession.objects.filter(study=study).order_by("-id").first()
