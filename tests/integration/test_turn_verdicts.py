@@ -270,5 +270,7 @@ def test_adjudication_page_and_export_page_for_turns(judged, client, settings, t
                                                                 "circo_val_0000": 2}
     assert traces["cirr_val_0001"]["adjudication"]["decision"] == "rejected"
     assert traces["cirr_val_0001"]["turn_verdicts"]["turns_kept"] == 1
+    page = client.get(f"/exports/{job.pk}/").content.decode()
+    assert 'id="export-prefixes">2<' in page
     client.post(f"/studies/{judged.pk}/export/", {"sessions": "sparkle"})
     assert ExportJob.objects.filter(study=judged).count() == 1  # refused, nothing queued
