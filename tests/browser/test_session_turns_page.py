@@ -63,7 +63,12 @@ def test_filmstrip_names_the_effective_reference_and_staff_see_the_checks(page, 
     assert f"cosine ≥ {checks['thresholds']['noop']}" in table.inner_text()
     page.evaluate("""() => {
         for (const el of document.querySelectorAll('main > *')) { if (el.id !== 'sessions') el.style.display = 'none'; }
-        document.getElementById('session-checks').scrollIntoView();
+        document.getElementById('session-flagged').open = true;
     }""")
-    shot(page, "audit-session-checks")
+    page.locator("#session-checks").scroll_into_view_if_needed()
+    assert page.locator("#session-flagged tbody tr").first.is_visible()
+    full = shot(page, "audit-session-checks")
+    # the 1366x768 view itself: the checks' heading, table and the first flagged turns
+    page.locator("#session-checks").evaluate("el => el.previousElementSibling.previousElementSibling.scrollIntoView()")
+    page.screenshot(path=str(full.with_name("audit-session-checks-1366x768.png")))
     assert json.dumps(checks)  # the summary is JSON (the export reads it)

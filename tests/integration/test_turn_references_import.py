@@ -77,6 +77,20 @@ def test_the_loader_stores_the_references_on_the_turns(tmp_path):
     assert rows[("s1", 3)].reference_turns == [2] and rows[("s1", 4)].reference_turns == [1, 4]
     assert rows[("s1", 5)].reference_checks == [REF_NOT_EARLIER, KEEP_NAMES_NO_TURN, REF_LATER]
     assert rows[("s2", 2)].reference_turns == [] and rows[("s2", 2)].reference_checks == []
+    # staff read them on the query's page
+    from django.contrib.auth.models import Group
+    from django.test import Client
+
+    from annotation.roles import RESEARCHER
+    from tests.conftest import make_annotator
+
+    user = make_annotator("rita")
+    user.groups.add(Group.objects.get_or_create(name=RESEARCHER)[0])
+    client = Client()
+    client.force_login(user)
+    html = client.get(f"/datasets/fmt/queries/{rows[('s1', 5)].query_id}/").content.decode()
+    assert 'data-reference-turns="2"' in html and 'data-reference-turns="1,4"' in html
+    assert html.count('data-check="refers_to_later_turn"') == 1 and 'data-check="keep_names_no_turn"' in html
 
 
 def test_a_turn_without_references_keeps_its_digest():
