@@ -35,7 +35,7 @@ def main() -> None:
     django.setup()
     from django.conf import settings
 
-    from annotation.management.commands.make_demo import truth_path
+    from annotation.studies.truth import truth_path
     from audit.management.commands.audit_report import finished_run
     from retrieval.demo import check_session_flags
     from retrieval.embcache import EmbeddingCache
