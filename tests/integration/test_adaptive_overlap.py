@@ -201,3 +201,29 @@ def test_the_studys_consensus_option_drives_its_counts(study, tmp_path):
     differs = exported["validated"] - export_study(study, tmp_path / "maj", policy="majority").manifest["counts"]["validated"]
     assert weighted["status"]["validated"] - majority["status"]["validated"] == differs
     assert weighted["provenance"]["reliability"] + weighted["provenance"]["majority"] == majority["provenance"]["majority"]
+
+
+def test_the_late_rule_counts_the_opened_slot(study):
+    """A third annotator whose lease ran out still holds the slot the split opened while nobody
+    took it (not late); once someone else took it, their submit is late."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from annotation.assignment import queue as engine
+    from annotation.models import Assignment
+
+    study, _ = study
+    users = {n: get_user_model().objects.get(username=n) for n in ("ann1", "ann2", "ann3")}
+    first = engine.next_assignment(study, users["ann1"]).assignment
+    engine.submit(first, VALID)
+    second = engine.next_assignment(study, users["ann2"]).assignment
+    assert second.item_id == first.item_id
+    engine.submit(second, INVALID)
+    third = engine.next_assignment(study, users["ann3"]).assignment
+    assert third.item_id == first.item_id  # the split item comes first (closest to its slots)
+    Assignment.objects.filter(pk=third.pk).update(lease_expires=timezone.now() - timedelta(seconds=1))
+    engine.release_expired(study)
+    judgement = engine.submit(Assignment.objects.get(pk=third.pk), INVALID)
+    assert not judgement.late  # the opened slot was still free: counted
+    assert study_counts(study)["status"]["rejected"] == 1
