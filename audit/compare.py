@@ -7,7 +7,9 @@ session (a generated dataset, CIRCLED's LLM turns, the demo's synthetic ones) is
 For each audit, group and retriever the rows give, on the multimodal ranks of one history
 strategy, Hits@K per turn, Final Recall@K and AUC (:func:`retrieval.sessions.session_metrics`,
 the report's own rule) and the rank curve (:func:`retrieval.sessions.rank_curve`); the two
-charts draw every row as one series.
+charts draw every row as one series. Unless the page names audits to compare, the newest audit of
+each dataset sharing the run's images is shown beside it (sessions written over the demo's gallery
+beside the demo's own generated ones).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
 
-from retrieval.models import Turn
+from retrieval.models import Image, Turn
 from retrieval.sessions import STRATEGIES, rank_curve, session_metrics
 
 from audit import charts
@@ -81,15 +83,29 @@ def _charts(rows: list[dict[str, Any]], k: int) -> list[SafeString]:
     ]
 
 
-def compare_sessions(run: AuditRun, others: list[int], strategy: str | None = None) -> dict[str, Any] | None:
-    """The side-by-side section of ``run``'s report with the audits ``others`` (ids); None when
-    the run has no scored session."""
+def sharing_datasets(run: AuditRun) -> set[int]:
+    """Datasets that share image files (sha256) with the run's: re-imported sessions written
+    by people over the gallery a generated dataset was made from share its images."""
+    mine = Image.objects.filter(dataset_id=run.dataset_id).exclude(sha256="").values("sha256")
+    return set(Image.objects.filter(sha256__in=mine).exclude(dataset_id=run.dataset_id).order_by()
+               .values_list("dataset_id", flat=True).distinct())
+
+
+def compare_sessions(run: AuditRun, others: list[int] | None, strategy: str | None = None) -> dict[str, Any] | None:
+    """The side-by-side section of ``run``'s report with the audits ``others`` (ids; ``None``:
+    the newest audit of each dataset that shares the run's images); None when the run has no
+    scored session."""
     s = (run.summary or {}).get("sessions") or {}
     if not s.get("n_sessions"):
         return None
     k = int(s.get("k", run.k))
     strategy = strategy if strategy in STRATEGIES else s.get("filter_basis", {}).get("strategy") or "latest"
     choices = comparable_runs(run)
+    if others is None:
+        sharing, others = sharing_datasets(run), []
+        for r in choices:  # newest first: one audit per dataset
+            if r.dataset_id in sharing and all(r.dataset_id != o.dataset_id for o in choices if o.pk in others):
+                others.append(r.pk)
     chosen = [r for r in choices if r.pk in set(others)]
     rows = _rows_of(run, strategy, k)
     for other in chosen:

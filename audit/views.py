@@ -70,7 +70,8 @@ def audit_detail(request, pk: int):
     report = build_report(run) if run.status == AuditRun.Status.DONE else None
     compare = None
     if report is not None and report.get("sessions"):
-        others = [int(v) for v in request.GET.getlist("compare") if v.isdigit()]
+        asked = request.GET.getlist("compare")
+        others = [int(v) for v in asked if v.isdigit()] if "compare" in request.GET else None
         compare = compare_sessions(run, others, request.GET.get("strategy"))
     return render(request, "audit/detail.html", {"run": run, "report": report, "status": _status(run),
                                                  "compare": compare})

@@ -154,10 +154,14 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
     page = open_tab(browser, 1366, 768)
     try:
         login(page, live_server.url, "boss", "boss-pw")
-        page.goto(f"{live_server.url}/audits/{written.pk}/?compare={generated.pk}#sessions-compare")
+        page.goto(f"{live_server.url}/audits/{written.pk}/?compare=#sessions-compare")  # chosen: none
+        assert page.locator("#compare-table tbody tr").count() == 1
+        # by default the audit of the dataset whose gallery the sessions were written over stands beside them
+        page.goto(f"{live_server.url}/audits/{written.pk}/#sessions-compare")
         table = page.locator("#compare-table tbody tr")
         groups = [table.nth(i).get_attribute("data-group") for i in range(table.count())]
         assert groups == ["written by people", "generated"]
+        assert [table.nth(i).get_attribute("data-run") for i in range(2)] == [str(written.pk), str(generated.pk)]
         assert page.locator("#sessions-compare svg").count() == 2
         text = page.inner_text("#sessions-compare")
         assert "demo-people" in text and "Rank curve" in page.inner_html("#sessions-compare")
