@@ -91,6 +91,28 @@ def sharing_datasets(run: AuditRun) -> set[int]:
                .values_list("dataset_id", flat=True).distinct())
 
 
+def _default_others(run: AuditRun, choices: list[AuditRun]) -> list[int]:
+    """The newest audit (choices are newest first) of each dataset sharing the run's images."""
+    sharing = sharing_datasets(run)
+    newest: dict[int, int] = {}
+    for r in choices:
+        if r.dataset_id in sharing:
+            newest.setdefault(r.dataset_id, r.pk)
+    return list(newest.values())
+
+
+def _cells(rows: list[dict[str, Any]]) -> int:
+    """The table's cells of every row, one per turn up to the longest session of any row; the
+    longest session's length."""
+    l_max = max([len(r["hits"]) for r in rows] + [0])
+    numbers = {name: n for n, name in enumerate(dict.fromkeys(r["retriever"] for r in rows), start=1)}
+    for r in rows:
+        r["label"] = _label(r, numbers[r["retriever"]])
+        r["hit_cells"] = [f"{v:.3f}" if v is not None else "—" for v in r["hits"]] + ["—"] * (l_max - len(r["hits"]))
+        r["rank_text"] = " → ".join(f"{v:g}" if v is not None else "not retrieved" for v in r["ranks"])
+    return l_max
+
+
 def compare_sessions(run: AuditRun, others: list[int] | None, strategy: str | None = None) -> dict[str, Any] | None:
     """The side-by-side section of ``run``'s report with the audits ``others`` (ids; ``None``:
     the newest audit of each dataset that shares the run's images); None when the run has no
@@ -102,19 +124,11 @@ def compare_sessions(run: AuditRun, others: list[int] | None, strategy: str | No
     strategy = strategy if strategy in STRATEGIES else s.get("filter_basis", {}).get("strategy") or "latest"
     choices = comparable_runs(run)
     if others is None:
-        sharing, others = sharing_datasets(run), []
-        for r in choices:  # newest first: one audit per dataset
-            if r.dataset_id in sharing and all(r.dataset_id != o.dataset_id for o in choices if o.pk in others):
-                others.append(r.pk)
+        others = _default_others(run, choices)
     chosen = [r for r in choices if r.pk in set(others)]
     rows = _rows_of(run, strategy, k)
     for other in chosen:
         rows.extend(_rows_of(other, strategy, k))
-    l_max = max([len(r["hits"]) for r in rows] + [0])
-    numbers = {name: n for n, name in enumerate(dict.fromkeys(r["retriever"] for r in rows), start=1)}
-    for r in rows:  # the table's cells, one per turn up to the longest session of any row
-        r["label"] = _label(r, numbers[r["retriever"]])
-        r["hit_cells"] = [f"{v:.3f}" if v is not None else "—" for v in r["hits"]] + ["—"] * (l_max - len(r["hits"]))
-        r["rank_text"] = " → ".join(f"{v:g}" if v is not None else "not retrieved" for v in r["ranks"])
+    l_max = _cells(rows)
     return {"k": k, "strategy": strategy, "strategies": STRATEGIES, "rows": rows, "charts": _charts(rows, k),
             "choices": choices, "chosen": [r.pk for r in chosen], "turns": list(range(1, l_max + 1))}
