@@ -12,6 +12,7 @@ from django.db.models import Q
 from retrieval.jobs.models import Job
 from retrieval.models import Query
 
+from annotation.assignment.rules import SERVE_RANDOM, SERVE_SUSPICION
 from annotation.judging.rubric import Rubric, builtin_rubric
 from annotation.verdicts.consensus import QuorumRule, quorum_rule
 
@@ -76,6 +77,14 @@ class Study(models.Model):
     candidates = models.PositiveSmallIntegerField(
         default=20, validators=[MinValueValidator(0), MaxValueValidator(50)],
         help_text="Candidate images shown per single-turn item (0 to 50), the same number for every item.")
+    class ServeOrder(models.TextChoices):
+        RANDOM = SERVE_RANDOM, "random (the study's seeded shuffle)"
+        SUSPICION = SERVE_SUSPICION, "suspicion, highest first"
+
+    serve_order = models.CharField(
+        max_length=10, choices=ServeOrder.choices, default=ServeOrder.RANDOM,
+        help_text="Which fresh item an annotator gets first: the seeded shuffle, or the most suspicious "
+                  "(audit/suspicion.py; staff only, annotators are never told).")
     too_broad_threshold = models.PositiveSmallIntegerField(
         default=10, help_text="Ticked alternatives from which the page suggests QUERY_TOO_BROAD.")
     alternatives_rule = models.CharField(
@@ -155,11 +164,17 @@ class StudyItem(models.Model):
     candidates = models.JSONField(default=list, blank=True,
                                   help_text="The item's candidate panel (image ids), fixed once first shown.")
     candidates_source = models.CharField(max_length=200, blank=True, help_text="Where the panel came from (staff only).")
+    suspicion = models.FloatField(default=0.0, help_text="Suspicion score in [0, 1] (audit/suspicion.py; staff only).")
+    suspicion_parts = models.JSONField(default=dict, blank=True,
+                                       help_text="The score's parts and the run they came from (staff only).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["study", "query"], name="studyitem_unique_query")]
         indexes = [
             models.Index(fields=["study", "-agreement", "-taken", "order_key"], name="studyitem_queue"),
+            # The same queue served by suspicion (Study.serve_order), highest first.
+            models.Index(fields=["study", "-agreement", "-taken", "-suspicion", "order_key"],
+                         name="studyitem_suspicion_queue"),
             # The gold choice (annotation.assignment.queue._gold_choice) and the gold count of
             # "next item": gold rows only, in serving order, so neither scans the study.
             models.Index(fields=["study", "order_key", "id"], condition=models.Q(gold=True), name="studyitem_gold"),

@@ -54,10 +54,14 @@ def run_room_import(job_id: int) -> str:
 def fill_candidates(study_id: int) -> int:
     """Fix the candidate panel of every item of a study that has none, in queue order: sent
     when the study is created, when an audit of its dataset finishes and when the web tier
-    serves an item without a panel (the web tier never computes one)."""
+    serves an item without a panel (the web tier never computes one). Then the study's
+    suspicion scores are computed again (:mod:`annotation.studies.suspicion`)."""
     from annotation.judging.candidates import fill_study_candidates
+    from annotation.studies.suspicion import refresh_suspicion
 
-    return fill_study_candidates(study_id)
+    filled = fill_study_candidates(study_id)
+    refresh_suspicion(study_id)  # the same audit's ranks and pool: the suspicion scores follow the panels
+    return filled
 
 
 def send_export(job_id: int) -> bool:

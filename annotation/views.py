@@ -127,7 +127,7 @@ def upcoming(request, study_id: int):
     mine = Assignment.objects.filter(study=study, annotator=request.user).values("item_id")
     nxt = (
         StudyItem.objects.filter(free_slot_q(study, None), study=study).exclude(id__in=mine)
-        .order_by("-agreement", "-taken", "order_key").select_related("query").first()
+        .order_by(*engine.queue_order(study)).select_related("query").first()
     )
     refs: list[dict] = []
     if nxt is not None:

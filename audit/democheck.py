@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from retrieval.demo import precision_recall
+from retrieval.demo import HUMAN_EXPECTED, PLANTED_SHARES, precision_recall
 
+from .suspicion import TOP_SHARE, queue_precision
 from .labels import BOTH_UNIMODAL, COMPOSITION_REQUIRED, IMAGE_ONLY, SHORTCUT_SOLVABLE, TEXT_ONLY, UNRESOLVED
 
 #: What the audit should say about each planted kind: ``(label, details)``; a query of
@@ -34,3 +35,19 @@ def check_audit(kinds: dict[Any, str], labels: dict[Any, str], details: dict[Any
         found = {q for q in labels if labels[q] == label and (wanted is None or details.get(q) in wanted)}
         out[kind] = precision_recall({q for q in labels if kinds.get(q) == kind}, found)
     return out
+
+
+#: The planted defects the suspicion queue is measured on: every planted kind (the flawed
+#: queries, and the shortcut ones the audit let through), and those a human should flag.
+SUSPICION_DEFECTS: dict[str, frozenset[str]] = {
+    "planted": frozenset(PLANTED_SHARES),
+    "human": frozenset(HUMAN_EXPECTED),
+}
+
+
+def check_suspicion(kinds: dict[Any, str], scores: dict[Any, float | None],
+                    share: float = TOP_SHARE) -> dict[str, dict[str, Any]]:
+    """Precision and recall of the top ``share`` of the suspicion queue (``scores``: query ->
+    score, the queries of the queue) against each set of :data:`SUSPICION_DEFECTS`."""
+    return {name: queue_precision(scores, {q for q in scores if kinds.get(q) in wanted}, share)
+            for name, wanted in SUSPICION_DEFECTS.items()}

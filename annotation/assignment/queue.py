@@ -17,7 +17,8 @@ from django.db.models import Count, Exists, F, FilteredRelation, Max, OuterRef, 
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from annotation.assignment.rules import Candidate, Choice, choose_gold, choose_next, gold_due, nothing_to_serve
+from annotation.assignment.rules import (SERVE_SUSPICION, Candidate, Choice, choose_gold, choose_next, gold_due,
+                                        nothing_to_serve, queue_fields)
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
@@ -157,12 +158,14 @@ def next_assignment(study: Study, user, now=None) -> Served:
         # item's votes (agreement items: everyone, in the rules)
         items = list(
             _with_earlier(open_items.filter(free_slot_q(study, None)), user)
-            .annotate(open_left=left).order_by("-agreement", "-taken", "order_key")
+            .annotate(open_left=left).order_by(*queue_order(study))
             .select_for_update(skip_locked=True, of=("self",))[:CANDIDATES]
         )
+        by_suspicion = serves_by_suspicion(study)
         candidates = [
             Candidate(item_id=i.pk, overlap=item_slots(study, False, i.extra_slots, None), completed=i.completed,
-                      reserved=i.taken - i.completed, in_agreement_subset=i.agreement, order_key=i.order_key)
+                      reserved=i.taken - i.completed, in_agreement_subset=i.agreement, order_key=i.order_key,
+                      priority=i.suspicion if by_suspicion else 0.0)
             for i in items
         ]
         choice = choose_next(candidates, n_annotators=n_annotators)
@@ -171,6 +174,16 @@ def next_assignment(study: Study, user, now=None) -> Served:
             if not choice.served:
                 return Served(None, choice.rule)
         return _reserve(study, user, choice, now, counts, {i.pk: i for i in items}.get(choice.item))
+
+
+def serves_by_suspicion(study: Study) -> bool:
+    """Whether the study serves its fresh items by suspicion, highest first (``Study.serve_order``)."""
+    return study.serve_order == SERVE_SUSPICION
+
+
+def queue_order(study: Study) -> tuple[str, ...]:
+    """The study's serving order (:func:`annotation.assignment.rules.queue_fields`)."""
+    return queue_fields(study.serve_order)
 
 
 #: The first turn's columns read with an item for serving (``turn1_<column>``): a single-turn

@@ -16,7 +16,8 @@ Rules, in order:
    CIRCUS agreement study: same items, individual orders).
 3. ``closest_to_overlap`` / ``fresh_item``: other items, closest to completing their
    overlap first: smallest remaining capacity ``N - completed - reserved``, then highest
-   ``completed + reserved``, then ``order_key``, then ``item_id`` (deterministic). The
+   ``completed + reserved``, then highest ``priority`` (the suspicion score in a study served
+   by suspicion, else 0), then ``order_key``, then ``item_id`` (deterministic). The
    rule is ``fresh_item`` when the chosen item has no judgement and no lease yet.
 4. ``skipped_item``: items this annotator skipped come back last, once nothing else is
    left (agreement items first, then the same preference as rule 3).
@@ -42,6 +43,9 @@ SKIPPED_ITEM = "skipped_item"
 GOLD_ITEM = "gold_item"
 TRAINING_ITEM = "training_item"
 QUEUE_EMPTY = "queue_empty"
+#: How a study serves its fresh items (``Study.serve_order``).
+SERVE_RANDOM = "random"
+SERVE_SUSPICION = "suspicion"
 ALL_SLOTS_RESERVED = "all_slots_reserved"
 
 
@@ -53,7 +57,8 @@ class Candidate:
     ``reserved``: active (unexpired) leases held by *other* annotators;
     ``judged_by_me`` / ``skipped_by_me``: this annotator's history with the item;
     ``in_agreement_subset``: everyone in the study must judge it; ``order_key``: a
-    stable sort key (position in the pool, or in this annotator's shuffled order).
+    stable sort key (position in the pool, or in this annotator's shuffled order);
+    ``priority``: served first when higher, after the overlap rule (the suspicion score).
     """
 
     item_id: Hashable
@@ -64,6 +69,7 @@ class Candidate:
     skipped_by_me: bool = False
     in_agreement_subset: bool = False
     order_key: Any = 0
+    priority: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("overlap", "completed", "reserved"):
@@ -86,6 +92,16 @@ class Choice:
         return self.item is not None
 
 
+def queue_fields(serve_order: str) -> tuple[str, ...]:
+    """THE order items are read in for serving, as SQL ordering fields: agreement items, then
+    the items closest to their overlap, then (``SERVE_SUSPICION``) the highest suspicion
+    score, then the study's seeded order: the database side of :func:`_preference` (the
+    indexes ``studyitem_queue`` and ``studyitem_suspicion_queue`` follow it)."""
+    if serve_order == SERVE_SUSPICION:
+        return ("-agreement", "-taken", "-suspicion", "order_key")
+    return ("-agreement", "-taken", "order_key")
+
+
 def target_overlap(c: Candidate, n_annotators: int | None = None) -> int:
     """N for this item: ``n_annotators`` for agreement-subset items when given, else ``overlap``."""
     if c.in_agreement_subset and n_annotators is not None:
@@ -100,7 +116,7 @@ def capacity_left(c: Candidate, n_annotators: int | None = None) -> int:
 
 def _preference(c: Candidate, n_annotators: int | None) -> tuple[Any, ...]:
     progress = c.completed + c.reserved
-    return (capacity_left(c, n_annotators), -progress, c.order_key, c.item_id)
+    return (capacity_left(c, n_annotators), -progress, -c.priority, c.order_key, c.item_id)
 
 
 def _by_id(candidates: Sequence[Candidate]) -> dict[Hashable, Candidate]:

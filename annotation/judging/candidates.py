@@ -27,7 +27,8 @@ from django.db import connection
 
 from retrieval.models import Query
 
-from annotation.models import StudyItem
+from annotation.assignment.rules import queue_fields
+from annotation.models import Study, StudyItem
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +160,9 @@ def _send_fill(study_id: int) -> bool:
 def fill_study_candidates(study_id: int, batch: int = 200) -> int:
     """Store the panel of every item of a study that has none, in queue order (the items
     annotators reach first are filled first); a worker task, never run by the web tier."""
+    serve_order = Study.objects.filter(pk=study_id).values_list("serve_order", flat=True).first() or ""
     qs = StudyItem.objects.filter(study_id=study_id, candidates_source="", query__n_turns=1).select_related(
-        "study", "query").order_by("-agreement", "-taken", "order_key")
+        "study", "query").order_by(*queue_fields(serve_order))
     done = 0
     while True:
         chunk = list(qs[:batch])

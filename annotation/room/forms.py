@@ -36,10 +36,10 @@ class RolesForm(forms.Form):
 class StudySettingsForm(forms.ModelForm):
     class Meta:
         model = Study
-        fields = ["overlap", "quorum", "adaptive_max", "consensus", "lease_minutes", "gold_rate", "training_items", "too_fast_seconds", "straight_run",
+        fields = ["overlap", "quorum", "serve_order", "adaptive_max", "consensus", "lease_minutes", "gold_rate", "training_items", "too_fast_seconds", "straight_run",
                   "guidelines"]
         labels = {"overlap": "Overlap (annotators per item)",
-                  "quorum": "Quorum (current judgements before an item is decided; empty: the overlap)", "gold_rate": "Gold rate (0–1)",
+                  "quorum": "Quorum (current judgements before an item is decided; empty: the overlap)", "gold_rate": "Gold rate (0–1)", "serve_order": "Serve fresh items by",
                   "adaptive_max": "Adaptive overlap: at most this many annotators, one more while they disagree "
                                   "(empty: a fixed overlap)",
                   "consensus": "Consensus (majority, or weighted by the annotators' Dawid-Skene reliability)",

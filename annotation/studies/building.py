@@ -49,6 +49,7 @@ class StudySpec:
     adaptive_max: int | None = None  # adaptive overlap: more annotators, up to this many, where they disagree
     consensus: str = "majority"  # the study's consensus policy: majority or reliability (Dawid-Skene weighted)
     interactive: dict | None = None  # an interactive study: annotation.interactive.rules.InteractiveSettings fields
+    serve_order: str = "random"  # "random" (the seeded shuffle) or "suspicion" (highest first; annotation.assignment.rules)
 
 
 def latest_audit(dataset: Dataset):
@@ -203,7 +204,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
             name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
             lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by, candidates=spec.candidates,
             quorum=spec.quorum, session_rule=session_rule, adaptive_max=spec.adaptive_max, consensus=spec.consensus,
-            interactive=interactive,
+            interactive=interactive, serve_order=spec.serve_order,
             pool={
                 "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
                 "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,
@@ -244,6 +245,8 @@ def annotator_users(usernames: Iterable[str]) -> list:
 def _check_numbers(spec: StudySpec) -> None:
     if spec.overlap < 1:
         raise StudyError("overlap must be at least 1")
+    if spec.serve_order not in Study.ServeOrder.values:
+        raise StudyError(f"serve order must be one of {', '.join(Study.ServeOrder.values)}")
     if not 0 <= int(spec.candidates) <= MAX_CANDIDATES:
         raise StudyError(f"candidates must be between 0 and {MAX_CANDIDATES}")
     if spec.adaptive_max is not None and spec.adaptive_max <= spec.overlap:

@@ -14,7 +14,7 @@ PURE = [
     "retrieval/encoders.py", "retrieval/specs.py", "retrieval/embcache.py", "retrieval/demo.py", "retrieval/demo_training.py",
     "retrieval/imagefiles.py",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "retrieval" / "importers").glob("*.py")),
-    "audit/labels.py", "audit/democheck.py", "audit/rankfiles.py", "audit/runs/encoding.py",
+    "audit/labels.py", "audit/democheck.py", "audit/suspicion.py", "audit/rankfiles.py", "audit/runs/encoding.py",
     "annotation/agreement/maths.py", "annotation/agreement/circus.py", "annotation/judging/rubric.py", "annotation/assignment/rules.py",
     "annotation/studies/sampling.py", "annotation/verdicts/consensus.py", "annotation/verdicts/turns.py", "annotation/verdicts/reliability.py", "annotation/verdicts/crowd.py", "annotation/quality/signals.py", "retrieval/fusion.py",
     "annotation/alternatives/payload.py", "annotation/alternatives/decisions.py", "annotation/alternatives/agreement.py",

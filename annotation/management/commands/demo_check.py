@@ -3,7 +3,10 @@
 Prints precision and recall per planted kind: for the newest finished audit of the demo
 dataset (:data:`audit.democheck.AUDIT_EXPECTED`) and, where any exist, for the current
 judgements of finished assignments (:data:`retrieval.demo.HUMAN_EXPECTED`; a query
-counts as flagged when more than half of its judgements raise the flag).
+counts as flagged when more than half of its judgements raise the flag). The suspicion
+section: precision and recall of the top 20 % of the validity study's suspicion queue
+(the scores stored on its items) against the planted defects
+(:func:`audit.democheck.check_suspicion`).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from annotation.verdicts.crowd import compare, demo_truth_validity, labour_table
 from annotation.verdicts.state import study_counts
 from audit.models import AuditLabel
 from audit.management.commands.audit_report import finished_run
-from audit.democheck import check_audit
+from audit.democheck import check_audit, check_suspicion
 from retrieval.demo import check_judgements, check_reference_turns, check_session_flags
 from retrieval.models import Turn
 
@@ -79,6 +82,29 @@ def _write_sessions(out, report: dict | None) -> None:
               + ", ".join(f"{c} {n}" for c, n in report["reference_flags"].items()))
 
 
+def suspicion_report(name: str, kinds: dict[str, str]) -> dict | None:
+    """:func:`audit.democheck.check_suspicion` of the demo's validity study (None without one)."""
+    study = Study.objects.filter(name=f"{name}-validity").first()
+    if study is None:
+        return None
+    scores = dict(study.items.filter(query__n_turns=1).values_list("query__external_id", "suspicion"))
+    return {"study": study.name, "served_by_suspicion": study.serve_order == Study.ServeOrder.SUSPICION,
+            **check_suspicion(kinds, scores)}
+
+
+def write_suspicion(out, report: dict | None) -> None:
+    """The suspicion section of the text report."""
+    if report is None:
+        out.write("suspicion: no validity study")
+        return
+    first = report["planted"]
+    out.write(f"suspicion (study {report['study']}: top {first['share']:.0%} of a queue of {first['queue']})")
+    out.write(f"  {'defects':<14}{'planted':>8}{'top':>7}{'hits':>6}{'precision':>11}{'recall':>8}")
+    for name in ("planted", "human"):
+        s = report[name]
+        out.write(f"  {name:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
+
+
 def _fmt(v) -> str:
     return "   -" if v is None else f"{v:.2f}"
 
@@ -106,6 +132,7 @@ class Command(BaseCommand):
         if flags:
             report["human"] = check_judgements(kinds, flags)
         report["labour"] = labour_report(truth, opts["name"])
+        report["suspicion"] = suspicion_report(opts["name"], kinds)
         if opts["format"] == "json":
             self.stdout.write(json.dumps(report, indent=2))
             return
@@ -120,6 +147,7 @@ class Command(BaseCommand):
                                   f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
         _write_sessions(self.stdout, report["sessions"])
         self.write_labour(report["labour"])
+        write_suspicion(self.stdout, report["suspicion"])
 
     def write_labour(self, labour: dict) -> None:
         """Issue 25 item 5: the simulated crowd's labour figures, and the demo studies' own."""

@@ -17,6 +17,7 @@ from audit.models import AuditRun
 from audit.runs.planning import create_run
 from audit.runs.dispatch import run_inline
 from annotation.studies.building import StudySpec, create_study
+from annotation.studies.suspicion import refresh_suspicion
 from retrieval.demo import build_demo_world
 from retrieval.demo_training import retriever_spec
 from retrieval.loader import load_parsed
@@ -96,6 +97,7 @@ class Command(BaseCommand):
                 study, info = create_study(spec)
                 if spec.interactive is None:
                     fill_study_candidates(study.pk)  # the candidate panels, fixed before anyone looks
+                    refresh_suspicion(study.pk)  # the suspicion scores (staff only), from the same audit
                 self.stdout.write(f"Study {study.name!r}: {info['items']} items, overlap {study.overlap}.")
         self.stdout.write(self.style.SUCCESS(f"Demo ready in {time.monotonic() - started:.1f} s. Accounts:"))
         for username, password, role in accounts:

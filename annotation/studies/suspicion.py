@@ -1,0 +1,62 @@
+"""A study's suspicion scores (:mod:`audit.suspicion`), stored on its items for serving and staff pages.
+
+:func:`refresh_suspicion` computes every single-turn item's score from the newest finished
+audit of its query (:func:`audit.runs.suspicion.audit_signals`) and the item's counted
+judgements (the annotators' disagreement), and stores it on the item (``suspicion``, with
+its parts in ``suspicion_parts``), so that serving by suspicion reads one indexed column.
+It runs on a worker after the candidate panels are filled (``annotation.tasks.fill_candidates``:
+when a study is built and when an audit of its dataset finishes), in ``make_demo``, from
+``manage.py suspicion`` and from the staff's button on the suspicion page. Sessions have no
+score (0). Annotators never see any of it.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from django.db import transaction
+
+from audit.runs.suspicion import audit_signals
+from audit.suspicion import PARTS, WEIGHTS, Signals, score
+
+from annotation.models import StudyItem
+from annotation.verdicts.state import counted_judgements
+
+
+def item_votes(study_id: int) -> dict[int, tuple[bool, ...]]:
+    """item -> the validated/not answers of its counted judgements (those that say either)."""
+    out: dict[int, list[bool]] = {}
+    for item, validated in counted_judgements(study_id).filter(validated__isnull=False).values_list(
+            "assignment__item_id", "validated"):
+        out.setdefault(item, []).append(bool(validated))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def item_suspicion(signals: Signals, votes: tuple[bool, ...], run: int | None) -> tuple[float, dict[str, Any]]:
+    """(score, what is stored beside it) of one item: 0 when no part could be computed."""
+    value, parts = score(replace(signals, votes=votes))
+    return (value or 0.0), {"parts": parts, "run": run, "rivals": signals.rivals, "votes": len(votes),
+                            "scored": value is not None}
+
+
+def refresh_suspicion(study_id: int, batch: int = 500) -> int:
+    """Compute and store the score of every single-turn item of a study; returns how many were scored."""
+    items = list(StudyItem.objects.filter(study_id=study_id, query__n_turns=1).only("pk", "query_id"))
+    votes = item_votes(study_id)
+    scored = 0
+    for start in range(0, len(items), batch):
+        chunk = items[start:start + batch]
+        signals = audit_signals([i.query_id for i in chunk])
+        for item in chunk:
+            run, sig = signals.get(item.query_id, (None, Signals(ranks=(), n_gallery=0)))
+            item.suspicion, item.suspicion_parts = item_suspicion(sig, votes.get(item.pk, ()), run)
+            scored += item.suspicion_parts["scored"]
+        with transaction.atomic():
+            StudyItem.objects.bulk_update(chunk, ["suspicion", "suspicion_parts"], batch_size=batch)
+    return scored
+
+
+def part_rows(parts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The parts of a stored item for a page: name, value (None: not computed) and weight."""
+    values = (parts or {}).get("parts") or {}
+    return [{"name": name, "value": values.get(name), "weight": WEIGHTS[name]} for name in PARTS]

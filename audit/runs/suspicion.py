@@ -1,0 +1,184 @@
+"""The signals of :mod:`audit.suspicion` for many single-turn queries, read from a finished audit.
+
+Ranks and top lists come from the audit's rank rows; the pool the breadth part reads comes
+through :func:`pool_lists` (one function, so the part follows the candidate pool); the
+text-image cosines come from the embedding cache the audit filled (nothing is encoded here:
+a text or image the cache lacks leaves that retriever out of the consistency part).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from retrieval.galleries import gallery_image_ids, query_gallery_keys
+from retrieval.models import Image, Query, Target, Turn, turn_text
+
+from ..models import AuditRank, AuditRun
+from ..suspicion import Signals, consensus_rivals
+from .panels import latest_pool_rankings
+
+logger = logging.getLogger(__name__)
+
+
+def pool_lists(query_ids: Sequence[int]) -> dict[int, tuple[int, list[list[int]]]]:
+    """query id -> (audit run, the pool's multimodal top lists): what the breadth part reads
+    (:func:`audit.runs.panels.latest_pool_rankings`, the candidate pool's source)."""
+    return latest_pool_rankings(list(query_ids))
+
+
+def _facts(query_ids: Sequence[int]) -> tuple[dict[int, int], dict[int, str], dict[int, set[int]]]:
+    """Reference image, first turn's text (its captions, as stored) and target ids per query."""
+    refs: dict[int, int] = {}
+    texts: dict[int, list] = {}
+    for qid, ref, t in Turn.objects.filter(query_id__in=query_ids, index=1).values_list(
+            "query_id", "reference_image_id", "texts"):
+        refs[qid], texts[qid] = ref, t
+    targets: dict[int, set[int]] = {}
+    for qid, image in Target.objects.filter(query_id__in=query_ids).values_list("query_id", "image_id"):
+        targets.setdefault(qid, set()).add(image)
+    return refs, texts, targets
+
+
+def _positives(query_ids: Sequence[int]) -> dict[int, list[int]]:
+    """The positive targets of each query (:meth:`retrieval.models.Query.positive_targets`, the target rule)."""
+    out: dict[int, list[int]] = {}
+    for query in Query.objects.filter(pk__in=query_ids).select_related("dataset").prefetch_related("targets"):
+        out[query.pk] = [t.image_id for t in query.positive_targets(list(query.targets.all()))]
+    return out
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    return m / np.where(norms > 0, norms, 1.0)
+
+
+def _embedding_parts(run: AuditRun, spec: str, query_ids: Sequence[int], facts: dict[str, dict]
+                     ) -> dict[int, tuple[float, float]]:
+    """query -> (cos(text, best positive) - cos(text, reference), the rival gap in standard
+    deviations of the gallery's multimodal scores) under one retriever, from its cache."""
+    from .execution import _cache, _retriever
+
+    retriever = _retriever(spec)
+    cache = _cache(retriever)
+    refs, positives, galleries = facts["refs"], facts["positives"], facts["galleries"]
+    wanted = {i for q in query_ids for i in (refs.get(q), *positives.get(q, ()), *galleries.get(q, ())) if i}
+    sha = dict(Image.objects.filter(pk__in=wanted).values_list("pk", "sha256"))
+    keys = sorted({v for v in sha.values() if v})
+    vec = dict(zip(keys, _unit(cache.get_many("image", keys).matrix)))
+    words = {q: turn_text(facts["texts"].get(q) or [], run.caption_join) for q in query_ids}
+    unique = sorted({w for w in words.values() if w})
+    tvec = dict(zip(unique, _unit(cache.get_many("text", unique).matrix)))
+    matrices: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # one matrix per gallery (shared lists)
+    out: dict[int, tuple[float, float]] = {}
+    for q in query_ids:
+        gallery = galleries.get(q, [])
+        if id(gallery) not in matrices:
+            rows = [(i, vec.get(sha.get(i, ""))) for i in gallery]
+            rows = [(i, v) for i, v in rows if _ok(v)]
+            matrices[id(gallery)] = (np.array([i for i, _ in rows], dtype=np.int64),
+                                     np.stack([v for _, v in rows]) if rows else np.zeros((0, 1), np.float32))
+        got = _one_query(retriever, tvec.get(words[q]), vec, sha, refs.get(q), positives.get(q, []), matrices[id(gallery)])
+        if got is not None:
+            out[q] = got
+    return out
+
+
+def _ok(v: np.ndarray | None) -> bool:
+    return v is not None and not np.isnan(v).any()
+
+
+def _one_query(retriever, text: np.ndarray | None, vec: dict, sha: dict, ref: int | None, positives: list[int],
+               gallery: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
+    """(consistency delta, rival gap) of one query, or None when an embedding is missing.
+    ``gallery``: (image ids, their unit embeddings) of the query's gallery."""
+    import torch
+
+    r = vec.get(sha.get(ref, ""))
+    targets = [v for v in (vec.get(sha.get(i, "")) for i in positives) if _ok(v)]
+    if not (_ok(text) and _ok(r) and targets):
+        return None
+    delta = max(float(text @ t) for t in targets) - float(text @ r)
+    ids, matrix = gallery
+    keep = ~np.isin(ids, [i for i in (ref, *positives) if i is not None])
+    if keep.sum() < 2:
+        return delta, float("nan")
+    query = retriever.compose(torch.from_numpy(r[None, :].copy()), torch.from_numpy(text[None, :].copy()))
+    query = query.detach().cpu().numpy()[0]
+    scores = matrix[keep] @ query
+    best_target = max(float(t @ query) for t in targets)
+    std = float(scores.std())
+    return delta, (float(scores.max()) - best_target) / std if std > 0 else 0.0
+
+
+def embedding_signals(run: AuditRun, query_ids: Sequence[int], facts: dict[str, dict]
+                      ) -> dict[int, tuple[list[float], list[float]]]:
+    """query -> (consistency deltas, rival gaps), one of each per computed retriever of ``run``
+    whose embeddings are cached (imported rank files have none)."""
+    out: dict[int, tuple[list[float], list[float]]] = {q: ([], []) for q in query_ids}
+    external = set(run.external_retrievers or [])
+    for spec in run.retrievers:
+        if spec in external:
+            continue
+        try:
+            got = _embedding_parts(run, spec, query_ids, facts)
+        except Exception:  # a retriever that cannot be opened here: the parts go without it
+            logger.warning("suspicion: no embeddings of %s", spec, exc_info=True)
+            continue
+        for q, (delta, gap) in got.items():
+            out[q][0].append(delta)
+            if not np.isnan(gap):
+                out[q][1].append(gap)
+    return out
+
+
+def _galleries(query_ids: Sequence[int]) -> dict[int, list[int]]:
+    """query -> the image ids its gallery holds (:mod:`retrieval.galleries`), each gallery read once."""
+    keys = query_gallery_keys(query_ids)
+    datasets = dict(Query.objects.filter(pk__in=query_ids).values_list("pk", "dataset_id"))
+    read: dict[tuple, list[int]] = {}
+    out: dict[int, list[int]] = {}
+    for q, key in keys.items():
+        at = (datasets[q], key)
+        if at not in read:
+            read[at] = gallery_image_ids(datasets[q], key, order="id", readable=True)
+        out[q] = read[at]
+    return out
+
+
+def audit_signals(query_ids: Sequence[int]) -> dict[int, tuple[int, Signals]]:
+    """query -> (audit run, signals without votes) of every single-turn query the newest
+    finished audit ranked. Queries no audit ranked are left out."""
+    pools = pool_lists(query_ids)
+    if not pools:
+        return {}
+    qids = list(pools)
+    refs, texts, targets = _facts(qids)
+    facts = {"refs": refs, "texts": texts, "positives": _positives(qids), "galleries": _galleries(qids)}
+    by_run: dict[int, list[int]] = {}
+    for q, (run_id, _) in pools.items():
+        by_run.setdefault(run_id, []).append(q)
+    out: dict[int, tuple[int, Signals]] = {}
+    for run in AuditRun.objects.filter(pk__in=by_run):
+        some = by_run[run.pk]
+        ranks: dict[int, list[tuple]] = {}
+        for q, mm, text, image in AuditRank.objects.filter(run=run, query_id__in=some).order_by(
+                "query_id", "retriever").values_list("query_id", "mm", "text", "image"):
+            ranks.setdefault(q, []).append((mm, text, image))
+        emb = embedding_signals(run, some, facts)
+        for q in some:
+            lists = pools[q][1]
+            positives = facts["positives"].get(q, [])
+            rivals = consensus_rivals(lists, [_list_rank(top, positives) for top in lists],
+                                      targets.get(q, set()) | {refs.get(q)})
+            deltas, gaps = emb.get(q, ([], []))
+            out[q] = (run.pk, Signals(ranks=tuple(ranks.get(q, ())), n_gallery=len(facts["galleries"].get(q, ())),
+                                      rivals=rivals, consistency=tuple(deltas), gaps=tuple(gaps)))
+    return out
+
+
+def _list_rank(top: list[int], positives: list[int]) -> int | None:
+    """1-based position of the first positive in a top list (None: not in it)."""
+    wanted = set(positives)
+    return next((n + 1 for n, image in enumerate(top) if image in wanted), None)
