@@ -193,3 +193,22 @@ def study_progress_page(request, study_id: int):
         "study": study, "progress": progress, "verdicts": counts, "labour": counts["labour"],
         "reliability": reliability, "exportable": exportable,
         "defects": defects_found(study) if exportable else None})
+
+
+@staff_required
+def study_suspicion_page(request, study_id: int):
+    """Staff only: the study's items by suspicion score, highest first, with the score's parts
+    (:mod:`annotation.studies.suspicion`); POST computes the scores again."""
+    from annotation.studies.suspicion import PART_HELP, part_rows, refresh_suspicion
+
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    if request.method == "POST":
+        n = refresh_suspicion(study.pk)
+        messages.success(request, f"Suspicion computed again: {n} items scored.")
+        return redirect("annotation:study_suspicion", study_id=study.pk)
+    items = list(study.items.filter(query__n_turns=1).select_related("query").order_by("-suspicion", "order_key")
+                 .only("pk", "suspicion", "suspicion_parts", "completed", "query__external_id")[:500])
+    rows = [{"item": i, "parts": part_rows(i.suspicion_parts), "meta": i.suspicion_parts or {}} for i in items]
+    return render(request, "annotation/suspicion.html", {
+        "study": study, "rows": rows, "part_help": PART_HELP, "by_suspicion": engine.serves_by_suspicion(study),
+        "total": study.items.filter(query__n_turns=1).count(), "exportable": has_verdicts(study.rubric.rubric)})

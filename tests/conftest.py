@@ -157,6 +157,19 @@ def demo_models_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("demo-models")
 
 
+#: Steps of the demo retrievers that tests needing a working audit train (2-step models leave
+#: almost every query unresolved): trained once per test session (:func:`trained_demo_models`).
+TRAINED_STEPS = 150
+
+
+@pytest.fixture(scope="session")
+def trained_demo_models(tmp_path_factory) -> Path:
+    """Where the demo retrievers trained for :data:`TRAINED_STEPS` go: the first make_demo
+    that points DEMO_MODELS_DIR here (with DEMO_TRAIN_STEPS = TRAINED_STEPS) trains them, the
+    later ones reuse them (test_blind_panel, test_suspicion)."""
+    return tmp_path_factory.mktemp("trained-demo-models")
+
+
 #: Tests hash passwords with a fast hasher (Django's advice for test suites): PBKDF2's million
 #: rounds cost about 0.3 s a hash on a quiet core, and the suite hashes hundreds (demo accounts,
 #: logins). PBKDF2 stays listed, so hashes made before (a session-wide demo_db) still verify.

@@ -42,6 +42,7 @@ from annotation.verdicts.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from retrieval.models import Image
 from annotation.judging.payloads import image_ref
+from annotation.studies.suspicion import part_rows
 from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
 from annotation.agreement.reports import ReportError, default_bootstrap, report_csv_rows, safe_rows, study_report
 
@@ -309,6 +310,7 @@ def adjudication_item_page(request, study_id: int, item_id: int):
         "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
         "rubric": study.rubric.rubric, "candidates": _candidate_rows(study, item),
         "session_rule": verdicts.describe_session(),
+        "suspicion": part_rows(item.suspicion_parts) if item.suspicion_parts else [],
     })
 
 

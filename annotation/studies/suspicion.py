@@ -56,7 +56,20 @@ def refresh_suspicion(study_id: int, batch: int = 500) -> int:
     return scored
 
 
+#: What each part says, for the staff pages (the formulas: :mod:`audit.suspicion`).
+PART_HELP: dict[str, str] = {
+    "margin": "unimodal margin: the multimodal rank no better than the text-only or image-only one",
+    "retrievers": "the retrievers disagree with the labelled target (its multimodal rank, on a log scale)",
+    "spread": "how far the retrievers' ranks differ (shown, not counted)",
+    "gap": "another image fits the query better than the target (in standard deviations)",
+    "breadth": "pool images that every retriever ranks above the target",
+    "consistency": "the text does not point at the target rather than at the reference",
+    "votes": "the annotators disagree (two votes or more)",
+}
+
+
 def part_rows(parts: dict[str, Any]) -> list[dict[str, Any]]:
     """The parts of a stored item for a page: name, value (None: not computed) and weight."""
     values = (parts or {}).get("parts") or {}
-    return [{"name": name, "value": values.get(name), "weight": WEIGHTS[name]} for name in PARTS]
+    return [{"name": name, "value": values.get(name), "weight": WEIGHTS[name], "help": PART_HELP[name]}
+            for name in PARTS]

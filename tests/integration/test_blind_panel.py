@@ -19,23 +19,18 @@ from annotation.roles import ANNOTATOR
 from audit.models import AuditLabel, AuditRank
 from audit.runs.panels import candidate_panel, latest_pool_rankings
 from retrieval.models import Target, Turn
+from tests.conftest import TRAINED_STEPS
 
 pytestmark = pytest.mark.django_db
 
 CATEGORIES = ("composition_required", "unresolved")
-BLIND_TRAIN_STEPS = 150
-
-
-@pytest.fixture(scope="module")
-def trained_models_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("blind-demo-models")
 
 
 @pytest.fixture(params=[64])
-def demo_study(request, settings, trained_models_dir, demo_images, demo_embeddings):
+def demo_study(request, settings, trained_demo_models, demo_images, demo_embeddings):
     # retrievers trained long enough that the audit finds both shortcut-free categories
-    # (2-step models leave almost every query unresolved): trained once for this module
-    settings.DEMO_MODELS_DIR, settings.DEMO_TRAIN_STEPS = trained_models_dir, BLIND_TRAIN_STEPS
+    # (2-step models leave almost every query unresolved): trained once for the session
+    settings.DEMO_MODELS_DIR, settings.DEMO_TRAIN_STEPS = trained_demo_models, TRAINED_STEPS
     settings.IMAGE_ROOTS = [demo_images.resolve()]  # the world drawn once per session, its embeddings cached
     settings.EMBEDDING_CACHE_DIR = demo_embeddings
     # the audit's top-list size (AUDIT_CANDIDATES_N = 64 by default once every run stores it;
@@ -124,3 +119,31 @@ def test_annotators_see_the_panel_but_never_the_rule_or_the_source(demo_study, c
     assert staff["staff"]["served_by"] and staff["staff"]["panel_source"].startswith("audit ")
     client.force_login(admin)
     assert "served by" in client.get(f"/annotate/{study.pk}/", follow=True).content.decode()
+
+
+def test_annotators_never_see_the_suspicion_score_nor_the_serving_order(demo_study, client):
+    """Issue 25: a study served by suspicion tells its annotators nothing of it: no score, no
+    part, no serving order in the item payload, the study API or the pages; the staff's
+    suspicion page is closed to them."""
+    study = demo_study
+    study.serve_order = Study.ServeOrder.SUSPICION
+    study.save(update_fields=["serve_order"])
+    scored = list(study.items.filter(suspicion_parts__scored=True))
+    assert scored and len({i.suspicion for i in scored}) > 1  # make_demo stored the scores
+    user = get_user_model().objects.get(username="annotator1")
+    api = APIClient()
+    api.force_authenticate(user)
+    body = api.post(f"/api/studies/{study.pk}/next/").json()
+    item = study.items.get(assignments__pk=body["assignment"])
+    assert item.suspicion == max(i.suspicion for i in study.items.filter(agreement=False, gold=False)) or item.agreement
+    texts = [json.dumps(body), json.dumps(api.get(f"/api/assignments/{body['assignment']}/").json()),
+             json.dumps(api.get(f"/api/studies/{study.pk}/").json()), json.dumps(api.get("/api/studies/").json()),
+             json.dumps(api.get(f"/api/studies/{study.pk}/progress/").json())]
+    client.force_login(user)
+    for url in (f"/annotate/{study.pk}/", f"/annotate/{study.pk}/history/", "/annotate/"):
+        texts.append(client.get(url, follow=True).content.decode())
+    secrets = ("suspicion", "serve_order", "rivals", "consistency", repr(item.suspicion))
+    for text in texts:
+        for secret in secrets:
+            assert secret not in text, secret
+    assert client.get(f"/studies/{study.pk}/suspicion/").status_code in (302, 403)

@@ -129,3 +129,25 @@ def test_a_study_without_gold_items_never_pays_for_the_gold_query(study):
                            content_type="application/json").status_code == 201
     assert Assignment.objects.filter(annotator=user).count() == 24
     assert max(counts[19:]) <= max(counts[1:19]) <= NEXT_MAX, counts
+
+
+def test_next_item_served_by_suspicion_keeps_the_budget(study, django_assert_max_num_queries):
+    """Issue 25: serving by suspicion reads the score stored on the item (an indexed column),
+    so "next item" costs what it costs in the seeded order."""
+    study.serve_order = Study.ServeOrder.SUSPICION
+    study.gold_rate, study.training_items = 0, 0
+    study.save(update_fields=["serve_order", "gold_rate", "training_items"])
+    StudyItem.objects.filter(study=study).update(agreement=False)
+    client, user = _client(study, "by-suspicion")
+    engine.study_sizes(study)
+    fresh = study.items.filter(gold=False)
+    expected = list(fresh.order_by("-suspicion", "order_key").values_list("pk", flat=True)[:4])
+    served = []
+    for _ in range(4):
+        with django_assert_max_num_queries(NEXT_MAX):
+            body = client.post(f"/api/studies/{study.pk}/next/").json()
+        a = Assignment.objects.get(pk=body["assignment"])
+        served.append(a.item_id)
+        with django_assert_max_num_queries(SUBMIT_MAX):
+            client.post(f"/api/assignments/{a.pk}/judgements/", ANSWER, content_type="application/json")
+    assert served == expected
