@@ -14,7 +14,7 @@ from annotation import roles
 
 from annotation.assignment import queue as engine
 from annotation.verdicts.state import annotator_share
-from annotation.models import Assignment
+from annotation.models import Assignment, Study
 from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
 from annotation.quality.gold import feedback_message, training_feedback
 from annotation.permissions import member_study, membership, own_assignment, visible_studies, writable_assignment
@@ -32,7 +32,7 @@ def study_dict(study, user) -> dict:
         data["progress"] = annotator_share(study, user)
     if roles.is_admin(user) or roles.is_researcher(user):
         data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
-                    adaptive_max=study.adaptive_max, consensus=study.consensus,
+                    adaptive_max=study.adaptive_max, consensus=study.consensus, serve_order=study.serve_order,
                     items=study.items.count(), pool=study.pool, candidates=study.candidates,
                     interactive=study.interactive)
     return data
@@ -60,6 +60,8 @@ class StudyCreateSerializer(serializers.Serializer):
                                                   "alpha, target_view (annotation.interactive.rules).")
     adaptive_max = serializers.IntegerField(min_value=2, max_value=50, required=False, allow_null=True, default=None)
     consensus = serializers.ChoiceField(choices=["majority", "reliability"], default="majority")
+    serve_order = serializers.ChoiceField(choices=Study.ServeOrder.values, default=Study.ServeOrder.RANDOM,
+                                          help_text="random, or suspicion: the most suspicious fresh item first.")
 
 
 @extend_schema(request=StudyCreateSerializer, responses={200: dict, 201: dict})

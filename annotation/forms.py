@@ -17,6 +17,7 @@ from annotation.interactive.rules import (
     TARGET_VIEWS,
 )
 from annotation.judging.rubric import builtin_rubrics
+from annotation.models import Study
 from annotation.studies.building import StudySpec
 
 
@@ -37,6 +38,10 @@ class StudyForm(forms.Form):
         choices=[("majority", "majority"), ("reliability", "reliability-weighted (Dawid-Skene)")], initial="majority",
         help_text="How pages and exports decide an item by default; reliability-weighted consensus lets a reliable "
                   "annotator outweigh unreliable ones, and is shown beside the majority wherever they differ.")
+    serve_order = forms.ChoiceField(
+        choices=Study.ServeOrder.choices, initial=Study.ServeOrder.RANDOM, label="Serve fresh items by",
+        help_text="Suspicion: the most suspicious fresh item first (scores from the newest audit; staff see them on the "
+                  "study's suspicion page, annotators never do).")
     session_reject = forms.ChoiceField(
         required=False, choices=[("majority", "majority of reject flags"), ("any", "any reject flag")], initial="majority",
         label="Session rule: reject when",
@@ -103,6 +108,7 @@ class StudyForm(forms.Form):
             lease_minutes=d["lease_minutes"], annotators=[u.username for u in d["annotators"]],
             quorum=d.get("quorum"), session_rule=self._session_rule(d), candidates=20 if d["candidates"] is None else d["candidates"],
             adaptive_max=d.get("adaptive_max"), consensus=d.get("consensus") or "majority",
+            serve_order=d.get("serve_order") or Study.ServeOrder.RANDOM,
             interactive=self._interactive(d),
         )
 

@@ -69,3 +69,18 @@ def test_overlap_still_comes_before_the_score(circo):
     engine.submit(first, {"category": "VALIDATED", "time_spent_ms": 900})
     # the second annotator completes that item before starting a fresh one
     assert engine.next_assignment(study, users[1]).assignment.item_id == top.pk
+
+
+def test_staff_choose_the_order_when_creating_a_study(circo, admin_client):
+    from django.contrib.auth import get_user_model
+
+    api = APIClient()
+    api.force_authenticate(get_user_model().objects.get(username="admin"))
+    r = api.post("/api/studies/", {"name": "api-by-score", "datasets": ["circo"], "total": 5, "serve_order": "suspicion"},
+                 format="json")
+    assert r.status_code == 201, r.content
+    assert r.json()["serve_order"] == "suspicion" and Study.objects.get(name="api-by-score").serve_order == "suspicion"
+    bad = api.post("/api/studies/", {"name": "x", "datasets": ["circo"], "serve_order": "loudest"}, format="json")
+    assert bad.status_code == 400
+    page = admin_client.get(f"/studies/{Study.objects.get(name='api-by-score').pk}/progress/").content.decode()
+    assert "Served in suspicion order" in page
