@@ -227,3 +227,37 @@ def test_the_late_rule_counts_the_opened_slot(study):
     judgement = engine.submit(Assignment.objects.get(pk=third.pk), INVALID)
     assert not judgement.late  # the opened slot was still free: counted
     assert study_counts(study)["status"]["rejected"] == 1
+
+
+def test_changing_the_maximum_in_the_settings_recomputes_the_opened_slots(study):
+    from django.forms.models import model_to_dict
+    from django.test import Client
+    from django.urls import reverse
+
+    from annotation.room.forms import StudySettingsForm
+
+    study, _ = study
+    api1, api2 = _api("ann1"), _api("ann2")
+    a1 = api1.post(f"/api/studies/{study.pk}/next/").json()
+    api1.post(f"/api/assignments/{a1['assignment']}/judgements/", VALID, format="json")
+    a2 = api2.post(f"/api/studies/{study.pk}/next/").json()
+    api2.post(f"/api/assignments/{a2['assignment']}/judgements/", INVALID, format="json")
+    item = StudyItem.objects.get(assignments__pk=a1["assignment"])
+    item.refresh_from_db()
+    assert item.extra_slots == 1
+    staff = Client()
+    staff.force_login(get_user_model().objects.get(username="boss"))
+    url = reverse("room:study_settings", kwargs={"study_id": study.pk})
+    fields = {k: ("" if v is None else v) for k, v in model_to_dict(study, fields=StudySettingsForm.Meta.fields).items()}
+    r = staff.post(url, {**fields, "adaptive_max": ""})
+    assert r.status_code == 302 and r.url.endswith(f"/{study.pk}/"), r.url  # a fixed overlap of 2
+    item.refresh_from_db()
+    study.refresh_from_db()
+    assert item.extra_slots == 0 and not study.quorum_rule.adaptive
+    assert study_counts(study)["status"]["adjudication"] == 1  # a 1-1 split under a fixed overlap of 2: a tie
+    refused = staff.post(url, {**fields, "adaptive_max": "2"})
+    assert refused.status_code == 200 and b"More than the overlap" in refused.content
+    assert staff.post(url, {**fields, "adaptive_max": "3"}).status_code == 302
+    item.refresh_from_db()
+    study.refresh_from_db()
+    assert item.extra_slots == 1 and study_counts(study)["pending"] == 1, (study.adaptive_max, study_counts(study))
