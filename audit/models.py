@@ -162,6 +162,14 @@ class AuditRank(models.Model):
         default=list, blank=True,
         help_text="Image ids of the top AUDIT_CANDIDATES_N multimodal results, best first (targets and reference included).",
     )
+    top_text = models.JSONField(default=list, blank=True,
+                                help_text="Image ids of the top AUDIT_CANDIDATES_N text-only results, best first.")
+    top_image = models.JSONField(default=list, blank=True,
+                                 help_text="Image ids of the top AUDIT_CANDIDATES_N image-only results, best first.")
+    top_near = models.JSONField(
+        default=list, blank=True,
+        help_text="Image ids of the AUDIT_CANDIDATES_N images nearest the positive targets and the reference "
+                  "(image to image), best first.")
     reference_ahead = models.JSONField(
         default=dict, blank=True,
         help_text="Per modality, per positive (the *_all order): whether the reference scored >= it (protocols that keep it).",

@@ -10,7 +10,16 @@ Two objectives, both contrastive (InfoNCE with open_clip's learnable temperature
 * ``captions``: each image against its scene description (:func:`retrieval.demo.describe_scene`);
 * ``compositions``: the composed query ``normalise(normalise(image(ref)) + normalise(text(edit)))``
   (:func:`retrieval.encoders.compose_embeddings`, the audit's composition) against the
-  target image, the other targets of the same reference being the hard negatives.
+  target image, the other targets of the same reference being the hard negatives;
+* ``broad``: the composed query of an edit that leaves the new value open ("change the
+  colour of the circle", "use another background": :func:`retrieval.demo._broad`) against
+  *every* image it allows (multi-positive InfoNCE). Without it the retriever ranks one
+  guess and the candidate pool misses the other images that fit such a query (issue 25);
+* ``neighbours``: image to image, each reference against its one-edit variants (its edits'
+  and broad edits' targets, multi-positive), and each variant against its reference; the
+  other variants of the same reference (two edits away) count neither way. It makes "one
+  edit away" the nearest images, so the images near a labelled target (and its reference)
+  are the ones a candidate pool needs.
 
 :data:`DEMO_MODELS` names the two models of the demo pool: ``compose`` (both objectives)
 and ``caption`` (captions only: what a shortcut-prone retriever looks like).
@@ -40,11 +49,13 @@ import torch.nn.functional as F
 
 from retrieval import encoders
 from retrieval.specs import spec_string
-from retrieval.demo import EDIT_TYPES, _pick_edit, describe_edit, describe_scene, random_scene, render_scene, scene_key
+from retrieval.demo import EDIT_TYPES, _broad, _pick_edit, describe_edit, describe_scene, random_scene, render_scene, scene_key
 
 DEMO_CONFIG = "cirval-demo"
 #: name -> training objectives
-DEMO_MODELS: dict[str, tuple[str, ...]] = {"compose": ("captions", "compositions"), "caption": ("captions",)}
+DEMO_MODELS: dict[str, tuple[str, ...]] = {"compose": ("captions", "compositions", "broad", "neighbours"),
+                                           "caption": ("captions",)}
+OBJECTIVES = ("captions", "compositions", "broad", "neighbours")
 DEFAULT_STEPS = 500
 _EDITS_PER_REF = 4
 
@@ -54,16 +65,21 @@ class TrainingSplit:
     """Rendered training scenes as model inputs, with captions and compositions.
 
     ``images``: ``[N, 3, H, W]`` preprocessed; ``captions[i]`` describes image ``i``;
-    ``groups[g]`` = ``(ref index, [(edit text, target index), ...])``.
+    ``groups[g]`` = ``(ref index, [(edit text, target index), ...])``; ``broad[g]`` =
+    ``(broad edit text, [every target index])`` of group ``g``'s reference, or None (only when
+    drawn with ``broad``).
     """
 
     images: torch.Tensor
     captions: list[str]
     groups: list[tuple[int, list[tuple[str, int]]]]
+    broad: list[tuple[str, list[int]] | None] | None = None
 
 
-def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 128) -> TrainingSplit:
-    """Draw ``n_refs`` references with up to four edits each from the training generator."""
+def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 128, broad: bool = False) -> TrainingSplit:
+    """Draw ``n_refs`` references with up to four edits each from the training generator;
+    with ``broad``, also one broad edit per reference and every image it allows (from a
+    generator of its own, so the other draws stay the same)."""
     rng = random.Random(f"demo-train:{seed}")
     scenes: dict[str, int] = {}
     ordered: list[dict[str, Any]] = []
@@ -88,8 +104,16 @@ def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 12
                 break
         if len(comps) == _EDITS_PER_REF:
             groups.append((index(ref), comps))
+    broad_groups = None
+    if broad:
+        broad_rng = random.Random(f"demo-train-broad:{seed}")
+        broad_groups = []
+        for ref_index, _ in groups:
+            drawn = _broad(ordered[ref_index], broad_rng)
+            broad_groups.append(None if drawn is None else (drawn[1], [index(s) for s in drawn[2]]))
     images = torch.stack([preprocess(render_scene(s, image_size, seed)) for s in ordered])
-    return TrainingSplit(images=images, captions=[describe_scene(s) for s in ordered], groups=groups)
+    return TrainingSplit(images=images, captions=[describe_scene(s) for s in ordered], groups=groups,
+                         broad=broad_groups)
 
 
 @contextlib.contextmanager
@@ -114,24 +138,76 @@ def _clip_loss(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> torch.T
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
+def _batch_broad(split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]) -> list[tuple[int, str, list[int]]]:
+    """(ref index, broad text, target indices) of the batch's groups, when an objective reads them."""
+    if not ({"broad", "neighbours"} & set(objectives)) or not split.broad:
+        return []
+    return [(split.groups[g][0], *split.broad[g]) for g in batch if split.broad[g] is not None]
+
+
+def _composition_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int], img: torch.Tensor,
+                      scale: torch.Tensor, pos: dict[int, int]) -> torch.Tensor:
+    """Composed query (reference + edit text) against its target, the batch's images the candidates."""
+    comps = [c for g in batch for c in split.groups[g][1]]
+    txt = model.encode_text(tokenizer([t for t, _ in comps]))
+    ref_rows = torch.tensor([pos[split.groups[g][0]] for g in batch for _ in split.groups[g][1]])
+    query = encoders.compose_embeddings(img[ref_rows], txt)
+    return F.cross_entropy(scale * query @ img.T, torch.tensor([pos[t] for _, t in comps]))
+
+
 def _step_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]) -> torch.Tensor:
     """The loss of one batch of reference groups."""
     refs = [split.groups[g][0] for g in batch]
     comps = [c for g in batch for c in split.groups[g][1]]
-    image_ids = list(dict.fromkeys(refs + [t for _, t in comps]))
+    broad = _batch_broad(split, batch, objectives)
+    image_ids = list(dict.fromkeys(refs + [t for _, t in comps] + [t for b in broad for t in b[2]]))
     pos = {i: n for n, i in enumerate(image_ids)}
     img = F.normalize(model.encode_image(split.images[image_ids]), dim=-1)
     scale = model.logit_scale.exp().clamp(max=100)
     cap = F.normalize(model.encode_text(tokenizer([split.captions[i] for i in image_ids])), dim=-1)
     loss = _clip_loss(img, cap, scale)
     if "compositions" in objectives:
-        txt = model.encode_text(tokenizer([t for t, _ in comps]))
-        ref_rows = torch.tensor([pos[split.groups[g][0]] for g in batch for _ in split.groups[g][1]])
-        query = encoders.compose_embeddings(img[ref_rows], txt)
-        logits = scale * query @ img.T
-        target = torch.tensor([pos[t] for _, t in comps])
-        loss = loss + F.cross_entropy(logits, target)
+        loss = loss + _composition_loss(model, tokenizer, split, batch, img, scale, pos)
+    if broad and "broad" in objectives:
+        loss = loss + _broad_loss(model, tokenizer, img, scale, pos, broad)
+    if "neighbours" in objectives:
+        variants = {split.groups[g][0]: [t for _, t in split.groups[g][1]] for g in batch}
+        for ref, _, targets in broad:
+            variants[ref] = variants.get(ref, []) + targets
+        loss = loss + _neighbour_loss(img, scale, pos, variants)
     return loss
+
+
+def _neighbour_loss(img: torch.Tensor, scale: torch.Tensor, pos: dict[int, int], variants: dict[int, list[int]]) -> torch.Tensor:
+    """Image-to-image multi-positive InfoNCE: a reference's positives are its one-edit
+    ``variants``, a variant's its reference; other variants of the same reference and the
+    image itself are left out of the softmax."""
+    n = len(img)
+    positive = torch.zeros((n, n), dtype=torch.bool)
+    ignore = torch.eye(n, dtype=torch.bool)
+    for ref, targets in variants.items():
+        rows = [pos[ref]] + [pos[t] for t in targets]
+        ignore[torch.tensor(rows)[:, None], torch.tensor(rows)[None, :]] = True
+        for t in targets:
+            positive[pos[ref], pos[t]] = positive[pos[t], pos[ref]] = True
+    ignore &= ~positive
+    anchors = positive.any(dim=1)
+    logits = (scale * img @ img.T).masked_fill(ignore, float("-inf"))
+    loss = torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~positive, float("-inf")), dim=1)
+    return loss[anchors].mean()
+
+
+def _broad_loss(model: Any, tokenizer: Any, img: torch.Tensor, scale: torch.Tensor, pos: dict[int, int],
+                broad: list[tuple[int, str, list[int]]]) -> torch.Tensor:
+    """Multi-positive InfoNCE of broad edits: ``-log`` of the softmax mass on every image the
+    edit allows, against the batch's images."""
+    txt = model.encode_text(tokenizer([text for _, text, _ in broad]))
+    query = encoders.compose_embeddings(img[torch.tensor([pos[r] for r, _, _ in broad])], txt)
+    logits = scale * query @ img.T
+    allowed = torch.zeros_like(logits, dtype=torch.bool)
+    for n, (_, _, targets) in enumerate(broad):
+        allowed[n, [pos[t] for t in targets]] = True
+    return (torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~allowed, float("-inf")), dim=1)).mean()
 
 
 def train_model(
@@ -149,15 +225,15 @@ def train_model(
     """Train one demo model and save its state_dict at ``out_path``; returns the file's sha256."""
     from tqdm import tqdm
 
-    unknown = set(objectives) - {"captions", "compositions"}
+    unknown = set(objectives) - set(OBJECTIVES)
     if unknown or not objectives:
-        raise ValueError(f"objectives must be 'captions' and/or 'compositions', not {objectives!r}")
+        raise ValueError(f"objectives must be among {', '.join(OBJECTIVES)}, not {objectives!r}")
     if steps < 1:
         raise ValueError("steps must be >= 1")
     with deterministic(seed):
         model, _, preprocess = open_clip.create_model_and_transforms(config, pretrained=None, device="cpu")
         tokenizer = open_clip.get_tokenizer(config)
-        split = training_split(seed, n_refs, preprocess)
+        split = training_split(seed, n_refs, preprocess, broad=bool({"broad", "neighbours"} & set(objectives)))
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
         order = random.Random(f"demo-batches:{seed}")

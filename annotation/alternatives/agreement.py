@@ -1,7 +1,8 @@
 """Agreement on ticked alternatives. Pure: no Django.
 
 Every (item, candidate) pair is one binary unit: 1 when an annotator ticked the candidate,
-0 when an annotator with a current judgement of the item saw it and did not. Over those
+0 when an annotator with a current judgement of the item saw it and did not (a candidate on
+a page that never opened for that annotator, :mod:`.paging`, is no rating). Over those
 units: Krippendorff's alpha (nominal), raw (pairwise) agreement and the prevalence of ticks,
 each with a percentile bootstrap interval (units resampled, seeded). Beside them: how many
 alternatives each query gained under the study's consensus rule.
@@ -12,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from annotation.alternatives.paging import shown_candidates
 from annotation.agreement.maths import (
     Ratings,
     Undefined,
@@ -23,7 +25,9 @@ from annotation.agreement.maths import (
 
 CONVENTIONS: tuple[str, ...] = (
     "Units: every (item, candidate) pair of the item's fixed candidate panel; each annotator "
-    "with a current judgement of the item rates every candidate 1 (ticked) or 0 (not ticked).",
+    "with a current judgement of the item rates every candidate shown to them 1 (ticked) or 0 "
+    "(not ticked); pages open one by one while a page brings a tick, so the candidates of pages "
+    "that never opened for an annotator are not rated by them.",
     "Krippendorff's alpha: nominal, over the units with two or more ratings. Raw agreement: "
     "the share of agreeing rating pairs per unit, averaged over units. Prevalence: the share "
     "of ratings that are ticks.",
@@ -33,15 +37,19 @@ CONVENTIONS: tuple[str, ...] = (
 
 
 def candidate_units(
-    panels: Mapping[Any, Sequence[int]], ticks: Mapping[Any, Mapping[str, Sequence[int]]]
+    panels: Mapping[Any, Sequence[int]], ticks: Mapping[Any, Mapping[str, Sequence[int]]],
+    page_size: int | None = None,
 ) -> list[tuple[str, str, int]]:
     """(unit, annotator, 0/1) triples: ``panels`` item -> candidates, ``ticks`` item ->
-    annotator -> ticked candidates (every annotator with a current judgement)."""
+    annotator -> ticked candidates (every annotator with a current judgement). With
+    ``page_size``, only the candidates each annotator was shown (:func:`.paging.shown_candidates`)."""
     triples: list[tuple[str, str, int]] = []
     for item, by in ticks.items():
+        panel = list(panels.get(item, ()))
         for annotator, ticked in by.items():
             chosen = set(ticked)
-            triples.extend((f"{item}:{c}", annotator, int(c in chosen)) for c in panels.get(item, ()))
+            shown = panel if page_size is None else shown_candidates(panel, chosen, page_size)
+            triples.extend((f"{item}:{c}", annotator, int(c in chosen)) for c in shown)
     return triples
 
 

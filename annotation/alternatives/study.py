@@ -11,6 +11,7 @@ from annotation.alternatives.agreement import CONVENTIONS, candidate_units, dist
 from annotation.models import AlternativeDecision, Study, StudyItem
 from annotation.verdicts.state import counted_judgements
 from annotation.alternatives.decisions import Alternative, decide_alternatives
+from annotation.alternatives.paging import PAGE_SIZE
 
 
 def item_ticks(study: Study, item_ids: Iterable[int] | None = None) -> tuple[dict[int, list[int]], dict[int, dict[str, list[int]]]]:
@@ -73,7 +74,7 @@ def alternatives_report(study: Study, names: dict[str, str] | None = None, n_boo
         "rule": study.alternatives_rule,
         "candidates_per_item": study.candidates,
         "too_broad_threshold": study.too_broad_threshold,
-        "agreement": unit_agreement(candidate_units(panels, renamed), n_boot=n_boot, seed=seed),
+        "agreement": unit_agreement(candidate_units(panels, renamed, PAGE_SIZE), n_boot=n_boot, seed=seed),
         "accepted_per_query": distribution(accepted_per_item),
         "ticked": rows[:200],
         "conventions": list(CONVENTIONS),

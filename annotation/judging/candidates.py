@@ -27,13 +27,11 @@ from django.db import connection
 
 from retrieval.models import Query
 
+from annotation.alternatives.paging import PAGE_SIZE  # noqa: F401  (re-exported: pages and the API read it here)
 from annotation.assignment.rules import queue_fields
 from annotation.models import Study, StudyItem
 
 logger = logging.getLogger(__name__)
-
-#: Candidates shown per page of the annotator's panel.
-PAGE_SIZE = 10
 
 
 #: The worker task that fills a study's missing panels (``annotation.tasks.fill_candidates``).

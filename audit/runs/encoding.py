@@ -301,7 +301,11 @@ class ThreeRanks:
     order given. ``extra[field][q]``: ranks of the graded-only targets (CIRR's soft
     ones). ``group[field][q]``: rank within the query's group (CIRR's ``img_set``) or
     ``None``. ``top_mm[q]``: the multimodal top list (gallery rows, best first; targets
-    and the reference included). ``ahead[field][q][i]``: whether the reference scores >=
+    and the reference included); ``top_text[q]``/``top_image[q]`` the text-only and
+    image-only top lists, ``top_near[q]`` the images nearest the query's positive targets
+    and its reference (image to image, :func:`near_targets`; [] without a positive in the
+    gallery); together they are the candidate pool
+    (:func:`audit.runs.panels.pool_lists`). ``ahead[field][q][i]``: whether the reference scores >=
     positive ``i`` (protocols that keep the reference add it to the rank).
     """
 
@@ -314,6 +318,39 @@ class ThreeRanks:
     extra: dict[str, list[list[int | None]]] = field(default_factory=dict)
     group: dict[str, list[int | None]] = field(default_factory=dict)
     ahead: dict[str, list[list[bool]]] = field(default_factory=dict)
+    top_text: list[list[int]] = field(default_factory=list)
+    top_image: list[list[int]] = field(default_factory=list)
+    top_near: list[list[int]] = field(default_factory=list)
+
+
+def _top_rows(topk: torch.Tensor) -> list[list[int]]:
+    """Gallery rows of a top-k index matrix, padding (-1) dropped."""
+    return [[i for i in row if i >= 0] for row in topk.tolist()]  # tolist() gives ints
+
+
+def near_targets(gallery: torch.Tensor, positives: Sequence[Sequence[int]], top_k: int,
+                 references: Sequence[int | None] | None = None) -> list[list[int]]:
+    """Per query, the ``top_k`` gallery rows nearest its labelled targets and its reference
+    (image to image: the gallery ranked by ``normalise(normalise(mean of the positives) +
+    reference)``, the reference left out where a query has none in the gallery); [] for a
+    query without a positive in the gallery. An image that fits the query as well as its
+    target is one edit from both: nearer to that pair than to either alone."""
+    import torch.nn.functional as F
+
+    having = [n for n, pos in enumerate(positives) if pos]
+    out: list[list[int]] = [[] for _ in positives]
+    if not having or top_k <= 0 or not len(gallery):
+        return out
+    rows = []
+    for n in having:
+        q = F.normalize(gallery[torch.as_tensor(list(positives[n]), dtype=torch.long)].float().mean(0), dim=-1)
+        ref = references[n] if references is not None else None
+        rows.append(q if ref is None else q + gallery[int(ref)].float())
+    queries = F.normalize(torch.stack(rows), dim=-1).to(gallery.device)
+    res = rank_queries(queries, gallery, [[] for _ in having], None, top_k=min(top_k, len(gallery)))
+    for n, row in zip(having, _top_rows(res.topk)):
+        out[n] = row
+    return out
 
 
 def rank_three(
@@ -344,18 +381,19 @@ def rank_three(
         "image": image_emb.to(device),
     }
     results = {
-        name: rank_queries(q, gallery, positives, exclude, top_k=panel_k if name == "mm" else 0,
+        name: rank_queries(q, gallery, positives, exclude, top_k=panel_k,
                            return_per_positive=True, groups=groups, extra=extra, references=references)
         for name, q in queries.items()
     }
-    top = [[i for i in row if i >= 0] for row in results["mm"].topk.tolist()]  # tolist() gives ints
     return ThreeRanks(
-        results["mm"].best_rank, results["text"].best_rank, results["image"].best_rank, top,
+        results["mm"].best_rank, results["text"].best_rank, results["image"].best_rank, _top_rows(results["mm"].topk),
         time.perf_counter() - started,
         all={n: r.per_positive_ranks or [] for n, r in results.items()},
         extra={n: r.extra_ranks or [] for n, r in results.items()},
         group={n: r.group_rank or [None] * len(positives) for n, r in results.items()},
         ahead={n: r.reference_ahead or [[] for _ in positives] for n, r in results.items()},
+        top_text=_top_rows(results["text"].topk), top_image=_top_rows(results["image"].topk),
+        top_near=near_targets(gallery, positives, panel_k, references),
     )
 
 

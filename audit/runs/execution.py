@@ -343,6 +343,7 @@ def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTarg
         "graded": graded if t.extras else {},
         "subset": {f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
         "top_mm": [g_ids[j] for j in ranks.top_mm[n]],
+        **{f"top_{m}": [g_ids[j] for j in getattr(ranks, f"top_{m}")[n]] for m in ("text", "image", "near")},
         "reference_ahead": {f: _expand(t.positives, index_of, ranks.ahead[f][n]) for f in RANK_FIELDS},
     }
 

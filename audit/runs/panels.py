@@ -1,5 +1,13 @@
 """The candidate panel of a query (fused from the audit's top lists) and session ranks, read by
-the annotation app."""
+the annotation app.
+
+The candidate *pool* of a query is every retriever's top lists in the three modalities
+(multimodal, text only, image only) plus the images nearest its labelled targets (image to
+image), :data:`POOL_FIELDS` of each :class:`~audit.models.AuditRank` row. The panel fuses them
+by reciprocal rank (:func:`retrieval.fusion.candidate_list`): every list counts the same, so
+an image's place depends on its ranks, never on which modality or retriever found it, and
+nothing of it reads the audit's label or the targets' ranks.
+"""
 from __future__ import annotations
 
 from retrieval.fusion import Candidates, candidate_list, seeded_padding
@@ -10,28 +18,39 @@ from ..models import AuditRank, AuditRun, AuditSessionRank
 from .base import SESSION_FILTER_BASIS
 
 
+#: The top lists of an audit rank row that make a query's candidate pool.
+POOL_FIELDS = ("top_mm", "top_text", "top_image", "top_near")
+
+
+def pool_lists(*tops: list[int] | None) -> list[list[int]]:
+    """The non-empty top lists of one rank row (:data:`POOL_FIELDS` order): rows written
+    before the other modalities were kept, or imported from a rank file, have ``top_mm`` only;
+    a query without a target in the gallery has no ``top_near``."""
+    return [list(top) for top in tops if top]
+
+
 def pool_rankings(run: AuditRun, query: Query | int) -> list[list[int]]:
-    """Every retriever's multimodal top list (image ids, best first) for ``query`` in ``run``."""
+    """Every retriever's pool lists (image ids, best first; :data:`POOL_FIELDS`) for ``query`` in ``run``."""
     qid = query if isinstance(query, int) else query.pk
-    return [list(top) for top in AuditRank.objects.filter(run=run, query_id=qid).order_by("retriever")
-            .values_list("top_mm", flat=True)]
+    return [top for row in AuditRank.objects.filter(run=run, query_id=qid).order_by("retriever")
+            .values_list(*POOL_FIELDS) for top in pool_lists(*row)]
 
 
 def latest_pool_rankings(query_ids: list[int]) -> dict[int, tuple[int, list[list[int]]]]:
-    """query id -> (run id, top lists) from the newest finished audit that ranked it, for many
-    queries in one read."""
-    by_query: dict[int, dict[int, list[tuple[str, list[int]]]]] = {}
-    for qid, run_id, retriever, top in AuditRank.objects.filter(
+    """query id -> (run id, pool lists: :func:`pool_rankings`) from the newest finished audit
+    that ranked it, for many queries in one read."""
+    by_query: dict[int, dict[int, list[tuple[str, list[list[int]]]]]] = {}
+    for qid, run_id, retriever, *tops in AuditRank.objects.filter(
         query_id__in=query_ids, run__status=AuditRun.Status.DONE
-    ).values_list("query_id", "run_id", "retriever", "top_mm"):
-        by_query.setdefault(qid, {}).setdefault(run_id, []).append((retriever, list(top)))
+    ).values_list("query_id", "run_id", "retriever", *POOL_FIELDS):
+        by_query.setdefault(qid, {}).setdefault(run_id, []).append((retriever, pool_lists(*tops)))
     runs = {r for per in by_query.values() for r in per}
     order = {pk: (at is not None, at, pk) for pk, at in AuditRun.objects.filter(pk__in=runs)
              .values_list("pk", "finished_at")}
     out = {}
     for qid, per in by_query.items():
         run_id = max(per, key=lambda r: order[r])
-        out[qid] = (run_id, [top for _, top in sorted(per[run_id])])
+        out[qid] = (run_id, [top for _, tops in sorted(per[run_id]) for top in tops])
     return out
 
 
@@ -64,8 +83,8 @@ def candidate_panel(query: Query, rankings: list[list[int]], size: int, gallery:
                     exclude: set[int] | None = None) -> Candidates:
     """THE candidate panel of a query (the one function every page and the API use).
 
-    ``size`` images: the reciprocal-rank fusion of ``rankings`` (the pool's multimodal top
-    lists), minus every labelled target and the reference; when the lists run short, padded
+    ``size`` images: the reciprocal-rank fusion of ``rankings`` (the pool's top lists:
+    :func:`pool_rankings`), minus every labelled target and the reference; when the lists run short, padded
     from a deterministic shuffle of the query's gallery. Neither its content nor its size
     reads the audit's label or the targets' ranks. ``gallery``: the query's gallery ids in id
     order, and ``exclude``, :func:`panel_exclusions`, when the caller has them already.

@@ -56,12 +56,21 @@
   let activeTurn = 0;
 
   // ---- candidate panel: tick the images that fit as well as the target ----------
+  // Pages of pageSize candidates, best first. A page with a tick opens the next one, up to
+  // the panel's depth: the pages shown are those up to the one after the last ticked page
+  // (annotation.alternatives.paging.pages_shown, the same rule on the server). Every shown
+  // page fits on screen; no candidate is on a page the annotator cannot reach.
   const cands = Array.from(document.querySelectorAll("#candgrid .cand"));
   const pageSize = payload.panel_page_size || 10;
   const nPages = Math.max(1, Math.ceil(cands.length / pageSize));
   const ticks = new Set((start.alternatives || []).map(Number));
   let noneFit = !!start.none_fit;
   let cursor = 0;
+  function pagesShown() {
+    let last = -1;
+    cands.forEach((c, i) => { if (ticks.has(Number(c.dataset.id))) last = Math.floor(i / pageSize); });
+    return Math.min(nPages, last + 2);
+  }
   function panelColumns() {
     const shown = cands.filter((c) => !c.hidden);
     if (shown.length < 2) return 1;
@@ -71,6 +80,8 @@
   }
   function renderPanel() {
     if (!cands.length) return;
+    const open = pagesShown();
+    cursor = Math.min(cursor, Math.min(cands.length, open * pageSize) - 1);
     const page = Math.floor(cursor / pageSize);
     cands.forEach((c, i) => {
       const on = ticks.has(Number(c.dataset.id));
@@ -79,9 +90,12 @@
       c.classList.toggle("cursor", i === cursor);
       c.setAttribute("aria-checked", on ? "true" : "false");
     });
-    document.getElementById("cand-page").textContent = "page " + (page + 1) + " of " + nPages;
+    document.getElementById("cand-page").textContent = "page " + (page + 1) + " of " + open;
     document.getElementById("cand-prev").disabled = page === 0;
-    document.getElementById("cand-next").disabled = page === nPages - 1;
+    document.getElementById("cand-next").disabled = page >= open - 1;
+    const more = document.getElementById("cand-more");
+    more.textContent = open === nPages ? (nPages > 1 ? "all " + cands.length + " candidates shown" : "")
+      : page === open - 1 ? "a tick on this page opens the next one" : "";
     document.getElementById("cand-count").innerHTML = noneFit && !ticks.size ? "<b>none fit</b>"
       : "<b>" + ticks.size + "</b> of " + cands.length + " ticked";
     document.getElementById("none-fit").classList.toggle("on", noneFit && !ticks.size);
@@ -95,7 +109,7 @@
     }
   }
   function moveCursor(to) {
-    cursor = Math.max(0, Math.min(cands.length - 1, to));
+    cursor = Math.max(0, Math.min(Math.min(cands.length, pagesShown() * pageSize) - 1, to));
     renderPanel();
     cands[cursor].scrollIntoView({ block: "nearest" });
   }
@@ -107,7 +121,10 @@
     renderPanel(); edited(); hideError();
   }
   function setNoneFit() { ticks.clear(); noneFit = true; renderPanel(); edited(); hideError(); }
-  cands.forEach((c, i) => c.addEventListener("click", () => toggleTick(i)));
+  cands.forEach((c, i) => c.addEventListener("click", (ev) => {
+    if (ev.target.closest(".cand-zoom")) return; // the zoom button opens the candidate at full size (zoom.js)
+    toggleTick(i);
+  }));
   if (cands.length) {
     document.getElementById("cand-prev").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) - 1) * pageSize));
     document.getElementById("cand-next").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) + 1) * pageSize));
@@ -117,6 +134,7 @@
     if (!cands.length) return false;
     const cols = panelColumns();
     const moves = { ArrowRight: 1, ArrowLeft: -1, ArrowDown: cols, ArrowUp: -cols, PageDown: pageSize, PageUp: -pageSize };
+    if (k === "PageDown" && Math.floor(cursor / pageSize) >= pagesShown() - 1) return true; // no page to open
     if (k in moves) { moveCursor(cursor + moves[k]); return true; }
     if (k === " ") { toggleTick(cursor); return true; }
     if (k === "0") { setNoneFit(); return true; }

@@ -17,6 +17,9 @@
     else if (x && typeof x === "object") for (const [k, v] of Object.entries(x)) { if (k === "shortcut_key") keys.push(String(v).toLowerCase()); else walk(v); }
   })(rubric);
   const zoomKey = keys.includes("z") ? "Z" : "z";
+  // A candidate opens at full size beside the labelled target: "v" (Shift+V where the rubric uses "v").
+  const candKey = keys.includes("v") ? "V" : "v";
+  const panel = payload.panel || [];
 
   function px(ref) { return ref && ref.width && ref.height ? ref.width + "×" + ref.height + " px" : "size unknown"; }
 
@@ -114,12 +117,19 @@
     port.addEventListener("pointercancel", stop);
   }
 
-  function open(turnIndex, targetIndex) {
+  function open(turnIndex, targetIndex, candidate) {
     const t = turns[turnIndex] || turns[0];
     const sides = [];
-    if (t && t.reference) sides.push(["Reference" + (turns.length > 1 ? " (turn " + t.index + ")" : ""), t.reference]);
     const tg = targets[targetIndex] || targets[0];
-    if (tg) sides.push(["Target", tg]);
+    if (candidate != null && panel[candidate]) {
+      // a candidate: the labelled target beside it, to compare (the reference when there is no target)
+      if (tg) sides.push(["Target", tg]);
+      else if (t && t.reference) sides.push(["Reference", t.reference]);
+      sides.push(["Candidate " + (candidate + 1), panel[candidate]]);
+    } else {
+      if (t && t.reference) sides.push(["Reference" + (turns.length > 1 ? " (turn " + t.index + ")" : ""), t.reference]);
+      if (tg) sides.push(["Target", tg]);
+    }
     if (!sides.length) return;
     panes.textContent = "";
     shown = sides.map(([title, ref]) => pane(title, ref));
@@ -158,6 +168,9 @@
       open(frame.classList.contains("goal") ? turns.length - 1 : Number(frame.dataset.turn), 0);
     });
   });
+  document.querySelectorAll("#candgrid .cand .cand-zoom").forEach((b) => {
+    b.addEventListener("click", (ev) => { ev.stopPropagation(); open(0, 0, Number(b.closest(".cand").dataset.index)); });
+  });
   document.querySelectorAll("#reference-img, .targets img, .filmstrip .frame img").forEach((img) => {
     img.classList.add("zoomable");
     img.title = "Click to zoom (key " + (zoomKey === "Z" ? "Shift+Z" : "z") + ")";
@@ -177,11 +190,17 @@
         ev.stopImmediatePropagation();
         open(activeTurn(), 0);
       }
+      const current = document.querySelector("#candgrid .cand.cursor:not([hidden])");
+      if (!typing && !ev.ctrlKey && !ev.altKey && !ev.metaKey && ev.key === candKey && current) {
+        ev.preventDefault();
+        ev.stopImmediatePropagation();
+        open(0, 0, Number(current.dataset.index));
+      }
       return;
     }
     ev.stopImmediatePropagation();
     const k = ev.key;
-    if (k === "Escape" || k === zoomKey) close();
+    if (k === "Escape" || k === zoomKey || k === candKey) close();
     else if (k === "+" || k === "=") setScale(scale * 1.5);
     else if (k === "-") setScale(scale / 1.5);
     else if (k === "1") setScale(1);

@@ -41,7 +41,7 @@ def one_item_study(tmp_path_factory, settings):
     settings.EXPORT_DIR = images / "exports"
     root = images / "demo"
     load_parsed(build_demo(root, n_gallery=60, n_single=4, n_sessions=1), "demo", images_root=root)
-    group = Group.objects.get(name="annotator")
+    group = Group.objects.get_or_create(name="annotator")[0]  # a flush by an earlier transactional test drops it
     for name in KEYS:
         get_user_model().objects.create_user(name, password=f"{name}-pw").groups.add(group)
     get_user_model().objects.create_superuser("boss", password="boss-pw")

@@ -232,6 +232,12 @@ def test_candidate_panel_fuses_the_pool_and_leaves_out_every_target(demo):
     run = audit(demo)
     q = AuditLabel.objects.filter(run=run).first().query
     tops = dict(AuditRank.objects.filter(run=run, query=q).values_list("retriever", "top_mm"))
+    pool = list(AuditRank.objects.filter(run=run, query=q).values_list("top_mm", "top_text", "top_image", "top_near"))
+    first_target = Target.objects.get(query=q, is_primary=True).image_id
+    # the pool: every retriever's top lists in three modalities and the images nearest the target
+    assert len(pool) == 2 and all(len(top) == len(pool[0][0]) > 20 for row in pool for top in row)
+    reference = Turn.objects.get(query=q).reference_image_id
+    assert all({first_target, reference} <= set(row[3]) for row in pool)  # near the target and the reference
     # one extra, non-primary target that the first retriever ranks first: it must go too
     extra = Target.objects.create(query=q, image_id=tops[SPECS[0]][0], relevance=0.5, is_primary=False)
     panel = panels.candidate_panel(q, panels.pool_rankings(run, q), 20)
@@ -239,7 +245,7 @@ def test_candidate_panel_fuses_the_pool_and_leaves_out_every_target(demo):
     assert extra.image_id in targets and not targets & set(panel.ids)
     assert Turn.objects.get(query=q).reference_image_id not in panel.ids
     assert len(panel.ids) == len(set(panel.ids)) == 20
-    union = set(tops[SPECS[0]]) | set(tops[SPECS[1]])
+    union = {i for row in pool for top in row for i in top}
     # the top lists (AUDIT_CANDIDATES_N deep) reach past the panel once the target, the extra
     # target and the reference are left out: the whole panel comes from the pool, unpadded
     assert panel.fused == 20 and panel.padded == 0 and set(panel.ids) <= union

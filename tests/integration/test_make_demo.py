@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from annotation.assignment import queue as engine
-from annotation.models import Study
+from annotation.models import StudyItem, Study
 from annotation.judging.payloads import item_payload
 from audit.labels import audit_json, label_queries
 from audit.models import AuditRun
@@ -62,7 +62,7 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     # annotators get the fixed-size candidate panel, never the label nor the serving rule
     user = get_user_model().objects.get(username="annotator1")
     payload = item_payload(engine.next_assignment(study, user).assignment)
-    assert len(payload["panel"]) == study.candidates == 20
+    assert len(payload["panel"]) == study.candidates == 50
     body = json.dumps(payload)
     assert "served_by" not in body and "staff" not in payload
     assert "composition_required" not in body and "unresolved" not in body
@@ -119,3 +119,14 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     assert ds["judgements"] == adaptive["judgements"] < fixed["judgements"]
     assert all(0.5 < r["validated_accuracy"] <= 1 for r in labour["strategies"])
     assert all(figures["spent"] == 0 for figures in labour["studies"].values())
+    # and the pool's recall of the images that fit (issue 25): over the study's stored panels
+    pool = result["pool"]
+    study_items = StudyItem.objects.filter(study__name="demo-validity").exclude(candidates_source="")
+    assert pool["queries"] == study_items.count() and pool["panel_size"] == 50
+    assert pool["by_kind"]["too_broad"]["fitting"] >= 3 * pool["by_kind"]["too_broad"]["queries"] > 0
+    assert pool["fitting"] == sum(k["fitting"] for k in pool["by_kind"].values())
+    assert pool["recall"] == pool["found"] / pool["fitting"]
+    text = StringIO()
+    call_command("demo_check", stdout=text)
+    assert f"pool recall ({pool['queries']} queries with a panel, up to 50 candidates): {pool['found']} of " \
+           f"{pool['fitting']} fitting images" in text.getvalue()

@@ -7,6 +7,10 @@ counts as flagged when more than half of its judgements raise the flag). The sus
 section: precision and recall of the top 20 % of the validity study's suspicion queue
 (the scores stored on its items) against the planted defects
 (:func:`audit.democheck.check_suspicion`).
+
+Also the candidate pool's recall (:func:`pool_report`): of the gallery images that fit a
+query (:func:`retrieval.demofit.other_fitting_images`, from the demo's scene truth), the
+share its candidate panel holds.
 """
 from __future__ import annotations
 
@@ -15,14 +19,15 @@ from collections import defaultdict
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.models import Assignment, Judgement, Study
+from annotation.models import Assignment, Judgement, Study, StudyItem
 from annotation.verdicts.crowd import compare, demo_truth_validity, labour_table
 from annotation.verdicts.state import study_counts
 from audit.models import AuditLabel
 from audit.management.commands.audit_report import finished_run
 from audit.democheck import check_audit, check_suspicion
 from retrieval.demo import check_judgements, check_reference_turns, check_session_flags
-from retrieval.models import Turn
+from retrieval.demofit import pool_recall
+from retrieval.models import Image, Turn
 
 from annotation.studies.truth import truth_path
 
@@ -105,6 +110,37 @@ def write_suspicion(out, report: dict | None) -> None:
         out.write(f"  {name:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
 
 
+def pool_report(name: str, truth: dict) -> dict | None:
+    """Pool recall of the demo's stored candidate panels (every study item over the demo
+    dataset with a panel; one pool per query, the union over studies): found / fitting
+    over the queries, per planted kind and in all (:func:`retrieval.demofit.pool_recall`).
+    None when no panel is stored yet."""
+    pools: dict[str, set[int]] = defaultdict(set)
+    for qid, panel in StudyItem.objects.filter(query__dataset__name=name, query__n_turns=1).exclude(
+            candidates_source="").values_list("query__external_id", "candidates"):
+        pools[qid].update(panel)
+    if not pools:
+        return None
+    images = Image.objects.filter(dataset__name=name)
+    ext = dict(images.filter(pk__in={i for p in pools.values() for i in p}).values_list("pk", "external_id"))
+    scenes = {e: x["scene"] for e, x in images.values_list("external_id", "extra") if x and "scene" in x}
+    depth = max(len(p) for p in pools.values())
+    report = pool_recall(truth["queries"], scenes, {q: {ext[i] for i in p if i in ext} for q, p in pools.items()})
+    return {**report, "panel_size": depth}
+
+
+def _write_pool(out, pool: dict | None) -> None:
+    """The pool section of the text report (issue 25 item 1)."""
+    if pool is None:
+        out.write("pool recall: no candidate panel stored yet")
+        return
+    out.write(f"pool recall ({pool['queries']} queries with a panel, up to {pool['panel_size']} candidates): "
+              f"{pool['found']} of {pool['fitting']} fitting images = {_fmt(pool['recall'])}")
+    out.write(f"  {'kind':<14}{'queries':>8}{'fitting':>8}{'found':>7}{'recall':>8}")
+    for kind, s in pool["by_kind"].items():
+        out.write(f"  {kind:<14}{s['queries']:>8}{s['fitting']:>8}{s['found']:>7}{_fmt(s['recall']):>8}")
+
+
 def _fmt(v) -> str:
     return "   -" if v is None else f"{v:.2f}"
 
@@ -133,6 +169,7 @@ class Command(BaseCommand):
             report["human"] = check_judgements(kinds, flags)
         report["labour"] = labour_report(truth, opts["name"])
         report["suspicion"] = suspicion_report(opts["name"], kinds)
+        report["pool"] = pool_report(opts["name"], truth)
         if opts["format"] == "json":
             self.stdout.write(json.dumps(report, indent=2))
             return
@@ -148,6 +185,7 @@ class Command(BaseCommand):
         _write_sessions(self.stdout, report["sessions"])
         self.write_labour(report["labour"])
         write_suspicion(self.stdout, report["suspicion"])
+        _write_pool(self.stdout, report["pool"])
 
     def write_labour(self, labour: dict) -> None:
         """Issue 25 item 5: the simulated crowd's labour figures, and the demo studies' own."""

@@ -20,6 +20,7 @@ from annotation.studies.building import StudySpec, create_study
 from annotation.studies.suspicion import refresh_suspicion
 from retrieval.demo import build_demo_world
 from retrieval.demo_training import retriever_spec
+from retrieval.fusion import MAX_CANDIDATES
 from retrieval.loader import load_parsed
 
 from annotation.studies.truth import truth_path
@@ -81,6 +82,7 @@ class Command(BaseCommand):
         for spec in (
             StudySpec(name=f"{opts['name']}-validity", datasets=[opts["name"]], rubric="validity", overlap=3,
                       hidden_categories=pool, agreement_size=10, seed=opts["seed"], annotators=annotators,
+                      candidates=MAX_CANDIDATES,  # the deepest pool: pages open only while they bring ticks
                       guidelines="Judge each query with the validity rubric: read the text, look at the reference, "
                                  "check the target, ask whether many gallery images would fit equally well."),
             StudySpec(name=f"{opts['name']}-sessions", datasets=[opts["name"]], rubric="session", overlap=2,
