@@ -35,7 +35,7 @@ class StudyForm(forms.Form):
         help_text="Serve each item to the overlap (e.g. 2) and, only while its annotators disagree, to one more "
                   "up to this many (e.g. 3); empty: every item goes to the overlap.")
     consensus = forms.ChoiceField(
-        choices=[("majority", "majority"), ("reliability", "reliability-weighted (Dawid-Skene)")], initial="majority",
+        required=False, choices=[("majority", "majority"), ("reliability", "reliability-weighted (Dawid-Skene)")], initial="majority",
         help_text="How pages and exports decide an item by default; reliability-weighted consensus lets a reliable "
                   "annotator outweigh unreliable ones, and is shown beside the majority wherever they differ.")
     serve_order = forms.ChoiceField(
