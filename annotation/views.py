@@ -178,6 +178,7 @@ def study_new(request):
 
 @staff_required
 def study_progress_page(request, study_id: int):
+    from annotation.interactive.service import session_summary
     from annotation.quality.report import quality_signals
 
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
@@ -192,7 +193,8 @@ def study_progress_page(request, study_id: int):
     return render(request, "annotation/study_progress.html", {
         "study": study, "progress": progress, "verdicts": counts, "labour": counts["labour"],
         "reliability": reliability, "exportable": exportable,
-        "defects": defects_found(study) if exportable else None})
+        "defects": defects_found(study) if exportable else None,
+        "sessions": session_summary(study) if study.interactive else None})
 
 
 @staff_required

@@ -197,3 +197,16 @@ def session_state(session: InteractiveSession, user_id: int) -> dict:
         shown.add(target.pk)
     grant_images(user_id, shown, session.study_id)
     return data
+
+
+def session_summary(study) -> dict:
+    """Staff's figures of an interactive study: sessions ended, found, going on; rounds ranked
+    and their median re-ranking time on the workers."""
+    import statistics
+
+    sessions = InteractiveSession.objects.filter(study=study)
+    times = list(InteractiveRound.objects.filter(session__study=study, status=InteractiveRound.DONE)
+                 .values_list("rank_ms", flat=True))
+    return {"ended": sessions.exclude(outcome="").count(), "found": sessions.filter(outcome=FOUND).count(),
+            "open": sessions.filter(outcome="").count(), "rounds": len(times),
+            "rank_ms": statistics.median(times) if times else None, "top_n": study.interactive.get("top_n")}

@@ -123,6 +123,8 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
     try:
         login(staff, live_server.url, "boss", "boss-pw")
         staff.goto(f"{live_server.url}/studies/{study.pk}/progress/")
+        assert "Sessions written" in staff.inner_text("#interactive-summary")
+        shots(staff, "interactive-study-progress")
         with staff.expect_download() as download:
             staff.click("#export-sessions")
         path = tmp_path / download.value.suggested_filename

@@ -215,3 +215,29 @@ def test_staff_create_an_interactive_study_with_the_form_and_the_api(world, clie
     bad = client.post("/api/studies/", {"name": "bad", "datasets": ["demo"], "interactive": {"top_n": 99}},
                       content_type="application/json")
     assert bad.status_code == 400 and "top_n" in bad.json()["detail"]
+
+
+def test_the_study_pages_serve_an_interactive_study(world, client, monkeypatch):
+    """Staff and annotator pages of an interactive study with one ended session answer 200."""
+    from django.contrib.auth import get_user_model
+
+    sent(monkeypatch)
+    ann = make_annotator("ann")
+    study, _ = create_study(StudySpec(name="pages", datasets=["demo"], overlap=1, annotators=["ann"],
+                                      interactive={"retriever": SPEC, "max_rounds": 1}))
+    a = engine.next_assignment(study, ann).assignment
+    rnd = submit_round(session_for(a), "make it red", None)
+    rank_round(rnd.pk)
+    client.force_login(ann)
+    for url in ("/annotate/", f"/annotate/{study.pk}/history/", f"/annotate/{study.pk}/item/{a.pk}/"):
+        assert client.get(url).status_code == 200, url
+    assert "session is saved" not in client.get(f"/annotate/{study.pk}/item/{a.pk}/").content.decode()  # JS writes it
+    boss = get_user_model().objects.create_superuser("boss", password="boss-pw")
+    client.force_login(boss)
+    progress = client.get(f"/studies/{study.pk}/progress/").content.decode()
+    assert 'id="interactive-summary"' in progress and "<dt>Rounds</dt><dd>1</dd>" in progress
+    for url in (f"/studies/{study.pk}/report/", f"/room/studies/{study.pk}/",
+                "/studies/", f"/api/studies/{study.pk}/"):
+        assert client.get(url).status_code == 200, url
+    download = client.get(f"/studies/{study.pk}/interactive/export/")
+    assert download.status_code == 200 and json.loads(download.content)[0]["num_turns"] == 1
