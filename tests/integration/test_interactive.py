@@ -199,7 +199,7 @@ def test_staff_create_an_interactive_study_with_the_form_and_the_api(world, clie
     client.force_login(boss)
     page = client.post("/studies/new/", {
         "name": "by-form", "datasets": ["demo"], "rubric": "session", "overlap": 1, "consensus": "majority",
-        "seed": 0, "agreement_size": 0, "lease_minutes": 10, "candidates": 20, "annotators": ["ann"],
+        "seed": 0, "agreement_size": 0, "lease_minutes": 10, "candidates": 20, "annotators": ["ann"], "serve_order": "random",
         "interactive": "on", "interactive_retriever": SPEC, "interactive_top_n": 5, "interactive_max_rounds": 3,
         "interactive_strategy": "weighted", "interactive_target_view": "description"})
     assert page.status_code == 302, page.content.decode()[:2000]
