@@ -1,9 +1,12 @@
 """The signals of :mod:`audit.suspicion` for many single-turn queries, read from a finished audit.
 
-Ranks and top lists come from the audit's rank rows; the pool the breadth part reads comes
-through :func:`pool_lists` (one function, so the part follows the candidate pool); the
-text-image cosines come from the embedding cache the audit filled (nothing is encoded here:
-a text or image the cache lacks leaves that retriever out of the consistency part).
+The audit is the newest finished one that ranked the query, chosen as the candidate pool
+chooses it (:func:`audit.runs.panels.latest_pool_rankings`). Ranks and each retriever's
+multimodal top list come from its rank rows (:func:`rank_rows`, the one read the breadth part
+makes: a pool that grows other lists, e.g. other modalities or images near the target, leaves
+the consensus over the multimodal lists as it is); the text-image cosines and the rival gap
+come from the embedding cache the audit filled (nothing is encoded here: a text or image the
+cache lacks leaves that retriever out of those parts).
 """
 from __future__ import annotations
 
@@ -22,10 +25,18 @@ from .panels import latest_pool_rankings
 logger = logging.getLogger(__name__)
 
 
-def pool_lists(query_ids: Sequence[int]) -> dict[int, tuple[int, list[list[int]]]]:
-    """query id -> (audit run, the pool's multimodal top lists): what the breadth part reads
-    (:func:`audit.runs.panels.latest_pool_rankings`, the candidate pool's source)."""
-    return latest_pool_rankings(list(query_ids))
+def latest_runs(query_ids: Sequence[int]) -> dict[int, int]:
+    """query id -> the audit run its candidate pool comes from (:func:`audit.runs.panels.latest_pool_rankings`)."""
+    return {q: run for q, (run, _) in latest_pool_rankings(list(query_ids)).items()}
+
+
+def rank_rows(run: AuditRun, query_ids: Sequence[int]) -> dict[int, list[tuple]]:
+    """query -> per retriever (by name) ``(mm, text, image, multimodal top list)`` of ``run``."""
+    out: dict[int, list[tuple]] = {}
+    for q, mm, text, image, top in AuditRank.objects.filter(run=run, query_id__in=query_ids).order_by(
+            "query_id", "retriever").values_list("query_id", "mm", "text", "image", "top_mm"):
+        out.setdefault(q, []).append((mm, text, image, list(top or [])))
+    return out
 
 
 def _facts(query_ids: Sequence[int]) -> tuple[dict[int, int], dict[int, str], dict[int, set[int]]]:
@@ -150,31 +161,29 @@ def _galleries(query_ids: Sequence[int]) -> dict[int, list[int]]:
 def audit_signals(query_ids: Sequence[int]) -> dict[int, tuple[int, Signals]]:
     """query -> (audit run, signals without votes) of every single-turn query the newest
     finished audit ranked. Queries no audit ranked are left out."""
-    pools = pool_lists(query_ids)
-    if not pools:
+    runs = latest_runs(query_ids)
+    if not runs:
         return {}
-    qids = list(pools)
+    qids = list(runs)
     refs, texts, targets = _facts(qids)
     facts = {"refs": refs, "texts": texts, "positives": _positives(qids), "galleries": _galleries(qids)}
     by_run: dict[int, list[int]] = {}
-    for q, (run_id, _) in pools.items():
+    for q, run_id in runs.items():
         by_run.setdefault(run_id, []).append(q)
     out: dict[int, tuple[int, Signals]] = {}
     for run in AuditRun.objects.filter(pk__in=by_run):
         some = by_run[run.pk]
-        ranks: dict[int, list[tuple]] = {}
-        for q, mm, text, image in AuditRank.objects.filter(run=run, query_id__in=some).order_by(
-                "query_id", "retriever").values_list("query_id", "mm", "text", "image"):
-            ranks.setdefault(q, []).append((mm, text, image))
+        rows = rank_rows(run, some)
         emb = embedding_signals(run, some, facts)
         for q in some:
-            lists = pools[q][1]
+            lists = [r[3] for r in rows.get(q, [])]
             positives = facts["positives"].get(q, [])
             rivals = consensus_rivals(lists, [_list_rank(top, positives) for top in lists],
                                       targets.get(q, set()) | {refs.get(q)})
             deltas, gaps = emb.get(q, ([], []))
-            out[q] = (run.pk, Signals(ranks=tuple(ranks.get(q, ())), n_gallery=len(facts["galleries"].get(q, ())),
-                                      rivals=rivals, consistency=tuple(deltas), gaps=tuple(gaps)))
+            out[q] = (run.pk, Signals(ranks=tuple(r[:3] for r in rows.get(q, [])),
+                                      n_gallery=len(facts["galleries"].get(q, ())), rivals=rivals,
+                                      consistency=tuple(deltas), gaps=tuple(gaps)))
     return out
 
 
