@@ -73,7 +73,9 @@ def _charts(rows: list[dict[str, Any]], k: int) -> list[SafeString]:
     turns = [str(n) for n in range(1, l_max + 1)]
     hits = {r["label"]: r["hits"] for r in rows}
     ranks = {r["label"]: r["ranks"] for r in rows}
-    top = max([v for r in rows for v in r["ranks"] if v is not None] + [1.0])
+    peak = max([v for r in rows for v in r["ranks"] if v is not None] + [1.0])
+    # a scale whose four ticks are whole ranks: 4, 8, 20, 40, 80, 200, ...
+    top = next(m * 10 ** e for e in range(12) for m in (4, 8, 20) if m * 10 ** e >= peak)
     return [
         mark_safe(charts.line_panels_svg([("multimodal", hits)], turns, f"Hits@{k} per turn, side by side",
                                          x_label="turn l", y_label=f"Hits@{k}")),
