@@ -68,6 +68,7 @@ def main() -> None:
     clear_memos()  # the first round builds the model and maps the gallery, as a fresh worker's does
     user = study.annotators.order_by("username").first()
     first_ms: float | None = None
+    nonce = time.time_ns()
     warm: list[float] = []
     gallery = 0
     for s in range(args.sessions):
@@ -79,7 +80,8 @@ def main() -> None:
         for r in range(args.rounds):
             shown = list(session.rounds.order_by("-index").values_list("shown", flat=True)[:1])
             reference = shown[0][min(r, len(shown[0]) - 1)] if shown else None
-            rnd = service.submit_round(session, TEXTS[(s + r) % len(TEXTS)] + f" ({s}.{r})", reference)
+            # a text no earlier run wrote, so that it is encoded, as a person's new feedback is
+            rnd = service.submit_round(session, TEXTS[(s + r) % len(TEXTS)] + f" ({nonce}.{s}.{r})", reference)
             started = time.perf_counter()
             service.rank_round(rnd.pk)
             took = (time.perf_counter() - started) * 1000
