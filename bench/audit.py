@@ -268,7 +268,8 @@ def explain_disagreement(naive_ranks, audit_ranks, embeddings, positives_of, exc
     text += (f"; the {len(naive_ranks) - agree} others differ in {len(gaps)} rank(s) ({counts}), "
              f"{len(gaps) - len(unexplained)} of them only by near-ties: each is the naive rank once the gallery items scoring "
              f"within {max(explained):.1e} of a positive are reordered (smallest such gap "
-             f"{min(explained):.1e}; 0: the naive scores tie exactly there, the audit's do not). The "
+             f"{min(explained):.1e}; 0: the naive scores tie exactly there, the audit's, which would rank a tie the same "
+             f"way, are apart). The "
              f"naive way's batch-1 encodings and matrix-vector scores round differently from the audit's batched "
              f"encodings and blocked products. "
              f"{len(unexplained)} not explained by a gap <= {tolerance:g}")
