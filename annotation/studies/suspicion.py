@@ -5,9 +5,9 @@ audit of its query (:func:`audit.runs.suspicion.audit_signals`) and the item's c
 judgements (the annotators' disagreement), and stores it on the item (``suspicion``, with
 its parts in ``suspicion_parts``), so that serving by suspicion reads one indexed column.
 It runs on a worker after the candidate panels are filled (``annotation.tasks.fill_candidates``:
-when a study is built and when an audit of its dataset finishes), in ``make_demo``, from
-``manage.py suspicion`` and from the staff's button on the suspicion page. Sessions have no
-score (0). Annotators never see any of it.
+when a study is built and when an audit of its dataset finishes), in ``make_demo`` and from
+the staff's button on the suspicion page (which also takes in new votes: a submit does not
+recompute it). Sessions have no score (0). Annotators never see any of it.
 """
 from __future__ import annotations
 
