@@ -5,24 +5,23 @@ has no public weights to use, so CIRVal trains its own retriever on a *training 
 of the world: random scenes and edits drawn from a generator seeded apart from the
 demo's queries (``"demo-train:<seed>"``), so the study queries are never seen.
 
-Two objectives, both contrastive (InfoNCE with open_clip's learnable temperature):
+Objectives, all contrastive (InfoNCE with open_clip's learnable temperature):
 
 * ``captions``: each image against its scene description (:func:`retrieval.demo.describe_scene`);
 * ``compositions``: the composed query ``normalise(normalise(image(ref)) + normalise(text(edit)))``
   (:func:`retrieval.encoders.compose_embeddings`, the audit's composition) against the
   target image, the other targets of the same reference being the hard negatives;
-* ``broad``: the composed query of an edit that leaves the new value open ("change the
-  colour of the circle", "use another background": :func:`retrieval.demo._broad`) against
-  *every* image it allows (multi-positive InfoNCE). Without it the retriever ranks one
-  guess and the candidate pool misses the other images that fit such a query (issue 25);
 * ``neighbours``: image to image, each reference against its one-edit variants (its edits'
-  and broad edits' targets, multi-positive), and each variant against its reference; the
-  other variants of the same reference (two edits away) count neither way. It makes "one
-  edit away" the nearest images, so the images near a labelled target (and its reference)
-  are the ones a candidate pool needs.
+  targets, and every image a broad edit such as "change the colour of the circle" allows:
+  :func:`retrieval.demo._broad`; multi-positive), and each variant against its reference;
+  the other variants of the same reference (two edits away) count neither way. It makes
+  "one edit away" the nearest images, so the images near a labelled target and its
+  reference are the other images that fit the query: what a candidate pool needs (issue 25).
 
-:data:`DEMO_MODELS` names the two models of the demo pool: ``compose`` (both objectives)
-and ``caption`` (captions only: what a shortcut-prone retriever looks like).
+:data:`DEMO_MODELS` names the two models of the demo pool: ``compose`` (captions and
+compositions) and ``caption`` (captions and image neighbours, never a composition: what a
+shortcut-prone retriever looks like; its image-to-image lists serve the candidate pool). The
+compose model learns no neighbours: with them the suspicion queue of the demo lost precision.
 
 Deterministic: one CPU thread, ``torch.use_deterministic_algorithms``, every random
 draw seeded, so the same seed and steps give a checkpoint with the same sha256 bytes.
@@ -53,9 +52,11 @@ from retrieval.demo import EDIT_TYPES, _broad, _pick_edit, describe_edit, descri
 
 DEMO_CONFIG = "cirval-demo"
 #: name -> training objectives
-DEMO_MODELS: dict[str, tuple[str, ...]] = {"compose": ("captions", "compositions", "broad", "neighbours"),
-                                           "caption": ("captions",)}
-OBJECTIVES = ("captions", "compositions", "broad", "neighbours")
+DEMO_MODELS: dict[str, tuple[str, ...]] = {"compose": ("captions", "compositions"),
+                                           "caption": ("captions", "neighbours")}
+#: Bumped when the objectives change, so that a checkpoint trained on the old ones is not reused.
+CHECKPOINT_VERSION = 2
+OBJECTIVES = ("captions", "compositions", "neighbours")
 DEFAULT_STEPS = 500
 _EDITS_PER_REF = 4
 
@@ -66,8 +67,8 @@ class TrainingSplit:
 
     ``images``: ``[N, 3, H, W]`` preprocessed; ``captions[i]`` describes image ``i``;
     ``groups[g]`` = ``(ref index, [(edit text, target index), ...])``; ``broad[g]`` =
-    ``(broad edit text, [every target index])`` of group ``g``'s reference, or None (only when
-    drawn with ``broad``).
+    ``(broad edit text, [every image index it allows])`` of group ``g``'s reference, or None
+    (only when drawn with ``broad``, for the ``neighbours`` objective).
     """
 
     images: torch.Tensor
@@ -79,7 +80,7 @@ class TrainingSplit:
 def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 128, broad: bool = False) -> TrainingSplit:
     """Draw ``n_refs`` references with up to four edits each from the training generator;
     with ``broad``, also one broad edit per reference and every image it allows (from a
-    generator of its own, so the other draws stay the same)."""
+    generator of its own, so the other draws stay the same), more one-edit variants."""
     rng = random.Random(f"demo-train:{seed}")
     scenes: dict[str, int] = {}
     ordered: list[dict[str, Any]] = []
@@ -139,8 +140,8 @@ def _clip_loss(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> torch.T
 
 
 def _batch_broad(split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]) -> list[tuple[int, str, list[int]]]:
-    """(ref index, broad text, target indices) of the batch's groups, when an objective reads them."""
-    if not ({"broad", "neighbours"} & set(objectives)) or not split.broad:
+    """(ref index, broad text, target indices) of the batch's groups, when ``neighbours`` reads them."""
+    if "neighbours" not in objectives or not split.broad:
         return []
     return [(split.groups[g][0], *split.broad[g]) for g in batch if split.broad[g] is not None]
 
@@ -168,8 +169,6 @@ def _step_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int
     loss = _clip_loss(img, cap, scale)
     if "compositions" in objectives:
         loss = loss + _composition_loss(model, tokenizer, split, batch, img, scale, pos)
-    if broad and "broad" in objectives:
-        loss = loss + _broad_loss(model, tokenizer, img, scale, pos, broad)
     if "neighbours" in objectives:
         variants = {split.groups[g][0]: [t for _, t in split.groups[g][1]] for g in batch}
         for ref, _, targets in broad:
@@ -197,19 +196,6 @@ def _neighbour_loss(img: torch.Tensor, scale: torch.Tensor, pos: dict[int, int],
     return loss[anchors].mean()
 
 
-def _broad_loss(model: Any, tokenizer: Any, img: torch.Tensor, scale: torch.Tensor, pos: dict[int, int],
-                broad: list[tuple[int, str, list[int]]]) -> torch.Tensor:
-    """Multi-positive InfoNCE of broad edits: ``-log`` of the softmax mass on every image the
-    edit allows, against the batch's images."""
-    txt = model.encode_text(tokenizer([text for _, text, _ in broad]))
-    query = encoders.compose_embeddings(img[torch.tensor([pos[r] for r, _, _ in broad])], txt)
-    logits = scale * query @ img.T
-    allowed = torch.zeros_like(logits, dtype=torch.bool)
-    for n, (_, _, targets) in enumerate(broad):
-        allowed[n, [pos[t] for t in targets]] = True
-    return (torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~allowed, float("-inf")), dim=1)).mean()
-
-
 def train_model(
     out_path: Path,
     objectives: tuple[str, ...],
@@ -233,7 +219,7 @@ def train_model(
     with deterministic(seed):
         model, _, preprocess = open_clip.create_model_and_transforms(config, pretrained=None, device="cpu")
         tokenizer = open_clip.get_tokenizer(config)
-        split = training_split(seed, n_refs, preprocess, broad=bool({"broad", "neighbours"} & set(objectives)))
+        split = training_split(seed, n_refs, preprocess, broad="neighbours" in objectives)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
         order = random.Random(f"demo-batches:{seed}")
@@ -260,7 +246,7 @@ def train_model(
 
 def checkpoint_path(models_dir: Path, name: str, seed: int) -> Path:
     """Where the demo model ``name`` trained with ``seed`` is saved."""
-    return Path(models_dir) / f"{DEMO_CONFIG}-{name}-s{seed}.pt"
+    return Path(models_dir) / f"{DEMO_CONFIG}-{name}-v{CHECKPOINT_VERSION}-s{seed}.pt"
 
 
 def retriever_spec(path: Path, config: str = DEMO_CONFIG) -> str:

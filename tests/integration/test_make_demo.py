@@ -13,7 +13,7 @@ from annotation.assignment import queue as engine
 from annotation.models import StudyItem, Study
 from annotation.judging.payloads import item_payload
 from audit.labels import audit_json, label_queries
-from audit.models import AuditRun
+from audit.models import AuditRank, AuditRun
 from retrieval.models import Dataset, QuerySubset
 from retrieval.stats import dataset_stats
 
@@ -31,7 +31,7 @@ def _pretrain(tmp_path, settings) -> dict:
 def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     settings.IMAGE_ROOTS = [tmp_path.resolve()]
     trained = _pretrain(tmp_path, settings)
-    assert sorted(trained) == ["cirval-demo-caption-s7.pt", "cirval-demo-compose-s7.pt"]
+    assert sorted(trained) == ["cirval-demo-caption-v2-s7.pt", "cirval-demo-compose-v2-s7.pt"]
     out = StringIO()
     call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=out)
     text = out.getvalue()
@@ -40,7 +40,7 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(models.glob("*.pt"))} == trained
     run = AuditRun.objects.get(dataset__name="demo", status="done")
     assert run.retrievers == [f"openclip:cirval-demo@{(models / n).resolve()}"
-                              for n in ("cirval-demo-compose-s7.pt", "cirval-demo-caption-s7.pt")]
+                              for n in ("cirval-demo-compose-v2-s7.pt", "cirval-demo-caption-v2-s7.pt")]
     assert "exists" in text or "Training" not in text
     # the truth file is under var/, not under the served image root
     truth = json.loads((settings.VAR_DIR / "demo" / "demo.truth.json").read_text())
@@ -126,6 +126,9 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     assert pool["by_kind"]["too_broad"]["fitting"] >= 3 * pool["by_kind"]["too_broad"]["queries"] > 0
     assert pool["fitting"] == sum(k["fitting"] for k in pool["by_kind"].values())
     assert pool["recall"] == pool["found"] / pool["fitting"]
+    audited = pool["audited"]  # the same panel function over every audited single-turn query
+    assert audited["queries"] == AuditRank.objects.filter(run=run).values("query").distinct().count()
+    assert audited["by_kind"]["too_broad"] == {**audited["by_kind"]["too_broad"], "queries": 12, "fitting": 51}
     text = StringIO()
     call_command("demo_check", stdout=text)
     assert f"pool recall ({pool['queries']} queries with a panel, up to 50 candidates): {pool['found']} of " \

@@ -27,7 +27,7 @@ from audit.management.commands.audit_report import finished_run
 from audit.democheck import check_audit, check_suspicion
 from retrieval.demo import check_judgements, check_reference_turns, check_session_flags
 from retrieval.demofit import pool_recall
-from retrieval.models import Image, Turn
+from retrieval.models import Image, Query, Turn
 
 from annotation.studies.truth import truth_path
 
@@ -110,23 +110,48 @@ def write_suspicion(out, report: dict | None) -> None:
         out.write(f"  {name:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
 
 
+def _pool_figures(name: str, truth: dict, pools: dict[str, set[int]]) -> dict:
+    """:func:`retrieval.demofit.pool_recall` of ``pools`` (query external id -> image pks)."""
+    images = Image.objects.filter(dataset__name=name)
+    ext = dict(images.filter(pk__in={i for p in pools.values() for i in p}).values_list("pk", "external_id"))
+    scenes = {e: x["scene"] for e, x in images.values_list("external_id", "extra") if x and "scene" in x}
+    report = pool_recall(truth["queries"], scenes, {q: {ext[i] for i in p if i in ext} for q, p in pools.items()})
+    return {**report, "panel_size": max((len(p) for p in pools.values()), default=0)}
+
+
+def audited_pools(name: str, depth: int) -> dict[str, set[int]]:
+    """The panel (:func:`audit.runs.panels.candidate_panel`, ``depth`` deep, from the newest
+    audit that ranked it: :func:`audit.runs.panels.latest_pool_rankings`) of every single-turn
+    query of the demo, whether or not a study holds it."""
+    from audit.runs.panels import batch_exclusions, candidate_panel, gallery_ids, latest_pool_rankings
+    from retrieval.galleries import query_gallery_keys
+
+    queries = {q.pk: q for q in Query.objects.filter(dataset__name=name, n_turns=1).select_related("dataset")}
+    ranked = latest_pool_rankings(list(queries))
+    excluded, keys, galleries = batch_exclusions(list(ranked)), query_gallery_keys(list(ranked)), {}
+    out = {}
+    for qid, (_run, lists) in ranked.items():
+        key = keys.get(qid)
+        if key not in galleries:
+            galleries[key] = gallery_ids(queries[qid])
+        out[queries[qid].external_id] = set(candidate_panel(queries[qid], lists, depth, galleries[key], excluded[qid]).ids)
+    return out
+
+
 def pool_report(name: str, truth: dict) -> dict | None:
-    """Pool recall of the demo's stored candidate panels (every study item over the demo
-    dataset with a panel; one pool per query, the union over studies): found / fitting
-    over the queries, per planted kind and in all (:func:`retrieval.demofit.pool_recall`).
-    None when no panel is stored yet."""
+    """Pool recall on the demo's truth (:func:`retrieval.demofit.pool_recall`), found / fitting
+    per planted kind and in all: ``panels``, over the stored candidate panels of every study
+    item of the demo (what annotators are shown; one pool per query, the union over studies);
+    ``audited``, over the panel the same function gives every single-turn query an audit ranked,
+    as deep as the studies' panels (a study holds only some of them). None without a panel."""
     pools: dict[str, set[int]] = defaultdict(set)
     for qid, panel in StudyItem.objects.filter(query__dataset__name=name, query__n_turns=1).exclude(
             candidates_source="").values_list("query__external_id", "candidates"):
         pools[qid].update(panel)
     if not pools:
         return None
-    images = Image.objects.filter(dataset__name=name)
-    ext = dict(images.filter(pk__in={i for p in pools.values() for i in p}).values_list("pk", "external_id"))
-    scenes = {e: x["scene"] for e, x in images.values_list("external_id", "extra") if x and "scene" in x}
-    depth = max(len(p) for p in pools.values())
-    report = pool_recall(truth["queries"], scenes, {q: {ext[i] for i in p if i in ext} for q, p in pools.items()})
-    return {**report, "panel_size": depth}
+    panels = _pool_figures(name, truth, pools)
+    return {**panels, "audited": _pool_figures(name, truth, audited_pools(name, panels["panel_size"]))}
 
 
 def _write_pool(out, pool: dict | None) -> None:
@@ -134,11 +159,16 @@ def _write_pool(out, pool: dict | None) -> None:
     if pool is None:
         out.write("pool recall: no candidate panel stored yet")
         return
+    audited = pool["audited"]
     out.write(f"pool recall ({pool['queries']} queries with a panel, up to {pool['panel_size']} candidates): "
-              f"{pool['found']} of {pool['fitting']} fitting images = {_fmt(pool['recall'])}")
-    out.write(f"  {'kind':<14}{'queries':>8}{'fitting':>8}{'found':>7}{'recall':>8}")
-    for kind, s in pool["by_kind"].items():
-        out.write(f"  {kind:<14}{s['queries']:>8}{s['fitting']:>8}{s['found']:>7}{_fmt(s['recall']):>8}")
+              f"{pool['found']} of {pool['fitting']} fitting images = {_fmt(pool['recall'])}; "
+              f"over all {audited['queries']} audited queries: {audited['found']} of {audited['fitting']} = "
+              f"{_fmt(audited['recall'])}")
+    out.write(f"  {'kind':<14}{'queries':>8}{'fitting':>8}{'found':>7}{'recall':>8}   all audited queries")
+    for kind, a in audited["by_kind"].items():
+        s = pool["by_kind"].get(kind, {"queries": 0, "fitting": 0, "found": 0, "recall": None})
+        out.write(f"  {kind:<14}{s['queries']:>8}{s['fitting']:>8}{s['found']:>7}{_fmt(s['recall']):>8}"
+                  f"   {a['found']} of {a['fitting']} ({a['queries']} queries) {_fmt(a['recall'])}")
 
 
 def _fmt(v) -> str:

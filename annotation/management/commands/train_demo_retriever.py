@@ -33,7 +33,8 @@ def default_steps() -> int:
 
 class Command(BaseCommand):
     help = ("Train the demo retrievers (open_clip 'cirval-demo'): one on captions and compositions, one on "
-            "captions only. Deterministic: same seed and steps, same checkpoint bytes.")
+            "captions and one-edit image neighbours (no composition). Deterministic: same seed and steps, same "
+            "checkpoint bytes.")
 
     def add_arguments(self, parser):
         parser.add_argument("--seed", type=int, default=7)
