@@ -11,11 +11,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def audited_demo(db, tmp_path_factory, settings):
-    images = tmp_path_factory.mktemp("demo-sessions-audited")
-    settings.IMAGE_ROOTS = [images.resolve()]
-    settings.EMBEDDING_CACHE_DIR = images / "embeddings"
-    call_command("make_demo", "--images-dir", str(images / "demo"), verbosity=0)
+def audited_demo(db, demo_images, demo_embeddings, settings):
+    """make_demo's database part for this test; the world drawn and its embeddings cached once
+    per test session (tests/conftest.py demo_images, demo_embeddings)."""
+    settings.IMAGE_ROOTS = [demo_images.resolve()]
+    settings.EMBEDDING_CACHE_DIR = demo_embeddings
+    call_command("make_demo", "--images-dir", str(demo_images), verbosity=0)
     return AuditRun.objects.get(dataset__name="demo")
 
 
