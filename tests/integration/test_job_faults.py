@@ -63,7 +63,7 @@ def small_study(n: int = 200) -> Study:
 
 
 def test_killed_import_is_finished_by_the_next_worker_with_nothing_partial(tmp_path, worker_factory):
-    n = 20000
+    n = 10000  # an import of 10,000 queries runs for seconds (about 8 s of CPU), the kill comes 1 s in
     path = big_circo(tmp_path, n)
     job = ImportJob.objects.create(dataset_name="big", format="circo", files=[str(path)])
     first = worker_factory(queues="celery", extra_env=FAST).start("import1")
