@@ -91,7 +91,7 @@ def study_detail(request, pk: int):
 def next_item(request, pk: int):
     """Reserve the next item. Staff also get ``staff.served_by``, the rule that chose it;
     annotators never learn it (nor the audit's label)."""
-    study = member_study(request.user, pk, annotate=engine.lease_state(request.user))
+    study = engine.study_for_next(request.user, pk)
     if not study.is_annotator:
         return Response({"detail": "You are not an annotator of this study."}, status=status.HTTP_403_FORBIDDEN)
     served = engine.next_assignment(study, request.user)
@@ -208,8 +208,8 @@ def judgements(request, pk: int):
     token = str(payload.pop("client_token", "") or "")[:64]
     held = []  # the row as read under lock (access checked in the same query)
 
-    def fetch(rows):
-        held.append(writable_assignment(request.user, pk, rows))
+    def fetch():
+        held.append(engine.submit_row(request.user, pk, token))
         return held[-1]
 
     try:

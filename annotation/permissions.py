@@ -39,14 +39,21 @@ def membership(user, study_ref):
     return rows.filter(Exists(role))
 
 
-def member_study(user, study_id: int, annotate: dict | None = None) -> Study:
+def member_study_rows(user, study_id: int, annotate: dict | None = None):
+    """The query of :func:`member_study` (at most one row)."""
+    member = membership(user, OuterRef("pk"))
+    qs = Study.objects.select_related("rubric").annotate(is_annotator=Exists(member), **(annotate or {}))
+    return qs.filter(pk=study_id).order_by("pk")[:1]
+
+
+def member_study(user, study_id: int, annotate: dict | None = None, rows: list | None = None) -> Study:
     """A study the user annotates in (staff: any); 404 otherwise, so ids leak nothing.
 
     One query: the row carries ``is_annotator`` (whether the user annotates in it, see
-    :func:`membership`) and any further ``annotate`` expressions the caller needs."""
-    member = membership(user, OuterRef("pk"))
-    qs = Study.objects.select_related("rubric").annotate(is_annotator=Exists(member), **(annotate or {}))
-    study = qs.filter(pk=study_id).first()
+    :func:`membership`) and any further ``annotate`` expressions the caller needs. ``rows``:
+    the result of :func:`member_study_rows`, when the caller read it (a prepared query)."""
+    rows = rows if rows is not None else list(member_study_rows(user, study_id, annotate))
+    study = rows[0] if rows else None
     if study is None:
         raise Http404("no such study")
     if study.is_annotator or roles.is_admin(user):
@@ -87,18 +94,21 @@ def write_refusal(study: Study, is_member: bool, assignment_status: str | None =
     return None
 
 
-def writable_assignment(user, assignment_id: int, rows=None) -> Assignment:
-    """The user's own assignment in an open study they still annotate (one query);
-    404 for someone else's, 403 with the reason once access has ended. ``rows``: the
-    queryset to read it from (a submit passes its locked one)."""
+def writable_rows(user, assignment_id: int, rows=None):
+    """The query of :func:`writable_assignment` (at most one row)."""
     member = membership(user, OuterRef("study_id"))
     rows = rows if rows is not None else Assignment.objects.select_related("study__rubric", "item__query")
-    a = (
-        rows.select_related("annotator")
-        .annotate(is_member=Exists(member))
-        .filter(pk=assignment_id, annotator=user)
-        .first()
-    )
+    return (rows.select_related("annotator").annotate(is_member=Exists(member))
+            .filter(pk=assignment_id, annotator=user.pk).order_by("pk")[:1])
+
+
+def writable_assignment(user, assignment_id: int, rows=None, read: list | None = None) -> Assignment:
+    """The user's own assignment in an open study they still annotate (one query);
+    404 for someone else's, 403 with the reason once access has ended. ``rows``: the
+    queryset to read it from (a submit passes its locked one); ``read``: the result of
+    :func:`writable_rows`, when the caller read it (a prepared query)."""
+    read = read if read is not None else list(writable_rows(user, assignment_id, rows))
+    a = read[0] if read else None
     if a is None:
         raise Http404("no such assignment")
     refusal = write_refusal(a.study, a.is_member, a.status)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NamedTuple
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, FilteredRelation, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+
+from config.prepared import Prepared
 
 from annotation.assignment.rules import (SERVE_SUSPICION, Candidate, Choice, choose_gold, choose_next, gold_due,
                                         nothing_to_serve, queue_fields)
@@ -24,6 +27,7 @@ from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
+from annotation.permissions import member_study, member_study_rows, writable_assignment, writable_rows
 from annotation.verdicts.state import (  # noqa: F401
     forget_study_sizes,
     free_slot_q,
@@ -100,6 +104,29 @@ def lease_state(user, now=None) -> dict:
     for name, agg in _mine_aggregates(now).items():
         state[f"mine_{name}"] = Subquery(mine.annotate(v=agg).values("v")[:1])
     return state
+
+
+class _Caller(NamedTuple):
+    """What the access checks read of the requesting user (:func:`annotation.permissions.membership`)."""
+
+    pk: int
+    is_active: bool
+
+
+def _next_study_rows(active: bool, user_id: int, study_id: int, now):
+    caller = _Caller(user_id, active)
+    return member_study_rows(caller, study_id, lease_state(caller, now))
+
+
+_NEXT_STUDY = Prepared(_next_study_rows)
+
+
+def study_for_next(user, study_id: int, now=None) -> Study:
+    """The study row a "next item" request reads (404 unless the user annotates in it, or is
+    staff), with :func:`lease_state` for this user, from SQL compiled once per process
+    (:class:`config.prepared.Prepared`: building and compiling it cost more CPU than running it)."""
+    rows = _NEXT_STUDY((bool(user.is_active),), user_id=user.pk, study_id=int(study_id), now=now or timezone.now())
+    return member_study(user, study_id, rows=rows)
 
 
 def _mine_counts(study: Study, user, now) -> dict:
@@ -404,6 +431,23 @@ def submit_rows(client_token: str = ""):
     )
 
 
+def _submit_rows(active: bool, user_id: int, assignment_id: int, client_token: str = ""):
+    return writable_rows(_Caller(user_id, active), assignment_id, submit_rows(client_token))
+
+
+_SUBMIT_ROW = Prepared(_submit_rows)
+
+
+def submit_row(user, assignment_id: int, client_token: str = "") -> Assignment:
+    """The user's writable assignment (:func:`annotation.permissions.writable_assignment`: 404,
+    or 403 once access has ended) read and locked as :func:`submit_rows` reads it, from SQL
+    compiled once per process (:class:`config.prepared.Prepared`); inside the submit's transaction."""
+    values = {"user_id": user.pk, "assignment_id": int(assignment_id)}
+    if client_token:
+        values["client_token"] = client_token
+    return writable_assignment(user, assignment_id, read=_SUBMIT_ROW((bool(user.is_active),), **values))
+
+
 def submit(assignment: Assignment, payload: dict, client_token: str = "", base_revision: int | None = None,
            fetch=None) -> Judgement:
     """Store a judgement (a new revision when one exists). Same client token and answer → same row.
@@ -414,8 +458,9 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "", base_r
     A submit after the lease expired and the item went to someone else is stored with
     ``late=True`` and does not count towards the item's quorum.
 
-    The assignment is read again under lock by ``fetch(rows)`` (default: ``rows.get(pk=...)``;
-    the API passes its access check, so one query checks access, locks and reads the state).
+    The assignment is read again under lock by ``fetch()`` (default: :func:`submit_rows`'s
+    ``get(pk=...)``; the API passes :func:`submit_row`, so one query checks access, locks and
+    reads the state).
     A racing submit that commits between that read's snapshot and its lock makes the insert
     break a unique constraint: the whole submit is then tried once more on fresh rows.
     """
@@ -434,12 +479,11 @@ def store_judgement(assignment: Assignment, answer: dict, client_token: str = ""
 
 
 def _locked(assignment: Assignment, client_token: str, fetch, store) -> Judgement:
-    rows = submit_rows(client_token)
-    read = fetch or (lambda qs: qs.get(pk=assignment.pk))
+    read = fetch or (lambda: submit_rows(client_token).get(pk=assignment.pk))
     for attempt in (1, 2):
         try:
             with transaction.atomic():
-                return store(read(rows))
+                return store(read())
         except IntegrityError:
             if attempt == 2:
                 raise
