@@ -39,9 +39,9 @@ class StudyForm(forms.Form):
         help_text="How pages and exports decide an item by default; reliability-weighted consensus lets a reliable "
                   "annotator outweigh unreliable ones, and is shown beside the majority wherever they differ.")
     serve_order = forms.ChoiceField(
-        choices=Study.ServeOrder.choices, initial=Study.ServeOrder.RANDOM, label="Serve fresh items by",
+        required=False, choices=Study.ServeOrder.choices, initial=Study.ServeOrder.RANDOM, label="Serve fresh items by",
         help_text="Suspicion: the most suspicious fresh item first (scores from the newest audit; staff see them on the "
-                  "study's suspicion page, annotators never do).")
+                  "study's suspicion page, annotators never do). Empty: random.")
     session_reject = forms.ChoiceField(
         required=False, choices=[("majority", "majority of reject flags"), ("any", "any reject flag")], initial="majority",
         label="Session rule: reject when",

@@ -132,6 +132,15 @@ def table(w):
         "annotation:api_lease": ("POST", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_skip": ("POST", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_judgements": ("GET", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
+        "annotation:study_suspicion": ("GET", {"study_id": s}, page_staff),
+        # a study that is not interactive has no sessions to download (404), and only staff learn that
+        "annotation:interactive_export": ("GET", {"study_id": s}, {**page_staff, "staff": 404}),
+        # the member's own item is not from an interactive study: 400 says so; nobody else sees it
+        "annotation:api_interactive": ("GET", {"pk": a}, {"member": 400, "outsider": 404, "researcher": 404, "staff": 404}),
+        "annotation:api_interactive_rounds": ("POST", {"pk": a},
+                                              {"member": 400, "outsider": 404, "researcher": 404, "staff": 404}),
+        "annotation:api_interactive_retry": ("POST", {"pk": a},
+                                             {"member": 400, "outsider": 404, "researcher": 404, "staff": 404}),
         "room:users": ("GET", {}, page_staff),
         "room:user_update": ("POST", {"user_id": w["users"]["member"].pk}, {**page_staff, "staff": 302}),
         "room:invite": ("GET", {"uidb64": "MQ", "token": "bad-token"}, {"anon": ok, **everyone}),
