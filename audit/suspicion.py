@@ -32,6 +32,12 @@ text-only and image-only query (``None``, not retrieved, counts as ``N + 1``):
 * ``consistency`` (text-image): per retriever ``d_r = cos(text, best target) - cos(text,
   reference)`` in its embedding space (does the text point at the target rather than at
   the reference?); the part is ``clip(0.5 - max_r d_r, 0, 1)``.
+* ``lead_rank`` and ``lead_gap``: the ``retrievers`` and ``gap`` measures read from the
+  *lead* retriever alone (``Signals.lead``: the retriever of the audit's pool with the best
+  mean reciprocal rank of the labelled targets over the whole audit, :func:`lead_index`):
+  ``log(mm_lead) / log(N + 1)`` and ``clip(gap_lead / GAP_SCALE, 0, 1)``. A pool that
+  holds a weak retriever (on the demo, one that never learnt compositions) blurs every
+  min/mean over retrievers; the retriever the audit itself finds best does not.
 * ``votes`` (annotators' disagreement), once at least two counted judgements say
   validated or not: ``2 * min(p, 1 - p)`` with ``p`` the share saying validated (0:
   unanimous, 1: an even split).
@@ -47,10 +53,12 @@ from retrieval.demo import precision_recall
 
 Rank = int | None
 #: The parts, in the order pages show them.
-PARTS: tuple[str, ...] = ("margin", "retrievers", "spread", "gap", "breadth", "consistency", "votes")
-#: Each part's weight in the score (``spread`` is shown, not counted: see the module notes).
-WEIGHTS: dict[str, float] = {"margin": 1.0, "retrievers": 1.0, "spread": 0.0, "gap": 1.0, "breadth": 1.0,
-                             "consistency": 1.0, "votes": 1.0}
+PARTS: tuple[str, ...] = ("lead_rank", "lead_gap", "margin", "retrievers", "spread", "gap", "breadth",
+                          "consistency", "votes")
+#: Each part's weight in the score: the lead retriever's two parts and the votes; the others
+#: are shown, not counted (chosen by the mean over demo seeds: README, "Suspicion score").
+WEIGHTS: dict[str, float] = {"lead_rank": 1.0, "lead_gap": 1.0, "margin": 0.0, "retrievers": 0.0, "spread": 0.0,
+                             "gap": 0.0, "breadth": 0.0, "consistency": 0.0, "votes": 1.0}
 #: Standard deviations of the rival gap at which ``gap`` reaches 1.
 GAP_SCALE = 2.0
 #: Consensus rivals at which ``breadth`` reaches 1 - 1/e.
@@ -68,6 +76,8 @@ class Signals:
     ``consistency``: per retriever ``cos(text, best target) - cos(text, reference)`` (empty
     when no embedding was available); ``gaps``: per retriever, the rival gap in standard
     deviations (:func:`gap_part`); ``votes``: counted judgements, validated or not.
+    ``lead``: the lead retriever's index into ``ranks`` (:func:`lead_index`), ``None`` when
+    unknown; ``lead_gap``: its rival gap (``None`` when not computed).
     """
 
     ranks: tuple[tuple[Rank, Rank, Rank], ...]
@@ -76,6 +86,8 @@ class Signals:
     consistency: tuple[float, ...] = ()
     gaps: tuple[float, ...] = ()
     votes: tuple[bool, ...] = field(default=())
+    lead: int | None = None
+    lead_gap: float | None = None
 
 
 def _clip(x: float) -> float:
@@ -150,9 +162,30 @@ def votes_part(votes: Sequence[bool]) -> float | None:
     return 2.0 * min(p, 1.0 - p)
 
 
+def lead_index(mm_ranks: Sequence[Sequence[Rank]]) -> int | None:
+    """The retriever with the best mean reciprocal rank (a target not retrieved: 0) over an
+    audit's queries; ``mm_ranks``: per query, each retriever's multimodal rank (same order).
+    Ties: the first. None without any query or retriever."""
+    rows = [r for r in mm_ranks if r]
+    if not rows:
+        return None
+    k = min(len(r) for r in rows)
+    mrr = [sum(1.0 / _rank(r[j], 0) if r[j] is not None else 0.0 for r in rows) for j in range(k)]
+    return max(range(k), key=lambda j: (mrr[j], -j)) if k else None
+
+
+def lead_rank_part(s: Signals) -> float | None:
+    """``log(mm_lead) / log(N + 1)``; None without a lead retriever."""
+    if s.lead is None or not 0 <= s.lead < len(s.ranks):
+        return None
+    return retrievers_part([s.ranks[s.lead]], s.n_gallery)
+
+
 def item_parts(s: Signals) -> dict[str, float | None]:
     """Every part of one query (see the module notes), in :data:`PARTS` order."""
     return {
+        "lead_rank": lead_rank_part(s),
+        "lead_gap": gap_part([] if s.lead_gap is None else [s.lead_gap]),
         "margin": margin_part(s.ranks, s.n_gallery),
         "retrievers": retrievers_part(s.ranks, s.n_gallery),
         "spread": spread_part(s.ranks, s.n_gallery),

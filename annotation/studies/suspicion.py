@@ -58,6 +58,8 @@ def refresh_suspicion(study_id: int, batch: int = 500) -> int:
 
 #: What each part says, for the staff pages (the formulas: :mod:`audit.suspicion`).
 PART_HELP: dict[str, str] = {
+    "lead_rank": "the lead retriever (the audit's best) ranks the labelled target low (log scale)",
+    "lead_gap": "under the lead retriever, another image fits the query better than the target",
     "margin": "unimodal margin: the multimodal rank no better than the text-only or image-only one",
     "retrievers": "the retrievers disagree with the labelled target (its multimodal rank, on a log scale)",
     "spread": "how far the retrievers' ranks differ (shown, not counted)",

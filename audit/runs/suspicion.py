@@ -19,7 +19,7 @@ from retrieval.galleries import gallery_image_ids, query_gallery_keys
 from retrieval.models import Image, Query, Target, Turn, turn_text
 
 from ..models import AuditRank, AuditRun
-from ..suspicion import Signals, consensus_rivals
+from ..suspicion import Signals, consensus_rivals, lead_index
 from .panels import latest_pool_rankings
 
 logger = logging.getLogger(__name__)
@@ -31,12 +31,24 @@ def latest_runs(query_ids: Sequence[int]) -> dict[int, int]:
 
 
 def rank_rows(run: AuditRun, query_ids: Sequence[int]) -> dict[int, list[tuple]]:
-    """query -> per retriever (by name) ``(mm, text, image, multimodal top list)`` of ``run``."""
+    """query -> per retriever (by name) ``(mm, text, image, multimodal top list, retriever)`` of ``run``."""
     out: dict[int, list[tuple]] = {}
-    for q, mm, text, image, top in AuditRank.objects.filter(run=run, query_id__in=query_ids).order_by(
-            "query_id", "retriever").values_list("query_id", "mm", "text", "image", "top_mm"):
-        out.setdefault(q, []).append((mm, text, image, list(top or [])))
+    for q, mm, text, image, top, spec in AuditRank.objects.filter(run=run, query_id__in=query_ids).order_by(
+            "query_id", "retriever").values_list("query_id", "mm", "text", "image", "top_mm", "retriever"):
+        out.setdefault(q, []).append((mm, text, image, list(top or []), spec))
     return out
+
+
+def lead_retriever(run: AuditRun) -> str | None:
+    """The retriever of ``run`` whose multimodal ranks of the labelled targets have the best mean
+    reciprocal rank over all the queries it ranked (:func:`audit.suspicion.lead_index`): the
+    pool's own measure, the same for every query of the audit. None without rank rows."""
+    per_query: dict[int, dict[str, int | None]] = {}
+    for q, spec, mm in AuditRank.objects.filter(run=run).values_list("query_id", "retriever", "mm"):
+        per_query.setdefault(q, {})[spec] = mm
+    specs = sorted({spec for row in per_query.values() for spec in row})
+    index = lead_index([[row.get(spec) for spec in specs] for row in per_query.values()])
+    return None if index is None else specs[index]
 
 
 def _facts(query_ids: Sequence[int]) -> tuple[dict[int, int], dict[int, str], dict[int, set[int]]]:
@@ -124,10 +136,10 @@ def _one_query(retriever, text: np.ndarray | None, vec: dict, sha: dict, ref: in
 
 
 def embedding_signals(run: AuditRun, query_ids: Sequence[int], facts: dict[str, dict]
-                      ) -> dict[int, tuple[list[float], list[float]]]:
-    """query -> (consistency deltas, rival gaps), one of each per computed retriever of ``run``
-    whose embeddings are cached (imported rank files have none)."""
-    out: dict[int, tuple[list[float], list[float]]] = {q: ([], []) for q in query_ids}
+                      ) -> dict[int, tuple[list[float], list[float], dict[str, float]]]:
+    """query -> (consistency deltas, rival gaps, rival gap by retriever), one of each per
+    computed retriever of ``run`` whose embeddings are cached (imported rank files have none)."""
+    out: dict[int, tuple[list[float], list[float], dict[str, float]]] = {q: ([], [], {}) for q in query_ids}
     external = set(run.external_retrievers or [])
     for spec in run.retrievers:
         if spec in external:
@@ -141,6 +153,7 @@ def embedding_signals(run: AuditRun, query_ids: Sequence[int], facts: dict[str, 
             out[q][0].append(delta)
             if not np.isnan(gap):
                 out[q][1].append(gap)
+                out[q][2][spec] = gap
     return out
 
 
@@ -175,15 +188,19 @@ def audit_signals(query_ids: Sequence[int]) -> dict[int, tuple[int, Signals]]:
         some = by_run[run.pk]
         rows = rank_rows(run, some)
         emb = embedding_signals(run, some, facts)
+        lead = lead_retriever(run)
         for q in some:
             lists = [r[3] for r in rows.get(q, [])]
             positives = facts["positives"].get(q, [])
             rivals = consensus_rivals(lists, [_list_rank(top, positives) for top in lists],
                                       targets.get(q, set()) | {refs.get(q)})
-            deltas, gaps = emb.get(q, ([], []))
+            deltas, gaps, by_spec = emb.get(q, ([], [], {}))
+            specs = [r[4] for r in rows.get(q, [])]
             out[q] = (run.pk, Signals(ranks=tuple(r[:3] for r in rows.get(q, [])),
                                       n_gallery=len(facts["galleries"].get(q, ())), rivals=rivals,
-                                      consistency=tuple(deltas), gaps=tuple(gaps)))
+                                      consistency=tuple(deltas), gaps=tuple(gaps),
+                                      lead=specs.index(lead) if lead in specs else None,
+                                      lead_gap=by_spec.get(lead)))
     return out
 
 

@@ -8,7 +8,7 @@ import pytest
 from annotation.assignment.rules import Candidate, choose_next, queue_fields
 from audit.democheck import check_suspicion
 from audit.suspicion import (
-    PARTS, WEIGHTS, Signals, breadth_part, combine, consensus_rivals, consistency_part, gap_part, item_parts,
+    PARTS, WEIGHTS, Signals, breadth_part, lead_index, lead_rank_part, combine, consensus_rivals, consistency_part, gap_part, item_parts,
     margin_part, queue_order, queue_precision, retrievers_part, score, spread_part, top_count, votes_part,
 )
 
@@ -47,23 +47,43 @@ def test_gap_breadth_consistency_and_votes():
 
 
 def test_the_score_is_the_weighted_mean_of_the_parts_present():
+    equal = {"margin": 1.0, "retrievers": 1.0, "spread": 0.0, "gap": 1.0, "breadth": 1.0, "consistency": 1.0,
+             "votes": 1.0}
     parts = {"margin": 1.0, "retrievers": 0.5, "spread": 0.9, "gap": None, "breadth": 0.0, "consistency": 0.5,
              "votes": None}
     # spread weighs 0, gap and votes are missing: (1 + 0.5 + 0 + 0.5) / 4
-    assert combine(parts) == pytest.approx(0.5)
-    assert combine(parts, {**WEIGHTS, "margin": 3.0}) == pytest.approx((3 + 0.5 + 0 + 0.5) / 6)
+    assert combine(parts, equal) == pytest.approx(0.5)
+    assert combine(parts, {**equal, "margin": 3.0}) == pytest.approx((3 + 0.5 + 0 + 0.5) / 6)
     assert combine({name: None for name in PARTS}) is None
+    # the shipped weights count the lead retriever's parts and the votes only
+    assert {name for name, w in WEIGHTS.items() if w > 0} == {"lead_rank", "lead_gap", "votes"}
     s = Signals(ranks=((4, 16, 300), (10, 20, 30)), n_gallery=99, rivals=10, consistency=(0.1,), gaps=(1.0,),
-                votes=(True, False))
+                votes=(True, False), lead=1, lead_gap=3.0)
     value, got = score(s)
     assert list(got) == list(PARTS) and got == item_parts(s)
-    expected = {"margin": min(math.log(4) / math.log(16), math.log(10) / math.log(20)),
+    expected = {"lead_rank": math.log(10) / math.log(100), "lead_gap": 1.0,
+                "margin": min(math.log(4) / math.log(16), math.log(10) / math.log(20)),
                 "retrievers": (math.log(4) + math.log(10)) / 2 / math.log(100),
                 "gap": 0.5, "breadth": 1 - math.exp(-1), "consistency": 0.4, "votes": 1.0}
     for name, v in expected.items():
         assert got[name] == pytest.approx(v), name
-    assert value == pytest.approx(sum(expected.values()) / len(expected))
+    counted = ("lead_rank", "lead_gap", "votes")
+    assert value == pytest.approx(sum(expected[k] for k in counted) / 3)
     assert 0.0 <= value <= 1.0
+    assert combine(got, equal) == pytest.approx(
+        sum(expected[k] for k in ("margin", "retrievers", "gap", "breadth", "consistency", "votes")) / 6)
+
+
+def test_the_lead_retriever_is_the_one_with_the_best_mean_reciprocal_rank():
+    # retriever 0: 1/1 + 1/10 + 0 = 1.1; retriever 1: 1/2 + 1/2 + 1/2 = 1.5
+    assert lead_index([(1, 2), (10, 2), (None, 2)]) == 1
+    assert lead_index([(1, 1), (2, 2)]) == 0  # ties: the first
+    assert lead_index([]) is None and lead_index([(), ()]) is None
+    # without a lead the lead parts are not computed, and the score rests on what is there
+    s = Signals(ranks=((4, 16, 300), (None, 20, 30)), n_gallery=99, gaps=(1.0,))
+    assert lead_rank_part(s) is None and item_parts(s)["lead_gap"] is None and score(s)[0] is None
+    assert lead_rank_part(Signals(ranks=s.ranks, n_gallery=99, lead=1)) == 1.0  # not retrieved: N + 1
+    assert lead_rank_part(Signals(ranks=s.ranks, n_gallery=99, lead=5)) is None  # no such retriever
 
 
 def test_consensus_rivals_are_the_images_every_retriever_ranks_above_the_target():
