@@ -24,7 +24,8 @@ def scored_demo(demo_world):
     for item in items:
         ranks = tuple((rng.randint(1, 900), rng.randint(1, 900), rng.randint(1, 900)) for _ in range(2))
         sig = Signals(ranks=ranks, n_gallery=900, rivals=rng.randint(0, 30),
-                      consistency=(rng.uniform(-0.5, 0.8),), gaps=(rng.uniform(-1, 3),))
+                      consistency=(rng.uniform(-0.5, 0.8),), gaps=(rng.uniform(-1, 3),), lead=rng.randint(0, 1),
+                      lead_gap=rng.uniform(-1, 3))
         item.suspicion, item.suspicion_parts = item_suspicion(sig, (True, False) if rng.random() < 0.2 else (), run=None)
     StudyItem.objects.bulk_update(items, ["suspicion", "suspicion_parts"])
     study.serve_order = Study.ServeOrder.SUSPICION
