@@ -1,11 +1,10 @@
 """Issue 25, item 2: the suspicion score on the demo world, against its planted defects.
 
 The demo is made with retrievers trained for TRAINED_STEPS (shared with test_blind_panel:
-trained once per session). The figure the issue asks for (precision at the top 20 % of the
-queue >= 0.8) is not reached by these honest signals: measured 0.625 here (10 of 16; 31
-planted defects in a queue of 80, recall 0.32) with the demo retrievers of the candidate-pool
-change (README, "Suspicion score and queue"); the test holds the score to what it measured,
-well above the share of defects in the queue (0.39)."""
+trained once per session). With the lead-retriever score (README, "Suspicion score and
+queue") these 150-step retrievers measured 0.875 at the top 20 % of the queue (14 of 16; 33
+planted defects in a queue of 77, recall 0.42; the previous score: 0.625); the floor sits two
+hits below, well above the share of defects in the queue (0.43)."""
 from __future__ import annotations
 
 import json
@@ -23,8 +22,8 @@ from tests.conftest import TRAINED_STEPS
 
 pytestmark = pytest.mark.django_db
 
-#: What the demo's queue measured at the top 20 % (planted defects: 10 of 16), less a little.
-PRECISION_FLOOR = 0.6
+#: What the demo's queue measured at the top 20 % (planted defects: 14 of 16), less two hits.
+PRECISION_FLOOR = 0.75
 
 
 @pytest.fixture
