@@ -232,6 +232,9 @@ def test_the_study_pages_serve_an_interactive_study(world, client, monkeypatch):
     for url in ("/annotate/", f"/annotate/{study.pk}/history/", f"/annotate/{study.pk}/item/{a.pk}/"):
         assert client.get(url).status_code == 200, url
     assert "session is saved" not in client.get(f"/annotate/{study.pk}/item/{a.pk}/").content.decode()  # JS writes it
+    # the study list says what the annotator does here, not the validity rubric's title
+    listing = client.get("/annotate/").content.decode()
+    assert "Interactive: describe what to change" in listing and "Validity of a composed" not in listing
     boss = get_user_model().objects.create_superuser("boss", password="boss-pw")
     client.force_login(boss)
     progress = client.get(f"/studies/{study.pk}/progress/").content.decode()
