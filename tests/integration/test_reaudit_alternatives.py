@@ -16,7 +16,7 @@ from annotation.studies.building import StudySpec, create_study
 from annotation.alternatives.study import decide_candidate
 from audit.alternatives import ALTERNATIVE_ROLE
 from audit.runs.encoding import clear_memos
-from audit.models import AuditLabel
+from audit.models import AuditLabel, AuditRank
 from audit.report import build_report
 from audit.runs import dispatch, planning
 from retrieval.demo import build_demo
@@ -25,6 +25,7 @@ from retrieval.models import Target
 
 pytestmark = pytest.mark.django_db
 SPEC = "openclip:cirval-tiny-vit"
+K = 10  # the audit's default K (AUDIT_K)
 
 
 def test_alternatives_turn_failures_into_hits_in_the_reaudit(tmp_path, settings, client):
@@ -38,16 +39,25 @@ def test_alternatives_turn_failures_into_hits_in_the_reaudit(tmp_path, settings,
     assert len(unresolved) >= 2
     user = make_annotator("solo")
     study, _ = create_study(StudySpec(name="alts", datasets=["demo"], overlap=1, annotators=["solo"],
-                                      hidden_categories=["unresolved"], candidates=5))
+                                      hidden_categories=["unresolved"], candidates=40))
     fill_study_candidates(study.pk)
     items = list(StudyItem.objects.filter(study=study))
     assert {i.query_id for i in items} == unresolved
-    # the annotator ticks the first candidate of every item but one; an adjudicator accepts
-    # the second candidate of that one
+    # The panel fuses every list of the pool (multimodal, text, image, near the target), so
+    # the candidates the annotator ticks are those the multimodal ranking puts within K: the
+    # annotator ticks the first such candidate of every item but one; an adjudicator accepts
+    # the second such candidate of that one
+    top_k = {q: set(top[:K]) for q, top in AuditRank.objects.filter(run=first).values_list("query_id", "top_mm")}
+
+    def within_k(item):
+        found = [c for c in item.candidates if c in top_k[item.query_id]]
+        assert len(found) >= 2, (item.query_id, item.candidates, top_k[item.query_id])
+        return found
+
     while (a := engine.next_assignment(study, user).assignment) is not None:
-        ticks = [a.item.candidates[0]] if a.item_id != items[0].pk else []
+        ticks = [within_k(a.item)[0]] if a.item_id != items[0].pk else []
         engine.submit(a, {"category": "VALIDATED", "time_spent_ms": 5, "alternatives": ticks})
-    decide_candidate(study, items[0], items[0].candidates[1], True, None)
+    decide_candidate(study, items[0], within_k(items[0])[1], True, None)
     out = StringIO()
     call_command("apply_alternatives", "--study", str(study.pk), stdout=out)
     assert f"{len(items)} alternatives added" in out.getvalue()
