@@ -17,15 +17,9 @@ from tests.conftest import FIXTURES, make_annotator
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-def test_twenty_annotators_drain_a_study_with_overlap_three():
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL's select_for_update(skip_locked=True): set DATABASE_URL=postgres://... (CI does)")
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
-    User = get_user_model()
-    annotators = [make_annotator(f"racer{i:02d}", password="x") for i in range(20)]
-    study, _ = create_study(StudySpec(name="race", datasets=["circo"], overlap=3, total=60, seed=11,
-                                      annotators=[u.username for u in annotators]))
+def race(study, annotators, answer) -> None:
+    """Every annotator in a thread of their own, started together, takes and submits items
+    (``answer(assignment, user)`` gives the payload) until the study has none left for them."""
     errors: list[BaseException] = []
     start = threading.Barrier(len(annotators))
 
@@ -38,7 +32,7 @@ def test_twenty_annotators_drain_a_study_with_overlap_three():
                     if served.rule == "all_slots_reserved":
                         continue  # others hold the last slots; they will submit
                     break
-                engine.submit(served.assignment, {"category": "VALIDATED", "time_spent_ms": 1})
+                engine.submit(served.assignment, answer(served.assignment, user))
         except BaseException as exc:  # surfaced below
             errors.append(exc)
         finally:
@@ -50,6 +44,18 @@ def test_twenty_annotators_drain_a_study_with_overlap_three():
     for t in threads:
         t.join(timeout=300)
     assert not errors, errors
+
+
+def test_twenty_annotators_drain_a_study_with_overlap_three():
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL's select_for_update(skip_locked=True): set DATABASE_URL=postgres://... (CI does)")
+    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
+                 verbosity=0)
+    User = get_user_model()
+    annotators = [make_annotator(f"racer{i:02d}", password="x") for i in range(20)]
+    study, _ = create_study(StudySpec(name="race", datasets=["circo"], overlap=3, total=60, seed=11,
+                                      annotators=[u.username for u in annotators]))
+    race(study, annotators, lambda assignment, user: {"category": "VALIDATED", "time_spent_ms": 1})
     per_item = Counter(Judgement.objects.filter(assignment__study=study, is_current=True).values_list("assignment__item_id", flat=True))
     items = list(StudyItem.objects.filter(study=study).values_list("id", "completed", "taken"))
     assert len(items) == 60
@@ -72,32 +78,12 @@ def test_twelve_annotators_drain_an_adaptive_study_and_no_split_is_left_pending(
     annotators = [make_annotator(f"adapt{i:02d}", password="x") for i in range(12)]
     study, _ = create_study(StudySpec(name="race-adaptive", datasets=["circo"], overlap=2, adaptive_max=3, total=40,
                                       seed=5, annotators=[u.username for u in annotators]))
-    errors: list[BaseException] = []
-    start = threading.Barrier(len(annotators))
+    def answer(assignment, user):
+        valid = (assignment.item_id * 7 + user.pk * 3) % 5 > 1  # about half the pairs split
+        return ({"category": "VALIDATED", "time_spent_ms": 1} if valid else
+                {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "time_spent_ms": 1})
 
-    def work(user):
-        try:
-            start.wait()
-            while True:
-                served = engine.next_assignment(study, user)
-                if served.assignment is None:
-                    if served.rule == "all_slots_reserved":
-                        continue
-                    break
-                valid = (served.assignment.item_id * 7 + user.pk * 3) % 5 > 1  # about half the pairs split
-                engine.submit(served.assignment, {"category": "VALIDATED", "time_spent_ms": 1} if valid else
-                              {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "time_spent_ms": 1})
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=work, args=(u,)) for u in annotators]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
+    race(study, annotators, answer)
     votes: dict[int, list[bool]] = {}
     for item, validated in Judgement.objects.filter(assignment__study=study, is_current=True).values_list(
             "assignment__item_id", "validated"):
