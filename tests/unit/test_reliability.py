@@ -36,8 +36,11 @@ def simulated(n_items=300, seed=3, classes=(False, True)):
 
 
 def crowdkit_fit(rows):
-    pd = pytest.importorskip("pandas")
-    ck = pytest.importorskip("crowdkit.aggregation")
+    # The reference is required, never skipped: ./cirval installs it (requirements-reference.txt),
+    # and a run without it must fail rather than leave Dawid-Skene unchecked.
+    import crowdkit.aggregation as ck
+    import pandas as pd
+
     df = pd.DataFrame(rows, columns=["task", "worker", "label"])
     return ck.DawidSkene(n_iter=100, tol=1e-5).fit(df)
 
