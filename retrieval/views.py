@@ -1,6 +1,7 @@
 """Corpus pages: datasets, queries, images, and browser imports."""
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -132,6 +133,8 @@ def import_job(request, pk: int):
                         .prefetch_related("turns")[:5])
     return render(request, "retrieval/import_job.html", {
         "job": job, "file_names": [Path(f).name for f in job.files], "report": job.report or {},
+        # the raw report, rendered here too so a reloaded page shows it before jobs.js polls
+        "report_text": json.dumps(job.report, indent=2) if job.report else "",
         "examples": examples,
     })
 
