@@ -4,6 +4,12 @@ the prefetched next item, and the example images of their studies' guidelines; a
 while they hold the annotator role and belong to that study
 (:func:`annotation.permissions.membership`): a grant names its study and ends with it.
 
+An interactive study that describes the target instead of showing it
+(:func:`annotation.interactive.rules.hides_target`) keeps its items' targets (and turn
+targets) from their annotators: only the start reference and the candidates its rounds
+showed are theirs to fetch. A target the annotator was shown legitimately elsewhere (among a
+round's candidates, or in another study that shows it) stays fetchable.
+
 The image view (``retrieval``) calls :func:`may_fetch_image` through the hook of
 :mod:`retrieval.access`, which :meth:`annotation.apps.AnnotationConfig.ready` fills in, so the
 corpus app imports nothing from this one."""
@@ -16,7 +22,8 @@ from django.core.cache import cache
 from django.db.models import Exists, OuterRef, Q
 
 from annotation import roles
-from annotation.models import Assignment, Study
+from annotation.interactive.rules import hides_target
+from annotation.models import Assignment, InteractiveRound, Study
 from annotation.permissions import membership
 
 GRANT_SECONDS = 24 * 3600
@@ -41,13 +48,52 @@ def payload_image_ids(payload: dict) -> list[int]:
     return [r["id"] for r in refs if r]
 
 
-def _served(user, image_id: int) -> bool:
+def _served(user, image_id: int, blind: list[int]) -> bool:
+    """An image of a query the user was given: any turn's reference, and its targets and turn
+    targets outside the studies in ``blind`` (those that hide the target)."""
     from retrieval.models import Target, Turn
 
-    queries = _member_assignments(user).values("item__query_id")
-    if Turn.objects.filter(Q(reference_image_id=image_id) | Q(turn_target_id=image_id), query_id__in=queries).exists():
+    assignments = _member_assignments(user)
+    if Turn.objects.filter(reference_image_id=image_id, query_id__in=assignments.values("item__query_id")).exists():
         return True
-    return Target.objects.filter(image_id=image_id, query_id__in=queries).exists()
+    shown = assignments.exclude(study_id__in=blind).values("item__query_id")
+    if Turn.objects.filter(turn_target_id=image_id, query_id__in=shown).exists():
+        return True
+    return Target.objects.filter(image_id=image_id, query_id__in=shown).exists()
+
+
+def _blind_studies(user) -> list[int]:
+    """The studies the user annotates that describe the target instead of showing it."""
+    rows = Study.objects.filter(Exists(membership(user, OuterRef("pk")))).values_list("pk", "interactive")
+    return [pk for pk, config in rows if hides_target(config)]
+
+
+def _in_rounds(user, image_id: int) -> bool:
+    """A candidate one of the user's interactive rounds showed them, or the one they picked."""
+    rounds = InteractiveRound.objects.filter(session__assignment__in=_member_assignments(user))
+    if rounds.filter(reference_id=image_id).exists():
+        return True
+    return any(image_id in (shown or []) for shown in rounds.filter(status=InteractiveRound.DONE)
+               .values_list("shown", flat=True).iterator())
+
+
+def _withheld(user, image_id: int, study_id: int) -> bool:
+    """Whether the image is a target or turn target of an item the user plays in ``study_id``
+    (a study hiding its targets) that no round of theirs showed them."""
+    from retrieval.models import Target, Turn
+
+    queries = _member_assignments(user).filter(study_id=study_id).values("item__query_id")
+    target = (Target.objects.filter(image_id=image_id, query_id__in=queries).exists()
+              or Turn.objects.filter(turn_target_id=image_id, query_id__in=queries).exists())
+    return target and not _in_rounds(user, image_id)
+
+
+def _grant_holds(user, image_id: int, study_id: int) -> bool:
+    """A remembered grant counts while the user annotates its study, unless that study hides
+    this image from them (:func:`_withheld`); one query in the common case."""
+    config = list(Study.objects.filter(pk=study_id).filter(Exists(membership(user, OuterRef("pk"))))
+                  .values_list("interactive", flat=True)[:1])
+    return bool(config) and not (hides_target(config[0]) and _withheld(user, image_id, study_id))
 
 
 def _in_guidelines(user, image_id: int) -> bool:
@@ -57,11 +103,11 @@ def _in_guidelines(user, image_id: int) -> bool:
     return False
 
 
-def _in_open_panel(user, image_id: int) -> bool:
-    """The stored candidate panels of the items the user holds now (when the grant was lost)."""
-    held = _member_assignments(user).filter(status=Assignment.Status.RESERVED).values_list(
-        "item__candidates", flat=True)[:2]
-    return any(image_id in (panel or []) for panel in held)
+def _in_open_panel(user, image_id: int, blind: list[int]) -> bool:
+    """The stored candidate panels of the items the user holds now (when the grant was lost),
+    outside the studies that hide the target (their panels are never shown)."""
+    held = _member_assignments(user).filter(status=Assignment.Status.RESERVED).exclude(study_id__in=blind)
+    return any(image_id in (panel or []) for panel in held.values_list("item__candidates", flat=True)[:2])
 
 
 def _member_assignments(user):
@@ -75,6 +121,8 @@ def may_fetch_image(user, image_id: int) -> bool:
     if not (user.is_active and roles.is_annotator(user)):
         return False  # the role is gone: so are the grants
     granted = cache.get(_key(user.pk, image_id))
-    if granted and membership(user, granted).exists():
+    if granted and _grant_holds(user, image_id, granted):
         return True
-    return _served(user, image_id) or _in_guidelines(user, image_id) or _in_open_panel(user, image_id)
+    blind = _blind_studies(user)
+    return (_served(user, image_id, blind) or _in_rounds(user, image_id) or _in_guidelines(user, image_id)
+            or _in_open_panel(user, image_id, blind))

@@ -10,6 +10,7 @@ from django.urls import reverse
 from config.roles import staff_required
 
 from annotation.access import grant_images
+from annotation.interactive.rules import hides_target
 from annotation import roles
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
@@ -135,10 +136,11 @@ def upcoming(request, study_id: int):
             ref = image_ref(turn.reference_image)
             if ref:
                 refs.append(ref)
-        for target in nxt.query.positive_targets(nxt.query.targets.select_related("image")):
-            refs.append(image_ref(target.image))
-        shown = Image.objects.in_bulk(nxt.candidates[:PAGE_SIZE])  # the panel's first page, once fixed
-        refs += [image_ref(shown[i], 160) for i in nxt.candidates[:PAGE_SIZE] if i in shown]
+        if not hides_target(study.interactive):  # a described target is never sent, nor its panel
+            for target in nxt.query.positive_targets(nxt.query.targets.select_related("image")):
+                refs.append(image_ref(target.image))
+            shown = Image.objects.in_bulk(nxt.candidates[:PAGE_SIZE])  # the panel's first page, once fixed
+            refs += [image_ref(shown[i], 160) for i in nxt.candidates[:PAGE_SIZE] if i in shown]
     refs = refs[:12 + PAGE_SIZE]
     grant_images(request.user.pk, [r["id"] for r in refs], study.pk)  # the prefetch may fetch what it is told
     return JsonResponse({"images": [r["thumb"] for r in refs]})

@@ -67,6 +67,13 @@ class InteractiveSettings:
         return asdict(self)
 
 
+def hides_target(config: dict[str, Any] | None) -> bool:
+    """Whether a study (its stored interactive settings; empty: not interactive) shows its
+    annotators the target only as a description: they must then never be served the
+    target's image (:func:`annotation.access.may_fetch_image`, the item payload, the prefetch)."""
+    return bool(config) and config.get("target_view") == "description"
+
+
 def outcome(rank: int | None, rounds_done: int, settings: InteractiveSettings) -> str:
     """``found`` when the target is within the top N, ``rounds`` when the last round has
     passed without it, else ``""`` (the session goes on)."""

@@ -26,7 +26,7 @@ from retrieval.targets import positive_targets
 
 from annotation.access import grant_images
 from annotation.assignment.queue import mark_done
-from annotation.interactive.rules import FOUND, InteractiveSettings, clean_text, outcome
+from annotation.interactive.rules import FOUND, InteractiveSettings, clean_text, hides_target, outcome
 from annotation.judging.payloads import image_ref
 from annotation.models import Assignment, InteractiveRound, InteractiveSession
 
@@ -161,10 +161,10 @@ def retry_round(session: InteractiveSession) -> bool:
     return send_round(last.pk)
 
 
-def _target_view(image: Image | None, view: str) -> dict:
+def _target_view(image: Image | None, described: bool) -> dict:
     if image is None:
         return {}
-    if view == "description":
+    if described:
         extra = image.extra if isinstance(image.extra, dict) else {}
         return {"description": str(extra.get("description") or extra.get("caption") or "")}
     return {"image": image_ref(image)}
@@ -185,7 +185,7 @@ def session_state(session: InteractiveSession, user_id: int) -> dict:
     data = {
         "session": session.pk,
         "top_n": rules.top_n, "max_rounds": rules.max_rounds, "target_view": rules.target_view,
-        "target": _target_view(target, rules.target_view),
+        "target": _target_view(target, hides_target(session.config)),
         "start": image_ref(images.get(first)),
         "rounds": [{"index": r.index, "text": r.text, "reference": image_ref(images.get(r.reference_id), 256),
                     "status": r.status, "error": r.error if r.status == InteractiveRound.FAILED else "",
@@ -193,7 +193,7 @@ def session_state(session: InteractiveSession, user_id: int) -> dict:
         "ended": bool(session.outcome),
         "found": session.outcome == FOUND if session.outcome else None,
     }
-    if target is not None and rules.target_view == "image":
+    if target is not None and not hides_target(session.config):
         shown.add(target.pk)
     grant_images(user_id, shown, session.study_id)
     return data

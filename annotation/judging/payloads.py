@@ -11,6 +11,7 @@ from retrieval.models import Image, Query, Turn
 from retrieval.sessions import describe_reference
 
 from annotation.access import grant_images, payload_image_ids
+from annotation.interactive.rules import hides_target
 from annotation.verdicts.state import annotator_share
 from annotation.judging.candidates import PAGE_SIZE, item_candidates
 from annotation.models import Assignment, Draft, Judgement, StudyItem
@@ -105,6 +106,9 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
     query = assignment.item.query
     turns, panel = turns_and_panel(assignment.item, query)
     targets = query.positive_targets(query.targets.select_related("image"))  # the format's target rule
+    hidden = hides_target(study.interactive)  # the target is only described: no target, panel or turn target
+    if hidden:
+        targets, panel = [], []
     current = None if fresh else assignment.revisions.filter(is_current=True).first()
     draft = None if fresh else Draft.objects.filter(assignment=assignment).first()
     # Not blind: the target's rank after each turn, from the newest audit of the session.
@@ -127,7 +131,7 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
                  # the turn's effective reference (read from its text at import: part of the data)
                  "reference_turns": list(t.reference_turns or []),
                  "refers_to": describe_reference(t.index, t.reference_turns or []),
-                 "next": image_ref(t.turn_target, 160),
+                 "next": None if hidden else image_ref(t.turn_target, 160),
                  "rank": ranks[n] if n < len(ranks) and ranks[n] is not None else None}
                 for n, t in enumerate(turns)
             ],

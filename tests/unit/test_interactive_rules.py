@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from annotation.interactive.rules import FOUND, OUT_OF_ROUNDS, InteractiveSettings, clean_text, outcome
+from annotation.interactive.rules import FOUND, OUT_OF_ROUNDS, InteractiveSettings, clean_text, hides_target, outcome
 from retrieval.sessions import rank_curve
 
 
@@ -45,3 +45,10 @@ def test_rank_curve_is_the_median_per_turn_over_sessions_that_reach_it():
     assert rank_curve({"a": [3, 1, 2], "b": [5, None], "c": [None]}) == [5.0, None, 2.0]
     assert rank_curve({"a": [4, 2], "b": [2, 4]}) == [3.0, 3.0]
     assert rank_curve({}) == []
+
+
+def test_only_a_described_target_is_hidden():
+    described = InteractiveSettings(retriever="openclip:x", target_view="description").to_dict()
+    assert hides_target(described)
+    assert not hides_target(InteractiveSettings(retriever="openclip:x").to_dict())
+    assert not hides_target({}) and not hides_target(None)  # not an interactive study
