@@ -508,7 +508,7 @@ def start_servers(args, env: dict[str, str], logs: Path) -> list[subprocess.Pope
          "-w", str(args.web_workers), "--threads", "16", "--access-logfile", "-", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=open(logs / "gunicorn.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
     worker = subprocess.Popen(
-        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu", "-c", str(args.worker_concurrency),
+        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu,interactive", "-c", str(args.worker_concurrency),
          "--loglevel", "INFO"],
         cwd=ROOT, env=env, stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
     return [web, worker]

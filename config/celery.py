@@ -1,4 +1,4 @@
-"""The Celery app. Workers: ``celery -A config worker -Q celery,gpu``."""
+"""The Celery app. Workers: ``celery -A config worker -Q celery,gpu,interactive``."""
 import os
 import threading
 

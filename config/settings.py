@@ -238,7 +238,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "celery"
-CELERY_TASK_ROUTES = {"audit.tasks.*": {"queue": "gpu"}}
+# Audit chunks run on ``gpu``; interactive rounds on their own queue, ``interactive`` (a person
+# waits on each: a worker may consume it alone, so a round never queues behind audit chunks,
+# imports or exports). Every worker launcher consumes all three (./cirval, README).
+CELERY_TASK_ROUTES = {"audit.tasks.*": {"queue": "gpu"},
+                      "annotation.rank_interactive_round": {"queue": "interactive"}}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

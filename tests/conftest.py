@@ -44,7 +44,7 @@ def database_url_for_subprocess() -> str:
 class WorkerProcess:
     """A real ``celery -A config worker`` running against the test database and broker."""
 
-    def __init__(self, queues: str = "celery,gpu", concurrency: int = 1, extra_env: dict | None = None,
+    def __init__(self, queues: str = "celery,gpu,interactive", concurrency: int = 1, extra_env: dict | None = None,
                  plain: bool = False):
         """``plain``: started as the README says (``celery -A config worker``), without the
         test's ``--without-gossip --without-mingle --without-heartbeat``."""

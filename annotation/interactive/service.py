@@ -2,11 +2,12 @@
 and the blind state the annotator's page polls.
 
 The web tier never ranks: :func:`submit_round` stores the round as ``pending`` and sends
-:data:`RANK_TASK` once the transaction commits; a worker runs :func:`rank_round`, which
+:data:`RANK_TASK` once the transaction commits, to its own queue (:func:`rank_queue`: a
+round never waits behind audit chunks, imports or exports); a worker runs :func:`rank_round`, which
 stores the shown candidates and the target's rank and ends the session when the stopping
 rule of :mod:`annotation.interactive.rules` says so (the assignment is then done, as a
 submitted judgement makes it). The page polls :func:`session_state` until the round is
-ranked. The annotator's state never holds the target's rank (blind studies): only the
+ranked, and says when no live worker consumes that queue. The annotator's state never holds the target's rank (blind studies): only the
 candidates shown and, at the end, whether the target was found.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from retrieval.jobs.queue import send_task
+from retrieval.jobs.workers import no_worker_message
 from retrieval.models import Image, Target
 from retrieval.targets import positive_targets
 
@@ -33,6 +35,13 @@ from annotation.models import Assignment, InteractiveRound, InteractiveSession
 logger = logging.getLogger(__name__)
 
 RANK_TASK = "annotation.rank_interactive_round"
+
+
+def rank_queue() -> str:
+    """The Celery queue :data:`RANK_TASK` is routed to (``settings.CELERY_TASK_ROUTES``:
+    ``interactive``); the one the page checks for a live worker."""
+    route = settings.CELERY_TASK_ROUTES.get(RANK_TASK) or {}
+    return route.get("queue") or settings.CELERY_TASK_DEFAULT_QUEUE
 
 
 class RoundError(ValueError):
@@ -192,6 +201,9 @@ def session_state(session: InteractiveSession, user_id: int) -> dict:
                     "shown": [image_ref(images.get(i), 256) for i in r.shown if i in images]} for r in rounds],
         "ended": bool(session.outcome),
         "found": session.outcome == FOUND if session.outcome else None,
+        # a pending round with no live worker on its queue waits for nothing: the page says so
+        "no_worker": no_worker_message(rank_queue()) if rounds and rounds[-1].status == InteractiveRound.PENDING
+        else "",
     }
     if target is not None and not hides_target(session.config):
         shown.add(target.pk)

@@ -85,7 +85,7 @@ class Progress(models.Model):
     def no_worker_message(self) -> str:
         """Unfinished, and no worker of its queue beats (:mod:`.workers`): what the page
         says (nothing runs it); empty otherwise."""
-        return NO_WORKER if self.is_active and not WorkerBeat.alive(self.QUEUE) else ""
+        return no_worker_message(self.QUEUE) if self.is_active else ""
 
 
 class Job(Leased, Progress):
@@ -97,6 +97,12 @@ class Job(Leased, Progress):
 
 #: What a page says when work waits and no worker of its queue is alive.
 NO_WORKER = "No worker alive: nothing will run this job until one is started (./cirval worker)."
+
+
+def no_worker_message(queue: str) -> str:
+    """:data:`NO_WORKER` when no live worker consumes ``queue`` (work of that queue waits
+    for nothing), else empty: what a page shows beside waiting work of that queue."""
+    return "" if WorkerBeat.alive(queue) else NO_WORKER
 
 
 class WorkerBeat(models.Model):

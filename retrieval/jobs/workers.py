@@ -8,9 +8,9 @@ from datetime import timedelta
 from django.apps import apps
 from django.utils import timezone
 
-from .models import NO_WORKER, Leased, WorkerBeat
+from .models import NO_WORKER, Leased, WorkerBeat, no_worker_message
 
-__all__ = ["NO_WORKER", "alive", "beat", "gone", "health", "live", "waiting_jobs"]
+__all__ = ["NO_WORKER", "alive", "beat", "gone", "health", "live", "no_worker_message", "waiting_jobs"]
 
 
 def beat(name: str, queues: list[str]) -> None:

@@ -89,7 +89,9 @@
     $("retry").hidden = !failed;
     input.disabled = pending() || state.ended || failed;
     $("send").disabled = input.disabled;
-    status.textContent = pending() ? "The retriever is re-ranking…" : failed ? "Ranking failed: " + r.error : "";
+    status.textContent = pending() ? (state.no_worker || "The retriever is re-ranking…")
+      : failed ? "Ranking failed: " + r.error : "";
+    status.classList.toggle("error", pending() && !!state.no_worker);
     $("ended").hidden = !state.ended;
     $("feedback-form").hidden = state.ended;
     if (state.ended) {

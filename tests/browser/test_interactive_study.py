@@ -1,7 +1,9 @@
 """Acceptance of issue 26 item 4: an interactive study end to end, at 1366x768.
 
 An annotator plays the user in the browser with the keyboard only (Enter sends, digits with
-Alt pick a result, i inspects it); a real worker re-ranks every round. The staff downloads
+Alt pick a result, i inspects it); a real worker of the rounds' own queue (``interactive``)
+re-ranks every round, and while only a worker of the other queues is alive the page says that
+no worker is. The staff downloads
 the sessions in the CIRCLED layout; they are re-imported as a dataset of their own (with the
 demo's gallery), audited, and the session report shows them beside the demo's generated
 sessions. A small demo world and the tiny retriever keep it quick."""
@@ -18,6 +20,7 @@ from audit.runs import dispatch, planning
 from audit.runs.encoding import clear_memos
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
+from retrieval.jobs import workers
 from retrieval.models import Dataset, Query
 from tests.browser.conftest import SHOTS, close_tab, login, open_tab
 from tests.conftest import make_annotator, wait_for
@@ -59,8 +62,10 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
     get_user_model().objects.create_superuser("boss", password="boss-pw")
     study, _ = create_study(StudySpec(name="play the user", datasets=["demo"], overlap=1, annotators=["ann"],
                                       interactive={"retriever": SPEC, "top_n": 1, "max_rounds": 2}))
-    worker_factory(queues="celery", extra_env={"EMBEDDING_CACHE_DIR": str(settings.EMBEDDING_CACHE_DIR),
-                                               "IMAGE_ROOTS": str(root.resolve())}).start("iact")
+    env = {"EMBEDDING_CACHE_DIR": str(settings.EMBEDDING_CACHE_DIR), "IMAGE_ROOTS": str(root.resolve())}
+    # a worker of the other queues only: rounds go to their own queue, which it does not consume
+    others = worker_factory(queues="celery,gpu", extra_env=env).start("jobs")
+    wait_for(lambda: workers.alive("celery"), timeout=60, what=f"the jobs worker's beat\n{others.log()}")
 
     page = open_tab(browser, 1366, 768)
     try:
@@ -71,8 +76,17 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
             assert page.evaluate("document.activeElement.id") == "feedback"
             if n == 0:
                 shots(page, "interactive-start")
-            # the worker's first round loads torch and the retriever: give it time
-            write_round(page, "make it bigger and red", 1, timeout=120000 if n == 0 else 15000)
+            if n == 0:  # no worker consumes the rounds' queue yet: the page says so, the round waits
+                page.keyboard.type("make it bigger and red")
+                page.keyboard.press("Enter")
+                page.wait_for_selector("#status.error:has-text('No worker alive')", timeout=15000)
+                assert InteractiveRound.objects.get(session__study=study).status == "pending"
+                worker_factory(queues="interactive", extra_env=env).start("iact")
+                # the worker's first round loads torch and the retriever: give it time
+                page.wait_for_selector("body[data-rounds='1'][data-pending='0']", state="attached", timeout=120000)
+                assert "No worker" not in page.inner_text("#status")
+            else:
+                write_round(page, "make it bigger and red", 1)
             if page.evaluate("document.body.dataset.ended") == "1":
                 continue
             assert page.locator("#results .iact-cand").count() == 1  # top N = 1 result shown
