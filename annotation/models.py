@@ -14,7 +14,7 @@ from retrieval.models import Query
 
 from annotation.assignment.rules import SERVE_RANDOM, SERVE_SUSPICION
 from annotation.judging.rubric import Rubric, builtin_rubric
-from annotation.verdicts.consensus import QuorumRule, quorum_rule
+from annotation.verdicts.consensus import DEFAULT_CONFIDENCE, QuorumRule, quorum_rule
 
 
 class RubricVersion(models.Model):
@@ -67,6 +67,11 @@ class Study(models.Model):
         max_length=12, default="majority",
         choices=[("majority", "majority"), ("reliability", "reliability-weighted (Dawid-Skene)")],
         help_text="The consensus policy pages and exports use unless told another.")
+    adaptive_confidence = models.FloatField(
+        default=DEFAULT_CONFIDENCE, validators=[MinValueValidator(0.5), MaxValueValidator(1.0)],
+        help_text="Adaptive overlap under reliability-weighted consensus: a split is decided without a further "
+                  "annotator once the annotators' reliability (Dawid-Skene on the study's judgements so far) makes "
+                  "it at least this sure either way (0.5 to 1).")
     session_rule = models.JSONField(
         default=dict, blank=True,
         help_text="Session studies: how a session is decided (reject rule, overall threshold); empty: the default.")
@@ -115,8 +120,11 @@ class Study(models.Model):
 
     @property
     def quorum_rule(self) -> QuorumRule:
-        """THE quorum rule of the study (:class:`annotation.verdicts.consensus.QuorumRule`)."""
-        return quorum_rule(self.overlap, self.quorum, self.adaptive_max)
+        """THE quorum rule of the study (:class:`annotation.verdicts.consensus.QuorumRule`); under
+        reliability-weighted consensus an adaptive rule settles splits at ``adaptive_confidence``
+        once bound to the study's reliability model (``annotation.verdicts.adjudication.quorum_rule_of``)."""
+        weighted = self.consensus == "reliability"
+        return quorum_rule(self.overlap, self.quorum, self.adaptive_max, self.adaptive_confidence if weighted else None)
 
     @property
     def kind(self) -> str:

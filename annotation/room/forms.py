@@ -36,13 +36,15 @@ class RolesForm(forms.Form):
 class StudySettingsForm(forms.ModelForm):
     class Meta:
         model = Study
-        fields = ["overlap", "quorum", "serve_order", "adaptive_max", "consensus", "lease_minutes", "gold_rate", "training_items", "too_fast_seconds", "straight_run",
+        fields = ["overlap", "quorum", "serve_order", "adaptive_max", "consensus", "adaptive_confidence", "lease_minutes", "gold_rate", "training_items", "too_fast_seconds", "straight_run",
                   "guidelines"]
         labels = {"overlap": "Overlap (annotators per item)",
                   "quorum": "Quorum (current judgements before an item is decided; empty: the overlap)", "gold_rate": "Gold rate (0–1)", "serve_order": "Serve fresh items by",
                   "adaptive_max": "Adaptive overlap: at most this many annotators, one more while they disagree "
                                   "(empty: a fixed overlap)",
                   "consensus": "Consensus (majority, or weighted by the annotators' Dawid-Skene reliability)",
+                  "adaptive_confidence": "Adaptive overlap, reliability-weighted: decide a split without a further "
+                                         "annotator once the reliability posterior is this sure (0.5–1)",
                   "training_items": "Training items (gold, with feedback, before real items)",
                   "too_fast_seconds": "Too fast below (seconds)", "straight_run": "Straight-lining run length",
                   "guidelines": "Guidelines (Markdown; example images as ![caption](/images/ID/))"}

@@ -129,7 +129,7 @@ def study_settings(request, study_id: int):
     text = study.guidelines
     study.guidelines = guidelines_before
     study.save()
-    if {"overlap", "quorum", "adaptive_max"} & set(form.changed_data):
+    if {"overlap", "quorum", "adaptive_max", "consensus", "adaptive_confidence"} & set(form.changed_data):
         refresh_slots(study)  # the items' extra slots follow the new quorum rule
     version = save_guidelines(study, text, request.user)
     forget_study_sizes(study)

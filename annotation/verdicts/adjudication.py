@@ -162,12 +162,13 @@ class Verdicts:
         ``"reliability"`` policy the annotators' Dawid-Skene model is fitted on the study's
         counted votes (:func:`study_reliability`, cached)."""
         session = session_rule_of(study)
-        rule = study.quorum_rule
         policy = policy or study.consensus
         model = None
-        if policy == "reliability" and session is None:
+        if (policy == "reliability" or study.quorum_rule.weighted) and session is None:
             model = study_reliability(study).model
-        return cls(rule.base, policy, primary or None, session, rule, model, turn_key_of(study))
+        rule = quorum_rule_of(study, model)
+        return cls(rule.base, policy, primary or None, session, rule, model if policy == "reliability" else None,
+                   turn_key_of(study))
 
     def describe_session(self) -> str:
         """The session rule in words ('' for single-turn studies)."""
@@ -178,6 +179,17 @@ class Verdicts:
     def needed(self, votes) -> int:
         """Counted judgements an item with these ``votes`` needs (the study's :class:`QuorumRule`)."""
         return self.rule.needed(votes) if self.rule is not None else self.quorum
+
+
+def quorum_rule_of(study: Study, model: Reliability | None = None) -> QuorumRule:
+    """THE quorum rule an item's votes are read by (its slots, its quorum, whether it is settled):
+    ``Study.quorum_rule``, bound under reliability-weighted adaptive overlap to the study's
+    reliability model (``model``, else :func:`study_reliability`'s, fitted on its judgements so far)
+    so that a split is settled once the model is sure of it. Session studies: the rule unbound."""
+    rule = study.quorum_rule
+    if not rule.weighted or session_rule_of(study) is not None:
+        return rule
+    return rule.with_reliability(model if model is not None else study_reliability(study).model)
 
 
 def session_rule_of(study: Study) -> SessionRule | None:
@@ -393,7 +405,7 @@ class StudyReliability:
 def _differences(study: Study, by_item: dict[int, list[Vote]], keys: dict[int, str], model: Reliability) -> tuple:
     """The items whose verdict under the reliability policy differs from the majority's (by
     their votes, before any adjudication), with both verdicts and the vote split."""
-    rule, out = study.quorum_rule, []
+    rule, out = quorum_rule_of(study, model), []
     for item, votes in by_item.items():
         majority = decide(votes, "majority", quorum=rule.needed(votes))
         weighted = decide(votes, "reliability", quorum=rule.needed(votes), reliability=model)
@@ -411,7 +423,7 @@ def study_reliability(study: Study) -> StudyReliability:
     votes consensus decides on), fitted once per state of the study's judgements (cached)."""
     seen = Judgement.objects.filter(assignment__study=study).aggregate(n=Count("id"), last=Max("id"))
     key = (f"cirval:reliability:{study.pk}:{study.created_at.timestamp()}:{seen['n']}:{seen['last']}:"
-           f"{study.overlap}:{study.quorum}:{study.adaptive_max}")  # the quorum rule decides what differs
+           f"{study.overlap}:{study.quorum}:{study.adaptive_max}:{study.consensus}:{study.adaptive_confidence}")  # the quorum rule decides what differs
     found = cache.get(key)
     if found is None:
         by_item: dict[int, list[Vote]] = {}

@@ -39,7 +39,7 @@ the session's verdict and valid prefix from the turns (:mod:`annotation.verdicts
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from annotation.verdicts.turns import session_valid, valid_prefix
@@ -78,7 +78,8 @@ class QuorumRule:
     needs before consensus decides it (``None``: the overlap). Agreement-subset items are
     served to every annotator. A rule that depends on the votes (an "adaptive overlap":
     two annotators, a third only when they disagree) is a subclass overriding
-    :meth:`needed` and :meth:`slots`; nothing else defines a quorum.
+    :meth:`needed` and :meth:`slots`; nothing else defines a quorum. A rule may read the
+    study's reliability model (:meth:`with_reliability`; only a weighted adaptive rule does).
     """
 
     overlap: int
@@ -113,6 +114,15 @@ class QuorumRule:
     def describe(self) -> str:
         return f"{self.most} annotator(s) per item, decided at {self.base} counted judgement(s)"
 
+    @property
+    def weighted(self) -> bool:
+        """Whether split votes may settle by a reliability posterior (only an adaptive rule's may)."""
+        return False
+
+    def with_reliability(self, model: Any) -> QuorumRule:
+        """The rule reading a reliability model (only an adaptive, weighted rule reads one)."""
+        return self
+
 
 def leaning(vote: object) -> bool | None:
     """Which way a vote leans, for disagreement: ``validated`` of a :class:`Vote`; a session
@@ -123,23 +133,44 @@ def leaning(vote: object) -> bool | None:
     return None if validated is None else bool(validated)
 
 
+#: The posterior an adaptive study under reliability-weighted consensus needs before it decides
+#: a split without a further annotator (``Study.adaptive_confidence``'s default): 90% sure either way.
+DEFAULT_CONFIDENCE = 0.9
+
+
+def confident(posterior: float, confidence: float) -> bool:
+    """Whether P(valid) ``posterior`` is at least ``confidence`` sure either way."""
+    return max(posterior, 1.0 - posterior) >= confidence
+
+
 @dataclass(frozen=True)
 class AdaptiveQuorumRule(QuorumRule):
     """Adaptive overlap: each item goes to ``overlap`` annotators (the base, e.g. 2), and to one
-    more, up to ``maximum``, while its counted votes are not *settled*.
+    more, up to ``maximum``, while its counted votes are not *settled* (:meth:`settled`, THE
+    rule of whether an item needs a further annotator).
 
     Votes are settled when any of them is flagged (an adjudicator decides, more votes would not),
     when no vote carries a verdict, when one side leads the other by at least the base quorum
     (two agreeing votes of two; 3 to 1 of four) or when ``maximum`` votes are in (the policy
     then decides, a tie goes to adjudication). So with base 2 and maximum 3: two agreeing votes
     decide; two disagreeing ones open the item to a third annotator, whose vote makes a majority.
+
+    Under reliability-weighted consensus (``confidence`` set, :meth:`weighted`) split votes are
+    also settled once the posterior of the annotators' reliability model (``reliability``, the
+    study's Dawid-Skene fit on its judgements so far, bound by :meth:`with_reliability`) is at
+    least ``confidence`` sure either way: a split between a reliable annotator and one known to be
+    unreliable is decided by the weights, without a third. Without a model the lead rule alone.
     """
 
     maximum: int = 3
+    confidence: float | None = None  # reliability-weighted consensus: the posterior that settles a split
+    reliability: Any = field(default=None, compare=False, repr=False)  # anything with posterior(votes)
 
     def __post_init__(self) -> None:
         if self.maximum < max(1, self.overlap or 1):
             raise ValueError(f"adaptive overlap: the maximum ({self.maximum}) is below the overlap ({self.overlap})")
+        if self.confidence is not None and not 0.5 <= self.confidence <= 1.0:
+            raise ValueError(f"adaptive overlap: the confidence ({self.confidence}) is not between 0.5 and 1")
 
     @property
     def most(self) -> int:
@@ -149,13 +180,25 @@ class AdaptiveQuorumRule(QuorumRule):
     def adaptive(self) -> bool:
         return True
 
+    @property
+    def weighted(self) -> bool:
+        """Whether split votes may settle by the reliability posterior (reliability-weighted consensus)."""
+        return self.confidence is not None
+
+    def with_reliability(self, model: Any) -> QuorumRule:
+        """This rule reading ``model``'s posterior (a weighted rule only; else the rule unchanged)."""
+        return replace(self, reliability=model) if self.weighted else self
+
     def settled(self, votes: Sequence[object]) -> bool:
         """Whether these counted votes need no further annotator (see the class docstring)."""
         if len(votes) >= self.maximum or any(getattr(v, "flagged", False) for v in votes):
             return True
         sides = [leaning(v) for v in votes]
         valid, invalid = sides.count(True), sides.count(False)
-        return valid + invalid == 0 or abs(valid - invalid) >= self.base
+        if valid + invalid == 0 or abs(valid - invalid) >= self.base:
+            return True
+        return bool(len(votes) >= self.base and valid and invalid and self.weighted and self.reliability is not None
+                    and confident(float(self.reliability.posterior(votes)), float(self.confidence)))
 
     def needed(self, votes: Sequence[object] = ()) -> int:
         n = len(votes)
@@ -169,14 +212,19 @@ class AdaptiveQuorumRule(QuorumRule):
         return max(max(1, self.overlap or 1), self.needed(votes))
 
     def describe(self) -> str:
+        weights = (f", or once the annotators' reliability (Dawid-Skene) makes a split at least "
+                   f"{self.confidence:.0%} sure either way" if self.weighted else "")
         return (f"adaptive overlap: {self.overlap} annotator(s) per item, one more (up to {self.maximum}) "
-                f"while they disagree; decided once one side leads by {self.base}")
+                f"while they disagree; decided once one side leads by {self.base}{weights}")
 
 
-def quorum_rule(overlap: int, quorum: int | None = None, maximum: int | None = None) -> QuorumRule:
-    """THE quorum rule of these study settings: adaptive when ``maximum`` exceeds the overlap."""
+def quorum_rule(overlap: int, quorum: int | None = None, maximum: int | None = None,
+                confidence: float | None = None) -> QuorumRule:
+    """THE quorum rule of these study settings: adaptive when ``maximum`` exceeds the overlap;
+    ``confidence``: reliability-weighted consensus settles splits at this posterior
+    (:class:`AdaptiveQuorumRule`; ``None``: majority's lead rule)."""
     if maximum and maximum > max(1, overlap or 1):
-        return AdaptiveQuorumRule(overlap, quorum, maximum)
+        return AdaptiveQuorumRule(overlap, quorum, maximum, confidence)
     return QuorumRule(overlap, quorum)
 
 

@@ -50,10 +50,11 @@ from annotation.verdicts.adjudication import (
     has_verdicts,
     iter_item_batches,
     locked_item_row,
+    quorum_rule_of,
     session_rule_of,
     turn_key_of,
 )
-from annotation.verdicts.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, tally
+from annotation.verdicts.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, QuorumRule, tally
 
 AWAITING_ADJUDICATION = "awaiting_adjudication"
 DECIDED = "decided"
@@ -113,33 +114,47 @@ def free_slot_q(study: Study, n_annotators: int | None) -> Q:
     return agreement | Q(agreement=False, taken__lt=F("extra_slots") + rule.slots())
 
 
+def opened_slots(rule: QuorumRule, row: ItemRow, session: Any = None, turn_key: str | None = None) -> int:
+    """THE extra slots an item's counted votes open under the quorum rule (``rule.slots`` less the
+    overlap; 0 for agreement items and fixed rules): what ``StudyItem.extra_slots`` keeps."""
+    if row.agreement or not rule.adaptive:
+        return 0
+    return rule.slots(False, None, counted_votes(row, session, turn_key)) - rule.slots()
+
+
 def reopen_slots(study: Study, item_id: int) -> int:
     """Under an adaptive quorum rule, after a judgement of the item is stored: open or close
     the item's extra slots (``StudyItem.extra_slots``) to what the rule's ``slots`` give for
     its counted votes (two disagreeing votes open a third). The item row is locked first, so
-    two racing submits of its last votes both see each other's. A fixed rule: nothing (0)."""
-    rule = study.quorum_rule
-    if not rule.adaptive:
+    two racing submits of its last votes both see each other's. A fixed rule: nothing (0).
+    Under reliability-weighted adaptive overlap the rule reads the study's reliability model
+    (:func:`~annotation.verdicts.adjudication.quorum_rule_of`), which this judgement moved: every
+    other item's slots follow it too (:func:`refresh_slots`)."""
+    if not study.quorum_rule.adaptive:
         return 0
     found = locked_item_row(study, item_id)
     if found is None or found[0].agreement:
         return 0
     row, before = found
-    extra = rule.slots(False, None, counted_votes(row, session_rule_of(study), turn_key_of(study))) - rule.slots()
+    rule = quorum_rule_of(study)
+    extra = opened_slots(rule, row, session_rule_of(study), turn_key_of(study))
     if extra != before:
         StudyItem.objects.filter(pk=item_id).update(extra_slots=extra)
+    if getattr(rule, "reliability", None) is not None:  # bound to a model (single-turn studies)
+        refresh_slots(study, rule)
     return extra
 
 
-def refresh_slots(study: Study) -> int:
-    """Every item's extra slots again, under the study's current quorum rule (after its overlap
-    or adaptive maximum changed): what :func:`reopen_slots` would give each. Returns the items changed."""
-    rule, session, turn_key, changed = study.quorum_rule, session_rule_of(study), turn_key_of(study), 0
+def refresh_slots(study: Study, rule: QuorumRule | None = None) -> int:
+    """Every item's extra slots again, under the study's current quorum rule (after its overlap,
+    adaptive maximum, consensus or confidence changed, or its reliability model moved; ``rule``:
+    the rule already bound to it): what :func:`reopen_slots` would give each. Returns the items changed."""
+    rule = rule or quorum_rule_of(study)
+    session, turn_key, changed = session_rule_of(study), turn_key_of(study), 0
     extra_now = dict(StudyItem.objects.filter(study=study).values_list("id", "extra_slots"))
     for batch in iter_item_batches(study):
         for row in batch:
-            extra = 0 if row.agreement or not rule.adaptive else (
-                rule.slots(False, None, counted_votes(row, session, turn_key)) - rule.slots())
+            extra = opened_slots(rule, row, session, turn_key)
             if extra != extra_now.get(row.item_id):
                 changed += StudyItem.objects.filter(pk=row.item_id).update(extra_slots=extra)
     forget_study_sizes(study)
@@ -201,7 +216,7 @@ class _Walk:
                     yield decision
 
     def _count(self, row: ItemRow) -> Decision | None:
-        rule = self.study.quorum_rule
+        rule = self.verdicts.rule or self.study.quorum_rule
         n = len(row.votes)
         self.judgements += n
         self.flagged += sum(1 for v in row.votes if v.flagged)
@@ -286,7 +301,7 @@ def study_version(study: Study) -> str:
              ExportJob.objects.filter(study=study, status=ExportJob.Status.DONE).aggregate(n=Count("id"), last=Max("id"))]
     fresh = Study.objects.filter(pk=study.pk).values_list("rubric_id", "overlap", "quorum", "session_rule",
                                                           "alternatives_rule", "candidates", "adaptive_max",
-                                                          "consensus").first()
+                                                          "consensus", "adaptive_confidence").first()
     team = sorted(Study.annotators.through.objects.filter(study_id=study.pk).values_list("user_id", flat=True))
     return json.dumps([study.pk, study.created_at.timestamp(), parts, fresh, team], sort_keys=True, default=str)
 
