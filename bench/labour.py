@@ -7,14 +7,21 @@ TEAM) label every item under three strategies:
 
 * fixed overlap 3 with majority;
 * adaptive overlap 2->3 (a third annotator only where the first two disagree) with majority;
-* adaptive overlap 2->3 with Dawid-Skene (reliability-weighted consensus).
+* adaptive overlap 2->3 with Dawid-Skene (reliability-weighted consensus): a third annotator
+  only where the split of the first two is uncertain, i.e. the posterior of the annotators'
+  reliability (Dawid-Skene on the judgements collected so far, refitted every BATCH items,
+  never the truth) is below the study's confidence (DEFAULT_CONFIDENCE, Study.adaptive_confidence).
 
-The strategies run the app's own rules (annotation.verdicts.consensus: quorum_rule and
-decide; annotation.verdicts.reliability: Dawid-Skene), over R crowds (the same seeds for
-each strategy), and the figures are pooled. Prints the judgements spent (and their share of
-fixed overlap 3's), the accuracy of the validated set (the share of it that is truly valid),
-the accuracy of all decisions and the share of valid items validated. Goal: the accuracy of
-fixed 3 with majority for at most 70% of its judgements. Asserts nothing.
+The strategies run the app's own rules (annotation.verdicts.consensus: quorum_rule,
+AdaptiveQuorumRule.settled and decide; annotation.verdicts.reliability: Dawid-Skene), over R
+crowds (the same seeds for each strategy), and the figures are pooled. Prints the judgements
+spent (and their share of fixed overlap 3's), the accuracy of the validated set (the share of
+it that is truly valid), the accuracy of all decisions and the share of valid items validated.
+Goal: the accuracy of fixed 3 with majority for at most 70% of its judgements. Asserts nothing.
+
+Then two sensitivity tables: the Dawid-Skene strategy at other confidences, and with the team's
+true confusion matrices instead of a fit (an oracle: a bound on what the rule can reach, not a
+strategy the app can run); and how the shares move with the annotators' quality.
 
 --truth: a demo truth file (manage.py make_demo writes var/demo/demo.truth.json); default:
 the demo world is drawn afresh in a temporary folder with make_demo's default seed.
@@ -29,8 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from annotation.verdicts.consensus import DEFAULT_CONFIDENCE  # noqa: E402
 from annotation.verdicts.crowd import (  # noqa: E402
     STRATEGIES,
+    Strategy,
     TEAM,
     compare,
     demo_truth_validity,
@@ -77,10 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     truth = demo_truth_validity(load_truth(args.truth))
     rows = labour_table(compare(truth, repeats=args.repeats, seed=args.seed))
     sweep = quality_sweep(truth, args.repeats, args.seed)
+    confidence = confidence_sweep(truth, args.repeats, args.seed)
     if args.json:
-        print(json.dumps({"strategies": rows, "quality_sweep": sweep}, indent=2))
+        print(json.dumps({"strategies": rows, "confidence_sweep": confidence, "quality_sweep": sweep}, indent=2))
         return 0
     print(render(rows, len(truth), args.repeats))
+    print(f"\nAdaptive 2->3 with Dawid-Skene at other confidences (the goal row above: {DEFAULT_CONFIDENCE:g}); "
+          "oracle: the team's true matrices instead of a fit:")
+    print(render(confidence, len(truth), args.repeats).split("\n", 1)[1])
     print("\nHow adaptive overlap's share moves with the crowd (every annotator's error rates times the factor):")
     print(f"{'factor':>7}{'spammer':>9}{'adaptive share':>16}{'fixed 3 val. acc.':>19}{'adaptive val. acc.':>20}"
           f"{'DS val. acc.':>14}")
@@ -88,6 +101,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['factor']:>7.2f}{'yes' if r['spammer'] else 'no':>9}{r['adaptive_share']:>16.0%}"
               f"{r['fixed_accuracy']:>19.4f}{r['adaptive_accuracy']:>20.4f}{r['ds_accuracy']:>14.4f}")
     return 0
+
+
+CONFIDENCES = (0.7, 0.8, 0.9, 0.95)
+
+
+def confidence_sweep(truth: dict, repeats: int, seed: int) -> list[dict]:
+    """Fixed overlap 3 (the base of the shares), then the Dawid-Skene strategy at each confidence,
+    estimated and oracle (the team's true matrices)."""
+    fixed = STRATEGIES[0]
+    rows = [Strategy(f"DS {'oracle' if oracle else 'fitted'}, confidence {c:g}", 2, 3, "reliability", c, oracle)
+            for oracle in (False, True) for c in CONFIDENCES]
+    return labour_table(compare(truth, (fixed, *rows), TEAM, repeats, seed))
 
 
 def quality_sweep(truth: dict, repeats: int, seed: int) -> list[dict]:

@@ -4,7 +4,8 @@ world's truth and ``manage.py demo_check`` reports it.
 
 The simulation calls the app's own rules, never a copy: the study's quorum rule
 (:func:`annotation.verdicts.consensus.quorum_rule`: how many annotators an item is served to,
-given its votes so far), consensus (:func:`annotation.verdicts.consensus.decide`, with the
+given its votes so far; :meth:`~annotation.verdicts.consensus.AdaptiveQuorumRule.settled` says
+whether an item needs another), consensus (:func:`annotation.verdicts.consensus.decide`, with the
 rule's ``needed`` as its quorum) and Dawid-Skene (:func:`annotation.verdicts.reliability.fit_votes`,
 the model of the ``"reliability"`` policy).
 
@@ -15,6 +16,14 @@ at a time, while the rule's ``slots`` for its votes exceed the votes it has. Eve
 sees the same crowd (the same order and answers per item and seed), so adaptive 2->3 with
 majority decides every item exactly as fixed overlap 3 does: a third vote never overturns two
 agreeing ones.
+
+Adaptive overlap under reliability-weighted consensus reads the annotators' reliability as the
+app does, from the judgements collected so far, never from the truth (:func:`collect`): items
+arrive in batches of :data:`BATCH` (in a seeded order); each gets its base votes, Dawid-Skene is
+fitted on every vote so far, and every item its rule does not find settled under that fit gets
+a further annotator; once all items are in, fitting and topping up repeat until every item is
+settled under the fit of all the votes, the fit consensus then decides by (the app refits after
+every judgement and reopens the items its new fit leaves uncertain: ``state.reopen_slots``).
 """
 from __future__ import annotations
 
@@ -22,8 +31,8 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from annotation.verdicts.consensus import VALIDATED, Vote, decide, quorum_rule
-from annotation.verdicts.reliability import fit_votes
+from annotation.verdicts.consensus import DEFAULT_CONFIDENCE, VALIDATED, QuorumRule, Vote, decide, quorum_rule
+from annotation.verdicts.reliability import Reliability, fit_votes
 from retrieval.demo import HUMAN_EXPECTED
 
 
@@ -50,12 +59,22 @@ TEAM: tuple[Annotator, ...] = (
 @dataclass(frozen=True)
 class Strategy:
     """A labelling strategy: ``overlap`` and ``maximum`` (the study's quorum rule:
-    adaptive when the maximum exceeds the overlap) and the consensus ``policy``."""
+    adaptive when the maximum exceeds the overlap), the consensus ``policy`` and, under the
+    ``"reliability"`` policy, the posterior that settles a split (``confidence``, the study's
+    ``adaptive_confidence``)."""
 
     name: str
     overlap: int
     maximum: int | None
     policy: str  # "majority" or "reliability" (Dawid-Skene)
+    confidence: float = DEFAULT_CONFIDENCE
+    oracle: bool = False  # read the team's true confusion matrices instead of a fit (a bound, not a strategy)
+
+    @property
+    def rule(self) -> QuorumRule:
+        """The study's quorum rule under these settings (``Study.quorum_rule``)."""
+        weighted = self.policy == "reliability"
+        return quorum_rule(self.overlap, None, self.maximum, self.confidence if weighted else None)
 
 
 STRATEGIES: tuple[Strategy, ...] = (
@@ -63,6 +82,9 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("adaptive 2->3, majority", 2, 3, "majority"),
     Strategy("adaptive 2->3, Dawid-Skene", 2, 3, "reliability"),
 )
+
+#: Items per batch between two Dawid-Skene fits of the simulated reliability-weighted study.
+BATCH = 10
 
 
 @dataclass(frozen=True)
@@ -106,28 +128,60 @@ def answers(item: str, valid: bool, team: Sequence[Annotator], seed: int) -> lis
     return [Vote(a.name, a.answer(valid, rng)) for a in rng.sample(list(team), len(team))]
 
 
+def true_reliability(truth: Mapping[str, bool], team: Sequence[Annotator]) -> Reliability:
+    """The reliability model of the truth itself: the share of valid items and every annotator's
+    true sensitivity and specificity (what a perfect Dawid-Skene fit would give)."""
+    prior = sum(truth.values()) / len(truth) if truth else 0.5
+    return Reliability(prior, {a.name: a.sensitivity for a in team}, {a.name: a.specificity for a in team})
+
+
+def _model(votes: Mapping[str, list[Vote]], known: Reliability | None) -> Reliability:
+    return known if known is not None else fit_votes(votes)[1]
+
+
+def _top_up(votes: dict[str, list[Vote]], streams: Mapping[str, list[Vote]], rule: QuorumRule) -> bool:
+    """Serve every item to further annotators while the rule's slots for its votes exceed them."""
+    changed = False
+    for item, got in votes.items():
+        while len(got) < rule.slots(False, None, got):
+            got.append(streams[item][len(got)])
+            changed = True
+    return changed
+
+
 def collect(truth: Mapping[str, bool], strategy: Strategy, team: Sequence[Annotator],
-            seed: int) -> dict[str, list[Vote]]:
+            seed: int, batch: int = BATCH) -> dict[str, list[Vote]]:
     """The votes each item gets under the strategy's quorum rule: served to one annotator
-    after another (:func:`answers`' order, no one twice) while the rule's slots exceed its votes."""
-    rule = quorum_rule(strategy.overlap, None, strategy.maximum)
+    after another (:func:`answers`' order, no one twice) while the rule's slots exceed its votes;
+    a reliability-weighted rule reads Dawid-Skene on the votes so far (see the module docstring)."""
+    rule = strategy.rule
     if rule.most > len(team):
         raise ValueError(f"a team of {len(team)} cannot give {rule.most} votes per item")
-    votes: dict[str, list[Vote]] = {}
-    for item, valid in truth.items():
-        stream = answers(item, valid, team, seed)
-        got: list[Vote] = []
-        while len(got) < rule.slots(False, None, got):
-            got.append(stream[len(got)])
-        votes[item] = got
-    return votes
+    streams = {item: answers(item, valid, team, seed) for item, valid in truth.items()}
+    if not rule.weighted:
+        votes: dict[str, list[Vote]] = {item: [] for item in truth}
+        _top_up(votes, streams, rule)
+        return votes
+    known = true_reliability(truth, team) if strategy.oracle else None
+    order = list(truth)
+    random.Random(f"{seed}:order").shuffle(order)
+    votes = {}
+    for start in range(0, len(order), batch):
+        for item in order[start:start + batch]:
+            votes[item] = list(streams[item][:rule.slots()])
+        _top_up(votes, streams, rule.with_reliability(_model(votes, known)))
+    while _top_up(votes, streams, rule.with_reliability(_model(votes, known))):
+        pass
+    return {item: votes[item] for item in truth}
 
 
-def decide_all(votes: Mapping[str, list[Vote]], strategy: Strategy) -> dict[str, bool | None]:
+def decide_all(votes: Mapping[str, list[Vote]], strategy: Strategy,
+               known: Reliability | None = None) -> dict[str, bool | None]:
     """Each item's verdict (True validated, False rejected, None undecided) under the
-    strategy's consensus, with its quorum rule's ``needed`` as the quorum."""
-    rule = quorum_rule(strategy.overlap, None, strategy.maximum)
-    model = fit_votes(votes)[1] if strategy.policy == "reliability" else None
+    strategy's consensus, with its quorum rule's ``needed`` as the quorum (the rule and the
+    policy read the same Dawid-Skene fit of all the votes; ``known``: the oracle's model)."""
+    model = _model(votes, known) if strategy.policy == "reliability" else None
+    rule = strategy.rule.with_reliability(model)
     out: dict[str, bool | None] = {}
     for item, got in votes.items():
         d = decide(got, strategy.policy, quorum=rule.needed(got), reliability=model)
@@ -139,7 +193,7 @@ def run_strategy(truth: Mapping[str, bool], strategy: Strategy, team: Sequence[A
                  seed: int = 0) -> Outcome:
     """One simulated study of the strategy on ``truth`` (item -> truly valid)."""
     votes = collect(truth, strategy, team, seed)
-    verdicts = decide_all(votes, strategy)
+    verdicts = decide_all(votes, strategy, true_reliability(truth, team) if strategy.oracle else None)
     validated = [i for i, v in verdicts.items() if v]
     return Outcome(strategy.name, len(truth), sum(truth.values()), sum(len(v) for v in votes.values()),
                    len(validated), sum(truth[i] for i in validated),

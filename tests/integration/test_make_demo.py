@@ -116,7 +116,7 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     labour = result["labour"]
     fixed, adaptive, ds = labour["strategies"]
     assert fixed["judgements"] == 3 * labour["items"] * labour["repeats"]
-    assert ds["judgements"] == adaptive["judgements"] < fixed["judgements"]
+    assert ds["judgements"] < adaptive["judgements"] < fixed["judgements"]  # a third only where the weights leave a split uncertain
     assert all(0.5 < r["validated_accuracy"] <= 1 for r in labour["strategies"])
     assert all(figures["spent"] == 0 for figures in labour["studies"].values())
     # and the pool's recall of the images that fit (issue 25): over the study's stored panels
