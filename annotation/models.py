@@ -72,6 +72,13 @@ class Study(models.Model):
         help_text="Adaptive overlap under reliability-weighted consensus: a split is decided without a further "
                   "annotator once the annotators' reliability (Dawid-Skene on the study's judgements so far) makes "
                   "it at least this sure either way (0.5 to 1).")
+    reliability_fit = models.JSONField(
+        default=dict, blank=True, editable=False,
+        help_text="The last Dawid-Skene fit serving reads (annotation.verdicts.refit): the binary model, the "
+                  "judgements it was fitted on (count, last id) and when; refitted in a worker, empty before the first.")
+    refit_requested_at = models.DateTimeField(
+        null=True, blank=True, editable=False,
+        help_text="When a refit of reliability_fit was sent and not yet done (at most one per study); empty: none pending.")
     session_rule = models.JSONField(
         default=dict, blank=True,
         help_text="Session studies: how a session is decided (reject rule, overall threshold); empty: the default.")

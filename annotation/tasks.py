@@ -14,6 +14,7 @@ from annotation.judging.candidates import FILL_TASK
 from annotation.models import ExportJob, ReleaseJob, RoomImportJob
 from annotation.release.bundle import run_release_job
 from annotation.room.imports import RUN_ROOM_IMPORT, run_room_import_job
+from annotation.verdicts.refit import REFIT_TASK
 
 RUN_EXPORT = "annotation.run_export"
 RUN_RELEASE = "annotation.run_release"
@@ -48,6 +49,15 @@ def run_room_import(job_id: int) -> str:
     if job is None:
         return "missing"
     return run_room_import_job(job).status
+
+
+@shared_task(name=REFIT_TASK, acks_late=True)
+def refit_reliability(study_id: int) -> int:
+    """Refit a study's reliability model on all its judgements and set every item's slots under
+    it (:mod:`annotation.verdicts.refit`; sent after submits, at most one pending per study)."""
+    from annotation.verdicts.refit import run_refit
+
+    return run_refit(study_id)
 
 
 @shared_task(name=FILL_TASK)

@@ -264,6 +264,11 @@ JOB_SWEEP_SECONDS = env_float("JOB_SWEEP_SECONDS", 5)
 JOB_RESEND_SECONDS = env_float("JOB_RESEND_SECONDS", 120)
 # Starts of one import or export (lost workers count) before it is marked failed.
 JOB_MAX_ATTEMPTS = env_int("JOB_MAX_ATTEMPTS", 3)
+# Reliability-weighted adaptive overlap: a submit reads the study's stored Dawid-Skene fit; a
+# worker refits it once it is this many judgements behind or this many seconds old
+# (annotation/verdicts/refit.py), never inside a request.
+RELIABILITY_REFIT_JUDGEMENTS = env_int("CIRVAL_RELIABILITY_REFIT_JUDGEMENTS", 100)
+RELIABILITY_REFIT_SECONDS = env_int("CIRVAL_RELIABILITY_REFIT_SECONDS", 30)
 
 # --- shortcut audits ---------------------------------------------------------------------
 # Queries and gallery images per chunk (one chunk = one task for one retriever).

@@ -28,6 +28,7 @@ from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
 from annotation.permissions import member_study, member_study_rows, writable_assignment, writable_rows
+from annotation.verdicts.refit import request_refit
 from annotation.verdicts.state import (  # noqa: F401
     forget_study_sizes,
     free_slot_q,
@@ -518,6 +519,8 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
         Draft.objects.filter(assignment=a).delete()
     if not judgement.late:
         reopen_slots(study, a.item_id)  # an adaptive rule: two disagreeing votes open a third slot
+        # reliability-weighted adaptive overlap: the stored fit is refitted in a worker once this commits
+        transaction.on_commit(lambda: request_refit(study), robust=True)
     return judgement
 
 

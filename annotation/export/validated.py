@@ -97,6 +97,7 @@ from annotation.verdicts.consensus import (
 )
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
+from annotation.verdicts.refit import refit_study
 from annotation.verdicts.turns import turn_answers
 from annotation.alternatives.export import FORMATS as QUERY_FORMATS, ExtraTargets, QueryLayout
 
@@ -698,6 +699,7 @@ def export_study(
     gives the same bytes). ``sessions``: turn-by-turn session studies, ``whole`` (validated
     sessions) or ``prefix`` (valid prefixes too). Returns the final folder and the manifest."""
     check_exportable(study, policy, primary or None, fmt, sessions)
+    refit_study(study)  # weighted adaptive overlap: the slots follow the exact fit the verdicts read
     verdicts = Verdicts.of(study, policy, primary or None)
     layout = QueryLayout(fmt)
     report = progress or (lambda stage, done, total: None)

@@ -25,6 +25,7 @@ from annotation.models import GuidelinesVersion, Study, StudyItem
 from annotation.quality import gold as goldsvc
 from annotation.room.forms import GoldForm, RolesForm, StudySettingsForm, UserForm
 from annotation.room.jobs import all_jobs, jobs_status
+from annotation.verdicts.refit import request_refit
 from annotation.verdicts.state import refresh_slots
 from annotation.studies.building import StudyError, add_annotators
 
@@ -131,6 +132,7 @@ def study_settings(request, study_id: int):
     study.save()
     if {"overlap", "quorum", "adaptive_max", "consensus", "adaptive_confidence"} & set(form.changed_data):
         refresh_slots(study)  # the items' extra slots follow the new quorum rule
+        request_refit(study)  # now reliability-weighted: its stored fit, in a worker
     version = save_guidelines(study, text, request.user)
     forget_study_sizes(study)
     note = f" Guidelines saved as version {version.version}." if version else ""

@@ -159,13 +159,14 @@ class Verdicts:
         """The study's rule: its quorum rule and, for a session rubric, its session rule (and
         its turn verdict's key when the rubric judges turn by turn, :func:`turn_key_of`).
         ``policy`` None: the study's own consensus policy (``Study.consensus``). Under the
-        ``"reliability"`` policy the annotators' Dawid-Skene model is fitted on the study's
-        counted votes (:func:`study_reliability`, cached)."""
+        ``"reliability"`` policy (and the weighted adaptive rule) read the annotators' Dawid-Skene
+        model fitted on all the study's counted votes (:func:`reliability_of` exact: pages and
+        exports decide by the exact fit; serving reads the stored one)."""
         session = session_rule_of(study)
         policy = policy or study.consensus
         model = None
         if (policy == "reliability" or study.quorum_rule.weighted) and session is None:
-            model = study_reliability(study).model
+            model = reliability_of(study, exact=True)
         rule = quorum_rule_of(study, model)
         return cls(rule.base, policy, primary or None, session, rule, model if policy == "reliability" else None,
                    turn_key_of(study))
@@ -184,12 +185,40 @@ class Verdicts:
 def quorum_rule_of(study: Study, model: Reliability | None = None) -> QuorumRule:
     """THE quorum rule an item's votes are read by (its slots, its quorum, whether it is settled):
     ``Study.quorum_rule``, bound under reliability-weighted adaptive overlap to the study's
-    reliability model (``model``, else :func:`study_reliability`'s, fitted on its judgements so far)
-    so that a split is settled once the model is sure of it. Session studies: the rule unbound."""
+    reliability model (``model``, else the stored fit, :func:`reliability_of`) so that a split is
+    settled once the model is sure of it. Without a fit yet, or for session studies: the rule
+    unbound (the lead rule alone: a split opens a further slot, the conservative side)."""
     rule = study.quorum_rule
-    if not rule.weighted or session_rule_of(study) is not None:
+    if not fits_reliability(study):
         return rule
-    return rule.with_reliability(model if model is not None else study_reliability(study).model)
+    model = model if model is not None else reliability_of(study)
+    return rule.with_reliability(model) if model is not None else rule
+
+
+def fits_reliability(study: Study) -> bool:
+    """Whether the study's quorum rule reads a reliability fit: reliability-weighted adaptive
+    overlap of a single-turn study (what ``Study.reliability_fit`` is kept for)."""
+    return study.quorum_rule.weighted and session_rule_of(study) is None
+
+
+def reliability_of(study: Study, exact: bool = False) -> Reliability | None:
+    """THE reliability model of a study, the one function every reader of it goes through.
+
+    ``exact``: Dawid-Skene on all its counted votes now (:func:`study_reliability`, cached per
+    state of its judgements): staff pages and exports, and the refit that stores it
+    (:func:`annotation.verdicts.refit.refit_study`, in a worker). Otherwise the last stored fit
+    (``Study.reliability_fit``), read from the study row with no query: what serving reads on a
+    submit (:func:`annotation.verdicts.state.reopen_slots`); ``None`` before the first fit."""
+    if exact:
+        return study_reliability(study).model
+    stored = (study.reliability_fit or {}).get("model")
+    return Reliability.from_dict(stored) if stored else None
+
+
+def judgement_state(study: Study) -> dict[str, int | None]:
+    """How many judgements the study has (``n``, revisions included) and its newest's id
+    (``last``): what a reliability fit is keyed by and stored with."""
+    return Judgement.objects.filter(assignment__study=study).aggregate(n=Count("id"), last=Max("id"))
 
 
 def session_rule_of(study: Study) -> SessionRule | None:
@@ -419,9 +448,10 @@ RELIABILITY_CACHE_SECONDS = 3600  # keyed by the study's judgements: a new one m
 
 
 def study_reliability(study: Study) -> StudyReliability:
-    """THE reliability model of a study: Dawid-Skene on every item's counted votes (the
+    """The reliability fit of a study, its report (annotators, differences) with the model
+    :func:`reliability_of` reads: Dawid-Skene on every item's counted votes (the
     votes consensus decides on), fitted once per state of the study's judgements (cached)."""
-    seen = Judgement.objects.filter(assignment__study=study).aggregate(n=Count("id"), last=Max("id"))
+    seen = judgement_state(study)
     key = (f"cirval:reliability:{study.pk}:{study.created_at.timestamp()}:{seen['n']}:{seen['last']}:"
            f"{study.overlap}:{study.quorum}:{study.adaptive_max}:{study.consensus}:{study.adaptive_confidence}")  # the quorum rule decides what differs
     found = cache.get(key)

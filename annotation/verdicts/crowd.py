@@ -22,8 +22,9 @@ app does, from the judgements collected so far, never from the truth (:func:`col
 arrive in batches of :data:`BATCH` (in a seeded order); each gets its base votes, Dawid-Skene is
 fitted on every vote so far, and every item its rule does not find settled under that fit gets
 a further annotator; once all items are in, fitting and topping up repeat until every item is
-settled under the fit of all the votes, the fit consensus then decides by (the app refits after
-every judgement and reopens the items its new fit leaves uncertain: ``state.reopen_slots``).
+settled under the fit of all the votes, the fit consensus then decides by (the app likewise
+serves by its last stored fit and refits in a worker every few judgements or seconds, reopening
+the items the new fit leaves uncertain: :mod:`annotation.verdicts.refit`; an export refits first).
 """
 from __future__ import annotations
 

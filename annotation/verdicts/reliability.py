@@ -176,6 +176,11 @@ class Reliability:
     def to_dict(self) -> dict:
         return {"prior": self.prior, "sensitivity": dict(self.sensitivity), "specificity": dict(self.specificity)}
 
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Reliability:
+        """The model :meth:`to_dict` wrote (a stored fit)."""
+        return cls(float(data["prior"]), dict(data["sensitivity"]), dict(data["specificity"]))
+
 
 def fit_votes(votes_by_item: Mapping[Hashable, Sequence[object]], n_iter: int = 100,
               tol: float = 1e-5) -> tuple[DawidSkeneFit, Reliability]:

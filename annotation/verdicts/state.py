@@ -127,9 +127,11 @@ def reopen_slots(study: Study, item_id: int) -> int:
     the item's extra slots (``StudyItem.extra_slots``) to what the rule's ``slots`` give for
     its counted votes (two disagreeing votes open a third). The item row is locked first, so
     two racing submits of its last votes both see each other's. A fixed rule: nothing (0).
-    Under reliability-weighted adaptive overlap the rule reads the study's reliability model
-    (:func:`~annotation.verdicts.adjudication.quorum_rule_of`), which this judgement moved: every
-    other item's slots follow it too (:func:`refresh_slots`)."""
+    Under reliability-weighted adaptive overlap the rule reads the study's last stored
+    reliability fit (:func:`~annotation.verdicts.adjudication.quorum_rule_of`; none yet: a split
+    opens a further slot): the one item is decided here, in O(1); the refit on the new
+    judgements and every other item's slots follow in a worker
+    (:func:`annotation.verdicts.refit.request_refit`, sent by the submit once it commits)."""
     if not study.quorum_rule.adaptive:
         return 0
     found = locked_item_row(study, item_id)
@@ -140,15 +142,14 @@ def reopen_slots(study: Study, item_id: int) -> int:
     extra = opened_slots(rule, row, session_rule_of(study), turn_key_of(study))
     if extra != before:
         StudyItem.objects.filter(pk=item_id).update(extra_slots=extra)
-    if getattr(rule, "reliability", None) is not None:  # bound to a model (single-turn studies)
-        refresh_slots(study, rule)
     return extra
 
 
 def refresh_slots(study: Study, rule: QuorumRule | None = None) -> int:
     """Every item's extra slots again, under the study's current quorum rule (after its overlap,
-    adaptive maximum, consensus or confidence changed, or its reliability model moved; ``rule``:
-    the rule already bound to it): what :func:`reopen_slots` would give each. Returns the items changed."""
+    adaptive maximum, consensus or confidence changed, or its stored reliability fit moved:
+    :func:`annotation.verdicts.refit.refit_study`; ``rule``: the rule already bound to it): what
+    :func:`reopen_slots` would give each. Returns the items changed."""
     rule = rule or quorum_rule_of(study)
     session, turn_key, changed = session_rule_of(study), turn_key_of(study), 0
     extra_now = dict(StudyItem.objects.filter(study=study).values_list("id", "extra_slots"))

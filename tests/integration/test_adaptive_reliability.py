@@ -6,7 +6,11 @@ in twelve) and one who answers regardless of the item have judged a history of 3
 then a split between a reliable annotator and the unreliable one is decided by the weights
 without a third, while a split between the two reliable ones is served to a third annotator.
 The serving, the counts (judgements saved) and the export follow the same rule, and the same
-votes under majority consensus reopen the first split."""
+votes under majority consensus reopen the first split.
+
+Serving reads the study's stored fit, refitted in a worker after submits
+(annotation/verdicts/refit.py): here Celery runs eagerly and each submit's commit callbacks run,
+so the refit follows every submit as a worker's would."""
 from __future__ import annotations
 
 import json
@@ -21,6 +25,7 @@ from annotation.models import Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from annotation.verdicts.adjudication import quorum_rule_of, study_reliability, votes_of
 from annotation.verdicts.consensus import DEFAULT_CONFIDENCE
+from annotation.verdicts.refit import run_refit
 from annotation.verdicts.state import refresh_slots, study_counts
 from tests.conftest import FIXTURES, make_annotator
 from tests.integration.test_report_export import PAYLOADS, judge
@@ -52,18 +57,27 @@ def study():
             judge(study, item, users[name], history_answer(name, n))
     # judge() stores without serving: the history items' slots are taken as if they had been served
     StudyItem.objects.filter(pk__in=[i.pk for i in history]).update(taken=F("completed"))
+    run_refit(study.pk)  # what the worker does after the history's submits (their commits never come here)
     return Study.objects.get(pk=study.pk), users, {i.pk for i in history}
 
 
-def serve(study, user, code):
-    served = engine.next_assignment(study, user).assignment
-    assert served is not None, f"nothing served to {user.username}"
-    engine.submit(served, {**PAYLOADS[code], "time_spent_ms": 4000, "flagged": False, "note": ""})
-    return StudyItem.objects.get(pk=served.item_id)
+@pytest.fixture
+def serve(eager_celery, django_capture_on_commit_callbacks):
+    """Serve the user's next item and submit ``code``; the submit's commit callbacks run (the
+    refit it asks for, eagerly)."""
+    def serve(study, user, code):
+        served = engine.next_assignment(study, user).assignment
+        assert served is not None, f"nothing served to {user.username}"
+        with django_capture_on_commit_callbacks(execute=True):
+            engine.submit(served, {**PAYLOADS[code], "time_spent_ms": 4000, "flagged": False, "note": ""})
+        return StudyItem.objects.get(pk=served.item_id)
+
+    return serve
 
 
-def test_a_third_annotator_only_where_the_weighted_split_is_uncertain(study, tmp_path):
+def test_a_third_annotator_only_where_the_weighted_split_is_uncertain(study, serve, tmp_path):
     study, users, history = study
+    assert study.reliability_fit["judgements"] == 3 * HISTORY and study.refit_requested_at is None
     assert study.adaptive_confidence == DEFAULT_CONFIDENCE and study.quorum_rule.weighted
     first, second = serve(study, users["ann1"], "V"), serve(study, users["ann1"], "V")
     assert {first.pk, second.pk}.isdisjoint(history)

@@ -1,0 +1,116 @@
+"""The stored reliability fit that serving reads under reliability-weighted adaptive overlap,
+refitted in a worker so that a submit stays O(1) whatever the study's size.
+
+A submit decides its one item by the study's last stored Dawid-Skene fit
+(``Study.reliability_fit``, read by :func:`annotation.verdicts.adjudication.reliability_of`;
+none yet: a split opens a further slot). The fit on all the study's judgements and every item's
+slots under it (:func:`refit_study`) run in the Celery task :data:`REFIT_TASK` (queue
+``celery``), at most one pending or running per study: ``Study.refit_requested_at`` is taken by
+a conditional UPDATE and cleared when the task ends; one older than :data:`REFIT_STALE_SECONDS`
+counts as lost with its worker. Once a submit commits it asks for a refit
+(:func:`request_refit`): at once when the stored fit is missing, ``RELIABILITY_REFIT_SECONDS``
+old or ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind (settings), else with a countdown to
+that age, so the last judgements of a study are fitted too. A broker outage leaves the submit
+stored; the flag then frees itself after ``RELIABILITY_REFIT_SECONDS`` and a later submit asks
+again. The task asks once more when judgements came while it ran.
+
+Pages and exports decide by the exact fit (``reliability_of(study, exact=True)``); an export
+refits first (:func:`refit_study`, it runs in a worker), so the items' slots agree with the
+verdicts it publishes.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from annotation.models import Judgement, Study
+from annotation.verdicts.adjudication import fits_reliability, judgement_state, reliability_of
+from annotation.verdicts.state import refresh_slots
+
+REFIT_TASK = "annotation.refit_reliability"
+
+#: A refit requested this long ago and not done is taken as lost (its worker died, its message
+#: was dropped): the next submit may ask for another. Short: a refit takes seconds.
+REFIT_STALE_SECONDS = 600
+
+
+def refit_study(study: Study) -> int:
+    """Fit the study's reliability model on all its judgements now, store it
+    (``Study.reliability_fit``: the model, the judgements it saw, when) and set every item's
+    slots under it (:func:`~annotation.verdicts.state.refresh_slots`). Returns the items whose
+    slots changed; other studies, or one without judgements: nothing (0)."""
+    if not fits_reliability(study):
+        return 0
+    seen = judgement_state(study)  # read before the fit: the fit sees at least these
+    if not seen["n"]:
+        return 0
+    model = reliability_of(study, exact=True)
+    fit = {"model": model.to_dict(), "judgements": seen["n"], "last": seen["last"],
+           "fitted_at": timezone.now().isoformat()}
+    Study.objects.filter(pk=study.pk).update(reliability_fit=fit)
+    study.reliability_fit = fit
+    return refresh_slots(study)
+
+
+def run_refit(study_id: int) -> int:
+    """The task's work: :func:`refit_study`, then the study's refit flag is cleared and, when
+    judgements came while it ran, another refit is asked for. Returns the items changed."""
+    study = Study.objects.select_related("rubric").filter(pk=study_id).first()
+    if study is None:
+        return 0
+    try:
+        changed = refit_study(study)
+    finally:
+        Study.objects.filter(pk=study_id).update(refit_requested_at=None)
+        study.refit_requested_at = None
+    last = (study.reliability_fit or {}).get("last")
+    if last is not None and Judgement.objects.filter(assignment__study_id=study_id, pk__gt=last).exists():
+        request_refit(study)
+    return changed
+
+
+def refit_countdown(study: Study, now: datetime) -> float:
+    """Seconds until the study's stored fit is due a refit: 0 when none is stored, when it is
+    ``RELIABILITY_REFIT_SECONDS`` old or ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind (one
+    bounded query, counting at most that many)."""
+    fit = study.reliability_fit or {}
+    if not fit.get("model"):
+        return 0.0
+    wait = settings.RELIABILITY_REFIT_SECONDS - (now - datetime.fromisoformat(fit["fitted_at"])).total_seconds()
+    if wait <= 0:
+        return 0.0
+    behind = settings.RELIABILITY_REFIT_JUDGEMENTS
+    newer = Judgement.objects.filter(assignment__study_id=study.pk, pk__gt=fit.get("last") or 0)
+    return 0.0 if newer.values("pk")[:behind].count() >= behind else wait
+
+
+def request_refit(study: Study) -> bool:
+    """Ask a worker to refit the study's reliability model (:data:`REFIT_TASK`) unless one is
+    pending or running (module docstring); sent after a submit commits. ``False`` when none was
+    sent: another is pending, the study reads no fit, or the broker is down (a submit after
+    ``RELIABILITY_REFIT_SECONDS`` asks again; the submit itself is stored)."""
+    from retrieval.jobs.queue import send_task
+
+    if not fits_reliability(study):
+        return False
+    now = timezone.now()
+    stale = now - timedelta(seconds=REFIT_STALE_SECONDS)
+    if study.refit_requested_at is not None and study.refit_requested_at > stale:
+        return False  # as read with the study: no query
+    taken = (Study.objects.filter(pk=study.pk)
+             .filter(Q(refit_requested_at__isnull=True) | Q(refit_requested_at__lt=stale))
+             .update(refit_requested_at=now))
+    if not taken:
+        return False
+    study.refit_requested_at = now
+    if send_task(REFIT_TASK, study.pk, countdown=refit_countdown(study, now) or None):
+        return True
+    # the broker is down: the flag goes stale in RELIABILITY_REFIT_SECONDS, when a submit tries again
+    # (so one submit per study and period waits on the broker's short retry, not every one)
+    retry = now - timedelta(seconds=REFIT_STALE_SECONDS - settings.RELIABILITY_REFIT_SECONDS)
+    Study.objects.filter(pk=study.pk, refit_requested_at=now).update(refit_requested_at=retry)
+    study.refit_requested_at = retry
+    return False
