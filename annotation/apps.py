@@ -6,22 +6,24 @@ class AnnotationConfig(AppConfig):
     verbose_name = "Human validation"
 
     def ready(self) -> None:
-        from django.db.models.signals import m2m_changed
+        from django.contrib.auth import get_user_model
+        from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
         from retrieval.access import set_image_access
 
         from annotation.access import may_fetch_image
-        from annotation.verdicts.state import forget_study_sizes
-        from annotation.models import Study
+        from annotation.models import Study, StudyItem
+        from annotation.studies import sizes
 
         set_image_access(may_fetch_image)  # annotators fetch only the images they were shown
 
-        def annotators_changed(sender, instance, action, **kwargs):
-            if action.startswith("post_") and isinstance(instance, Study):
-                forget_study_sizes(instance)
-
-        m2m_changed.connect(annotators_changed, sender=Study.annotators.through, weak=False,
+        # the study's sizes (Study.n_*) follow its items and annotators (annotation/studies/sizes.py)
+        m2m_changed.connect(sizes.annotators_changed, sender=Study.annotators.through, weak=False,
                             dispatch_uid="cirval-study-annotators")
+        post_save.connect(sizes.item_saved, sender=StudyItem, weak=False, dispatch_uid="cirval-item-saved")
+        post_delete.connect(sizes.item_deleted, sender=StudyItem, weak=False, dispatch_uid="cirval-item-deleted")
+        pre_delete.connect(sizes.user_deleting, sender=get_user_model(), weak=False, dispatch_uid="cirval-user-deleting")
+        post_delete.connect(sizes.user_deleted, sender=get_user_model(), weak=False, dispatch_uid="cirval-user-deleted")
 
         from audit.runs.aggregation import audit_finished
 

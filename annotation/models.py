@@ -117,6 +117,17 @@ class Study(models.Model):
                   "target_view (annotation.interactive.rules.InteractiveSettings); empty: not interactive.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The study's sizes (annotation.studies.sizes), kept with every change of its items, their
+    # agreement flags and extra slots, and its annotators, so "next item" reads them with the
+    # study row (issue 30: no count of the items per request). Written only by their keepers:
+    # a plain save() leaves them alone (save below).
+    n_items = models.PositiveIntegerField(default=0, editable=False, help_text="Items in the study.")
+    n_agreement = models.PositiveIntegerField(default=0, editable=False, help_text="Items in the agreement subset.")
+    n_extra_slots = models.PositiveIntegerField(
+        default=0, editable=False, help_text="The items' extra slots together (StudyItem.extra_slots).")
+    n_annotators = models.PositiveIntegerField(default=0, editable=False, help_text="The study's annotators.")
+
+    SIZE_FIELDS = ("n_items", "n_agreement", "n_extra_slots", "n_annotators")
 
     class Meta:
         ordering = ["-created_at"]
@@ -124,6 +135,14 @@ class Study(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs) -> None:
+        """A save of a stored study writes every field but its sizes (:data:`SIZE_FIELDS`):
+        the copy in memory may be older than what a concurrent change counted."""
+        if not self._state.adding and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
+            kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
+                                       if not f.primary_key and f.name not in self.SIZE_FIELDS]
+        super().save(*args, **kwargs)
 
     @property
     def quorum_rule(self) -> QuorumRule:

@@ -56,6 +56,7 @@ def build_study(n: int, votes: int) -> int:
     from django.db import connection, transaction
 
     from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
+    from annotation.studies.sizes import add_items
     from audit.labels import SHORTCUT_FREE_LABELS
     from retrieval.models import Dataset, Image, Query, Target, Turn
 
@@ -90,7 +91,7 @@ def build_study(n: int, votes: int) -> int:
                                                    "role": "caption"}]) for q in queries])
             Target.objects.bulk_create([Target(query=q, image=img, is_primary=True, role="gt")
                                         for q, img in zip(queries, images)])
-            items = StudyItem.objects.bulk_create([
+            items = add_items(study, [
                 StudyItem(study=study, query=q, hidden_category=SHORTCUT_FREE_LABELS[q.ordinal % 2],
                           stratum=ds.name, order_key=q.ordinal, taken=votes, completed=votes)
                 for q in queries])

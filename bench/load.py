@@ -77,6 +77,7 @@ django.setup()
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from annotation.models import RubricVersion, Study, StudyItem
+from annotation.studies.sizes import add_items
 from retrieval.models import Dataset, Image, Query, Turn, Target
 n_items, n_users, fill_panels = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "fill"
 demo = Dataset.objects.get(name="demo")
@@ -90,7 +91,7 @@ Turn.objects.bulk_create([Turn(query=q, index=1, reference_image=copies[n % len(
 Target.objects.bulk_create([Target(query=q, image=copies[(n + 7) % len(copies)], is_primary=True) for n, q in enumerate(qs)],
                            batch_size=5000)
 study = Study.objects.create(name="load", rubric=RubricVersion.builtin("validity"), overlap=3, lease_minutes=5)
-StudyItem.objects.bulk_create([StudyItem(study=study, query=q, order_key=n) for n, q in enumerate(qs)], batch_size=5000)
+add_items(study, [StudyItem(study=study, query=q, order_key=n) for n, q in enumerate(qs)], batch_size=5000)
 # Rows bulk-created here bypass create_study, which refreshes the planner's statistics.
 from retrieval.dbstats import refresh_statistics
 refresh_statistics(Image, Query, Turn, Target, StudyItem)

@@ -2,7 +2,7 @@
 
 Everything CIRVal keeps in the cache can be rebuilt or recounted: API throttles, image grants
 (an annotator's fetch falls back to the database check of :mod:`annotation.access`), cached
-study sizes. So when Redis does not answer, :class:`FallbackRedisCache` serves every call from
+reports and counts. So when Redis does not answer, :class:`FallbackRedisCache` serves every call from
 this process's local memory (Django's ``LocMemCache``) and logs it once per outage; for
 ``CACHE_RETRY_SECONDS`` after a failure it does not try Redis again (a request never waits on
 a dead server more than once per period), then it tries again and logs when Redis is back.
@@ -60,7 +60,7 @@ class FallbackRedisCache(RedisCache):
             first = self._down_until == 0.0
             self._down_until = time.monotonic() + self.retry_seconds
         if first:
-            logger.warning("cache (Redis) unavailable: %s; serving throttles, image grants and study sizes "
+            logger.warning("cache (Redis) unavailable: %s; serving throttles, image grants and cached counts "
                            "from this process's memory, retrying every %g s", exc, self.retry_seconds)
 
     def _came_back(self) -> None:

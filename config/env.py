@@ -50,7 +50,7 @@ def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
 def cache_settings(url: str, retry_seconds: float = 5.0) -> dict:
     """Django's ``CACHES`` from a URL: empty (or ``locmem://``) keeps the per-process local
     memory cache; ``redis://`` / ``rediss://`` / ``unix://`` use Django's Redis backend, one
-    cache shared by every gunicorn worker (throttles, image grants, cached study sizes),
+    cache shared by every gunicorn worker (throttles, image grants, cached reports),
     through :class:`config.cache.FallbackRedisCache`: while Redis is down, each process serves
     the cache from its own memory (retrying Redis every ``retry_seconds``), short socket
     timeouts so that a dead server costs a request at most half a second."""

@@ -30,7 +30,6 @@ from annotation.judging.rubric import validate_judgement
 from annotation.permissions import member_study, member_study_rows, writable_assignment, writable_rows
 from annotation.verdicts.refit import request_refit
 from annotation.verdicts.state import (  # noqa: F401
-    forget_study_sizes,
     free_slot_q,
     item_slots,
     open_left,

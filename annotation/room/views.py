@@ -19,7 +19,6 @@ from config.roles import staff_required
 from config.security import locked_usernames
 
 from annotation import roles
-from annotation.verdicts.state import forget_study_sizes
 from annotation.judging.guidelines import save_guidelines
 from annotation.models import GuidelinesVersion, Study, StudyItem
 from annotation.quality import gold as goldsvc
@@ -134,7 +133,6 @@ def study_settings(request, study_id: int):
         refresh_slots(study)  # the items' extra slots follow the new quorum rule
         request_refit(study)  # now reliability-weighted: its stored fit, in a worker
     version = save_guidelines(study, text, request.user)
-    forget_study_sizes(study)
     note = f" Guidelines saved as version {version.version}." if version else ""
     messages.success(request, f"Settings of {study.name} saved.{note}")
     return redirect("room:study", study_id=study.pk)
@@ -156,7 +154,6 @@ def study_annotators(request, study_id: int):
             messages.error(request, str(exc))
             return redirect("room:study", study_id=study.pk)
         verb = "added to"
-    forget_study_sizes(study)
     if found:
         messages.success(request, f"{', '.join(sorted(u.username for u in found))} {verb} {study.name}.")
     return redirect("room:study", study_id=study.pk)

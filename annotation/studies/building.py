@@ -17,6 +17,7 @@ from annotation.interactive.rules import InteractiveSettings
 from annotation.models import RubricVersion, Study, StudyItem
 from annotation.roles import ANNOTATOR
 from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
+from annotation.studies.sizes import add_items
 from annotation.verdicts.consensus import SessionRule
 
 
@@ -213,7 +214,8 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
                                for name in spec.datasets},
             },
         )
-        StudyItem.objects.bulk_create(
+        add_items(
+            study,
             [
                 StudyItem(study=study, query_id=qid, hidden_category=hidden[qid], stratum=strata[qid][0],
                           agreement=qid in agreement, order_key=n)

@@ -43,6 +43,7 @@ from annotation.agreement.maths import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNA
 from annotation.agreement.circus import CircusFormatError, load_agreement_report, parse_assignment_file
 from annotation.assignment.queue import store_judgement
 from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
+from annotation.studies.sizes import add_items, recount
 from retrieval.models import Dataset, Query, Turn
 
 SOURCE = "circus-import"
@@ -269,7 +270,7 @@ def _items(study: Study, records: list[Record], queries: dict, prefix: str) -> t
             new_items.append(StudyItem(study=study, query_id=qid, hidden_category=hidden[key],
                                        stratum=f"{prefix}-{key[0]}" if prefix else key[0], order_key=order))
             order += 1
-    StudyItem.objects.bulk_create(new_items)
+    add_items(study, new_items)
     return dict(StudyItem.objects.filter(study=study).values_list("query_id", "id")), len(new_items)
 
 
@@ -342,6 +343,7 @@ def _counters(study: Study) -> None:
     for item_id, n in counts:
         changed.append(StudyItem(id=item_id, taken=n, completed=n, agreement=n_annotators > 1 and n == n_annotators))
     StudyItem.objects.bulk_update(changed, ["taken", "completed", "agreement"], batch_size=1000)
+    recount(study, ("n_agreement",))  # the agreement flags were rewritten around the ORM's signals
     study.overlap = max([n for _, n in counts] or [1]) or 1
     study.save(update_fields=["overlap"])
 

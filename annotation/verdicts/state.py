@@ -37,11 +37,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Count, F, Max, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, F, Max, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from annotation.models import Adjudication, AlternativeDecision, Assignment, ExportJob, Judgement, Study, StudyItem
+from annotation.studies.sizes import recount, shift
 from annotation.verdicts.adjudication import (
     ItemRow,
     Verdicts,
@@ -72,30 +73,13 @@ def late_judgements(study: Study | int) -> QuerySet:
     return Judgement.objects.filter(assignment__study=study, is_current=True, late=True)
 
 
-def study_sizes_key(study: Study) -> str:
-    return f"cirval:study-sizes:{study.pk}:{study.created_at.timestamp()}"
-
-
-def forget_study_sizes(study: Study) -> None:
-    cache.delete(study_sizes_key(study))
-
-
 def study_sizes(study: Study) -> dict:
-    """Item and annotator counts of a study, cached briefly: counting 100k items per
-    request would cost more than the rest of a "next item" call."""
-    key = study_sizes_key(study)
-    sizes = cache.get(key)
-    if sizes is None:
-        annotators = Study.annotators.through.objects.filter(study_id=study.pk).order_by().values("study_id")
-        counts = StudyItem.objects.filter(study=study).aggregate(
-            agreement=Count("id", filter=Q(agreement=True)), total=Count("id"),
-            annotators=Max(Subquery(annotators.annotate(n=Count("user_id")).values("n")[:1])),  # none: 0 items
-            extra=Sum("extra_slots"),  # agreement items never get extra slots (reopen_slots)
-        )
-        sizes = {"agreement": counts["agreement"], "other": counts["total"] - counts["agreement"],
-                 "annotators": counts["annotators"] or 0, "extra": counts["extra"] or 0}
-        cache.set(key, sizes, 30)
-    return sizes
+    """Item and annotator counts of a study: ``agreement`` and ``other`` items, ``annotators``
+    and the items' ``extra`` slots together. Read off the study row (``Study.n_*``, kept by
+    :mod:`annotation.studies.sizes` with every change), so they cost no query: "next item"
+    reads them with the study row it loads anyway."""
+    return {"agreement": study.n_agreement, "other": study.n_items - study.n_agreement,
+            "annotators": study.n_annotators, "extra": study.n_extra_slots}
 
 
 def item_slots(study: Study, agreement: bool, extra: int, n_annotators: int | None) -> int:
@@ -142,6 +126,7 @@ def reopen_slots(study: Study, item_id: int) -> int:
     extra = opened_slots(rule, row, session_rule_of(study), turn_key_of(study))
     if extra != before:
         StudyItem.objects.filter(pk=item_id).update(extra_slots=extra)
+        shift(study, extra=extra - before)  # the item row is locked: ``before`` is the stored value
     return extra
 
 
@@ -158,7 +143,7 @@ def refresh_slots(study: Study, rule: QuorumRule | None = None) -> int:
             extra = opened_slots(rule, row, session, turn_key)
             if extra != extra_now.get(row.item_id):
                 changed += StudyItem.objects.filter(pk=row.item_id).update(extra_slots=extra)
-    forget_study_sizes(study)
+    recount(study, ("n_extra_slots",))  # after the items' rows: their locks are never taken under the study's
     return changed
 
 

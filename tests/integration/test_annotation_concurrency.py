@@ -12,6 +12,7 @@ from django.db import connection, connections
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Judgement, StudyItem
 from annotation.studies.building import StudySpec, create_study
+from annotation.studies.sizes import fresh_sizes, stored_sizes
 from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -96,3 +97,5 @@ def test_twelve_annotators_drain_an_adaptive_study_and_no_split_is_left_pending(
     counts = study_counts(study)
     assert counts["pending"] == 0 and counts["states"]["decided"] == 40
     assert 0 < sum(extra.values()) < 40 and counts["judgements"] == 80 + sum(extra.values())
+    # the study's total of extra slots, kept by racing submits (F() updates), equals a fresh count
+    assert stored_sizes(study.pk) == fresh_sizes(study.pk) and stored_sizes(study.pk)["n_extra_slots"] == sum(extra.values())

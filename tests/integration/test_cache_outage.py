@@ -1,5 +1,5 @@
 """A cache outage costs nothing (issue 29): with the cache's Redis (a real private one)
-stopped, annotators keep working: throttles, image grants and cached study sizes fall back
+stopped, annotators keep working: throttles, image grants and cached counts fall back
 to this process's memory (and the database), the outage is logged, ``/healthz`` says the
 cache is down, and everything goes back to Redis when it returns."""
 from __future__ import annotations
