@@ -128,6 +128,9 @@ class Study(models.Model):
     n_annotators = models.PositiveIntegerField(default=0, editable=False, help_text="The study's annotators.")
 
     SIZE_FIELDS = ("n_items", "n_agreement", "n_extra_slots", "n_annotators")
+    #: Fields only ever written by targeted UPDATEs (sizes; the reliability refit worker's fit
+    #: and its pending flag), never by a plain save of a copy that may be older.
+    KEPT_FIELDS = SIZE_FIELDS + ("reliability_fit", "refit_requested_at")
 
     class Meta:
         ordering = ["-created_at"]
@@ -137,11 +140,12 @@ class Study(models.Model):
         return self.name
 
     def save(self, *args, **kwargs) -> None:
-        """A save of a stored study writes every field but its sizes (:data:`SIZE_FIELDS`):
-        the copy in memory may be older than what a concurrent change counted."""
+        """A save of a stored study writes every field but :data:`KEPT_FIELDS` (its sizes, its
+        stored reliability fit and refit flag): the copy in memory may be older than what a
+        concurrent change counted or a worker fitted."""
         if not self._state.adding and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
             kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
-                                       if not f.primary_key and f.name not in self.SIZE_FIELDS]
+                                       if not f.primary_key and f.name not in self.KEPT_FIELDS]
         super().save(*args, **kwargs)
 
     @property

@@ -141,6 +141,22 @@ def test_a_plain_save_of_an_old_copy_keeps_the_sizes():
 
 
 @pytest.mark.django_db
+def test_a_plain_save_of_an_old_copy_keeps_the_workers_reliability_fit():
+    """The refit worker writes the stored fit and clears its flag by targeted UPDATEs; a
+    settings form saving the copy it loaded before must not put the old ones back."""
+    _circo()
+    study, _ = _study(total=4)
+    old = Study.objects.get(pk=study.pk)
+    Study.objects.filter(pk=study.pk).update(reliability_fit={"n": 7}, refit_requested_at=None)
+    old.reliability_fit, old.refit_requested_at = {"n": 1}, old.created_at  # what the old copy held
+    old.guidelines = "be careful"
+    old.save()
+    fresh = Study.objects.get(pk=study.pk)
+    assert fresh.guidelines == "be careful"
+    assert (fresh.reliability_fit, fresh.refit_requested_at) == ({"n": 7}, None)
+
+
+@pytest.mark.django_db
 def test_recount_repairs_what_was_written_around_the_orm_and_the_migration_backfills():
     _circo()
     study, _ = _study(total=5, agreement_size=2)
