@@ -59,6 +59,19 @@ def test_prepared_rows_equal_the_querysets_for_new_values(people):
     assert all(entry is False for key, entry in prepared._cache.items() if "limit" in dict(key[1]))
 
 
+def test_ids_out_of_an_integer_columns_range_find_nothing(people):
+    """As the queryset does (Django answers them with no rows without running SQL); a cached
+    statement would overflow SQLite's integers (a 500 the API fuzz test found)."""
+    def build(pk):
+        return get_user_model().objects.filter(pk=pk)
+
+    prepared = Prepared(build)
+    assert [u.username for u in prepared(pk=people[1].pk)] == ["u1"]
+    for pk in (500398791049434038272, -2**70, 2**63, 2**31):
+        assert prepared(pk=pk) == list(build(pk)) == []
+    assert [u.username for u in prepared(pk=people[2].pk)] == ["u2"]
+
+
 def test_shape_in_the_key_and_values_as_parameters(people):
     def build(flag, name, joined_before):
         return users_with_groups(flag, name, joined_before, 10)
