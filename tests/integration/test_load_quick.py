@@ -14,13 +14,16 @@ import pytest
 
 from tests.conftest import ROOT
 
+# The load script serves on a fixed port from var/load with a broker database of its own:
+# one load run at a time (tests/xdist_worker.py's GROUPS keeps this module on one worker).
 
 def _servers() -> tuple[str, str]:
-    """The PostgreSQL server (no database) and the Redis broker of the test run, or a skip."""
+    """The PostgreSQL server (no database) and the load run's Redis broker (LOAD_BROKER_URL, or
+    database 7 of the test run's Redis), or a skip."""
     db, broker = os.environ.get("DATABASE_URL", ""), os.environ.get("CELERY_BROKER_URL", "")
     if not db.startswith("postgres") or not broker.startswith("redis"):
         pytest.skip("runs against PostgreSQL and Redis: set DATABASE_URL and CELERY_BROKER_URL (CI does)")
-    return db.rsplit("/", 1)[0], broker
+    return db.rsplit("/", 1)[0], os.environ.get("LOAD_BROKER_URL") or broker.rsplit("/", 1)[0] + "/7"
 
 
 def test_quick_load_run_loses_nothing():
@@ -34,8 +37,7 @@ def test_quick_load_run_loses_nothing():
         before = {r[0] for r in conn.execute(databases)}
     try:
         proc = subprocess.run(
-            [sys.executable, "bench/load.py", "--quick", "--json", "--server-url", base,
-             "--broker", broker.rsplit("/", 1)[0] + "/7"],
+            [sys.executable, "bench/load.py", "--quick", "--json", "--server-url", base, "--broker", broker],
             cwd=ROOT, capture_output=True, text=True, timeout=240,
         )
         with psycopg.connect(base + "/postgres", autocommit=True) as conn:
@@ -65,7 +67,7 @@ def test_the_web_tier_never_loads_torch_during_a_load_run():
     base, broker = _servers()
     proc = subprocess.run(
         [sys.executable, "bench/load.py", "--json", "--duration", "15", "--items", "1500", "--annotators", "10",
-         "--no-background", "--cold-panels", "--server-url", base, "--broker", broker.rsplit("/", 1)[0] + "/7"],
+         "--no-background", "--cold-panels", "--server-url", base, "--broker", broker],
         cwd=ROOT, capture_output=True, text=True, timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
