@@ -13,6 +13,7 @@ Serving reads the study's stored fit, refitted in a worker after submits
 so the refit follows every submit as a worker's would."""
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -112,6 +113,13 @@ def test_a_third_annotator_only_where_the_weighted_split_is_uncertain(study, ser
     assert trace[by_spam.pk]["consensus"]["n_votes"] == 2 and trace[by_spam.pk]["consensus"]["quorum"] == 2
     assert trace[by_spam.pk]["consensus"]["provenance"] == "reliability"
     assert "90% sure" in result.manifest["consensus"]["quorum_rule"]
+    # the command's default policy is the study's own, as the export page preselects
+    out = io.StringIO()
+    call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "cmd"), stdout=out)
+    assert "policy reliability" in out.getvalue()
+    cmd_trace = {t["item"]: t for f in (tmp_path / "cmd").rglob("*.trace.jsonl")
+                 for t in map(json.loads, f.read_text().splitlines())}
+    assert cmd_trace[by_spam.pk]["consensus"]["provenance"] == "reliability"
 
     # the same votes under majority consensus: the lead rule reopens the split the weights decided
     Study.objects.filter(pk=study.pk).update(consensus="majority")

@@ -26,7 +26,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--study", required=True, help="Study id.")
         parser.add_argument("--out", default=None, help="Export folder (absent or empty); default under EXPORT_DIR.")
-        parser.add_argument("--policy", choices=POLICIES, default="majority", help="Consensus policy (default majority).")
+        parser.add_argument("--policy", choices=POLICIES, default=None,
+                            help="Consensus policy (default: the study's own, Study.consensus, as the export page preselects).")
         parser.add_argument("--primary", default=None, help="Deciding annotator of the primary policy (a username).")
         parser.add_argument("--chunk-size", type=int, default=1000, help="Items read per batch (default 1000).")
         parser.add_argument("--sessions", choices=SESSION_SCOPES, default="whole",
@@ -36,11 +37,12 @@ class Command(BaseCommand):
                             help="Query files: M-BEIR JSONL (default) or CIRCO's annotation layout (gt_img_ids).")
 
     def handle(self, *args, **opts):
-        if opts["primary"] and opts["policy"] != "primary":
-            raise CommandError("--primary needs --policy primary")
         if opts["chunk_size"] < 1:
             raise CommandError("--chunk-size must be at least 1")
         study = get_study(opts["study"])
+        opts["policy"] = opts["policy"] or study.consensus
+        if opts["primary"] and opts["policy"] != "primary":
+            raise CommandError("--primary needs --policy primary")
         started = time.perf_counter()
         last = [0.0]
 
