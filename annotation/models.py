@@ -14,7 +14,7 @@ from retrieval.models import Query
 
 from annotation.assignment.rules import SERVE_RANDOM, SERVE_SUSPICION
 from annotation.judging.rubric import Rubric, builtin_rubric
-from annotation.verdicts.consensus import DEFAULT_CONFIDENCE, QuorumRule, quorum_rule
+from annotation.verdicts.consensus import DEFAULT_CONFIDENCE, QuorumRule, study_quorum_rule
 
 
 class RubricVersion(models.Model):
@@ -153,8 +153,7 @@ class Study(models.Model):
         """THE quorum rule of the study (:class:`annotation.verdicts.consensus.QuorumRule`); under
         reliability-weighted consensus an adaptive rule settles splits at ``adaptive_confidence``
         once bound to the study's reliability model (``annotation.verdicts.adjudication.quorum_rule_of``)."""
-        weighted = self.consensus == "reliability"
-        return quorum_rule(self.overlap, self.quorum, self.adaptive_max, self.adaptive_confidence if weighted else None)
+        return study_quorum_rule(self.overlap, self.quorum, self.adaptive_max, self.consensus, self.adaptive_confidence)
 
     @property
     def kind(self) -> str:

@@ -228,6 +228,14 @@ def quorum_rule(overlap: int, quorum: int | None = None, maximum: int | None = N
     return QuorumRule(overlap, quorum)
 
 
+def study_quorum_rule(overlap: int, quorum: int | None, maximum: int | None, policy: str,
+                      confidence: float | None) -> QuorumRule:
+    """THE quorum rule of a study's settings with its consensus ``policy``: ``confidence`` (its
+    ``adaptive_confidence``) settles splits only under the :data:`RELIABILITY` policy
+    (``Study.quorum_rule``; the simulated crowd's strategies, ``annotation.verdicts.crowd``)."""
+    return quorum_rule(overlap, quorum, maximum, confidence if policy == RELIABILITY else None)
+
+
 @dataclass(frozen=True)
 class Vote:
     """One annotator's current judgement of an item, as consensus sees it."""
