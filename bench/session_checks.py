@@ -79,7 +79,7 @@ def main() -> None:
     print(f"retriever {spec}; {len(sessions)} sessions; thresholds: noop = duplicate = circle = c_img, conflict = c_txt")
     print(f"  {'c_img':>6}{'c_txt':>7}  " + "  ".join(f"{c + ' P/R':>16}" for c in ("duplicate", "circle", "conflict", "noop")))
     for c_img in (0.95, 0.98, 0.99, 0.995, 0.998):
-        for c_txt in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7):
+        for c_txt in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
             th = ConsistencyThresholds(noop=c_img, duplicate=c_img, circle=c_img, conflict=c_txt)
             flags = {}
             for q, (start, targets, eff, d) in inputs.items():
