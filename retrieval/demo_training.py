@@ -10,7 +10,12 @@ Objectives, all contrastive (InfoNCE with open_clip's learnable temperature):
 * ``captions``: each image against its scene description (:func:`retrieval.demo.describe_scene`);
 * ``compositions``: the composed query ``normalise(normalise(image(ref)) + normalise(text(edit)))``
   (:func:`retrieval.encoders.compose_embeddings`, the audit's composition) against the
-  target image, the other targets of the same reference being the hard negatives;
+  target image, the other targets of the same reference being the hard negatives; and, for
+  references that allow one, a colour edit named by its family ("make the star a warm
+  colour", :func:`retrieval.demo._family_edit`, as the demo's family queries are written)
+  against every image of the family's colours (multi-positive). Without them the compose
+  model never met "warm" or "cool", ranked the demo's sound family queries last, and they
+  headed the suspicion queue as false alarms;
 * ``neighbours``: image to image, each reference against its one-edit variants (its edits'
   targets, and every image a broad edit such as "change the colour of the circle" allows:
   :func:`retrieval.demo._broad`; multi-positive), and each variant against its reference;
@@ -48,14 +53,15 @@ import torch.nn.functional as F
 
 from retrieval import encoders
 from retrieval.specs import spec_string
-from retrieval.demo import EDIT_TYPES, _broad, _pick_edit, describe_edit, describe_scene, random_scene, render_scene, scene_key
+from retrieval.demo import (EDIT_TYPES, _broad, _family_edit, _pick_edit, apply_edit, describe_edit, describe_scene,
+                           random_scene, render_scene, scene_key, scene_ok)
 
 DEMO_CONFIG = "cirval-demo"
 #: name -> training objectives
 DEMO_MODELS: dict[str, tuple[str, ...]] = {"compose": ("captions", "compositions"),
                                            "caption": ("captions", "neighbours")}
 #: Bumped when the objectives change, so that a checkpoint trained on the old ones is not reused.
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION = 3
 OBJECTIVES = ("captions", "compositions", "neighbours")
 DEFAULT_STEPS = 500
 _EDITS_PER_REF = 4
@@ -68,19 +74,25 @@ class TrainingSplit:
     ``images``: ``[N, 3, H, W]`` preprocessed; ``captions[i]`` describes image ``i``;
     ``groups[g]`` = ``(ref index, [(edit text, target index), ...])``; ``broad[g]`` =
     ``(broad edit text, [every image index it allows])`` of group ``g``'s reference, or None
-    (only when drawn with ``broad``, for the ``neighbours`` objective).
+    (only when drawn with ``broad``, for the ``neighbours`` objective); ``family[g]`` =
+    ``(family colour edit text, [every image of the family's colours])`` of group ``g``'s
+    reference, or None (for the ``compositions`` objective).
     """
 
     images: torch.Tensor
     captions: list[str]
     groups: list[tuple[int, list[tuple[str, int]]]]
     broad: list[tuple[str, list[int]] | None] | None = None
+    family: list[tuple[str, list[int]] | None] | None = None
 
 
-def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 128, broad: bool = False) -> TrainingSplit:
+def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 128, broad: bool = False,
+                   family: bool = False) -> TrainingSplit:
     """Draw ``n_refs`` references with up to four edits each from the training generator;
     with ``broad``, also one broad edit per reference and every image it allows (from a
-    generator of its own, so the other draws stay the same), more one-edit variants."""
+    generator of its own, so the other draws stay the same), more one-edit variants; with
+    ``family``, a family colour edit per reference that allows one and its targets (likewise
+    from a generator of its own)."""
     rng = random.Random(f"demo-train:{seed}")
     scenes: dict[str, int] = {}
     ordered: list[dict[str, Any]] = []
@@ -112,9 +124,25 @@ def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 12
         for ref_index, _ in groups:
             drawn = _broad(ordered[ref_index], broad_rng)
             broad_groups.append(None if drawn is None else (drawn[1], [index(s) for s in drawn[2]]))
+    family_groups = _family_groups([ordered[r] for r, _ in groups], seed, index) if family else None
     images = torch.stack([preprocess(render_scene(s, image_size, seed)) for s in ordered])
     return TrainingSplit(images=images, captions=[describe_scene(s) for s in ordered], groups=groups,
-                         broad=broad_groups)
+                         broad=broad_groups, family=family_groups)
+
+
+def _family_groups(refs: list[dict[str, Any]], seed: int, index: Any) -> list[tuple[str, list[int]] | None]:
+    """Per reference, a family colour edit's text and the indices of all its targets (as
+    :func:`retrieval.demo._family_query` builds them), or None where none fits."""
+    rng = random.Random(f"demo-train-family:{seed}")
+    out: list[tuple[str, list[int]] | None] = []
+    for ref in refs:
+        drawn = _family_edit(ref, rng)
+        targets = [] if drawn is None else [apply_edit(ref, {**drawn[0], "to": c}) for c in drawn[1]]
+        if not targets or not all(scene_ok(t) for t in targets):
+            out.append(None)
+            continue
+        out.append((describe_edit(ref, drawn[0], rng), [index(t) for t in targets]))
+    return out
 
 
 @contextlib.contextmanager
@@ -148,12 +176,22 @@ def _batch_broad(split: TrainingSplit, batch: list[int], objectives: tuple[str, 
 
 def _composition_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int], img: torch.Tensor,
                       scale: torch.Tensor, pos: dict[int, int]) -> torch.Tensor:
-    """Composed query (reference + edit text) against its target, the batch's images the candidates."""
-    comps = [c for g in batch for c in split.groups[g][1]]
-    txt = model.encode_text(tokenizer([t for t, _ in comps]))
-    ref_rows = torch.tensor([pos[split.groups[g][0]] for g in batch for _ in split.groups[g][1]])
-    query = encoders.compose_embeddings(img[ref_rows], txt)
-    return F.cross_entropy(scale * query @ img.T, torch.tensor([pos[t] for _, t in comps]))
+    """Composed query (reference + edit text) against its target, the batch's images the
+    candidates; a family edit's query against all its targets (multi-positive InfoNCE)."""
+    comps = [(split.groups[g][0], t, [target]) for g in batch for t, target in split.groups[g][1]]
+    comps += [(split.groups[g][0], *split.family[g]) for g in _batch_family(split, batch)]
+    txt = model.encode_text(tokenizer([t for _, t, _ in comps]))
+    query = encoders.compose_embeddings(img[torch.tensor([pos[r] for r, _, _ in comps])], txt)
+    positive = torch.zeros((len(comps), len(img)), dtype=torch.bool)
+    for row, (_, _, targets) in enumerate(comps):
+        positive[row, torch.tensor([pos[t] for t in targets])] = True
+    logits = scale * query @ img.T
+    return (torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~positive, float("-inf")), dim=1)).mean()
+
+
+def _batch_family(split: TrainingSplit, batch: list[int]) -> list[int]:
+    """The batch's groups that carry a family colour edit."""
+    return [g for g in batch if split.family and split.family[g] is not None]
 
 
 def _step_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]) -> torch.Tensor:
@@ -161,7 +199,8 @@ def _step_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int
     refs = [split.groups[g][0] for g in batch]
     comps = [c for g in batch for c in split.groups[g][1]]
     broad = _batch_broad(split, batch, objectives)
-    image_ids = list(dict.fromkeys(refs + [t for _, t in comps] + [t for b in broad for t in b[2]]))
+    family = [t for g in _batch_family(split, batch) for t in split.family[g][1]] if "compositions" in objectives else []
+    image_ids = list(dict.fromkeys(refs + [t for _, t in comps] + [t for b in broad for t in b[2]] + family))
     pos = {i: n for n, i in enumerate(image_ids)}
     img = F.normalize(model.encode_image(split.images[image_ids]), dim=-1)
     scale = model.logit_scale.exp().clamp(max=100)
@@ -201,14 +240,16 @@ def train_model(
     objectives: tuple[str, ...],
     seed: int = 7,
     steps: int = DEFAULT_STEPS,
-    n_refs: int = 320,
+    n_refs: int = 800,
     groups_per_step: int = 12,
     lr: float = 2e-3,
     config: str = DEMO_CONFIG,
     progress: bool = True,
     desc: str = "training",
+    position: int = 0,
 ) -> str:
-    """Train one demo model and save its state_dict at ``out_path``; returns the file's sha256."""
+    """Train one demo model and save its state_dict at ``out_path``; returns the file's sha256.
+    ``position``: the line of its progress bar (models trained side by side each keep one)."""
     from tqdm import tqdm
 
     unknown = set(objectives) - set(OBJECTIVES)
@@ -219,12 +260,13 @@ def train_model(
     with deterministic(seed):
         model, _, preprocess = open_clip.create_model_and_transforms(config, pretrained=None, device="cpu")
         tokenizer = open_clip.get_tokenizer(config)
-        split = training_split(seed, n_refs, preprocess, broad="neighbours" in objectives)
+        split = training_split(seed, n_refs, preprocess, broad="neighbours" in objectives,
+                               family="compositions" in objectives)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
         order = random.Random(f"demo-batches:{seed}")
         model.train()
-        bar = tqdm(range(steps), desc=desc, file=sys.stderr, disable=not progress, unit="step")
+        bar = tqdm(range(steps), desc=desc, file=sys.stderr, disable=not progress, unit="step", position=position)
         for _ in bar:
             batch = order.sample(range(len(split.groups)), min(groups_per_step, len(split.groups)))
             loss = _step_loss(model, tokenizer, split, batch, objectives)

@@ -14,6 +14,7 @@ from annotation.models import StudyItem, Study
 from annotation.judging.payloads import item_payload
 from audit.labels import audit_json, label_queries
 from audit.models import AuditRank, AuditRun
+from retrieval.demo_training import CHECKPOINT_VERSION
 from retrieval.models import Dataset, QuerySubset
 from retrieval.stats import dataset_stats
 
@@ -31,7 +32,7 @@ def _pretrain(tmp_path, settings) -> dict:
 def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     settings.IMAGE_ROOTS = [tmp_path.resolve()]
     trained = _pretrain(tmp_path, settings)
-    assert sorted(trained) == ["cirval-demo-caption-v2-s7.pt", "cirval-demo-compose-v2-s7.pt"]
+    assert sorted(trained) == [f"cirval-demo-{name}-v{CHECKPOINT_VERSION}-s7.pt" for name in ("caption", "compose")]
     out = StringIO()
     call_command("make_demo", "--images-dir", str(tmp_path / "demo"), stdout=out)
     text = out.getvalue()
@@ -40,7 +41,7 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(models.glob("*.pt"))} == trained
     run = AuditRun.objects.get(dataset__name="demo", status="done")
     assert run.retrievers == [f"openclip:cirval-demo@{(models / n).resolve()}"
-                              for n in ("cirval-demo-compose-v2-s7.pt", "cirval-demo-caption-v2-s7.pt")]
+                              for n in (f"cirval-demo-compose-v{CHECKPOINT_VERSION}-s7.pt", f"cirval-demo-caption-v{CHECKPOINT_VERSION}-s7.pt")]
     assert "exists" in text or "Training" not in text
     # the truth file is under var/, not under the served image root
     truth = json.loads((settings.VAR_DIR / "demo" / "demo.truth.json").read_text())

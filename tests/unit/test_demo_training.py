@@ -57,3 +57,37 @@ def test_bad_objectives_refused(tmp_path) -> None:
         train_model(tmp_path / "x.pt", ("images",), **TINY)
     with pytest.raises(ValueError):
         train_model(tmp_path / "x.pt", ("captions",), **{**TINY, "steps": 0})
+
+
+def test_family_edits_name_every_colour_of_their_family() -> None:
+    """The compose objective's family colour edits (as the demo's family queries are written:
+    "make the star a warm colour") have one target per colour of the family, none of them the
+    reference, and the other draws of the split do not move."""
+    from open_clip import create_model_and_transforms
+
+    from retrieval.demo import COLOUR_FAMILIES, scene_key
+
+    _, _, preprocess = create_model_and_transforms("cirval-demo", pretrained=None)
+    plain, split = training_split(5, 12, preprocess), training_split(5, 12, preprocess, family=True)
+    assert split.groups == plain.groups and plain.family is None
+    assert len(split.family) == len(split.groups)
+    drawn = [(g, f) for g, f in zip(split.groups, split.family) if f is not None]
+    assert drawn, "no reference of 12 allowed a family edit"
+    for (ref, _), (text, targets) in drawn:
+        family = next(name for name in COLOUR_FAMILIES if name in text)
+        assert len(targets) >= 2 and ref not in targets
+        captions = [split.captions[t] for t in targets]
+        assert all(any(colour in c for colour in COLOUR_FAMILIES[family]) for c in captions)
+        assert len(set(captions)) == len(targets)  # one image per colour
+
+
+def test_models_trained_side_by_side_are_the_ones_trained_in_turn(tmp_path) -> None:
+    """train_demo_retriever trains the two models in two spawned processes on a 2-core machine:
+    the same checkpoint bytes as one after the other."""
+    from annotation.management.commands.train_demo_retriever import train_all
+
+    jobs = [("compose", tmp_path / "a" / "compose.pt", 2), ("caption", tmp_path / "a" / "caption.pt", 2)]
+    side_by_side = train_all(jobs, 3, progress=False)
+    in_turn = [train_model(tmp_path / "b" / f"{name}.pt", DEMO_MODELS[name], seed=3, steps=steps, progress=False)
+               for name, _, steps in jobs]
+    assert [digest for digest, _ in side_by_side] == in_turn

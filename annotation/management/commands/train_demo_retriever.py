@@ -1,7 +1,10 @@
 """python manage.py train_demo_retriever: train the demo world's two retrievers (var/models/)."""
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from django.conf import settings
@@ -51,6 +54,7 @@ class Command(BaseCommand):
         if opts["steps"] < 1:
             raise CommandError("--steps must be >= 1")
         out_dir = Path(opts["out_dir"]) if opts["out_dir"] else default_models_dir()
+        jobs = []
         for name, path in demo_checkpoints(out_dir, opts["seed"]).items():
             if opts["only"] and name != opts["only"]:
                 continue
@@ -58,8 +62,33 @@ class Command(BaseCommand):
                 self.stdout.write(f"{name}: {path} exists (use --force to train again)")
                 continue
             steps = opts["steps"] if name == "compose" else caption_steps(opts["steps"])
-            started = time.monotonic()
-            digest = train_model(path, DEMO_MODELS[name], seed=opts["seed"], steps=steps,
-                                 progress=not opts["no_progress"], desc=f"{name} ({'+'.join(DEMO_MODELS[name])})")
-            self.stdout.write(f"{name}: {steps} steps in {time.monotonic() - started:.1f} s -> {path}\n"
+            jobs.append((name, path, steps))
+        started = time.monotonic()
+        for (name, path, steps), (digest, seconds) in zip(jobs, train_all(jobs, opts["seed"], not opts["no_progress"])):
+            self.stdout.write(f"{name}: {steps} steps in {seconds:.1f} s -> {path}\n"
                               f"  sha256 {digest}\n  retriever {retriever_spec(path)}")
+        if len(jobs) > 1:
+            self.stdout.write(f"trained {len(jobs)} models in {time.monotonic() - started:.1f} s (wall clock)")
+
+
+def _train_one(name: str, path: Path, steps: int, seed: int, progress: bool, position: int) -> tuple[str, float]:
+    """Train one demo model; (sha256 of its checkpoint, seconds it took)."""
+    started = time.monotonic()
+    digest = train_model(path, DEMO_MODELS[name], seed=seed, steps=steps, progress=progress,
+                         desc=f"{name} ({'+'.join(DEMO_MODELS[name])})", position=position)
+    return digest, time.monotonic() - started
+
+
+def train_all(jobs: list[tuple[str, Path, int]], seed: int, progress: bool) -> list[tuple[str, float]]:
+    """Train every ``(name, path, steps)``: side by side in spawned processes when there are
+    several and the machine has a core for each (each trains on one thread, deterministically,
+    so the checkpoints are the bytes a one-by-one run writes; two models on two cores take the
+    wall time of the slower one), else one after the other (one core, or inside a daemonic
+    process, which may not start children)."""
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2 or multiprocessing.current_process().daemon:
+        return [_train_one(name, path, steps, seed, progress, 0) for name, path, steps in jobs]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_train_one, name, path, steps, seed, progress, n)
+                   for n, (name, path, steps) in enumerate(jobs)]
+        return [f.result() for f in futures]
