@@ -394,6 +394,8 @@ class InteractiveRound(models.Model):
     PENDING = "pending"
     DONE = "done"
     FAILED = "failed"
+    #: A pending round waits for a worker: ``/healthz`` counts it (retrieval.jobs.workers.waiting_jobs).
+    waits_for_worker = True
 
     session = models.ForeignKey(InteractiveSession, on_delete=models.CASCADE, related_name="rounds")
     index = models.PositiveSmallIntegerField(help_text="1-based.")
@@ -412,6 +414,11 @@ class InteractiveRound(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["session", "index"], name="interactive_round_once")]
         ordering = ["session", "index"]
+
+    @classmethod
+    def unfinished(cls):
+        """Rounds a worker still has to re-rank."""
+        return cls.objects.filter(status=cls.PENDING)
 
 
 class ExportJob(Job):

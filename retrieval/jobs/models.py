@@ -17,6 +17,10 @@ class Status(models.TextChoices):
 class Leased(models.Model):
     """A unit of work a worker claims, renews by heartbeat and finishes (see :mod:`.leases`)."""
 
+    #: Whether ``/healthz`` counts its :meth:`unfinished` rows as work waiting for a worker
+    #: (:func:`retrieval.jobs.workers.waiting_jobs`). Any model may say so, with an
+    #: ``unfinished()`` classmethod: the interactive rounds of the annotation app do.
+    waits_for_worker = True
     #: The status of work waiting for a worker (audit chunks say "pending").
     WAITING = Status.QUEUED.value
 

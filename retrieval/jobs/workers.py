@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.apps import apps
 from django.utils import timezone
 
-from .models import NO_WORKER, Leased, WorkerBeat, no_worker_message
+from .models import NO_WORKER, WorkerBeat, no_worker_message
 
 __all__ = ["NO_WORKER", "alive", "beat", "gone", "health", "live", "no_worker_message", "waiting_jobs"]
 
@@ -34,10 +34,12 @@ alive = WorkerBeat.alive
 
 
 def waiting_jobs() -> dict[str, int]:
-    """Unfinished work of every leased kind (imports, exports, audit chunks), by model."""
+    """Unfinished work of every kind a worker runs, by model: the leased kinds (imports,
+    exports, audit chunks) and any other model that sets ``waits_for_worker`` (the interactive
+    rounds waiting to be re-ranked)."""
     out = {}
     for model in apps.get_models():
-        if issubclass(model, Leased):
+        if getattr(model, "waits_for_worker", False):
             n = model.unfinished().count()
             if n:
                 out[model._meta.label] = n

@@ -1,7 +1,7 @@
 """Interactive rounds have a queue of their own (issue 26): a round never waits behind audit
 chunks, imports or exports in a busy queue; every worker launcher consumes it; and the page
 says "no worker alive" while a round waits and no live worker consumes that queue, even when
-workers of the other queues beat."""
+workers of the other queues beat; ``/healthz`` counts a waiting round as work for a worker."""
 from __future__ import annotations
 
 import re
@@ -58,8 +58,13 @@ def test_the_page_says_no_worker_while_a_round_waits_and_none_consumes_its_queue
     pk = study.assignments.get().pk
     state = f"/api/assignments/{pk}/interactive/"
     assert client.get(state).json()["no_worker"] == ""  # nothing waits
+    assert client.get("/healthz").status_code == 200  # nothing waits, so no worker is needed
     sent = client.post(f"{state}rounds/", {"text": "bluer"}, content_type="application/json").json()
     assert sent["rounds"][0]["status"] == "pending" and sent["no_worker"] == workers.NO_WORKER
+    # /healthz counts the waiting round: no worker at all is an outage
+    assert workers.waiting_jobs() == {"annotation.InteractiveRound": 1}
+    health = client.get("/healthz")
+    assert health.status_code == 503 and health.json()["workers"] == {"ok": False, "alive": 0}
     workers.beat("jobs@host", ["celery", "gpu"])  # alive, but not on the rounds' queue
     assert client.get(state).json()["no_worker"] == workers.NO_WORKER
     workers.beat("iact@host", ["interactive"])
