@@ -1,6 +1,7 @@
 """Sending chunks to the workers, coordinating a run and recovering stale chunks."""
 from __future__ import annotations
 
+import time
 import uuid
 from collections import defaultdict
 from datetime import timedelta
@@ -38,7 +39,12 @@ def start_run(run: AuditRun) -> None:
 
 
 def run_inline(run: AuditRun, progress: Progress | None = None) -> AuditRun:
-    """Plan and run every chunk in this process, then aggregate (no worker needed)."""
+    """Plan and run every chunk in this process, then aggregate (no worker needed).
+
+    A chunk a live worker holds (its sweep may have sent it) is left to that worker, and a
+    query chunk waits for its gallery: the passes repeat, a short pause apart, until every
+    chunk is done (a lease gone stale is claimed here, as a worker would), so the run is
+    aggregated only once it is complete."""
     try:
         plan_run(run)
     except AuditError as exc:
@@ -47,30 +53,49 @@ def run_inline(run: AuditRun, progress: Progress | None = None) -> AuditRun:
         return run
     run.refresh_from_db()
     owner = f"inline:{default_owner()}"
-    order = [(spec, kind) for spec in run.retrievers
-             for kind in (AuditChunk.Kind.GALLERY, AuditChunk.Kind.QUERIES, AuditChunk.Kind.SESSIONS)]
+    while (outcome := _inline_pass(run, owner, progress)) != "complete":
+        if outcome == "failed":
+            run.refresh_from_db()
+            return run
+        if outcome == "idle":  # a worker holds every chunk left, or a query chunk waits for its gallery
+            time.sleep(INLINE_WAIT_SECONDS)
+    aggregate_run(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+#: Pause between two inline passes that found every chunk left busy or waiting.
+INLINE_WAIT_SECONDS = 0.5
+_INLINE_ORDER = (AuditChunk.Kind.GALLERY, AuditChunk.Kind.QUERIES, AuditChunk.Kind.SESSIONS)
+
+
+def _inline_pass(run: AuditRun, owner: str, progress: Progress | None) -> str:
+    """One pass over the run's chunks not done yet, in the order an audit needs them (each
+    retriever's gallery, its queries, its sessions; the session texts last): ``"failed"``,
+    ``"complete"`` (none left), ``"ran"`` (some ran here) or ``"idle"`` (every one left was busy
+    with a worker or waiting)."""
+    order = [(spec, kind) for spec in run.retrievers for kind in _INLINE_ORDER]
     order.append((None, AuditChunk.Kind.TEXTS))
-    # Every chunk not done yet, listed once (a chunk another worker finishes meanwhile
-    # returns "done" at once from process_chunk).
     todo: dict[tuple[str | None, str], list[int]] = defaultdict(list)
     for pk, spec, kind in AuditChunk.objects.filter(run=run).exclude(status=AuditChunk.Status.DONE).order_by(
         "index", "pk"
     ).values_list("pk", "retriever", "kind"):
         todo[(None if kind == AuditChunk.Kind.TEXTS else spec, kind)].append(pk)
+    if not todo:
+        return "complete"
+    ran = False
     for spec, kind in order:
         for chunk_id in todo.get((spec, kind), []):
-            # A chunk leased by a live worker is left to it; re-claiming is allowed
-            # only once the lease is stale (same rule as for workers).
+            # a chunk leased by a live worker is left to it; re-claiming is allowed only once
+            # the lease is stale (the workers' rule); a chunk finished meanwhile says "done"
             result = process_chunk(chunk_id, owner=owner, heartbeat=False)
             if result == "failed":
-                run.refresh_from_db()
-                return run
+                return "failed"
+            ran = ran or result in ("ok", "done")
             if progress:
                 run.refresh_from_db()
                 progress(run)
-    aggregate_run(run.pk)
-    run.refresh_from_db()
-    return run
+    return "ran" if ran else "idle"
 
 
 #: The Celery task of each chunk kind (:mod:`audit.tasks`), looked up by name in the app's

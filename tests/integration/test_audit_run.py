@@ -191,6 +191,29 @@ def test_done_chunks_are_not_recomputed_and_stale_ones_are_resent(demo, monkeypa
     assert len(pairs) == len(set(pairs)) == 2 * N_SINGLE
 
 
+def test_an_inline_run_waits_for_a_chunk_a_worker_holds_and_finishes_complete(demo, monkeypatch):
+    """A live worker's sweep may have taken a chunk of a run that is run in process: the inline
+    run leaves it to the worker (its query chunks wait for that gallery), passes again after a
+    pause and aggregates only once every chunk is done, never a run left "running"."""
+    run = planning.create_run(demo, SPECS, chunk_queries=7, chunk_gallery=25)
+    assert planning.plan_run(run) is True
+    held = AuditChunk.objects.filter(run=run, kind="gallery").order_by("index").first()
+    assert leases.claim_chunk(held.pk, "worker:1")  # fresh lease: another process runs it
+    pauses: list[float] = []
+
+    def worker_finishes(seconds: float) -> None:  # meanwhile, the worker computes its chunk
+        pauses.append(seconds)
+        chunk = AuditChunk.objects.select_related("run").get(pk=held.pk)
+        assert execution._run_claimed([chunk], chunk.run, "worker:1", False) == "ok"  # it holds the lease
+
+    monkeypatch.setattr(dispatch.time, "sleep", worker_finishes)
+    run = dispatch.run_inline(run)
+    assert run.status == "done", run.error
+    assert pauses == [dispatch.INLINE_WAIT_SECONDS]  # one idle pass: everything else waited for that gallery
+    assert not AuditChunk.objects.filter(run=run).exclude(status="done").exists()
+    assert AuditChunk.objects.get(pk=held.pk).owner in ("worker:1", "")
+
+
 def test_rank_rows_are_unique_in_the_database(demo):
     from django.db import IntegrityError, transaction
 
