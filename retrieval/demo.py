@@ -619,15 +619,25 @@ def _too_broad_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[
             "kind": "too_broad", "text_edit": None, "alternatives": len(options)}
 
 
-def _family_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
-    """A composition query whose colour is named by family: one target per colour of the family."""
+def family_composition(ref: Scene, rng: random.Random) -> tuple[Edit, list[Scene]] | None:
+    """A colour edit of ``ref`` named by a colour family and its targets, one per colour of the
+    family that fits (None when no family edit fits, or a target is not a valid scene): what the
+    demo's family queries ask for, and what the demo compose model learns them from
+    (:mod:`retrieval.demo_training`)."""
     fam = _family_edit(ref, rng)
     if fam is None:
         return None
     edit, colours = fam
     targets = [apply_edit(ref, {**edit, "to": c}) for c in colours]
-    if not all(scene_ok(t) for t in targets):
+    return (edit, targets) if all(scene_ok(t) for t in targets) else None
+
+
+def _family_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
+    """A composition query whose colour is named by family: one target per colour of the family."""
+    drawn = family_composition(ref, rng)
+    if drawn is None:
         return None
+    edit, targets = drawn
     return {"ref": gallery.add(ref), "text": describe_edit(ref, edit, rng), "edit": edit,
             "targets": [gallery.add(t) for t in targets], "kind": "composition", "text_edit": None}
 

@@ -12,7 +12,7 @@ Objectives, all contrastive (InfoNCE with open_clip's learnable temperature):
   (:func:`retrieval.encoders.compose_embeddings`, the audit's composition) against the
   target image, the other targets of the same reference being the hard negatives; and, for
   references that allow one, a colour edit named by its family ("make the star a warm
-  colour", :func:`retrieval.demo._family_edit`, as the demo's family queries are written)
+  colour", :func:`retrieval.demo.family_composition`, as the demo's family queries are drawn)
   against every image of the family's colours (multi-positive). Without them the compose
   model never met "warm" or "cool", ranked the demo's sound family queries last, and they
   headed the suspicion queue as false alarms;
@@ -53,8 +53,8 @@ import torch.nn.functional as F
 
 from retrieval import encoders
 from retrieval.specs import spec_string
-from retrieval.demo import (EDIT_TYPES, _broad, _family_edit, _pick_edit, apply_edit, describe_edit, describe_scene,
-                           random_scene, render_scene, scene_key, scene_ok)
+from retrieval.demo import (EDIT_TYPES, _broad, _pick_edit, describe_edit, describe_scene, family_composition,
+                           random_scene, render_scene, scene_key)
 
 DEMO_CONFIG = "cirval-demo"
 #: name -> training objectives
@@ -131,17 +131,14 @@ def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 12
 
 
 def _family_groups(refs: list[dict[str, Any]], seed: int, index: Any) -> list[tuple[str, list[int]] | None]:
-    """Per reference, a family colour edit's text and the indices of all its targets (as
-    :func:`retrieval.demo._family_query` builds them), or None where none fits."""
+    """Per reference, a family colour edit's text and the indices of all its targets
+    (:func:`retrieval.demo.family_composition`, as the demo's family queries are drawn), or
+    None where none fits."""
     rng = random.Random(f"demo-train-family:{seed}")
     out: list[tuple[str, list[int]] | None] = []
     for ref in refs:
-        drawn = _family_edit(ref, rng)
-        targets = [] if drawn is None else [apply_edit(ref, {**drawn[0], "to": c}) for c in drawn[1]]
-        if not targets or not all(scene_ok(t) for t in targets):
-            out.append(None)
-            continue
-        out.append((describe_edit(ref, drawn[0], rng), [index(t) for t in targets]))
+        drawn = family_composition(ref, rng)
+        out.append(None if drawn is None else (describe_edit(ref, drawn[0], rng), [index(t) for t in drawn[1]]))
     return out
 
 
