@@ -18,6 +18,19 @@ from retrieval.encoders import OpenClipRetriever, build_retriever
 SPEC = "openclip:test@random:0"
 
 
+def _clean_fork():
+    """A start method whose children are forked from a single-threaded process (multiprocessing's
+    fork server), as Celery's prefork pool forks from its worker's main process. Forking the
+    test process itself is not safe: under pytest-xdist it holds other threads (a browser
+    test's Playwright loop and executors), and a child forked while one of them held SQLite's
+    mutex waited on it for ever (seen once in CI: the child stuck in ``sqlite3.connect``, the
+    test failing after 120 s and pytest then hanging on the child at exit). The server imports
+    this module once, so the children start in milliseconds."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def _vec(key: str, dim: int) -> np.ndarray:
     """A deterministic float32 vector per key (what any writer would compute for it)."""
     seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
@@ -114,8 +127,8 @@ def _writer(root: str, keys: list[str], batch: int) -> None:
 def test_concurrent_writers_leave_consistent_cache(tmp_path: Path) -> None:
     keys = [f"{i:064x}" for i in range(1500)]
     first, second = keys[:1000], keys[500:]  # 500 keys written by both
-    # fork, as Celery's prefork pool does; the children use only sqlite3 and numpy
-    ctx = mp.get_context("fork")
+    # forked from a clean process, as Celery's prefork pool does; the children use only sqlite3 and numpy
+    ctx = _clean_fork()
     procs = [
         ctx.Process(target=_writer, args=(str(tmp_path), first, 3)),
         ctx.Process(target=_writer, args=(str(tmp_path), list(reversed(second)), 2)),
@@ -147,7 +160,7 @@ def test_processes_opening_one_new_cache_at_once_all_succeed(tmp_path: Path) -> 
     file to WAL needs it to itself, and SQLite says "database is locked" at once, without
     the busy timeout; before the retry, about 1 in 200 openings failed this way and
     failed its audit chunk."""
-    ctx = mp.get_context("fork")
+    ctx = _clean_fork()
     errors = ctx.Queue()
     for n in range(100):
         barrier = ctx.Barrier(6)
@@ -307,7 +320,7 @@ def _text_encoder(root: str, log: str, texts: list[str], barrier) -> None:
 def test_two_processes_never_encode_the_same_text_twice(tmp_path: Path) -> None:
     texts = [f"text {i}" for i in range(40)]
     log = tmp_path / "encoded.log"
-    ctx = mp.get_context("fork")
+    ctx = _clean_fork()
     barrier = ctx.Barrier(2)
     procs = [ctx.Process(target=_text_encoder, args=(str(tmp_path), str(log), order, barrier))
              for order in (texts, texts[::-1] + texts[:7])]
