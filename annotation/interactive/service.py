@@ -121,7 +121,7 @@ def resend_stale_rounds(now=None) -> int:
     sweep calls it. A round ranked twice is stored once (:func:`rank_round`)."""
     now = now or timezone.now()
     stale = now - timedelta(seconds=float(settings.JOB_STALE_SECONDS))
-    rows = InteractiveRound.objects.filter(status=InteractiveRound.PENDING).filter(
+    rows = InteractiveRound.unfinished().filter(
         Q(sent_at__isnull=True, created_at__lt=now - timedelta(seconds=1)) | Q(sent_at__lt=stale))
     return sum(send_round(pk) for pk in rows.values_list("pk", flat=True)[:100])
 
