@@ -181,13 +181,27 @@ def _fork_child(cache: EmbeddingCache) -> None:
     cache.put_many("image", ["from-child"], np.ones((1, 16), np.float32))
 
 
-def test_cache_object_survives_fork(tmp_path: Path) -> None:
-    cache = EmbeddingCache(tmp_path, SPEC, dim=16)
+def _fork_with_cache(folder: str) -> None:
+    """In a clean process: open a cache, write, fork a child that writes through the same
+    object (what a prefork pool does with a cache built before the fork), and check both."""
+    cache = EmbeddingCache(Path(folder), SPEC, dim=16)
     cache.put_many("image", ["from-parent"], np.zeros((1, 16), np.float32))
     p = mp.get_context("fork").Process(target=_fork_child, args=(cache,))
     p.start()
     p.join(timeout=60)
+    if p.exitcode != 0:
+        raise SystemExit(f"the forked child ended with {p.exitcode}")
+    if cache.get_many("image", ["from-parent", "from-child"]).missing:
+        raise SystemExit("the parent does not see the child's write")
+
+
+def test_cache_object_survives_fork(tmp_path: Path) -> None:
+    # The fork itself happens in a fork-server child (see _clean_fork), never in the test process.
+    p = _clean_fork().Process(target=_fork_with_cache, args=(str(tmp_path),))
+    p.start()
+    p.join(timeout=120)
     assert p.exitcode == 0
+    cache = EmbeddingCache(tmp_path, SPEC, dim=16)
     assert cache.get_many("image", ["from-parent", "from-child"]).missing == []
 
 
