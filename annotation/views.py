@@ -21,6 +21,7 @@ from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
 from annotation.verdicts.adjudication import has_verdicts, session_rule_of, study_reliability
+from annotation.verdicts.refit import serving_lag
 from annotation.verdicts.state import free_slot_q
 from annotation.studies.truth import defects_found
 from annotation.verdicts.state import annotator_share, study_counts
@@ -194,7 +195,7 @@ def study_progress_page(request, study_id: int):
                    else None)
     return render(request, "annotation/study_progress.html", {
         "study": study, "progress": progress, "verdicts": counts, "labour": counts["labour"],
-        "reliability": reliability, "exportable": exportable,
+        "reliability": reliability, "serving": serving_lag(study) if reliability else None, "exportable": exportable,
         "defects": defects_found(study) if exportable else None,
         "sessions": session_summary(study) if study.interactive else None})
 

@@ -16,19 +16,21 @@ again. The task asks once more when judgements came while it ran.
 
 Pages and exports decide by the exact fit (``reliability_of(study, exact=True)``); an export
 refits first (:func:`refit_study`, it runs in a worker), so the items' slots agree with the
-verdicts it publishes.
+verdicts it publishes. The staff page says how far serving is behind that fit
+(:func:`serving_lag`).
 """
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
 from annotation.models import Judgement, Study
-from annotation.verdicts.adjudication import fits_reliability, judgement_state, reliability_of
-from annotation.verdicts.state import refresh_slots
+from annotation.verdicts.adjudication import fits_reliability, judgement_state, quorum_rule_of, reliability_of
+from annotation.verdicts.state import refresh_slots, slot_changes
 
 REFIT_TASK = "annotation.refit_reliability"
 
@@ -114,3 +116,35 @@ def request_refit(study: Study) -> bool:
     Study.objects.filter(pk=study.pk, refit_requested_at=now).update(refit_requested_at=retry)
     study.refit_requested_at = retry
     return False
+
+
+SERVING_LAG_CACHE_SECONDS = 60  # keyed by the judgements and the stored fit: a change makes a new key
+
+
+def serving_lag(study: Study) -> dict | None:
+    """For the staff page: how far serving (the stored fit) is behind the exact fit the page
+    decides by, under reliability-weighted adaptive overlap (else ``None``). ``stored``: whether
+    a fit is stored; ``judgements``: the judgements it saw, ``newer``: those since; ``fitted_at``;
+    ``pending``: a refit is asked for; items whose slots the exact fit would change
+    (:func:`~annotation.verdicts.state.slot_changes`: what the next refit writes): ``to_close``,
+    still open to a further annotator although the exact fit settles their split, and
+    ``to_open``, closed although it leaves their split uncertain;
+    ``every_seconds`` / ``every_judgements``: when a refit is due."""
+    if not fits_reliability(study):
+        return None
+    fit = study.reliability_fit or {}
+    seen = judgement_state(study)
+    key = (f"cirval:serving-lag:{study.pk}:{study.created_at.timestamp()}:{seen['n']}:{seen['last']}:"
+           f"{fit.get('fitted_at')}:{study.overlap}:{study.adaptive_max}:{study.adaptive_confidence}")
+    steps = cache.get(key) if seen["n"] else (0, 0)
+    if steps is None:
+        exact = quorum_rule_of(study, reliability_of(study, exact=True))
+        changes = [(before or 0, extra) for _, before, extra in slot_changes(study, exact)]
+        steps = (sum(1 for b, e in changes if e < b), sum(1 for b, e in changes if e > b))
+        cache.set(key, steps, SERVING_LAG_CACHE_SECONDS)
+    return {"stored": bool(fit.get("model")), "judgements": fit.get("judgements", 0),
+            "newer": max(0, (seen["n"] or 0) - fit.get("judgements", 0)),
+            "fitted_at": datetime.fromisoformat(fit["fitted_at"]) if fit.get("fitted_at") else None,
+            "pending": study.refit_requested_at is not None, "to_close": steps[0], "to_open": steps[1],
+            "every_seconds": settings.RELIABILITY_REFIT_SECONDS,
+            "every_judgements": settings.RELIABILITY_REFIT_JUDGEMENTS}

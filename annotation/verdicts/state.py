@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.core.cache import cache
@@ -130,19 +130,29 @@ def reopen_slots(study: Study, item_id: int) -> int:
     return extra
 
 
-def refresh_slots(study: Study, rule: QuorumRule | None = None) -> int:
-    """Every item's extra slots again, under the study's current quorum rule (after its overlap,
-    adaptive maximum, consensus or confidence changed, or its stored reliability fit moved:
-    :func:`annotation.verdicts.refit.refit_study`; ``rule``: the rule already bound to it): what
-    :func:`reopen_slots` would give each. Returns the items changed."""
+def slot_changes(study: Study, rule: QuorumRule | None = None) -> Iterator[tuple[int, int, int]]:
+    """(item id, kept extra slots, extra slots under ``rule``) of every item whose kept ``StudyItem.extra_slots`` differ from what
+    ``rule`` (default: the study's current quorum rule, :func:`quorum_rule_of`) opens for its
+    counted votes (:func:`opened_slots`): what :func:`refresh_slots` writes, and what a staff page
+    counts as serving's lag behind the exact reliability fit."""
     rule = rule or quorum_rule_of(study)
-    session, turn_key, changed = session_rule_of(study), turn_key_of(study), 0
+    session, turn_key = session_rule_of(study), turn_key_of(study)
     extra_now = dict(StudyItem.objects.filter(study=study).values_list("id", "extra_slots"))
     for batch in iter_item_batches(study):
         for row in batch:
             extra = opened_slots(rule, row, session, turn_key)
             if extra != extra_now.get(row.item_id):
-                changed += StudyItem.objects.filter(pk=row.item_id).update(extra_slots=extra)
+                yield row.item_id, extra_now.get(row.item_id), extra
+
+
+def refresh_slots(study: Study, rule: QuorumRule | None = None) -> int:
+    """Every item's extra slots again, under the study's current quorum rule (after its overlap,
+    adaptive maximum, consensus or confidence changed, or its stored reliability fit moved:
+    :func:`annotation.verdicts.refit.refit_study`; ``rule``: the rule already bound to it): what
+    :func:`reopen_slots` would give each (:func:`slot_changes`). Returns the items changed."""
+    changed = 0
+    for item_id, _, extra in slot_changes(study, rule):
+        changed += StudyItem.objects.filter(pk=item_id).update(extra_slots=extra)
     recount(study, ("n_extra_slots",))  # after the items' rows: their locks are never taken under the study's
     return changed
 

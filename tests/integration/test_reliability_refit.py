@@ -20,7 +20,7 @@ from annotation.assignment import queue as engine
 from annotation.verdicts import adjudication, state
 from annotation.models import Judgement, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
-from annotation.verdicts.refit import REFIT_STALE_SECONDS, REFIT_TASK, request_refit, run_refit
+from annotation.verdicts.refit import REFIT_STALE_SECONDS, REFIT_TASK, request_refit, run_refit, serving_lag
 from tests.integration.test_adaptive_reliability import HISTORY, history_answer
 from tests.integration.test_adaptive_reliability import study as weighted  # noqa: F401 (a fixture)
 from tests.integration.test_report_export import PAYLOADS, judge
@@ -127,3 +127,24 @@ def test_a_broker_outage_during_a_submit_keeps_the_judgement(weighted, monkeypat
     Study.objects.filter(pk=study.pk).update(refit_requested_at=held - timedelta(seconds=settings.RELIABILITY_REFIT_SECONDS))
     monkeypatch.setattr(current_app.tasks[REFIT_TASK], "apply_async", lambda args, **kw: None)  # the broker is back
     assert request_refit(Study.objects.get(pk=study.pk))  # that period over: the next submit's request is sent
+
+
+def test_the_staff_page_says_how_far_serving_is_behind_the_exact_fit(weighted, eager_celery, admin_client):
+    study, users, history = weighted
+    Study.objects.filter(pk=study.pk).update(reliability_fit={})  # no fit yet: a split opens a third slot
+    study.refresh_from_db()
+    item = StudyItem.objects.filter(study=study).exclude(pk__in=history).order_by("order_key").first()
+    judge(study, item, users["ann1"], "V")
+    judge(study, item, users["spam"], "TEXT")
+    lag = serving_lag(Study.objects.get(pk=study.pk))
+    # the exact fit settles the reliable annotator against the unreliable one; serving still has a third open
+    assert (lag["stored"], lag["to_close"], lag["to_open"]) == (False, 1, 0)
+    page = admin_client.get(f"/studies/{study.pk}/progress/").content.decode()
+    assert "No fit is stored yet: serving opens a further annotator on every split" in page and 'id="serving-behind">1</b> item:' in page
+    assert "1 still open to a further annotator although this fit settles the split" in page
+    assert request_refit(study)  # eager: the worker's refit stores the fit and sets the slots
+    lag = serving_lag(Study.objects.get(pk=study.pk))
+    assert (lag["stored"], lag["judgements"], lag["newer"], lag["to_close"], lag["to_open"]) == \
+        (True, 3 * HISTORY + 2, 0, 0, 0)
+    page = admin_client.get(f"/studies/{study.pk}/progress/").content.decode()
+    assert f"on {3 * HISTORY + 2} judgements" in page and "Serving is in step with this fit." in page
