@@ -37,7 +37,8 @@ EPS = 1e-10  # crowd-kit's floor of probabilities (priors, confusion entries)
 class DawidSkeneFit:
     """The fitted model. ``classes``: the labels (sorted); ``items`` / ``workers``: in order of
     first appearance; ``posteriors[i, c]``: P(item i is class c); ``priors[c]``;
-    ``errors[w, k, c]``: P(worker w answers k | truth c) (0 where w never answered k)."""
+    ``errors[w, k, c]``: P(worker w answers k | truth c) (0 where w never answered k);
+    ``masses[w, k, c]``: the soft count behind it (w's answers k weighted by P(truth c))."""
 
     classes: tuple
     items: tuple
@@ -46,6 +47,7 @@ class DawidSkeneFit:
     priors: np.ndarray
     errors: np.ndarray
     iterations: int
+    masses: np.ndarray | None = None
 
     def labels(self) -> dict:
         """The most probable class of each item (the first class on an exact tie)."""
@@ -115,7 +117,7 @@ def dawid_skene(rows: Iterable[tuple[Hashable, Hashable, Hashable]], n_iter: int
     rows = list(rows)
     items, workers, classes, coded = _index(rows)
     if not rows:
-        return DawidSkeneFit((), (), (), np.zeros((0, 0)), np.zeros(0), np.zeros((0, 0, 0)), 0)
+        return DawidSkeneFit((), (), (), np.zeros((0, 0)), np.zeros(0), np.zeros((0, 0, 0)), 0, np.zeros((0, 0, 0)))
     k, n_items = len(classes), len(items)
     probas = majority_shares(coded, n_items, k)
     priors = probas.mean(axis=0)
@@ -129,10 +131,20 @@ def dawid_skene(rows: Iterable[tuple[Hashable, Hashable, Hashable]], n_iter: int
         if new_loss - loss < tol:
             break
         loss = new_loss
-    return DawidSkeneFit(classes, items, workers, probas, priors, errors, rounds)
+    masses = np.zeros((len(workers), k, k))
+    np.add.at(masses, (coded[:, 1], coded[:, 2]), probas[coded[:, 0]])
+    return DawidSkeneFit(classes, items, workers, probas, priors, errors, rounds, masses)
 
 
 # ----------------------------------------------------------------- the binary model of consensus
+
+#: Pseudo-answers, one right and one wrong per annotator and true class (and one valid and one
+#: invalid item for the prior), added to a fit's soft counts when consensus reads it (Laplace's
+#: rule of succession). Without them a fit on a handful of votes has rates of exactly 0 or 1
+#: (or a prior of 1 when every early vote said valid), so one vote, or the prior alone, would
+#: settle a split: serving then closed splits that the next fit reopened after their annotators
+#: had been told "nothing left", and a vote of an annotator fitted at 1.000 outweighed two others.
+SMOOTHING = 1.0
 
 
 @dataclass(frozen=True)
@@ -163,15 +175,27 @@ class Reliability:
         return float(a / (a + b))
 
     @classmethod
-    def from_fit(cls, fit: DawidSkeneFit) -> Reliability:
-        """The binary model of a fit whose labels are True (valid) / False."""
-        if True not in fit.classes or False not in fit.classes:  # one class only: nobody can be told apart
-            known = {w: 0.5 for w in fit.workers}
-            return cls(1.0 if True in fit.classes else 0.0, known, known)
-        t, f = fit.classes.index(True), fit.classes.index(False)
-        sens = {w: float(fit.errors[n, t, t]) for n, w in enumerate(fit.workers)}
-        spec = {w: float(fit.errors[n, f, f]) for n, w in enumerate(fit.workers)}
-        return cls(float(fit.priors[t]), sens, spec)
+    def from_fit(cls, fit: DawidSkeneFit, smoothing: float = SMOOTHING) -> Reliability:
+        """The binary model of a fit whose labels are True (valid) / False, read off its soft
+        counts with ``smoothing`` pseudo-answers (:data:`SMOOTHING`): each rate is
+        ``(right + s) / (answers + 2 s)`` over the annotator's answers weighted by the fit's
+        posteriors, the prior ``(valid + s) / (items + 2 s)``. A class nobody's answers put
+        mass on gives 0.5 (nothing known)."""
+        t = fit.classes.index(True) if True in fit.classes else None
+        f = fit.classes.index(False) if False in fit.classes else None
+        s = float(smoothing)
+        valid = float(fit.posteriors[:, t].sum()) if t is not None and len(fit.items) else 0.0
+        prior = (valid + s) / (len(fit.items) + 2 * s) if len(fit.items) + 2 * s > 0 else 0.5
+
+        def rate(n: int, c: int | None) -> float:
+            if c is None or fit.masses is None:
+                return 0.5
+            right, seen = float(fit.masses[n, c, c]), float(fit.masses[n, :, c].sum())
+            return (right + s) / (seen + 2 * s) if seen + 2 * s > 0 else 0.5
+
+        sens = {w: rate(n, t) for n, w in enumerate(fit.workers)}
+        spec = {w: rate(n, f) for n, w in enumerate(fit.workers)}
+        return cls(prior, sens, spec)
 
     def to_dict(self) -> dict:
         return {"prior": self.prior, "sensitivity": dict(self.sensitivity), "specificity": dict(self.specificity)}

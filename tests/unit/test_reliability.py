@@ -35,6 +35,14 @@ def simulated(n_items=300, seed=3, classes=(False, True)):
     return rows, truth
 
 
+def votes_by_item(rows) -> dict:
+    """The simulated answers as consensus votes per item (what fit_votes reads)."""
+    by_item: dict = {}
+    for item, w, label in rows:
+        by_item.setdefault(item, []).append(Vote(w, label))
+    return by_item
+
+
 def crowdkit_fit(rows):
     # The reference is required, never skipped: ./cirval installs it (requirements-reference.txt),
     # and a run without it must fail rather than leave Dawid-Skene unchecked.
@@ -105,11 +113,39 @@ def test_weighted_consensus_lets_a_reliable_annotator_outweigh_two_unreliable_on
 
 def test_fit_votes_gives_the_binary_model():
     rows, truth = simulated()
-    by_item: dict = {}
-    for item, w, label in rows:
-        by_item.setdefault(item, []).append(Vote(w, label))
-    fit, model = fit_votes(by_item)
+    fit, model = fit_votes(votes_by_item(rows))
     assert model.sensitivity["a"] > 0.85 and model.specificity["a"] > 0.85
     assert 0.45 < model.sensitivity["spam"] < 0.75
     assert model.prior == pytest.approx(sum(truth.values()) / len(truth), abs=0.06)
     assert dawid_skene([]).items == ()
+
+
+def test_the_binary_model_is_smoothed_so_a_handful_of_votes_settles_nothing():
+    from annotation.verdicts.consensus import confident
+    from annotation.verdicts.reliability import SMOOTHING
+
+    # a first fit on five votes, all "valid": the raw fit's prior is 1 and every rate 1 or missing
+    few = {f"i{n}": [Vote(w, True)] for n, w in enumerate("abcab")}
+    fit, model = fit_votes(few)
+    assert fit.priors[list(fit.classes).index(True)] == 1.0
+    assert model.prior == pytest.approx((5 + SMOOTHING) / (5 + 2 * SMOOTHING))
+    assert model.sensitivity["a"] == pytest.approx((2 + SMOOTHING) / (2 + 2 * SMOOTHING))
+    assert model.specificity["a"] == 0.5  # no mass on invalid items: nothing known
+    split = [Vote("a", True), Vote("b", False)]
+    assert not confident(model.posterior(split), 0.9)  # a split still needs a third annotator
+
+
+def test_smoothing_bounds_the_rates_and_vanishes_with_many_answers():
+    rows, _ = simulated()
+    fit, model = fit_votes(votes_by_item(rows))
+    t, f = fit.classes.index(True), fit.classes.index(False)
+    for n, w in enumerate(fit.workers):
+        seen_valid, seen_invalid = fit.masses[n, :, t].sum(), fit.masses[n, :, f].sum()
+        assert fit.masses[n].sum() == pytest.approx(sum(1 for r in rows if r[1] == w))
+        assert 0.0 < model.sensitivity[w] < 1.0 and 0.0 < model.specificity[w] < 1.0
+        # within one pseudo-answer of the raw fit's rate per answer seen
+        assert abs(model.sensitivity[w] - fit.errors[n, t, t]) <= 1.0 / seen_valid
+        assert abs(model.specificity[w] - fit.errors[n, f, f]) <= 1.0 / seen_invalid
+    raw = Reliability.from_fit(fit, smoothing=0.0)
+    assert raw.sensitivity["a"] == pytest.approx(float(fit.errors[fit.workers.index("a"), t, t]))
+    assert raw.prior == pytest.approx(float(fit.priors[t]))
