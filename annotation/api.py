@@ -1,6 +1,7 @@
 """REST API for everything the annotation pages do (session or token authentication)."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Exists, OuterRef
 from drf_spectacular.utils import extend_schema
@@ -13,6 +14,7 @@ from config.parsing import query_int
 from annotation import roles
 
 from annotation.assignment import queue as engine
+from annotation.assignment.rules import REFIT_PENDING
 from annotation.verdicts.state import annotator_share
 from annotation.models import Assignment, Study
 from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
@@ -90,14 +92,20 @@ def study_detail(request, pk: int):
 @api_view(["POST"])
 def next_item(request, pk: int):
     """Reserve the next item. Staff also get ``staff.served_by``, the rule that chose it;
-    annotators never learn it (nor the audit's label)."""
+    annotators never learn it (nor the audit's label). With nothing to serve: ``served_by``
+    says why (``queue_empty``: done; ``all_slots_reserved``: others hold what is left;
+    ``refit_pending``: nothing now, but the study's annotator model is being refitted and may
+    reopen items: ask again after ``retry_after`` seconds, also sent as ``Retry-After``)."""
     study = engine.study_for_next(request.user, pk)
     if not study.is_annotator:
         return Response({"detail": "You are not an annotator of this study."}, status=status.HTTP_403_FORBIDDEN)
     served = engine.next_assignment(study, request.user)
     if served.assignment is None:
-        return Response({"assignment": None, "served_by": served.rule,
-                         "progress": annotator_share(study, request.user)})
+        body = {"assignment": None, "served_by": served.rule, "progress": annotator_share(study, request.user)}
+        if served.rule != REFIT_PENDING:
+            return Response(body)
+        wait = max(5, settings.RELIABILITY_REFIT_SECONDS)
+        return Response({**body, "retry_after": wait}, headers={"Retry-After": str(wait)})
     return Response(item_payload(served.assignment, served.rule, staff=roles.is_admin(request.user),
                                  fresh=served.fresh, mine=served.mine))
 

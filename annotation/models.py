@@ -78,7 +78,7 @@ class Study(models.Model):
                   "judgements it was fitted on (count, last id) and when; refitted in a worker, empty before the first.")
     refit_requested_at = models.DateTimeField(
         null=True, blank=True, editable=False,
-        help_text="When a refit of reliability_fit was sent and not yet done (at most one per study); empty: none pending.")
+        help_text="When the refit of reliability_fit that was asked for is due (at most one pending per study); empty: none pending.")
     session_rule = models.JSONField(
         default=dict, blank=True,
         help_text="Session studies: how a session is decided (reject rule, overall threshold); empty: the default.")

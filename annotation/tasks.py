@@ -52,12 +52,13 @@ def run_room_import(job_id: int) -> str:
 
 
 @shared_task(name=REFIT_TASK, acks_late=True)
-def refit_reliability(study_id: int) -> int:
+def refit_reliability(study_id: int, due: str | None = None) -> int:
     """Refit a study's reliability model on all its judgements and set every item's slots under
-    it (:mod:`annotation.verdicts.refit`; sent after submits, at most one pending per study)."""
+    it (:mod:`annotation.verdicts.refit`; sent after submits, at most one pending per study;
+    ``due``: the study's refit flag this task was sent for, which it clears)."""
     from annotation.verdicts.refit import run_refit
 
-    return run_refit(study_id)
+    return run_refit(study_id, due)
 
 
 @shared_task(name=FILL_TASK)

@@ -58,7 +58,7 @@ def work(request, study_id: int):
     rule = request.GET.get("empty")
     if rule:
         return render(request, "annotation/queue_done.html", {
-            "study": study, "rule": rule,
+            "study": study, "rule": rule, "check_after": max(5, settings.RELIABILITY_REFIT_SECONDS),
             "progress": annotator_share(study, request.user)})
     return render(request, "annotation/work_start.html", {"study": study})
 

@@ -20,15 +20,15 @@ from django.utils import timezone
 
 from config.prepared import Prepared
 
-from annotation.assignment.rules import (SERVE_SUSPICION, Candidate, Choice, choose_gold, choose_next, gold_due,
-                                        nothing_to_serve, queue_fields)
+from annotation.assignment.rules import (QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
+                                        choose_gold, choose_next, gold_due, nothing_to_serve, queue_fields)
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
 from annotation.permissions import member_study, member_study_rows, writable_assignment, writable_rows
-from annotation.verdicts.refit import request_refit
+from annotation.verdicts.refit import refit_pending, request_refit
 from annotation.verdicts.state import (  # noqa: F401
     free_slot_q,
     item_slots,
@@ -277,12 +277,16 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
 
 def _why_nothing(study: Study, mine, n_annotators: int) -> Choice:
     """Tell 'everything left is reserved by others' from 'nothing left at all' (the rule:
-    :func:`annotation.assignment.rules.nothing_to_serve`)."""
+    :func:`annotation.assignment.rules.nothing_to_serve`), and 'nothing now, but the study's
+    pending refit may reopen items' (:func:`annotation.verdicts.refit.refit_pending`)."""
     rows = (StudyItem.objects.filter(study=study, gold=False, completed__lt=max(study.quorum_rule.most, n_annotators))
             .exclude(id__in=mine.values("item_id")).values_list("id", "completed", "agreement", "extra_slots")
             .iterator())
-    return nothing_to_serve((Candidate(item_id=i, overlap=item_slots(study, False, x, None), completed=c,
-                                       in_agreement_subset=a) for i, c, a, x in rows), n_annotators)
+    choice = nothing_to_serve((Candidate(item_id=i, overlap=item_slots(study, False, x, None), completed=c,
+                                         in_agreement_subset=a) for i, c, a, x in rows), n_annotators)
+    if choice.rule == QUEUE_EMPTY and refit_pending(study):  # the refit may reopen a split: not done yet
+        return Choice(None, REFIT_PENDING)
+    return choice
 
 
 def _reserve(study: Study, user, choice: Choice, now, counts: dict, item: StudyItem | None = None) -> Served:

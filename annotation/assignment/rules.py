@@ -27,7 +27,9 @@ capacity is used up (``completed + reserved >= N``; for agreement items
 ``N = n_annotators`` when given). With nothing to serve, the choice is ``None`` with the
 rule ``all_slots_reserved`` when some item this annotator could still judge is only
 blocked by other annotators' leases (it may free up when they expire), else
-``queue_empty``.
+``queue_empty``. The engine (:mod:`annotation.assignment.queue`) says ``refit_pending``
+instead of ``queue_empty`` while a reliability-weighted adaptive study waits for a refit of its
+annotator model, which may open a further slot on items whose split it no longer settles.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ QUEUE_EMPTY = "queue_empty"
 SERVE_RANDOM = "random"
 SERVE_SUSPICION = "suspicion"
 ALL_SLOTS_RESERVED = "all_slots_reserved"
+REFIT_PENDING = "refit_pending"
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,13 @@ A submit decides its one item by the study's last stored Dawid-Skene fit
 (``Study.reliability_fit``, read by :func:`annotation.verdicts.adjudication.reliability_of`;
 none yet: a split opens a further slot). The fit on all the study's judgements and every item's
 slots under it (:func:`refit_study`) run in the Celery task :data:`REFIT_TASK` (queue
-``celery``), at most one pending or running per study: ``Study.refit_requested_at`` is taken by
-a conditional UPDATE and cleared when the task ends; one older than :data:`REFIT_STALE_SECONDS`
-counts as lost with its worker. Once a submit commits it asks for a refit
-(:func:`request_refit`): at once when the stored fit is missing, ``RELIABILITY_REFIT_SECONDS``
-old or ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind (settings), else with a countdown to
-that age, so the last judgements of a study are fitted too. A broker outage leaves the submit
+``celery``), at most one pending or running per study: ``Study.refit_requested_at`` (when the
+pending refit is due) is taken by a conditional UPDATE and cleared when the task ends; one due
+more than :data:`REFIT_STALE_SECONDS` ago counts as lost with its worker. Once a submit commits
+it asks for a refit (:func:`request_refit`): at once when the stored fit is missing,
+``RELIABILITY_REFIT_SECONDS`` old or ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind
+(settings), else with a countdown to that age, so the last judgements of a study are fitted
+too; a delayed refit is brought forward once the fit falls that many judgements behind. A broker outage leaves the submit
 stored; the flag then frees itself after ``RELIABILITY_REFIT_SECONDS`` and a later submit asks
 again. The task asks once more when judgements came while it ran.
 
@@ -57,16 +58,19 @@ def refit_study(study: Study) -> int:
     return refresh_slots(study)
 
 
-def run_refit(study_id: int) -> int:
+def run_refit(study_id: int, due: str | None = None) -> int:
     """The task's work: :func:`refit_study`, then the study's refit flag is cleared and, when
-    judgements came while it ran, another refit is asked for. Returns the items changed."""
+    judgements came while it ran, another refit is asked for. ``due``: the flag the task was
+    sent for (ISO time); a flag that differs belongs to a refit asked for since (a delayed one
+    brought forward, or the next one) and stays. Returns the items changed."""
     study = Study.objects.select_related("rubric").filter(pk=study_id).first()
     if study is None:
         return 0
     try:
         changed = refit_study(study)
     finally:
-        Study.objects.filter(pk=study_id).update(refit_requested_at=None)
+        mine = Q(refit_requested_at=datetime.fromisoformat(due)) if due else Q()
+        Study.objects.filter(mine, pk=study_id).update(refit_requested_at=None)
         study.refit_requested_at = None
     last = (study.reliability_fit or {}).get("last")
     if last is not None and Judgement.objects.filter(assignment__study_id=study_id, pk__gt=last).exists():
@@ -84,15 +88,32 @@ def refit_countdown(study: Study, now: datetime) -> float:
     wait = settings.RELIABILITY_REFIT_SECONDS - (now - datetime.fromisoformat(fit["fitted_at"])).total_seconds()
     if wait <= 0:
         return 0.0
+    return 0.0 if _behind(study) else wait
+
+
+def refit_pending(study: Study) -> bool:
+    """Whether the study's reliability model waits for a refit asked for (and not lost): until it
+    runs, items whose split the stored fit settles may reopen, so an annotator with nothing
+    left is told to wait, not that they are done (read off the study row: no query)."""
+    pending = study.refit_requested_at
+    return (fits_reliability(study) and pending is not None
+            and pending > timezone.now() - timedelta(seconds=REFIT_STALE_SECONDS))
+
+
+def _behind(study: Study) -> bool:
+    """Whether the stored fit is ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind (one bounded count)."""
     behind = settings.RELIABILITY_REFIT_JUDGEMENTS
-    newer = Judgement.objects.filter(assignment__study_id=study.pk, pk__gt=fit.get("last") or 0)
-    return 0.0 if newer.values("pk")[:behind].count() >= behind else wait
+    newer = Judgement.objects.filter(assignment__study_id=study.pk, pk__gt=(study.reliability_fit or {}).get("last") or 0)
+    return newer.values("pk")[:behind].count() >= behind
 
 
 def request_refit(study: Study) -> bool:
     """Ask a worker to refit the study's reliability model (:data:`REFIT_TASK`) unless one is
-    pending or running (module docstring); sent after a submit commits. ``False`` when none was
-    sent: another is pending, the study reads no fit, or the broker is down (a submit after
+    pending or running (module docstring); sent after a submit commits. ``Study.refit_requested_at``
+    holds when the pending refit is due (now, or at the end of :func:`refit_countdown`): a delayed
+    one is brought forward, with a task sent now, once the stored fit is
+    ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind. ``False`` when none was sent: another
+    is pending, the study reads no fit, or the broker is down (a submit after
     ``RELIABILITY_REFIT_SECONDS`` asks again; the submit itself is stored)."""
     from retrieval.jobs.queue import send_task
 
@@ -100,20 +121,25 @@ def request_refit(study: Study) -> bool:
         return False
     now = timezone.now()
     stale = now - timedelta(seconds=REFIT_STALE_SECONDS)
-    if study.refit_requested_at is not None and study.refit_requested_at > stale:
-        return False  # as read with the study: no query
-    taken = (Study.objects.filter(pk=study.pk)
-             .filter(Q(refit_requested_at__isnull=True) | Q(refit_requested_at__lt=stale))
-             .update(refit_requested_at=now))
-    if not taken:
+    pending = study.refit_requested_at
+    if pending is not None and pending > stale:  # as read with the study: no query
+        if pending <= now or not _behind(study):
+            return False
+        free = Q(refit_requested_at=pending)  # a delayed refit, and the fit is far behind: now
+        countdown = 0.0
+    else:
+        free = Q(refit_requested_at__isnull=True) | Q(refit_requested_at__lt=stale)
+        countdown = refit_countdown(study, now)
+    due = now + timedelta(seconds=countdown)
+    if not Study.objects.filter(pk=study.pk).filter(free).update(refit_requested_at=due):
         return False
-    study.refit_requested_at = now
-    if send_task(REFIT_TASK, study.pk, countdown=refit_countdown(study, now) or None):
+    study.refit_requested_at = due
+    if send_task(REFIT_TASK, study.pk, due.isoformat(), countdown=countdown or None):
         return True
     # the broker is down: the flag goes stale in RELIABILITY_REFIT_SECONDS, when a submit tries again
     # (so one submit per study and period waits on the broker's short retry, not every one)
     retry = now - timedelta(seconds=REFIT_STALE_SECONDS - settings.RELIABILITY_REFIT_SECONDS)
-    Study.objects.filter(pk=study.pk, refit_requested_at=now).update(refit_requested_at=retry)
+    Study.objects.filter(pk=study.pk, refit_requested_at=due).update(refit_requested_at=retry)
     study.refit_requested_at = retry
     return False
 

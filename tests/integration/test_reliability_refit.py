@@ -103,7 +103,7 @@ def test_one_refit_pending_per_study(weighted, monkeypatch):
     monkeypatch.setattr(current_app.tasks[REFIT_TASK], "apply_async", lambda args, **kw: sent.append(args))
     assert request_refit(Study.objects.get(pk=study.pk))
     assert not request_refit(Study.objects.get(pk=study.pk))  # pending: nothing sent again
-    assert sent == [(study.pk,)]
+    assert len(sent) == 1 and sent[0][0] == study.pk  # (study, the flag it is sent for)
     run_refit(study.pk)  # the worker: done, the flag cleared
     assert request_refit(Study.objects.get(pk=study.pk)) and len(sent) == 2
 
@@ -148,3 +148,62 @@ def test_the_staff_page_says_how_far_serving_is_behind_the_exact_fit(weighted, e
         (True, 3 * HISTORY + 2, 0, 0, 0)
     page = admin_client.get(f"/studies/{study.pk}/progress/").content.decode()
     assert f"on {3 * HISTORY + 2} judgements" in page and "Serving is in step with this fit." in page
+
+
+def test_a_delayed_refit_is_brought_forward_once_the_fit_is_far_behind(weighted, monkeypatch, settings):
+    study, users, history = weighted
+    settings.RELIABILITY_REFIT_JUDGEMENTS = 3
+    sent = []
+    monkeypatch.setattr(current_app.tasks[REFIT_TASK], "apply_async",
+                        lambda args, **kw: sent.append((args, kw.get("countdown"))))
+    items = list(StudyItem.objects.filter(study=study).exclude(pk__in=history).order_by("order_key"))
+    judge(study, items[0], users["ann1"], "V")  # the fit was stored just now: a refit when it is 30 s old
+    assert request_refit(Study.objects.get(pk=study.pk)) and 0 < sent[-1][1] <= settings.RELIABILITY_REFIT_SECONDS
+    due = Study.objects.get(pk=study.pk).refit_requested_at
+    assert due > timezone.now() and sent[-1][0] == (study.pk, due.isoformat())  # the flag: when it is due
+    judge(study, items[0], users["ann2"], "V")
+    assert not request_refit(Study.objects.get(pk=study.pk)) and len(sent) == 1  # 2 behind: it waits
+    judge(study, items[1], users["ann1"], "TEXT")
+    assert request_refit(Study.objects.get(pk=study.pk)) and sent[-1][1] is None  # 3 behind: now
+    now_due = Study.objects.get(pk=study.pk).refit_requested_at
+    assert now_due <= timezone.now()
+    assert not request_refit(Study.objects.get(pk=study.pk)) and len(sent) == 2  # one due now is pending
+    run_refit(*sent[0][0])  # the delayed task, if it ran first, leaves the flag of the one brought forward
+    assert Study.objects.get(pk=study.pk).refit_requested_at == now_due
+    run_refit(*sent[1][0])  # the immediate task clears its own
+    assert Study.objects.get(pk=study.pk).refit_requested_at is None
+    assert Study.objects.get(pk=study.pk).reliability_fit["judgements"] == 3 * HISTORY + 3
+
+
+def test_a_refit_leaves_the_flag_of_one_asked_for_later(weighted):
+    study, _, _ = weighted
+    mine, later = timezone.now(), timezone.now() + timedelta(seconds=20)
+    Study.objects.filter(pk=study.pk).update(refit_requested_at=later)  # a delayed refit asked for since
+    run_refit(study.pk, mine.isoformat())  # an earlier task ends
+    assert Study.objects.get(pk=study.pk).refit_requested_at == later
+    run_refit(study.pk)  # a task sent before tasks carried their flag: it clears whatever is there
+    assert Study.objects.get(pk=study.pk).refit_requested_at is None
+
+
+def test_an_annotator_with_nothing_left_waits_while_a_refit_is_pending(weighted, client):
+    from rest_framework.test import APIClient
+
+    study, users, history = weighted
+    for item in StudyItem.objects.filter(study=study).exclude(pk__in=history):
+        judge(study, item, users["ann1"], "V")  # ann1 has judged every item
+    api = APIClient()
+    api.force_authenticate(users["ann1"])
+    Study.objects.filter(pk=study.pk).update(refit_requested_at=timezone.now())  # a submit asked for a refit
+    resp = api.post(f"/api/studies/{study.pk}/next/")
+    body = resp.json()
+    assert body["assignment"] is None and body["served_by"] == "refit_pending"
+    assert body["retry_after"] == settings.RELIABILITY_REFIT_SECONDS and resp["Retry-After"] == str(body["retry_after"])
+    client.force_login(users["ann1"])
+    page = client.post(f"/annotate/{study.pk}/", follow=True).content.decode()
+    assert "Nothing for you right now" in page and "All done" not in page and "checkagain.js" in page
+    run_refit(study.pk)  # the refit ran (its flag cleared): nothing reopened for ann1, so done
+    body = api.post(f"/api/studies/{study.pk}/next/").json()
+    assert body["served_by"] == "queue_empty" and "retry_after" not in body
+    stale = timezone.now() - timedelta(seconds=REFIT_STALE_SECONDS + 1)
+    Study.objects.filter(pk=study.pk).update(refit_requested_at=stale)  # a refit lost with its worker
+    assert api.post(f"/api/studies/{study.pk}/next/").json()["served_by"] == "queue_empty"
