@@ -654,6 +654,8 @@ def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
         "format_version": FORMAT_VERSION,
         "created_at": created_at.isoformat(),
         "study": {"id": study.pk, "name": study.name, "overlap": study.overlap, "quorum": verdicts.quorum,
+                  "adaptive_max": study.adaptive_max,
+                  "adaptive_confidence": study.adaptive_confidence if study.quorum_rule.weighted else None,
                   "blind": study.blind},
         "rubric": {"key": rubric.key, "version": rubric.version, "title": rubric.title},
         "consensus": {

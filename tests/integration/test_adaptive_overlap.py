@@ -130,6 +130,8 @@ def test_the_third_annotator_gets_only_the_disagreements(study, tmp_path):
     assert {t["item"] for t in trace} == {i.pk for i in first} - split
     assert all(t["consensus"]["n_votes"] == 2 and t["consensus"]["quorum"] == 2 for t in trace)
     assert "adaptive overlap" in manifest["consensus"]["quorum_rule"]
+    assert (manifest["study"]["overlap"], manifest["study"]["adaptive_max"]) == (2, 3)
+    assert manifest["study"]["adaptive_confidence"] is None  # majority: no confidence settles a split
 
 
 def test_a_revision_that_agrees_closes_the_third_slot(study):
