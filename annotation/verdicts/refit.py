@@ -11,9 +11,11 @@ more than :data:`REFIT_STALE_SECONDS` ago counts as lost with its worker. Once a
 it asks for a refit (:func:`request_refit`): at once when the stored fit is missing,
 ``RELIABILITY_REFIT_SECONDS`` old or ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind
 (settings), else with a countdown to that age, so the last judgements of a study are fitted
-too; a delayed refit is brought forward once the fit falls that many judgements behind. A broker outage leaves the submit
-stored; the flag then frees itself after ``RELIABILITY_REFIT_SECONDS`` and a later submit asks
-again. The task asks once more when judgements came while it ran.
+too; a delayed refit is brought forward once the fit falls that many judgements behind. A
+broker outage leaves the submit stored; the flag then frees itself after
+``RELIABILITY_REFIT_SECONDS`` and a later submit asks again. The task asks once more when
+judgements came while it ran. While a refit is pending, an annotator with nothing left is told
+to wait for it (:func:`refit_pending`), since it may reopen a split.
 
 Pages and exports decide by the exact fit (``reliability_of(study, exact=True)``); an export
 refits first (:func:`refit_study`, it runs in a worker), so the items' slots agree with the
