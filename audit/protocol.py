@@ -55,22 +55,28 @@ def run_protocol(run: AuditRun) -> dict[str, Any] | None:
     if protocol is None:
         return None
     fields = ("query_id", "retriever", "mm_all", "text_all", "image_all", "subset", "reference_ahead",
-              "query__category")
+              "query__category", "mm", "text", "image")
     rows = plain_rows(AuditRank.objects.filter(run=run).order_by("query__ordinal", "query_id"), fields,
                       json_at=(2, 3, 4, 5, 6))
+    imported = run.source == AuditRun.Source.IMPORTED
     query_ids = sorted({r[0] for r in rows})
     facts = facts_by_query(query_ids) if protocol.recall_of_primary else {}
     per_row: dict[tuple[str, str], list[QueryRanks]] = defaultdict(list)
     order = {name: n for n, name in enumerate(run.retrievers)}
-    for qid, retriever, mm_all, text_all, image_all, subset, ahead, category in rows:
+    for qid, retriever, mm_all, text_all, image_all, subset, ahead, category, mm, text, image in rows:
         every = {"mm": mm_all or [], "text": text_all or [], "image": image_all or []}
+        best = {"mm": mm, "text": text, "image": image}
         primary = _primary_index(fmt, facts.get(qid, [])) if protocol.recall_of_primary else 0
         for modality, field in RANK_KEYS.items():
+            # a rank file's one number per query: the best positive's rank, all the protocol knows
+            one_number = imported and not every[field]
             per_row[(retriever, modality)].append(QueryRanks(
-                every[field], (ahead or {}).get(field) or (), primary, (subset or {}).get(field), category or ""))
+                [best[field]] if one_number else every[field], (ahead or {}).get(field) or (), primary,
+                (subset or {}).get(field), category or "", every_positive=not one_number,
+                subset_known=not imported or field in (subset or {})))
     ordered = dict(sorted(per_row.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][0],
                                                           list(RANK_KEYS).index(kv[0][1]))))
-    report = protocol_report(protocol, ordered, audited_removed=run.exclude_reference)
+    report = protocol_report(protocol, ordered, audited_removed=run.exclude_reference, imported=imported)
     report.warnings.extend(_warnings(run, fmt, len(query_ids)))
     return {**report.as_json(), "queries": len(query_ids)}
 

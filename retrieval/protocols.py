@@ -44,6 +44,7 @@ from typing import Any
 from .metrics import map_at_ks, recall_at_k
 
 KEPT, REMOVED, AS_AUDITED = "kept", "removed", "as audited"
+AS_IN_FILE = "as in the rank file (not known)"
 
 
 @dataclass(frozen=True)
@@ -90,13 +91,17 @@ class QueryRanks:
     ``None``: not in the gallery); ``ahead``: per positive, whether the reference scored >=
     it (empty: not known); ``primary``: index of the primary target in ``positives`` (CIRCO's
     ``target_img_id``; ``None``: none); ``subset``: rank within the query's subset group
-    (CIRR's ``img_set``); ``category``: the query's category (FashionIQ)."""
+    (CIRR's ``img_set``); ``category``: the query's category (FashionIQ); ``every_positive``:
+    ``positives`` ranks every positive (``False``: only the best is known, so figures that need
+    every positive or the primary one are undefined); ``subset_known``: ``subset`` was stored."""
 
     positives: Sequence[int | None]
     ahead: Sequence[bool | None] = ()
     primary: int | None = 0
     subset: int | None = None
     category: str = ""
+    every_positive: bool = True  # False: ``positives`` holds only the best rank (a rank file's one number)
+    subset_known: bool = True  # False: no rank within the subset group was stored (rank files carry none)
 
 
 def adjusted_rank(rank: int | None, ahead: bool | None, audited_removed: bool, reference: str) -> int | None:
@@ -140,21 +145,35 @@ def figures(protocol: Protocol, queries: Sequence[QueryRanks], audited_removed: 
     ranked = [(q, _protocol_ranks(q, audited_removed, protocol.reference)) for q in queries]
     if protocol.per_category:
         return _per_category(protocol, ranked)
-    out: dict[str, Any] = {"queries": len(ranked)}
-    if protocol.recall_of_primary:
-        hits = [ranks[q.primary] if q.primary is not None and q.primary < len(ranks) else None for q, ranks in ranked]
-    else:
-        hits = [_best(ranks) for _, ranks in ranked]
-    out.update(_recalls(hits, protocol.recall_ks))
+    every = all(q.every_positive for q, _ in ranked)
+    out: dict[str, Any] = {"queries": len(ranked), **_target_recalls(protocol, ranked, every)}
     if protocol.subset_ks:
-        subset = [_subset_rank(q, audited_removed, protocol.reference) for q, _ in ranked]
-        out.update(_recalls(subset, protocol.subset_ks, "Recall_subset"))
+        out.update(_subset_recalls(protocol, [q for q, _ in ranked], audited_removed))
         r5, s1 = out.get("R@5"), out.get("Recall_subset@1")
         out["Avg"] = None if r5 is None or s1 is None else (r5 + s1) / 2
     if protocol.map_ks:
-        maps = map_at_ks([ranks for _, ranks in ranked], protocol.map_ks)
-        out.update({f"mAP@{k}": maps[k] for k in protocol.map_ks})
+        maps = map_at_ks([ranks for _, ranks in ranked], protocol.map_ks) if every else {}
+        out.update({f"mAP@{k}": maps.get(k) for k in protocol.map_ks})
     return out
+
+
+def _target_recalls(protocol: Protocol, ranked: list[tuple[QueryRanks, list[int | None]]],
+                    every: bool) -> dict[str, float | None]:
+    """R@K of the best positive, or of the primary one (undefined when only the best is known)."""
+    if not protocol.recall_of_primary:
+        return _recalls([_best(ranks) for _, ranks in ranked], protocol.recall_ks)
+    if not every:
+        return {f"R@{k}": None for k in protocol.recall_ks}
+    hits = [ranks[q.primary] if q.primary is not None and q.primary < len(ranks) else None for q, ranks in ranked]
+    return _recalls(hits, protocol.recall_ks)
+
+
+def _subset_recalls(protocol: Protocol, queries: list[QueryRanks], audited_removed: bool) -> dict[str, float | None]:
+    """Recall_subset@K (undefined when some query's rank within its subset group was not stored)."""
+    if not all(q.subset_known for q in queries):
+        return {f"Recall_subset@{k}": None for k in protocol.subset_ks}
+    subset = [_subset_rank(q, audited_removed, protocol.reference) for q in queries]
+    return _recalls(subset, protocol.subset_ks, "Recall_subset")
 
 
 def _per_category(protocol: Protocol, ranked: list[tuple[QueryRanks, list[int | None]]]) -> dict[str, Any]:
@@ -188,16 +207,38 @@ class ProtocolReport:
         }
 
 
+def _incomplete_warnings(protocol: Protocol, queries: list[QueryRanks]) -> list[str]:
+    """What a protocol cannot compute from ranks stored as one number per query, or without
+    the rank within the subset group (rank files carry neither every positive nor the subset)."""
+    out = []
+    if (protocol.recall_of_primary or protocol.map_ks) and not all(q.every_positive for q in queries):
+        needs = " and ".join(x for x in ("mAP@K" if protocol.map_ks else "",
+                                         "Recall@K of the primary target" if protocol.recall_of_primary else "") if x)
+        out.append(f"some ranks were stored as one number per query (the best positive's): {protocol.title}'s "
+                   f"{needs} need every positive's rank, so they are left undefined")
+    if protocol.subset_ks and not all(q.subset_known for q in queries):
+        out.append(f"{protocol.title}'s Recall_subset@K needs each query's rank within its subset group, which "
+                   "was not stored (rank files carry none): Recall_subset and Avg are left undefined")
+    return out
+
+
 def protocol_report(protocol: Protocol, per_row: Mapping[tuple[str, str], Sequence[QueryRanks]],
-                    audited_removed: bool) -> ProtocolReport:
+                    audited_removed: bool, imported: bool = False) -> ProtocolReport:
     """:func:`figures` for every (retriever, modality); ``reference`` says how the reference
-    was handled: the protocol's own, or ``"as audited (...)"`` when some ranks lack
-    ``reference_ahead`` and the protocol's handling differs from the audit's."""
+    was handled: the protocol's own, ``"as audited (...)"`` when some ranks lack
+    ``reference_ahead`` and the protocol's handling differs from the audit's, or
+    :data:`AS_IN_FILE` for ranks imported from rank files (``imported``: CIRVal cannot know
+    what the file's retriever did with the reference)."""
     differs = (protocol.reference == KEPT and audited_removed) or (protocol.reference == REMOVED and not audited_removed)
     unknown = differs and any(len(q.ahead) != len(q.positives) for qs in per_row.values() for q in qs if q.positives)
     reference = protocol.reference
     report = ProtocolReport(protocol, reference)
-    if unknown:
+    report.warnings.extend(_incomplete_warnings(protocol, [q for qs in per_row.values() for q in qs]))
+    if imported:
+        report.reference = AS_IN_FILE
+        report.warnings.append(f"{protocol.title} {protocol.reference} the reference; these ranks were imported "
+                               "from rank files, whose handling of the reference CIRVal cannot check")
+    elif unknown:
         audited = "removed" if audited_removed else "kept"
         report.reference = f"{AS_AUDITED} ({audited})"
         report.warnings.append(f"{protocol.title} {protocol.reference} the reference, but some ranks were stored "

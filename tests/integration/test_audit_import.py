@@ -30,7 +30,11 @@ SUPPORT = {0: (2, 1, 1, 2), 1: (1, 0, 0, 0), 2: (0, 0, 0, 0), 3: (2, 1, 2, 2), 4
 
 @pytest.fixture
 def tiny(db):
-    parsed = ParsedDataset(format="mbeir")
+    return build_tiny("mbeir")
+
+
+def build_tiny(fmt: str) -> dict[int, int]:
+    parsed = ParsedDataset(format=fmt)
     for i in range(16):
         parsed.add_image(ImageRecord(external_id=f"img_{i:02d}", path=f"gallery/img_{i:02d}.png"))
     parsed.galleries["test"] = [f"img_{i:02d}" for i in range(16)]
@@ -176,3 +180,27 @@ def test_rank_files_of_another_dataset_are_refused_unless_forced(other):
     # the dataset's own files still import without --force
     own, _ = imp("--dataset", "tiny", ALPHA, BETA)
     assert own.summary["import"]["forced"] is False and own.summary["import"]["text_mismatches"] == 0
+
+
+@pytest.mark.parametrize("fmt", ["mbeir", "cirr"])
+def test_protocol_figures_of_one_number_rank_files(db, fmt):
+    """A rank file's one number per query is the best positive's rank: the protocol's recalls
+    read it (they were all 0), what needs more (CIRR's Recall_subset) is undefined, not 0, and
+    the reference handling is stated as the file's, unknown."""
+    from audit.protocol import run_protocol
+    from retrieval.metrics import recall_at_k
+    from retrieval.models import Dataset
+
+    build_tiny(fmt)
+    run, _ = imp("--dataset", "tiny", ALPHA)
+    data = run_protocol(run)
+    best = list(AuditRank.objects.filter(run=run, retriever="alpha").order_by("query__ordinal").values_list("mm", flat=True))
+    assert Dataset.objects.get(name="tiny").format == fmt and len(best) == len(TEXTS)
+    row = next(r for r in data["rows"] if r["retriever"] == "alpha" and r["modality"] == "multimodal")
+    ks = (5, 10) if fmt == "mbeir" else (1, 5, 10, 50)
+    assert [row[f"R@{k}"] for k in ks] == [recall_at_k(best, k) for k in ks]
+    assert any(row[f"R@{k}"] for k in ks)  # not every figure 0, as before
+    assert data["reference"].startswith("as in the rank file")
+    if fmt == "cirr":
+        assert row["Recall_subset@1"] is None and row["Avg"] is None
+        assert any("Recall_subset" in w for w in data["warnings"])

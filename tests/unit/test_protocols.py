@@ -121,3 +121,22 @@ def test_ranks_without_reference_flags_are_reported_as_audited():
     assert report.reference.startswith("as audited")
     assert report.warnings and "kept" in report.warnings[0]
     assert report.rows[("r", "multimodal")]["R@5"] == 1.0
+
+
+def test_one_number_per_query_gives_the_best_rank_figures_and_leaves_the_rest_undefined():
+    # a rank file's one number per query (the best positive's rank), ranks 1, 4, 9 and 60
+    cirr = [QueryRanks([r], every_positive=False, subset_known=False) for r in (1, 4, 9, 60)]
+    report = protocol_report(PROTOCOLS["cirr"], {("x", "multimodal"): cirr}, audited_removed=True, imported=True)
+    row = report.rows[("x", "multimodal")]
+    assert (row["R@1"], row["R@5"], row["R@10"], row["R@50"]) == (0.25, 0.5, 0.75, 0.75)
+    assert row["Recall_subset@1"] is None and row["Avg"] is None  # no subset rank was stored: not 0
+    assert report.reference.startswith("as in the rank file")
+    assert any("Recall_subset" in w for w in report.warnings) and any("cannot check" in w for w in report.warnings)
+    circo = [QueryRanks([3], primary=1, every_positive=False, subset_known=False)]
+    row = figures(PROTOCOLS["circo"], circo, audited_removed=True)
+    assert row["mAP@10"] is None and row["R@10"] is None  # need every ground truth's rank
+    warned = protocol_report(PROTOCOLS["circo"], {("x", "multimodal"): circo}, True, imported=True).warnings
+    assert any("mAP@K and Recall@K of the primary target need every positive" in w for w in warned)
+    fiq = [QueryRanks([r], category=c, every_positive=False, subset_known=False) for r, c in ((5, "dress"), (70, "shirt"))]
+    row = figures(PROTOCOLS["fashioniq"], fiq, audited_removed=True)
+    assert row["categories"]["dress"]["R@10"] == 1.0 and row["categories"]["shirt"]["R@50"] == 0.0
