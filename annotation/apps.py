@@ -20,6 +20,11 @@ class AnnotationConfig(AppConfig):
         # the study's sizes (Study.n_*) follow its items and annotators (annotation/studies/sizes.py)
         m2m_changed.connect(sizes.annotators_changed, sender=Study.annotators.through, weak=False,
                             dispatch_uid="cirval-study-annotators")
+        # an annotator removed from a study gives back the items they hold (annotation/assignment/membership.py)
+        from annotation.assignment.membership import members_removed
+
+        m2m_changed.connect(members_removed, sender=Study.annotators.through, weak=False,
+                            dispatch_uid="cirval-study-members-removed")
         post_save.connect(sizes.item_saved, sender=StudyItem, weak=False, dispatch_uid="cirval-item-saved")
         post_delete.connect(sizes.item_deleted, sender=StudyItem, weak=False, dispatch_uid="cirval-item-deleted")
         pre_delete.connect(sizes.user_deleting, sender=get_user_model(), weak=False, dispatch_uid="cirval-user-deleting")

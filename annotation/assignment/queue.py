@@ -62,14 +62,23 @@ def _lease(study: Study, now):
 def release_expired(study: Study, now=None) -> int:
     """Give the slots of expired leases back to the pool; returns how many."""
     now = now or timezone.now()
+    return _release(Assignment.objects.filter(study=study, lease_expires__lte=now))
+
+
+def release_held(study_id: int, user_id: int) -> int:
+    """Give back every slot an annotator holds in a study, expired or not (they were removed
+    from it and can no longer submit: their items go to others now, not when the lease ends)."""
+    return _release(Assignment.objects.filter(study_id=study_id, annotator_id=user_id))
+
+
+def _release(assignments) -> int:
+    """THE release of leases: each reserved assignment of ``assignments`` (not locked by a
+    racing request) becomes released and its item's slot is free again; returns how many."""
     released = 0
     with transaction.atomic():
-        expired = list(
-            Assignment.objects.select_for_update(skip_locked=True)
-            .filter(study=study, status=Assignment.Status.RESERVED, lease_expires__lte=now)
-            .values_list("id", "item_id")
-        )
-        for assignment_id, item_id in expired:
+        held = list(assignments.select_for_update(skip_locked=True).filter(status=Assignment.Status.RESERVED)
+                    .values_list("id", "item_id"))
+        for assignment_id, item_id in held:
             Assignment.objects.filter(pk=assignment_id).update(status=Assignment.Status.RELEASED)
             StudyItem.objects.filter(pk=item_id, taken__gt=0).update(taken=F("taken") - 1)
             released += 1

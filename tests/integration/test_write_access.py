@@ -45,10 +45,12 @@ def writes(client, asg) -> list[int]:
     ]
 
 
-def nothing_written(asg) -> bool:
+def nothing_written(asg, status=Assignment.Status.RESERVED) -> bool:
+    """No judgement, no draft, and the assignment as the test left it (a removal from the study
+    releases it: annotation/assignment/membership.py)."""
     asg.refresh_from_db()
     return (not Judgement.objects.exists() and not Draft.objects.exists()
-            and asg.status == Assignment.Status.RESERVED)
+            and asg.status == status)
 
 
 def test_a_removed_annotator_can_no_longer_write(world):
@@ -57,7 +59,7 @@ def test_a_removed_annotator_can_no_longer_write(world):
     assert writes(client, world["asg"]) == [403] * 4
     assert "no longer an annotator" in client.post(f"/api/assignments/{world['asg'].pk}/judgements/", ANSWER,
                                                    format="json").json()["detail"]
-    assert nothing_written(world["asg"])
+    assert nothing_written(world["asg"], Assignment.Status.RELEASED)
 
 
 def test_a_closed_study_takes_no_writes(world):
@@ -248,4 +250,4 @@ def test_access_ends_with_the_role_or_the_membership_reads_and_image_grants_incl
     assert asg.pk not in [row["id"] for row in client.get("/api/assignments/").json()]
     # the grant ended with it (a deactivated account is not even signed in on the image view: login)
     assert client.get(f"/images/{image}/", {"size": 160}).status_code == (302 if how == "account deactivated" else 404)
-    assert nothing_written(asg)
+    assert nothing_written(asg, Assignment.Status.RELEASED if how == "removed from the study" else Assignment.Status.RESERVED)
