@@ -228,7 +228,8 @@ def _store(dataset: Dataset, existing: AuditRun | None, split: str | None, names
                 source=AuditRun.Source.IMPORTED, k=k, min_mm_retrievers=min_mm_retrievers,
                 status=AuditRun.Status.RUNNING, stage="importing", planned=True, started_at=timezone.now(),
                 created_by=created_by if getattr(created_by, "pk", None) else None,
-                summary={"import": report, "plan_skipped": {"unknown_query_idx": len(got.unknown)} if got.unknown else {}},
+                summary={"import": report, "plan": {"queries_in_split": report["queries_in_split"]},
+                         "plan_skipped": {"unknown_query_idx": len(got.unknown)} if got.unknown else {}},
             )
             target.total = target.done = len({r.query_id for r in got.rows})
             target.save(update_fields=["total", "done"])
@@ -290,7 +291,8 @@ def import_rank_files(
     allowed = None
     if existing is not None:
         allowed = set(AuditLabel.objects.filter(run=existing).values_list("query_id", flat=True))
-    got = _collect(files, _query_index(dataset, split or None), allowed, _GalleryMapper(dataset))
+    index = _query_index(dataset, split or None)
+    got = _collect(files, index, allowed, _GalleryMapper(dataset))
     if not got.rows:
         raise ImportRanksError(
             f"no sample matched a query of dataset {dataset.name!r} by query_idx (Query.ordinal)"
@@ -298,6 +300,7 @@ def import_rank_files(
     if not force:
         _refuse_other_queries(dataset, got)
     report = _report(files, got, k)
+    report["queries_in_split"] = len(index)  # the scope the files were matched against (queries not ranked: warned)
     target = _store(dataset, existing, split, report["retrievers"], k, min_mm_retrievers, created_by, got, report)
     if not aggregation.aggregate_run(target.pk, override_support=got.support if aggregated else None):
         raise ImportRanksError(f"audit {target.pk} could not be aggregated")

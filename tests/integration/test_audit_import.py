@@ -33,12 +33,13 @@ def tiny(db):
     return build_tiny("mbeir")
 
 
-def build_tiny(fmt: str) -> dict[int, int]:
+def build_tiny(fmt: str, extra: int = 0) -> dict[int, int]:
+    """The six hand-worked queries (``extra``: more, which the rank files do not rank)."""
     parsed = ParsedDataset(format=fmt)
     for i in range(16):
         parsed.add_image(ImageRecord(external_id=f"img_{i:02d}", path=f"gallery/img_{i:02d}.png"))
     parsed.galleries["test"] = [f"img_{i:02d}" for i in range(16)]
-    for i, text in enumerate(TEXTS):
+    for i, text in enumerate(TEXTS + [f"extra {n}" for n in range(extra)]):
         parsed.queries.append(QueryRecord(
             external_id=f"q{i}", split="test", ordinal=i, source_file="tiny_test.jsonl",
             turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}", texts=[TextRecord(text)])],
@@ -204,3 +205,13 @@ def test_protocol_figures_of_one_number_rank_files(db, fmt):
     if fmt == "cirr":
         assert row["Recall_subset@1"] is None and row["Avg"] is None
         assert any("Recall_subset" in w for w in data["warnings"])
+
+
+def test_queries_a_rank_file_leaves_out_are_warned_of(db):
+    from audit.protocol import run_protocol
+
+    build_tiny("cirr", extra=2)
+    run, _ = imp("--dataset", "tiny", ALPHA)
+    data = run_protocol(run)
+    assert data["queries"] == len(TEXTS)
+    assert any(f"2 of the scope's {len(TEXTS) + 2} queries were not ranked" in w for w in data["warnings"])
