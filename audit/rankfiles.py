@@ -209,7 +209,12 @@ def read_rank_file(path: str | Path) -> RankFile:
     file = str(path)
     try:
         jsonstream.check_bounds(file)
-        header = jsonstream.top_members(file, ("metadata", "gallery_paths"))
+        try:
+            header = jsonstream.top_members(file, ("metadata", "gallery_paths"))
+        except ParseError as exc:
+            if not exc.message.startswith("not valid JSON"):
+                raise
+            raise jsonstream.diagnose_member(file, "samples", exc, "sample") from None  # which sample, which field
         return _parse_rank_samples(header, jsonstream.iter_member(file, "samples"), file)
     except RankFileError:
         raise

@@ -464,6 +464,34 @@ def top_members(path: Path | str, build: Collection[str]) -> dict[str, Any]:
     return out
 
 
+def diagnose_member(path: Path | str, member: str, exc: Exception, label: str = "item") -> ParseError:
+    """Re-read ``path`` up to the error of ``exc`` and say in which item of the top-level
+    object's list ``member`` it is (``<label> N``, 0-based as the list's index) and in which
+    field of it (nested keys dotted, list positions left out)."""
+    item = f"{member}.item"
+    index: int | None = None
+    field_name: str | None = None
+    with _open(Path(path)) as handle:
+        try:
+            for prefix, event, value in ijson.parse(handle, use_float=True):
+                if prefix == item and event in _Position.VALUE_STARTS:
+                    index, field_name = (0 if index is None else index + 1), None
+                elif event == "map_key" and index is not None and (prefix == item or prefix.startswith(item + ".")):
+                    inner = ".".join(p for p in prefix[len(item):].split(".") if p and p != "item")
+                    field_name = f"{inner}.{value}" if inner else value
+        except ijson.JSONError as again:  # this pass's own error says more than the caller's first line
+            exc = again
+    text = str(exc).strip()
+    token = NON_STANDARD.search(text)
+    reason = NON_STANDARD_MESSAGE.format(token=token.group(1)) if token else \
+        f"not valid JSON: {text.splitlines()[0] if text else 'invalid JSON'}"
+    if index is None:
+        return ParseError(str(path), None, None, reason)
+    if "premature EOF" in text:
+        reason = f"not valid JSON: the file ends inside this {label}; truncated?"
+    return ParseError(str(path), index, field_name, reason, record_label=f"{label} {index}")
+
+
 def iter_member(path: Path | str, member: str) -> Iterator[tuple[int, Any]]:
     """Yield ``(index, item)`` for the items of the list ``member`` of the top-level object."""
     path = Path(path)

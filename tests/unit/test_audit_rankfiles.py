@@ -179,3 +179,21 @@ def test_rank_files_are_streamed_sample_by_sample(tmp_path):
     streamed = read_rank_file(path)
     loaded = parse_rank_document(json.loads(json.dumps(d)), str(path))
     assert streamed == loaded and len(streamed.samples) == len(d["samples"])
+
+
+@pytest.mark.parametrize("text, where, says", [
+    ('{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": 1,'
+     ' "text_only": 2, "image_only": 3}}, {"query_idx": 1, "ranks": {"multimodal": NaN, "text_only": 2}}]}',
+     "sample 1, field 'ranks.multimodal'", "non-standard JSON number NaN"),
+    ('{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": -Infinity}}]}',
+     "sample 0, field 'ranks.multimodal'", "non-standard JSON number -Infinity"),
+    ('{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": 1}},'
+     ' {"query_idx": 1, "ranks": {"text_only": 4',
+     "sample 1, field 'ranks.text_only'", "not valid JSON: the file ends inside this sample; truncated?"),
+])
+def test_invalid_json_in_a_sample_names_the_sample_and_the_field(tmp_path, text, where, says):
+    bad = tmp_path / "retrieval_data_tiny_task7_x.json"
+    bad.write_text(text, encoding="utf-8")
+    with pytest.raises(RankFileError) as err:
+        read_rank_file(bad)
+    assert f"{bad}, {where}: {says}" in str(err.value)
