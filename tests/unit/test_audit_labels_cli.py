@@ -118,3 +118,16 @@ def test_malformed_file_exits_non_zero(tmp_path):
     assert proc.returncode != 0
     assert "line 2" in proc.stderr and "'mm'" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_ids_that_print_the_same_are_refused(tmp_path):
+    from django.core.management import CommandError
+
+    path = tmp_path / "ids.jsonl"
+    path.write_text('{"query": 1, "retriever": "A", "mm": 1, "text": 5, "image": 5}\n'
+                    '{"query": "1", "retriever": "A", "mm": 2, "text": 5, "image": 5}\n')
+    with pytest.raises(CommandError, match=r"query ids 1 and '1' differ but print the same"):
+        run(path)
+    path.write_text('{"query": 1, "retriever": "A", "mm": 1, "text": 5, "image": 5}\n'
+                    '{"query": 1, "retriever": "B", "mm": 2, "text": 5, "image": 5}\n')
+    assert list(run(path)["labels"]) == ["1"]  # the same id, one way: fine

@@ -34,6 +34,18 @@ def parse_rank_line(line: str, number: int, source: str = "<input>") -> tuple[An
     return query, retriever, mm, text, image
 
 
+def _refuse_ids_that_collide(rows: list[tuple], source: str) -> None:
+    """Two query ids that differ but print the same (``1`` and ``"1"``) would be one key of the
+    JSON output's ``labels`` twice: refused, naming both."""
+    seen: dict[str, Any] = {}
+    for query, *_ in rows:
+        first = seen.setdefault(str(query), query)
+        if first != query or type(first) is not type(query):
+            raise CommandError(f"{source}: query ids {first!r} and {query!r} differ but print the same, so they would "
+                               "be one key twice in the output; write each query's id one way (all strings or all "
+                               "numbers)")
+
+
 class Command(BaseCommand):
     help = "Shortcut-audit labels and per-retriever scores from a JSONL file of ranks ('-' reads stdin)."
 
@@ -62,6 +74,7 @@ class Command(BaseCommand):
         finally:
             if fh is not sys.stdin:
                 fh.close()
+        _refuse_ids_that_collide(rows, source)
         try:
             audit = label_queries(rows, k=opts["k"], min_mm_retrievers=opts["min_mm_retrievers"])
         except ValueError as exc:
