@@ -1,7 +1,6 @@
 """REST API for everything the annotation pages do (session or token authentication)."""
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib import messages
 from django.db.models import Exists, OuterRef
 from drf_spectacular.utils import extend_schema
@@ -15,6 +14,7 @@ from annotation import roles
 
 from annotation.assignment import queue as engine
 from annotation.assignment.rules import REFIT_PENDING
+from annotation.verdicts.refit import retry_after_seconds
 from annotation.verdicts.state import annotator_share
 from annotation.models import Assignment, Study
 from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
@@ -104,7 +104,7 @@ def next_item(request, pk: int):
         body = {"assignment": None, "served_by": served.rule, "progress": annotator_share(study, request.user)}
         if served.rule != REFIT_PENDING:
             return Response(body)
-        wait = max(5, settings.RELIABILITY_REFIT_SECONDS)
+        wait = retry_after_seconds()
         return Response({**body, "retry_after": wait}, headers={"Retry-After": str(wait)})
     return Response(item_payload(served.assignment, served.rule, staff=roles.is_admin(request.user),
                                  fresh=served.fresh, mine=served.mine))

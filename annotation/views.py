@@ -21,7 +21,7 @@ from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
 from annotation.verdicts.adjudication import has_verdicts, session_rule_of, study_reliability
-from annotation.verdicts.refit import serving_lag
+from annotation.verdicts.refit import retry_after_seconds, serving_lag
 from annotation.verdicts.state import free_slot_q
 from annotation.studies.truth import defects_found
 from annotation.verdicts.state import annotator_share, study_counts
@@ -58,7 +58,7 @@ def work(request, study_id: int):
     rule = request.GET.get("empty")
     if rule:
         return render(request, "annotation/queue_done.html", {
-            "study": study, "rule": rule, "check_after": max(5, settings.RELIABILITY_REFIT_SECONDS),
+            "study": study, "rule": rule, "check_after": retry_after_seconds(),
             "progress": annotator_share(study, request.user)})
     return render(request, "annotation/work_start.html", {"study": study})
 

@@ -22,6 +22,7 @@ def study_progress(study: Study, counts: dict | None = None) -> dict:
         .annotate(
             reserved=Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=now)),
             skipped=Count("id", filter=Q(status=Assignment.Status.SKIPPED)),
+            done=Count("id", filter=Q(status=Assignment.Status.DONE)),
         )
     }
     times: dict[str, list[int]] = {}
@@ -34,7 +35,7 @@ def study_progress(study: Study, counts: dict | None = None) -> dict:
     members = {a["annotator"] for a in annotators}
     for name in sorted(set(counts["annotators"]) - members):
         judged = counts["annotators"][name]
-        done = judged["judged"] + judged["late"]
+        done = per_user.get(name, {}).get("done", 0)  # items submitted, as annotator_share counts them
         annotators.append({"annotator": name, "removed": True, "done": done, "judged": judged["judged"],
                            "late": judged["late"], "reserved": per_user.get(name, {}).get("reserved", 0),
                            "skipped": per_user.get(name, {}).get("skipped", 0), "remaining": 0,

@@ -102,6 +102,12 @@ def refit_pending(study: Study) -> bool:
             and pending > timezone.now() - timedelta(seconds=REFIT_STALE_SECONDS))
 
 
+def retry_after_seconds() -> int:
+    """How long an annotator told to wait for a pending refit waits before asking again (the
+    API's ``retry_after`` and the browser page's countdown): the refit period, at least 5 s."""
+    return max(5, settings.RELIABILITY_REFIT_SECONDS)
+
+
 def _behind(study: Study) -> bool:
     """Whether the stored fit is ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind (one bounded count)."""
     behind = settings.RELIABILITY_REFIT_JUDGEMENTS
