@@ -356,18 +356,27 @@ def _dotted(keys: list[str | None]) -> str | None:
     return ".".join(named) if named else None
 
 
+def _bad_number(text: str) -> str | None:
+    """The message for a parse error caused by a number JSON does not allow (NaN, Infinity, one
+    too large for a double), from the parser's error ``text``; ``None`` for any other error."""
+    token = NON_STANDARD.search(text)
+    if token is not None:
+        return NON_STANDARD_MESSAGE.format(token=token.group(1))
+    if "overflow" in (text.splitlines()[0] if text else ""):
+        return "number too large for a double (not a finite number)"
+    return None
+
+
 def diagnose(path: Path, exc: Exception) -> ParseError:
     """Re-read ``path`` up to the error of ``exc`` and say in which record and field it is."""
     record, keys = _locate(path)
     text = str(exc).strip()
     reason = text.splitlines()[0] if text else "invalid JSON"
-    token = NON_STANDARD.search(text)
     # inside an array the first stacked key is the array's placeholder; an object's is the member key
     field_name = _dotted(keys if top_level(path) == "object" else keys[1:])
-    if token is not None:
-        return ParseError(str(path), record, field_name, NON_STANDARD_MESSAGE.format(token=token.group(1)))
-    if "overflow" in reason:
-        return ParseError(str(path), record, field_name, "number too large for a double (not a finite number)")
+    number = _bad_number(text)
+    if number is not None:
+        return ParseError(str(path), record, field_name, number)
     if record is None:
         return ParseError(str(path), None, None, f"invalid JSON before the first record: {reason}")
     last = f"record {record} is the last complete one" if record else "no record is complete"  # 1-based
@@ -482,9 +491,7 @@ def diagnose_member(path: Path | str, member: str, exc: Exception, label: str = 
         except ijson.JSONError as again:  # this pass's own error says more than the caller's first line
             exc = again
     text = str(exc).strip()
-    token = NON_STANDARD.search(text)
-    reason = NON_STANDARD_MESSAGE.format(token=token.group(1)) if token else \
-        f"not valid JSON: {text.splitlines()[0] if text else 'invalid JSON'}"
+    reason = _bad_number(text) or f"not valid JSON: {text.splitlines()[0] if text else 'invalid JSON'}"
     if index is None:
         return ParseError(str(path), None, None, reason)
     if "premature EOF" in text:
