@@ -47,7 +47,7 @@ class DawidSkeneFit:
     priors: np.ndarray
     errors: np.ndarray
     iterations: int
-    masses: np.ndarray | None = None
+    masses: np.ndarray
 
     def labels(self) -> dict:
         """The most probable class of each item (the first class on an exact tie)."""
@@ -188,7 +188,7 @@ class Reliability:
         prior = (valid + s) / (len(fit.items) + 2 * s) if len(fit.items) + 2 * s > 0 else 0.5
 
         def rate(n: int, c: int | None) -> float:
-            if c is None or fit.masses is None:
+            if c is None:
                 return 0.5
             right, seen = float(fit.masses[n, c, c]), float(fit.masses[n, :, c].sum())
             return (right + s) / (seen + 2 * s) if seen + 2 * s > 0 else 0.5

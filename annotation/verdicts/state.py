@@ -131,10 +131,11 @@ def reopen_slots(study: Study, item_id: int) -> int:
 
 
 def slot_changes(study: Study, rule: QuorumRule | None = None) -> Iterator[tuple[int, int, int]]:
-    """(item id, kept extra slots, extra slots under ``rule``) of every item whose kept ``StudyItem.extra_slots`` differ from what
-    ``rule`` (default: the study's current quorum rule, :func:`quorum_rule_of`) opens for its
-    counted votes (:func:`opened_slots`): what :func:`refresh_slots` writes, and what a staff page
-    counts as serving's lag behind the exact reliability fit."""
+    """(item id, kept extra slots, extra slots under ``rule``) of every item whose kept
+    ``StudyItem.extra_slots`` differ from what ``rule`` (default: the study's current quorum
+    rule, :func:`quorum_rule_of`) opens for its counted votes (:func:`opened_slots`): what
+    :func:`refresh_slots` writes, and what a staff page counts as serving's lag behind the exact
+    reliability fit."""
     rule = rule or quorum_rule_of(study)
     session, turn_key = session_rule_of(study), turn_key_of(study)
     extra_now = dict(StudyItem.objects.filter(study=study).values_list("id", "extra_slots"))
