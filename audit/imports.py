@@ -6,8 +6,9 @@ hence :func:`audit.labels.label_queries`).
 
 Matching: a sample's ``query_idx`` is the 0-based ordinal of the query in its source
 file, which is :attr:`retrieval.models.Query.ordinal`. The ordinals must be unique
-among the dataset's queries considered (choose ``split`` when several splits share
-them). Gallery indices of ``retrievals.multimodal`` are mapped to the dataset's images
+among the queries of the run's scope, read as a computed audit reads it: a split
+(``val``) or a category of one (``dress/val``), needed when several source files count
+from 0 (FashionIQ's categories, a dataset's splits). Gallery indices of ``retrievals.multimodal`` are mapped to the dataset's images
 by path: the longest trailing part of the file's gallery path that equals an
 ``Image.path`` wins (so absolute, anonymised roots do not matter); unmatched indices are
 dropped from the stored top lists.
@@ -27,9 +28,10 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from retrieval.models import Dataset, Image, Query, Turn
+from retrieval.galleries import scope_text
+from retrieval.models import Dataset, Image, Turn
 
-from .runs import aggregation, base
+from .runs import aggregation, base, planning
 from .labels import COUNT_KEYS
 from .models import AuditLabel, AuditRank, AuditRun
 from .rankfiles import RankFile, path_suffixes, read_rank_file
@@ -44,21 +46,42 @@ class QueriesDiffer(ImportRanksError):
     dataset's (or split's) rank files, matched here by position only. Refused unless forced."""
 
 
-def _query_index(dataset: Dataset, split: str | None) -> dict[int, int]:
-    qs = Query.objects.filter(dataset=dataset)
-    if split:
-        qs = qs.filter(split=split)
+def _scope(dataset: Dataset, split: str | None) -> str:
+    """The run's scope (``AuditRun.split``), read as a computed audit reads it
+    (:func:`audit.runs.planning.resolve_split`: ``val``, ``dress/val`` or a category of the only
+    split); none given: the whole dataset (stored as ``""``)."""
+    if not (split or "").strip():
+        return ""
+    try:
+        return planning.resolve_split(dataset, split)
+    except base.AuditError as exc:
+        raise ImportRanksError(str(exc)) from None
+
+
+def _query_index(dataset: Dataset, scope: str) -> dict[int, int]:
+    """``Query.ordinal`` -> query id over the scope's queries; refused when ordinals repeat (several
+    source files, e.g. FashionIQ's categories or a dataset's splits, each count from 0)."""
     by_ordinal: dict[int, list[int]] = defaultdict(list)
-    for pk, ordinal in qs.values_list("pk", "ordinal"):
+    for pk, ordinal in planning.queries_in_scope(dataset.pk, scope).values_list("pk", "ordinal"):
         by_ordinal[ordinal].append(pk)
     clashes = [o for o, pks in by_ordinal.items() if len(pks) > 1]
     if clashes:
-        hint = "choose a split with --split" if not split else "the split mixes several source files"
         raise ImportRanksError(
-            f"query ordinals are not unique in dataset {dataset.name!r}{' split ' + repr(split) if split else ''} "
-            f"(e.g. {sorted(clashes)[:5]}); {hint}"
+            f"query ordinals are not unique in dataset {dataset.name!r}{' scope ' + repr(scope) if scope else ''} "
+            f"(e.g. {sorted(clashes)[:5]}): {_scope_hint(dataset, scope)}"
         )
     return {o: pks[0] for o, pks in by_ordinal.items()}
+
+
+def _scope_hint(dataset: Dataset, scope: str) -> str:
+    """How to name one source file's queries: the scopes (split, category/split) that exist."""
+    pairs = sorted(set(planning.queries_in_scope(dataset.pk, scope).order_by()
+                       .values_list("category", "split").distinct()))
+    scopes = [scope_text(split, category) for category, split in pairs]
+    if len(scopes) < 2:
+        return "the scope mixes several source files"
+    shown = ", ".join(scopes[:6]) + ("…" if len(scopes) > 6 else "")
+    return f"a rank file ranks one source file's queries; choose its scope with --split ({shown})"
 
 
 class _GalleryMapper:
@@ -285,13 +308,12 @@ def import_rank_files(
             "an aggregated file holds only the pool's best ranks; min_mm_retrievers > 1 needs the per-retriever files"
         )
     existing = _existing_run(run, dataset, files)
-    if existing is not None:
-        split = existing.split or split
+    scope = existing.split if existing is not None and existing.split else _scope(dataset, split)
     k = _cut_off(k, existing, files)
     allowed = None
     if existing is not None:
         allowed = set(AuditLabel.objects.filter(run=existing).values_list("query_id", flat=True))
-    index = _query_index(dataset, split or None)
+    index = _query_index(dataset, scope)
     got = _collect(files, index, allowed, _GalleryMapper(dataset))
     if not got.rows:
         raise ImportRanksError(
@@ -301,7 +323,7 @@ def import_rank_files(
         _refuse_other_queries(dataset, got)
     report = _report(files, got, k)
     report["queries_in_split"] = len(index)  # the scope the files were matched against (queries not ranked: warned)
-    target = _store(dataset, existing, split, report["retrievers"], k, min_mm_retrievers, created_by, got, report)
+    target = _store(dataset, existing, scope, report["retrievers"], k, min_mm_retrievers, created_by, got, report)
     if not aggregation.aggregate_run(target.pk, override_support=got.support if aggregated else None):
         raise ImportRanksError(f"audit {target.pk} could not be aggregated")
     target.refresh_from_db()

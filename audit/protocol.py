@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from retrieval.evaltargets import facts_by_query
+from retrieval.galleries import split_of_scope
 from retrieval.protocols import QueryRanks, protocol_for, protocol_report
 from retrieval.targets import positive_targets
 
@@ -33,8 +34,12 @@ def _primary_index(fmt: str, facts: list[Any]) -> int | None:
     return None
 
 
-def _warnings(run: AuditRun, fmt: str, n_ranked: int) -> list[str]:
+def _warnings(run: AuditRun, fmt: str, n_ranked: int, per_category: bool) -> list[str]:
     out: list[str] = []
+    category = split_of_scope(run.split)[1]
+    if per_category and category:
+        out.append(f"the audit's scope is category {category!r} only: the benchmark's published R@K is the mean "
+                   f"over its categories, so compare this row with that category's figure, not the mean")
     plan = (run.summary or {}).get("plan") or {}
     gallery = (plan.get("gallery") or {}).get("images")
     if fmt == "circo" and gallery is not None and gallery < CIRCO_GALLERY:
@@ -77,7 +82,7 @@ def run_protocol(run: AuditRun) -> dict[str, Any] | None:
     ordered = dict(sorted(per_row.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][0],
                                                           list(RANK_KEYS).index(kv[0][1]))))
     report = protocol_report(protocol, ordered, audited_removed=run.exclude_reference, imported=imported)
-    report.warnings.extend(_warnings(run, fmt, len(query_ids)))
+    report.warnings.extend(_warnings(run, fmt, len(query_ids), protocol.per_category))
     return {**report.as_json(), "queries": len(query_ids)}
 
 

@@ -34,7 +34,7 @@ RUN_ROOM_IMPORT = "annotation.run_room_import"
 class RanksForm(forms.Form):
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.all(), to_field_name="name")
     files = MultipleFileField(help_text="retrieval_data_<ds>_task7_<retriever>.json files, or one aggregated audit file.")
-    split = forms.CharField(required=False, help_text="Needed when several splits share ordinals.")
+    split = forms.CharField(required=False, help_text="The scope the files rank: a split (val) or a category of one (dress/val); needed when several source files (splits, FashionIQ categories) share ordinals.")
     k = forms.IntegerField(required=False, min_value=1, help_text="Default: metadata.k of the files (else 10).")
     min_mm_retrievers = forms.IntegerField(min_value=1, initial=1)
     force = forms.BooleanField(required=False, label="Force (--force)",

@@ -53,8 +53,18 @@ def resolve_split(dataset: Dataset, split: str | None) -> str:
 
 def scope_queries(run: AuditRun) -> Any:
     """The queries of the run's scope (its split, and its category when it names one)."""
-    split, category = split_of_scope(run.split)
-    qs = Query.objects.filter(dataset_id=run.dataset_id, split=split)
+    return queries_in_scope(run.dataset_id, run.split)
+
+
+def queries_in_scope(dataset_id: int, scope: str) -> Any:
+    """The queries of a stored scope (:func:`resolve_split`): a split and, when the scope names
+    one, a category of it; the empty scope of an imported run made without a split is every
+    query of the dataset."""
+    qs = Query.objects.filter(dataset_id=dataset_id)
+    if not scope:
+        return qs
+    split, category = split_of_scope(scope)
+    qs = qs.filter(split=split)
     return qs.filter(category=category) if category else qs
 
 

@@ -215,3 +215,54 @@ def test_queries_a_rank_file_leaves_out_are_warned_of(db):
     data = run_protocol(run)
     assert data["queries"] == len(TEXTS)
     assert any(f"2 of the scope's {len(TEXTS) + 2} queries were not ranked" in w for w in data["warnings"])
+
+
+def build_two_categories() -> dict[str, dict[int, int]]:
+    """A FashionIQ-like dataset: categories dress and shirt of split val, each source file's
+    queries counted from 0 (``cap.<category>.val.json``), dress's texts the fixture's."""
+    parsed = ParsedDataset(format="fashioniq")
+    for i in range(16):
+        parsed.add_image(ImageRecord(external_id=f"img_{i:02d}", path=f"gallery/img_{i:02d}.png"))
+    for category in ("dress", "shirt"):
+        parsed.galleries[f"{category}/val"] = [f"img_{i:02d}" for i in range(16)]
+        for i, text in enumerate(TEXTS):
+            parsed.queries.append(QueryRecord(
+                external_id=f"{category}/val/{i:05d}", split="val", ordinal=i, category=category,
+                source_file=f"cap.{category}.val.json",
+                turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}",
+                                  texts=[TextRecord(text if category == "dress" else f"{category} {text}")])],
+                targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)], raw={"i": i},
+                extra={"gallery": f"{category}/val"},
+            ))
+    load_parsed(parsed, "fiq")
+    return {c: {q.ordinal: q.pk for q in Query.objects.filter(dataset__name="fiq", category=c)} for c in ("dress", "shirt")}
+
+
+def test_a_category_scope_imports_one_fashioniq_category(db):
+    """FashionIQ's categories each count their queries from 0: without a scope the import is
+    refused and names the scopes to choose from; with ``dress/val`` (the scope run_audit takes)
+    the files rank the dress queries only, and the run's scope says so."""
+    by_category = build_two_categories()
+    with pytest.raises(CommandError) as err:
+        imp("--dataset", "fiq", ALPHA)
+    assert "not unique" in str(err.value) and "dress/val, shirt/val" in str(err.value)
+    with pytest.raises(CommandError, match="not unique"):
+        imp("--dataset", "fiq", "--split", "val", ALPHA)
+    with pytest.raises(CommandError, match="no category 'skirt'"):
+        imp("--dataset", "fiq", "--split", "skirt/val", ALPHA)
+
+    run, _ = imp("--dataset", "fiq", "--split", "dress/val", ALPHA)
+    assert run.split == "dress/val"
+    from audit.protocol import run_protocol
+    data = run_protocol(run)
+    assert list(data["rows"][0]["categories"]) == ["dress"] and data["queries"] == len(TEXTS)
+    assert any("category 'dress' only" in w for w in data["warnings"])
+    assert set(AuditLabel.objects.filter(run=run).values_list("query_id", flat=True)) == set(by_category["dress"].values())
+    # a retriever joining the run is matched in the run's scope (no --split needed) and keeps it
+    joined, _ = imp("--dataset", "fiq", "--run", run.pk, BETA)
+    assert joined.pk == run.pk and joined.split == "dress/val" and joined.retrievers == ["alpha", "beta"]
+    assert {by_category["dress"][o]: lab for o, lab in EXPECTED.items()} == dict(
+        AuditLabel.objects.filter(run=run).values_list("query_id", "label"))
+    # the shirt queries' texts differ from the files': refused as another source file's
+    with pytest.raises(CommandError, match="do not match"):
+        imp("--dataset", "fiq", "--split", "shirt/val", ALPHA)

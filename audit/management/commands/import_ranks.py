@@ -18,7 +18,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("files", nargs="+")
         parser.add_argument("--dataset", required=True)
-        parser.add_argument("--split", default="", help="Needed when several splits share ordinals.")
+        parser.add_argument("--split", default="", help="The scope the files rank, as for run_audit: a split (val) or a category of one (dress/val); needed when several source files (splits, FashionIQ categories) share ordinals.")
         parser.add_argument("--k", type=int, default=None, help="Default: metadata.k of the files (else 10).")
         parser.add_argument("--min-mm-retrievers", type=int, default=1)
         parser.add_argument("--run", type=int, default=None, help="Add to this finished audit instead.")
