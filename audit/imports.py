@@ -162,6 +162,18 @@ class _Collected:
         self.support: dict[int, dict[str, int]] = {}
         self.file_labels: dict[int, str] = {}
         self.unmapped = 0
+        self.reference_seen: Counter[str] = Counter()  # per retriever: top lists that hold the query's reference
+        self.top_lists: Counter[str] = Counter()  # per retriever: samples with a top list
+
+
+def _note_reference(f: RankFile, s: Any, reference: int | None, mapper: _GalleryMapper, got: _Collected) -> None:
+    """Whether the sample's whole top list holds the query's reference image: evidence of how the
+    file's retriever handled the reference, which a rank file does not state."""
+    if not s.top_mm or reference is None:
+        return
+    got.top_lists[f.retriever] += 1
+    if any(mapper(f.gallery_paths[i]) == reference for i in s.top_mm):
+        got.reference_seen[f.retriever] += 1
 
 
 def _top_ids(f: RankFile, s: Any, mapper: _GalleryMapper, got: _Collected) -> list[int]:
@@ -180,7 +192,9 @@ def _top_ids(f: RankFile, s: Any, mapper: _GalleryMapper, got: _Collected) -> li
 
 def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: set[int] | None,
              mapper: _GalleryMapper) -> _Collected:
-    texts = {t.query_id: t.text for t in Turn.objects.filter(query_id__in=ordinal_to_query.values(), index=1)}
+    first_turns = list(Turn.objects.filter(query_id__in=ordinal_to_query.values(), index=1))
+    texts = {t.query_id: t.text for t in first_turns}
+    references = {t.query_id: t.reference_image_id for t in first_turns}
     got = _Collected()
     for f in files:
         for s in f.samples:
@@ -194,6 +208,7 @@ def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: s
             if s.query_text is not None and s.query_text.strip() != (texts.get(q) or "").strip():
                 got.text_mismatch.append(s.query_idx)
                 got.mismatch_example = got.mismatch_example or (s.query_idx, s.query_text, texts.get(q) or "")
+            _note_reference(f, s, references.get(q), mapper, got)
             got.rows.append(AuditRank(
                 query_id=q, retriever=f.retriever, mm=s.mm, text=s.text, image=s.image,
                 mm_all=s.mm_all, text_all=s.text_all, image_all=s.image_all, top_mm=_top_ids(f, s, mapper, got),
@@ -237,6 +252,8 @@ def _report(files: list[RankFile], got: _Collected, k: int) -> dict[str, Any]:
         "text_mismatch_examples": sorted(set(got.text_mismatch))[:10],
         "forced": bool(got.text_mismatch),
         "unmapped_gallery_indices": got.unmapped,
+        "reference_in_top_lists": {name: {"seen": got.reference_seen[name], "lists": n}
+                                   for name, n in got.top_lists.items()},
         "k": k,
     }
 

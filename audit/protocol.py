@@ -15,7 +15,7 @@ from typing import Any
 
 from retrieval.evaltargets import facts_by_query
 from retrieval.galleries import split_of_scope
-from retrieval.protocols import QueryRanks, protocol_for, protocol_report
+from retrieval.protocols import REMOVED, QueryRanks, protocol_for, protocol_report
 from retrieval.targets import positive_targets
 
 from .models import AuditRank, AuditRun
@@ -52,6 +52,31 @@ def _warnings(run: AuditRun, fmt: str, n_ranked: int, per_category: bool) -> lis
     return out
 
 
+def reference_evidence(run: AuditRun) -> dict[str, dict[str, int]]:
+    """Per imported retriever, how many of its rank file's top lists hold the query's reference
+    image (``seen`` of ``lists``), as the import counted them: a rank file does not say whether
+    its gallery kept the reference, but a reference in its top lists shows that it did."""
+    summary = run.summary or {}
+    out: dict[str, dict[str, int]] = {}
+    for report in [summary.get("import") or {}, *(summary.get("imports") or [])]:
+        out.update(report.get("reference_in_top_lists") or {})
+    return out
+
+
+def _reference_warnings(run: AuditRun, protocol: Any) -> list[str]:
+    out = []
+    for retriever, counts in reference_evidence(run).items():
+        if not counts.get("seen"):
+            continue
+        kept = f"{retriever}: the query's reference image is in {counts['seen']} of the {counts['lists']} top lists of its rank file, so that file's gallery kept the reference"
+        if protocol.reference == REMOVED:
+            out.append(f"{kept}; {protocol.title} removes it, so a target ranked after its reference is one place "
+                       f"lower here than under the protocol (the figures are understated)")
+        else:
+            out.append(f"{kept}, as {protocol.title} does")
+    return out
+
+
 def run_protocol(run: AuditRun) -> dict[str, Any] | None:
     """The protocol report of a run as JSON (:meth:`retrieval.protocols.ProtocolReport.as_json`
     plus ``queries``), or ``None`` when its dataset format has no published protocol."""
@@ -83,6 +108,8 @@ def run_protocol(run: AuditRun) -> dict[str, Any] | None:
                                                           list(RANK_KEYS).index(kv[0][1]))))
     report = protocol_report(protocol, ordered, audited_removed=run.exclude_reference, imported=imported)
     report.warnings.extend(_warnings(run, fmt, len(query_ids), protocol.per_category))
+    if imported:
+        report.warnings.extend(_reference_warnings(run, protocol))
     return {**report.as_json(), "queries": len(query_ids)}
 
 

@@ -266,3 +266,29 @@ def test_a_category_scope_imports_one_fashioniq_category(db):
     # the shirt queries' texts differ from the files': refused as another source file's
     with pytest.raises(CommandError, match="do not match"):
         imp("--dataset", "fiq", "--split", "shirt/val", ALPHA)
+
+
+def test_a_reference_in_a_rank_files_top_lists_is_reported(db, tmp_path):
+    """A rank file does not say whether its gallery kept the reference; a reference in its top
+    lists shows it did. CIRR removes the reference, so the protocol table warns that the file's
+    figures are understated; the fixture's files (no reference in any top list) get no warning."""
+    import json
+
+    from audit.protocol import reference_evidence, run_protocol
+
+    build_tiny("cirr")
+    data = json.loads(ALPHA.read_text())
+    for s in data["samples"]:
+        if s["query_idx"] in (1, 3):  # their references, img_02 and img_06, enter their top lists
+            s["retrievals"]["multimodal"] = [2 * s["query_idx"], *s["retrievals"]["multimodal"][:-1]]
+    kept = tmp_path / "retrieval_data_tiny_task7_kept.json"
+    kept.write_text(json.dumps({**data, "metadata": {**data["metadata"], "retriever_module": "kept"}}))
+    run, _ = imp("--dataset", "tiny", ALPHA)
+    assert reference_evidence(run) == {"alpha": {"seen": 0, "lists": len(TEXTS)}}
+    assert not any("reference image is in" in w for w in run_protocol(run)["warnings"])
+    joined, _ = imp("--dataset", "tiny", "--run", run.pk, kept)
+    name = joined.retrievers[-1]
+    assert reference_evidence(joined)[name] == {"seen": 2, "lists": len(TEXTS)}
+    warnings = [w for w in run_protocol(joined)["warnings"] if "reference image is in" in w]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{name}: the query's reference image is in 2 of the 6")
+    assert "CIRR removes it" in warnings[0] and "understated" in warnings[0]
