@@ -7,6 +7,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from retrieval.metrics import MAP_KS, MODALITIES, SUBSET_KS
 from retrieval.models import VALIDATED_SUBSET, QuerySubset
+from retrieval.sessions import curve_mean
 from retrieval.targets import rule_text
 
 from . import charts
@@ -75,10 +76,12 @@ def _sessions_rows(s: dict[str, Any], name: str, per: dict[str, Any], strategies
     rows = []
     for st in strategies:
         cells = per.get(st, {})
+        auc = [_num(cells.get(m, {}).get("auc")) for m in modalities]
+        auc_mean = [_num(curve_mean(cells.get(m, {}).get("hits_at_k") or [])) for m in modalities]
         rows.append({
             "retriever": name, "strategy": st,
             "final": [_num(cells.get(m, {}).get("final_recall_at_k")) for m in modalities],
-            "auc": [_num(cells.get(m, {}).get("auc")) for m in modalities],
+            "auc": auc, "auc_mean": auc_mean, "auc_pairs": list(zip(auc, auc_mean)),
             "kept": [s.get("kept_per_ranking", {}).get(name, {}).get(st, {}).get(m) for m in modalities],
         })
     return rows

@@ -13,8 +13,10 @@ Metrics with cut-off ``K`` (default 10), ``L_max`` = longest session:
 * ``Final Recall@K``: share of sessions within ``K`` at their own last turn.
 * ``AUC``: trapezoid rule over the Hits curve with unit spacing, normalised by the
   span: ``sum_{l=1}^{L_max-1} (Hits(l) + Hits(l+1)) / 2 / (L_max - 1)``; when
-  ``L_max == 1`` the AUC is defined as ``Hits(1)``. (CIRCLED's own script instead
-  averages the curve without the trapezoid; this module follows the CIRVal spec.)
+  ``L_max == 1`` the AUC is defined as ``Hits(1)``: the CIRCLED paper's AUC, as issue 6
+  specifies it. CIRCLED's released code (``print_statistics``) reports the plain mean of
+  the curve instead, ``sum_l Hits(l) / L_max`` (:func:`curve_mean`, CIR-FORMATS.md 7.5);
+  pages show both, each named.
 
 Filters, applied in order success -> multi-turn -> epsilon-consistency ->
 tau-diversity (see :func:`apply_filters`):
@@ -197,6 +199,14 @@ def curve_auc(hits: Sequence[float]) -> float | None:
         return float(hits[0])
     area = sum((hits[i] + hits[i + 1]) / 2 for i in range(len(hits) - 1))
     return area / (len(hits) - 1)
+
+
+def curve_mean(hits: Sequence[float]) -> float | None:
+    """The mean of a Hits curve over turns ``1..L_max`` (unit spacing, no trapezoid): the AUC
+    that CIRCLED's released code prints (``print_statistics``). ``None`` for an empty curve."""
+    if not hits:
+        return None
+    return sum(float(h) for h in hits) / len(hits)
 
 
 def epsilon_consistent(ranks: Sequence[Rank], epsilon: float = DEFAULT_EPSILON) -> bool:

@@ -71,7 +71,10 @@ def test_demo_report_shows_the_session_curves_and_the_filter_table(client, demo_
     first = ses["metrics"][run.retrievers[0]]["latest"]
     cells = re.findall(r'class="num">([^<]*)<', rows[0])
     assert cells[0] == f"{first['multimodal']['final_recall_at_k']:.3f}"
-    assert cells[3] == f"{first['multimodal']['auc']:.3f}"
+    assert cells[3].strip() == f"{first['multimodal']['auc']:.3f}"
+    # beside it, in brackets, the plain mean of the curve (CIRCLED's released code)
+    hits = first["multimodal"]["hits_at_k"]
+    assert re.search(r'class="num">[^<]*<span class="muted">\(([^)]*)\)', rows[0]).group(1) == f"{sum(hits) / len(hits):.3f}"
 
     # the filter table: each filter with removed alone, in sequence and remaining
     filters = re.search(r'<table class="data compact" id="session-filters">.*?</table>', part, re.S).group(0)

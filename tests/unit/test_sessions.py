@@ -14,6 +14,7 @@ from retrieval.sessions import (
     aggregate_weighted,
     apply_filters,
     curve_auc,
+    curve_mean,
     epsilon_consistent,
     final_recall_at_k,
     first_hit_turn,
@@ -123,6 +124,15 @@ def test_auc_by_hand_for_lmax_1_2_3():
     # the mixed-length example: ((.25+.5)/2 + (.5+.75)/2 + (.75+.75)/2) / 3
     assert curve_auc([0.25, 0.5, 0.75, 0.75]) == pytest.approx(1.75 / 3)
     assert curve_auc([]) is None
+
+
+def test_curve_mean_is_circled_codes_auc():
+    """CIRCLED's print_statistics: AUC = (1/T) sum_t H(t), unit spacing, no trapezoid."""
+    assert curve_mean([0.25, 0.5, 0.75, 0.75]) == pytest.approx(2.25 / 4)
+    assert curve_mean([0.5]) == 0.5 == curve_auc([0.5])
+    assert curve_mean([0.005, 0.015, 0.015, 0.015]) == pytest.approx(0.0125)  # trapezoid: 0.01333
+    assert curve_auc([0.005, 0.015, 0.015, 0.015]) == pytest.approx(0.04 / 3)
+    assert curve_mean([]) is None
 
 
 def test_epsilon_consistency_boundary():
