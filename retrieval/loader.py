@@ -34,7 +34,7 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -85,6 +85,7 @@ class LoadReport:
     missing_examples: list[str] = field(default_factory=list)
     gallery_entries: int = 0
     warnings: list[str] = field(default_factory=list)
+    images_root: str = ""  # where the images were looked for: the root given, else the dataset's stored one
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -156,7 +157,10 @@ def load_stream(
     root = Path(images_root).resolve() if images_root else None
     with transaction.atomic():
         dataset, created = _open_dataset(name, parsed.format, root, description)
-        report = LoadReport(dataset=name, format=parsed.format, dataset_created=created)
+        if root is None and dataset.images_root:
+            root = Path(dataset.images_root)  # a re-import looks where the dataset keeps its images
+        report = LoadReport(dataset=name, format=parsed.format, dataset_created=created,
+                            images_root=str(root) if root else "")
         writer = _Writer(dataset, created, parsed, root, report, on_removed)
         parsed.image_sink = writer.write_streamed_images
         try:
@@ -325,6 +329,8 @@ class _Writer:
         new, changed = [], []
         for rec in records:
             row = existing.get(rec.external_id)
+            if row is not None and not again:
+                rec = _kept_from(rec, dict(zip(IMAGE_FIELDS, row[1:])))
             values = self.probes.values(rec.external_id, rec, before=row[missing_at] if again and row else None)
             if row is None:
                 new.append(Image(dataset=self.dataset, external_id=rec.external_id, **values))
@@ -649,6 +655,17 @@ class _Writer:
         rows = [GalleryEntry(dataset=self.dataset, split=split, image_id=pk, ordinal=first + n)
                 for n, pk in enumerate(pks) if pk not in stored]
         GalleryEntry.objects.bulk_create(rows, batch_size=BATCH, ignore_conflicts=True)
+
+
+def _kept_from(rec: ImageRecord, stored: dict[str, Any]) -> ImageRecord:
+    """An image a re-import names again, completed from what is stored: a file that names no
+    path, url or extra key (a CIRR caption file without its split file) keeps the stored ones,
+    so a re-import that knows less never blanks what an earlier one found (nothing else
+    removes them either: a changed path or url replaces the stored one)."""
+    if rec.path and rec.url and not (set(stored["extra"] or {}) - set(rec.extra)):
+        return rec
+    return replace(rec, path=rec.path or stored["path"], url=rec.url or stored["url"],
+                   extra={**(stored["extra"] or {}), **rec.extra})
 
 
 def _signature(q: QueryRecord) -> tuple:

@@ -294,3 +294,25 @@ def test_failure_after_written_batches_rolls_back_the_whole_import(tmp_path):
         run_import("--format", "circo", "--name", "late", str(path))
     assert f"record {BATCH + 51}, field 'relative_caption'" in str(err.value)  # 1-based
     assert row_counts() == before
+
+
+def test_a_reimport_that_knows_less_keeps_the_stored_image_paths_and_files(tmp_path):
+    """A CIRR caption file re-imported without its split file names no image path, and no
+    --images-root: the stored paths, and the files found under the dataset's stored root,
+    stay as the first import found them (they were blanked: every image then 'missing')."""
+    split = json.loads((DS / "cirr" / "split.rc2.val.sample.json").read_text())
+    for rel in split.values():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        PILImage.new("RGB", (4, 4), (9, 9, 9)).save(path)
+    caps, splits = str(DS / "cirr" / "cap.rc2.val.sample.json"), str(DS / "cirr" / "split.rc2.val.sample.json")
+    run_import("--format", "cirr", "--name", "cirr", "--images-root", str(tmp_path), caps, splits)
+    before = {e: (p, sha, m) for e, p, sha, m in Image.objects.values_list("external_id", "path", "sha256", "missing")}
+    present = sum(1 for _, _, m in before.values() if not m)
+    assert present == len(split)
+
+    out = run_import("--format", "cirr", "--name", "cirr", caps)
+    after = {e: (p, sha, m) for e, p, sha, m in Image.objects.values_list("external_id", "path", "sha256", "missing")}
+    assert after == before
+    assert stats("cirr")["missing_images"] == len(before) - present
+    assert "were not looked for" not in out and "0 updated" in out

@@ -67,7 +67,7 @@ class Command(BaseCommand):
             f"{report.targets} targets, {report.images} images ({report.images_created} new, "
             f"{report.images_updated} updated), {report.gallery_entries} gallery entries stored."
         )
-        if report.missing_images and root is None:
+        if report.missing_images and not report.images_root:
             self.stdout.write(
                 self.style.WARNING(
                     f"No --images-root given: the {report.images} images were not looked for and show as placeholders."
