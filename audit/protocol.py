@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from retrieval.evaltargets import facts_by_query
-from retrieval.galleries import split_of_scope
+from retrieval.galleries import mixed_fallback_text, split_of_scope
 from retrieval.protocols import REMOVED, QueryRanks, protocol_for, protocol_report
 from retrieval.targets import positive_targets
 
@@ -77,6 +77,13 @@ def _reference_warnings(run: AuditRun, protocol: Any) -> list[str]:
     return out
 
 
+def gallery_mixed_warning(run: AuditRun) -> str:
+    """The warning of a run whose queries of some scopes searched every image of the dataset, the
+    other scopes' images included (:func:`retrieval.galleries.mixed_fallback`, at planning); ``""`` if none."""
+    mixed = (((run.summary or {}).get("plan") or {}).get("gallery") or {}).get("mixed") or []
+    return mixed_fallback_text(mixed) if mixed else ""
+
+
 def run_protocol(run: AuditRun) -> dict[str, Any] | None:
     """The protocol report of a run as JSON (:meth:`retrieval.protocols.ProtocolReport.as_json`
     plus ``queries``), or ``None`` when its dataset format has no published protocol."""
@@ -108,6 +115,8 @@ def run_protocol(run: AuditRun) -> dict[str, Any] | None:
                                                           list(RANK_KEYS).index(kv[0][1]))))
     report = protocol_report(protocol, ordered, audited_removed=run.exclude_reference, imported=imported)
     report.warnings.extend(_warnings(run, fmt, len(query_ids), protocol.per_category))
+    if gallery_mixed_warning(run):
+        report.warnings.append(gallery_mixed_warning(run))
     if imported:
         report.warnings.extend(_reference_warnings(run, protocol))
     return {**report.as_json(), "queries": len(query_ids)}

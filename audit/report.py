@@ -13,7 +13,7 @@ from retrieval.targets import rule_text
 from . import charts
 from .alternatives import before_after
 from .labels import COUNT_KEYS, SHORTCUT_FREE_NAME, audit_json
-from .protocol import protocol_table, run_protocol
+from .protocol import gallery_mixed_warning, protocol_table, run_protocol
 from .models import AuditLabel, AuditRun
 from .runs.aggregation import stored_labels, subset_scores
 
@@ -304,6 +304,7 @@ def build_report(run: AuditRun) -> dict[str, Any]:
         "skipped_total": s.get("skipped_total", 0),
         "no_positive_in_gallery": s.get("no_positive_in_gallery", 0),
         "plan": s.get("plan", {}),
+        "gallery_mixed": gallery_mixed_warning(run),
         "imports": [s["import"]] if "import" in s else list(s.get("imports", [])),
         "modalities": [MODALITY_NAMES[m] for m in MODALITIES],
         "map_ks": list(MAP_KS),

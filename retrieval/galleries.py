@@ -45,6 +45,29 @@ def gallery_keys(dataset_id: int) -> set[str]:
     return set(GalleryEntry.objects.filter(dataset_id=dataset_id).order_by().values_list("split", flat=True).distinct())
 
 
+def mixed_fallback(dataset_id: int, queries: Any) -> list[str]:
+    """The scopes (:func:`scope_text`) among ``queries`` whose queries have no gallery of their
+    own (:func:`search_key` gives :data:`ALL_IMAGES`: they search every image of the dataset),
+    when the dataset's queries span several scopes, so that such a search mixes the other
+    scopes' images in (FashionIQ's categories imported without their split files, CIRCLED's
+    subsets); ``[]`` otherwise."""
+    scopes = Query.objects.filter(dataset_id=dataset_id).order_by().values_list("split", "category").distinct()
+    if len(scopes[:2]) < 2:
+        return []
+    rows = set(queries.order_by().values_list("split", "category", "extra__gallery").distinct())
+    keys = gallery_keys(dataset_id)
+    return sorted({scope_text(split, category) for split, category, named in rows
+                   if search_key(split, category, named if isinstance(named, str) else None, keys) is ALL_IMAGES})
+
+
+def mixed_fallback_text(scopes: Collection[str]) -> str:
+    """What :func:`mixed_fallback`'s scopes mean, and what to do about it."""
+    shown = ", ".join(list(scopes)[:6]) + ("…" if len(scopes) > 6 else "")
+    return (f"the queries of {shown} have no gallery of their own and search every image of the dataset, "
+            f"the other scopes' images included; the benchmark ranks each against its own gallery: import it "
+            f"(the split file, e.g. split.<category>.<split>.json, or import_gallery --split <category>/<split>)")
+
+
 def query_gallery_keys(query_ids: Iterable[int] | Any, dataset_id: int | None = None) -> dict[int, str | None]:
     """Query id -> :func:`search_key` of each query (``None``: every image of its dataset)."""
     rows = list(Query.objects.filter(pk__in=query_ids).values_list("pk", "dataset_id", "split", "category", "extra"))

@@ -43,6 +43,7 @@ from django.db import router, transaction
 from django.db.models.deletion import Collector, ProtectedError
 
 from .dbstats import refresh_statistics
+from .galleries import mixed_fallback, mixed_fallback_text
 from .imagefiles import PathEscapeError, probe_image, resolve_under
 from .importers._common import resolve_turn_references
 from .models import Dataset, GalleryEntry, Image, Query, Target, Turn
@@ -633,6 +634,9 @@ class _Writer:
         r.missing_images = self.probes.missing
         r.missing_examples = list(self.probes.missing_examples)
         r.warnings.extend(self.probes.warnings())
+        mixed = mixed_fallback(self.dataset.pk, Query.objects.filter(dataset=self.dataset))
+        if mixed:
+            r.warnings.append(mixed_fallback_text(mixed))
         # Audits and studies of this dataset come next: let PostgreSQL plan them from its new size.
         refresh_statistics(Image, Query, Turn, Target, GalleryEntry)
 

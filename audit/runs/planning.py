@@ -15,6 +15,7 @@ from retrieval.evaltargets import dataset_format, facts_by_query, positive_image
 from retrieval.galleries import (
     ScopeError,
     gallery_image_ids,
+    mixed_fallback,
     parse_scope,
     query_gallery_keys,
     scope_text,
@@ -275,7 +276,7 @@ def _gallery_rows(run: AuditRun) -> tuple[list[int], dict[str, Any]]:
               if keys == [None] else "per-query galleries")
     galleries = {("*" if key is None else key): len(part) for key, part in per_key.items()}
     return ids, {"source": source, "images": len(ids), "missing_left_out": listed - sum(galleries.values()),
-                 "galleries": galleries}
+                 "galleries": galleries, "mixed": mixed_fallback(run.dataset_id, scope_queries(run))}
 
 
 def _examples(skipped: dict[Any, str], n: int = 10) -> dict[str, list[int]]:

@@ -94,6 +94,7 @@ def test_fashioniq_categories_rank_against_their_own_gallery(tmp_path, cache_dir
     galleries = run.summary["plan"]["gallery"]["galleries"]
     assert set(galleries) == {"dress/val", "shirt/val", "toptee/val"}
     assert sum(galleries.values()) == run.summary["plan"]["gallery"]["images"]  # the categories share no image
+    assert run.summary["plan"]["gallery"]["mixed"] == []
 
     keys = query_gallery_keys(Query.objects.filter(dataset=ds).values("pk"))
     category = dict(Query.objects.filter(dataset=ds).values_list("pk", "category"))
@@ -189,3 +190,32 @@ def test_circo_protocol_equals_evaluation_py_and_warns_on_a_small_gallery(tmp_pa
     for key, value in theirs.items():
         assert row[key] * 100 == pytest.approx(value, abs=1e-9), key
     assert GalleryEntry.objects.filter(dataset=ds).count() == 0
+
+
+def test_categories_without_their_split_files_are_warned_of_at_import_audit_and_protocol(tmp_path, cache_dir, client,
+                                                                                       demo_accounts):
+    """Only dress's split file given: shirt's and toptee's queries have no gallery of their own
+    and search every image of the dataset, dress's included. The import, the audit page and the
+    protocol table say so (the per-category figures were printed as if each had its gallery)."""
+    caps = sorted((DS / "fashioniq").glob("cap.*.val.sample.json"))
+    split = DS / "fashioniq" / "split.dress.val.sample.json"
+    asins = set(json.loads(split.read_text())) | {r[k] for f in caps for r in json.loads(f.read_text())
+                                                   for k in ("candidate", "target")}
+    draw_images(tmp_path / "img", [f"{a}.jpg" for a in asins])
+    out = StringIO()
+    call_command("import_dataset", "--format", "fashioniq", "--name", "fiq", "--images-root", str(tmp_path / "img"),
+                 *map(str, caps), str(split), stdout=out)
+    assert "the queries of shirt/val, toptee/val have no gallery of their own" in out.getvalue()
+    run = audit(Dataset.objects.get(name="fiq"))
+    gallery = run.summary["plan"]["gallery"]
+    assert gallery["mixed"] == ["shirt/val", "toptee/val"] and set(gallery["galleries"]) == {"dress/val", "*"}
+    warning = next(w for w in run_protocol(run)["warnings"] if "no gallery of their own" in w)
+    assert warning.startswith("the queries of shirt/val, toptee/val")
+    assert client.login(username="researcher", password=demo_accounts["researcher"])
+    html = client.get(f"/audits/{run.pk}/").content.decode()
+    assert "every image " in html and html.count("the queries of shirt/val, toptee/val have no gallery") == 2
+
+    # one category audited alone still searches the other categories' images; dress has its own
+    shirt = audit(Dataset.objects.get(name="fiq"), split="shirt/val")
+    assert shirt.summary["plan"]["gallery"]["mixed"] == ["shirt/val"]
+    assert audit(Dataset.objects.get(name="fiq"), split="dress/val").summary["plan"]["gallery"]["mixed"] == []
