@@ -34,10 +34,19 @@ def _primary_index(fmt: str, facts: list[Any]) -> int | None:
     return None
 
 
-def _warnings(run: AuditRun, fmt: str, n_ranked: int, per_category: bool) -> list[str]:
-    out: list[str] = []
+def gallery_mixed_warning(run: AuditRun) -> str:
+    """The warning of a run whose queries of some scopes searched every image of the dataset, the
+    other scopes' images included (:func:`retrieval.galleries.mixed_fallback`, at planning); ``""`` if none."""
+    mixed = (((run.summary or {}).get("plan") or {}).get("gallery") or {}).get("mixed") or []
+    return mixed_fallback_text(mixed) if mixed else ""
+
+
+def _warnings(run: AuditRun, fmt: str, n_ranked: int, protocol: Any) -> list[str]:
+    out: list[str] = [w for w in [gallery_mixed_warning(run)] if w]
+    if run.source == AuditRun.Source.IMPORTED:
+        out.extend(_reference_warnings(run, protocol))
     category = split_of_scope(run.split)[1]
-    if per_category and category:
+    if protocol.per_category and category:
         out.append(f"the audit's scope is category {category!r} only: the benchmark's published R@K is the mean "
                    f"over its categories, so compare this row with that category's figure, not the mean")
     plan = (run.summary or {}).get("plan") or {}
@@ -77,13 +86,6 @@ def _reference_warnings(run: AuditRun, protocol: Any) -> list[str]:
     return out
 
 
-def gallery_mixed_warning(run: AuditRun) -> str:
-    """The warning of a run whose queries of some scopes searched every image of the dataset, the
-    other scopes' images included (:func:`retrieval.galleries.mixed_fallback`, at planning); ``""`` if none."""
-    mixed = (((run.summary or {}).get("plan") or {}).get("gallery") or {}).get("mixed") or []
-    return mixed_fallback_text(mixed) if mixed else ""
-
-
 def run_protocol(run: AuditRun) -> dict[str, Any] | None:
     """The protocol report of a run as JSON (:meth:`retrieval.protocols.ProtocolReport.as_json`
     plus ``queries``), or ``None`` when its dataset format has no published protocol."""
@@ -114,11 +116,7 @@ def run_protocol(run: AuditRun) -> dict[str, Any] | None:
     ordered = dict(sorted(per_row.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][0],
                                                           list(RANK_KEYS).index(kv[0][1]))))
     report = protocol_report(protocol, ordered, audited_removed=run.exclude_reference, imported=imported)
-    report.warnings.extend(_warnings(run, fmt, len(query_ids), protocol.per_category))
-    if gallery_mixed_warning(run):
-        report.warnings.append(gallery_mixed_warning(run))
-    if imported:
-        report.warnings.extend(_reference_warnings(run, protocol))
+    report.warnings.extend(_warnings(run, fmt, len(query_ids), protocol))
     return {**report.as_json(), "queries": len(query_ids)}
 
 
