@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 
 from config.roles import staff_required
 
@@ -42,6 +43,7 @@ def my_studies(request):
     return render(request, "annotation/my_studies.html", {"rows": rows})
 
 
+@never_cache
 def work(request, study_id: int):
     """POST reserves the next item (resuming a held one) and opens it. GET changes nothing:
     it opens the item already held, shows why nothing is left (``?empty=<rule>``), or
@@ -68,6 +70,7 @@ def _item_url(study: Study, assignment: Assignment) -> str:
     return reverse("annotation:item", args=[study.pk, assignment.pk])
 
 
+@never_cache  # Back/Forward must fetch the item's current state, not replay a stale page
 def item(request, study_id: int, assignment_id: int):
     study = _annotator_study(request, study_id)
     assignment = own_assignment(request.user, assignment_id)
@@ -111,6 +114,7 @@ def lease_config() -> dict:
             "idle_seconds": settings.CIRVAL_LEASE_IDLE_SECONDS, "warn_seconds": settings.CIRVAL_LEASE_WARN_SECONDS}
 
 
+@never_cache
 def history(request, study_id: int):
     study = _annotator_study(request, study_id)
     rows = (

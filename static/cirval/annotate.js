@@ -29,6 +29,9 @@
   // an edit at least as new (by edited_at); the newer one wins on load; a draft older
   // than the stored judgement is stale.
   const localKey = "cirval-draft-" + payload.assignment;
+  // Back/Forward may restore this page from the browser's memory as it was before a submit:
+  // fetch it again, so that it shows the item's stored answer (the page is also no-store).
+  window.addEventListener("pageshow", (e) => { if (e.persisted) location.reload(); });
   function localDraft() {
     try { return JSON.parse(localStorage.getItem(localKey) || "null"); } catch (e) { return null; }
   }
@@ -96,8 +99,10 @@
     const more = document.getElementById("cand-more");
     more.textContent = open === nPages ? (nPages > 1 ? "all " + cands.length + " candidates shown" : "")
       : page === open - 1 ? "a tick on this page opens the next one" : "";
-    document.getElementById("cand-count").innerHTML = noneFit && !ticks.size ? "<b>none fit</b>"
-      : "<b>" + ticks.size + "</b> of " + cands.length + " ticked";
+    // ticks, and how many of the pool the open pages show (the rest open only after ticks)
+    const shown = Math.min(cands.length, open * pageSize);
+    document.getElementById("cand-count").innerHTML = (noneFit && !ticks.size ? "<b>none fit</b>"
+      : "<b>" + ticks.size + "</b> ticked") + (shown < cands.length ? " · " + shown + " of " + cands.length + " shown" : "");
     document.getElementById("none-fit").classList.toggle("on", noneFit && !ticks.size);
     const hint = document.getElementById("too-broad");
     const limit = payload.too_broad_threshold || 0;

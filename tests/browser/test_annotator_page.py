@@ -118,3 +118,31 @@ def test_back_reopens_and_revises_keeping_history(page, live_server, demo_world,
     revisions = list(Judgement.objects.filter(assignment_id=first).order_by("revision").values_list("category", "is_current"))
     assert revisions == [("VALIDATED", False), ("QUERY_TOO_BROAD", True)]
     shot(page, "annotate-after-revision")
+
+
+def test_browser_back_after_a_submit_shows_the_stored_answer(page, live_server, demo_world, shot):
+    """The browser's own Back (not the page's b) after a submit: the item page is fetched
+    again (no-store), so it shows the stored answer as a revision, not the page as it was
+    before the submit (which then reported a conflict with itself)."""
+    study = Study.objects.get(name="demo-validity")
+    login(page, live_server.url, "annotator3", "annotator3-demo")
+    page.goto(f"{live_server.url}/annotate/{study.pk}/")
+    page.wait_for_selector("#judgement-form")
+    first = current_assignment(page)
+    page.keyboard.press("2")
+    page.keyboard.press("w")
+    page.keyboard.press("Enter")
+    wait_next(page, first)
+    response = page.go_back()
+    page.wait_for_url(f"**/item/{first}/")
+    page.wait_for_selector("#judgement-form")
+    assert response is not None and "no-store" in response.headers.get("cache-control", "")
+    assert page.is_checked("input[name=category][value=INVALID_IMAGE_QUERY]")
+    assert "revising" in page.inner_text(".itembar")
+    page.keyboard.press("5")
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"() => !location.pathname.endsWith('/item/{first}/')")
+    assert page.locator("#conflict:not([hidden])").count() == 0
+    categories = list(Judgement.objects.filter(assignment_id=first).order_by("revision").values_list("category", flat=True))
+    assert categories == ["INVALID_IMAGE_QUERY", "VALIDATED"]
+    shot(page, "annotate-after-browser-back")

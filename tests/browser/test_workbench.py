@@ -104,6 +104,18 @@ def test_layout_keeps_submit_and_note_in_view(browser, live_server, demo_world, 
         for sel in ("#submit-btn", "#note", "#skip-btn"):
             assert in_view(page, sel, height), (sel, width, height)
         page.screenshot(path=str(SHOTS / f"workbench-validity-{width}x{height}.png"))
+        # the category with the most sub-reasons, submitted without one: every category, every
+        # sub-reason and the error are in view at once, with no scrolling inside the rubric
+        page.keyboard.press("3")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#form-error:not([hidden])")
+        page.screenshot(path=str(SHOTS / f"workbench-validity-subreasons-{width}x{height}.png"))
+        for selector, least in (("label.choice.cat", 5), (".subs:not([hidden]) label.choice.sub", 4)):
+            inside = page.evaluate("""(s) => { const b = document.querySelector('.rubric-body').getBoundingClientRect();
+                return [...document.querySelectorAll(s)].map(e => e.getBoundingClientRect())
+                    .map(r => r.top >= b.top - 1 && r.bottom <= b.bottom + 1); }""", selector)
+            assert len(inside) >= least and all(inside), (selector, inside, width, height)
+        assert in_view(page, "#form-error", height) and in_view(page, "#submit-btn", height)
         page.goto("about:blank")
         page.context.clear_cookies()
         open_item(page, live_server.url, "demo-sessions", "annotator3")
