@@ -100,12 +100,17 @@ def test_keyboard_only_judging_with_draft_and_progress(page, live_server, demo_w
     assert Assignment.objects.filter(annotator__username="annotator1", status="done").count() == 5
 
 
-def test_back_reopens_and_revises_keeping_history(page, live_server, demo_world, shot):
+def start_validity(page, base: str, user: str) -> int:
+    """Log ``user`` in and open their first item of the demo's validity study; its assignment."""
     study = Study.objects.get(name="demo-validity")
-    login(page, live_server.url, "annotator2", "annotator2-demo")
-    page.goto(f"{live_server.url}/annotate/{study.pk}/")
+    login(page, base, user, f"{user}-demo")
+    page.goto(f"{base}/annotate/{study.pk}/")
     page.wait_for_selector("#judgement-form")
-    first = current_assignment(page)
+    return current_assignment(page)
+
+
+def test_back_reopens_and_revises_keeping_history(page, live_server, demo_world, shot):
+    first = start_validity(page, live_server.url, "annotator2")
     page.keyboard.press("5")
     page.keyboard.press("Enter")
     second = wait_next(page, first)
@@ -124,11 +129,7 @@ def test_browser_back_after_a_submit_shows_the_stored_answer(page, live_server, 
     """The browser's own Back (not the page's b) after a submit: the item page is fetched
     again (no-store), so it shows the stored answer as a revision, not the page as it was
     before the submit (which then reported a conflict with itself)."""
-    study = Study.objects.get(name="demo-validity")
-    login(page, live_server.url, "annotator3", "annotator3-demo")
-    page.goto(f"{live_server.url}/annotate/{study.pk}/")
-    page.wait_for_selector("#judgement-form")
-    first = current_assignment(page)
+    first = start_validity(page, live_server.url, "annotator3")
     page.keyboard.press("2")
     page.keyboard.press("w")
     page.keyboard.press("Enter")
