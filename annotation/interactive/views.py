@@ -42,9 +42,10 @@ def export_sessions(request, study_id: int):
     rows = session_records(study)
     subsets = sorted({subset for _, subset, _, _ in rows})
     chosen = request.GET.get("subset") or (subsets[0] if len(subsets) == 1 else "")
-    if chosen not in subsets:
-        return HttpResponse(f"choose a subset with ?subset=: {', '.join(subsets) or 'no ended session yet'}",
-                            status=400, content_type="text/plain")
+    if chosen not in subsets:  # a page that says why, with a link per subset (400 for an unknown one)
+        return render(request, "annotation/interactive_export.html", {
+            "study": study, "subsets": subsets, "asked": request.GET.get("subset") or ""},
+            status=400 if request.GET.get("subset") else 200)
     body = json.dumps([record for _, subset, record, _ in rows if subset == chosen], indent=1) + "\n"
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="{chosen}.json"'

@@ -244,3 +244,8 @@ def test_the_study_pages_serve_an_interactive_study(world, client, monkeypatch):
         assert client.get(url).status_code == 200, url
     download = client.get(f"/studies/{study.pk}/interactive/export/")
     assert download.status_code == 200 and json.loads(download.content)[0]["num_turns"] == 1
+    # an unknown subset: the app's page, saying so and linking the subsets there are (was bare text)
+    wrong = client.get(f"/studies/{study.pk}/interactive/export/?subset=nope")
+    page = wrong.content.decode()
+    assert wrong.status_code == 400 and wrong["Content-Type"].startswith("text/html")
+    assert "No ended session of subset “nope”" in page and page.count('href="?subset=') == 1
