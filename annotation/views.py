@@ -124,6 +124,11 @@ def history(request, study_id: int):
         .prefetch_related("revisions")
         .order_by("-position")
     )
+    rubric = study.rubric.rubric
+    rows = list(rows)
+    for a in rows:  # the current answer as the rubric words it (the annotator never reads keys)
+        current = next((j for j in a.revisions.all() if j.is_current), None)
+        a.answer_label = rubric.verdict_label(current.category, current.sub_reason) if current and current.category else ""
     return render(request, "annotation/history.html", {"study": study, "rows": rows})
 
 

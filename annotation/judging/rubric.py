@@ -216,6 +216,14 @@ class Rubric:
         """The category with this key, or ``None``."""
         return next((c for c in self.categories if c.key == key), None)
 
+    def verdict_label(self, category: str, sub_reason: str = "") -> str:
+        """How an answer reads to a person: the category's label and its sub-reason's (the keys
+        themselves for ones this rubric does not define)."""
+        cat = self.category(category)
+        sub = cat.sub_reason(sub_reason) if cat and sub_reason else None
+        head = cat.label if cat else category
+        return f"{head} / {sub.label if sub else sub_reason}" if sub_reason else head
+
     @property
     def valid_category(self) -> Category | None:
         """The single category with ``valid = True`` (category rubrics), else ``None``."""

@@ -158,6 +158,9 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
     for url in (f"/annotate/{study.pk}/item/{asg.pk}/", f"/annotate/{study.pk}/history/"):
         body = client.get(url).content.decode()
         assert "<script>alert" not in body, url
+    # the history words the answer as the rubric does, not by its key
+    history = client.get(f"/annotate/{study.pk}/history/").content.decode()
+    assert study.rubric.rubric.valid_category.label in history and ">VALIDATED" not in history
     result = export_study(study, out_dir=tmp_path / "export")
     traces = [json.loads(line) for p in result.path.rglob("*.trace.jsonl") for line in p.read_text().splitlines()]
     lines = [json.loads(line) for p in result.path.rglob("*.jsonl") if not p.name.endswith(".trace.jsonl")

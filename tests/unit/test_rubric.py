@@ -85,6 +85,13 @@ def test_validity_categories_and_sub_reasons_as_design(validity):
     assert (validity.flags.validated_field, validity.flags.note_field) == ("validated", "other")
 
 
+def test_verdict_label_words_an_answer_as_the_rubric_does(validity):
+    target = validity.category("INVALID_TARGET_IMAGE")
+    assert validity.verdict_label("INVALID_TARGET_IMAGE", "low_resolution") == f"{target.label} / Low resolution"
+    assert validity.verdict_label("VALIDATED") == validity.valid_category.label
+    assert validity.verdict_label("GONE", "what") == "GONE / what"  # keys this rubric does not define stay keys
+
+
 def test_severity_order_exactly_as_design(validity):
     assert [c.key for c in validity.by_severity()] == [
         "INVALID_TARGET_IMAGE", "INVALID_IMAGE_QUERY", "INVALID_TEXT_QUERY", "QUERY_TOO_BROAD", "VALIDATED"]
