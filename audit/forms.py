@@ -5,18 +5,29 @@ from django import forms
 
 from retrieval.models import Dataset
 
+from .models import AuditRun
 from .runs.base import AuditError
 from .runs.planning import normalise_retrievers, resolve_split
 
 DEFAULT_POOL = "openclip:cirval-tiny-vit\nopenclip:cirval-tiny-vit-b"
 
 
+def default_pool() -> str:
+    """The pool the form starts with: that of the newest finished computed audit (the demo's
+    trained retrievers on a fresh install), else two tiny configurations with random weights."""
+    last = (AuditRun.objects.filter(status=AuditRun.Status.DONE, source=AuditRun.Source.COMPUTED)
+            .order_by("-pk").values_list("retrievers", flat=True).first())
+    return "\n".join(last) if last else DEFAULT_POOL
+
+
 class AuditForm(forms.Form):
     dataset = forms.ModelChoiceField(Dataset.objects.all(), to_field_name="name", empty_label=None)
     split = forms.CharField(required=False, max_length=50, help_text="A split (val) or a category of one (dress/val). Empty: the dataset's only split.")
     retrievers = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), initial=DEFAULT_POOL,
-        help_text="One retriever spec a line, e.g. openclip:ViT-B-32@openai or openclip:cirval-tiny-vit.",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}), initial=default_pool,
+        help_text="One retriever spec a line: a pretrained tag (openclip:ViT-B-32@openai) or a checkpoint "
+                  "(openclip:ViT-B-32@/models/ft.pt). A spec without weights (openclip:cirval-tiny-vit) is "
+                  "initialised at random: its ranks mean nothing (tests only).",
     )
     k = forms.IntegerField(label="K", min_value=1, max_value=1000, initial=10)
     min_mm_retrievers = forms.IntegerField(

@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
 from config.roles import is_admin, researcher_required
+from retrieval.specs import has_random_weights
 
 from .runs import aggregation, dispatch, planning
 from .forms import AuditForm
@@ -74,7 +75,8 @@ def audit_detail(request, pk: int):
         others = [int(v) for v in asked if v.isdigit()] if "compare" in request.GET else None
         compare = compare_sessions(run, others, request.GET.get("strategy"))
     return render(request, "audit/detail.html", {"run": run, "report": report, "status": _status(run),
-                                                 "compare": compare})
+                                                 "compare": compare, "random_retrievers": [
+                                                     r for r in run.retrievers if has_random_weights(r)]})
 
 
 @require_GET

@@ -110,6 +110,16 @@ def parse_retriever_spec(spec: str) -> dict[str, Any]:
     return {"backend": "openclip", "model": model, **parsed}
 
 
+def has_random_weights(spec: str) -> bool:
+    """Whether the spec names no weights (no pretrained tag, no checkpoint): a model initialised at
+    random, whose ranks carry no meaning (the tests' tiny configurations). A spec that no longer
+    parses (a checkpoint since removed) is not called random."""
+    try:
+        return parse_retriever_spec(spec)["kind"] == "random"
+    except ValueError:
+        return False
+
+
 def weights_of(model: str, weights: str | None) -> dict[str, Any]:
     """What the WEIGHTS part of a spec names, for ``model``: the one rule that the spec parser
     and :class:`retrieval.encoders.OpenClipRetriever` (its ``pretrained`` argument) share.

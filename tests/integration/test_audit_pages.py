@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from audit.forms import DEFAULT_POOL, default_pool
 from audit.models import AuditRun
 from retrieval.models import Dataset, Query, QuerySubset
 from tests.conftest import FIXTURES
@@ -125,6 +126,14 @@ def test_staff_starts_an_audit(client, demo_accounts, tiny, django_capture_on_co
     assert run.retrievers == ["openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit-b"]
     assert run.status == "queued" and run.created_by.username == "admin"
     assert len(callbacks) == 1  # the coordinator is sent once the run is committed
+    # both tiny configurations name no weights: the page says their ranks mean nothing
+    page = client.get(f"/audits/{run.pk}/").content.decode()
+    assert page.count(">random weights<") == 2 and "2 of the 2 retrievers name no weights" in page
+    # the next form starts from the newest finished computed audit's pool, else the tiny ones
+    assert default_pool() == DEFAULT_POOL
+    AuditRun.objects.filter(pk=run.pk).update(status="done", retrievers=["openclip:ViT-B-32@/m/a.pt"])
+    assert default_pool() == "openclip:ViT-B-32@/m/a.pt"
+    assert "openclip:ViT-B-32@/m/a.pt</textarea>" in client.get("/audits/new/").content.decode()
 
 
 def test_researcher_cannot_start_an_audit(client, demo_accounts, tiny):  # noqa: F811
