@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 
 from config.roles import staff_required
@@ -213,7 +214,7 @@ def study_progress_page(request, study_id: int):
 def study_suspicion_page(request, study_id: int):
     """Staff only: the study's items by suspicion score, highest first, with the score's parts
     (:mod:`annotation.studies.suspicion`); POST computes the scores again."""
-    from annotation.studies.suspicion import PART_HELP, part_rows, refresh_suspicion
+    from annotation.studies.suspicion import PART_HELP, item_votes, part_rows, refresh_suspicion, staleness
 
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
     if request.method == "POST":
@@ -222,7 +223,13 @@ def study_suspicion_page(request, study_id: int):
         return redirect("annotation:study_suspicion", study_id=study.pk)
     items = list(study.items.filter(query__n_turns=1).select_related("query").order_by("-suspicion", "order_key")
                  .only("pk", "suspicion", "suspicion_parts", "completed", "query__external_id")[:500])
-    rows = [{"item": i, "parts": part_rows(i.suspicion_parts), "meta": i.suspicion_parts or {}} for i in items]
+    votes_now = item_votes(study.pk)
+    rows = [{"item": i, "parts": part_rows(i.suspicion_parts), "meta": i.suspicion_parts or {},
+             "votes_now": len(votes_now.get(i.pk, ()))} for i in items]
+    stale = staleness([{"item": i.pk, "meta": i.suspicion_parts} for i in study.items.filter(query__n_turns=1)
+                       .only("pk", "suspicion_parts")], votes_now)
     return render(request, "annotation/suspicion.html", {
         "study": study, "rows": rows, "part_help": PART_HELP, "by_suspicion": engine.serves_by_suspicion(study),
+        "computed_at": parse_datetime(stale["computed_at"]) if stale["computed_at"] else None,
+        "behind": len(stale["behind"]),
         "total": study.items.filter(query__n_turns=1).count(), "exportable": has_verdicts(study.rubric.rubric)})

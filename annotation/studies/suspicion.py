@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from audit.runs.suspicion import audit_signals
 from audit.suspicion import PARTS, WEIGHTS, Signals, score
@@ -32,24 +33,27 @@ def item_votes(study_id: int) -> dict[int, tuple[bool, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
-def item_suspicion(signals: Signals, votes: tuple[bool, ...], run: int | None) -> tuple[float, dict[str, Any]]:
-    """(score, what is stored beside it) of one item: 0 when no part could be computed."""
+def item_suspicion(signals: Signals, votes: tuple[bool, ...], run: int | None,
+                   computed_at: str = "") -> tuple[float, dict[str, Any]]:
+    """(score, what is stored beside it) of one item: 0 when no part could be computed;
+    ``votes`` and ``computed_at`` say what the score saw and when."""
     value, parts = score(replace(signals, votes=votes))
     return (value or 0.0), {"parts": parts, "run": run, "rivals": signals.rivals, "votes": len(votes),
-                            "scored": value is not None}
+                            "scored": value is not None, "computed_at": computed_at}
 
 
 def refresh_suspicion(study_id: int, batch: int = 500) -> int:
     """Compute and store the score of every single-turn item of a study; returns how many were scored."""
     items = list(StudyItem.objects.filter(study_id=study_id, query__n_turns=1).only("pk", "query_id"))
     votes = item_votes(study_id)
+    computed_at = timezone.now().isoformat(timespec="seconds")
     scored = 0
     for start in range(0, len(items), batch):
         chunk = items[start:start + batch]
         signals = audit_signals([i.query_id for i in chunk])
         for item in chunk:
             run, sig = signals.get(item.query_id, (None, Signals(ranks=(), n_gallery=0)))
-            item.suspicion, item.suspicion_parts = item_suspicion(sig, votes.get(item.pk, ()), run)
+            item.suspicion, item.suspicion_parts = item_suspicion(sig, votes.get(item.pk, ()), run, computed_at)
             scored += item.suspicion_parts["scored"]
         with transaction.atomic():
             StudyItem.objects.bulk_update(chunk, ["suspicion", "suspicion_parts"], batch_size=batch)
@@ -68,6 +72,15 @@ PART_HELP: dict[str, str] = {
     "consistency": "the text does not point at the target rather than at the reference",
     "votes": "the annotators disagree (two votes or more)",
 }
+
+
+def staleness(stored: list[dict[str, Any]], votes_now: dict[int, tuple[bool, ...]]) -> dict[str, Any]:
+    """How far stored scores are behind: ``stored`` holds ``item`` (pk) and ``meta`` (the stored
+    parts) per item. Returns the oldest ``computed_at`` and the items whose counted votes changed
+    since their score was computed (a submit does not recompute it: the page's button does)."""
+    behind = [row["item"] for row in stored if len(votes_now.get(row["item"], ())) != (row["meta"] or {}).get("votes", 0)]
+    stamps = [(row["meta"] or {}).get("computed_at") or "" for row in stored]
+    return {"computed_at": min(stamps) if stamps and all(stamps) else "", "behind": behind}
 
 
 def part_rows(parts: dict[str, Any]) -> list[dict[str, Any]]:

@@ -84,3 +84,27 @@ def test_staff_choose_the_order_when_creating_a_study(circo, admin_client):
     assert bad.status_code == 400
     page = admin_client.get(f"/studies/{Study.objects.get(name='api-by-score').pk}/progress/").content.decode()
     assert "Served in suspicion order" in page
+
+
+def test_the_queue_page_says_when_scores_have_not_seen_new_judgements(circo, admin_client):
+    """A submit does not recompute an item's score: the staff page says when the scores were
+    computed and which items have counted judgements since; Compute again catches them up."""
+    from annotation.studies.suspicion import refresh_suspicion
+
+    users = [make_annotator(f"ann{i}", password="x") for i in range(2)]
+    study = _study("stale", Study.ServeOrder.SUSPICION, users, overlap=2)
+    refresh_suspicion(study.pk)
+    page = admin_client.get(f"/studies/{study.pk}/suspicion/").content.decode()
+    assert "Scores computed " in page and "Every score has seen its item" in page
+    for user in users:
+        a = engine.next_assignment(study, user).assignment
+        engine.submit(a, {"category": "VALIDATED", "time_spent_ms": 900})
+    item = a.item
+    page = admin_client.get(f"/studies/{study.pk}/suspicion/").content.decode()
+    assert "1 item has counted judgements the score has not seen" in page
+    row = page[page.index(f'data-item="{item.pk}"'):]
+    assert "2 / 0</td>" in row[:row.index("</tr>")]
+    admin_client.post(f"/studies/{study.pk}/suspicion/")
+    page = admin_client.get(f"/studies/{study.pk}/suspicion/").content.decode()
+    assert "Every score has seen its item" in page
+    assert StudyItem.objects.get(pk=item.pk).suspicion_parts["votes"] == 2
