@@ -145,31 +145,72 @@ def _kappa_label(pc: dict[str, Any]) -> str:
     return f"Mean Cohen's kappa ({weights}; {pc['count']} of {pc['n_pairs']} pairs)"
 
 
-def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str, str]]:
-    """(label, value, 95% interval, why it is undefined or '') of the report's headline figures."""
+#: What each headline figure measures, shown beside it (the formulas: the report's conventions,
+#: :data:`annotation.agreement.maths.CONVENTIONS`, listed under the figures).
+FIGURE_HELP: dict[str, str] = {
+    "items": "items with two or more counted judgements: the only ones agreement is measured on",
+    "annotators": "annotators with a counted judgement on one of those items",
+    "judgements": "counted judgements on those items (revisions count once: the current one)",
+    "percent": "per item, the share of pairs of judgements that agree, averaged over items; no allowance for chance",
+    "alpha": "Krippendorff's alpha: 1 − observed / expected disagreement; 1 perfect, 0 chance, missing judgements allowed",
+    "fleiss": "Fleiss' kappa: chance-corrected agreement of many raters; defined only when every item has as many judgements",
+    "ac1": "Gwet's AC1: chance-corrected like kappa, but not dragged down when one label dominates; Q = the labels "
+           "possible (for validity, the 17 signatures: valid, or a combination of the four flags, or unspecified)",
+    "cohen": "Cohen's kappa of every pair of annotators on the items both judged, averaged over pairs",
+    "valid_rate": "share of all judgements that validate the item",
+    "binary_alpha": "Krippendorff's alpha on valid / invalid only (every invalid signature one label)",
+    "binary_fleiss": "Fleiss' kappa on valid / invalid only",
+    "signature_alpha": "Krippendorff's alpha on the full signature: the same figure as the alpha above (its interval is "
+                       "that one's), named for comparison with CIRCUS",
+}
+
+#: How to read a chance-corrected coefficient, shown under the figures.
+READING = ("1 is perfect agreement, 0 what chance alone gives, below 0 worse than chance. Krippendorff (2004) asks "
+           "for alpha ≥ 0.800 before relying on the data and ≥ 0.667 for tentative conclusions; Landis and Koch's "
+           "(1977) bands for kappa: 0.41–0.60 moderate, 0.61–0.80 substantial, 0.81–1 almost perfect.")
+
+
+def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str, str, str]]:
+    """(label, value, 95% interval, why it is undefined or '', what it measures) of the report's
+    headline figures."""
     why = a["undefined"]
+    h = FIGURE_HELP
     headline = [
-        ("Items (2+ judgements)", a["n_items"], "", ""), ("Annotators", a["n_annotators"], "", ""),
-        ("Judgements", a["n_judgements"], "", ""),
+        ("Items (2+ judgements)", a["n_items"], "", "", h["items"]),
+        ("Annotators", a["n_annotators"], "", "", h["annotators"]),
+        ("Judgements", a["n_judgements"], "", "", h["judgements"]),
         ("Percent agreement", fmt(a["percent_agreement"]), _ci(a, "percent_agreement"),
-         why.get("percent_agreement", "")),
+         why.get("percent_agreement", ""), h["percent"]),
         (f"Krippendorff's alpha ({a['level']})", fmt(a["krippendorff_alpha"]), _ci(a, "krippendorff_alpha"),
-         why.get("krippendorff_alpha", "")),
-        ("Fleiss' kappa", fmt(a["fleiss_kappa"]), _ci(a, "fleiss_kappa"), why.get("fleiss_kappa", "")),
-        (f"Gwet's AC1 (Q = {a['n_categories']})", fmt(a["gwet_ac1"]), _ci(a, "gwet_ac1"), why.get("gwet_ac1", "")),
+         why.get("krippendorff_alpha", ""), h["alpha"]),
+        ("Fleiss' kappa", fmt(a["fleiss_kappa"]), _ci(a, "fleiss_kappa"), why.get("fleiss_kappa", ""), h["fleiss"]),
+        (f"Gwet's AC1 (Q = {a['n_categories']})", fmt(a["gwet_ac1"]), _ci(a, "gwet_ac1"), why.get("gwet_ac1", ""),
+         h["ac1"]),
         (_kappa_label(a["pairwise_cohen"]), fmt(a["pairwise_cohen"]["mean"]), _ci(a, "pairwise_cohen_mean"),
-         why.get("pairwise_cohen", "")),
+         why.get("pairwise_cohen", ""), h["cohen"]),
     ]
     if "binary_valid_invalid" in a:
-        b = a["binary_valid_invalid"]
-        headline += [("Valid rate", fmt(b["valid_rate"]), "", ""),
-                     ("Binary alpha", fmt(b["krippendorff_alpha_nominal"]),
-                      _ci(a, "binary_valid_invalid.krippendorff_alpha_nominal"),
-                      why.get("binary_valid_invalid.krippendorff_alpha_nominal", "")),
-                     ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"]), _ci(a, "binary_valid_invalid.fleiss_kappa"),
-                      why.get("binary_valid_invalid.fleiss_kappa", "")),
-                     ("Signature alpha", fmt(a["signature_alpha_nominal"]), "", why.get("signature_alpha_nominal", ""))]
+        headline += _binary_headline(a, why)
     return headline
+
+
+def _binary_headline(a: dict[str, Any], why: dict[str, str]) -> list[tuple[str, Any, str, str, str]]:
+    b, h = a["binary_valid_invalid"], FIGURE_HELP
+    return [("Valid rate", fmt(b["valid_rate"]), "", "", h["valid_rate"]),
+            ("Binary alpha", fmt(b["krippendorff_alpha_nominal"]), _ci(a, "binary_valid_invalid.krippendorff_alpha_nominal"),
+             why.get("binary_valid_invalid.krippendorff_alpha_nominal", ""), h["binary_alpha"]),
+            ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"]), _ci(a, "binary_valid_invalid.fleiss_kappa"),
+             why.get("binary_valid_invalid.fleiss_kappa", ""), h["binary_fleiss"]),
+            _signature_alpha(a, why)]
+
+
+def _signature_alpha(a: dict[str, Any], why: dict[str, str]) -> tuple[str, Any, str, str, str]:
+    """Krippendorff's alpha on the full signature: the headline alpha itself when that is taken on the
+    signature (then its interval too), else a figure of its own."""
+    same = a["signature_alpha_nominal"] == a["krippendorff_alpha"]
+    what = FIGURE_HELP["signature_alpha"] if same else "Krippendorff's alpha on the full signature as a nominal label"
+    return ("Signature alpha", fmt(a["signature_alpha_nominal"]), _ci(a, "krippendorff_alpha") if same else "",
+            why.get("signature_alpha_nominal", ""), what)
 
 
 @researcher_required
@@ -218,7 +259,7 @@ def report_page(request, study_id: int):
             (name, list(zip(conf["rows"], e["matrix"])), fmt(e["agreement_with_consensus"]), e["n"])
             for name, e in conf["by_annotator"].items()]}
     return render(request, "annotation/report.html", {
-        "study": study, "report": report, "headline": headline, "kappa_svg": mark_safe(kappa_svg),
+        "study": study, "report": report, "headline": headline, "reading": READING, "kappa_svg": mark_safe(kappa_svg),
         "agree_svg": mark_safe(agree_svg), "category_columns": [heading.get(c, c) for c in columns],
         "categories": categories, "breakdown_cols": [heading.get(c, c) for c in breakdown_cols],
         "breakdowns": breakdowns, "confusion": confusion, "turns": turns,

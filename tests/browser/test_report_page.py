@@ -52,6 +52,12 @@ def test_researcher_sees_the_heatmaps(page, live_server, judged_demo, shot):
     # weights, bootstrap intervals with their n, and the constant-pair conventions are stated
     assert "Brackets: 95% percentile bootstrap intervals" in body and "n = 1000 replicates" in body
     assert page.locator("#headline .ci").count() >= 4
+    # every headline figure is explained where it is shown, with how to read a coefficient
+    labels = page.eval_on_selector_all("#headline dt", "ds => ds.map(d => d.textContent)")
+    explained = page.eval_on_selector_all("#figures-help dl.glossary dt", "ds => ds.map(d => d.textContent)")
+    assert labels == explained and all(page.eval_on_selector_all("#headline > div", "ds => ds.map(d => d.title)"))
+    help_text = page.inner_text("#figures-help")
+    assert "Krippendorff (2004)" in help_text and "17 signatures" in help_text
     assert "unweighted" in body and "pending" in body
     page.click("#constant-pairs summary")
     assert "CIRCUS" in page.inner_text("#constant-pairs")
