@@ -18,6 +18,7 @@ from django.contrib import messages
 from django.core.cache import cache
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
@@ -397,6 +398,9 @@ def export_start(request, study_id: int):
         check_exportable(study, policy, primary or None, query_format, sessions)
     except ExportError as exc:
         messages.error(request, str(exc))
+        back = request.POST.get("back") or ""  # the page the form was on (progress or exports)
+        if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+            return redirect(back)
         return redirect("annotation:study_progress", study_id=study.pk)
     job = ExportJob.objects.create(study=study, policy=policy, primary=primary, query_format=query_format,
                                    sessions=sessions, created_by=request.user, total=study.items.count())

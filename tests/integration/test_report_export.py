@@ -508,6 +508,13 @@ def test_export_page_job_status_and_download(twelve, people, client, settings, t
     # a bad request is refused with a message, not a job
     resp = client.post(f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "nobody"})
     assert resp.status_code == 302 and ExportJob.objects.count() == 1
+    # ... back on the page the form was sent from (the exports page has it too), never elsewhere
+    exports = f"/studies/{study.pk}/exports/"
+    assert 'name="back"' in client.get(exports).content.decode()
+    resp = client.post(f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "nobody", "back": exports})
+    assert resp["Location"] == exports and "has no assignment" in client.get(exports).content.decode()
+    resp = client.post(f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "x", "back": "https://evil.example/"})
+    assert resp["Location"] == f"/studies/{study.pk}/progress/"
     # nobody but staff reaches any export URL
     for who in ("annotator", "researcher"):
         client.force_login(people[who])
