@@ -45,6 +45,10 @@ def _warnings(run: AuditRun, fmt: str, n_ranked: int, protocol: Any) -> list[str
     out: list[str] = [w for w in [gallery_mixed_warning(run)] if w]
     if run.source == AuditRun.Source.IMPORTED:
         out.extend(_reference_warnings(run, protocol))
+    missing = (run.summary or {}).get("no_positive_in_gallery") or 0
+    if missing:
+        out.append(f"{missing} of the ranked queries had no ground truth in the gallery they searched: each counts as "
+                   f"a miss at every K (the benchmark's own gallery holds every target; import it whole)")
     category = split_of_scope(run.split)[1]
     if protocol.per_category and category:
         out.append(f"the audit's scope is category {category!r} only: the benchmark's published R@K is the mean "

@@ -22,7 +22,7 @@ from django.core.management import call_command
 from PIL import Image as PILImage
 
 from audit.runs.encoding import clear_memos, encode_images, encode_texts, get_retriever
-from audit.models import AuditRank
+from audit.models import AuditRank, AuditRun
 from audit.protocol import run_protocol
 from audit.runs import dispatch, planning
 from audit.runs.execution import _cache
@@ -219,3 +219,23 @@ def test_categories_without_their_split_files_are_warned_of_at_import_audit_and_
     shirt = audit(Dataset.objects.get(name="fiq"), split="shirt/val")
     assert shirt.summary["plan"]["gallery"]["mixed"] == ["shirt/val"]
     assert audit(Dataset.objects.get(name="fiq"), split="dress/val").summary["plan"]["gallery"]["mixed"] == []
+
+
+def test_targets_outside_the_gallery_are_warned_of_by_the_command_and_the_protocol(tmp_path, cache_dir):
+    """A FashionIQ split file cut short: many targets are in no gallery. Those queries can only be
+    labelled unresolved and ranked as misses; run_audit and the protocol table say how many."""
+    caps = DS / "fashioniq" / "cap.dress.val.sample.json"
+    records = json.loads(caps.read_text())
+    split = sorted(json.loads((DS / "fashioniq" / "split.dress.val.sample.json").read_text()))
+    kept = [a for a in split if a not in {r["target"] for r in records[:5]}][:40]
+    cut = tmp_path / "split.dress.val.json"
+    cut.write_text(json.dumps(kept))
+    draw_images(tmp_path / "img", [f"{a}.jpg" for a in set(kept) | {r[k] for r in records for k in ("candidate", "target")}])
+    import_dataset("--format", "fashioniq", "--name", "cut", "--images-root", str(tmp_path / "img"), str(caps), str(cut))
+    out, err = StringIO(), StringIO()
+    call_command("run_audit", "--dataset", "cut", "--retriever", SPEC, "--eager", stdout=out, stderr=err)
+    run = AuditRun.objects.get(dataset__name="cut")
+    missing = sum(1 for r in records if r["target"] not in set(kept))
+    assert missing >= 5 and run.summary["no_positive_in_gallery"] == missing
+    assert f"warning: {missing} queries had no ground truth in the gallery they searched" in err.getvalue()
+    assert any(w.startswith(f"{missing} of the ranked queries had no ground truth") for w in run_protocol(run)["warnings"])

@@ -9,6 +9,7 @@ from audit.runs import dispatch, planning
 from audit.labels import COUNT_KEYS
 from retrieval.captions import CAPTION_JOINS
 from audit.models import AuditRun
+from audit.protocol import gallery_mixed_warning
 
 
 def format_eta(seconds: float | None) -> str:
@@ -100,6 +101,8 @@ class Command(BaseCommand):
         counts = s.get("counts", {})
         for label in COUNT_KEYS:
             self.stdout.write(f"  {label:<22}{counts.get(label, 0):>8}")
+        for warning in run_warnings(run):
+            self.stderr.write(f"warning: {warning}")
         ses = s.get("sessions")
         if ses:
             sk = ", ".join(f"{r} {n}" for r, n in ses.get("skipped", {}).items()) or "none"
@@ -117,6 +120,21 @@ class Command(BaseCommand):
                         for m, v in mods.items()
                     )
                     self.stdout.write(f"  {name} {strategy}: {cells}")
+
+
+def run_warnings(run: AuditRun) -> list[str]:
+    """What the audit page warns of, for the terminal: ground truths outside the gallery (those
+    queries are labelled unresolved and ranked as misses), galleries that mix scopes."""
+    s = run.summary or {}
+    out = []
+    if s.get("no_positive_in_gallery"):
+        out.append(f"{s['no_positive_in_gallery']} queries had no ground truth in the gallery they searched "
+                   f"(labelled unresolved, ranked as misses)")
+    if (s.get("sessions") or {}).get("no_positive_in_gallery"):
+        out.append(f"{s['sessions']['no_positive_in_gallery']} sessions had no ground truth in the gallery they searched")
+    if gallery_mixed_warning(run):
+        out.append(gallery_mixed_warning(run))
+    return out
 
 
 def wait_for_run(run_id: int, err, poll: float = 2.0) -> AuditRun:
