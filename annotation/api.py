@@ -19,7 +19,8 @@ from annotation.verdicts.state import annotator_share
 from annotation.models import Assignment, Study
 from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
 from annotation.quality.gold import feedback_message, training_feedback
-from annotation.permissions import member_study, membership, own_assignment, visible_studies, writable_assignment
+from annotation.permissions import (member_study, membership, own_assignment, readable_study, visible_studies,
+                                    writable_assignment)
 from annotation.judging.rubric import JudgementError
 from annotation.studies.building import StudyError, StudySpec, create_study
 
@@ -85,7 +86,7 @@ def studies(request):
 @extend_schema(responses={200: dict})
 @api_view(["GET"])
 def study_detail(request, pk: int):
-    return Response(study_dict(member_study(request.user, pk), request.user))
+    return Response(study_dict(readable_study(request.user, pk), request.user))
 
 
 @extend_schema(request=None, responses={200: dict, 204: dict})

@@ -61,6 +61,21 @@ def member_study(user, study_id: int, annotate: dict | None = None, rows: list |
     raise Http404("no such study")
 
 
+def readable_study(user, study_id: int) -> Study:
+    """A study the user may read the description of: one they annotate in (staff: any), or for a
+    researcher any study, as the study list shows them (:func:`visible_studies`); 404 otherwise."""
+    try:
+        return member_study(user, study_id)
+    except Http404:
+        if not roles.is_researcher(user):
+            raise
+    study = visible_studies(user).select_related("rubric").filter(pk=study_id).first()
+    if study is None:
+        raise Http404("no such study")
+    study.is_annotator = False
+    return study
+
+
 def own_assignment(user, assignment_id: int) -> Assignment:
     """The user's own assignment in a study they still annotate (staff: any of their own);
     another annotator's, or one of a study they were removed from, gives 404."""

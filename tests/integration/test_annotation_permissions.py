@@ -140,3 +140,18 @@ def test_schema_lists_the_annotation_api_to_researchers_only(world):
     paths = {p.replace("{id}", "{pk}") for p in json.loads(resp.content)["paths"]}
     for p in ("/api/studies/", "/api/studies/{pk}/next/", "/api/assignments/{pk}/judgements/", "/api/assignments/{pk}/draft/"):
         assert p in paths
+
+
+def test_a_researcher_reads_each_study_as_the_list_shows_it(world):
+    """The study list shows researchers every study; its detail answers the same (it was 404),
+    while the annotation endpoints stay closed to them."""
+    User = get_user_model()
+    reader = User.objects.create_user("reader", password="pw")
+    reader.groups.add(Group.objects.get(name="researcher"))
+    api = api_for(reader)
+    listed = {s["id"]: s for s in api.get("/api/studies/").json()}
+    study = world["study"]
+    detail = api.get(f"/api/studies/{study.pk}/")
+    assert detail.status_code == 200 and detail.json() == listed[study.pk]
+    assert api.get(f"/api/studies/{study.pk + 999}/").status_code == 404
+    assert api.post(f"/api/studies/{study.pk}/next/").status_code == 404
