@@ -35,6 +35,13 @@ def test_health_is_open(client):
     assert set(resp.json()) == {"ok", "database", "broker", "cache", "workers"}
 
 
+def test_the_site_icon_is_served_without_a_login(client):
+    """Browsers ask for /favicon.ico by themselves: the site's icon (it was a 404 on every page)."""
+    resp = client.get("/favicon.ico")
+    assert resp.status_code == 301 and resp["Location"].endswith("cirval/favicon.svg")
+    assert 'rel="icon"' in client.get("/login/").content.decode()
+
+
 def test_roles(client, demo_accounts, circo):
     client.login(username="annotator1", password=demo_accounts["annotator1"])
     assert client.get("/").status_code == 200
