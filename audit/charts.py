@@ -27,10 +27,23 @@ def elided(text: str, max_chars: int) -> str:
     return text[:head] + "…" + text[len(text) - (max_chars - 1 - head):]
 
 
+#: Width of one character of the charts' 12 px labels, a little generous (legend spacing).
+CHAR_W = 7.0
+
+
+def _legend_xs(names: Sequence[str], x: float, sample_w: float, least: float) -> list[float]:
+    """Where each legend entry starts: after the one before it, its sample and its label (at
+    least ``least`` apart), so that a long label never runs into the next entry's sample."""
+    xs, cx = [], x
+    for name in names:
+        xs.append(cx)
+        cx += max(least, sample_w + len(name) * CHAR_W + 18)
+    return xs
+
+
 def _legend(series: Sequence[str], x: float, y: float) -> list[str]:
     out = []
-    for n, name in enumerate(series):
-        cx = x + n * 150
+    for n, (name, cx) in enumerate(zip(series, _legend_xs(series, x, 17, 150))):
         out.append(f'<rect x="{cx}" y="{y - 10}" width="12" height="12" fill="{PALETTE[n % len(PALETTE)]}"/>')
         out.append(f'<text x="{cx + 17}" y="{y}" {FONT}>{escape(name)}</text>')
     return out
@@ -188,8 +201,7 @@ def _series_style(n: int) -> tuple[str, str]:
 def _line_legend(names: Sequence[str], pad_l: int) -> list[str]:
     """A line sample with its marker for each series."""
     out: list[str] = []
-    for n, name in enumerate(names):
-        lx = pad_l + n * 170
+    for n, (name, lx) in enumerate(zip(names, _legend_xs(names, pad_l, 42, 170))):
         colour, dash_attr = _series_style(n)
         out.append(f'<line x1="{lx}" y1="36" x2="{lx + 34}" y2="36" stroke="{colour}" stroke-width="2.5"{dash_attr}/>')
         out.append(_marker(MARKERS[n % len(MARKERS)], lx + 17, 36, colour, name))

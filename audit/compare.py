@@ -112,6 +112,7 @@ def _cells(rows: list[dict[str, Any]]) -> int:
         r["label"] = _label(r, numbers[r["retriever"]])
         r["hit_cells"] = [f"{v:.3f}" if v is not None else "—" for v in r["hits"]] + ["—"] * (l_max - len(r["hits"]))
         r["rank_text"] = " → ".join(f"{v:g}" if v is not None else "not retrieved" for v in r["ranks"])
+        r["retriever_short"] = charts.elided(r["retriever"], 34)  # the whole spec in the cell's tooltip
     return l_max
 
 

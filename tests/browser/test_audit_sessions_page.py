@@ -50,3 +50,32 @@ def test_researcher_reads_the_session_curves_and_filters(page, live_server, audi
         }
     }""")
     shot(page, "audit-sessions")
+
+
+def test_sessions_side_by_side_fits_at_1366(browser, live_server, audited_demo):
+    """The side-by-side table at 1366x768: retriever specs shortened (whole in the tooltip), the
+    chart legends' labels clear of the next entry."""
+    from tests.browser.conftest import SHOTS, close_tab, open_tab
+
+    page = open_tab(browser, 1366, 768)
+    try:
+        login(page, live_server.url, "researcher", "researcher-demo")
+        page.goto(f"{live_server.url}/audits/{audited_demo.pk}/")
+        page.wait_for_selector("#compare-table")
+        sizes = page.evaluate("""() => { const s = document.querySelector('#compare-table').closest('.scroll');
+            return [s.scrollWidth, s.clientWidth]; }""")
+        assert sizes[0] <= sizes[1] + 1, sizes
+        codes = page.locator("#compare-table code")
+        assert all(len(t) <= 34 for t in codes.all_inner_texts())
+        assert codes.first.get_attribute("title") in audited_demo.retrievers
+        # legend entries: each label ends before the next entry's sample begins
+        gaps = page.evaluate("""() => [...document.querySelectorAll('#sessions-compare svg')].map(svg => {
+            const texts = [...svg.querySelectorAll('text')].filter(t => t.getAttribute('y') === '40');
+            const lines = [...svg.querySelectorAll('line')].filter(l => l.getAttribute('y1') === '36');
+            return texts.slice(0, -1).map((t, i) => lines[i + 1].getBBox().x - (t.getBBox().x + t.getBBox().width));
+        })""")
+        assert gaps and all(g > 0 for chart in gaps for g in chart), gaps
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.locator("#sessions-compare").screenshot(path=str(SHOTS / "audit-sessions-compare-1366.png"))
+    finally:
+        close_tab(page)
