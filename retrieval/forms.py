@@ -4,10 +4,11 @@ from pathlib import Path
 
 from django import forms
 from django.conf import settings
-from django.utils.text import slugify
 
 from . import importers
 from .imagefiles import within_any
+from .loader import LoadError, check_dataset_name
+from .models import Dataset
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -41,8 +42,11 @@ class ImportForm(forms.Form):
 
     def clean_name(self):
         name = self.cleaned_data["name"]
-        if slugify(name) != name:
-            raise forms.ValidationError("Use lowercase letters, digits, hyphens and underscores.")
+        if not Dataset.objects.filter(name=name).exists():
+            try:
+                check_dataset_name(name)
+            except LoadError as exc:
+                raise forms.ValidationError(str(exc)) from None
         return name
 
     def clean_images_root(self):

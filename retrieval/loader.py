@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import router, transaction
 from django.db.models.deletion import Collector, ProtectedError
+from django.utils.text import slugify
 
 from .dbstats import refresh_statistics
 from .galleries import mixed_fallback, mixed_fallback_text
@@ -184,8 +185,19 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
+def check_dataset_name(name: str) -> None:
+    """A new dataset's name is a slug (it names URLs, subsets and export files): lowercase
+    letters, digits, hyphens and underscores. The import form and the loader both ask this."""
+    if not name or slugify(name) != name:
+        raise LoadError(f"dataset name {name!r}: use lowercase letters, digits, hyphens and underscores "
+                        f"(e.g. {slugify(name) or 'my-dataset'!r})")
+
+
 def _open_dataset(name: str, fmt: str, root: Path | None, description: str) -> tuple[Dataset, bool]:
-    """Get or create dataset ``name`` (locked); refuse another format or another images root."""
+    """Get or create dataset ``name`` (locked); refuse another format or another images root,
+    and a new dataset whose name is no slug (:func:`check_dataset_name`)."""
+    if not Dataset.objects.filter(name=name).exists():
+        check_dataset_name(name)
     root_text = str(root) if root else ""
     dataset, created = Dataset.objects.select_for_update().get_or_create(
         name=name, defaults={"format": fmt, "images_root": root_text, "description": description}

@@ -316,3 +316,13 @@ def test_a_reimport_that_knows_less_keeps_the_stored_image_paths_and_files(tmp_p
     assert after == before
     assert stats("cirr")["missing_images"] == len(before) - present
     assert "were not looked for" not in out and "0 updated" in out
+
+
+def test_a_new_dataset_needs_a_slug_name_on_the_command_line_too():
+    """The import form refused a name that is no slug; the command wrote it (it names URLs,
+    subsets and export files)."""
+    with pytest.raises(CommandError, match="use lowercase letters, digits, hyphens and underscores"):
+        run_import("--format", "circo", "--name", "bad name!", str(DS / "circo" / "val.json"))
+    assert not Dataset.objects.exists()
+    run_import("--format", "circo", "--name", "good_name-2", str(DS / "circo" / "val.json"))
+    assert Dataset.objects.get().name == "good_name-2"
