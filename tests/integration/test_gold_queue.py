@@ -79,11 +79,15 @@ def test_training_feedback_names_the_expected_category_and_links_to_the_item(stu
     own answer and the item's page, in the submit's answer and on the next page."""
     from rest_framework.test import APIClient
 
-    study.training_items, study.gold_rate = 1, 0
+    study.training_items, study.gold_rate = 1, 0.05
     study.save()
     gold = StudyItem.objects.filter(study=study).order_by("id").first()
     boss = get_user_model().objects.create_superuser("boss", password="pw")
     client.force_login(boss)
+    # a gold rate with no gold item measures nobody: the room says so until one is added
+    assert 'id="gold-none"' in client.get(f"/room/studies/{study.pk}/").content.decode()
+    study.gold_rate = 0
+    study.save()
     refused = client.post(f"/room/studies/{study.pk}/gold/",
                           {"item": gold.pk, "answer": "valid", "category": "QUERY_TOO_BROAD"}, follow=True)
     assert "A category goes with “not valid” only." in refused.content.decode()
