@@ -350,7 +350,7 @@ def adjudication_item_page(request, study_id: int, item_id: int):
         "study": study, "item": item, "row": row, "decision": before, "history": history,
         "turns": [(t, image_ref(t.reference_image)) for t in turns],
         "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
-        "rubric": study.rubric.rubric, "candidates": _candidate_rows(study, item),
+        "rubric": study.rubric.rubric, **_candidate_groups(_candidate_rows(study, item)),
         "session_rule": verdicts.describe_session(),
         "suspicion": part_rows(item.suspicion_parts) if item.suspicion_parts else [],
     })
@@ -368,6 +368,13 @@ def _decide_candidate(request, study: Study, item: StudyItem):
         return HttpResponse(str(exc), status=400, content_type="text/plain")
     messages.success(request, f"Candidate {image}: {'accepted' if request.POST.get('accept') == '1' else 'refused'}.")
     return redirect("annotation:adjudication_item", study_id=study.pk, item_id=item.pk)
+
+
+def _candidate_groups(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The page's candidates: those with a tick or a decision first, the rest (nobody ticked them)
+    folded, so a panel of 50 does not make the page thousands of pixels tall."""
+    return {"candidates": rows, "candidates_seen": [r for r in rows if r["alt"]],
+            "candidates_untouched": [r for r in rows if not r["alt"]]}
 
 
 def _candidate_rows(study: Study, item: StudyItem) -> list[dict[str, Any]]:

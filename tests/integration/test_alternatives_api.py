@@ -116,4 +116,8 @@ def test_an_adjudicator_accepts_or_refuses_a_candidate(served, client):
     assert client.post(url, {"candidate": item.candidates[2], "accept": "1"}).status_code == 302
     assert client.post(url, {"candidate": 999999, "accept": "1"}).status_code == 400
     assert list(AlternativeDecision.objects.values_list("image_id", "accepted")) == [(item.candidates[2], True)]
-    assert "<b>accepted</b> (adjudicated)" in client.get(url).content.decode()
+    page = client.get(url).content.decode()
+    assert "<b>accepted</b> (adjudicated)" in page
+    # the decided candidate leads the table; the five nobody ticked are folded below it
+    seen = page[page.index('id="candidates"'):page.index('id="candidates-untouched"')]
+    assert seen.count('name="candidate"') == 1 and "5 candidates nobody ticked" in page
