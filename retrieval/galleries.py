@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from .models import GalleryEntry, Image, Query
+from .models import Dataset, GalleryEntry, Image, Query
 
 #: The key of "every image of the dataset" (the query's split and category have no gallery).
 ALL_IMAGES = None
@@ -45,12 +45,19 @@ def gallery_keys(dataset_id: int) -> set[str]:
     return set(GalleryEntry.objects.filter(dataset_id=dataset_id).order_by().values_list("split", flat=True).distinct())
 
 
+#: Formats whose benchmark searches one gallery for every split (CIRCO: COCO unlabeled2017 for
+#: val and test), so that their splits sharing every image of the dataset is the protocol.
+SHARED_GALLERY_FORMATS = frozenset({"circo"})
+
+
 def mixed_fallback(dataset_id: int, queries: Any) -> list[str]:
     """The scopes (:func:`scope_text`) among ``queries`` whose queries have no gallery of their
     own (:func:`search_key` gives :data:`ALL_IMAGES`: they search every image of the dataset),
     when the dataset's queries span several scopes, so that such a search mixes the other
     scopes' images in (FashionIQ's categories imported without their split files, CIRCLED's
-    subsets); ``[]`` otherwise."""
+    subsets); ``[]`` otherwise, and for :data:`SHARED_GALLERY_FORMATS`."""
+    if Dataset.objects.filter(pk=dataset_id, format__in=SHARED_GALLERY_FORMATS).exists():
+        return []
     scopes = Query.objects.filter(dataset_id=dataset_id).order_by().values_list("split", "category").distinct()
     if len(scopes[:2]) < 2:
         return []

@@ -326,3 +326,16 @@ def test_a_new_dataset_needs_a_slug_name_on_the_command_line_too():
     assert not Dataset.objects.exists()
     run_import("--format", "circo", "--name", "good_name-2", str(DS / "circo" / "val.json"))
     assert Dataset.objects.get().name == "good_name-2"
+
+
+def test_galleries_mixed_across_scopes_are_warned_of_except_where_the_benchmark_shares_one():
+    """FashionIQ categories without their split files search every image, the other categories'
+    included: the import says so. CIRCO's val and test both search COCO's one pool: no warning."""
+    caps = [str(DS / "fashioniq" / f"cap.{c}.val.sample.json") for c in ("dress", "shirt")]
+    out = run_import("--format", "fashioniq", "--name", "fiq", *caps, "--json")
+    warnings = json.loads(out)["warnings"]
+    assert any(w.startswith("the queries of dress/val, shirt/val have no gallery of their own") for w in warnings)
+    out = run_import("--format", "circo", "--name", "circo", str(DS / "circo" / "val.json"),
+                     str(DS / "circo" / "test.sample.json"), "--json")
+    assert set(Query.objects.filter(dataset__name="circo").values_list("split", flat=True)) == {"val", "test"}
+    assert not any("no gallery of their own" in w for w in json.loads(out)["warnings"])
