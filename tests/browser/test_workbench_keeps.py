@@ -101,7 +101,7 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
     assert (j.category, j.alternatives, j.none_fit) == ("VALIDATED", [], True)
     assert not Draft.objects.filter(assignment_id=a).exists()
     page.goto(f"{live_server.url}/annotate/{study.pk}/history/")
-    assert "VALIDATED · none fit" in page.inner_text("table.data")
+    assert "Validated · none fit" in page.inner_text("table.data")
 
 
 def test_a_paused_study_takes_the_answer_to_the_item_held(tab, live_server, demo_world, shot):
@@ -132,5 +132,5 @@ def test_a_paused_study_takes_the_answer_to_the_item_held(tab, live_server, demo
     assert (j.category, j.alternatives) == ("INVALID_TEXT_QUERY", panel[:1])
     assert Assignment.objects.get(pk=a).status == "done"
     page.goto(f"{live_server.url}/annotate/{study.pk}/history/")
-    assert "INVALID_TEXT_QUERY / ungrammatical_nonsensical · 1 also correct" in page.inner_text("table.data")
+    assert "Invalid text / Ungrammatical / nonsensical · 1 also correct" in page.inner_text("table.data")
     assert Assignment.objects.filter(study=study, annotator__username="annotator2").count() == 1  # nothing new
