@@ -221,15 +221,15 @@ def study_suspicion_page(request, study_id: int):
         n = refresh_suspicion(study.pk)
         messages.success(request, f"Suspicion computed again: {n} items scored.")
         return redirect("annotation:study_suspicion", study_id=study.pk)
-    items = list(study.items.filter(query__n_turns=1).select_related("query").order_by("-suspicion", "order_key")
+    single = study.items.filter(query__n_turns=1)
+    stored = [{"item": pk, "meta": parts} for pk, parts in single.values_list("pk", "suspicion_parts")]
+    items = list(single.select_related("query").order_by("-suspicion", "order_key")
                  .only("pk", "suspicion", "suspicion_parts", "completed", "query__external_id")[:500])
     votes_now = item_votes(study.pk)
     rows = [{"item": i, "parts": part_rows(i.suspicion_parts), "meta": i.suspicion_parts or {},
              "votes_now": len(votes_now.get(i.pk, ()))} for i in items]
-    stale = staleness([{"item": i.pk, "meta": i.suspicion_parts} for i in study.items.filter(query__n_turns=1)
-                       .only("pk", "suspicion_parts")], votes_now)
+    stale = staleness(stored, votes_now)
     return render(request, "annotation/suspicion.html", {
         "study": study, "rows": rows, "part_help": PART_HELP, "by_suspicion": engine.serves_by_suspicion(study),
         "computed_at": parse_datetime(stale["computed_at"]) if stale["computed_at"] else None,
-        "behind": len(stale["behind"]),
-        "total": study.items.filter(query__n_turns=1).count(), "exportable": has_verdicts(study.rubric.rubric)})
+        "behind": len(stale["behind"]), "total": len(stored), "exportable": has_verdicts(study.rubric.rubric)})

@@ -132,8 +132,8 @@ def run_warnings(run: AuditRun) -> list[str]:
                    f"(labelled unresolved, ranked as misses)")
     if (s.get("sessions") or {}).get("no_positive_in_gallery"):
         out.append(f"{s['sessions']['no_positive_in_gallery']} sessions had no ground truth in the gallery they searched")
-    if gallery_mixed_warning(run):
-        out.append(gallery_mixed_warning(run))
+    if mixed := gallery_mixed_warning(run):
+        out.append(mixed)
     return out
 
 
