@@ -127,9 +127,9 @@ def history(request, study_id: int):
     )
     rubric = study.rubric.rubric
     rows = list(rows)
-    for a in rows:  # the current answer as the rubric words it (the annotator never reads keys)
-        current = next((j for j in a.revisions.all() if j.is_current), None)
-        a.answer_label = rubric.verdict_label(current.category, current.sub_reason) if current and current.category else ""
+    for a in rows:  # the current answer, worded as the rubric words it (the annotator never reads keys)
+        a.current = next((j for j in a.revisions.all() if j.is_current), None)
+        a.answer_label = rubric.verdict_label(a.current.category, a.current.sub_reason) if a.current and a.current.category else ""
     return render(request, "annotation/history.html", {"study": study, "rows": rows})
 
 
