@@ -1,0 +1,9 @@
+"""Leaderboards before and after cleaning (issue 40): methods scored with the benchmark's
+protocol on the full split, its shortcut-free subset, its validated subset and the validated
+subset with the accepted alternatives as extra positives, with bootstrap intervals.
+
+Pure parts: :mod:`.stats` (bootstrap, Kendall's tau-b, rank changes), :mod:`.scoring` (the
+table, through :func:`retrieval.protocols.figures`), :mod:`.files` (the benchmarks'
+prediction files). Django parts: :mod:`.entries` (entering a method), :mod:`.service`
+(the sets, the table, its CSV / JSON / LaTeX) and :mod:`.views`.
+"""

@@ -1,0 +1,129 @@
+"""A leaderboard's table from its entries' ranks (pure: no Django).
+
+Every figure is :func:`retrieval.protocols.figures`, the function the audit's protocol table
+calls, over the queries of one set; the Composition Gap is :func:`retrieval.metrics.modality_scores`'
+``comp_gap_ndcg`` (``1 - max(image, text) / multimodal`` on nDCG, the audit report's), for
+the entries with text-only and image-only ranks. The sets (:data:`SETS`):
+
+* ``full``: every query of the leaderboard's split;
+* ``shortcut_free``: the queries the audit labels shortcut-free (:data:`audit.labels.SHORTCUT_FREE`);
+* ``validated``: the validated export's queries (the dataset's ``validated`` subset);
+* ``validated_alternatives``: the same queries, the accepted alternatives counted as extra
+  positives (their ranks appended to the labelled positives').
+
+Uncertainty: :func:`audit.leaderboard.stats.bootstrap` (one query resample for every cell,
+difference and tau-b).
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from retrieval.metrics import MODALITIES, modality_scores
+from retrieval.protocols import AS_AUDITED, Protocol, QueryRanks, figures
+
+from .stats import Uncertainty, bootstrap, rank_changes, tau_of
+
+FULL, SHORTCUT_FREE_SET, VALIDATED, VALIDATED_ALTERNATIVES = "full", "shortcut_free", "validated", "validated_alternatives"
+#: The sets, in the table's order, with their column titles.
+SETS: dict[str, str] = {
+    FULL: "Full",
+    SHORTCUT_FREE_SET: "Shortcut-free",
+    VALIDATED: "Validated",
+    VALIDATED_ALTERNATIVES: "Validated + accepted alternatives",
+}
+#: The sets of the Composition Gap table (CIRCUS's).
+GAP_SETS: tuple[str, ...] = (FULL, SHORTCUT_FREE_SET, VALIDATED)
+#: The protocol of a format without a published one (the demo, hand-made data): Recall@K
+#: of any positive, the ranks as given.
+GENERIC = Protocol("generic", "Recall@K", AS_AUDITED, "CIRVal: Recall@K of the best positive (no published protocol)",
+                   recall_ks=(1, 5, 10, 50))
+
+
+@dataclass
+class EntryRanks:
+    """One method's ranks: per query, its :class:`QueryRanks` (the labelled positives),
+    the ranks of the query's accepted alternatives (``None``: not in its list), and, when
+    known, the best text-only and image-only ranks (the Composition Gap's)."""
+
+    queries: dict[Hashable, QueryRanks]
+    alternatives: dict[Hashable, list[int | None]] = field(default_factory=dict)
+    text: dict[Hashable, int | None] | None = None
+    image: dict[Hashable, int | None] | None = None
+    audited_removed: bool = True
+
+
+def with_alternatives(q: QueryRanks, alternatives: Sequence[int | None]) -> QueryRanks:
+    """``q`` with the alternatives' ranks appended to its positives (unknown reference order)."""
+    if not alternatives:
+        return q
+    ahead = list(q.ahead) + [None] * len(alternatives) if len(q.ahead) == len(q.positives) else ()
+    return replace(q, positives=[*q.positives, *alternatives], ahead=ahead)
+
+
+MISSED = QueryRanks([None])
+
+
+def set_ranks(entry: EntryRanks, set_name: str, queries: Sequence[Hashable]) -> list[QueryRanks]:
+    """The entry's ranks of ``queries`` as the set counts them (a query it did not rank is a miss)."""
+    out = [entry.queries.get(q, MISSED) for q in queries]
+    if set_name == VALIDATED_ALTERNATIVES:
+        out = [with_alternatives(r, entry.alternatives.get(q, [])) for r, q in zip(out, queries)]
+    return out
+
+
+def entry_figures(protocol: Protocol, entry: EntryRanks, set_name: str, queries: Sequence[Hashable]) -> dict[str, Any]:
+    """:func:`retrieval.protocols.figures` of the entry over ``queries`` (one set)."""
+    return figures(protocol, set_ranks(entry, set_name, queries), entry.audited_removed)
+
+
+def comp_gap(entry: EntryRanks, queries: Sequence[Hashable]) -> float | None:
+    """The audit report's Composition Gap on nDCG of the entry over ``queries`` (``None``
+    without text-only and image-only ranks)."""
+    if entry.text is None or entry.image is None or not queries:
+        return None
+    best = [min((r for r in entry.queries.get(q, MISSED).positives if r is not None), default=None) for q in queries]
+    by_modality = dict(zip(MODALITIES, (best, [entry.text.get(q) for q in queries], [entry.image.get(q) for q in queries])))
+    return modality_scores(by_modality)["comp_gap_ndcg"]
+
+
+@dataclass
+class Table:
+    """Everything the page, the command's files and the release card show."""
+
+    protocol: Protocol
+    metric: str
+    sets: dict[str, list[Hashable]]
+    values: dict[tuple[str, str], float | None]
+    full_figures: dict[str, dict[str, Any]]
+    gaps: dict[tuple[str, str], float | None]
+    changes: dict[str, dict[str, int | None]]
+    tau: float | None
+    uncertainty: Uncertainty
+
+
+def build_table(protocol: Protocol, metric: str, sets: Mapping[str, Sequence[Hashable]],
+                entries: Mapping[str, EntryRanks], n_boot: int = 1000, seed: int = 0) -> Table:
+    """Score every entry on every set, with the bootstrap of :mod:`audit.leaderboard.stats`.
+
+    ``sets`` maps each of :data:`SETS` to its queries (``full`` first: the others are
+    subsets of it; the positions of the bootstrap are positions in ``full``)."""
+    full = list(sets[FULL])
+    members = {s: set(qs) for s, qs in sets.items()}
+    values = {(e, s): entry_figures(protocol, entry, s, list(sets[s])).get(metric)
+              for e, entry in entries.items() for s in sets}
+
+    def statistic(e: Hashable, s: str, drawn: Sequence[int]) -> float | None:
+        chosen = [full[i] for i in drawn if full[i] in members[s]]
+        return entry_figures(protocol, entries[e], s, chosen).get(metric) if chosen else None
+
+    uncertainty = bootstrap(len(full), list(entries), list(sets), statistic, base=FULL, n_boot=n_boot, seed=seed)
+    return Table(
+        protocol=protocol, metric=metric, sets={s: list(qs) for s, qs in sets.items()}, values=values,
+        full_figures={e: entry_figures(protocol, entry, FULL, full) for e, entry in entries.items()},
+        gaps={(e, s): comp_gap(entry, list(sets[s])) for e, entry in entries.items() for s in GAP_SETS if s in sets},
+        changes=rank_changes({e: values[(e, FULL)] for e in entries}, {e: values[(e, VALIDATED)] for e in entries}),
+        tau=tau_of({e: values[(e, FULL)] for e in entries}, {e: values[(e, VALIDATED)] for e in entries}),
+        uncertainty=uncertainty,
+    )
