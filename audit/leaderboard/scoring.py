@@ -23,9 +23,10 @@ from typing import Any
 from retrieval.metrics import MODALITIES, modality_scores
 from retrieval.protocols import AS_AUDITED, Protocol, QueryRanks, figures
 
+from ..labels import SHORTCUT_FREE_NAME
 from .stats import Uncertainty, bootstrap, rank_changes, tau_of
 
-FULL, SHORTCUT_FREE_SET, VALIDATED, VALIDATED_ALTERNATIVES = "full", "shortcut_free", "validated", "validated_alternatives"
+FULL, SHORTCUT_FREE_SET, VALIDATED, VALIDATED_ALTERNATIVES = "full", SHORTCUT_FREE_NAME, "validated", "validated_alternatives"
 #: The sets, in the table's order, with their column titles.
 SETS: dict[str, str] = {
     FULL: "Full",
