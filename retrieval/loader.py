@@ -22,7 +22,12 @@ are matched on their content first; a record whose content is new takes the stor
 its id (changed) when that row matched nothing, else it is added.
 
 Removed records are the stored queries of the same file (split and file name; for positional
-ids the same split and category, which share the ids) that the new file no longer holds. The safe default (``on_removed="refuse"``) refuses the whole import with
+ids the same split and category, which share the ids) that the new file no longer holds: a
+re-import compares records only within the splits its files cover, so a split is added to a
+dataset of other splits, or re-imported into one, in its own command, and nothing of the
+others is removed (nor deleted by ``on_removed="delete"``). A record that names no gallery
+(a caption file given without its split file) is unchanged when the stored one differs only
+by naming the gallery it searches anyway (:meth:`_Writer._digests`). The safe default (``on_removed="refuse"``) refuses the whole import with
 a message naming them and everything that depends on them (audit results, subsets, study
 items); ``on_removed="delete"`` deletes them with their audit results and subset memberships
 and reports the same list. Queries that annotators judged (study items) are never deleted by
@@ -44,7 +49,7 @@ from django.db.models.deletion import Collector, ProtectedError
 from django.utils.text import slugify
 
 from .dbstats import refresh_statistics
-from .galleries import mixed_fallback, mixed_fallback_text
+from .galleries import gallery_keys, mixed_fallback, mixed_fallback_text, search_key
 from .imagefiles import PathEscapeError, probe_image, resolve_under
 from .importers._common import resolve_turn_references
 from .models import Dataset, GalleryEntry, Image, Query, Target, Turn
@@ -313,6 +318,7 @@ class _Writer:
         self.batch_pks: dict[str, int] = {}  # streamed images the query batch being written uses
         self.streamed = 0  # images received through write_streamed_images (not kept in ``pks``)
         self.ordinals: dict[str, int] = {}  # split -> next gallery ordinal of streamed members
+        self.stored_keys = set() if created else gallery_keys(dataset.pk)  # galleries stored before
 
     # ------------------------------------------------------------------ images
 
@@ -429,11 +435,12 @@ class _Writer:
         existing = self._existing(batch)
         new, changed, moved = [], [], []
         for q in batch:
-            digest = content_hash(q, self.positional)
+            digests = self._digests(q)
+            digest = digests[0]
             row = existing.get((q.split, q.external_id))
             if row is not None:
                 self.claimed.add(row[0])
-                if row[1] == digest:
+                if row[1] in digests:
                     if row[2:] != (q.ordinal, q.source_file):
                         moved.append(Query(id=row[0], ordinal=q.ordinal, source_file=q.source_file))
                     continue
@@ -445,7 +452,23 @@ class _Writer:
                 changed.append((q, obj))
         Query.objects.bulk_update(moved, ["ordinal", "source_file"])
         self._save(new, changed)
+        for _, obj in new:  # rows this import created are the file's, never "removed" by it
+            self.claimed.add(obj.id)
         self._count(batch, len(new), len(changed))
+
+    def _digests(self, q: QueryRecord) -> tuple[str, ...]:
+        """The content hashes a stored query equal to ``q`` may have: ``q``'s own, and, on a
+        re-import of a record that names no gallery (a caption file given without its split
+        file), the hash of ``q`` naming the stored gallery it searches anyway
+        (:func:`retrieval.galleries.search_key`): the same content, as an import with the split
+        file wrote it, is unchanged, not changed."""
+        digest = content_hash(q, self.positional)
+        if self.created or "gallery" in q.extra:
+            return (digest,)
+        key = search_key(q.split, q.category, None, self.stored_keys)
+        if key is None:
+            return (digest,)
+        return digest, content_hash(replace(q, extra={**q.extra, "gallery": key}), self.positional)
 
     def _query(self, q: QueryRecord, digest: str) -> Query:
         return Query(dataset=self.dataset, external_id=q.external_id, split=q.split, category=q.category,
@@ -470,10 +493,10 @@ class _Writer:
     def _match_by_content(self, batch: list[QueryRecord]) -> None:
         """Positional ids: each record takes a stored, unclaimed query of the same split and
         content (unchanged; its id and position follow the file); the others wait."""
-        digests = {q.split: set() for q in batch}
-        keyed = [(q, content_hash(q, True)) for q in batch]
-        for q, digest in keyed:
-            digests[q.split].add(digest)
+        digests: dict[str, set[str]] = {q.split: set() for q in batch}
+        keyed = [(q, self._digests(q)) for q in batch]
+        for q, ours in keyed:
+            digests[q.split].update(ours)
         stored: dict[tuple[str, str], list[tuple[int, str, int, str]]] = {}
         for split, wanted in digests.items():
             rows = Query.objects.filter(dataset=self.dataset, split=split, content_hash__in=wanted).order_by("id")
@@ -481,10 +504,10 @@ class _Writer:
                                                                      "source_file"):
                 if pk not in self.claimed:
                     stored.setdefault((split, digest), []).append((pk, ext, ordinal, source))
-        for q, digest in keyed:
-            candidates = stored.get((q.split, digest))
+        for q, ours in keyed:
+            candidates = next((found for d in ours if (found := stored.get((q.split, d)))), None)
             if not candidates:
-                self.pending.append((q, digest))
+                self.pending.append((q, ours[0]))
                 continue
             # the row of the same id first, else the first stored
             pick = next((c for c in candidates if c[1] == q.external_id), candidates[0])
