@@ -15,7 +15,7 @@ from typing import Any
 
 from retrieval.evaltargets import facts_by_query
 from retrieval.galleries import mixed_fallback_text, split_of_scope
-from retrieval.protocols import REMOVED, QueryRanks, protocol_for, protocol_report
+from retrieval.protocols import REMOVED, Protocol, QueryRanks, protocol_for, protocol_report
 from retrieval.targets import positive_targets
 
 from .models import AuditRank, AuditRun
@@ -90,21 +90,18 @@ def _reference_warnings(run: AuditRun, protocol: Any) -> list[str]:
     return out
 
 
-def run_protocol(run: AuditRun) -> dict[str, Any] | None:
-    """The protocol report of a run as JSON (:meth:`retrieval.protocols.ProtocolReport.as_json`
-    plus ``queries``), or ``None`` when its dataset format has no published protocol."""
+def run_query_ranks(run: AuditRun, protocol: Protocol) -> dict[tuple[str, str], dict[int, QueryRanks]]:
+    """Per (retriever, modality), query id -> the :class:`QueryRanks` the protocol reads from
+    the run's stored rank rows (in the run's retriever order, then modality order); the one
+    reading of rank rows behind :func:`run_protocol` and the leaderboard's audit entries."""
     fmt = run.dataset.format
-    protocol = protocol_for(fmt)
-    if protocol is None:
-        return None
     fields = ("query_id", "retriever", "mm_all", "text_all", "image_all", "subset", "reference_ahead",
               "query__category", "mm", "text", "image")
     rows = plain_rows(AuditRank.objects.filter(run=run).order_by("query__ordinal", "query_id"), fields,
                       json_at=(2, 3, 4, 5, 6))
     imported = run.source == AuditRun.Source.IMPORTED
-    query_ids = sorted({r[0] for r in rows})
-    facts = facts_by_query(query_ids) if protocol.recall_of_primary else {}
-    per_row: dict[tuple[str, str], list[QueryRanks]] = defaultdict(list)
+    facts = facts_by_query(sorted({r[0] for r in rows})) if protocol.recall_of_primary else {}
+    per_row: dict[tuple[str, str], dict[int, QueryRanks]] = defaultdict(dict)
     order = {name: n for n, name in enumerate(run.retrievers)}
     for qid, retriever, mm_all, text_all, image_all, subset, ahead, category, mm, text, image in rows:
         every = {"mm": mm_all or [], "text": text_all or [], "image": image_all or []}
@@ -113,13 +110,26 @@ def run_protocol(run: AuditRun) -> dict[str, Any] | None:
         for modality, field in RANK_KEYS.items():
             # a rank file's one number per query: the best positive's rank, all the protocol knows
             one_number = imported and not every[field]
-            per_row[(retriever, modality)].append(QueryRanks(
+            per_row[(retriever, modality)][qid] = QueryRanks(
                 [best[field]] if one_number else every[field], (ahead or {}).get(field) or (), primary,
                 (subset or {}).get(field), category or "", every_positive=not one_number,
-                subset_known=not imported or field in (subset or {})))
-    ordered = dict(sorted(per_row.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][0],
-                                                          list(RANK_KEYS).index(kv[0][1]))))
-    report = protocol_report(protocol, ordered, audited_removed=run.exclude_reference, imported=imported)
+                subset_known=not imported or field in (subset or {}))
+    return dict(sorted(per_row.items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][0],
+                                                        list(RANK_KEYS).index(kv[0][1]))))
+
+
+def run_protocol(run: AuditRun) -> dict[str, Any] | None:
+    """The protocol report of a run as JSON (:meth:`retrieval.protocols.ProtocolReport.as_json`
+    plus ``queries``), or ``None`` when its dataset format has no published protocol."""
+    fmt = run.dataset.format
+    protocol = protocol_for(fmt)
+    if protocol is None:
+        return None
+    per_row = run_query_ranks(run, protocol)
+    query_ids = {q for ranks in per_row.values() for q in ranks}
+    imported = run.source == AuditRun.Source.IMPORTED
+    report = protocol_report(protocol, {key: list(ranks.values()) for key, ranks in per_row.items()},
+                             audited_removed=run.exclude_reference, imported=imported)
     report.warnings.extend(_warnings(run, fmt, len(query_ids), protocol))
     return {**report.as_json(), "queries": len(query_ids)}
 
