@@ -16,6 +16,12 @@ through the embedding cache the audit filled (so an audited gallery is not encod
 (:func:`retrieval.ranking.rank_queries`) and composition the audit uses. Test splits have no
 targets, so an audit cannot label them; their predictions are ranked here. For a split the
 audit ranked, the top 50 equal the audit's stored multimodal top lists (a test checks it).
+
+A server scores every query of its split, so every query is ranked with the text it has: a
+blank one (CIRR test1's pairid 27098, caption ``' '``) as the retriever family ranks an empty
+text (:data:`retrieval.captions.BLANK_TEXT_RULE`, as the CIRR test scripts do); the result
+names those queries (:attr:`Predictions.blank`). Only a query whose reference image has no
+readable file cannot be ranked, and that refuses the export.
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retrieval.models import Image, Query, Turn
+from retrieval.captions import BLANK_TEXT_RULE, ranking_text
+from retrieval.models import Image, Query, Turn, turn_text
 
 from .models import AuditRun
 from .runs.ondemand import rank_with_scores
@@ -42,6 +49,15 @@ class Predictions:
     files: list[Path] = field(default_factory=list)
     queries: int = 0
     unranked: list[str] = field(default_factory=list)
+    blank: list[str] = field(default_factory=list)  # queries ranked with the empty text (BLANK_TEXT_RULE)
+
+    def blank_text(self) -> str:
+        """One sentence naming the queries ranked with the empty text ('' when none was)."""
+        if not self.blank:
+            return ""
+        shown = ", ".join(self.blank[:10]) + (f" and {len(self.blank) - 10} more" if len(self.blank) > 10 else "")
+        return f"{len(self.blank)} quer{'y has' if len(self.blank) == 1 else 'ies have'} a blank text ({shown}): " \
+               f"{BLANK_TEXT_RULE}"
 
 
 def _queries(run: AuditRun, split: str) -> list[Query]:
@@ -106,13 +122,18 @@ def export_predictions(run: AuditRun, split: str, out_dir: Path, retriever: str 
         raise PredictionError(f"no evaluation server format for {fmt!r} datasets (CIRR and CIRCO have one)")
     spec = _retriever_of(run, retriever)
     queries = _queries(run, split)
-    refs = dict(Turn.objects.filter(query__in=queries, index=1).values_list("query_id", "reference_image_id"))
-    ranked = rank_with_scores(queries, TOP + 1, spec, _img_sets(run, queries) if fmt == "cirr" else {})
+    turns = {qid: (ref, texts) for qid, ref, texts in Turn.objects.filter(query__in=queries, index=1).values_list(
+        "query_id", "reference_image_id", "texts")}
+    refs = {qid: ref for qid, (ref, _) in turns.items()}
+    ranked = rank_with_scores(queries, TOP + 1, spec, _img_sets(run, queries) if fmt == "cirr" else {},
+                              blank_text=True)
     out = Predictions(queries=len(queries))
     out.unranked = [q.external_id for q in queries if q.pk not in ranked]
     if out.unranked:
-        raise PredictionError(f"{len(out.unranked)} queries could not be ranked (no reference file or text), "
+        raise PredictionError(f"{len(out.unranked)} queries could not be ranked (no readable reference image), "
                               f"e.g. {', '.join(out.unranked[:5])}; a submission needs every query")
+    out.blank = [q.external_id for q in queries
+                 if ranking_text(turn_text(turns.get(q.pk, (None, []))[1] or [])) is None]
     out_dir.mkdir(parents=True, exist_ok=True)
     suffix = f"_{name}" if name else ""
     out.files = (_cirr_files(queries, ranked, refs, out_dir, suffix) if fmt == "cirr"

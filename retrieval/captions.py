@@ -38,3 +38,22 @@ def join_captions(captions: Sequence[str], style: str = DEFAULT_JOIN) -> str:
             parts[0] = parts[0].capitalize()
         return " and ".join(parts)
     raise ValueError(f"unknown caption join {style!r}; expected one of {', '.join(CAPTION_JOINS)}")
+
+
+#: How a composed query whose text is blank (CIRR test1's pairid 27098: ``' '``) is ranked.
+#: CIRVal's retrievers are the CLIP family (open_clip dual encoders: the query is the normalised
+#: sum of the normalised image and text embeddings), whose tokenizer reads a blank text as its
+#: start and end tokens only; the benchmarks' own test scripts (CLIP4Cir's CIRR test
+#: predictions) encode such a caption as it is. A ranking that must cover every query (a
+#: server's prediction file) ranks it so; the audit, which labels queries, leaves it out.
+BLANK_TEXT_RULE = ("ranked with the empty text: the reference image composed with the text encoder's "
+                   "embedding of an empty text (start and end tokens only), as the CIRR test scripts rank it")
+
+
+def ranking_text(text: str, blank_ok: bool = False) -> str | None:
+    """The text a composed (image + text) query of text ``text`` encodes: the text; a blank
+    one as the empty text when ``blank_ok`` (:data:`BLANK_TEXT_RULE`), else ``None`` (the
+    query is not ranked). Every on-demand ranking asks this."""
+    if text.strip():
+        return text
+    return "" if blank_ok else None

@@ -44,25 +44,31 @@ def _encode_gallery(retriever, cache, image_ids: list[int], root: str):
     return enc.matrix, [i for i, ok in zip(ids, enc.ok) if ok]
 
 
-def _query_inputs(group: Sequence[Query]) -> tuple[list[Query], list[str], dict[str, str], list[str], list[int]]:
+def _query_inputs(group: Sequence[Query], blank_text: bool = False
+                  ) -> tuple[list[Query], list[str], dict[str, str], list[str], list[int]]:
     """The queries of ``group`` that can be encoded, with their reference keys (sha256),
-    key -> relative path, texts and reference image ids."""
+    key -> relative path, texts and reference image ids. A blank text is ranked as
+    :func:`retrieval.captions.ranking_text` says (``blank_text``: with the empty text)."""
+    from retrieval.captions import ranking_text
+
     from .planning import _turn_text
 
     turns = {t.query_id: t for t in Turn.objects.filter(query__in=group, index=1)}
     refs = dict(Image.objects.filter(pk__in=[t.reference_image_id for t in turns.values() if t.reference_image_id])
                 .exclude(sha256="").values_list("pk", "sha256"))
     rel = dict(Image.objects.filter(pk__in=refs).values_list("sha256", "path"))
+    texts = {q.pk: ranking_text(_turn_text(turns[q.pk].texts), blank_text) for q in group if q.pk in turns}
     usable = [q for q in group if q.pk in turns and refs.get(turns[q.pk].reference_image_id)
-              and _turn_text(turns[q.pk].texts).strip()]
+              and texts[q.pk] is not None]
     return (usable, [refs[turns[q.pk].reference_image_id] for q in usable], rel,
-            [_turn_text(turns[q.pk].texts) for q in usable], [turns[q.pk].reference_image_id for q in usable])
+            [texts[q.pk] for q in usable], [turns[q.pk].reference_image_id for q in usable])
 
 
 def _rank_group(group: Sequence[Query], depth: int, spec: str | None,
-                members: dict[int, list[int]] | None = None) -> dict[int, tuple[list[int], list[int]]]:
+                members: dict[int, list[int]] | None = None,
+                blank_text: bool = False) -> dict[int, tuple[list[int], list[int]]]:
     """query id -> (top ``depth`` gallery ids, ``members[q]`` ordered by score) for a group of
-    queries that search one gallery."""
+    queries that search one gallery (``blank_text``: :func:`_query_inputs`)."""
     import torch
 
     from retrieval.ranking import rank_queries
@@ -73,7 +79,7 @@ def _rank_group(group: Sequence[Query], depth: int, spec: str | None,
     retriever = _retriever(spec or candidate_retriever(dataset.pk))
     cache = _cache(retriever)
     gallery, g_ids = _encode_gallery(retriever, cache, query_gallery(group[0]), dataset.images_root)
-    usable, keys, rel, texts, ref_ids = _query_inputs(group)
+    usable, keys, rel, texts, ref_ids = _query_inputs(group, blank_text)
     if not g_ids or not usable:
         return {}
     img = encode_images(retriever, cache, keys, lambda key: _image_path(dataset.images_root, rel[key]))
@@ -114,14 +120,15 @@ def retrieve_top_lists(queries: Sequence[Query], depth: int, spec: str | None = 
     return out
 
 
-def rank_with_scores(queries: Sequence[Query], depth: int, spec: str,
-                     members: dict[int, list[int]]) -> dict[int, tuple[list[int], list[int]]]:
+def rank_with_scores(queries: Sequence[Query], depth: int, spec: str, members: dict[int, list[int]],
+                     blank_text: bool = False) -> dict[int, tuple[list[int], list[int]]]:
     """query id -> (the multimodal top ``depth`` gallery ids, best first, the reference
     ranked like any image; ``members[q]`` ordered by the same scores, best first). Queries
-    whose reference or text is missing get no entry."""
+    whose reference is missing get no entry, nor those whose text is blank unless
+    ``blank_text`` (:func:`retrieval.captions.ranking_text`)."""
     out: dict[int, tuple[list[int], list[int]]] = {}
     for group in _by_gallery(queries):
-        out.update(_rank_group(group, depth, spec, members))
+        out.update(_rank_group(group, depth, spec, members, blank_text))
     return out
 
 

@@ -37,3 +37,5 @@ class Command(BaseCommand):
         for path in result.files:
             self.stdout.write(f"{path}")
         self.stdout.write(f"{result.queries} queries of {run.dataset.name}:{opts['split']} predicted")
+        if result.blank:
+            self.stdout.write(self.style.WARNING(result.blank_text()))
