@@ -7,7 +7,8 @@ are read with a streaming JSON reader, so memory does not grow with the file), a
 file's role comes from its content where the content tells (its name otherwise); split and
 category/subset from the content or the name unless ``split`` / ``subset`` override them.
 Malformed input raises :class:`retrieval.records.ParseError` naming the file, record and
-field. Nothing here imports Django.
+field; a refused file that looks like another format's says which
+(:mod:`retrieval.importers.sniffing`). Nothing here imports Django.
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from collections.abc import Iterable, Iterator
 from types import ModuleType
 
 from retrieval.importers import circled, circo, cirr, fashioniq, lasco, mbeir, mtfiq
-from retrieval.importers._common import PathLike
+from retrieval.importers._common import PathLike, as_paths
+from retrieval.importers.sniffing import with_format_hint
 from retrieval.records import ParsedDataset, ParseError, QueryRecord
 
 FORMATS: dict[str, ModuleType] = {
@@ -41,10 +43,23 @@ def _module(format: str) -> ModuleType:
 def parse(format: str, paths: Iterable[PathLike], split: str | None = None,
           subset: str | None = None) -> ParsedDataset:
     """Parse ``paths`` with the parser registered for ``format`` (a key of :data:`FORMATS`)."""
-    return _module(format).parse(paths, split=split, subset=subset)
+    module, paths = _module(format), as_paths(paths)
+    try:
+        return module.parse(paths, split=split, subset=subset)
+    except ParseError as exc:
+        raise with_format_hint(exc, format, paths) from exc.__cause__
 
 
 def stream(format: str, paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
            subset: str | None = None) -> Iterator[QueryRecord]:
     """Yield the queries of ``paths`` one by one, registering images and galleries on ``dataset``."""
-    return _module(format).stream(paths, dataset, split=split, subset=subset)
+    module, paths = _module(format), as_paths(paths)
+    return _hinted(module.stream(paths, dataset, split=split, subset=subset), format, paths)
+
+
+def _hinted(queries: Iterator[QueryRecord], format: str, paths: list) -> Iterator[QueryRecord]:
+    """``queries``, a refusal saying which other format its file looks like (:mod:`.sniffing`)."""
+    try:
+        yield from queries
+    except ParseError as exc:
+        raise with_format_hint(exc, format, paths) from exc.__cause__
