@@ -38,13 +38,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import router, transaction
+from django.db import OperationalError, router, transaction
 from django.db.models.deletion import Collector, ProtectedError
 from django.utils.text import slugify
 
@@ -67,6 +68,47 @@ IMAGE_FIELDS = ["path", "url", "sha256", "width", "height", "missing", "extra"]
 
 class LoadError(ValueError):
     """The parsed data cannot be written (naming what and why)."""
+
+
+class DatabaseBusy(LoadError):
+    """The database stayed write-locked by another process through every retry (SQLite)."""
+
+
+#: Seconds slept between the tries of an import that found the database write-locked (SQLite
+#: waits its own ``timeout`` inside each try first): about three minutes in all with the
+#: settings' 30 s, which outlasts an audit chunk or a gallery batch holding the lock.
+LOCK_BACKOFF = (2.0, 5.0, 10.0, 20.0)
+
+
+def is_locked(exc: BaseException) -> bool:
+    """SQLite's "database is locked" (or "database table is locked"): another connection holds
+    the write lock past the connection's timeout."""
+    return isinstance(exc, OperationalError) and "is locked" in str(exc)
+
+
+def retry_when_locked(write: Callable[[], T], backoff: Iterable[float] | None = None,
+                      sleep: Callable[[float], None] = time.sleep,
+                      on_retry: Callable[[int, float], None] | None = None) -> T:
+    """``write()``, tried again after each pause of ``backoff`` while the database is locked
+    (:func:`is_locked`; an import writes all or nothing, so a try that failed wrote nothing);
+    then :class:`DatabaseBusy`, one sentence. ``backoff``: default :data:`LOCK_BACKOFF`;
+    ``on_retry(try_number, pause)`` before each pause."""
+    started = time.monotonic()
+    pauses = list(LOCK_BACKOFF if backoff is None else backoff)
+    for attempt in range(len(pauses) + 1):
+        try:
+            return write()
+        except OperationalError as exc:
+            if not is_locked(exc):
+                raise
+            if attempt == len(pauses):
+                break
+            if on_retry is not None:
+                on_retry(attempt + 1, pauses[attempt])
+            sleep(pauses[attempt])
+    raise DatabaseBusy(f"the database stayed locked by another process (an audit, a gallery import or another "
+                       f"import writing to it) through {len(pauses) + 1} tries over {time.monotonic() - started:.0f} s; "
+                       "nothing was written: run the import again when that work has finished") from None
 
 
 @dataclass

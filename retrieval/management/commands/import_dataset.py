@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from retrieval import importers
 from retrieval.imagefiles import within_any
+from retrieval.loader import retry_when_locked
 from retrieval.services import import_files
 
 
@@ -47,11 +48,15 @@ class Command(BaseCommand):
                 sys.stderr.write(f"\r{stage}: {done}/{total}   ")
                 sys.stderr.flush()
 
+        def locked(attempt: int, pause: float) -> None:
+            sys.stderr.write(f"the database is locked by another process (try {attempt}); trying again in {pause:g} s\n")
+
         try:
-            report = import_files(opts["format"], opts["name"], paths, split=opts["split"], images_root=root,
-                                  progress=progress, subset=opts["subset"], delete_removed=opts["delete_removed"],
-                                  attribute_images=opts["attribute_images"])
-        except ValueError as exc:  # ParseError, LoadError: nothing was written
+            report = retry_when_locked(lambda: import_files(
+                opts["format"], opts["name"], paths, split=opts["split"], images_root=root, progress=progress,
+                subset=opts["subset"], delete_removed=opts["delete_removed"], attribute_images=opts["attribute_images"]),
+                on_retry=locked)
+        except ValueError as exc:  # ParseError, LoadError (DatabaseBusy too): nothing was written
             raise CommandError(f"import failed, nothing written: {exc}") from None
         if opts["json"]:
             self.stdout.write(json.dumps(report.as_dict(), indent=2))
