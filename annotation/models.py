@@ -115,6 +115,11 @@ class Study(models.Model):
         default=dict, blank=True,
         help_text="Interactive studies (the annotator plays the user): retriever, top_n, max_rounds, strategy, "
                   "target_view (annotation.interactive.rules.InteractiveSettings); empty: not interactive.")
+    estimate = models.JSONField(
+        default=dict, blank=True,
+        help_text="Estimate studies (issue 40): a stratified sample of the benchmark, served in a Neyman plan, "
+                  "estimates each defect kind's prevalence (annotation.studies.estimating): target half-width, "
+                  "strata, the plan's state and the stop; empty: not an estimate study. Staff only.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     # The study's sizes (annotation.studies.sizes), kept with every change of its items, their
@@ -161,6 +166,11 @@ class Study(models.Model):
         return "interactive" if self.interactive else self.rubric.rubric.kind
 
     @property
+    def estimate_stopped(self) -> bool:
+        """An estimate study whose stop rule was met: no fresh item is served any more."""
+        return bool((self.estimate or {}).get("stopped"))
+
+    @property
     def decision_quorum(self) -> int:
         """Counted judgements an item needs before it is decided: the quorum, else the overlap."""
         return self.quorum_rule.base
@@ -204,6 +214,9 @@ class StudyItem(models.Model):
     suspicion = models.FloatField(default=0.0, help_text="Suspicion score in [0, 1] (audit/suspicion.py; staff only).")
     suspicion_parts = models.JSONField(default=dict, blank=True,
                                        help_text="The score's parts and the run they came from (staff only).")
+    estimate_stratum = models.SmallIntegerField(
+        null=True, blank=True, help_text="Estimate studies: the suspicion stratum (0 = lowest scores), fixed when "
+                                         "the study was planned (staff only).")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["study", "query"], name="studyitem_unique_query")]

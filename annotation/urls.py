@@ -18,6 +18,7 @@ urlpatterns = [
     path("studies/new/", views.study_new, name="study_new"),
     path("studies/<int:study_id>/progress/", views.study_progress_page, name="study_progress"),
     path("studies/<int:study_id>/suspicion/", views.study_suspicion_page, name="study_suspicion"),
+    path("studies/<int:study_id>/estimate/", views.study_estimate_page, name="study_estimate"),
     # reports, adjudication, exports
     path("reports/", report_views.report_list, name="report_list"),
     path("studies/<int:study_id>/report/", report_views.report_page, name="report"),

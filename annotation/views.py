@@ -203,6 +203,23 @@ def study_progress_page(request, study_id: int):
     exportable = has_verdicts(study.rubric.rubric)
     reliability = (study_reliability(study) if exportable and session_rule_of(study) is None and counts["judgements"]
                    else None)
+@staff_required
+def study_estimate_page(request, study_id: int):
+    """Staff only: an estimate study's running estimate of each defect kind's prevalence, its
+    strata and design weights, and the stop rule (:mod:`annotation.studies.estimating`); POST
+    re-plans the sample from the decided items now."""
+    from annotation.studies.estimating import replan, running_estimate
+
+    study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
+    if "bounds" not in (study.estimate or {}):
+        raise Http404("this study is not an estimate study")
+    if request.method == "POST":
+        replan(study)
+        messages.success(request, "Sample re-planned from the decided items.")
+        return redirect("annotation:study_estimate", study_id=study.pk)
+    return render(request, "annotation/estimate.html", {"study": study, "est": running_estimate(study)})
+
+
     return render(request, "annotation/study_progress.html", {
         "study": study, "progress": progress, "verdicts": counts, "labour": counts["labour"],
         "reliability": reliability, "serving": serving_lag(study) if reliability else None, "exportable": exportable,

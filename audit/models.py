@@ -224,3 +224,44 @@ class AuditLabel(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "query"], name="audit_label_unique")]
         indexes = [models.Index(fields=["run", "label"])]
+
+
+class Leaderboard(models.Model):
+    """Methods scored on one dataset split before and after cleaning (:mod:`audit.leaderboard`)."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="leaderboards")
+    split = models.CharField(max_length=50)
+    name = models.CharField(max_length=100)
+    metric = models.CharField(max_length=30, default="R@10",
+                              help_text="The protocol figure the table ranks by (R@10, mAP@10, Avg, ...).")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["dataset__name", "split", "name"]
+        constraints = [models.UniqueConstraint(fields=["dataset", "split", "name"], name="leaderboard_unique_name")]
+
+    def __str__(self) -> str:
+        return f"leaderboard {self.name} of {self.dataset_id}:{self.split}"
+
+
+class LeaderboardEntry(models.Model):
+    """One method of a leaderboard: its name, paper and per-query ranks, read from a prediction
+    file, a rank file or an audit retriever (``ranks``: :func:`audit.leaderboard.entries.dump_ranks`)."""
+
+    class Source(models.TextChoices):
+        PREDICTIONS = "predictions"
+        RANK_FILE = "rank_file"
+        AUDIT = "audit"
+
+    leaderboard = models.ForeignKey(Leaderboard, on_delete=models.CASCADE, related_name="entries")
+    name = models.CharField(max_length=200)
+    paper = models.URLField(max_length=500, blank=True)
+    source = models.CharField(max_length=12, choices=Source.choices)
+    source_detail = models.CharField(max_length=1000, blank=True, help_text="The files or the audit and retriever.")
+    ranks = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["leaderboard", "id"]
+        constraints = [models.UniqueConstraint(fields=["leaderboard", "name"], name="leaderboard_entry_unique_name")]

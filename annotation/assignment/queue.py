@@ -29,6 +29,7 @@ from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
 from annotation.permissions import member_study, member_study_rows, writable_assignment, writable_rows
 from annotation.verdicts.refit import refit_pending, request_refit
+from annotation.studies.estimating import after_submit
 from annotation.verdicts.state import (  # noqa: F401
     free_slot_q,
     item_slots,
@@ -189,7 +190,7 @@ def next_assignment(study: Study, user, now=None) -> Served:
         gold = _gold_choice(study, user, mine, counts, left)
         if gold is not None:
             return _reserve(study, user, gold[0], now, counts, gold[1])
-        open_items = StudyItem.objects.filter(study=study, gold=False).exclude(id__in=mine.values("item_id"))
+        open_items = served_pool(study).exclude(id__in=mine.values("item_id"))
         # annotators per item: the quorum rule's slots plus what an adaptive rule opened for the
         # item's votes (agreement items: everyone, in the rules)
         items = list(
@@ -210,6 +211,13 @@ def next_assignment(study: Study, user, now=None) -> Served:
             if not choice.served:
                 return Served(None, choice.rule)
         return _reserve(study, user, choice, now, counts, {i.pk: i for i in items}.get(choice.item))
+
+
+def served_pool(study: Study):
+    """The study's items the queue may serve: its non-gold items; once an estimate study's stop
+    rule is met (``Study.estimate_stopped``), only those already served, to be finished."""
+    items = StudyItem.objects.filter(study=study, gold=False)
+    return items.filter(taken__gt=0) if study.estimate_stopped else items
 
 
 def serves_by_suspicion(study: Study) -> bool:
@@ -288,7 +296,7 @@ def _why_nothing(study: Study, mine, n_annotators: int) -> Choice:
     """Tell 'everything left is reserved by others' from 'nothing left at all' (the rule:
     :func:`annotation.assignment.rules.nothing_to_serve`), and 'nothing now, but the study's
     pending refit may reopen items' (:func:`annotation.verdicts.refit.refit_pending`)."""
-    rows = (StudyItem.objects.filter(study=study, gold=False, completed__lt=max(study.quorum_rule.most, n_annotators))
+    rows = (served_pool(study).filter(completed__lt=max(study.quorum_rule.most, n_annotators))
             .exclude(id__in=mine.values("item_id")).values_list("id", "completed", "agreement", "extra_slots")
             .iterator())
     choice = nothing_to_serve((Candidate(item_id=i, overlap=item_slots(study, False, x, None), completed=c,
@@ -531,6 +539,8 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
         Draft.objects.filter(assignment=a).delete()
     if not judgement.late:
         reopen_slots(study, a.item_id)  # an adaptive rule: two disagreeing votes open a third slot
+        if study.estimate:  # an estimate study re-plans its sample from the decided items
+            transaction.on_commit(lambda: after_submit(study.pk), robust=True)
         # reliability-weighted adaptive overlap: the stored fit is refitted in a worker once this commits
         transaction.on_commit(lambda: request_refit(study), robust=True)
     return judgement

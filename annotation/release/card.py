@@ -7,6 +7,7 @@ from typing import Any
 
 from annotation.release.croissant import PLACEHOLDER, UNKNOWN_FIELDS, agreement_text, protocol_text
 from annotation.release.facts import source_lines, study_facts
+from annotation.studies.estimating import card_lines
 
 
 def _pct(share: float | None) -> str:
@@ -60,8 +61,8 @@ def dataset_card(parts: list, release: dict[str, Any]) -> str:
         lines.append(f"* {protocol_text(f)} {f['overlap']} annotators per item (fixed overlap), decided at a quorum "
                      f"of {f['quorum']}; gold rate {f['gold_rate']:g}; {f['training_items']} training items.")
     lines += ["", "## Numbers", ""]
-    for f in facts:
-        lines += _study_numbers(f)
+    for part, f in zip(parts, facts):
+        lines += _study_numbers(f) + card_lines(part.study)
     lines += ["## Who are the annotators", "",
               "Annotators (named `annotator_NN`), adjudicators (`adjudicator_NN`) who decide flagged and tied "
               "items, and staff who ran the studies. No names are released.", "",

@@ -51,6 +51,7 @@ class StudySpec:
     consensus: str = "majority"  # the study's consensus policy: majority or reliability (Dawid-Skene weighted)
     interactive: dict | None = None  # an interactive study: annotation.interactive.rules.InteractiveSettings fields
     serve_order: str = "random"  # "random" (the seeded shuffle) or "suspicion" (highest first; annotation.assignment.rules)
+    estimate: dict | None = None  # an estimate study: {"target_half_width": 0.03, "strata": 4} (annotation.studies.estimating)
 
 
 def latest_audit(dataset: Dataset):
@@ -190,6 +191,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
         single = rubric.rubric.kind != "session" or bool(interactive)
 
     session_rule = _verdict_settings(spec, rubric)
+    estimate = _estimate_settings(spec, rubric, single, interactive)
     pool, hidden = _draw_pool(spec, single)
     chosen, report, shortfall = _sample(pool, spec)
     agreement = set(agreement_subset(chosen, spec.agreement_size, spec.seed)) if spec.agreement_size else set()
@@ -205,7 +207,7 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
             name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
             lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by, candidates=spec.candidates,
             quorum=spec.quorum, session_rule=session_rule, adaptive_max=spec.adaptive_max, consensus=spec.consensus,
-            interactive=interactive, serve_order=spec.serve_order,
+            interactive=interactive, serve_order=spec.serve_order, estimate=estimate,
             pool={
                 "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
                 "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,
@@ -226,7 +228,31 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
         study.annotators.set(users)
         transaction.on_commit(lambda: _queue_candidates(study.pk, single and spec.candidates > 0 and not interactive))
     refresh_statistics(StudyItem)  # the queue's query is planned from these, from the first request
+    if estimate:
+        from annotation.studies.estimating import plan_estimate
+
+        plan_estimate(study)
     return study, {"items": len(chosen), "agreement": len(agreement), "strata": report_json_, "shortfall": shortfall}
+
+
+def _estimate_settings(spec: StudySpec, rubric: RubricVersion, single: bool, interactive: dict) -> dict:
+    """The estimate settings to store (empty: not an estimate study). An estimate study samples
+    the whole pool itself: no quotas, total or agreement subset, single-turn validity items,
+    served in its plan's order."""
+    if spec.estimate is None:
+        return {}
+    from annotation.studies.estimating import EstimateError, check_settings
+
+    if spec.quotas or spec.total is not None or spec.agreement_size:
+        raise StudyError("an estimate study draws its own sample from the whole pool: no quotas, total or agreement subset")
+    if not single or interactive or rubric.rubric.kind != "category" or rubric.rubric.valid_category is None:
+        raise StudyError("an estimate study judges single-turn queries under a rubric with a valid category")
+    if spec.serve_order != Study.ServeOrder.RANDOM:
+        raise StudyError("an estimate study is served in its sampling plan's order: the serve order must be random")
+    try:
+        return check_settings(spec.estimate)
+    except EstimateError as exc:
+        raise StudyError(str(exc)) from None
 
 
 def annotator_users(usernames: Iterable[str]) -> list:

@@ -53,6 +53,7 @@ class EntryRanks:
     text: dict[Hashable, int | None] | None = None
     image: dict[Hashable, int | None] | None = None
     audited_removed: bool = True
+    alternatives_known: bool = True  # False: some alternative's place is not known (a rank file without top lists)
 
 
 def with_alternatives(q: QueryRanks, alternatives: Sequence[int | None]) -> QueryRanks:
@@ -75,7 +76,10 @@ def set_ranks(entry: EntryRanks, set_name: str, queries: Sequence[Hashable]) -> 
 
 
 def entry_figures(protocol: Protocol, entry: EntryRanks, set_name: str, queries: Sequence[Hashable]) -> dict[str, Any]:
-    """:func:`retrieval.protocols.figures` of the entry over ``queries`` (one set)."""
+    """:func:`retrieval.protocols.figures` of the entry over ``queries`` (one set); none on the
+    alternatives' set when the entry does not know where the alternatives are."""
+    if set_name == VALIDATED_ALTERNATIVES and not entry.alternatives_known:
+        return {}
     return figures(protocol, set_ranks(entry, set_name, queries), entry.audited_removed)
 
 

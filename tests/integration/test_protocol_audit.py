@@ -165,14 +165,20 @@ def test_cirr_protocol_equals_clip4cir(tmp_path, cache_dir):
         assert row[key] * 100 == pytest.approx(value, abs=1e-9), key
 
 
-def test_circo_protocol_equals_evaluation_py_and_warns_on_a_small_gallery(tmp_path, cache_dir):
-    val = json.loads((DS / "circo" / "val.json").read_text())[:60]
+def import_circo(tmp_path, n: int = 60) -> tuple[Dataset, list[dict]]:
+    """The first ``n`` CIRCO val queries with drawn images, as dataset ``circo``, and their records
+    (also the leaderboard test's)."""
+    val = json.loads((DS / "circo" / "val.json").read_text())[:n]
     (tmp_path / "val.json").write_text(json.dumps(val))
     ids = {r["reference_img_id"] for r in val} | {g for r in val for g in r["gt_img_ids"]}
     draw_images(tmp_path / "img", [f"{i:012d}.jpg" for i in ids])
     import_dataset("--format", "circo", "--name", "circo", "--images-root", str(tmp_path / "img"),
                    str(tmp_path / "val.json"))
-    ds = Dataset.objects.get(name="circo")
+    return Dataset.objects.get(name="circo"), val
+
+
+def test_circo_protocol_equals_evaluation_py_and_warns_on_a_small_gallery(tmp_path, cache_dir):
+    ds, val = import_circo(tmp_path)
     run = audit(ds)
     report = run_protocol(run)
     assert report["reference"] == "kept"

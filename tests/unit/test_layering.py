@@ -18,6 +18,7 @@ PURE = [
     "annotation/agreement/maths.py", "annotation/agreement/circus.py", "annotation/judging/rubric.py", "annotation/assignment/rules.py",
     "annotation/studies/sampling.py", "annotation/verdicts/consensus.py", "annotation/verdicts/turns.py", "annotation/verdicts/reliability.py", "annotation/verdicts/crowd.py", "annotation/quality/signals.py", "retrieval/fusion.py",
     "annotation/alternatives/payload.py", "annotation/alternatives/decisions.py", "annotation/alternatives/agreement.py",
+    "annotation/studies/estimate.py",
 ]
 
 

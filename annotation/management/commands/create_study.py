@@ -34,6 +34,11 @@ class Command(BaseCommand):
         parser.add_argument("--guidelines", default="")
         parser.add_argument("--lease-minutes", type=int, default=10)
         parser.add_argument("--annotator", action="append", default=[], dest="annotators")
+        parser.add_argument("--estimate", type=float, default=None, metavar="HALF_WIDTH",
+                            help="An estimate study: sample the pool by suspicion strata (Neyman plan) and estimate "
+                                 "each defect kind's prevalence; stop serving once the overall rate's 95%% interval "
+                                 "has this half-width (e.g. 0.03).")
+        parser.add_argument("--estimate-strata", type=int, default=4, help="Suspicion strata of an estimate study.")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **o):
@@ -51,6 +56,8 @@ class Command(BaseCommand):
             agreement_size=o["agreement_size"], blind=not o["not_blind"], guidelines=o["guidelines"],
             lease_minutes=o["lease_minutes"], annotators=o["annotators"], quorum=o["quorum"],
             session_rule=_session_rule(o),
+            estimate=None if o["estimate"] is None else {"target_half_width": o["estimate"],
+                                                         "strata": o["estimate_strata"]},
         )
         try:
             study, report = create_study(spec)
