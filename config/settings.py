@@ -137,7 +137,14 @@ AXES_COOLOFF_TIME = env_int("AXES_COOLOFF_MINUTES", 15) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "config.security.lockout_response"  # says for how long
-AXES_IPWARE_PROXY_COUNT = env_int("AXES_PROXY_COUNT", 0)
+# Behind a reverse proxy: how many trusted proxies append to X-Forwarded-For in front of the
+# app (nginx alone: 1; a load balancer, then nginx: 2). 0, the default, trusts no forwarded
+# header: every address is the connection's peer. config.throttling.client_address reads it,
+# for the login lockout and the API throttles alike (AXES_PROXY_COUNT: its former name).
+CIRVAL_PROXY_COUNT = env_int("CIRVAL_PROXY_COUNT", env_int("AXES_PROXY_COUNT", 0))
+if CIRVAL_PROXY_COUNT < 0:
+    raise ValueError(f"CIRVAL_PROXY_COUNT={CIRVAL_PROXY_COUNT} is negative (the number of trusted proxies)")
+AXES_CLIENT_IP_CALLABLE = "config.throttling.client_address"
 AXES_ENABLED = env_bool("AXES_ENABLED", True)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
