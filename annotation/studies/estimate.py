@@ -260,35 +260,34 @@ class Estimate:
                 "half_width": self.half_width, "n_eff": self.n_eff, "judged": self.judged, "size": self.size}
 
 
-def stratified_variance(strata: Sequence[StratumCount]) -> float:
-    """Cochran 5.47: ``(1/N^2) sum_h N_h (N_h - n_h) p_h q_h / (n_h - 1)``; a stratum judged in
-    full adds nothing. ValueError when a stratum not judged in full has fewer than two judged items."""
+def _variance(strata: Sequence[StratumCount], smoothed: bool) -> float:
+    """``(1/N^2) sum_h N_h (N_h - n_h) r_h (1 - r_h) / m_h`` over the strata not judged in full:
+    ``r_h = p_h``, ``m_h = n_h - 1`` (Cochran 5.47), or ``smoothed``: ``r_h = (x_h + 1/2) / (n_h + 1)``,
+    ``m_h = n_h``. ValueError when such a stratum has fewer judged items than the formula needs."""
     total = sum(s.size for s in strata)
+    need = 1 if smoothed else 2
     acc = 0.0
     for h, s in enumerate(strata):
         if s.judged == s.size:
             continue
-        if s.judged < 2:
-            raise ValueError(f"stratum {h}: {s.judged} judged of {s.size}; a variance needs two")
-        p = s.hits / s.judged
-        acc += s.size * (s.size - s.judged) * p * (1 - p) / (s.judged - 1)
+        if s.judged < need:
+            raise ValueError(f"stratum {h}: {s.judged} judged of {s.size}; this variance needs {need}")
+        rate = (s.hits + 0.5) / (s.judged + 1) if smoothed else s.hits / s.judged
+        acc += s.size * (s.size - s.judged) * rate * (1 - rate) / (s.judged - (0 if smoothed else 1))
     return acc / total ** 2
+
+
+def stratified_variance(strata: Sequence[StratumCount]) -> float:
+    """Cochran 5.47: ``(1/N^2) sum_h N_h (N_h - n_h) p_h q_h / (n_h - 1)``; a stratum judged in
+    full adds nothing. ValueError when a stratum not judged in full has fewer than two judged items."""
+    return _variance(strata, smoothed=False)
 
 
 def interval_variance(strata: Sequence[StratumCount]) -> float:
     """The variance the interval is read at: 5.47 with each stratum's rate smoothed,
     ``(1/N^2) sum_h N_h (N_h - n_h) p~_h q~_h / n_h`` with ``p~_h = (x_h + 1/2) / (n_h + 1)``;
     a stratum judged in full adds nothing, one with nothing judged is an error."""
-    total = sum(s.size for s in strata)
-    acc = 0.0
-    for h, s in enumerate(strata):
-        if s.judged == s.size:
-            continue
-        if s.judged < 1:
-            raise ValueError(f"stratum {h}: nothing judged of {s.size}")
-        p = (s.hits + 0.5) / (s.judged + 1)
-        acc += s.size * (s.size - s.judged) * p * (1 - p) / s.judged
-    return acc / total ** 2
+    return _variance(strata, smoothed=True)
 
 
 def wilson(p: float, n: float, z: float = Z95) -> tuple[float, float]:
