@@ -24,11 +24,14 @@ Negatives are decided here too (:func:`negative_targets`), and the M-BEIR candid
 of an export are placed from both (:func:`mbeir_candidates`), as UniIR's converters place
 them (``src/data/preprocessing/cirr_data_preprocessor.py``, ``cirr_to_mbeir_entry``): a
 CIRR target whose ``target_soft`` score is 1.0 goes to ``pos_cand_list``, one scored 0.5, 0.2
-or -1 to ``neg_cand_list``. A soft target scored 1.0 is therefore never a negative (it is a
-gain-1.0 target of graded nDCG), although CIRR's own protocol does not count it as a hit.
-Two documented departures from UniIR, where CIRR's file is inconsistent: the hard target is
-always a positive (UniIR drops it when ``target_soft`` does not list it, and makes it a negative
-when ``target_soft`` scores it below 1.0), and a query is never dropped.
+or -1 to ``neg_cand_list`` (the hard target too: CIRR val's pairid 29045 scores its own
+``target_hard`` -1.0, so it is a negative there). A soft target scored 1.0 is therefore never a
+negative (it is a gain-1.0 target of graded nDCG), although CIRR's own protocol does not count
+it as a hit. A query left with no positive candidate is not exported as M-BEIR, as UniIR's
+converters leave it out (:data:`MBEIR_NO_POSITIVE`; the export counts and names them). One
+documented departure from UniIR, where CIRR's file is inconsistent: a hard target that
+``target_soft`` does not list (37 val records, which score the reference 1.0 instead) is a
+positive (UniIR leaves it out; the importer gives it relevance 1.0).
 """
 from __future__ import annotations
 
@@ -65,6 +68,9 @@ RULES: dict[str, str] = {
 }
 DEFAULT_RULE = "every target with relevance > 0 that is not a negative"
 ALTERNATIVE = "alternative"  # the role of an accepted alternative (an extra ground truth)
+#: Why an M-BEIR export leaves a query out (:func:`mbeir_candidates` gives it no positive).
+MBEIR_NO_POSITIVE = ("no positive candidate (e.g. a CIRR query whose target_soft scores its target_hard below "
+                     "1.0): UniIR's M-BEIR converters need at least one and leave such a query out")
 
 
 def _any_positive(t: TargetLike) -> bool:
@@ -125,14 +131,23 @@ def negative_targets(fmt: str, targets: Iterable[TargetLike]) -> list[Any]:
 def mbeir_candidates(fmt: str, targets: Iterable[TargetLike]) -> tuple[list[Any], list[Any]]:
     """``(pos_cand_list, neg_cand_list)`` targets of one query in an M-BEIR export (module
     docstring): the positives (input order; the primary first where it comes first), then for
-    CIRR the other targets scored 1.0; and :func:`negative_targets`. A target is in at most one."""
+    CIRR the other targets scored 1.0; and :func:`negative_targets`. A target is in at most one.
+    For CIRR, as UniIR's converter: a target scored below 1.0 is a negative, the hard one too;
+    an empty ``pos_cand_list`` means the query is left out (:data:`MBEIR_NO_POSITIVE`)."""
     items = list(targets)
-    pos = positive_targets(fmt, items)
-    negatives = negative_targets(fmt, items)
-    taken = {id(t) for t in pos} | {id(t) for t in negatives}
     if fmt == "cirr":
-        pos = pos + [t for t in items if id(t) not in taken and t.role != "neg" and t.relevance >= 1.0]
-    return pos, negatives
+        return _cirr_mbeir(items)
+    return positive_targets(fmt, items), negative_targets(fmt, items)
+
+
+def _cirr_mbeir(items: list[TargetLike]) -> tuple[list[Any], list[Any]]:
+    """UniIR's placement of CIRR's targets: scored 1.0 (the hard target first) positive, the
+    others negative; accepted alternatives positive."""
+    pos = [t for t in positive_targets("cirr", items) if t.role == ALTERNATIVE or t.relevance >= 1.0]
+    taken = {id(t) for t in pos}
+    pos += [t for t in items if id(t) not in taken and t.role not in ("neg", ALTERNATIVE) and t.relevance >= 1.0]
+    taken = {id(t) for t in pos}
+    return pos, [t for t in items if id(t) not in taken and (t.role == "neg" or t.relevance < 1.0)]
 
 
 def graded_targets(fmt: str, targets: Iterable[TargetLike]) -> list[tuple[Any, float]]:

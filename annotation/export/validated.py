@@ -23,7 +23,11 @@ the turn's text, the reference image path (relative to the dataset's image root)
 ``query_modality = "image,text"``, ``query_src_content`` = JSON of the dataset, query id
 and reference id, ``pos_cand_list`` / ``neg_cand_list`` as :func:`retrieval.targets.mbeir_candidates`
 places them (UniIR's converter: for CIRR, every target scored 1.0 is a positive, the primary
-first, and those scored 0.5, 0.2 or -1 are negatives), ``task_id = 7``.
+first, and those scored 0.5, 0.2 or -1 are negatives, the hard target too), ``task_id = 7``.
+A validated query with no positive candidate (CIRR val's pairid 29045, whose ``target_soft``
+scores its ``target_hard`` -1.0) gets no M-BEIR line, as UniIR's converters leave it out
+(:data:`retrieval.targets.MBEIR_NO_POSITIVE`); the manifest's ``left_out`` counts and names
+those queries, and ``export_validated`` says how many were left out and why.
 Each trace line carries the consensus, every vote (category, sub-reason, flags, note, flag
 for adjudication, time, revision) and the adjudication behind the query line at the same
 position. Annotators appear as ``annotator_NN`` (:func:`annotation.agreement.reports.annotator_pseudonyms`),
@@ -72,7 +76,7 @@ from audit.labels import COMPOSITION_REQUIRED, UNRESOLVED
 from audit.runs.aggregation import latest_turn_checks
 from retrieval.jobs.leases import run_job
 from retrieval.models import VALIDATED_SUBSET, Dataset, Query, QuerySubset, Target, Turn, turn_text
-from retrieval.targets import TargetFacts, mbeir_candidates
+from retrieval.targets import MBEIR_NO_POSITIVE, TargetFacts, mbeir_candidates
 
 from annotation.verdicts.adjudication import (
     DEFAULT_CHUNK,
@@ -535,6 +539,7 @@ class _Run:
     layout: QueryLayout
     differs: dict[int, dict[str, Any]] = field(default_factory=dict)  # reliability vs majority (_compare_majority)
     sessions: str = "whole"
+    left_out: list[str] = field(default_factory=list)  # M-BEIR qids with no positive (MBEIR_NO_POSITIVE)
 
     def kept_turns(self, decision: Decision) -> int | None:
         """Turns of a turn-by-turn session to write (``None``: not such a study, or nothing to
@@ -592,7 +597,8 @@ def _write_batch(run: _Run, batch: list[ItemRow], ids: IO[str]) -> None:
         entry["validated"] += 1
         if not d.validated:
             entry["valid_prefixes"] = entry.get("valid_prefixes", 0) + 1
-        entry["subsets"][subset] = entry["subsets"].get(subset, 0) + 1
+        if subset is not None:
+            entry["subsets"][subset] = entry["subsets"].get(subset, 0) + 1
 
 
 def _compare_majority(run: _Run, row: ItemRow, decision: Decision) -> None:
@@ -608,8 +614,9 @@ def _compare_majority(run: _Run, row: ItemRow, decision: Decision) -> None:
 
 
 def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: ItemRow, d: Decision,
-                 checks: dict[int, list[dict[str, Any]]] | None = None) -> str:
-    """Write one validated item's query line (or session record) and trace line; its subset.
+                 checks: dict[int, list[dict[str, Any]]] | None = None) -> str | None:
+    """Write one validated item's query line (or session record) and trace line; its subset
+    (``None``: an M-BEIR line with no positive, left out as UniIR leaves it out: ``run.left_out``).
     A session's trace line carries its turns' automatic checks (``turn_checks``:
     :func:`audit.runs.aggregation.latest_turn_checks`)."""
     if extras is None:  # a session: the CIRCLED record (cut after its valid prefix when so asked)
@@ -624,6 +631,9 @@ def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: 
                             "turn_checks": (checks or {}).get(row.query_id, [])})
         return subset
     line, positives = extras.apply(row, data.mbeir_line(row))  # + accepted alternatives
+    if run.layout.fmt == "mbeir" and not line["pos_cand_list"]:
+        run.left_out.append(str(line["qid"]))
+        return None
     subset = subset_name(row.hidden_category)
     w = run.writers.get(row.dataset, subset, row.hidden_category)
     added = run.layout.write(w.queries, (row.dataset, subset), line, data.queries[row.query_id],
@@ -678,6 +688,8 @@ def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
         "query_layout": list(CIRCLED_KEYS) if circled else run.layout.keys(MBEIR_KEYS),
         "query_format": "circled" if circled else run.layout.fmt,
         "pseudonyms": "annotators are annotator_NN and adjudicators adjudicator_NN, numbered in username order",
+        **({"left_out": {"queries": len(run.left_out), "reason": MBEIR_NO_POSITIVE, "qids": run.left_out}}
+           if run.left_out else {}),
     }
 
 

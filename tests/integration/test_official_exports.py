@@ -20,6 +20,7 @@ from annotation.models import Assignment, ExportJob, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from retrieval.models import Dataset, Query
 from tests.conftest import FIXTURES, SHARED, make_annotator
+from retrieval.targets import MBEIR_NO_POSITIVE
 from tests.reference_impl import CIRCO_ASPECTS, circo_official_scores, uniir_cirr_lists
 
 pytestmark = pytest.mark.django_db
@@ -162,24 +163,34 @@ def test_mbeir_export_places_cirr_targets_as_uniirs_converter(cirr_root, tmp_pat
     judge_all(study, user, lambda item: VALID)
     result = export_study(study, tmp_path / "e")
     lines = [json.loads(line) for line in one_export_file(result.path, ".jsonl").open()]
-    assert len(lines) == n
     records = {str(r["pairid"]): r for r in json.loads(cap.read_text())}
+    # UniIR's converter leaves out a record with no positive (29045 scores its target_hard -1.0): so does the export
+    skipped = sorted(f"cirr:{p}" for p, r in records.items()
+                     if r["target_hard"] in r["target_soft"] and not uniir_cirr_lists(r)[0])
+    assert "cirr:29045" in skipped and len(lines) == n - len(skipped)
+    left_out = result.manifest["left_out"]
+    assert {**left_out, "qids": sorted(left_out["qids"])} == {"queries": len(skipped), "reason": MBEIR_NO_POSITIVE,
+                                                              "qids": skipped}
     same = departed = 0
     for line in lines:
         record = records[line["qid"].split(":", 1)[1]]
         soft, hard = record["target_soft"], record["target_hard"]
         assert not set(line["neg_cand_list"]) & {k for k, v in soft.items() if v == 1.0}  # the bug
         reference = uniir_cirr_lists(record)
-        if soft.get(hard) == 1.0:  # CIRR's file is consistent: exactly UniIR's lists
+        if hard in soft:  # exactly UniIR's lists (a hard target scored below 1.0 is a negative)
             assert (sorted(line["pos_cand_list"]), sorted(line["neg_cand_list"])) == \
                    (sorted(reference[0]), sorted(reference[1]))
             same += 1
-        else:  # documented departure: the hard target stays a positive (retrieval.targets)
-            assert sorted(line["pos_cand_list"]) == sorted(set(reference[0]) | {hard})  # UniIR: none may be left
-            assert sorted(line["neg_cand_list"]) == sorted(set(reference[1]) - {hard})
+        else:  # documented departure: a hard target target_soft does not list is a positive (retrieval.targets)
+            assert sorted(line["pos_cand_list"]) == sorted(set(reference[0]) | {hard})
+            assert sorted(line["neg_cand_list"]) == sorted(reference[1])
             departed += 1
-        assert line["pos_cand_list"][0] == hard
-    assert same > departed > 0 if cirr_root.parent.name == "reference" else same > 0
+        assert line["pos_cand_list"][0] == hard or soft.get(hard, 1.0) < 1.0
+    assert same > departed > 0
+    out = StringIO()
+    call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "cli"), stdout=out)
+    assert f"{len(skipped)} validated queries left out of the M-BEIR files (" in out.getvalue()
+    assert f"): {MBEIR_NO_POSITIVE}." in out.getvalue()
     assert Dataset.objects.get(name="cirr").format == "cirr" and Assignment.objects.filter(study=study).count() == n
 
 

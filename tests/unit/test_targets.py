@@ -180,9 +180,15 @@ def test_negatives_and_mbeir_lists_come_from_the_target_rule():
     pos, neg = mbeir_candidates("cirr", targets)
     assert ([t.image for t in pos], [t.image for t in neg]) == (["h", "s1"], ["s5", "m"])
     assert ("s1", 1.0) in [(t.image, g) for t, g in graded_targets("cirr", targets)]
-    # the hard target stays a positive even when target_soft scores it below 1.0 (documented departure)
+    # as UniIR's converter: a hard target scored below 1.0 is a negative, and a query left with no
+    # positive (CIRR val's 29045: target_hard scored -1.0) has an empty pos_cand_list (it is left out)
     low_hard = TargetFacts("h", 0.5, True, "hard")
-    assert [t.image for t in mbeir_candidates("cirr", [low_hard, soft1])[0]] == ["h", "s1"]
+    pos, neg = mbeir_candidates("cirr", [low_hard, soft1])
+    assert ([t.image for t in pos], [t.image for t in neg]) == (["s1"], ["h"])
+    pos, neg = mbeir_candidates("cirr", [TargetFacts("h", -1.0, True, "hard")])
+    assert (pos, [t.image for t in neg]) == ([], ["h"])
+    # a hard target target_soft does not list (relevance 1.0 from the importer) stays a positive
+    assert [t.image for t in mbeir_candidates("cirr", [hard, half])[0]] == ["h"]
     mb = [TargetFacts("p", 1.0, False, "pos"), TargetFacts("n", 0.0, False, "neg")]
     assert [[t.image for t in part] for part in mbeir_candidates("mbeir", mb)] == [["p"], ["n"]]
     assert [[t.image for t in part] for part in mbeir_candidates("circo", [TargetFacts("g")])] == [["g"], []]

@@ -68,3 +68,9 @@ class Command(BaseCommand):
         )
         for f in result.manifest["files"]:
             self.stdout.write(f"  {f['path']}  {f['lines']} lines  sha256 {f['sha256']}")
+        left_out = result.manifest.get("left_out")
+        if left_out:
+            shown = ", ".join(left_out["qids"][:10]) + (" …" if left_out["queries"] > 10 else "")
+            self.stdout.write(self.style.WARNING(
+                f"{left_out['queries']} validated quer{'y' if left_out['queries'] == 1 else 'ies'} left out of the "
+                f"M-BEIR files ({shown}): {left_out['reason']}."))
