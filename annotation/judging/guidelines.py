@@ -36,11 +36,15 @@ class Guidelines:
 
 
 def save_guidelines(study: Study, text: str, user=None) -> GuidelinesVersion | None:
-    """Store a new version when the text changed (the study keeps the current text)."""
+    """Store a new version when the text changed (the study keeps the current text); None when
+    it did not: the text of the newest version, or with none yet the text written at the
+    study's creation (version 0), is kept as it is."""
     text = (text or "").replace("\r\n", "\n")
     with transaction.atomic():
         last = GuidelinesVersion.objects.filter(study=study).order_by("-version").first()
         if last is not None and last.text == text and last.rubric_id == study.rubric_id:
+            return None
+        if last is None and text == (study.guidelines or "").replace("\r\n", "\n"):
             return None
         number = (GuidelinesVersion.objects.filter(study=study).aggregate(m=Max("version"))["m"] or 0) + 1
         study.guidelines = text

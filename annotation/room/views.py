@@ -19,7 +19,7 @@ from config.roles import staff_required
 from config.security import locked_usernames
 
 from annotation import roles
-from annotation.judging.guidelines import save_guidelines
+from annotation.judging.guidelines import current_guidelines, save_guidelines
 from annotation.models import GuidelinesVersion, Study, StudyItem
 from annotation.quality import gold as goldsvc
 from annotation.room.forms import GoldForm, RolesForm, StudySettingsForm, UserForm
@@ -133,9 +133,21 @@ def study_settings(request, study_id: int):
         refresh_slots(study)  # the items' extra slots follow the new quorum rule
         request_refit(study)  # now reliability-weighted: its stored fit, in a worker
     version = save_guidelines(study, text, request.user)
-    note = f" Guidelines saved as version {version.version}." if version else ""
-    messages.success(request, f"Settings of {study.name} saved.{note}")
+    changed = {f.replace("_", " ") for f in form.changed_data if f != "guidelines"}
+    messages.success(request, _settings_saved(study, changed, version))
     return redirect("room:study", study_id=study.pk)
+
+
+def _settings_saved(study: Study, changed: set[str], version) -> str:
+    """What a save of the study's settings did: the settings changed, and the guidelines' new
+    version, or that they are unchanged (their version kept)."""
+    if version is not None:
+        return f"Settings of {study.name} saved. Guidelines saved as version {version.version}."
+    current = current_guidelines(study)
+    kept = f"the guidelines stay at version {current.version}" if current else "the guidelines stay empty"
+    if not changed:
+        return f"Nothing changed in the settings of {study.name}: {kept}."
+    return f"Settings of {study.name} saved ({', '.join(sorted(changed))}); {kept}."
 
 
 @staff_required
