@@ -15,9 +15,12 @@ ed., 1977, chapter 5):
   ``N_h^2 S_h^2 (1/n_h - 1/N_h)`` falls most by one more item, ``N_h^2 S_h^2 / (n_h (n_h + 1))``
   (the finite population correction cancels in the difference). This greedy step gives the
   integer allocation of least variance at every sample size, so any prefix of the plan is a
-  Neyman sample. ``S_h = sqrt(p_h (1 - p_h))`` with ``p_h`` :func:`planning_rate`: before
-  any judgement the stratum's mean suspicion score (the prior), then the observed defect rate
-  shrunk towards it with :data:`PRIOR_WEIGHT` pseudo-items. Within a stratum, items come in
+  Neyman sample. ``S_h = sqrt(p_h (1 - p_h))`` with ``p_h`` :func:`planning_rate`: the
+  stratum's mean suspicion score (the prior), or, re-planned from the data, the observed defect
+  rate shrunk towards it with :data:`PRIOR_WEIGHT` pseudo-items. (Re-planning makes a stratum's
+  sample size depend on its own outcomes: a stratum that showed few defects gets fewer items and
+  its low rate stays, so the estimate leans low where strata are sampled nearly in full;
+  bench/estimate.py measures both.) Within a stratum, items come in
   a seeded shuffle (:func:`stratum_order`), so the judged items of a stratum are a simple
   random sample of it.
 * **Estimator** (:func:`stratified_estimate`): ``p_st = sum_h W_h p_h`` with ``W_h = N_h / N``;
@@ -148,6 +151,15 @@ def planning_rate(prior: float, defects: int = 0, judged: int = 0, weight: float
         raise ValueError(f"bad counts: {defects} defects of {judged} judged")
     rate = (weight * prior + defects) / (weight + judged) if weight + judged > 0 else prior
     return min(max(rate, FLOOR), 1 - FLOOR)
+
+
+def planning_rates(priors: Sequence[float], defects: Sequence[int], judged: Sequence[int],
+                   reallocate: bool) -> list[float]:
+    """The rates a plan's SDs come from: the priors alone, or with ``reallocate`` the observed
+    rates shrunk towards them (:func:`planning_rate`)."""
+    if not reallocate:
+        return [planning_rate(p) for p in priors]
+    return [planning_rate(p, d, j) for p, d, j in zip(priors, defects, judged)]
 
 
 def bernoulli_sd(rate: float) -> float:

@@ -8,8 +8,8 @@ this module stores and reads it:
   serving plan into the items' ``order_key`` (the queue serves by it: a study in random order
   serves the lowest key first).
 * :func:`replan` (after every :data:`REPLAN_EVERY` completed judgements, and from the staff's
-  page): the planning rates from the decided items, and a new plan for the items not yet
-  served; then the stop rule: once the overall rate's interval is narrow enough, no fresh item is
+  page): the planning rates (the priors, or with the study's ``reallocate`` the decided items'
+  rates), and a new plan for the items not yet served; then the stop rule: once the overall rate's interval is narrow enough, no fresh item is
   served (``Study.estimate_stopped``; items already served are finished).
 * :func:`running_estimate`: what the staff page and the release card show.
 
@@ -36,7 +36,7 @@ from annotation.studies.estimate import (
     bernoulli_sd,
     cum_sqrt_f_bounds,
     plan_items,
-    planning_rate,
+    planning_rates,
     stop_reached,
     stratified_estimate,
     stratum_of,
@@ -50,7 +50,8 @@ OVERALL = "any"
 UNSPECIFIED = "unspecified"
 
 METHOD = ("Stratified sample by suspicion score (strata by the cumulative sqrt(f) rule), Neyman allocation "
-          "(stratum SDs from the mean suspicion score as a prior, then from the observed rates), items served "
+          "(stratum SDs from the stratum's mean suspicion score as a prior; re-planned from the observed rates when "
+          "the study says so), items served "
           "in a seeded random order within each stratum; stratified estimator p_st = sum W_h p_h with Cochran's "
           "variance (5.47, finite population correction) and a 95% Wilson interval at the design's effective "
           "sample size; stop rule: the overall rate's half-width at most the target.")
@@ -61,7 +62,10 @@ class EstimateError(ValueError):
 
 
 def check_settings(data: dict | None) -> dict:
-    """The estimate settings to store: ``target_half_width`` in (0, 0.5], ``strata`` 1-8."""
+    """The estimate settings to store: ``target_half_width`` in (0, 0.5], ``strata`` 1-8 and
+    ``reallocate`` (re-plan from the observed rates; default off: bench/estimate.py measured its
+    intervals at 84-86 % coverage on the demo, whose strata are sampled nearly in full, where the
+    prior's plan covers 94 %; on a large benchmark it saves about a tenth of the items)."""
     data = dict(data or {})
     try:
         target = float(data.get("target_half_width", 0.03))
@@ -72,7 +76,7 @@ def check_settings(data: dict | None) -> dict:
         raise EstimateError(f"estimate: the target half-width must lie in (0, 0.5], got {target}")
     if not 1 <= strata <= 8:
         raise EstimateError(f"estimate: strata must lie between 1 and 8, got {strata}")
-    return {"target_half_width": target, "strata": strata}
+    return {"target_half_width": target, "strata": strata, "reallocate": bool(data.get("reallocate", False))}
 
 
 def plan_estimate(study: Study, score: bool = True) -> dict:
@@ -118,8 +122,8 @@ def replan(study: Study, counts: dict | None = None) -> dict:
     """Plan the fresh items from the decided ones, check the stop rule, store the state."""
     counts = counts if counts is not None else judged_counts(study)
     served, fresh, _ = _strata(study)
-    rates = [planning_rate(prior, d, j) for prior, d, j in
-             zip(study.estimate["priors"], counts["defects"], counts["judged"])]
+    rates = planning_rates(study.estimate["priors"], counts["defects"], counts["judged"],
+                           bool(study.estimate.get("reallocate")))
     order = plan_items([s + f for s, f in zip(served, fresh)], [len(s) for s in served], [bernoulli_sd(r) for r in rates])
     keys = {pk: k for k, pk in enumerate(order)}
     items = [StudyItem(pk=pk, order_key=k) for pk, k in keys.items()]

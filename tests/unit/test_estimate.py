@@ -16,6 +16,7 @@ from annotation.studies.estimate import (
     next_stratum,
     plan_items,
     planning_rate,
+    planning_rates,
     serving_plan,
     srs_sample_size,
     stop_reached,
@@ -138,6 +139,8 @@ def test_planning_rate_starts_at_the_prior_and_follows_the_data():
     assert planning_rate(0.0, 0, 50) == pytest.approx(0.02)  # never a zero SD
     with pytest.raises(ValueError):
         planning_rate(0.3, 3, 2)
+    assert planning_rates([0.3, 0.6], [2, 0], [6, 10], reallocate=False) == pytest.approx([0.3, 0.6])
+    assert planning_rates([0.3, 0.6], [2, 0], [6, 10], reallocate=True) == pytest.approx([0.32, 2.4 / 14])
 
 
 def test_stratum_order_is_a_seeded_permutation():

@@ -39,6 +39,9 @@ class Command(BaseCommand):
                                  "each defect kind's prevalence; stop serving once the overall rate's 95%% interval "
                                  "has this half-width (e.g. 0.03).")
         parser.add_argument("--estimate-strata", type=int, default=4, help="Suspicion strata of an estimate study.")
+        parser.add_argument("--estimate-reallocate", action="store_true",
+                            help="Re-plan an estimate study's allocation from the observed rates (fewer items on a "
+                                 "large benchmark; its intervals lean low where strata are sampled nearly in full).")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **o):
@@ -57,7 +60,8 @@ class Command(BaseCommand):
             lease_minutes=o["lease_minutes"], annotators=o["annotators"], quorum=o["quorum"],
             session_rule=_session_rule(o),
             estimate=None if o["estimate"] is None else {"target_half_width": o["estimate"],
-                                                         "strata": o["estimate_strata"]},
+                                                         "strata": o["estimate_strata"],
+                                                         "reallocate": o["estimate_reallocate"]},
         )
         try:
             study, report = create_study(spec)
