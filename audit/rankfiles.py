@@ -12,18 +12,23 @@ Two layouts share one shape (``metadata``, ``summary``, ``gallery_paths``,
 Samples are keyed by ``query_idx``, the 0-based line number of the query in the
 dataset's source query file. ``retrievals.multimodal`` lists gallery indices (positions
 in ``gallery_paths``) of the top results.
+
+``gallery_paths`` may list millions of paths (4.3M in a 150 MB file) of which the samples'
+top lists name a few thousand: it is streamed twice, once to count and type-check it, once
+to keep the paths the top lists name, so memory does not grow with the gallery
+(``bench/rankfile_memory.py``).
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from retrieval.importers import jsonstream
 from retrieval.records import ParseError
-from retrieval.validation import Record, is_int
+from retrieval.validation import Record, is_int, json_type
 
 RANK_KEYS: dict[str, str] = {"multimodal": "mm", "text_only": "text", "image_only": "image"}
 #: The rank-row field of each modality, in :data:`retrieval.metrics.MODALITIES` order.
@@ -64,7 +69,8 @@ class RankFile:
     retriever: str
     dataset: str | None
     k: int | None
-    gallery_paths: list[str]
+    gallery_size: int  # how many paths ``gallery_paths`` lists in the file
+    gallery_paths: dict[int, str]  # the paths the samples' top lists name, by gallery index
     samples: list[SampleRanks]
     pool: list[str] = field(default_factory=list)  # aggregated files: the retrievers behind the best ranks
 
@@ -112,15 +118,39 @@ def best_of(value: int | list[int | None] | None) -> int | None:
     return value
 
 
-def _check_header(doc: Any, path: str) -> tuple[dict[str, Any], list[Any], list[str], int | None]:
+@dataclass
+class GalleryList:
+    """What a rank file's ``gallery_paths`` holds, without holding it: how many items, and
+    their JSON types (fed one item at a time while the file streams)."""
+
+    size: int = 0
+    kinds: set[str] = field(default_factory=set)
+
+    def add(self, item: Any) -> None:
+        self.size += 1
+        self.kinds.add(json_type(item))
+
+    @classmethod
+    def of(cls, value: Any) -> GalleryList:
+        summary = cls()
+        for item in value if isinstance(value, list) else ():
+            summary.add(item)
+        return summary
+
+
+def _check_header(doc: Any, path: str, gallery: GalleryList) -> tuple[dict[str, Any], int | None]:
     rec = Record(path, None, doc, "rank file (at the top level)")
     metadata = rec.req_obj("metadata")
-    samples = rec.req_list("samples")
-    gallery = rec.opt_str_list("gallery_paths") or []
+    rec.req_list("samples")
+    listed = rec.data.get("gallery_paths")
+    if listed is not None and not isinstance(listed, list):
+        rec.fail("gallery_paths", f"expected a list of strings, got {json_type(listed)}")
+    if gallery.kinds - {"string"}:
+        rec.fail("gallery_paths", f"expected a list of strings, got list of {'/'.join(sorted(gallery.kinds))}")
     k = rec.nested("metadata", metadata, "metadata object").opt_int("k")
     if k is not None and k < 1:
         rec.fail("metadata.k", f"must be an integer >= 1, got {k}")
-    return metadata, samples, gallery, k
+    return metadata, k
 
 
 def _sample_ranks(rec: Record) -> dict[str, Any]:
@@ -177,15 +207,22 @@ def parse_rank_document(doc: Any, path: str = "<input>") -> RankFile:
     Fields are read through :class:`retrieval.validation.Record`; a malformed document
     raises :class:`RankFileError` naming the file, the sample and the field.
     """
-    return _parse_rank_samples(doc, enumerate(doc.get("samples") or []) if isinstance(doc, dict) else iter(()), path)
+    if not isinstance(doc, dict):
+        return _parse_rank_samples(doc, iter(()), path, GalleryList(), dict)
+    listed = doc.get("gallery_paths")
+    return _parse_rank_samples(doc, enumerate(doc.get("samples") or []), path, GalleryList.of(listed),
+                               lambda wanted: {i: listed[i] for i in wanted})
 
 
-def _parse_rank_samples(header: Any, samples: Iterable[tuple[int, Any]], path: str) -> RankFile:
+def _parse_rank_samples(header: Any, samples: Iterable[tuple[int, Any]], path: str, gallery: GalleryList,
+                        pick: Callable[[set[int]], dict[int, str]]) -> RankFile:
+    """The rank file from its header (``gallery``: what its ``gallery_paths`` holds) and its
+    samples; ``pick`` gives the gallery paths of a set of indices (those the top lists name)."""
     try:
-        metadata, _, gallery, k = _check_header(header, path)
+        metadata, k = _check_header(header, path, gallery)
         aggregated = isinstance(metadata.get("aggregation"), dict)
         seen: dict[int, int] = {}
-        out = [_sample(Record(path, n, s, "sample", label=f"sample {n}"), len(gallery), aggregated, seen)
+        out = [_sample(Record(path, n, s, "sample", label=f"sample {n}"), gallery.size, aggregated, seen)
                for n, s in samples]
     except RankFileError:
         raise
@@ -195,27 +232,43 @@ def _parse_rank_samples(header: Any, samples: Iterable[tuple[int, Any]], path: s
     return RankFile(
         path=str(path), aggregated=aggregated, retriever=retriever_name(path, metadata),
         dataset=metadata.get("dataset") if isinstance(metadata.get("dataset"), str) else None,
-        k=k, gallery_paths=list(gallery), samples=out, pool=pool,
+        k=k, gallery_size=gallery.size, gallery_paths=pick({i for s in out for i in s.top_mm}),
+        samples=out, pool=pool,
     )
+
+
+def _streamed_paths(file: str, wanted: set[int]) -> dict[int, str]:
+    """The paths at indices ``wanted`` of the file's ``gallery_paths``, read item by item."""
+    found: dict[int, str] = {}
+    if wanted:
+        for index, item in jsonstream.iter_member(file, "gallery_paths"):
+            if index in wanted:
+                found[index] = item
+                if len(found) == len(wanted):
+                    break
+    return found
 
 
 def read_rank_file(path: str | Path) -> RankFile:
     """Read and validate one CIRCUS rank file (per-retriever or aggregated), streaming.
 
     The file is first checked with flat memory (:func:`jsonstream.check_bounds`: depth,
-    64-bit integers, NUL and lone surrogates); then its header (``metadata``,
-    ``gallery_paths``) is read in one pass and its ``samples`` are streamed one by one, so
-    memory holds the parsed ranks, never the whole document."""
+    64-bit integers, NUL and lone surrogates); then its header (``metadata``; ``gallery_paths``
+    counted and type-checked item by item) is read in one pass, its ``samples`` are streamed
+    one by one, and a last pass keeps the gallery paths the samples' top lists name, so memory
+    holds the parsed ranks, never the whole document nor the whole gallery."""
     file = str(path)
     try:
         jsonstream.check_bounds(file)
+        gallery = GalleryList()
         try:
-            header = jsonstream.top_members(file, ("metadata", "gallery_paths"))
+            header = jsonstream.top_members(file, ("metadata",), stream={"gallery_paths": gallery.add})
         except ParseError as exc:
             if not exc.message.startswith("not valid JSON"):
                 raise
             raise jsonstream.diagnose_member(file, "samples", exc, "sample") from None  # which sample, which field
-        return _parse_rank_samples(header, jsonstream.iter_member(file, "samples"), file)
+        return _parse_rank_samples(header, jsonstream.iter_member(file, "samples"), file, gallery,
+                                   lambda wanted: _streamed_paths(file, wanted))
     except RankFileError:
         raise
     except ParseError as exc:

@@ -3,10 +3,11 @@
 Every JSON body of the API goes through :class:`SafeJSONParser`; query-string ids go through
 :func:`query_int`. What they refuse, before any view or database sees it:
 
-* nesting deeper than :data:`MAX_DEPTH` (a ``RecursionError`` otherwise);
+* nesting deeper than :data:`config.limits.MAX_DEPTH` (a ``RecursionError`` otherwise);
 * ``NaN``, ``Infinity`` and numbers such as ``1e999`` that overflow to infinity;
-* integers outside a signed 64-bit range (no database column holds them), even of 5,000
-  digits (never converted);
+* integers outside a signed 64-bit range (:data:`config.limits.INT_MIN` ..
+  :data:`config.limits.INT_MAX`: no database column holds them), even of 5,000 digits (never
+  converted);
 * NUL characters and lone UTF-16 surrogates in any string or key (PostgreSQL refuses NUL in
   text and JSON; a lone surrogate cannot be encoded as UTF-8);
 * bodies that are not UTF-8.
@@ -22,11 +23,10 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-MAX_DEPTH = 32
-INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+from config.limits import INT_MAX, INT_MIN, MAX_DEPTH, unstorable_name
+
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _BRACKETS = re.compile(r"[\[\]{}]")
-_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
 _ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
@@ -78,9 +78,8 @@ def nesting_depth(text: str) -> int:
 
 
 def check_text(value: str, field: str) -> None:
-    bad = _BAD_CHARS.search(value)
-    if bad:
-        what = "a NUL character" if bad.group() == "\x00" else "a lone surrogate"
+    what = unstorable_name(value)
+    if what:
         raise HostileInput(field, f"contains {what}, which no field may hold")
 
 

@@ -6,8 +6,11 @@
 * :func:`sniff` tells the top-level shape and the first record, so a parser can take a
   file's role from its content;
 * :func:`check_bounds` refuses, before any reader builds a value, a file nested deeper than
-  :data:`MAX_DEPTH`, an integer longer than Python converts (4,300 digits), and a string that
-  holds a NUL or a lone surrogate (no database column stores them).
+  :data:`config.limits.MAX_DEPTH`, an integer outside 64 bits (even one longer than Python
+  converts, 4,300 digits), and a string that holds a NUL or a lone surrogate (no database
+  column stores them): the limits of :mod:`config.limits`, which API bodies obey too;
+* :func:`top_members` reads a top-level object's header members and streams its large lists
+  item by item (a rank file's millions of ``gallery_paths``).
 
 Why a separate bounded pass: ijson's ``items``/``parse`` keep a prefix string per level, so
 their memory grows with the square of the nesting depth (629 MB for 32 KB nested 16k deep);
@@ -15,12 +18,14 @@ their memory grows with the square of the nesting depth (629 MB for 32 KB nested
 too deep, so a 200 KB file nested 100k deep is refused in milliseconds. Every reader here
 calls it first.
 
-Errors are :class:`retrieval.records.ParseError` naming the file, the record and, where it
-can be known, the field. Only standard JSON is accepted: ``NaN``, ``Infinity`` and
-``-Infinity`` (which Python's own reader lets through) and numbers that overflow a double are
-refused, naming the record and the field that holds them. A file cut short names the record
-it ends in (the one after the last complete record), not a byte column. Nothing here imports
-Django.
+Errors are :class:`retrieval.records.ParseError` naming the file, the record and the field:
+its JSON path in the record (:class:`_Where`: ``caption``, ``img_set.members[2]``; a path
+deeper than 8 levels ends in ``…``), for a refusal of the bounded pass as for invalid JSON;
+no field only where the error falls between two fields. Only standard JSON is accepted:
+``NaN``, ``Infinity`` and ``-Infinity`` (which Python's own reader lets through) and numbers
+that overflow a double are refused. A file cut short names the record it ends in (the one
+after the last complete record), not a byte column. Nothing here uses Django (importing
+:mod:`config.limits` loads the ``config`` package, whose ``__init__`` creates the Celery app).
 """
 from __future__ import annotations
 
@@ -29,19 +34,18 @@ import io
 import json
 import math
 import re
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import ijson
 
+from config.limits import INT_MAX, INT_MIN, MAX_DEPTH, UNSTORABLE, unstorable_name
 from retrieval.records import ParseError
 
 BOM = b"\xef\xbb\xbf"
-#: The deepest nesting any imported JSON file may have (the formats CIRVal reads need < 10).
-MAX_DEPTH = 64
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_EMPTY = {"start_map": dict, "start_array": list}  # the container events, with the empty value of each
 NON_STANDARD = re.compile(r"(?<![\w\"])(-?Infinity|NaN)(?![\w\"])")
 NON_STANDARD_MESSAGE = "non-standard JSON number {token} (only finite numbers are valid JSON; write null or a number)"
 
@@ -133,46 +137,54 @@ _LONE_SURROGATE = re.compile(
 
 
 class _Guarded:
-    """A reader that looks for escaped lone surrogates in the raw bytes (across chunk ends)
-    and ends the stream at the first one (``found`` says so)."""
+    """A reader that looks for escaped lone surrogates in the raw bytes (across chunk ends) and
+    ends the stream just before the first one (``found`` says so), so the parser has read up to
+    the string that holds it and the refusal names its field. The last :attr:`LOOK` bytes read
+    are held back until the bytes after them are read (an escape is judged with the next one)."""
 
-    KEEP = 24  # bytes carried over: 12 not yet judged (an escape and its lookahead) + lookbehind
+    LOOK = 12  # an escape (6 bytes) and the one after it; also the lookbehind kept of what was given
 
     def __init__(self, raw: Any):
-        self.raw, self.tail, self.found = raw, b"", False
+        self.raw, self.before, self.held, self.found = raw, b"", b"", False
 
     def read(self, size: int = -1) -> bytes:
         if self.found or size == 0:
             return b""
-        data = self.raw.read(size)
-        window = self.tail + data
-        judged_from = max(0, len(self.tail) - 12)
-        judged_to = len(window) if not data else len(window) - 12
-        for m in _LONE_SURROGATE.finditer(window):
-            if judged_from <= m.start() < judged_to or (not data and m.start() >= judged_from):
-                self.found = True
-                return b""
-        self.tail = window[-self.KEEP:]
-        return data
+        while True:
+            data = self.raw.read(size)
+            window = self.before + self.held + data
+            start = len(self.before)
+            end = max(start, len(window) - self.LOOK if data else len(window))
+            for m in _LONE_SURROGATE.finditer(window):
+                if start <= m.start() < end:
+                    self.found = True
+                    return window[start:m.start()]
+            if end > start or not data:
+                self.held, self.before = window[end:], window[:end][-self.LOOK:]
+                return window[start:end]
+            self.held = window[start:]  # too little to judge yet: read on (an empty read would end the stream)
 
 
 def scan_events(source: str, events: Iterator[tuple[str, Any]], max_depth: int, record: int | None = None,
                 guard: _Guarded | None = None, first_only: bool = False,
                 on_event: Callable[[str, Any], None] | None = None) -> bool:
     """Check ``events`` (see :func:`check_bounds`), passing each to ``on_event`` once checked.
-    False when the JSON is invalid before the end (the reader that follows says where)."""
+    False when the JSON is invalid before the end (the reader that follows says where).
+    A refusal names the record and the field (:class:`_Where`)."""
     position = _Position()
+    where = _Where(records_below=record is None)
 
-    def refuse(message: str) -> ParseError:
-        return ParseError(source, position.record if record is None else record, None, message)
+    def refuse(message: str, pending: bool = False) -> ParseError:
+        return ParseError(source, position.record if record is None else record, where.field(pending), message)
 
     try:
         for event, value in events:
             position.step(event)
+            where.step(event, value)
             if position.depth > max_depth:
                 raise refuse(f"JSON nested deeper than {max_depth} levels; refused before reading it")
-            if event in ("string", "map_key") and _UNSTORABLE.search(value):
-                raise refuse(_unstorable_message(value))
+            if event in ("string", "map_key") and UNSTORABLE.search(value):
+                raise refuse(_unstorable_message(event, value))
             if on_event is not None:
                 on_event(event, value)
             if first_only and position.complete:
@@ -180,18 +192,70 @@ def scan_events(source: str, events: Iterator[tuple[str, Any]], max_depth: int, 
     except ijson.JSONError as exc:
         if guard is None or not guard.found:
             if "integer overflow" in str(exc):
-                raise refuse("an integer outside the 64-bit range; refused") from None
+                raise refuse(f"an integer outside the 64-bit range ({INT_MIN} to {INT_MAX}); refused",
+                             pending=True) from None
             return False  # invalid JSON: the reader that follows says where, in its own words
     except UnicodeDecodeError:
-        raise refuse("a string is not valid UTF-8 (a lone surrogate?): no field may hold it") from None
+        raise refuse("a string is not valid UTF-8 (a lone surrogate?): no field may hold it", pending=True) from None
     if guard is not None and guard.found:
-        raise refuse("a string holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), which no field may hold")
+        raise refuse("a string holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), which no field may hold",
+                     pending=True)
     return True
 
 
-def _unstorable_message(value: str) -> str:
-    what = "a NUL character" if "\x00" in value else "a lone surrogate"
-    return f"a string holds {what}, which no field may hold"
+def _unstorable_message(event: str, value: str) -> str:
+    return f"{'its name' if event == 'map_key' else 'a string'} holds {unstorable_name(value)}, which no field may hold"
+
+
+class _Where:
+    """The JSON path of the value being read, below its record (``caption``, ``img_set.members[3]``):
+    object keys dotted, list positions as ``[n]``. One frame per open container, so its memory
+    is bounded by the depth check.
+
+    ``records_below``: the document is a file of records (the top-level list's positions or the
+    top-level object's members are the records), not one record (a JSON Lines line)."""
+
+    SHOWN = 8  # path components shown; a deeper path ends in "…"
+    KEY_CHARS = 60
+
+    def __init__(self, records_below: bool) -> None:
+        self.frames: list[list[Any]] = []  # [is_object, key or list position]
+        self.records_below = records_below
+        self.after_key = False
+
+    def step(self, event: str, value: Any) -> None:
+        self.after_key = event == "map_key"
+        if event == "map_key":
+            self.frames[-1][1] = value
+        elif event in ("end_map", "end_array"):
+            self.frames.pop()
+        else:
+            if self.frames and not self.frames[-1][0]:
+                self.frames[-1][1] += 1
+            if event in _EMPTY:
+                self.frames.append([event == "start_map", None if event == "start_map" else -1])
+
+    def field(self, pending: bool = False) -> str | None:
+        """The path of the last value read or, ``pending``, of the one the parser was reading
+        when it stopped (a list's next position; an object's key when its name was read,
+        else the object itself)."""
+        frames = self.frames
+        if self.records_below and frames and not frames[0][0]:
+            frames = frames[1:]  # the top-level list: its positions are the records
+        parts: list[str] = []
+        for n, (is_object, at) in enumerate(frames):
+            last = n == len(frames) - 1
+            if is_object and at is not None and not (last and pending and not self.after_key):
+                parts.append(("." if parts else "") + self._key(at))
+            elif not is_object and at + (last and pending) >= 0:
+                parts.append(f"[{at + (last and pending)}]")
+        if len(parts) > self.SHOWN:
+            parts = parts[:self.SHOWN] + ["…"]
+        return "".join(parts) or None
+
+    def _key(self, key: str) -> str:
+        key = UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", key)
+        return key if len(key) <= self.KEY_CHARS else key[:self.KEY_CHARS] + "…"
 
 
 def top_level(path: Path) -> str:
@@ -306,19 +370,19 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ParseError(str(path), index, None, f"not UTF-8 text: {exc}", record_label=f"line {index + 1}") from None
+                raise ParseError(str(path), index, _field_at(raw[:exc.start]), f"not UTF-8 text: {exc}",
+                                 record_label=f"line {index + 1}") from None
             if not line.strip():
                 continue
             check_document_bounds(str(path), raw, record=index)
             try:
                 yield index, json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
             except _LineError as exc:
-                field_name = _field_of(line.encode("utf-8"))
-                raise ParseError(str(path), index, field_name, NON_STANDARD_MESSAGE.format(token=exc.token),
+                raise ParseError(str(path), index, _field_at(raw), NON_STANDARD_MESSAGE.format(token=exc.token),
                                  record_label=f"line {index + 1}") from None
             except json.JSONDecodeError as exc:
-                raise ParseError(str(path), index, None, f"invalid JSON at column {exc.colno}: {exc.msg}",
-                                 record_label=f"line {index + 1}") from None
+                raise ParseError(str(path), index, _field_at(line[:exc.pos].encode("utf-8")),
+                                 f"invalid JSON at column {exc.colno}: {exc.msg}", record_label=f"line {index + 1}") from None
 
 
 def _count(n: int) -> None:
@@ -327,33 +391,16 @@ def _count(n: int) -> None:
         meter.done += n
 
 
-def _field_of(document: bytes) -> str | None:
-    """The dotted path of the last key read before ``document`` stops parsing (None if none)."""
-    keys: list[str | None] = []
-    last: str | None = None
+def _field_at(document: bytes) -> str | None:
+    """The path (:class:`_Where`) of the value ``document`` (one record) stops parsing in:
+    the field an error at its end is in; None where it stops between two fields, or parses."""
+    where = _Where(records_below=False)
     try:
-        for _prefix, event, value in ijson.parse(document, use_float=True):
-            last = _track(keys, event, value) or last
+        for event, value in ijson.basic_parse(document, use_float=True):
+            where.step(event, value)
     except ijson.JSONError:
-        return _dotted(keys) or last
+        return where.field(pending=True)
     return None
-
-
-def _track(keys: list[str | None], event: str, value: Any) -> str | None:
-    """Keep ``keys`` as the stack of object keys above the current value; returns a new key."""
-    if event == "start_map":
-        keys.append(None)
-    elif event == "end_map":
-        keys.pop()
-    elif event == "map_key":
-        keys[-1] = value
-        return value
-    return None
-
-
-def _dotted(keys: list[str | None]) -> str | None:
-    named = [k for k in keys if k is not None]
-    return ".".join(named) if named else None
 
 
 def _bad_number(text: str) -> str | None:
@@ -369,11 +416,9 @@ def _bad_number(text: str) -> str | None:
 
 def diagnose(path: Path, exc: Exception) -> ParseError:
     """Re-read ``path`` up to the error of ``exc`` and say in which record and field it is."""
-    record, keys = _locate(path)
+    record, field_name = _locate(path)
     text = str(exc).strip()
     reason = text.splitlines()[0] if text else "invalid JSON"
-    # inside an array the first stacked key is the array's placeholder; an object's is the member key
-    field_name = _dotted(keys if top_level(path) == "object" else keys[1:])
     number = _bad_number(text)
     if number is not None:
         return ParseError(str(path), record, field_name, number)
@@ -381,25 +426,27 @@ def diagnose(path: Path, exc: Exception) -> ParseError:
         return ParseError(str(path), None, None, f"invalid JSON before the first record: {reason}")
     last = f"record {record} is the last complete one" if record else "no record is complete"  # 1-based
     if "premature EOF" in reason:
-        return ParseError(str(path), record, None, f"invalid JSON: the file ends inside this record ({last}); truncated?")
-    return ParseError(str(path), record, None, f"invalid JSON ({last}): {reason}")
+        return ParseError(str(path), record, field_name,
+                          f"invalid JSON: the file ends inside this record ({last}); truncated?")
+    return ParseError(str(path), record, field_name, f"invalid JSON ({last}): {reason}")
 
 
-def _locate(path: Path) -> tuple[int | None, list[str | None]]:
-    """``(record, keys)`` where parsing ``path`` stops: the top-level item index and the key stack.
+def _locate(path: Path) -> tuple[int | None, str | None]:
+    """``(record, field)`` where parsing ``path`` stops: the top-level item index and the path
+    (:class:`_Where`) of the value being read, None between two fields. Flat memory.
 
     ``record`` is the item being read when parsing stopped; between two items it is the next one.
     """
     position = _Position()
-    keys: list[str | None] = []
+    where = _Where(records_below=True)
     with _open(path) as handle:
         try:
-            for _prefix, event, value in ijson.parse(handle, use_float=True):
+            for event, value in ijson.basic_parse(handle, use_float=True):
                 position.step(event)
-                _track_container(keys, event, value)
+                where.step(event, value)
         except ijson.JSONError:
             pass
-    return position.current(), keys
+    return position.current(), where.field(pending=True)
 
 
 class _Position:
@@ -432,45 +479,72 @@ class _Position:
         return self.record
 
 
-def _track_container(keys: list[str | None], event: str, value: Any) -> None:
-    """Like :func:`_track` but also stacks arrays (so the top-level container is ``keys[0]``)."""
-    if event in ("start_map", "start_array"):
-        keys.append(None)
-    elif event in ("end_map", "end_array"):
-        keys.pop()
-    elif event == "map_key":
-        keys[-1] = value
-
-
-_EMPTY = {"start_map": dict, "start_array": list}
-
-
-def top_members(path: Path | str, build: Collection[str]) -> dict[str, Any]:
+def top_members(path: Path | str, build: Collection[str],
+                stream: Mapping[str, Callable[[Any], None]] | None = None) -> dict[str, Any]:
     """The members of the top-level object of ``path``, in one streaming pass: those named in
     ``build`` with their values, every other one as an empty value of its type (``[]``, ``{}``)
     or its scalar, so a reader can check a header and then stream a large member with
-    :func:`iter_member`. Call :func:`check_bounds` first."""
+    :func:`iter_member`. A list member named in ``stream`` is not kept: each of its items is
+    built in turn and passed to its callback (memory holds one item, never the list). Call
+    :func:`check_bounds` first."""
     path = Path(path)
     _expect(path, "object")
-    out: dict[str, Any] = {}
-    builder: ijson.ObjectBuilder | None = None
-    key, depth = None, 0
+    reader = _MemberReader(build, stream or {})
     with _open(path) as handle:
         try:
             for _prefix, event, value in ijson.parse(_Counting(handle), use_float=True):
-                if depth == 1 and event == "map_key":
-                    key = value
-                elif depth == 1 and event not in ("end_map", "end_array"):
-                    builder = ijson.ObjectBuilder() if key in build else None
-                    out[key] = _EMPTY[event]() if event in _EMPTY else value
-                if builder is not None and depth >= 1 and not (depth == 1 and event == "map_key"):
-                    builder.event(event, value)
-                depth += 1 if event in _EMPTY else -1 if event in ("end_map", "end_array") else 0
-                if builder is not None and depth == 1 and event != "map_key":
-                    out[key], builder = builder.value, None
+                reader.event(event, value)
         except ijson.JSONError as exc:
             raise ParseError(str(path), None, None, f"not valid JSON: {str(exc).splitlines()[0]}") from None
-    return out
+    return reader.out
+
+
+class _MemberReader:
+    """The events of a top-level object -> :attr:`out` (see :func:`top_members`)."""
+
+    def __init__(self, build: Collection[str], stream: Mapping[str, Callable[[Any], None]]):
+        self.build, self.stream = build, stream
+        self.out: dict[str, Any] = {}
+        self.builder: ijson.ObjectBuilder | None = None
+        self.key: str | None = None
+        self.depth = 0
+        self.base = 1  # the depth at which a built value is complete: 1 for a member, 2 for a streamed item
+        self.streaming = False  # inside a list member named in ``stream``
+
+    def event(self, event: str, value: Any) -> None:
+        if self.depth == 1:
+            self._member(event, value)
+        elif self.depth == 2 and self.streaming and self.builder is None and event not in ("end_map", "end_array"):
+            self._item(event, value)
+        elif self.builder is not None:
+            self.builder.event(event, value)
+        self.depth += 1 if event in _EMPTY else -1 if event in ("end_map", "end_array") else 0
+        if self.builder is not None and self.depth == self.base:
+            self._done(self.builder.value)
+
+    def _member(self, event: str, value: Any) -> None:
+        if event == "map_key":
+            self.key = value
+        elif event not in ("end_map", "end_array"):
+            self.out[self.key] = _EMPTY[event]() if event in _EMPTY else value
+            self.streaming = self.key in self.stream and event == "start_array"
+            if self.key in self.build:
+                self.builder, self.base = ijson.ObjectBuilder(), 1
+                self.builder.event(event, value)
+
+    def _item(self, event: str, value: Any) -> None:
+        if event in _EMPTY:
+            self.builder, self.base = ijson.ObjectBuilder(), 2
+            self.builder.event(event, value)
+        else:
+            self.stream[self.key](value)
+
+    def _done(self, value: Any) -> None:
+        if self.base == 1:
+            self.out[self.key] = value
+        else:
+            self.stream[self.key](value)
+        self.builder = None
 
 
 def diagnose_member(path: Path | str, member: str, exc: Exception, label: str = "item") -> ParseError:

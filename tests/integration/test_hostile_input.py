@@ -257,7 +257,7 @@ def test_security_md_is_true_about_the_cookies(world, client):
 @pytest.mark.parametrize("caption,words", [
     ("a\\u0000b", "NUL character"),
     ("x\\ud800y", "lone surrogate"),
-    ("deep", "nested deeper than 64 levels"),
+    ("deep", "nested deeper than 32 levels"),
     ("huge", "64-bit range"),
 ])
 def test_hostile_dataset_uploads_fail_their_job_in_words_and_are_deleted(db, client, settings, tmp_path, caption, words):

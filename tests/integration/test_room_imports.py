@@ -131,7 +131,7 @@ def test_rank_files_of_another_dataset_are_refused_on_the_page_unless_forced(sta
 
 
 HOSTILE = {
-    "deep": ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 64 levels"),
+    "deep": ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 32 levels"),
     "huge-int": ('{"metadata": {"k": ' + "9" * 5000 + '}, "samples": []}', "64-bit range"),
     "nul": ('{"metadata": {"dataset": "a\\u0000"}, "samples": []}', "NUL character"),
 }

@@ -15,7 +15,7 @@ DIR = FIXTURES / "circus_audit"
 def test_per_retriever_file():
     f = read_rank_file(DIR / "retrieval_data_tiny_task7_alpha.json")
     assert not f.aggregated and f.retriever == "alpha" and f.dataset == "tiny" and f.k == 10
-    assert len(f.gallery_paths) == 16 and [s.query_idx for s in f.samples] == list(range(6))
+    assert f.gallery_size == 16 and [s.query_idx for s in f.samples] == list(range(6))
     s4 = f.samples[4]
     assert (s4.mm, s4.text, s4.image) == (15, 60, 11)
     assert s4.query_text == "on a beach" and s4.label is None
@@ -155,7 +155,7 @@ def test_unreadable_and_invalid_json_files_are_rank_file_errors(tmp_path):
 
 
 @pytest.mark.parametrize("text,words", [
-    ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 64 levels"),
+    ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 32 levels"),
     ('{"metadata": {"k": ' + "9" * 5000 + "}}", "64-bit range"),
     ('{"metadata": {}, "samples": [{"query_idx": ' + "1" * 30 + "}]}", "64-bit range"),
     ('{"metadata": {"dataset": "a\\u0000b"}}', "NUL character"),
@@ -197,3 +197,33 @@ def test_invalid_json_in_a_sample_names_the_sample_and_the_field(tmp_path, text,
     with pytest.raises(RankFileError) as err:
         read_rank_file(bad)
     assert f"{bad}, {where}: {says}" in str(err.value)
+
+
+def test_gallery_paths_are_streamed_and_only_the_named_ones_kept(tmp_path):
+    """gallery_paths is counted and type-checked item by item; the file keeps only the paths the
+    samples' top lists name (memory does not grow with the gallery: bench/rankfile_memory.py)."""
+    d = doc(retrievals={"multimodal": [7, 2]})
+    d["gallery_paths"] = [f"/x/{n}.png" for n in range(10)]
+    d["samples"].append({"query_idx": 1, "ranks": {"multimodal": None, "text_only": 1, "image_only": 2},
+                         "retrievals": {"multimodal": [2, 9]}})
+    path = tmp_path / "retrieval_data_cirr_task7_alpha.json"
+    path.write_text(json.dumps({"samples": d["samples"], "gallery_paths": d["gallery_paths"], "metadata": d["metadata"]}))
+    streamed = read_rank_file(path)
+    assert streamed.gallery_size == 10
+    assert streamed.gallery_paths == {2: "/x/2.png", 7: "/x/7.png", 9: "/x/9.png"}
+    assert streamed == parse_rank_document(json.loads(json.dumps(d)), str(path))
+
+
+@pytest.mark.parametrize("gallery, message", [
+    (["a", 3, None], "expected a list of strings, got list of null/number/string"),
+    ({"a": 1}, "expected a list of strings, got object"),
+    ("a", "expected a list of strings, got string"),
+])
+def test_a_streamed_gallery_that_is_not_a_list_of_strings_is_refused_as_a_loaded_one(tmp_path, gallery, message):
+    d = {"metadata": {}, "gallery_paths": gallery, "samples": []}
+    path = tmp_path / "retrieval_data_cirr_task7_alpha.json"
+    path.write_text(json.dumps(d))
+    for read in (lambda: read_rank_file(path), lambda: parse_rank_document(d, str(path))):
+        with pytest.raises(RankFileError) as info:
+            read()
+        assert (info.value.field, info.value.message) == ("gallery_paths", message)

@@ -677,7 +677,7 @@ MTFIQ_OK = {"target": ["http://x/t.jpg", "B1"], "reference": [["http://x/a.jpg",
 def test_mtfiq_bad_json(tmp_path):
     path = write(tmp_path, "dress.val.json", '[{"target": ["u", "B1"], "reference": [}]')
     err = raises(mtfiq.parse, [path])
-    assert (err.file, err.record, err.field) == (str(path), 0, None)
+    assert (err.file, err.record, err.field) == (str(path), 0, "reference[0]")  # where a value was expected
 
 
 @pytest.mark.parametrize("change, field", [

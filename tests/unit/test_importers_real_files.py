@@ -64,7 +64,7 @@ def test_circo_nan_in_a_list_names_the_list_field(tmp_path):
     path.write_text(json.dumps(records).replace(f'"gt_img_ids": [{records[2]["gt_img_ids"][0]}',
                                                 '"gt_img_ids": [NaN', 1))
     err = raises(circo.parse, [path])
-    assert (err.record, err.field) == (2, "gt_img_ids")
+    assert (err.record, err.field) == (2, "gt_img_ids[0]")
     assert "NaN" in err.message
 
 
