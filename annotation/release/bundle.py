@@ -5,8 +5,8 @@ Layout of a release folder::
     README.md                     the dataset card (:mod:`annotation.release.card`)
     croissant.json                Croissant 1.1 + RAI 1.0 (:mod:`annotation.release.croissant`)
     release.json                  what made it: CIRVal commit, studies, rubric versions, retrievers
-                                  (spec + checkpoint sha256), layouts; ``released_at`` is the one
-                                  field that changes between two runs on the same data
+                                  (spec + checkpoint file name and sha256), layouts; ``released_at``
+                                  is the one field that changes between two runs on the same data
     SHA256SUMS                    ``sha256sum -c`` format, every other file, sorted by path
     study-<id>/rubric.json        the rubric version's full definition
     study-<id>/guidelines.md      the study's guidelines (its latest saved version)
@@ -21,7 +21,9 @@ The validated files are written by the one export service (no second export path
 number of the card and of croissant.json is read from these files' source dicts, never
 computed again. Reproducible: the exports' ``created_at`` is the time of the study's last
 judgement or adjudication, the bootstrap seed is fixed (0), JSON is written with sorted
-keys where the release writes it, and the zip has fixed dates and sorted entries.
+keys where the release writes it, and the zip has fixed dates and sorted entries. No server
+path: a checkpoint is named by its file name and sha256 (:mod:`annotation.release.names`),
+so a release made from another folder is the same bytes but for ``released_at``.
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ from annotation.models import Adjudication, GuidelinesVersion, Judgement, Study
 from annotation.release.card import dataset_card
 from annotation.release.croissant import croissant, placeholders
 from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD, file_sums, release_files
+from annotation.release.names import ServerPaths, checkpoint_path, file_name, public_spec
 from annotation.verdicts.adjudication import is_session_rubric
 
 LAYOUTS: tuple[str, ...] = ("mbeir", "circo", "circled")
@@ -164,14 +167,17 @@ def data_as_of(study: Study) -> datetime:
 
 
 def retriever_facts(spec: str) -> dict[str, Any]:
-    """A retriever of an audit pool: its spec and, for a checkpoint, the file's sha256."""
+    """A retriever of an audit pool: its spec and, for a checkpoint, the file's name and sha256
+    (the spec names the checkpoint by its file name: never a server path)."""
+    written = checkpoint_path(spec)
+    out = {"spec": public_spec(spec), "checkpoint": file_name(written) if written else None}
     try:
         parsed = parse_retriever_spec(spec)
     except ValueError:
-        return {"spec": spec, "kind": "external", "checkpoint_sha256": None}
+        return {**out, "kind": "external", "checkpoint_sha256": None}
     path = parsed.get("checkpoint")
     digest = sha256_file(Path(path)) if path and Path(path).is_file() else None
-    return {"spec": spec, "kind": parsed["kind"], "checkpoint_sha256": digest}
+    return {**out, "kind": parsed["kind"], "checkpoint_sha256": digest}
 
 
 def _dump(path: Path, obj: Any) -> None:
@@ -197,7 +203,7 @@ def _audit_runs(study: Study) -> dict[str, AuditRun]:
     return {name: by_pk[pk] for name, pk in sorted(ids.items()) if pk in by_pk}
 
 
-def _write_study(part: StudyPart, root: Path, report: Progress) -> None:
+def _write_study(part: StudyPart, root: Path, report: Progress, paths: ServerPaths) -> None:
     study, folder = part.study, root / part.folder
     folder.mkdir(parents=True)
     part.data_as_of = data_as_of(study)
@@ -222,9 +228,8 @@ def _write_study(part: StudyPart, root: Path, report: Progress) -> None:
         part.alternatives = alternatives_report(study, annotator_pseudonyms(study), n_boot=default_bootstrap(study),
                                                 seed=SEED)
         _dump(folder / "alternatives.json", part.alternatives)
-    part.runs = _audit_runs(study)
     for name, run in part.runs.items():
-        part.audits[name] = audit_report_json(run)
+        part.audits[name] = paths.clean(audit_report_json(run))
         _dump(folder / "audit" / f"{slugify(name) or 'dataset'}.json", part.audits[name])
 
 
@@ -246,7 +251,7 @@ def _release_json(parts: list[StudyPart], released_at: datetime) -> dict[str, An
                      "audit_runs": {name: {"id": run.pk, "k": run.k, "retrievers": list(run.retrievers)}
                                     for name, run in p.runs.items()}}
                     for p in parts],
-        "retrievers": [retrievers[k] for k in sorted(retrievers)],
+        "retrievers": sorted(retrievers.values(), key=lambda r: (r["spec"], r["checkpoint_sha256"] or "")),
     }
 
 
@@ -299,14 +304,16 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
     shutil.rmtree(tmp, ignore_errors=True)  # a previous attempt of the same job died half way
     tmp.mkdir()
     try:
-        parts = [StudyPart(study, f"study-{study.pk}", lays) for study, lays in chosen]
+        parts = [StudyPart(study, f"study-{study.pk}", lays, runs=_audit_runs(study)) for study, lays in chosen]
+        paths = ServerPaths(spec for part in parts for run in part.runs.values()
+                            for spec in [*run.retrievers, run.tau_encoder])
         for part in parts:
-            _write_study(part, tmp, report)
+            _write_study(part, tmp, report, paths)
         report("croissant.json, README.md, SHA256SUMS", report.last, 0)
-        release = _release_json(parts, released_at or timezone.now())
+        release = paths.clean(_release_json(parts, released_at or timezone.now()))
         _dump(tmp / RELEASE_JSON, release)
-        (tmp / "README.md").write_text(dataset_card(parts, release), encoding="utf-8")
-        _dump(tmp / "croissant.json", croissant(parts, release, tmp))
+        (tmp / "README.md").write_text(paths.clean(dataset_card(parts, release)), encoding="utf-8")
+        _dump(tmp / "croissant.json", paths.clean(croissant(parts, release, tmp)))
         write_sums(tmp)
         if final.is_dir():
             final.rmdir()

@@ -44,8 +44,8 @@ def dataset_card(parts: list, release: dict[str, Any]) -> str:
              "## Dataset structure", "",
              "* `croissant.json`: Croissant 1.1 metadata with the Responsible-AI fields (validate it with mlcroissant).",
              "* `SHA256SUMS`: checksums of every file (`sha256sum -c SHA256SUMS`).",
-             "* `release.json`: the CIRVal commit, studies, rubric versions, retrievers (spec and checkpoint "
-             "sha256); `released_at` is the only field that changes when the release is made again.",
+             "* `release.json`: the CIRVal commit, studies, rubric versions, retrievers (spec, checkpoint file "
+             "name and sha256); `released_at` is the only field that changes when the release is made again.",
              "* `study-<id>/<layout>/`: the validated queries (M-BEIR JSONL, CIRCO or CIRCLED layout), a trace "
              "file beside each (consensus, votes, adjudication) and `manifest.json` (counts, sha256).",
              "* `study-<id>/agreement.json|csv`, `alternatives.json`, `audit/<dataset>.json`: the study's reports.",

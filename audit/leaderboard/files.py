@@ -131,12 +131,14 @@ def _fiq_line(n: int, raw: str, path: str, out: Predictions) -> None:
         out.category = out.category or doc["category"]
 
 
-def read_predictions(text: str, fmt: str, path: str = "<input>") -> Predictions:
-    """The ranked lists of a prediction file in format ``fmt`` (:data:`FORMATS`)."""
+def read_predictions(text: str, fmt: str, path: str = "<input>", own_ids: bool = True) -> Predictions:
+    """The ranked lists of a prediction file in format ``fmt`` (:data:`FORMATS`). ``own_ids``:
+    the file ranks the benchmark's own images, so CIRCO's must be COCO integers (a dataset
+    without a format of its own, the demo, names its images by string ids in any format)."""
     if fmt not in FORMATS:
         raise PredictionFileError(path, None, None, f"unknown prediction format {fmt!r} (one of {', '.join(FORMATS)})")
     if fmt in ("cirr", "circo"):
-        return _object_file(text, path, fmt, ints=False)
+        return _object_file(text, path, fmt, ints=fmt == "circo" and own_ids)
     out = Predictions(path, fmt)
     for n, raw in enumerate(text.splitlines(), 1):
         if raw.strip():

@@ -20,6 +20,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from retrieval.metrics import MODALITIES, modality_scores
 from retrieval.protocols import AS_AUDITED, Protocol, QueryRanks, figures
 
@@ -108,6 +110,57 @@ class Table:
     uncertainty: Uncertainty
 
 
+def per_query(protocol: Protocol, entry: EntryRanks, set_name: str, queries: Sequence[Hashable],
+              metric: str) -> list[float | None]:
+    """The metric of each query alone: :func:`retrieval.protocols.figures` over that one query.
+    Every protocol figure is a mean over queries (FashionIQ's: over each category's, then over
+    the categories), so the figure of any multiset of queries is the (per-category) mean of
+    these; :func:`resampled` relies on it and a test checks it against :func:`entry_figures`."""
+    if set_name == VALIDATED_ALTERNATIVES and not entry.alternatives_known:
+        return [None] * len(queries)
+    return [figures(protocol, [r], entry.audited_removed).get(metric) for r in set_ranks(entry, set_name, queries)]
+
+
+def resampled(values: np.ndarray, categories: np.ndarray, counts: np.ndarray, per_category: bool) -> float | None:
+    """The figure of a resample (``counts``: how often each query was drawn) from the
+    per-query values (:func:`per_query`); the mean of the category means when ``per_category``."""
+    if counts.sum() == 0:
+        return None
+    if not per_category:
+        return float(np.dot(counts, values) / counts.sum())
+    means = [np.dot(counts[categories == c], values[categories == c]) / counts[categories == c].sum()
+             for c in np.unique(categories[counts > 0])]
+    return float(np.mean(means))
+
+
+def _statistic(protocol: Protocol, metric: str, sets: Mapping[str, Sequence[Hashable]],
+               entries: Mapping[str, EntryRanks]):
+    """The bootstrap's statistic: each (entry, set) from its per-query values, as positions of the Full set."""
+    full = list(sets[FULL])
+    position = {q: n for n, q in enumerate(full)}
+    categories = np.array([next((en.queries[q].category for en in entries.values() if q in en.queries), "")
+                           for q in full], dtype=object)
+    arrays: dict[tuple[Hashable, str], tuple[np.ndarray, np.ndarray] | None] = {}
+    for e, entry in entries.items():
+        for s, qs in sets.items():
+            values = per_query(protocol, entry, s, list(qs), metric)
+            member = np.zeros(len(full), dtype=bool)
+            member[[position[q] for q in qs]] = True
+            dense = np.zeros(len(full))
+            dense[[position[q] for q in qs]] = [0.0 if v is None else v for v in values]
+            arrays[(e, s)] = None if any(v is None for v in values) else (dense, member)
+
+    def statistic(e: Hashable, s: str, drawn: Sequence[int]) -> float | None:
+        found = arrays[(e, s)]
+        if found is None:
+            return None
+        dense, member = found
+        counts = np.bincount(np.asarray(drawn, dtype=int), minlength=len(full)) * member
+        return resampled(dense, categories, counts, protocol.per_category)
+
+    return statistic
+
+
 def build_table(protocol: Protocol, metric: str, sets: Mapping[str, Sequence[Hashable]],
                 entries: Mapping[str, EntryRanks], n_boot: int = 1000, seed: int = 0) -> Table:
     """Score every entry on every set, with the bootstrap of :mod:`audit.leaderboard.stats`.
@@ -115,15 +168,10 @@ def build_table(protocol: Protocol, metric: str, sets: Mapping[str, Sequence[Has
     ``sets`` maps each of :data:`SETS` to its queries (``full`` first: the others are
     subsets of it; the positions of the bootstrap are positions in ``full``)."""
     full = list(sets[FULL])
-    members = {s: set(qs) for s, qs in sets.items()}
     values = {(e, s): entry_figures(protocol, entry, s, list(sets[s])).get(metric)
               for e, entry in entries.items() for s in sets}
-
-    def statistic(e: Hashable, s: str, drawn: Sequence[int]) -> float | None:
-        chosen = [full[i] for i in drawn if full[i] in members[s]]
-        return entry_figures(protocol, entries[e], s, chosen).get(metric) if chosen else None
-
-    uncertainty = bootstrap(len(full), list(entries), list(sets), statistic, base=FULL, n_boot=n_boot, seed=seed)
+    uncertainty = bootstrap(len(full), list(entries), list(sets), _statistic(protocol, metric, sets, entries),
+                            base=FULL, n_boot=n_boot, seed=seed)
     return Table(
         protocol=protocol, metric=metric, sets={s: list(qs) for s, qs in sets.items()}, values=values,
         full_figures={e: entry_figures(protocol, entry, FULL, full) for e, entry in entries.items()},

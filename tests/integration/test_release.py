@@ -13,6 +13,7 @@ from django.core.management import call_command
 from annotation.agreement.reports import default_bootstrap, study_report
 from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD
 from annotation.release.croissant import PLACEHOLDER
+from annotation.release.names import public_spec
 from tests.integration.test_report_export import build_twelve
 
 pytestmark = pytest.mark.django_db
@@ -238,8 +239,9 @@ def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_
     iv = a["confidence_intervals"]["intervals"]["krippendorff_alpha"]
     assert f"krippendorff alpha {a['krippendorff_alpha']:.3f} (95% CI {iv['low']:.3f} to {iv['high']:.3f})" in card
     release = json.loads((root / RELEASE_JSON).read_text())
-    assert {r["spec"] for r in release["retrievers"]} == set(run.retrievers)
-    assert all(len(r["checkpoint_sha256"]) == 64 for r in release["retrievers"])
+    assert {r["spec"] for r in release["retrievers"]} == {public_spec(s) for s in run.retrievers}
+    assert all(len(r["checkpoint_sha256"]) == 64 and r["spec"].endswith("@" + r["checkpoint"])
+               for r in release["retrievers"])  # named by file name and sha256, never the server path
     got = croissant_records(root, monkeypatch)
     want = expected_mbeir(root, f"study-{validity.pk}")
     for rs, records in want.items():

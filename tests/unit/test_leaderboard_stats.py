@@ -84,3 +84,25 @@ def test_alternatives_keep_the_reference_order_length():
     q = QueryRanks([4], ahead=[True])
     assert with_alternatives(q, [2]).ahead == [True, None]
     assert figures(PROTOCOLS["circo"], [with_alternatives(q, [2])], True)["mAP@5"] is not None
+
+
+@pytest.mark.parametrize("key,metric", [("cirr", "Avg"), ("circo", "mAP@10"), ("fashioniq", "R@10"), ("cirr", "R@5")])
+def test_a_resample_scores_as_figures_over_the_drawn_queries(key, metric):
+    """The bootstrap's shortcut (per-query figures, then their mean) equals figures() itself."""
+    import numpy as np
+
+    from audit.leaderboard.scoring import per_query, resampled
+
+    protocol = PROTOCOLS[key]
+    rng = np.random.default_rng(5)
+    queries = {q: QueryRanks([int(rng.integers(1, 30)), None, int(rng.integers(1, 80))], (), 0,
+                             int(rng.integers(1, 4)), ("dress", "shirt", "toptee")[q % 3]) for q in range(60)}
+    entry = EntryRanks(queries, audited_removed=True)
+    order = list(queries)
+    values = np.array(per_query(protocol, entry, FULL, order, metric), dtype=float)
+    categories = np.array([queries[q].category for q in order], dtype=object)
+    for _ in range(5):
+        drawn = rng.integers(0, 60, size=60)
+        counts = np.bincount(drawn, minlength=60)
+        expected = figures(protocol, [queries[order[i]] for i in drawn], True)[metric]
+        assert resampled(values, categories, counts, protocol.per_category) == pytest.approx(expected, abs=1e-12)
