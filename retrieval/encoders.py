@@ -1,6 +1,10 @@
 """Retrievers (image and text encoders) for the shortcut audit.
 
-Pure module: torch, open_clip, numpy and Pillow only (no Django, no Celery).
+Pure module: torch, open_clip, numpy and Pillow only (no Django, no Celery). open_clip
+(and with it torchvision, timm, sympy, huggingface_hub) is imported only where a model, a
+tokenizer or a transform is built (:func:`open_clip_module`): an audit served wholly from the
+embedding cache needs a retriever's ``spec``, ``dim`` and :meth:`compose` only, which the
+spec string and the model's config file give (:func:`retrieval.specs.model_config`).
 
 A retriever turns images and texts into L2-normalised embeddings in one space, and
 composes a multimodal query as ``normalise(normalise(img) + normalise(txt))``.
@@ -24,14 +28,12 @@ from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import open_clip
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from torchvision.transforms import Compose
 
 from retrieval.imagefiles import DEFAULT_MAX_PIXELS
-from retrieval.specs import MODEL_CONFIG_DIR, parse_retriever_spec, spec_string, weights_of
+from retrieval.specs import MODEL_CONFIG_DIR, model_config, parse_retriever_spec, spec_string, weights_of
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -51,15 +53,16 @@ Precision = Literal["fp32", "amp"]
 _register_lock = threading.Lock()
 
 
-def _register_model_configs() -> None:
-    """Make the shipped tiny configs known to open_clip (idempotent)."""
+def open_clip_module() -> Any:
+    """open_clip, imported on first use (seconds: it pulls torchvision, timm, sympy and
+    huggingface_hub in), with the shipped tiny configs made known to it (idempotent)."""
+    import open_clip
+
     with _register_lock:
         names = {p.stem for p in MODEL_CONFIG_DIR.glob("*.json")}
         if names and not names.issubset(set(open_clip.list_models())):
             open_clip.add_model_config(MODEL_CONFIG_DIR)
-
-
-_register_model_configs()
+    return open_clip
 
 
 # --------------------------------------------------------------------------- images
@@ -161,12 +164,19 @@ def preprocess_each(preprocess: Preprocess, images: Sequence[Image.Image]) -> li
     (open_clip's: resize, crop, to tensor, normalise; each step a function of one image).
     On a CPU a step run over a batch of 64 small images costs about 15% less than the
     steps run image by image: each step's code stays hot."""
-    if type(preprocess) is not Compose:
+    if not _is_compose(preprocess):
         return [preprocess(im) for im in images]
     xs: list[Any] = list(images)
     for step in preprocess.transforms:
         xs = [step(x) for x in xs]
     return xs
+
+
+def _is_compose(preprocess: Any) -> bool:
+    """Whether ``preprocess`` is a torchvision ``Compose`` (without importing torchvision: a
+    process that never built a model has none to compare)."""
+    kind = type(preprocess)
+    return kind.__name__ == "Compose" and kind.__module__.startswith("torchvision.")
 
 
 def _collate(batch: list[LoadedItem]) -> tuple[list[str], list[torch.Tensor | None], list[dict[str, str]]]:
@@ -296,7 +306,7 @@ class Retriever(Protocol):
 
 def _needs_hf_assets(model: str) -> bool:
     """True if building ``model`` needs Hugging Face files (config or tokenizer)."""
-    cfg = open_clip.get_model_config(model) or {}
+    cfg = open_clip_module().get_model_config(model) or {}
     text_cfg = cfg.get("text_cfg", {})
     return bool(text_cfg.get("hf_model_name") or text_cfg.get("hf_tokenizer_name")) or "siglip" in model.lower()
 
@@ -316,6 +326,7 @@ def shared_tokenizer(model_name: str) -> Any:
     of models that tokenize alike (most open_clip configs share the CLIP BPE tokenizer)
     builds the BPE tables once, not once per model (about 0.1 s each). Tokenizers hold no
     per-call state beyond a memo of encoded words."""
+    open_clip = open_clip_module()
     text_cfg = (open_clip.get_model_config(model_name) or {}).get("text_cfg")
     if text_cfg is None:  # not a registered config (e.g. hf-hub:): nothing to compare, nothing shared
         return open_clip.get_tokenizer(model_name)
@@ -401,6 +412,7 @@ class OpenClipRetriever:
             raise ValueError(f"precision must be 'fp32' or 'amp', not {precision!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+        open_clip = open_clip_module()
         if model_name not in open_clip.list_models():
             raise ValueError(f"unknown open_clip model '{model_name}'")
         self.model_name = model_name
@@ -538,7 +550,7 @@ class LazyRetriever:
         self._lock = threading.Lock()
         self.device = torch.device(device or _default_device())
         self.batch_size = int(batch_size)
-        cfg = open_clip.get_model_config(parsed["model"]) or {}
+        cfg = model_config(parsed["model"]) or {}  # the config file: no open_clip import
         if not cfg.get("embed_dim"):  # no declared dim: only the model knows
             self._build()
         self.dim = int(cfg.get("embed_dim") or self.built.dim)

@@ -56,6 +56,18 @@ def known_models() -> frozenset[str]:
     return frozenset(p.stem for d in folders for p in d.glob("*.json"))
 
 
+@lru_cache(maxsize=64)
+def model_config(model: str) -> dict[str, Any] | None:
+    """The config of open_clip architecture ``model`` as open_clip registers it (CIRVal's
+    tiny configs over open_clip's own), read from its file without importing open_clip;
+    ``None`` when no file names it (e.g. ``hf-hub:`` models)."""
+    for folder in (MODEL_CONFIG_DIR, _open_clip_config_dir()):
+        path = folder / f"{model}.json" if folder is not None and "/" not in model else None
+        if path is not None and path.is_file():
+            return json.loads(path.read_text(encoding="utf-8"))
+    return None
+
+
 def installed_open_clip() -> str:
     try:
         return importlib.metadata.version(OPEN_CLIP_DIST)

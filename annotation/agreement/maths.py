@@ -33,7 +33,6 @@ from typing import Any, Literal
 
 import krippendorff
 import numpy as np
-from scipy import sparse
 
 from annotation.judging.rubric import CIRCUS_FLAG_ORDER, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE
 from annotation.judging.rubric import signature as circus_signature
@@ -677,6 +676,8 @@ def pair_confusions(ratings: Ratings) -> tuple[np.ndarray, np.ndarray]:
     order (lexicographic), ``confusions`` is (P, K, K) int64 (rows: a, columns: b).
     Computed at once as the co-occurrence of a sparse one-hot (rater x label, item) matrix.
     """
+    from scipy import sparse  # here, where it is used: every process imports this module, few compute this
+
     k, n_r = ratings.n_categories, ratings.n_raters
     if ratings.n_ratings == 0 or k == 0:
         return np.zeros((0, 2), dtype=np.int64), np.zeros((0, k, k), dtype=np.int64)

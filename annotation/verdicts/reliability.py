@@ -28,7 +28,6 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import beta
 
 EPS = 1e-10  # crowd-kit's floor of probabilities (priors, confusion entries)
 
@@ -234,9 +233,15 @@ class AnnotatorReliability:
 
 
 def beta_interval(correct: float, wrong: float, level: float = 0.95) -> tuple[float, float]:
-    """The equal-tailed ``level`` interval of Beta(1 + correct, 1 + wrong)."""
+    """The equal-tailed ``level`` interval of Beta(1 + correct, 1 + wrong): its quantiles, the
+    inverse of the regularised incomplete beta function (what ``scipy.stats.beta.ppf``
+    computes), imported here, where an interval is built: ``scipy.stats`` costs a process
+    that reads no reliability (every worker and web process imports this module) about a
+    second to import."""
+    from scipy.special import betaincinv
+
     tail = (1.0 - level) / 2.0
-    return float(beta.ppf(tail, 1 + correct, 1 + wrong)), float(beta.ppf(1 - tail, 1 + correct, 1 + wrong))
+    return (float(betaincinv(1 + correct, 1 + wrong, tail)), float(betaincinv(1 + correct, 1 + wrong, 1 - tail)))
 
 
 def annotator_reliability(fit: DawidSkeneFit, rows: Iterable[tuple[Hashable, Hashable, Hashable]],
