@@ -6,6 +6,7 @@ roots from settings.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -98,20 +99,51 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+#: Bytes of a file kept while it is hashed, for Pillow to read the header from (an image's
+#: header lies in its first kilobytes; a JPEG's metadata segments before its frame header are
+#: at most a few hundred kilobytes in practice).
+HEADER_BYTES = 1 << 20
+
+
+def _hash_keeping_head(path: Path, chunk: int = 1 << 20) -> tuple[str, bytes]:
+    """The file's sha256 and its first :data:`HEADER_BYTES` bytes, from one read of it."""
+    digest = hashlib.sha256()
+    head = bytearray()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+            if len(head) < HEADER_BYTES:
+                head += block[:HEADER_BYTES - len(head)]
+    return digest.hexdigest(), bytes(head)
+
+
+def _image_size(path: Path, head: bytes) -> tuple[int, int]:
+    """Width and height from the header in ``head``; the file itself is opened only when the
+    header does not end within it (or the file is broken, to say why)."""
+    try:
+        with PILImage.open(io.BytesIO(head)) as img:
+            return img.size
+    except PILImage.DecompressionBombError:
+        raise
+    except Exception:  # header longer than HEADER_BYTES, or a broken file: ask the file itself
+        with PILImage.open(path) as img:
+            return img.size
+
+
 def probe_image(path: Path, max_pixels: int | None = None) -> ImageProbe:
-    """Hash a file and read its size from the header (the pixels are not decoded).
+    """Hash a file and read its size from the header (the pixels are not decoded), from one
+    read of the file: the header is parsed from the bytes the hash read.
 
     An image with more than ``max_pixels`` pixels counts as unusable (a decompression
     bomb): it is reported, never decoded."""
     try:
         if not path.is_file():
             return ImageProbe(exists=False, problem="no such file")
-        digest = sha256_file(path)
+        digest, head = _hash_keeping_head(path)
     except OSError as exc:
         return ImageProbe(exists=False, problem=f"unreadable: {exc.strerror or exc}")
     try:
-        with PILImage.open(path) as img:
-            width, height = img.size
+        width, height = _image_size(path, head)
     except PILImage.DecompressionBombError as exc:
         return ImageProbe(exists=False, sha256=digest, problem=f"exceeds the limit (decompression bomb): {exc}")
     except Exception as exc:  # Pillow raises many types for broken files
