@@ -5,10 +5,19 @@ Pure module: numpy and the standard library (torch only inside
 
 Layout: ``ROOT/<sha256(spec)[:32]>/`` per retriever spec, holding
 
-* ``cache.sqlite3``: one SQLite database in WAL mode, tables ``image`` and ``text``
-  (``key TEXT PRIMARY KEY, vec BLOB``; ``vec`` is ``dim`` little-endian float32) and a
-  ``meta`` table (spec, dim, format);
+* ``images.f32``: every image embedding, once: row after row of ``dim`` little-endian
+  float32, appended, never rewritten. An audit's gallery matrix is a memory-mapped view of it
+  (:meth:`EmbeddingCache.image_matrix`), so nothing else stores a gallery;
+* ``cache.sqlite3``: one SQLite database in WAL mode: table ``image`` (``key TEXT PRIMARY
+  KEY, row INTEGER``: the image's row of ``images.f32``), table ``text`` (``key TEXT PRIMARY
+  KEY, vec BLOB``: ``dim`` little-endian float32) and a ``meta`` table (spec, dim, format);
 * ``meta.json``: the same metadata, for people browsing the folder.
+
+An image's row is appended to ``images.f32`` (and flushed to disk) inside the write
+transaction that then records its key, so a key is never visible before its vector; rows a
+crash left without a key are never read, and the next writer writes over them. A cache of
+format 1 (image vectors in SQLite, plus ``galleries/*.npy`` copies of whole galleries) is
+converted when it is first opened.
 
 Why SQLite: several worker processes (e.g. two Celery workers) may write the same spec
 at once. WAL lets readers proceed while one writer commits; writers queue on SQLite's
@@ -32,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import tempfile
 import threading
@@ -53,7 +63,9 @@ __all__ = ["CacheLookup", "EmbeddingCache", "EncodeStats", "encode_with_cache", 
 
 Kind = Literal["image", "text"]
 KINDS: tuple[str, ...] = ("image", "text")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The image vectors' file in a spec's folder (see the module notes).
+IMAGES_FILE = "images.f32"
 _SQL_CHUNK = 900  # bound parameters per query (old SQLite builds allow 999)
 #: Seconds a claim on keys being encoded lasts (one ``chunk_size`` batch must be encoded
 #: within it); a claim left by a process that died is taken over after it.
@@ -105,6 +117,8 @@ class EmbeddingCache:
         self.timeout_s = float(timeout_s)
         self.folder = self.root / spec_folder_name(spec)
         self.db_path = self.folder / "cache.sqlite3"
+        self.images_path = self.folder / IMAGES_FILE
+        self._row_bytes = self.dim * 4
         self._local = threading.local()
         self.folder.mkdir(parents=True, exist_ok=True)
         self._init_db()
@@ -160,8 +174,10 @@ class EmbeddingCache:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            for kind in KINDS:
-                conn.execute(f"CREATE TABLE IF NOT EXISTS {kind} (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            fresh = not conn.execute("SELECT 1 FROM meta").fetchone()
+            conn.execute("CREATE TABLE IF NOT EXISTS image (key TEXT PRIMARY KEY, "
+                         f"{'row INTEGER' if fresh else 'vec BLOB'} NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS text (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS claim (kind TEXT NOT NULL, key TEXT NOT NULL, "
                          "owner TEXT NOT NULL, until REAL NOT NULL, PRIMARY KEY (kind, key))")
             conn.executemany(
@@ -169,6 +185,9 @@ class EmbeddingCache:
                 [("spec", self.spec), ("dim", str(self.dim)), ("format", str(FORMAT_VERSION))],
             )
             meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
+            if int(meta["format"]) == 1 and meta["spec"] == self.spec and int(meta["dim"]) == self.dim:
+                self._convert_from_format_1(conn)
+                meta["format"] = str(FORMAT_VERSION)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -179,6 +198,30 @@ class EmbeddingCache:
             raise ValueError(f"{self.db_path} holds dim {meta['dim']} embeddings for {self.spec!r}, not dim {self.dim}")
         if int(meta["format"]) != FORMAT_VERSION:
             raise ValueError(f"{self.db_path} has cache format {meta['format']}, expected {FORMAT_VERSION}")
+        shutil.rmtree(self.folder / "galleries", ignore_errors=True)  # format 1's gallery copies
+
+    def _convert_from_format_1(self, conn: sqlite3.Connection) -> None:
+        """Format 1 kept image vectors in SQLite (and copies of whole galleries in
+        ``galleries/*.npy``): append them to ``images.f32`` and keep only their rows (in the
+        caller's write transaction)."""
+        conn.execute("CREATE TABLE image_rows (key TEXT PRIMARY KEY, row INTEGER NOT NULL)")
+        first = self._file_rows()
+        keys: list[str] = []
+        with open(self.images_path, "r+b" if self.images_path.exists() else "wb") as f:
+            f.seek(first * self._row_bytes)
+            for key, vec in conn.execute("SELECT key, vec FROM image ORDER BY rowid"):
+                if len(vec) != self._row_bytes:
+                    raise ValueError(f"corrupt entry image/{key} in {self.db_path}: {len(vec)} bytes, "
+                                     f"expected {self._row_bytes}")
+                f.write(vec)
+                keys.append(key)
+            f.flush()
+            os.fsync(f.fileno())
+        conn.executemany("INSERT INTO image_rows (key, row) VALUES (?, ?)",
+                         ((k, first + n) for n, k in enumerate(keys)))
+        conn.execute("DROP TABLE image")
+        conn.execute("ALTER TABLE image_rows RENAME TO image")
+        conn.execute("UPDATE meta SET value = ? WHERE name = 'format'", (str(FORMAT_VERSION),))
 
     def _write_meta_json(self) -> None:
         path = self.folder / "meta.json"
@@ -216,33 +259,87 @@ class EmbeddingCache:
         matrix = np.full((len(keys), self.dim), np.nan, dtype=np.float32)
         if not keys:
             return CacheLookup(matrix, [])
-        unique = list(dict.fromkeys(skeys))
-        found: dict[str, bytes] = {}
+        found = self._stored(kind, skeys)
+        missing: dict[str, None] = {}
+        rows: list[int] = []
+        values: list[Any] = []
+        for row, (key, skey) in enumerate(zip(keys, skeys)):
+            value = found.get(skey)
+            if value is None:
+                missing.setdefault(key, None)
+            else:
+                rows.append(row)
+                values.append(value)
+        if rows:  # every vector found, copied in at once (not one numpy call per row)
+            matrix[rows] = self._image_rows(values) if kind == "image" else self._blobs(values)
+        return CacheLookup(matrix, list(missing))
+
+    def _stored(self, kind: str, skeys: list[str]) -> dict[str, Any]:
+        """Storage key -> its row of ``images.f32`` (images) or its vector's bytes (texts), for
+        the keys stored, in one consistent snapshot."""
+        column = "row" if kind == "image" else "vec"
+        found: dict[str, Any] = {}
         conn = self._conn()
         conn.execute("BEGIN")  # one consistent snapshot for all chunks
         try:
+            unique = list(dict.fromkeys(skeys))
             for start in range(0, len(unique), _SQL_CHUNK):
                 chunk = unique[start:start + _SQL_CHUNK]
                 marks = ",".join("?" * len(chunk))
-                found.update(conn.execute(f"SELECT key, vec FROM {kind} WHERE key IN ({marks})", chunk).fetchall())
+                found.update(conn.execute(f"SELECT key, {column} FROM {kind} WHERE key IN ({marks})", chunk).fetchall())
         finally:
             conn.execute("COMMIT")
-        nbytes = self.dim * 4
-        missing: dict[str, None] = {}
-        rows: list[int] = []
-        blobs: list[bytes] = []
-        for row, (key, skey) in enumerate(zip(keys, skeys)):
-            blob = found.get(skey)
-            if blob is None:
-                missing.setdefault(key, None)
-            else:
-                if len(blob) != nbytes:
-                    raise ValueError(f"corrupt entry {kind}/{skey} in {self.db_path}: {len(blob)} bytes, expected {nbytes}")
-                rows.append(row)
-                blobs.append(blob)
-        if rows:  # every vector found, copied in at once (not one numpy call per row)
-            matrix[rows] = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(rows), self.dim)
-        return CacheLookup(matrix, list(missing))
+        return found
+
+    def _blobs(self, blobs: list[bytes]) -> np.ndarray:
+        for blob in blobs:
+            if len(blob) != self._row_bytes:
+                raise ValueError(f"corrupt text entry in {self.db_path}: {len(blob)} bytes, expected {self._row_bytes}")
+        return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), self.dim)
+
+    def _file_rows(self) -> int:
+        """Whole rows in ``images.f32`` (a row a crash left half-written is not one)."""
+        try:
+            return self.images_path.stat().st_size // self._row_bytes
+        except FileNotFoundError:
+            return 0
+
+    def _mapped(self) -> np.ndarray:
+        """``images.f32`` as a ``[rows, dim]`` copy-on-write memory map (an empty array when it
+        has no row: a zero-length file cannot be mapped)."""
+        n = self._file_rows()
+        if not n:
+            return np.zeros((0, self.dim), dtype="<f4")
+        return np.memmap(self.images_path, dtype="<f4", mode="c", shape=(n, self.dim))
+
+    def _image_rows(self, rows: Sequence[int]) -> np.ndarray:
+        """The vectors of ``rows`` of ``images.f32``: a view of its memory map when they are
+        consecutive, in order, else a copy."""
+        mapped = self._mapped()
+        index = np.asarray(rows, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= len(mapped)):
+            raise ValueError(f"corrupt image index in {self.db_path}: row {int(index.max())} of an "
+                             f"{IMAGES_FILE} of {len(mapped)} rows")
+        if index.size and index[-1] - index[0] == index.size - 1 and bool((np.diff(index) == 1).all()):
+            return mapped[int(index[0]):int(index[-1]) + 1]
+        return np.asarray(mapped[index])
+
+    def image_matrix(self, keys: Sequence[str]) -> np.ndarray:
+        """``[len(keys), dim]`` float32 image embeddings of ``keys``, every one of them stored
+        (KeyError otherwise). When the keys' rows follow each other in ``images.f32`` (a
+        gallery encoded in its order), the matrix is a memory-mapped view of that file: the
+        process holds no copy of it, the page cache does."""
+        keys = list(keys)
+        found = self._stored("image", keys)
+        lacking = [k for k in keys if k not in found]
+        if lacking:
+            raise KeyError(f"{len(lacking)} image(s) not in the cache, e.g. {lacking[0]}")
+        return self._image_rows([found[k] for k in keys]) if keys else np.zeros((0, self.dim), dtype=np.float32)
+
+    def missing_images(self, keys: Sequence[str]) -> list[str]:
+        """The ``keys`` (deduplicated, in order) that have no stored image embedding; no vector is read."""
+        found = self._stored("image", list(keys))
+        return [k for k in dict.fromkeys(keys) if k not in found]
 
     def put_many(self, kind: Kind, keys: Sequence[str], embeddings: Any) -> int:
         """Store ``embeddings[i]`` under ``keys[i]`` (a torch tensor or array, ``[N, dim]``).
@@ -260,18 +357,41 @@ class EmbeddingCache:
             return 0
         skeys = self._storage_keys(kind, keys)
         le = arr.astype("<f4", copy=False)
-        rows = [(k, le[i].tobytes()) for i, k in enumerate(skeys)]
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            before = conn.total_changes
-            conn.executemany(f"INSERT OR IGNORE INTO {kind} (key, vec) VALUES (?, ?)", rows)
-            written = conn.total_changes - before
+            if kind == "image":
+                written = self._append_images(conn, skeys, le)
+            else:
+                before = conn.total_changes
+                conn.executemany("INSERT OR IGNORE INTO text (key, vec) VALUES (?, ?)",
+                                 [(k, le[i].tobytes()) for i, k in enumerate(skeys)])
+                written = conn.total_changes - before
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         return written
+
+    def _append_images(self, conn: sqlite3.Connection, skeys: list[str], le: np.ndarray) -> int:
+        """Append the vectors of the keys not stored yet to ``images.f32`` (flushed to disk)
+        and record their rows, in the caller's write transaction; returns how many."""
+        stored = self._keys_in(conn, "SELECT key FROM image WHERE key IN ({marks})", list(dict.fromkeys(skeys)))
+        new: dict[str, int] = {}
+        for i, k in enumerate(skeys):
+            if k not in stored and k not in new:
+                new[k] = i
+        if not new:
+            return 0
+        first = self._file_rows()
+        with open(self.images_path, "r+b" if self.images_path.exists() else "wb") as f:
+            f.seek(first * self._row_bytes)  # over any half-written row a crash left
+            f.write(np.ascontiguousarray(le[list(new.values())]).tobytes())
+            f.flush()
+            os.fdatasync(f.fileno())
+        conn.executemany("INSERT INTO image (key, row) VALUES (?, ?)",
+                         ((k, first + n) for n, k in enumerate(new)))
+        return len(new)
 
     def _keys_in(self, conn: sqlite3.Connection, sql: str, skeys: list[str], *head: Any) -> set[str]:
         out: set[str] = set()

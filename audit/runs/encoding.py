@@ -20,7 +20,6 @@ gallery embeddings.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -195,60 +194,26 @@ def encode_texts(retriever: Any, cache: EmbeddingCache, texts: Sequence[str], ch
                    seconds=time.perf_counter() - started)
 
 
-#: Gallery images encoded / read per step while a gallery matrix is assembled.
+#: Gallery images encoded per step when a gallery matrix finds some not yet in the cache.
 GALLERY_STEP = 16384
 
 
-def _gallery_file(cache: EmbeddingCache, digest: str) -> Path:
-    return cache.folder / "galleries" / f"{digest}.npy"
-
-
-def _write_gallery_file(
-    retriever: Any, cache: EmbeddingCache, keys: Sequence[str], locate: Callable[[str], Path],
-    path: Path, max_pixels: int,
-) -> tuple[list[int], Encoded]:
-    """Stream the gallery's embeddings into ``path`` (a ``.npy`` file), GALLERY_STEP keys at a
-    time, unreadable images left out; returns the input positions written and the totals."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(keys), cache.dim))
-    rows: list[int] = []
-    total = Encoded(matrix=torch.empty(0), ok=[])
-    for start in range(0, len(keys), GALLERY_STEP):
-        enc = encode_images(retriever, cache, keys[start:start + GALLERY_STEP], locate, max_pixels=max_pixels)
-        out[len(rows):len(rows) + enc.matrix.shape[0]] = enc.matrix.numpy()
-        rows.extend(start + i for i, ok in enumerate(enc.ok) if ok)
-        total.ok.extend(enc.ok)
-        total.hits, total.encoded = total.hits + enc.hits, total.encoded + enc.encoded
+def _encode_missing(retriever: Any, cache: EmbeddingCache, keys: list[str], locate: Callable[[str], Path],
+                    max_pixels: int) -> Encoded:
+    """What the gallery ``keys`` cost: those the cache lacks encoded (GALLERY_STEP at a time)
+    and stored; ``ok[i]`` whether key ``i`` has an embedding now (an unreadable image has none).
+    No stored vector is read."""
+    missing = cache.missing_images(keys)
+    lacking = set(missing)
+    total = Encoded(matrix=torch.empty(0), ok=[True] * len(keys), hits=sum(1 for k in keys if k not in lacking))
+    for start in range(0, len(missing), GALLERY_STEP):
+        enc = encode_images(retriever, cache, missing[start:start + GALLERY_STEP], locate, max_pixels=max_pixels)
+        total.encoded += enc.encoded
         total.seconds += enc.seconds
         total.unreadable.update(enc.unreadable)
-    out.flush()
-    del out
-    rows_tmp = path.with_suffix(f".{os.getpid()}.rows.tmp.npy")
-    np.save(rows_tmp, np.asarray(rows, dtype=np.int64))
-    os.replace(rows_tmp, _rows_file(path))
-    os.replace(tmp, path)  # last: the matrix file is the mark of a complete pair
-    return rows, total
-
-
-def _rows_file(path: Path) -> Path:
-    return path.with_name(path.stem + ".rows.npy")
-
-
-def _written_gallery(path: Path, n_keys: int) -> tuple[list[int], Encoded] | None:
-    """The rows of a gallery file written before (same keys, so the same embeddings: cache
-    entries are write-once), or ``None`` when there is none to reuse."""
-    try:
-        rows = np.load(_rows_file(path)).tolist()
-        n_rows = np.load(path, mmap_mode="r").shape[0]
-    except (OSError, ValueError):
-        return None
-    if n_rows != n_keys or len(rows) > n_keys:
-        return None
-    ok = [False] * n_keys
-    for r in rows:
-        ok[r] = True
-    return rows, Encoded(matrix=torch.empty(0), ok=ok, hits=len(rows))
+    if total.unreadable:
+        total.ok = [k not in total.unreadable for k in keys]
+    return total
 
 
 def gallery_matrix(
@@ -266,12 +231,14 @@ def gallery_matrix(
     ``encoded`` is ``None`` when the matrix came from this process's memo. Normally
     every key is already cached by the gallery chunks; any that is not is encoded.
 
-    The matrix is streamed from the embedding cache into a ``.npy`` file next to it
-    (``<cache folder>/galleries/<digest of the keys>.npy``, reused by later runs over the same
-    keys, e.g. a warm re-audit, with the readable rows in ``<digest>.rows.npy``) and memory-mapped: on a CPU
-    worker the ranking reads it block by block, so the process never holds the whole
-    gallery (the page cache does). On another device the matrix is moved there.
+    The matrix is read from the embedding cache's one store of image embeddings
+    (:meth:`retrieval.embcache.EmbeddingCache.image_matrix`): on a CPU worker it is a
+    memory-mapped view of that file when the gallery's rows follow each other there (a
+    gallery encoded in its order, as an audit's gallery chunks encode it), and the ranking
+    reads it block by block, so the process never holds the whole gallery (the page cache
+    does); otherwise a copy. On another device the matrix is moved there.
     """
+    keys = list(keys)
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
     device = str(getattr(retriever, "device", "cpu"))
     full_key = (memo_key, retriever.spec, device, digest)
@@ -280,10 +247,9 @@ def gallery_matrix(
             _galleries.move_to_end(full_key)
             matrix, rows = _galleries[full_key]
             return matrix, rows, None
-    path = _gallery_file(cache, digest)
-    written = _written_gallery(path, len(keys))
-    rows, enc = written or _write_gallery_file(retriever, cache, list(keys), locate, path, max_pixels)
-    mapped = np.load(path, mmap_mode="c")[: len(rows)]
+    enc = _encode_missing(retriever, cache, keys, locate, max_pixels)
+    rows = [n for n, ok in enumerate(enc.ok) if ok]
+    mapped = cache.image_matrix([keys[n] for n in rows])
     matrix = torch.from_numpy(mapped) if device == "cpu" else torch.from_numpy(np.array(mapped)).to(device)
     with _memo_lock:
         _galleries[full_key] = (matrix, rows)
@@ -335,22 +301,35 @@ def near_targets(gallery: torch.Tensor, positives: Sequence[Sequence[int]], top_
     reference)``, the reference left out where a query has none in the gallery); [] for a
     query without a positive in the gallery. An image that fits the query as well as its
     target is one edit from both: nearer to that pair than to either alone."""
-    import torch.nn.functional as F
-
     having = [n for n, pos in enumerate(positives) if pos]
     out: list[list[int]] = [[] for _ in positives]
     if not having or top_k <= 0 or not len(gallery):
         return out
-    rows = []
-    for n in having:
-        q = F.normalize(gallery[torch.as_tensor(list(positives[n]), dtype=torch.long)].float().mean(0), dim=-1)
-        ref = references[n] if references is not None else None
-        rows.append(q if ref is None else q + gallery[int(ref)].float())
-    queries = F.normalize(torch.stack(rows), dim=-1).to(gallery.device)
-    res = rank_queries(queries, gallery, [[] for _ in having], None, top_k=min(top_k, len(gallery)))
+    queries = _near_queries(gallery, [positives[n] for n in having],
+                            [references[n] if references is not None else None for n in having])
+    res = rank_queries(queries.to(gallery.device), gallery, [[] for _ in having], None, top_k=min(top_k, len(gallery)))
     for n, row in zip(having, _top_rows(res.topk)):
         out[n] = row
     return out
+
+
+def _near_queries(gallery: torch.Tensor, positives: Sequence[Sequence[int]],
+                  references: Sequence[int | None]) -> torch.Tensor:
+    """:func:`near_targets`' query of each row: ``normalise(normalise(mean of its positives'
+    embeddings) + its reference's)``, every row at once (one gather, one segment sum)."""
+    import torch.nn.functional as F
+
+    flat = torch.as_tensor([p for pos in positives for p in pos], dtype=torch.long)
+    segment = torch.repeat_interleave(torch.as_tensor([len(pos) for pos in positives], dtype=torch.long))
+    picked = gallery[flat].float().cpu()
+    sums = torch.zeros((len(positives), picked.shape[1]), dtype=torch.float32).index_add_(0, segment, picked)
+    counts = torch.bincount(segment, minlength=len(positives)).to(torch.float32).unsqueeze(1)
+    queries = F.normalize(sums / counts, dim=-1)
+    with_ref = [n for n, ref in enumerate(references) if ref is not None]
+    if with_ref:
+        refs = torch.as_tensor([int(references[n]) for n in with_ref], dtype=torch.long)
+        queries[with_ref] += gallery[refs].float().cpu()
+    return F.normalize(queries, dim=-1)
 
 
 def rank_three(
@@ -374,26 +353,43 @@ def rank_three(
     :func:`retrieval.ranking.rank_queries`).
     """
     started = time.perf_counter()
-    device = gallery.device
-    queries = {
-        "mm": retriever.compose(image_emb, text_emb).to(device),
-        "text": text_emb.to(device),
-        "image": image_emb.to(device),
-    }
-    results = {
-        name: rank_queries(q, gallery, positives, exclude, top_k=panel_k,
-                           return_per_positive=True, groups=groups, extra=extra, references=references)
-        for name, q in queries.items()
-    }
+    n = len(positives)
+    modal = {"mm": retriever.compose(image_emb, text_emb), "text": text_emb, "image": image_emb}
+    # the near-targets queries (near_targets' rule) ranked in the same pass: one ranking call,
+    # not four (each costs tens of small tensor operations whatever its size)
+    having = [q for q, pos in enumerate(positives) if pos] if panel_k > 0 and len(gallery) else []
+    refs = list(references) if references is not None else [None] * n
+    stacked = [m.float() for m in modal.values()]
+    if having:
+        stacked.append(_near_queries(gallery, [positives[q] for q in having], [refs[q] for q in having]))
+
+    def each(rows: Sequence[Any] | None, near_row: Any) -> list[Any] | None:
+        return None if rows is None else [*rows, *rows, *rows, *([near_row] * len(having))]
+
+    res = rank_queries(torch.cat(stacked).to(gallery.device), gallery, each(positives, []),
+                       each(list(exclude) if exclude is not None else [None] * n, None), top_k=panel_k,
+                       return_per_positive=True, groups=each(groups, []), extra=each(extra, []),
+                       references=each(references, None))
+    return _three_of(res, list(modal), n, having, time.perf_counter() - started)
+
+
+def _three_of(res: Any, names: list[str], n: int, having: list[int], seconds: float) -> ThreeRanks:
+    """The :class:`ThreeRanks` of one ranking of ``n`` rows per modality of ``names`` followed
+    by the near-targets rows of the queries ``having`` positives (see :func:`rank_three`)."""
+    part = {name: slice(m * n, (m + 1) * n) for m, name in enumerate(names)}
+    top = {name: _top_rows(res.topk[rows]) for name, rows in part.items()}
+    top_near: list[list[int]] = [[] for _ in range(n)]
+    for q, row in zip(having, _top_rows(res.topk[len(names) * n:])):
+        top_near[q] = row
+    group = res.group_rank if res.group_rank is not None else [None] * (len(names) * n)
+    ahead = res.reference_ahead if res.reference_ahead is not None else [[] for _ in range(len(names) * n)]
     return ThreeRanks(
-        results["mm"].best_rank, results["text"].best_rank, results["image"].best_rank, _top_rows(results["mm"].topk),
-        time.perf_counter() - started,
-        all={n: r.per_positive_ranks or [] for n, r in results.items()},
-        extra={n: r.extra_ranks or [] for n, r in results.items()},
-        group={n: r.group_rank or [None] * len(positives) for n, r in results.items()},
-        ahead={n: r.reference_ahead or [[] for _ in positives] for n, r in results.items()},
-        top_text=_top_rows(results["text"].topk), top_image=_top_rows(results["image"].topk),
-        top_near=near_targets(gallery, positives, panel_k, references),
+        res.best_rank[part["mm"]], res.best_rank[part["text"]], res.best_rank[part["image"]], top["mm"], seconds,
+        all={name: (res.per_positive_ranks or [])[rows] for name, rows in part.items()},
+        extra={name: (res.extra_ranks or [])[rows] for name, rows in part.items()},
+        group={name: group[rows] for name, rows in part.items()},
+        ahead={name: ahead[rows] for name, rows in part.items()},
+        top_text=top["text"], top_image=top["image"], top_near=top_near,
     )
 
 

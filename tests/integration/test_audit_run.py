@@ -323,7 +323,8 @@ def test_run_audit_command_queues_without_wait(demo, monkeypatch):
 
 
 def test_gallery_matrix_is_memory_mapped_from_the_cache(demo, settings):
-    """A CPU worker's gallery matrix is a view of a .npy file streamed out of the embedding cache."""
+    """A CPU worker's gallery matrix is a view of the embedding cache's image store (a gallery
+    encoded in its order lies in consecutive rows of it), memory-mapped, not a copy."""
     from audit.runs.encoding import gallery_matrix
 
     audit(demo)
@@ -337,8 +338,8 @@ def test_gallery_matrix_is_memory_mapped_from_the_cache(demo, settings):
     cache = EmbeddingCache(settings.EMBEDDING_CACHE_DIR, r.spec, r.dim)
     matrix, rows, enc = gallery_matrix(r, cache, "t", keys, lambda key: Path("/nonexistent") / key)
     assert rows == list(range(len(keys))) and enc.encoded == 0  # every vector came from the cache
-    files = [str(f) for f in cache.folder.glob("galleries/*.npy")]
-    assert files
+    files = [str(cache.images_path)]  # the cache's one store of image embeddings
+    assert not (cache.folder / "galleries").exists()  # no second copy of the gallery
     mapped = [line.split()[0].split("-") for line in Path("/proc/self/maps").read_text().splitlines()
               if line.split()[-1] in files]
     ptr = matrix.data_ptr()

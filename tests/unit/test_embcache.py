@@ -346,3 +346,74 @@ def test_two_processes_never_encode_the_same_text_twice(tmp_path: Path) -> None:
     encoded = log.read_text(encoding="utf-8").splitlines()
     assert sorted(encoded) == sorted(texts)  # every text once, by one process or the other
     assert EmbeddingCache(tmp_path, SPEC, dim=16).count("text") == 40
+
+
+# ------------------------------------------------------------------ one store of image vectors
+
+
+def test_image_vectors_are_stored_once_in_one_file(tmp_path: Path) -> None:
+    """Image vectors live in images.f32 only: SQLite keeps each key's row, not a copy of its vector."""
+    cache = EmbeddingCache(tmp_path, SPEC, dim=4)
+    keys = [f"{i:064x}" for i in range(5)]
+    vecs = np.stack([_vec(k, 4) for k in keys])
+    assert cache.put_many("image", keys[:3], vecs[:3]) == 3
+    assert cache.put_many("image", keys, vecs) == 2  # the first three are kept, not written again
+    assert cache.images_path.stat().st_size == 5 * 4 * 4
+    with sqlite3.connect(cache.db_path) as conn:
+        assert [c[1] for c in conn.execute("PRAGMA table_info(image)")] == ["key", "row"]
+        assert sorted(r for (r,) in conn.execute("SELECT row FROM image")) == [0, 1, 2, 3, 4]
+    assert np.array_equal(cache.get_many("image", keys).matrix, vecs)
+    assert not (cache.folder / "galleries").exists()
+
+
+def test_image_matrix_is_a_mapped_view_when_rows_follow_each_other(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path, SPEC, dim=4)
+    keys = [f"{i:064x}" for i in range(6)]
+    vecs = np.stack([_vec(k, 4) for k in keys])
+    cache.put_many("image", keys, vecs)
+    view = cache.image_matrix(keys[1:5])
+    assert isinstance(view, np.memmap) and np.array_equal(view, vecs[1:5])
+    assert view.flags.writeable  # copy-on-write: torch takes it without a warning, the file never changes
+    shuffled = cache.image_matrix([keys[3], keys[0], keys[3]])
+    assert not isinstance(shuffled, np.memmap) and np.array_equal(shuffled, vecs[[3, 0, 3]])
+    assert cache.image_matrix([]).shape == (0, 4)
+    assert cache.missing_images([keys[0], "x", "y", "x"]) == ["x", "y"]
+    with pytest.raises(KeyError, match="1 image"):
+        cache.image_matrix([keys[0], "x"])
+
+
+def test_a_half_written_row_is_written_over(tmp_path: Path) -> None:
+    """A crash between appending a vector and recording its key leaves bytes no key points to:
+    never read, and the next writer writes over them."""
+    cache = EmbeddingCache(tmp_path, SPEC, dim=4)
+    cache.put_many("image", ["a"], _vec("a", 4)[None, :])
+    with open(cache.images_path, "ab") as f:
+        f.write(b"\x00" * 6)  # a torn row
+    assert cache.put_many("image", ["b"], _vec("b", 4)[None, :]) == 1
+    assert cache.images_path.stat().st_size == 2 * 16
+    assert np.array_equal(cache.get_many("image", ["a", "b"]).matrix, np.stack([_vec("a", 4), _vec("b", 4)]))
+
+
+def test_a_format_1_cache_is_converted_on_open(tmp_path: Path) -> None:
+    """Format 1 kept image vectors in SQLite and whole galleries again in galleries/*.npy:
+    opening it moves the vectors to images.f32 and drops the copies; texts stay."""
+    folder = tmp_path / spec_folder_name(SPEC)
+    (folder / "galleries").mkdir(parents=True)
+    np.save(folder / "galleries" / "old.npy", np.zeros((2, 4), np.float32))
+    keys = ["k1", "k2", "k3"]
+    with sqlite3.connect(folder / "cache.sqlite3") as conn:
+        conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.executemany("INSERT INTO meta VALUES (?, ?)", [("spec", SPEC), ("dim", "4"), ("format", "1")])
+        for kind in ("image", "text"):
+            conn.execute(f"CREATE TABLE {kind} (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+        conn.executemany("INSERT INTO image VALUES (?, ?)", [(k, _vec(k, 4).astype("<f4").tobytes()) for k in keys])
+        conn.execute("INSERT INTO text VALUES (?, ?)", (text_key("hello"), _vec("hello", 4).tobytes()))
+    cache = EmbeddingCache(tmp_path, SPEC, dim=4)
+    assert not (folder / "galleries").exists()
+    assert cache.count("image") == 3 and cache.count("text") == 1
+    assert np.array_equal(cache.image_matrix(keys), np.stack([_vec(k, 4) for k in keys]))
+    assert np.array_equal(cache.get_many("text", ["hello"]).matrix[0], _vec("hello", 4))
+    with sqlite3.connect(cache.db_path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone() == ("2",)
+    again = EmbeddingCache(tmp_path, SPEC, dim=4)  # converted once
+    assert again.images_path.stat().st_size == 3 * 16
