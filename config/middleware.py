@@ -9,9 +9,13 @@
   :func:`django.contrib.auth.get_user` check), or the ``Authorization`` header a valid API
   token; a made-up cookie or header lifts nothing.
 * Only the security headers' middlewares run before it, so its 413 and 400 carry them.
-* A NUL character in any query parameter or form field (``application/x-www-form-urlencoded``)
-  is a 400 naming it, before any view passes it to the database (PostgreSQL refuses NUL in
-  text: a note, a user name or an export's ``primary`` would be a 500).
+* A NUL or another control character (:func:`config.parsing.check_text`) in any query
+  parameter, or in any text field of a form body, URL-encoded or multipart, whatever the
+  method, is a 400 naming it, before any view passes it to the database (PostgreSQL refuses
+  NUL in text: a note, a user name or an export's ``primary`` was a 500). A multipart body's
+  files are bytes and may hold anything (Django keeps the printable characters of their
+  names). JSON bodies meet
+  the same check in the API's only JSON parser (:class:`config.parsing.SafeJSONParser`).
 * Hostile query parameters (:class:`config.parsing.HostileInput`) raised anywhere below
   become a 400 that names the parameter.
 """
@@ -23,6 +27,7 @@ from types import SimpleNamespace
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.http import JsonResponse
+from django.http.multipartparser import MultiPartParserError
 
 from config.parsing import HostileInput, check_text
 
@@ -51,11 +56,36 @@ def verified_client(request) -> bool:
     return False
 
 
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def form_body(request):
+    """The text fields and the files of a form body (``FORM_TYPES``), parsed as Django parses a
+    POST's, whatever the method; ``None`` for another body. Django parses the form bodies of
+    POST only: a PUT's or PATCH's is parsed here the same way, and DRF then takes these
+    (its ``Request`` reads ``request.POST`` and ``request.FILES`` once the stream is read)."""
+    ctype = (request.META.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+    if ctype not in FORM_TYPES:
+        return None
+    if request.method != "POST":
+        method, request.method = request.method, "POST"
+        try:
+            request._load_post_and_files()
+        finally:
+            request.method = method
+    return request.POST, request.FILES  # within the body limits, checked above
+
+
 def check_fields(request) -> None:
-    """Refuse a NUL in the query string or in a form-encoded body (:class:`HostileInput`)."""
+    """Refuse a hostile character (:func:`config.parsing.check_text`) in the query string or in
+    a form body's field names and text values (:class:`HostileInput`)."""
     sources = [request.GET]
-    if (request.META.get("CONTENT_TYPE") or "").startswith("application/x-www-form-urlencoded"):
-        sources.append(request.POST)  # within DATA_UPLOAD_MAX_MEMORY_SIZE, checked above
+    body = form_body(request)
+    if body is not None:
+        fields, files = body
+        sources.append(fields)
+        for name in files:  # the files' names: Django keeps their printable characters only
+            check_text(name, "a field name")
     for source in sources:
         for name, values in source.lists():
             check_text(name, "a field name")
@@ -83,6 +113,8 @@ class RequestGuardMiddleware:
             check_fields(request)
         except HostileInput as exc:
             return refuse(400, exc.field, str(exc))
+        except MultiPartParserError as exc:
+            return refuse(400, "", f"The multipart body cannot be read: {exc}")
         return self.get_response(request)
 
     def process_exception(self, request, exception):

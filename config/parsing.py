@@ -10,6 +10,7 @@ Every JSON body of the API goes through :class:`SafeJSONParser`; query-string id
   converted);
 * NUL characters and lone UTF-16 surrogates in any string or key (PostgreSQL refuses NUL in
   text and JSON; a lone surrogate cannot be encoded as UTF-8);
+* other control characters (:data:`CONTROL`: all but tab, line feed and carriage return);
 * bodies that are not UTF-8.
 """
 from __future__ import annotations
@@ -77,10 +78,21 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
+#: Control characters (Unicode category Cc) no request text may hold, NUL aside: all but tab,
+#: line feed and carriage return (a textarea's line ends). Imported files are not held to it.
+CONTROL = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def check_text(value: str, field: str) -> None:
+    """Refuse a request's text (a query parameter, a form field, a JSON string or key) that
+    holds a character no field may hold: :class:`HostileInput` names the field. The one check
+    the middleware runs on form bodies (URL-encoded and multipart) and the JSON parser on JSON."""
     what = unstorable_name(value)
     if what:
         raise HostileInput(field, f"contains {what}, which no field may hold")
+    control = CONTROL.search(value)
+    if control:
+        raise HostileInput(field, f"contains the control character U+{ord(control.group()):04X}, which no field may hold")
 
 
 def check_value(value: Any, field: str = "") -> None:
