@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from retrieval.captions import CAPTION_JOINS, DEFAULT_JOIN
+from retrieval.captions import CAPTION_JOINS, DEFAULT_JOIN, ranking_text
 from retrieval.evaltargets import dataset_format, facts_by_query, positive_image_ids
 from retrieval.galleries import (
     ScopeError,
@@ -200,7 +200,7 @@ def single_turn_inputs(
         turn = first_turns.get(qid)
         if turn is None or turn["reference_image_id"] is None:
             skipped[qid] = "no_reference"
-        elif not _turn_text(turn["texts"]):
+        elif ranking_text(_turn_text(turn["texts"])) is None:  # a blank text: not ranked for labels
             skipped[qid] = "empty_text"
         elif turn["reference_image__missing"] or not turn["reference_image__sha256"] or not turn["reference_image__path"]:
             skipped[qid] = "reference_missing"
@@ -251,7 +251,7 @@ def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
             skipped[qid] = "missing_turn"
         elif any(t["reference_image_id"] is None for t in ts):
             skipped[qid] = "no_reference"
-        elif not all(_turn_text(t["texts"]) for t in ts):
+        elif any(ranking_text(_turn_text(t["texts"])) is None for t in ts):
             skipped[qid] = "empty_text"
         elif any(t["reference_image__missing"] or not t["reference_image__sha256"] or not t["reference_image__path"]
                  for t in ts):
