@@ -134,8 +134,9 @@ class Study(models.Model):
 
     SIZE_FIELDS = ("n_items", "n_agreement", "n_extra_slots", "n_annotators")
     #: Fields only ever written by targeted UPDATEs (sizes; the reliability refit worker's fit
-    #: and its pending flag), never by a plain save of a copy that may be older.
-    KEPT_FIELDS = SIZE_FIELDS + ("reliability_fit", "refit_requested_at")
+    #: and its pending flag; an estimate study's plan and stop), never by a plain save of a copy
+    #: that may be older.
+    KEPT_FIELDS = SIZE_FIELDS + ("reliability_fit", "refit_requested_at", "estimate")
 
     class Meta:
         ordering = ["-created_at"]
@@ -146,7 +147,7 @@ class Study(models.Model):
 
     def save(self, *args, **kwargs) -> None:
         """A save of a stored study writes every field but :data:`KEPT_FIELDS` (its sizes, its
-        stored reliability fit and refit flag): the copy in memory may be older than what a
+        stored reliability fit and refit flag, its estimate state): the copy in memory may be older than what a
         concurrent change counted or a worker fitted."""
         if not self._state.adding and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
             kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
