@@ -32,7 +32,7 @@ from retrieval.galleries import scope_text
 from retrieval.models import Dataset, Image, Turn
 
 from .runs import aggregation, base, planning
-from .labels import COUNT_KEYS
+from .labels import count_lines
 from .models import AuditLabel, AuditRank, AuditRun
 from .rankfiles import RankFile, path_suffixes, read_rank_file
 
@@ -364,6 +364,5 @@ def import_summary(run: AuditRun, report: dict[str, Any]) -> tuple[list[str], li
     if "label_agreement" in report:
         a = report["label_agreement"]
         lines.append(f"Labels agree with the file's for {a['same']} queries, differ for {a['different']}.")
-    counts = run.summary.get("counts", {})
-    lines += [f"  {label:<22}{counts.get(label, 0):>8}" for label in COUNT_KEYS]
+    lines += count_lines(run.summary.get("counts", {}))
     return lines, warnings

@@ -56,6 +56,18 @@ SHORTCUT_FREE_NAME = "shortcut_free"
 COUNT_KEYS: tuple[str, ...] = (*LABELS, SHORTCUT_FREE_NAME)
 
 
+def count_lines(counts: dict[str, int]) -> list[str]:
+    """An audit's counts as every command prints them (run_audit, audit_labels, audit_report,
+    make_demo): the three labels, which partition the queries, and their sum; then, apart,
+    shortcut_free, which is the union of two of them and no fourth label (printed in the
+    same column as the labels, the column summed to more than the queries)."""
+    lines = [f"  {label:<22}{counts.get(label, 0):>8}" for label in LABELS]
+    lines.append(f"  {'= queries labelled':<22}{sum(counts.get(label, 0) for label in LABELS):>8}")
+    lines.append(f"  {SHORTCUT_FREE_NAME:<22}{counts.get(SHORTCUT_FREE_NAME, 0):>8}"
+                 f"  (= {' + '.join(SHORTCUT_FREE_LABELS)}: what no retriever shortcut)")
+    return lines
+
+
 @dataclass
 class AuditLabels:
     """Everything :func:`label_queries` derives; dicts keep first-appearance order.

@@ -89,9 +89,17 @@ class Channel(filesystem.Channel):
 
 
 class Transport(filesystem.Transport):
-    """kombu's filesystem transport with :class:`Channel`'s atomic put and take."""
+    """kombu's filesystem transport with :class:`Channel`'s atomic put and take.
+
+    No host: the broker is a folder. kombu's virtual transports default to ``localhost``,
+    so every connection (the web process's sends, the worker's start) warned "No hostname
+    was supplied. Reverting to default 'localhost'" of a server that does not exist."""
 
     Channel = Channel
+
+    @property
+    def default_connection_params(self):
+        return {"port": None, "hostname": None}
 
 
 def register() -> None:

@@ -364,17 +364,27 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["annotation.permissions.IsResearcher"],  # staff and researchers only
 }
 
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # runserver's access line of a 5xx: django.request logs that request (with its traceback)
+    "filters": {"below_500": {"()": "django.utils.log.CallbackFilter",
+                              "callback": lambda record: getattr(record, "status_code", 0) < 500}},
     # Libraries such as open_clip log chatty INFO lines on the root logger: keep it at
     # WARNING and let the project's own loggers (and Celery's) speak at LOG_LEVEL.
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        **{name: {"level": env_str("LOG_LEVEL", "INFO")} for name in
-           ("retrieval", "audit", "annotation", "config", "celery", "django.server", "django.request")},
+        **{name: {"level": LOG_LEVEL} for name in ("retrieval", "audit", "annotation", "config", "celery")},
+        # Each request is logged once. Under runserver its access line (django.server) says
+        # every request but a 5xx, which is django.request's error with its traceback; a 4xx
+        # is the access line alone (django.request's warning and Django's own console
+        # handler repeated it: three lines). In production nginx's access log is the line.
+        "django": {"handlers": [], "level": "INFO"},  # Django's console handler: the root's again
+        "django.server": {"handlers": ["console"], "level": LOG_LEVEL, "filters": ["below_500"], "propagate": False},
+        "django.request": {"level": "ERROR"},
         "django.db.backends": {"level": "WARNING"},
     },
 }

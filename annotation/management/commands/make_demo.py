@@ -12,7 +12,8 @@ from django.core.management.base import BaseCommand
 from annotation.demo_accounts import ensure_demo_accounts
 from annotation.judging.candidates import fill_study_candidates
 from annotation.models import Study
-from audit.labels import SHORTCUT_FREE_LABELS
+from audit.labels import SHORTCUT_FREE_LABELS, count_lines
+from audit.management.commands.run_audit import progress_line
 from audit.models import AuditRun
 from audit.runs.planning import create_run
 from audit.runs.dispatch import run_inline
@@ -21,6 +22,7 @@ from annotation.studies.suspicion import refresh_suspicion
 from retrieval.demo import build_demo_world
 from retrieval.demo_training import retriever_spec
 from retrieval.fusion import MAX_CANDIDATES
+from retrieval.jobs.progress import ProgressLine
 from retrieval.loader import load_parsed
 
 from annotation.studies.truth import truth_path
@@ -68,10 +70,14 @@ class Command(BaseCommand):
         if not opts["no_audit"] and not AuditRun.objects.filter(dataset__name=opts["name"], status="done").exists():
             retrievers = demo_retrievers(opts["seed"], opts["train_steps"], stdout=self.stdout)
             self.stdout.write(f"Auditing the demo queries with {', '.join(retrievers)} …")
-            run = run_inline(create_run(opts["name"], retrievers))
+            line = ProgressLine(self.stderr)
+            run = run_inline(create_run(opts["name"], retrievers),
+                             progress=lambda r: line.update(progress_line(r), r.done / max(r.total, 1)))
+            line.close()
             if run.status == "done":
-                counts = ", ".join(f"{k} {v}" for k, v in sorted(run.summary.get("counts", {}).items()))
-                self.stdout.write(f"Audit {run.pk}: {counts}.")
+                self.stdout.write(f"Audit {run.pk} done: {run.summary.get('n_queries', 0)} queries labelled.")
+                for text in count_lines(run.summary.get("counts", {})):
+                    self.stdout.write(text)
             else:
                 self.stdout.write(self.style.WARNING(f"Audit {run.pk} did not finish: {run.error}"))
         accounts = ensure_demo_accounts()

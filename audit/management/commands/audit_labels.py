@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.labels import COUNT_KEYS, audit_json, label_queries
+from audit.labels import audit_json, count_lines, label_queries
 from audit.rankfiles import check_rank_value
 from retrieval.records import ParseError
 from retrieval.validation import Record
@@ -83,5 +83,5 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(audit_json(audit), indent=2))
             return
         self.stdout.write(f"{len(audit.queries)} queries, {len(audit.retrievers)} retrievers, K={audit.k}")
-        for label in COUNT_KEYS:
-            self.stdout.write(f"  {label:<22}{audit.counts[label]:>8}")
+        for line in count_lines(audit.counts):
+            self.stdout.write(line)

@@ -12,7 +12,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.labels import COUNT_KEYS
+from audit.labels import count_lines
 from audit.models import AuditRun
 from audit.report import audit_report_json
 from audit.runs.aggregation import stored_labels
@@ -49,8 +49,8 @@ class Command(BaseCommand):
         audit = stored_labels(run)
         self.stdout.write(f"audit {run.pk} of {run.dataset.name}: {len(audit.queries)} queries, "
                           f"{len(audit.retrievers)} retrievers, K={audit.k}")
-        for label in COUNT_KEYS:
-            self.stdout.write(f"  {label:<22}{audit.counts[label]:>8}")
+        for line in count_lines(audit.counts):
+            self.stdout.write(line)
         for name, stats in audit.retriever_stats.items():
             recall = ", ".join(f"{m} {v:.3f}" if v is not None else f"{m} -" for m, v in stats["recall_at_k"].items())
             self.stdout.write(f"  {name}: Recall@{audit.k} {recall}")

@@ -6,19 +6,11 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.runs import dispatch, planning
-from audit.labels import COUNT_KEYS
+from audit.labels import count_lines
 from retrieval.captions import CAPTION_JOINS
 from audit.models import AuditRun
 from audit.protocol import gallery_mixed_warning
-
-
-def format_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}"
+from retrieval.jobs.progress import format_eta
 
 
 def _f(v: float | None) -> str:
@@ -98,9 +90,8 @@ class Command(BaseCommand):
         s = run.summary
         skipped = ", ".join(f"{r} {n}" for r, n in s.get("skipped", {}).items()) or "none"
         self.stdout.write(f"Audit {run.pk} done: {s.get('n_queries', 0)} queries labelled; skipped: {skipped}.")
-        counts = s.get("counts", {})
-        for label in COUNT_KEYS:
-            self.stdout.write(f"  {label:<22}{counts.get(label, 0):>8}")
+        for line in count_lines(s.get("counts", {})):
+            self.stdout.write(line)
         for warning in run_warnings(run):
             self.stderr.write(f"warning: {warning}")
         ses = s.get("sessions")
