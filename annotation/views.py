@@ -1,7 +1,6 @@
 """Annotator pages (queue, item, history) and the admin's study pages."""
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -17,7 +16,7 @@ from annotation import roles
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem
 from annotation.judging.candidates import PAGE_SIZE
-from annotation.judging.payloads import image_ref, item_payload
+from annotation.judging.payloads import image_ref, item_payload, lease_config
 from annotation.judging.guidelines import current_guidelines, render_markdown
 from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
@@ -90,7 +89,7 @@ def item(request, study_id: int, assignment_id: int):
     return render(request, "annotation/item.html", {
         "study": study, "assignment": assignment, "payload": payload, "rubric": study.rubric.rubric,
         "previous": previous, "urls": item_urls(study, assignment, previous), "guidelines": current_guidelines(study),
-        "lease_config": lease_config(),
+        "lease_config": lease_config(study),
     })
 
 
@@ -107,12 +106,6 @@ def item_urls(study: Study, assignment: Assignment, previous: int | None) -> dic
     if previous:
         urls["back"] = reverse("annotation:item", args=[study.pk, previous])
     return urls
-
-
-def lease_config() -> dict:
-    """How the item page keeps its lease: heartbeat period, idle pause, warning lead time."""
-    return {"heartbeat_seconds": settings.CIRVAL_LEASE_HEARTBEAT_SECONDS,
-            "idle_seconds": settings.CIRVAL_LEASE_IDLE_SECONDS, "warn_seconds": settings.CIRVAL_LEASE_WARN_SECONDS}
 
 
 @never_cache

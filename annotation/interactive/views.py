@@ -12,6 +12,7 @@ from config.roles import staff_required
 
 from annotation.interactive.export import session_records
 from annotation.interactive.service import session_for, session_state
+from annotation.judging.payloads import lease_config
 from annotation.models import Assignment, Study
 
 
@@ -28,7 +29,7 @@ def interactive_item(request, study: Study, assignment: Assignment, previous: in
     }
     return render(request, "annotation/interactive.html", {
         "study": study, "assignment": assignment, "state": session_state(session, request.user.pk), "urls": urls,
-        "previous": previous,
+        "previous": previous, "lease_config": lease_config(study),
     })
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from django.conf import settings
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
@@ -86,6 +87,17 @@ def judgement_dict(j: Judgement | None) -> dict | None:
         "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(), "late": j.late,
         "alternatives": j.alternatives, "none_fit": j.none_fit,
     }
+
+
+def lease_config(study) -> dict:
+    """How an item page keeps its lease (the item and the interactive page): a heartbeat every
+    ``heartbeat_seconds`` while its annotator is active, at most a third of the study's lease
+    so that a beat or two may be lost without the lease lapsing; renewal pauses after
+    ``idle_seconds`` without activity; the countdown shows, ``warn_seconds`` before the end,
+    only once no heartbeat keeps the lease."""
+    lease = study.lease_minutes * 60
+    return {"lease_seconds": lease, "heartbeat_seconds": max(1, min(settings.CIRVAL_LEASE_HEARTBEAT_SECONDS, lease // 3)),
+            "idle_seconds": settings.CIRVAL_LEASE_IDLE_SECONDS, "warn_seconds": settings.CIRVAL_LEASE_WARN_SECONDS}
 
 
 def lease_seconds(assignment: Assignment) -> int | None:

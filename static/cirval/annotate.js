@@ -91,7 +91,7 @@
       c.hidden = Math.floor(i / pageSize) !== page;
       c.classList.toggle("on", on);
       c.classList.toggle("cursor", i === cursor);
-      c.setAttribute("aria-checked", on ? "true" : "false");
+      c.querySelector(".candpick").setAttribute("aria-checked", on ? "true" : "false");
     });
     document.getElementById("cand-page").textContent = "page " + (page + 1) + " of " + open;
     document.getElementById("cand-prev").disabled = page === 0;
@@ -113,9 +113,13 @@
         (broad ? "“" + broad.label + "” (key " + broad.shortcut_key + ")" : "QUERY_TOO_BROAD") + ".";
     }
   }
+  function inPanel() { return !!(document.activeElement && document.activeElement.closest("#candgrid")); }
   function moveCursor(to) {
     cursor = Math.max(0, Math.min(Math.min(cands.length, pagesShown() * pageSize) - 1, to));
     renderPanel();
+    // the keyboard focus follows the cursor while it is in the panel (Tab reaches every
+    // candidate shown; the arrows move between them)
+    if (inPanel()) cands[cursor].querySelector(".candpick").focus({ preventScroll: true });
     cands[cursor].scrollIntoView({ block: "nearest" });
   }
   function toggleTick(i) {
@@ -126,10 +130,14 @@
     renderPanel(); edited(); hideError();
   }
   function setNoneFit() { ticks.clear(); noneFit = true; renderPanel(); edited(); hideError(); }
-  cands.forEach((c, i) => c.addEventListener("click", (ev) => {
-    if (ev.target.closest(".cand-zoom")) return; // the zoom button opens the candidate at full size (zoom.js)
-    toggleTick(i);
-  }));
+  cands.forEach((c, i) => {
+    c.addEventListener("click", (ev) => {
+      if (ev.target.closest(".cand-zoom")) return; // the zoom button opens the candidate at full size (zoom.js)
+      toggleTick(i);
+    });
+    // a candidate reached with Tab becomes the cursor: Space ticks it, v opens it
+    c.querySelector(".candpick").addEventListener("focus", () => { if (cursor !== i) { cursor = i; renderPanel(); } });
+  });
   if (cands.length) {
     document.getElementById("cand-prev").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) - 1) * pageSize));
     document.getElementById("cand-next").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) + 1) * pageSize));
@@ -141,7 +149,11 @@
     const moves = { ArrowRight: 1, ArrowLeft: -1, ArrowDown: cols, ArrowUp: -cols, PageDown: pageSize, PageUp: -pageSize };
     if (k === "PageDown" && Math.floor(cursor / pageSize) >= pagesShown() - 1) return true; // no page to open
     if (k in moves) { moveCursor(cursor + moves[k]); return true; }
-    if (k === " ") { toggleTick(cursor); return true; }
+    if (k === " ") {
+      // Space on a focused button presses that button; anywhere else it ticks the cursor
+      if (document.activeElement && document.activeElement.matches("button, a, summary, input")) return false;
+      toggleTick(cursor); return true;
+    }
     if (k === "0") { setNoneFit(); return true; }
     return false;
   }
@@ -176,7 +188,7 @@
       data.per_turn_checks = [];
       for (let t = 0; t < nTurns; t++) {
         const row = {};
-        for (const c of rubric.per_turn_checks) row[c.key] = !!form.querySelector(`input[name="turn-${t}-${c.key}"]:checked`);
+        for (const c of rubric.per_turn_checks) row[c.key] = !!document.querySelector(`input[name="turn-${t}-${c.key}"]:checked`);
         if (turnVerdict && turnVerdictOf(t) !== null) row[turnVerdict.key] = turnVerdictOf(t);
         data.per_turn_checks.push(row);
       }
@@ -198,7 +210,7 @@
     if (isSession) {
       for (const [k, v] of Object.entries(d.scales || {})) setRadio("scale-" + k, v);
       (d.per_turn_checks || d.per_turn || []).forEach((row, t) => {
-        for (const [k, v] of Object.entries(row)) { const el = form.querySelector(`input[name="turn-${t}-${k}"]`); if (el) el.checked = !!v; }
+        for (const [k, v] of Object.entries(row)) { const el = document.querySelector(`input[name="turn-${t}-${k}"]`); if (el) el.checked = !!v; }
         if (turnVerdict && typeof row[turnVerdict.key] === "boolean") { const el = verdictInput(t, row[turnVerdict.key]); if (el) el.checked = true; }
       });
       for (const k of d.reject_flags || []) { const el = form.querySelector(`input[name="reject-${k}"]`); if (el) el.checked = true; }
@@ -248,7 +260,8 @@
   }
   function refresh() {
     const d = current();
-    form.querySelectorAll("label.choice").forEach((l) => {
+    // the per-turn checks sit under their turns in the filmstrip, outside the form element
+    document.querySelectorAll("#judgement-form label.choice, .turnchecks label.choice").forEach((l) => {
       const i = l.querySelector("input"); l.classList.toggle("on", !!(i && i.checked));
     });
     note.classList.toggle("required", noteRequired(d) && !d.note.trim());
@@ -263,7 +276,7 @@
   function highlightSession() {
     form.querySelectorAll(".scale").forEach((el) => el.classList.toggle("active", el.dataset.scale === activeScale));
     document.querySelectorAll(".frame").forEach((el) => el.classList.toggle("active", Number(el.dataset.turn) === activeTurn));
-    form.querySelectorAll(".turnchecks").forEach((el) => el.classList.toggle("active", Number(el.dataset.turn) === activeTurn));
+    document.querySelectorAll(".turnchecks").forEach((el) => el.classList.toggle("active", Number(el.dataset.turn) === activeTurn));
     if (!turnVerdict) return;
     document.querySelectorAll(".turnverdict label.tv").forEach((l) => l.classList.toggle("on", l.querySelector("input").checked));
     document.querySelectorAll(".frame[data-turn]").forEach((el) => {
@@ -427,21 +440,32 @@
   document.getElementById("conflict-stored").addEventListener("click", keepStored);
 
   // ---- lease: a heartbeat while the annotator is active, a warning before expiry --------
+  // The page beats every heartbeat_seconds (a third of the lease at most: server side,
+  // annotation.judging.payloads.lease_config) while its annotator is active, so the lease
+  // never lapses while the page is in use, and the countdown shows only once nothing keeps
+  // the lease: the annotator idle (renewal paused) or the beats failing.
   const leaseBox = document.getElementById("lease-warning");
+  const beatMs = leaseCfg.heartbeat_seconds * 1000;
   let lastActivity = Date.now();
   let leaseEnds = payload.lease_seconds != null ? Date.now() + payload.lease_seconds * 1000 : null;
   let leaseHeld = payload.status === "reserved";
+  let lastBeat = 0; // when the server last renewed the lease for this page
+  let beating = false;
   function leaseLeft() { return leaseEnds === null ? Infinity : leaseEnds - Date.now(); }
+  function idle() { return Date.now() - lastActivity > leaseCfg.idle_seconds * 1000; }
+  function beatsKeepLease() { return leaseHeld && !idle() && Date.now() - lastBeat < 2 * beatMs + 2000; }
   async function heartbeat() {
-    if (submitted || !leaseHeld) return;
+    if (submitted || !leaseHeld || beating) return;
+    beating = true;
     try {
       const r = await fetch(urls.lease, { method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": csrf } });
       if (!r.ok) return;
       const d = await r.json();
       leaseHeld = d.held;
       leaseEnds = d.held ? Date.now() + d.lease_seconds * 1000 : Date.now();
+      if (d.held) lastBeat = Date.now();
       showLease(d);
-    } catch (e) { /* offline: try again on the next beat */ }
+    } catch (e) { /* offline: try again on the next beat */ } finally { beating = false; }
   }
   // Once the server has said that a submit would now be late, that notice stays (nothing
   // overwrites it) until the annotator has read it and pressed "Got it".
@@ -460,7 +484,7 @@
       leaseBox.setAttribute("role", "alert");
     } else if (left <= 0) {
       showNotice("lease-warning", "Your reservation has run out. Submit now to keep your answer.");
-    } else if (left <= leaseCfg.warn_seconds * 1000) {
+    } else if (left <= leaseCfg.warn_seconds * 1000 && !beatsKeepLease()) {
       const s = Math.ceil(left / 1000);
       showNotice("lease-warning", "Your reservation of this item ends in " + Math.floor(s / 60) + ":" + String(s % 60).padStart(2, "0") +
         ". Press a key or move the mouse to keep it.");
@@ -469,17 +493,15 @@
     }
   }
   function active() {
-    const wasIdle = Date.now() - lastActivity > leaseCfg.idle_seconds * 1000;
+    const wasIdle = idle();
     lastActivity = Date.now();
-    if (leaseHeld && (wasIdle || leaseLeft() <= leaseCfg.warn_seconds * 1000)) heartbeat();
+    // back from idle, or a beat due: renew now (the periodic beat may be up to a period away)
+    if (leaseHeld && (wasIdle || Date.now() - lastBeat >= beatMs)) heartbeat();
   }
   ["keydown", "mousedown", "mousemove", "input", "wheel", "touchstart"].forEach((t) =>
     document.addEventListener(t, active, { passive: true, capture: true }));
   if (leaseHeld) {
-    setInterval(() => {
-      // Renewal pauses once the annotator has been idle for idle_seconds.
-      if (Date.now() - lastActivity <= leaseCfg.idle_seconds * 1000) heartbeat();
-    }, leaseCfg.heartbeat_seconds * 1000);
+    setInterval(() => { if (!idle()) heartbeat(); }, beatMs); // renewal pauses once the annotator is idle
     setInterval(() => { if (!submitted) showLease(null); }, 1000);
   }
 
@@ -510,7 +532,7 @@
         setTurnVerdict(activeTurn, k === turnVerdict.valid_key.toLowerCase()); ev.preventDefault(); return;
       }
       const check = rubric.per_turn_checks.find((c) => (c.shortcut_key || "").toLowerCase() === k);
-      if (check) { pressKey(form.querySelector(`input[name="turn-${activeTurn}-${check.key}"]`)); return; }
+      if (check) { pressKey(document.querySelector(`input[name="turn-${activeTurn}-${check.key}"]`)); return; }
       const rej = rubric.reject_flags.find((c) => (c.shortcut_key || "").toLowerCase() === k);
       if (rej) { pressKey(form.querySelector(`input[name="reject-${rej.key}"]`)); return; }
       return;
@@ -539,7 +561,7 @@
   } else if (localDraft()) {
     forgetDraft(); // older than the stored judgement: stale
   }
-  if (leaseHeld) showLease(null);
+  if (leaseHeld) heartbeat(); // the page opened: the lease is renewed from now, the countdown hidden
   // Warm the browser cache with the images of the item most likely served next.
   fetch(urls.upcoming, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : { images: [] }))
     .then((d) => d.images.forEach((src) => { const img = new Image(); img.src = src; })).catch(() => null);

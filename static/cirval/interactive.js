@@ -209,7 +209,10 @@
   });
 
   // Keep the lease while the page is open (the server's heartbeat rule).
-  setInterval(() => { if (!state.ended) fetch(urls.lease, { method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": csrf } }).catch(() => null); }, 60000);
+  // A beat every heartbeat_seconds, well inside the lease (annotation.judging.payloads.lease_config).
+  const leaseCfg = JSON.parse(document.getElementById("lease-config").textContent);
+  setInterval(() => { if (!state.ended) fetch(urls.lease, { method: "POST", credentials: "same-origin", headers: { "X-CSRFToken": csrf } }).catch(() => null); },
+    leaseCfg.heartbeat_seconds * 1000);
 
   render();
   if (pending()) poll();

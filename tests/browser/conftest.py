@@ -117,3 +117,20 @@ def demo_world(db, demo_images, settings):
     settings.IMAGE_ROOTS = [images.resolve()]
     call_command("make_demo", "--images-dir", str(images), "--no-audit", verbosity=0)
     return images
+
+
+def small_demo(tmp_path_factory, settings, folder: str, **sizes) -> None:
+    """A small demo world (build_demo's sizes) in a folder of its own that IMAGE_ROOTS serves,
+    imported as dataset "demo", with an annotator "ann" (password "ann-pw")."""
+    from audit.runs.encoding import clear_memos
+    from retrieval.demo import build_demo
+    from retrieval.loader import load_parsed
+    from tests.conftest import make_annotator
+
+    images = tmp_path_factory.mktemp(folder)
+    settings.IMAGE_ROOTS = [images.resolve()]
+    settings.EMBEDDING_CACHE_DIR = images / "embeddings"
+    root = images / "demo"
+    load_parsed(build_demo(root, **sizes), "demo", images_root=root)
+    make_annotator("ann", "ann-pw")
+    clear_memos()

@@ -9,10 +9,7 @@ from annotation.judging.candidates import PAGE_SIZE, fill_study_candidates
 from annotation.models import StudyItem
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.encoding import clear_memos
-from retrieval.demo import build_demo
-from retrieval.loader import load_parsed
-from tests.browser.conftest import SHOTS, close_tab, login, open_tab
-from tests.conftest import make_annotator
+from tests.browser.conftest import SHOTS, close_tab, login, open_tab, small_demo
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -21,13 +18,7 @@ DEPTH = 40  # four pages of ten
 
 @pytest.fixture
 def deep_panel_study(tmp_path_factory, settings):
-    images = tmp_path_factory.mktemp("pages-images")
-    settings.IMAGE_ROOTS = [images.resolve()]
-    settings.EMBEDDING_CACHE_DIR = images / "embeddings"
-    root = images / "demo"
-    load_parsed(build_demo(root, n_gallery=60, n_single=4, n_sessions=1), "demo", images_root=root)
-    make_annotator("ann", "ann-pw")
-    clear_memos()
+    small_demo(tmp_path_factory, settings, "pages-images", n_gallery=60, n_single=4, n_sessions=1)
     study, _ = create_study(StudySpec(name="pages", datasets=["demo"], overlap=1, total=1, annotators=["ann"],
                                       candidates=DEPTH))
     fill_study_candidates(study.pk)  # no audit: one retriever run on demand

@@ -61,7 +61,7 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
     assert local_draft(page, a) is None  # acknowledged: the browser's copy is let go
     page.reload()
     page.wait_for_selector("#candgrid .cand.cursor")
-    assert page.eval_on_selector_all("#candgrid .cand[aria-checked=true]", "els => els.map(e => +e.dataset.id)") == panel[:2]
+    assert page.eval_on_selector_all("#candgrid .cand:has([aria-checked=true])", "els => els.map(e => +e.dataset.id)") == panel[:2]
     assert status(page) == "Draft restored."
 
     # the server is unreachable: "None fit" is kept in the browser, and the page says so
@@ -83,7 +83,7 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
     page.reload()
     page.wait_for_selector("#candgrid .cand.cursor")
     assert page.inner_text("#cand-count").startswith("none fit") and "on" in page.get_attribute("#none-fit", "class")
-    assert page.locator("#candgrid .cand[aria-checked=true]").count() == 0
+    assert page.locator("#candgrid .cand:has([aria-checked=true])").count() == 0
     assert local_draft(page, a)["none_fit"] is True
 
     # back online: the kept edit is sent (retried every 5 s) and then let go
