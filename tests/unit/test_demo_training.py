@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import logging
 
 import pytest
 import torch
@@ -10,7 +12,7 @@ from retrieval.demo import describe_scene, random_scene, render_scene
 from retrieval.demo_training import DEMO_MODELS, checkpoint_path, retriever_spec, train_model, training_split
 from retrieval.encoders import build_retriever, parse_retriever_spec
 
-TINY = dict(steps=2, n_refs=4, groups_per_step=2, progress=False)
+TINY = dict(steps=2, n_refs=4, groups_per_step=2)
 
 
 def test_same_seed_same_checkpoint_bytes(tmp_path) -> None:
@@ -23,8 +25,9 @@ def test_same_seed_same_checkpoint_bytes(tmp_path) -> None:
 
 
 def test_training_split_is_seeded_and_well_formed() -> None:
-    from open_clip import create_model_and_transforms
+    from retrieval.encoders import open_clip_module
 
+    create_model_and_transforms = open_clip_module().create_model_and_transforms
     _, _, preprocess = create_model_and_transforms("cirval-demo", pretrained=None)
     a, b = training_split(5, 6, preprocess), training_split(5, 6, preprocess)
     assert torch.equal(a.images, b.images) and a.captions == b.captions and a.groups == b.groups
@@ -63,8 +66,9 @@ def test_family_edits_name_every_colour_of_their_family() -> None:
     """The compose objective's family colour edits (as the demo's family queries are written:
     "make the star a warm colour") have one target per colour of the family, none of them the
     reference, and the other draws of the split do not move."""
-    from open_clip import create_model_and_transforms
+    from retrieval.encoders import open_clip_module
 
+    create_model_and_transforms = open_clip_module().create_model_and_transforms
     from retrieval.demo import COLOUR_FAMILIES, scene_key
 
     _, _, preprocess = create_model_and_transforms("cirval-demo", pretrained=None)
@@ -87,7 +91,40 @@ def test_models_trained_side_by_side_are_the_ones_trained_in_turn(tmp_path) -> N
     from annotation.management.commands.train_demo_retriever import train_all
 
     jobs = [("compose", tmp_path / "a" / "compose.pt", 2), ("caption", tmp_path / "a" / "caption.pt", 2)]
-    side_by_side = train_all(jobs, 3, progress=False)
-    in_turn = [train_model(tmp_path / "b" / f"{name}.pt", DEMO_MODELS[name], seed=3, steps=steps, progress=False)
+    out = io.StringIO()
+    side_by_side = train_all(jobs, 3, out)
+    # one progress line (not a TTY: one per tenth of the steps at most), ending with the counts
+    lines = out.getvalue().splitlines()
+    assert 1 <= len(lines) <= 11 and lines[-1].startswith("training the demo retrievers: compose 2/2, caption 2/2 steps")
+    in_turn = [train_model(tmp_path / "b" / f"{name}.pt", DEMO_MODELS[name], seed=3, steps=steps)
                for name, _, steps in jobs]
     assert [digest for digest, _ in side_by_side] == in_turn
+
+
+def test_the_progress_line_says_each_models_steps_and_the_time_left() -> None:
+    from annotation.management.commands.train_demo_retriever import progress_text
+
+    jobs = [("compose", None, 500), ("caption", None, 400)]
+    text, done = progress_text(jobs, [0, 0.0, 0, 0.0], side_by_side=True)
+    assert text.endswith("compose 0/500, caption 0/400 steps, estimating the time left") and done == 0
+    # side by side: the slower model's time left (compose: 100 of 500 in 60 s -> 240 s)
+    text, done = progress_text(jobs, [100, 60.0, 100, 40.0], side_by_side=True)
+    assert text.endswith("compose 100/500, caption 100/400 steps, 0:04:00 left") and done == 200 / 900
+    # one after the other: the rate over both (150 steps in 90 s -> 750 left in 450 s)
+    text, _ = progress_text(jobs, [150, 90.0, 0, 0.0], side_by_side=False)
+    assert text.endswith("0:07:30 left")
+
+
+def test_the_demo_models_random_start_is_not_warned_of_but_any_other_is(caplog) -> None:
+    """open_clip warns of every random start; the demo's trainer says it once instead."""
+    from retrieval.demo_training import random_init_expected
+
+    caplog.set_level(logging.WARNING)
+    with random_init_expected("cirval-demo"):
+        logging.warning("No pretrained weights loaded for model 'cirval-demo'. Model initialized randomly.")
+        logging.warning("No pretrained weights loaded for model 'ViT-B-32'. Model initialized randomly.")
+    logging.warning("No pretrained weights loaded for model 'cirval-demo'. Model initialized randomly.")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["No pretrained weights loaded for model 'ViT-B-32'. Model initialized randomly.",
+                        "No pretrained weights loaded for model 'cirval-demo'. Model initialized randomly."]
+    assert not logging.getLogger().filters  # removed on the way out
