@@ -405,15 +405,23 @@ def export_start(request, study_id: int):
         check_exportable(study, policy, primary or None, query_format, sessions)
     except ExportError as exc:
         messages.error(request, str(exc))
-        back = request.POST.get("back") or ""  # the page the form was on (progress or exports)
-        if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-            return redirect(back)
-        return redirect("annotation:study_progress", study_id=study.pk)
+        return redirect(_back(request, study))
     job = ExportJob.objects.create(study=study, policy=policy, primary=primary, query_format=query_format,
                                    sessions=sessions, created_by=request.user, total=study.items.count())
     if not enqueue(ExportJob, job.pk, RUN_EXPORT):
         messages.warning(request, QUEUE_DOWN)
     return redirect("annotation:export_job", pk=job.pk)
+
+
+def _back(request, study: Study) -> str:
+    """Where a refused export goes: the page the form was on (``back``: a path of this site,
+    ``/...``, as the forms send ``request.path``), else the study's exports page. A bare word
+    (``progress``) is no path: ``redirect`` would take it for a URL name and raise a 500."""
+    back = request.POST.get("back") or ""
+    if back.startswith("/") and not back.startswith("//") and url_has_allowed_host_and_scheme(
+            back, allowed_hosts={request.get_host()}):
+        return back
+    return reverse("annotation:export_list", args=[study.pk])
 
 
 @staff_required

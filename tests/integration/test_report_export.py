@@ -514,7 +514,11 @@ def test_export_page_job_status_and_download(twelve, people, client, settings, t
     resp = client.post(f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "nobody", "back": exports})
     assert resp["Location"] == exports and "has no assignment" in client.get(exports).content.decode()
     resp = client.post(f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "x", "back": "https://evil.example/"})
-    assert resp["Location"] == f"/studies/{study.pk}/progress/"
+    assert resp["Location"] == exports
+    # a bare word (a URL name to redirect()) or a scheme-relative URL is no path of the site: the exports page
+    for back in ("progress", "annotation:study_progress", "//evil.example/x", "javascript:alert(1)"):
+        resp = client.post(f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "x", "back": back})
+        assert resp.status_code == 302 and resp["Location"] == exports, back
     # nobody but staff reaches any export URL
     for who in ("annotator", "researcher"):
         client.force_login(people[who])
