@@ -14,6 +14,7 @@ Layout of a release folder::
     study-<id>/agreement.csv      :func:`annotation.agreement.reports.report_csv_rows` of the same
     study-<id>/alternatives.json  :func:`annotation.alternatives.study.alternatives_report` (category rubrics)
     study-<id>/audit/<dataset>.json  :func:`audit.report.audit_report_json` of the run the pool was drawn from
+    leaderboards/<ds>-<split>-<name>.csv|json|tex  the released datasets' leaderboards (:mod:`annotation.release.leaderboards`)
     study-<id>/<layout>/          :func:`annotation.export.validated.export_study` in that layout
                                   (manifest.json, query JSONL / CIRCO / CIRCLED files, traces)
 
@@ -56,6 +57,7 @@ from annotation.agreement.reports import annotator_pseudonyms, default_bootstrap
 from annotation.export.validated import ExportError, check_exportable, export_study
 from annotation.models import Adjudication, GuidelinesVersion, Judgement, Study
 from annotation.release.card import dataset_card
+from annotation.release.leaderboards import write_leaderboards
 from annotation.release.croissant import croissant, placeholders
 from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD, file_sums, release_files
 from annotation.release.names import ServerPaths, checkpoint_path, file_name, public_spec
@@ -309,6 +311,7 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
                             for spec in [*run.retrievers, run.tau_encoder])
         for part in parts:
             _write_study(part, tmp, report, paths)
+        write_leaderboards(parts, tmp)
         report("croissant.json, README.md, SHA256SUMS", report.last, 0)
         release = paths.clean(_release_json(parts, released_at or timezone.now()))
         _dump(tmp / RELEASE_JSON, release)

@@ -7,6 +7,7 @@ from typing import Any
 
 from annotation.release.croissant import PLACEHOLDER, UNKNOWN_FIELDS, agreement_text, protocol_text
 from annotation.release.facts import source_lines, study_facts
+from annotation.release.leaderboards import leaderboard_lines
 from annotation.studies.estimating import card_lines
 
 
@@ -63,6 +64,7 @@ def dataset_card(parts: list, release: dict[str, Any]) -> str:
     lines += ["", "## Numbers", ""]
     for part, f in zip(parts, facts):
         lines += _study_numbers(f) + card_lines(part.study)
+    lines += leaderboard_lines(parts)
     lines += ["## Who are the annotators", "",
               "Annotators (named `annotator_NN`), adjudicators (`adjudicator_NN`) who decide flagged and tied "
               "items, and staff who ran the studies. No names are released.", "",

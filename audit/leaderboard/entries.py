@@ -153,7 +153,8 @@ def enter_predictions(board: Leaderboard, name: str, files: Sequence[tuple[str |
             if fmt not in allowed:
                 raise EntryError(f"{path}: a {board.dataset.format} leaderboard takes {' or '.join(allowed)} files, not {fmt}")
             text = texts[n] if texts is not None else Path(path).read_text(encoding="utf-8")
-            read.append(check_predictions(read_predictions(text, fmt, str(path)), facts))
+            own = board.dataset.format == fmt
+            read.append(check_predictions(read_predictions(text, fmt, str(path), own_ids=own), facts))
         check_complete(read, facts)
     except (PredictionFileError, OSError, UnicodeDecodeError) as exc:
         raise EntryError(str(exc)) from None
@@ -210,6 +211,16 @@ def audit_entry_ranks(run: AuditRun, retriever: str, board: Leaderboard) -> Entr
         out.image[q.pk] = _best(image[q.pk].positives[:n]) if q.pk in image else None
     if not out.queries:
         raise EntryError(f"audit {run.pk} ranked no query of split {board.split!r}")
+    return _misses(out, targets)
+
+
+def _misses(out: EntryRanks, targets: SplitTargets) -> EntryRanks:
+    """A query of the split the method did not rank counts as a miss (in its own category)."""
+    for q in targets.queries:
+        if q.pk not in out.queries:
+            out.queries[q.pk] = QueryRanks([None], category=q.category)
+            if out.text is not None and out.image is not None:
+                out.text[q.pk] = out.image[q.pk] = None
     return out
 
 
@@ -255,7 +266,7 @@ def _rank_file_ranks(board: Leaderboard, path: str | Path) -> EntryRanks:
             out.alternatives[q.pk] = [place.get(a) for a in targets.alternatives.get(q.pk, [])]
         elif targets.alternatives.get(q.pk):
             out.alternatives_known = False  # no top list: the alternatives' places are not known
-    return out
+    return _misses(out, targets)
 
 
 def enter_rank_file(board: Leaderboard, path: str | Path, name: str = "", paper: str = "") -> LeaderboardEntry:

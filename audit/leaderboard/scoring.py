@@ -40,7 +40,7 @@ SETS: dict[str, str] = {
 GAP_SETS: tuple[str, ...] = (FULL, SHORTCUT_FREE_SET, VALIDATED)
 #: The protocol of a format without a published one (the demo, hand-made data): Recall@K
 #: of any positive, the ranks as given.
-GENERIC = Protocol("generic", "Recall@K", AS_AUDITED, "CIRVal: Recall@K of the best positive (no published protocol)",
+GENERIC = Protocol("generic", "CIRVal", AS_AUDITED, "Recall@K of the best positive; the format has no published protocol",
                    recall_ks=(1, 5, 10, 50))
 
 

@@ -24,7 +24,8 @@ from annotation.verdicts.crowd import compare, demo_truth_validity, labour_table
 from annotation.verdicts.state import study_counts
 from audit.models import AuditLabel
 from audit.management.commands.audit_report import finished_run
-from audit.democheck import check_audit, check_suspicion
+from audit.democheck import check_audit, check_suspicion, circus_lines, circus_tables
+from audit.report import build_report
 from retrieval.demo import check_judgements, check_reference_turns, check_session_flags
 from retrieval.demofit import pool_recall
 from retrieval.models import Image, Query, Turn
@@ -200,6 +201,7 @@ class Command(BaseCommand):
         report["labour"] = labour_report(truth, opts["name"])
         report["suspicion"] = suspicion_report(opts["name"], kinds)
         report["pool"] = pool_report(opts["name"], truth)
+        report["circus"] = circus_tables(build_report(run)["subsets"], list(run.retrievers))
         if opts["format"] == "json":
             self.stdout.write(json.dumps(report, indent=2))
             return
@@ -216,6 +218,9 @@ class Command(BaseCommand):
         self.write_labour(report["labour"])
         write_suspicion(self.stdout, report["suspicion"])
         _write_pool(self.stdout, report["pool"])
+        self.stdout.write(f"CIRCUS's tables (audit {run.pk}; the validated subset once a study's export wrote it)")
+        for line in circus_lines(report["circus"], run.k):
+            self.stdout.write(line)
 
     def write_labour(self, labour: dict) -> None:
         """Issue 25 item 5: the simulated crowd's labour figures, and the demo studies' own."""
