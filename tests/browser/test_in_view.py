@@ -85,12 +85,7 @@ def three_target_study(tmp_path_factory, settings):
     fill_study_candidates(study.pk)
     item = max(StudyItem.objects.filter(study=study).select_related("query"), key=lambda i: i.query.targets.count())
     assert item.query.targets.count() >= 3
-    ann = get_user_model().objects.get(username="ann")
-    while True:  # serve, handing back every other item, until the annotator holds this one
-        served = engine.next_assignment(study, ann).assignment
-        if served.item_id == item.pk:
-            break
-        engine.skip(served)
+    hold_item(study, "ann", item)
     yield study
     clear_memos()
 
@@ -131,13 +126,28 @@ def test_validity_rubric_targets_and_candidates_in_view(browser, live_server, th
         close_tab(page)
 
 
+def hold_item(study: Study, username: str, item: StudyItem) -> None:
+    """Serve the user the study's items, handing back every other one, until they hold ``item``."""
+    user = get_user_model().objects.get(username=username)
+    while True:
+        served = engine.next_assignment(study, user).assignment
+        if served.item_id == item.pk:
+            return
+        engine.skip(served)
+
+
+@pytest.mark.parametrize("longest", [False, True], ids=["first", "longest"])
 @pytest.mark.parametrize("width,height", SIZES)
-def test_session_scales_checks_and_turns_in_view(browser, live_server, demo_world, width, height):
+def test_session_scales_checks_and_turns_in_view(browser, live_server, demo_world, width, height, longest):
     study = Study.objects.get(name="demo-sessions")
+    if longest:  # the demo's longest session (five turns): every frame, check and scale still in view
+        items = StudyItem.objects.filter(study=study).select_related("query")
+        hold_item(study, "annotator1", max(items, key=lambda i: (i.query.turns.count(), -i.pk)))
     page = open_study(browser, live_server.url, study, "annotator1", "annotator1-demo", (width, height), "#judgement-form .scale")
     try:
         assert axe_violations(page) == []
-        page.screenshot(path=str(SHOTS / f"inview-session-{width}x{height}.png"))
+        turns = page.locator(".filmstrip .frame[data-turn]").count()
+        page.screenshot(path=str(SHOTS / f"inview-session-{turns}turns-{width}x{height}.png"))
         for sel in (".scale", ".scalevals label.choice", ".rejects label.choice", ".frame", ".frame img",
                     ".turnchecks label.choice", ".turnverdict label.choice", "#note", "#submit-btn"):
             assert not_in_view(page, sel) == [], (sel, width, height)
