@@ -324,13 +324,18 @@ class EmbeddingCache:
             return mapped[int(index[0]):int(index[-1]) + 1]
         return np.asarray(mapped[index])
 
-    def image_matrix(self, keys: Sequence[str]) -> np.ndarray:
+    def image_rows(self, keys: Sequence[str]) -> dict[str, int]:
+        """Key -> its row of ``images.f32``, for the ``keys`` stored (no vector is read)."""
+        return self._stored("image", list(keys))
+
+    def image_matrix(self, keys: Sequence[str], rows: dict[str, int] | None = None) -> np.ndarray:
         """``[len(keys), dim]`` float32 image embeddings of ``keys``, every one of them stored
-        (KeyError otherwise). When the keys' rows follow each other in ``images.f32`` (a
-        gallery encoded in its order), the matrix is a memory-mapped view of that file: the
-        process holds no copy of it, the page cache does."""
+        (KeyError otherwise; ``rows``: :meth:`image_rows` of them, when the caller has it).
+        When the keys' rows follow each other in ``images.f32`` (a gallery encoded in its
+        order), the matrix is a memory-mapped view of that file: the process holds no copy of
+        it, the page cache does."""
         keys = list(keys)
-        found = self._stored("image", keys)
+        found = self.image_rows(keys) if rows is None else rows
         lacking = [k for k in keys if k not in found]
         if lacking:
             raise KeyError(f"{len(lacking)} image(s) not in the cache, e.g. {lacking[0]}")
@@ -338,7 +343,7 @@ class EmbeddingCache:
 
     def missing_images(self, keys: Sequence[str]) -> list[str]:
         """The ``keys`` (deduplicated, in order) that have no stored image embedding; no vector is read."""
-        found = self._stored("image", list(keys))
+        found = self.image_rows(keys)
         return [k for k in dict.fromkeys(keys) if k not in found]
 
     def put_many(self, kind: Kind, keys: Sequence[str], embeddings: Any) -> int:

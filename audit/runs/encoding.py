@@ -199,21 +199,22 @@ GALLERY_STEP = 16384
 
 
 def _encode_missing(retriever: Any, cache: EmbeddingCache, keys: list[str], locate: Callable[[str], Path],
-                    max_pixels: int) -> Encoded:
-    """What the gallery ``keys`` cost: those the cache lacks encoded (GALLERY_STEP at a time)
-    and stored; ``ok[i]`` whether key ``i`` has an embedding now (an unreadable image has none).
-    No stored vector is read."""
-    missing = cache.missing_images(keys)
-    lacking = set(missing)
-    total = Encoded(matrix=torch.empty(0), ok=[True] * len(keys), hits=sum(1 for k in keys if k not in lacking))
+                    max_pixels: int) -> tuple[Encoded, dict[str, int]]:
+    """What the gallery ``keys`` cost, and the cache's row of each key stored: those the cache
+    lacks encoded (GALLERY_STEP at a time) and stored; ``ok[i]`` whether key ``i`` has an
+    embedding now (an unreadable image has none). No stored vector is read."""
+    rows = cache.image_rows(keys)
+    missing = [k for k in dict.fromkeys(keys) if k not in rows]
+    total = Encoded(matrix=torch.empty(0), ok=[True] * len(keys), hits=sum(1 for k in keys if k in rows))
     for start in range(0, len(missing), GALLERY_STEP):
         enc = encode_images(retriever, cache, missing[start:start + GALLERY_STEP], locate, max_pixels=max_pixels)
         total.encoded += enc.encoded
         total.seconds += enc.seconds
         total.unreadable.update(enc.unreadable)
-    if total.unreadable:
-        total.ok = [k not in total.unreadable for k in keys]
-    return total
+    if missing:
+        rows = cache.image_rows(keys)
+        total.ok = [k in rows for k in keys]
+    return total, rows
 
 
 def gallery_matrix(
@@ -247,9 +248,9 @@ def gallery_matrix(
             _galleries.move_to_end(full_key)
             matrix, rows = _galleries[full_key]
             return matrix, rows, None
-    enc = _encode_missing(retriever, cache, keys, locate, max_pixels)
+    enc, stored = _encode_missing(retriever, cache, keys, locate, max_pixels)
     rows = [n for n, ok in enumerate(enc.ok) if ok]
-    mapped = cache.image_matrix([keys[n] for n in rows])
+    mapped = cache.image_matrix([keys[n] for n in rows], stored)
     matrix = torch.from_numpy(mapped) if device == "cpu" else torch.from_numpy(np.array(mapped)).to(device)
     with _memo_lock:
         _galleries[full_key] = (matrix, rows)
