@@ -85,20 +85,19 @@ def _scope_hint(dataset: Dataset, scope: str) -> str:
 
 
 class _GalleryMapper:
-    """Gallery path -> Image id of the dataset, by the longest matching trailing path."""
+    """Gallery path -> Image id of the dataset, by the longest matching trailing path (the
+    ``keep`` of :func:`audit.rankfiles.read_rank_file`: each file keeps the image ids of the
+    paths its top lists name, never the paths)."""
 
     def __init__(self, dataset: Dataset) -> None:
         self.by_path = {p: pk for pk, p in Image.objects.filter(dataset=dataset).values_list("pk", "path") if p}
-        self.memo: dict[str, int | None] = {}
 
     def __call__(self, path: str) -> int | None:
-        if path not in self.memo:
-            self.memo[path] = next((self.by_path[s] for s in path_suffixes(path) if s in self.by_path), None)
-        return self.memo[path]
+        return next((self.by_path[s] for s in path_suffixes(path) if s in self.by_path), None)
 
 
-def _read_all(paths: Sequence[str | Path]) -> list[RankFile]:
-    files = [read_rank_file(p) for p in paths]
+def _read_all(paths: Sequence[str | Path], mapper: _GalleryMapper) -> list[RankFile]:
+    files = [read_rank_file(p, keep=mapper) for p in paths]
     if not files:
         raise ImportRanksError("name at least one rank file")
     aggregated = [f for f in files if f.aggregated]
@@ -166,21 +165,21 @@ class _Collected:
         self.top_lists: Counter[str] = Counter()  # per retriever: samples with a top list
 
 
-def _note_reference(f: RankFile, s: Any, reference: int | None, mapper: _GalleryMapper, got: _Collected) -> None:
+def _note_reference(f: RankFile, s: Any, reference: int | None, got: _Collected) -> None:
     """Whether the sample's whole top list holds the query's reference image: evidence of how the
     file's retriever handled the reference, which a rank file does not state."""
     if not s.top_mm or reference is None:
         return
     got.top_lists[f.retriever] += 1
-    if any(mapper(f.gallery_paths[i]) == reference for i in s.top_mm):
+    if any(f.gallery_paths.get(i) == reference for i in s.top_mm):
         got.reference_seen[f.retriever] += 1
 
 
-def _top_ids(f: RankFile, s: Any, mapper: _GalleryMapper, got: _Collected) -> list[int]:
+def _top_ids(f: RankFile, s: Any, got: _Collected) -> list[int]:
     """The sample's multimodal top list as image ids (AUDIT_CANDIDATES_N at most)."""
     top: list[int] = []
     for i in s.top_mm:
-        image_id = mapper(f.gallery_paths[i])
+        image_id = f.gallery_paths.get(i)
         if image_id is None:
             got.unmapped += 1
         elif image_id not in top:
@@ -190,8 +189,7 @@ def _top_ids(f: RankFile, s: Any, mapper: _GalleryMapper, got: _Collected) -> li
     return top
 
 
-def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: set[int] | None,
-             mapper: _GalleryMapper) -> _Collected:
+def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: set[int] | None) -> _Collected:
     first_turns = list(Turn.objects.filter(query_id__in=ordinal_to_query.values(), index=1))
     texts = {t.query_id: t.text for t in first_turns}
     references = {t.query_id: t.reference_image_id for t in first_turns}
@@ -208,10 +206,10 @@ def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: s
             if s.query_text is not None and s.query_text.strip() != (texts.get(q) or "").strip():
                 got.text_mismatch.append(s.query_idx)
                 got.mismatch_example = got.mismatch_example or (s.query_idx, s.query_text, texts.get(q) or "")
-            _note_reference(f, s, references.get(q), mapper, got)
+            _note_reference(f, s, references.get(q), got)
             got.rows.append(AuditRank(
                 query_id=q, retriever=f.retriever, mm=s.mm, text=s.text, image=s.image,
-                mm_all=s.mm_all, text_all=s.text_all, image_all=s.image_all, top_mm=_top_ids(f, s, mapper, got),
+                mm_all=s.mm_all, text_all=s.text_all, image_all=s.image_all, top_mm=_top_ids(f, s, got),
             ))
             if s.support is not None:
                 got.support[q] = s.support
@@ -318,7 +316,7 @@ def import_rank_files(
     ``AuditRank.*_all``; the best one in ``mm``/``text``/``image``).
     """
     dataset = _dataset(dataset)
-    files = _read_all(paths)
+    files = _read_all(paths, _GalleryMapper(dataset))
     aggregated = files[0].aggregated
     if aggregated and min_mm_retrievers > 1:
         raise ImportRanksError(
@@ -331,7 +329,7 @@ def import_rank_files(
     if existing is not None:
         allowed = set(AuditLabel.objects.filter(run=existing).values_list("query_id", flat=True))
     index = _query_index(dataset, scope)
-    got = _collect(files, index, allowed, _GalleryMapper(dataset))
+    got = _collect(files, index, allowed)
     if not got.rows:
         raise ImportRanksError(
             f"no sample matched a query of dataset {dataset.name!r} by query_idx (Query.ordinal)"

@@ -15,8 +15,9 @@ in ``gallery_paths``) of the top results.
 
 ``gallery_paths`` may list millions of paths (4.3M in a 150 MB file) of which the samples'
 top lists name a few thousand: it is streamed twice, once to count and type-check it, once
-to keep the paths the top lists name, so memory does not grow with the gallery
-(``bench/rankfile_memory.py``).
+to keep what the top lists name (the path, or what the caller's ``keep`` makes of it: the
+importer keeps the dataset's image id, not the path), so memory does not grow with the
+gallery (``bench/rankfile_memory.py``).
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ class RankFile:
     dataset: str | None
     k: int | None
     gallery_size: int  # how many paths ``gallery_paths`` lists in the file
-    gallery_paths: dict[int, str]  # the paths the samples' top lists name, by gallery index
+    gallery_paths: dict[int, Any]  # gallery index -> its path (or ``keep(path)``), for the indices the top lists name
     samples: list[SampleRanks]
     pool: list[str] = field(default_factory=list)  # aggregated files: the retrievers behind the best ranks
 
@@ -199,25 +200,26 @@ def _sample(rec: Record, n_gallery: int, aggregated: bool, seen: dict[int, int])
     return sample
 
 
-def parse_rank_document(doc: Any, path: str = "<input>") -> RankFile:
+def parse_rank_document(doc: Any, path: str = "<input>", keep: Callable[[str], Any] | None = None) -> RankFile:
     """Validate a loaded rank-file document and return its ranks.
 
     Each of ``ranks.multimodal``, ``ranks.text_only`` and ``ranks.image_only`` is one rank
     (the best positive's), ``null``, or the list of the ranks of every positive target.
     Fields are read through :class:`retrieval.validation.Record`; a malformed document
-    raises :class:`RankFileError` naming the file, the sample and the field.
+    raises :class:`RankFileError` naming the file, the sample and the field. ``keep``: see
+    :func:`read_rank_file`.
     """
     if not isinstance(doc, dict):
         return _parse_rank_samples(doc, iter(()), path, GalleryList(), dict)
     listed = doc.get("gallery_paths")
     return _parse_rank_samples(doc, enumerate(doc.get("samples") or []), path, GalleryList.of(listed),
-                               lambda wanted: {i: listed[i] for i in wanted})
+                               lambda wanted: _kept(((i, listed[i]) for i in sorted(wanted)), keep))
 
 
 def _parse_rank_samples(header: Any, samples: Iterable[tuple[int, Any]], path: str, gallery: GalleryList,
                         pick: Callable[[set[int]], dict[int, str]]) -> RankFile:
     """The rank file from its header (``gallery``: what its ``gallery_paths`` holds) and its
-    samples; ``pick`` gives the gallery paths of a set of indices (those the top lists name)."""
+    samples; ``pick`` gives :attr:`RankFile.gallery_paths` for a set of indices (those the top lists name)."""
     try:
         metadata, k = _check_header(header, path, gallery)
         aggregated = isinstance(metadata.get("aggregation"), dict)
@@ -237,26 +239,35 @@ def _parse_rank_samples(header: Any, samples: Iterable[tuple[int, Any]], path: s
     )
 
 
-def _streamed_paths(file: str, wanted: set[int]) -> dict[int, str]:
-    """The paths at indices ``wanted`` of the file's ``gallery_paths``, read item by item."""
-    found: dict[int, str] = {}
-    if wanted:
+def _streamed_paths(file: str, wanted: set[int]) -> Iterable[tuple[int, str]]:
+    """``(index, path)`` for the indices ``wanted`` of the file's ``gallery_paths``, read item by item."""
+    left = len(wanted)
+    if left:
         for index, item in jsonstream.iter_member(file, "gallery_paths"):
             if index in wanted:
-                found[index] = item
-                if len(found) == len(wanted):
-                    break
-    return found
+                yield index, item
+                left -= 1
+                if not left:
+                    return
 
 
-def read_rank_file(path: str | Path) -> RankFile:
+def _kept(paths: Iterable[tuple[int, str]], keep: Callable[[str], Any] | None) -> dict[int, Any]:
+    """``index -> path``, or ``index -> keep(path)`` leaving out what ``keep`` makes None."""
+    if keep is None:
+        return dict(paths)
+    return {i: kept for i, path in paths if (kept := keep(path)) is not None}
+
+
+def read_rank_file(path: str | Path, keep: Callable[[str], Any] | None = None) -> RankFile:
     """Read and validate one CIRCUS rank file (per-retriever or aggregated), streaming.
 
     The file is first checked with flat memory (:func:`jsonstream.check_bounds`: depth,
     64-bit integers, NUL and lone surrogates); then its header (``metadata``; ``gallery_paths``
     counted and type-checked item by item) is read in one pass, its ``samples`` are streamed
     one by one, and a last pass keeps the gallery paths the samples' top lists name, so memory
-    holds the parsed ranks, never the whole document nor the whole gallery."""
+    holds the parsed ranks, never the whole document nor the whole gallery. ``keep`` turns each
+    path the top lists name into what :attr:`RankFile.gallery_paths` holds (None: left out); by
+    default the path."""
     file = str(path)
     try:
         jsonstream.check_bounds(file)
@@ -268,7 +279,7 @@ def read_rank_file(path: str | Path) -> RankFile:
                 raise
             raise jsonstream.diagnose_member(file, "samples", exc, "sample") from None  # which sample, which field
         return _parse_rank_samples(header, jsonstream.iter_member(file, "samples"), file, gallery,
-                                   lambda wanted: _streamed_paths(file, wanted))
+                                   lambda wanted: _kept(_streamed_paths(file, wanted), keep))
     except RankFileError:
         raise
     except ParseError as exc:

@@ -23,3 +23,22 @@ def unstorable_name(text: str) -> str | None:
     if found is None:
         return None
     return "a NUL character" if found.group() == "\x00" else "a lone surrogate"
+
+
+#: Path components a refusal shows (a deeper path ends in "…"), and characters of one key.
+PATH_SHOWN, KEY_SHOWN = 8, 60
+
+
+def json_path(parts: list[str | int]) -> str:
+    """How a refusal names a field: object keys dotted, list positions as ``[n]``
+    (``img_set.members[2]``); a key's unstorable characters written as ``\\uXXXX``, a long key
+    or a deep path cut with "…". Empty for the document itself."""
+    shown = []
+    for part in parts[:PATH_SHOWN]:
+        if isinstance(part, int):
+            shown.append(f"[{part}]")
+        else:
+            key = UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", part)
+            key = key if len(key) <= KEY_SHOWN else key[:KEY_SHOWN] + "…"
+            shown.append(("." if shown else "") + key)
+    return "".join(shown) + ("…" if len(parts) > PATH_SHOWN else "")

@@ -24,10 +24,9 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from config.limits import INT_MAX, INT_MIN, MAX_DEPTH, unstorable_name
+from config.limits import INT_MAX, INT_MIN, MAX_DEPTH, json_path, unstorable_name
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKETS = re.compile(r"[\[\]{}]")
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]', re.S)  # strings first: a bracket inside one is text
 _ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
 
 
@@ -66,16 +65,34 @@ def _refuse_constant(name: str):
     raise HostileInput("", f"{name} is not a number JSON allows")
 
 
-def nesting_depth(text: str) -> int:
-    """The deepest bracket nesting of a JSON text (strings ignored), without recursion."""
-    depth = deepest = 0
-    for m in _BRACKETS.finditer(_STRINGS.sub("", text)):
-        if m.group() in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
+def too_deep(text: str, limit: int = MAX_DEPTH) -> list[str | int] | None:
+    """The path (keys and list positions) of the first value of a JSON text nested deeper than
+    ``limit`` (``[]``: the body itself), ``None`` when none is. Reads strings, brackets, colons and
+    commas with one regular expression: no recursion, memory bounded by ``limit``."""
+    frames: list[list[Any]] = []  # [is_object, key or list position] per open container
+    last = '""'
+    for m in _TOKENS.finditer(text):
+        token = m.group()
+        if token in "[{":
+            if len(frames) == limit:
+                return [at for _, at in frames if at is not None]
+            frames.append([token == "{", None if token == "{" else 0])
+        elif token in "]}":
+            frames = frames[:-1]
+        elif token == "," and frames and not frames[-1][0]:
+            frames[-1][1] += 1
+        elif token == ":" and frames and frames[-1][0]:
+            frames[-1][1] = _key(last)
+        elif token[0] == '"':
+            last = token
+    return None
+
+
+def _key(token: str) -> str:
+    try:
+        return json.loads(token)
+    except ValueError:
+        return token.strip('"')
 
 
 #: Control characters (Unicode category Cc) no request text may hold, NUL aside: all but tab,
@@ -123,8 +140,9 @@ def loads(raw: bytes | str) -> Any:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         raise HostileInput("", f"the body is not UTF-8 (byte {exc.start})") from None
-    if nesting_depth(text) > MAX_DEPTH:
-        raise HostileInput("", f"JSON nested deeper than {MAX_DEPTH} levels")
+    deep = too_deep(text)
+    if deep is not None:
+        raise HostileInput(json_path(deep), f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
         data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:

@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import ijson
 
-from config.limits import INT_MAX, INT_MIN, MAX_DEPTH, UNSTORABLE, unstorable_name
+from config.limits import INT_MAX, INT_MIN, MAX_DEPTH, UNSTORABLE, json_path, unstorable_name
 from retrieval.records import ParseError
 
 BOM = b"\xef\xbb\xbf"
@@ -208,15 +208,12 @@ def _unstorable_message(event: str, value: str) -> str:
 
 
 class _Where:
-    """The JSON path of the value being read, below its record (``caption``, ``img_set.members[3]``):
-    object keys dotted, list positions as ``[n]``. One frame per open container, so its memory
+    """The JSON path of the value being read, below its record (``caption``, ``img_set.members[3]``,
+    written by :func:`config.limits.json_path`). One frame per open container, so its memory
     is bounded by the depth check.
 
     ``records_below``: the document is a file of records (the top-level list's positions or the
     top-level object's members are the records), not one record (a JSON Lines line)."""
-
-    SHOWN = 8  # path components shown; a deeper path ends in "…"
-    KEY_CHARS = 60
 
     def __init__(self, records_below: bool) -> None:
         self.frames: list[list[Any]] = []  # [is_object, key or list position]
@@ -242,20 +239,14 @@ class _Where:
         frames = self.frames
         if self.records_below and frames and not frames[0][0]:
             frames = frames[1:]  # the top-level list: its positions are the records
-        parts: list[str] = []
+        parts: list[str | int] = []
         for n, (is_object, at) in enumerate(frames):
             last = n == len(frames) - 1
             if is_object and at is not None and not (last and pending and not self.after_key):
-                parts.append(("." if parts else "") + self._key(at))
+                parts.append(at)
             elif not is_object and at + (last and pending) >= 0:
-                parts.append(f"[{at + (last and pending)}]")
-        if len(parts) > self.SHOWN:
-            parts = parts[:self.SHOWN] + ["…"]
-        return "".join(parts) or None
-
-    def _key(self, key: str) -> str:
-        key = UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", key)
-        return key if len(key) <= self.KEY_CHARS else key[:self.KEY_CHARS] + "…"
+                parts.append(at + (last and pending))
+        return json_path(parts) or None
 
 
 def top_level(path: Path) -> str:

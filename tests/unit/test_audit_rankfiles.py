@@ -201,7 +201,7 @@ def test_invalid_json_in_a_sample_names_the_sample_and_the_field(tmp_path, text,
 
 def test_gallery_paths_are_streamed_and_only_the_named_ones_kept(tmp_path):
     """gallery_paths is counted and type-checked item by item; the file keeps only the paths the
-    samples' top lists name (memory does not grow with the gallery: bench/rankfile_memory.py)."""
+    samples' top lists name, or what ``keep`` makes of them (memory does not grow with the gallery: bench/rankfile_memory.py)."""
     d = doc(retrievals={"multimodal": [7, 2]})
     d["gallery_paths"] = [f"/x/{n}.png" for n in range(10)]
     d["samples"].append({"query_idx": 1, "ranks": {"multimodal": None, "text_only": 1, "image_only": 2},
@@ -212,6 +212,8 @@ def test_gallery_paths_are_streamed_and_only_the_named_ones_kept(tmp_path):
     assert streamed.gallery_size == 10
     assert streamed.gallery_paths == {2: "/x/2.png", 7: "/x/7.png", 9: "/x/9.png"}
     assert streamed == parse_rank_document(json.loads(json.dumps(d)), str(path))
+    ids = {"/x/2.png": 12, "/x/9.png": 19}  # what the importer keeps: the dataset's image ids, not the paths
+    assert read_rank_file(path, keep=ids.get).gallery_paths == {2: 12, 9: 19} == parse_rank_document(d, "f", ids.get).gallery_paths
 
 
 @pytest.mark.parametrize("gallery, message", [

@@ -118,3 +118,20 @@ def test_one_module_holds_the_limits_of_bodies_and_files(tmp_path):
         jsonstream.check_bounds(path)
     assert limits.unstorable_name("a\x00") == "a NUL character" and limits.unstorable_name("\udc00") == "a lone surrogate"
     assert limits.unstorable_name("fine") is None
+
+
+@pytest.mark.parametrize("body, field", [
+    ('{"quotas": {"x": [1, 2, ' + "[" * 40 + "]" * 40 + "]}}", "quotas.x[2][0][0][0][0][0]…"),
+    ('{"note": "[[[[ {{ is text", "a": ' + '{"b": ' * 40 + "1" + "}" * 41, "a.b.b.b.b.b.b.b…"),
+    ("[" * 100_000 + "]" * 100_000, "[0][0][0][0][0][0][0][0]…"),
+])
+def test_a_body_nested_too_deep_names_the_field(body, field):
+    with pytest.raises(parsing.HostileInput) as info:
+        parsing.loads(body)
+    assert (info.value.field, info.value.message) == (field, f"JSON nested deeper than {limits.MAX_DEPTH} levels")
+
+
+def test_bodies_and_files_write_a_field_path_alike():
+    assert limits.json_path(["img_set", "members", 2]) == "img_set.members[2]"
+    assert limits.json_path([0, "a\x00b", "c" * 70]) == "[0].a\\u0000b." + "c" * 60 + "…"
+    assert limits.json_path(["a"] * 9) == "a.a.a.a.a.a.a.a…" and limits.json_path([]) == ""
