@@ -13,8 +13,9 @@ from django.core.management import call_command
 from django.urls import Resolver404, resolve
 
 from annotation.judging.candidates import fill_study_candidates
-from annotation.models import Study
+from annotation.models import ExportJob, ReleaseJob, Study
 from audit.runs.encoding import clear_memos
+from retrieval.models import ImportJob
 from audit.models import AuditRun
 from tests.browser.axe import axe_violations
 from tests.browser.conftest import login
@@ -33,7 +34,7 @@ MUST_REACH = {
     "annotator": {"home", "my_studies", "item", "history"},
     "admin": {"home", "study_list", "study_new", "study_progress", "study_suspicion", "report_list", "report",
               "adjudication", "export_list", "users", "study", "jobs", "imports", "import", "dataset_list",
-              "dataset_detail", "query_detail", "list", "detail", "new"},
+              "dataset_detail", "query_detail", "list", "detail", "new", "export_job", "release_job", "import_job"},
     "researcher": {"home", "dataset_list", "dataset_detail", "query_detail", "list", "detail", "report_list", "report"},
 }
 
@@ -101,25 +102,38 @@ def walk(page, base: str, problems: list[str], extra: list[str] = ()) -> set[str
         if landed and landed != name:
             per_name[landed] = per_name.get(landed, 0) + 1
         queue.extend(check_page(page, problems, page.url.replace(base, "")))
+        print("axe checked", page.url.replace(base, ""))  # the pages walked (pytest -s shows them)
     return set(per_name)
 
 
-@pytest.mark.parametrize("user", ["annotator1", "admin", "researcher"])
-def test_axe_finds_nothing_serious_on_any_page(page, live_server, audited_demo, user):
+def job_pages(base: str) -> list[str]:
+    """An export, a release and a dataset import, queued, and their pages."""
+    study = Study.objects.get(name="demo-validity")
+    export = ExportJob.objects.create(study=study)
+    release = ReleaseJob.objects.create(study=study, study_ids=[study.pk])
+    upload = ImportJob.objects.create(dataset_name="more")
+    return [f"{base}/exports/{export.pk}/", f"{base}/releases/{release.pk}/", f"{base}/datasets/imports/{upload.pk}/"]
+
+
+def test_axe_finds_nothing_serious_on_any_page(page, live_server, audited_demo):
+    """One demo world, walked in turn as an annotator, the admin and a researcher."""
     base = live_server.url
     problems: list[str] = []
     page.goto(f"{base}/login/")
     check_page(page, problems, "/login/")
-    login(page, base, user, f"{user}-demo")
-    extra = []
-    if user == "annotator1":  # each study's work page serves an item (validity with its panel, session, interactive)
-        extra = [f"{base}/annotate/{pk}/" for pk in Study.objects.order_by("pk").values_list("pk", flat=True)]
-    reached = walk(page, base, problems, extra)
-    role = "annotator" if user.startswith("annotator") else user
-    assert MUST_REACH[role] <= reached, f"the walk missed {sorted(MUST_REACH[role] - reached)} (reached {sorted(reached)})"
-    page.goto(f"{base}/no-such-page/")
-    check_page(page, problems, "404 page")
-    if role == "annotator":  # a staff page: the 403 page
-        assert page.goto(f"{base}/studies/").status == 403
-        check_page(page, problems, "403 page")
+    for user, role in (("annotator1", "annotator"), ("admin", "admin"), ("researcher", "researcher")):
+        page.context.clear_cookies()
+        login(page, base, user, f"{user}-demo")
+        extra = []
+        if role == "annotator":  # each study's work page serves an item (validity with its panel, session, interactive)
+            extra = [f"{base}/annotate/{pk}/" for pk in Study.objects.order_by("pk").values_list("pk", flat=True)]
+        if role == "admin":  # the job pages a staff member follows (queued: no worker runs here)
+            extra = job_pages(base)
+        reached = walk(page, base, problems, extra)
+        assert MUST_REACH[role] <= reached, f"{user} missed {sorted(MUST_REACH[role] - reached)} (reached {sorted(reached)})"
+        page.goto(f"{base}/no-such-page/")
+        check_page(page, problems, f"404 page ({user})")
+        if role == "annotator":  # a staff page: the 403 page
+            assert page.goto(f"{base}/studies/").status == 403
+            check_page(page, problems, "403 page")
     assert problems == [], "\n".join(problems)
