@@ -291,8 +291,10 @@ class ThreeRanks:
 
 
 def _top_rows(topk: torch.Tensor) -> list[list[int]]:
-    """Gallery rows of a top-k index matrix, padding (-1) dropped."""
-    return [[i for i in row if i >= 0] for row in topk.tolist()]  # tolist() gives ints
+    """Gallery rows of a top-k index matrix, padding (-1) dropped (a gallery of at least k
+    rows pads nothing: the lists as they are)."""
+    rows = topk.tolist()  # tolist() gives ints
+    return [[i for i in row if i >= 0] for row in rows] if bool((topk < 0).any()) else rows
 
 
 def near_targets(gallery: torch.Tensor, positives: Sequence[Sequence[int]], top_k: int,

@@ -63,3 +63,11 @@ def test_rank_three_in_one_pass_gives_what_four_rankings_give():
     assert got.top_near == near_targets(g, positives, 7, references)
     bare = rank_three(Composer(), img, txt, g, positives, None, panel_k=0)
     assert bare.top_near == [[] for _ in positives] and bare.group["mm"] == [None] * 6
+
+
+def test_top_lists_drop_the_padding_of_a_gallery_smaller_than_k():
+    from audit.runs.encoding import _top_rows
+
+    assert _top_rows(torch.tensor([[3, 1, -1], [0, 2, 1]])) == [[3, 1], [0, 2, 1]]
+    assert _top_rows(torch.tensor([[3, 1], [0, 2]])) == [[3, 1], [0, 2]]
+    assert _top_rows(torch.empty((0, 4), dtype=torch.long)) == []
