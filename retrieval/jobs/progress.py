@@ -24,15 +24,15 @@ def format_eta(seconds: float | None) -> str:
 class ProgressLine:
     """One progress line on a terminal, for long work in a command (``./cirval up``'s start).
 
-    On a TTY each :meth:`update` rewrites the line in place (carriage return, clear to the
-    end of the line), at most every ``tty_every`` seconds. Elsewhere (a log file, a pipe)
+    On a TTY an :meth:`update` with a new text rewrites the line in place (carriage return,
+    clear to the end of the line), at most every ``tty_every`` seconds. Elsewhere (a log file, a pipe)
     a line is printed only when the work crosses the next ``milestone`` fraction (every
     10 % by default), so a long run adds a handful of lines, never one per step.
     :meth:`close` ends the line with its last text. ``stream``: a text stream, or Django's
     command ``OutputWrapper`` (written to through its own stream, which does not add an
     ending to every write)."""
 
-    def __init__(self, stream, milestone: float = 0.1, tty_every: float = 0.2, clock=None) -> None:
+    def __init__(self, stream, milestone: float = 0.1, tty_every: float = 0.5, clock=None) -> None:
         import time
 
         self.stream = getattr(stream, "_out", stream)  # a command's OutputWrapper: its stream
@@ -45,14 +45,15 @@ class ProgressLine:
         self._last_draw: float | None = None
         self._text = ""
         self._printed = ""  # the last line printed (not on a TTY)
+        self._drawn = ""  # the text on the line now (on a TTY)
 
     def update(self, text: str, fraction: float) -> None:
         """Show ``text`` (the work is ``fraction`` done, 0 to 1) if it is time to."""
         self._text = text
         if self.tty:
             now = self.clock()
-            if self._last_draw is None or now - self._last_draw >= self.tty_every:
-                self._last_draw = now
+            if text != self._drawn and (self._last_draw is None or now - self._last_draw >= self.tty_every):
+                self._last_draw, self._drawn = now, text
                 self.stream.write(f"\r\033[K{text}")
                 self.stream.flush()
         elif fraction >= self._milestones * self.milestone - 1e-9:

@@ -53,13 +53,15 @@ def test_progress_line_on_a_tty_is_rewritten_in_place_and_ends_with_a_newline():
     out, clock = Tty(), Clock()
     line = ProgressLine(out, clock=clock)
     for step in range(100):
-        clock.now = step * 0.05  # 20 updates a second, drawn 5 times a second
+        clock.now = step * 0.05  # 20 updates a second, drawn twice a second
         line.update(f"step {step}", step / 100)
+        line.update(f"step {step}", step / 100)  # the same text is not drawn again
     line.close()
     text = out.getvalue()
     assert text.count("\n") == 1 and text.endswith("step 99\n")
     frames = text.split("\r\033[K")[1:]
-    assert 20 <= len(frames) <= 30  # 5 s at one frame per 0.2 s, and the closing one
+    assert 10 <= len(frames) <= 12  # 5 s at one frame per 0.5 s, and the closing one
+    assert len(set(frames[:-1])) == len(frames) - 1
 
 
 def test_progress_line_writes_through_a_command_output_wrapper():
