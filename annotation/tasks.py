@@ -8,6 +8,7 @@ from retrieval.jobs import leases
 from retrieval.jobs.queue import send_task
 from retrieval.services import discard_uploads
 
+from annotation.agreement.intervals import INTERVALS_TASK
 from annotation.export.validated import run_export_job
 from annotation.interactive.service import RANK_TASK
 from annotation.judging.candidates import FILL_TASK
@@ -59,6 +60,16 @@ def refit_reliability(study_id: int, due: str | None = None) -> int:
     from annotation.verdicts.refit import run_refit
 
     return run_refit(study_id, due)
+
+
+@shared_task(name=INTERVALS_TASK, acks_late=True)
+def agreement_intervals(study_id: int, options: dict, due: str | None = None) -> str:
+    """Bootstrap intervals of a study's agreement report for one set of options, stored with the
+    study's fingerprint (:mod:`annotation.agreement.intervals`; sent after submits, debounced, and
+    by a report page that found them stale; ``due``: the flag this task was sent for)."""
+    from annotation.agreement.intervals import run_intervals
+
+    return run_intervals(study_id, options, due)
 
 
 @shared_task(name=FILL_TASK)

@@ -44,6 +44,7 @@ from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from retrieval.models import Image
 from annotation.judging.payloads import image_ref
 from annotation.studies.suspicion import part_rows
+from annotation.agreement.intervals import attach_intervals, interval_options
 from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
 from annotation.agreement.reports import ReportError, default_bootstrap, report_csv_rows, safe_rows, study_report
 
@@ -94,27 +95,30 @@ REPORT_CACHE_SECONDS = 7 * 24 * 3600  # keyed by the study's version: a change m
 def _report(request, study: Study) -> dict[str, Any]:
     """The one report behind the page, report.json and report.csv (same query, same numbers).
 
-    Cached (its bootstrap intervals cost seconds) under the request's options and
-    :func:`annotation.verdicts.state.study_version`, which changes with every judgement,
-    adjudication or setting: a cached report is never stale, and the second view of an
-    unchanged study reads it back instead of resampling."""
+    The point figures are computed here (no bootstrap) and cached under the request's options
+    and :func:`annotation.verdicts.state.study_version`, which changes with every judgement,
+    adjudication or setting: a cached report is never stale. The bootstrap intervals are a
+    worker's (:mod:`annotation.agreement.intervals`): shown only when computed for this very
+    version, else the report says they are being updated and a worker is asked for them."""
     policy, primary = _policy(request, study)
     n_boot, seed = _bootstrap(request, study)
     options = {"policy": policy, "primary": primary, "pseudonymise": not roles.is_admin(request.user),
-               "dimension": request.GET.get("dimension") or None, "n_boot": n_boot, "seed": seed,
+               "dimension": request.GET.get("dimension") or None, "n_boot": 0, "seed": seed,
                "constant_pairs": request.GET.get("constant_pairs") or "undefined"}
-    digest = hashlib.sha256(json.dumps([study_version(study), options], sort_keys=True).encode()).hexdigest()
+    version = study_version(study)
+    digest = hashlib.sha256(json.dumps([version, options], sort_keys=True).encode()).hexdigest()
     key = f"cirval:report:{study.pk}:{digest}"
     report = cache.get(key)
-    if report is not None:
-        return report
     try:
-        report = study_report(study, **options)
+        if report is None:
+            report = study_report(study, **options)
+            report["alternatives"] = _alternatives(request, study)
+            cache.set(key, report, REPORT_CACHE_SECONDS)
+        wanted = interval_options(study, dimension=options["dimension"], n_boot=n_boot, seed=seed,
+                                  constant_pairs=options["constant_pairs"])
     except ReportError as exc:
         raise Http404(str(exc)) from None
-    report["alternatives"] = _alternatives(request, study)
-    cache.set(key, report, REPORT_CACHE_SECONDS)
-    return report
+    return attach_intervals(report, study, wanted, version)
 
 
 def _alternatives(request, study: Study) -> dict[str, Any] | None:
@@ -268,6 +272,7 @@ def report_page(request, study_id: int):
         "policies": POLICIES, "policy": report["consensus"]["policy"] if report["consensus"] else None,
         "query": request.GET.urlencode(), "constant_pairs": CONSTANT_PAIR_CONVENTIONS,
         "ci": report["agreement"]["confidence_intervals"],
+        "intervals_state": report["agreement"]["intervals_state"]["state"],
     })
 
 

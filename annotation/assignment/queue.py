@@ -29,6 +29,7 @@ from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
 from annotation.permissions import member_study, member_study_rows, writable_assignment, writable_rows
 from annotation.verdicts.refit import refit_pending, request_refit
+from annotation.agreement.intervals import request_after_submit
 from annotation.studies.estimating import after_submit
 from annotation.verdicts.state import (  # noqa: F401
     free_slot_q,
@@ -543,6 +544,8 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
             transaction.on_commit(lambda: after_submit(study.pk), robust=True)
         # reliability-weighted adaptive overlap: the stored fit is refitted in a worker once this commits
         transaction.on_commit(lambda: request_refit(study), robust=True)
+        # the agreement report's bootstrap intervals, on a worker (debounced: one task per burst)
+        transaction.on_commit(lambda: request_after_submit(study), robust=True)
     return judgement
 
 

@@ -124,7 +124,7 @@ def csv_value(rows: list[list[str]], section: str, group: str, key: str) -> floa
     return float(next(r[3] for r in rows if r[:3] == [section, group, key]))
 
 
-def test_identical_agreement_from_every_entry_point(client) -> None:
+def test_identical_agreement_from_every_entry_point(client, eager_celery) -> None:
     """The issue's example: 1-5 ratings A = [1, 2, 5, 5], B = [2, 2, 5, 1] (3 and 4 unused) gave
     0.000 (headline: observed categories only), 0.292 (per scale: full range) and 0.143 (CLI:
     linear weights). Now every entry point gives Cohen's kappa with quadratic weights over the
@@ -313,7 +313,7 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     assert {v["annotator"] for v in t["votes"]} == {"annotator_01", "annotator_02"}
 
 
-def test_default_bootstrap_is_the_same_everywhere_and_bounded(client, monkeypatch) -> None:
+def test_default_bootstrap_is_the_same_everywhere_and_bounded(client, monkeypatch, eager_celery) -> None:
     """A very large study gets fewer default replicates (never under 100), the same for the page,
     report.json and the command; an explicit ?bootstrap / --bootstrap wins."""
     from annotation.agreement import reports
