@@ -24,8 +24,9 @@ def _int_param(request, name: str, default: int, high: int) -> int:
 
 
 def _legend_width(series: dict) -> int:
-    """Wide enough for the line chart's legend on one row (:func:`audit.charts._legend_xs` spacing)."""
-    return max(960, 120 + sum(max(150, 17 + len(name) * charts.CHAR_W + 18) for name in series))
+    """Wide enough for the line chart's legend on one row (the spacing of ``audit.charts._line_legend``:
+    a 42 px sample, 7 px a character, at least 170 px an entry), plus the plot's left margin."""
+    return int(max(960, 100 + sum(max(170, 42 + len(name) * charts.CHAR_W + 18) for name in series)))
 
 
 def _charts(data: dict[str, Any]) -> list:
