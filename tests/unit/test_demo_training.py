@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 
 import pytest
@@ -83,22 +82,6 @@ def test_family_edits_name_every_colour_of_their_family() -> None:
         captions = [split.captions[t] for t in targets]
         assert all(any(colour in c for colour in COLOUR_FAMILIES[family]) for c in captions)
         assert len(set(captions)) == len(targets)  # one image per colour
-
-
-def test_models_trained_side_by_side_are_the_ones_trained_in_turn(tmp_path) -> None:
-    """train_demo_retriever trains the two models in two spawned processes on a 2-core machine:
-    the same checkpoint bytes as one after the other."""
-    from annotation.management.commands.train_demo_retriever import train_all
-
-    jobs = [("compose", tmp_path / "a" / "compose.pt", 2), ("caption", tmp_path / "a" / "caption.pt", 2)]
-    out = io.StringIO()
-    side_by_side = train_all(jobs, 3, out)
-    # one progress line (not a TTY: one per tenth of the steps at most), ending with the counts
-    lines = out.getvalue().splitlines()
-    assert 1 <= len(lines) <= 11 and lines[-1].startswith("training the demo retrievers: compose 2/2, caption 2/2 steps")
-    in_turn = [train_model(tmp_path / "b" / f"{name}.pt", DEMO_MODELS[name], seed=3, steps=steps)
-               for name, _, steps in jobs]
-    assert [digest for digest, _ in side_by_side] == in_turn
 
 
 def test_the_progress_line_says_each_models_steps_and_the_time_left() -> None:

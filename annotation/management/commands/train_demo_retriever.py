@@ -88,10 +88,12 @@ def _share_progress(shared) -> None:
     _SHARED = shared
 
 
-def _train_one(name: str, path: Path, steps: int, seed: int, slot: int, show=None) -> tuple[str, float]:
+def _train_one(name: str, path: Path, steps: int, seed: int, slot: int, show=None,
+               split: dict | None = None) -> tuple[str, float]:
     """Train one demo model; (sha256 of its checkpoint, seconds it took). Its steps done and
     seconds go to slot ``slot`` of the shared counters, when there are any, and ``show()``
-    (training in this process) redraws the progress line after every step."""
+    (training in this process) redraws the progress line after every step. ``split``:
+    train_model's ``n_refs``/``groups_per_step`` where not its defaults (a test's tiny split)."""
     def progress(done: int, seconds: float) -> None:
         if _SHARED is not None:
             _SHARED[2 * slot], _SHARED[2 * slot + 1] = done, seconds
@@ -99,7 +101,7 @@ def _train_one(name: str, path: Path, steps: int, seed: int, slot: int, show=Non
             show()
 
     started = time.monotonic()
-    digest = train_model(path, DEMO_MODELS[name], seed=seed, steps=steps, progress=progress)
+    digest = train_model(path, DEMO_MODELS[name], seed=seed, steps=steps, progress=progress, **(split or {}))
     return digest, time.monotonic() - started
 
 
@@ -121,13 +123,14 @@ def progress_text(jobs: list[tuple[str, Path, int]], counters, side_by_side: boo
     return f"training the demo retrievers: {parts} steps, {when}", sum(done) / total
 
 
-def train_all(jobs: list[tuple[str, Path, int]], seed: int, out=None) -> list[tuple[str, float]]:
+def train_all(jobs: list[tuple[str, Path, int]], seed: int, out=None,
+              split: dict | None = None) -> list[tuple[str, float]]:
     """Train every ``(name, path, steps)``: side by side in spawned processes when there are
     several and the machine has a core for each (each trains on one thread, deterministically,
     so the checkpoints are the bytes a one-by-one run writes; two models on two cores take the
     wall time of the slower one), else one after the other (one core, or inside a daemonic
     process, which may not start children). ``out``: where the one progress line goes
-    (:class:`~retrieval.jobs.progress.ProgressLine`), None for none."""
+    (:class:`~retrieval.jobs.progress.ProgressLine`), None for none. ``split``: see :func:`_train_one`."""
     ctx = multiprocessing.get_context("spawn")
     counters = ctx.Array("d", 2 * len(jobs), lock=False)
     line = ProgressLine(out) if out is not None and jobs else None
@@ -139,11 +142,11 @@ def train_all(jobs: list[tuple[str, Path, int]], seed: int, out=None) -> list[tu
 
     if not side_by_side:
         _share_progress(counters)
-        results = [_train_one(name, path, steps, seed, n, show) for n, (name, path, steps) in enumerate(jobs)]
+        results = [_train_one(name, path, steps, seed, n, show, split) for n, (name, path, steps) in enumerate(jobs)]
     else:
         with ProcessPoolExecutor(len(jobs), mp_context=ctx, initializer=_share_progress,
                                  initargs=(counters,)) as pool:
-            futures = [pool.submit(_train_one, name, path, steps, seed, n)
+            futures = [pool.submit(_train_one, name, path, steps, seed, n, None, split)
                        for n, (name, path, steps) in enumerate(jobs)]
             while wait(futures, timeout=0.5).not_done:
                 show()
