@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from audit.labels import BOTH_UNIMODAL, LABELS, SHORTCUT_FREE_NAME
@@ -12,6 +13,12 @@ APPS = ("annotation", "audit", "retrieval", "config", "bench")
 
 def source_files() -> list[Path]:
     return sorted(p for app in APPS for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts)
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once for all the checks (they only read it)."""
+    return ast.parse(path.read_text(), filename=str(path.relative_to(ROOT)))
 
 
 def docstrings(tree: ast.AST) -> set[int]:
@@ -45,7 +52,7 @@ def test_audit_label_names_are_spelled_only_in_audit_labels():
         rel = str(path.relative_to(ROOT))
         if rel == "audit/labels.py":
             continue
-        if found := spelled(ast.parse(path.read_text(), filename=rel), names):
+        if found := spelled(parsed(path), names):
             offenders[rel] = found
     assert offenders == {}
 
@@ -65,7 +72,7 @@ def test_judgement_rows_are_written_only_by_the_queues_store():
     assert judgement_writes(ast.parse("Judgement.objects.create(a=1)\nOther.objects.create()")) == [1]
     offenders = {str(p.relative_to(ROOT)): lines for p in source_files()
                  if not p.is_relative_to(ROOT / "bench")
-                 and (lines := judgement_writes(ast.parse(p.read_text())))}
+                 and (lines := judgement_writes(parsed(p)))}
     assert set(offenders) == {"annotation/assignment/queue.py"}
 
 
@@ -82,7 +89,7 @@ def test_views_and_services_never_run_a_management_command():
     assert command_calls(ast.parse("call_command('x')\nmanagement.call_command('y')\nf()")) == [1, 2]
     offenders = {str(p.relative_to(ROOT)): lines for p in source_files()
                  if "commands" not in p.parts and not p.is_relative_to(ROOT / "bench")
-                 and (lines := command_calls(ast.parse(p.read_text())))}
+                 and (lines := command_calls(parsed(p)))}
     assert offenders == {}
 
 
@@ -135,7 +142,7 @@ def test_the_settings_checks_see_a_restated_default():
 
 def test_no_call_site_restates_a_settings_default():
     offenders = {str(p.relative_to(ROOT)): found for p in source_files()
-                 if (found := fallback_reads(ast.parse(p.read_text())))}
+                 if (found := fallback_reads(parsed(p)))}
     assert offenders == {}
 
 
@@ -143,7 +150,7 @@ def test_only_the_settings_read_the_environment():
     allowed = {"config/env.py", "config/settings.py"}
     offenders = {rel: found for p in source_files()
                  if (rel := str(p.relative_to(ROOT))) not in allowed and not p.is_relative_to(ROOT / "bench")
-                 and (found := environment_reads(ast.parse(p.read_text())))}
+                 and (found := environment_reads(parsed(p)))}
     assert offenders == {}
 
 
@@ -156,7 +163,7 @@ def test_every_setting_read_is_stated_in_the_settings_or_by_django():
               for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
     stated |= {name for name in dir(global_settings) if name.isupper()}
     offenders = {str(p.relative_to(ROOT)): missing for p in source_files()
-                 if (missing := sorted(settings_attributes(ast.parse(p.read_text())) - stated))}
+                 if (missing := sorted(settings_attributes(parsed(p)) - stated))}
     assert offenders == {}
 
 
