@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -22,8 +23,14 @@ PURE = [
 ]
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once for all the checks (they only read it)."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path)
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -61,7 +68,7 @@ def imports_of(path: Path) -> set[str]:
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -173,7 +180,7 @@ def settings_read(tree: ast.AST) -> set[str]:
 
 def dotted_settings() -> dict[str, str]:
     """Each setting of config/settings.py whose value is a dotted path string."""
-    tree = ast.parse((ROOT / "config" / "settings.py").read_text())
+    tree = parsed(ROOT / "config" / "settings.py")
     return {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
             and DOTTED.match(node.value.value) for t in node.targets if isinstance(t, ast.Name)}
@@ -197,12 +204,12 @@ def test_the_string_checks_see_a_reverse_dependency():
 @pytest.mark.parametrize("app", sorted(LOWER))
 def test_no_string_names_a_higher_app(app):
     """import_string targets, task names and model references in strings run one way too."""
-    files = {str(p.relative_to(ROOT)): dotted_strings(ast.parse(p.read_text())) for p in app_files(app)}
+    files = {str(p.relative_to(ROOT)): dotted_strings(parsed(p)) for p in app_files(app)}
     assert string_imports_against_layers(files, LOWER) == {}
 
 
 @pytest.mark.parametrize("app", sorted(LOWER))
 def test_no_setting_points_a_lower_app_at_a_higher_one(app):
     """A setting whose value names a module of a higher app is a reverse import of every lower app that reads it."""
-    readers = {str(p.relative_to(ROOT)): settings_read(ast.parse(p.read_text())) for p in app_files(app)}
+    readers = {str(p.relative_to(ROOT)): settings_read(parsed(p)) for p in app_files(app)}
     assert settings_read_against_layers(dotted_settings(), readers, LOWER) == {}
