@@ -63,3 +63,13 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     return (yield from _refused(item))
+
+
+@pytest.fixture(scope="session")
+def built_demo_world(tmp_path_factory: pytest.TempPathFactory):
+    """The demo world (:func:`retrieval.demo.build_demo_world`, its default seed) drawn once for
+    the unit tests that only read it: ``(folder, dataset, truth)``."""
+    from retrieval.demo import build_demo_world
+
+    out = tmp_path_factory.mktemp("demo_world")
+    return (out, *build_demo_world(out))

@@ -21,7 +21,6 @@ from retrieval.demo import (
     apply_edit,
     invert_edit,
     build_demo,
-    build_demo_world,
     check_judgements,
     precision_recall,
     describe_scene,
@@ -36,9 +35,8 @@ VAGUE_WORDS = set(COLOURS) | set(SHAPES) | {s + "s" for s in SHAPES} | {"crosses
 
 
 @pytest.fixture(scope="module")
-def built_world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ParsedDataset, dict]:
-    out = tmp_path_factory.mktemp("demo_a")
-    return (out, *build_demo_world(out))
+def built_world(built_demo_world: tuple[Path, ParsedDataset, dict]) -> tuple[Path, ParsedDataset, dict]:
+    return built_demo_world  # drawn once for the unit tests (tests/unit/conftest.py)
 
 
 @pytest.fixture(scope="module")

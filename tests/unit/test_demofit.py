@@ -1,11 +1,9 @@
 """Which demo gallery images fit a query, and the pool's recall of them (retrieval.demofit)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from retrieval.demo import apply_edit, build_demo_world
+from retrieval.demo import apply_edit
 from retrieval.demofit import fitting_images, other_fitting_images, pool_recall
 
 REF = {"background": "white", "objects": [{"shape": "circle", "colour": "red", "size": "large", "count": 1},
@@ -86,10 +84,10 @@ def test_pool_recall_sums_over_queries_and_kinds() -> None:
     assert pool_recall(truth, SCENES, {})["recall"] is None
 
 
-def test_on_the_demo_world_every_too_broad_query_has_other_fitting_images(tmp_path: Path) -> None:
+def test_on_the_demo_world_every_too_broad_query_has_other_fitting_images(built_demo_world) -> None:
     """The issue's count (41 other fitting images for the 10 too-broad queries in the study):
     here for all 12 planted ones, each with at least 3 besides its target."""
-    dataset, truth = build_demo_world(tmp_path)
+    _, dataset, truth = built_demo_world
     scenes = {i.external_id: i.extra["scene"] for i in dataset.images.values()}
     broad = {q: t for q, t in truth["queries"].items() if t["kind"] == "too_broad"}
     counts = [len(other_fitting_images(t, scenes)) for t in broad.values()]
