@@ -147,6 +147,7 @@ def measure_first_load(client, study, old: bool) -> None:
 
     url = f"/studies/{study.pk}/report/"
     options = interval_options(study)
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
     seconds, _ = _timed_get(client, url)
     print(f"{study.name}: {study.n_items} items, {default_bootstrap(study)} replicates; a view before: {seconds:.3f} s")
     started = time.perf_counter()
@@ -169,6 +170,7 @@ def measure_first_load(client, study, old: bool) -> None:
         study_report(study, n_boot=options["n_boot"], seed=0)
         print(f"  the old request path (report with its bootstrap inline, no page rendering): "
               f"{time.perf_counter() - started:.2f} s")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def main() -> None:

@@ -672,6 +672,8 @@ def _csv_agreement(a: dict[str, Any]) -> Iterator[list[Any]]:
         for bound in ("low", "high", "n_valid"):
             yield ["agreement", "confidence_intervals", f"{name}.{bound}", iv[bound] if iv else None]
     yield ["agreement", "confidence_intervals", "n_boot", a["confidence_intervals"]["n_boot"]]
+    if "intervals_state" in a:  # the page's report: current, updating (none shown yet) or off
+        yield ["agreement", "confidence_intervals", "state", a["intervals_state"]["state"]]
     if "binary_valid_invalid" in a:
         b = a["binary_valid_invalid"]
         for key in ("valid_rate", "exact_agreement_rate", "unanimous_valid_invalid_rate",

@@ -47,13 +47,16 @@ def test_the_page_shows_point_figures_then_current_intervals(client, worker_fact
     assert 'id="intervals-updating"' not in page and "Brackets: 95% percentile bootstrap intervals" in page
     assert 'class="muted ci"' in page
 
-    # a new judgement: the stored intervals are stale, never shown as current, until the worker ran again
+    # a new judgement: the stored intervals are stale, never shown as current, until a worker ran again
+    # (this one is stopped first: a delayed task of the earlier submits could otherwise run at once)
+    worker.stop()
     n = Judgement.objects.count()
     judge(study, items[6], study.annotators.get(username="ann_z"), "TEXT")
     assert Judgement.objects.count() == n + 1
     stale = _report(client, study)
     assert stale["intervals_state"] == {"state": "updating"} and stale["confidence_intervals"]["intervals"] == {}
     assert 'id="intervals-updating"' in client.get(f"/studies/{study.pk}/report/").content.decode()
+    worker = worker_factory(queues="celery").start("intervals-again")
     wait_for(lambda: _report(client, study)["intervals_state"]["state"] == "current", timeout=180,
              what=f"the worker to compute the intervals again\n{worker.log()}")
     again = _report(client, study)
@@ -75,4 +78,7 @@ def test_a_stored_block_is_shown_only_for_its_fingerprint(client) -> None:
     assert after["intervals_state"]["state"] == "updating" and after["confidence_intervals"]["intervals"] == {}
     off = json.loads(client.get(f"/studies/{study.pk}/report.json?bootstrap=0").content)["agreement"]
     assert off["intervals_state"] == {"state": "off"} and off["confidence_intervals"]["n_boot"] == 0
+    csv_text = b"".join(client.get(f"/studies/{study.pk}/report.csv").streaming_content).decode()
+    assert "agreement,confidence_intervals,state,updating" in csv_text
+    assert "agreement,confidence_intervals,krippendorff_alpha.low" not in csv_text  # no stale interval
     assert "No bootstrap intervals (bootstrap = 0)" in client.get(f"/studies/{study.pk}/report/?bootstrap=0").content.decode()
