@@ -144,9 +144,15 @@ def request_after_submit(study: Study) -> bool:
     resampling in the submitting process)."""
     from celery import current_app
 
+    from annotation.agreement.reports import ReportError
+
     if current_app.conf.task_always_eager:
         return False
-    return request_intervals(study, interval_options(study), countdown=DEBOUNCE_SECONDS)
+    try:
+        options = interval_options(study)
+    except ReportError:  # a rubric with nothing to report on (no scale): no report, no intervals
+        return False
+    return request_intervals(study, options, countdown=DEBOUNCE_SECONDS)
 
 
 def _release(flag: Path, due: str) -> None:

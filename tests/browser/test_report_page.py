@@ -31,7 +31,10 @@ def judged_demo(demo_world):
 
 
 def test_researcher_sees_the_heatmaps(page, live_server, judged_demo, shot):
+    from annotation.agreement.intervals import compute_intervals, interval_options
+
     study = judged_demo
+    compute_intervals(study, interval_options(study))  # what the worker does after the judgements
     login(page, live_server.url, "researcher", "researcher-demo")
     page.click("text=Agreement reports")
     page.wait_for_url("**/reports/")
