@@ -196,6 +196,13 @@ def study_progress_page(request, study_id: int):
     exportable = has_verdicts(study.rubric.rubric)
     reliability = (study_reliability(study) if exportable and session_rule_of(study) is None and counts["judgements"]
                    else None)
+    return render(request, "annotation/study_progress.html", {
+        "study": study, "progress": progress, "verdicts": counts, "labour": counts["labour"],
+        "reliability": reliability, "serving": serving_lag(study) if reliability else None, "exportable": exportable,
+        "defects": defects_found(study) if exportable else None,
+        "sessions": session_summary(study) if study.interactive else None})
+
+
 @staff_required
 def study_estimate_page(request, study_id: int):
     """Staff only: an estimate study's running estimate of each defect kind's prevalence, its
@@ -211,13 +218,6 @@ def study_estimate_page(request, study_id: int):
         messages.success(request, "Sample re-planned from the decided items.")
         return redirect("annotation:study_estimate", study_id=study.pk)
     return render(request, "annotation/estimate.html", {"study": study, "est": running_estimate(study)})
-
-
-    return render(request, "annotation/study_progress.html", {
-        "study": study, "progress": progress, "verdicts": counts, "labour": counts["labour"],
-        "reliability": reliability, "serving": serving_lag(study) if reliability else None, "exportable": exportable,
-        "defects": defects_found(study) if exportable else None,
-        "sessions": session_summary(study) if study.interactive else None})
 
 
 @staff_required
