@@ -92,7 +92,8 @@ def test_the_filesystem_broker_names_no_host(caplog, tmp_path):
     fsbroker.register()
     caplog.set_level(logging.WARNING, logger="kombu")
     conn = Connection("filesystem://", transport_options={"data_folder_in": str(tmp_path),
-                                                          "data_folder_out": str(tmp_path)})
+                                                          "data_folder_out": str(tmp_path),
+                                                          "control_folder": str(tmp_path / "control")})
     clone = conn.clone()
     with clone.SimpleQueue("q") as queue:
         queue.put({"n": 1})
