@@ -64,18 +64,27 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _checked(ranks: Iterable[Any]) -> list[Rank]:
+    """:func:`check_rank` of each rank (a plain int >= 1 passes without the call)."""
+    return [r if type(r) is int and r >= 1 else check_rank(r) for r in ranks]
+
+
 def recall_at_k(ranks: Iterable[Rank], k: int) -> float | None:
     """Share of queries whose rank is ``<= k``; ``None`` counts as a miss.
 
     Returns ``None`` for an empty input (undefined).
     """
     k = check_k(k)
-    return _mean([1.0 if is_hit(r, k) else 0.0 for r in ranks])
+    return _mean([1.0 if r is not None and r <= k else 0.0 for r in _checked(ranks)])
 
 
 def reciprocal_rank(rank: Rank, k: int | None = None) -> float:
     """``1 / rank``; 0 for ``None`` or, when a cut-off ``k`` is given, for ``rank > k``."""
-    r = check_rank(rank)
+    return _reciprocal(check_rank(rank), k)
+
+
+def _reciprocal(r: Rank, k: int | None) -> float:
+    """:func:`reciprocal_rank` of a checked rank."""
     if r is None or (k is not None and r > check_k(k)):
         return 0.0
     return 1.0 / r
@@ -83,7 +92,7 @@ def reciprocal_rank(rank: Rank, k: int | None = None) -> float:
 
 def mrr(ranks: Iterable[Rank], k: int | None = None) -> float | None:
     """Mean reciprocal rank (untruncated unless ``k`` is given); ``None`` for no queries."""
-    return _mean([reciprocal_rank(r, k) for r in ranks])
+    return _mean([_reciprocal(r, k) for r in _checked(ranks)])
 
 
 def ndcg(rank: Rank, k: int | None = None) -> float:
@@ -92,7 +101,11 @@ def ndcg(rank: Rank, k: int | None = None) -> float:
     The ideal DCG is 1 (target at rank 1). Over the full gallery by default; with a
     cut-off ``k`` a rank beyond ``k`` scores 0. ``None`` scores 0.
     """
-    r = check_rank(rank)
+    return _ndcg_single(check_rank(rank), k)
+
+
+def _ndcg_single(r: Rank, k: int | None) -> float:
+    """:func:`ndcg` of a checked rank."""
     if r is None or (k is not None and r > check_k(k)):
         return 0.0
     return 1.0 / math.log2(1 + r)
@@ -100,7 +113,7 @@ def ndcg(rank: Rank, k: int | None = None) -> float:
 
 def mean_ndcg(ranks: Iterable[Rank], k: int | None = None) -> float | None:
     """Mean single-target nDCG over queries (see :func:`ndcg`); ``None`` for no queries."""
-    return _mean([ndcg(r, k) for r in ranks])
+    return _mean([_ndcg_single(r, k) for r in _checked(ranks)])
 
 
 def ndcg_multi(

@@ -27,7 +27,7 @@ from .base import (
     max_attempts,
 )
 from .execution import _fail_chunk, gallery_ready, process_chunk
-from .planning import fail_run, plan_run
+from .planning import drop_planned_reads, fail_run, plan_run
 
 
 def start_run(run: AuditRun) -> None:
@@ -46,22 +46,32 @@ def run_inline(run: AuditRun, progress: Progress | None = None) -> AuditRun:
     chunk is done (a lease gone stale is claimed here, as a worker would), so the run is
     aggregated only once it is complete."""
     try:
-        plan_run(run)
+        plan_run(run, keep_reads=True)  # its query rows serve the query chunks run here next
     except AuditError as exc:
         fail_run(run.pk, str(exc))
         run.refresh_from_db()
         return run
-    run.refresh_from_db()
-    owner = f"inline:{default_owner()}"
-    while (outcome := _inline_pass(run, owner, progress)) != "complete":
-        if outcome == "failed":
+    try:
+        run.refresh_from_db()
+        if not _run_passes(run, progress):
             run.refresh_from_db()
             return run
-        if outcome == "idle":  # a worker holds every chunk left, or a query chunk waits for its gallery
-            time.sleep(INLINE_WAIT_SECONDS)
+    finally:
+        drop_planned_reads()
     aggregate_run(run.pk)
     run.refresh_from_db()
     return run
+
+
+def _run_passes(run: AuditRun, progress: Progress | None) -> bool:
+    """:func:`_inline_pass` until every chunk is done (``True``) or one failed (``False``)."""
+    owner = f"inline:{default_owner()}"
+    while (outcome := _inline_pass(run, owner, progress)) != "complete":
+        if outcome == "failed":
+            return False
+        if outcome == "idle":  # a worker holds every chunk left, or a query chunk waits for its gallery
+            time.sleep(INLINE_WAIT_SECONDS)
+    return True
 
 
 #: Pause between two inline passes that found every chunk left busy or waiting.
@@ -84,11 +94,14 @@ def _inline_pass(run: AuditRun, owner: str, progress: Progress | None) -> str:
     if not todo:
         return "complete"
     ran = False
+    run_here: set[int] = set()  # chunks run in this pass, siblings run with another included
     for spec, kind in order:
         for chunk_id in todo.get((spec, kind), []):
+            if chunk_id in run_here:  # run with a sibling: not read again in this pass
+                continue
             # a chunk leased by a live worker is left to it; re-claiming is allowed only once
             # the lease is stale (the workers' rule); a chunk finished meanwhile says "done"
-            result = process_chunk(chunk_id, owner=owner, heartbeat=False)
+            result = process_chunk(chunk_id, owner=owner, heartbeat=False, ran=run_here)
             if result == "failed":
                 return "failed"
             ran = ran or result in ("ok", "done")

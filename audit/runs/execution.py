@@ -37,6 +37,7 @@ from .planning import (
     _session_turns,
     _turn_text,
     fail_run,
+    planned_reads,
     single_turn_inputs,
 )
 
@@ -289,6 +290,8 @@ def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> 
 
 def _expand(ids: Sequence[int], index_of: dict[int, int], ranks: Sequence[int | None]) -> list[int | None]:
     """Ranks of ``ids`` from the ranks of those in the gallery (in order); ``None`` for the others."""
+    if len(ranks) == len(ids):  # every one in the gallery (most queries): the ranks as they are
+        return list(ranks)
     it = iter(ranks)
     return [next(it) if i in index_of else None for i in ids]
 
@@ -304,8 +307,10 @@ def _read_queries(run: AuditRun, items: Sequence[int]) -> QueryRead:
     """A query chunk's eligible queries, the skipped ones with a reason, their first turns and
     the eligible ones' targets: one read of the queries, turns and targets (files can vanish
     between plan and run, so eligibility is checked again), shared by the retrievers' chunks
-    over the same queries."""
-    eligible, skipped, turns, facts = single_turn_inputs(run, items, run.dataset.format)
+    over the same queries. An inline run's chunks, run just after the plan in the process that
+    made it, take the plan's read instead (:func:`audit.runs.planning.planned_reads`)."""
+    read = planned_reads(run, items) or single_turn_inputs(run, items, run.dataset.format)
+    eligible, skipped, turns, facts = read
     return eligible, skipped, turns, evaluation_targets(run.dataset, eligible, facts)
 
 
@@ -342,8 +347,8 @@ def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTarg
         "image": ranks.image[n], "mm_all": every["mm"], "text_all": every["text"], "image_all": every["image"],
         "graded": graded if t.extras else {},
         "subset": {f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
-        "top_mm": [g_ids[j] for j in ranks.top_mm[n]],
-        **{f"top_{m}": [g_ids[j] for j in getattr(ranks, f"top_{m}")[n]] for m in ("text", "image", "near")},
+        "top_mm": list(map(g_ids.__getitem__, ranks.top_mm[n])),
+        **{f"top_{m}": list(map(g_ids.__getitem__, getattr(ranks, f"top_{m}")[n])) for m in ("text", "image", "near")},
         "reference_ahead": {f: _expand(t.positives, index_of, ranks.ahead[f][n]) for f in RANK_FIELDS},
     }
 
@@ -625,13 +630,14 @@ def gallery_ready(run_id: int, spec: str) -> bool:
     ).exists()
 
 
-def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = True) -> str:
+def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = True, ran: set[int] | None = None) -> str:
     """Run one chunk if it still needs running; returns what happened.
 
     ``"done"`` (it was already done: nothing recomputed), ``"busy"`` (another worker
     holds a live lease), ``"waiting"`` (a query chunk whose gallery is not encoded
     yet), ``"ok"`` (computed now), ``"failed"``, ``"lost"`` (lease taken over while
-    computing; nothing written), ``"missing"``.
+    computing; nothing written), ``"missing"``. ``ran``: gets the ids of the chunks run
+    here (the chunk and the siblings run with it, :func:`_siblings`).
     """
     try:  # get(), not first(): no ordering (a join to the run) to compile for one row by its key
         chunk = AuditChunk.objects.select_related("run", "run__dataset").get(pk=chunk_id)
@@ -655,7 +661,10 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
             _fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
             return "failed"
         return "busy" if chunk.status != AuditChunk.Status.FAILED else "failed"
-    return _run_claimed([chunk, *_siblings(run, chunk, owner)], run, owner, heartbeat)
+    group = [chunk, *_siblings(run, chunk, owner)]
+    if ran is not None:
+        ran.update(c.pk for c in group)
+    return _run_claimed(group, run, owner, heartbeat)
 
 
 def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: bool) -> str:

@@ -158,17 +158,6 @@ def _turn_text(texts: Any, join: str = DEFAULT_JOIN) -> str:
     return turn_text(texts or [], join)
 
 
-def _eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
-                 fmt: str | None = None) -> tuple[list[int], dict[int, str]]:
-    """Eligible single-turn query ids in (ordinal, id) order and the skipped ones with a reason.
-
-    Multi-turn queries are not considered here (see :func:`_session_eligibility`).
-    ``fmt``: the dataset's format when the caller has it (else it is read).
-    """
-    eligible, skipped, _turns, _facts = single_turn_inputs(run, query_ids, fmt)
-    return eligible, skipped
-
-
 _FIRST_TURN_FIELDS = (
     "query_id", "reference_image_id", "reference_image__missing", "reference_image__sha256",
     "reference_image__path", "texts",
@@ -178,7 +167,9 @@ _FIRST_TURN_FIELDS = (
 def single_turn_inputs(
     run: AuditRun, query_ids: Sequence[int] | None = None, fmt: str | None = None
 ) -> tuple[list[int], dict[int, str], dict[int, dict[str, Any]], dict[int, list[TargetFacts]]]:
-    """:func:`_eligibility`, with what it read: ``(eligible, skipped, first turn of each query
+    """Eligible single-turn query ids in (ordinal, id) order, the skipped ones with a reason
+    (multi-turn queries are not considered here, see :func:`_session_eligibility`), and what
+    was read for them: ``(eligible, skipped, first turn of each query
     (dicts of :data:`_FIRST_TURN_FIELDS`), targets of each query (:func:`facts_by_query`))``.
 
     One read of the queries, one of their first turns and one of their targets: a query
@@ -343,14 +334,50 @@ def _plan_summary(run: AuditRun, eligible: list[int], skipped: dict[int, str], s
     return summary
 
 
-def plan_run(run: AuditRun) -> bool:
-    """Create the run's chunks once (idempotent); returns True if this call planned it."""
+#: The single-turn reads of a plan made by :func:`plan_run` with ``keep_reads`` (an inline run,
+#: whose query chunks run next in this process): ``{(run id, created): (eligible, first turns,
+#: targets)}``, at most one run's, taken by :func:`planned_reads` until :func:`drop_planned_reads`.
+_planned: dict[tuple[int, str], tuple[list[int], dict[int, dict[str, Any]], dict[int, list[TargetFacts]]]] = {}
+
+
+def _run_key(run: AuditRun) -> tuple[int, str]:
+    return run.pk, run.created_at.isoformat() if run.created_at else ""
+
+
+def planned_reads(run: AuditRun, items: Sequence[int]) -> tuple[list[int], dict[int, str], dict[int, dict[str, Any]],
+                                                                dict[int, list[TargetFacts]]] | None:
+    """:func:`single_turn_inputs` of a query chunk's ``items`` from the plan's own read when this
+    process planned the run inline just before (every item was eligible then: none skipped; the
+    same rows, in the same (ordinal, id) order); ``None`` otherwise (the chunk reads them)."""
+    kept = _planned.get(_run_key(run))
+    if kept is None:
+        return None
+    eligible, first_turns, facts = kept
+    wanted = set(items)
+    if not wanted <= first_turns.keys() or len(wanted) != len(items):
+        return None
+    chunk = [q for q in eligible if q in wanted]
+    if len(chunk) != len(wanted):
+        return None
+    return chunk, {}, {q: first_turns[q] for q in chunk}, {q: facts[q] for q in chunk if q in facts}
+
+
+def drop_planned_reads() -> None:
+    _planned.clear()
+
+
+def plan_run(run: AuditRun, keep_reads: bool = False) -> bool:
+    """Create the run's chunks once (idempotent); returns True if this call planned it.
+
+    ``keep_reads``: keep the single-turn queries' rows read for the plan for the query chunks
+    that run next in this process (:func:`planned_reads`; an inline run): the queries, first
+    turns and targets are read once, not once for the plan and again for the chunks."""
     with transaction.atomic():
         run = AuditRun.objects.select_for_update().get(pk=run.pk)
         if run.planned or not run.is_active:
             return False
         fmt = dataset_format(run.dataset_id)
-        eligible, skipped = _eligibility(run, fmt=fmt)
+        eligible, skipped, first_turns, facts = single_turn_inputs(run, fmt=fmt)
         sessions, session_skipped = _session_eligibility(run, fmt=fmt)
         gallery, gallery_info = _gallery_rows(run)
         if not eligible and not sessions:
@@ -367,6 +394,9 @@ def plan_run(run: AuditRun) -> bool:
         run.stage = "encoding gallery"
         run.started_at = run.started_at or timezone.now()
         run.save()
+    if keep_reads:
+        _planned.clear()
+        _planned[_run_key(run)] = (eligible, first_turns, facts)
     return True
 
 
