@@ -12,8 +12,9 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from annotation.assignment import queue as engine
 from annotation.models import ExportJob, ReleaseJob, RoomImportJob
 from annotation.studies.building import StudySpec, create_study
+from audit.models import Leaderboard
 from audit.runs.planning import create_run
-from retrieval.models import Image, ImportJob, Query
+from retrieval.models import Dataset, Image, ImportJob, Query
 from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = pytest.mark.django_db
@@ -70,6 +71,8 @@ def world(tmp_path):
         # an image of the item served to the member (annotators fetch only what they were shown)
         "image": asg.item.query.turns.first().reference_image,
         "item": asg.item,
+        # a leaderboard with no method yet: its page says so (the scored table has its own tests)
+        "board": Leaderboard.objects.create(dataset=Dataset.objects.get(name="circo"), split="val", name="b"),
     }
 
 
@@ -155,6 +158,10 @@ def table(w):
         "room:import_job": ("GET", {"pk": w["room_import"].pk}, page_staff),
         "room:import_job_status": ("GET", {"pk": w["room_import"].pk}, page_staff),
         "room:audit_retry": ("POST", {"run_id": w["run"].pk}, {**page_staff, "staff": 302}),
+        "audit:leaderboards": ("GET", {}, page_research),
+        "audit:leaderboard": ("GET", {"pk": w["board"].pk}, page_research),
+        # the world's study samples no estimate: staff learn that (404), nobody else sees the page
+        "annotation:study_estimate": ("GET", {"study_id": s}, {**page_staff, "staff": 404}),
     }
 
 
