@@ -69,8 +69,9 @@ RULES: dict[str, str] = {
 DEFAULT_RULE = "every target with relevance > 0 that is not a negative"
 ALTERNATIVE = "alternative"  # the role of an accepted alternative (an extra ground truth)
 #: Why an M-BEIR export leaves a query out (:func:`mbeir_candidates` gives it no positive).
-MBEIR_NO_POSITIVE = ("no positive candidate (e.g. a CIRR query whose target_soft scores its target_hard below "
-                     "1.0): UniIR's M-BEIR converters need at least one and leave such a query out")
+MBEIR_NO_POSITIVE = ("no positive candidate, every known target a negative (e.g. a CIRR query whose target_soft "
+                     "scores its target_hard below 1.0): UniIR's M-BEIR converters need a positive and leave such a "
+                     "query out (a query whose targets are not known, as in a hidden test split, is kept)")
 
 
 def _any_positive(t: TargetLike) -> bool:
@@ -133,7 +134,8 @@ def mbeir_candidates(fmt: str, targets: Iterable[TargetLike]) -> tuple[list[Any]
     docstring): the positives (input order; the primary first where it comes first), then for
     CIRR the other targets scored 1.0; and :func:`negative_targets`. A target is in at most one.
     For CIRR, as UniIR's converter: a target scored below 1.0 is a negative, the hard one too;
-    an empty ``pos_cand_list`` means the query is left out (:data:`MBEIR_NO_POSITIVE`)."""
+    an empty ``pos_cand_list`` beside a non-empty ``neg_cand_list`` means the query is left out
+    (:data:`MBEIR_NO_POSITIVE`); with no target known at all it is kept."""
     items = list(targets)
     if fmt == "cirr":
         return _cirr_mbeir(items)

@@ -24,8 +24,8 @@ the turn's text, the reference image path (relative to the dataset's image root)
 and reference id, ``pos_cand_list`` / ``neg_cand_list`` as :func:`retrieval.targets.mbeir_candidates`
 places them (UniIR's converter: for CIRR, every target scored 1.0 is a positive, the primary
 first, and those scored 0.5, 0.2 or -1 are negatives, the hard target too), ``task_id = 7``.
-A validated query with no positive candidate (CIRR val's pairid 29045, whose ``target_soft``
-scores its ``target_hard`` -1.0) gets no M-BEIR line, as UniIR's converters leave it out
+A validated query whose known targets are all negatives (CIRR val's pairid 29045, whose
+``target_soft`` scores its ``target_hard`` -1.0) gets no M-BEIR line, as UniIR's converters leave it out
 (:data:`retrieval.targets.MBEIR_NO_POSITIVE`); the manifest's ``left_out`` counts and names
 those queries, and ``export_validated`` says how many were left out and why.
 Each trace line carries the consensus, every vote (category, sub-reason, flags, note, flag
@@ -631,7 +631,9 @@ def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: 
                             "turn_checks": (checks or {}).get(row.query_id, [])})
         return subset
     line, positives = extras.apply(row, data.mbeir_line(row))  # + accepted alternatives
-    if run.layout.fmt == "mbeir" and not line["pos_cand_list"]:
+    if run.layout.fmt == "mbeir" and not line["pos_cand_list"] and line["neg_cand_list"]:
+        # every known target is a negative (UniIR leaves such a query out); a query whose
+        # targets are not known at all (a hidden test split, a CIRCUS study's placeholder) is kept
         run.left_out.append(str(line["qid"]))
         return None
     subset = subset_name(row.hidden_category)
