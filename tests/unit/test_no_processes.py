@@ -62,6 +62,27 @@ def _expect_refusal(start) -> None:
     conftest.attempts.clear()  # expected here: the refusal is what this test checks
 
 
+def _in_a_thread(call) -> None:
+    """``call()`` in a thread of its own, its exception raised here: ``asyncio.run`` refuses to
+    start where an event loop already runs (a Playwright test before this one in the same
+    xdist worker leaves one in the main thread)."""
+    import threading
+
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if raised:
+        raise raised[0]
+
+
 def test_a_unit_test_that_starts_a_process_is_refused():
     import concurrent.futures
     import multiprocessing
@@ -77,4 +98,4 @@ def test_a_unit_test_that_starts_a_process_is_refused():
     async def child():
         await asyncio.create_subprocess_exec("true")
 
-    _expect_refusal(lambda: asyncio.run(child()))
+    _expect_refusal(lambda: _in_a_thread(lambda: asyncio.run(child())))
