@@ -1,7 +1,8 @@
 """Quality signals over one annotator's judgements (pure: no Django).
 
 * :func:`wilson_interval`: the Wilson score interval of a binomial proportion (accuracy
-  on gold items), Wilson (1927), with z = 1.959964 for 95 %.
+  on gold items), Wilson (1927), with z = 1.959964 for 95 %; :func:`wilson` reads it for a
+  proportion at any sample size (the estimate studies' effective one).
 * :func:`too_fast`: how many judgements took less than a threshold.
 * :func:`straight_runs`: runs of at least N identical answers in a row (straight-lining).
 * :func:`disagreement`: how often an annotator's vote differs from the item's eventual
@@ -17,6 +18,19 @@ from typing import NamedTuple
 Z95 = 1.959963984540054
 
 
+def wilson(p: float, n: float, z: float = Z95) -> tuple[float, float]:
+    """(low, high) of Wilson's score interval for a proportion ``p`` read at sample size ``n``
+    (a real ``n`` too: an effective sample size, as the estimate studies read theirs).
+    ``n <= 0`` gives (0.0, 1.0): nothing is known."""
+    if n <= 0:
+        return 0.0, 1.0
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    margin = z * math.sqrt(max(p * (1 - p), 0.0) / n + z2 / (4 * n * n))
+    denom = 1 + z2 / n
+    return max(0.0, (centre - margin) / denom), min(1.0, (centre + margin) / denom)
+
+
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     """(low, high) of the Wilson score interval for ``successes`` out of ``n``.
 
@@ -26,14 +40,7 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
         raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
     if z <= 0:
         raise ValueError(f"z must be positive, got {z}")
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    z2 = z * z
-    centre = p + z2 / (2 * n)
-    margin = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    denom = 1 + z2 / n
-    return max(0.0, (centre - margin) / denom), min(1.0, (centre + margin) / denom)
+    return wilson(successes / n, n, z) if n else (0.0, 1.0)
 
 
 def too_fast(times_ms: Iterable[int], threshold_seconds: float) -> int:

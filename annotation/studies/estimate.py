@@ -51,8 +51,8 @@ import random
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-#: The normal quantile of a two-sided 95 % interval.
-Z95 = 1.959963984540054
+from annotation.quality.signals import Z95, wilson
+
 #: Equal-width bins of the score range the cum sqrt(f) rule reads.
 BINS = 50
 #: Strata by default (Cochran 5A.8: little is gained beyond about six).
@@ -300,16 +300,6 @@ def interval_variance(strata: Sequence[StratumCount]) -> float:
     ``(1/N^2) sum_h N_h (N_h - n_h) p~_h q~_h / n_h`` with ``p~_h = (x_h + 1/2) / (n_h + 1)``;
     a stratum judged in full adds nothing, one with nothing judged is an error."""
     return _variance(strata, smoothed=True)
-
-
-def wilson(p: float, n: float, z: float = Z95) -> tuple[float, float]:
-    """Wilson's score interval for a proportion ``p`` read at sample size ``n``."""
-    if n <= 0:
-        return 0.0, 1.0
-    z2 = z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z / (1 + z2 / n) * math.sqrt(max(p * (1 - p), 0.0) / n + z2 / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def stratified_estimate(strata: Sequence[StratumCount], z: float = Z95) -> Estimate | None:

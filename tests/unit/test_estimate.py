@@ -25,8 +25,8 @@ from annotation.studies.estimate import (
     stratum_of,
     stratum_order,
     stratum_sizes,
-    wilson,
 )
+from annotation.quality.signals import wilson
 
 
 def test_cochran_547_stratified_variance_with_the_finite_population_correction():
