@@ -49,9 +49,9 @@ def interval_options(study: Study, *, dimension: str | None = None, n_boot: int 
                      constant_pairs: str = "undefined") -> dict[str, Any]:
     """The options a block of intervals is computed for (the defaults of the page: the rubric's
     default dimension, :func:`~annotation.agreement.reports.default_bootstrap` replicates, seed 0)."""
-    from annotation.agreement.reports import _check_dimension, default_bootstrap
+    from annotation.agreement.reports import check_dimension, default_bootstrap
 
-    return {"dimension": _check_dimension(study.rubric.rubric, dimension),
+    return {"dimension": check_dimension(study.rubric.rubric, dimension),
             "n_boot": default_bootstrap(study) if n_boot is None else int(n_boot),
             "seed": int(seed), "constant_pairs": constant_pairs}
 

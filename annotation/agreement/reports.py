@@ -114,7 +114,7 @@ def turn_label(key: str, per_turn: Any, reject_flags: Any, dimension: str) -> in
     return int(answers[n - 1]) if n is not None and n <= len(answers) else None
 
 
-def _check_dimension(rubric: Rubric, dimension: str | None) -> str | None:
+def check_dimension(rubric: Rubric, dimension: str | None) -> str | None:
     if is_turn_dimension(dimension):
         if rubric.turn_verdict is None:
             raise ReportError(f"rubric {rubric.key!r} v{rubric.version} gives no turn verdict: no dimension {dimension!r}")
@@ -166,7 +166,7 @@ def study_triples(study_id: Any, dimension: str | None = None) -> list[tuple[int
     study = study_id if isinstance(study_id, Study) else get_study(study_id)
     rubric = study.rubric.rubric
     kind = label_kind(rubric)
-    dimension = _check_dimension(rubric, dimension)
+    dimension = check_dimension(rubric, dimension)
     rows = (
         counted_judgements(study)
         .order_by("assignment__item_id", "assignment__annotator__username")
@@ -240,13 +240,13 @@ def agreement_spec(rubric: Rubric, dimension: str | None = None) -> AgreementSpe
     Scales are ordinal with quadratic weights over their whole range."""
     kind = label_kind(rubric)
     if is_turn_dimension(dimension):
-        _check_dimension(rubric, dimension)
+        check_dimension(rubric, dimension)
         return TURN_SPEC
     if kind == "validity":
         return AgreementSpec("validity", "nominal", None, None)
     if kind == "category":
         return AgreementSpec(None, "nominal", tuple(c.key for c in rubric.categories), None)
-    dimension = _check_dimension(rubric, dimension)
+    dimension = check_dimension(rubric, dimension)
     scale = next(s for s in rubric.scales if s.key == dimension)
     return AgreementSpec(None, "ordinal", tuple(range(scale.min, scale.max + 1)), default_kappa_weights("ordinal"))
 
@@ -606,7 +606,7 @@ def _context(study: Study, policy: str, primary: str | None, pseudonymise: bool,
     if is_turn_dimension(dimension):
         raise ReportError(f"the report shows every turn in its turn-by-turn section; {dimension!r} is for "
                           "manage.py agreement --study")
-    dimension = _check_dimension(rubric, dimension)
+    dimension = check_dimension(rubric, dimension)
     return _Context(study, rubric, label_kind(rubric), dimension, agreement_spec(rubric, dimension),
                     Verdicts.of(study, policy, primary), annotator_pseudonyms(study) if pseudonymise else {},
                     constant_pairs)
