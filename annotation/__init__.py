@@ -1,0 +1,1 @@
+"""The annotation app: studies, serving items to annotators, judgements, agreement, export and releases."""

@@ -1,0 +1,1 @@
+"""The audit app: shortcut audits of CIR queries, their reports, protocol figures and leaderboards."""

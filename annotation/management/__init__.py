@@ -1,0 +1,1 @@
+"""The annotation app's management commands (see its commands package)."""

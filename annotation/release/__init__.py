@@ -1,0 +1,1 @@
+"""Releases: the validated files, reports, croissant.json, a dataset card and checksums in one bundle."""

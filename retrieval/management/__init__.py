@@ -1,0 +1,1 @@
+"""The retrieval app's management commands (see its commands package)."""

@@ -1,0 +1,1 @@
+"""manage.py commands of studies, agreement, export, releases and the demo."""

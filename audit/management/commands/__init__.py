@@ -1,0 +1,1 @@
+"""manage.py commands of audits, rank files, predictions and leaderboards."""

@@ -1,0 +1,1 @@
+"""manage.py commands of dataset imports, galleries and dataset counts."""
