@@ -1,7 +1,7 @@
 """The login lockout behind a real nginx (issue 41, item 2): locked from one client address,
 the owner gets in from another.
 
-Each test starts gunicorn on loopback (as README's production section runs it) against the
+Each test starts gunicorn on loopback (as docs/guides/production.md runs it) against the
 test database and Debian's nginx in front of it on an unprivileged port, with the proxy lines
 of deploy/nginx/cirval-proxy.conf included unchanged. Client addresses are real: a client
 connects from its own loopback address (127.0.0.2, 127.0.0.3: Linux routes all of 127/8 to
@@ -215,15 +215,15 @@ def test_behind_a_balancer_and_nginx_the_attack_of_issue_41_locks_only_the_attac
 
 
 def test_the_docs_show_the_proxy_lines_the_test_runs():
-    """README's production section shows deploy/nginx/cirval-proxy.conf's directives as they
-    are; README and SECURITY.md name the setting; the site file includes the proxy lines."""
+    """The production guide (docs/guides/production.md) shows deploy/nginx/cirval-proxy.conf's
+    directives as they are; it and SECURITY.md name the setting; the site file includes the
+    proxy lines."""
     directives = [line.split("#")[0].strip() for line in PROXY_LINES.read_text().splitlines()
                   if line.strip() and not line.lstrip().startswith("#")]
-    readme = (ROOT / "README.md").read_text()
-    production = readme.split("## Running in production", 1)[1].split("\n## ", 1)[0]
+    production = (ROOT / "docs/guides/production.md").read_text()
     shown = [line.split("#")[0].strip() for line in production.splitlines()]
     missing = [d for d in directives if d not in shown]
-    assert not missing, f"README's production section lacks these lines of {PROXY_LINES.name}: {missing}"
+    assert not missing, f"docs/guides/production.md lacks these lines of {PROXY_LINES.name}: {missing}"
     security = (ROOT / "SECURITY.md").read_text()
     for doc in (production, security):
         assert "CIRVAL_PROXY_COUNT=1" in doc

@@ -38,8 +38,8 @@ def test_every_worker_launcher_consumes_the_rounds_queue():
         found = re.findall(r"""-Q["', ]+([a-z,]+)|queues: str = "([a-z,]+)\"""", (ROOT / path).read_text())
         lists = [set(filter(None, "".join(m).split(","))) for m in found]
         assert len([q for q in lists if q == queues]) >= n, (path, lists)
-    readme = (ROOT / "README.md").read_text()
-    assert "-Q interactive" in readme and "cirval-worker@interactive" in readme
+    production = (ROOT / "docs/guides/production.md").read_text()  # the docs page that says how to run workers
+    assert "-Q interactive" in production and "cirval-worker@interactive" in production
     assert "cirval-worker@interactive" in (ROOT / "deploy/systemd/cirval-worker@.service").read_text()
 
 

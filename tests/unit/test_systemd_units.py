@@ -1,4 +1,4 @@
-"""The production units in deploy/systemd/ (README, Running in production): every process is
+"""The production units in deploy/systemd/ (docs/guides/production.md): every process is
 restarted when it dies, stops on SIGTERM within bounds, and systemd itself accepts the files
 (tests/integration/test_systemd_units.py)."""
 from __future__ import annotations
@@ -29,10 +29,10 @@ def test_every_unit_restarts_its_process_and_stops_on_sigterm(name):
     assert unit(name)["Install"]["WantedBy"] == "multi-user.target"
 
 
-def test_the_worker_unit_runs_the_queue_of_its_instance_as_the_readme_says():
+def test_the_worker_unit_runs_the_queue_of_its_instance_as_the_docs_say():
     service = unit(WORKER)["Service"]
     assert "/.venv/bin/celery -A config worker -Q %i " in service["ExecStart"]
     assert unit(WORKER)["Unit"]["StartLimitIntervalSec"] == "0"  # never gives up restarting
     assert "/.venv/bin/gunicorn config.wsgi " in unit(WEB)["Service"]["ExecStart"]
-    readme = (ROOT / "README.md").read_text()
-    assert "deploy/systemd/" in readme and "cirval-worker@gpu" in readme
+    production = (ROOT / "docs/guides/production.md").read_text()  # the docs page on running in production
+    assert "deploy/systemd/" in production and "cirval-worker@gpu" in production
