@@ -12,6 +12,7 @@ strict MkDocs build is tests/integration/test_docs_build.py):
 * README.md stays a short front door: at most 200 lines, the two commands first, and its
   relative links resolve.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,7 +46,7 @@ def page(name: str) -> str:
 
 def test_every_package_has_a_one_line_docstring():
     missing = [p.relative_to(ROOT).as_posix() for p in packages() if not docstring_line(p / "__init__.py")]
-    assert not missing, f"these packages' __init__.py has no docstring (write one line saying what the package is): {missing}"
+    assert not missing, f"these packages' __init__.py has no docstring (one line saying what it is): {missing}"
 
 
 def test_the_architecture_page_names_every_package_with_its_docstring():
@@ -64,8 +65,9 @@ def test_the_architecture_page_names_every_package_with_its_docstring():
 
 def test_the_commands_page_names_every_management_command():
     text = page("reference/commands.md")
-    commands = sorted(f.stem for app in APPS for f in (ROOT / app).glob("management/commands/*.py")
-                      if not f.name.startswith("_"))
+    commands = sorted(
+        f.stem for app in APPS for f in (ROOT / app).glob("management/commands/*.py") if not f.name.startswith("_")
+    )
     assert commands, "no management command found: has the layout changed?"
     missing = [c for c in commands if not re.search(rf"^### {re.escape(c)}$", text, re.M)]
     assert not missing, f"docs/reference/commands.md has no section for: {missing}"
@@ -102,10 +104,13 @@ def test_every_repository_path_the_docs_name_exists():
 def test_the_readme_is_a_short_front_door():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     lines = text.splitlines()
-    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES}: the rest goes in docs/)"
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}: move the rest to docs/)"
+    )
     head = "\n".join(lines[:8])
-    assert re.search(r"^\./cirval up\b", head, re.M) and re.search(r"^\./cirval test\b", head, re.M), \
+    assert re.search(r"^\./cirval up\b", head, re.M) and re.search(r"^\./cirval test\b", head, re.M), (
         "README.md must open with the two commands, ./cirval up and ./cirval test"
+    )
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     broken = [t for t in targets if "://" not in t and not (ROOT / t).exists()]
     assert not broken, f"README.md links to missing files: {broken}"
