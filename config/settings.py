@@ -219,6 +219,18 @@ THUMBNAIL_DIR = VAR_DIR / "thumbs"
 # image needing more is refused. Decodes of one image run one at a time (retrieval/imageserve.py).
 IMAGE_DECODE_MAX_BYTES = env_int("IMAGE_DECODE_MAX_BYTES", 512 * 1024 * 1024)
 EMBEDDING_CACHE_DIR = Path(env_str("EMBEDDING_CACHE_DIR", str(VAR_DIR / "embeddings")))
+# Hosted embedders (api: retrievers, retrieval/retrievers/api): the keys, the API roots (tests
+# point them at a local server), one process's limits (0: the model's own, from its catalogue),
+# retries, and the ledger of paid inputs (an input paid for is never sent again).
+API_KEYS = {"voyage": env_str("VOYAGE_API_KEY"), "gemini": env_str("GEMINI_API_KEY")}
+API_BASE_URLS = {"voyage": env_str("VOYAGE_BASE_URL"), "gemini": env_str("GEMINI_BASE_URL")}
+API_RPM = env_int("CIRVAL_API_RPM", 0)
+API_TPM = env_int("CIRVAL_API_TPM", 0)
+API_BATCH = env_int("CIRVAL_API_BATCH", 0)
+API_MAX_TRIES = env_int("CIRVAL_API_MAX_TRIES", 6)
+API_TIMEOUT_S = env_float("CIRVAL_API_TIMEOUT_S", 60.0)
+API_MAX_REQUEST_MB = env_float("CIRVAL_API_MAX_REQUEST_MB", 8.0)
+API_LEDGER_DIR = Path(env_str("CIRVAL_API_LEDGER_DIR", str(VAR_DIR / "api-ledger")))
 
 # --- Celery ----------------------------------------------------------------------------
 BROKER_DIR = VAR_DIR / "broker"

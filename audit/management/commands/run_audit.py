@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.runs import dispatch, planning
@@ -54,8 +55,12 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="Show progress until done, then the label counts.")
         parser.add_argument("--eager", action="store_true", help="Run in this process (no worker needed).")
         parser.add_argument("--poll", type=float, default=2.0, help="Seconds between progress checks with --wait.")
+        parser.add_argument("--max-cost", type=float, default=None,
+                            help="Refuse the run when the hosted (api:) retrievers' estimated cost, in US dollars, "
+                                 "is over this (the estimate is printed before every run that has one).")
 
     def handle(self, *args, **opts):
+        self.check_cost(opts)
         try:
             run = planning.create_run(
                 opts["dataset"], opts["retrievers"], split=opts["split"] or None, k=opts["k"],
@@ -83,6 +88,21 @@ class Command(BaseCommand):
                 return
             run = wait_for_run(run.pk, self.stderr, poll=opts["poll"])
         self.report(run)
+
+    def check_cost(self, opts) -> None:
+        """Print the api: retrievers' estimated calls and cost; refuse (before anything is
+        written) a run over --max-cost."""
+        from retrieval.retrievers.api.budget import audit_estimates, refusal
+
+        try:
+            estimates = audit_estimates(opts["dataset"], opts["split"] or None, opts["retrievers"], planning.resolve_split,
+                                        caption_join=opts["caption_join"], cache_root=settings.EMBEDDING_CACHE_DIR)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        for estimate in estimates:
+            self.stdout.write(f"cost estimate: {estimate.line()}")
+        if (why := refusal(estimates, opts["max_cost"])) is not None:
+            raise CommandError(why)
 
     def report(self, run: AuditRun) -> None:
         if run.status != AuditRun.Status.DONE:
