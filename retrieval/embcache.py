@@ -61,8 +61,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CacheLookup", "EmbeddingCache", "EncodeStats", "encode_with_cache", "spec_folder_name", "text_key"]
 
-Kind = Literal["image", "text"]
-KINDS: tuple[str, ...] = ("image", "text")
+Kind = Literal["image", "text", "query"]
+#: ``query``: a whole query's embedding (an early-fusion pass, or any query that is not one
+#: image encode and one text encode), keyed by :meth:`retrieval.retrievers.base.Retriever.query_cache_key`
+#: (which names the retriever, its exact inputs and its template version), stored like a text.
+KINDS: tuple[str, ...] = ("image", "text", "query")
 FORMAT_VERSION = 2
 #: The image vectors' file in a spec's folder (see the module notes).
 IMAGES_FILE = "images.f32"
@@ -178,6 +181,7 @@ class EmbeddingCache:
             conn.execute("CREATE TABLE IF NOT EXISTS image (key TEXT PRIMARY KEY, "
                          f"{'row INTEGER' if fresh else 'vec BLOB'} NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS text (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS query (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS claim (kind TEXT NOT NULL, key TEXT NOT NULL, "
                          "owner TEXT NOT NULL, until REAL NOT NULL, PRIMARY KEY (kind, key))")
             conn.executemany(
@@ -238,7 +242,7 @@ class EmbeddingCache:
     @staticmethod
     def _check_kind(kind: str) -> None:
         if kind not in KINDS:
-            raise ValueError(f"kind must be 'image' or 'text', not {kind!r}")
+            raise ValueError(f"kind must be 'image', 'text' or 'query', not {kind!r}")
 
     @staticmethod
     def _storage_keys(kind: str, keys: Sequence[str]) -> list[str]:
@@ -369,7 +373,7 @@ class EmbeddingCache:
                 written = self._append_images(conn, skeys, le)
             else:
                 before = conn.total_changes
-                conn.executemany("INSERT OR IGNORE INTO text (key, vec) VALUES (?, ?)",
+                conn.executemany(f"INSERT OR IGNORE INTO {kind} (key, vec) VALUES (?, ?)",
                                  [(k, le[i].tobytes()) for i, k in enumerate(skeys)])
                 written = conn.total_changes - before
             conn.execute("COMMIT")
@@ -477,6 +481,7 @@ def encode_with_cache(
     loader: Callable[[list[str]], Sequence[Any]] | None = None,
     chunk_size: int = 1024,
     progress: Callable[[int, int], None] | None = None,
+    embed: Callable[[list[Any]], Any] | None = None,
 ) -> tuple[torch.Tensor, EncodeStats]:
     """Embeddings for ``keys`` in key order, encoding only what the cache lacks.
 
@@ -486,7 +491,8 @@ def encode_with_cache(
     a time, so an interrupted run keeps what it finished; ``progress(done, total)`` is
     called after each chunk. Returns a ``[len(keys), dim]`` float32 CPU tensor and
     stats: ``hits`` (rows of ``keys`` found in the cache), ``misses`` (rows not found),
-    ``encoded`` (unique keys encoded).
+    ``encoded`` (unique keys encoded). ``embed(items)``: how the loaded items are encoded
+    (default ``retriever.embed_images``/``embed_texts``; required for ``kind='query'``).
     """
     import torch
 
@@ -498,7 +504,7 @@ def encode_with_cache(
         raise ValueError("chunk_size must be >= 1")
     if loader is None:
         if kind != "text":
-            raise ValueError("a loader is required for kind='image'")
+            raise ValueError(f"a loader is required for kind={kind!r}")
         loader = list
     keys = list(keys)
     lookup = cache.get_many(kind, keys)
@@ -507,7 +513,9 @@ def encode_with_cache(
     stats = EncodeStats(hits=int(found.sum()), misses=int((~found).sum()))
     missing = lookup.missing
     if missing:
-        embed = retriever.embed_images if kind == "image" else retriever.embed_texts
+        if embed is None and kind == "query":
+            raise ValueError("kind='query' needs embed (how a query is encoded)")
+        embed = embed or (retriever.embed_images if kind == "image" else retriever.embed_texts)
         fresh = _encode_claimed(cache, kind, missing, lambda chunk: _embedded(embed, loader, chunk), chunk_size,
                                 stats, progress)
         for row in np.flatnonzero(~found):

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from retrieval.imagefiles import DEFAULT_MAX_PIXELS
-from retrieval.specs import MODEL_CONFIG_DIR, model_config, parse_retriever_spec, spec_string, weights_of
+from retrieval.specs import MODEL_CONFIG_DIR, model_config, parse_retriever_spec, query_key, spec_string, weights_of
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -144,7 +144,7 @@ class _ImageFiles(torch.utils.data.Dataset):
         images = [im for _, im in loaded]
         for j, preprocess in enumerate(self.preprocesses):
             for (n, _), px in zip(loaded, _preprocessed_or_reasons(preprocess, images)):
-                if isinstance(px, torch.Tensor):
+                if not isinstance(px, str):  # a tensor, or an image a retriever preprocesses itself
                     out[n][1][j] = px
                 else:
                     out[n][2][j] = px
@@ -199,7 +199,7 @@ def _collate(batch: list[LoadedItem]) -> tuple[list[str], list[torch.Tensor | No
     bad: list[dict[str, str]] = []
     for j in range(n_pre):
         ok = [px[j] for _, px, _ in batch if px[j] is not None]
-        pixels.append(torch.stack(ok) if ok else None)
+        pixels.append((torch.stack(ok) if isinstance(ok[0], torch.Tensor) else ok) if ok else None)
         bad.append({key: err[j] for key, _, err in batch if err[j] is not None})
     return keys, pixels, bad
 
@@ -311,6 +311,44 @@ class Retriever(Protocol):
         ...
 
 
+class LateQueries:
+    """Mixin: :meth:`embed_queries`, :meth:`embed_candidates` and :meth:`query_cache_key` of a
+    retriever that has ``spec``, ``dim``, ``embed_images``, ``embed_texts`` and ``compose``.
+
+    A multimodal query is ``compose(image, text)``; the family's text-only query is the text's
+    embedding and its image-only query the image's (CIRCUS's variant is built by the caller:
+    see ``modality_pairs`` of :mod:`retrieval.retrievers.pipeline`)."""
+
+    fusion = "late"
+    #: Texts are encoded as given (no prompt template).
+    template_version = "plain"
+    modality_rule = "family"
+
+    def embed_queries(self, images: list[Any], texts: list[str | None]) -> torch.Tensor:
+        if len(images) != len(texts):
+            raise ValueError(f"{len(images)} images but {len(texts)} texts")
+        out = torch.empty((len(images), self.dim), dtype=torch.float32)  # type: ignore[attr-defined]
+        both = [n for n, (im, t) in enumerate(zip(images, texts)) if im is not None and t is not None]
+        text_only = [n for n, (im, t) in enumerate(zip(images, texts)) if im is None and t is not None]
+        image_only = [n for n, (im, t) in enumerate(zip(images, texts)) if im is not None and t is None]
+        if len(both) + len(text_only) + len(image_only) != len(images):
+            raise ValueError("a query needs an image, a text or both")
+        if both:
+            out[both] = self.compose(self.embed_images([images[n] for n in both]),  # type: ignore[attr-defined]
+                                     self.embed_texts([texts[n] for n in both])).float().cpu()  # type: ignore[attr-defined]
+        if text_only:
+            out[text_only] = self.embed_texts([texts[n] for n in text_only]).float().cpu()  # type: ignore[attr-defined]
+        if image_only:
+            out[image_only] = self.embed_images([images[n] for n in image_only]).float().cpu()  # type: ignore[attr-defined]
+        return out
+
+    def embed_candidates(self, images: list[Any]) -> torch.Tensor:
+        return self.embed_images(images)  # type: ignore[attr-defined]
+
+    def query_cache_key(self, image_key: str | None, text: str | None) -> str:
+        return query_key(self.spec, self.template_version, image_key, text)  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- spec parsing
 # The grammar and its validation live in retrieval.specs (no torch), shared with the web tier.
 
@@ -400,7 +438,7 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-class OpenClipRetriever:
+class OpenClipRetriever(LateQueries):
     """An open_clip dual encoder.
 
     ``pretrained``: None (random init with ``seed``, deterministic across processes),
@@ -545,7 +583,7 @@ def build_retriever(
     )
 
 
-class LazyRetriever:
+class LazyRetriever(LateQueries):
     """A retriever whose model is built on its first encode.
 
     Its ``spec`` (the cache key), ``dim``, ``device`` and :meth:`compose` come from the
@@ -554,8 +592,9 @@ class LazyRetriever:
     """
 
     def __init__(self, spec: str, device: str | torch.device | None = None, batch_size: int = 64,
-                 precision: Precision = "fp32") -> None:
+                 precision: Precision = "fp32", modality_rule: str = "family") -> None:
         parsed = parse_retriever_spec(spec)
+        self.modality_rule = modality_rule
         self._args = (spec, device, batch_size, precision)
         self._built: OpenClipRetriever | None = None
         self._lock = threading.Lock()

@@ -6,7 +6,9 @@ loads torch into a process that serves annotators (importing open_clip costs sec
 CPU and hundreds of MB, held for the process's life). The workers build the models
 (:mod:`retrieval.encoders`, which re-exports :func:`parse_retriever_spec`).
 
-Grammar (what the CLI and the audit form accept)::
+Grammar of ``openclip:`` specs (the other prefixes, ``hf:``, ``api:``, ``composer:`` and
+plugins', are parsed by their kind: :func:`retrieval.retrievers.base.parse_spec`, which
+dispatches ``openclip:`` here)::
 
     openclip:MODEL                    random init, seed 0 (deterministic)
     openclip:MODEL@random:SEED        random init with another seed
@@ -25,6 +27,7 @@ installed open_clip is another version, they are read from open_clip itself.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -113,6 +116,7 @@ def parse_retriever_spec(spec: str) -> dict[str, Any]:
     or 'checkpoint'), ``seed`` (random only), ``tag`` (tag only), ``checkpoint``
     (absolute path, checkpoint only) and ``canonical`` (the normalised spec string).
     Raises ValueError with an explanation for anything else.
+
     """
     spec, model, weights = _split_spec(spec)
     try:
@@ -158,6 +162,14 @@ def weights_of(model: str, weights: str | None) -> dict[str, Any]:
     avail = ", ".join(tags) if tags else "none"
     raise ValueError(f"'{weights}' is not a pretrained tag of {model} (available: {avail}) "
                      "and does not look like a checkpoint path")
+
+
+def query_key(spec: str, template_version: str, image_key: str | None, text: str | None) -> str:
+    """sha256 hex naming one query of a retriever of any kind: its identity ``spec``, its prompt
+    ``template_version``, the image's key (its file's sha256; ``None`` for none) and the exact text
+    (``None`` for none): the embedding cache's key of a whole query (kind ``query``)."""
+    payload = json.dumps([spec, template_version, image_key, text], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 def spec_string(model: str, weights: Any = None) -> str:

@@ -17,10 +17,11 @@ from retrieval.retrievers.base import (
     parse_spec,
     query_key,
     register_kind,
+    spec_facts,
     spec_prefix,
 )
 
 __all__ = [
     "ENTRY_POINT_GROUP", "MODALITY_RULES", "Fusion", "LateFusion", "Retriever", "RetrieverKind", "black_like",
-    "canonical_spec", "expected_passes", "kinds", "parse_spec", "query_key", "register_kind", "spec_prefix",
+    "canonical_spec", "expected_passes", "kinds", "parse_spec", "query_key", "register_kind", "spec_facts", "spec_prefix",
 ]

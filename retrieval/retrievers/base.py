@@ -30,12 +30,12 @@ query is the image with the text dropped, i.e. the empty string).
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.metadata
-import json
 import threading
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from retrieval.specs import query_key  # the one implementation of Retriever.query_cache_key (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BUILTIN_KINDS", "ENTRY_POINT_GROUP", "Fusion", "LateFusion", "MODALITY_RULES", "ModalityRule", "Retriever",
-    "RetrieverKind", "black_like", "expected_passes", "kinds", "parse_spec", "query_key", "register_kind",
-    "spec_prefix",
+    "RetrieverKind", "black_like", "canonical_spec", "expected_passes", "kinds", "parse_spec", "query_key",
+    "register_kind", "spec_facts", "spec_prefix",
 ]
 
 Fusion = Literal["late", "early"]
@@ -127,7 +127,7 @@ class Retriever(Protocol):
 
     def query_cache_key(self, image_key: str | None, text: str | None) -> str:
         """The cache key of one query: names the retriever, its exact inputs (the image by its
-        file's sha256, the text) and the template version (see :func:`query_key`)."""
+        file's sha256, the text) and the template version (:func:`retrieval.specs.query_key`)."""
         ...
 
 
@@ -141,14 +141,6 @@ class LateFusion(Protocol):
     def embed_texts(self, texts: list[str]) -> torch.Tensor: ...
 
     def compose(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> torch.Tensor: ...
-
-
-def query_key(spec: str, template_version: str, image_key: str | None, text: str | None) -> str:
-    """sha256 hex naming a query: retriever ``spec``, ``template_version``, the image's key
-    (its file's sha256; ``None`` for none) and the exact text (``None`` for none). The one
-    implementation of :meth:`Retriever.query_cache_key` that the built-in retrievers use."""
-    payload = json.dumps([spec, template_version, image_key, text], ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 def black_like(image: Image.Image) -> Image.Image:
@@ -275,9 +267,10 @@ def parse_spec(spec: str) -> tuple[RetrieverKind, dict[str, Any]]:
     kind = _load(prefix) if prefix else None
     if kind is None:
         installed = ", ".join(f"'{p}:'" for p in kinds()) or "none"
-        what = f"unknown retriever kind '{prefix}'" if prefix else "missing kind prefix"
+        what = f"unknown backend '{prefix}'" if prefix else "missing backend prefix"
         extra = f" ({_failed[prefix]})" if prefix in _failed else ""
-        raise ValueError(f"bad retriever spec '{spec}': {what}{extra}; installed kinds: {installed}")
+        raise ValueError(f"bad retriever spec '{spec}': {what}{extra}; installed kinds: {installed} "
+                         "(e.g. 'openclip:MODEL[@WEIGHTS]')")
     rest = spec[len(prefix) + 1:].strip()
     try:
         parsed = kind.parse(rest)
@@ -291,3 +284,11 @@ def canonical_spec(spec: str) -> str:
     """The canonical form of ``spec`` (ValueError as :func:`parse_spec`)."""
     kind, parsed = parse_spec(spec)
     return kind.canonical(parsed)
+
+
+def spec_facts(spec: str) -> dict[str, Any]:
+    """``spec`` parsed by its kind, with ``backend`` (the prefix), ``canonical`` and ``fusion``
+    (and ``kind``: the prefix, unless the kind's parse sets it: open_clip's weights kind)."""
+    kind, parsed = parse_spec(spec)
+    return {"kind": kind.prefix, **parsed, "backend": kind.prefix, "canonical": kind.canonical(parsed),
+            "fusion": kind.fusion(parsed)}
