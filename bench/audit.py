@@ -79,6 +79,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3,
                    help="runs of the bare encode, the cold and the warm audit (medians reported; default 3)")
     p.add_argument("--keep", default=None, help="Work in this folder and keep it (default: a temporary one).")
+    p.add_argument("--hf", action="store_true",
+                   help="instead: the hf: figure, a tiny hf: checkpoint's audit / its bare forward passes (bench/audit_hf.py)")
+    p.add_argument("--hf-family", default="vlm2vec", help="the hf: family of --hf (default vlm2vec, on Qwen2-VL)")
     return p.parse_args()
 
 
@@ -463,6 +466,11 @@ def cold_and_warm(dataset, specs, sync) -> tuple[Any, Clock, Any, Clock, int]:
 
 def main() -> None:
     args = parse_args()
+    if args.hf:
+        import audit_hf  # beside this script
+
+        audit_hf.main_hf(args, sys.modules[__name__])
+        return
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="cirval-bench-audit-"))
     work.mkdir(parents=True, exist_ok=True)
     setup_django(work, args.device, args.precision, args.loader_workers)

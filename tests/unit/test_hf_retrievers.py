@@ -1,6 +1,6 @@
 """``hf:`` retrievers: each family's adapter gives the embeddings of a re-implementation of its
 official inference code (tests/hf_reference.py), to 1e-5, on tiny random-weight checkpoints of
-the same transformers classes with a tokenizer built offline (tests/hf_tiny.py).
+the same transformers classes with a tokenizer built offline (retrieval/retrievers/hf/tiny.py).
 
 The inputs are a composed query, the family's text-only query, its image-only query and
 candidates, of images of different sizes (so that the batches are padded)."""
@@ -17,8 +17,8 @@ from PIL import Image
 
 from retrieval.retrievers.base import parse_spec
 from retrieval.retrievers.hf import families as fams
+from retrieval.retrievers.hf import tiny as hf_tiny
 from tests import hf_reference as ref
-from tests import hf_tiny
 
 TOL = 1e-5
 

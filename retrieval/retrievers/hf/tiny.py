@@ -2,6 +2,9 @@
 built offline: a byte-level BPE tokenizer trained here on a few sentences (with each model's
 special tokens), the real processor classes, and configs a few dozen units wide. Each is saved
 in transformers' layout, so that ``hf:FAMILY@<folder>`` loads it. Nothing is downloaded.
+
+For tests, benchmarks and demo pools: their embeddings carry no meaning. Imports torch,
+tokenizers and transformers when a checkpoint is built (workers and tests only).
 """
 from __future__ import annotations
 
@@ -68,6 +71,9 @@ def _text(vocab: int, **extra) -> dict:
 
 
 def _save(model, processor, folder: Path) -> Path:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     folder.mkdir(parents=True, exist_ok=True)
     processor.save_pretrained(folder)
     model.save_pretrained(folder)
