@@ -1,16 +1,25 @@
-"""croissant.json of a release: Croissant 1.1 metadata with the Responsible-AI (RAI 1.0) fields.
+"""croissant.json of a release: Croissant 1.1 metadata with the Responsible-AI (RAI 1.0) fields,
+built with mlcroissant's own classes (``mlc.Metadata``, ``FileObject``, ``FileSet``,
+``RecordSet``, ``Field``) and written by its ``to_json``: the JSON-LD context, the terms and
+their order are mlcroissant's, and the document is checked by mlcroissant as it is built.
 
 * ``distribution``: one ``cr:FileObject`` per file of the release (``contentUrl`` relative to
-  croissant.json, ``sha256``; all but release.json, whose ``released_at`` changes each time), and one ``cr:FileSet`` per kind of file (query files, trace
-  files, CIRCO files, CIRCLED files) whose ``includes`` are the exact paths of those files.
+  croissant.json, ``sha256``; all but release.json, whose ``released_at`` changes each time), and
+  one ``cr:FileSet`` per kind of file (query files, trace files, CIRCO files, CIRCLED files)
+  whose ``includes`` are the exact paths of those files.
 * ``recordSet``: per study, ``queries``, ``targets``, ``verdicts`` and ``alternatives`` (M-BEIR
   layout, category rubrics), ``circo_queries`` (CIRCO layout), ``sessions``, ``turns`` and
-  ``verdicts`` (CIRCLED layout, session rubrics); fields read a JSONL column (with a
-  ``jsonPath`` transform into nested values) or a ``jsonPath`` of a JSON file, so
+  ``verdicts`` (CIRCLED layout, session rubrics). Their fields are the export's own
+  (:mod:`annotation.core.export_fields`: names, types, nesting), read from a JSONL column (with
+  a ``jsonPath`` transform into nested values) or a ``jsonPath`` of a JSON file, so
   ``mlcroissant`` reads back every line of the files.
 * RAI fields are filled from what CIRVal knows (facts of :mod:`annotation.release.facts`); the
   ones it cannot know carry :data:`PLACEHOLDER` and are listed by :func:`placeholders`.
+
+mlcroissant (and pandas, rdflib under it) is imported when a release is written, never by a
+web request: the release runs on a worker or from ``manage.py release``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,6 +27,17 @@ from typing import Any
 
 from django.utils.text import slugify
 
+from annotation.core.export_fields import (
+    CIRCLED_SESSION,
+    CIRCLED_TURN,
+    CIRCO_QUERY,
+    INTEGER,
+    MBEIR_QUERY,
+    SESSION_TRACE,
+    TRACE,
+    TRACE_POSITIVES,
+    Column,
+)
 from annotation.release.facts import source_lines, study_facts
 from annotation.release.files import RELEASE_JSON, file_sums
 
@@ -27,56 +47,15 @@ PLACEHOLDER = "TO BE FILLED IN BY THE PUBLISHER:"
 #: RAI (and dataset) fields CIRVal cannot know: the user fills them in (the command lists them).
 UNKNOWN_FIELDS: dict[str, str] = {
     "rai:personalSensitiveInformation": "whether the images or texts show people or hold personal or sensitive "
-                                        "information, and how it was handled",
+    "information, and how it was handled",
     "rai:dataReleaseMaintenancePlan": "who maintains the release, where errors are reported, how versions are kept",
     "rai:annotatorDemographics": "who the annotators are (recruitment, pay, expertise), if you may say so",
     "rai:dataSocialImpact": "the possible social impact of the data",
     "url": "where the release is published",
     "creator": "the people or group publishing the release",
 }
-
-#: The Croissant 1.1 JSON-LD context (the term mapping of the Croissant and RAI specifications).
-CONTEXT: dict[str, Any] = {
-    "@language": "en", "@vocab": "https://schema.org/", "arrayShape": "cr:arrayShape", "citeAs": "cr:citeAs",
-    "column": "cr:column", "conformsTo": "dct:conformsTo", "containedIn": "cr:containedIn",
-    "cr": "http://mlcommons.org/croissant/", "rai": "http://mlcommons.org/croissant/RAI/",
-    "data": {"@id": "cr:data", "@type": "@json"}, "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
-    "dct": "http://purl.org/dc/terms/", "equivalentProperty": "cr:equivalentProperty",
-    "examples": {"@id": "cr:examples", "@type": "@json"}, "extract": "cr:extract", "field": "cr:field",
-    "fileProperty": "cr:fileProperty", "fileObject": "cr:fileObject", "fileSet": "cr:fileSet",
-    "format": "cr:format", "includes": "cr:includes", "isArray": "cr:isArray", "isLiveDataset": "cr:isLiveDataset",
-    "jsonPath": "cr:jsonPath", "key": "cr:key", "md5": "cr:md5", "parentField": "cr:parentField", "path": "cr:path",
-    "recordSet": "cr:recordSet", "references": "cr:references", "regex": "cr:regex", "repeated": "cr:repeated",
-    "replace": "cr:replace", "samplingRate": "cr:samplingRate", "sc": "https://schema.org/",
-    "separator": "cr:separator", "source": "cr:source", "subField": "cr:subField", "transform": "cr:transform",
-}
-
-TEXT, INT, BOOL = "sc:Text", "sc:Integer", "sc:Boolean"
-#: (field name, type, JSONL column, jsonPath inside the column or None, is an array)
-QUERY_FIELDS = [("qid", TEXT, "qid", None, False), ("query_txt", TEXT, "query_txt", None, False),
-                ("query_img_path", TEXT, "query_img_path", None, False),
-                ("query_modality", TEXT, "query_modality", None, False),
-                ("query_src_content", TEXT, "query_src_content", None, False), ("task_id", INT, "task_id", None, False)]
-TARGET_FIELDS = [("qid", TEXT, "qid", None, False), ("pos_cand_list", TEXT, "pos_cand_list", None, True),
-                 ("neg_cand_list", TEXT, "neg_cand_list", None, True)]
-VERDICT_FIELDS = [("qid", TEXT, "qid", None, False), ("item", INT, "item", None, False),
-                  ("dataset", TEXT, "dataset", None, False), ("subset", TEXT, "subset", None, False),
-                  ("hidden_category", TEXT, "hidden_category", None, False),
-                  ("status", TEXT, "consensus", "status", False), ("policy", TEXT, "consensus", "policy", False),
-                  ("n_votes", INT, "consensus", "n_votes", False), ("valid_votes", INT, "consensus", "valid_votes", False)]
-SESSION_VERDICT_FIELDS = [f for f in VERDICT_FIELDS if f[0] not in ("valid_votes",)]
-ALTERNATIVE_FIELDS = [("qid", TEXT, "qid", None, False), ("images", TEXT, "positives", "[*].image", True),
-                      ("sources", TEXT, "positives", "[*].source", True)]
-#: JSON files (one array per file): (field name, type, jsonPath)
-CIRCO_FIELDS = [("id", INT, "$[*].id"), ("relative_caption", TEXT, "$[*].relative_caption"),
-                ("shared_concept", TEXT, "$[*].shared_concept")]
-SESSION_FIELDS = [("session_id", TEXT, "$[*].session_id"), ("subset", TEXT, "$[*].subset"),
-                  ("num_turns", INT, "$[*].num_turns")]
-TURN_FIELDS = [("turn", INT, "$[*].turns[*].turn"), ("reference_image_id", TEXT, "$[*].turns[*].reference_image_id"),
-               ("relative_caption", TEXT, "$[*].turns[*].relative_caption")]
-
-ENCODING = {".jsonl": "application/jsonlines", ".json": "application/json", ".csv": "text/csv",
-            ".md": "text/markdown"}
+ENCODING = {".jsonl": "application/jsonlines", ".json": "application/json", ".csv": "text/csv", ".md": "text/markdown"}
+JSONL, JSON = "application/jsonlines", "application/json"
 
 
 def placeholders(parts: list | None = None) -> list[str]:
@@ -84,8 +63,12 @@ def placeholders(parts: list | None = None) -> list[str]:
     then ``license`` / ``citeAs`` for each source dataset CIRVal has no record of."""
     out = [f"{key}: {what}" for key, what in UNKNOWN_FIELDS.items()]
     rows = source_lines([study_facts(p) for p in parts or []], PLACEHOLDER)
-    out += [f"{key}: {value[len(PLACEHOLDER):].strip()} of {name}" for name, _, lic, cite in rows
-            for key, value in (("license", lic), ("citeAs", cite)) if value.startswith(PLACEHOLDER)]
+    out += [
+        f"{key}: {value[len(PLACEHOLDER) :].strip()} of {name}"
+        for name, _, lic, cite in rows
+        for key, value in (("license", lic), ("citeAs", cite))
+        if value.startswith(PLACEHOLDER)
+    ]
     return list(dict.fromkeys(out))
 
 
@@ -93,45 +76,65 @@ def _placeholder(key: str) -> str:
     return f"{PLACEHOLDER} {UNKNOWN_FIELDS[key]}."
 
 
-def _file_id(path: str) -> str:
-    return "file/" + path
+class _Builder:
+    """Makes the nodes of one croissant.json: every node shares one mlcroissant ``Context``,
+    and every ``@id`` is named here (mlcroissant would draw a random one)."""
 
+    def __init__(self):
+        import mlcroissant as mlc
 
-def _file_objects(root: Path, sums: dict[str, str]) -> list[dict[str, Any]]:
-    out = []
-    for name in sorted(sums):
-        suffix = Path(name).suffix
-        out.append({"@type": "cr:FileObject", "@id": _file_id(name), "name": name, "contentUrl": name,
-                    "encodingFormat": ENCODING.get(suffix, "text/plain"), "sha256": sums[name],
-                    "contentSize": f"{(root / name).stat().st_size} B"})
-    return out
+        self.mlc = mlc
+        self.ctx = mlc.Context(conforms_to=CONFORMS_TO)
+        self.types = {INTEGER: mlc.DataType.INTEGER}
 
+    def file_objects(self, root: Path, sums: dict[str, str]) -> list:
+        return [
+            self.mlc.FileObject(
+                ctx=self.ctx,
+                id="file/" + name,
+                name=name,
+                content_url=name,
+                encoding_formats=[ENCODING.get(Path(name).suffix, "text/plain")],
+                sha256=sums[name],
+                content_size=f"{(root / name).stat().st_size} B",
+            )
+            for name in sorted(sums)
+        ]
 
-def _jsonl_field(rs: str, fileset: str, spec: tuple) -> dict[str, Any]:
-    name, dtype, column, path, array = spec
-    source: dict[str, Any] = {"fileSet": {"@id": fileset}, "extract": {"column": column}}
-    if path:
-        source["transform"] = {"jsonPath": path}
-    out = {"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, "dataType": dtype, "source": source}
-    if array:
-        out["isArray"] = True
-        out["arrayShape"] = "-1"
-    return out
+    def file_set(self, fid: str, paths: list[str], fmt: str, description: str):
+        return self.mlc.FileSet(
+            ctx=self.ctx, id=fid, name=fid, description=description, encoding_formats=[fmt], includes=sorted(paths)
+        )
 
+    def field(self, rs: str, fileset: str, col: Column, json_file: bool = False):
+        """A field of the record set ``rs``: a JSONL line's column (a nested value through a
+        ``jsonPath`` transform), or a ``jsonPath`` from the root of a JSON file."""
+        mlc = self.mlc
+        if json_file:
+            source = mlc.Source(ctx=self.ctx, file_set=fileset, extract=mlc.Extract(ctx=self.ctx, json_path=col.path))
+        else:
+            transforms = [mlc.Transform(ctx=self.ctx, json_path=col.path)] if col.path else []
+            source = mlc.Source(
+                ctx=self.ctx, file_set=fileset, extract=mlc.Extract(ctx=self.ctx, column=col.key), transforms=transforms
+            )
+        array = {"is_array": True, "array_shape": "-1"} if col.array else {}
+        return mlc.Field(
+            ctx=self.ctx,
+            id=f"{rs}/{col.name}",
+            name=col.name,
+            data_types=[self.types.get(col.type, mlc.DataType.TEXT)],
+            source=source,
+            **array,
+        )
 
-def _json_field(rs: str, fileset: str, spec: tuple) -> dict[str, Any]:
-    name, dtype, path = spec
-    return {"@type": "cr:Field", "@id": f"{rs}/{name}", "name": name, "dataType": dtype,
-            "source": {"fileSet": {"@id": fileset}, "extract": {"jsonPath": path}}}
-
-
-def _record_set(rs: str, description: str, fields: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"@type": "cr:RecordSet", "@id": rs, "name": rs, "description": description, "field": fields}
-
-
-def _file_set(fid: str, paths: list[str], fmt: str, description: str) -> dict[str, Any]:
-    return {"@type": "cr:FileSet", "@id": fid, "name": fid, "description": description, "encodingFormat": fmt,
-            "includes": sorted(paths)}
+    def record_set(self, rs: str, description: str, fileset: str, columns, json_file: bool = False):
+        return self.mlc.RecordSet(
+            ctx=self.ctx,
+            id=rs,
+            name=rs,
+            description=description,
+            fields=[self.field(rs, fileset, c, json_file) for c in columns if c.published],
+        )
 
 
 def _export_files(part, layout: str) -> dict[str, list[str]]:
@@ -143,57 +146,95 @@ def _export_files(part, layout: str) -> dict[str, list[str]]:
     return files
 
 
-def _jsonl_sets(prefix: str, files: dict[str, list[str]], session: bool) -> tuple[list, list]:
+_QID = MBEIR_QUERY[0]
+
+
+def _jsonl_sets(doc: _Builder, prefix: str, files: dict[str, list[str]], session: bool) -> tuple[list, list]:
     fs_q, fs_t = f"{prefix}/query-files", f"{prefix}/trace-files"
-    sets = [_file_set(fs_t, files["trace"], "application/jsonlines",
-                      "Trace lines: the consensus, every vote and the adjudication behind each exported line.")]
-    rs_v = f"{prefix}/verdicts"
-    records = [_record_set(rs_v, "One verdict per exported query: the consensus status, its policy and the votes.",
-                           [_jsonl_field(rs_v, fs_t, f) for f in (SESSION_VERDICT_FIELDS if session else VERDICT_FIELDS)])]
+    sets = [
+        doc.file_set(
+            fs_t,
+            files["trace"],
+            JSONL,
+            "Trace lines: the consensus, every vote and the adjudication behind each exported line.",
+        )
+    ]
+    records = [
+        doc.record_set(
+            f"{prefix}/verdicts",
+            "One verdict per exported query: the consensus status, its policy and the votes.",
+            fs_t,
+            SESSION_TRACE if session else TRACE,
+        )
+    ]
     if session:
         return sets, records
-    sets.append(_file_set(fs_q, files["queries"], "application/jsonlines", "Validated queries, M-BEIR layout."))
-    for name, fields, fs, what in (
-            ("queries", QUERY_FIELDS, fs_q, "Validated queries (M-BEIR query layout)."),
-            ("targets", TARGET_FIELDS, fs_q, "Positive and negative candidates of each validated query."),
-            ("alternatives", ALTERNATIVE_FIELDS, fs_t,
-             "Every positive of each query and where it comes from: labelled, or an alternative accepted by "
-             "the annotators.")):
-        rs = f"{prefix}/{name}"
-        records.append(_record_set(rs, what, [_jsonl_field(rs, fs, f) for f in fields]))
+    sets.append(doc.file_set(fs_q, files["queries"], JSONL, "Validated queries, M-BEIR layout."))
+    lists = tuple(c for c in MBEIR_QUERY if c.array)
+    for name, columns, fs, what in (
+        ("queries", tuple(c for c in MBEIR_QUERY if not c.array), fs_q, "Validated queries (M-BEIR query layout)."),
+        ("targets", (_QID, *lists), fs_q, "Positive and negative candidates of each validated query."),
+        (
+            "alternatives",
+            (_QID, *TRACE_POSITIVES),
+            fs_t,
+            "Every positive of each query and where it comes from: labelled, or an alternative accepted by "
+            "the annotators.",
+        ),
+    ):
+        records.append(doc.record_set(f"{prefix}/{name}", what, fs, columns))
     return sets, records
 
 
-def _json_sets(prefix: str, files: list[str], layout: str) -> tuple[list, list]:
+def _at(columns, root: str) -> tuple[Column, ...]:
+    """``columns`` read from a JSON array file: each value at ``root`` + its name."""
+    return tuple(Column(c.name, c.type, c.array, path=f"{root}.{c.name}", published=c.published) for c in columns)
+
+
+def _json_sets(doc: _Builder, prefix: str, files: list[str], layout: str) -> tuple[list, list]:
     fs = f"{prefix}/{layout}-files"
     if layout == "circo":
-        sets = [_file_set(fs, files, "application/json", "Validated queries in CIRCO's annotation layout.")]
-        rs = f"{prefix}/circo_queries"
-        return sets, [_record_set(rs, "Validated queries (CIRCO layout; id = position in the file).",
-                                  [_json_field(rs, fs, f) for f in CIRCO_FIELDS])]
+        sets = [doc.file_set(fs, files, JSON, "Validated queries in CIRCO's annotation layout.")]
+        return sets, [
+            doc.record_set(
+                f"{prefix}/circo_queries",
+                "Validated queries (CIRCO layout; id = position in the file).",
+                fs,
+                _at(CIRCO_QUERY, "$[*]"),
+                json_file=True,
+            )
+        ]
     # one FileSet per RecordSet: mlcroissant reads every field of a JSON FileSet into one table,
     # so sessions and their turns (two lengths) read the same files through two FileSets
     fs_t = f"{prefix}/{layout}-turn-files"
-    sets = [_file_set(fs, files, "application/json", "Validated sessions in the CIRCLED public layout."),
-            _file_set(fs_t, files, "application/json", "The same files, read turn by turn.")]
-    rs_s, rs_t = f"{prefix}/sessions", f"{prefix}/turns"
-    return sets, [_record_set(rs_s, "Validated sessions.", [_json_field(rs_s, fs, f) for f in SESSION_FIELDS]),
-                  _record_set(rs_t, "Every turn of every validated session, in file order.",
-                              [_json_field(rs_t, fs_t, f) for f in TURN_FIELDS])]
+    sets = [
+        doc.file_set(fs, files, JSON, "Validated sessions in the CIRCLED public layout."),
+        doc.file_set(fs_t, files, JSON, "The same files, read turn by turn."),
+    ]
+    return sets, [
+        doc.record_set(f"{prefix}/sessions", "Validated sessions.", fs, _at(CIRCLED_SESSION, "$[*]"), json_file=True),
+        doc.record_set(
+            f"{prefix}/turns",
+            "Every turn of every validated session, in file order.",
+            fs_t,
+            _at(CIRCLED_TURN, "$[*].turns[*]"),
+            json_file=True,
+        ),
+    ]
 
 
-def _study_sets(part) -> tuple[list, list]:
+def _study_sets(doc: _Builder, part) -> tuple[list, list]:
     sets: list = []
     records: list = []
     for layout in part.layouts:
         files = _export_files(part, layout)
         prefix = f"{part.folder}/{layout}"
         if layout == "mbeir":
-            s, r = _jsonl_sets(prefix, files, False)
+            s, r = _jsonl_sets(doc, prefix, files, False)
         else:
-            s, r = _json_sets(prefix, files["queries"], layout)
+            s, r = _json_sets(doc, prefix, files["queries"], layout)
             if layout == "circled":
-                s2, r2 = _jsonl_sets(prefix, files, True)
+                s2, r2 = _jsonl_sets(doc, prefix, files, True)
                 s, r = s + s2, r + r2
         sets += s
         records += r
@@ -215,95 +256,119 @@ def agreement_text(agreement: dict[str, Any]) -> str:
 
 
 def _audit_text(name: str, a: dict[str, Any]) -> str:
-    shares = ", ".join(f"{k} {a['counts'][k]} ({_num(a['shares'][k] * 100 if a['shares'][k] is not None else None, 1)}%)"
-                       for k in a["counts"])
-    return (f"{name}: {a['queries']} queries audited with the retriever pool {', '.join(a['retrievers'])} at "
-            f"K={a['k']}; labels {shares}")
+    shares = ", ".join(
+        f"{k} {a['counts'][k]} ({_num(a['shares'][k] * 100 if a['shares'][k] is not None else None, 1)}%)"
+        for k in a["counts"]
+    )
+    return (
+        f"{name}: {a['queries']} queries audited with the retriever pool {', '.join(a['retrievers'])} at "
+        f"K={a['k']}; labels {shares}"
+    )
 
 
 def protocol_text(f: dict[str, Any]) -> str:
     """The annotation protocol of one study in words (rubric, guidelines, consensus)."""
     r = f["rubric"]
-    return (f"Study {f['name']}: rubric {r['key']} version {r['version']} ({r['title']}): "
-            f"{r['description']} Full rubric text in {f['folder']}/rubric.json; guidelines version "
-            f"{f['guidelines_version'] or 'none saved'} in {f['folder']}/guidelines.md. Consensus: "
-            f"{f['consensus_rule']}.")
+    return (
+        f"Study {f['name']}: rubric {r['key']} version {r['version']} ({r['title']}): "
+        f"{r['description']} Full rubric text in {f['folder']}/rubric.json; guidelines version "
+        f"{f['guidelines_version'] or 'none saved'} in {f['folder']}/guidelines.md. Consensus: "
+        f"{f['consensus_rule']}."
+    )
 
 
 def _rai(facts: list[dict[str, Any]], release: dict[str, Any]) -> dict[str, Any]:
     proto, analysis, per_item, uses, limits, machine, collection = [], [], [], [], [], [], []
     for f in facts:
         proto.append(protocol_text(f))
-        per_item.append(f"{f['name']}: {f['overlap']} annotators per item (fixed overlap; decided at a quorum of "
-                        f"{f['quorum']}); {f['annotators']} annotators in all, named annotator_NN; gold items at "
-                        f"a rate of {f['gold_rate']:g}, {f['training_items']} training items before counting.")
-        analysis.append(f"{f['name']}: {f['judgements']} judgements of {f['items']} items; {f['validated']} "
-                        f"validated, {f['rejected']} rejected, {f['adjudicated']} decided by an adjudicator, "
-                        f"{f['pending']} below the quorum, {f['unjudged']} unjudged. Agreement: "
-                        f"{agreement_text(f['agreement'])}.")
+        per_item.append(
+            f"{f['name']}: {f['overlap']} annotators per item (fixed overlap; decided at a quorum of "
+            f"{f['quorum']}); {f['annotators']} annotators in all, named annotator_NN; gold items at "
+            f"a rate of {f['gold_rate']:g}, {f['training_items']} training items before counting."
+        )
+        analysis.append(
+            f"{f['name']}: {f['judgements']} judgements of {f['items']} items; {f['validated']} "
+            f"validated, {f['rejected']} rejected, {f['adjudicated']} decided by an adjudicator, "
+            f"{f['pending']} below the quorum, {f['unjudged']} unjudged. Agreement: "
+            f"{agreement_text(f['agreement'])}."
+        )
         for name, a in f["audits"].items():
             machine.append(_audit_text(name, a))
             limits.extend(f"{name}: {w}" for w in a["warnings"])
         if f["pending"] or f["unjudged"]:
-            limits.append(f"{f['name']}: {f['pending'] + f['unjudged']} of {f['items']} items were not decided "
-                          "(below the quorum or unjudged) and are not released.")
-        collection.append(f"{f['name']}: queries of {', '.join(f['datasets'])} drawn by CIRVal's seeded sampler "
-                          "and judged by people in CIRVal's annotation tool.")
-    uses.append("Evaluating composed image retrieval models on queries that human annotators validated and that "
-                "no single-modality retriever of the audit pool could solve; studying annotation quality.")
+            limits.append(
+                f"{f['name']}: {f['pending'] + f['unjudged']} of {f['items']} items were not decided "
+                "(below the quorum or unjudged) and are not released."
+            )
+        collection.append(
+            f"{f['name']}: queries of {', '.join(f['datasets'])} drawn by CIRVal's seeded sampler "
+            "and judged by people in CIRVal's annotation tool."
+        )
+    uses.append(
+        "Evaluating composed image retrieval models on queries that human annotators validated and that "
+        "no single-modality retriever of the audit pool could solve; studying annotation quality."
+    )
     limits.append("Only validated items are released; a rejected query is absent, not corrected.")
+    # mlcroissant's Metadata arguments; a one-element list is written as its one value
     return {
-        "rai:dataCollection": " ".join(collection),
-        "rai:dataCollectionType": ["Manual Human Curation", "Software Collection"],
-        "rai:dataAnnotationProtocol": " ".join(proto),
-        "rai:dataAnnotationPlatform": f"CIRVal (commit {release['cirval_commit']})",
-        "rai:dataAnnotationAnalysis": " ".join(analysis),
-        "rai:annotationsPerItem": " ".join(per_item),
-        "rai:machineAnnotationTools": " ".join(machine) or "No audit run behind these studies.",
-        "rai:dataUseCases": " ".join(uses),
-        "rai:dataLimitations": " ".join(limits),
-        "rai:dataBiases": "The pool keeps the queries the audit could not rule out, so it leans towards what the "
-                          "retriever pool finds hard; see the label shares in rai:machineAnnotationTools.",
-        **{key: _placeholder(key) for key in UNKNOWN_FIELDS if key.startswith("rai:")},
+        "data_collection": " ".join(collection),
+        "data_collection_type": ["Manual Human Curation", "Software Collection"],
+        "data_annotation_protocol": [" ".join(proto)],
+        "data_annotation_platform": [f"CIRVal (commit {release['cirval_commit']})"],
+        "data_annotation_analysis": [" ".join(analysis)],
+        "annotations_per_item": " ".join(per_item),
+        "machine_annotation_tools": [" ".join(machine) or "No audit run behind these studies."],
+        "data_use_cases": [" ".join(uses)],
+        "data_limitations": [" ".join(limits)],
+        "data_biases": [
+            "The pool keeps the queries the audit could not rule out, so it leans towards what the "
+            "retriever pool finds hard; see the label shares in rai:machineAnnotationTools."
+        ],
+        "personal_sensitive_information": [_placeholder("rai:personalSensitiveInformation")],
+        "data_release_maintenance_plan": _placeholder("rai:dataReleaseMaintenancePlan"),
+        "annotator_demographics": [_placeholder("rai:annotatorDemographics")],
+        "data_social_impact": _placeholder("rai:dataSocialImpact"),
     }
 
 
 def _licence_and_citation(facts: list[dict[str, Any]]) -> tuple[str, str]:
     rows = source_lines(facts, PLACEHOLDER)
-    return ("; ".join(dict.fromkeys(f"{name}: {lic}" for name, _, lic, _ in rows)),
-            " ".join(dict.fromkeys(f"{name}: {cite}" for name, _, _, cite in rows)))
+    return (
+        "; ".join(dict.fromkeys(f"{name}: {lic}" for name, _, lic, _ in rows)),
+        " ".join(dict.fromkeys(f"{name}: {cite}" for name, _, _, cite in rows)),
+    )
 
 
 def croissant(parts: list, release: dict[str, Any], root: Path) -> dict[str, Any]:
     """The croissant.json document of a release written under ``root`` (every file but
-    croissant.json and SHA256SUMS exists already)."""
+    croissant.json and SHA256SUMS exists already), as mlcroissant writes its ``Metadata``."""
+    doc = _Builder()
     facts = [study_facts(p) for p in parts]
     # release.json holds the one timestamp: left out, so that croissant.json stays byte-identical
     sums = file_sums(root, skip=(RELEASE_JSON,))
     sets: list = []
     records: list = []
     for part in parts:
-        s, r = _study_sets(part)
+        s, r = _study_sets(doc, part)
         sets += s
         records += r
     licence, citation = _licence_and_citation(facts)
     names = ", ".join(f["name"] for f in facts)
-    return {
-        "@context": CONTEXT,
-        "@type": "sc:Dataset",
-        "conformsTo": [CONFORMS_TO, RAI_CONFORMS_TO],
-        "name": slugify(f"cirval-{names}") or "cirval-release",
-        "description": f"The validated items of {names}: composed image retrieval queries audited for shortcuts "
-                       "and judged by annotators in CIRVal. " + " ".join(
-                           f"{f['name']}: {f['validated']} validated of {f['items']} items." for f in facts),
-        "license": licence,
-        "citeAs": citation,
-        "url": _placeholder("url"),
-        "creator": {"@type": "sc:Organization", "name": _placeholder("creator")},
-        "datePublished": max(s["data_as_of"] for s in release["studies"]),
-        "version": "1.0.0",
-        "isLiveDataset": False,
+    metadata = doc.mlc.Metadata(
+        ctx=doc.ctx,
+        conforms_to=[CONFORMS_TO, RAI_CONFORMS_TO],
+        name=slugify(f"cirval-{names}") or "cirval-release",
+        description=f"The validated items of {names}: composed image retrieval queries audited for shortcuts "
+        "and judged by annotators in CIRVal. "
+        + " ".join(f"{f['name']}: {f['validated']} validated of {f['items']} items." for f in facts),
+        license=[licence],
+        cite_as=citation,
+        url=_placeholder("url"),
+        creators=[doc.mlc.Organization(ctx=doc.ctx, name=_placeholder("creator"))],
+        date_published=max(s["data_as_of"] for s in release["studies"]),
+        version="1.0.0",
+        distribution=doc.file_objects(root, sums) + sets,
+        record_sets=records,
         **_rai(facts, release),
-        "distribution": _file_objects(root, sums) + sets,
-        "recordSet": records,
-    }
+    )
+    return metadata.to_json()
