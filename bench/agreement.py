@@ -120,7 +120,7 @@ def bench_nominal(codes: np.ndarray, raters: list[str], k: int, repeat: int) -> 
     triples = triples_of(codes, cats, raters)
     t_triples, _ = timed(lambda: Ratings.from_triples(triples), 1)
     row(f"table from {len(triples):,} Python triples", t_triples)
-    del triples
+    triples = None  # free the list before the timings below (the lambda above has run)
     t_alpha, alpha = timed(lambda: krippendorff_alpha(ratings, "nominal"), repeat)
     row("Krippendorff's alpha (nominal)", t_alpha, f"alpha = {num(alpha)}")
     t_kappa, pairs = timed(lambda: pairwise_cohen_kappa(ratings), repeat)
@@ -154,7 +154,7 @@ def bench_validity(codes: np.ndarray, raters: list[str], repeat: int) -> None:
     triples = triples_of(codes, labels, raters)
     t_triples, _ = timed(lambda: validity_ratings(triples), 1)
     row(f"table from {len(triples):,} validity triples", t_triples)
-    del triples
+    triples = None  # free the list before the timings below (the lambda above has run)
     t_alpha, alpha = timed(lambda: krippendorff_alpha(ratings, "nominal"), repeat)
     row("Krippendorff's alpha (signature)", t_alpha, f"alpha = {num(alpha)}")
     t_kappa, pairs = timed(lambda: pairwise_cohen_kappa(ratings), repeat)

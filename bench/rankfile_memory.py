@@ -60,7 +60,7 @@ def write_rank_file(path: Path, n_gallery: int, n_samples: int, top: int, seed: 
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as out:
         out.write(json.dumps({"metadata": {"dataset": "bench", "task": 7, "k": 10, "retriever_name": path.stem}})[:-1])
-        out.write(', "summary": {"n_samples": %d}, "gallery_paths": [' % n_samples)
+        out.write(f', "summary": {{"n_samples": {n_samples}}}, "gallery_paths": [')
         for start in range(0, n_gallery, 100_000):
             out.write(",".join(json.dumps(gallery_path(n)) for n in range(start, min(n_gallery, start + 100_000))))
             if start + 100_000 < n_gallery:

@@ -44,8 +44,7 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield ``(index, line)`` for the lines of a UTF-8 text file, streaming (a BOM is tolerated)."""
     try:
         with open(path, encoding="utf-8-sig") as handle:
-            for index, line in enumerate(handle):
-                yield index, line
+            yield from enumerate(handle)
     except UnicodeDecodeError as exc:
         raise ParseError(str(path), None, None, f"not UTF-8 text: {exc}") from exc
     except OSError as exc:

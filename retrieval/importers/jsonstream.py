@@ -273,8 +273,7 @@ def iter_list(path: Path) -> Iterator[tuple[int, Any]]:
 def _list_items(path: Path) -> Iterator[tuple[int, Any]]:
     with _open(path) as handle:
         try:
-            for index, item in enumerate(ijson.items(_Counting(handle), "item", use_float=True)):
-                yield index, item
+            yield from enumerate(ijson.items(_Counting(handle), "item", use_float=True))
         except ijson.JSONError as exc:
             raise diagnose(path, exc) from None
 

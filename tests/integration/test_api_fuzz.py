@@ -29,7 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def annotator_token(db):
     call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
                  verbosity=0)
-    User = get_user_model()
     user = make_annotator("fuzzer")
     other = make_annotator("other")
     create_study(StudySpec(name="fuzz", datasets=["circo"], overlap=2, total=20, annotators=["fuzzer", "other"]))

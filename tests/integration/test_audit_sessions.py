@@ -75,7 +75,7 @@ def test_every_turn_of_every_session_is_ranked(demo):
     # one row per (session, retriever, strategy, modality), one rank per turn
     assert len(rows) == AuditSessionRank.objects.filter(run=run).count() == N_SESSIONS * len(SPECS) * 3 * 3
     assert {q for q, *_ in rows} == set(sessions)
-    for (q, r, s, m), ranks in rows.items():
+    for (q, *_), ranks in rows.items():
         assert len(ranks) == n_turns[q]
         assert all(x is None or (isinstance(x, int) and x >= 1) for x in ranks)
     # at turn 1 the history is one turn: latest = average = weighted

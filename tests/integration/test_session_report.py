@@ -4,7 +4,6 @@ from __future__ import annotations
 import krippendorff
 import numpy as np
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from sklearn.metrics import cohen_kappa_score
 
@@ -29,7 +28,6 @@ def session_payload(value_a: int, overall: int, rejects: list[str], n_turns: int
 def test_scales_and_reject_flags(tmp_path):
     call_command("import_dataset", "--format", "mtfiq", "--name", "mt",
                  str(FIXTURES / "datasets/mtfiq/dress.val.sample.json"), verbosity=0)
-    User = get_user_model()
     a, b = make_annotator("a"), make_annotator("b")
     study, _ = create_study(StudySpec(name="sess", datasets=["mt"], rubric="session", overlap=2, total=4, seed=3,
                                       annotators=["a", "b"]))

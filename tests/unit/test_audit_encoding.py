@@ -79,7 +79,7 @@ def test_batched_fetch_gives_the_per_file_items(tmp_path: Path) -> None:
 
     batch = _ImageFiles(items, pipelines, max_pixels=10**8).__getitems__(list(range(len(items))))
     assert [key for key, _, _ in batch] == [key for key, _ in items]
-    for (key, pixels, reasons), (_, path) in zip(batch, items):
+    for (_, pixels, reasons), (_, path) in zip(batch, items):
         for j, preprocess in enumerate(pipelines):
             want = alone(preprocess, path)
             if isinstance(want, str):
