@@ -8,11 +8,11 @@ import re
 
 #: The deepest nesting a JSON document may have, for request bodies and imported files alike.
 #: What the callers need: the deepest file of the reference formats nests 5 levels (CIRCUS's
-#: manifests, Multi-turn FashionIQ's sessions; measured over /work/shared/reference), the API's
-#: deepest bodies (a draft's per-turn checks, a study's quotas) 4; 32 leaves room for a format
-#: we have not seen and stays far below what a recursive reader (``json.loads``, a serializer)
-#: or ijson's memory (it grows with the square of the depth) could be hurt by. A draft or a
-#: study's quotas deeper than this are refused as a file would be.
+#: manifests, Multi-turn FashionIQ's sessions; measured over /work/shared/reference); the API's
+#: deepest bodies 3 (a judgement or draft with its per_turn_checks, a list of objects; quotas 2).
+#: 32 leaves room for a format not seen yet and stays far below what could hurt a recursive
+#: reader (``json.loads``, a serializer) or ijson's memory (it grows with the square of the
+#: depth). A draft or a study's quotas deeper than this are refused as a file would be.
 MAX_DEPTH = 32
 #: The integer range a JSON number may have: a signed 64-bit column's.
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
