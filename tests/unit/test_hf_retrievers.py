@@ -171,6 +171,18 @@ def test_batches_keep_to_the_size_and_the_image_token_budget_and_halve_on_out_of
     assert sizes == [6, 3, 1, 1, 1, 1, 1, 1] and r.batch_size == 1  # 6 -> 3 -> 1, kept for the rest
 
 
+def test_the_circus_rule_makes_every_query_a_composed_one(tiny, images):
+    """CIRCUS's text-only query is the text with a black image, its image-only query the image
+    with the empty text: the family's composed template either way."""
+    circus = build(f"hf:qwen3-vl-embedding@{tiny['qwen3_vl']}", modality_rule="circus")
+    family = build(f"hf:qwen3-vl-embedding@{tiny['qwen3_vl']}")
+    black = Image.new("RGB", images[0].size, (0, 0, 0))
+    close(circus.embed_queries([black, images[1]], ["a dog on the grass", ""]),
+          family.embed_queries([black, images[1]], ["a dog on the grass", ""]))
+    close(circus.embed_queries([images[1]], [None]), family.embed_queries([images[1]], [""]))
+    assert not torch.allclose(circus.embed_queries([images[1]], [None]), family.embed_queries([images[1]], [None]))
+
+
 def test_max_pixels_caps_the_image_tokens(tiny):
     big = Image.new("RGB", (640, 480), (90, 90, 200))
     r = build(f"hf:lamra@{tiny['qwen2_vl']}", max_pixels=28 * 28 * 16)
@@ -221,3 +233,5 @@ def test_every_family_is_described_with_its_prompts_and_rules():
         d = fams.describe(f)
         assert d["family"] == name and d["source"] and d["pooling"] in ("last", "before-emb")
         assert {"mm", "text", "image", "candidate"} <= set(d)
+    table = fams.markdown()
+    assert all(f"| `{name}` |" in table for name in fams.FAMILIES) and "circus" in table

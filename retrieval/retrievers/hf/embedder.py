@@ -37,6 +37,8 @@ MAX_RATIO = 200
 #: Image tokens one batch may hold (the image-token budget), by device type.
 TOKEN_BUDGET = {"cuda": 32768, "cpu": 4096}
 BATCH_SIZE = {"cuda": 32, "cpu": 8}
+#: Under the ``circus`` rule, the black image of a text-only query given without its reference.
+CIRCUS_BLACK_SIZE = (512, 512)
 
 
 def smart_size(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -244,14 +246,19 @@ class HfRetriever:
         for image, text in zip(images, texts):
             if image is None and text is None:
                 raise ValueError("a query needs an image, a text or both")
+            if self.modality_rule == "circus":  # the caller usually gives these itself (with the reference's size)
+                image = image if image is not None else Image.new("RGB", CIRCUS_BLACK_SIZE, (0, 0, 0))
+                text = text if text is not None else ""
             role = "mm" if image is not None and text is not None else ("text" if image is None else "image")
             items.append(self._item(role, image, text))
         return items
 
     def embed_queries(self, images: list[Image.Image | None], texts: list[str | None]) -> torch.Tensor:
         """One row per query. A ``None`` image or text is the family's own text-only or image-only
-        query; under the ``circus`` rule the caller gives the black image or the empty text
-        instead, which are composed queries here (see :func:`retrieval.retrievers.pipeline.modality_pairs`)."""
+        query. Under the ``circus`` rule every query is a composed one: the caller gives the black
+        image of the reference's size or the empty text (:func:`retrieval.retrievers.pipeline.modality_pairs`);
+        a ``None`` text is read as the empty text, a ``None`` image as a black one of
+        :data:`CIRCUS_BLACK_SIZE`."""
         return self.encode_items(self.query_items(list(images), list(texts)))
 
     def embed_candidates(self, images: list[Image.Image]) -> torch.Tensor:

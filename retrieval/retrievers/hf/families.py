@@ -233,3 +233,24 @@ def messages(fam: Family, role: str, text: str | None, has_image: bool) -> list[
         content = [{"type": "text", "text": fam.empty_input}]
     return [{"role": "system", "content": [{"type": "text", "text": instruction_of(fam, template)}]},
             {"role": "user", "content": content}]
+
+
+def markdown() -> str:
+    """Every family with its prompts, its text-only and image-only queries, pooling and image
+    sizing, as a Markdown table and a note (for the README and the docs)."""
+    out = ["| family | runs on | composed query | text-only query | image-only query | candidate | pooling | images |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for f in FAMILIES.values():
+        r = f.resize
+        sizing = (f"PIL resize to multiples of {r.factor}, {r.min_pixels}-{r.max_pixels} px" if r.factor else "")
+        if r.processor_min_pixels or r.processor_max_pixels:
+            sizing += f"{'; ' if sizing else ''}processor {r.processor_min_pixels}-{r.processor_max_pixels} px"
+        cells = [f"`{f.name}`", ", ".join(f.backbones)]
+        cells += ["`" + t.replace("\n", "\\n").replace("|", "\\|") + "`" for t in f.templates().values()]
+        cells += [f"{f.pooling} ({f.positions} positions)", sizing or "the processor's own"]
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("Chat families (`gme`, `qwen3-vl-embedding`) take the template as the system instruction, the user turn "
+               "being the image then the text. Under the `circus` modality rule every query is composed: the text "
+               "with a black image of the reference's size, the image with the empty text.")
+    return "\n".join(out)
