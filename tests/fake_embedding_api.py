@@ -14,7 +14,8 @@ Faults, one per request in order (a request with no fault left is answered norma
 * ``"slow"``: answers nothing for :attr:`slow_s` seconds, then drops the connection (the
   client's timeout fires first);
 * ``"drop"``: closes the connection without an answer;
-* ``"malformed"``: 200 with a body that is not JSON; ``"short"``: 200 with one embedding too few.
+* ``"malformed"``: 200 with a body that is not JSON; ``"short"``: 200 with one embedding too few;
+* ``"ok"``: no fault (to let some requests through before the faults begin).
 
 Only a well-formed 200 is *paid*: :attr:`paid` counts each input (by its content) in those;
 a test checks that no input is paid twice. The vectors are a deterministic function of the
@@ -242,7 +243,8 @@ class FakeEmbeddingApi:
 
     def next_fault(self) -> str | None:
         with self.lock:
-            return self.faults.pop(0) if self.faults else None
+            fault = self.faults.pop(0) if self.faults else None
+        return None if fault == "ok" else fault
 
     @property
     def url(self) -> str:

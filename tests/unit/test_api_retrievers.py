@@ -201,6 +201,40 @@ def test_the_kind_builds_from_the_settings(api, tmp_path, settings):
         gemini.embed_candidates(images(1))
 
 
+def test_identity_without_building_and_one_ledger_for_both_modality_rules(api, tmp_path):
+    kind, parsed = parse_spec(GEMINI)
+    for rule in ("family", "circus"):
+        built = retriever(api, tmp_path, GEMINI, rule=rule)
+        assert kind.identity(parsed, device="cpu", precision="fp32", modality_rule=rule) == {
+            "spec": built.spec, "dim": built.dim, "template_version": built.template_version}
+    ref = images(1)
+    family = retriever(api, tmp_path, GEMINI).embed_queries(ref, ["is red"])
+    circus = retriever(api, tmp_path, GEMINI, rule="circus").embed_queries(ref, ["is red"])
+    assert torch.equal(family, circus) and sum(api.paid.values()) == 1  # the same request, paid once
+
+
+def test_the_audit_pipeline_drives_it(api, tmp_path, settings):
+    """The audit's wrapper (retrieval.retrievers.pipeline) embeds candidates and the three query
+    modalities of the circus rule (a black image of the reference's size, the empty text)."""
+    from retrieval.retrievers.base import black_like
+    from retrieval.retrievers.pipeline import audit_retriever, modality_pairs
+
+    env = api.env()
+    settings.API_KEYS = {"voyage": env["VOYAGE_API_KEY"], "gemini": ""}
+    settings.API_BASE_URLS = {"voyage": env["VOYAGE_BASE_URL"], "gemini": ""}
+    settings.API_LEDGER_DIR = tmp_path / "ledger"
+    r = audit_retriever(VOYAGE, device="cpu", modality_rule="circus")
+    assert (r.spec, r.dim, r.fusion) == (VOYAGE, 1024, "early") and not r.is_built
+    ref = images(1)[0]
+    pairs = modality_pairs("circus", "k", "is red")
+    image_of = {"k": ref, "black:k": black_like(ref)}
+    q = r.embed_queries([image_of[k] for k, _ in pairs.values()], [t for _, t in pairs.values()])
+    assert q.shape == (3, 1024) and not api.bad_requests
+    sent = [[seg["type"] for seg in item["content"]] for item in api.last_bodies[0]["inputs"]]
+    assert sent == [["image_base64", "text"], ["image_base64", "text"], ["image_base64"]]
+    assert r.embed_pixels(images(2)).shape == (2, 1024)
+
+
 def test_a_refused_key_fails_at_once_naming_the_variable(api, tmp_path):
     with pytest.raises(ApiRefused, match=r"HTTP 401 \(is VOYAGE_API_KEY a valid key\?\)"):
         retriever(api, tmp_path, key="wrong").embed_candidates(images(2))

@@ -69,6 +69,14 @@ class ApiKind(RetrieverKind):
     def fusion(self, parsed: dict[str, Any]) -> Fusion:
         return "early"
 
+    def identity(self, parsed: dict[str, Any], *, device: str = "cpu", precision: str = "fp32",
+                 modality_rule: str = "family", **_: Any) -> dict[str, Any]:
+        """spec, dim and template version without building (nothing to load: the model is remote)."""
+        from retrieval.retrievers.api.providers import template_version
+
+        return {"spec": parsed["canonical"], "dim": parsed["dim"],
+                "template_version": template_version(parsed["provider"], modality_rule)}
+
     def build(self, parsed: dict[str, Any], *, device: str = "cpu", precision: str = "fp32",
               modality_rule: str = "family") -> Retriever:
         """The retriever (``device`` and ``precision`` do not apply: the model runs remotely);

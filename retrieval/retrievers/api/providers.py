@@ -188,3 +188,9 @@ PROVIDER_FORMATS: dict[str, Provider] = {
     "gemini": Gemini("gemini", "GEMINI_API_KEY", "https://generativelanguage.googleapis.com/v1beta",
                      query_prefix="task: search result | query: "),
 }
+
+
+def template_version(provider: str, modality_rule: str) -> str:
+    """The template version of an ``api:`` retriever of ``provider`` under ``modality_rule``
+    (its queries' cache keys name it)."""
+    return f"{provider}-{PROVIDER_FORMATS[provider].template}-{modality_rule}"

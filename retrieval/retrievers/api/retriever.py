@@ -24,7 +24,7 @@ from PIL import Image
 from retrieval.retrievers.api.catalog import ModelInfo, model_info, text_tokens
 from retrieval.retrievers.api.client import ApiClient, batches, input_bytes
 from retrieval.retrievers.api.ledger import Ledger, input_key
-from retrieval.retrievers.api.providers import PROVIDER_FORMATS, Input, InputType
+from retrieval.retrievers.api.providers import PROVIDER_FORMATS, Input, InputType, template_version
 from retrieval.retrievers.base import query_key
 
 #: The black image of a ``circus`` text-only query given no reference image.
@@ -59,7 +59,10 @@ class ApiRetriever:
         self.dim = int(parsed["dim"])
         self.modality_rule = modality_rule
         self.format = PROVIDER_FORMATS[self.info.provider]
-        self.template_version = f"{self.info.provider}-{self.format.template}-{modality_rule}"
+        #: The version of the requests' prompts and part order: part of every ledger key (not the
+        #: modality rule: the same request under either rule is paid once).
+        self.request_template = f"{self.info.provider}-{self.format.template}"
+        self.template_version = template_version(self.info.provider, modality_rule)
         self.ledger = Ledger(ledger_root, self.spec, self.dim)
         self._client = client
         self.on_batch = on_batch
@@ -106,7 +109,7 @@ class ApiRetriever:
     # -- the ledger and the API ------------------------------------------------------------
 
     def _embed(self, prepared: list[tuple[Input, int]], input_type: InputType) -> torch.Tensor:
-        keys = [input_key(self.spec, self.template_version, input_type, parts) for parts, _ in prepared]
+        keys = [input_key(self.spec, self.request_template, input_type, parts) for parts, _ in prepared]
         have = self.ledger.get_many(keys)
         first = {k: i for i, k in reversed(list(enumerate(keys)))}
         todo = [first[k] for k in dict.fromkeys(keys) if k not in have]
