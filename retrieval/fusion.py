@@ -14,6 +14,15 @@ RRF_K = 60
 #: Most candidates a study may show per item.
 MAX_CANDIDATES = 50
 
+#: The RRF constant of the panel's *order* (:func:`candidate_list`'s ``order``): small, so an
+#: image near the top of one list comes before one in the middle of all of them. With the
+#: multimodal lists at weight 1 and the lists nearest the targets at 0.5
+#: (:data:`audit.runs.panels.ORDER_WEIGHTS`) it put 0.90 and 0.91 of the demo's fitting
+#: images within an annotator's reach (seeds 7 and 3), where the pool's own order (k = 60,
+#: every list alike) put 0.85 and 0.90, and the multimodal lists alone 0.93 and 0.82
+#: (issue 39, item 1).
+ORDER_K = 10
+
 
 def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = RRF_K) -> list[int]:
     """Every id of ``rankings`` (each best first), ordered by fused score, best first.
@@ -34,6 +43,21 @@ def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = RRF_K) ->
             score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
             best[item] = min(best.get(item, rank), rank)
     return sorted(score, key=lambda i: (-score[i], best[i], i))
+
+
+def weighted_scores(rankings: Sequence[Sequence[int]], weights: Sequence[float], k: int = RRF_K) -> dict[int, float]:
+    """id -> sum over ``rankings`` of weight / (k + rank): reciprocal-rank fusion where each
+    ranking counts its weight (a repeated id within one ranking counts once, its first rank)."""
+    if len(weights) != len(rankings):
+        raise ValueError("one weight per ranking")
+    score: dict[int, float] = {}
+    for ranking, weight in zip(rankings, weights):
+        seen: set[int] = set()
+        for rank, item in enumerate(ranking, start=1):
+            if item not in seen:
+                seen.add(item)
+                score[item] = score.get(item, 0.0) + weight / (k + rank)
+    return score
 
 
 def seeded_padding(ids: Sequence[int], key: str, n: int) -> Iterator[int]:
@@ -73,10 +97,18 @@ def candidate_list(
     size: int,
     padding: Iterable[int] = (),
     k: int = RRF_K,
+    order: Sequence[Sequence[int]] = (),
+    order_weights: Sequence[float] = (),
 ) -> Candidates:
     """``size`` candidates: the fused ranking minus ``exclude`` (every labelled target and the
     reference), then the next ids of ``padding`` (a deterministic order of the gallery) that
     are neither excluded nor taken.
+
+    Which images the fused part holds is decided by ``rankings`` alone; ``order`` (e.g. the
+    multimodal lists, those that read the query as a whole) only orders them, likely fits
+    first: by their fusion with :data:`ORDER_K`, each list counting ``order_weights`` (1 each
+    by default), the images none of them ranked after, in fused order. An annotator sees the panel page by page, so its order decides how much of
+    it they reach (:mod:`annotation.alternatives.paging`).
 
     Blind: the fused part is at most :func:`blind_depth` long, a depth every item reaches
     whether or not its targets were retrieved, so how much is padded never depends on the
@@ -96,6 +128,10 @@ def candidate_list(
             break
         if item not in banned:
             ids.append(item)
+    if order:
+        score = weighted_scores(order, order_weights or [1.0] * len(order), ORDER_K)
+        fused_at = {c: n for n, c in enumerate(ids)}
+        ids.sort(key=lambda c: (-score.get(c, 0.0), fused_at[c]))
     fused = len(ids)
     taken = set(ids)
     if len(ids) < size:

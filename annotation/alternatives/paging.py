@@ -1,10 +1,23 @@
-"""Which candidates of a panel an annotator was shown. Pure: no Django.
+"""Which candidates of a panel an annotator was shown, and which fitting ones they reach.
+Pure: no Django.
 
-The panel is shown in pages of :data:`PAGE_SIZE`, best first. A page with a tick opens the
-next one, up to the panel's depth (issue 25: "show more candidates until a page brings no
-tick"): the pages shown are those up to the one after the last page with a tick. The
-annotator's page (``static/cirval/annotate.js``, ``pagesShown``) applies the same rule, so
-what was shown follows from the ticks alone and needs no field of its own.
+The page's rules (``static/cirval/annotate.js``, ``pagesShown``):
+
+* the panel is shown in pages of :data:`PAGE_SIZE`, likely fits first
+  (:func:`retrieval.fusion.candidate_list`);
+* a page with a tick opens the next one by itself, up to the panel's depth (the study's
+  ``candidates``, at most :data:`retrieval.fusion.MAX_CANDIDATES`: the stated depth cap);
+* the annotator may open the next page at will ("More candidates") up to that cap, with or
+  without a tick, and after "None fit" too: "None fit" answers for the pages shown, never
+  for the rest of the panel.
+
+What was shown is counted from the ticks (:func:`pages_shown`: up to the page after the last
+page with a tick): pages opened at will and left without a tick are not counted, so an
+annotator's "no tick" is only ever read for the pages the rule opened.
+
+:func:`reachable` simulates an annotator who follows those rules and ticks every fitting
+candidate they are shown, opening no page at will: what ``demo_check`` reports as reachable
+recall (issue 39, item 1), beside the pool recall (every fitting candidate of the panel).
 """
 from __future__ import annotations
 
@@ -29,3 +42,19 @@ def pages_shown(panel: Sequence[int], ticked: Iterable[int], page_size: int = PA
 def shown_candidates(panel: Sequence[int], ticked: Iterable[int], page_size: int = PAGE_SIZE) -> list[int]:
     """The candidates of the pages shown (:func:`pages_shown`), in panel order."""
     return list(panel[: pages_shown(panel, ticked, page_size) * page_size])
+
+
+def reachable(panel: Sequence[int], fitting: Iterable[int], page_size: int = PAGE_SIZE) -> list[int]:
+    """The fitting candidates an annotator reaches who ticks every fitting candidate shown and
+    opens no page at will: page 1, then each next page while the page before brought a tick
+    (:func:`pages_shown` of those ticks). In panel order."""
+    fits = set(fitting)
+    ticked: list[int] = []
+    opened = 1 if panel else 0
+    while True:
+        page = panel[(opened - 1) * page_size: opened * page_size]
+        ticked += [c for c in page if c in fits]
+        now = pages_shown(panel, ticked, page_size)
+        if now <= opened:
+            return ticked
+        opened = now

@@ -20,13 +20,29 @@ from .base import SESSION_FILTER_BASIS
 
 #: The top lists of an audit rank row that make a query's candidate pool.
 POOL_FIELDS = ("top_mm", "top_text", "top_image", "top_near")
+#: The pool lists that order a panel, likely fits first (:func:`retrieval.fusion.candidate_list`'s
+#: ``order``), with their weights: the multimodal ones, which read the reference and the text
+#: together, and at half weight the images nearest the targets (what fits looks like them).
+ORDER_WEIGHTS = {"top_mm": 1.0, "top_near": 0.5}
+
+
+class PoolList(list):
+    """One top list of the pool (image ids, best first) that knows its :data:`POOL_FIELDS` field."""
+
+    field = ""
+
+    @classmethod
+    def of(cls, field: str, ids) -> PoolList:
+        out = cls(ids)
+        out.field = field
+        return out
 
 
 def pool_lists(*tops: list[int] | None) -> list[list[int]]:
-    """The non-empty top lists of one rank row (:data:`POOL_FIELDS` order): rows written
-    before the other modalities were kept, or imported from a rank file, have ``top_mm`` only;
-    a query without a target in the gallery has no ``top_near``."""
-    return [list(top) for top in tops if top]
+    """The non-empty top lists of one rank row (:data:`POOL_FIELDS` order), each a
+    :class:`PoolList`: rows written before the other modalities were kept, or imported from a
+    rank file, have ``top_mm`` only; a query without a target in the gallery has no ``top_near``."""
+    return [PoolList.of(field, top) for field, top in zip(POOL_FIELDS, tops) if top]
 
 
 def pool_rankings(run: AuditRun, query: Query | int) -> list[list[int]]:
@@ -86,8 +102,10 @@ def candidate_panel(query: Query, rankings: list[list[int]], size: int, gallery:
     ``size`` images: the reciprocal-rank fusion of ``rankings`` (the pool's top lists:
     :func:`pool_rankings`), minus every labelled target and the reference; when the lists run short, padded
     from a deterministic shuffle of the query's gallery. Neither its content nor its size
-    reads the audit's label or the targets' ranks. ``gallery``: the query's gallery ids in id
-    order, and ``exclude``, :func:`panel_exclusions`, when the caller has them already.
+    reads the audit's label or the targets' ranks. The multimodal lists among ``rankings``
+    and, at half weight, those nearest the targets (:data:`ORDER_WEIGHTS`) order it, likely
+    fits first. ``gallery``: the query's gallery ids in
+    id order, and ``exclude``, :func:`panel_exclusions`, when the caller has them already.
     """
     banned = panel_exclusions(query) if exclude is None else exclude
 
@@ -95,7 +113,9 @@ def candidate_panel(query: Query, rankings: list[list[int]], size: int, gallery:
         ids = gallery if gallery is not None else gallery_ids(query)
         yield from seeded_padding(ids, f"panel:{query.pk}", 2 * size + len(banned))
 
-    return candidate_list(rankings, banned, size, padding())
+    order = [r for r in rankings if getattr(r, "field", "") in ORDER_WEIGHTS]
+    return candidate_list(rankings, banned, size, padding(), order=order,
+                          order_weights=[ORDER_WEIGHTS[r.field] for r in order])
 
 
 def latest_session_ranks(query: Query | int) -> list[int | None]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.fusion import MAX_CANDIDATES, blind_depth, candidate_list, reciprocal_rank_fusion, seeded_padding
+from retrieval.fusion import MAX_CANDIDATES, ORDER_K, blind_depth, candidate_list, reciprocal_rank_fusion, seeded_padding
 
 
 def test_rrf_scores_by_hand():
@@ -60,3 +60,26 @@ def test_seeded_padding_is_deterministic_and_a_permutation():
     assert sorted(a) == ids and a == list(seeded_padding(ids, "panel:7", 10))
     assert a[:10] != list(seeded_padding(ids, "panel:8", 10))[:10] and a[:10] != ids[:10]
     assert a[10:] == [i for i in ids if i not in a[:10]]  # after the draw, the rest in order
+
+
+def test_order_reorders_the_fused_part_only() -> None:
+    """Issue 39, item 1: ``order`` (the multimodal lists) puts likely fits first; which images
+    the panel holds, its padding and its length stay those of ``rankings`` (blind)."""
+    rankings = [[1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 5]]
+    plain = candidate_list(rankings, {6}, 6, padding=[10, 11, 12])
+    ordered = candidate_list(rankings, {6}, 6, padding=[10, 11, 12], order=[[5, 9, 3]])
+    assert ORDER_K == 10
+    assert ordered.ids[:2] == [5, 3]  # ranked by the order lists (9 is not in the panel: it stays out)
+    assert sorted(ordered.ids[:ordered.fused]) == sorted(plain.ids[:plain.fused])
+    assert ordered.ids[2:ordered.fused] == [i for i in plain.ids[:plain.fused] if i not in (5, 3)]  # the rest as fused
+    assert ordered.ids[ordered.fused:] == plain.ids[plain.fused:] and ordered.padded == plain.padded
+
+
+def test_order_weights_count_each_ordering_list() -> None:
+    rankings = [[1, 2, 3, 4]]
+    # 3 first in the heavy list, 4 first in the light one: 3 leads; unranked 1 and 2 keep their fused order
+    ordered = candidate_list(rankings, set(), 4, order=[[3], [4]], order_weights=[1.0, 0.5])
+    assert ordered.ids == [3, 4, 1, 2]
+    assert candidate_list(rankings, set(), 4, order=[[3], [4]], order_weights=[0.5, 1.0]).ids == [4, 3, 1, 2]
+    with pytest.raises(ValueError, match="one weight per ranking"):
+        candidate_list(rankings, set(), 4, order=[[3], [4]], order_weights=[1.0])
