@@ -15,6 +15,7 @@ from retrieval.retrievers.base import (
     expected_passes,
     kinds,
     parse_spec,
+    pool_kinds,
     query_key,
     register_kind,
     spec_facts,
@@ -23,5 +24,6 @@ from retrieval.retrievers.base import (
 
 __all__ = [
     "ENTRY_POINT_GROUP", "MODALITY_RULES", "Fusion", "LateFusion", "Retriever", "RetrieverKind", "black_like",
-    "canonical_spec", "expected_passes", "kinds", "parse_spec", "query_key", "register_kind", "spec_facts", "spec_prefix",
+    "canonical_spec", "expected_passes", "kinds", "parse_spec", "pool_kinds", "query_key", "register_kind",
+    "spec_facts", "spec_prefix",
 ]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from retrieval.specs import query_key  # the one implementation of Retriever.query_cache_key (re-exported)
@@ -44,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BUILTIN_KINDS", "ENTRY_POINT_GROUP", "Fusion", "LateFusion", "MODALITY_RULES", "ModalityRule", "Retriever",
     "RetrieverKind", "black_like", "canonical_spec", "expected_passes", "kinds", "parse_spec", "query_key",
-    "register_kind", "spec_facts", "spec_prefix",
+    "pool_kinds", "register_kind", "spec_facts", "spec_prefix",
 ]
 
 Fusion = Literal["late", "early"]
@@ -90,9 +91,24 @@ class RetrieverKind:
               modality_rule: str = "family") -> Retriever:
         raise NotImplementedError
 
+    # Optional: ``identity(parsed, *, device, precision, modality_rule) -> {"spec", "dim",
+    # "template_version"} | None``, torch-free: what the built retriever will say, so that the
+    # audit builds it only when something is to be encoded (retrieval.retrievers.pipeline).
+
     def estimate_cost(self, parsed: dict[str, Any], n_calls: int) -> float | None:
         """Estimated cost in US dollars of ``n_calls`` encoder calls (``None``: free, local)."""
         return None
+
+    #: Whether a late-fusion retriever's multimodal query is composed from one image encode and
+    #: one text encode (open_clip: normalised sum), rather than a pass of its own (composers).
+    composes: bool = True
+
+    def expected_passes(self, parsed: dict[str, Any], queries: Sequence[tuple[str, str]],
+                        candidates: Sequence[str]) -> dict[str, Any]:
+        """Encoder passes an audit of ``queries`` ((reference image key, text) each) over
+        ``candidates`` (image keys) needs with nothing cached (see :func:`expected_passes`)."""
+        return expected_passes(self.fusion(parsed), queries, candidates,
+                               composes=self.composes and self.fusion(parsed) == "late")
 
     def describe(self, parsed: dict[str, Any]) -> dict[str, Any]:
         """What the audit form and page show of one spec: kind, fusion, canonical spec."""
@@ -150,14 +166,20 @@ def black_like(image: Image.Image) -> Image.Image:
     return PILImage.new("RGB", image.size, (0, 0, 0))
 
 
-def expected_passes(fusion: str, n_queries: int, n_candidates: int) -> dict[str, int]:
-    """Encoder passes an audit of ``n_queries`` queries over ``n_candidates`` gallery images
-    needs, nothing cached: late fusion encodes each reference image once (among the candidates
-    when it is one of them: counted as a candidate here) and each text once; early fusion runs
-    one pass per query and modality (multimodal, text-only, image-only) and one per candidate."""
-    if fusion == "late":
-        return {"queries": n_queries, "candidates": n_candidates, "total": n_queries + n_candidates}
-    return {"queries": 3 * n_queries, "candidates": n_candidates, "total": 3 * n_queries + n_candidates}
+def expected_passes(fusion: str, queries: Sequence[tuple[str, str]], candidates: Sequence[str],
+                    composes: bool = True) -> dict[str, Any]:
+    """Encoder passes of an audit with nothing cached. Late fusion that composes: one image
+    encode per distinct image (references and candidates together: a reference in the gallery
+    is encoded once) and one text encode per distinct text serve all three modalities. Otherwise
+    (early fusion; a composer's own multimodal pass): one pass per distinct (reference, text)
+    pair, per distinct text (text-only), per distinct reference (image-only) and per candidate."""
+    pairs = set(queries)
+    refs, texts, cands = {k for k, _ in pairs}, {t for _, t in pairs}, set(candidates)
+    if fusion == "late" and composes:
+        out = {"images": len(refs | cands), "texts": len(texts), "queries": 0, "candidates": 0}
+    else:
+        out = {"images": 0, "texts": 0, "queries": len(pairs) + len(texts) + len(refs), "candidates": len(cands)}
+    return {"fusion": fusion, **out, "total": sum(out.values())}
 
 
 # --------------------------------------------------------------------------- registry
@@ -284,6 +306,19 @@ def canonical_spec(spec: str) -> str:
     """The canonical form of ``spec`` (ValueError as :func:`parse_spec`)."""
     kind, parsed = parse_spec(spec)
     return kind.canonical(parsed)
+
+
+def pool_kinds(specs: Sequence[str]) -> list[dict[str, str]]:
+    """Each spec's kind (its prefix) and fusion, for pages: parsed when it parses (a checkpoint
+    since removed: the prefix, fusion unknown)."""
+    out = []
+    for spec in specs:
+        try:
+            facts = spec_facts(spec)
+        except ValueError:
+            facts = {"backend": spec_prefix(spec) or "?", "fusion": "unknown"}
+        out.append({"spec": spec, "kind": str(facts["backend"]), "fusion": str(facts["fusion"])})
+    return out
 
 
 def spec_facts(spec: str) -> dict[str, Any]:

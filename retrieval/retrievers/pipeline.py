@@ -65,7 +65,8 @@ class PipelineRetriever:
         self._built: Retriever | None = None
         self._lock = threading.Lock()
         ident = getattr(kind, "identity", None)
-        known = ident(parsed, device=self._args["device"], precision=precision) if callable(ident) else None
+        known = ident(parsed, device=self._args["device"], precision=precision,
+                      modality_rule=modality_rule) if callable(ident) else None
         if known is None:
             self._build()
             known = {"spec": self.built.spec, "dim": self.built.dim,

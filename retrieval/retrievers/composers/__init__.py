@@ -36,6 +36,7 @@ PROMPTS: dict[str, tuple[str, str]] = {"pic2word": ("a photo of * , {}", "*"), "
 class ComposerKind(RetrieverKind):
     prefix = "composer"
     description = "CIR composer over an open_clip backbone: pic2word, searle (textual inversion), combiner (CLIP4Cir)"
+    composes = False  # the multimodal query is the composer's own pass
 
     def parse(self, rest: str) -> dict[str, Any]:
         head, _, query = rest.partition("?")
