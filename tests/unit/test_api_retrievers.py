@@ -296,6 +296,42 @@ def test_a_run_stopped_midway_resumes_without_paying_twice(api, tmp_path):
     assert ranks(got_q, got_c) == ranks(want_q, want_c)
 
 
+def test_two_processes_never_pay_for_the_same_input(api, tmp_path):
+    """Two retrievers on one ledger (two workers) asked for the same inputs at once: each input
+    is paid once; the one that did not send reads the other's answers back from the ledger."""
+    import threading
+
+    _, q_texts, cands = workload()
+    gate = threading.Barrier(2)
+    out: dict[int, torch.Tensor] = {}
+
+    def work(n: int) -> None:
+        r = retriever(api, tmp_path, batch=2)
+        gate.wait()
+        out[n] = r.embed_candidates(cands)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert torch.equal(out[0], out[1])
+    assert not api.duplicates() and sum(api.paid.values()) == 8
+
+
+def test_a_claim_of_a_dead_process_expires(tmp_path):
+    from retrieval.retrievers.api.ledger import Ledger
+
+    ledger = Ledger(tmp_path, VOYAGE, 4)
+    assert ledger.claim(["a", "b"], "dead", ttl_s=-1) == ["a", "b"]  # expired at once
+    assert ledger.claim(["a", "b", "c"], "alive", ttl_s=60) == ["a", "b", "c"]
+    assert ledger.claim(["a", "d"], "other", ttl_s=60) == ["d"]
+    ledger.record(["a"], np.ones((1, 4)), {})
+    assert ledger.claim(["a", "b"], "other", ttl_s=60) == []  # a paid, b claimed
+    ledger.release(["b"], "alive")
+    assert ledger.claim(["a", "b"], "other", ttl_s=60) == ["b"]
+
+
 # --------------------------------------------------------------------------- limits
 
 

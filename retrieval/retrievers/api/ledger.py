@@ -11,6 +11,12 @@ Layout: one SQLite file per spec, ``ROOT/<sha256(spec)[:32]>.sqlite3``, in WAL m
 PRIMARY KEY: sha256 of the exact request content of one input, :func:`input_key`; ``vec`` BLOB:
 ``dim`` little-endian float32, as the API sent it) and table ``call`` (one row per answered
 request: time, inputs, the usage the API reported), which is what was spent.
+
+Claims: several processes (two workers of one audit) may need the same inputs at once. Before a
+request, a process claims the keys it will send (table ``claim``: key, owner, expiry, in one
+``BEGIN IMMEDIATE`` transaction); keys paid or claimed by another live owner are not sent but
+waited for, and read back once that owner has stored them. A claim whose owner died expires
+(``ttl_s``) and is taken over. So two processes never pay for the same input.
 """
 from __future__ import annotations
 
@@ -63,6 +69,8 @@ class Ledger:
             conn.execute("CREATE TABLE IF NOT EXISTS paid (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS call (at REAL NOT NULL, inputs INTEGER NOT NULL, "
                          "usage TEXT NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS claim (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+                         "until REAL NOT NULL)")
             conn.executemany("INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)",
                              [("spec", spec), ("dim", str(self.dim))])
             meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
@@ -97,8 +105,44 @@ class Ledger:
                 out[key] = np.frombuffer(blob, dtype="<f4").copy()
         return out
 
+    def _in(self, conn: sqlite3.Connection, sql: str, keys: list[str], *head: Any) -> set[str]:
+        out: set[str] = set()
+        for start in range(0, len(keys), _CHUNK):
+            part = keys[start:start + _CHUNK]
+            out.update(k for (k,) in conn.execute(sql.format(marks=",".join("?" * len(part))), (*head, *part)))
+        return out
+
+    def claim(self, keys: Iterable[str], owner: str, ttl_s: float) -> list[str]:
+        """Claim for ``owner`` the ``keys`` neither paid nor claimed by another owner (expired
+        claims do not count); returns those claimed, in order."""
+        keys = list(dict.fromkeys(keys))
+        now = time.time()
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM claim WHERE until < ?", (now,))
+            busy = self._in(conn, "SELECT key FROM paid WHERE key IN ({marks})", keys)
+            busy |= self._in(conn, "SELECT key FROM claim WHERE owner != ? AND key IN ({marks})", keys, owner)
+            mine = [k for k in keys if k not in busy]
+            conn.executemany("INSERT OR REPLACE INTO claim (key, owner, until) VALUES (?, ?, ?)",
+                             [(k, owner, now + ttl_s) for k in mine])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return mine
+
+    def release(self, keys: Iterable[str], owner: str) -> None:
+        """Drop ``owner``'s claims on ``keys`` (stored, or given up)."""
+        keys = list(keys)
+        conn = self._conn()
+        for start in range(0, len(keys), _CHUNK):
+            part = keys[start:start + _CHUNK]
+            conn.execute(f"DELETE FROM claim WHERE owner = ? AND key IN ({','.join('?' * len(part))})", (owner, *part))
+
     def record(self, keys: Sequence[str], vectors: np.ndarray, usage: dict[str, Any] | None = None) -> None:
-        """Store one answer: its vectors under ``keys`` and the call, in one durable commit."""
+        """Store one answer: its vectors under ``keys`` and the call, in one durable commit (the
+        keys' claims go with it)."""
         arr = np.asarray(vectors, dtype="<f4")
         if arr.shape != (len(keys), self.dim):
             raise ValueError(f"vectors of shape {arr.shape} for {len(keys)} keys of dim {self.dim}")
@@ -109,6 +153,9 @@ class Ledger:
                              [(k, arr[i].tobytes()) for i, k in enumerate(keys)])
             conn.execute("INSERT INTO call (at, inputs, usage) VALUES (?, ?, ?)",
                          (time.time(), len(keys), json.dumps(usage or {}, sort_keys=True)))
+            for start in range(0, len(keys), _CHUNK):
+                part = list(keys[start:start + _CHUNK])
+                conn.execute(f"DELETE FROM claim WHERE key IN ({','.join('?' * len(part))})", part)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

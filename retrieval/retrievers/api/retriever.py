@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -123,18 +126,40 @@ class ApiRetriever:
 
     def _pay(self, prepared: list[tuple[Input, int]], keys: list[str], todo: list[int], input_type: InputType,
              have: dict[str, np.ndarray]) -> None:
-        """Send the inputs at ``todo``, batch after batch, each answer stored in the ledger
-        before the next request."""
+        """The vectors of the inputs at ``todo``: those this process claims are sent (see
+        :meth:`_send`), those another process is paying for are waited for and read back."""
+        owner = f"{os.getpid()}-{uuid.uuid4().hex}"
+        pending, done, delay = list(todo), [0], 0.05
+        while pending:
+            sent = self._send(prepared, keys, pending, input_type, have, owner, done, len(todo))
+            have.update(self.ledger.get_many([keys[i] for i in pending if keys[i] not in have]))
+            pending = [i for i in pending if keys[i] not in have]
+            if pending and not sent:  # all left are another process's: wait for its answers
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _send(self, prepared: list[tuple[Input, int]], keys: list[str], pending: list[int], input_type: InputType,
+              have: dict[str, np.ndarray], owner: str, done: list[int], total: int) -> int:
+        """Claim what of ``pending`` no one pays for yet and send it, batch after batch, each
+        answer stored in the ledger before the next request; returns how many were sent."""
         client = self.client
-        sizes = [(input_bytes(prepared[i][0]), prepared[i][1]) for i in todo]
-        done = 0
-        for part in batches(sizes, client.config.batch, client.config.max_request_bytes,
-                            client.max_request_tokens()):
-            idx = [todo[j] for j in part]
-            vectors, usage = client.embed([prepared[i][0] for i in idx], input_type, sum(prepared[i][1] for i in idx))
-            arr = np.asarray(vectors, dtype=np.float32)
-            self.ledger.record([keys[i] for i in idx], arr, usage)
-            have.update((keys[i], arr[n]) for n, i in enumerate(idx))
-            done += len(idx)
-            if self.on_batch is not None:
-                self.on_batch(done, len(todo))
+        policy = client.config.policy
+        claimed = set(self.ledger.claim([keys[i] for i in pending], owner,
+                                        ttl_s=policy.max_tries * (policy.timeout_s + policy.cap_s)))
+        mine = [i for i in pending if keys[i] in claimed]
+        sizes = [(input_bytes(prepared[i][0]), prepared[i][1]) for i in mine]
+        try:
+            for part in batches(sizes, client.config.batch, client.config.max_request_bytes,
+                                client.max_request_tokens()):
+                idx = [mine[j] for j in part]
+                vectors, usage = client.embed([prepared[i][0] for i in idx], input_type,
+                                              sum(prepared[i][1] for i in idx))
+                arr = np.asarray(vectors, dtype=np.float32)
+                self.ledger.record([keys[i] for i in idx], arr, usage)
+                have.update((keys[i], arr[n]) for n, i in enumerate(idx))
+                done[0] += len(idx)
+                if self.on_batch is not None:
+                    self.on_batch(done[0], total)
+        finally:
+            self.ledger.release([keys[i] for i in mine if keys[i] not in have], owner)
+        return len(mine)
