@@ -91,10 +91,6 @@ class Query(models.Model):
     def __str__(self) -> str:
         return f"{self.dataset_id}:{self.split}:{self.external_id}"
 
-    @property
-    def is_session(self) -> bool:
-        return self.n_turns > 1
-
     def positive_targets(self, targets: Iterable[Target] | None = None) -> list[Target]:
         """The targets that count for this query, by the one target rule of its dataset's format
         (:func:`retrieval.targets.positive_targets`), in input order. ``targets`` defaults to

@@ -4,12 +4,10 @@
   (``annotations/agreement_users/annotator_NN.json`` or ``annotations/users/…``) into
   plain :class:`CircusAnnotation` records, and rejects malformed files with a
   :class:`CircusFormatError` that names the file, the entry and the field.
-* :func:`triples_from_annotations` and :func:`triples_from_item_level_rows` turn them,
-  or the signatures of the published ``agreement_report.json`` (the only source for
-  annotator_03 and annotator_08), into ``(item, annotator, label)`` triples for
-  :mod:`annotation.agreement.maths`. The item key is ``"<dataset>::<query_idx>"``.
 * :func:`load_agreement_report` reads ``agreement_report.json`` keeping the duplicated
-  (mislabelled) pair keys in file order; :func:`relabel_pairs` puts the right labels back.
+  (mislabelled) pair keys in file order (the tests put the right labels back by position,
+  tests/circus_triples.py, which also turns the records and the report's signatures into
+  ``(item, annotator, label)`` triples to compare CIRVal's agreement with CIRCUS's).
 
 Schema: the CIRCUS reference notes (FORMATS.md, sections 1.1 and 1.3).
 """
@@ -17,13 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from annotation.agreement.maths import FLAGS, VALIDATED, label_from_signature
+from annotation.agreement.maths import FLAGS, VALIDATED
 from retrieval.importers import jsonstream
 from retrieval.records import ParseError
 from retrieval.validation import Record
@@ -213,38 +209,6 @@ def parse_assignment_file(path: str | Path, *, verify_checksum: bool = True) -> 
     return parse_assignment_data(data, file=file, verify_checksum=verify_checksum)
 
 
-def triples_from_annotations(annotations: Iterable[CircusAnnotation]) -> list[tuple[str, str, Any]]:
-    """``(item_key, username, label)`` for every labelled annotation (unlabelled ones skipped)."""
-    return [(a.item_key, a.username, a.label) for a in annotations if a.validated is not None]
-
-
-def triples_from_item_level_rows(
-    rows: Iterable[Mapping[str, Any]], annotators: Sequence[str] | None = None
-) -> list[tuple[str, str, Any]]:
-    """Triples from the ``item_level_rows`` of ``agreement_report.json``.
-
-    Each signature string becomes a validity label (``"VALID"`` -> ``"VALIDATED"``,
-    ``"INVALID_UNSPECIFIED"`` -> ``[]``, else its list of flags). ``annotators`` keeps
-    only those annotators (e.g. ``["annotator_03", "annotator_08"]``).
-    """
-    wanted = None if annotators is None else set(annotators)
-    out: list[tuple[str, str, Any]] = []
-    for i, row in enumerate(rows):
-        try:
-            key = f"{row['dataset']}::{int(row['query_idx'])}"
-            signatures = row["signatures"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"item_level_rows[{i}] lacks dataset, query_idx or signatures: {exc}") from None
-        for annotator, signature in signatures.items():
-            if wanted is not None and annotator not in wanted:
-                continue
-            try:
-                label = label_from_signature(signature)
-            except ValueError as exc:
-                raise ValueError(f"item_level_rows[{i}], {annotator}: {exc}") from None
-            out.append((key, annotator, label))
-    return out
-
 
 def _keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any] | list[tuple[str, Any]]:
     keys = [k for k, _ in pairs]
@@ -254,7 +218,7 @@ def _keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any] | list[tupl
 def load_agreement_report(path: str | Path) -> dict[str, Any]:
     """Read ``agreement_report.json``; every ``pairwise_cohen_by_pair`` becomes a list of
     ``(published_key, value)`` in file order, duplicates kept (the keys are mislabelled:
-    use :func:`relabel_pairs`). Any other duplicated key is an error."""
+    relabel them by position). Any other duplicated key is an error."""
     file = str(path)
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_keep_duplicates)
@@ -282,14 +246,3 @@ def load_agreement_report(path: str | Path) -> dict[str, Any]:
     if isinstance(data, list):
         raise CircusFormatError(file, "duplicate top-level keys")
     return fix(data, "")
-
-
-def relabel_pairs(values: Sequence[float], raters: Sequence[str]) -> dict[str, float]:
-    """Map published pair values (in file order) to ``"a__b"`` keys by position.
-
-    The values are listed in the order of all pairs (i < j) over ``raters``.
-    """
-    pairs = list(combinations(raters, 2))
-    if len(pairs) != len(values):
-        raise ValueError(f"{len(values)} values for {len(pairs)} pairs of {len(raters)} raters")
-    return {f"{a}__{b}": float(v) for (a, b), v in zip(pairs, values)}

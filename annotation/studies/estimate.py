@@ -48,7 +48,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from annotation.quality.signals import Z95, wilson
@@ -363,16 +363,3 @@ def neyman_sample_size(sizes: Sequence[int], rates: Sequence[float], half_width:
         if not over:
             return min(total, sum(sizes[h] for h in full) + math.ceil(n_rest - 1e-9))
         full |= over
-
-
-def design_weights(strata: Sequence[StratumCount]) -> list[float | None]:
-    """N_h / n_h of every stratum (None while it has no judged item)."""
-    return [s.weight for s in strata]
-
-
-def kind_estimates(sizes: Sequence[int], judged: Sequence[int], hits: Mapping[str, Sequence[int]],
-                   z: float = Z95) -> dict[str, Estimate | None]:
-    """:func:`stratified_estimate` of every defect kind (``hits[kind][h]``: judged items of
-    stratum ``h`` with the kind)."""
-    return {kind: stratified_estimate([StratumCount(n, j, k) for n, j, k in zip(sizes, judged, counts)], z)
-            for kind, counts in hits.items()}

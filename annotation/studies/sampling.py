@@ -17,7 +17,6 @@ hashable and mutually comparable (tuples of strings are).
 """
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from fractions import Fraction
@@ -164,9 +163,3 @@ def agreement_subset(item_ids: Iterable[Any], size: int, seed: int) -> list[Any]
         raise ValueError(f"agreement subset size {size} exceeds the pool of {len(ids)} items")
     _rng(seed, "agreement").shuffle(ids)
     return sorted(ids[:size])
-
-
-def order_sha256(item_ids: Sequence[str]) -> str:
-    """SHA-256 (hex) of the ids joined with ``"\\n"`` in presentation order, as the
-    CIRCUS ``assignment_ids_sha256`` field."""
-    return hashlib.sha256("\n".join(map(str, item_ids)).encode("utf-8")).hexdigest()

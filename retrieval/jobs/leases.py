@@ -64,12 +64,6 @@ def max_attempts() -> int:
     return int(settings.JOB_MAX_ATTEMPTS)
 
 
-def detection_bound_seconds() -> float:
-    """Longest time from a worker's death to the resend of its work: the last beat goes
-    stale, then the next sweep (of any live worker) sends the work again."""
-    return stale_seconds() + sweep_seconds()
-
-
 def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 

@@ -20,12 +20,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from annotation.agreement.maths import FLAGS
+from tests.circus_triples import relabel_pairs, triples_from_annotations, triples_from_item_level_rows
 from annotation.agreement.circus import (
     load_agreement_report,
     parse_assignment_file,
-    relabel_pairs,
-    triples_from_annotations,
-    triples_from_item_level_rows,
 )
 from tests.conftest import FIXTURES, ROOT
 from tests.unit.test_agreement import K_DATA, K_PUBLISHED, alpha_exact

@@ -26,14 +26,12 @@ from annotation.agreement.maths import (
     validity_signature,
 )
 from tests.reference_impl import pairwise_cohen_kappa_sklearn
+from tests.circus_triples import relabel_pairs, triples_from_annotations, triples_from_item_level_rows
 from annotation.agreement.circus import (
     CircusFormatError,
     load_agreement_report,
     parse_assignment_data,
     parse_assignment_file,
-    relabel_pairs,
-    triples_from_annotations,
-    triples_from_item_level_rows,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "circus"

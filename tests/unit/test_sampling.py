@@ -11,7 +11,6 @@ import pytest
 from annotation.studies.sampling import (
     agreement_subset,
     largest_remainder,
-    order_sha256,
     report_json,
     shuffle_for_annotator,
     stratified_sample,
@@ -169,6 +168,12 @@ def test_agreement_subset():
     assert agreement_subset(ids, 0, seed=7) == []
     with pytest.raises(ValueError, match="exceeds"):
         agreement_subset(ids, 201, seed=7)
+
+
+def order_sha256(item_ids) -> str:
+    """SHA-256 (hex) of the ids joined with ``"\\n"`` in presentation order: how CIRCUS computes
+    its ``assignment_ids_sha256`` field (the check of a presentation order below)."""
+    return hashlib.sha256("\n".join(map(str, item_ids)).encode("utf-8")).hexdigest()
 
 
 def test_order_sha256_published_values(fixtures_dir):
