@@ -82,14 +82,14 @@ def history_weights(n_turns: int, strategy: str, alpha: float = DEFAULT_ALPHA) -
     if not math.isfinite(alpha) or alpha < 0:
         raise ValueError("alpha must be finite and >= 0")
     w = np.zeros((n_turns, n_turns), dtype=np.float64)
-    for l in range(n_turns):
+    for turn in range(n_turns):
         if strategy == "latest":
-            w[l, l] = 1.0
+            w[turn, turn] = 1.0
         elif strategy == "average":
-            w[l, : l + 1] = 1.0 / (l + 1)
+            w[turn, : turn + 1] = 1.0 / (turn + 1)
         else:
-            row = np.array([alpha ** (l - j) for j in range(l + 1)], dtype=np.float64)
-            w[l, : l + 1] = row / row.sum()
+            row = np.array([alpha ** (turn - j) for j in range(turn + 1)], dtype=np.float64)
+            w[turn, : turn + 1] = row / row.sum()
     return w
 
 
@@ -121,21 +121,6 @@ def aggregate_history(
     out = agg / norms
     dtype = arr.dtype if np.issubdtype(arr.dtype, np.floating) else np.float64
     return out.astype(dtype)  # type: ignore[return-value]
-
-
-def aggregate_latest(embeddings: ArrayT) -> ArrayT:
-    """``normalise(q_l)`` for every turn ``l``."""
-    return aggregate_history(embeddings, "latest")
-
-
-def aggregate_average(embeddings: ArrayT) -> ArrayT:
-    """``normalise(mean(q_1..q_l))`` for every turn ``l``."""
-    return aggregate_history(embeddings, "average")
-
-
-def aggregate_weighted(embeddings: ArrayT, alpha: float = DEFAULT_ALPHA) -> ArrayT:
-    """``normalise(sum_{l'<=l} alpha^(l-l') q_l')`` for every turn ``l``."""
-    return aggregate_history(embeddings, "weighted", alpha)
 
 
 # --------------------------------------------------------------------------- metrics
@@ -179,7 +164,7 @@ def hits_at_k_curve(sessions: Mapping[Hashable, Sequence[Rank]], k: int = 10) ->
     l_max = max(len(r) for r in checked.values())
     firsts = [first_hit_turn(r, k) for r in checked.values()]
     n = len(firsts)
-    return [sum(1 for f in firsts if f is not None and f <= l) / n for l in range(1, l_max + 1)]
+    return [sum(1 for f in firsts if f is not None and f <= turn) / n for turn in range(1, l_max + 1)]
 
 
 def final_recall_at_k(sessions: Mapping[Hashable, Sequence[Rank]], k: int = 10) -> float | None:
@@ -387,8 +372,8 @@ def rank_curve(sessions: Mapping[Hashable, Sequence[Rank]]) -> list[float | None
         return []
     l_max = max(len(r) for r in checked.values())
     out: list[float | None] = []
-    for l in range(l_max):
-        values = [math.inf if r[l] is None else float(r[l]) for r in checked.values() if len(r) > l]
+    for turn in range(l_max):
+        values = [math.inf if r[turn] is None else float(r[turn]) for r in checked.values() if len(r) > turn]
         median = float(np.median(values))
         out.append(None if math.isinf(median) or math.isnan(median) else median)
     return out
@@ -666,19 +651,19 @@ def session_consistency(
     known = ~np.isnan(imgs).any(axis=1)
     d = None if directions is None else np.nan_to_num(_unit(directions), nan=0.0)
     out: list[dict[str, int]] = []
-    for l in range(1, t.shape[0] + 1):
+    for turn in range(1, t.shape[0] + 1):
         flags: dict[str, int] = {}
-        if known[l]:
-            if float(imgs[l] @ e[l - 1]) >= thresholds.noop:
-                flags[NOOP] = l
-            elif l >= 2 and known[l - 1] and float(imgs[l] @ imgs[l - 1]) >= thresholds.duplicate:
-                flags[DUPLICATE] = l - 1
+        if known[turn]:
+            if float(imgs[turn] @ e[turn - 1]) >= thresholds.noop:
+                flags[NOOP] = turn
+            elif turn >= 2 and known[turn - 1] and float(imgs[turn] @ imgs[turn - 1]) >= thresholds.duplicate:
+                flags[DUPLICATE] = turn - 1
             else:
-                back = [k for k in range(l - 1) if known[k] and float(imgs[l] @ imgs[k]) >= thresholds.circle]
+                back = [k for k in range(turn - 1) if known[k] and float(imgs[turn] @ imgs[k]) >= thresholds.circle]
                 if back:
                     flags[CIRCLE] = back[-1] + 1
-        if d is not None and l >= 2:
-            cos = d[: l - 1] @ d[l - 1]
+        if d is not None and turn >= 2:
+            cos = d[: turn - 1] @ d[turn - 1]
             k = int(np.argmin(cos))
             if float(cos[k]) <= -thresholds.conflict:
                 flags[CONFLICT] = k + 1

@@ -8,10 +8,7 @@ import pytest
 import torch
 
 from retrieval.sessions import (
-    aggregate_average,
     aggregate_history,
-    aggregate_latest,
-    aggregate_weighted,
     apply_filters,
     curve_auc,
     curve_mean,
@@ -33,23 +30,23 @@ TURNS = [[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]
 
 
 def test_latest_aggregation():
-    out = aggregate_latest(np.array([[3.0, 0.0], [0.0, 2.0]]))
+    out = aggregate_history(np.array([[3.0, 0.0], [0.0, 2.0]]), "latest")
     np.testing.assert_allclose(out, [[1.0, 0.0], [0.0, 1.0]])
 
 
 def test_average_aggregation_by_hand():
-    out = aggregate_average(np.array(TURNS))
+    out = aggregate_history(np.array(TURNS), "average")
     s2, s5 = math.sqrt(2), math.sqrt(5)
     np.testing.assert_allclose(out, [[1, 0], [1 / s2, 1 / s2], [1 / s5, 2 / s5]])
 
 
 def test_weighted_aggregation_by_hand():
-    out = aggregate_weighted(np.array(TURNS))  # alpha = 0.8
+    out = aggregate_history(np.array(TURNS), "weighted")  # alpha = 0.8
     # turn 2: 0.8*q1 + q2 = (0.8, 1); turn 3: 0.64*q1 + 0.8*q2 + q3 = (0.64, 1.8)
     n2, n3 = math.hypot(0.8, 1.0), math.hypot(0.64, 1.8)
     np.testing.assert_allclose(out, [[1, 0], [0.8 / n2, 1 / n2], [0.64 / n3, 1.8 / n3]])
     # alpha = 0.5: turn 3 = (0.25, 0.5 + 1) -> direction (1, 6)
-    out_half = aggregate_weighted(np.array(TURNS), alpha=0.5)
+    out_half = aggregate_history(np.array(TURNS), "weighted", 0.5)
     np.testing.assert_allclose(out_half[2], np.array([1.0, 6.0]) / math.sqrt(37))
 
 
@@ -68,14 +65,14 @@ def test_torch_input_keeps_type_dtype_and_matches_numpy():
     x = torch.tensor(TURNS, dtype=torch.float16)
     out = aggregate_history(x, "average")
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float16
-    ref = aggregate_average(np.array(TURNS))
+    ref = aggregate_history(np.array(TURNS), "average")
     np.testing.assert_allclose(out.float().numpy(), ref, atol=1e-3)
     out32 = aggregate_history(torch.tensor(TURNS), "weighted")
-    np.testing.assert_allclose(out32.numpy(), aggregate_weighted(np.array(TURNS)), atol=1e-6)
+    np.testing.assert_allclose(out32.numpy(), aggregate_history(np.array(TURNS), "weighted"), atol=1e-6)
 
 
 def test_zero_aggregate_stays_zero():
-    out = aggregate_average(np.array([[1.0, 0.0], [-1.0, 0.0]]))
+    out = aggregate_history(np.array([[1.0, 0.0], [-1.0, 0.0]]), "average")
     np.testing.assert_allclose(out, [[1.0, 0.0], [0.0, 0.0]])
 
 
