@@ -177,8 +177,7 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
-# Uploaded import files and exports live under var/.
-MEDIA_ROOT = VAR_DIR / "media"
+# Uploaded import files and exports live under var/ (no model has a FileField: no MEDIA_ROOT).
 UPLOAD_DIR = VAR_DIR / "uploads"
 EXPORT_DIR = VAR_DIR / "exports"
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024

@@ -217,7 +217,7 @@ def _write_study(part: StudyPart, root: Path, report: Progress, paths: ServerPat
     for layout in part.layouts:
         fmt = "mbeir" if layout == "circled" else layout
         result = export_study(study, folder / layout, fmt=fmt, created_at=part.data_as_of,
-                              progress=lambda stage, done, total, l=layout: report(f"study {study.pk}: {l} files", done, total),
+                              progress=lambda stage, done, total, name=layout: report(f"study {study.pk}: {name} files", done, total),
                               chunk_size=settings.EXPORT_CHUNK_SIZE)
         part.exports[layout] = result.manifest
     report(f"study {study.pk}: reports", 0, 0)

@@ -5,7 +5,6 @@ import threading
 from collections import Counter
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, connections
 
@@ -52,7 +51,6 @@ def test_twenty_annotators_drain_a_study_with_overlap_three():
         pytest.skip("needs PostgreSQL's select_for_update(skip_locked=True): set DATABASE_URL=postgres://... (CI does)")
     call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
                  verbosity=0)
-    User = get_user_model()
     annotators = [make_annotator(f"racer{i:02d}", password="x") for i in range(20)]
     study, _ = create_study(StudySpec(name="race", datasets=["circo"], overlap=3, total=60, seed=11,
                                       annotators=[u.username for u in annotators]))

@@ -4,7 +4,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -28,7 +27,6 @@ def circo(db):
 
 
 def users(n: int, prefix: str = "ann"):
-    User = get_user_model()
     return [make_annotator(f"{prefix}{i}", password="x") for i in range(n)]
 
 

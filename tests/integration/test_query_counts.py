@@ -49,7 +49,7 @@ def _client(study, name="counted"):
 def test_next_item_and_submit_stay_within_their_query_budget(study, django_assert_max_num_queries):
     client, user = _client(study)
     served_gold = 0
-    for n in range(8):
+    for _ in range(8):
         cache.clear()  # as after any cache's expiry: the budget holds on every request, none is warmed
         with django_assert_max_num_queries(NEXT_MAX):
             r = client.post(f"/api/studies/{study.pk}/next/")
