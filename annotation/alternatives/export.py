@@ -16,14 +16,12 @@ from typing import Any
 
 from retrieval.models import Image
 
+from annotation.core.export_fields import CIRCO_KEYS
 from annotation.models import Study
 from annotation.verdicts.adjudication import ItemRow
 from annotation.alternatives.study import study_alternatives
 
 FORMATS: tuple[str, ...] = ("mbeir", "circo")
-#: CIRCO's val.json keys, in the order its file has them.
-CIRCO_KEYS = ("reference_img_id", "target_img_id", "relative_caption", "shared_concept", "gt_img_ids", "id",
-              "semantic_aspects")
 
 
 def _circo_id(value: Any) -> Any:

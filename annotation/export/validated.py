@@ -99,6 +99,7 @@ from annotation.verdicts.consensus import (
     Decision,
     tally,
 )
+from annotation.core.export_fields import CIRCLED_KEYS, MBEIR_KEYS
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
 from annotation.verdicts.refit import refit_study
@@ -111,9 +112,6 @@ FORMAT_VERSION = 1
 TASK_ID = 7  # M-BEIR: (image, text) -> image
 SUBSETS = {COMPOSITION_REQUIRED: "validated_solved", UNRESOLVED: "validated_unsolved", "": VALIDATED_SUBSET}
 SUBSET_QUERY_NAME = VALIDATED_SUBSET
-CIRCLED_KEYS = ("session_id", "subset", "ground_truth_ids", "num_turns", "turns")
-MBEIR_KEYS = ("qid", "query_txt", "query_img_path", "query_modality", "query_src_content", "pos_cand_list",
-              "neg_cand_list", "task_id")
 
 Progress = Callable[[str, int, int], None]
 
