@@ -487,8 +487,10 @@ def prepare(args, say) -> tuple[dict[str, str], Path, dict]:
                DJANGO_DEBUG="0", DJANGO_SECRET_KEY="load-test-only", DJANGO_SETTINGS_MODULE="config.settings",
                IMAGE_ROOTS=str(var / "images"), PYTHONUNBUFFERED="1", DB_CONN_MAX_AGE="60", CACHE_URL=args.cache_url)
     say(f"setting up the load database {args.database_url} ...")
-    run = lambda *cmd, **kw: subprocess.run([PY, "manage.py", *cmd], cwd=ROOT, env=env, check=True,  # noqa: E731
-                                            stdout=subprocess.DEVNULL if args.json else None, **kw)
+    def run(*cmd, **kw):
+        return subprocess.run([PY, "manage.py", *cmd], cwd=ROOT, env=env, check=True,
+                              stdout=subprocess.DEVNULL if args.json else None, **kw)
+
     run("migrate", "--noinput", "-v", "0")
     # The demo's images and queries only: its own audit (and the training of its retrievers, minutes
     # on a fresh machine) plays no part in the load; the background audit uses the tiny test model.
