@@ -39,7 +39,8 @@ class ModelInfo:
     usd_per_m_text_tokens: float
     #: Voyage: US dollars per billion image pixels; Gemini: per million image tokens.
     usd_image_rate: float
-    max_batch: int                    # inputs CIRVal sends per request
+    max_batch: int                    # inputs CIRVal sends per request by default
+    api_max_batch: int                # the most inputs the API takes in one request
     max_request_tokens: int           # the API's token limit of one request
     default_rpm: int                  # requests per minute (tier 1 unless said otherwise)
     default_tpm: int                  # tokens per minute
@@ -74,8 +75,11 @@ def text_tokens(text: str | None) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN) if text else 0
 
 
-_VOYAGE_LIMITS = dict(max_batch=64, max_request_tokens=320_000, default_rpm=2000, default_tpm=1_000_000)
-_GEMINI_LIMITS = dict(max_batch=50, max_request_tokens=1_000_000, default_rpm=150, default_tpm=1_000_000)
+_VOYAGE_LIMITS = dict(max_batch=64, api_max_batch=1000, max_request_tokens=320_000, default_rpm=2000,
+                      default_tpm=1_000_000)
+# batchEmbedContents takes at most 100 requests (ai.google.dev/api/embeddings, read 2026-11-29).
+_GEMINI_LIMITS = dict(max_batch=50, api_max_batch=100, max_request_tokens=1_000_000, default_rpm=150,
+                      default_tpm=1_000_000)
 
 MODELS: dict[tuple[str, str], ModelInfo] = {
     # docs.voyageai.com/docs/pricing (read 2026-11-29): $0.12 per million text tokens, $0.60 per

@@ -48,6 +48,9 @@ class ClientConfig:
                 raise ValueError(f"{name} must be >= 0 (0: the model's default), not {value}")
         if max_tries < 1 or timeout_s <= 0 or max_request_mb <= 0:
             raise ValueError("max_tries must be >= 1, timeout_s and max_request_mb > 0")
+        if batch > info.api_max_batch:
+            raise ValueError(f"{info.provider}/{info.model} takes at most {info.api_max_batch} inputs a request, "
+                             f"not {batch} (CIRVAL_API_BATCH)")
         return cls(key=(key or "").strip(), base_url=(base_url or "").strip(), rpm=rpm or info.default_rpm,
                    tpm=tpm or info.default_tpm, batch=batch or info.max_batch,
                    max_request_bytes=int(max_request_mb * 2**20),
