@@ -52,6 +52,8 @@ def test_gemini_estimate_by_hand_and_calls_follow_the_batch():
     assert estimate(parse_spec(GEMINI)[1], WORK, config=ClientConfig.for_model(info, batch=3)).calls == 3 + 2
     small_requests = ClientConfig.for_model(info, max_request_mb=0.5)  # two 1000x1000 JPEGs do not fit in one
     assert estimate(parse_spec(GEMINI)[1], WORK, config=small_requests).calls > 2
+    with pytest.raises(ValueError, match="at most 100 inputs a request, not 101"):
+        ClientConfig.for_model(info, batch=101)
 
 
 def test_circus_text_only_queries_carry_a_black_image():
