@@ -1,7 +1,10 @@
 """The 'New audit' form (staff)."""
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
+from django.conf import settings
 
 from retrieval.models import Dataset
 
@@ -69,3 +72,33 @@ class AuditForm(forms.Form):
             except ValueError as exc:
                 self.add_error("retrievers", str(exc))
         return data
+
+
+def installed_kinds() -> list[dict[str, Any]]:
+    """Every installed retriever kind (built-ins and plugins) for the form: prefix and what it is."""
+    from retrieval.retrievers import kinds
+
+    return [{"prefix": prefix, "description": getattr(kind, "description", "")} for prefix, kind in kinds().items()]
+
+
+def pool_preview(dataset: Dataset, scope: str, specs: list[str]) -> list[dict[str, Any]]:
+    """Per retriever of the pool: kind, fusion, the encoder passes an audit of ``scope`` needs
+    with nothing cached (late fusion against early fusion:
+    :meth:`retrieval.retrievers.base.RetrieverKind.expected_passes`) and, for an ``api:``
+    retriever, the estimated calls and US dollars (its candidates already cached left out).
+    Reads the database only: nothing is built, encoded or sent."""
+    from retrieval.retrievers import parse_spec
+    from retrieval.retrievers.api.budget import pool_estimates, scope_workload
+
+    work = scope_workload(dataset.pk, scope)
+    queries = [(q.image_key, q.text) for q in work.queries]
+    candidates = [c.image_key for c in work.candidates]
+    costs = {e.spec: e for e in pool_estimates(specs, dataset.pk, scope, modality_rule=settings.AUDIT_MODALITY_RULE,
+                                                 cache_root=settings.EMBEDDING_CACHE_DIR)}
+    rows = []
+    for spec in specs:
+        kind, parsed = parse_spec(spec)
+        cost = costs.get(kind.canonical(parsed))
+        rows.append({"spec": spec, "kind": kind.prefix, "passes": kind.expected_passes(parsed, queries, candidates),
+                     "cost": None if cost is None else {"usd": cost.usd, "calls": cost.calls, "line": cost.line()}})
+    return rows

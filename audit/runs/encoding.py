@@ -32,11 +32,13 @@ import numpy as np
 import torch
 
 from retrieval.embcache import EmbeddingCache, encode_with_cache
-from retrieval.encoders import DEFAULT_MAX_PIXELS, IMAGE_ERRORS, LazyRetriever, shared_preprocessed_batches
+from retrieval.encoders import DEFAULT_MAX_PIXELS, IMAGE_ERRORS, load_image, shared_preprocessed_batches
+from retrieval.retrievers.pipeline import BLACK_PREFIX, audit_retriever, late_path, modality_pairs
 from retrieval.ranking import rank_queries
 from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, aggregate_history, max_pairwise_cosine
 
-__all__ = ["IMAGE_ERRORS", "encode_images", "encode_images_shared", "encode_texts", "gallery_matrix", "get_retriever", "rank_three"]
+__all__ = ["IMAGE_ERRORS", "encode_images", "encode_images_shared", "encode_queries", "encode_query_pairs",
+           "encode_texts", "gallery_matrix", "get_retriever", "rank_three"]
 
 _memo_lock = threading.Lock()
 _retrievers: OrderedDict[tuple, Any] = OrderedDict()
@@ -45,17 +47,21 @@ RETRIEVER_MEMO = 2
 GALLERY_MEMO = 2
 
 
-def get_retriever(spec: str, device: str | None = None, batch_size: int = 64, precision: str = "fp32") -> Any:
-    """A retriever for ``spec``, reused within this process (LRU of two).
+def get_retriever(spec: str, device: str | None = None, batch_size: int = 64, precision: str = "fp32",
+                  modality_rule: str = "family") -> Any:
+    """A retriever for ``spec`` of any kind (:func:`retrieval.retrievers.pipeline.audit_retriever`),
+    reused within this process (LRU of two).
 
-    The model itself is built on the first encode (:class:`retrieval.encoders.LazyRetriever`):
-    an audit served wholly from the embedding cache never builds it."""
-    key = (spec, device or "", int(batch_size), precision)
+    The model itself is built on the first encode (:class:`retrieval.encoders.LazyRetriever`;
+    other kinds when they can name their identity unbuilt): an audit served wholly from the
+    embedding cache never builds it."""
+    key = (spec, device or "", int(batch_size), precision, modality_rule)
     with _memo_lock:
         if key in _retrievers:
             _retrievers.move_to_end(key)
             return _retrievers[key]
-    retriever = LazyRetriever(spec, device=device or None, batch_size=batch_size, precision=precision)  # type: ignore[arg-type]
+    retriever = audit_retriever(spec, device=device or None, batch_size=batch_size, precision=precision,
+                                modality_rule=modality_rule)
     with _memo_lock:
         _retrievers[key] = retriever
         while len(_retrievers) > RETRIEVER_MEMO:
@@ -167,7 +173,9 @@ def _encode_batch(retriever: Any, cache: EmbeddingCache, batch_keys: list[str], 
     if not rows:
         return
     wanted = [ok_keys[n] for n in rows]
-    emb = retriever.embed_pixels(pixels if len(rows) == len(ok_keys) else pixels[rows]).numpy()
+    if len(rows) != len(ok_keys):
+        pixels = pixels[rows] if isinstance(pixels, torch.Tensor) else [pixels[n] for n in rows]
+    emb = retriever.embed_pixels(pixels).numpy()
     cache.put_many("image", wanted, emb)
     fresh.update(zip(wanted, emb))
 
@@ -192,6 +200,116 @@ def encode_texts(retriever: Any, cache: EmbeddingCache, texts: Sequence[str], ch
     matrix, stats = encode_with_cache(retriever, cache, "text", texts, chunk_size=chunk_size)
     return Encoded(matrix=matrix, ok=[True] * len(texts), hits=stats.hits, encoded=stats.encoded,
                    seconds=time.perf_counter() - started)
+
+
+def encode_query_pairs(retriever: Any, cache: EmbeddingCache, pairs: Sequence[tuple[str | None, str | None]],
+                       locate: Callable[[str], Path], max_pixels: int = DEFAULT_MAX_PIXELS,
+                       chunk_size: int = 256) -> Encoded:
+    """Whole-query embeddings of ``pairs`` (image key or ``None``, text or ``None``; an image key
+    ``black:KEY`` is a black image of KEY's size), one :meth:`embed_queries` pass each, cached
+    (kind ``query``) under :meth:`query_cache_key`: only what the cache lacks is encoded, and
+    only its images are read. ``ok[i]``: pair ``i``'s image could be read (the matrix holds
+    the rows of those)."""
+    started = time.perf_counter()
+    pairs = list(pairs)
+    keys = [retriever.query_cache_key(k, t) for k, t in pairs]
+    lookup = cache.get_many("query", keys)
+    missing = set(lookup.missing)
+    need = list(dict.fromkeys(_image_of(k) for (k, _), key in zip(pairs, keys) if key in missing and k))
+    images, unreadable = _read_images(need, locate, max_pixels)
+    ok = [not (k and _image_of(k) in unreadable) for k, _ in pairs]
+    good = [n for n, flag in enumerate(ok) if flag]
+    by_key = {key: pairs[n] for n, key in enumerate(keys) if ok[n]}
+
+    def load(chunk: list[str]) -> list[tuple[Any, str | None]]:
+        return [(_query_image(by_key[key][0], images), by_key[key][1]) for key in chunk]
+
+    def embed(items: list[tuple[Any, str | None]]) -> torch.Tensor:
+        return retriever.embed_queries([im for im, _ in items], [t for _, t in items])
+
+    matrix, stats = encode_with_cache(retriever, cache, "query", [keys[n] for n in good], loader=load,
+                                      chunk_size=chunk_size, embed=embed)
+    return Encoded(matrix=matrix, ok=ok, hits=stats.hits, encoded=stats.encoded,
+                   seconds=time.perf_counter() - started,
+                   unreadable={_image_of(k): unreadable[_image_of(k)] for k, _ in pairs if k and _image_of(k) in unreadable})
+
+
+def _image_of(image_key: str) -> str:
+    return image_key[len(BLACK_PREFIX):] if image_key.startswith(BLACK_PREFIX) else image_key
+
+
+def _query_image(image_key: str | None, images: dict[str, Any]) -> Any:
+    if not image_key:
+        return None
+    from retrieval.retrievers.base import black_like
+
+    image = images[_image_of(image_key)]
+    return black_like(image) if image_key.startswith(BLACK_PREFIX) else image
+
+
+def _read_images(keys: Sequence[str], locate: Callable[[str], Path], max_pixels: int) -> tuple[dict, dict]:
+    """(key -> decoded RGB image, key -> why it could not be read)."""
+    images: dict[str, Any] = {}
+    unreadable: dict[str, str] = {}
+    for key in keys:
+        try:
+            images[key] = load_image(locate(key), max_pixels=max_pixels)
+        except IMAGE_ERRORS as exc:
+            unreadable[key] = f"{type(exc).__name__}: {exc}"
+    return images, unreadable
+
+
+@dataclass
+class QueryEncodings:
+    """The three modalities' query embeddings of a batch of queries and what they cost: ``img``
+    (image-only rows; its ``ok`` says which queries' references could be read), ``txt``
+    (text-only rows) and ``mm`` (multimodal rows), each over the queries kept (``img.ok``)."""
+
+    img: Encoded
+    txt: Encoded
+    mm: Encoded | None  # None: late fusion (``compose(img, txt)`` at ranking time)
+
+
+def encode_queries(retriever: Any, cache: EmbeddingCache, image_keys: Sequence[str], texts: Sequence[str],
+                   locate: Callable[[str], Path], max_pixels: int = DEFAULT_MAX_PIXELS,
+                   check: Callable[[], None] | None = None, workers: int = 0) -> QueryEncodings:
+    """The queries (reference image key, text) in every modality, through the retriever's
+    interface: late fusion (:func:`retrieval.retrievers.pipeline.late_path`): one image encode
+    and one text encode per query (the multimodal query composed at ranking time, ``mm`` None);
+    otherwise three whole-query passes, each cached (:func:`encode_query_pairs`) under the
+    retriever's modality rule (:func:`retrieval.retrievers.pipeline.modality_pairs`)."""
+    if late_path(retriever):
+        img = encode_images(retriever, cache, image_keys, locate, max_pixels=max_pixels, check=check, workers=workers)
+        kept_texts = [t for t, ok in zip(texts, img.ok) if ok]
+        return QueryEncodings(img, encode_texts(retriever, cache, kept_texts), None)
+    rule = getattr(retriever, "modality_rule", "family")
+    pairs = [modality_pairs(rule, k, t) for k, t in zip(image_keys, texts)]
+    done = {}
+    for modality in ("mm", "image", "text"):
+        done[modality] = encode_query_pairs(retriever, cache, [p[modality] for p in pairs], locate, max_pixels)
+        if check is not None:
+            check()
+    ok = [all(done[m].ok[n] for m in done) for n in range(len(pairs))]  # a reference read in every pass
+    for enc in done.values():
+        enc.matrix = enc.matrix[[r for r, n in enumerate(i for i, flag in enumerate(enc.ok) if flag) if ok[n]]]
+        enc.ok = ok
+    done["image"].unreadable = {k: why for enc in done.values() for k, why in enc.unreadable.items()}
+    return QueryEncodings(done["image"], done["text"], done["mm"])
+
+
+def multimodal_queries(retriever: Any, cache: EmbeddingCache, image_keys: Sequence[str], texts: Sequence[str],
+                       locate: Callable[[str], Path], max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[list[bool], torch.Tensor]:
+    """The multimodal queries alone (on-demand and interactive ranking): ``ok[i]`` (query ``i``'s
+    reference could be read) and the rows of those, composed from one image and one text
+    encode on the late path, else one cached whole-query pass each."""
+    if late_path(retriever):
+        img = encode_images(retriever, cache, image_keys, locate, max_pixels=max_pixels)
+        if not any(img.ok):
+            return img.ok, img.matrix
+        txt = encode_texts(retriever, cache, [t for t, ok in zip(texts, img.ok) if ok])
+        return img.ok, retriever.compose(img.matrix, txt.matrix)
+    mm = encode_query_pairs(retriever, cache, list(zip(image_keys, texts)), locate, max_pixels)
+    return mm.ok, mm.matrix
 
 
 #: Gallery images encoded per step when a gallery matrix finds some not yet in the cache.
@@ -346,6 +464,7 @@ def rank_three(
     extra: Sequence[Sequence[int]] | None = None,
     groups: Sequence[Sequence[int]] | None = None,
     references: Sequence[int | None] | None = None,
+    mm: torch.Tensor | None = None,
 ) -> ThreeRanks:
     """Rank the multimodal, text-only and image-only queries of one batch of queries.
 
@@ -353,11 +472,12 @@ def rank_three(
     (see :func:`retrieval.ranking.rank_queries`). Only the multimodal query keeps a top
     list (``panel_k`` gallery rows, best first, padding dropped). ``references[q]``: the
     reference's gallery row, for :attr:`ThreeRanks.ahead` (see ``reference_ahead`` of
-    :func:`retrieval.ranking.rank_queries`).
+    :func:`retrieval.ranking.rank_queries`). ``mm``: the multimodal queries when the retriever
+    does not compose them from ``image_emb`` and ``text_emb`` (early fusion: its own pass).
     """
     started = time.perf_counter()
     n = len(positives)
-    modal = {"mm": retriever.compose(image_emb, text_emb), "text": text_emb, "image": image_emb}
+    modal = {"mm": retriever.compose(image_emb, text_emb) if mm is None else mm, "text": text_emb, "image": image_emb}
     # the near-targets queries (near_targets' rule) ranked in the same pass: one ranking call,
     # not four (each costs tens of small tensor operations whatever its size)
     having = [q for q, pos in enumerate(positives) if pos] if panel_k > 0 and len(gallery) else []
@@ -418,6 +538,7 @@ def rank_sessions(
     exclude: Sequence[int | None] | None,
     alpha: float = DEFAULT_ALPHA,
     strategies: Sequence[str] = STRATEGIES,
+    mm: torch.Tensor | None = None,
 ) -> SessionRanks:
     """Turn-wise ranks of a batch of sessions in every modality and aggregation strategy.
 
@@ -439,8 +560,8 @@ def rank_sessions(
     if exclude is not None and len(exclude) != n_rows:
         raise ValueError("one exclude entry per turn")
     device = gallery.device
-    bases = {
-        "multimodal": retriever.compose(image_emb, text_emb),
+    bases = {  # mm: an early-fusion retriever's own multimodal pass of each turn
+        "multimodal": retriever.compose(image_emb, text_emb) if mm is None else mm,
         "text_only": text_emb,
         "image_only": image_emb,
     }
