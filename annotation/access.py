@@ -5,7 +5,7 @@ while they hold the annotator role and belong to that study
 (:func:`annotation.permissions.membership`): a grant names its study and ends with it.
 
 An interactive study that describes the target instead of showing it
-(:func:`annotation.interactive.rules.hides_target`) keeps its items' targets (and turn
+(:func:`annotation.core.rounds.hides_target`) keeps its items' targets (and turn
 targets) from their annotators: only the start reference and the candidates its rounds
 showed are theirs to fetch. A target the annotator was shown legitimately elsewhere (among a
 round's candidates, or in another study that shows it) stays fetchable.
@@ -22,7 +22,7 @@ from django.core.cache import cache
 from django.db.models import Exists, OuterRef, Q
 
 from annotation import roles
-from annotation.interactive.rules import hides_target
+from annotation.core.rounds import hides_target
 from annotation.models import Assignment, InteractiveRound, Study
 from annotation.permissions import membership
 

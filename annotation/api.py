@@ -13,7 +13,7 @@ from config.parsing import query_int
 from annotation import roles
 
 from annotation.assignment import queue as engine
-from annotation.assignment.rules import REFIT_PENDING
+from annotation.core.serving import REFIT_PENDING
 from annotation.verdicts.refit import retry_after_seconds
 from annotation.verdicts.state import annotator_share
 from annotation.models import Assignment, Study
@@ -21,7 +21,7 @@ from annotation.judging.payloads import item_payload, judgement_dict, lease_seco
 from annotation.quality.gold import feedback_message, training_feedback
 from annotation.permissions import (member_study, membership, own_assignment, readable_study, visible_studies,
                                     writable_assignment)
-from annotation.judging.rubric import JudgementError
+from annotation.core.rubric import JudgementError
 from annotation.studies.building import StudyError, StudySpec, create_study
 
 
@@ -60,7 +60,7 @@ class StudyCreateSerializer(serializers.Serializer):
     candidates = serializers.IntegerField(min_value=0, max_value=50, default=20)
     interactive = serializers.DictField(required=False, allow_null=True, default=None,
                                         help_text="An interactive study: retriever, top_n, max_rounds, strategy, "
-                                                  "alpha, target_view (annotation.interactive.rules).")
+                                                  "alpha, target_view (annotation.core.rounds).")
     adaptive_max = serializers.IntegerField(min_value=2, max_value=50, required=False, allow_null=True, default=None)
     consensus = serializers.ChoiceField(choices=["majority", "reliability"], default="majority")
     serve_order = serializers.ChoiceField(choices=Study.ServeOrder.values, default=Study.ServeOrder.RANDOM,

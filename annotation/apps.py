@@ -13,11 +13,11 @@ class AnnotationConfig(AppConfig):
 
         from annotation.access import may_fetch_image
         from annotation.models import Study, StudyItem
-        from annotation.studies import sizes
+        from annotation import sizes
 
         set_image_access(may_fetch_image)  # annotators fetch only the images they were shown
 
-        # the study's sizes (Study.n_*) follow its items and annotators (annotation/studies/sizes.py)
+        # the study's sizes (Study.n_*) follow its items and annotators (annotation/sizes.py)
         m2m_changed.connect(sizes.annotators_changed, sender=Study.annotators.through, weak=False,
                             dispatch_uid="cirval-study-annotators")
         # an annotator removed from a study gives back the items they hold (annotation/assignment/membership.py)
@@ -36,4 +36,16 @@ class AnnotationConfig(AppConfig):
 
         audit_finished.connect(panels_after_audit, weak=False, dispatch_uid="cirval-panels-after-audit")
 
+        # a counted judgement of an estimate study re-plans its sample (serving sits below studies)
+        from annotation.assignment.queue import estimate_judged
+
+        estimate_judged.connect(replan_estimate, weak=False, dispatch_uid="cirval-estimate-judged")
+
         import annotation.tasks  # noqa: F401  registers the tasks the web tier sends by name (fill_candidates)
+
+
+def replan_estimate(sender, study_id: int, **kwargs) -> None:
+    """Receiver of ``annotation.assignment.queue.estimate_judged``."""
+    from annotation.studies.estimating import after_submit
+
+    after_submit(study_id)

@@ -8,7 +8,7 @@ from config.parsing import HostileInput, loads
 from retrieval.models import Dataset
 from retrieval.sessions import STRATEGIES
 
-from annotation.interactive.rules import (
+from annotation.core.rounds import (
     DEFAULT_MAX_ROUNDS,
     DEFAULT_STRATEGY,
     DEFAULT_TOP_N,
@@ -16,7 +16,7 @@ from annotation.interactive.rules import (
     MAX_TOP_N,
     TARGET_VIEWS,
 )
-from annotation.judging.rubric import builtin_rubrics
+from annotation.core.rubric import builtin_rubrics
 from annotation.models import Study
 from annotation.studies.building import StudySpec
 

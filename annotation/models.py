@@ -12,9 +12,9 @@ from django.db.models import Q
 from retrieval.jobs.models import Job
 from retrieval.models import Query
 
-from annotation.assignment.rules import SERVE_RANDOM, SERVE_SUSPICION
-from annotation.judging.rubric import Rubric, builtin_rubric
-from annotation.verdicts.consensus import DEFAULT_CONFIDENCE, QuorumRule, study_quorum_rule
+from annotation.core.serving import SERVE_RANDOM, SERVE_SUSPICION
+from annotation.core.rubric import Rubric, builtin_rubric
+from annotation.core.consensus import DEFAULT_CONFIDENCE, QuorumRule, study_quorum_rule
 
 
 class RubricVersion(models.Model):
@@ -114,7 +114,7 @@ class Study(models.Model):
     interactive = models.JSONField(
         default=dict, blank=True,
         help_text="Interactive studies (the annotator plays the user): retriever, top_n, max_rounds, strategy, "
-                  "target_view (annotation.interactive.rules.InteractiveSettings); empty: not interactive.")
+                  "target_view (annotation.core.rounds.InteractiveSettings); empty: not interactive.")
     estimate = models.JSONField(
         default=dict, blank=True,
         help_text="Estimate studies (issue 40): a stratified sample of the benchmark, served in a Neyman plan, "
@@ -122,7 +122,7 @@ class Study(models.Model):
                   "strata, the plan's state and the stop; empty: not an estimate study. Staff only.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
-    # The study's sizes (annotation.studies.sizes), kept with every change of its items, their
+    # The study's sizes (annotation.sizes), kept with every change of its items, their
     # agreement flags and extra slots, and its annotators, so "next item" reads them with the
     # study row (issue 30: no count of the items per request). Written only by their keepers:
     # a plain save() leaves them alone (save below).
@@ -156,7 +156,7 @@ class Study(models.Model):
 
     @property
     def quorum_rule(self) -> QuorumRule:
-        """THE quorum rule of the study (:class:`annotation.verdicts.consensus.QuorumRule`); under
+        """THE quorum rule of the study (:class:`annotation.core.consensus.QuorumRule`); under
         reliability-weighted consensus an adaptive rule settles splits at ``adaptive_confidence``
         once bound to the study's reliability model (``annotation.verdicts.adjudication.quorum_rule_of``)."""
         return study_quorum_rule(self.overlap, self.quorum, self.adaptive_max, self.consensus, self.adaptive_confidence)

@@ -13,12 +13,11 @@ from annotation.export.validated import run_export_job
 from annotation.interactive.service import RANK_TASK
 from annotation.judging.candidates import FILL_TASK
 from annotation.models import ExportJob, ReleaseJob, RoomImportJob
-from annotation.release.bundle import run_release_job
+from annotation.release.bundle import RUN_RELEASE, run_release_job
 from annotation.room.imports import RUN_ROOM_IMPORT, run_room_import_job
 from annotation.verdicts.refit import REFIT_TASK
 
 RUN_EXPORT = "annotation.run_export"
-RUN_RELEASE = "annotation.run_release"
 
 
 @shared_task(name=RUN_EXPORT, acks_late=True)
@@ -78,7 +77,7 @@ def fill_candidates(study_id: int) -> int:
     when the study is created, when an audit of its dataset finishes and when the web tier
     serves an item without a panel (the web tier never computes one). Then the study's
     suspicion scores are computed again (:mod:`annotation.studies.suspicion`)."""
-    from annotation.judging.candidates import fill_study_candidates
+    from annotation.judging.panel_fill import fill_study_candidates
     from annotation.studies.suspicion import refresh_suspicion
 
     filled = fill_study_candidates(study_id)

@@ -2,7 +2,7 @@ from django.urls import path
 
 from annotation import api, views
 
-from annotation.agreement import views as report_views
+from annotation import report_pages as report_views
 from annotation.interactive import api as interactive_api
 from annotation.interactive import views as interactive_views
 from annotation.release import views as release_views

@@ -11,7 +11,7 @@ from django.views.decorators.cache import never_cache
 from config.roles import staff_required
 
 from annotation.access import grant_images
-from annotation.interactive.rules import hides_target
+from annotation.core.rounds import hides_target
 from annotation import roles
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Study, StudyItem

@@ -84,7 +84,7 @@ def _scope_hint(dataset: Dataset, scope: str) -> str:
     return f"a rank file ranks one source file's queries; choose its scope with --split ({shown})"
 
 
-class _GalleryMapper:
+class GalleryMapper:
     """Gallery path -> Image id of the dataset, by the longest matching trailing path (the
     ``keep`` of :func:`audit.rankfiles.read_rank_file`: each file keeps the image ids of the
     paths its top lists name, never the paths)."""
@@ -96,7 +96,7 @@ class _GalleryMapper:
         return next((self.by_path[s] for s in path_suffixes(path) if s in self.by_path), None)
 
 
-def _read_all(paths: Sequence[str | Path], mapper: _GalleryMapper) -> list[RankFile]:
+def _read_all(paths: Sequence[str | Path], mapper: GalleryMapper) -> list[RankFile]:
     files = [read_rank_file(p, keep=mapper) for p in paths]
     if not files:
         raise ImportRanksError("name at least one rank file")
@@ -316,7 +316,7 @@ def import_rank_files(
     ``AuditRank.*_all``; the best one in ``mm``/``text``/``image``).
     """
     dataset = _dataset(dataset)
-    files = _read_all(paths, _GalleryMapper(dataset))
+    files = _read_all(paths, GalleryMapper(dataset))
     aggregated = files[0].aggregated
     if aggregated and min_mm_retrievers > 1:
         raise ImportRanksError(

@@ -56,7 +56,7 @@ def build_study(n: int, votes: int) -> int:
     from django.db import connection, transaction
 
     from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
-    from annotation.studies.sizes import add_items
+    from annotation.sizes import add_items
     from audit.labels import SHORTCUT_FREE_LABELS
     from retrieval.models import Dataset, Image, Query, Target, Turn
 

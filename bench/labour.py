@@ -12,7 +12,7 @@ TEAM) label every item under three strategies:
   reliability (Dawid-Skene on the judgements collected so far, refitted every BATCH items,
   never the truth) is below the study's confidence (DEFAULT_CONFIDENCE, Study.adaptive_confidence).
 
-The strategies run the app's own rules (annotation.verdicts.consensus: quorum_rule,
+The strategies run the app's own rules (annotation.core.consensus: quorum_rule,
 AdaptiveQuorumRule.settled and decide; annotation.verdicts.reliability: Dawid-Skene), over R
 crowds (the same seeds for each strategy), and the figures are pooled. Prints the judgements
 spent (and their share of fixed overlap 3's), the accuracy of the validated set (the share of
@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from annotation.verdicts.consensus import DEFAULT_CONFIDENCE  # noqa: E402
+from annotation.core.consensus import DEFAULT_CONFIDENCE  # noqa: E402
 from annotation.verdicts.crowd import (  # noqa: E402
     STRATEGIES,
     Strategy,

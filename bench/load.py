@@ -77,7 +77,7 @@ django.setup()
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from annotation.models import RubricVersion, Study, StudyItem
-from annotation.studies.sizes import add_items
+from annotation.sizes import add_items
 from retrieval.models import Dataset, Image, Query, Turn, Target
 n_items, n_users, fill_panels = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "fill"
 demo = Dataset.objects.get(name="demo")
@@ -97,7 +97,7 @@ from retrieval.dbstats import refresh_statistics
 refresh_statistics(Image, Query, Turn, Target, StudyItem)
 # The candidate panels, fixed ahead as the worker does after a study is created
 # (--cold-panels: left to the worker, which the web tier asks when it serves an item without one).
-from annotation.judging.candidates import fill_study_candidates
+from annotation.judging.panel_fill import fill_study_candidates
 if fill_panels:
     fill_study_candidates(study.pk, batch=1000)
 group = Group.objects.get(name="annotator")

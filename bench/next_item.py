@@ -107,7 +107,7 @@ def build_study(args, n_items: int):
     from django.db import connection, transaction
 
     from annotation.models import RubricVersion, Study, StudyItem
-    from annotation.studies.sizes import recount
+    from annotation.sizes import recount
     from retrieval.models import Dataset, Image, Query, Target, Turn
 
     name = f"bench-{n_items}-{args.overlap}-{args.annotators}-gold{args.gold}"
@@ -140,7 +140,7 @@ def build_study(args, n_items: int):
                                   "candidates": panel, "candidates_source": "'bench'"},
                       "FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM retrieval_query "
                       "WHERE dataset_id = %s ORDER BY id LIMIT %s) q", [ds.pk, n_items])
-        recount(study)  # the items were written around the ORM (annotation/studies/sizes.py)
+        recount(study)  # the items were written around the ORM (annotation/sizes.py)
     print(f"  study items in {time.perf_counter() - t0:.1f} s", flush=True)
     users = []
     for i in range(args.annotators):

@@ -40,7 +40,7 @@ def main() -> None:
     from django.core.management import call_command
 
     from annotation.assignment import queue as engine
-    from annotation.judging.candidates import fill_study_candidates
+    from annotation.judging.panel_fill import fill_study_candidates
     from annotation.judging.payloads import candidate_refs, item_payload
     from annotation.studies.building import StudySpec, create_study
     from audit.runs import dispatch, planning

@@ -94,7 +94,7 @@ def build_large(n_items: int):
 
     from annotation.models import Assignment, Judgement, Study, StudyItem
     from annotation.studies.building import StudySpec, create_study
-    from annotation.studies.sizes import recount
+    from annotation.sizes import recount
 
     name = f"bench-report-{n_items}"
     study = Study.objects.filter(name=name).first()

@@ -75,6 +75,29 @@ def every_sweep(what: str):
     return register
 
 
+#: The worker's own bookkeeping, registered by the app that keeps it (``retrieval.tasks``:
+#: the worker beats and the job leases; this package imports no app): ``beat(name, queues)``
+#: on every sweep, ``release(owners)`` and ``gone(name)`` when the worker stops, and
+#: ``reconnected()`` after a lost broker connection.
+_WORKER_HOOKS: dict[str, list] = {"beat": [], "release": [], "gone": [], "reconnected": []}
+
+
+def on_worker(event: str):
+    """Register ``fn`` for one of the worker's events (see ``_WORKER_HOOKS``)."""
+
+    def register(fn):
+        _WORKER_HOOKS[event].append(fn)
+        return fn
+
+    return register
+
+
+def _call_hooks(event: str, *args):
+    """Run the hooks of ``event``; what they return (one hook: its value; several: a list)."""
+    done = [fn(*args) for fn in list(_WORKER_HOOKS[event])]
+    return done[0] if len(done) == 1 else [d for d in done if d]
+
+
 def sweep_once() -> dict[str, object]:
     """Run every registered sweep once; returns what each did (errors are logged)."""
     out: dict[str, object] = {}
@@ -102,13 +125,12 @@ _beat_lock = threading.Lock()
 
 
 def _beat_worker() -> None:
-    """Record this worker alive (``retrieval.jobs.workers``: "no worker alive" on pages);
-    nothing once it stops (:func:`_release_all` removes the row under the same lock)."""
-    from retrieval.jobs import workers
-
+    """Record this worker alive (the ``beat`` hooks: "no worker alive" on pages); nothing
+    once it stops (:func:`_release_all` runs the ``gone`` hooks under the same lock)."""
     with _beat_lock:
         if not _WORKER.get("stopped"):
-            _run_logged(lambda: workers.beat(_WORKER["name"], _WORKER["queues"]), "worker beat", "worker beat failed")
+            _run_logged(lambda: _call_hooks("beat", _WORKER["name"], _WORKER["queues"]), "worker beat",
+                        "worker beat failed")
 
 
 def _start_sweeper(sender=None, **kwargs) -> None:
@@ -208,15 +230,13 @@ def _release_all() -> None:
     import os
     import socket
 
-    from retrieval.jobs import leases, workers
-
     host = socket.gethostname()
     owners = [f"{host}:{pid}" for pid in {*_WORKER["pids"], os.getpid()}]
-    _run_logged(lambda: leases.release(owners), "work released by the stopping worker",
+    _run_logged(lambda: _call_hooks("release", owners), "work released by the stopping worker",
                 "could not release the stopping worker's work")
     sweep_once()
     with _beat_lock:
-        _run_logged(lambda: workers.gone(_WORKER["name"]), "", "could not remove the worker's beat")
+        _run_logged(lambda: _call_hooks("gone", _WORKER["name"]), "", "could not remove the worker's beat")
 
 
 def _connect_sweeper() -> None:
@@ -252,7 +272,7 @@ class Consumer(_CeleryConsumer):
 class BrokerReconnected(bootsteps.StartStopStep):
     """Starts with the consumer, again after each lost broker connection: then messages sent
     before may be gone (a Redis restart), so the sweep runs at once and resends them
-    (:func:`retrieval.jobs.leases.messages_lost`) instead of after ``JOB_RESEND_SECONDS``."""
+    (the ``reconnected`` hooks: :func:`retrieval.jobs.leases.messages_lost`) instead of after ``JOB_RESEND_SECONDS``."""
 
     requires = ("celery.worker.consumer.tasks:Tasks",)
 
@@ -263,9 +283,7 @@ class BrokerReconnected(bootsteps.StartStopStep):
     def start(self, c):
         self.starts += 1
         if self.starts > 1:
-            from retrieval.jobs import leases
-
-            leases.messages_lost()
+            _call_hooks("reconnected")
             if _wake is not None:
                 _wake.set()
 

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from retrieval.imagefiles import DEFAULT_MAX_PIXELS
-from retrieval.sessions import DEFAULT_EPSILON, DEFAULT_TAU
-
+from .defaults import MAX_PIXELS, SESSION_EPSILON, SESSION_TAU
 from .env import cache_settings, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -212,7 +210,7 @@ CONTENT_SECURITY_POLICY = "; ".join([
 _IMAGE_ROOTS = env_str("IMAGE_ROOTS").strip() or str(VAR_DIR / "images")
 IMAGE_ROOTS = [Path(p.strip()).resolve()
                for p in _IMAGE_ROOTS.split(os.pathsep if os.pathsep in _IMAGE_ROOTS else ",") if p.strip()]
-IMAGE_MAX_PIXELS = env_int("IMAGE_MAX_PIXELS", DEFAULT_MAX_PIXELS)
+IMAGE_MAX_PIXELS = env_int("IMAGE_MAX_PIXELS", MAX_PIXELS)
 THUMBNAIL_DIR = VAR_DIR / "thumbs"
 # The most memory one image's decode may take (bytes, after a JPEG's draft reduction); an
 # image needing more is refused. Decodes of one image run one at a time (retrieval/imageserve.py).
@@ -319,8 +317,8 @@ AUDIT_PANEL_K = 10  # multimodal results kept per (query, retriever) for the ann
 AUDIT_CANDIDATES_N = env_int("AUDIT_CANDIDATES_N", 64)  # multimodal top list stored per rank row (targets included)
 # Session filters (CIRCLED): a session is kept when its ranks stay within epsilon and its turn
 # texts are diverse (largest text-text cosine below tau); the published values by default.
-AUDIT_SESSION_EPSILON = env_float("AUDIT_SESSION_EPSILON", DEFAULT_EPSILON)
-AUDIT_SESSION_TAU = env_float("AUDIT_SESSION_TAU", DEFAULT_TAU)
+AUDIT_SESSION_EPSILON = env_float("AUDIT_SESSION_EPSILON", SESSION_EPSILON)
+AUDIT_SESSION_TAU = env_float("AUDIT_SESSION_TAU", SESSION_TAU)
 # The retriever that ranks candidates for a study whose dataset no audit ranked (audit/runs/ondemand.py).
 CANDIDATE_RETRIEVER = env_str("CANDIDATE_RETRIEVER", "openclip:cirval-tiny-vit")
 

@@ -6,19 +6,17 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
-from . import views
 from .security import LoginForm
 
 urlpatterns = [
     # browsers ask for /favicon.ico on their own: the site's icon, not a 404 in every console
     path("favicon.ico", login_not_required(RedirectView.as_view(url=static("cirval/favicon.svg"), permanent=True))),
-    path("", views.home, name="home"),
+    path("", include("retrieval.site")),  # the home page and /healthz
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LoginForm),
          name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("healthz", views.healthz, name="healthz"),
     path("", include("retrieval.urls")),
     path("", include("audit.urls")),
     path("", include("annotation.urls")),

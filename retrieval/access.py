@@ -4,7 +4,7 @@ The image view (:func:`retrieval.views.image`) asks :func:`may_fetch`. The rule 
 belongs to the annotation app (annotators see only the images of what they were served:
 :func:`annotation.access.may_fetch_image`), which registers it with :func:`set_image_access`
 when it is ready (:meth:`annotation.apps.AnnotationConfig.ready`). Imports thus keep
-running ``annotation -> retrieval``, where ``tests/unit/test_layering.py`` sees them; no
+running ``annotation -> retrieval``, where ``lint-imports`` (``.importlinter``) sees them; no
 setting names a function by string. Without a registered rule (the corpus app on its own,
 whose pages are for staff and researchers) every image may be fetched.
 """

@@ -493,7 +493,7 @@ def _edit_types_cycle(n: int, rng: random.Random) -> list[str]:
     return kinds
 
 
-def _pick_edit(scene: Scene, kind: str, rng: random.Random, avoid: frozenset[str] | set[str] = frozenset()) -> tuple[Edit, Scene] | None:
+def pick_edit(scene: Scene, kind: str, rng: random.Random, avoid: frozenset[str] | set[str] = frozenset()) -> tuple[Edit, Scene] | None:
     """An edit of ``kind`` whose result is valid and not among ``avoid`` keys."""
     for _ in range(12):
         edit = propose_edit(scene, kind, rng)
@@ -540,12 +540,12 @@ def _siblings(ref: Scene, gallery: _Gallery, rng: random.Random, n: int = _N_SIB
     Mostly in-place edits, which look closest to the reference.
     """
     for _ in range(n):
-        picked = _pick_edit(ref, rng.choice(_IN_PLACE_EDITS if rng.random() < 0.75 else EDIT_TYPES), rng)
+        picked = pick_edit(ref, rng.choice(_IN_PLACE_EDITS if rng.random() < 0.75 else EDIT_TYPES), rng)
         if picked is not None:
             gallery.add(picked[1])
 
 
-def _broad(ref: Scene, rng: random.Random) -> tuple[Edit, str, list[Scene]] | None:
+def broad_edit(ref: Scene, rng: random.Random) -> tuple[Edit, str, list[Scene]] | None:
     """A too-broad query: the text leaves the new colour / background open; every option fits."""
     kind = rng.choice(("colour", "background"))
     options = []
@@ -609,7 +609,7 @@ def _build_text_only(refs: list[Scene], gallery: _Gallery, rng: random.Random) -
 
 
 def _too_broad_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
-    broad = _broad(ref, rng)
+    broad = broad_edit(ref, rng)
     if broad is None:
         return None
     edit, text, options = broad
@@ -649,7 +649,7 @@ def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rn
         family = _family_query(ref, gallery, rng)
         if family is not None:
             return family
-    picked = _pick_edit(ref, "size" if kind == "image_only" and rng.random() < 0.5 else edit_kind, rng,
+    picked = pick_edit(ref, "size" if kind == "image_only" and rng.random() < 0.5 else edit_kind, rng,
                         avoid=set(gallery.scenes) if kind == "image_only" else frozenset())
     if picked is None:
         return None
@@ -658,7 +658,7 @@ def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rn
     if kind == "vague":
         text = rng.choice(_VAGUE_TEXTS)
     elif kind == "wrong_target":
-        other = _pick_edit(ref, rng.choice([k for k in EDIT_TYPES if k != edit["type"]]), rng, avoid={scene_key(target)})
+        other = pick_edit(ref, rng.choice([k for k in EDIT_TYPES if k != edit["type"]]), rng, avoid={scene_key(target)})
         if other is None:
             return None
         text_edit = other[0]
@@ -743,7 +743,7 @@ def _next_edit(cur: Scene, chain: list[Scene], kinds: list[str], rng: random.Ran
     kind then moves to the back)."""
     avoid = {scene_key(s) for s in chain}
     for k in kinds[:]:
-        picked = _pick_edit(cur, k, rng, avoid)
+        picked = pick_edit(cur, k, rng, avoid)
         if picked is not None:
             kinds.remove(k)
             kinds.append(k)
@@ -911,7 +911,7 @@ def _fill_distractors(gallery: _Gallery, n_gallery: int, lonely: set[str], rng: 
     used = [s for k, s in gallery.scenes.items() if k not in lonely]
     while len(gallery) < n_gallery:
         if used and rng.random() < 0.5:
-            picked = _pick_edit(rng.choice(used), rng.choice(EDIT_TYPES), rng, avoid=lonely)
+            picked = pick_edit(rng.choice(used), rng.choice(EDIT_TYPES), rng, avoid=lonely)
             if picked is not None and _far_from(picked[1], lonely, gallery):
                 gallery.add(picked[1])
         else:

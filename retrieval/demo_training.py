@@ -53,7 +53,7 @@ import torch.nn.functional as F
 
 from retrieval import encoders
 from retrieval.specs import spec_string
-from retrieval.demo import (EDIT_TYPES, _broad, _pick_edit, describe_edit, describe_scene, family_composition,
+from retrieval.demo import (EDIT_TYPES, broad_edit, pick_edit, describe_edit, describe_scene, family_composition,
                            random_scene, render_scene, scene_key)
 
 DEMO_CONFIG = "cirval-demo"
@@ -110,7 +110,7 @@ def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 12
         kinds = rng.sample(EDIT_TYPES, len(EDIT_TYPES))
         comps = []
         for kind in kinds:
-            picked = _pick_edit(ref, kind, rng)
+            picked = pick_edit(ref, kind, rng)
             if picked is not None:
                 comps.append((describe_edit(ref, picked[0], rng), index(picked[1])))
             if len(comps) == _EDITS_PER_REF:
@@ -122,7 +122,7 @@ def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 12
         broad_rng = random.Random(f"demo-train-broad:{seed}")
         broad_groups = []
         for ref_index, _ in groups:
-            drawn = _broad(ordered[ref_index], broad_rng)
+            drawn = broad_edit(ordered[ref_index], broad_rng)
             broad_groups.append(None if drawn is None else (drawn[1], [index(s) for s in drawn[2]]))
     family_groups = _family_groups([ordered[r] for r, _ in groups], seed, index) if family else None
     images = torch.stack([preprocess(render_scene(s, image_size, seed)) for s in ordered])

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from PIL import Image as PILImage
 
+from config.defaults import MAX_PIXELS
 
-#: The largest image (width x height) read by default (~8000 x 8000, far above any CIR benchmark
-#: image; larger ones are refused as decompression bombs). ``IMAGE_MAX_PIXELS`` in the settings
-#: overrides it; the pure readers take it as their default.
-DEFAULT_MAX_PIXELS = 64_000_000
+#: The largest image read by default (:data:`config.defaults.MAX_PIXELS`; ``IMAGE_MAX_PIXELS``
+#: in the settings overrides it); the pure readers take it as their default.
+DEFAULT_MAX_PIXELS = MAX_PIXELS
 
 
 class PathEscapeError(ValueError):

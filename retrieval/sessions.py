@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from config.defaults import SESSION_EPSILON, SESSION_TAU
 from retrieval.metrics import Rank, check_k, check_rank
 
 
@@ -61,8 +62,8 @@ FILTER_ORDER: tuple[str, str, str, str] = (
     "tau_diversity",
 )
 DEFAULT_ALPHA = 0.8
-DEFAULT_EPSILON = 30
-DEFAULT_TAU = 0.8
+DEFAULT_EPSILON = SESSION_EPSILON  # the settings' defaults too (config/defaults.py)
+DEFAULT_TAU = SESSION_TAU
 
 
 # --------------------------------------------------------------------------- aggregation

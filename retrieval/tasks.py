@@ -3,14 +3,22 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from config.celery import every_sweep
+from config.celery import every_sweep, on_worker
 
-from .jobs import leases
+from .jobs import leases, workers
 from .jobs.queue import send_task
 from .models import ImportJob
 from .services import run_import_job
 
 RUN_IMPORT = "retrieval.run_import"
+
+# The worker's own bookkeeping (config.celery runs these hooks and imports no app): its beat
+# row says it is alive; when it stops its leases are released and its row removed; after a
+# lost broker connection the messages sent before are taken as lost.
+on_worker("beat")(workers.beat)
+on_worker("release")(leases.release)
+on_worker("gone")(workers.gone)
+on_worker("reconnected")(leases.messages_lost)
 
 
 @shared_task(name=RUN_IMPORT, acks_late=True)

@@ -27,10 +27,10 @@ The readers that use it (all of CIRVal's):
   (``annotation/management/commands/agreement.py``, ``line N``, 1-based);
 * the CIRCUS per-annotator assignment files, ``annotation/agreement/circus.py``
   (``assignments[N]``; its :class:`annotation.agreement.circus.CircusFormatError` is a ParseError);
-* rubric definitions, ``annotation/judging/rubric.py`` (:meth:`Rubric.from_dict`; source
+* rubric definitions, ``annotation/core/rubric.py`` (:meth:`Rubric.from_dict`; source
   ``rubric 'key' vN``, fields ``rubric.categories[2].shortcut_key``; identifier, reserved
   shortcut, uniqueness and decision-order rules stay there);
-* submitted judgement payloads, ``annotation/judging/rubric.py``
+* submitted judgement payloads, ``annotation/core/rubric.py``
   (:func:`validate_judgement`; fields ``category``, ``also[0].sub_reason``,
   ``scales.overall``; its :class:`JudgementError` is a ParseError whose ``field`` is that
   path, what the annotation API returns to the page).

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from annotation.agreement.maths import FLAGS, VALIDATED
+from annotation.core.rubric import CIRCUS_FLAG_ORDER as FLAGS
+from annotation.core.rubric import VALIDATED_LABEL as VALIDATED
 from retrieval.importers import jsonstream
 from retrieval.records import ParseError
 from retrieval.validation import Record

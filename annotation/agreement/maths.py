@@ -34,8 +34,8 @@ from typing import Any, Literal
 import krippendorff
 import numpy as np
 
-from annotation.judging.rubric import CIRCUS_FLAG_ORDER, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE
-from annotation.judging.rubric import signature as circus_signature
+from annotation.core.rubric import CIRCUS_FLAG_ORDER, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE, VALIDATED_LABEL
+from annotation.core.rubric import signature as circus_signature
 
 Level = Literal["nominal", "ordinal", "interval", "ratio"]
 KappaWeights = Literal["linear", "quadratic"] | None
@@ -1080,7 +1080,7 @@ def _percentiles(values: dict[str, list[np.ndarray]], n_boot: int, confidence: f
 # The CIRCUS flags and signature strings are defined once, with the rubric (FLAGS is
 # re-exported here under its agreement name).
 FLAGS = CIRCUS_FLAG_ORDER
-VALIDATED = "VALIDATED"
+VALIDATED = VALIDATED_LABEL
 _FLAG_INDEX = {f: i for i, f in enumerate(FLAGS)}
 
 

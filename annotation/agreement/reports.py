@@ -42,17 +42,17 @@ from annotation.agreement.maths import (
     pair_key,
     validity_signature,
 )
-from annotation.verdicts.consensus import ADJUDICATION, PENDING, POLICIES, REJECTED, Decision, tally
-from annotation.verdicts.consensus import VALIDATED as VALIDATED_STATUS
+from annotation.core.consensus import ADJUDICATION, PENDING, POLICIES, REJECTED, Decision, tally
+from annotation.core.consensus import VALIDATED as VALIDATED_STATUS
 from annotation.models import Assignment, Study, StudyItem
 from annotation.verdicts.state import counted_judgements, item_states, late_judgements
-from annotation.judging.rubric import Rubric
-from annotation.verdicts.turns import session_valid, turn_answers
+from annotation.core.rubric import Rubric
+from annotation.core.turns import session_valid, turn_answers
 
 NO_CATEGORY = "(none)"
 
 #: Session rubrics with a turn verdict (v2 on): the dimensions of their turn-by-turn agreement,
-#: ``verdict`` (each annotator's own session verdict, :func:`annotation.verdicts.turns.session_valid`)
+#: ``verdict`` (each annotator's own session verdict, :func:`annotation.core.turns.session_valid`)
 #: and ``turn:N`` (the verdict on turn N, 1-based), labels 1 (valid) / 0 (invalid).
 VERDICT_DIMENSION = "verdict"
 TURN_PREFIX = "turn:"
@@ -433,7 +433,7 @@ def _turns(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
     return {
         "verdict_key": ctx.verdicts.turn_key, "spec": TURN_SPEC.to_dict(),
         "rule": "a session is valid when every turn is valid and no reject flag holds; its valid prefix is its "
-                "leading valid turns (annotation.verdicts.turns.valid_prefix)",
+                "leading valid turns (annotation.core.turns.valid_prefix)",
         "session": _turn_row(ctx, VERDICT_DIMENSION, g.turn_triples[VERDICT_DIMENSION], list(g.decisions.values())),
         "positions": positions,
         "prefix_lengths": dict(sorted(prefixes.items(), key=lambda kv: int(kv[0]))),

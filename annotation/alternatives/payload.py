@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from annotation.judging.rubric import JudgementError
+from annotation.core.rubric import JudgementError
 
 FIELD = "alternatives"
 NONE_FIT = "none_fit"

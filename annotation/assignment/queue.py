@@ -3,7 +3,7 @@
 Serving an item: expired leases are released, the annotator's own live lease is resumed,
 else a few candidate items are read in queue order and locked with
 ``select_for_update(skip_locked=True)`` (on PostgreSQL; SQLite serialises writers), the
-pure :func:`annotation.assignment.rules.choose_next` picks one and says which rule served it,
+pure :func:`annotation.core.serving.choose_next` picks one and says which rule served it,
 and the item's ``taken`` counter grows inside the same transaction. Two annotators racing
 for an item's last slot therefore cannot both get it.
 """
@@ -15,19 +15,19 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, FilteredRelation, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
+from django.dispatch import Signal
 from django.utils import timezone
 
-from annotation.assignment.rules import (QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
+from annotation.core.serving import (QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
                                         choose_gold, choose_next, gold_due, nothing_to_serve, queue_fields)
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.judging.candidates import item_candidates
-from annotation.judging.rubric import validate_judgement
+from annotation.core.rubric import validate_judgement
 from annotation.permissions import member_study, writable_assignment
 from annotation.verdicts.refit import refit_pending, request_refit
 from annotation.agreement.intervals import request_after_submit
-from annotation.studies.estimating import after_submit
 from annotation.verdicts.state import (  # noqa: F401
     free_slot_q,
     item_slots,
@@ -37,6 +37,11 @@ from annotation.verdicts.state import (  # noqa: F401
     study_sizes,
     submit_is_late,
 )
+
+#: Sent (``study_id=``) once a counted judgement of a study that samples an estimate has committed;
+#: ``annotation.apps`` connects the estimate's re-plan (annotation.studies.estimating sits above
+#: serving, so serving never imports it).
+estimate_judged = Signal()
 
 CANDIDATES = 8  # rows locked per request: enough to step around a few racing annotators
 
@@ -207,7 +212,7 @@ def serves_by_suspicion(study: Study) -> bool:
 
 
 def queue_order(study: Study) -> tuple[str, ...]:
-    """The study's serving order (:func:`annotation.assignment.rules.queue_fields`)."""
+    """The study's serving order (:func:`annotation.core.serving.queue_fields`)."""
     return queue_fields(study.serve_order)
 
 
@@ -275,7 +280,7 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
 
 def _why_nothing(study: Study, mine, n_annotators: int) -> Choice:
     """Tell 'everything left is reserved by others' from 'nothing left at all' (the rule:
-    :func:`annotation.assignment.rules.nothing_to_serve`), and 'nothing now, but the study's
+    :func:`annotation.core.serving.nothing_to_serve`), and 'nothing now, but the study's
     pending refit may reopen items' (:func:`annotation.verdicts.refit.refit_pending`)."""
     rows = (served_pool(study).filter(completed__lt=max(study.quorum_rule.most, n_annotators))
             .exclude(id__in=mine.values("item_id")).values_list("id", "completed", "agreement", "extra_slots")
@@ -444,7 +449,7 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "", base_r
            fetch=None) -> Judgement:
     """Store a judgement (a new revision when one exists). Same client token and answer → same row.
 
-    Raises :class:`annotation.judging.rubric.JudgementError` for an invalid payload,
+    Raises :class:`annotation.core.rubric.JudgementError` for an invalid payload,
     :class:`DuplicateSubmission` (carrying the stored row) for a repeated token and answer,
     and :class:`Conflict` for a stale ``base_revision`` or a token reused with another answer.
     A submit after the lease expired and the item went to someone else is stored with
@@ -511,7 +516,7 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
     if not judgement.late:
         reopen_slots(study, a.item_id)  # an adaptive rule: two disagreeing votes open a third slot
         if study.estimate:  # an estimate study re-plans its sample from the decided items
-            transaction.on_commit(lambda: after_submit(study.pk), robust=True)
+            transaction.on_commit(lambda: estimate_judged.send(sender=Judgement, study_id=study.pk), robust=True)
         # reliability-weighted adaptive overlap: the stored fit is refitted in a worker once this commits
         transaction.on_commit(lambda: request_refit(study), robust=True)
         # the agreement report's bootstrap intervals, on a worker (debounced: one task per burst)

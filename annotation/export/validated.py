@@ -88,7 +88,7 @@ from annotation.verdicts.adjudication import (
     validity_label,
 )
 from annotation.agreement.maths import validity_signature
-from annotation.verdicts.consensus import (
+from annotation.core.consensus import (
     ADJUDICATED,
     ADJUDICATION,
     PENDING,
@@ -103,7 +103,7 @@ from annotation.core.export_fields import CIRCLED_KEYS, MBEIR_KEYS
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from annotation.agreement.reports import annotator_pseudonyms
 from annotation.verdicts.refit import refit_study
-from annotation.verdicts.turns import turn_answers
+from annotation.core.turns import turn_answers
 from annotation.alternatives.export import FORMATS as QUERY_FORMATS, ExtraTargets, QueryLayout
 
 
@@ -368,7 +368,7 @@ def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, run: _R
     }
 
 
-def _destination(study: Study, out_dir: Path | None) -> tuple[Path, bool]:
+def export_destination(study: Study, out_dir: Path | None) -> tuple[Path, bool]:
     """(final folder, auto-named). An explicit folder must be absent or empty."""
     if out_dir is not None:
         out_dir = Path(out_dir).resolve()
@@ -380,7 +380,7 @@ def _destination(study: Study, out_dir: Path | None) -> tuple[Path, bool]:
     return Path(settings.EXPORT_DIR).resolve() / f"{base}-{stamp}", True
 
 
-def _move_into_place(tmp: Path, final: Path, auto: bool) -> Path:
+def move_into_place(tmp: Path, final: Path, auto: bool) -> Path:
     if final.is_dir() and not any(final.iterdir()):
         final.rmdir()
     for n in range(1, 1000):
@@ -438,7 +438,7 @@ def consensus_rule(verdicts: Verdicts) -> str:
 
 
 def verdict_counts(tallied: dict[str, Any], exported_lines: int) -> dict[str, Any]:
-    """The manifest's ``counts`` from a :func:`~annotation.verdicts.consensus.tally`."""
+    """The manifest's ``counts`` from a :func:`~annotation.core.consensus.tally`."""
     status, provenance = tallied["status"], tallied["provenance"]
     return {
         "items": tallied["items"],
@@ -562,7 +562,7 @@ def _adjudicator_names(study: Study) -> dict[str, str]:
 
 def _prepare(study: Study, out_dir: Path | str | None, tmp_name: str | None) -> tuple[Path, bool, Path]:
     """(final folder, auto-named, fresh temporary folder next to it)."""
-    final, auto = _destination(study, Path(out_dir) if out_dir is not None else None)
+    final, auto = export_destination(study, Path(out_dir) if out_dir is not None else None)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / (tmp_name or f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     if tmp.exists():
@@ -741,7 +741,7 @@ def export_study(
             json.dump(manifest, fh, indent=2, ensure_ascii=False)
             fh.write("\n")
         report("finishing", done, total)
-        path = _move_into_place(tmp, final, auto)
+        path = move_into_place(tmp, final, auto)
         _refresh_validated_subsets(study, sorted(run.dataset_ids.values()), id_file)
         return ExportResult(path, manifest)
     except BaseException:

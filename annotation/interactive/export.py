@@ -31,7 +31,7 @@ from django.utils import timezone
 from retrieval.models import Image
 
 from annotation.agreement.reports import annotator_pseudonyms
-from annotation.export.validated import _destination, _move_into_place, circled_subset
+from annotation.export.validated import export_destination, move_into_place, circled_subset
 from annotation.interactive.service import positives
 from annotation.models import InteractiveSession, Study
 
@@ -79,7 +79,7 @@ def _sha256(path: Path) -> str:
 
 def export_interactive(study: Study, out_dir: Path | str | None = None) -> Path:
     """Write the study's ended sessions (module notes); returns the export folder."""
-    final, auto = _destination(study, Path(out_dir) if out_dir else None)
+    final, auto = export_destination(study, Path(out_dir) if out_dir else None)
     tmp = final.with_name(f".{final.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -100,4 +100,4 @@ def export_interactive(study: Study, out_dir: Path | str | None = None) -> Path:
                 "settings": study.interactive, "query_format": "circled",
                 "sessions": sum(len(v) for v in grouped.values()), "files": files}
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    return _move_into_place(tmp, final, auto)
+    return move_into_place(tmp, final, auto)

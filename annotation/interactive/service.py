@@ -5,7 +5,7 @@ The web tier never ranks: :func:`submit_round` stores the round as ``pending`` a
 :data:`RANK_TASK` once the transaction commits, to its own queue (:func:`rank_queue`: a
 round never waits behind audit chunks, imports or exports); a worker runs :func:`rank_round`, which
 stores the shown candidates and the target's rank and ends the session when the stopping
-rule of :mod:`annotation.interactive.rules` says so (the assignment is then done, as a
+rule of :mod:`annotation.core.rounds` says so (the assignment is then done, as a
 submitted judgement makes it). The page polls :func:`session_state` until the round is
 ranked, and says when no live worker consumes that queue. The annotator's state never holds the target's rank (blind studies): only the
 candidates shown and, at the end, whether the target was found.
@@ -28,7 +28,7 @@ from retrieval.targets import positive_targets
 
 from annotation.access import grant_images
 from annotation.assignment.queue import mark_done
-from annotation.interactive.rules import FOUND, InteractiveSettings, clean_text, hides_target, outcome
+from annotation.core.rounds import FOUND, InteractiveSettings, clean_text, hides_target, outcome
 from annotation.judging.payloads import image_ref
 from annotation.models import Assignment, InteractiveRound, InteractiveSession
 

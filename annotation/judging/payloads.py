@@ -12,7 +12,7 @@ from retrieval.models import Image, Query, Turn
 from retrieval.sessions import describe_reference
 
 from annotation.access import grant_images, payload_image_ids
-from annotation.interactive.rules import hides_target
+from annotation.core.rounds import hides_target
 from annotation.verdicts.state import annotator_share
 from annotation.judging.candidates import PAGE_SIZE, item_candidates
 from annotation.models import Assignment, Draft, Judgement, StudyItem

@@ -17,7 +17,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='study',
             name='interactive',
-            field=models.JSONField(blank=True, default=dict, help_text='Interactive studies (the annotator plays the user): retriever, top_n, max_rounds, strategy, target_view (annotation.interactive.rules.InteractiveSettings); empty: not interactive.'),
+            field=models.JSONField(blank=True, default=dict, help_text='Interactive studies (the annotator plays the user): retriever, top_n, max_rounds, strategy, target_view (annotation.core.rounds.InteractiveSettings); empty: not interactive.'),
         ),
         migrations.CreateModel(
             name='InteractiveSession',

@@ -6,12 +6,12 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils.html import format_html
 
-from annotation.assignment.rules import TRAINING_ITEM
+from annotation.core.serving import TRAINING_ITEM
 from annotation.models import Adjudication, Assignment, Judgement, Study, StudyItem
 from annotation.verdicts.state import counted_judgements
 from annotation.quality.signals import gold_correct, wilson_interval
 from annotation.verdicts.adjudication import Verdicts, decide_row, iter_item_batches
-from annotation.verdicts.consensus import UNANIMOUS
+from annotation.core.consensus import UNANIMOUS
 
 HAND, ADJUDICATED, PROMOTED = "hand", "adjudicated", "unanimous"
 

@@ -7,7 +7,7 @@
 * :func:`straight_runs`: runs of at least N identical answers in a row (straight-lining).
 * :func:`disagreement`: how often an annotator's vote differs from the item's eventual
   consensus (decided items only; the consensus itself comes from
-  :func:`annotation.verdicts.consensus.decide`).
+  :func:`annotation.core.consensus.decide`).
 """
 from __future__ import annotations
 

@@ -13,17 +13,15 @@ from django.views.decorators.http import require_POST
 from config.roles import staff_required
 from retrieval.jobs.queue import QUEUE_DOWN, enqueue
 
-from annotation.agreement.views import job_file_response
+from annotation.export.downloads import job_file_response
 from annotation.models import ReleaseJob, Study
-from annotation.release.bundle import ReleaseError, check_release
+from annotation.release.bundle import RUN_RELEASE, ReleaseError, check_release
 
 
 @staff_required
 @require_POST
 def release_start(request, study_id: int):
     """Queue a release of this study in the layouts ticked (default: the study's own)."""
-    from annotation.tasks import RUN_RELEASE
-
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
     layouts = request.POST.getlist("layout")
     try:

@@ -13,12 +13,13 @@ from retrieval.dbstats import refresh_statistics
 from retrieval.fusion import MAX_CANDIDATES
 from retrieval.models import Dataset, Query, QuerySubset
 
-from annotation.interactive.rules import InteractiveSettings
+from annotation.core.rounds import InteractiveSettings
+from annotation.judging.candidates import send_fill
 from annotation.models import RubricVersion, Study, StudyItem
 from annotation.roles import ANNOTATOR
 from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
-from annotation.studies.sizes import add_items
-from annotation.verdicts.consensus import SessionRule
+from annotation.sizes import add_items
+from annotation.core.consensus import SessionRule
 
 
 logger = logging.getLogger(__name__)
@@ -49,8 +50,8 @@ class StudySpec:
     candidates: int = 20  # candidate images per single-turn item (0 to 50)
     adaptive_max: int | None = None  # adaptive overlap: more annotators, up to this many, where they disagree
     consensus: str = "majority"  # the study's consensus policy: majority or reliability (Dawid-Skene weighted)
-    interactive: dict | None = None  # an interactive study: annotation.interactive.rules.InteractiveSettings fields
-    serve_order: str = "random"  # "random" (the seeded shuffle) or "suspicion" (highest first; annotation.assignment.rules)
+    interactive: dict | None = None  # an interactive study: annotation.core.rounds.InteractiveSettings fields
+    serve_order: str = "random"  # "random" (the seeded shuffle) or "suspicion" (highest first; annotation.core.serving)
     estimate: dict | None = None  # an estimate study: {"target_half_width": 0.03, "strata": 4} (annotation.studies.estimating)
 
 
@@ -285,12 +286,10 @@ def _check_numbers(spec: StudySpec) -> None:
 
 def _queue_candidates(study_id: int, wanted: bool) -> None:
     """Ask a worker to fix the study's candidate panels (pages fill them lazily otherwise)."""
-    from annotation.tasks import fill_candidates
-
     if not wanted:
         return
     try:
-        fill_candidates.delay(study_id)
+        send_fill(study_id)
     except Exception:  # no broker: the item pages fill the panels themselves
         logger.warning("could not queue the candidate panels of study %s", study_id, exc_info=True)
 

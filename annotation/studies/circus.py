@@ -43,7 +43,7 @@ from annotation.agreement.maths import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNA
 from annotation.agreement.circus import CircusFormatError, load_agreement_report, parse_assignment_file
 from annotation.assignment.queue import store_judgement
 from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
-from annotation.studies.sizes import add_items, recount
+from annotation.sizes import add_items, recount
 from retrieval.models import Dataset, Query, Turn
 
 SOURCE = "circus-import"

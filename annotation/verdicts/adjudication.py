@@ -3,7 +3,7 @@
 :func:`iter_item_batches` streams a study's items in id order (``.iterator(chunk_size)``)
 with every current judgement and the current adjudication of each item, one batch at a
 time, so reports and exports never hold more than one batch of judgements. The consensus
-itself is the pure :func:`annotation.verdicts.consensus.decide`.
+itself is the pure :func:`annotation.core.consensus.decide`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, F, Max, Q
 
-from annotation.agreement.maths import FLAGS, VALIDATED
-from annotation.verdicts.consensus import (
+from annotation.core.rubric import CIRCUS_FLAG_ORDER as FLAGS
+from annotation.core.rubric import VALIDATED_LABEL as VALIDATED
+from annotation.core.consensus import (
     Decision,
     QuorumRule,
     SessionRule,
@@ -31,8 +32,8 @@ from annotation.verdicts.consensus import (
 )
 from annotation.verdicts.reliability import AnnotatorReliability, Reliability, annotator_reliability, fit_votes
 from annotation.models import Adjudication, Judgement, Study, StudyItem, counted_q
-from annotation.judging.rubric import Rubric
-from annotation.verdicts.turns import turn_answers
+from annotation.core.rubric import Rubric
+from annotation.core.turns import turn_answers
 
 DEFAULT_CHUNK = 1000
 
@@ -253,9 +254,9 @@ def counted_votes(row: ItemRow, session: SessionRule | None = None, turn_key: st
 
 def decide_row(row: ItemRow, verdicts: Verdicts, *, with_adjudication: bool = True) -> Decision:
     """THE decision of one study item (every page, report, queue and export calls it):
-    :func:`~annotation.verdicts.consensus.decide` for single-turn items,
-    :func:`~annotation.verdicts.consensus.decide_session` for sessions,
-    :func:`~annotation.verdicts.consensus.decide_turns` for sessions judged turn by turn (the
+    :func:`~annotation.core.consensus.decide` for single-turn items,
+    :func:`~annotation.core.consensus.decide_session` for sessions,
+    :func:`~annotation.core.consensus.decide_turns` for sessions judged turn by turn (the
     study's policy on every turn), with the study's quorum."""
     adjudication = row.adjudication.validated if (with_adjudication and row.adjudication) else None
     votes = counted_votes(row, verdicts.session, verdicts.turn_key)

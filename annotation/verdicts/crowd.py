@@ -3,9 +3,9 @@ what its validated set is worth (pure: no Django). ``bench/labour.py`` prints it
 world's truth and ``manage.py demo_check`` reports it.
 
 The simulation calls the app's own rules, never a copy: the study's quorum rule
-(:func:`annotation.verdicts.consensus.study_quorum_rule`: how many annotators an item is served to,
-given its votes so far; :meth:`~annotation.verdicts.consensus.AdaptiveQuorumRule.settled` says
-whether an item needs another), consensus (:func:`annotation.verdicts.consensus.decide`, with the
+(:func:`annotation.core.consensus.study_quorum_rule`: how many annotators an item is served to,
+given its votes so far; :meth:`~annotation.core.consensus.AdaptiveQuorumRule.settled` says
+whether an item needs another), consensus (:func:`annotation.core.consensus.decide`, with the
 rule's ``needed`` as its quorum) and Dawid-Skene (:func:`annotation.verdicts.reliability.fit_votes`,
 the model of the ``"reliability"`` policy).
 
@@ -32,7 +32,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from annotation.verdicts.consensus import DEFAULT_CONFIDENCE, VALIDATED, QuorumRule, Vote, decide, study_quorum_rule
+from annotation.core.consensus import DEFAULT_CONFIDENCE, VALIDATED, QuorumRule, Vote, decide, study_quorum_rule
 from annotation.verdicts.reliability import Reliability, fit_votes
 from retrieval.demo import HUMAN_EXPECTED
 

@@ -16,7 +16,7 @@ compare them on a simulated crowd):
   than ``tol``.
 
 :class:`Reliability` is the binary (valid / invalid) model consensus reads
-(:func:`annotation.verdicts.consensus.decide`, policy ``"reliability"``): the prior that an
+(:func:`annotation.core.consensus.decide`, policy ``"reliability"``): the prior that an
 item is valid and each annotator's sensitivity (P(says valid | valid)) and specificity
 (P(says invalid | invalid)). :func:`annotator_reliability` gives each annotator's expected
 accuracy under the fitted posteriors with a 95% Beta interval (the Jeffreys-like
@@ -158,7 +158,7 @@ class Reliability:
 
     def posterior(self, votes: Iterable[object]) -> float:
         """P(valid | these votes): each vote has ``annotator`` and ``validated`` (a
-        :class:`annotation.verdicts.consensus.Vote`)."""
+        :class:`annotation.core.consensus.Vote`)."""
         log_valid = np.log(max(self.prior, EPS))
         log_invalid = np.log(max(1.0 - self.prior, EPS))
         for v in votes:

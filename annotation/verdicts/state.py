@@ -8,9 +8,9 @@ alternatives and the export:
   the current revision of each judgement, less late ones (stored after the lease went to
   someone else: kept and shown as *late*, never counted). :func:`submit_is_late` is the
   late rule.
-* **The quorum rule**: ``Study.quorum_rule`` (:class:`annotation.verdicts.consensus.QuorumRule`):
+* **The quorum rule**: ``Study.quorum_rule`` (:class:`annotation.core.consensus.QuorumRule`):
   how many annotators an item is served to (``slots``) and how many counted judgements decide
-  it (``needed``). An adaptive rule (:class:`~annotation.verdicts.consensus.AdaptiveQuorumRule`)
+  it (``needed``). An adaptive rule (:class:`~annotation.core.consensus.AdaptiveQuorumRule`)
   plugs in there and nowhere else; what it opened for an item's votes is kept on the item
   (``StudyItem.extra_slots``, :func:`reopen_slots`) so serving reads it in SQL (:func:`free_slot_q`,
   :func:`item_slots`).
@@ -42,7 +42,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from annotation.models import Adjudication, AlternativeDecision, Assignment, ExportJob, Judgement, Study, StudyItem
-from annotation.studies.sizes import recount, shift
+from annotation.sizes import recount, shift
 from annotation.verdicts.adjudication import (
     ItemRow,
     Verdicts,
@@ -55,7 +55,7 @@ from annotation.verdicts.adjudication import (
     session_rule_of,
     turn_key_of,
 )
-from annotation.verdicts.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, QuorumRule, tally
+from annotation.core.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, QuorumRule, tally
 
 AWAITING_ADJUDICATION = "awaiting_adjudication"
 DECIDED = "decided"
@@ -76,7 +76,7 @@ def late_judgements(study: Study | int) -> QuerySet:
 def study_sizes(study: Study) -> dict:
     """Item and annotator counts of a study: ``agreement`` and ``other`` items, ``annotators``
     and the items' ``extra`` slots together. Read off the study row (``Study.n_*``, kept by
-    :mod:`annotation.studies.sizes` with every change), so they cost no query: "next item"
+    :mod:`annotation.sizes` with every change), so they cost no query: "next item"
     reads them with the study row it loads anyway."""
     return {"agreement": study.n_agreement, "other": study.n_items - study.n_agreement,
             "annotators": study.n_annotators, "extra": study.n_extra_slots}
@@ -240,7 +240,7 @@ def study_counts(study: Study, verdicts: Verdicts | None = None) -> dict[str, An
 
     ``items``; ``states`` (:data:`ITEM_STATES` -> items); ``pending`` (below the quorum,
     unjudged items NOT included) and ``unjudged``; ``status``, ``provenance`` and
-    ``adjudication_reasons`` (the :func:`~annotation.verdicts.consensus.tally` of the
+    ``adjudication_reasons`` (the :func:`~annotation.core.consensus.tally` of the
     decisions); ``quorum``; ``judgements`` (counted), ``late``, ``flagged`` (counted and
     flagged); ``complete`` (items that reached their slots); ``annotators`` (username ->
     ``{"judged": counted, "late": late}``); ``exported`` (validated items of the latest

@@ -28,7 +28,7 @@ from retrieval.models import Image, Query, Turn
 from retrieval.protocols import Protocol, QueryRanks, protocol_for
 from retrieval.targets import ALTERNATIVE, positive_targets
 
-from ..imports import _GalleryMapper
+from ..imports import GalleryMapper
 from ..models import AuditRank, AuditRun, Leaderboard, LeaderboardEntry
 from ..protocol import run_query_ranks
 from ..rankfiles import RankFileError, read_rank_file
@@ -249,7 +249,7 @@ def _rank_file_ranks(board: Leaderboard, path: str | Path) -> EntryRanks:
             raise EntryError(f"query ordinals repeat in split {board.split!r} (several source files): a rank "
                              f"file's query_idx cannot be matched; make a leaderboard per category")
         by_ordinal.setdefault(q.ordinal, q)
-    mapper = _GalleryMapper(board.dataset)
+    mapper = GalleryMapper(board.dataset)
     out = EntryRanks({}, {}, {}, {}, True)
     for n, s in enumerate(f.samples):
         q = by_ordinal.get(s.query_idx)

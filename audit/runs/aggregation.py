@@ -37,7 +37,7 @@ from .base import (
     subset_name,
 )
 from .bulkwrite import insert_rows
-from .planning import _examples, _tau_encoder
+from .planning import skip_examples, tau_encoder_spec
 
 
 def _rank_rows(run: AuditRun, exclude_queries: set[int] = frozenset()) -> list[tuple[Any, ...]]:
@@ -136,7 +136,7 @@ def _session_chunk_outcomes(plan: dict[str, Any], chunks: list[dict[str, Any]]) 
     reasons = Counter(plan.get("skipped", {}))
     reasons.update(chunk_skips.values())
     examples = dict(plan.get("skipped_examples", {}))
-    for reason, ids in _examples(chunk_skips).items():
+    for reason, ids in skip_examples(chunk_skips).items():
         examples[reason] = (examples.get(reason, []) + ids)[:10]
     return {"dropped": {int(q) for q in chunk_skips}, "max_cos": max_cos, "no_positive": no_positive,
             "reasons": reasons, "examples": examples}
@@ -305,7 +305,7 @@ def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dic
         "n_sessions": len(ids),
         "sessions_in_split": run.summary.get("plan", {}).get("sessions_in_split", len(ids)),
         "l_max": max(lengths.values(), default=0),
-        "k": k, "alpha": DEFAULT_ALPHA, "epsilon": eps, "tau": tau, "tau_encoder": _tau_encoder(run),
+        "k": k, "alpha": DEFAULT_ALPHA, "epsilon": eps, "tau": tau, "tau_encoder": tau_encoder_spec(run),
         "strategies": list(STRATEGIES), "modalities": list(MODALITIES),
         "metrics": metrics,
         "kept_per_ranking": kept_per,
@@ -336,7 +336,7 @@ def _chunk_outcomes(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, An
     reasons = Counter(run.summary.get("plan_skipped", {}))
     reasons.update(chunk_skips.values())
     examples = dict(run.summary.get("skipped_examples", {}))
-    for reason, ids in _examples(chunk_skips).items():
+    for reason, ids in skip_examples(chunk_skips).items():
         examples[reason] = (examples.get(reason, []) + ids)[:10]
     return {
         "dropped": {int(q) for q in chunk_skips},

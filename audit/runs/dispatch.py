@@ -26,7 +26,7 @@ from .base import (
     logger,
     max_attempts,
 )
-from .execution import _fail_chunk, gallery_ready, process_chunk
+from .execution import fail_chunk, gallery_ready, process_chunk
 from .planning import drop_planned_reads, fail_run, plan_run
 
 
@@ -189,7 +189,7 @@ def reconcile(run: AuditRun | int, takeover: bool = False) -> dict[str, int]:
         chunks = AuditChunk.objects.filter(run=run)
         out.update(jobs.resend_stale(
             chunks, lambda pk: _send_chunk(pk, None),
-            give_up=lambda chunk: _fail_chunk(
+            give_up=lambda chunk: fail_chunk(
                 chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)"),
             limit=max_attempts()))
         if out["failed"]:

@@ -33,16 +33,16 @@ from .bulkwrite import insert_rows
 from .leases import Heartbeat, claim_chunk
 from .progress import encoding_stage
 from .planning import (
-    _session_eligibility,
-    _session_turns,
-    _turn_text,
+    session_eligibility,
+    session_turns,
+    joined_turn_text,
     fail_run,
     planned_reads,
     single_turn_inputs,
 )
 
 
-def _retriever(spec: str) -> Any:
+def retriever_for(spec: str) -> Any:
     from .encoding import get_retriever
 
     return get_retriever(
@@ -54,7 +54,7 @@ def _retriever(spec: str) -> Any:
 _caches: dict[tuple[str, str, int], Any] = {}
 
 
-def _cache(retriever: Any) -> Any:
+def embedding_cache(retriever: Any) -> Any:
     """The embedding cache of the retriever, opened once per process (opening checks and may
     write its metadata, in a write transaction)."""
     from retrieval.embcache import EmbeddingCache
@@ -67,14 +67,14 @@ def _cache(retriever: Any) -> Any:
     return _caches[key]
 
 
-def _image_path(root: str, rel: str) -> Path:
+def image_path(root: str, rel: str) -> Path:
     try:
         return resolve_under(Path(root), rel) if root else Path(rel)
     except PathEscapeError:
         return Path("/nonexistent-escaped-path") / rel
 
 
-def _image_files(image_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+def image_files(image_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
     """Image id -> (sha256, path relative to the images root).
 
     One plain ``SELECT ... WHERE id IN (...)`` per 5,000 ids: the ORM's ``pk__in`` prepares
@@ -151,7 +151,7 @@ def _read_galleries(run: AuditRun, spec: str) -> dict[str, tuple[list[int], list
         unreadable = {int(i) for _, stats, _ in parts for i in (stats or {}).get("unreadable", {})}
         kept[retriever] = [i for items, _, _ in parts for i in items if i not in unreadable]
     kept.setdefault(spec, [])
-    files = _image_files(list(dict.fromkeys(i for ids in kept.values() for i in ids)))
+    files = image_files(list(dict.fromkeys(i for ids in kept.values() for i in ids)))
     out = {}
     for retriever, ids in kept.items():
         ids = [i for i in ids if i in files and files[i][0]]
@@ -175,11 +175,11 @@ def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[H
     from .encoding import encode_images_shared
 
     started = time.perf_counter()
-    retrievers = [_retriever(c.retriever) for c in chunks]
+    retrievers = [retriever_for(c.retriever) for c in chunks]
     build_s = (time.perf_counter() - started) / len(chunks)
-    caches = [_cache(r) for r in retrievers]
+    caches = [embedding_cache(r) for r in retrievers]
     items = chunks[0].items
-    files = _image_files(items)
+    files = image_files(items)
     ids = [i for i in items if i in files]
 
     def check() -> None:
@@ -270,8 +270,8 @@ def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> 
     from .encoding import gallery_matrix
 
     t0 = time.perf_counter()
-    retriever = _retriever(chunk.retriever)
-    cache = _cache(retriever)
+    retriever = retriever_for(chunk.retriever)
+    cache = embedding_cache(retriever)
     build_s = time.perf_counter() - t0
     max_pixels = int(settings.IMAGE_MAX_PIXELS)
 
@@ -329,7 +329,7 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
                         workers=_loader_workers())
     kept = [q for q, ok in zip(eligible, img.ok) if ok]
     skipped_out.update({str(q): "reference_unreadable" for q, ok in zip(eligible, img.ok) if not ok})
-    txt = encode_texts(retriever, cache, [_turn_text(turns[q]["texts"], run.caption_join) for q in kept])
+    txt = encode_texts(retriever, cache, [joined_turn_text(turns[q]["texts"], run.caption_join) for q in kept])
     if beat:
         beat.check()
     return {"kept": kept, "turns": turns, "img": img, "txt": txt, "skipped": skipped_out,
@@ -456,9 +456,9 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
     from .encoding import encode_images, encode_texts
 
     retriever, cache, max_pixels = ctx[:3]
-    eligible, skipped = _session_eligibility(run, chunk.items, run.dataset.format)
+    eligible, skipped = session_eligibility(run, chunk.items, run.dataset.format)
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
-    turns = _session_turns(eligible)
+    turns = session_turns(eligible)
     key_rel = {t["reference_image__sha256"]: t["reference_image__path"] for q in eligible for t in turns[q]}
     keys = list(key_rel)
     img = encode_images(retriever, cache, keys, _locator(run, key_rel), max_pixels=max_pixels,
@@ -466,7 +466,7 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
     image_row = {k: n for n, k in enumerate(k for k, ok in zip(keys, img.ok) if ok)}
     kept = [q for q in eligible if all(t["reference_image__sha256"] in image_row for t in turns[q])]
     skipped_out.update({str(q): "reference_unreadable" for q in eligible if q not in set(kept)})
-    texts = {q: [_turn_text(t["texts"], run.caption_join) for t in turns[q]] for q in kept}
+    texts = {q: [joined_turn_text(t["texts"], run.caption_join) for t in turns[q]] for q in kept}
     unique_texts = list(dict.fromkeys(x for q in kept for x in texts[q]))
     txt = encode_texts(retriever, cache, unique_texts)
     if beat:
@@ -608,11 +608,11 @@ def _session_texts_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | Non
     from .encoding import session_texts_max_cosine
 
     t0 = time.perf_counter()
-    retriever = _retriever(chunk.retriever)
-    cache = _cache(retriever)
+    retriever = retriever_for(chunk.retriever)
+    cache = embedding_cache(retriever)
     build_s = time.perf_counter() - t0
-    turns = _session_turns(chunk.items)
-    texts = [[x for x in (_turn_text(t["texts"], run.caption_join) for t in turns.get(q, [])) if x]
+    turns = session_turns(chunk.items)
+    texts = [[x for x in (joined_turn_text(t["texts"], run.caption_join) for t in turns.get(q, [])) if x]
              for q in chunk.items]
     if beat:
         beat.check()
@@ -658,7 +658,7 @@ def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = Tru
         if chunk.status == AuditChunk.Status.DONE:
             return "done"
         if chunk.status != AuditChunk.Status.FAILED and chunk.attempts >= max_attempts():
-            _fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
+            fail_chunk(chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)")
             return "failed"
         return "busy" if chunk.status != AuditChunk.Status.FAILED else "failed"
     group = [chunk, *_siblings(run, chunk, owner)]
@@ -682,7 +682,7 @@ def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: 
         # the page shows a reference number; the traceback is in the log under it
         message = error_reference(exc, f"audit chunks {[c.pk for c in group]}")
         for c in group:
-            _fail_chunk(c, message, owner=owner)
+            fail_chunk(c, message, owner=owner)
         return "failed"
     finally:
         for beat in beats:
@@ -738,7 +738,7 @@ def _write_chunk(run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: 
     return True
 
 
-def _fail_chunk(chunk: AuditChunk, message: str, owner: str | None = None) -> None:
+def fail_chunk(chunk: AuditChunk, message: str, owner: str | None = None) -> None:
     """Fail the chunk (with ``owner``: only while that worker holds it) and its run."""
     if not jobs.fail(AuditChunk, chunk.pk, message, owner=owner):
         return

@@ -17,7 +17,7 @@ from retrieval.galleries import query_gallery, query_gallery_keys
 from retrieval.models import Image, Query, Turn
 
 from ..models import AuditRun
-from .execution import _cache, _image_files, _image_path, _retriever
+from .execution import embedding_cache, image_files, image_path, retriever_for
 
 
 def candidate_retriever(dataset_id: int) -> str:
@@ -36,10 +36,10 @@ def candidate_retriever(dataset_id: int) -> str:
 def _encode_gallery(retriever, cache, image_ids: list[int], root: str):
     from .encoding import encode_images
 
-    files = _image_files(image_ids)
+    files = image_files(image_ids)
     ids = [i for i in image_ids if i in files and files[i][0]]
     rel = {files[i][0]: files[i][1] for i in ids}
-    enc = encode_images(retriever, cache, [files[i][0] for i in ids], lambda key: _image_path(root, rel[key]),
+    enc = encode_images(retriever, cache, [files[i][0] for i in ids], lambda key: image_path(root, rel[key]),
                         max_pixels=int(settings.IMAGE_MAX_PIXELS))
     return enc.matrix, [i for i, ok in zip(ids, enc.ok) if ok]
 
@@ -51,13 +51,13 @@ def _query_inputs(group: Sequence[Query], blank_text: bool = False
     :func:`retrieval.captions.ranking_text` says (``blank_text``: with the empty text)."""
     from retrieval.captions import ranking_text
 
-    from .planning import _turn_text
+    from .planning import joined_turn_text
 
     turns = {t.query_id: t for t in Turn.objects.filter(query__in=group, index=1)}
     refs = dict(Image.objects.filter(pk__in=[t.reference_image_id for t in turns.values() if t.reference_image_id])
                 .exclude(sha256="").values_list("pk", "sha256"))
     rel = dict(Image.objects.filter(pk__in=refs).values_list("sha256", "path"))
-    texts = {q.pk: ranking_text(_turn_text(turns[q.pk].texts), blank_text) for q in group if q.pk in turns}
+    texts = {q.pk: ranking_text(joined_turn_text(turns[q.pk].texts), blank_text) for q in group if q.pk in turns}
     usable = [q for q in group if q.pk in turns and refs.get(turns[q.pk].reference_image_id)
               and texts[q.pk] is not None]
     return (usable, [refs[turns[q.pk].reference_image_id] for q in usable], rel,
@@ -76,13 +76,13 @@ def _rank_group(group: Sequence[Query], depth: int, spec: str | None,
     from .encoding import encode_images, encode_texts
 
     dataset = group[0].dataset
-    retriever = _retriever(spec or candidate_retriever(dataset.pk))
-    cache = _cache(retriever)
+    retriever = retriever_for(spec or candidate_retriever(dataset.pk))
+    cache = embedding_cache(retriever)
     gallery, g_ids = _encode_gallery(retriever, cache, query_gallery(group[0]), dataset.images_root)
     usable, keys, rel, texts, ref_ids = _query_inputs(group, blank_text)
     if not g_ids or not usable:
         return {}
-    img = encode_images(retriever, cache, keys, lambda key: _image_path(dataset.images_root, rel[key]))
+    img = encode_images(retriever, cache, keys, lambda key: image_path(dataset.images_root, rel[key]))
     keep = [n for n, ok in enumerate(img.ok) if ok]
     if not keep:
         return {}
@@ -149,13 +149,13 @@ def rank_turns(query: Query, spec: str, turns: Sequence[tuple[int, str]], positi
     from .encoding import encode_images, encode_texts, gallery_matrix
 
     dataset = query.dataset
-    retriever = _retriever(spec)
-    cache = _cache(retriever)
+    retriever = retriever_for(spec)
+    cache = embedding_cache(retriever)
     g_ids_all = query_gallery(query)
-    files = _image_files([*g_ids_all, *(ref for ref, _ in turns)])
+    files = image_files([*g_ids_all, *(ref for ref, _ in turns)])
     g_ids = [i for i in g_ids_all if i in files and files[i][0]]
     rel = {files[i][0]: files[i][1] for i in files}
-    locate = lambda key: _image_path(dataset.images_root, rel[key])  # noqa: E731
+    locate = lambda key: image_path(dataset.images_root, rel[key])  # noqa: E731
     gallery, rows, _ = gallery_matrix(retriever, cache, ("interactive", dataset.pk), [files[i][0] for i in g_ids],
                                       locate, max_pixels=int(settings.IMAGE_MAX_PIXELS))
     g_ids = [g_ids[r] for r in rows]

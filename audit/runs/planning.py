@@ -148,12 +148,12 @@ def create_run(
     )
 
 
-def _tau_encoder(run: AuditRun) -> str:
+def tau_encoder_spec(run: AuditRun) -> str:
     """The spec whose text encoder the tau filter uses (the first retriever unless set)."""
     return run.tau_encoder or run.retrievers[0]
 
 
-def _turn_text(texts: Any, join: str = DEFAULT_JOIN) -> str:
+def joined_turn_text(texts: Any, join: str = DEFAULT_JOIN) -> str:
     """The encoded text of a turn; ``join``: the run's ``caption_join``."""
     return turn_text(texts or [], join)
 
@@ -168,7 +168,7 @@ def single_turn_inputs(
     run: AuditRun, query_ids: Sequence[int] | None = None, fmt: str | None = None
 ) -> tuple[list[int], dict[int, str], dict[int, dict[str, Any]], dict[int, list[TargetFacts]]]:
     """Eligible single-turn query ids in (ordinal, id) order, the skipped ones with a reason
-    (multi-turn queries are not considered here, see :func:`_session_eligibility`), and what
+    (multi-turn queries are not considered here, see :func:`session_eligibility`), and what
     was read for them: ``(eligible, skipped, first turn of each query
     (dicts of :data:`_FIRST_TURN_FIELDS`), targets of each query (:func:`facts_by_query`))``.
 
@@ -191,7 +191,7 @@ def single_turn_inputs(
         turn = first_turns.get(qid)
         if turn is None or turn["reference_image_id"] is None:
             skipped[qid] = "no_reference"
-        elif ranking_text(_turn_text(turn["texts"])) is None:  # a blank text: not ranked for labels
+        elif ranking_text(joined_turn_text(turn["texts"])) is None:  # a blank text: not ranked for labels
             skipped[qid] = "empty_text"
         elif turn["reference_image__missing"] or not turn["reference_image__sha256"] or not turn["reference_image__path"]:
             skipped[qid] = "reference_missing"
@@ -209,7 +209,7 @@ _TURN_FIELDS = (
 )
 
 
-def _session_turns(query_ids: Any) -> dict[int, list[dict[str, Any]]]:
+def session_turns(query_ids: Any) -> dict[int, list[dict[str, Any]]]:
     """Query id -> its turns (dicts of :data:`_TURN_FIELDS`) in turn order."""
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for t in Turn.objects.filter(query_id__in=query_ids).order_by("query_id", "index").values(*_TURN_FIELDS):
@@ -217,7 +217,7 @@ def _session_turns(query_ids: Any) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
+def session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
                          fmt: str | None = None) -> tuple[list[int], dict[int, str]]:
     """Eligible multi-turn sessions in (ordinal, id) order and the skipped ones with a reason.
 
@@ -231,7 +231,7 @@ def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
     queries = list(qs.order_by("ordinal", "id").values_list("id", "n_turns"))
     if not queries:  # no session (most single-turn datasets): nothing more to read
         return [], {}
-    turns = _session_turns(qs.values("pk"))
+    turns = session_turns(qs.values("pk"))
     with_positive = set(positive_image_ids(fmt if fmt is not None else dataset_format(run.dataset_id),
                                            qs.values("pk")))
     eligible: list[int] = []
@@ -242,7 +242,7 @@ def _session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
             skipped[qid] = "missing_turn"
         elif any(t["reference_image_id"] is None for t in ts):
             skipped[qid] = "no_reference"
-        elif any(ranking_text(_turn_text(t["texts"])) is None for t in ts):
+        elif any(ranking_text(joined_turn_text(t["texts"])) is None for t in ts):
             skipped[qid] = "empty_text"
         elif any(t["reference_image__missing"] or not t["reference_image__sha256"] or not t["reference_image__path"]
                  for t in ts):
@@ -270,7 +270,7 @@ def _gallery_rows(run: AuditRun) -> tuple[list[int], dict[str, Any]]:
                  "galleries": galleries, "mixed": mixed_fallback(run.dataset_id, scope_queries(run))}
 
 
-def _examples(skipped: dict[Any, str], n: int = 10) -> dict[str, list[int]]:
+def skip_examples(skipped: dict[Any, str], n: int = 10) -> dict[str, list[int]]:
     """The first ``n`` query ids skipped for each reason."""
     out: dict[str, list[int]] = defaultdict(list)
     for q, reason in skipped.items():
@@ -292,7 +292,7 @@ def _plan_chunks(run: AuditRun, gallery: list[int], eligible: list[int], session
         for kind, items, size in parts:
             chunks.extend(AuditChunk(run=run, retriever=spec, kind=kind, index=n, items=part, n_items=len(part))
                           for n, part in enumerate(_chunks(items, size)))
-    chunks.extend(AuditChunk(run=run, retriever=_tau_encoder(run), kind=AuditChunk.Kind.TEXTS, index=n,
+    chunks.extend(AuditChunk(run=run, retriever=tau_encoder_spec(run), kind=AuditChunk.Kind.TEXTS, index=n,
                              items=part, n_items=len(part))
                   for n, part in enumerate(_chunks(sessions, run.chunk_queries)))
     return chunks
@@ -323,13 +323,13 @@ def _plan_summary(run: AuditRun, eligible: list[int], skipped: dict[int, str], s
         "skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)},
         "plan_skipped": {r: reasons[r] for r in SKIP_REASONS if reasons.get(r)},
         "skipped_total": len(skipped),
-        "skipped_examples": _examples(skipped),
+        "skipped_examples": skip_examples(skipped),
     }
     if sessions or session_skipped:
         session_reasons = Counter(session_skipped.values())
         summary["session_plan"] = {
             "skipped": {r: session_reasons[r] for r in SESSION_SKIP_REASONS if session_reasons.get(r)},
-            "skipped_examples": _examples(session_skipped),
+            "skipped_examples": skip_examples(session_skipped),
         }
     return summary
 
@@ -378,7 +378,7 @@ def plan_run(run: AuditRun, keep_reads: bool = False) -> bool:
             return False
         fmt = dataset_format(run.dataset_id)
         eligible, skipped, first_turns, facts = single_turn_inputs(run, fmt=fmt)
-        sessions, session_skipped = _session_eligibility(run, fmt=fmt)
+        sessions, session_skipped = session_eligibility(run, fmt=fmt)
         gallery, gallery_info = _gallery_rows(run)
         if not eligible and not sessions:
             raise _nothing_to_audit(skipped, session_skipped)

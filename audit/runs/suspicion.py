@@ -81,10 +81,10 @@ def _embedding_parts(run: AuditRun, spec: str, query_ids: Sequence[int], facts: 
                      ) -> dict[int, tuple[float, float]]:
     """query -> (cos(text, best positive) - cos(text, reference), the rival gap in standard
     deviations of the gallery's multimodal scores) under one retriever, from its cache."""
-    from .execution import _cache, _retriever
+    from .execution import embedding_cache, retriever_for
 
-    retriever = _retriever(spec)
-    cache = _cache(retriever)
+    retriever = retriever_for(spec)
+    cache = embedding_cache(retriever)
     refs, positives, galleries = facts["refs"], facts["positives"], facts["galleries"]
     wanted = {i for q in query_ids for i in (refs.get(q), *positives.get(q, ()), *galleries.get(q, ())) if i}
     sha = dict(Image.objects.filter(pk__in=wanted).values_list("pk", "sha256"))

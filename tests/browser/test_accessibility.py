@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import Resolver404, resolve
 
-from annotation.judging.candidates import fill_study_candidates
+from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import ExportJob, ReleaseJob, Study
 from audit.runs.encoding import clear_memos
 from retrieval.models import ImportJob

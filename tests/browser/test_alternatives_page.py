@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group
 from annotation.alternatives.agreement import candidate_units, unit_agreement
 from annotation.agreement.reports import annotator_pseudonyms
 from annotation.export.validated import export_study
-from annotation.judging.candidates import fill_study_candidates
+from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import Judgement, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.encoding import clear_memos

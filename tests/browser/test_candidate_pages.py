@@ -5,7 +5,8 @@ Screenshots (viewport only: what the annotator sees without scrolling) in var/sc
 from __future__ import annotations
 
 import pytest
-from annotation.judging.candidates import PAGE_SIZE, fill_study_candidates
+from annotation.judging.candidates import PAGE_SIZE
+from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import StudyItem
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.encoding import clear_memos

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from annotation.assignment import queue as engine
-from annotation.judging.candidates import fill_study_candidates
+from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.encoding import clear_memos

@@ -25,7 +25,7 @@ from annotation.export.validated import export_study
 from annotation.models import Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from annotation.verdicts.adjudication import quorum_rule_of, study_reliability, votes_of
-from annotation.verdicts.consensus import DEFAULT_CONFIDENCE
+from annotation.core.consensus import DEFAULT_CONFIDENCE
 from annotation.verdicts.refit import run_refit
 from annotation.verdicts.state import refresh_slots, study_counts
 from tests.conftest import FIXTURES, make_annotator

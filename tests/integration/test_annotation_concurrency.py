@@ -11,7 +11,7 @@ from django.db import connection, connections
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Judgement, StudyItem
 from annotation.studies.building import StudySpec, create_study
-from annotation.studies.sizes import fresh_sizes, stored_sizes
+from annotation.sizes import fresh_sizes, stored_sizes
 from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
-from annotation.judging.rubric import JudgementError
+from annotation.core.rubric import JudgementError
 from annotation.studies.building import StudyError, StudySpec, create_study
 from retrieval.models import Dataset, Query, QuerySubset
 from tests.conftest import FIXTURES, make_annotator

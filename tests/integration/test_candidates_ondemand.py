@@ -6,7 +6,8 @@ import re
 import pytest
 
 from annotation.judging import candidates
-from annotation.judging.candidates import fill_candidates, item_candidates, panels_after_audit
+from annotation.judging.candidates import item_candidates, panels_after_audit
+from annotation.judging.panel_fill import fill_candidates, fill_study_candidates
 from annotation.models import StudyItem
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.encoding import clear_memos
@@ -67,7 +68,7 @@ def test_creating_a_study_queues_its_panels(world, monkeypatch, django_capture_o
     from annotation import tasks
 
     queued = []
-    monkeypatch.setattr(tasks.fill_candidates, "delay", lambda pk: queued.append(pk))
+    monkeypatch.setattr(tasks.fill_candidates, "apply_async", lambda args, **kwargs: queued.append(*args))  # sent by name
     with django_capture_on_commit_callbacks(execute=True):
         study, _ = create_study(StudySpec(name="queued", datasets=["demo"], candidates=5))
     assert queued == [study.pk]
@@ -86,7 +87,7 @@ def test_the_web_tier_serves_a_missing_panel_empty_and_asks_a_worker_once(world,
     assert item_candidates(item) == [] and not StudyItem.objects.get(pk=item.pk).candidates_source
     assert cache.get(candidates._requested_key(study.pk)) == 1  # asked (the broker got the task)
     assert candidates.request_panels(study.pk) is False  # asked again within the window: not sent twice
-    assert candidates.fill_study_candidates(study.pk) == 8  # what that task does, on a worker
+    assert fill_study_candidates(study.pk) == 8  # what that task does, on a worker
     item.refresh_from_db()
     assert len(item_candidates(item)) == 6
 
@@ -99,7 +100,7 @@ def test_a_finished_audit_asks_for_the_missing_panels(world, settings, django_ca
     settings.AUDIT_CANDIDATES_N = 30
     study, _ = create_study(StudySpec(name="before-audit", datasets=["demo"], candidates=6))
     done_study, _ = create_study(StudySpec(name="filled", datasets=["demo"], candidates=6))
-    candidates.fill_study_candidates(done_study.pk)
+    fill_study_candidates(done_study.pk)
     received = []
     keep = current_app.conf.task_always_eager
     current_app.conf.task_always_eager = True  # the sent task runs here, as a worker would run it

@@ -188,7 +188,7 @@ def test_the_cases_reach_every_view_that_reads_a_form_body():
         func = getattr(func, "view_class", func)
         reached.add(f"{func.__module__}.{func.__name__}")
     # helpers that read the body for a view above
-    helpers = {"annotation.agreement.views._decide_candidate", "annotation.agreement.views._back", "annotation.api._json_object",
+    helpers = {"annotation.report_pages._decide_candidate", "annotation.report_pages._back", "annotation.api._json_object",
                "config.middleware.form_body", "config.middleware.check_fields"}
     assert readers - helpers <= reached, sorted(readers - helpers - reached)
 

@@ -168,7 +168,7 @@ def test_audit_chunks_finish_and_fail_only_for_the_worker_that_holds_them(tmp_pa
     row = AuditRank(run=run, query_id=chunk.items[0], retriever=chunk.retriever)
     assert execution._write_chunk(run, chunk, {}, [row], "w1") is False  # the loser writes nothing
     assert not AuditRank.objects.filter(run=run).exists()
-    execution._fail_chunk(chunk, "w1 failed", owner="w1")  # nor can it fail w2's chunk or the run
+    execution.fail_chunk(chunk, "w1 failed", owner="w1")  # nor can it fail w2's chunk or the run
     chunk.refresh_from_db()
     assert chunk.status == "running" and chunk.owner == "w2"
     assert AuditRun.objects.get(pk=run.pk).status != "failed"

@@ -25,7 +25,7 @@ from audit.runs.encoding import clear_memos, encode_images, encode_texts, get_re
 from audit.models import AuditRank, AuditRun
 from audit.protocol import run_protocol
 from audit.runs import dispatch, planning
-from audit.runs.execution import _cache
+from audit.runs.execution import embedding_cache
 from retrieval.galleries import gallery_image_ids, query_gallery_keys
 from retrieval.models import Dataset, GalleryEntry, Image, Query, Turn
 from retrieval.targets import positive_targets
@@ -70,7 +70,7 @@ def audit(dataset, **kw):
 def embeddings(dataset, query_ids, image_ids):
     """The audit's own embeddings (from its cache): multimodal queries and gallery images."""
     retriever = get_retriever(SPEC)
-    cache = _cache(retriever)
+    cache = embedding_cache(retriever)
     sha = dict(Image.objects.filter(pk__in=image_ids).values_list("pk", "sha256"))
     files = dict(Image.objects.filter(dataset=dataset).values_list("sha256", "path"))
     locate = lambda key: __import__("pathlib").Path(dataset.images_root) / files[key]  # noqa: E731

@@ -9,15 +9,15 @@ from django.core.cache import cache
 from django.test import Client
 
 from annotation.verdicts.state import annotator_share
-from annotation.judging.candidates import fill_study_candidates
+from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
-from annotation.studies.sizes import recount
+from annotation.sizes import recount
 from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
 
 NEXT_MAX = 10  # session, user, study (membership and role, leases, counts, gold count, the study's sizes: its
-#                columns, annotation/studies/sizes.py), begin, candidates or
+#                columns, annotation/sizes.py), begin, candidates or
 #                gold (with the first turn and the items still open to the annotator for their share:
 #                annotation/verdicts/state.py open_left), insert, taken, commit, targets, panel and turn images
 SUBMIT_MAX = 8  # session, user, begin, locked read (access and role, revision, token, draft), insert, quorum,

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from annotation.assignment import queue as engine
-from annotation.judging.candidates import fill_study_candidates
+from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import StudyItem
 from annotation.studies.building import StudySpec, create_study
 from annotation.alternatives.study import decide_candidate

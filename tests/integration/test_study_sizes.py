@@ -1,5 +1,5 @@
 """Issue 30, item 3: a study's sizes live on its row (``Study.n_items``, ``n_agreement``,
-``n_extra_slots``, ``n_annotators``; annotation/studies/sizes.py) and stay equal to a fresh
+``n_extra_slots``, ``n_annotators``; annotation/sizes.py) and stay equal to a fresh
 count of its rows after every kind of change: items added, an adaptive third slot opened and
 closed, annotators added and removed (either side, a deleted account), items deleted, the
 quorum rule changed, a plain save of an old copy of the study. The PostgreSQL test races
@@ -21,7 +21,7 @@ from annotation.assignment import queue as engine
 from annotation.models import Study, StudyItem
 from annotation.room.forms import StudySettingsForm
 from annotation.studies.building import StudySpec, add_annotators, create_study
-from annotation.studies.sizes import add_items, fresh_sizes, recount, stored_sizes
+from annotation.sizes import add_items, fresh_sizes, recount, stored_sizes
 from annotation.verdicts.state import study_sizes
 from retrieval.models import Query
 from tests.conftest import FIXTURES, make_annotator

@@ -1,10 +1,10 @@
-"""Adaptive overlap (annotation.verdicts.consensus.AdaptiveQuorumRule): two annotators, a
+"""Adaptive overlap (annotation.core.consensus.AdaptiveQuorumRule): two annotators, a
 third (up to the maximum) only where they disagree; consensus decides with the rule's quorum."""
 from __future__ import annotations
 
 import pytest
 
-from annotation.verdicts.consensus import (
+from annotation.core.consensus import (
     AdaptiveQuorumRule,
     QuorumRule,
     SessionVote,
@@ -95,7 +95,7 @@ def said(**sides):
 
 
 def test_confident_is_sure_either_way():
-    from annotation.verdicts.consensus import confident
+    from annotation.core.consensus import confident
 
     assert confident(0.95, 0.9) and confident(0.05, 0.9) and confident(0.9, 0.9)
     assert not confident(0.6, 0.9) and not confident(0.11, 0.9) and confident(0.5, 0.5)

@@ -5,7 +5,7 @@ import pytest
 
 from annotation.alternatives.agreement import candidate_units, distribution, unit_agreement
 from annotation.alternatives.payload import clean_alternatives, too_broad
-from annotation.judging.rubric import JudgementError
+from annotation.core.rubric import JudgementError
 from annotation.alternatives.decisions import accepted, decide_alternatives
 
 

@@ -1,4 +1,4 @@
-"""annotation.assignment.rules: the next-item strategy, capacity and lease expiry."""
+"""annotation.core.serving: the next-item strategy, capacity and lease expiry."""
 from __future__ import annotations
 
 import random
@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from annotation.assignment.rules import (
+from annotation.core.serving import (
     AGREEMENT_SUBSET,
     ALL_SLOTS_RESERVED,
     CLOSEST_TO_OVERLAP,

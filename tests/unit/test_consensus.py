@@ -1,10 +1,10 @@
-"""Consensus policies (annotation.verdicts.consensus): majority, unanimous, primary; ties, flags,
+"""Consensus policies (annotation.core.consensus): majority, unanimous, primary; ties, flags,
 adjudication overrides, provenance. Every expectation is worked out by hand in the test."""
 from __future__ import annotations
 
 import pytest
 
-from annotation.verdicts.consensus import (
+from annotation.core.consensus import (
     ADJUDICATED,
     ADJUDICATION,
     DISAGREEMENT,
@@ -242,7 +242,7 @@ def test_session_any_rule_threshold_quorum_and_adjudication() -> None:
 
 
 def test_quorum_rule_is_the_quorum_else_the_overlap_and_serves_agreement_items_to_everyone():
-    from annotation.verdicts.consensus import QuorumRule
+    from annotation.core.consensus import QuorumRule
 
     assert QuorumRule(3).base == QuorumRule(3).needed() == 3
     assert QuorumRule(3, 2).needed([Vote("a", True), Vote("b", True)]) == 2
@@ -252,7 +252,7 @@ def test_quorum_rule_is_the_quorum_else_the_overlap_and_serves_agreement_items_t
 
 def test_an_adaptive_rule_plugs_in_by_overriding_needed():
     """The later issue's "adaptive overlap": two annotators, a third only on disagreement."""
-    from annotation.verdicts.consensus import QuorumRule
+    from annotation.core.consensus import QuorumRule
 
     class Adaptive(QuorumRule):
         def needed(self, votes=()):
@@ -266,7 +266,7 @@ def test_an_adaptive_rule_plugs_in_by_overriding_needed():
 
 def test_a_session_tie_shows_the_reject_flag_split_not_valid_invalid():
     """1 reject flag / 1 none is the tie; its votes are 0 "valid" / 2 "invalid" (neither passes)."""
-    from annotation.verdicts.consensus import SessionVote, decide_session
+    from annotation.core.consensus import SessionVote, decide_session
 
     d = decide_session([SessionVote("a", ("incoherent",), 4.0), SessionVote("b", (), 2.0)])
     assert d.reason == "tie" and (d.valid_votes, d.invalid_votes) == (0, 2)

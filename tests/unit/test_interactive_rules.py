@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from annotation.interactive.rules import FOUND, OUT_OF_ROUNDS, InteractiveSettings, clean_text, hides_target, outcome
+from annotation.core.rounds import FOUND, OUT_OF_ROUNDS, InteractiveSettings, clean_text, hides_target, outcome
 from retrieval.sessions import rank_curve
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from annotation.assignment.rules import GOLD_ITEM, TRAINING_ITEM, Candidate, choose_gold, gold_due
+from annotation.core.serving import GOLD_ITEM, TRAINING_ITEM, Candidate, choose_gold, gold_due
 from annotation.quality.signals import disagreement, gold_correct, straight_runs, too_fast, wilson_interval
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from annotation.verdicts.consensus import Vote, decide
+from annotation.core.consensus import Vote, decide
 from annotation.verdicts.reliability import (
     Reliability,
     annotator_reliability,
@@ -121,7 +121,7 @@ def test_fit_votes_gives_the_binary_model():
 
 
 def test_the_binary_model_is_smoothed_so_a_handful_of_votes_settles_nothing():
-    from annotation.verdicts.consensus import confident
+    from annotation.core.consensus import confident
     from annotation.verdicts.reliability import SMOOTHING
 
     # a first fit on five votes, all "valid": the raw fit's prior is 1 and every rate 1 or missing

@@ -1,4 +1,4 @@
-"""annotation.judging.rubric: rubric definitions as data, judgement validation, signatures."""
+"""annotation.core.rubric: rubric definitions as data, judgement validation, signatures."""
 from __future__ import annotations
 
 import copy
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from annotation.judging.rubric import (
+from annotation.core.rubric import (
     CIRCUS_FLAG_ORDER,
     NOTE_MAX_CHARS,
     RESERVED_KEYS,

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from annotation.judging.rubric import (
+from annotation.core.rubric import (
     SESSION_RUBRIC_V1,
     VALIDITY_RUBRIC_V1,
     JudgementError,

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from annotation.assignment.rules import Candidate, choose_next, queue_fields
+from annotation.core.serving import Candidate, choose_next, queue_fields
 from audit.democheck import check_suspicion
 from audit.suspicion import (
     PARTS, WEIGHTS, Signals, breadth_part, lead_index, lead_rank_part, combine, consensus_rivals, consistency_part, gap_part, item_parts,

@@ -1,5 +1,5 @@
 """The turn-by-turn verdict (issue 26, item 3): THE derivation of a session's verdict and valid
-prefix from its turns (annotation.verdicts.turns), the per-turn consensus (decide_turns, which
+prefix from its turns (annotation.core.turns), the per-turn consensus (decide_turns, which
 decides every turn with the study's one vote rule) and the session rubric v2. Expectations are
 worked out by hand."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from annotation.judging.rubric import (
+from annotation.core.rubric import (
     SESSION_RUBRIC_V1,
     SESSION_RUBRIC_V2,
     JudgementError,
@@ -17,7 +17,7 @@ from annotation.judging.rubric import (
     builtin_rubrics,
     validate_judgement,
 )
-from annotation.verdicts.consensus import (
+from annotation.core.consensus import (
     ADJUDICATED,
     ADJUDICATION,
     FLAGGED,
@@ -36,7 +36,7 @@ from annotation.verdicts.consensus import (
     tally,
     turn_decisions,
 )
-from annotation.verdicts.turns import session_valid, turn_answers, valid_prefix
+from annotation.core.turns import session_valid, turn_answers, valid_prefix
 from retrieval.records import ParseError
 
 T, F = True, False
@@ -81,7 +81,7 @@ def test_turn_decisions_are_the_one_vote_rule_per_position() -> None:
     turns = turn_decisions(votes, quorum=3)
     assert [d.status for d in turns] == [VALIDATED, REJECTED, REJECTED]
     for t, d in enumerate(turns):  # exactly decide() over that turn's answers
-        from annotation.verdicts.consensus import Vote
+        from annotation.core.consensus import Vote
         assert d == decide([Vote(v.annotator, v.turns[t]) for v in votes], quorum=3)
     assert [d.provenance for d in turns] == [UNANIMOUS, MAJORITY, MAJORITY]
 

@@ -5,7 +5,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.judging.rubric import builtin_rubrics
+from annotation.core.rubric import builtin_rubrics
 from annotation.studies.building import StudyError, StudySpec, create_study
 
 

@@ -14,7 +14,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.verdicts.consensus import POLICIES
+from annotation.core.consensus import POLICIES
 from annotation.alternatives.export import FORMATS
 from annotation.export.validated import SESSION_SCOPES, ExportError, export_study
 from annotation.agreement.reports import get_study

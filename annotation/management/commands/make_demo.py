@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from annotation.demo_accounts import ensure_demo_accounts
-from annotation.judging.candidates import fill_study_candidates
+from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import Study
 from audit.labels import SHORTCUT_FREE_LABELS, count_lines
 from audit.management.commands.run_audit import progress_line
@@ -30,13 +30,31 @@ from annotation.studies.truth import truth_path
 from .train_demo_retriever import default_models_dir, default_steps, demo_checkpoints
 
 
-def demo_retrievers(seed: int, train_steps: int | None = None, stdout=None) -> list[str]:
-    """The specs of the two trained demo retrievers; trains the ones whose checkpoint is missing."""
+def demo_retrievers(seed: int, train_steps: int | None = None, stdout=None, composers: bool = False) -> list[str]:
+    """The specs of the two trained demo retrievers; trains the ones whose checkpoint is missing.
+    ``composers``: also the demo's composers over the ``compose`` model (a Combiner and a SEARLE-
+    layout textual inversion, :mod:`retrieval.demo_composers`), trained when missing."""
     paths = demo_checkpoints(default_models_dir(), seed)
     if not all(p.exists() for p in paths.values()):
         call_command("train_demo_retriever", "--seed", str(seed), "--steps", str(train_steps or default_steps()),
                      stdout=stdout)
-    return [retriever_spec(p) for p in paths.values()]
+    specs = [retriever_spec(p) for p in paths.values()]
+    return specs + (demo_composer_specs(paths["compose"], seed, train_steps or default_steps()) if composers else [])
+
+
+def demo_composer_specs(backbone, seed: int, train_steps: int | None = None) -> list[str]:
+    """The demo composers' specs, trained over ``backbone`` where missing (a few steps when the
+    demo retrievers are: a test's demo)."""
+    from retrieval.demo_composers import DEMO_COMPOSERS, composer_path, composer_spec, train_composer
+
+    short = train_steps is not None and train_steps < 20
+    out = []
+    for name in DEMO_COMPOSERS:
+        path = composer_path(backbone, name)
+        if not path.exists():
+            train_composer(path, name, backbone, seed=seed, **({"steps": 2, "n_refs": 8} if short else {}))
+        out.append(composer_spec(path))
+    return out
 
 
 class Command(BaseCommand):
@@ -46,6 +64,9 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="demo")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--no-audit", action="store_true", help="Skip the shortcut audit of the demo queries.")
+        parser.add_argument("--composers", action="store_true",
+                            help="Audit with the demo's composers too (a Combiner and a textual inversion over the "
+                                 "compose model, trained in seconds when missing).")
         parser.add_argument("--train-steps", type=int, default=None,
                             help="Steps when the demo retrievers must be trained (an existing checkpoint is reused).")
         parser.add_argument(
@@ -68,7 +89,8 @@ class Command(BaseCommand):
             f" ({report.missing_images} missing images)."
         )
         if not opts["no_audit"] and not AuditRun.objects.filter(dataset__name=opts["name"], status="done").exists():
-            retrievers = demo_retrievers(opts["seed"], opts["train_steps"], stdout=self.stdout)
+            retrievers = demo_retrievers(opts["seed"], opts["train_steps"], stdout=self.stdout,
+                                         composers=opts["composers"])
             self.stdout.write(f"Auditing the demo queries with {', '.join(retrievers)} …")
             line = ProgressLine(self.stderr)
             run = run_inline(create_run(opts["name"], retrievers),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from annotation.models import Study
-from annotation.studies.sizes import recount, stored_sizes
+from annotation.sizes import recount, stored_sizes
 
 
 class Command(BaseCommand):

@@ -10,13 +10,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import mimetypes
 from pathlib import Path
 from typing import Any
 
 from django.contrib import messages
 from django.core.cache import cache
-from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.urls import reverse
@@ -39,13 +38,14 @@ from annotation.verdicts.adjudication import (
     has_verdicts,
     item_row,
 )
-from annotation.verdicts.consensus import POLICIES
+from annotation.core.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from retrieval.models import Image
 from annotation.judging.payloads import image_ref
 from annotation.studies.suspicion import part_rows
 from annotation.agreement.intervals import attach_intervals, interval_options
 from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
+from annotation.export.downloads import job_file_response
 from annotation.agreement.reports import ReportError, default_bootstrap, report_csv_rows, safe_rows, study_report
 
 # --------------------------------------------------------------------------- access
@@ -451,20 +451,6 @@ def export_file(request, pk: int, name: str):
     """One file of a finished export; only the names the job recorded are served."""
     job = get_object_or_404(ExportJob, pk=pk, status=ExportJob.Status.DONE)
     return job_file_response(Path(job.path), name, job.files)
-
-
-def job_file_response(folder: Path, name: str, files: list[str]) -> FileResponse:
-    """One file of a finished job's folder as a download: only a name the job recorded, and
-    only inside the folder (404 otherwise). Exports and releases serve their files with it."""
-    if name not in files:
-        raise Http404("no such file in this job's folder")
-    root = folder.resolve()
-    path = (root / name).resolve()
-    if root not in path.parents or not path.is_file():
-        raise Http404("no such file in this job's folder")
-    content_type = "application/json" if name.endswith(".json") else (
-        "application/x-ndjson" if name.endswith(".jsonl") else mimetypes.guess_type(name)[0] or "text/plain")
-    return FileResponse(open(path, "rb"), as_attachment=True, filename=Path(name).name, content_type=content_type)
 
 
 @staff_required

@@ -14,7 +14,7 @@ CIRCLED truncates its generated sessions the same way (a session is cut after it
 turn), so a study can export whole valid sessions or valid prefixes.
 
 The same function is applied to one annotator's answers (their own verdict, as agreement
-counts it) and to the consensus of every turn (:func:`annotation.verdicts.consensus.decide_turns`),
+counts it) and to the consensus of every turn (:func:`annotation.core.consensus.decide_turns`),
 where a turn is valid when its consensus validated it.
 """
 from __future__ import annotations

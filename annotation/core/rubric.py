@@ -67,6 +67,8 @@ CIRCUS_FLAG_ORDER: tuple[str, ...] = (
 )
 VALID_SIGNATURE = "VALID"
 UNSPECIFIED_SIGNATURE = "INVALID_UNSPECIFIED"
+#: The label of a validated item in the CIRCUS format (an invalid one has its flags instead).
+VALIDATED_LABEL = "VALIDATED"
 
 NOTE_MAX_CHARS = 5000
 TIME_SPENT_MAX_MS = 24 * 60 * 60 * 1000
@@ -180,7 +182,7 @@ class TurnVerdict:
     """A session rubric's per-turn verdict: every turn is answered valid or invalid
     (``valid_key`` / ``invalid_key`` set the focused turn). It is stored in each turn's
     object of ``per_turn_checks`` under ``key``; the session's own verdict is derived from
-    the turns by :func:`annotation.verdicts.turns.valid_prefix` (session rubric v2 on)."""
+    the turns by :func:`annotation.core.turns.valid_prefix` (session rubric v2 on)."""
 
     key: str
     label: str
@@ -683,7 +685,7 @@ SESSION_RUBRIC_V1: dict[str, Any] = {
 #: The CIRVal session rubric, version 2 (issue 26, "a turn-by-turn verdict"): version 1 plus a
 #: valid / invalid verdict on every turn (``a`` valid, ``d`` invalid, for the focused turn).
 #: A session is valid when every turn is and no reject flag holds; its longest valid prefix
-#: is kept too (:mod:`annotation.verdicts.turns`). The scales are still rated (reports) but
+#: is kept too (:mod:`annotation.core.turns`). The scales are still rated (reports) but
 #: no longer decide a session. Version 1 stays readable: its studies keep their rule.
 SESSION_RUBRIC_V2: dict[str, Any] = {
     **copy.deepcopy(SESSION_RUBRIC_V1),

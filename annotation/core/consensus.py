@@ -34,7 +34,7 @@ quorum) or ``"unjudged"`` (no vote yet).
 same quorum, flag and adjudication gate to session studies, whose votes are reject flags
 and an overall score (:class:`SessionRule`, session rubric v1). Under a rubric with a turn
 verdict (session v2) :func:`decide_turns` decides every turn with :func:`decide` and derives
-the session's verdict and valid prefix from the turns (:mod:`annotation.verdicts.turns`).
+the session's verdict and valid prefix from the turns (:mod:`annotation.core.turns`).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from annotation.verdicts.turns import session_valid, valid_prefix
+from annotation.core.turns import session_valid, valid_prefix
 
 POLICIES: tuple[str, ...] = ("majority", "unanimous", "primary", "reliability")
 
@@ -538,7 +538,7 @@ class TurnVote:
 
     @property
     def validated(self) -> bool:
-        """This annotator's own session verdict (:func:`annotation.verdicts.turns.session_valid`);
+        """This annotator's own session verdict (:func:`annotation.core.turns.session_valid`);
         what an adaptive quorum reads as the vote's leaning."""
         return session_valid(self.turns, bool(self.reject_flags))
 
@@ -614,7 +614,7 @@ def decide_turns(
     flags, under the study's session rule (``rule.reject``: majority or any; an exact half is
     a tie); then every turn is decided by :func:`decide` (:func:`turn_decisions`) and the
     session's verdict and valid prefix follow from the turns by THE derivation,
-    :func:`annotation.verdicts.turns.valid_prefix` (valid when every turn is). The scales do
+    :func:`annotation.core.turns.valid_prefix` (valid when every turn is). The scales do
     not decide. An adjudicator's decision overrides: validated keeps every turn; rejected keeps
     the turns the annotators' consensus validated before the first it did not (none when the
     reject flags rejected the session), never the whole session. ``Decision.turns`` holds every

@@ -1,7 +1,12 @@
+"""The site's own pages, outside any app's namespace: the home page (the datasets) and
+``/healthz`` (the database, the broker, the cache and the workers). Routed by the root
+URLconf (``include("retrieval.site")``): ``config`` imports no app."""
+
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.urls import path
 
 from retrieval.models import Dataset
 
@@ -50,9 +55,18 @@ def healthz(request):
     if request.GET.get("live"):
         ok = checks["database"]["ok"]
         return JsonResponse({"ok": ok, **checks}, status=200 if ok else 503)
-    checks.update(broker=_check(_broker), cache=_check(cache_health),
-                  workers=_check(_workers) if checks["database"]["ok"] else {"ok": False, "error": "no database"})
+    checks.update(
+        broker=_check(_broker),
+        cache=_check(cache_health),
+        workers=_check(_workers) if checks["database"]["ok"] else {"ok": False, "error": "no database"},
+    )
     ok = all(c["ok"] for c in checks.values())
     if not request.user.is_staff:  # addresses, host names and errors are for staff only
         checks = {name: {k: v for k, v in c.items() if k in ("ok", "alive")} for name, c in checks.items()}
     return JsonResponse({"ok": ok, **checks}, status=200 if ok else 503)
+
+
+urlpatterns = [
+    path("", home, name="home"),
+    path("healthz", healthz, name="healthz"),
+]
