@@ -9,10 +9,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
 from config.roles import is_admin, researcher_required
+from retrieval.retrievers import pool_kinds
 from retrieval.specs import has_random_weights
 
 from .runs import aggregation, dispatch, planning
-from .forms import AuditForm
+from .forms import AuditForm, installed_kinds, pool_preview
 from .models import AuditRun
 from .compare import compare_sessions
 from .report import build_report
@@ -38,9 +39,16 @@ def audit_list(request):
 def audit_new(request):
     if not is_admin(request.user):
         raise PermissionDenied("Only staff start audits.")
+    preview = None
     if request.method == "POST":
         form = AuditForm(request.POST)
-        if form.is_valid():
+        if form.is_valid() and "estimate" in request.POST:  # the passes and costs only: nothing is started
+            d = form.cleaned_data
+            try:
+                preview = pool_preview(d["dataset"], d["split"], d["retriever_specs"])
+            except ValueError as exc:
+                form.add_error("retrievers", str(exc))
+        elif form.is_valid():
             d = form.cleaned_data
             try:
                 run = planning.create_run(
@@ -57,7 +65,7 @@ def audit_new(request):
                 return redirect("audit:detail", pk=run.pk)
     else:
         form = AuditForm()
-    return render(request, "audit/new.html", {"form": form})
+    return render(request, "audit/new.html", {"form": form, "kinds": installed_kinds(), "preview": preview})
 
 
 def _status(run: AuditRun) -> dict:
@@ -76,7 +84,8 @@ def audit_detail(request, pk: int):
         compare = compare_sessions(run, others, request.GET.get("strategy"))
     return render(request, "audit/detail.html", {"run": run, "report": report, "status": _status(run),
                                                  "compare": compare, "random_retrievers": [
-                                                     r for r in run.retrievers if has_random_weights(r)]})
+                                                     r for r in run.retrievers if has_random_weights(r)],
+                                                 "pool": pool_kinds(run.retrievers)})
 
 
 @require_GET

@@ -313,6 +313,10 @@ AUDIT_BATCH_SIZE = env_int("AUDIT_BATCH_SIZE", 64)
 # targets read once (off: one chunk per task, the retrievers' chunks in parallel).
 AUDIT_RETRIEVERS_TOGETHER = env_bool("AUDIT_RETRIEVERS_TOGETHER", True)
 AUDIT_PRECISION = env_str("AUDIT_PRECISION", "amp")  # amp (fp16 autocast on CUDA; fp32 on CPU) | fp32
+# How a retriever's text-only and image-only queries are formed: "family" (each family's own rule)
+# or "circus" (CIRCUS's: the text with a black image of the reference's size, the image with the
+# empty text); see retrieval.retrievers.base
+AUDIT_MODALITY_RULE = env_str("AUDIT_MODALITY_RULE", "family")
 AUDIT_PANEL_K = 10  # multimodal results kept per (query, retriever) for the annotator panel
 AUDIT_CANDIDATES_N = env_int("AUDIT_CANDIDATES_N", 64)  # multimodal top list stored per rank row (targets included)
 # Session filters (CIRCLED): a session is kept when its ranks stay within epsilon and its turn

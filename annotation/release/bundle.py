@@ -51,7 +51,7 @@ from audit.models import AuditRun
 from audit.report import audit_report_json
 from retrieval.imagefiles import sha256_file
 from retrieval.jobs.leases import run_job
-from retrieval.specs import parse_retriever_spec
+from retrieval.retrievers import spec_facts
 
 from annotation.agreement.reports import annotator_pseudonyms, default_bootstrap, report_csv_rows, safe_rows, study_report
 from annotation.export.validated import ExportError, check_exportable, export_study
@@ -174,7 +174,7 @@ def retriever_facts(spec: str) -> dict[str, Any]:
     written = checkpoint_path(spec)
     out = {"spec": public_spec(spec), "checkpoint": file_name(written) if written else None}
     try:
-        parsed = parse_retriever_spec(spec)
+        parsed = spec_facts(spec)
     except ValueError:
         return {**out, "kind": "external", "checkpoint_sha256": None}
     path = parsed.get("checkpoint")

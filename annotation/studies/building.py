@@ -115,7 +115,7 @@ def _interactive_settings(spec: StudySpec) -> dict:
     if spec.interactive is None:
         return {}
     from audit.runs.ondemand import candidate_retriever
-    from retrieval.specs import parse_retriever_spec
+    from retrieval.retrievers import parse_spec
 
     data = dict(spec.interactive)
     if not data.get("retriever"):
@@ -124,7 +124,7 @@ def _interactive_settings(spec: StudySpec) -> dict:
             raise StudyError(f"no dataset named {spec.datasets[0] if spec.datasets else ''!r}")
         data["retriever"] = candidate_retriever(dataset.pk)
     try:
-        parse_retriever_spec(data["retriever"])
+        parse_spec(data["retriever"])
         return InteractiveSettings.from_dict(data).to_dict()
     except (TypeError, ValueError) as exc:
         raise StudyError(f"interactive settings: {exc}") from None

@@ -510,7 +510,8 @@ def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
                 cache[key] += int(value)
     cache["encoded"] = sum(cache.get(k, 0) for k in (
         "gallery_encoded", "query_image_encoded", "text_encoded", "gallery_read_encoded",
-        "session_image_encoded", "session_text_encoded", "tau_text_encoded"))
+        "session_image_encoded", "session_text_encoded", "tau_text_encoded", "query_mm_encoded",
+        "session_mm_encoded"))
     return {**{k: round(v, 4) for k, v in secs.items()}, "cache": dict(cache),
             "per_retriever": {k: {kk: round(vv, 4) for kk, vv in v.items()} for k, v in per.items()}}
 

@@ -29,7 +29,7 @@ from .base import (
     max_attempts,
 )
 from ..rankfiles import RANK_FIELDS
-from .bulkwrite import insert_rows
+from .bulkwrite import insert_rows, json_int_list
 from .leases import Heartbeat, claim_chunk
 from .progress import encoding_stage
 from .planning import (
@@ -47,7 +47,7 @@ def retriever_for(spec: str) -> Any:
 
     return get_retriever(
         spec, device=settings.AUDIT_DEVICE or None, batch_size=int(settings.AUDIT_BATCH_SIZE),
-        precision=settings.AUDIT_PRECISION,
+        precision=settings.AUDIT_PRECISION, modality_rule=settings.AUDIT_MODALITY_RULE,
     )
 
 
@@ -318,28 +318,29 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
                   read: QueryRead | None = None) -> dict[str, Any]:
     """The chunk's eligible queries, their encodings and targets (``read``: :func:`_read_queries`
     of the chunk's items, when it was made for a group of chunks)."""
-    from .encoding import encode_images, encode_texts
+    from .encoding import encode_queries
 
     retriever, cache, max_pixels = gallery_ctx[:3]
     eligible, skipped, turns, targets = read or _read_queries(run, chunk.items)
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
     keys = [turns[q]["reference_image__sha256"] for q in eligible]
     locate = _locator(run, {turns[q]["reference_image__sha256"]: turns[q]["reference_image__path"] for q in eligible})
-    img = encode_images(retriever, cache, keys, locate, max_pixels=max_pixels, check=beat.check if beat else None,
-                        workers=_loader_workers())
+    enc = encode_queries(retriever, cache, keys, [joined_turn_text(turns[q]["texts"], run.caption_join) for q in eligible],
+                         locate, max_pixels=max_pixels, check=beat.check if beat else None, workers=_loader_workers())
+    img = enc.img
     kept = [q for q, ok in zip(eligible, img.ok) if ok]
     skipped_out.update({str(q): "reference_unreadable" for q, ok in zip(eligible, img.ok) if not ok})
-    txt = encode_texts(retriever, cache, [joined_turn_text(turns[q]["texts"], run.caption_join) for q in kept])
     if beat:
         beat.check()
-    return {"kept": kept, "turns": turns, "img": img, "txt": txt, "skipped": skipped_out,
-            "targets": {q: targets[q] for q in kept if q in targets}}
+    return {"kept": kept, "turns": turns, "img": img, "txt": enc.txt, "skipped": skipped_out,
+            "targets": {q: targets[q] for q in kept if q in targets}, **({"mm": enc.mm} if enc.mm else {})}
 
 
 def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTargets,
-              index_of: dict[int, int], g_ids: list[int]) -> dict[str, Any]:
+              index_of: dict[int, int], id_texts: list[str]) -> dict[str, Any]:
     """One :class:`AuditRank` row (its field values, for :func:`insert_rows`): best ranks, every
-    positive's rank, graded-only targets, subset ranks, top list."""
+    positive's rank, graded-only targets, subset ranks, top lists (as JSON text of gallery
+    image ids: ``id_texts[row]`` is the id of gallery row ``row``, written out once)."""
     every = {f: _expand(t.positives, index_of, ranks.all[f][n]) for f in RANK_FIELDS}
     graded = {"gains": t.gains, **{f: _expand(t.extras, index_of, ranks.extra[f][n]) for f in RANK_FIELDS}}
     return {
@@ -347,8 +348,7 @@ def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTarg
         "image": ranks.image[n], "mm_all": every["mm"], "text_all": every["text"], "image_all": every["image"],
         "graded": graded if t.extras else {},
         "subset": {f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
-        "top_mm": list(map(g_ids.__getitem__, ranks.top_mm[n])),
-        **{f"top_{m}": list(map(g_ids.__getitem__, getattr(ranks, f"top_{m}")[n])) for m in ("text", "image", "near")},
+        **{f"top_{m}": json_int_list(id_texts, getattr(ranks, f"top_{m}")[n]) for m in ("mm", "text", "image", "near")},
         "reference_ahead": {f: _expand(t.positives, index_of, ranks.ahead[f][n]) for f in RANK_FIELDS},
     }
 
@@ -408,8 +408,9 @@ def _rank_searched(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], ro
     at = torch_rows(rows_of)
     ranks = rank_three(retriever, inp["img"].matrix[at], inp["txt"].matrix[at], gallery, positives, exclude,
                        panel_k=candidates_n(), extra=[_rows(t.extras, index_of) for t in tq], groups=groups,
-                       references=references)
-    rank_rows = [_rank_row(run, spec, q, n, ranks, tq[n], index_of, g_ids) for n, q in enumerate(kept)]
+                       references=references, mm=inp["mm"].matrix[at] if "mm" in inp else None)
+    id_texts = [str(image_id) for image_id in g_ids]
+    rank_rows = [_rank_row(run, spec, q, n, ranks, tq[n], index_of, id_texts) for n, q in enumerate(kept)]
     return rank_rows, no_positive, ranks.seconds
 
 
@@ -439,6 +440,7 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None,
         "cache": {
             "query_image_hits": img.hits, "query_image_encoded": img.encoded,
             "text_hits": txt.hits, "text_encoded": txt.encoded,
+            **({"query_mm_hits": inp["mm"].hits, "query_mm_encoded": inp["mm"].encoded} if "mm" in inp else {}),
             # the gallery matrix read back for ranking (normally all cache hits)
             "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
             "gallery_memo": g_enc is None,
@@ -452,8 +454,11 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None,
 
 
 def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbeat | None) -> dict[str, Any]:
-    """Eligible sessions, one image encoding per distinct reference file, one text encoding per distinct text."""
-    from .encoding import encode_images, encode_texts
+    """Eligible sessions, one image encoding per distinct reference file, one text encoding per
+    distinct text (a retriever off the late path: see :func:`_early_turns`)."""
+    from retrieval.retrievers.pipeline import late_path
+
+    from .encoding import encode_texts
 
     retriever, cache, max_pixels = ctx[:3]
     eligible, skipped = session_eligibility(run, chunk.items, run.dataset.format)
@@ -461,19 +466,65 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
     turns = session_turns(eligible)
     key_rel = {t["reference_image__sha256"]: t["reference_image__path"] for q in eligible for t in turns[q]}
     keys = list(key_rel)
-    img = encode_images(retriever, cache, keys, _locator(run, key_rel), max_pixels=max_pixels,
-                        check=beat.check if beat else None, workers=_loader_workers())
+    locate = _locator(run, key_rel)
+    late = late_path(retriever)
+    img = _session_references(retriever, cache, keys, locate, max_pixels, beat)
     image_row = {k: n for n, k in enumerate(k for k, ok in zip(keys, img.ok) if ok)}
     kept = [q for q in eligible if all(t["reference_image__sha256"] in image_row for t in turns[q])]
     skipped_out.update({str(q): "reference_unreadable" for q in eligible if q not in set(kept)})
     texts = {q: [joined_turn_text(t["texts"], run.caption_join) for t in turns[q]] for q in kept}
-    unique_texts = list(dict.fromkeys(x for q in kept for x in texts[q]))
-    txt = encode_texts(retriever, cache, unique_texts)
+    early: dict[str, Any] | None = None
+    if late:
+        unique_texts = list(dict.fromkeys(x for q in kept for x in texts[q]))
+        txt, text_row = encode_texts(retriever, cache, unique_texts), {x: n for n, x in enumerate(unique_texts)}
+    else:
+        early = _early_turns(retriever, cache, kept, turns, texts, locate, max_pixels)
+        txt, text_row = early["txt"], early["text_row"]
     if beat:
         beat.check()
     return {"kept": kept, "turns": turns, "texts": texts, "img": img, "txt": txt, "image_row": image_row,
-            "text_row": {x: n for n, x in enumerate(unique_texts)}, "skipped": skipped_out,
-            "targets": evaluation_targets(run.dataset, kept)}
+            "text_row": text_row, "skipped": skipped_out, "targets": evaluation_targets(run.dataset, kept),
+            **({"early": early} if early is not None else {})}
+
+
+def _session_references(retriever: Any, cache: Any, keys: list[str], locate: Callable, max_pixels: int,
+                        beat: Heartbeat | None) -> Any:
+    """The sessions' reference files encoded once each: image embeddings on the late path, else
+    each reference's image-only query."""
+    from retrieval.retrievers.pipeline import late_path, modality_pairs
+
+    from .encoding import encode_images, encode_query_pairs
+
+    if late_path(retriever):
+        return encode_images(retriever, cache, keys, locate, max_pixels=max_pixels,
+                             check=beat.check if beat else None, workers=_loader_workers())
+    rule = getattr(retriever, "modality_rule", "family")
+    return encode_query_pairs(retriever, cache, [modality_pairs(rule, k, "")["image"] for k in keys], locate,
+                              max_pixels)
+
+
+def _early_turns(retriever: Any, cache: Any, kept: list[int], turns: dict, texts: dict, locate: Callable,
+                 max_pixels: int) -> dict[str, Any]:
+    """The turns' queries of a retriever that does not compose them from one image and one text
+    encode (early fusion, or CIRCUS's modality rule): per turn row (the sessions one after the
+    other) its multimodal (``mm``) and text-only (``txt``) query; ``text_row``: a text's first
+    turn row; ``turn_row[(q, n)]``: turn ``n`` of session ``q``'s row. (The image-only queries,
+    one per reference file, are the session's ``img``; a combined or rolled-back turn's
+    effective reference is aggregated from them, its multimodal query is the turn's own pass.)"""
+    from retrieval.retrievers.pipeline import modality_pairs
+
+    from .encoding import encode_query_pairs
+
+    rule = getattr(retriever, "modality_rule", "family")
+    rows = [(q, n) for q in kept for n in range(len(turns[q]))]
+    pairs = [modality_pairs(rule, turns[q][n]["reference_image__sha256"], texts[q][n]) for q, n in rows]
+    mm = encode_query_pairs(retriever, cache, [p["mm"] for p in pairs], locate, max_pixels)
+    txt = encode_query_pairs(retriever, cache, [p["text"] for p in pairs], locate, max_pixels)
+    text_row: dict[str, int] = {}
+    for row, (q, n) in enumerate(rows):
+        text_row.setdefault(texts[q][n], row)
+    return {"mm": mm, "txt": txt, "text_row": text_row,
+            "turn_row": {qn: row for row, qn in enumerate(rows)}}
 
 
 def _rank_sessions_of(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any]) -> tuple[list[AuditSessionRank], int, float]:
@@ -506,14 +557,19 @@ def _rank_sessions_in(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any],
     if not kept:
         return [], 0, 0.0
     image_emb = _effective_image_rows(inp, kept)
-    text_emb = inp["txt"].matrix[[inp["text_row"][x] for q in kept for x in texts[q]]]
+    mm = None
+    if "early" in inp:  # the turns' own passes (see _early_turns)
+        at = [inp["early"]["turn_row"][(q, n)] for q in kept for n in range(len(turns[q]))]
+        text_emb, mm = inp["txt"].matrix[at], inp["early"]["mm"].matrix[at]
+    else:
+        text_emb = inp["txt"].matrix[[inp["text_row"][x] for q in kept for x in texts[q]]]
     empty = QueryTargets()
     positives = [_rows(inp["targets"].get(q, empty).positives, index_of) for q in kept]
     exclude = [
         index_of.get(t["reference_image_id"]) if run.exclude_reference else None for q in kept for t in turns[q]
     ]
     result = rank_sessions(retriever, image_emb, text_emb, [len(turns[q]) for q in kept], gallery, positives,
-                           exclude, alpha=DEFAULT_ALPHA)
+                           exclude, alpha=DEFAULT_ALPHA, mm=mm)
     rows = [
         AuditSessionRank(run_id=run.pk, query_id=q, retriever=spec, strategy=strategy, modality=modality,
                          ranks=per_session[n])
@@ -591,6 +647,7 @@ def _rank_session_chunk(
         "cache": {
             "session_image_hits": img.hits, "session_image_encoded": img.encoded,
             "session_text_hits": txt.hits, "session_text_encoded": txt.encoded,
+            **({"session_mm_encoded": inp["early"]["mm"].encoded} if "early" in inp else {}),
             "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
         },
         "session_skipped": inp["skipped"],

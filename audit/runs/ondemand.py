@@ -1,7 +1,7 @@
 """Candidate rankings for queries no audit ranked: one retriever run on demand.
 
 A study built without an audit still shows a candidate panel. Its multimodal top list comes
-from one open_clip retriever (the dataset's newest audited spec, else
+from one retriever of any kind (through :mod:`retrieval.retrievers`) (the dataset's newest audited spec, else
 ``settings.CANDIDATE_RETRIEVER``), encoded through the on-disk embedding cache, so a second
 call only encodes what is new. The callers store the resulting panels, so each query is
 ranked once.
@@ -73,7 +73,7 @@ def _rank_group(group: Sequence[Query], depth: int, spec: str | None,
 
     from retrieval.ranking import rank_queries
 
-    from .encoding import encode_images, encode_texts
+    from .encoding import multimodal_queries
 
     dataset = group[0].dataset
     retriever = retriever_for(spec or candidate_retriever(dataset.pk))
@@ -82,12 +82,12 @@ def _rank_group(group: Sequence[Query], depth: int, spec: str | None,
     usable, keys, rel, texts, ref_ids = _query_inputs(group, blank_text)
     if not g_ids or not usable:
         return {}
-    img = encode_images(retriever, cache, keys, lambda key: image_path(dataset.images_root, rel[key]))
-    keep = [n for n, ok in enumerate(img.ok) if ok]
+    ok, composed = multimodal_queries(retriever, cache, keys, texts,
+                                      lambda key: image_path(dataset.images_root, rel[key]))
+    keep = [n for n, flag in enumerate(ok) if flag]
     if not keep:
         return {}
-    txt = encode_texts(retriever, cache, [texts[n] for n in keep])
-    composed = retriever.compose(img.matrix, txt.matrix).to(gallery.device)
+    composed = composed.to(gallery.device)
     row_of = {image_id: n for n, image_id in enumerate(g_ids)}
     ranked = rank_queries(composed, gallery, [[] for _ in keep], [row_of.get(ref_ids[n]) for n in keep],
                           top_k=min(int(depth), len(g_ids)))
@@ -146,7 +146,7 @@ def rank_turns(query: Query, spec: str, turns: Sequence[tuple[int, str]], positi
     from retrieval.ranking import rank_queries
     from retrieval.sessions import aggregate_history
 
-    from .encoding import encode_images, encode_texts, gallery_matrix
+    from .encoding import gallery_matrix, multimodal_queries
 
     dataset = query.dataset
     retriever = retriever_for(spec)
@@ -162,11 +162,11 @@ def rank_turns(query: Query, spec: str, turns: Sequence[tuple[int, str]], positi
     refs = [files.get(ref, ("", ""))[0] for ref, _ in turns]
     if not all(refs):
         raise ValueError("a reference image of the session has no readable file")
-    img = encode_images(retriever, cache, refs, locate, max_pixels=int(settings.IMAGE_MAX_PIXELS))
-    if not all(img.ok):
+    ok, composed_t = multimodal_queries(retriever, cache, refs, [text for _, text in turns], locate,
+                                        max_pixels=int(settings.IMAGE_MAX_PIXELS))
+    if not all(ok):
         raise ValueError("a reference image of the session could not be read")
-    txt = encode_texts(retriever, cache, [text for _, text in turns])
-    composed = retriever.compose(img.matrix, txt.matrix).float().cpu().numpy()
+    composed = composed_t.float().cpu().numpy()
     history = aggregate_history(composed, strategy, alpha)[-1:]
     row_of = {image_id: n for n, image_id in enumerate(g_ids)}
     ranked = rank_queries(torch.from_numpy(history).to(gallery.device), gallery,

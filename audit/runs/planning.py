@@ -21,7 +21,7 @@ from retrieval.galleries import (
     scope_text,
     split_of_scope,
 )
-from retrieval.specs import parse_retriever_spec
+from retrieval.retrievers import canonical_spec
 from retrieval.targets import TargetFacts
 from retrieval.models import (
     Dataset,
@@ -76,7 +76,7 @@ def normalise_retrievers(specs: Iterable[str]) -> list[str]:
         spec = (spec or "").strip()
         if not spec:
             continue
-        canonical = parse_retriever_spec(spec)["canonical"]
+        canonical = canonical_spec(spec)
         if canonical not in out:
             out.append(canonical)
     if not out:

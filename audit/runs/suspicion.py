@@ -92,30 +92,70 @@ def _embedding_parts(run: AuditRun, spec: str, query_ids: Sequence[int], facts: 
     vec = dict(zip(keys, _unit(cache.get_many("image", keys).matrix)))
     words = {q: turn_text(facts["texts"].get(q) or [], run.caption_join) for q in query_ids}
     unique = sorted({w for w in words.values() if w})
-    tvec = dict(zip(unique, _unit(cache.get_many("text", unique).matrix)))
+    late = _late(retriever)
+    if not late and getattr(retriever, "modality_rule", "family") != "family":
+        return {}  # CIRCUS's text-only query depends on the reference: not read here
+    tvec = dict(zip(unique, _unit(_text_rows(retriever, cache, unique))))
+    compose_of = (lambda q: retriever.compose) if late else _cached_queries(retriever, cache, query_ids, refs, sha, words)
     matrices: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # one matrix per gallery (shared lists)
     out: dict[int, tuple[float, float]] = {}
     for q in query_ids:
         gallery = galleries.get(q, [])
         if id(gallery) not in matrices:
-            rows = [(i, vec.get(sha.get(i, ""))) for i in gallery]
-            rows = [(i, v) for i, v in rows if _ok(v)]
-            matrices[id(gallery)] = (np.array([i for i, _ in rows], dtype=np.int64),
-                                     np.stack([v for _, v in rows]) if rows else np.zeros((0, 1), np.float32))
-        got = _one_query(retriever, tvec.get(words[q]), vec, sha, refs.get(q), positives.get(q, []), matrices[id(gallery)])
+            matrices[id(gallery)] = _gallery_rows(gallery, vec, sha)
+        got = _one_query(compose_of(q), tvec.get(words[q]), vec, sha, refs.get(q), positives.get(q, []),
+                         matrices[id(gallery)])
         if got is not None:
             out[q] = got
     return out
+
+
+def _gallery_rows(gallery: list[int], vec: dict, sha: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(image ids, their unit embeddings) of the gallery images the cache holds."""
+    rows = [(i, vec.get(sha.get(i, ""))) for i in gallery]
+    rows = [(i, v) for i, v in rows if _ok(v)]
+    return (np.array([i for i, _ in rows], dtype=np.int64),
+            np.stack([v for _, v in rows]) if rows else np.zeros((0, 1), np.float32))
+
+
+def _late(retriever) -> bool:
+    from retrieval.retrievers.pipeline import late_path
+
+    return late_path(retriever)
+
+
+def _text_rows(retriever, cache, texts: list[str]) -> np.ndarray:
+    """The text-only queries of ``texts`` as the audit cached them (a text embedding on the late
+    path, else the whole-query pass of the text alone)."""
+    if _late(retriever):
+        return cache.get_many("text", texts).matrix
+    return cache.get_many("query", [retriever.query_cache_key(None, t) for t in texts]).matrix
+
+
+def _cached_queries(retriever, cache, query_ids: Sequence[int], refs: dict, sha: dict, words: dict):
+    """query -> a ``compose(image, text)`` that gives the query's multimodal pass as the audit
+    cached it (a retriever that does not compose: early fusion)."""
+    import torch
+
+    keys = [retriever.query_cache_key(sha.get(refs.get(q), ""), words[q]) for q in query_ids]
+    rows = dict(zip(query_ids, cache.get_many("query", keys).matrix))
+
+    def compose_of(q: int):
+        row = torch.from_numpy(np.asarray(rows[q], dtype=np.float32)[None, :].copy())
+        return lambda _image, _text: row
+
+    return compose_of
 
 
 def _ok(v: np.ndarray | None) -> bool:
     return v is not None and not np.isnan(v).any()
 
 
-def _one_query(retriever, text: np.ndarray | None, vec: dict, sha: dict, ref: int | None, positives: list[int],
+def _one_query(compose, text: np.ndarray | None, vec: dict, sha: dict, ref: int | None, positives: list[int],
                gallery: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
     """(consistency delta, rival gap) of one query, or None when an embedding is missing.
-    ``gallery``: (image ids, their unit embeddings) of the query's gallery."""
+    ``gallery``: (image ids, their unit embeddings) of the query's gallery; ``compose(image,
+    text)``: the query's multimodal embedding."""
     import torch
 
     r = vec.get(sha.get(ref, ""))
@@ -127,8 +167,10 @@ def _one_query(retriever, text: np.ndarray | None, vec: dict, sha: dict, ref: in
     keep = ~np.isin(ids, [i for i in (ref, *positives) if i is not None])
     if keep.sum() < 2:
         return delta, float("nan")
-    query = retriever.compose(torch.from_numpy(r[None, :].copy()), torch.from_numpy(text[None, :].copy()))
+    query = compose(torch.from_numpy(r[None, :].copy()), torch.from_numpy(text[None, :].copy()))
     query = query.detach().cpu().numpy()[0]
+    if not _ok(query):
+        return None
     scores = matrix[keep] @ query
     best_target = max(float(t @ query) for t in targets)
     std = float(scores.std())
