@@ -223,10 +223,11 @@ E5V_TEXT = LLAMA3.format("<sent>\nSummary above sentence in one word: ")
 
 def vlm2vec_prompt(instruction: str, text: str | None, with_image: bool) -> str:
     """The eval code's text for a query or candidate: the MMEB instruction (its ``<|image_1|>``
-    dropped) on a new line after the image token, then the text after a space; the i2i eval
-    ends a query with a new line (``end``); a text-only query is the instruction, a space, the text."""
+    dropped) on a new line after the image token, then the text after a space (the i2i eval
+    then ends a query, not a candidate, with a new line: the caller adds it); a text-only query
+    (the t2i eval) is the instruction, a space, the text and a new line."""
     if not with_image:
-        return f"{instruction} {text}" if text else instruction
+        return f"{instruction} {text}\n"
     body = "\n" + instruction.replace("<|image_1|>", "").strip()
     body = body + " " + text if text else body
     return ("<|image_pad|>" + " " + body).replace(" \n", "\n")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -112,7 +113,8 @@ class HfRetriever:
             raise ValueError(f"hf family {self.family.name} runs on {', '.join(self.family.backbones)}, "
                              f"not on a {backbone} checkpoint ({source})")
         self.emb_token_id = self._emb_token() if self.family.pooling == "before-emb" else None
-        weights = f"sha256:{checkpoint_digest(source)}" if local else f"hub:{source}@{self._revision()}"
+        folder = source if local else self._hub_snapshot(source)
+        weights = f"sha256:{checkpoint_digest(folder)}" if folder else f"hub:{source}"
         self.spec = f"hf:{self.family.name}@{weights}{amp_tag(precision, str(self.device))}"
         self.dim = int(self.model.get_input_embeddings().embedding_dim)
         self.template_version = template_version(self.family, modality_rule, max_pixels)
@@ -120,8 +122,14 @@ class HfRetriever:
         self.token_budget = int(token_budget or TOKEN_BUDGET.get(self.device.type, 4096))
         self._chat = self.family.uses_chat_template and bool(getattr(self.processor, "chat_template", None))
 
-    def _revision(self) -> str:
-        return str(getattr(self.model.config, "_commit_hash", None) or "unknown")
+    @staticmethod
+    def _hub_snapshot(name: str) -> str | None:
+        """The local snapshot folder a hub checkpoint was loaded from (so that naming the hub or
+        that folder gives one identity); None when the hub cache does not tell."""
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json")
+        return str(Path(found).parent) if isinstance(found, str) else None
 
     def _emb_token(self) -> int:
         """LamRA's ``<emb>`` token: its code adds it to the tokenizer (a checkpoint that has it
@@ -144,7 +152,8 @@ class HfRetriever:
 
     def _item(self, role: str, image: Image.Image | None, text: str | None) -> Item:
         fitted = fit_image(self.family, image, self.max_pixels) if image is not None else None
-        tokens = 0 if fitted is None else max(1, fitted.width * fitted.height // (28 * 28))
+        side = self.family.resize.factor or 28  # pixels a side of one image token (a 2 x 2 merge of patches)
+        tokens = 0 if fitted is None else max(1, fitted.width * fitted.height // (side * side))
         return Item(self._prompt(role, text, fitted is not None), fitted, tokens)
 
     def _image_kwargs(self) -> dict[str, Any]:

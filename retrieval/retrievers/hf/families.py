@@ -107,9 +107,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family(
         name="vlm2vec", title="VLM2Vec-V2 (Qwen2-VL backbone)", backbones=("qwen2_vl", "qwen2_5_vl"),
         layout="plain", image_token="<|image_pad|>",
-        # MMEB-V2's CIRR, MSCOCO_t2i and NIGHTS instructions, laid out as its eval code does.
+        # MMEB-V2's CIRR, MSCOCO_t2i and NIGHTS instructions, laid out as its eval code does
+        # (image_i2i_vg_dataset.py for CIRR and NIGHTS and their candidates, image_t2i_eval.py for text).
         mm="{image}\nGiven an image, find a similar everyday image with the described changes: {text}\n",
-        text="Find me an everyday image that matches the given caption: {text}",
+        text="Find me an everyday image that matches the given caption: {text}\n",
         image="{image}\nFind a day-to-day image that looks similar to the provided image.\n",
         candidate="{image}\nRepresent the given image.",
         resize=Resize(processor_min_pixels=4 * 28 * 28, processor_max_pixels=1280 * 28 * 28, tiny_side=28),
