@@ -15,6 +15,7 @@ Each checkpoint holds the authors' key (``Combiner`` / ``Phi``) and ``backbone``
 ``openclip:`` spec with its checkpoint's file name, relative to the composer's folder.
 Deterministic (one thread, seeded), like :mod:`retrieval.demo_training`.
 """
+
 from __future__ import annotations
 
 import io
@@ -49,8 +50,9 @@ def composer_spec(path: Path) -> str:
 def _backbone(checkpoint: Path) -> tuple[Any, Any, Any]:
     open_clip = encoders.open_clip_module()
     with random_init_expected(DEMO_CONFIG):
-        model, _, preprocess = open_clip.create_model_and_transforms(DEMO_CONFIG, pretrained=str(checkpoint),
-                                                                     device="cpu")
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            DEMO_CONFIG, pretrained=str(checkpoint), device="cpu"
+        )
     model.eval().requires_grad_(False)
     return model, preprocess, open_clip.get_tokenizer(DEMO_CONFIG)
 
@@ -59,10 +61,10 @@ def _features(model: Any, tokenizer: Any, split: Any) -> dict[str, Any]:
     """Raw image features of the split, and the (reference, edit text, target) triples with
     the edits' raw text features."""
     with torch.no_grad():
-        images = torch.cat([model.encode_image(split.images[s:s + 256]) for s in range(0, len(split.images), 256)])
+        images = torch.cat([model.encode_image(split.images[s : s + 256]) for s in range(0, len(split.images), 256)])
         triples = [(ref, text, target) for ref, edits in split.groups for text, target in edits]
         texts = [t for _, t, _ in triples]
-        text_feats = torch.cat([model.encode_text(tokenizer(texts[s:s + 256])) for s in range(0, len(texts), 256)])
+        text_feats = torch.cat([model.encode_text(tokenizer(texts[s : s + 256])) for s in range(0, len(texts), 256)])
     return {"images": images, "triples": triples, "texts": text_feats}
 
 
@@ -76,16 +78,24 @@ def _combiner_loss(net: Combiner, feats: dict[str, Any], rows: list[int]) -> tor
     return F.cross_entropy(logits, torch.arange(len(rows)))
 
 
-def _searle_loss(net: SearlePhi, model: Any, tokens: torch.Tensor, feats: dict[str, Any], rows: list[int]
-                 ) -> torch.Tensor:
+def _searle_loss(
+    net: SearlePhi, model: Any, tokens: torch.Tensor, feats: dict[str, Any], rows: list[int]
+) -> torch.Tensor:
     image = feats["images"][rows]
     text = F.normalize(encode_with_pseudo_token(model, tokens.expand(len(rows), -1), net(image), 259), dim=-1)
     logits = 50.0 * text @ F.normalize(image, dim=-1).T
     return F.cross_entropy(logits, torch.arange(len(rows)))
 
 
-def train_composer(out_path: Path, name: str, backbone_checkpoint: Path, seed: int = 7, steps: int | None = None,
-                   n_refs: int = 300, batch: int = 48) -> Path:
+def train_composer(
+    out_path: Path,
+    name: str,
+    backbone_checkpoint: Path,
+    seed: int = 7,
+    steps: int | None = None,
+    n_refs: int = 300,
+    batch: int = 48,
+) -> Path:
     """Train the demo composer ``name`` over the demo backbone and save it at ``out_path``."""
     if name not in DEMO_COMPOSERS:
         raise ValueError(f"demo composers are {', '.join(DEMO_COMPOSERS)}, not {name!r}")
@@ -102,7 +112,11 @@ def train_composer(out_path: Path, name: str, backbone_checkpoint: Path, seed: i
         net.train()
         for _ in range(steps):
             rows = order.sample(range(pool), min(batch, pool))
-            loss = _combiner_loss(net, feats, rows) if name == "combiner" else _searle_loss(net, model, tokens, feats, rows)
+            loss = (
+                _combiner_loss(net, feats, rows)
+                if name == "combiner"
+                else _searle_loss(net, model, tokens, feats, rows)
+            )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

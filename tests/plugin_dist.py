@@ -1,6 +1,7 @@
 """A fake installed distribution that registers ``tests.plugins.lab_kind`` under the entry-point
 group ``cirval.retrievers`` (a ``*.dist-info`` folder on ``sys.path``, which importlib.metadata reads
 like any installed package's)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -33,8 +33,8 @@ import torch
 
 from retrieval.embcache import EmbeddingCache, encode_with_cache
 from retrieval.encoders import DEFAULT_MAX_PIXELS, IMAGE_ERRORS, load_image, shared_preprocessed_batches
-from retrieval.retrievers.pipeline import BLACK_PREFIX, audit_retriever, late_path, modality_pairs
 from retrieval.ranking import rank_queries
+from retrieval.retrievers.pipeline import BLACK_PREFIX, audit_retriever, late_path, modality_pairs
 from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, aggregate_history, max_pairwise_cosine
 
 __all__ = ["IMAGE_ERRORS", "encode_images", "encode_images_shared", "encode_queries", "encode_query_pairs",

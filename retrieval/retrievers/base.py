@@ -28,6 +28,7 @@ text-only and image-only queries) or ``circus`` (CIRCUS's variant: the text-only
 text with the reference image zeroed out, i.e. a black image of the same size; the image-only
 query is the image with the text dropped, i.e. the empty string).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -43,9 +44,24 @@ if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
 
 __all__ = [
-    "BUILTIN_KINDS", "ENTRY_POINT_GROUP", "Fusion", "LateFusion", "MODALITY_RULES", "ModalityRule", "Retriever",
-    "RetrieverKind", "black_like", "canonical_spec", "expected_passes", "kinds", "parse_spec", "query_key",
-    "pool_kinds", "register_kind", "spec_facts", "spec_prefix",
+    "BUILTIN_KINDS",
+    "ENTRY_POINT_GROUP",
+    "Fusion",
+    "LateFusion",
+    "MODALITY_RULES",
+    "ModalityRule",
+    "Retriever",
+    "RetrieverKind",
+    "black_like",
+    "canonical_spec",
+    "expected_passes",
+    "kinds",
+    "parse_spec",
+    "query_key",
+    "pool_kinds",
+    "register_kind",
+    "spec_facts",
+    "spec_prefix",
 ]
 
 Fusion = Literal["late", "early"]
@@ -87,8 +103,7 @@ class RetrieverKind:
     def fusion(self, parsed: dict[str, Any]) -> Fusion:
         return "late"
 
-    def build(self, parsed: dict[str, Any], *, device: str, precision: str,
-              modality_rule: str = "family") -> Retriever:
+    def build(self, parsed: dict[str, Any], *, device: str, precision: str, modality_rule: str = "family") -> Retriever:
         raise NotImplementedError
 
     # Optional: ``identity(parsed, *, device, precision, modality_rule) -> {"spec", "dim",
@@ -103,17 +118,23 @@ class RetrieverKind:
     #: one text encode (open_clip: normalised sum), rather than a pass of its own (composers).
     composes: bool = True
 
-    def expected_passes(self, parsed: dict[str, Any], queries: Sequence[tuple[str, str]],
-                        candidates: Sequence[str]) -> dict[str, Any]:
+    def expected_passes(
+        self, parsed: dict[str, Any], queries: Sequence[tuple[str, str]], candidates: Sequence[str]
+    ) -> dict[str, Any]:
         """Encoder passes an audit of ``queries`` ((reference image key, text) each) over
         ``candidates`` (image keys) needs with nothing cached (see :func:`expected_passes`)."""
-        return expected_passes(self.fusion(parsed), queries, candidates,
-                               composes=self.composes and self.fusion(parsed) == "late")
+        return expected_passes(
+            self.fusion(parsed), queries, candidates, composes=self.composes and self.fusion(parsed) == "late"
+        )
 
     def describe(self, parsed: dict[str, Any]) -> dict[str, Any]:
         """What the audit form and page show of one spec: kind, fusion, canonical spec."""
-        return {"kind": self.prefix, "fusion": self.fusion(parsed), "canonical": self.canonical(parsed),
-                "description": self.description}
+        return {
+            "kind": self.prefix,
+            "fusion": self.fusion(parsed),
+            "canonical": self.canonical(parsed),
+            "description": self.description,
+        }
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.prefix!r}>"
@@ -166,8 +187,9 @@ def black_like(image: Image.Image) -> Image.Image:
     return PILImage.new("RGB", image.size, (0, 0, 0))
 
 
-def expected_passes(fusion: str, queries: Sequence[tuple[str, str]], candidates: Sequence[str],
-                    composes: bool = True) -> dict[str, Any]:
+def expected_passes(
+    fusion: str, queries: Sequence[tuple[str, str]], candidates: Sequence[str], composes: bool = True
+) -> dict[str, Any]:
     """Encoder passes of an audit with nothing cached. Late fusion that composes: one image
     encode per distinct image (references and candidates together: a reference in the gallery
     is encoded once) and one text encode per distinct text serve all three modalities. Otherwise
@@ -291,9 +313,11 @@ def parse_spec(spec: str) -> tuple[RetrieverKind, dict[str, Any]]:
         installed = ", ".join(f"'{p}:'" for p in kinds()) or "none"
         what = f"unknown backend '{prefix}'" if prefix else "missing backend prefix"
         extra = f" ({_failed[prefix]})" if prefix in _failed else ""
-        raise ValueError(f"bad retriever spec '{spec}': {what}{extra}; installed kinds: {installed} "
-                         "(e.g. 'openclip:MODEL[@WEIGHTS]')")
-    rest = spec[len(prefix) + 1:].strip()
+        raise ValueError(
+            f"bad retriever spec '{spec}': {what}{extra}; installed kinds: {installed} "
+            "(e.g. 'openclip:MODEL[@WEIGHTS]')"
+        )
+    rest = spec[len(prefix) + 1 :].strip()
     try:
         parsed = kind.parse(rest)
     except ValueError as exc:
@@ -325,5 +349,10 @@ def spec_facts(spec: str) -> dict[str, Any]:
     """``spec`` parsed by its kind, with ``backend`` (the prefix), ``canonical`` and ``fusion``
     (and ``kind``: the prefix, unless the kind's parse sets it: open_clip's weights kind)."""
     kind, parsed = parse_spec(spec)
-    return {"kind": kind.prefix, **parsed, "backend": kind.prefix, "canonical": kind.canonical(parsed),
-            "fusion": kind.fusion(parsed)}
+    return {
+        "kind": kind.prefix,
+        **parsed,
+        "backend": kind.prefix,
+        "canonical": kind.canonical(parsed),
+        "fusion": kind.fusion(parsed),
+    }

@@ -3,6 +3,7 @@
 Parsing is :func:`retrieval.specs.parse_retriever_spec` (no torch); building returns a
 :class:`retrieval.encoders.LazyRetriever`, whose model is built on its first encode.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,12 +25,24 @@ class OpenClipKind(RetrieverKind):
     def fusion(self, parsed: dict[str, Any]) -> Fusion:
         return "late"
 
-    def build(self, parsed: dict[str, Any], *, device: str, precision: str, modality_rule: str = "family",
-              batch_size: int = 64) -> Retriever:
+    def build(
+        self,
+        parsed: dict[str, Any],
+        *,
+        device: str,
+        precision: str,
+        modality_rule: str = "family",
+        batch_size: int = 64,
+    ) -> Retriever:
         from retrieval.encoders import LazyRetriever
 
-        return LazyRetriever(self.canonical(parsed), device=device or None, batch_size=batch_size,
-                             precision=precision, modality_rule=modality_rule)  # type: ignore[arg-type]
+        return LazyRetriever(
+            self.canonical(parsed),
+            device=device or None,
+            batch_size=batch_size,
+            precision=precision,
+            modality_rule=modality_rule,
+        )  # type: ignore[arg-type]
 
 
 KIND = OpenClipKind()

@@ -14,6 +14,7 @@ retriever's modality rule.
 
 Imports torch (workers only).
 """
+
 from __future__ import annotations
 
 import threading
@@ -46,18 +47,32 @@ def modality_pairs(rule: str, image_key: str, text: str) -> dict[str, tuple[str 
 
 def late_path(retriever: Any) -> bool:
     """Whether one image encode and one text encode serve the three modalities of a query."""
-    return (getattr(retriever, "fusion", "late") == "late" and callable(getattr(retriever, "compose", None))
-            and getattr(retriever, "modality_rule", "family") == "family")
+    return (
+        getattr(retriever, "fusion", "late") == "late"
+        and callable(getattr(retriever, "compose", None))
+        and getattr(retriever, "modality_rule", "family") == "family"
+    )
 
 
 class PipelineRetriever:
     """A retriever of any kind as the audit pipeline uses it (see the module notes)."""
 
-    def __init__(self, kind: RetrieverKind, parsed: dict[str, Any], *, device: str | None, precision: str,
-                 modality_rule: str = "family", batch_size: int = 16) -> None:
+    def __init__(
+        self,
+        kind: RetrieverKind,
+        parsed: dict[str, Any],
+        *,
+        device: str | None,
+        precision: str,
+        modality_rule: str = "family",
+        batch_size: int = 16,
+    ) -> None:
         self.kind, self.parsed = kind, parsed
-        self._args = {"device": device or ("cuda" if torch.cuda.is_available() else "cpu"), "precision": precision,
-                      "modality_rule": modality_rule}
+        self._args = {
+            "device": device or ("cuda" if torch.cuda.is_available() else "cpu"),
+            "precision": precision,
+            "modality_rule": modality_rule,
+        }
         self.device = torch.device(self._args["device"])
         self.batch_size = int(getattr(kind, "batch_size", 0) or batch_size)
         self.modality_rule = modality_rule
@@ -65,12 +80,14 @@ class PipelineRetriever:
         self._built: Retriever | None = None
         self._lock = threading.Lock()
         ident = getattr(kind, "identity", None)
-        known = ident(parsed, device=self._args["device"], precision=precision,
-                      modality_rule=modality_rule) if callable(ident) else None
+        known = (
+            ident(parsed, device=self._args["device"], precision=precision, modality_rule=modality_rule)
+            if callable(ident)
+            else None
+        )
         if known is None:
             self._build()
-            known = {"spec": self.built.spec, "dim": self.built.dim,
-                     "template_version": self.built.template_version}
+            known = {"spec": self.built.spec, "dim": self.built.dim, "template_version": self.built.template_version}
         self.spec, self.dim = str(known["spec"]), int(known["dim"])
         self.template_version = str(known.get("template_version", ""))
         self.fusion = kind.fusion(parsed)
@@ -128,14 +145,21 @@ class PipelineRetriever:
         return f"PipelineRetriever(spec={self.spec!r}, fusion={self.fusion!r}, built={self.is_built})"
 
 
-def audit_retriever(spec: str, device: str | None = None, batch_size: int = 64, precision: str = "fp32",
-                    modality_rule: str = "family") -> Any:
+def audit_retriever(
+    spec: str, device: str | None = None, batch_size: int = 64, precision: str = "fp32", modality_rule: str = "family"
+) -> Any:
     """The retriever of ``spec`` for the audit pipeline (see the module notes)."""
     kind, parsed = parse_spec(spec)
     if kind.prefix == "openclip":
         from retrieval.encoders import LazyRetriever
 
-        return LazyRetriever(kind.canonical(parsed), device=device or None, batch_size=batch_size,
-                             precision=precision, modality_rule=modality_rule)  # type: ignore[arg-type]
-    return PipelineRetriever(kind, parsed, device=device, precision=precision, modality_rule=modality_rule,
-                             batch_size=batch_size)
+        return LazyRetriever(
+            kind.canonical(parsed),
+            device=device or None,
+            batch_size=batch_size,
+            precision=precision,
+            modality_rule=modality_rule,
+        )  # type: ignore[arg-type]
+    return PipelineRetriever(
+        kind, parsed, device=device, precision=precision, modality_rule=modality_rule, batch_size=batch_size
+    )

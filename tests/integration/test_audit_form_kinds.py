@@ -2,6 +2,7 @@
 (late against early fusion) and an api: retriever's estimated cost; the audit page says each
 retriever's kind and fusion; none of it loads torch or transformers into the web process (issue 37
 item 7; a fresh process, as tests/integration/test_retriever_specs.py does)."""
+
 from __future__ import annotations
 
 import os
@@ -50,10 +51,21 @@ print(sorted(m for m in ("torch", "open_clip", "torchvision", "transformers") if
 
 
 def test_the_form_shows_kinds_passes_and_cost_without_torch(tmp_path: Path):
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings", CIRVAL_VAR_DIR=str(tmp_path),
-               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="filesystem://")
-    out = subprocess.run([sys.executable, "-c", CHECK, str(tmp_path / "searle.pt")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="config.settings",
+        CIRVAL_VAR_DIR=str(tmp_path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        CELERY_BROKER_URL="filesystem://",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK, str(tmp_path / "searle.pt")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert {"openclip", "composer", "hf", "api"} <= set(eval(lines[0].removeprefix("kinds ")))  # noqa: S307 - our own print

@@ -1,6 +1,7 @@
 """make_demo --composers: the demo's audit runs its two trained dual encoders and the demo's two
 composers (a Combiner and a SEARLE-layout textual inversion, trained over the compose model), so
 that an audit of the demo exercises the composers' own multimodal passes end to end (issue 37)."""
+
 from __future__ import annotations
 
 from io import StringIO

@@ -2,6 +2,7 @@
 tiny Qwen2-VL and Qwen3-VL, api: the local fake server, a textual-inversion composer, a Combiner
 and a plugin's early-fusion retriever) labels every query with ranks in all three modalities for
 every retriever; a second audit with the same pool encodes nothing (nor pays the API again)."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,9 @@ def world(tmp_path, settings, monkeypatch):
     settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
     settings.AUDIT_DEVICE = "cpu"
     root = tmp_path / "demo"
-    load_parsed(build_demo(root, n_gallery=N_GALLERY, n_single=N_SINGLE, n_sessions=N_SESSIONS), "demo",
-                images_root=root)
+    load_parsed(
+        build_demo(root, n_gallery=N_GALLERY, n_single=N_SINGLE, n_sessions=N_SESSIONS), "demo", images_root=root
+    )
     forget_lab_kind()
     monkeypatch.syspath_prepend(str(install_lab_plugin(tmp_path / "site")))
     clear_memos()
@@ -46,15 +48,19 @@ def _composers(tmp_path) -> list[str]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         torch.save(encoders.open_clip_module().create_model("cirval-demo").state_dict(), backbone)
-    return [composer_spec(train_composer(composer_path(backbone, name), name, backbone, steps=2, n_refs=8))
-            for name in ("searle", "combiner")]
+    return [
+        composer_spec(train_composer(composer_path(backbone, name), name, backbone, steps=2, n_refs=8))
+        for name in ("searle", "combiner")
+    ]
 
 
 def _hf(tmp_path) -> list[str]:
     from retrieval.retrievers.hf import tiny
 
-    return [f"hf:gme@{tiny.qwen2_vl(tmp_path / 'qwen2vl')}",
-            f"hf:qwen3-vl-embedding@{tiny.qwen3_vl(tmp_path / 'qwen3vl')}"]
+    return [
+        f"hf:gme@{tiny.qwen2_vl(tmp_path / 'qwen2vl')}",
+        f"hf:qwen3-vl-embedding@{tiny.qwen3_vl(tmp_path / 'qwen3vl')}",
+    ]
 
 
 def test_one_audit_with_every_kind_then_a_second_that_encodes_nothing(world, tmp_path, settings):
@@ -63,8 +69,13 @@ def test_one_audit_with_every_kind_then_a_second_that_encodes_nothing(world, tmp
         settings.API_KEYS = {"voyage": env["VOYAGE_API_KEY"], "gemini": env["GEMINI_API_KEY"]}
         settings.API_BASE_URLS = {"voyage": env["VOYAGE_BASE_URL"], "gemini": env["GEMINI_BASE_URL"]}
         settings.API_LEDGER_DIR = tmp_path / "ledger"
-        pool = ["openclip:cirval-tiny-vit", *_composers(tmp_path), *_hf(tmp_path), "api:voyage/voyage-multimodal-3.5",
-                "lab:toy@5"]
+        pool = [
+            "openclip:cirval-tiny-vit",
+            *_composers(tmp_path),
+            *_hf(tmp_path),
+            "api:voyage/voyage-multimodal-3.5",
+            "lab:toy@5",
+        ]
         first = dispatch.run_inline(planning.create_run(world, pool, chunk_queries=5, chunk_gallery=25))
         assert first.status == "done", first.error
         paid = api.paid_calls

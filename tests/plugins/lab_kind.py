@@ -3,6 +3,7 @@
 ``cirval.retrievers``. Early fusion: the reference image and the text go through one forward
 pass (a joint non-linearity), so that a mixed-pool audit runs both fusions. Meaningless weights,
 fixed by a seed."""
+
 from __future__ import annotations
 
 import hashlib

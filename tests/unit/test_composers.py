@@ -2,9 +2,8 @@
 composer's multimodal query equals a direct re-implementation of the authors' inference
 (SEARLE's encode_with_pseudo_tokens, Pic2Word's encode_text_img_retrieval, CLIP4Cir's
 combine_features) on a tiny random open_clip backbone."""
-from __future__ import annotations
 
-import sys
+from __future__ import annotations
 
 import pytest
 import torch
@@ -20,23 +19,38 @@ WIDTH, DIM = 64, 32  # the tiny model's text width and embedding size
 def _searle_state(seed: int = 1) -> dict:
     g = torch.Generator().manual_seed(seed)
     shapes = {"layers.0": (48, DIM), "layers.3": (48, 48), "layers.6": (WIDTH, 48)}
-    return {f"{k}.{p}": torch.randn(*(s if p == "weight" else s[:1]), generator=g) * 0.2
-            for k, s in shapes.items() for p in ("weight", "bias")}
+    return {
+        f"{k}.{p}": torch.randn(*(s if p == "weight" else s[:1]), generator=g) * 0.2
+        for k, s in shapes.items()
+        for p in ("weight", "bias")
+    }
 
 
 def _pic2word_state(seed: int = 2) -> dict:
     g = torch.Generator().manual_seed(seed)
     shapes = {"layers.0.0": (40, DIM), "layers.1.0": (40, 40), "fc_out": (WIDTH, 40)}
-    return {f"module.{k}.{p}": torch.randn(*(s if p == "weight" else s[:1]), generator=g) * 0.2
-            for k, s in shapes.items() for p in ("weight", "bias")}
+    return {
+        f"module.{k}.{p}": torch.randn(*(s if p == "weight" else s[:1]), generator=g) * 0.2
+        for k, s in shapes.items()
+        for p in ("weight", "bias")
+    }
 
 
 def _combiner_state(seed: int = 3) -> dict:
     g = torch.Generator().manual_seed(seed)
-    shapes = {"text_projection_layer": (24, DIM), "image_projection_layer": (24, DIM), "combiner_layer": (56, 48),
-              "output_layer": (DIM, 56), "dynamic_scalar.0": (56, 48), "dynamic_scalar.3": (1, 56)}
-    return {f"{k}.{p}": torch.randn(*(s if p == "weight" else s[:1]), generator=g) * 0.2
-            for k, s in shapes.items() for p in ("weight", "bias")}
+    shapes = {
+        "text_projection_layer": (24, DIM),
+        "image_projection_layer": (24, DIM),
+        "combiner_layer": (56, 48),
+        "output_layer": (DIM, 56),
+        "dynamic_scalar.0": (56, 48),
+        "dynamic_scalar.3": (1, 56),
+    }
+    return {
+        f"{k}.{p}": torch.randn(*(s if p == "weight" else s[:1]), generator=g) * 0.2
+        for k, s in shapes.items()
+        for p in ("weight", "bias")
+    }
 
 
 def _images(n: int = 3) -> list[Image.Image]:
@@ -68,9 +82,12 @@ def test_parsing_needs_no_torch_and_names_the_grammar(tmp_path):
     facts = spec_facts(f"composer:SEARLE@{path}?backbone={BACKBONE}")
     assert facts["composer"] == "searle" and facts["fusion"] == "late" and facts["backbone"] == f"openclip:{BACKBONE}"
     assert facts["canonical"] == f"composer:searle@{path}?backbone={BACKBONE}"
-    for bad, words in [("composer:lincir@x.pt", "unknown composer"), ("composer:searle", "needs a checkpoint"),
-                       (f"composer:searle@{tmp_path / 'none.pt'}", "not found"),
-                       (f"composer:searle@{path}?depth=3", "unknown composer option")]:
+    for bad, words in [
+        ("composer:lincir@x.pt", "unknown composer"),
+        ("composer:searle", "needs a checkpoint"),
+        (f"composer:searle@{tmp_path / 'none.pt'}", "not found"),
+        (f"composer:searle@{path}?depth=3", "unknown composer option"),
+    ]:
         with pytest.raises(ValueError, match=words):
             parse_spec(bad)
 
@@ -111,7 +128,7 @@ def test_pic2word_checkpoint_layout_with_ddp_prefixes(tmp_path):
         tokens = r.backbone.tokenizer([f"a photo of * , {t}" for t in TEXTS])
         x = model.token_embedding(tokens)
         at = (tokens == 265).int().argmax(dim=1)
-        x = torch.stack([torch.cat([x[n, :at[n]], pseudo[n:n + 1], x[n, at[n] + 1:]]) for n in range(len(TEXTS))])
+        x = torch.stack([torch.cat([x[n, : at[n]], pseudo[n : n + 1], x[n, at[n] + 1 :]]) for n in range(len(TEXTS))])
         want = F.normalize(_text_tower(model, x, tokens), dim=-1)
     assert torch.allclose(got, want, atol=1e-5)
 
@@ -134,8 +151,9 @@ def test_combiner_checkpoint_layout_and_fine_tuned_clip(tmp_path):
         txt = model.encode_text(r.backbone.tokenizer(TEXTS))
         joint = torch.cat([F.relu(lin(txt, "text_projection_layer")), F.relu(lin(img, "image_projection_layer"))], -1)
         gate = torch.sigmoid(lin(F.relu(lin(joint, "dynamic_scalar.0")), "dynamic_scalar.3"))
-        want = F.normalize(lin(F.relu(lin(joint, "combiner_layer")), "output_layer") + gate * txt + (1 - gate) * img,
-                           dim=-1)
+        want = F.normalize(
+            lin(F.relu(lin(joint, "combiner_layer")), "output_layer") + gate * txt + (1 - gate) * img, dim=-1
+        )
     assert torch.allclose(got, want, atol=1e-5)
 
 
@@ -154,5 +172,3 @@ def test_the_backbone_may_be_named_in_the_checkpoint(tmp_path):
 def test_a_wrong_layout_is_refused_with_its_keys(tmp_path):
     with pytest.raises(ValueError, match="no combiner network"):
         _built(tmp_path, "combiner", {"epoch": 1, "optimizer": {}})
-
-

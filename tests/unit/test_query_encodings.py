@@ -1,5 +1,6 @@
 """encode_queries off the late path (early fusion, or CIRCUS's modality rule): three cached
 whole-query passes, an unreadable reference dropped from all three, nothing encoded twice."""
+
 from __future__ import annotations
 
 from PIL import Image

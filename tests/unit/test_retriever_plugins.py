@@ -1,4 +1,5 @@
 """The entry-point group ``cirval.retrievers`` (issue 37 item 6) and the prefix dispatch (item 5)."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,13 @@ def lab(tmp_path, monkeypatch):
 def test_a_plugin_kind_is_found_through_its_entry_point(lab):
     kind, parsed = parse_spec("lab:toy@3")
     assert kind.prefix == "lab" and parsed == {"seed": 3}
-    assert spec_facts(" lab:toy@3 ") == {"kind": "lab", "seed": 3, "backend": "lab", "canonical": "lab:toy@3",
-                                          "fusion": "early"}
+    assert spec_facts(" lab:toy@3 ") == {
+        "kind": "lab",
+        "seed": 3,
+        "backend": "lab",
+        "canonical": "lab:toy@3",
+        "fusion": "early",
+    }
     assert {"openclip", "composer", "lab"} <= set(kinds())
     with pytest.raises(ValueError, match="expected lab:toy@SEED"):
         parse_spec("lab:nope")

@@ -20,6 +20,7 @@ and optionally its fine-tuned ``{"CLIP": ...}``) or CIRVal's own (the same keys,
 The multimodal query is the composer's; the text-only and image-only queries are the backbone's
 text and image embeddings; candidates are the backbone's image embeddings.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,8 +44,10 @@ class ComposerKind(RetrieverKind):
         name, sep, path = head.partition("@")
         name = name.strip().lower()
         if name not in COMPOSERS:
-            raise ValueError(f"unknown composer '{name}' (expected one of {', '.join(COMPOSERS)}): "
-                             "composer:KIND@PATH[?backbone=MODEL[@WEIGHTS]]")
+            raise ValueError(
+                f"unknown composer '{name}' (expected one of {', '.join(COMPOSERS)}): "
+                "composer:KIND@PATH[?backbone=MODEL[@WEIGHTS]]"
+            )
         if not sep or not path.strip():
             raise ValueError(f"composer:{name} needs a checkpoint: composer:{name}@PATH")
         checkpoint = Path(path.strip()).expanduser().resolve()
@@ -60,7 +63,7 @@ class ComposerKind(RetrieverKind):
         return {"composer": name, "checkpoint": str(checkpoint), "backbone": backbone}
 
     def canonical(self, parsed: dict[str, Any]) -> str:
-        tail = f"?backbone={parsed['backbone'][len(SPEC_PREFIX):]}" if parsed.get("backbone") else ""
+        tail = f"?backbone={parsed['backbone'][len(SPEC_PREFIX) :]}" if parsed.get("backbone") else ""
         return f"composer:{parsed['composer']}@{parsed['checkpoint']}{tail}"
 
     def fusion(self, parsed: dict[str, Any]) -> Fusion:

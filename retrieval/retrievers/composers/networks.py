@@ -11,6 +11,7 @@ their checkpoints so that a released state dict loads as it is:
 
 Each ``from_state_dict`` reads the sizes from the tensors' shapes.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,7 +23,7 @@ from torch import nn
 
 def strip_module(state: dict[str, Any]) -> dict[str, Any]:
     """A state dict without DataParallel/DDP's ``module.`` prefix."""
-    return {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()}
+    return {k[len("module.") :] if k.startswith("module.") else k: v for k, v in state.items()}
 
 
 def _loaded(net: Any, state: dict[str, Any]) -> Any:
@@ -37,8 +38,12 @@ class SearlePhi(nn.Module):
     def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, dropout: float = 0.5) -> None:
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Linear(input_dim, hidden_dim), nn.GELU(), nn.Dropout(dropout),
-            nn.Linear(hidden_dim, hidden_dim), nn.GELU(), nn.Dropout(dropout),
+            nn.Linear(input_dim, hidden_dim),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_dim, hidden_dim),
+            nn.GELU(),
+            nn.Dropout(dropout),
             nn.Linear(hidden_dim, output_dim),
         )
 
@@ -56,13 +61,17 @@ class SearlePhi(nn.Module):
 class Pic2WordMapper(nn.Module):
     """Pic2Word's mapping network (IM2TEXT in the authors' code): image features -> pseudo token."""
 
-    def __init__(self, embed_dim: int, middle_dim: int, output_dim: int, n_layer: int = 2,
-                 dropout: float = 0.1) -> None:
+    def __init__(
+        self, embed_dim: int, middle_dim: int, output_dim: int, n_layer: int = 2, dropout: float = 0.1
+    ) -> None:
         super().__init__()
         blocks = []
         for n in range(n_layer):
-            blocks.append(nn.Sequential(nn.Linear(embed_dim if n == 0 else middle_dim, middle_dim),
-                                        nn.Dropout(dropout), nn.ReLU()))
+            blocks.append(
+                nn.Sequential(
+                    nn.Linear(embed_dim if n == 0 else middle_dim, middle_dim), nn.Dropout(dropout), nn.ReLU()
+                )
+            )
         self.layers = nn.Sequential(*blocks)
         self.fc_out = nn.Linear(middle_dim, output_dim)
 
@@ -87,14 +96,24 @@ class Combiner(nn.Module):
         self.image_projection_layer = nn.Linear(feature_dim, projection_dim)
         self.combiner_layer = nn.Linear(2 * projection_dim, hidden_dim)
         self.output_layer = nn.Linear(hidden_dim, feature_dim)
-        self.dynamic_scalar = nn.Sequential(nn.Linear(2 * projection_dim, hidden_dim), nn.ReLU(), nn.Dropout(0.5),
-                                            nn.Linear(hidden_dim, 1), nn.Sigmoid())
+        self.dynamic_scalar = nn.Sequential(
+            nn.Linear(2 * projection_dim, hidden_dim),
+            nn.ReLU(),
+            nn.Dropout(0.5),
+            nn.Linear(hidden_dim, 1),
+            nn.Sigmoid(),
+        )
         self.dropout = nn.Dropout(0.5)
 
     def combine(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         """The normalised query of image and text features (raw, as the backbone gives them)."""
-        joint = torch.cat([self.dropout(F.relu(self.text_projection_layer(text))),
-                           self.dropout(F.relu(self.image_projection_layer(image)))], dim=-1)
+        joint = torch.cat(
+            [
+                self.dropout(F.relu(self.text_projection_layer(text))),
+                self.dropout(F.relu(self.image_projection_layer(image))),
+            ],
+            dim=-1,
+        )
         gate = self.dynamic_scalar(joint)
         mixed = self.output_layer(self.dropout(F.relu(self.combiner_layer(joint))))
         return F.normalize(mixed + gate * text + (1 - gate) * image, dim=-1)
@@ -123,5 +142,7 @@ def network_of(composer: str, checkpoint: dict[str, Any]) -> nn.Module:
     tensors = {k: v for k, v in checkpoint.items() if isinstance(v, torch.Tensor)}
     if tensors:
         return NETWORKS[composer].from_state_dict(tensors)
-    raise ValueError(f"no {composer} network in the checkpoint (keys: {', '.join(sorted(checkpoint)) or 'none'}; "
-                     f"expected {' or '.join(NETWORK_KEYS[composer])})")
+    raise ValueError(
+        f"no {composer} network in the checkpoint (keys: {', '.join(sorted(checkpoint)) or 'none'}; "
+        f"expected {' or '.join(NETWORK_KEYS[composer])})"
+    )

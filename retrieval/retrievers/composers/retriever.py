@@ -7,6 +7,7 @@ features; textual inversion maps the raw image features to a pseudo token and en
 with that token in place of its placeholder word (the first one of each prompt), the
 EOT-pooled, projected text feature as open_clip computes it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,8 +36,10 @@ def backbone_spec(parsed: dict[str, Any], checkpoint: dict[str, Any]) -> str:
         return str(parsed["backbone"])
     named = checkpoint.get("backbone")
     if not isinstance(named, str) or not named:
-        raise ValueError(f"the composer checkpoint {parsed['checkpoint']} names no open_clip backbone: "
-                         f"say it in the spec, composer:{parsed['composer']}@PATH?backbone=MODEL[@WEIGHTS]")
+        raise ValueError(
+            f"the composer checkpoint {parsed['checkpoint']} names no open_clip backbone: "
+            f"say it in the spec, composer:{parsed['composer']}@PATH?backbone=MODEL[@WEIGHTS]"
+        )
     model, _, weights = named.removeprefix(SPEC_PREFIX).partition("@")
     folder = Path(parsed["checkpoint"]).parent
     if weights and not weights.startswith(("random", "/")) and (folder / weights).is_file():
@@ -55,8 +58,9 @@ def _load_backbone_weights(backbone: OpenClipRetriever, checkpoint: dict[str, An
             except RuntimeError as exc:
                 raise ValueError(f"the checkpoint's {key!r} weights do not fit the backbone: {exc}") from None
             if missing:
-                raise ValueError(f"the checkpoint's {key!r} weights lack {len(missing)} backbone tensors "
-                                 f"(e.g. {missing[0]})")
+                raise ValueError(
+                    f"the checkpoint's {key!r} weights lack {len(missing)} backbone tensors (e.g. {missing[0]})"
+                )
             backbone.model.eval()
             return
 
@@ -66,8 +70,14 @@ class ComposerRetriever:
 
     fusion = "late"
 
-    def __init__(self, composer: str, backbone: OpenClipRetriever, network: torch.nn.Module, digest: str,
-                 modality_rule: str = "family") -> None:
+    def __init__(
+        self,
+        composer: str,
+        backbone: OpenClipRetriever,
+        network: torch.nn.Module,
+        digest: str,
+        modality_rule: str = "family",
+    ) -> None:
         self.composer, self.backbone = composer, backbone
         self.network = network.to(backbone.device).eval()
         self.dim, self.device, self.batch_size = backbone.dim, backbone.device, backbone.batch_size
@@ -111,7 +121,7 @@ class ComposerRetriever:
         if groups["image"]:
             out[groups["image"]] = self.embed_images([images[n] for n in groups["image"]])
         for start in range(0, len(groups["mm"]), self.batch_size):
-            rows = groups["mm"][start:start + self.batch_size]
+            rows = groups["mm"][start : start + self.batch_size]
             out[rows] = self._composed([images[n] for n in rows], [texts[n] for n in rows])  # type: ignore[misc]
         return out
 
@@ -131,8 +141,9 @@ class ComposerRetriever:
         return F.normalize(encode_with_pseudo_token(model, tokens, pseudo, self.placeholder), dim=-1).float().cpu()
 
 
-def encode_with_pseudo_token(model: Any, tokens: torch.Tensor, pseudo: torch.Tensor, placeholder: int | None
-                             ) -> torch.Tensor:
+def encode_with_pseudo_token(
+    model: Any, tokens: torch.Tensor, pseudo: torch.Tensor, placeholder: int | None
+) -> torch.Tensor:
     """open_clip's ``encode_text`` of ``tokens`` with each row's first ``placeholder`` token
     embedding replaced by that row's ``pseudo`` token (a hook on the token embedding, so the rest
     of the text tower is open_clip's own: positions, causal mask, EOT pooling, projection)."""
@@ -155,8 +166,9 @@ def encode_with_pseudo_token(model: Any, tokens: torch.Tensor, pseudo: torch.Ten
         handle.remove()
 
 
-def build_composer(parsed: dict[str, Any], *, device: str, precision: str, modality_rule: str = "family"
-                   ) -> ComposerRetriever:
+def build_composer(
+    parsed: dict[str, Any], *, device: str, precision: str, modality_rule: str = "family"
+) -> ComposerRetriever:
     checkpoint = _load(parsed["checkpoint"])
     network = network_of(parsed["composer"], checkpoint)
     backbone = build_retriever(backbone_spec(parsed, checkpoint), device=device, precision=precision)  # type: ignore[arg-type]
