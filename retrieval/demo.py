@@ -580,7 +580,7 @@ def _build_single(kind: str, edit_kind: str, refs: list[Scene], gallery: _Galler
         if out is None:
             edit_kind = rng.choice(EDIT_TYPES)  # rare: no such edit fits this scene
             continue
-        if kind != "image_only":
+        if kind not in ("image_only", "too_broad"):  # a too-broad query brings eleven variants of its own
             _siblings(ref, gallery, rng)
         return out
 
@@ -608,8 +608,47 @@ def _build_text_only(refs: list[Scene], gallery: _Gallery, rng: random.Random) -
             "kind": "text_only", "text_edit": None}
 
 
+#: How many gallery images a planted too-broad query gets that fit it besides its labelled
+#: target: CIRCUS's rule of thumb (QUERY_TOO_BROAD when 10 or more images fit) must be able
+#: to fire on them (issue 39, item 3).
+TOO_BROAD_FITTING = 10
+_WIDE_BROAD_TEXTS = ("give one of the shapes another colour", "change the colour of one of the shapes",
+                     "recolour any one of the shapes")
+
+
+def broad_options(ref: Scene, edit: Edit | None = None) -> list[Scene]:
+    """Every valid scene a wide too-broad text (:func:`_wide_broad`) allows: ``ref`` with any
+    one of its objects recoloured, to any other colour (``edit`` is not read: the text names
+    no object)."""
+    out = []
+    for obj in ref["objects"]:
+        for colour in COLOURS:
+            if colour != obj["colour"]:
+                new = apply_edit(ref, {"type": "colour", "object": obj["shape"], "from": obj["colour"], "to": colour})
+                if scene_ok(new):
+                    out.append(new)
+    return out
+
+
+def _wide_broad(ref: Scene, rng: random.Random, n: int = TOO_BROAD_FITTING + 1) -> tuple[Edit, str, list[Scene]] | None:
+    """A too-broad query whose text leaves open both which object is recoloured and its new
+    colour, and ``n`` of the scenes it allows (the first is the labelled target); None when
+    ``ref`` allows fewer (one object, or too few readable colours). A text that names the
+    object (:func:`broad_edit`, what the demo retrievers train on) allows at most six scenes, too
+    few for the 10-image rule."""
+    options = broad_options(ref)
+    if len(options) < n:
+        return None
+    chosen = rng.sample(options, n)
+    first = chosen[0]
+    changed = next(o for o, f in zip(ref["objects"], first["objects"]) if o["colour"] != f["colour"])
+    edit = {"type": "colour", "object": changed["shape"], "from": changed["colour"],
+            "to": _find(first, changed["shape"])["colour"], "any_object": True}
+    return edit, rng.choice(_WIDE_BROAD_TEXTS), chosen
+
+
 def _too_broad_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
-    broad = broad_edit(ref, rng)
+    broad = _wide_broad(ref, rng)
     if broad is None:
         return None
     edit, text, options = broad
@@ -649,8 +688,10 @@ def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rn
         family = _family_query(ref, gallery, rng)
         if family is not None:
             return family
-    picked = pick_edit(ref, "size" if kind == "image_only" and rng.random() < 0.5 else edit_kind, rng,
-                        avoid=set(gallery.scenes) if kind == "image_only" else frozenset())
+    edit_kind = "size" if kind == "image_only" and rng.random() < 0.5 else edit_kind
+    if kind == "image_only" and edit_kind == "shape":  # a new shape is two attributes away: not the nearest image
+        edit_kind = "size"
+    picked = pick_edit(ref, edit_kind, rng, avoid=set(gallery.scenes) if kind == "image_only" else frozenset())
     if picked is None:
         return None
     edit, target = picked
@@ -853,8 +894,7 @@ def build_demo_world(
             gallery.add(scene)
             refs.append(scene)
 
-    singles, sessions, lonely = _build_singles(n_single, refs, gallery, rng, n_sessions)
-    _plant_session_turns(sessions, refs, gallery, seed)
+    singles, sessions, lonely = _build_singles(n_single, refs, gallery, rng, n_sessions, seed)
     n_needed = len(gallery)
     _fill_distractors(gallery, n_gallery, lonely, rng)
 
@@ -877,8 +917,10 @@ def build_demo_world(
 
 
 def _build_singles(n_single: int, refs: list[Scene], gallery: _Gallery, rng: random.Random,
-                   n_sessions: int) -> tuple[list[Any], list[Any], set[str]]:
-    """The single-turn queries, the sessions, and the keys of the image-only and text-only scenes."""
+                   n_sessions: int, seed: int = 7) -> tuple[list[Any], list[Any], set[str]]:
+    """The single-turn queries, the sessions (with their planted turns:
+    :func:`_plant_session_turns`), and the keys of the image-only and text-only scenes, drawn
+    last so that nothing drawn after them comes near them."""
     kinds = plan_kinds(n_single, rng)
     edit_kinds = _edit_types_cycle(n_single, rng)
     late = ("image_only", "text_only")
@@ -894,6 +936,7 @@ def _build_singles(n_single: int, refs: list[Scene], gallery: _Gallery, rng: ran
     n_bad = min(len(eligible), max(2, round(n_sessions * _FLAW_SHARE))) if n_sessions else 0
     bad = {s: ("circle", "redundant")[j % 2] for j, s in enumerate(sorted(rng.sample(eligible, n_bad)))}
     sessions = [_build_session(lengths[i], bad.get(i), refs, gallery, rng) for i in range(n_sessions)]
+    _plant_session_turns(sessions, refs, gallery, seed)
     # Image-only and text-only queries last, on targets that no other image comes near.
     lonely: set[str] = set()
     for i in range(n_single):

@@ -8,6 +8,8 @@ every image's scene and every query's edit, so "fits" is exact there:
   family but the object's own;
 * ``too_broad``: the text leaves the new colour (or background) open, so every scene that is
   the reference with *that object's colour* (or the background) changed to any other value fits;
+  the demo's planted ones leave the object open too (:func:`retrieval.demo.broad_options`):
+  every scene with any one object recoloured fits;
 * ``wrong_target``: the text describes another edit than the labelled one: the scene of the
   text's edit fits (the labelled target does not);
 * ``text_only``: the text describes the whole target scene: that scene;
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from retrieval.demo import BACKGROUNDS, COLOUR_FAMILIES, COLOURS, apply_edit, scene_key
+from retrieval.demo import BACKGROUNDS, COLOUR_FAMILIES, COLOURS, apply_edit, broad_options, scene_key
 
 Scene = dict[str, Any]
 
@@ -44,6 +46,8 @@ def fitting_scene_keys(truth: Mapping[str, Any], scenes: Mapping[str, Scene]) ->
         edit = truth.get("text_edit")
     if not edit:
         return set()
+    if kind == "too_broad" and edit.get("any_object"):  # which object and its colour both left open
+        return {scene_key(s) for s in broad_options(ref, edit)}
     if kind == "too_broad":
         values = BACKGROUNDS if edit["type"] == "background" else COLOURS
         return {scene_key(apply_edit(ref, {**edit, "to": v})) for v in values if v != edit["from"]}

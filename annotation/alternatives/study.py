@@ -73,7 +73,7 @@ def alternatives_report(study: Study, names: dict[str, str] | None = None, n_boo
     return {
         "rule": study.alternatives_rule,
         "candidates_per_item": study.candidates,
-        "too_broad_threshold": study.too_broad_threshold,
+        "too_broad_threshold": study.rubric.rubric.too_broad_threshold,
         "agreement": unit_agreement(candidate_units(panels, renamed, PAGE_SIZE), n_boot=n_boot, seed=seed),
         "accepted_per_query": distribution(accepted_per_item),
         "ticked": rows[:200],

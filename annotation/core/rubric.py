@@ -70,6 +70,11 @@ UNSPECIFIED_SIGNATURE = "INVALID_UNSPECIFIED"
 #: The label of a validated item in the CIRCUS format (an invalid one has its flags instead).
 VALIDATED_LABEL = "VALIDATED"
 
+#: CIRCUS's rule of thumb for QUERY_TOO_BROAD: 10 or more gallery images fit equally well
+#: (a rubric's ``too_broad_threshold``, :attr:`Rubric.too_broad_threshold`, by default).
+TOO_BROAD_THRESHOLD = 10
+MAX_TOO_BROAD_THRESHOLD = 50
+
 NOTE_MAX_CHARS = 5000
 TIME_SPENT_MAX_MS = 24 * 60 * 60 * 1000
 
@@ -211,6 +216,10 @@ class Rubric:
     per_turn_checks: tuple[Check, ...] = ()
     reject_flags: tuple[Check, ...] = ()
     turn_verdict: TurnVerdict | None = None
+    #: QUERY_TOO_BROAD is suggested once this many candidates are ticked as fitting as well as
+    #: the target (CIRCUS's rule of thumb: 10 or more images fit). One setting, read by the
+    #: page's hint, the decision order's question and the agreement report.
+    too_broad_threshold: int = TOO_BROAD_THRESHOLD
 
     # ---- accessors
 
@@ -230,6 +239,20 @@ class Rubric:
     def valid_category(self) -> Category | None:
         """The single category with ``valid = True`` (category rubrics), else ``None``."""
         return next((c for c in self.categories if c.valid), None)
+
+    def too_broad_rule(self, n_panel: int, n_wanted: int) -> dict[str, Any]:
+        """What the item page says about :attr:`too_broad_threshold` for a candidate panel of
+        ``n_panel`` images where the study asks for ``n_wanted``: the threshold, and
+        ``too_small``, a sentence when the ticks cannot reach it on this panel (else ``None``).
+        A panel shorter than the study's depth means the gallery itself ran short."""
+        limit = self.too_broad_threshold
+        note = None
+        if n_panel < limit:
+            note = (f"This gallery is too small for the too-broad rule: it has {n_panel} images besides the target "
+                    f"and the reference, fewer than the {limit} the rule counts." if n_panel < n_wanted else
+                    f"The panel shows {n_panel} candidates, fewer than the {limit} the too-broad rule counts: "
+                    "the ticks cannot reach it here.")
+        return {"threshold": limit, "too_small": note}
 
     def by_severity(self) -> list[Category]:
         """Categories from most to least severe."""
@@ -255,6 +278,8 @@ class Rubric:
         }
         if self.turn_verdict is not None:
             out["turn_verdict"] = self.turn_verdict.to_dict()
+        if self.too_broad_threshold != TOO_BROAD_THRESHOLD:  # stored definitions keep their bytes
+            out["too_broad_threshold"] = self.too_broad_threshold
         return out
 
     @classmethod
@@ -267,7 +292,7 @@ class Rubric:
 # --------------------------------------------------------------------------- parsing
 
 _RUBRIC_FIELDS = {"key", "version", "title", "kind", "description", "decision_order", "categories",
-                  "flags", "scales", "per_turn_checks", "reject_flags", "turn_verdict"}
+                  "flags", "scales", "per_turn_checks", "reject_flags", "turn_verdict", "too_broad_threshold"}
 _CATEGORY_FIELDS = {"key", "label", "description", "shortcut_key", "severity", "valid", "sub_reasons"}
 _SUB_REASON_FIELDS = {"key", "label", "shortcut_key", "requires_note"}
 _SCALE_FIELDS = {"key", "label", "description", "min", "max", "shortcut_key", "anchors"}
@@ -475,9 +500,12 @@ def _parse_rubric_body(top: Record) -> Rubric:
     else:
         _check_session_rubric(top, categories, scales)
 
+    broad = TOO_BROAD_THRESHOLD if top.data.get("too_broad_threshold") is None else top.req_int("too_broad_threshold")
+    if not 1 <= broad <= MAX_TOO_BROAD_THRESHOLD:
+        top.fail("too_broad_threshold", f"must be between 1 and {MAX_TOO_BROAD_THRESHOLD}, got {broad}")
     return Rubric(key=key, version=version, title=title, kind=kind, description=_text(top, "description"),
                   decision_order=tuple(steps), categories=categories, flags=flags, scales=scales,
-                  per_turn_checks=per_turn, reject_flags=rejects, turn_verdict=verdict)
+                  per_turn_checks=per_turn, reject_flags=rejects, turn_verdict=verdict, too_broad_threshold=broad)
 
 
 def _check_category_set(top: Record, categories: tuple[Category, ...]) -> Category:

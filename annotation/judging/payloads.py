@@ -151,7 +151,7 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
         },
         "panel": panel,
         "panel_page_size": PAGE_SIZE,
-        "too_broad_threshold": study.too_broad_threshold,
+        "too_broad": study.rubric.rubric.too_broad_rule(len(panel), study.candidates) if panel else None,
         "judgement": judgement_dict(current),
         "draft": draft.payload if draft is not None else None,
         "progress": annotator_share(study, assignment.annotator_id, mine=mine),

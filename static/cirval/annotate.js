@@ -59,20 +59,29 @@
   let activeTurn = 0;
 
   // ---- candidate panel: tick the images that fit as well as the target ----------
-  // Pages of pageSize candidates, best first. A page with a tick opens the next one, up to
-  // the panel's depth: the pages shown are those up to the one after the last ticked page
-  // (annotation.alternatives.paging.pages_shown, the same rule on the server). Every shown
-  // page fits on screen; no candidate is on a page the annotator cannot reach.
+  // Pages of pageSize candidates, likely fits first. A page with a tick opens the next one,
+  // up to the panel's depth (annotation.alternatives.paging.pages_shown, the same rule on the
+  // server); the annotator may also open the next page at will ("›", PageDown) up to that
+  // depth, "None fit" included: it answers for the pages shown, never for the rest. Every
+  // shown page fits on screen; no candidate is on a page the annotator cannot reach.
   const cands = Array.from(document.querySelectorAll("#candgrid .cand"));
   const pageSize = payload.panel_page_size || 10;
   const nPages = Math.max(1, Math.ceil(cands.length / pageSize));
   const ticks = new Set((start.alternatives || []).map(Number));
   let noneFit = !!start.none_fit;
   let cursor = 0;
+  let opened = 1; // pages opened at will (the ticks open more by themselves)
   function pagesShown() {
     let last = -1;
     cands.forEach((c, i) => { if (ticks.has(Number(c.dataset.id))) last = Math.floor(i / pageSize); });
-    return Math.min(nPages, last + 2);
+    return Math.min(nPages, Math.max(opened, last + 2));
+  }
+  // the next page ("›": its first candidate; PageDown: the same place on it), opened at will if need be
+  function nextPage(sameColumn) {
+    const page = Math.floor(cursor / pageSize);
+    if (page >= nPages - 1) return;
+    opened = Math.max(opened, page + 2);
+    moveCursor(sameColumn ? cursor + pageSize : (page + 1) * pageSize);
   }
   function panelColumns() {
     const shown = cands.filter((c) => !c.hidden);
@@ -95,23 +104,30 @@
     });
     document.getElementById("cand-page").textContent = "page " + (page + 1) + " of " + open;
     document.getElementById("cand-prev").disabled = page === 0;
-    document.getElementById("cand-next").disabled = page >= open - 1;
+    const next = document.getElementById("cand-next");
+    next.disabled = page >= nPages - 1;
+    next.title = page < open - 1 ? "Next page (PageDown)" : "Open more candidates (PageDown)";
     const more = document.getElementById("cand-more");
     more.textContent = open === nPages ? (nPages > 1 ? "all " + cands.length + " candidates shown" : "")
-      : page === open - 1 ? "a tick on this page opens the next one" : "";
+      : page === open - 1 ? "a tick opens the next page; › opens more (up to " + cands.length + ")" : "";
     // ticks, and how many of the pool the open pages show (the rest open only after ticks)
     const shown = Math.min(cands.length, open * pageSize);
-    document.getElementById("cand-count").innerHTML = (noneFit && !ticks.size ? "<b>none fit</b>"
+    document.getElementById("cand-count").innerHTML = (noneFit && !ticks.size ? "<b>none of these fit</b>"
       : "<b>" + ticks.size + "</b> ticked") + (shown < cands.length ? " · " + shown + " of " + cands.length + " shown" : "");
     document.getElementById("none-fit").classList.toggle("on", noneFit && !ticks.size);
+    // The rubric's too-broad rule (its too_broad_threshold), stated where its hint appears;
+    // the server says when the gallery is too small for the rule to mean anything.
     const hint = document.getElementById("too-broad");
-    const limit = payload.too_broad_threshold || 0;
+    const rule = payload.too_broad || {};
+    const limit = rule.threshold || 0;
     const broad = rubric.categories && rubric.categories.find((c) => c.key === "QUERY_TOO_BROAD");
-    hint.hidden = !(limit > 0 && ticks.size >= limit);
-    if (!hint.hidden) {
-      hint.textContent = "You ticked " + ticks.size + " candidates (" + limit + " or more fit): consider " +
-        (broad ? "“" + broad.label + "” (key " + broad.shortcut_key + ")" : "QUERY_TOO_BROAD") + ".";
-    }
+    const name = broad ? "“" + broad.label + "” (key " + broad.shortcut_key + ")" : "QUERY_TOO_BROAD";
+    const fires = limit > 0 && ticks.size >= limit;
+    hint.hidden = !limit;
+    hint.classList.toggle("on", fires);
+    hint.textContent = fires ? "You ticked " + ticks.size + " candidates (" + limit + " or more fit): consider " + name + "."
+      : rule.too_small ? rule.too_small
+      : name + " when " + limit + " or more images fit as well as the target.";
   }
   function inPanel() { return !!(document.activeElement && document.activeElement.closest("#candgrid")); }
   function moveCursor(to) {
@@ -140,14 +156,14 @@
   });
   if (cands.length) {
     document.getElementById("cand-prev").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) - 1) * pageSize));
-    document.getElementById("cand-next").addEventListener("click", () => moveCursor((Math.floor(cursor / pageSize) + 1) * pageSize));
+    document.getElementById("cand-next").addEventListener("click", () => nextPage(false));
     document.getElementById("none-fit").addEventListener("click", setNoneFit);
   }
   function panelKey(k) {
     if (!cands.length) return false;
     const cols = panelColumns();
     const moves = { ArrowRight: 1, ArrowLeft: -1, ArrowDown: cols, ArrowUp: -cols, PageDown: pageSize, PageUp: -pageSize };
-    if (k === "PageDown" && Math.floor(cursor / pageSize) >= pagesShown() - 1) return true; // no page to open
+    if (k === "PageDown") { nextPage(true); return true; } // the next page, or one more opened at will
     if (k in moves) { moveCursor(cursor + moves[k]); return true; }
     if (k === " ") {
       // Space on a focused button presses that button; anywhere else it ticks the cursor

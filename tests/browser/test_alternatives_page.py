@@ -13,7 +13,7 @@ from annotation.alternatives.agreement import candidate_units, unit_agreement
 from annotation.agreement.reports import annotator_pseudonyms
 from annotation.export.validated import export_study
 from annotation.judging.panel_fill import fill_study_candidates
-from annotation.models import Judgement, Study, StudyItem
+from annotation.models import Judgement, RubricVersion, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.encoding import clear_memos
 from retrieval.demo import build_demo
@@ -73,7 +73,11 @@ def test_three_annotators_tick_by_keyboard_report_and_export(page, live_server, 
     panel = list(item.candidates)
     assert len(panel) == 20
 
-    Study.objects.filter(pk=study.pk).update(too_broad_threshold=2)  # hint from 2 ticks in this test
+    # the too-broad hint from 2 ticks in this test: the rubric's setting (issue 39, item 3)
+    rubric = study.rubric.rubric.to_dict()
+    narrow = RubricVersion.objects.create(key="validity_narrow", version=1, title=rubric["title"],
+                                          definition={**rubric, "key": "validity_narrow", "too_broad_threshold": 2})
+    Study.objects.filter(pk=study.pk).update(rubric=narrow)
 
     def shots(p):
         assert "served by" not in p.content()

@@ -82,7 +82,7 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
     # a reload while still offline restores "None fit" from the browser's copy
     page.reload()
     page.wait_for_selector("#candgrid .cand.cursor")
-    assert page.inner_text("#cand-count").startswith("none fit") and "on" in page.get_attribute("#none-fit", "class")
+    assert page.inner_text("#cand-count").startswith("none of these fit") and "on" in page.get_attribute("#none-fit", "class")
     assert page.locator("#candgrid .cand:has([aria-checked=true])").count() == 0
     assert local_draft(page, a)["none_fit"] is True
 

@@ -432,3 +432,20 @@ def test_signature_matches_published_circus_report(fixtures_dir):
             assert signature(flags, ann["validated"]) == published[(a["dataset"], a["query_idx"], data["username"])]
             checked += 1
     assert checked == 350
+
+
+def test_the_too_broad_threshold_is_a_rubric_setting_by_default_circus_10() -> None:
+    """Issue 39, item 3: one too-broad rule, the rubric's ``too_broad_threshold`` (CIRCUS's 10
+    unless the rubric says otherwise); a stored definition without it keeps its bytes."""
+    from annotation.core.rubric import TOO_BROAD_THRESHOLD, builtin_rubric
+
+    rubric = builtin_rubric("validity")
+    assert rubric.too_broad_threshold == TOO_BROAD_THRESHOLD == 10 and "too_broad_threshold" not in rubric.to_dict()
+    narrow = Rubric.from_dict({**rubric.to_dict(), "too_broad_threshold": 4})
+    assert narrow.too_broad_threshold == 4 and Rubric.from_dict(narrow.to_dict()) == narrow
+    for bad in (0, 51, "ten"):
+        with pytest.raises(ValueError, match="too_broad_threshold"):
+            Rubric.from_dict({**rubric.to_dict(), "too_broad_threshold": bad})
+    assert rubric.too_broad_rule(20, 20) == {"threshold": 10, "too_small": None}
+    assert "gallery is too small" in rubric.too_broad_rule(6, 20)["too_small"]  # the gallery ran short
+    assert "panel shows 8 candidates" in rubric.too_broad_rule(8, 8)["too_small"]  # the study asks for fewer
