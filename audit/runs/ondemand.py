@@ -22,15 +22,29 @@ from .execution import embedding_cache, image_files, image_path, retriever_for
 
 def candidate_retriever(dataset_id: int) -> str:
     """The spec that ranks a dataset's queries on demand: the first in-process retriever of the
-    dataset's newest audit, else ``CANDIDATE_RETRIEVER`` (default: the tiny open_clip model)."""
+    dataset's newest audit that costs nothing to call, else ``CANDIDATE_RETRIEVER`` (default:
+    the tiny open_clip model). A hosted embedder (``api:``) is never called for a panel: an
+    annotator opening an item must not spend a study's API budget."""
     for retrievers, external in (
         AuditRun.objects.filter(dataset_id=dataset_id).order_by("-created_at", "-pk")
         .values_list("retrievers", "external_retrievers")[:5]
     ):
-        inside = [r for r in retrievers or [] if r not in set(external or [])]
+        inside = [r for r in retrievers or [] if r not in set(external or []) and _free_to_call(r)]
         if inside:
             return inside[0]
     return str(settings.CANDIDATE_RETRIEVER)
+
+
+def _free_to_call(spec: str) -> bool:
+    """Whether ``spec``'s kind says its calls cost nothing (a local model; see
+    :meth:`retrieval.retrievers.base.RetrieverKind.estimate_cost`)."""
+    from retrieval.retrievers.base import parse_spec
+
+    try:
+        kind, parsed = parse_spec(spec)
+    except ValueError:
+        return False
+    return kind.estimate_cost(parsed, 1) is None
 
 
 def _encode_gallery(retriever, cache, image_ids: list[int], root: str):
