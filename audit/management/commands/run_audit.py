@@ -96,7 +96,8 @@ class Command(BaseCommand):
 
         try:
             estimates = audit_estimates(opts["dataset"], opts["split"] or None, opts["retrievers"], planning.resolve_split,
-                                        caption_join=opts["caption_join"], cache_root=settings.EMBEDDING_CACHE_DIR)
+                                        caption_join=opts["caption_join"], modality_rule=settings.AUDIT_MODALITY_RULE,
+                                        cache_root=settings.EMBEDDING_CACHE_DIR)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         for estimate in estimates:

@@ -76,7 +76,7 @@ def pool_estimates(specs: Sequence[str], dataset_id: int, scope: str, modality_r
 
 def audit_estimates(dataset_name: str, split: str | None, specs: Sequence[str],
                     resolve_scope: Callable[[Dataset, str | None], str], caption_join: str = DEFAULT_JOIN,
-                    cache_root: Path | None = None) -> list[Estimate]:
+                    modality_rule: str = "family", cache_root: Path | None = None) -> list[Estimate]:
     """:func:`pool_estimates` of an audit not yet created: the dataset by name, the scope by
     ``resolve_scope(dataset, split)`` (the audit's own rule). Nothing is read when no spec is an
     ``api:`` one; nothing is estimated for a dataset that does not exist (the run's creation
@@ -86,8 +86,8 @@ def audit_estimates(dataset_name: str, split: str | None, specs: Sequence[str],
     dataset = Dataset.objects.filter(name=dataset_name).first()
     if dataset is None:
         return []
-    return pool_estimates(specs, dataset.pk, resolve_scope(dataset, split), caption_join=caption_join,
-                          cache_root=cache_root)
+    return pool_estimates(specs, dataset.pk, resolve_scope(dataset, split), modality_rule=modality_rule,
+                          caption_join=caption_join, cache_root=cache_root)
 
 
 def refusal(estimates: Sequence[Estimate], max_cost: float | None) -> str | None:

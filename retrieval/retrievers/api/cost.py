@@ -2,10 +2,12 @@
 network, no Django (:mod:`.budget` reads a dataset's workload from the database).
 
 An early-fusion audit sends, per query, three query inputs (multimodal, text-only, image-only;
-equal inputs once: queries that share a reference share its image-only input) and, per gallery
-image, one document input. Text tokens are estimated from characters
+equal inputs once: queries that share a reference share its image-only input; under the
+``circus`` rule the text-only input carries a black image of the reference's size) and, per
+gallery image, one document input. Text tokens are estimated from characters
 (:data:`~.catalog.CHARS_PER_TOKEN`); an image of unknown size is priced at the most an image can
-cost. The number of calls follows the request limits of :mod:`.client`.
+cost. The number of calls follows the request limits of :mod:`.client`: a lower bound, since the
+audit's chunks split the inputs further (the cost does not depend on it).
 """
 from __future__ import annotations
 
@@ -16,8 +18,6 @@ from typing import Any
 from retrieval.retrievers.api.catalog import PRICES_READ, ModelInfo, model_info, text_tokens
 from retrieval.retrievers.api.client import ClientConfig, batches
 
-#: Black image of a ``circus`` text-only query (as :data:`.retriever.CIRCUS_BLACK_SIZE`).
-_BLACK = (512, 512)
 #: Estimated JPEG bytes per pixel at quality 95 (photographs), for the request-size limit.
 _JPEG_BYTES_PER_PIXEL = 0.3
 _UNKNOWN_SIDE = 1024
@@ -64,7 +64,7 @@ class Estimate:
     image_unit: str = "pixels"
 
     def line(self) -> str:
-        return (f"{self.spec}: {self.calls} calls, {self.query_inputs} query + {self.candidate_inputs} candidate "
+        return (f"{self.spec}: {self.calls}+ calls, {self.query_inputs} query + {self.candidate_inputs} candidate "
                 f"inputs, ~{self.text_tokens} text tokens and {self.image_units:.3g} {self.image_unit}: "
                 f"estimated ${self.usd:.2f} (list prices read {self.read}: {self.source})")
 
@@ -120,8 +120,8 @@ def estimate(parsed: Mapping[str, Any], workload: Workload, modality_rule: str =
     for q in workload.queries:
         size = _size(q.width, q.height)
         queries.add(("mm", q.image_key, q.text), size, q.text)
-        if modality_rule == "circus":
-            queries.add(("text", q.text), _BLACK, q.text)
+        if modality_rule == "circus":  # the text with a black image of the reference's size
+            queries.add(("text", size, q.text), size, q.text)
         else:
             queries.add(("text", q.text), None, q.text)
         queries.add(("image", q.image_key), size, None)
