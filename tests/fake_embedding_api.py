@@ -21,6 +21,7 @@ Only a well-formed 200 is *paid*: :attr:`paid` counts each input (by its content
 a test checks that no input is paid twice. The vectors are a deterministic function of the
 model, the input type and the content (:func:`vector_of`), so two runs are comparable.
 """
+
 from __future__ import annotations
 
 import base64
@@ -113,8 +114,12 @@ def gemini_inputs(model: str, body: dict[str, Any]) -> tuple[str, str, list[Any]
     contents = []
     for i, req in enumerate(requests):
         where = f"requests[{i}]"
-        _require(isinstance(req, dict) and req.get("model") == f"models/{model}", f"{where}.model must be models/{model}")
-        _require(set(req) <= {"model", "content", "taskType", "title", "outputDimensionality"}, f"{where}: unknown field")
+        _require(
+            isinstance(req, dict) and req.get("model") == f"models/{model}", f"{where}.model must be models/{model}"
+        )
+        _require(
+            set(req) <= {"model", "content", "taskType", "title", "outputDimensionality"}, f"{where}: unknown field"
+        )
         _require("taskType" not in req, f"{where}: {model} takes no taskType (a task prefix in the text)")
         parts = (req.get("content") or {}).get("parts")
         _require(isinstance(parts, list) and parts, f"{where}.content.parts must be a non-empty list")
@@ -170,7 +175,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if fault in ("429", "500", "503"):
-            self._send(int(fault), b'{"detail": "injected"}', {"Retry-After": str(api.retry_after)} if fault == "429" else {})
+            self._send(
+                int(fault), b'{"detail": "injected"}', {"Retry-After": str(api.retry_after)} if fault == "429" else {}
+            )
             return
         try:
             provider, (model, input_type, contents, dim) = self._validate(raw)
@@ -214,10 +221,16 @@ class _Handler(BaseHTTPRequestHandler):
     @staticmethod
     def _answer(provider: str, model: str, vectors: list[list[float]]) -> dict[str, Any]:
         if provider == "voyage":
-            return {"object": "list", "model": model,
-                    "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
-                    "usage": {"text_tokens": 7 * len(vectors), "image_pixels": 50_000 * len(vectors),
-                              "total_tokens": 96 * len(vectors)}}
+            return {
+                "object": "list",
+                "model": model,
+                "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
+                "usage": {
+                    "text_tokens": 7 * len(vectors),
+                    "image_pixels": 50_000 * len(vectors),
+                    "total_tokens": 96 * len(vectors),
+                },
+            }
         return {"embeddings": [{"values": v} for v in vectors]}
 
 
@@ -254,8 +267,12 @@ class FakeEmbeddingApi:
 
     def env(self) -> dict[str, str]:
         """The environment a client needs to use this server."""
-        return {"VOYAGE_API_KEY": VOYAGE_KEY, "GEMINI_API_KEY": GEMINI_KEY,
-                "VOYAGE_BASE_URL": f"{self.url}/v1", "GEMINI_BASE_URL": f"{self.url}/v1beta"}
+        return {
+            "VOYAGE_API_KEY": VOYAGE_KEY,
+            "GEMINI_API_KEY": GEMINI_KEY,
+            "VOYAGE_BASE_URL": f"{self.url}/v1",
+            "GEMINI_BASE_URL": f"{self.url}/v1beta",
+        }
 
     def duplicates(self) -> dict[str, int]:
         """Inputs paid more than once (should be none)."""
@@ -264,8 +281,9 @@ class FakeEmbeddingApi:
     def __enter__(self) -> FakeEmbeddingApi:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.api = self
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-embedding-api", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-embedding-api", daemon=True
+        )
         self._thread.start()
         return self
 

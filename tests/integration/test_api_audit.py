@@ -2,6 +2,7 @@
 against the local fake of the hosted APIs (tests/fake_embedding_api.py, a thread of this
 process): every query is labelled, no input is paid twice, a second audit sends nothing, and an
 audit stopped by faults until its tries run out resumes to the same ranks."""
+
 from __future__ import annotations
 
 import pytest
@@ -37,7 +38,9 @@ def api(settings, tmp_path):
 def demo(tmp_path, settings) -> Dataset:
     settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
     root = tmp_path / "demo"
-    load_parsed(build_demo(root, n_gallery=N_GALLERY, n_single=N_SINGLE, n_sessions=N_SESSIONS), "demo", images_root=root)
+    load_parsed(
+        build_demo(root, n_gallery=N_GALLERY, n_single=N_SINGLE, n_sessions=N_SESSIONS), "demo", images_root=root
+    )
     clear_memos()
     yield Dataset.objects.get(name="demo")
     clear_memos()
@@ -48,8 +51,12 @@ def audit(dataset: Dataset) -> AuditRun:
 
 
 def ranks(run: AuditRun) -> dict:
-    return {(q, r): (mm, t, i) for q, r, mm, t, i in AuditRank.objects.filter(run=run).values_list(
-        "query_id", "retriever", "mm", "text", "image")}
+    return {
+        (q, r): (mm, t, i)
+        for q, r, mm, t, i in AuditRank.objects.filter(run=run).values_list(
+            "query_id", "retriever", "mm", "text", "image"
+        )
+    }
 
 
 def test_an_audit_with_an_api_retriever(api, demo, monkeypatch):
@@ -104,8 +111,22 @@ def test_run_audit_prints_an_estimate_that_matches_what_is_paid(api, demo, capsy
 
     from django.core.management import call_command
 
-    call_command("run_audit", "--dataset", "demo", "--retriever", SPECS[0], "--retriever", API,
-                 "--max-cost", "5", "--eager", "--chunk-queries", "5", "--chunk-gallery", "20")
+    call_command(
+        "run_audit",
+        "--dataset",
+        "demo",
+        "--retriever",
+        SPECS[0],
+        "--retriever",
+        API,
+        "--max-cost",
+        "5",
+        "--eager",
+        "--chunk-queries",
+        "5",
+        "--chunk-gallery",
+        "20",
+    )
     out = capsys.readouterr().out
     m = re.search(rf"cost estimate: {re.escape(API)}: (\d+)\+ calls, (\d+) query \+ (\d+) candidate inputs", out)
     assert m, out

@@ -1,6 +1,7 @@
 """The calls and cost of ``api:`` retrievers before a run (issue 37, item 3): the pure estimate,
 the workload read from a dataset, and ``run_audit --max-cost`` refusing a run before anything
 is written or sent."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,10 +26,17 @@ GEMINI = "api:gemini/gemini-embedding-2"
 #: 50k-pixel minimum), B 1000x1000, C 3000x3000 (billed as the 2M maximum), D of unknown size
 #: (priced at the maximum).
 WORK = Workload(
-    queries=[QueryInput("A", 100, 100, "is red"), QueryInput("A", 100, 100, "is blue"),
-             QueryInput("B", 1000, 1000, "is red")],
-    candidates=[CandidateInput("A", 100, 100), CandidateInput("B", 1000, 1000), CandidateInput("C", 3000, 3000),
-                CandidateInput("D", None, None)],
+    queries=[
+        QueryInput("A", 100, 100, "is red"),
+        QueryInput("A", 100, 100, "is blue"),
+        QueryInput("B", 1000, 1000, "is red"),
+    ],
+    candidates=[
+        CandidateInput("A", 100, 100),
+        CandidateInput("B", 1000, 1000),
+        CandidateInput("C", 3000, 3000),
+        CandidateInput("D", None, None),
+    ],
 )
 
 
@@ -74,8 +82,10 @@ def test_refusal():
 def dataset(db):
     ds = Dataset.objects.create(name="apicost", format="cirr")
     sizes = {"A": (100, 100), "B": (1000, 1000), "C": (3000, 3000), "D": (None, None), "E": (10, 10)}
-    img = {k: Image.objects.create(dataset=ds, external_id=k, path=f"{k}.jpg", sha256=k * 64, width=w, height=h)
-           for k, (w, h) in sizes.items()}
+    img = {
+        k: Image.objects.create(dataset=ds, external_id=k, path=f"{k}.jpg", sha256=k * 64, width=w, height=h)
+        for k, (w, h) in sizes.items()
+    }
     img["E"].missing = True  # not readable: neither a candidate nor a reference
     img["E"].save()
     for n, k in enumerate("ABCDE"):
@@ -90,7 +100,8 @@ def test_workload_of_a_dataset_and_the_cache(dataset, tmp_path):
     work = scope_workload(dataset.pk, "val")
     # the blank text and the missing reference are not sent
     assert [(q.image_key[0], q.width, q.height, q.text) for q in work.queries] == [
-        (q.image_key, q.width, q.height, q.text) for q in WORK.queries]
+        (q.image_key, q.width, q.height, q.text) for q in WORK.queries
+    ]
     assert {c.image_key[0] for c in work.candidates} == {"A", "B", "C", "D"}
     want = estimate(parse_spec(VOYAGE)[1], WORK)
     assert pool_estimates(["openclip:cirval-tiny-vit", VOYAGE], dataset.pk, "val")[0].usd == pytest.approx(want.usd)
@@ -113,9 +124,21 @@ def test_run_audit_refuses_a_run_over_max_cost_and_writes_nothing(dataset, tmp_p
         env = api.env()
         settings.API_KEYS = {"voyage": env["VOYAGE_API_KEY"], "gemini": env["GEMINI_API_KEY"]}
         settings.API_BASE_URLS = {"voyage": env["VOYAGE_BASE_URL"], "gemini": env["GEMINI_BASE_URL"]}
-        with pytest.raises(CommandError, match=r"estimated cost \$0\.00 is over --max-cost \$0\.00; nothing was started"):
-            call_command("run_audit", "--dataset", "apicost", "--retriever", "openclip:cirval-tiny-vit",
-                         "--retriever", VOYAGE, "--max-cost", "0.001", "--eager")
+        with pytest.raises(
+            CommandError, match=r"estimated cost \$0\.00 is over --max-cost \$0\.00; nothing was started"
+        ):
+            call_command(
+                "run_audit",
+                "--dataset",
+                "apicost",
+                "--retriever",
+                "openclip:cirval-tiny-vit",
+                "--retriever",
+                VOYAGE,
+                "--max-cost",
+                "0.001",
+                "--eager",
+            )
         assert api.requests == 0
     out = capsys.readouterr().out
     assert f"cost estimate: {VOYAGE}: 2+ calls, 7 query + 4 candidate inputs" in out

@@ -2,6 +2,7 @@
 thread of this process: the documented requests, the ledger of paid inputs, retries of injected
 faults (429 with Retry-After, 5xx, timeouts, dropped connections, malformed bodies), a run
 stopped midway and resumed, and the rate limiter."""
+
 from __future__ import annotations
 
 import ast
@@ -18,7 +19,12 @@ from retrieval.retrievers.api.catalog import model_info
 from retrieval.retrievers.api.client import ApiClient, ClientConfig, batches
 from retrieval.retrievers.api.retriever import ApiRetriever
 from retrieval.retrievers.api.transport import (
-    ApiGaveUp, ApiKeyMissing, ApiRefused, RateLimiter, RetryPolicy, retry_after_seconds,
+    ApiGaveUp,
+    ApiKeyMissing,
+    ApiRefused,
+    RateLimiter,
+    RetryPolicy,
+    retry_after_seconds,
 )
 from retrieval.retrievers.base import parse_spec
 from tests.fake_embedding_api import FakeEmbeddingApi, vector_of
@@ -43,20 +49,40 @@ class Stop(RuntimeError):
     """The simulated crash of a run (after some answers were paid)."""
 
 
-def retriever(api: FakeEmbeddingApi, root: Path, spec: str = VOYAGE, *, rule: str = "family", batch: int = 3,
-              max_tries: int = 6, key: str | None = None, sleeps: list[float] | None = None,
-              on_batch=None) -> ApiRetriever:
+def retriever(
+    api: FakeEmbeddingApi,
+    root: Path,
+    spec: str = VOYAGE,
+    *,
+    rule: str = "family",
+    batch: int = 3,
+    max_tries: int = 6,
+    key: str | None = None,
+    sleeps: list[float] | None = None,
+    on_batch=None,
+) -> ApiRetriever:
     """A retriever of ``spec`` whose client talks to ``api`` (``key``: instead of the right one)
     and records its backoff sleeps instead of sleeping."""
     _, parsed = parse_spec(spec)
     info = model_info(parsed["provider"], parsed["model"])
     env = api.env()
     provider = parsed["provider"].upper()
-    config = ClientConfig(key=env[f"{provider}_API_KEY"] if key is None else key, base_url=env[f"{provider}_BASE_URL"],
-                          rpm=100_000, tpm=100_000_000, batch=batch, max_request_bytes=8 << 20,
-                          policy=RetryPolicy(max_tries=max_tries, base_s=0.01, cap_s=30.0, timeout_s=0.25))
-    client = ApiClient(info, parsed["dim"], config, sleep=(sleeps.append if sleeps is not None else lambda s: None),
-                       rng=random.Random(0))
+    config = ClientConfig(
+        key=env[f"{provider}_API_KEY"] if key is None else key,
+        base_url=env[f"{provider}_BASE_URL"],
+        rpm=100_000,
+        tpm=100_000_000,
+        batch=batch,
+        max_request_bytes=8 << 20,
+        policy=RetryPolicy(max_tries=max_tries, base_s=0.01, cap_s=30.0, timeout_s=0.25),
+    )
+    client = ApiClient(
+        info,
+        parsed["dim"],
+        config,
+        sleep=(sleeps.append if sleeps is not None else lambda s: None),
+        rng=random.Random(0),
+    )
     return ApiRetriever(parsed, root, modality_rule=rule, client=client, on_batch=on_batch)
 
 
@@ -81,15 +107,23 @@ def normalised(vectors: list[list[float]]) -> np.ndarray:
 
 def test_parse_canonical_and_errors():
     kind, parsed = parse_spec(" api:voyage/voyage-multimodal-3.5 ")
-    assert parsed == {"backend": "api", "provider": "voyage", "model": "voyage-multimodal-3.5", "dim": 1024,
-                      "canonical": "api:voyage/voyage-multimodal-3.5"}
+    assert parsed == {
+        "backend": "api",
+        "provider": "voyage",
+        "model": "voyage-multimodal-3.5",
+        "dim": 1024,
+        "canonical": "api:voyage/voyage-multimodal-3.5",
+    }
     assert kind.fusion(parsed) == "early"
     assert parse_spec("api:voyage/voyage-multimodal-3.5@1024")[1]["canonical"] == VOYAGE  # the default dim
     assert parse_spec(GEMINI)[1]["dim"] == 768
-    for bad, says in [("api:voyage", "PROVIDER/MODEL"), ("api:openai/x", "unknown API provider 'openai'"),
-                      ("api:voyage/voyage-2", "unknown voyage model 'voyage-2'"),
-                      ("api:voyage/voyage-multimodal-3@512", "offered: 1024"),
-                      ("api:gemini/gemini-embedding-2@big", "not an output dimension")]:
+    for bad, says in [
+        ("api:voyage", "PROVIDER/MODEL"),
+        ("api:openai/x", "unknown API provider 'openai'"),
+        ("api:voyage/voyage-2", "unknown voyage model 'voyage-2'"),
+        ("api:voyage/voyage-multimodal-3@512", "offered: 1024"),
+        ("api:gemini/gemini-embedding-2@big", "not an output dimension"),
+    ]:
         with pytest.raises(ValueError, match=says) as err:
             parse_spec(bad)
         assert bad in str(err.value)
@@ -134,8 +168,9 @@ def test_voyage_requests_and_answers_as_documented(api, tmp_path):
     assert {b["input_type"] for b in api.last_bodies[-3:]} == {"document"}
     # the vectors are the API's, L2-normalised; the text-only query is the text alone
     text_only = [{"type": "text", "text": "is blue"}]
-    assert np.allclose(q[4].numpy(), normalised([vector_of("voyage-multimodal-3.5", "query", text_only, 1024)])[0],
-                       atol=1e-6)
+    assert np.allclose(
+        q[4].numpy(), normalised([vector_of("voyage-multimodal-3.5", "query", text_only, 1024)])[0], atol=1e-6
+    )
     # the repeated query (same image, same text) was sent once: 6 unique query inputs, 8 candidates
     assert sum(api.paid.values()) == 6 + 8 and not api.duplicates()
     assert torch.equal(q[1], q[6])
@@ -206,7 +241,10 @@ def test_identity_without_building_and_one_ledger_for_both_modality_rules(api, t
     for rule in ("family", "circus"):
         built = retriever(api, tmp_path, GEMINI, rule=rule)
         assert kind.identity(parsed, device="cpu", precision="fp32", modality_rule=rule) == {
-            "spec": built.spec, "dim": built.dim, "template_version": built.template_version}
+            "spec": built.spec,
+            "dim": built.dim,
+            "template_version": built.template_version,
+        }
     ref = images(1)
     family = retriever(api, tmp_path, GEMINI).embed_queries(ref, ["is red"])
     circus = retriever(api, tmp_path, GEMINI, rule="circus").embed_queries(ref, ["is red"])

@@ -11,6 +11,7 @@ ledger of paid inputs (:mod:`.ledger`): an input paid for is never sent again.
 Before a run, :mod:`.cost` estimates its calls and cost (``run_audit`` prints it and refuses a
 run over ``--max-cost``); :mod:`.transport` keeps to the rate limits and retries faults.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,9 +29,16 @@ def client_config(info: ModelInfo) -> ClientConfig:
     from django.conf import settings
 
     return ClientConfig.for_model(
-        info, key=settings.API_KEYS.get(info.provider, ""), base_url=settings.API_BASE_URLS.get(info.provider, ""),
-        rpm=settings.API_RPM, tpm=settings.API_TPM, batch=settings.API_BATCH, max_tries=settings.API_MAX_TRIES,
-        timeout_s=settings.API_TIMEOUT_S, max_request_mb=settings.API_MAX_REQUEST_MB)
+        info,
+        key=settings.API_KEYS.get(info.provider, ""),
+        base_url=settings.API_BASE_URLS.get(info.provider, ""),
+        rpm=settings.API_RPM,
+        tpm=settings.API_TPM,
+        batch=settings.API_BATCH,
+        max_tries=settings.API_MAX_TRIES,
+        timeout_s=settings.API_TIMEOUT_S,
+        max_request_mb=settings.API_MAX_REQUEST_MB,
+    )
 
 
 def ledger_root() -> Path:
@@ -42,8 +50,10 @@ def ledger_root() -> Path:
 
 class ApiKind(RetrieverKind):
     prefix = "api"
-    description = ("Hosted multimodal embedders (Voyage multimodal, Gemini Embedding 2): early fusion, paid per "
-                   "input; key from VOYAGE_API_KEY / GEMINI_API_KEY.")
+    description = (
+        "Hosted multimodal embedders (Voyage multimodal, Gemini Embedding 2): early fusion, paid per "
+        "input; key from VOYAGE_API_KEY / GEMINI_API_KEY."
+    )
 
     def parse(self, rest: str) -> dict[str, Any]:
         rest = (rest or "").strip()
@@ -60,8 +70,10 @@ class ApiKind(RetrieverKind):
         if sep:
             dim_text = dim_text.strip()
             if not dim_text.isdigit() or int(dim_text) not in info.dims:
-                raise ValueError(f"'{dim_text}' is not an output dimension of {provider}/{model} "
-                                 f"(offered: {', '.join(map(str, info.dims))})")
+                raise ValueError(
+                    f"'{dim_text}' is not an output dimension of {provider}/{model} "
+                    f"(offered: {', '.join(map(str, info.dims))})"
+                )
             dim = int(dim_text)
         canonical = f"api:{provider}/{model}" + (f"@{dim}" if dim != info.dim else "")
         return {"backend": "api", "provider": provider, "model": model, "dim": dim, "canonical": canonical}
@@ -69,24 +81,39 @@ class ApiKind(RetrieverKind):
     def fusion(self, parsed: dict[str, Any]) -> Fusion:
         return "early"
 
-    def identity(self, parsed: dict[str, Any], *, device: str = "cpu", precision: str = "fp32",
-                 modality_rule: str = "family", **_: Any) -> dict[str, Any]:
+    def identity(
+        self,
+        parsed: dict[str, Any],
+        *,
+        device: str = "cpu",
+        precision: str = "fp32",
+        modality_rule: str = "family",
+        **_: Any,
+    ) -> dict[str, Any]:
         """spec, dim and template version without building (nothing to load: the model is remote)."""
         from retrieval.retrievers.api.providers import template_version
 
-        return {"spec": parsed["canonical"], "dim": parsed["dim"],
-                "template_version": template_version(parsed["provider"], modality_rule)}
+        return {
+            "spec": parsed["canonical"],
+            "dim": parsed["dim"],
+            "template_version": template_version(parsed["provider"], modality_rule),
+        }
 
-    def build(self, parsed: dict[str, Any], *, device: str = "cpu", precision: str = "fp32",
-              modality_rule: str = "family") -> Retriever:
+    def build(
+        self, parsed: dict[str, Any], *, device: str = "cpu", precision: str = "fp32", modality_rule: str = "family"
+    ) -> Retriever:
         """The retriever (``device`` and ``precision`` do not apply: the model runs remotely);
         its client is made from the settings when it first needs to send."""
         from retrieval.retrievers.api.client import ApiClient
         from retrieval.retrievers.api.retriever import ApiRetriever
 
         info = model_info(parsed["provider"], parsed["model"])
-        return ApiRetriever(parsed, ledger_root(), modality_rule=modality_rule,
-                            client=lambda: ApiClient(info, parsed["dim"], client_config(info)))
+        return ApiRetriever(
+            parsed,
+            ledger_root(),
+            modality_rule=modality_rule,
+            client=lambda: ApiClient(info, parsed["dim"], client_config(info)),
+        )
 
     def estimate_cost(self, parsed: dict[str, Any], n_calls: int) -> float | None:
         """US dollars of ``n_calls`` inputs, each priced as one image of the largest billed

@@ -5,6 +5,7 @@ Prices are list prices in US dollars, read from the providers' public pages (the
 the date each figure was read are in the comment beside it). They change: an estimate is only
 as current as this table, and the audit prints the table's date beside every estimate.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,16 +35,16 @@ class ModelInfo:
 
     provider: str
     model: str
-    dim: int                          # the model's default output dimension
-    dims: tuple[int, ...]             # output dimensions it offers (``@DIM`` of a spec)
+    dim: int  # the model's default output dimension
+    dims: tuple[int, ...]  # output dimensions it offers (``@DIM`` of a spec)
     usd_per_m_text_tokens: float
     #: Voyage: US dollars per billion image pixels; Gemini: per million image tokens.
     usd_image_rate: float
-    max_batch: int                    # inputs CIRVal sends per request by default
-    api_max_batch: int                # the most inputs the API takes in one request
-    max_request_tokens: int           # the API's token limit of one request
-    default_rpm: int                  # requests per minute (tier 1 unless said otherwise)
-    default_tpm: int                  # tokens per minute
+    max_batch: int  # inputs CIRVal sends per request by default
+    api_max_batch: int  # the most inputs the API takes in one request
+    max_request_tokens: int  # the API's token limit of one request
+    default_rpm: int  # requests per minute (tier 1 unless said otherwise)
+    default_tpm: int  # tokens per minute
     source: str = ""
     notes: tuple[str, ...] = field(default=())
 
@@ -75,11 +76,13 @@ def text_tokens(text: str | None) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN) if text else 0
 
 
-_VOYAGE_LIMITS = dict(max_batch=64, api_max_batch=1000, max_request_tokens=320_000, default_rpm=2000,
-                      default_tpm=1_000_000)
+_VOYAGE_LIMITS = dict(
+    max_batch=64, api_max_batch=1000, max_request_tokens=320_000, default_rpm=2000, default_tpm=1_000_000
+)
 # batchEmbedContents takes at most 100 requests (ai.google.dev/api/embeddings, read 2026-11-29).
-_GEMINI_LIMITS = dict(max_batch=50, api_max_batch=100, max_request_tokens=1_000_000, default_rpm=150,
-                      default_tpm=1_000_000)
+_GEMINI_LIMITS = dict(
+    max_batch=50, api_max_batch=100, max_request_tokens=1_000_000, default_rpm=150, default_tpm=1_000_000
+)
 
 MODELS: dict[tuple[str, str], ModelInfo] = {
     # docs.voyageai.com/docs/pricing (read 2026-11-29): $0.12 per million text tokens, $0.60 per
@@ -87,24 +90,52 @@ MODELS: dict[tuple[str, str], ModelInfo] = {
     # (docs.voyageai.com/reference/multimodal-embeddings-api), tier-1 rate limits 2000 RPM and
     # 1M TPM (docs.voyageai.com/docs/rate-limits, read 2026-11-29).
     ("voyage", "voyage-multimodal-3"): ModelInfo(
-        "voyage", "voyage-multimodal-3", 1024, (1024,), 0.12, 0.60,
-        source="docs.voyageai.com/docs/pricing (read 2026-11-29)", **_VOYAGE_LIMITS),
+        "voyage",
+        "voyage-multimodal-3",
+        1024,
+        (1024,),
+        0.12,
+        0.60,
+        source="docs.voyageai.com/docs/pricing (read 2026-11-29)",
+        **_VOYAGE_LIMITS,
+    ),
     # The Voyage/MongoDB model catalogue (read 2026-11-29): same prices as voyage-multimodal-3;
     # dimensions 1024 (default), 256, 512, 2048.
     ("voyage", "voyage-multimodal-3.5"): ModelInfo(
-        "voyage", "voyage-multimodal-3.5", 1024, (256, 512, 1024, 2048), 0.12, 0.60,
-        source="docs.voyageai.com/docs/pricing and the Voyage model catalogue (read 2026-11-29)", **_VOYAGE_LIMITS),
+        "voyage",
+        "voyage-multimodal-3.5",
+        1024,
+        (256, 512, 1024, 2048),
+        0.12,
+        0.60,
+        source="docs.voyageai.com/docs/pricing and the Voyage model catalogue (read 2026-11-29)",
+        **_VOYAGE_LIMITS,
+    ),
     # Gemini API pricing (ai.google.dev/gemini-api/docs/pricing, as quoted by
     # tokencost.app/blog/gemini-embedding-2-pricing, read 2026-11-29): text $0.20 and images
     # $0.45 per million tokens (standard, not the batch API). 3072 dimensions by default, 128 to
     # 3072 by Matryoshka truncation. The default rate limits are deliberately low (paid tiers
     # differ per project: ai.google.dev/gemini-api/docs/rate-limits); set CIRVAL_API_RPM/TPM.
     ("gemini", "gemini-embedding-2"): ModelInfo(
-        "gemini", "gemini-embedding-2", 3072, (128, 256, 512, 768, 1024, 1536, 2048, 3072), 0.20, 0.45,
-        source="ai.google.dev/gemini-api/docs/pricing via tokencost.app (read 2026-11-29)", **_GEMINI_LIMITS),
+        "gemini",
+        "gemini-embedding-2",
+        3072,
+        (128, 256, 512, 768, 1024, 1536, 2048, 3072),
+        0.20,
+        0.45,
+        source="ai.google.dev/gemini-api/docs/pricing via tokencost.app (read 2026-11-29)",
+        **_GEMINI_LIMITS,
+    ),
     ("gemini", "gemini-embedding-2-preview"): ModelInfo(
-        "gemini", "gemini-embedding-2-preview", 3072, (128, 256, 512, 768, 1024, 1536, 2048, 3072), 0.20, 0.45,
-        source="ai.google.dev/gemini-api/docs/pricing via tokencost.app (read 2026-11-29)", **_GEMINI_LIMITS),
+        "gemini",
+        "gemini-embedding-2-preview",
+        3072,
+        (128, 256, 512, 768, 1024, 1536, 2048, 3072),
+        0.20,
+        0.45,
+        source="ai.google.dev/gemini-api/docs/pricing via tokencost.app (read 2026-11-29)",
+        **_GEMINI_LIMITS,
+    ),
 }
 
 PROVIDERS: tuple[str, ...] = tuple(sorted({p for p, _ in MODELS}))

@@ -10,6 +10,7 @@ model's tier-1 limits), ``API_BATCH`` (``CIRVAL_API_BATCH``: inputs per request;
 catalogue's), ``API_MAX_TRIES``, ``API_TIMEOUT_S``, ``API_MAX_REQUEST_MB`` (images go inline:
 the largest request body) and ``API_LEDGER_DIR`` (the paid inputs, :mod:`.ledger`).
 """
+
 from __future__ import annotations
 
 import random
@@ -21,7 +22,12 @@ from typing import Any
 from retrieval.retrievers.api.catalog import ModelInfo
 from retrieval.retrievers.api.providers import PROVIDER_FORMATS, Input, InputType, Provider
 from retrieval.retrievers.api.transport import (
-    ApiKeyMissing, Answer, RateLimiter, RetryPolicy, call_with_retries, post_json,
+    Answer,
+    ApiKeyMissing,
+    RateLimiter,
+    RetryPolicy,
+    call_with_retries,
+    post_json,
 )
 
 
@@ -39,9 +45,18 @@ class ClientConfig:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
 
     @classmethod
-    def for_model(cls, info: ModelInfo, key: str = "", base_url: str = "", rpm: int = 0, tpm: int = 0,
-                  batch: int = 0, max_tries: int = 6, timeout_s: float = 60.0, max_request_mb: float = 8.0,
-                  ) -> ClientConfig:
+    def for_model(
+        cls,
+        info: ModelInfo,
+        key: str = "",
+        base_url: str = "",
+        rpm: int = 0,
+        tpm: int = 0,
+        batch: int = 0,
+        max_tries: int = 6,
+        timeout_s: float = 60.0,
+        max_request_mb: float = 8.0,
+    ) -> ClientConfig:
         """The configuration of ``info``'s model; a limit of 0 is the model's own."""
         for name, value in (("rpm", rpm), ("tpm", tpm), ("batch", batch)):
             if value < 0:
@@ -49,18 +64,26 @@ class ClientConfig:
         if max_tries < 1 or timeout_s <= 0 or max_request_mb <= 0:
             raise ValueError("max_tries must be >= 1, timeout_s and max_request_mb > 0")
         if batch > info.api_max_batch:
-            raise ValueError(f"{info.provider}/{info.model} takes at most {info.api_max_batch} inputs a request, "
-                             f"not {batch} (CIRVAL_API_BATCH)")
-        return cls(key=(key or "").strip(), base_url=(base_url or "").strip(), rpm=rpm or info.default_rpm,
-                   tpm=tpm or info.default_tpm, batch=batch or info.max_batch,
-                   max_request_bytes=int(max_request_mb * 2**20),
-                   policy=RetryPolicy(max_tries=int(max_tries), timeout_s=float(timeout_s)))
+            raise ValueError(
+                f"{info.provider}/{info.model} takes at most {info.api_max_batch} inputs a request, "
+                f"not {batch} (CIRVAL_API_BATCH)"
+            )
+        return cls(
+            key=(key or "").strip(),
+            base_url=(base_url or "").strip(),
+            rpm=rpm or info.default_rpm,
+            tpm=tpm or info.default_tpm,
+            batch=batch or info.max_batch,
+            max_request_bytes=int(max_request_mb * 2**20),
+            policy=RetryPolicy(max_tries=int(max_tries), timeout_s=float(timeout_s)),
+        )
 
 
 def input_bytes(parts: Input) -> int:
     """About what ``parts`` add to a request body (images as base64)."""
-    return sum(4 * ((len(p.data or b"") + 2) // 3) + 64 if p.is_image else len((p.text or "").encode()) + 32
-               for p in parts)
+    return sum(
+        4 * ((len(p.data or b"") + 2) // 3) + 64 if p.is_image else len((p.text or "").encode()) + 32 for p in parts
+    )
 
 
 def batches(sizes: Sequence[tuple[int, int]], max_inputs: int, max_bytes: int, max_tokens: int) -> Iterator[range]:
@@ -80,9 +103,15 @@ def batches(sizes: Sequence[tuple[int, int]], max_inputs: int, max_bytes: int, m
 class ApiClient:
     """Sends batches of inputs to one model and returns their vectors (see the module notes)."""
 
-    def __init__(self, info: ModelInfo, dim: int, config: ClientConfig | None = None,
-                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
-                 limiter: RateLimiter | None = None) -> None:
+    def __init__(
+        self,
+        info: ModelInfo,
+        dim: int,
+        config: ClientConfig | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self.info, self.dim = info, int(dim)
         self.config = config or ClientConfig.for_model(info)
         self.format: Provider = PROVIDER_FORMATS[info.provider]
@@ -93,14 +122,18 @@ class ApiClient:
 
     def key(self) -> str:
         if not self.config.key:
-            raise ApiKeyMissing(f"api:{self.info.provider}/{self.info.model} needs an API key: set the "
-                                f"environment variable {self.format.key_env}")
+            raise ApiKeyMissing(
+                f"api:{self.info.provider}/{self.info.model} needs an API key: set the "
+                f"environment variable {self.format.key_env}"
+            )
         return self.config.key
 
     def max_request_tokens(self) -> int:
         return min(self.info.max_request_tokens, self.config.tpm)
 
-    def embed(self, inputs: list[Input], input_type: InputType, tokens: int) -> tuple[list[list[float]], dict[str, Any]]:
+    def embed(
+        self, inputs: list[Input], input_type: InputType, tokens: int
+    ) -> tuple[list[list[float]], dict[str, Any]]:
         """The vectors of ``inputs`` (one request, retried as :mod:`.transport` says) and the
         usage the answer reported."""
         key = self.key()
@@ -117,6 +150,13 @@ class ApiClient:
             return f" (is {self.format.key_env} a valid key?)" if status in (401, 403) else ""
 
         return call_with_retries(
-            send, lambda raw: self.format.parse(raw, len(inputs), self.dim), self.config.policy,
-            f"api:{self.info.provider}/{self.info.model}", limiter=self.limiter, tokens=tokens,
-            sleep=self.sleep, rng=self.rng, refused_hint=hint)
+            send,
+            lambda raw: self.format.parse(raw, len(inputs), self.dim),
+            self.config.policy,
+            f"api:{self.info.provider}/{self.info.model}",
+            limiter=self.limiter,
+            tokens=tokens,
+            sleep=self.sleep,
+            rng=self.rng,
+            refused_hint=hint,
+        )

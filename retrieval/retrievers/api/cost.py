@@ -9,6 +9,7 @@ gallery image, one document input. Text tokens are estimated from characters
 cost. The number of calls follows the request limits of :mod:`.client`: a lower bound, since the
 audit's chunks split the inputs further (the cost does not depend on it).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -64,9 +65,11 @@ class Estimate:
     image_unit: str = "pixels"
 
     def line(self) -> str:
-        return (f"{self.spec}: {self.calls}+ calls, {self.query_inputs} query + {self.candidate_inputs} candidate "
-                f"inputs, ~{self.text_tokens} text tokens and {self.image_units:.3g} {self.image_unit}: "
-                f"estimated ${self.usd:.2f} (list prices read {self.read}: {self.source})")
+        return (
+            f"{self.spec}: {self.calls}+ calls, {self.query_inputs} query + {self.candidate_inputs} candidate "
+            f"inputs, ~{self.text_tokens} text tokens and {self.image_units:.3g} {self.image_unit}: "
+            f"estimated ${self.usd:.2f} (list prices read {self.read}: {self.source})"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -109,8 +112,9 @@ class _Tally:
         return sum(1 for _ in batches(self.sizes, config.batch, config.max_request_bytes, limit))
 
 
-def estimate(parsed: Mapping[str, Any], workload: Workload, modality_rule: str = "family",
-             config: ClientConfig | None = None) -> Estimate:
+def estimate(
+    parsed: Mapping[str, Any], workload: Workload, modality_rule: str = "family", config: ClientConfig | None = None
+) -> Estimate:
     """The calls and cost of sending ``workload`` to the ``api:`` spec ``parsed`` (its
     :meth:`ApiKind.parse`) with the client ``config`` (its batch and request limits; default:
     the model's), nothing of it paid yet (see the module notes)."""
@@ -130,10 +134,16 @@ def estimate(parsed: Mapping[str, Any], workload: Workload, modality_rule: str =
     tokens = queries.text_tokens + docs.text_tokens
     units = queries.image_units + docs.image_units
     return Estimate(
-        spec=str(parsed["canonical"]), calls=queries.calls(config) + docs.calls(config),
-        query_inputs=len(queries.sizes), candidate_inputs=len(docs.sizes), text_tokens=tokens, image_units=units,
-        usd=info.text_usd(tokens) + info.image_usd(units), source=info.source,
-        image_unit="pixels" if info.provider == "voyage" else "image tokens")
+        spec=str(parsed["canonical"]),
+        calls=queries.calls(config) + docs.calls(config),
+        query_inputs=len(queries.sizes),
+        candidate_inputs=len(docs.sizes),
+        text_tokens=tokens,
+        image_units=units,
+        usd=info.text_usd(tokens) + info.image_usd(units),
+        source=info.source,
+        image_unit="pixels" if info.provider == "voyage" else "image tokens",
+    )
 
 
 def per_input_usd(info: ModelInfo, text_tokens_each: int = 16) -> float:

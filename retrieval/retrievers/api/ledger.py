@@ -18,6 +18,7 @@ request, a process claims the keys it will send (table ``claim``: key, owner, ex
 waited for, and read back once that owner has stored them. A claim whose owner died expires
 (``ttl_s``) and is taken over. So two processes never pay for the same input.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -67,20 +68,24 @@ class Ledger:
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS paid (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
-            conn.execute("CREATE TABLE IF NOT EXISTS call (at REAL NOT NULL, inputs INTEGER NOT NULL, "
-                         "usage TEXT NOT NULL)")
-            conn.execute("CREATE TABLE IF NOT EXISTS claim (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
-                         "until REAL NOT NULL)")
-            conn.executemany("INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)",
-                             [("spec", spec), ("dim", str(self.dim))])
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS call (at REAL NOT NULL, inputs INTEGER NOT NULL, usage TEXT NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS claim (key TEXT PRIMARY KEY, owner TEXT NOT NULL, until REAL NOT NULL)"
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)", [("spec", spec), ("dim", str(self.dim))]
+            )
             meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         if meta["spec"] != spec or int(meta["dim"]) != self.dim:
-            raise ValueError(f"{self.path} is the ledger of {meta['spec']!r} (dim {meta['dim']}), "
-                             f"not of {spec!r} (dim {self.dim})")
+            raise ValueError(
+                f"{self.path} is the ledger of {meta['spec']!r} (dim {meta['dim']}), not of {spec!r} (dim {self.dim})"
+            )
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -97,7 +102,7 @@ class Ledger:
         out: dict[str, np.ndarray] = {}
         conn = self._conn()
         for start in range(0, len(keys), _CHUNK):
-            part = keys[start:start + _CHUNK]
+            part = keys[start : start + _CHUNK]
             rows = conn.execute(f"SELECT key, vec FROM paid WHERE key IN ({','.join('?' * len(part))})", part)
             for key, blob in rows:
                 if len(blob) != 4 * self.dim:
@@ -108,7 +113,7 @@ class Ledger:
     def _in(self, conn: sqlite3.Connection, sql: str, keys: list[str], *head: Any) -> set[str]:
         out: set[str] = set()
         for start in range(0, len(keys), _CHUNK):
-            part = keys[start:start + _CHUNK]
+            part = keys[start : start + _CHUNK]
             out.update(k for (k,) in conn.execute(sql.format(marks=",".join("?" * len(part))), (*head, *part)))
         return out
 
@@ -124,8 +129,10 @@ class Ledger:
             busy = self._in(conn, "SELECT key FROM paid WHERE key IN ({marks})", keys)
             busy |= self._in(conn, "SELECT key FROM claim WHERE owner != ? AND key IN ({marks})", keys, owner)
             mine = [k for k in keys if k not in busy]
-            conn.executemany("INSERT OR REPLACE INTO claim (key, owner, until) VALUES (?, ?, ?)",
-                             [(k, owner, now + ttl_s) for k in mine])
+            conn.executemany(
+                "INSERT OR REPLACE INTO claim (key, owner, until) VALUES (?, ?, ?)",
+                [(k, owner, now + ttl_s) for k in mine],
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -137,7 +144,7 @@ class Ledger:
         keys = list(keys)
         conn = self._conn()
         for start in range(0, len(keys), _CHUNK):
-            part = keys[start:start + _CHUNK]
+            part = keys[start : start + _CHUNK]
             conn.execute(f"DELETE FROM claim WHERE owner = ? AND key IN ({','.join('?' * len(part))})", (owner, *part))
 
     def record(self, keys: Sequence[str], vectors: np.ndarray, usage: dict[str, Any] | None = None) -> None:
@@ -149,12 +156,16 @@ class Ledger:
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany("INSERT OR IGNORE INTO paid (key, vec) VALUES (?, ?)",
-                             [(k, arr[i].tobytes()) for i, k in enumerate(keys)])
-            conn.execute("INSERT INTO call (at, inputs, usage) VALUES (?, ?, ?)",
-                         (time.time(), len(keys), json.dumps(usage or {}, sort_keys=True)))
+            conn.executemany(
+                "INSERT OR IGNORE INTO paid (key, vec) VALUES (?, ?)",
+                [(k, arr[i].tobytes()) for i, k in enumerate(keys)],
+            )
+            conn.execute(
+                "INSERT INTO call (at, inputs, usage) VALUES (?, ?, ?)",
+                (time.time(), len(keys), json.dumps(usage or {}, sort_keys=True)),
+            )
             for start in range(0, len(keys), _CHUNK):
-                part = list(keys[start:start + _CHUNK])
+                part = list(keys[start : start + _CHUNK])
                 conn.execute(f"DELETE FROM claim WHERE key IN ({','.join('?' * len(part))})", part)
             conn.execute("COMMIT")
         except BaseException:

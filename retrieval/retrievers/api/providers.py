@@ -15,6 +15,7 @@
   content aggregated into one vector. Gemini Embedding 2 takes no ``taskType``: the task is a
   text prefix (``task: search result | query: ...`` on the query side).
 """
+
 from __future__ import annotations
 
 import base64
@@ -77,8 +78,9 @@ class Provider:
         """What the answer says was billed (kept in the ledger's call table)."""
         return {}
 
-    def parts(self, image: bytes | None, text: str | None, input_type: InputType, mime: str = "image/jpeg",
-              ident: str = "") -> Input:
+    def parts(
+        self, image: bytes | None, text: str | None, input_type: InputType, mime: str = "image/jpeg", ident: str = ""
+    ) -> Input:
         """The parts of one input: the image first, then the text (the reference image, then
         the modification); the query side's text carries :attr:`query_prefix`."""
         out: list[Part] = []
@@ -130,8 +132,12 @@ class Voyage(Provider):
                 return {"type": "image_base64", "image_base64": f"data:{p.mime};base64,{_b64(p.data or b'')}"}
             return {"type": "text", "text": p.text or ""}
 
-        out: dict[str, Any] = {"inputs": [{"content": [segment(p) for p in parts]} for parts in inputs],
-                               "model": model, "input_type": input_type, "truncation": True}
+        out: dict[str, Any] = {
+            "inputs": [{"content": [segment(p) for p in parts]} for parts in inputs],
+            "model": model,
+            "input_type": input_type,
+            "truncation": True,
+        }
         if dim is not None:
             out["output_dimension"] = dim
         return out
@@ -185,8 +191,12 @@ class Gemini(Provider):
 
 PROVIDER_FORMATS: dict[str, Provider] = {
     "voyage": Voyage("voyage", "VOYAGE_API_KEY", "https://api.voyageai.com/v1"),
-    "gemini": Gemini("gemini", "GEMINI_API_KEY", "https://generativelanguage.googleapis.com/v1beta",
-                     query_prefix="task: search result | query: "),
+    "gemini": Gemini(
+        "gemini",
+        "GEMINI_API_KEY",
+        "https://generativelanguage.googleapis.com/v1beta",
+        query_prefix="task: search result | query: ",
+    ),
 }
 
 

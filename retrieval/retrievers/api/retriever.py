@@ -9,6 +9,7 @@ image-only query the image alone; ``circus``: the text-only query is the text wi
 :data:`CIRCUS_BLACK_SIZE` when it passes no image), the image-only query the image alone (the
 empty text, dropped: the APIs refuse an empty text part).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,9 +53,14 @@ class ApiRetriever:
 
     fusion = "early"
 
-    def __init__(self, parsed: dict[str, Any], ledger_root: str | Path, modality_rule: str = "family",
-                 client: ApiClient | Callable[[], ApiClient] | None = None,
-                 on_batch: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        parsed: dict[str, Any],
+        ledger_root: str | Path,
+        modality_rule: str = "family",
+        client: ApiClient | Callable[[], ApiClient] | None = None,
+        on_batch: Callable[[int, int], None] | None = None,
+    ) -> None:
         if modality_rule not in ("family", "circus"):
             raise ValueError(f"unknown modality rule {modality_rule!r}")
         self.info: ModelInfo = model_info(parsed["provider"], parsed["model"])
@@ -124,8 +130,14 @@ class ApiRetriever:
             raise ValueError(f"{self.spec}: the API returned a zero vector")
         return torch.from_numpy(np.ascontiguousarray(out / np.where(norms > 0, norms, 1.0)))
 
-    def _pay(self, prepared: list[tuple[Input, int]], keys: list[str], todo: list[int], input_type: InputType,
-             have: dict[str, np.ndarray]) -> None:
+    def _pay(
+        self,
+        prepared: list[tuple[Input, int]],
+        keys: list[str],
+        todo: list[int],
+        input_type: InputType,
+        have: dict[str, np.ndarray],
+    ) -> None:
         """The vectors of the inputs at ``todo``: those this process claims are sent (see
         :meth:`_send`), those another process is paying for are waited for and read back."""
         owner = f"{os.getpid()}-{uuid.uuid4().hex}"
@@ -138,22 +150,36 @@ class ApiRetriever:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
-    def _send(self, prepared: list[tuple[Input, int]], keys: list[str], pending: list[int], input_type: InputType,
-              have: dict[str, np.ndarray], owner: str, done: list[int], total: int) -> int:
+    def _send(
+        self,
+        prepared: list[tuple[Input, int]],
+        keys: list[str],
+        pending: list[int],
+        input_type: InputType,
+        have: dict[str, np.ndarray],
+        owner: str,
+        done: list[int],
+        total: int,
+    ) -> int:
         """Claim what of ``pending`` no one pays for yet and send it, batch after batch, each
         answer stored in the ledger before the next request; returns how many were sent."""
         client = self.client
         policy = client.config.policy
-        claimed = set(self.ledger.claim([keys[i] for i in pending], owner,
-                                        ttl_s=policy.max_tries * (policy.timeout_s + policy.cap_s)))
+        claimed = set(
+            self.ledger.claim(
+                [keys[i] for i in pending], owner, ttl_s=policy.max_tries * (policy.timeout_s + policy.cap_s)
+            )
+        )
         mine = [i for i in pending if keys[i] in claimed]
         sizes = [(input_bytes(prepared[i][0]), prepared[i][1]) for i in mine]
         try:
-            for part in batches(sizes, client.config.batch, client.config.max_request_bytes,
-                                client.max_request_tokens()):
+            for part in batches(
+                sizes, client.config.batch, client.config.max_request_bytes, client.max_request_tokens()
+            ):
                 idx = [mine[j] for j in part]
-                vectors, usage = client.embed([prepared[i][0] for i in idx], input_type,
-                                              sum(prepared[i][1] for i in idx))
+                vectors, usage = client.embed(
+                    [prepared[i][0] for i in idx], input_type, sum(prepared[i][1] for i in idx)
+                )
                 arr = np.asarray(vectors, dtype=np.float32)
                 self.ledger.record([keys[i] for i in idx], arr, usage)
                 have.update((keys[i], arr[n]) for n, i in enumerate(idx))

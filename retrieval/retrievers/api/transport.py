@@ -7,6 +7,7 @@ Retried: 429 (its ``Retry-After`` honoured), every 5xx, timeouts and dropped con
 retried: any other 4xx (a bad key, a bad request), raised at once as :class:`ApiRefused`. After
 ``max_tries`` attempts :class:`ApiGaveUp` says what the last one met.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -54,8 +55,8 @@ class Answer:
 @dataclass(frozen=True)
 class RetryPolicy:
     max_tries: int = 6
-    base_s: float = 1.0     # first backoff (before jitter)
-    cap_s: float = 60.0     # longest backoff, and longest Retry-After honoured
+    base_s: float = 1.0  # first backoff (before jitter)
+    cap_s: float = 60.0  # longest backoff, and longest Retry-After honoured
     timeout_s: float = 60.0  # per request
 
     def backoff(self, attempt: int, rng: random.Random, retry_after: float | None = None) -> float:
@@ -93,8 +94,13 @@ class RateLimiter:
 
     WINDOW_S = 60.0
 
-    def __init__(self, rpm: int, tpm: int, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        rpm: int,
+        tpm: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if rpm < 1 or tpm < 1:
             raise ValueError("rate limits must be >= 1 per minute")
         self.rpm, self.tpm = int(rpm), int(tpm)
