@@ -41,19 +41,7 @@ class AnnotationConfig(AppConfig):
 
         estimate_judged.connect(replan_estimate, weak=False, dispatch_uid="cirval-estimate-judged")
 
-        # a counted judgement of an estimate study re-plans its sample (serving sits below studies)
-        from annotation.assignment.queue import estimate_judged
-
-        estimate_judged.connect(replan_estimate, weak=False, dispatch_uid="cirval-estimate-judged")
-
         import annotation.tasks  # noqa: F401  registers the tasks the web tier sends by name (fill_candidates)
-
-
-def replan_estimate(sender, study_id: int, **kwargs) -> None:
-    """Receiver of ``annotation.assignment.queue.estimate_judged``."""
-    from annotation.studies.estimating import after_submit
-
-    after_submit(study_id)
 
 
 def replan_estimate(sender, study_id: int, **kwargs) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 import dj_database_url
 
 from .defaults import MAX_PIXELS, SESSION_EPSILON, SESSION_TAU
-from .defaults import MAX_PIXELS, SESSION_EPSILON, SESSION_TAU
 from .env import cache_settings, env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent

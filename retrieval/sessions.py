@@ -41,7 +41,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from config.defaults import SESSION_EPSILON, SESSION_TAU
-from config.defaults import SESSION_EPSILON, SESSION_TAU
 from retrieval.metrics import Rank, check_k, check_rank
 
 

@@ -16,7 +16,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, FilteredRelation, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.dispatch import Signal
-from django.dispatch import Signal
 from django.utils import timezone
 
 from annotation.core.serving import (QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
@@ -38,11 +37,6 @@ from annotation.verdicts.state import (  # noqa: F401
     study_sizes,
     submit_is_late,
 )
-
-#: Sent (``study_id=``) once a counted judgement of a study that samples an estimate has committed;
-#: ``annotation.apps`` connects the estimate's re-plan (annotation.studies.estimating sits above
-#: serving, so serving never imports it).
-estimate_judged = Signal()
 
 #: Sent (``study_id=``) once a counted judgement of a study that samples an estimate has committed;
 #: ``annotation.apps`` connects the estimate's re-plan (annotation.studies.estimating sits above

@@ -334,10 +334,6 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
 RUN_RELEASE = "annotation.run_release"
 
 
-#: The worker task that runs a queued release (``annotation.tasks.run_release``).
-RUN_RELEASE = "annotation.run_release"
-
-
 def run_release_job(job) -> Any:
     """Run one :class:`annotation.models.ReleaseJob` under :func:`retrieval.jobs.leases.run_job`
     (claimed once, beating, finished with the folder and its files or failed with a message)."""

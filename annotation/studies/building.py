@@ -15,7 +15,6 @@ from retrieval.models import Dataset, Query, QuerySubset
 
 from annotation.core.rounds import InteractiveSettings
 from annotation.judging.candidates import send_fill
-from annotation.judging.candidates import send_fill
 from annotation.models import RubricVersion, Study, StudyItem
 from annotation.roles import ANNOTATOR
 from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
