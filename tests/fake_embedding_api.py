@@ -15,6 +15,7 @@ Faults, one per request in order (a request with no fault left is answered norma
   client's timeout fires first);
 * ``"drop"``: closes the connection without an answer;
 * ``"malformed"``: 200 with a body that is not JSON; ``"short"``: 200 with one embedding too few;
+  ``"wrongdim"``: 200 with vectors one value longer than asked;
 * ``"ok"``: no fault (to let some requests through before the faults begin).
 
 Only a well-formed 200 is *paid*: :attr:`paid` counts each input (by its content) in those;
@@ -195,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault == "short":
             vectors = vectors[:-1]
+        if fault == "wrongdim":
+            vectors = [v + [0.0] for v in vectors]
         with api.lock:
             if fault is None:
                 api.paid.update(json.dumps([provider, model, input_type, c], sort_keys=True) for c in contents)

@@ -308,6 +308,14 @@ def test_gives_up_after_max_tries_with_what_it_met(api, tmp_path):
     assert api.requests == 4 and r.ledger.count() == 0
 
 
+def test_vectors_of_another_dimension_fail_at_once(api, tmp_path):
+    """A well-formed answer of the wrong dimension is not retried (each retry would be paid)."""
+    api.faults.append("wrongdim")
+    with pytest.raises(ApiRefused, match="the embeddings have 1025 values, the spec says 1024"):
+        retriever(api, tmp_path).embed_candidates(images(2))
+    assert api.requests == 1
+
+
 def test_a_run_stopped_midway_resumes_without_paying_twice(api, tmp_path):
     q_images, q_texts, cands = workload()
     whole = retriever(api, tmp_path / "whole")

@@ -30,6 +30,16 @@ InputType = Literal["query", "document"]
 class MalformedResponse(ValueError):
     """A 200 answer whose body is not what the API documents (retried, as a fault)."""
 
+    #: Whether another try may help (a broken body may; vectors of another size will not).
+    retry = True
+
+
+class WrongDimension(MalformedResponse):
+    """Every vector of a well-formed answer has another size than the spec's: the model answers
+    with another dimension (retrying would pay again for the same answer)."""
+
+    retry = False
+
 
 @dataclass(frozen=True)
 class Part:
@@ -106,6 +116,9 @@ class Provider:
         vectors = self.vectors(body, n)
         if len(vectors) != n:
             raise MalformedResponse(f"{self.name}: {len(vectors)} embeddings for {n} inputs")
+        sizes = {len(vec) for vec in vectors if isinstance(vec, list)}
+        if vectors and len(sizes) == 1 and all(isinstance(v, list) for v in vectors) and sizes != {dim}:
+            raise WrongDimension(f"{self.name}: the embeddings have {sizes.pop()} values, the spec says {dim}")
         for i, vec in enumerate(vectors):
             if not isinstance(vec, list) or len(vec) != dim:
                 size = len(vec) if isinstance(vec, list) else type(vec).__name__

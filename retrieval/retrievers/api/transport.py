@@ -194,6 +194,8 @@ def call_with_retries(
                 try:
                     return parse(answer.body)
                 except MalformedResponse as exc:
+                    if not exc.retry:
+                        raise ApiRefused(f"{what}: {exc}") from None
                     last = f"malformed answer: {exc}"
             elif answer.status == 429 or answer.status >= 500:
                 retry_after = retry_after_seconds(answer.headers.get("retry-after"))
