@@ -26,7 +26,7 @@ from django.views.decorators.http import require_POST
 from audit.charts import heatmap_svg
 from config.parsing import query_int
 from config.roles import researcher_required, staff_required
-from retrieval.jobs.queue import QUEUE_DOWN, enqueue
+from retrieval.jobs.sending import QUEUE_DOWN, enqueue
 
 from annotation import roles
 from annotation.verdicts.state import study_counts, study_version
@@ -42,7 +42,7 @@ from annotation.core.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from retrieval.models import Image
 from annotation.judging.payloads import image_ref
-from annotation.studies.suspicion import part_rows
+from annotation.studies.suspicion_scores import part_rows
 from annotation.agreement.intervals import attach_intervals, interval_options
 from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
 from annotation.export.downloads import job_file_response

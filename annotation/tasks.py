@@ -5,7 +5,7 @@ from celery import shared_task
 
 from config.celery import at_worker_start, every_sweep
 from retrieval.jobs import leases
-from retrieval.jobs.queue import send_task
+from retrieval.jobs.sending import send_task
 from retrieval.services import discard_uploads
 
 from annotation.agreement.intervals import INTERVALS_TASK
@@ -76,9 +76,9 @@ def fill_candidates(study_id: int) -> int:
     """Fix the candidate panel of every item of a study that has none, in queue order: sent
     when the study is created, when an audit of its dataset finishes and when the web tier
     serves an item without a panel (the web tier never computes one). Then the study's
-    suspicion scores are computed again (:mod:`annotation.studies.suspicion`)."""
+    suspicion scores are computed again (:mod:`annotation.studies.suspicion_scores`)."""
     from annotation.judging.panel_fill import fill_study_candidates
-    from annotation.studies.suspicion import refresh_suspicion
+    from annotation.studies.suspicion_scores import refresh_suspicion
 
     filled = fill_study_candidates(study_id)
     refresh_suspicion(study_id)  # the same audit's ranks and pool: the suspicion scores follow the panels

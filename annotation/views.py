@@ -185,7 +185,7 @@ def study_new(request):
 @staff_required
 def study_progress_page(request, study_id: int):
     from annotation.interactive.service import session_summary
-    from annotation.quality.report import quality_signals
+    from annotation.quality.annotator_report import quality_signals
 
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
     counts = study_counts(study)
@@ -223,8 +223,8 @@ def study_estimate_page(request, study_id: int):
 @staff_required
 def study_suspicion_page(request, study_id: int):
     """Staff only: the study's items by suspicion score, highest first, with the score's parts
-    (:mod:`annotation.studies.suspicion`); POST computes the scores again."""
-    from annotation.studies.suspicion import PART_HELP, item_votes, part_rows, refresh_suspicion, staleness
+    (:mod:`annotation.studies.suspicion_scores`); POST computes the scores again."""
+    from annotation.studies.suspicion_scores import PART_HELP, item_votes, part_rows, refresh_suspicion, staleness
 
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
     if request.method == "POST":

@@ -2,7 +2,7 @@
 split into sessions written by people and generated ones.
 
 A session is *written by people* when every one of its turns has provenance ``human`` (an
-interactive study's export re-imported: :mod:`annotation.interactive.export`); any other
+interactive study's export re-imported: :mod:`annotation.interactive.session_export`); any other
 session (a generated dataset, CIRCLED's LLM turns, the demo's synthetic ones) is *generated*.
 For each audit, group and retriever the rows give, on the multimodal ranks of one history
 strategy, Hits@K per turn, Final Recall@K and AUC (:func:`retrieval.sessions.session_metrics`,

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from retrieval.jobs.progress import eta_seconds
+from retrieval.jobs.job_progress import eta_seconds
 from retrieval.jobs.models import Leased, Progress
 from retrieval.models import Dataset, Query
 

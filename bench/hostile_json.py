@@ -93,7 +93,7 @@ def child(step: str, var_dir: str, url: str | None, depth: int) -> None:
 
         measure("rank file", run)
     elif step == "circus":
-        from annotation.agreement.circus import CircusFormatError, parse_assignment_file
+        from annotation.agreement.circus_files import CircusFormatError, parse_assignment_file
 
         def run():
             try:

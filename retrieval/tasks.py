@@ -6,7 +6,7 @@ from celery import shared_task
 from config.celery import every_sweep, on_worker
 
 from .jobs import leases, workers
-from .jobs.queue import send_task
+from .jobs.sending import send_task
 from .models import ImportJob
 from .services import run_import_job
 

@@ -25,8 +25,8 @@ The readers that use it (all of CIRVal's):
   (``audit/management/commands/session_metrics.py``, ``line N``);
 * the judgement lines of ``manage.py agreement``
   (``annotation/management/commands/agreement.py``, ``line N``, 1-based);
-* the CIRCUS per-annotator assignment files, ``annotation/agreement/circus.py``
-  (``assignments[N]``; its :class:`annotation.agreement.circus.CircusFormatError` is a ParseError);
+* the CIRCUS per-annotator assignment files, ``annotation/agreement/circus_files.py``
+  (``assignments[N]``; its :class:`annotation.agreement.circus_files.CircusFormatError` is a ParseError);
 * rubric definitions, ``annotation/core/rubric.py`` (:meth:`Rubric.from_dict`; source
   ``rubric 'key' vN``, fields ``rubric.categories[2].shortcut_key``; identifier, reserved
   shortcut, uniqueness and decision-order rules stay there);

@@ -20,7 +20,7 @@ from config.roles import researcher_required, staff_required
 from .access import may_fetch
 from .forms import ImportForm
 from .imageserve import ImageRefused, image_file, parse_size, placeholder_svg, thumbnail, verified
-from .jobs.queue import QUEUE_DOWN, enqueue
+from .jobs.sending import QUEUE_DOWN, enqueue
 from .models import Dataset, Image, ImportJob, Query
 from .stats import dataset_stats
 

@@ -1,14 +1,14 @@
 """Reading CIRCUS's published files back as rating triples, for the tests that compare CIRVal's
 agreement figures with CIRCUS's own (tests/unit/test_circus_report.py,
 tests/integration/test_agreement_command.py). Test helpers: the product reads CIRCUS files
-through :mod:`annotation.agreement.circus` and imports them as judgements."""
+through :mod:`annotation.agreement.circus_files` and imports them as judgements."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 from typing import Any
 
-from annotation.agreement.circus import CircusAnnotation
+from annotation.agreement.circus_files import CircusAnnotation
 from annotation.agreement.maths import label_from_signature
 
 

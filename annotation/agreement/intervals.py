@@ -124,7 +124,7 @@ def request_intervals(study: Study, options: dict[str, Any], countdown: float = 
     """Ask a worker to compute the study's intervals for ``options`` (module docstring): ``False``
     when one due no later is pending or the broker is down (the flag is then freed, so the next
     view or submit asks again)."""
-    from retrieval.jobs.queue import send_task
+    from retrieval.jobs.sending import send_task
 
     if options["n_boot"] <= 0:
         return False

@@ -466,7 +466,7 @@ def submit(assignment: Assignment, payload: dict, client_token: str = "", base_r
 
 def store_judgement(assignment: Assignment, answer: dict, client_token: str = "") -> Judgement:
     """Store a judgement that was checked elsewhere (an import's records, e.g. a CIRCUS
-    file read by :mod:`annotation.agreement.circus`) through the same store as an
+    file read by :mod:`annotation.agreement.circus_files`) through the same store as an
     annotator's :func:`submit`: the lock, the revision and current row, the client token,
     the late rule and the item's counters. ``answer`` holds the cleaned fields
     (``category``, ``flags``, ``validated``, ``note``, ...; see :func:`_row_fields`)."""

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from retrieval.jobs.queue import send_task
+from retrieval.jobs.sending import send_task
 from retrieval.jobs.workers import no_worker_message
 from retrieval.models import Image, Target
 from retrieval.targets import positive_targets

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from config.roles import staff_required
 
-from annotation.interactive.export import session_records
+from annotation.interactive.session_export import session_records
 from annotation.interactive.service import session_for, session_state
 from annotation.judging.payloads import lease_config
 from annotation.models import Assignment, Study

@@ -78,6 +78,6 @@ def request_panels(study_id: int) -> bool:
 def send_fill(study_id: int) -> bool:
     """Send ``annotation.tasks.fill_candidates`` (registered in every process by
     ``AnnotationConfig.ready``); False when the broker is down."""
-    from retrieval.jobs.queue import send_task
+    from retrieval.jobs.sending import send_task
 
     return send_task(FILL_TASK, study_id)

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from config.roles import staff_required
-from retrieval.jobs.queue import QUEUE_DOWN, enqueue
+from retrieval.jobs.sending import QUEUE_DOWN, enqueue
 
 from annotation.export.downloads import job_file_response
 from annotation.models import ReleaseJob, Study

@@ -20,7 +20,7 @@ from audit.imports import ImportRanksError, import_rank_files, import_summary
 from audit.rankfiles import RankFileError
 from retrieval.forms import MultipleFileField
 from retrieval.jobs.leases import run_job
-from retrieval.jobs.queue import enqueue
+from retrieval.jobs.sending import enqueue
 from retrieval.models import Dataset
 from retrieval.services import discard_uploads
 

@@ -249,7 +249,7 @@ def imports(request):
     them, never this request) and goes to the job's page."""
     from annotation.models import RoomImportJob
     from annotation.room.imports import CircusForm, RanksForm, queue_import
-    from retrieval.jobs.queue import QUEUE_DOWN
+    from retrieval.jobs.sending import QUEUE_DOWN
 
     which = request.POST.get("which") if request.method == "POST" else None
     ranks = RanksForm(request.POST if which == "ranks" else None, request.FILES if which == "ranks" else None,

@@ -2,7 +2,7 @@
 project room's import page (:func:`import_circus_study`; both show :func:`summary_line`).
 
 Imports CIRCUS annotations (``annotations/users/*.json`` or ``agreement_users/*.json``, read
-with :mod:`annotation.agreement.circus`) as a CIRVal study under the validity rubric:
+with :mod:`annotation.agreement.circus_files`) as a CIRVal study under the validity rubric:
 
 * one retrieval dataset per CIRCUS dataset (circo, cirr, fashioniq, lasco), named
   ``<prefix>-<dataset>``. An existing dataset of that name is reused when it has exactly
@@ -40,7 +40,7 @@ from django.db.models import Count, Q
 
 from annotation import roles
 from annotation.agreement.maths import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE, signature_flags
-from annotation.agreement.circus import CircusFormatError, load_agreement_report, parse_assignment_file
+from annotation.agreement.circus_files import CircusFormatError, load_agreement_report, parse_assignment_file
 from annotation.assignment.queue import store_judgement
 from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
 from annotation.sizes import add_items, recount

@@ -83,7 +83,7 @@ def plan_estimate(study: Study, score: bool = True) -> dict:
     """Score the items (``score``; else read the stored scores), draw the strata, fix each
     item's stratum and write the first plan. Refused once an item was served: the strata of a
     sample are fixed."""
-    from annotation.studies.suspicion import refresh_suspicion
+    from annotation.studies.suspicion_scores import refresh_suspicion
 
     if StudyItem.objects.filter(study=study, taken__gt=0).exists():
         raise EstimateError("items were served already: the strata of this sample are fixed")

@@ -123,7 +123,7 @@ def request_refit(study: Study) -> bool:
     ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind. ``False`` when none was sent: another
     is pending, the study reads no fit, or the broker is down (a submit after
     ``RELIABILITY_REFIT_SECONDS`` asks again; the submit itself is stored)."""
-    from retrieval.jobs.queue import send_task
+    from retrieval.jobs.sending import send_task
 
     if not fits_reliability(study):
         return False

@@ -12,7 +12,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from retrieval.jobs import leases as jobs
-from retrieval.jobs.queue import send_task
+from retrieval.jobs.sending import send_task
 
 from ..models import AuditChunk, AuditRun
 from .aggregation import aggregate_run

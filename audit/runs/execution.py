@@ -30,8 +30,8 @@ from .base import (
 )
 from ..rankfiles import RANK_FIELDS
 from .bulkwrite import insert_rows, json_int_list
-from .leases import Heartbeat, claim_chunk
-from .progress import encoding_stage
+from .chunk_leases import Heartbeat, claim_chunk
+from .progress_lines import encoding_stage
 from .planning import (
     session_eligibility,
     session_turns,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.jobs.queue import QUEUE_DOWN
+from retrieval.jobs.sending import QUEUE_DOWN
 from retrieval.models import ImportJob
 from retrieval.services import run_import_job
 from tests.browser.conftest import SHOTS, login

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from annotation.models import Study, StudyItem
-from annotation.studies.suspicion import item_suspicion
+from annotation.studies.suspicion_scores import item_suspicion
 from audit.suspicion import PARTS, Signals
 from tests.browser.conftest import close_tab, login, open_tab
 

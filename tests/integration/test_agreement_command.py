@@ -21,7 +21,7 @@ from django.core.management import CommandError, call_command
 
 from annotation.agreement.maths import FLAGS
 from tests.circus_triples import relabel_pairs, triples_from_annotations, triples_from_item_level_rows
-from annotation.agreement.circus import (
+from annotation.agreement.circus_files import (
     load_agreement_report,
     parse_assignment_file,
 )

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from audit.runs import aggregation, base, dispatch, execution, leases, panels, planning
+from audit.runs import aggregation, base, chunk_leases, dispatch, execution, panels, planning
 from audit.runs.encoding import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
@@ -165,7 +165,7 @@ def test_done_chunks_are_not_recomputed_and_stale_ones_are_resent(demo, monkeypa
 
     # a chunk leased by a live worker is left alone ...
     second = AuditChunk.objects.filter(run=run, kind="queries", retriever=SPECS[0]).order_by("index")[1]
-    assert leases.claim_chunk(second.pk, "w1")
+    assert chunk_leases.claim_chunk(second.pk, "w1")
     assert execution.process_chunk(second.pk, owner="w2", heartbeat=False) == "busy"
     # ... until its lease is stale: reconcile puts it back and sends it again
     from django.utils import timezone
@@ -198,7 +198,7 @@ def test_an_inline_run_waits_for_a_chunk_a_worker_holds_and_finishes_complete(de
     run = planning.create_run(demo, SPECS, chunk_queries=7, chunk_gallery=25)
     assert planning.plan_run(run) is True
     held = AuditChunk.objects.filter(run=run, kind="gallery").order_by("index").first()
-    assert leases.claim_chunk(held.pk, "worker:1")  # fresh lease: another process runs it
+    assert chunk_leases.claim_chunk(held.pk, "worker:1")  # fresh lease: another process runs it
     pauses: list[float] = []
 
     def worker_finishes(seconds: float) -> None:  # meanwhile, the worker computes its chunk

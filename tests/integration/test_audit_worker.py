@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from audit.runs import base, dispatch, leases, planning
+from audit.runs import base, chunk_leases, dispatch, planning
 from audit.runs.encoding import clear_memos
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
@@ -152,9 +152,9 @@ def test_heartbeat_renews_the_lease_and_notices_a_takeover(tmp_path, settings):
     run = planning.create_run("demo", SPECS[:1])
     planning.plan_run(run)
     chunk = AuditChunk.objects.filter(run=run).first()
-    assert leases.claim_chunk(chunk.pk, "w1")
+    assert chunk_leases.claim_chunk(chunk.pk, "w1")
     first_beat = AuditChunk.objects.get(pk=chunk.pk).heartbeat_at
-    beat = leases.Heartbeat(chunk.pk, "w1", interval=0.1)
+    beat = chunk_leases.Heartbeat(chunk.pk, "w1", interval=0.1)
     try:
         wait_for(lambda: AuditChunk.objects.get(pk=chunk.pk).heartbeat_at > first_beat, timeout=5,
                  what="a heartbeat")

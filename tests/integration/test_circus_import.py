@@ -41,7 +41,7 @@ def agreement_json(study: Study) -> dict:
 
 @pytest.fixture
 def published() -> dict:
-    from annotation.agreement.circus import load_agreement_report
+    from annotation.agreement.circus_files import load_agreement_report
 
     return load_agreement_report(REPORT)
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 from annotation.assignment import queue as engine
 from annotation.judging.guidelines import current_guidelines, render_markdown, save_guidelines
 from annotation.models import GuidelinesVersion
-from annotation.quality.report import quality_signals
+from annotation.quality.annotator_report import quality_signals
 from annotation.studies.building import StudySpec, create_study
 from tests.conftest import FIXTURES
 

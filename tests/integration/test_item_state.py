@@ -18,7 +18,7 @@ from annotation.assignment import queue as engine
 from annotation.export.validated import export_study
 from annotation.models import Assignment, Judgement, StudyItem
 from annotation.quality.gold import gold_scores, mark_gold, promote_unanimous
-from annotation.quality.report import quality_signals
+from annotation.quality.annotator_report import quality_signals
 from annotation.studies.building import StudySpec, create_study
 from annotation.verdicts.adjudication import adjudicate
 from annotation.verdicts.state import annotator_share, study_counts

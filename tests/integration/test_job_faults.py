@@ -21,7 +21,7 @@ from annotation.tasks import RUN_EXPORT
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from audit.runs import dispatch, planning
 from retrieval.demo import build_demo
-from retrieval.jobs.queue import QUEUE_DOWN, enqueue
+from retrieval.jobs.sending import QUEUE_DOWN, enqueue
 from retrieval.loader import load_parsed
 from retrieval.models import ImportJob, Query
 from retrieval.tasks import RUN_IMPORT

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from retrieval.jobs import leases, queue
+from retrieval.jobs import leases, sending
 from retrieval.jobs.models import Job, Leased, Progress
 from retrieval.models import Dataset, ImportJob, Query
 from retrieval.services import run_import_job
@@ -138,7 +138,7 @@ def test_send_task_answers_false_when_the_broker_is_down():
         from retrieval.tasks import RUN_IMPORT
 
         assert RUN_IMPORT in current_app.tasks  # a refused connection, not an unknown task
-        assert queue.send_task(RUN_IMPORT, 1) is False
+        assert sending.send_task(RUN_IMPORT, 1) is False
 
 
 def _planned_run(tmp_path):

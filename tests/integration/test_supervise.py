@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 
 from retrieval.jobs.models import WorkerBeat
-from retrieval.jobs.queue import enqueue
+from retrieval.jobs.sending import enqueue
 from retrieval.models import ImportJob
 from retrieval.tasks import RUN_IMPORT
 from tests.conftest import FIXTURES, ROOT, database_url_for_subprocess, wait_for

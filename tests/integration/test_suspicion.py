@@ -16,7 +16,7 @@ from django.core.management import call_command
 
 from annotation.assignment import queue as engine
 from annotation.models import Study
-from annotation.studies.suspicion import refresh_suspicion
+from annotation.studies.suspicion_scores import refresh_suspicion
 from audit.models import AuditLabel
 from tests.conftest import TRAINED_STEPS
 

@@ -89,7 +89,7 @@ def test_staff_choose_the_order_when_creating_a_study(circo, admin_client):
 def test_the_queue_page_says_when_scores_have_not_seen_new_judgements(circo, admin_client):
     """A submit does not recompute an item's score: the staff page says when the scores were
     computed and which items have counted judgements since; Compute again catches them up."""
-    from annotation.studies.suspicion import refresh_suspicion
+    from annotation.studies.suspicion_scores import refresh_suspicion
 
     users = [make_annotator(f"ann{i}", password="x") for i in range(2)]
     study = _study("stale", Study.ServeOrder.SUSPICION, users, overlap=2)

@@ -27,7 +27,7 @@ from audit.runs import dispatch, planning
 from config.fsbroker import PARTIAL
 from retrieval.demo import build_demo
 from retrieval.jobs import workers
-from retrieval.jobs.queue import enqueue
+from retrieval.jobs.sending import enqueue
 from retrieval.loader import load_parsed
 from retrieval.models import ImportJob, Query
 from retrieval.tasks import RUN_IMPORT

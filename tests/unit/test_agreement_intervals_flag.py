@@ -18,11 +18,11 @@ OPTIONS = {"dimension": None, "n_boot": 1000, "seed": 0, "constant_pairs": "unde
 
 @pytest.fixture
 def sent(settings, tmp_path, monkeypatch):
-    from retrieval.jobs import queue
+    from retrieval.jobs import sending
 
     settings.VAR_DIR = tmp_path
     out: list[tuple] = []
-    monkeypatch.setattr(queue, "send_task", lambda name, *args, countdown=None: out.append((name, args, countdown)) or True)
+    monkeypatch.setattr(sending, "send_task", lambda name, *args, countdown=None: out.append((name, args, countdown)) or True)
     return out
 
 
@@ -47,7 +47,7 @@ def test_a_burst_sends_one_task_and_a_page_brings_it_forward(sent) -> None:
 
 
 def test_a_lost_flag_frees_itself_and_a_broker_outage_frees_it(sent, monkeypatch) -> None:
-    from retrieval.jobs import queue
+    from retrieval.jobs import sending
 
     assert intervals.request_intervals(STUDY, OPTIONS, countdown=30)
     _, flag = intervals._paths(STUDY, OPTIONS)
@@ -55,7 +55,7 @@ def test_a_lost_flag_frees_itself_and_a_broker_outage_frees_it(sent, monkeypatch
     os.utime(flag, (old, old))  # its worker died long ago
     assert intervals.request_intervals(STUDY, OPTIONS, countdown=30) and len(sent) == 2
     flag.unlink()
-    monkeypatch.setattr(queue, "send_task", lambda *a, **k: False)  # the broker is down
+    monkeypatch.setattr(sending, "send_task", lambda *a, **k: False)  # the broker is down
     assert not intervals.request_intervals(STUDY, OPTIONS) and not flag.exists()
 
 

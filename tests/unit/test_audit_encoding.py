@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from audit.runs.progress import encoding_stage
+from audit.runs.progress_lines import encoding_stage
 from config.worker_tuning import loader_workers
 from retrieval.encoders import LazyRetriever, build_retriever, load_image
 

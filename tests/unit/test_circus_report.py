@@ -27,7 +27,7 @@ from annotation.agreement.maths import (
 )
 from tests.reference_impl import pairwise_cohen_kappa_sklearn
 from tests.circus_triples import relabel_pairs, triples_from_annotations, triples_from_item_level_rows
-from annotation.agreement.circus import (
+from annotation.agreement.circus_files import (
     CircusFormatError,
     load_agreement_report,
     parse_assignment_data,

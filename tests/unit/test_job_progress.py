@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.jobs.progress import eta_seconds
+from retrieval.jobs.job_progress import eta_seconds
 
 
 def test_eta_is_the_rate_so_far_times_what_is_left():

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from audit.labels import LABELS, SHORTCUT_FREE_LABELS, SHORTCUT_FREE_NAME, count_lines
-from retrieval.jobs.progress import ProgressLine, format_eta
+from retrieval.jobs.job_progress import ProgressLine, format_eta
 
 
 class Clock:

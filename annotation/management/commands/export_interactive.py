@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.interactive.export import export_interactive
+from annotation.interactive.session_export import export_interactive
 from annotation.models import Study
 
 

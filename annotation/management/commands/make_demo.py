@@ -18,11 +18,11 @@ from audit.models import AuditRun
 from audit.runs.planning import create_run
 from audit.runs.dispatch import run_inline
 from annotation.studies.building import StudySpec, create_study
-from annotation.studies.suspicion import refresh_suspicion
+from annotation.studies.suspicion_scores import refresh_suspicion
 from retrieval.demo import build_demo_world
 from retrieval.demo_training import retriever_spec
 from retrieval.fusion import MAX_CANDIDATES
-from retrieval.jobs.progress import ProgressLine
+from retrieval.jobs.job_progress import ProgressLine
 from retrieval.loader import load_parsed
 
 from annotation.studies.truth import truth_path

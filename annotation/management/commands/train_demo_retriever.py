@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from retrieval.demo_training import DEFAULT_STEPS, DEMO_MODELS, checkpoint_path, retriever_spec, train_model
-from retrieval.jobs.progress import ProgressLine, eta_seconds, format_eta
+from retrieval.jobs.job_progress import ProgressLine, eta_seconds, format_eta
 
 
 
@@ -130,7 +130,7 @@ def train_all(jobs: list[tuple[str, Path, int]], seed: int, out=None,
     so the checkpoints are the bytes a one-by-one run writes; two models on two cores take the
     wall time of the slower one), else one after the other (one core, or inside a daemonic
     process, which may not start children). ``out``: where the one progress line goes
-    (:class:`~retrieval.jobs.progress.ProgressLine`), None for none. ``split``: see :func:`_train_one`."""
+    (:class:`~retrieval.jobs.job_progress.ProgressLine`), None for none. ``split``: see :func:`_train_one`."""
     ctx = multiprocessing.get_context("spawn")
     counters = ctx.Array("d", 2 * len(jobs), lock=False)
     line = ProgressLine(out) if out is not None and jobs else None

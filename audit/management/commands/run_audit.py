@@ -11,7 +11,7 @@ from audit.labels import count_lines
 from retrieval.captions import CAPTION_JOINS
 from audit.models import AuditRun
 from audit.protocol import gallery_mixed_warning
-from retrieval.jobs.progress import format_eta
+from retrieval.jobs.job_progress import format_eta
 
 
 def _f(v: float | None) -> str:

@@ -1,7 +1,7 @@
 """A study's suspicion scores (:mod:`audit.suspicion`), stored on its items for serving and staff pages.
 
 :func:`refresh_suspicion` computes every single-turn item's score from the newest finished
-audit of its query (:func:`audit.runs.suspicion.audit_signals`) and the item's counted
+audit of its query (:func:`audit.runs.suspicion_signals.audit_signals`) and the item's counted
 judgements (the annotators' disagreement), and stores it on the item (``suspicion``, with
 its parts in ``suspicion_parts``), so that serving by suspicion reads one indexed column.
 It runs on a worker after the candidate panels are filled (``annotation.tasks.fill_candidates``:
@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from audit.runs.suspicion import audit_signals
+from audit.runs.suspicion_signals import audit_signals
 from audit.suspicion import PARTS, WEIGHTS, Signals, score
 
 from annotation.models import StudyItem
