@@ -36,7 +36,7 @@ def study_dict(study, user) -> dict:
     if roles.is_admin(user) or roles.is_researcher(user):
         data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
                     adaptive_max=study.adaptive_max, adaptive_confidence=study.adaptive_confidence, consensus=study.consensus, serve_order=study.serve_order,
-                    items=study.items.count(), pool=study.pool, candidates=study.candidates,
+                    items=study.n_items, pool=study.pool, candidates=study.candidates,
                     interactive=study.interactive)
     return data
 

@@ -158,7 +158,7 @@ class Study(models.Model):
     def quorum_rule(self) -> QuorumRule:
         """THE quorum rule of the study (:class:`annotation.core.consensus.QuorumRule`); under
         reliability-weighted consensus an adaptive rule settles splits at ``adaptive_confidence``
-        once bound to the study's reliability model (``annotation.verdicts.adjudication.quorum_rule_of``)."""
+        once bound to the study's reliability model (``annotation.verdicts.readmodel.quorum_rule_of``)."""
         return study_quorum_rule(self.overlap, self.quorum, self.adaptive_max, self.consensus, self.adaptive_confidence)
 
     @property

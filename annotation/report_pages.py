@@ -30,14 +30,8 @@ from retrieval.jobs.sending import QUEUE_DOWN, enqueue
 
 from annotation import roles
 from annotation.verdicts.state import study_counts, study_version
-from annotation.verdicts.adjudication import (
-    Verdicts,
-    adjudicate,
-    adjudication_queue,
-    decide_row,
-    has_verdicts,
-    item_row,
-)
+from annotation.verdicts.adjudication import adjudicate, adjudication_queue
+from annotation.verdicts.readmodel import Verdicts, decide_row, has_verdicts, item_row
 from annotation.core.consensus import POLICIES
 from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from retrieval.models import Image
@@ -135,7 +129,7 @@ def _alternatives(request, study: Study) -> dict[str, Any] | None:
 @researcher_required
 def report_list(request):
     studies = Study.objects.select_related("rubric").order_by("-created_at")
-    rows = [(s, s.items.count()) for s in studies]
+    rows = [(s, s.n_items) for s in studies]
     return render(request, "annotation/report_list.html", {"rows": rows})
 
 
@@ -412,7 +406,7 @@ def export_start(request, study_id: int):
         messages.error(request, str(exc))
         return redirect(_back(request, study))
     job = ExportJob.objects.create(study=study, policy=policy, primary=primary, query_format=query_format,
-                                   sessions=sessions, created_by=request.user, total=study.items.count())
+                                   sessions=sessions, created_by=request.user, total=study.n_items)
     if not enqueue(ExportJob, job.pk, RUN_EXPORT):
         messages.warning(request, QUEUE_DOWN)
     return redirect("annotation:export_job", pk=job.pk)

@@ -21,7 +21,7 @@ from annotation.judging.guidelines import current_guidelines, render_markdown
 from retrieval.models import Image
 from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
-from annotation.verdicts.adjudication import has_verdicts, session_rule_of, study_reliability
+from annotation.verdicts.readmodel import has_verdicts, session_rule_of, study_reliability
 from annotation.verdicts.refit import retry_after_seconds, serving_lag
 from annotation.verdicts.state import free_slot_q
 from annotation.studies.truth import defects_found

@@ -54,6 +54,9 @@ SHORTCUT_FREE: frozenset[str] = frozenset(SHORTCUT_FREE_LABELS)
 SHORTCUT_FREE_NAME = "shortcut_free"
 #: The counts of an audit, in the order reports show them.
 COUNT_KEYS: tuple[str, ...] = (*LABELS, SHORTCUT_FREE_NAME)
+#: How pages head the label counts, in :data:`COUNT_KEYS` order: the one place their names on
+#: screen are spelled (templates loop over it with each row's ``counts``).
+COUNT_HEADINGS: tuple[str, ...] = tuple(k.replace("_", "-") if k == SHORTCUT_FREE_NAME else k for k in COUNT_KEYS)
 
 
 def count_lines(counts: dict[str, int]) -> list[str]:

@@ -12,7 +12,7 @@ from retrieval.targets import rule_text
 
 from . import charts
 from .alternatives import before_after
-from .labels import COUNT_KEYS, SHORTCUT_FREE_NAME, audit_json
+from .labels import COUNT_HEADINGS, COUNT_KEYS, SHORTCUT_FREE_NAME, audit_json
 from .protocol import gallery_mixed_warning, protocol_table, run_protocol
 from .models import AuditLabel, AuditRun
 from .runs.aggregation import stored_labels, subset_scores
@@ -282,6 +282,7 @@ def build_report(run: AuditRun) -> dict[str, Any]:
     table1 = {
         "dataset": run.dataset.name, "split": run.split, "total": s.get("n_queries", 0),
         **{label: counts.get(label, 0) for label in COUNT_KEYS},
+        "counts": [counts.get(label, 0) for label in COUNT_KEYS], "headings": COUNT_HEADINGS,
     }
     sessions = build_sessions_report(run)
     return {

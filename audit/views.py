@@ -14,6 +14,7 @@ from retrieval.specs import has_random_weights
 
 from .runs import aggregation, dispatch, planning
 from .forms import AuditForm, installed_kinds, pool_preview
+from .labels import COUNT_HEADINGS
 from .models import AuditRun
 from .compare import compare_sessions
 from .report import build_report
@@ -32,6 +33,7 @@ def audit_list(request):
     form = AuditForm() if is_admin(request.user) else None
     return render(request, "audit/list.html", {
         "runs": runs, "form": form, "table1": aggregation.label_table(_latest_done_per_dataset()),
+        "count_headings": COUNT_HEADINGS,
     })
 
 

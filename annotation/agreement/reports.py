@@ -20,19 +20,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import combinations
 from typing import Any
 
 from django.core.management.base import CommandError
 from django.db.models import Max
 
-from annotation.verdicts.adjudication import (
-    Verdicts,
-    decide_row,
-    is_validity_rubric,
-    iter_item_batches,
-    validity_label,
-)
 from annotation.agreement.maths import (
     CONSTANT_PAIRS,
     FLAGS,
@@ -44,10 +38,18 @@ from annotation.agreement.maths import (
 )
 from annotation.core.consensus import ADJUDICATION, PENDING, POLICIES, REJECTED, Decision, tally
 from annotation.core.consensus import VALIDATED as VALIDATED_STATUS
-from annotation.models import Assignment, Study, StudyItem
-from annotation.verdicts.state import counted_judgements, item_states, late_judgements
 from annotation.core.rubric import Rubric
 from annotation.core.turns import session_valid, turn_answers
+from annotation.models import Assignment, Study, StudyItem
+from annotation.verdicts.readmodel import (
+    Verdicts,
+    counted_judgements,
+    is_validity_rubric,
+    item_states,
+    late_per_annotator,
+    study_pass,
+    validity_label,
+)
 
 NO_CATEGORY = "(none)"
 
@@ -204,7 +206,7 @@ def default_bootstrap(study: Study) -> int:
     """Replicates of a study report's bootstrap when none is asked for: 1000, fewer (never
     under 100) for very large studies so the page stays responsive. The page, report.json,
     report.csv and ``agreement --study`` use the same default, hence the same intervals."""
-    n_items = StudyItem.objects.filter(study=study).count()
+    n_items = study.n_items
     return DEFAULT_BOOTSTRAP if n_items * DEFAULT_BOOTSTRAP <= _BOOTSTRAP_ITEM_BUDGET else \
         max(100, _BOOTSTRAP_ITEM_BUDGET // n_items)
 
@@ -338,9 +340,17 @@ class _Gathered:
     turn_triples: dict[str, list[tuple[int, str, int]]] = field(default_factory=lambda: defaultdict(list))
     n_turns: int = 0  # the longest session's turns (turn verdict rubrics)
 
-    @property
+    states: dict[str, int] | None = None  # the read model's item states (studies with decisions)
+
+    @cached_property
     def annotators(self) -> list[str]:
+        """The annotators of the triples (read once the triples are gathered)."""
         return sorted({a for _, a, _ in self.triples})
+
+    @cached_property
+    def tally(self) -> dict[str, Any]:
+        """The consensus tally of every decision (read once the decisions are made)."""
+        return tally(self.decisions.values())
 
     def share(self, key: str) -> float | None:
         return self.top_category.get(key, 0) / self.n_judgements if self.n_judgements else None
@@ -368,26 +378,48 @@ class _Context:
 
 
 def _gather(ctx: _Context) -> _Gathered:
-    g = _Gathered()
-    with_consensus = ctx.verdicts.session is not None or (ctx.kind != "scale"
-                                                          and ctx.rubric.valid_category is not None)
-    for batch in iter_item_batches(ctx.study):
-        for row in batch:
-            g.rows[row.item_id] = (row.dataset, row.hidden_category or NO_CATEGORY)
-            for v in row.votes:
-                label = judgement_label(ctx.kind, ctx.rubric, v.validated, v.flags, v.category, v.scales,
-                                        ctx.dimension)
-                if label is None:
-                    continue
-                g.n_judgements += 1
-                g.triples.append((row.item_id, ctx.show(v.annotator), label))
-                if ctx.kind != "scale":
-                    g.top_category[v.category or NO_CATEGORY] += 1
-            if ctx.verdicts.turn_key is not None:
-                _gather_turns(ctx, g, row)
-            if with_consensus:
-                g.decisions[row.item_id] = decide_row(row, ctx.verdicts)
+    """The report's one pass: the read model's (:func:`~annotation.verdicts.readmodel.study_pass`:
+    rows and decisions under the report's rule), turned into triples and groups. What each item
+    gives is kept with the study's rows (per report options), so after a judgement only the
+    items whose rows changed are read again."""
+    state = study_pass(ctx.study, ctx.verdicts)
+    kept = state.derived_for(("report", ctx.kind, ctx.dimension, ctx.study.rubric_id, tuple(sorted(ctx.names.items())),
+                              ctx.verdicts.turn_key))
+    g = _Gathered(decisions=state.decisions, states=state.states)
+    for row in state.rows:
+        g.rows[row.item_id] = (row.dataset, row.hidden_category or NO_CATEGORY)
+        found = kept.get(row.item_id) if kept is not None else None
+        if found is None:
+            found = _item_triples(ctx, row)
+            if kept is not None:
+                kept[row.item_id] = found
+        triples, categories, turns, n_turns = found
+        g.triples.extend(triples)
+        g.n_judgements += len(triples)
+        for category in categories:
+            g.top_category[category] += 1
+        for dim, dim_triples in turns:
+            g.turn_triples[dim].extend(dim_triples)
+        g.n_turns = max(g.n_turns, n_turns)
     return g
+
+
+def _item_triples(ctx: _Context, row) -> tuple[list, list[str], list[tuple[str, list]], int]:
+    """One item's part of the report: its triples, the categories its judgements chose, its
+    turn-dimension triples and its number of turns."""
+    triples, categories = [], []
+    for v in row.votes:
+        label = judgement_label(ctx.kind, ctx.rubric, v.validated, v.flags, v.category, v.scales, ctx.dimension)
+        if label is None:
+            continue
+        triples.append((row.item_id, ctx.show(v.annotator), label))
+        if ctx.kind != "scale":
+            categories.append(v.category or NO_CATEGORY)
+    if ctx.verdicts.turn_key is None:
+        return triples, categories, [], 0
+    g = _Gathered()
+    _gather_turns(ctx, g, row)
+    return triples, categories, list(g.turn_triples.items()), g.n_turns
 
 
 def _gather_turns(ctx: _Context, g: _Gathered, row) -> None:
@@ -510,8 +542,9 @@ def _categories(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> list[di
     return _scale_categories(ctx)
 
 
-def _breakdown(ctx: _Context, g: _Gathered, index: int) -> dict[str, Any]:
-    """Agreement per dataset (index 0) or hidden category (1), same spec and weights as the headline."""
+def _breakdown(ctx: _Context, g: _Gathered, index: int, overall: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Agreement per dataset (index 0) or hidden category (1), same spec and weights as the
+    headline. A single group holds every triple: its figures are the headline's (``overall``)."""
     groups: dict[str, list[tuple[int, str, Any]]] = defaultdict(list)
     items_in: dict[str, int] = defaultdict(int)
     for meta in g.rows.values():
@@ -520,10 +553,12 @@ def _breakdown(ctx: _Context, g: _Gathered, index: int) -> dict[str, Any]:
         groups[g.rows[t[0]][index]].append(t)
     out = {}
     for group in sorted(items_in):
-        entry = _summary(ctx.agreement(groups.get(group, [])), ctx.kind)
+        whole = overall is not None and len(items_in) == 1
+        entry = _summary(overall if whole else ctx.agreement(groups.get(group, [])), ctx.kind)
         entry["items"] = items_in[group]
         if g.decisions:
-            entry["consensus"] = tally(d for i, d in g.decisions.items() if g.rows[i][index] == group)["status"]
+            entry["consensus"] = dict(g.tally["status"]) if len(items_in) == 1 else \
+                tally(d for i, d in g.decisions.items() if g.rows[i][index] == group)["status"]
         out[group] = entry
     return out
 
@@ -554,8 +589,8 @@ def _consensus(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
     v = ctx.verdicts
     return {"policy": "session" if v.session is not None else v.policy,
             "primary": ctx.show(v.primary) if v.primary else None, "quorum": v.quorum,
-            "session_rule": v.session.to_dict() if v.session is not None else None, **tally(g.decisions.values()),
-            "states": item_states(g.decisions.values())}
+            "session_rule": v.session.to_dict() if v.session is not None else None, **g.tally,
+            "states": dict(g.states) if g.states is not None else item_states(g.decisions.values())}
 
 
 def _pairwise(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> dict[str, Any]:
@@ -574,8 +609,13 @@ def _pairwise(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> dict[str,
 
     agree: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     by_item: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    signed: dict[Any, str] = {}  # a label's signature, worked out once per distinct label
     for item, annotator, label in g.triples:
-        by_item[item].append((annotator, _signature(ctx.kind, label)))
+        key = tuple(label) if isinstance(label, list) else label
+        signature = signed.get(key)
+        if signature is None:
+            signature = signed[key] = _signature(ctx.kind, label)
+        by_item[item].append((annotator, signature))
     for votes in by_item.values():
         for (a, sa), (b, sb) in combinations(sorted(votes), 2):
             cell = agree[(a, b)]
@@ -641,12 +681,12 @@ def study_report(
                                                                "version": study.rubric.version},
                   "kind": ctx.kind, "dimension": ctx.dimension, "overlap": study.overlap,
                   "quorum": ctx.verdicts.quorum, "items": len(g.rows), "judgements": g.n_judgements,
-                  "late": late_judgements(study).count(),
+                  "late": sum(late_per_annotator(study).values()),
                   "annotators": g.annotators, "pseudonymised": pseudonymise},
         "agreement": overall,
         "categories": _categories(ctx, g, overall),
-        "by_dataset": _breakdown(ctx, g, 0),
-        "by_hidden_category": _breakdown(ctx, g, 1),
+        "by_dataset": _breakdown(ctx, g, 0, overall),
+        "by_hidden_category": _breakdown(ctx, g, 1, overall),
         "consensus": _consensus(ctx, g),
         "confusion": _confusion(ctx, g),
         "pairwise": _pairwise(ctx, g, overall),

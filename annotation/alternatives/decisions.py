@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from annotation.core.consensus import UNANIMOUS, unanimous
+
 MAJORITY = "majority"
-UNANIMOUS = "unanimous"
 ADJUDICATED = "adjudicated"
 RULES: tuple[str, ...] = (MAJORITY, UNANIMOUS)
 
@@ -33,7 +34,7 @@ class Alternative:
 
 def _passes(votes: int, n: int, rule: str) -> bool:
     if rule == UNANIMOUS:
-        return n >= 2 and votes == n
+        return unanimous(votes, n)  # the one definition: at least two, all agreeing
     return 2 * votes > n
 
 

@@ -18,7 +18,7 @@ from retrieval.models import Image
 
 from annotation.core.export_fields import CIRCO_KEYS
 from annotation.models import Study
-from annotation.verdicts.adjudication import ItemRow
+from annotation.verdicts.readmodel import ItemRow
 from annotation.alternatives.study import study_alternatives
 
 FORMATS: tuple[str, ...] = ("mbeir", "circo")

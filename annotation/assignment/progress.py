@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from statistics import median
 
-from django.db.models import Count, Q
 from django.utils import timezone
 
 from annotation.models import Assignment, Study
-from annotation.verdicts.state import annotator_share, counted_judgements, study_counts
+from annotation.verdicts.readmodel import assignment_counts, iter_rows
+from annotation.verdicts.state import annotator_share, study_counts
 
 
 def study_progress(study: Study, counts: dict | None = None) -> dict:
@@ -19,15 +19,12 @@ def study_progress(study: Study, counts: dict | None = None) -> dict:
         row["annotator__username"]: row
         for row in Assignment.objects.filter(study=study)
         .values("annotator__username")
-        .annotate(
-            reserved=Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=now)),
-            skipped=Count("id", filter=Q(status=Assignment.Status.SKIPPED)),
-            done=Count("id", filter=Q(status=Assignment.Status.DONE)),
-        )
+        .annotate(**assignment_counts(now))
     }
     times: dict[str, list[int]] = {}
-    for username, ms in counted_judgements(study).values_list("assignment__annotator__username", "time_spent_ms"):
-        times.setdefault(username, []).append(ms)
+    for row in iter_rows(study):  # the read model's counted judgements
+        for v in row.votes:
+            times.setdefault(v.annotator, []).append(v.time_spent_ms)
     annotators = [_annotator_row(study, user, per_user.get(user.username, {}), counts, times.get(user.username, []))
                   for user in study.annotators.order_by("username")]
     # annotators removed from the study whose judgements still count: listed (``removed``), so

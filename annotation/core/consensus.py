@@ -54,6 +54,11 @@ UNJUDGED = "unjudged"
 STATUSES: tuple[str, ...] = (VALIDATED, REJECTED, ADJUDICATION, PENDING, UNJUDGED)
 
 UNANIMOUS = "unanimous"
+#: THE meaning of "unanimous", for verdicts and for alternatives alike: at least this many
+#: voters, every one agreeing (:func:`unanimous`). One vote agrees with itself but is not
+#: unanimous: the ``"unanimous"`` policy (no voter disagrees) decides an item of a quorum of one,
+#: with provenance ``"single"``; an alternative needs two ticks of two annotators.
+UNANIMOUS_MIN_VOTERS = 2
 SINGLE = "single"
 MAJORITY = "majority"
 PRIMARY = "primary"
@@ -339,9 +344,14 @@ def _gate(n: int, flagged: int, quorum: int, adjudication: bool | None) -> tuple
     return None
 
 
+def unanimous(agreeing: int, voters: int) -> bool:
+    """Whether ``agreeing`` of ``voters`` is unanimous (:data:`UNANIMOUS_MIN_VOTERS`)."""
+    return voters >= UNANIMOUS_MIN_VOTERS and agreeing == voters
+
+
 def _agreeing(n: int) -> str:
-    """Provenance of a decision every voter agreed with: unanimous needs two votes."""
-    return UNANIMOUS if n >= 2 else SINGLE
+    """Provenance of a decision every one of ``n`` voters agreed with (:func:`unanimous`)."""
+    return UNANIMOUS if unanimous(n, n) else SINGLE
 
 
 def _split(valid: int, n: int, policy: str) -> tuple[str, str, str]:

@@ -34,7 +34,7 @@ position. Annotators appear as ``annotator_NN`` (:func:`annotation.agreement.rep
 adjudicators as ``adjudicator_NN`` (username order).
 
 Only decided items are exported: an item needs the study's quorum of current judgements (or an
-adjudication, :func:`annotation.verdicts.adjudication.decide_row`); the manifest counts validated,
+adjudication, :func:`annotation.verdicts.readmodel.decide_row`); the manifest counts validated,
 rejected, adjudicated, pending (below the quorum), unjudged and awaiting-adjudication items, the
 states of :mod:`annotation.verdicts.state`.
 
@@ -78,7 +78,7 @@ from retrieval.jobs.leases import run_job
 from retrieval.models import VALIDATED_SUBSET, Dataset, Query, QuerySubset, Target, Turn, turn_text
 from retrieval.targets import MBEIR_NO_POSITIVE, TargetFacts, mbeir_candidates
 
-from annotation.verdicts.adjudication import (
+from annotation.verdicts.readmodel import (
     DEFAULT_CHUNK,
     ItemRow,
     Verdicts,
@@ -99,10 +99,10 @@ from annotation.core.consensus import (
     Decision,
     tally,
 )
-from annotation.core.export_fields import CIRCLED_KEYS, MBEIR_KEYS
-from annotation.models import Adjudication, ExportJob, Study, StudyItem
+from annotation.models import Adjudication, ExportJob, Study
 from annotation.agreement.reports import annotator_pseudonyms
 from annotation.verdicts.refit import refit_study
+from annotation.core.export_fields import CIRCLED_KEYS, MBEIR_KEYS
 from annotation.core.turns import turn_answers
 from annotation.alternatives.export import FORMATS as QUERY_FORMATS, ExtraTargets, QueryLayout
 
@@ -721,7 +721,7 @@ def export_study(
     id_file = final.parent / f"{tmp.name}.ids"
     run = _Run(study, verdicts, tmp, id_file, annotator_pseudonyms(study), _adjudicator_names(study),
                _Writers(tmp, verdicts.session is not None, layout.suffix), [], {}, {}, layout, sessions=sessions)
-    total = StudyItem.objects.filter(study=study).count()
+    total = study.n_items
     created_at = created_at or timezone.now()
     done = 0
     report("exporting", 0, total)

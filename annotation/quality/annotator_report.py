@@ -7,10 +7,9 @@ from statistics import median
 from django.core.cache import cache
 
 from annotation.models import Study
-from annotation.verdicts.state import counted_judgements
 from annotation.quality.gold import gold_scores
 from annotation.quality.signals import disagreement, straight_runs, too_fast
-from annotation.verdicts.adjudication import Verdicts, decide_row, iter_item_batches
+from annotation.verdicts.readmodel import counted_judgements, study_pass
 
 
 def _answer(category: str, scales: dict, reject_flags: list) -> object:
@@ -20,17 +19,16 @@ def _answer(category: str, scales: dict, reject_flags: list) -> object:
 
 def _consensus(study: Study) -> tuple[dict[int, bool], dict[str, dict[int, bool]]]:
     """Decided items' consensus (the study's rule and quorum, adjudication first) and every annotator's votes."""
-    verdicts = Verdicts.of(study)
+    state = study_pass(study, decide_all=True)
     consensus: dict[int, bool] = {}
     votes: dict[str, dict[int, bool]] = {}
-    for batch in iter_item_batches(study):
-        for row in batch:
-            d = decide_row(row, verdicts)
-            if d.decided:  # the eventual consensus: the quorum was reached, or an adjudicator decided
-                consensus[row.item_id] = d.validated
-            for v in row.votes:
-                if v.validated is not None:
-                    votes.setdefault(v.annotator, {})[row.item_id] = bool(v.validated)
+    for row in state.rows:
+        d = state.decisions[row.item_id]
+        if d.decided:  # the eventual consensus: the quorum was reached, or an adjudicator decided
+            consensus[row.item_id] = d.validated
+        for v in row.votes:
+            if v.validated is not None:
+                votes.setdefault(v.annotator, {})[row.item_id] = bool(v.validated)
     return consensus, votes
 
 

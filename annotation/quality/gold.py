@@ -6,12 +6,11 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils.html import format_html
 
+from annotation.core.consensus import UNANIMOUS, UNANIMOUS_MIN_VOTERS
 from annotation.core.serving import TRAINING_ITEM
 from annotation.models import Adjudication, Assignment, Judgement, Study, StudyItem
-from annotation.verdicts.state import counted_judgements
 from annotation.quality.signals import gold_correct, wilson_interval
-from annotation.verdicts.adjudication import Verdicts, decide_row, iter_item_batches
-from annotation.core.consensus import UNANIMOUS
+from annotation.verdicts.readmodel import Verdicts, counted_judgements, decide_row, iter_rows
 
 HAND, ADJUDICATED, PROMOTED = "hand", "adjudicated", "unanimous"
 
@@ -50,13 +49,12 @@ def promote_unanimous(study: Study, min_votes: int | None = None) -> int:
     """Items on which at least ``min_votes`` (default: the study's quorum; never fewer than
     two: one vote is not unanimous) annotators all agreed become gold with that answer (the
     unanimous consensus of :func:`decide_row`)."""
-    verdicts = Verdicts(quorum=max(2, min_votes or study.decision_quorum), policy="unanimous")
+    verdicts = Verdicts(quorum=max(UNANIMOUS_MIN_VOTERS, min_votes or study.decision_quorum), policy="unanimous")
     made: dict[int, tuple[bool, list[str]]] = {}
-    for batch in iter_item_batches(study):
-        for row in batch:
-            d = decide_row(row, verdicts, with_adjudication=False)
-            if d.decided and d.provenance == UNANIMOUS:
-                made[row.item_id] = (d.validated, sorted(v.annotator for v in row.votes))
+    for row in iter_rows(study):
+        d = decide_row(row, verdicts, with_adjudication=False)
+        if d.decided and d.provenance == UNANIMOUS:
+            made[row.item_id] = (d.validated, sorted(v.annotator for v in row.votes))
     for item in StudyItem.objects.filter(pk__in=list(made)):
         mark_gold(item, made[item.pk][0], PROMOTED, made_by=made[item.pk][1])
     return len(made)

@@ -61,7 +61,7 @@ from annotation.release.leaderboards import write_leaderboards
 from annotation.release.croissant import croissant, placeholders
 from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD, file_sums, release_files
 from annotation.release.names import ServerPaths, checkpoint_path, file_name, public_spec
-from annotation.verdicts.adjudication import is_session_rubric
+from annotation.verdicts.readmodel import is_session_rubric
 
 LAYOUTS: tuple[str, ...] = ("mbeir", "circo", "circled")
 CATEGORY_LAYOUTS = ("mbeir", "circo")
@@ -299,7 +299,7 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
     The files appear only once complete (a temporary folder renamed at the end)."""
     chosen = check_release(list(study_ids), layouts)
     report = _Overall(progress or (lambda stage, done, total: None),
-                      sum(study.items.count() * len(lays) for study, lays in chosen))
+                      sum(study.n_items * len(lays) for study, lays in chosen))
     final = _destination([s for s, _ in chosen], out_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / (tmp_name or f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")

@@ -30,7 +30,7 @@ def release_start(request, study_id: int):
         messages.error(request, str(exc))
         return redirect("annotation:study_progress", study_id=study.pk)
     job = ReleaseJob.objects.create(study=study, study_ids=[study.pk], layouts=chosen[0][1], created_by=request.user,
-                                    total=study.items.count(), stage="queued")
+                                    total=study.n_items, stage="queued")
     if not enqueue(ReleaseJob, job.pk, RUN_RELEASE):
         messages.warning(request, QUEUE_DOWN)
     return redirect("annotation:release_job", pk=job.pk)

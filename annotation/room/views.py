@@ -19,6 +19,7 @@ from config.roles import staff_required
 from config.security import locked_usernames
 
 from annotation import roles
+from annotation.verdicts.readmodel import QUORUM_FIELDS
 from annotation.judging.guidelines import current_guidelines, save_guidelines
 from annotation.models import GuidelinesVersion, Study, StudyItem
 from annotation.quality import gold as goldsvc
@@ -129,7 +130,7 @@ def study_settings(request, study_id: int):
     text = study.guidelines
     study.guidelines = guidelines_before
     study.save()
-    if {"overlap", "quorum", "adaptive_max", "consensus", "adaptive_confidence"} & set(form.changed_data):
+    if set(QUORUM_FIELDS) & set(form.changed_data):
         refresh_slots(study)  # the items' extra slots follow the new quorum rule
         request_refit(study)  # now reliability-weighted: its stored fit, in a worker
     version = save_guidelines(study, text, request.user)

@@ -36,14 +36,14 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
-from django.db.models import Count, Q
 
 from annotation import roles
-from annotation.agreement.maths import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE, signature_flags
 from annotation.agreement.circus_files import CircusFormatError, load_agreement_report, parse_assignment_file
+from annotation.agreement.maths import FLAGS, UNSPECIFIED_SIGNATURE, VALID_SIGNATURE, signature_flags
 from annotation.assignment.queue import store_judgement
 from annotation.models import Assignment, Judgement, RubricVersion, Study, StudyItem
 from annotation.sizes import add_items, recount
+from annotation.verdicts.readmodel import item_completions
 from retrieval.models import Dataset, Query, Turn
 
 SOURCE = "circus-import"
@@ -336,9 +336,9 @@ def _assignment(study: Study, existing: dict, item_id: int, user, r: Record, at:
 def _counters(study: Study) -> None:
     """Every labelled assignment is done; the agreement subset is what everyone judged."""
     n_annotators = study.annotators.count()
-    counts = list(StudyItem.objects.filter(study=study)
-                  .annotate(n=Count("assignments", filter=Q(assignments__status=Assignment.Status.DONE)))
-                  .values_list("id", "n"))
+    completions = item_completions(study)  # the read model's rule: a late answer completes nothing
+    counts = [(item_id, completions.get(item_id, 0))
+              for item_id in StudyItem.objects.filter(study=study).order_by("id").values_list("id", flat=True)]
     changed = []
     for item_id, n in counts:
         changed.append(StudyItem(id=item_id, taken=n, completed=n, agreement=n_annotators > 1 and n == n_annotators))

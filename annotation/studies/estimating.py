@@ -13,7 +13,7 @@ this module stores and reads it:
   served (``Study.estimate_stopped``; items already served are finished).
 * :func:`running_estimate`: what the staff page and the release card show.
 
-An item's verdict is the study's one decision (:func:`annotation.verdicts.adjudication.decide_row`):
+An item's verdict is the study's one decision (:func:`annotation.verdicts.readmodel.decide_row`):
 a rejected item is defective; its defect kinds are the rubric flags that at least half of
 its counted invalid votes raised (:func:`defect_kinds`). Only decided items count as judged.
 Annotators see none of it: no score, stratum or estimate is in their pages or API.
@@ -42,7 +42,7 @@ from annotation.studies.estimate import (
     stratum_of,
     stratum_order,
 )
-from annotation.verdicts.adjudication import ItemRow, Verdicts, decide_row, iter_item_batches
+from annotation.verdicts.readmodel import ItemRow, Verdicts, decide_row, iter_item_batches
 
 #: Completed judgements between two automatic re-plans.
 REPLAN_EVERY = 10

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from annotation.models import Study, StudyItem
-from annotation.verdicts.adjudication import Verdicts, decide_row, iter_item_batches
+from annotation.verdicts.readmodel import Verdicts, decide_row, iter_item_batches
 from retrieval.demo import HUMAN_EXPECTED
 
 

@@ -2,7 +2,7 @@
 refitted in a worker so that a submit stays O(1) whatever the study's size.
 
 A submit decides its one item by the study's last stored Dawid-Skene fit
-(``Study.reliability_fit``, read by :func:`annotation.verdicts.adjudication.reliability_of`;
+(``Study.reliability_fit``, read by :func:`annotation.verdicts.readmodel.reliability_of`;
 none yet: a split opens a further slot). The fit on all the study's judgements and every item's
 slots under it (:func:`refit_study`) run in the Celery task :data:`REFIT_TASK` (queue
 ``celery``), at most one pending or running per study: ``Study.refit_requested_at`` (when the
@@ -32,7 +32,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from annotation.models import Judgement, Study
-from annotation.verdicts.adjudication import fits_reliability, judgement_state, quorum_rule_of, reliability_of
+from annotation.verdicts.readmodel import fits_reliability, judgement_state, quorum_rule_of, reliability_of
 from annotation.verdicts.state import refresh_slots, slot_changes
 
 REFIT_TASK = "annotation.refit_reliability"

@@ -1,26 +1,26 @@
-"""THE state of a study's items and of an annotator's share: every count a page shows is read here.
+"""A study's counts and an annotator's share, as pages show them, and the slots serving reads.
 
-One definition of each quantity, read by the progress page and API, My studies, the end
-page, the item page's bar, the report (``report.json``), consensus, gold, quality,
-alternatives and the export:
+The item state itself (counted judgements, votes, decisions, item states, the one pass over
+a study) is the read model's, :mod:`annotation.verdicts.readmodel`; this module words it for
+the progress page and API, My studies, the end page and the item page's bar:
 
-* **Judgements that count**: :func:`counted_judgements`, i.e. ``Judgement.objects.counted()``:
-  the current revision of each judgement, less late ones (stored after the lease went to
-  someone else: kept and shown as *late*, never counted). :func:`submit_is_late` is the
-  late rule.
+* **Judgements that count**: :func:`~annotation.verdicts.readmodel.counted_judgements`, i.e.
+  ``Judgement.objects.counted()``: the current revision of each judgement, less late ones
+  (stored after the lease went to someone else: kept and shown as *late*, never counted).
+  :func:`submit_is_late` is the late rule.
 * **The quorum rule**: ``Study.quorum_rule`` (:class:`annotation.core.consensus.QuorumRule`):
   how many annotators an item is served to (``slots``) and how many counted judgements decide
   it (``needed``). An adaptive rule (:class:`~annotation.core.consensus.AdaptiveQuorumRule`)
   plugs in there and nowhere else; what it opened for an item's votes is kept on the item
   (``StudyItem.extra_slots``, :func:`reopen_slots`) so serving reads it in SQL (:func:`free_slot_q`,
   :func:`item_slots`).
-* **An item's decision state** (:func:`item_state`): ``unjudged`` (no counted judgement),
+* **An item's decision state** (:func:`~annotation.verdicts.readmodel.item_state`): ``unjudged`` (no counted judgement),
   ``pending`` (below the quorum), ``awaiting_adjudication`` (a tie, a flag or a
   disagreement), ``decided`` (by the votes), ``adjudicated`` (by staff). An item is
   *exported* once a finished export wrote it; :func:`study_counts` gives the latest export's
   count beside the states.
 * :func:`study_counts`: the states of every item, the counted and late judgements, and the
-  counted judgements of each annotator.
+  counted judgements of each annotator (the read model's :func:`~annotation.verdicts.readmodel.study_pass`).
 * :func:`annotator_share`: "N of M" for one annotator: ``done`` (items they submitted),
   ``remaining`` (items still open to them, at most their estimated share) and
   ``total = done + remaining``; ``remaining`` is 0 exactly when the queue has nothing left
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.cache import cache
@@ -41,37 +41,33 @@ from django.db.models import Count, F, Max, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from annotation.core.consensus import PENDING, UNJUDGED, QuorumRule, tally
 from annotation.models import Adjudication, AlternativeDecision, Assignment, ExportJob, Judgement, Study, StudyItem
 from annotation.sizes import recount, shift
-from annotation.verdicts.adjudication import (
+from annotation.verdicts.readmodel import (
+    AWAITING_ADJUDICATION,
+    DECIDED,
+    ITEM_STATES,
+    QUORUM_FIELDS,
     ItemRow,
     Verdicts,
+    assignment_counts,
+    counted_judgements,
     counted_votes,
-    decide_row,
-    has_verdicts,
-    iter_item_batches,
+    item_state,
+    item_states,
+    iter_rows,
+    late_judgements,
+    late_per_annotator,
     locked_item_row,
     quorum_rule_of,
     session_rule_of,
+    study_pass,
     turn_key_of,
 )
-from annotation.core.consensus import ADJUDICATED, ADJUDICATION, PENDING, UNJUDGED, Decision, QuorumRule, tally
 
-AWAITING_ADJUDICATION = "awaiting_adjudication"
-DECIDED = "decided"
-EXPORTED = "exported"
-ITEM_STATES: tuple[str, ...] = (UNJUDGED, PENDING, AWAITING_ADJUDICATION, DECIDED, ADJUDICATED)
-
-
-def counted_judgements(study: Study | int) -> QuerySet:
-    """The study's judgements that count (see the module docstring)."""
-    return Judgement.objects.counted().filter(assignment__study=study)
-
-
-def late_judgements(study: Study | int) -> QuerySet:
-    """Current judgements stored late: kept, shown, never counted."""
-    return Judgement.objects.filter(assignment__study=study, is_current=True, late=True)
-
+__all__ = ["AWAITING_ADJUDICATION", "DECIDED", "ITEM_STATES", "counted_judgements", "item_state", "item_states",
+           "late_judgements"]  # the read model's, for the readers of this module
 
 def study_sizes(study: Study) -> dict:
     """Item and annotator counts of a study: ``agreement`` and ``other`` items, ``annotators``
@@ -112,7 +108,7 @@ def reopen_slots(study: Study, item_id: int) -> int:
     its counted votes (two disagreeing votes open a third). The item row is locked first, so
     two racing submits of its last votes both see each other's. A fixed rule: nothing (0).
     Under reliability-weighted adaptive overlap the rule reads the study's last stored
-    reliability fit (:func:`~annotation.verdicts.adjudication.quorum_rule_of`; none yet: a split
+    reliability fit (:func:`~annotation.verdicts.readmodel.quorum_rule_of`; none yet: a split
     opens a further slot): the one item is decided here, in O(1); the refit on the new
     judgements and every other item's slots follow in a worker
     (:func:`annotation.verdicts.refit.request_refit`, sent by the submit once it commits)."""
@@ -139,11 +135,10 @@ def slot_changes(study: Study, rule: QuorumRule | None = None) -> Iterator[tuple
     rule = rule or quorum_rule_of(study)
     session, turn_key = session_rule_of(study), turn_key_of(study)
     extra_now = dict(StudyItem.objects.filter(study=study).values_list("id", "extra_slots"))
-    for batch in iter_item_batches(study):
-        for row in batch:
-            extra = opened_slots(rule, row, session, turn_key)
-            if extra != extra_now.get(row.item_id):
-                yield row.item_id, extra_now.get(row.item_id), extra
+    for row in iter_rows(study):
+        extra = opened_slots(rule, row, session, turn_key)
+        if extra != extra_now.get(row.item_id):
+            yield row.item_id, extra_now.get(row.item_id), extra
 
 
 def refresh_slots(study: Study, rule: QuorumRule | None = None) -> int:
@@ -165,70 +160,6 @@ def submit_is_late(status: str, taken: int, agreement: bool, study: Study, extra
     if status not in (Assignment.Status.RELEASED, Assignment.Status.SKIPPED):
         return False
     return taken >= item_slots(study, agreement, extra, study_sizes(study)["annotators"])
-
-
-def item_state(decision: Decision) -> str:
-    """The decision state of one item from its :func:`~annotation.verdicts.adjudication.decide_row`."""
-    if decision.provenance == ADJUDICATED:
-        return ADJUDICATED
-    if decision.decided:
-        return DECIDED
-    if decision.status == ADJUDICATION:
-        return AWAITING_ADJUDICATION
-    return PENDING if decision.status == PENDING else UNJUDGED
-
-
-def item_states(decisions: Iterable[Decision]) -> dict[str, int]:
-    """Items per :data:`ITEM_STATES` of these decisions."""
-    states = {s: 0 for s in ITEM_STATES}
-    for d in decisions:
-        states[item_state(d)] += 1
-    return states
-
-
-def _plain_state(n_votes: int, needed: int) -> str:
-    """The state of an item of a rubric without verdicts (scales only): by its counted judgements."""
-    if n_votes == 0:
-        return UNJUDGED
-    return PENDING if n_votes < needed else DECIDED
-
-
-class _Walk:
-    """One pass over a study's items (counted judgements attached): decisions, states,
-    complete items and per-annotator counted judgements."""
-
-    def __init__(self, study: Study, verdicts: Verdicts):
-        self.study, self.verdicts = study, verdicts
-        self.decides = has_verdicts(study.rubric.rubric)
-        self.states = {s: 0 for s in ITEM_STATES}
-        self.per_annotator: dict[str, int] = {}
-        self.judgements = self.flagged = self.complete = self.saved = 0
-        self.n_annotators = study_sizes(study)["annotators"]
-
-    def decisions(self) -> Iterable[Decision]:
-        for batch in iter_item_batches(self.study):
-            for row in batch:
-                decision = self._count(row)
-                if decision is not None:
-                    yield decision
-
-    def _count(self, row: ItemRow) -> Decision | None:
-        rule = self.verdicts.rule or self.study.quorum_rule
-        n = len(row.votes)
-        self.judgements += n
-        self.flagged += sum(1 for v in row.votes if v.flagged)
-        slots = rule.slots(row.agreement, self.n_annotators, counted_votes(row, self.verdicts.session, self.verdicts.turn_key))
-        self.complete += n >= slots
-        if rule.adaptive and not row.agreement and n >= slots:  # settled below the maximum: saved judgements
-            self.saved += rule.most - slots
-        for v in row.votes:
-            self.per_annotator[v.annotator] = self.per_annotator.get(v.annotator, 0) + 1
-        if not self.decides:
-            self.states[_plain_state(n, rule.needed(row.votes))] += 1
-            return None
-        decision = decide_row(row, self.verdicts)
-        self.states[item_state(decision)] += 1
-        return decision
 
 
 def latest_export(study: Study) -> ExportJob | None:
@@ -260,11 +191,10 @@ COUNTS_CACHE_SECONDS = 24 * 3600  # keyed by study_version: a change makes a new
 
 
 def _study_counts(study: Study, verdicts: Verdicts) -> dict[str, Any]:
-    walk = _Walk(study, verdicts)
-    out: dict[str, Any] = tally(walk.decisions())
+    walk = study_pass(study, verdicts)
+    out: dict[str, Any] = tally(walk.decisions.values())
     out["items"] = sum(walk.states.values())
-    late = dict(late_judgements(study).values_list("assignment__annotator__username")
-                .annotate(n=Count("id")).values_list("assignment__annotator__username", "n"))
+    late = late_per_annotator(study)
     export = latest_export(study)
     out.update(
         states=walk.states, pending=walk.states[PENDING], unjudged=walk.states[UNJUDGED], quorum=verdicts.quorum,
@@ -296,18 +226,15 @@ def study_version(study: Study) -> str:
              Assignment.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
              StudyItem.objects.filter(study=study).aggregate(n=Count("id"), gold=Count("id", filter=Q(gold=True))),
              ExportJob.objects.filter(study=study, status=ExportJob.Status.DONE).aggregate(n=Count("id"), last=Max("id"))]
-    fresh = Study.objects.filter(pk=study.pk).values_list("rubric_id", "overlap", "quorum", "session_rule",
-                                                          "alternatives_rule", "candidates", "adaptive_max",
-                                                          "consensus", "adaptive_confidence").first()
+    fresh = Study.objects.filter(pk=study.pk).values_list("rubric_id", "session_rule", "alternatives_rule",
+                                                          "candidates", *QUORUM_FIELDS).first()
     team = sorted(Study.annotators.through.objects.filter(study_id=study.pk).values_list("user_id", flat=True))
     return json.dumps([study.pk, study.created_at.timestamp(), parts, fresh, team], sort_keys=True, default=str)
 
 
 def _mine(study: Study, user_id: int) -> dict:
     return Assignment.objects.filter(study=study, annotator_id=user_id).aggregate(
-        done=Count("id", filter=Q(status=Assignment.Status.DONE)),
-        reserved=Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now())),
-    )
+        **assignment_counts(timezone.now(), "done", "reserved"))
 
 
 def open_to(study: Study, user_id: int, n_annotators: int) -> QuerySet:

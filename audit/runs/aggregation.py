@@ -556,6 +556,7 @@ def label_table(runs: Iterable[AuditRun]) -> list[dict[str, Any]]:
         rows.append({
             "run": run, "dataset": run.dataset.name, "split": run.split, "total": run.summary.get("n_queries", 0),
             **{label: counts.get(label, 0) for label in COUNT_KEYS},
+            "counts": [counts.get(label, 0) for label in COUNT_KEYS],  # under COUNT_HEADINGS
         })
     return rows
 

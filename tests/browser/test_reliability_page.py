@@ -9,7 +9,7 @@ import pytest
 
 from annotation.models import Study, StudyItem
 from annotation.studies.truth import defects_found, planted_kinds
-from annotation.verdicts.adjudication import study_reliability
+from annotation.verdicts.readmodel import study_reliability
 from annotation.verdicts.state import study_counts
 from tests.browser.conftest import login
 from tests.integration.test_report_export import judge

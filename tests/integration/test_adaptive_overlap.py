@@ -155,7 +155,7 @@ def test_a_revision_that_agrees_closes_the_third_slot(study):
 def test_staff_page_shows_labour_and_reliability_and_the_reliability_export(study, tmp_path):
     from django.test import Client
 
-    from annotation.verdicts.adjudication import study_reliability
+    from annotation.verdicts.readmodel import study_reliability
 
     study, _ = study
     for name in ("ann1", "ann2", "ann3"):

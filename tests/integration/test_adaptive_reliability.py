@@ -24,7 +24,7 @@ from annotation.assignment import queue as engine
 from annotation.export.validated import export_study
 from annotation.models import Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
-from annotation.verdicts.adjudication import quorum_rule_of, study_reliability, votes_of
+from annotation.verdicts.readmodel import quorum_rule_of, study_reliability, votes_of
 from annotation.core.consensus import DEFAULT_CONFIDENCE
 from annotation.verdicts.refit import run_refit
 from annotation.verdicts.state import refresh_slots, study_counts
@@ -130,6 +130,6 @@ def test_a_third_annotator_only_where_the_weighted_split_is_uncertain(study, ser
 
 
 def _rows(study, ids):
-    from annotation.verdicts.adjudication import iter_item_batches
+    from annotation.verdicts.readmodel import iter_item_batches
 
     return [row for batch in iter_item_batches(study) for row in batch if row.item_id in ids]

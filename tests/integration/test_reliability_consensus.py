@@ -13,7 +13,7 @@ from django.core.management import call_command
 from annotation.export.validated import export_study
 from annotation.models import Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
-from annotation.verdicts.adjudication import study_reliability
+from annotation.verdicts.readmodel import study_reliability
 from annotation.verdicts.state import study_counts
 from tests.conftest import FIXTURES, make_annotator
 from tests.integration.test_report_export import judge

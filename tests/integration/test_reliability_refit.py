@@ -17,7 +17,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from annotation.assignment import queue as engine
-from annotation.verdicts import adjudication, state
+from annotation.verdicts import readmodel, state
 from annotation.models import Judgement, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from annotation.verdicts.refit import REFIT_STALE_SECONDS, REFIT_TASK, request_refit, run_refit, serving_lag
@@ -43,8 +43,10 @@ def _submit_queries(study, user, code, capture, monkeypatch) -> int:
     served = engine.next_assignment(study, user).assignment
     assert served is not None
     with monkeypatch.context() as m:
-        m.setattr(adjudication, "fit_votes", _forbidden)
-        m.setattr(state, "iter_item_batches", _forbidden)
+        m.setattr(readmodel, "fit_votes", _forbidden)
+        for name in ("iter_item_batches", "study_rows", "study_pass"):  # the read model's walks over the items
+            m.setattr(readmodel, name, _forbidden)
+        m.setattr(state, "iter_rows", _forbidden)
         with CaptureQueriesContext(connection) as queries, capture(execute=True):
             engine.submit(served, _answer(code))
     return len(queries)

@@ -35,7 +35,8 @@ from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
 
 from annotation.assignment import queue as engine
-from annotation.verdicts.adjudication import Verdicts, adjudicate, adjudication_queue
+from annotation.verdicts.adjudication import adjudicate, adjudication_queue
+from annotation.verdicts.readmodel import Verdicts
 from annotation.export.validated import MBEIR_KEYS, ExportError, export_study
 from annotation.models import Assignment, ExportJob, Judgement, RubricVersion, Study, StudyItem
 from annotation.agreement.reports import study_report, study_triples

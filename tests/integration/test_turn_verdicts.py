@@ -24,7 +24,7 @@ from annotation.agreement.reports import study_report, study_turn_agreement
 from annotation.export.validated import ExportError, export_study
 from annotation.models import Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
-from annotation.verdicts.adjudication import Verdicts, decide_row, iter_item_batches
+from annotation.verdicts.readmodel import Verdicts, decide_row, iter_item_batches
 from retrieval.importers import circled
 from retrieval.models import Dataset, Query
 from tests.conftest import FIXTURES, make_annotator

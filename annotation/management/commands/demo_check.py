@@ -19,7 +19,8 @@ from collections import defaultdict
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.models import Assignment, Judgement, Study, StudyItem
+from annotation.models import Study, StudyItem
+from annotation.verdicts.readmodel import iter_rows
 from annotation.verdicts.crowd import compare, demo_truth_validity, labour_table
 from annotation.verdicts.state import study_counts
 from audit.models import AuditLabel
@@ -34,13 +35,13 @@ from annotation.studies.truth import truth_path
 
 
 def majority_flags(dataset: str) -> dict[str, set[str]]:
-    """Query external id -> flags raised by more than half of its current, finished judgements."""
+    """Query external id -> flags raised by more than half of its counted judgements in the
+    studies that hold it (the read model's: late judgements never count)."""
     votes: dict[str, list[dict]] = defaultdict(list)
-    for qid, flags in Judgement.objects.filter(
-        is_current=True, assignment__status=Assignment.Status.DONE,
-        assignment__item__query__dataset__name=dataset,
-    ).values_list("assignment__item__query__external_id", "flags"):
-        votes[qid].append(flags or {})
+    for study in Study.objects.filter(items__query__dataset__name=dataset).distinct().order_by("pk"):
+        for row in iter_rows(study):
+            if row.dataset == dataset and row.votes:
+                votes[row.external_id].extend(v.flags for v in row.votes)
     return {q: {f for f in set().union(*v) if 2 * sum(bool(x.get(f)) for x in v) > len(v)} for q, v in votes.items()}
 
 
