@@ -248,7 +248,9 @@ def markdown() -> str:
             sizing += f"{'; ' if sizing else ''}processor {r.processor_min_pixels}-{r.processor_max_pixels} px"
         cells = [f"`{f.name}`", ", ".join(f.backbones)]
         cells += ["`" + t.replace("\n", "\\n").replace("|", "\\|") + "`" for t in f.templates().values()]
-        cells += [f"{f.pooling} ({f.positions} positions)", sizing or "the processor's own"]
+        # only the Qwen backbones have multimodal rotary positions; LLaVA-NeXT's are 1-D
+        positions = f.positions if any(b.startswith("qwen") for b in f.backbones) else "1-D"
+        cells += [f"{f.pooling} ({positions} positions)", sizing or "the processor's own"]
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     out.append("Chat families (`gme`, `qwen3-vl-embedding`) take the template as the system instruction, the user turn "
