@@ -121,7 +121,12 @@ def writable_assignment(user, assignment_id: int, rows=None) -> Assignment:
     404 for someone else's, 403 with the reason once access has ended. ``rows``: the
     queryset to read it from (a submit passes its locked one)."""
     read = list(writable_rows(user, assignment_id, rows))
-    a = read[0] if read else None
+    return writable(read[0] if read else None)
+
+
+def writable(a: Assignment | None) -> Assignment:
+    """``a`` (read with ``is_member``, as :func:`writable_rows` reads it) if it may be written
+    to: 404 for none (not the user's, or no such row), 403 with the reason once access has ended."""
     if a is None:
         raise Http404("no such assignment")
     refusal = write_refusal(a.study, a.is_member, a.status)

@@ -1,0 +1,183 @@
+"""The explicit SQL of "next item"'s study row and of a submit's locked row
+(annotation/assignment/hot_rows.py) against the ORM rules they restate (permissions.member_study,
+membership and writable_rows, queue.lease_state and submit_rows, the read model's
+assignment_counts), on generated studies: members and not, revoked roles, inactive accounts,
+assignments in every status with expired, live and missing leases, gold or not, revisions
+(current, late), client tokens and drafts."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.http import Http404
+from django.utils import timezone
+from rest_framework.exceptions import PermissionDenied
+
+from annotation.assignment.hot_rows import EXTRA, SUBMIT_EXTRA, assignment_row, study_for_next, study_row, submit_row
+from annotation.assignment.queue import lease_state, submit_rows
+from annotation.models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
+from annotation.permissions import member_study_rows, writable_rows
+from annotation.roles import ANNOTATOR
+from retrieval.models import Dataset, Query
+from tests.conftest import make_annotator
+
+pytestmark = pytest.mark.django_db
+
+STATUSES = [s for s, _ in Assignment.Status.choices]
+
+
+def _world(seed: int):
+    rng = random.Random(seed)
+    now = timezone.now()
+    ds = Dataset.objects.create(name=f"rows-{seed}", format="demo")
+    users = [make_annotator(f"u{seed}-{i}") for i in range(6)]
+    users[4].groups.remove(Group.objects.get(name=ANNOTATOR))  # a member whose role was revoked
+    users[5].is_active = False  # a member whose account was deactivated
+    users[5].save()
+    studies = []
+    for s in range(3):
+        study = Study.objects.create(name=f"rows-{seed}-{s}", rubric=RubricVersion.builtin("validity"), overlap=3)
+        study.annotators.set([u for u in users if rng.random() < 0.7])
+        items = [
+            StudyItem.objects.create(
+                study=study,
+                order_key=k,
+                gold=rng.random() < 0.3,
+                query=Query.objects.create(dataset=ds, external_id=f"q{s}-{k}", split="val", ordinal=k),
+            )
+            for k in range(8)
+        ]
+        for user in users:
+            for position, item in enumerate(rng.sample(items, rng.randint(0, 6)), 1):
+                lease = rng.choice([None, now - timedelta(minutes=1), now + timedelta(minutes=5), now])
+                Assignment.objects.create(
+                    study=study,
+                    item=item,
+                    annotator=user,
+                    status=rng.choice(STATUSES),
+                    position=position * 3,
+                    lease_expires=lease,
+                )
+        studies.append(study)
+    return studies, users, now
+
+
+def _orm_row(user, study_id, now):
+    rows = list(member_study_rows(user, study_id, lease_state(user, now)))
+    return rows[0] if rows else None
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_raw_study_row_equals_the_orm_rule(seed):
+    studies, users, now = _world(seed)
+    checked = 0
+    for study in studies:
+        for user in users:
+            orm, raw = _orm_row(user, study.pk, now), study_row(user, study.pk, now)
+            for name in EXTRA:
+                want = getattr(orm, name)
+                assert getattr(raw, name) == (bool(want) if name in ("is_annotator", "has_expired") else want), (
+                    name,
+                    seed,
+                    study.pk,
+                    user.username,
+                )
+            assert raw.mine_user == user.pk
+            for field in Study._meta.concrete_fields:
+                assert getattr(raw, field.attname) == getattr(orm, field.attname), field.name
+            for field in RubricVersion._meta.concrete_fields:
+                assert getattr(raw.rubric, field.attname) == getattr(orm.rubric, field.attname), field.name
+            checked += 1
+    assert checked == 18
+    assert study_row(users[0], max(s.pk for s in studies) + 1, now) is None
+
+
+def test_study_for_next_refuses_as_member_study_does():
+    studies, users, now = _world(7)
+    study = studies[0]
+    study.annotators.set(users)
+    assert study_for_next(users[0], study.pk, now).is_annotator
+    for refused in (users[4], users[5]):  # role revoked, account deactivated
+        with pytest.raises(Http404):
+            study_for_next(refused, study.pk, now)
+    study.annotators.remove(users[0])
+    with pytest.raises(Http404):
+        study_for_next(users[0], study.pk, now)
+    with pytest.raises(Http404):
+        study_for_next(users[1], max(s.pk for s in studies) + 1, now)
+
+
+def _submit_world(seed: int):
+    """:func:`_world` with revisions (one current, some late), client tokens and drafts."""
+    rng = random.Random(seed)
+    studies, users, now = _world(seed)
+    for a in Assignment.objects.filter(study__in=studies).select_related("study"):
+        for revision in range(1, rng.randint(0, 3) + 1):
+            Judgement.objects.create(
+                assignment=a,
+                rubric_id=a.study.rubric_id,
+                revision=revision,
+                is_current=False,
+                late=rng.random() < 0.3,
+                client_token=rng.choice(["", f"tok{a.pk}-{revision}"]),
+            )
+        last = a.revisions.order_by("-revision").first()
+        if last is not None and rng.random() < 0.8:
+            Judgement.objects.filter(pk=last.pk).update(is_current=True)
+        if rng.random() < 0.3:
+            Draft.objects.create(assignment=a, payload={"category": "VALIDATED"})
+    return studies, users
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_the_raw_submit_row_equals_the_orm_rule(seed):
+    studies, users = _submit_world(seed)
+    assignments = list(Assignment.objects.filter(study__in=studies))
+    checked = 0
+    for a in assignments:
+        tokens = ["", f"tok{a.pk}-1", f"tok{a.pk}-2", "absent"]
+        for user in users:
+            for token in tokens:
+                rows = list(writable_rows(user, a.pk, submit_rows(token)))
+                orm, raw = (rows[0] if rows else None), assignment_row(user, a.pk, token, lock=False)
+                assert (orm is None) == (raw is None)
+                if orm is None:
+                    continue
+                for name in SUBMIT_EXTRA:
+                    want = getattr(orm, name)
+                    assert getattr(raw, name) == (bool(want) if name in ("is_member", "has_draft") else want), name
+                for obj, other in (
+                    (raw, orm),
+                    (raw.study, orm.study),
+                    (raw.study.rubric, orm.study.rubric),
+                    (raw.item, orm.item),
+                    (raw.item.query, orm.item.query),
+                    (raw.annotator, orm.annotator),
+                ):
+                    for field in type(obj)._meta.concrete_fields:
+                        assert getattr(obj, field.attname) == getattr(other, field.attname), field.name
+                checked += 1
+    assert checked >= len(assignments) * len(tokens)
+
+
+def test_submit_row_refuses_as_writable_assignment_does():
+    studies, users, now = _world(8)
+    study = studies[0]
+    study.annotators.set(users)
+    query = Query.objects.create(
+        dataset=Dataset.objects.get(name="rows-8"), external_id="fresh", split="val", ordinal=99
+    )
+    item = StudyItem.objects.create(study=study, order_key=99, query=query)
+    mine = {u: Assignment.objects.create(study=study, item=item, annotator=u, lease_expires=now) for u in users}
+    assert submit_row(users[0], mine[users[0]].pk).pk == mine[users[0]].pk
+    with pytest.raises(Http404):  # someone else's
+        submit_row(users[0], mine[users[1]].pk)
+    for refused in (users[4], users[5]):  # role revoked, account deactivated
+        with pytest.raises(PermissionDenied):
+            submit_row(refused, mine[refused].pk)
+    Study.objects.filter(pk=study.pk).update(status=Study.Status.CLOSED)
+    with pytest.raises(PermissionDenied):
+        submit_row(users[0], mine[users[0]].pk)
