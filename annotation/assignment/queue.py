@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 from django.utils import timezone
 
+from annotation.verdicts.readmodel import assignment_counts
 from annotation.core.serving import (QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
                                         choose_gold, choose_next, gold_due, nothing_to_serve, queue_fields)
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
@@ -97,8 +98,7 @@ def _mine_aggregates(now) -> dict:
     return {
         "position": Max("position"), "served": Count("id", filter=kept),
         "gold": Count("id", filter=kept & Q(item__gold=True)),
-        "done": Count("id", filter=Q(status=Assignment.Status.DONE)),
-        "reserved": Count("id", filter=Q(status=Assignment.Status.RESERVED, lease_expires__gt=now)),
+        **assignment_counts(now, "done", "reserved"),  # the read model's, as progress and shares count them
     }
 
 
@@ -530,7 +530,8 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
 
 def mark_done(a: Assignment, late: bool | None = None) -> None:
     """The assignment is done (a judgement was stored, or an interactive session ended): its
-    item counts one more completion unless the answer came late (``None``: the lease rule)."""
+    item counts one more completion unless the answer came late (``None``: the lease rule): the
+    read model's rule, :func:`annotation.verdicts.readmodel.item_completions`."""
     if a.status == Assignment.Status.DONE:
         return
     if late is None:
