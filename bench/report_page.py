@@ -225,7 +225,7 @@ def main() -> None:
                 started = time.perf_counter()
                 status = client.get(url).status_code
                 times.append(time.perf_counter() - started)
-            print(f"{study.name:<24} {study.items.count():>6} items  {page:<12} status {status}  "
+            print(f"{study.name:<24} {study.n_items:>6} items  {page:<12} status {status}  "
                   f"first {times[0]:.3f} s  cached median {statistics.median(times[1:]):.3f} s")
 
 
