@@ -38,16 +38,20 @@ from .planning import (
     joined_turn_text,
     fail_run,
     planned_reads,
+    run_modality_rule,
     single_turn_inputs,
 )
 
 
-def retriever_for(spec: str) -> Any:
+def retriever_for(spec: str, run: AuditRun | None = None) -> Any:
+    """The built (or lazily built) retriever of ``spec`` as this worker runs it, under ``run``'s
+    modality rule (:func:`audit.runs.planning.run_modality_rule`; without a run, the setting's)."""
     from .encoding import get_retriever
 
     return get_retriever(
         spec, device=settings.AUDIT_DEVICE or None, batch_size=int(settings.AUDIT_BATCH_SIZE),
-        precision=settings.AUDIT_PRECISION, modality_rule=settings.AUDIT_MODALITY_RULE,
+        precision=settings.AUDIT_PRECISION,
+        modality_rule=run_modality_rule(run) if run is not None else settings.AUDIT_MODALITY_RULE,
     )
 
 
@@ -175,7 +179,7 @@ def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[H
     from .encoding import encode_images_shared
 
     started = time.perf_counter()
-    retrievers = [retriever_for(c.retriever) for c in chunks]
+    retrievers = [retriever_for(c.retriever, run) for c in chunks]
     build_s = (time.perf_counter() - started) / len(chunks)
     caches = [embedding_cache(r) for r in retrievers]
     items = chunks[0].items
@@ -270,7 +274,7 @@ def _chunk_gallery(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> 
     from .encoding import gallery_matrix
 
     t0 = time.perf_counter()
-    retriever = retriever_for(chunk.retriever)
+    retriever = retriever_for(chunk.retriever, run)
     cache = embedding_cache(retriever)
     build_s = time.perf_counter() - t0
     max_pixels = int(settings.IMAGE_MAX_PIXELS)
@@ -665,7 +669,7 @@ def _session_texts_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | Non
     from .encoding import session_texts_max_cosine
 
     t0 = time.perf_counter()
-    retriever = retriever_for(chunk.retriever)
+    retriever = retriever_for(chunk.retriever, run)
     cache = embedding_cache(retriever)
     build_s = time.perf_counter() - t0
     turns = session_turns(chunk.items)

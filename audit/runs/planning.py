@@ -21,7 +21,7 @@ from retrieval.galleries import (
     scope_text,
     split_of_scope,
 )
-from retrieval.retrievers import canonical_spec
+from retrieval.retrievers import MODALITY_RULES, canonical_spec
 from retrieval.targets import TargetFacts
 from retrieval.models import (
     Dataset,
@@ -118,6 +118,7 @@ def create_run(
     tau: float | None = None,
     tau_encoder: str | None = None,
     caption_join: str = "cirval",
+    modality_rule: str | None = None,
 ) -> AuditRun:
     """Validate the request and store a queued run (nothing is computed yet).
 
@@ -125,6 +126,9 @@ def create_run(
     (defaults: ``AUDIT_SESSION_EPSILON`` = 30, ``AUDIT_SESSION_TAU`` = 0.8 and the
     pool's first retriever); they are stored on the run, the encoder as a canonical spec.
     ``caption_join``: how a turn's captions become the encoded text (:mod:`retrieval.captions`).
+    ``modality_rule``: how the text-only and image-only queries are formed (``family`` or
+    ``circus``; default ``AUDIT_MODALITY_RULE``), recorded in the run's summary: every worker
+    that runs its chunks uses the run's rule (:func:`run_modality_rule`), whatever its own setting.
     """
     dataset = _find_dataset(dataset)
     if isinstance(k, bool) or int(k) < 1:
@@ -140,12 +144,22 @@ def create_run(
         raise AuditError("chunk sizes must be >= 1")
     if caption_join not in CAPTION_JOINS:
         raise AuditError(f"unknown caption join {caption_join!r}; expected one of {', '.join(CAPTION_JOINS)}")
+    rule = modality_rule or settings.AUDIT_MODALITY_RULE
+    if rule not in MODALITY_RULES:
+        raise AuditError(f"unknown modality rule {rule!r}; expected one of {', '.join(MODALITY_RULES)}")
     return AuditRun.objects.create(
+        summary={"modality_rule": rule},
         dataset=dataset, split=resolve_split(dataset, split), retrievers=specs, k=int(k),
         min_mm_retrievers=int(min_mm_retrievers), exclude_reference=bool(exclude_reference),
         chunk_queries=cq, chunk_gallery=cg, created_by=created_by if getattr(created_by, "pk", None) else None,
         epsilon=eps, tau=t, tau_encoder=tau_spec, caption_join=caption_join,
     )
+
+
+def run_modality_rule(run: AuditRun) -> str:
+    """The modality rule a run's retrievers use (:func:`create_run`); a run stored before runs
+    recorded it used the setting of the worker that ran it, ``AUDIT_MODALITY_RULE``."""
+    return str((run.summary or {}).get("modality_rule") or settings.AUDIT_MODALITY_RULE)
 
 
 def tau_encoder_spec(run: AuditRun) -> str:

@@ -83,7 +83,7 @@ def _embedding_parts(run: AuditRun, spec: str, query_ids: Sequence[int], facts: 
     deviations of the gallery's multimodal scores) under one retriever, from its cache."""
     from .execution import embedding_cache, retriever_for
 
-    retriever = retriever_for(spec)
+    retriever = retriever_for(spec, run)
     cache = embedding_cache(retriever)
     refs, positives, galleries = facts["refs"], facts["positives"], facts["galleries"]
     wanted = {i for q in query_ids for i in (refs.get(q), *positives.get(q, ()), *galleries.get(q, ())) if i}

@@ -44,8 +44,8 @@ def pool(checkpoints: dict[str, Path]) -> list[str]:
             f"hf:qwen3-vl-embedding@{checkpoints['qwen3_vl']}"]
 
 
-def audit(dataset: Dataset, specs: list[str]) -> AuditRun:
-    run = dispatch.run_inline(planning.create_run(dataset, specs, chunk_queries=4, chunk_gallery=16))
+def audit(dataset: Dataset, specs: list[str], **options) -> AuditRun:
+    run = dispatch.run_inline(planning.create_run(dataset, specs, chunk_queries=4, chunk_gallery=16, **options))
     assert run.status == "done", run.error
     return run
 
@@ -75,8 +75,22 @@ def test_an_audit_with_hf_retrievers_and_a_second_one_that_encodes_nothing(demo,
     assert encoded == []  # the embedding cache served every input of the hf: retrievers
 
 
-def test_the_circus_rule_audits_hf_retrievers(demo, checkpoints, settings):
-    settings.AUDIT_MODALITY_RULE = "circus"
-    run = audit(demo, pool(checkpoints)[1:])
+def test_the_circus_rule_audits_hf_retrievers(demo, checkpoints, settings, monkeypatch):
+    """The rule is the run's (recorded on it), not the setting of the worker that runs it."""
+    settings.AUDIT_MODALITY_RULE = "family"
+    rules: list[str] = []
+    encode = HfRetriever.encode_items
+    monkeypatch.setattr(HfRetriever, "encode_items",
+                        lambda self, items: rules.append(self.modality_rule) or encode(self, items))
+    run = audit(demo, pool(checkpoints)[1:], modality_rule="circus")
+    assert run.summary["modality_rule"] == "circus" and planning.run_modality_rule(run) == "circus"
+    assert rules and set(rules) == {"circus"}
     got = ranks(run)
     assert {r for (_, r) in got} == set(run.retrievers) and all(None not in v for v in got.values())
+
+
+def test_an_unknown_modality_rule_is_refused_before_anything_is_stored(demo):
+    before = AuditRun.objects.count()
+    with pytest.raises(planning.AuditError, match="unknown modality rule 'clip'"):
+        planning.create_run(demo, ["openclip:cirval-tiny-vit"], modality_rule="clip")
+    assert AuditRun.objects.count() == before

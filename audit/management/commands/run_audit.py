@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from audit.runs import dispatch, planning
 from audit.labels import count_lines
 from retrieval.captions import CAPTION_JOINS
+from retrieval.retrievers import MODALITY_RULES
 from audit.models import AuditRun
 from audit.protocol import gallery_mixed_warning
 from retrieval.jobs.job_progress import format_eta
@@ -50,6 +51,10 @@ class Command(BaseCommand):
         parser.add_argument("--caption-join", choices=sorted(CAPTION_JOINS), default="cirval",
                             help="How a turn's captions become one text: cirval (default: stripped, joined with "
                                  "' and ') or clip4cir (CLIP4Cir's FashionIQ validation text); retrieval/captions.py.")
+        parser.add_argument("--modality-rule", choices=sorted(MODALITY_RULES), default=None,
+                            help="How the text-only and image-only queries are formed: each retriever family's own "
+                                 "(family) or CIRCUS's (circus: the text with a black image, the image with the "
+                                 "empty text). Default: the AUDIT_MODALITY_RULE setting. Recorded on the run.")
         parser.add_argument("--chunk-queries", type=int, default=None)
         parser.add_argument("--chunk-gallery", type=int, default=None)
         parser.add_argument("--wait", action="store_true", help="Show progress until done, then the label counts.")
@@ -67,7 +72,7 @@ class Command(BaseCommand):
                 min_mm_retrievers=opts["min_mm_retrievers"], exclude_reference=not opts["keep_reference"],
                 chunk_queries=opts["chunk_queries"], chunk_gallery=opts["chunk_gallery"],
                 epsilon=opts["epsilon"], tau=opts["tau"], tau_encoder=opts["tau_encoder"],
-                caption_join=opts["caption_join"],
+                caption_join=opts["caption_join"], modality_rule=self.modality_rule(opts),
             )
         except ValueError as exc:  # AuditError and bad retriever specs
             raise CommandError(str(exc)) from None
@@ -89,6 +94,10 @@ class Command(BaseCommand):
             run = wait_for_run(run.pk, self.stderr, poll=opts["poll"])
         self.report(run)
 
+    @staticmethod
+    def modality_rule(opts) -> str:
+        return opts["modality_rule"] or settings.AUDIT_MODALITY_RULE
+
     def check_cost(self, opts) -> None:
         """Print the api: retrievers' estimated calls and cost; refuse (before anything is
         written) a run over --max-cost."""
@@ -96,7 +105,7 @@ class Command(BaseCommand):
 
         try:
             estimates = audit_estimates(opts["dataset"], opts["split"] or None, opts["retrievers"], planning.resolve_split,
-                                        caption_join=opts["caption_join"], modality_rule=settings.AUDIT_MODALITY_RULE,
+                                        caption_join=opts["caption_join"], modality_rule=self.modality_rule(opts),
                                         cache_root=settings.EMBEDDING_CACHE_DIR)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
