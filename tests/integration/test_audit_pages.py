@@ -129,6 +129,8 @@ def test_staff_starts_an_audit(client, demo_accounts, tiny, django_capture_on_co
     # both tiny configurations name no weights: the page says their ranks mean nothing
     page = client.get(f"/audits/{run.pk}/").content.decode()
     assert page.count(">random weights<") == 2 and "2 of the 2 retrievers name no weights" in page
+    # the run records its modality rule (the setting's, from the form), and the page names it
+    assert run.summary["modality_rule"] == "family" and "Unimodal queries</dt><dd>each retriever family" in page
     # the next form starts from the newest finished computed audit's pool, else the tiny ones
     assert default_pool() == DEFAULT_POOL
     AuditRun.objects.filter(pk=run.pk).update(status="done", retrievers=["openclip:ViT-B-32@/m/a.pt"])
