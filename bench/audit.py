@@ -501,7 +501,8 @@ def main() -> None:
         encodes.append(whole)
         encodes_only.append(encode_only)
         cold, cold_one, warm, warm_one, warm_built = cold_and_warm(dataset, specs, sync)
-        first_cold = first_cold if colds else cold
+        if not colds:  # the first cold run's ranks are compared with the naive way's
+            first_cold = cold
         colds.append(cold_one)
         warms.append(warm_one)
         built = max(built, warm_built)
