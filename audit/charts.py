@@ -7,6 +7,7 @@ a ``<title>`` per bar for tooltips) that a template can inline.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from decimal import ROUND_HALF_UP, Decimal
 from html import escape
 
 PALETTE: tuple[str, ...] = ("#2457c5", "#e08a1e", "#1f7a4d", "#8e44ad", "#b83232")
@@ -15,7 +16,17 @@ SMALL = 'font-family="system-ui, sans-serif" font-size="10"'
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
-    return "undefined" if value is None else f"{value:.{digits}f}"
+    """A figure as every page writes it: ``digits`` decimals, a half rounded up (the rule of
+    Django's ``floatformat``, which the tables beside the charts use), so a chart's tooltip and
+    its table never show one figure two ways (0.0625: "0.063" in both, where Python's format
+    would round it to even, "0.062")."""
+    if value is None:
+        return "undefined"
+    exact = Decimal(repr(float(value)))
+    if not exact.is_finite():
+        return repr(float(value))
+    text = str(exact.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+    return text[1:] if text.startswith("-") and not Decimal(text) else text  # no "-0.000"
 
 
 def elided(text: str, max_chars: int) -> str:
@@ -392,8 +403,8 @@ def heatmap_svg(labels: Sequence[str], values: Sequence[Sequence[float | None]],
                 fill, dark, text = "#eef1f5", False, "–"
             else:
                 fill, dark = cell_colour(float(value), vmin, vmax)
-                text = f"{value:.2f}"
-            tip = f"{labels[i]} × {labels[j]}: {'undefined' if value is None else f'{value:.4f}'}"
+                text = _fmt(value, 2)
+            tip = f"{labels[i]} × {labels[j]}: {_fmt(value, 4)}"
             if shared is not None and i != j:
                 tip += f" ({shared[i][j]} shared items)"
             out.append(f'<g><title>{escape(tip)}</title><rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
