@@ -7,8 +7,9 @@ a ``<title>`` per bar for tooltips) that a template can inline.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from decimal import ROUND_HALF_UP, Decimal
 from html import escape
+
+from config.figures import fixed
 
 PALETTE: tuple[str, ...] = ("#2457c5", "#e08a1e", "#1f7a4d", "#8e44ad", "#b83232")
 FONT = 'font-family="system-ui, sans-serif" font-size="12"'
@@ -16,17 +17,8 @@ SMALL = 'font-family="system-ui, sans-serif" font-size="10"'
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
-    """A figure as every page writes it: ``digits`` decimals, a half rounded up (the rule of
-    Django's ``floatformat``, which the tables beside the charts use), so a chart's tooltip and
-    its table never show one figure two ways (0.0625: "0.063" in both, where Python's format
-    would round it to even, "0.062")."""
-    if value is None:
-        return "undefined"
-    exact = Decimal(repr(float(value)))
-    if not exact.is_finite():
-        return repr(float(value))
-    text = str(exact.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
-    return text[1:] if text.startswith("-") and not Decimal(text) else text  # no "-0.000"
+    """A figure as every page writes it (:func:`config.figures.fixed`), or "undefined"."""
+    return "undefined" if value is None else fixed(value, digits)
 
 
 def elided(text: str, max_chars: int) -> str:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from config.figures import fixed
 from retrieval.models import VALIDATED_SUBSET, QuerySubset
 
 from ..labels import SHORTCUT_FREE
@@ -95,7 +96,7 @@ def pct(value: float | None, signed: bool = False) -> str:
     """A fraction as the table prints it: percent, one decimal ("–": undefined)."""
     if value is None:
         return "–"
-    return f"{100 * value:+.1f}" if signed else f"{100 * value:.1f}"
+    return fixed(100 * value, 1, signed=signed)
 
 
 def with_interval(cell: dict[str, float | None], signed: bool = False) -> str:
@@ -112,7 +113,7 @@ def rank_text(row: dict[str, Any]) -> str:
 
 
 def gap_text(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
+    return "–" if value is None else fixed(value, 3)
 
 
 def display_table(data: dict[str, Any]) -> dict[str, Any]:
@@ -128,8 +129,8 @@ def display_table(data: dict[str, Any]) -> dict[str, Any]:
                 for r in data["rows"] if any(v is not None for v in r["comp_gap"].values())]
     tau = data["tau"]
     tau_line = ("Kendall's τ-b, Full vs Validated ordering: "
-                + ("undefined" if tau["value"] is None else f"{tau['value']:.3f}"
-                   + ("" if tau["low"] is None else f" [{tau['low']:.3f}, {tau['high']:.3f}]")))
+                + ("undefined" if tau["value"] is None else fixed(tau["value"], 3)
+                   + ("" if tau["low"] is None else f" [{fixed(tau['low'], 3)}, {fixed(tau['high'], 3)}]")))
     return {"headers": headers, "rows": rows, "gap_headers": gap_headers, "gap_rows": gap_rows, "tau": tau_line}
 
 
