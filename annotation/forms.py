@@ -5,6 +5,7 @@ from django.contrib.auth import get_user_model
 
 from audit.labels import COMPOSITION_REQUIRED, LABELS, UNRESOLVED
 from config.parsing import HostileInput, loads
+from retrieval.fusion import MAX_CANDIDATES
 from retrieval.models import Dataset
 from retrieval.sessions import STRATEGIES
 
@@ -17,6 +18,7 @@ from annotation.core.rounds import (
     TARGET_VIEWS,
 )
 from annotation.core.rubric import builtin_rubrics
+from annotation.core.study_settings import MAX_LEASE_MINUTES, MAX_OVERLAP, QuorumSettings, ServingSettings
 from annotation.models import Study
 from annotation.studies.building import StudySpec
 
@@ -25,13 +27,13 @@ class StudyForm(forms.Form):
     name = forms.CharField(max_length=200)
     datasets = forms.ModelMultipleChoiceField(queryset=Dataset.objects.all(), to_field_name="name")
     rubric = forms.ChoiceField(choices=[(k, r.title) for k, r in builtin_rubrics().items()])
-    overlap = forms.IntegerField(min_value=1, max_value=50, initial=3, help_text="Annotators per item.")
+    overlap = forms.IntegerField(min_value=1, max_value=MAX_OVERLAP, initial=3, help_text="Annotators per item.")
     quorum = forms.IntegerField(
-        required=False, min_value=1, max_value=50,
+        required=False, min_value=1, max_value=MAX_OVERLAP,
         help_text="Current judgements an item needs before it is decided (validated, rejected or sent to "
                   "adjudication); empty: the overlap. Items below it are pending and never exported.")
     adaptive_max = forms.IntegerField(
-        required=False, min_value=2, max_value=50, label="Adaptive overlap: at most",
+        required=False, min_value=2, max_value=MAX_OVERLAP, label="Adaptive overlap: at most",
         help_text="Serve each item to the overlap (e.g. 2) and, only while its annotators disagree, to one more "
                   "up to this many (e.g. 3); empty: every item goes to the overlap.")
     consensus = forms.ChoiceField(
@@ -63,8 +65,8 @@ class StudyForm(forms.Form):
     seed = forms.IntegerField(initial=0, min_value=-(2**31), max_value=2**31 - 1)
     agreement_size = forms.IntegerField(min_value=0, initial=0, help_text="Items judged by every annotator.")
     blind = forms.BooleanField(required=False, initial=True)
-    lease_minutes = forms.IntegerField(min_value=1, max_value=240, initial=10)
-    candidates = forms.IntegerField(min_value=0, max_value=50, initial=20, required=False,
+    lease_minutes = forms.IntegerField(min_value=1, max_value=MAX_LEASE_MINUTES, initial=10)
+    candidates = forms.IntegerField(min_value=0, max_value=MAX_CANDIDATES, initial=20, required=False,
                                     help_text="Candidate images per item, the same number for every item (on pages "
                                               "of 10); empty: 20.")
     guidelines = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
@@ -99,17 +101,33 @@ class StudyForm(forms.Form):
             raise forms.ValidationError("Quotas are an object of non-negative integers.")
         return data
 
+    def clean(self):
+        """The quorum and serving settings' rules together (annotation.core.study_settings), each
+        problem on its field, once every field of the group has parsed."""
+        data = super().clean()
+        values = self._group_values(data)
+        for group in (QuorumSettings, ServingSettings):
+            if any(name in self.errors for name in group.field_names()):
+                continue
+            for name, problem in group.from_values(values).problems().items():
+                self.add_error(name if name in self.fields else None, problem)
+        return data
+
+    @staticmethod
+    def _group_values(d: dict) -> dict:
+        """The quorum and serving settings asked for; an empty choice or number is left out
+        (the study's default: e.g. 20 candidates, majority consensus, random order)."""
+        names = (*QuorumSettings.field_names(), *ServingSettings.field_names())
+        return {k: d[k] for k in names if k in d and (d[k] not in (None, "") or k in ("quorum", "adaptive_max"))}
+
     def spec(self) -> StudySpec:
         d = self.cleaned_data
         return StudySpec(
-            name=d["name"], datasets=[x.name for x in d["datasets"]], rubric=d["rubric"], overlap=d["overlap"],
+            name=d["name"], datasets=[x.name for x in d["datasets"]], rubric=d["rubric"],
             hidden_categories=list(d["hidden_categories"]), quotas=d["quotas"], total=d["total"], seed=d["seed"],
-            agreement_size=d["agreement_size"], blind=d["blind"], guidelines=d["guidelines"],
-            lease_minutes=d["lease_minutes"], annotators=[u.username for u in d["annotators"]],
-            quorum=d.get("quorum"), session_rule=self._session_rule(d), candidates=20 if d["candidates"] is None else d["candidates"],
-            adaptive_max=d.get("adaptive_max"), consensus=d.get("consensus") or "majority",
-            serve_order=d.get("serve_order") or Study.ServeOrder.RANDOM,
-            interactive=self._interactive(d),
+            agreement_size=d["agreement_size"], guidelines=d["guidelines"],
+            annotators=[u.username for u in d["annotators"]], session_rule=self._session_rule(d),
+            interactive=self._interactive(d), **self._group_values(d),
         )
 
     @staticmethod

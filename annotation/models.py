@@ -5,6 +5,7 @@ from functools import cached_property
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -14,7 +15,15 @@ from retrieval.models import Query
 
 from annotation.core.serving import SERVE_RANDOM, SERVE_SUSPICION
 from annotation.core.rubric import Rubric, builtin_rubric
-from annotation.core.consensus import DEFAULT_CONFIDENCE, QuorumRule, study_quorum_rule
+from annotation.core.consensus import DEFAULT_CONFIDENCE, QuorumRule
+from annotation.core.rounds import InteractiveSettings
+from annotation.core.study_settings import (
+    EstimateSettings,
+    GoldSettings,
+    QuorumSettings,
+    ServingSettings,
+    column_problems,
+)
 
 
 class RubricVersion(models.Model):
@@ -154,12 +163,53 @@ class Study(models.Model):
                                        if not f.primary_key and f.name not in self.KEPT_FIELDS]
         super().save(*args, **kwargs)
 
+    def clean(self) -> None:
+        """Every setting group's rules (annotation.core.study_settings), setting by setting: the
+        settings page, the admin; building a study checks the same groups."""
+        super().clean()
+        problems = column_problems(self)
+        try:
+            if self.interactive:
+                InteractiveSettings.from_dict(self.interactive)  # checks itself when built
+        except (TypeError, ValueError) as exc:
+            problems["interactive"] = f"interactive settings: {exc}"
+        try:
+            if self.estimate:
+                EstimateSettings.parse(self.estimate).validate()
+        except ValueError as exc:
+            problems["estimate"] = str(exc)
+        if problems:
+            raise ValidationError(problems)
+
+    # The study's settings in typed groups (annotation.core.study_settings), built from the columns.
+    @property
+    def quorum_settings(self) -> QuorumSettings:
+        return QuorumSettings.of(self)
+
+    @property
+    def gold_settings(self) -> GoldSettings:
+        return GoldSettings.of(self)
+
+    @property
+    def serving_settings(self) -> ServingSettings:
+        return ServingSettings.of(self)
+
+    @property
+    def interactive_settings(self) -> InteractiveSettings | None:
+        """An interactive study's settings; ``None``: not interactive."""
+        return InteractiveSettings.from_dict(self.interactive) if self.interactive else None
+
+    @property
+    def estimate_settings(self) -> EstimateSettings | None:
+        """An estimate study's sampling target; ``None``: not an estimate study."""
+        return EstimateSettings.parse(self.estimate) if self.estimate else None
+
     @property
     def quorum_rule(self) -> QuorumRule:
         """THE quorum rule of the study (:class:`annotation.core.consensus.QuorumRule`); under
         reliability-weighted consensus an adaptive rule settles splits at ``adaptive_confidence``
         once bound to the study's reliability model (``annotation.verdicts.readmodel.quorum_rule_of``)."""
-        return study_quorum_rule(self.overlap, self.quorum, self.adaptive_max, self.consensus, self.adaptive_confidence)
+        return self.quorum_settings.rule
 
     @property
     def kind(self) -> str:

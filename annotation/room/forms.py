@@ -4,6 +4,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 
+from annotation.core.study_settings import GoldSettings, QuorumSettings
 from annotation.models import Study
 
 ROLE_CHOICES = [("annotator", "Annotator"), ("researcher", "Researcher"), ("admin", "Admin (staff)")]
@@ -34,10 +35,13 @@ class RolesForm(forms.Form):
 
 
 class StudySettingsForm(forms.ModelForm):
+    """A study's quorum and gold settings, its serve order and lease, its guidelines. Their rules
+    are the setting groups' (annotation.core.study_settings), checked by ``Study.clean()``, which
+    the model form runs: each problem shows on its field."""
+
     class Meta:
         model = Study
-        fields = ["overlap", "quorum", "serve_order", "adaptive_max", "consensus", "adaptive_confidence", "lease_minutes", "gold_rate", "training_items", "too_fast_seconds", "straight_run",
-                  "guidelines"]
+        fields = [*QuorumSettings.field_names(), "serve_order", "lease_minutes", *GoldSettings.field_names(), "guidelines"]
         labels = {"overlap": "Overlap (annotators per item)",
                   "quorum": "Quorum (current judgements before an item is decided; empty: the overlap)", "gold_rate": "Gold rate (0–1)", "serve_order": "Serve fresh items by",
                   "adaptive_max": "Adaptive overlap: at most this many annotators, one more while they disagree "
@@ -49,31 +53,6 @@ class StudySettingsForm(forms.ModelForm):
                   "too_fast_seconds": "Too fast below (seconds)", "straight_run": "Straight-lining run length",
                   "guidelines": "Guidelines (Markdown; example images as ![caption](/images/ID/))"}
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 10})}
-
-    def clean_gold_rate(self):
-        rate = self.cleaned_data["gold_rate"]
-        if not 0 <= rate <= 1:
-            raise forms.ValidationError("A rate between 0 and 1.")
-        return rate
-
-    def clean_overlap(self):
-        n = self.cleaned_data["overlap"]
-        if not 1 <= n <= 50:
-            raise forms.ValidationError("Between 1 and 50.")
-        return n
-
-    def clean(self):
-        data = super().clean()
-        most, overlap = data.get("adaptive_max"), data.get("overlap")
-        if most is not None and overlap is not None and most <= overlap:
-            self.add_error("adaptive_max", f"More than the overlap ({overlap}), or empty.")
-        return data
-
-    def clean_straight_run(self):
-        n = self.cleaned_data["straight_run"]
-        if n < 2:
-            raise forms.ValidationError("At least 2.")
-        return n
 
 
 class GoldForm(forms.Form):

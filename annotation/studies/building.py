@@ -10,10 +10,10 @@ from django.db import transaction
 
 from audit.labels import LABELS
 from retrieval.dbstats import refresh_statistics
-from retrieval.fusion import MAX_CANDIDATES
 from retrieval.models import Dataset, Query, QuerySubset
 
 from annotation.core.rounds import InteractiveSettings
+from annotation.core.study_settings import QuorumSettings, ServingSettings, SettingsError
 from annotation.judging.candidates import send_fill
 from annotation.models import RubricVersion, Study, StudyItem
 from annotation.roles import ANNOTATOR
@@ -92,9 +92,7 @@ def _parse_quotas(quotas: Mapping[str, int] | None) -> dict[tuple[str, str], int
 
 
 def _verdict_settings(spec: StudySpec, rubric: RubricVersion) -> dict:
-    """Check the quorum and the session rule; the session rule to store (session rubrics)."""
-    if spec.quorum is not None and not 1 <= spec.quorum <= spec.overlap:
-        raise StudyError(f"quorum must lie between 1 and the overlap ({spec.overlap}), got {spec.quorum}")
+    """Check the session rule (the quorum: :func:`_check_numbers`); the session rule to store (session rubrics)."""
     if rubric.rubric.kind != "session":
         if spec.session_rule:
             raise StudyError("a session rule applies to session rubrics only")
@@ -271,17 +269,15 @@ def annotator_users(usernames: Iterable[str]) -> list:
             "Give them the role first (staff: the users page or the Django admin's groups), then add them."
         )
     return users
+
+
 def _check_numbers(spec: StudySpec) -> None:
-    if spec.overlap < 1:
-        raise StudyError("overlap must be at least 1")
-    if spec.serve_order not in Study.ServeOrder.values:
-        raise StudyError(f"serve order must be one of {', '.join(Study.ServeOrder.values)}")
-    if not 0 <= int(spec.candidates) <= MAX_CANDIDATES:
-        raise StudyError(f"candidates must be between 0 and {MAX_CANDIDATES}")
-    if spec.adaptive_max is not None and spec.adaptive_max <= spec.overlap:
-        raise StudyError(f"adaptive overlap: the maximum ({spec.adaptive_max}) must exceed the overlap ({spec.overlap})")
-    if spec.consensus not in ("majority", "reliability"):
-        raise StudyError(f"consensus must be majority or reliability, got {spec.consensus!r}")
+    """The spec's quorum and serving settings keep their groups' rules (annotation.core.study_settings)."""
+    try:
+        for group in (QuorumSettings, ServingSettings):
+            group.of(spec).validate()
+    except SettingsError as exc:
+        raise StudyError(str(exc)) from None
 
 
 def _queue_candidates(study_id: int, wanted: bool) -> None:

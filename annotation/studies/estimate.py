@@ -51,12 +51,13 @@ import random
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
+from annotation.core.study_settings import DEFAULT_ESTIMATE_STRATA
 from annotation.quality.signals import Z95, wilson
 
 #: Equal-width bins of the score range the cum sqrt(f) rule reads.
 BINS = 50
-#: Strata by default (Cochran 5A.8: little is gained beyond about six).
-DEFAULT_STRATA = 4
+#: Strata by default (Cochran 5A.8: little is gained beyond about six): the estimate settings' default.
+DEFAULT_STRATA = DEFAULT_ESTIMATE_STRATA
 #: Judged items every stratum gets first (a stratum's variance needs two), and the fewest a stratum may hold.
 MIN_PER_STRATUM = 2
 #: Pseudo-items of the prior rate (the stratum's mean score) the observed rate is shrunk towards when planning.

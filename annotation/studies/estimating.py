@@ -27,9 +27,9 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from annotation.core.study_settings import EstimateSettings, SettingsError
 from annotation.models import Study, StudyItem
 from annotation.studies.estimate import (
-    DEFAULT_STRATA,
     PRIOR_WEIGHT,
     Estimate,
     StratumCount,
@@ -62,21 +62,15 @@ class EstimateError(ValueError):
 
 
 def check_settings(data: dict | None) -> dict:
-    """The estimate settings to store: ``target_half_width`` in (0, 0.5], ``strata`` 1-8 and
-    ``reallocate`` (re-plan from the observed rates; default off: bench/estimate.py measured its
-    intervals at 84-86 % coverage on the demo, whose strata are sampled nearly in full, where the
-    prior's plan covers 94 %; on a large benchmark it saves about a tenth of the items)."""
-    data = dict(data or {})
+    """The estimate settings to store (:class:`annotation.core.study_settings.EstimateSettings`):
+    ``target_half_width`` in (0, 0.5], ``strata`` 1-8 and ``reallocate`` (re-plan from the
+    observed rates; default off: bench/estimate.py measured its intervals at 84-86 % coverage on
+    the demo, whose strata are sampled nearly in full, where the prior's plan covers 94 %; on a
+    large benchmark it saves about a tenth of the items)."""
     try:
-        target = float(data.get("target_half_width", 0.03))
-        strata = int(data.get("strata", DEFAULT_STRATA))
-    except (TypeError, ValueError):
-        raise EstimateError("estimate: target_half_width must be a number and strata an integer") from None
-    if not 0 < target <= 0.5:
-        raise EstimateError(f"estimate: the target half-width must lie in (0, 0.5], got {target}")
-    if not 1 <= strata <= 8:
-        raise EstimateError(f"estimate: strata must lie between 1 and 8, got {strata}")
-    return {"target_half_width": target, "strata": strata, "reallocate": bool(data.get("reallocate", False))}
+        return EstimateSettings.parse(data).validate().to_dict()
+    except SettingsError as exc:
+        raise EstimateError(str(exc)) from None
 
 
 def plan_estimate(study: Study, score: bool = True) -> dict:

@@ -64,13 +64,15 @@ from annotation.core.consensus import (
 from annotation.core.rubric import CIRCUS_FLAG_ORDER as FLAGS
 from annotation.core.rubric import VALIDATED_LABEL as VALIDATED
 from annotation.core.rubric import Rubric
+from annotation.core.study_settings import QuorumSettings
 from annotation.core.turns import turn_answers
 from annotation.models import Adjudication, Assignment, Judgement, Study, StudyItem, counted_q
 from annotation.verdicts.reliability import AnnotatorReliability, Reliability, annotator_reliability, fit_votes
 
-#: THE study settings the quorum rule (and so every decision and slot) reads: a change of any
-#: of them re-reads slots (the study settings page), re-keys the reliability fit and the counts.
-QUORUM_FIELDS: tuple[str, ...] = ("overlap", "quorum", "adaptive_max", "consensus", "adaptive_confidence")
+#: THE study settings the quorum rule (and so every decision and slot) reads, the fields of
+#: annotation.core.study_settings.QuorumSettings: a change of any of them re-reads slots (the
+#: study settings page), re-keys the reliability fit and the counts.
+QUORUM_FIELDS: tuple[str, ...] = QuorumSettings.field_names()
 
 AWAITING_ADJUDICATION = "awaiting_adjudication"
 DECIDED = "decided"
