@@ -41,6 +41,7 @@ from annotation.agreement.intervals import attach_intervals, interval_options
 from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
 from annotation.export.downloads import job_file_response
 from annotation.agreement.reports import ReportError, default_bootstrap, report_csv_rows, safe_rows, study_report
+from config.figures import fixed
 
 # --------------------------------------------------------------------------- access
 
@@ -136,7 +137,7 @@ def report_list(request):
 def _ci(a: dict[str, Any], key: str) -> str:
     """``[low, high]`` of a coefficient's bootstrap interval, or '' (none / undefined)."""
     iv = a["confidence_intervals"]["intervals"].get(key)
-    return f"[{iv['low']:.3f}, {iv['high']:.3f}]" if iv else ""
+    return f"[{fixed(iv['low'], 3)}, {fixed(iv['high'], 3)}]" if iv else ""
 
 
 def _kappa_label(pc: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ from retrieval.sessions import STRATEGIES, rank_curve, session_metrics
 
 from audit import charts
 from audit.models import AuditRun, AuditSessionRank
+from config.figures import fixed
 
 PEOPLE = "written by people"
 GENERATED = "generated"
@@ -110,7 +111,7 @@ def _cells(rows: list[dict[str, Any]]) -> int:
     numbers = {name: n for n, name in enumerate(dict.fromkeys(r["retriever"] for r in rows), start=1)}
     for r in rows:
         r["label"] = _label(r, numbers[r["retriever"]])
-        r["hit_cells"] = [f"{v:.3f}" if v is not None else "—" for v in r["hits"]] + ["—"] * (l_max - len(r["hits"]))
+        r["hit_cells"] = [fixed(v, 3) if v is not None else "—" for v in r["hits"]] + ["—"] * (l_max - len(r["hits"]))
         r["rank_text"] = " → ".join(f"{v:g}" if v is not None else "not retrieved" for v in r["ranks"])
         r["retriever_short"] = charts.elided(r["retriever"], 34)  # the whole spec in the cell's tooltip
     return l_max

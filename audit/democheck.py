@@ -12,6 +12,7 @@ from retrieval.demo import HUMAN_EXPECTED, PLANTED_SHARES, precision_recall
 
 from .suspicion import TOP_SHARE, queue_precision
 from .labels import BOTH_UNIMODAL, COMPOSITION_REQUIRED, IMAGE_ONLY, SHORTCUT_SOLVABLE, TEXT_ONLY, UNRESOLVED
+from config.figures import fixed
 
 #: What the audit should say about each planted kind: ``(label, details)``; a query of
 #: the kind is *found* when its label is ``label`` and (if given) its detail is among ``details``.
@@ -81,7 +82,7 @@ def circus_tables(subsets: list[dict[str, Any]], retrievers: list[str]) -> dict[
 def circus_lines(tables: dict[str, Any], k: int) -> list[str]:
     """The two tables as demo_check prints them (Recall in percent, the gap as a fraction)."""
     def fmt(v: float | None, percent: bool) -> str:
-        return "-" if v is None else (f"{100 * v:.1f}" if percent else f"{v:.3f}")
+        return "-" if v is None else (fixed(100 * v, 1) if percent else fixed(v, 3))
 
     name_w = max([len("retriever")] + [len(r["retriever"]) for r in tables["recall"]]) + 2
     titles = [s["title"] if s["queries"] is None else f"{s['title']} ({s['queries']})" for s in tables["sets"]]

@@ -9,10 +9,11 @@ from annotation.release.croissant import PLACEHOLDER, UNKNOWN_FIELDS, agreement_
 from annotation.release.facts import source_lines, study_facts
 from annotation.release.leaderboards import leaderboard_lines
 from annotation.studies.estimating import card_lines
+from config.figures import fixed
 
 
 def _pct(share: float | None) -> str:
-    return "n/a" if share is None else f"{share * 100:.1f}%"
+    return "n/a" if share is None else f"{fixed(share * 100, 1)}%"
 
 
 def _study_numbers(f: dict[str, Any]) -> list[str]:

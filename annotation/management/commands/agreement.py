@@ -50,6 +50,7 @@ from django.core.management.base import BaseCommand, CommandError
 from annotation.agreement.maths import CONSTANT_PAIRS, FLAGS, LEVELS, VALIDATED, default_kappa_weights
 from retrieval.records import ParseError
 from retrieval.validation import Record, is_number, json_type
+from config.figures import fixed
 
 _WEIGHTS = {"none": None, "linear": "linear", "quadratic": "quadratic"}
 WEIGHTS = tuple(_WEIGHTS)
@@ -275,7 +276,7 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "undefined"
     if isinstance(value, float):
-        return f"{value:.4f}"
+        return fixed(value, 4)
     return str(value)
 
 
@@ -418,7 +419,7 @@ class Command(BaseCommand):
 
         def line(label: str, key: str, value: Any) -> None:
             iv = intervals.get(key)
-            ci = f"   [{iv['low']:.4f}, {iv['high']:.4f}]" if iv else ""
+            ci = f"   [{fixed(iv['low'], 4)}, {fixed(iv['high'], 4)}]" if iv else ""
             w(f"  {label:<36}{_fmt(value):>10}{ci}")
 
         w(f"Agreement report ({report['rubric']}, {report['level']}) in {elapsed:.2f} s")

@@ -16,6 +16,7 @@ from audit.labels import count_lines
 from audit.models import AuditRun
 from audit.report import audit_report_json
 from audit.runs.aggregation import stored_labels
+from config.figures import fixed
 
 
 def finished_run(run_id: int | None, dataset: str | None) -> AuditRun:
@@ -52,5 +53,5 @@ class Command(BaseCommand):
         for line in count_lines(audit.counts):
             self.stdout.write(line)
         for name, stats in audit.retriever_stats.items():
-            recall = ", ".join(f"{m} {v:.3f}" if v is not None else f"{m} -" for m, v in stats["recall_at_k"].items())
+            recall = ", ".join(f"{m} {fixed(v, 3)}" if v is not None else f"{m} -" for m, v in stats["recall_at_k"].items())
             self.stdout.write(f"  {name}: Recall@{audit.k} {recall}")

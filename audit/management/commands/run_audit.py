@@ -13,10 +13,11 @@ from retrieval.retrievers import MODALITY_RULES
 from audit.models import AuditRun
 from audit.protocol import gallery_mixed_warning
 from retrieval.jobs.job_progress import format_eta
+from config.figures import fixed
 
 
 def _f(v: float | None) -> str:
-    return "undefined" if v is None else f"{v:.3f}"
+    return "undefined" if v is None else fixed(v, 3)
 
 
 def progress_line(run: AuditRun) -> str:
