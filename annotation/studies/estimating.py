@@ -43,6 +43,7 @@ from annotation.studies.estimate import (
     stratum_order,
 )
 from annotation.verdicts.readmodel import ItemRow, Verdicts, decide_row, iter_item_batches
+from config.figures import fixed
 
 #: Completed judgements between two automatic re-plans.
 REPLAN_EVERY = 10
@@ -235,7 +236,7 @@ def card_lines(study: Study) -> list[str]:
         return []
 
     def pct(x: float) -> str:
-        return f"{x * 100:.1f}%"
+        return f"{fixed(x * 100, 1)}%"
 
     lines = [f"#### Defect rate of the whole benchmark (estimate study `{study.name}`)", "",
              f"{est['judged']} of {est['size']} items judged and decided; target half-width "
@@ -244,7 +245,7 @@ def card_lines(study: Study) -> list[str]:
         e = row["estimate"]
         lines.append(f"* {row['label']}: " + ("not estimable yet" if e is None else
                      f"{pct(e['value'])} (95% interval {pct(e['low'])} to {pct(e['high'])})"))
-    weights = ", ".join(f"stratum {s['index'] + 1} (score <= {s['high']:.3f}): N={s['size']}, n={s['judged']}, "
-                        f"weight {s['weight']:.2f}" if s["weight"] else f"stratum {s['index'] + 1}: N={s['size']}, n=0"
+    weights = ", ".join(f"stratum {s['index'] + 1} (score <= {fixed(s['high'], 3)}): N={s['size']}, n={s['judged']}, "
+                        f"weight {fixed(s['weight'], 2)}" if s["weight"] else f"stratum {s['index'] + 1}: N={s['size']}, n=0"
                         for s in est["strata"])
     return lines + ["", f"Method: {est['method']} Design weights N_h/n_h: {weights}.", ""]
