@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -123,16 +123,19 @@ def encode_images_shared(
     check: Callable[[], None] | None = None,
     workers: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    vectors: bool = True,
 ) -> list[Encoded]:
     """:func:`encode_images` for several retrievers (each with its cache) over the same keys,
     each file decoded once for all of them (:func:`retrieval.encoders.shared_preprocessed_batches`):
     the keys that some cache lacks are streamed once, and each retriever encodes those its own
     cache lacks. One :class:`Encoded` per retriever, as :func:`encode_images` would give it;
     the time spent decoding is shared out evenly in their ``seconds``. ``progress`` counts the
-    keys streamed."""
+    keys streamed. ``vectors=False`` (a gallery chunk, which only makes sure its images are in
+    the cache): the cache is asked which keys it holds, no stored vector is read, and each
+    :class:`Encoded` has an empty matrix."""
     started = time.perf_counter()
     keys = list(keys)
-    lookups = [cache.get_many("image", keys) for cache in caches]
+    lookups = [cache.get_many("image", keys) if vectors else _presence(cache, keys) for cache in caches]
     found = [lookup.found_mask for lookup in lookups]
     need = [set(lookup.missing) for lookup in lookups]
     todo = list(dict.fromkeys(k for lookup in lookups for k in lookup.missing))
@@ -180,10 +183,30 @@ def _encode_batch(retriever: Any, cache: EmbeddingCache, batch_keys: list[str], 
     fresh.update(zip(wanted, emb))
 
 
+class _Presence(NamedTuple):
+    """Which of the keys a cache holds (:func:`encode_images_shared` without vectors): a
+    :class:`retrieval.embcache.CacheLookup` with a matrix of no columns."""
+
+    matrix: np.ndarray
+    missing: list[str]
+    found_mask: np.ndarray
+
+
+def _presence(cache: EmbeddingCache, keys: list[str]) -> _Presence:
+    rows = cache.image_rows(keys)
+    found = np.fromiter((k in rows for k in keys), dtype=bool, count=len(keys))
+    missing = list(dict.fromkeys(k for k, ok in zip(keys, found) if not ok))
+    return _Presence(np.empty((len(keys), 0), dtype=np.float32), missing, found)
+
+
 def _encoded(keys: list[str], matrix: np.ndarray, found: np.ndarray, fresh: dict[str, np.ndarray],
              unreadable: dict[str, str], seconds: float) -> Encoded:
-    """The :class:`Encoded` of ``keys`` from a cache lookup's matrix and the rows encoded now."""
+    """The :class:`Encoded` of ``keys`` from a cache lookup's matrix and the rows encoded now
+    (a matrix of no columns: an empty one, see :func:`encode_images_shared`)."""
     ok = [k not in unreadable for k in keys]
+    if not matrix.shape[1]:
+        return Encoded(matrix=torch.empty(0), ok=ok, hits=int(found.sum()), encoded=len(fresh), seconds=seconds,
+                       unreadable=unreadable)
     for row in np.flatnonzero(~found).tolist():
         if keys[row] in fresh:
             matrix[row] = fresh[keys[row]]

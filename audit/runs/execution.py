@@ -194,7 +194,7 @@ def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[H
     encs = encode_images_shared(
         retrievers, caches, [files[i][0] for i in ids], _locator(run, {files[i][0]: files[i][1] for i in ids}),
         max_pixels=int(settings.IMAGE_MAX_PIXELS), check=check,
-        workers=_loader_workers(), progress=GalleryProgress(run.pk, chunks=len(chunks)),
+        workers=_loader_workers(), progress=GalleryProgress(run.pk, chunks=len(chunks)), vectors=False,
     )
     return [{
         "seconds": {"build": build_s, "encode": enc.seconds},
