@@ -346,11 +346,11 @@ def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTarg
     positive's rank, graded-only targets, subset ranks, top lists (as JSON text of gallery
     image ids: ``id_texts[row]`` is the id of gallery row ``row``, written out once)."""
     every = {f: _expand(t.positives, index_of, ranks.all[f][n]) for f in RANK_FIELDS}
-    graded = {"gains": t.gains, **{f: _expand(t.extras, index_of, ranks.extra[f][n]) for f in RANK_FIELDS}}
     return {
         "run_id": run.pk, "query_id": q, "retriever": spec, "mm": ranks.mm[n], "text": ranks.text[n],
         "image": ranks.image[n], "mm_all": every["mm"], "text_all": every["text"], "image_all": every["image"],
-        "graded": graded if t.extras else {},
+        "graded": {"gains": t.gains, **{f: _expand(t.extras, index_of, ranks.extra[f][n]) for f in RANK_FIELDS}}
+        if t.extras else {},
         "subset": {f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
         **{f"top_{m}": json_int_list(id_texts, getattr(ranks, f"top_{m}")[n]) for m in ("mm", "text", "image", "near")},
         "reference_ahead": {f: _expand(t.positives, index_of, ranks.ahead[f][n]) for f in RANK_FIELDS},
