@@ -13,7 +13,7 @@ from config.parsing import query_int
 from annotation import roles
 
 from annotation.assignment import queue as engine
-from annotation.core.serving import REFIT_PENDING
+from annotation.core.serving import PANELS_PENDING, REFIT_PENDING
 from annotation.verdicts.refit import retry_after_seconds
 from annotation.verdicts.state import annotator_share
 from annotation.models import Assignment, Study
@@ -96,14 +96,16 @@ def next_item(request, pk: int):
     annotators never learn it (nor the audit's label). With nothing to serve: ``served_by``
     says why (``queue_empty``: done; ``all_slots_reserved``: others hold what is left;
     ``refit_pending``: nothing now, but the study's annotator model is being refitted and may
-    reopen items: ask again after ``retry_after`` seconds, also sent as ``Retry-After``)."""
+    reopen items; ``panels_pending``: nothing now, but items wait for their candidate panels,
+    which a worker is preparing: ask again after ``retry_after`` seconds, also sent as
+    ``Retry-After``)."""
     study = engine.study_for_next(request.user, pk)
     if not study.is_annotator:
         return Response({"detail": "You are not an annotator of this study."}, status=status.HTTP_403_FORBIDDEN)
     served = engine.next_assignment(study, request.user)
     if served.assignment is None:
         body = {"assignment": None, "served_by": served.rule, "progress": annotator_share(study, request.user)}
-        if served.rule != REFIT_PENDING:
+        if served.rule not in (REFIT_PENDING, PANELS_PENDING):
             return Response(body)
         wait = retry_after_seconds()
         return Response({**body, "retry_after": wait}, headers={"Retry-After": str(wait)})
