@@ -258,7 +258,8 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 # waits on each: a worker may consume it alone, so a round never queues behind audit chunks,
 # imports or exports). Every worker launcher consumes all three (./cirval, README).
 CELERY_TASK_ROUTES = {"audit.tasks.*": {"queue": "gpu"},
-                      "annotation.rank_interactive_round": {"queue": "interactive"}}
+                      "annotation.rank_interactive_round": {"queue": "interactive"},
+                      "annotation.warm_interactive": {"queue": "interactive"}}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -325,6 +326,9 @@ AUDIT_SESSION_EPSILON = env_float("AUDIT_SESSION_EPSILON", SESSION_EPSILON)
 AUDIT_SESSION_TAU = env_float("AUDIT_SESSION_TAU", SESSION_TAU)
 # The retriever that ranks candidates for a study whose dataset no audit ranked (audit/runs/ondemand.py).
 CANDIDATE_RETRIEVER = env_str("CANDIDATE_RETRIEVER", "openclip:cirval-tiny-vit")
+# A single-turn item is served only once its candidate panel is stored (a worker, or
+# create_study on the command line, fills them): ticks on an item served without one are lost.
+CIRVAL_SERVE_AFTER_PANEL = env_bool("CIRVAL_SERVE_AFTER_PANEL", True)
 
 # --- workers (config/worker_tuning.py) --------------------------------------------------------
 # A worker's CPU priority: idle (Linux's idle scheduling class, nice 19 where there is none) or a

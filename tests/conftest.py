@@ -248,6 +248,14 @@ def demo_db(django_db_setup, django_db_blocker, demo_images, demo_embeddings, de
 
 
 @pytest.fixture(autouse=True)
+def _serve_before_panels(settings) -> None:
+    """Most tests build a study with create_study() and serve its items with no worker and no
+    model to fill their candidate panels; they run with the panel gate off (issue 39, item 2:
+    an item is served only once its panel is stored). test_panel_gate turns it on."""
+    settings.CIRVAL_SERVE_AFTER_PANEL = False
+
+
+@pytest.fixture(autouse=True)
 def _tiny_demo_retrievers(settings, demo_models_dir) -> None:
     """make_demo in tests trains 2-step demo retrievers once, away from the real var/models."""
     settings.DEMO_MODELS_DIR = demo_models_dir

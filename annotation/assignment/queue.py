@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, FilteredRelation, Max, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -19,12 +20,12 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from annotation.verdicts.readmodel import assignment_counts
-from annotation.core.serving import (QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
+from annotation.core.serving import (PANELS_PENDING, QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
                                         choose_gold, choose_next, gold_due, nothing_to_serve, queue_fields)
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
-from annotation.judging.candidates import item_candidates
+from annotation.judging.candidates import item_candidates, request_panels
 from annotation.core.rubric import validate_judgement
 from annotation.assignment import hot_rows
 from annotation.verdicts.refit import refit_pending, request_refit
@@ -203,10 +204,34 @@ def next_assignment(study: Study, user, now=None) -> Served:
 
 
 def served_pool(study: Study):
-    """The study's items the queue may serve: its non-gold items; once an estimate study's stop
-    rule is met (``Study.estimate_stopped``), only those already served, to be finished."""
-    items = StudyItem.objects.filter(study=study, gold=False)
+    """The study's items the queue may serve: its non-gold items whose candidate panel is
+    stored (:func:`with_panels`); once an estimate study's stop rule is met
+    (``Study.estimate_stopped``), only those already served, to be finished."""
+    items = with_panels(study, StudyItem.objects.filter(study=study, gold=False))
     return items.filter(taken__gt=0) if study.estimate_stopped else items
+
+
+def needs_panels(study: Study) -> bool:
+    """Whether the study's single-turn items wait for their candidate panel before they are
+    served (``CIRVAL_SERVE_AFTER_PANEL``): not in an interactive study (its annotators write
+    sessions and see no panel), nor in one that asks for no candidates."""
+    return settings.CIRVAL_SERVE_AFTER_PANEL and study.candidates > 0 and not study.interactive
+
+
+def with_panels(study: Study, items):
+    """``items`` less the single-turn ones whose panel no worker (or ``create_study``) has
+    stored yet: an item is never served without its panel, whose ticks would be lost."""
+    return items.exclude(query__n_turns=1, candidates_source="") if needs_panels(study) else items
+
+
+def panels_pending(study: Study) -> bool:
+    """Some single-turn item still waits for its panel (then a worker is asked to fill them)."""
+    if not needs_panels(study):
+        return False
+    pending = StudyItem.objects.filter(study=study, query__n_turns=1, candidates_source="").exists()
+    if pending:
+        request_panels(study.pk)
+    return pending
 
 
 def serves_by_suspicion(study: Study) -> bool:
@@ -255,8 +280,8 @@ def _gold_choice(study: Study, user, mine, counts: dict, left) -> tuple[Choice, 
     rule = gold_due(counts["served"], counts["gold"], study.gold_rate, study.training_items)
     if rule is None:
         return None
-    items = list(_with_earlier(StudyItem.objects.filter(study=study, gold=True).exclude(id__in=mine.values("item_id")),
-                               user).annotate(open_left=left).order_by("order_key", "id")[:CANDIDATES])
+    items = list(_with_earlier(with_panels(study, StudyItem.objects.filter(study=study, gold=True))
+                               .exclude(id__in=mine.values("item_id")), user).annotate(open_left=left).order_by("order_key", "id")[:CANDIDATES])
     choice = choose_gold([Candidate(item_id=i.pk, overlap=1, order_key=i.order_key) for i in items], rule)
     return None if choice is None else (choice, {i.pk: i for i in items}.get(choice.item))
 
@@ -292,6 +317,8 @@ def _why_nothing(study: Study, mine, n_annotators: int) -> Choice:
                                          in_agreement_subset=a) for i, c, a, x in rows), n_annotators)
     if choice.rule == QUEUE_EMPTY and refit_pending(study):  # the refit may reopen a split: not done yet
         return Choice(None, REFIT_PENDING)
+    if choice.rule == QUEUE_EMPTY and panels_pending(study):  # items wait for their candidates: not done yet
+        return Choice(None, PANELS_PENDING)
     return choice
 
 

@@ -29,7 +29,8 @@ rule ``all_slots_reserved`` when some item this annotator could still judge is o
 blocked by other annotators' leases (it may free up when they expire), else
 ``queue_empty``. The engine (:mod:`annotation.assignment.queue`) says ``refit_pending``
 instead of ``queue_empty`` while a reliability-weighted adaptive study waits for a refit of its
-annotator model, which may open a further slot on items whose split it no longer settles.
+annotator model, which may open a further slot on items whose split it no longer settles,
+and ``panels_pending`` while the only items left wait for their candidate panels.
 """
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ SERVE_RANDOM = "random"
 SERVE_SUSPICION = "suspicion"
 ALL_SLOTS_RESERVED = "all_slots_reserved"
 REFIT_PENDING = "refit_pending"
+#: Nothing to serve now but single-turn items whose candidate panel a worker is still
+#: computing: an item is served only once its panel is stored (issue 39, item 2).
+PANELS_PENDING = "panels_pending"
 
 
 @dataclass(frozen=True)

@@ -67,12 +67,27 @@ class Command(BaseCommand):
             study, report = create_study(spec)
         except (StudyError, ValueError) as exc:
             raise CommandError(str(exc)) from None
+        report["panels"] = fill_panels(study.pk)
         if o["json"]:
             self.stdout.write(json.dumps({"id": study.pk, **report}))
         else:
             self.stdout.write(f"Study {study.pk} {study.name!r}: {report['items']} items, overlap {study.overlap}, "
                               f"quorum {study.decision_quorum}, "
-                              f"{report['agreement']} in the agreement subset, {len(spec.annotators)} annotators.")
+                              f"{report['agreement']} in the agreement subset, {len(spec.annotators)} annotators; "
+                              f"{report['panels']} candidate panels stored.")
+
+
+def fill_panels(study_id: int) -> int:
+    """Store the candidate panel of every single-turn item here, as ``run_audit --eager`` runs
+    without a worker: the web tier serves an item only once its panel is stored
+    (:func:`annotation.assignment.queue.served_pool`), so a study made on the command line is
+    complete without one. The suspicion scores follow the panels (the worker task's order)."""
+    from annotation.judging.panel_fill import fill_study_candidates
+    from annotation.studies.suspicion_scores import refresh_suspicion
+
+    filled = fill_study_candidates(study_id)
+    refresh_suspicion(study_id)
+    return filled
 
 
 def _session_rule(o: dict) -> dict | None:
