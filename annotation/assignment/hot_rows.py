@@ -31,6 +31,8 @@ from functools import cache
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.http import Http404
+
+from config.limits import INT_MAX, INT_MIN
 from django.utils import timezone
 
 from annotation import roles
@@ -131,10 +133,18 @@ def _instances(row, *models) -> list:
     return [*out, row[at:]]
 
 
+def _storable(key: int) -> bool:
+    """Whether ``key`` fits a 64-bit key column: a URL's id of 5,000 digits is no study, and
+    SQLite's driver refuses it as a parameter (OverflowError) where the ORM's query is never run."""
+    return INT_MIN <= int(key) <= INT_MAX
+
+
 def study_row(user, study_id: int, now=None) -> Study | None:
     """The study ``study_id`` with its rubric and the annotations of :data:`EXTRA` for
     ``user`` at ``now`` (``is_annotator`` and ``has_expired`` as bools, counts as ints or
     None where the ORM gives None), and ``mine_user``; None if there is no such study."""
+    if not _storable(study_id):  # no row has it; the database would refuse the parameter
+        return None
     now = now or timezone.now()
     at = connection.ops.adapt_datetimefield_value(now)
     reserved, released, done = Assignment.Status.RESERVED, Assignment.Status.RELEASED, Assignment.Status.DONE
@@ -223,6 +233,8 @@ def assignment_row(user, assignment_id: int, client_token: str = "", lock: bool 
     false), with its study and rubric, item and query, annotator, and the annotations of
     :data:`SUBMIT_EXTRA` (``is_member``, ``current_late`` and ``has_draft`` as bools); None
     if it is not theirs or does not exist."""
+    if not _storable(assignment_id):
+        return None
     params = [user.pk, user.pk, roles.ANNOTATOR, *([client_token] if client_token else []), assignment_id, user.pk]
     with connection.cursor() as cursor:
         cursor.execute(_submit_statement(bool(client_token), lock), params)

@@ -181,3 +181,15 @@ def test_submit_row_refuses_as_writable_assignment_does():
     Study.objects.filter(pk=study.pk).update(status=Study.Status.CLOSED)
     with pytest.raises(PermissionDenied):
         submit_row(users[0], mine[users[0]].pk)
+
+
+def test_an_id_no_key_column_holds_is_no_row_not_a_server_error():
+    """A URL may carry an id of any length: one outside the 64-bit range is simply not found
+    (SQLite's driver would refuse the parameter with an OverflowError, a 500)."""
+    user = make_annotator("huge-id")
+    for huge in (2**63, -(2**63) - 1, 10**4000):
+        assert study_row(user, huge) is None and assignment_row(user, huge) is None
+        with pytest.raises(Http404):
+            study_for_next(user, huge)
+        with pytest.raises(Http404):
+            submit_row(user, huge)
