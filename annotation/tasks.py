@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_process_init
 
 from config.celery import at_worker_start, every_sweep
 from retrieval.jobs import leases
@@ -11,6 +12,7 @@ from retrieval.services import discard_uploads
 from annotation.agreement.intervals import INTERVALS_TASK
 from annotation.export.validated import run_export_job
 from annotation.interactive.service import RANK_TASK
+from annotation.interactive.warm import WARM_TASK, wait_for_warm, warm_in_background, warm_study
 from annotation.judging.candidates import FILL_TASK
 from annotation.models import ExportJob, ReleaseJob, RoomImportJob
 from annotation.release.bundle import RUN_RELEASE, run_release_job
@@ -138,7 +140,21 @@ def resend_interactive_rounds() -> int:
 @shared_task(name=RANK_TASK, acks_late=True)
 def rank_interactive_round(round_id: int) -> str:
     """Re-rank the gallery for one round of an interactive session (the web tier never loads
-    the retriever); a round ranked already is left as it is."""
+    the retriever); a round ranked already is left as it is. A round that arrives while this
+    process warms the retriever waits for it (:mod:`annotation.interactive.warm`)."""
     from annotation.interactive.service import rank_round
 
+    wait_for_warm()
     return rank_round(round_id)
+
+
+@shared_task(name=WARM_TASK)
+def warm_interactive(study_id: int) -> dict:
+    """Load an interactive study's retriever and gallery in this worker process (sent to the
+    ``interactive`` queue when an annotator opens the study; :func:`annotation.interactive.warm.warm_study`)."""
+    wait_for_warm()
+    return warm_study(study_id)
+
+
+# every pool process of a worker that ranks rounds warms the open interactive studies on start
+worker_process_init.connect(warm_in_background, weak=False, dispatch_uid="cirval-warm-interactive")

@@ -7,7 +7,8 @@ from rest_framework import status
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from annotation.interactive.service import RoundError, retry_round, session_for, session_state, submit_round
+from annotation.interactive.service import RoundError, retry_round, session_for, submit_round
+from annotation.interactive.warm import page_state
 from annotation.permissions import own_assignment, writable_assignment
 
 
@@ -25,7 +26,7 @@ def state(request, pk: int):
     refused = _not_interactive(a)
     if refused:
         return refused
-    return Response(session_state(session_for(a), request.user.pk))
+    return Response(page_state(session_for(a), request.user.pk))
 
 
 @extend_schema(request=dict, responses={202: dict, 400: dict})
@@ -47,7 +48,7 @@ def rounds(request, pk: int):
         submit_round(session, data.get("text"), reference, spent)
     except RoundError as exc:
         return Response({"field": "text", "detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
-    return Response(session_state(session, request.user.pk), status=status.HTTP_202_ACCEPTED)
+    return Response(page_state(session, request.user.pk), status=status.HTTP_202_ACCEPTED)
 
 
 @extend_schema(request=None, responses={200: dict})
@@ -60,4 +61,4 @@ def retry(request, pk: int):
         return refused
     session = session_for(a)
     retry_round(session)
-    return Response(session_state(session, request.user.pk))
+    return Response(page_state(session, request.user.pk))

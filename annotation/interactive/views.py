@@ -11,7 +11,8 @@ from django.urls import reverse
 from config.roles import staff_required
 
 from annotation.interactive.session_export import session_records
-from annotation.interactive.service import session_for, session_state
+from annotation.interactive.service import session_for
+from annotation.interactive.warm import page_state, request_warm
 from annotation.judging.payloads import lease_config
 from annotation.models import Assignment, Study
 
@@ -19,6 +20,7 @@ from annotation.models import Assignment, Study
 def interactive_item(request, study: Study, assignment: Assignment, previous: int | None):
     """The page of one interactive item: target, candidates, feedback box (static/cirval/interactive.js)."""
     session = session_for(assignment)
+    request_warm(study.pk)  # a worker started before this study opened loads its retriever now
     urls = {
         "state": reverse("annotation:api_interactive", args=[assignment.pk]),
         "rounds": reverse("annotation:api_interactive_rounds", args=[assignment.pk]),
@@ -28,7 +30,7 @@ def interactive_item(request, study: Study, assignment: Assignment, previous: in
         "next": reverse("annotation:work", args=[study.pk]),
     }
     return render(request, "annotation/interactive.html", {
-        "study": study, "assignment": assignment, "state": session_state(session, request.user.pk), "urls": urls,
+        "study": study, "assignment": assignment, "state": page_state(session, request.user.pk), "urls": urls,
         "previous": previous, "lease_config": lease_config(study),
     })
 

@@ -89,8 +89,8 @@
     $("retry").hidden = !failed;
     input.disabled = pending() || state.ended || failed;
     $("send").disabled = input.disabled;
-    status.textContent = pending() ? (state.no_worker || "The retriever is re-ranking…")
-      : failed ? "Ranking failed: " + r.error : "";
+    status.textContent = pending() ? (state.no_worker || state.warming || "The retriever is re-ranking…")
+      : failed ? "Ranking failed: " + r.error : state.warming || "";
     status.classList.toggle("error", pending() && !!state.no_worker);
     $("ended").hidden = !state.ended;
     $("feedback-form").hidden = state.ended;
@@ -131,7 +131,7 @@
       const { ok, data } = await call(urls.state).catch(() => ({ ok: false }));
       if (!ok) return;
       state = data;
-      if (!pending()) {
+      if (!pending() && !state.warming) {
         clearInterval(polling);
         polling = null;
         picked = 0;
@@ -215,5 +215,5 @@
     leaseCfg.heartbeat_seconds * 1000);
 
   render();
-  if (pending()) poll();
+  if (pending() || state.warming) poll(); // while the retriever warms, the page says so until it is ready
 })();
