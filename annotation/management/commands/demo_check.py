@@ -10,7 +10,9 @@ section: precision and recall of the top 20 % of the validity study's suspicion 
 
 Also the candidate pool's recall (:func:`pool_report`): of the gallery images that fit a
 query (:func:`retrieval.demofit.other_fitting_images`, from the demo's scene truth), the
-share its candidate panel holds.
+share its candidate panel holds; and beside it the reachable recall, the share an annotator
+reaches who follows the page's rules and ticks every fitting image shown
+(:func:`annotation.alternatives.paging.reachable`).
 """
 from __future__ import annotations
 
@@ -19,19 +21,19 @@ from collections import defaultdict
 
 from django.core.management.base import BaseCommand, CommandError
 
+from annotation.alternatives.paging import reachable
 from annotation.models import Study, StudyItem
-from annotation.verdicts.readmodel import iter_rows
+from annotation.studies.truth import truth_path
 from annotation.verdicts.crowd import compare, demo_truth_validity, labour_table
+from annotation.verdicts.readmodel import iter_rows
 from annotation.verdicts.state import study_counts
-from audit.models import AuditLabel
-from audit.management.commands.audit_report import finished_run
 from audit.democheck import check_audit, check_suspicion, circus_lines, circus_tables
+from audit.management.commands.audit_report import finished_run
+from audit.models import AuditLabel
 from audit.report import build_report
 from retrieval.demo import check_judgements, check_reference_turns, check_session_flags
-from retrieval.demofit import pool_recall
+from retrieval.demofit import other_fitting_images, pool_recall
 from retrieval.models import Image, Query, Turn
-
-from annotation.studies.truth import truth_path
 
 
 def majority_flags(dataset: str) -> dict[str, set[str]]:
@@ -112,16 +114,21 @@ def write_suspicion(out, report: dict | None) -> None:
         out.write(f"  {name:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
 
 
-def _pool_figures(name: str, truth: dict, pools: dict[str, set[int]]) -> dict:
-    """:func:`retrieval.demofit.pool_recall` of ``pools`` (query external id -> image pks)."""
+def _pool_figures(name: str, truth: dict, pools: dict[str, list[int]]) -> dict:
+    """:func:`retrieval.demofit.pool_recall` of ``pools`` (query external id -> image pks in
+    panel order), and under ``reachable`` the same of what the page's rules reach of them."""
     images = Image.objects.filter(dataset__name=name)
     ext = dict(images.filter(pk__in={i for p in pools.values() for i in p}).values_list("pk", "external_id"))
     scenes = {e: x["scene"] for e, x in images.values_list("external_id", "extra") if x and "scene" in x}
-    report = pool_recall(truth["queries"], scenes, {q: {ext[i] for i in p if i in ext} for q, p in pools.items()})
-    return {**report, "panel_size": max((len(p) for p in pools.values()), default=0)}
+    named = {q: [ext[i] for i in p if i in ext] for q, p in pools.items()}
+    report = pool_recall(truth["queries"], scenes, named)
+    reached = {q: reachable(p, other_fitting_images(truth["queries"][q], scenes)) for q, p in named.items()
+               if q in truth["queries"]}
+    return {**report, "panel_size": max((len(p) for p in pools.values()), default=0),
+            "reachable": pool_recall(truth["queries"], scenes, reached)}
 
 
-def audited_pools(name: str, depth: int) -> dict[str, set[int]]:
+def audited_pools(name: str, depth: int) -> dict[str, list[int]]:
     """The panel (:func:`audit.runs.panels.candidate_panel`, ``depth`` deep, from the newest
     audit that ranked it: :func:`audit.runs.panels.latest_pool_rankings`) of every single-turn
     query of the demo, whether or not a study holds it."""
@@ -136,7 +143,7 @@ def audited_pools(name: str, depth: int) -> dict[str, set[int]]:
         key = keys.get(qid)
         if key not in galleries:
             galleries[key] = gallery_ids(queries[qid])
-        out[queries[qid].external_id] = set(candidate_panel(queries[qid], lists, depth, galleries[key], excluded[qid]).ids)
+        out[queries[qid].external_id] = candidate_panel(queries[qid], lists, depth, galleries[key], excluded[qid]).ids
     return out
 
 
@@ -146,10 +153,10 @@ def pool_report(name: str, truth: dict) -> dict | None:
     item of the demo (what annotators are shown; one pool per query, the union over studies);
     ``audited``, over the panel the same function gives every single-turn query an audit ranked,
     as deep as the studies' panels (a study holds only some of them). None without a panel."""
-    pools: dict[str, set[int]] = defaultdict(set)
+    pools: dict[str, list[int]] = defaultdict(list)
     for qid, panel in StudyItem.objects.filter(query__dataset__name=name, query__n_turns=1).exclude(
-            candidates_source="").values_list("query__external_id", "candidates"):
-        pools[qid].update(panel)
+            candidates_source="").order_by("pk").values_list("query__external_id", "candidates"):
+        pools[qid] += [c for c in panel if c not in pools[qid]]  # the first study's order, then the others' new ones
     if not pools:
         return None
     panels = _pool_figures(name, truth, pools)
@@ -166,11 +173,20 @@ def _write_pool(out, pool: dict | None) -> None:
               f"{pool['found']} of {pool['fitting']} fitting images = {_fmt(pool['recall'])}; "
               f"over all {audited['queries']} audited queries: {audited['found']} of {audited['fitting']} = "
               f"{_fmt(audited['recall'])}")
-    out.write(f"  {'kind':<14}{'queries':>8}{'fitting':>8}{'found':>7}{'recall':>8}   all audited queries")
+    out.write(f"reachable recall (ticking every fitting image shown, pages opened by ticks only): "
+              f"{pool['reachable']['found']} of {pool['fitting']} = {_fmt(pool['reachable']['recall'])}; "
+              f"over all audited queries: {audited['reachable']['found']} of {audited['fitting']} = "
+              f"{_fmt(audited['reachable']['recall'])}")
+    out.write(f"  {'kind':<14}{'queries':>8}{'fitting':>8}{'pool':>7}{'reached':>8}{'pool':>7}{'reach':>7}"
+              "   all audited queries: pool, reached")
+    empty = {"queries": 0, "fitting": 0, "found": 0, "recall": None}
     for kind, a in audited["by_kind"].items():
-        s = pool["by_kind"].get(kind, {"queries": 0, "fitting": 0, "found": 0, "recall": None})
-        out.write(f"  {kind:<14}{s['queries']:>8}{s['fitting']:>8}{s['found']:>7}{_fmt(s['recall']):>8}"
-                  f"   {a['found']} of {a['fitting']} ({a['queries']} queries) {_fmt(a['recall'])}")
+        s = pool["by_kind"].get(kind, empty)
+        r = pool["reachable"]["by_kind"].get(kind, empty)
+        ar = audited["reachable"]["by_kind"].get(kind, empty)
+        out.write(f"  {kind:<14}{s['queries']:>8}{s['fitting']:>8}{s['found']:>7}{r['found']:>8}{_fmt(s['recall']):>7}"
+                  f"{_fmt(r['recall']):>7}   {a['found']}, {ar['found']} of {a['fitting']} ({a['queries']} queries) "
+                  f"{_fmt(a['recall'])}, {_fmt(ar['recall'])}")
 
 
 def _fmt(v) -> str:
