@@ -20,7 +20,7 @@ text-only and image-only query (``None``, not retrieved, counts as ``N + 1``):
 * ``spread`` (how far the retrievers' multimodal ranks differ from each other):
   ``(max_r log(mm_r) - min_r log(mm_r)) / log(N + 1)``. Shown to staff, weight 0: on the
   demo a retriever that reads captions only fails on sound compositions, so a wide spread
-  marks the *sound* items (measured in the README).
+  marks the *sound* items (measured in docs/benchmarks/suspicion.md).
 * ``gap`` (how much better another image fits the query than the target does): per
   retriever, the multimodal query's score of the best gallery image that is neither a
   target nor the reference, less the best target's score, in standard deviations of the
@@ -56,7 +56,7 @@ Rank = int | None
 PARTS: tuple[str, ...] = ("lead_rank", "lead_gap", "margin", "retrievers", "spread", "gap", "breadth",
                           "consistency", "votes")
 #: Each part's weight in the score: the lead retriever's two parts and the votes; the others
-#: are shown, not counted (chosen by the mean over demo seeds: README, "Suspicion score").
+#: are shown, not counted (chosen by the mean over demo seeds: docs/benchmarks/suspicion.md).
 WEIGHTS: dict[str, float] = {"lead_rank": 1.0, "lead_gap": 1.0, "margin": 0.0, "retrievers": 0.0, "spread": 0.0,
                              "gap": 0.0, "breadth": 0.0, "consistency": 0.0, "votes": 1.0}
 #: Standard deviations of the rival gap at which ``gap`` reaches 1.

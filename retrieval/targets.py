@@ -56,7 +56,7 @@ class TargetFacts:
     role: str = "gt"
 
 
-#: One line per format, shown in reports and the README.
+#: One line per format, shown in reports and the docs (docs/how-it-works/audit.md).
 RULES: dict[str, str] = {
     "cirr": "the hard target only (soft targets feed graded nDCG, never hits)",
     "fashioniq": "the target",

@@ -1,8 +1,8 @@
 """Issue 25, item 2: the suspicion score on the demo world, against its planted defects.
 
 The demo is made with retrievers trained for TRAINED_STEPS (shared with test_blind_panel:
-trained once per session). With the lead-retriever score (README, "Suspicion score and
-queue") these 150-step retrievers measured 0.88 at the top 20 % of the queue (14 of 16; 35
+trained once per session). With the lead-retriever score (docs/benchmarks/suspicion.md)
+these 150-step retrievers measured 0.88 at the top 20 % of the queue (14 of 16; 35
 planted defects in a queue of 76, recall 0.40; the previous score: 0.625); the floor sits two
 hits below, well above the share of defects in the queue (0.46)."""
 from __future__ import annotations
