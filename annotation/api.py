@@ -9,6 +9,7 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from config.parsing import query_int
+from retrieval.fusion import MAX_CANDIDATES
 
 from annotation import roles
 
@@ -22,6 +23,13 @@ from annotation.quality.gold import feedback_message, training_feedback
 from annotation.permissions import (member_study, membership, own_assignment, readable_study, visible_studies,
                                     writable_assignment)
 from annotation.core.rubric import JudgementError
+from annotation.core.study_settings import (
+    CONSENSUS_POLICIES,
+    MAX_LEASE_MINUTES,
+    MAX_OVERLAP,
+    QuorumSettings,
+    ServingSettings,
+)
 from annotation.studies.building import StudyError, StudySpec, create_study
 
 
@@ -45,8 +53,8 @@ class StudyCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     datasets = serializers.ListField(child=serializers.CharField(), min_length=1)
     rubric = serializers.CharField(default="validity")
-    overlap = serializers.IntegerField(min_value=1, max_value=50, default=3)
-    quorum = serializers.IntegerField(min_value=1, max_value=50, required=False, allow_null=True, default=None)
+    overlap = serializers.IntegerField(min_value=1, max_value=MAX_OVERLAP, default=3)
+    quorum = serializers.IntegerField(min_value=1, max_value=MAX_OVERLAP, required=False, allow_null=True, default=None)
     session_rule = serializers.DictField(required=False, allow_null=True, default=None)
     hidden_categories = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     quotas = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False, allow_null=True, default=None)
@@ -55,16 +63,25 @@ class StudyCreateSerializer(serializers.Serializer):
     agreement_size = serializers.IntegerField(min_value=0, default=0)
     blind = serializers.BooleanField(default=True)
     guidelines = serializers.CharField(allow_blank=True, default="")
-    lease_minutes = serializers.IntegerField(min_value=1, max_value=240, default=10)
+    lease_minutes = serializers.IntegerField(min_value=1, max_value=MAX_LEASE_MINUTES, default=10)
     annotators = serializers.ListField(child=serializers.CharField(), required=False, default=list)
-    candidates = serializers.IntegerField(min_value=0, max_value=50, default=20)
+    candidates = serializers.IntegerField(min_value=0, max_value=MAX_CANDIDATES, default=20)
     interactive = serializers.DictField(required=False, allow_null=True, default=None,
                                         help_text="An interactive study: retriever, top_n, max_rounds, strategy, "
                                                   "alpha, target_view (annotation.core.rounds).")
-    adaptive_max = serializers.IntegerField(min_value=2, max_value=50, required=False, allow_null=True, default=None)
-    consensus = serializers.ChoiceField(choices=["majority", "reliability"], default="majority")
+    adaptive_max = serializers.IntegerField(min_value=2, max_value=MAX_OVERLAP, required=False, allow_null=True, default=None)
+    consensus = serializers.ChoiceField(choices=CONSENSUS_POLICIES, default="majority")
     serve_order = serializers.ChoiceField(choices=Study.ServeOrder.values, default=Study.ServeOrder.RANDOM,
                                           help_text="random, or suspicion: the most suspicious fresh item first.")
+
+    def validate(self, attrs):
+        """The quorum and serving settings' rules together (annotation.core.study_settings)."""
+        problems = {}
+        for group in (QuorumSettings, ServingSettings):
+            problems.update(group.from_values(attrs).problems())
+        if problems:
+            raise serializers.ValidationError(problems)
+        return attrs
 
 
 @extend_schema(request=StudyCreateSerializer, responses={200: dict, 201: dict})
