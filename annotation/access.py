@@ -13,13 +13,14 @@ round's candidates, or in another study that shows it) stays fetchable.
 The image view (``retrieval``) calls :func:`may_fetch_image` through the hook of
 :mod:`retrieval.access`, which :meth:`annotation.apps.AnnotationConfig.ready` fills in, so the
 corpus app imports nothing from this one."""
+
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 
 from django.core.cache import cache
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef
 
 from annotation import roles
 from annotation.core.rounds import hides_target
@@ -73,8 +74,10 @@ def _in_rounds(user, image_id: int) -> bool:
     rounds = InteractiveRound.objects.filter(session__assignment__in=_member_assignments(user))
     if rounds.filter(reference_id=image_id).exists():
         return True
-    return any(image_id in (shown or []) for shown in rounds.filter(status=InteractiveRound.DONE)
-               .values_list("shown", flat=True).iterator())
+    return any(
+        image_id in (shown or [])
+        for shown in rounds.filter(status=InteractiveRound.DONE).values_list("shown", flat=True).iterator()
+    )
 
 
 def _withheld(user, image_id: int, study_id: int) -> bool:
@@ -83,16 +86,21 @@ def _withheld(user, image_id: int, study_id: int) -> bool:
     from retrieval.models import Target, Turn
 
     queries = _member_assignments(user).filter(study_id=study_id).values("item__query_id")
-    target = (Target.objects.filter(image_id=image_id, query_id__in=queries).exists()
-              or Turn.objects.filter(turn_target_id=image_id, query_id__in=queries).exists())
+    target = (
+        Target.objects.filter(image_id=image_id, query_id__in=queries).exists()
+        or Turn.objects.filter(turn_target_id=image_id, query_id__in=queries).exists()
+    )
     return target and not _in_rounds(user, image_id)
 
 
 def _grant_holds(user, image_id: int, study_id: int) -> bool:
     """A remembered grant counts while the user annotates its study, unless that study hides
     this image from them (:func:`_withheld`); one query in the common case."""
-    config = list(Study.objects.filter(pk=study_id).filter(Exists(membership(user, OuterRef("pk"))))
-                  .values_list("interactive", flat=True)[:1])
+    config = list(
+        Study.objects.filter(pk=study_id)
+        .filter(Exists(membership(user, OuterRef("pk"))))
+        .values_list("interactive", flat=True)[:1]
+    )
     return bool(config) and not (hides_target(config[0]) and _withheld(user, image_id, study_id))
 
 
@@ -124,5 +132,9 @@ def may_fetch_image(user, image_id: int) -> bool:
     if granted and _grant_holds(user, image_id, granted):
         return True
     blind = _blind_studies(user)
-    return (_served(user, image_id, blind) or _in_rounds(user, image_id) or _in_guidelines(user, image_id)
-            or _in_open_panel(user, image_id, blind))
+    return (
+        _served(user, image_id, blind)
+        or _in_rounds(user, image_id)
+        or _in_guidelines(user, image_id)
+        or _in_open_panel(user, image_id, blind)
+    )

@@ -1,4 +1,5 @@
 """REST API for everything the annotation pages do (session or token authentication)."""
+
 from __future__ import annotations
 
 from django.contrib import messages
@@ -8,21 +9,10 @@ from rest_framework import serializers, status
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from config.parsing import query_int
-from retrieval.fusion import MAX_CANDIDATES
-
 from annotation import roles
-
 from annotation.assignment import queue as engine
-from annotation.core.serving import PANELS_PENDING, REFIT_PENDING
-from annotation.verdicts.refit import retry_after_seconds
-from annotation.verdicts.state import annotator_share
-from annotation.models import Assignment, Study
-from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
-from annotation.quality.gold import feedback_message, training_feedback
-from annotation.permissions import (member_study, membership, own_assignment, readable_study, visible_studies,
-                                    writable_assignment)
 from annotation.core.rubric import JudgementError
+from annotation.core.serving import PANELS_PENDING, REFIT_PENDING
 from annotation.core.study_settings import (
     CONSENSUS_POLICIES,
     MAX_LEASE_MINUTES,
@@ -30,22 +20,50 @@ from annotation.core.study_settings import (
     QuorumSettings,
     ServingSettings,
 )
+from annotation.judging.payloads import item_payload, judgement_dict, lease_seconds
+from annotation.models import Assignment, Study
+from annotation.permissions import (
+    member_study,
+    membership,
+    own_assignment,
+    readable_study,
+    visible_studies,
+    writable_assignment,
+)
+from annotation.quality.gold import feedback_message, training_feedback
 from annotation.studies.building import StudyError, StudySpec, create_study
+from annotation.verdicts.refit import retry_after_seconds
+from annotation.verdicts.state import annotator_share
+from config.parsing import query_int
+from retrieval.fusion import MAX_CANDIDATES
 
 
 def study_dict(study, user) -> dict:
     data = {
-        "id": study.pk, "name": study.name, "rubric": {"key": study.rubric.key, "version": study.rubric.version},
-        "kind": study.kind, "guidelines": study.guidelines, "status": study.status,
+        "id": study.pk,
+        "name": study.name,
+        "rubric": {"key": study.rubric.key, "version": study.rubric.version},
+        "kind": study.kind,
+        "guidelines": study.guidelines,
+        "status": study.status,
     }
     is_annotator = getattr(study, "is_annotator", None)
     if is_annotator if is_annotator is not None else study.annotators.filter(pk=user.pk).exists():
         data["progress"] = annotator_share(study, user)
     if roles.is_admin(user) or roles.is_researcher(user):
-        data.update(overlap=study.overlap, quorum=study.decision_quorum, blind=study.blind,
-                    adaptive_max=study.adaptive_max, adaptive_confidence=study.adaptive_confidence, consensus=study.consensus, serve_order=study.serve_order,
-                    items=study.n_items, pool=study.pool, candidates=study.candidates,
-                    interactive=study.interactive)
+        data.update(
+            overlap=study.overlap,
+            quorum=study.decision_quorum,
+            blind=study.blind,
+            adaptive_max=study.adaptive_max,
+            adaptive_confidence=study.adaptive_confidence,
+            consensus=study.consensus,
+            serve_order=study.serve_order,
+            items=study.n_items,
+            pool=study.pool,
+            candidates=study.candidates,
+            interactive=study.interactive,
+        )
     return data
 
 
@@ -57,7 +75,9 @@ class StudyCreateSerializer(serializers.Serializer):
     quorum = serializers.IntegerField(min_value=1, max_value=MAX_OVERLAP, required=False, allow_null=True, default=None)
     session_rule = serializers.DictField(required=False, allow_null=True, default=None)
     hidden_categories = serializers.ListField(child=serializers.CharField(), required=False, default=list)
-    quotas = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False, allow_null=True, default=None)
+    quotas = serializers.DictField(
+        child=serializers.IntegerField(min_value=0), required=False, allow_null=True, default=None
+    )
     total = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
     seed = serializers.IntegerField(default=0, min_value=-(2**31), max_value=2**31 - 1)
     agreement_size = serializers.IntegerField(min_value=0, default=0)
@@ -66,13 +86,22 @@ class StudyCreateSerializer(serializers.Serializer):
     lease_minutes = serializers.IntegerField(min_value=1, max_value=MAX_LEASE_MINUTES, default=10)
     annotators = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     candidates = serializers.IntegerField(min_value=0, max_value=MAX_CANDIDATES, default=20)
-    interactive = serializers.DictField(required=False, allow_null=True, default=None,
-                                        help_text="An interactive study: retriever, top_n, max_rounds, strategy, "
-                                                  "alpha, target_view (annotation.core.rounds).")
-    adaptive_max = serializers.IntegerField(min_value=2, max_value=MAX_OVERLAP, required=False, allow_null=True, default=None)
+    interactive = serializers.DictField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="An interactive study: retriever, top_n, max_rounds, strategy, "
+        "alpha, target_view (annotation.core.rounds).",
+    )
+    adaptive_max = serializers.IntegerField(
+        min_value=2, max_value=MAX_OVERLAP, required=False, allow_null=True, default=None
+    )
     consensus = serializers.ChoiceField(choices=CONSENSUS_POLICIES, default="majority")
-    serve_order = serializers.ChoiceField(choices=Study.ServeOrder.values, default=Study.ServeOrder.RANDOM,
-                                          help_text="random, or suspicion: the most suspicious fresh item first.")
+    serve_order = serializers.ChoiceField(
+        choices=Study.ServeOrder.values,
+        default=Study.ServeOrder.RANDOM,
+        help_text="random, or suspicion: the most suspicious fresh item first.",
+    )
 
     def validate(self, attrs):
         """The quorum and serving settings' rules together (annotation.core.study_settings)."""
@@ -126,8 +155,11 @@ def next_item(request, pk: int):
             return Response(body)
         wait = retry_after_seconds()
         return Response({**body, "retry_after": wait}, headers={"Retry-After": str(wait)})
-    return Response(item_payload(served.assignment, served.rule, staff=roles.is_admin(request.user),
-                                 fresh=served.fresh, mine=served.mine))
+    return Response(
+        item_payload(
+            served.assignment, served.rule, staff=roles.is_admin(request.user), fresh=served.fresh, mine=served.mine
+        )
+    )
 
 
 @extend_schema(responses={200: dict})
@@ -145,17 +177,29 @@ def study_progress(request, pk: int):
 @api_view(["GET"])
 def assignments(request):
     """The caller's own assignments (for reopening earlier judgements)."""
-    qs = Assignment.objects.filter(annotator=request.user).select_related("item__query", "study").order_by("study", "position")
+    qs = (
+        Assignment.objects.filter(annotator=request.user)
+        .select_related("item__query", "study")
+        .order_by("study", "position")
+    )
     if not roles.is_admin(request.user):  # only the studies they still annotate
         qs = qs.filter(Exists(membership(request.user, OuterRef("study_id"))))
     study = query_int(request, "study")
     if study is not None:
         qs = qs.filter(study_id=study)
-    return Response([
-        {"id": a.pk, "study": a.study_id, "position": a.position, "status": a.status,
-         "query": a.item.query.external_id, "completed_at": a.completed_at and a.completed_at.isoformat()}
-        for a in qs[:2000]
-    ])
+    return Response(
+        [
+            {
+                "id": a.pk,
+                "study": a.study_id,
+                "position": a.position,
+                "status": a.status,
+                "query": a.item.query.external_id,
+                "completed_at": a.completed_at and a.completed_at.isoformat(),
+            }
+            for a in qs[:2000]
+        ]
+    )
 
 
 @extend_schema(responses={200: dict})
@@ -241,8 +285,9 @@ def judgements(request, pk: int):
         return held[-1]
 
     try:
-        j = engine.submit(Assignment(pk=pk), payload, client_token=token, base_revision=_base_revision(payload),
-                          fetch=fetch)
+        j = engine.submit(
+            Assignment(pk=pk), payload, client_token=token, base_revision=_base_revision(payload), fetch=fetch
+        )
     except JudgementError as exc:
         if not held:  # refused before the row was read: a 404 or 403 comes first
             writable_assignment(request.user, pk)
@@ -266,5 +311,9 @@ CONFLICT_TEXT = {
 
 
 def _conflict_body(conflict, payload: dict) -> dict:
-    return {"conflict": conflict.reason, "detail": CONFLICT_TEXT[conflict.reason],
-            "stored": judgement_dict(conflict.judgement), "yours": payload}
+    return {
+        "conflict": conflict.reason,
+        "detail": CONFLICT_TEXT[conflict.reason],
+        "stored": judgement_dict(conflict.judgement),
+        "yours": payload,
+    }

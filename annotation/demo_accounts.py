@@ -1,4 +1,5 @@
 """Demo accounts: one admin, three annotators, one researcher."""
+
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model

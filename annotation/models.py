@@ -1,4 +1,5 @@
 """Studies, items, assignments, judgements (every revision kept) and drafts."""
+
 from __future__ import annotations
 
 from functools import cached_property
@@ -10,13 +11,10 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from retrieval.jobs.models import Job
-from retrieval.models import Query
-
-from annotation.core.serving import SERVE_RANDOM, SERVE_SUSPICION
-from annotation.core.rubric import Rubric, builtin_rubric
 from annotation.core.consensus import DEFAULT_CONFIDENCE, QuorumRule
 from annotation.core.rounds import InteractiveSettings
+from annotation.core.rubric import Rubric, builtin_rubric
+from annotation.core.serving import SERVE_RANDOM, SERVE_SUSPICION
 from annotation.core.study_settings import (
     EstimateSettings,
     GoldSettings,
@@ -24,6 +22,8 @@ from annotation.core.study_settings import (
     ServingSettings,
     column_problems,
 )
+from retrieval.jobs.models import Job
+from retrieval.models import Query
 
 
 class RubricVersion(models.Model):
@@ -66,70 +66,104 @@ class Study(models.Model):
     rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="studies")
     overlap = models.PositiveSmallIntegerField(default=3, help_text="Annotators per item.")
     quorum = models.PositiveSmallIntegerField(
-        null=True, blank=True,
-        help_text="Current judgements an item needs before consensus decides it (empty: the overlap).")
+        null=True,
+        blank=True,
+        help_text="Current judgements an item needs before consensus decides it (empty: the overlap).",
+    )
     adaptive_max = models.PositiveSmallIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Adaptive overlap: serve each item to `overlap` annotators and, while they disagree, to one more "
-                  "up to this many (empty: a fixed overlap).")
+        "up to this many (empty: a fixed overlap).",
+    )
     consensus = models.CharField(
-        max_length=12, default="majority",
+        max_length=12,
+        default="majority",
         choices=[("majority", "majority"), ("reliability", "reliability-weighted (Dawid-Skene)")],
-        help_text="The consensus policy pages and exports use unless told another.")
+        help_text="The consensus policy pages and exports use unless told another.",
+    )
     adaptive_confidence = models.FloatField(
-        default=DEFAULT_CONFIDENCE, validators=[MinValueValidator(0.5), MaxValueValidator(1.0)],
+        default=DEFAULT_CONFIDENCE,
+        validators=[MinValueValidator(0.5), MaxValueValidator(1.0)],
         help_text="Adaptive overlap under reliability-weighted consensus: a split is decided without a further "
-                  "annotator once the annotators' reliability (Dawid-Skene on the study's judgements so far) makes "
-                  "it at least this sure either way (0.5 to 1).")
+        "annotator once the annotators' reliability (Dawid-Skene on the study's judgements so far) makes "
+        "it at least this sure either way (0.5 to 1).",
+    )
     reliability_fit = models.JSONField(
-        default=dict, blank=True, editable=False,
+        default=dict,
+        blank=True,
+        editable=False,
         help_text="The last Dawid-Skene fit serving reads (annotation.verdicts.refit): the binary model, the "
-                  "judgements it was fitted on (count, last id) and when; refitted in a worker, empty before the first.")
+        "judgements it was fitted on (count, last id) and when; refitted in a worker, empty before the first.",
+    )
     refit_requested_at = models.DateTimeField(
-        null=True, blank=True, editable=False,
-        help_text="When the refit of reliability_fit that was asked for is due (at most one pending per study); empty: none pending.")
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the refit of reliability_fit that was asked for is due (at most one pending per study); empty: none pending.",
+    )
     session_rule = models.JSONField(
-        default=dict, blank=True,
-        help_text="Session studies: how a session is decided (reject rule, overall threshold); empty: the default.")
+        default=dict,
+        blank=True,
+        help_text="Session studies: how a session is decided (reject rule, overall threshold); empty: the default.",
+    )
     blind = models.BooleanField(default=True, help_text="Hide audit ranks from annotators.")
     guidelines = models.TextField(blank=True)
     lease_minutes = models.PositiveSmallIntegerField(default=10, help_text="How long a served item stays reserved.")
     seed = models.IntegerField(default=0)
     candidates = models.PositiveSmallIntegerField(
-        default=20, validators=[MinValueValidator(0), MaxValueValidator(50)],
-        help_text="Candidate images shown per single-turn item (0 to 50), the same number for every item.")
+        default=20,
+        validators=[MinValueValidator(0), MaxValueValidator(50)],
+        help_text="Candidate images shown per single-turn item (0 to 50), the same number for every item.",
+    )
+
     class ServeOrder(models.TextChoices):
         RANDOM = SERVE_RANDOM, "random (the study's seeded shuffle)"
         SUSPICION = SERVE_SUSPICION, "suspicion, highest first"
 
     serve_order = models.CharField(
-        max_length=10, choices=ServeOrder.choices, default=ServeOrder.RANDOM,
+        max_length=10,
+        choices=ServeOrder.choices,
+        default=ServeOrder.RANDOM,
         help_text="Which fresh item an annotator gets first: the seeded shuffle, or the most suspicious "
-                  "(audit/suspicion.py; staff only, annotators are never told).")
+        "(audit/suspicion.py; staff only, annotators are never told).",
+    )
     too_broad_threshold = models.PositiveSmallIntegerField(
-        default=10, help_text="Ticked alternatives from which the page suggests QUERY_TOO_BROAD.")
+        default=10, help_text="Ticked alternatives from which the page suggests QUERY_TOO_BROAD."
+    )
     alternatives_rule = models.CharField(
-        max_length=10, default="majority", choices=[("majority", "strict majority"), ("unanimous", "unanimous")],
-        help_text="When a ticked candidate becomes an extra ground truth.")
+        max_length=10,
+        default="majority",
+        choices=[("majority", "strict majority"), ("unanimous", "unanimous")],
+        help_text="When a ticked candidate becomes an extra ground truth.",
+    )
     pool = models.JSONField(default=dict, blank=True, help_text="How the item pool was drawn (reproducible).")
     annotators = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="studies", blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
     gold_rate = models.FloatField(default=0.05, help_text="Share of each annotator's queue drawn from gold items.")
     training_items = models.PositiveSmallIntegerField(
-        default=0, help_text="Gold items (with feedback) each annotator judges before real items.")
+        default=0, help_text="Gold items (with feedback) each annotator judges before real items."
+    )
     too_fast_seconds = models.FloatField(default=5.0, help_text="Judgements faster than this are flagged to staff.")
     straight_run = models.PositiveSmallIntegerField(
-        default=8, help_text="This many identical answers in a row are flagged to staff as straight-lining.")
+        default=8, help_text="This many identical answers in a row are flagged to staff as straight-lining."
+    )
     interactive = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text="Interactive studies (the annotator plays the user): retriever, top_n, max_rounds, strategy, "
-                  "target_view (annotation.core.rounds.InteractiveSettings); empty: not interactive.")
+        "target_view (annotation.core.rounds.InteractiveSettings); empty: not interactive.",
+    )
     estimate = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text="Estimate studies (issue 40): a stratified sample of the benchmark, served in a Neyman plan, "
-                  "estimates each defect kind's prevalence (annotation.studies.estimating): target half-width, "
-                  "strata, the plan's state and the stop; empty: not an estimate study. Staff only.")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+        "estimates each defect kind's prevalence (annotation.studies.estimating): target half-width, "
+        "strata, the plan's state and the stop; empty: not an estimate study. Staff only.",
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # The study's sizes (annotation.sizes), kept with every change of its items, their
     # agreement flags and extra slots, and its annotators, so "next item" reads them with the
@@ -138,7 +172,8 @@ class Study(models.Model):
     n_items = models.PositiveIntegerField(default=0, editable=False, help_text="Items in the study.")
     n_agreement = models.PositiveIntegerField(default=0, editable=False, help_text="Items in the agreement subset.")
     n_extra_slots = models.PositiveIntegerField(
-        default=0, editable=False, help_text="The items' extra slots together (StudyItem.extra_slots).")
+        default=0, editable=False, help_text="The items' extra slots together (StudyItem.extra_slots)."
+    )
     n_annotators = models.PositiveIntegerField(default=0, editable=False, help_text="The study's annotators.")
 
     SIZE_FIELDS = ("n_items", "n_agreement", "n_extra_slots", "n_annotators")
@@ -159,8 +194,9 @@ class Study(models.Model):
         stored reliability fit and refit flag, its estimate state): the copy in memory may be older than what a
         concurrent change counted or a worker fitted."""
         if not self._state.adding and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
-            kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
-                                       if not f.primary_key and f.name not in self.KEPT_FIELDS]
+            kwargs["update_fields"] = [
+                f.name for f in self._meta.concrete_fields if not f.primary_key and f.name not in self.KEPT_FIELDS
+            ]
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
@@ -234,7 +270,9 @@ class GuidelinesVersion(models.Model):
     rubric = models.ForeignKey(RubricVersion, on_delete=models.PROTECT, related_name="+")
     version = models.PositiveIntegerField()
     text = models.TextField(blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -254,28 +292,38 @@ class StudyItem(models.Model):
     taken = models.PositiveIntegerField(default=0)
     completed = models.PositiveIntegerField(default=0)
     extra_slots = models.PositiveSmallIntegerField(
-        default=0, help_text="Annotators beyond the study's overlap this item is open to: what an adaptive quorum "
-                             "rule opened for its counted votes (Study.quorum_rule.slots less the overlap).")
+        default=0,
+        help_text="Annotators beyond the study's overlap this item is open to: what an adaptive quorum "
+        "rule opened for its counted votes (Study.quorum_rule.slots less the overlap).",
+    )
     gold = models.BooleanField(default=False, help_text="A gold item: served to everyone at the study's gold rate.")
     gold_answer = models.JSONField(default=dict, blank=True, help_text='The known answer, e.g. {"validated": true}.')
     gold_source = models.CharField(max_length=20, blank=True, help_text="hand, adjudicated or unanimous.")
-    candidates = models.JSONField(default=list, blank=True,
-                                  help_text="The item's candidate panel (image ids), fixed once first shown.")
-    candidates_source = models.CharField(max_length=200, blank=True, help_text="Where the panel came from (staff only).")
+    candidates = models.JSONField(
+        default=list, blank=True, help_text="The item's candidate panel (image ids), fixed once first shown."
+    )
+    candidates_source = models.CharField(
+        max_length=200, blank=True, help_text="Where the panel came from (staff only)."
+    )
     suspicion = models.FloatField(default=0.0, help_text="Suspicion score in [0, 1] (audit/suspicion.py; staff only).")
-    suspicion_parts = models.JSONField(default=dict, blank=True,
-                                       help_text="The score's parts and the run they came from (staff only).")
+    suspicion_parts = models.JSONField(
+        default=dict, blank=True, help_text="The score's parts and the run they came from (staff only)."
+    )
     estimate_stratum = models.SmallIntegerField(
-        null=True, blank=True, help_text="Estimate studies: the suspicion stratum (0 = lowest scores), fixed when "
-                                         "the study was planned (staff only).")
+        null=True,
+        blank=True,
+        help_text="Estimate studies: the suspicion stratum (0 = lowest scores), fixed when "
+        "the study was planned (staff only).",
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["study", "query"], name="studyitem_unique_query")]
         indexes = [
             models.Index(fields=["study", "-agreement", "-taken", "order_key"], name="studyitem_queue"),
             # The same queue served by suspicion (Study.serve_order), highest first.
-            models.Index(fields=["study", "-agreement", "-taken", "-suspicion", "order_key"],
-                         name="studyitem_suspicion_queue"),
+            models.Index(
+                fields=["study", "-agreement", "-taken", "-suspicion", "order_key"], name="studyitem_suspicion_queue"
+            ),
             # The gold choice (annotation.assignment.queue._gold_choice) and the gold count of
             # "next item": gold rows only, in serving order, so neither scans the study.
             models.Index(fields=["study", "order_key", "id"], condition=models.Q(gold=True), name="studyitem_gold"),
@@ -347,22 +395,24 @@ class Judgement(models.Model):
     scales = models.JSONField(default=dict, blank=True)
     per_turn = models.JSONField(default=list, blank=True)
     reject_flags = models.JSONField(default=list, blank=True)
-    alternatives = models.JSONField(default=list, blank=True,
-                                    help_text="Candidate image ids that fit as well as the labelled target.")
-    none_fit = models.BooleanField(default=False,
-                                   help_text="The annotator said that none of the candidates fits (no tick by choice).")
+    alternatives = models.JSONField(
+        default=list, blank=True, help_text="Candidate image ids that fit as well as the labelled target."
+    )
+    none_fit = models.BooleanField(
+        default=False, help_text="The annotator said that none of the candidates fits (no tick by choice)."
+    )
     client_token = models.CharField(max_length=64, blank=True, help_text="Idempotency key sent by the client.")
     late = models.BooleanField(
-        default=False, help_text="Submitted after the lease expired and the item went to someone else: kept, "
-        "but not counted towards the item's quorum.")
+        default=False,
+        help_text="Submitted after the lease expired and the item went to someone else: kept, "
+        "but not counted towards the item's quorum.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["assignment", "revision"], name="judgement_unique_revision"),
-            models.UniqueConstraint(
-                fields=["assignment"], condition=Q(is_current=True), name="judgement_one_current"
-            ),
+            models.UniqueConstraint(fields=["assignment"], condition=Q(is_current=True), name="judgement_one_current"),
             models.UniqueConstraint(
                 fields=["assignment", "client_token"], condition=~Q(client_token=""), name="judgement_unique_token"
             ),
@@ -466,7 +516,9 @@ class InteractiveRound(models.Model):
     text = models.TextField()
     reference = models.ForeignKey("retrieval.Image", on_delete=models.PROTECT, related_name="+")
     status = models.CharField(max_length=10, default=PENDING)
-    shown = models.JSONField(default=list, blank=True, help_text="Candidate image ids shown after the round, best first.")
+    shown = models.JSONField(
+        default=list, blank=True, help_text="Candidate image ids shown after the round, best first."
+    )
     target_rank = models.PositiveIntegerField(null=True, blank=True, help_text="1-based; empty: not ranked.")
     error = models.TextField(blank=True)
     rank_ms = models.FloatField(null=True, blank=True, help_text="The worker's re-ranking time.")
@@ -491,10 +543,16 @@ class ExportJob(Job):
     study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="exports")
     policy = models.CharField(max_length=20, default="majority")
     primary = models.CharField(max_length=150, blank=True, help_text="Deciding annotator of the primary policy.")
-    query_format = models.CharField(max_length=10, default="mbeir",
-                                    help_text="Query files of a category study: mbeir (JSONL) or circo (CIRCO's layout).")
-    sessions = models.CharField(max_length=10, default="whole",
-                                help_text="Sessions judged turn by turn: whole (valid sessions) or prefix (valid prefixes too).")
+    query_format = models.CharField(
+        max_length=10,
+        default="mbeir",
+        help_text="Query files of a category study: mbeir (JSONL) or circo (CIRCO's layout).",
+    )
+    sessions = models.CharField(
+        max_length=10,
+        default="whole",
+        help_text="Sessions judged turn by turn: whole (valid sessions) or prefix (valid prefixes too).",
+    )
     path = models.CharField(max_length=1000, blank=True, help_text="The finished export folder.")
     files = models.JSONField(default=list, blank=True, help_text="Paths relative to the export folder.")
     manifest = models.JSONField(default=dict, blank=True)
@@ -517,11 +575,17 @@ class ReleaseJob(Job):
     """A release of one or more studies (:func:`annotation.release.bundle.build_release`), run by
     a worker; the staff page's "Make a release" button creates it."""
 
-    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="releases",
-                              help_text="The study whose page started it (the first of study_ids).")
+    study = models.ForeignKey(
+        Study,
+        on_delete=models.CASCADE,
+        related_name="releases",
+        help_text="The study whose page started it (the first of study_ids).",
+    )
     study_ids = models.JSONField(default=list, help_text="The studies released, in order.")
     layouts = models.JSONField(default=list, blank=True, help_text="Layouts asked for (empty: each study's default).")
-    path = models.CharField(max_length=1000, blank=True, help_text="The finished release folder (the zip is beside it).")
+    path = models.CharField(
+        max_length=1000, blank=True, help_text="The finished release folder (the zip is beside it)."
+    )
     files = models.JSONField(default=list, blank=True, help_text="Paths relative to the release folder.")
     placeholders = models.JSONField(default=list, blank=True, help_text="Fields the publisher must fill in.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")

@@ -1,4 +1,5 @@
 """Who may see what: annotators their own work only, staff everything, researchers reports."""
+
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
@@ -112,8 +113,12 @@ def writable_rows(user, assignment_id: int, rows=None):
     """The query of :func:`writable_assignment` (at most one row)."""
     member = membership(user, OuterRef("study_id"))
     rows = rows if rows is not None else Assignment.objects.select_related("study__rubric", "item__query")
-    return (rows.select_related("annotator").annotate(is_member=Exists(member))
-            .filter(pk=assignment_id, annotator=user.pk).order_by("pk")[:1])
+    return (
+        rows.select_related("annotator")
+        .annotate(is_member=Exists(member))
+        .filter(pk=assignment_id, annotator=user.pk)
+        .order_by("pk")[:1]
+    )
 
 
 def writable_assignment(user, assignment_id: int, rows=None) -> Assignment:

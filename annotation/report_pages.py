@@ -5,6 +5,7 @@ Access: reports for researchers and staff (annotators get 403; researchers who a
 staff see annotators as ``annotator_NN``); adjudication and exports for staff only (403 for
 everyone else, also on the status and download URLs).
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,31 +18,30 @@ from django.contrib import messages
 from django.core.cache import cache
 from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
 from django.utils.text import slugify
 from django.views.decorators.http import require_POST
 
+from annotation import roles
+from annotation.agreement.intervals import attach_intervals, interval_options
+from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
+from annotation.agreement.reports import ReportError, default_bootstrap, report_csv_rows, safe_rows, study_report
+from annotation.core.consensus import POLICIES
+from annotation.export.downloads import job_file_response
+from annotation.judging.payloads import image_ref
+from annotation.models import Adjudication, ExportJob, Study, StudyItem
+from annotation.studies.suspicion_scores import part_rows
+from annotation.verdicts.adjudication import adjudicate, adjudication_queue
+from annotation.verdicts.readmodel import Verdicts, decide_row, has_verdicts, item_row
+from annotation.verdicts.state import study_counts, study_version
 from audit.charts import heatmap_svg
+from config.figures import fixed
 from config.parsing import query_int
 from config.roles import researcher_required, staff_required
 from retrieval.jobs.sending import QUEUE_DOWN, enqueue
-
-from annotation import roles
-from annotation.verdicts.state import study_counts, study_version
-from annotation.verdicts.adjudication import adjudicate, adjudication_queue
-from annotation.verdicts.readmodel import Verdicts, decide_row, has_verdicts, item_row
-from annotation.core.consensus import POLICIES
-from annotation.models import Adjudication, ExportJob, Study, StudyItem
 from retrieval.models import Image
-from annotation.judging.payloads import image_ref
-from annotation.studies.suspicion_scores import part_rows
-from annotation.agreement.intervals import attach_intervals, interval_options
-from annotation.agreement.maths import CONSTANT_PAIR_CONVENTIONS
-from annotation.export.downloads import job_file_response
-from annotation.agreement.reports import ReportError, default_bootstrap, report_csv_rows, safe_rows, study_report
-from config.figures import fixed
 
 # --------------------------------------------------------------------------- access
 
@@ -97,9 +97,15 @@ def _report(request, study: Study) -> dict[str, Any]:
     version, else the report says they are being updated and a worker is asked for them."""
     policy, primary = _policy(request, study)
     n_boot, seed = _bootstrap(request, study)
-    options = {"policy": policy, "primary": primary, "pseudonymise": not roles.is_admin(request.user),
-               "dimension": request.GET.get("dimension") or None, "n_boot": 0, "seed": seed,
-               "constant_pairs": request.GET.get("constant_pairs") or "undefined"}
+    options = {
+        "policy": policy,
+        "primary": primary,
+        "pseudonymise": not roles.is_admin(request.user),
+        "dimension": request.GET.get("dimension") or None,
+        "n_boot": 0,
+        "seed": seed,
+        "constant_pairs": request.GET.get("constant_pairs") or "undefined",
+    }
     version = study_version(study)
     digest = hashlib.sha256(json.dumps([version, options], sort_keys=True).encode()).hexdigest()
     key = f"cirval:report:{study.pk}:{digest}"
@@ -109,8 +115,9 @@ def _report(request, study: Study) -> dict[str, Any]:
             report = study_report(study, **options)
             report["alternatives"] = _alternatives(request, study)
             cache.set(key, report, REPORT_CACHE_SECONDS)
-        wanted = interval_options(study, dimension=options["dimension"], n_boot=n_boot, seed=seed,
-                                  constant_pairs=options["constant_pairs"])
+        wanted = interval_options(
+            study, dimension=options["dimension"], n_boot=n_boot, seed=seed, constant_pairs=options["constant_pairs"]
+        )
     except ReportError as exc:
         raise Http404(str(exc)) from None
     return attach_intervals(report, study, wanted, version)
@@ -155,19 +162,21 @@ FIGURE_HELP: dict[str, str] = {
     "alpha": "Krippendorff's alpha: 1 − observed / expected disagreement; 1 perfect, 0 chance, missing judgements allowed",
     "fleiss": "Fleiss' kappa: chance-corrected agreement of many raters; defined only when every item has as many judgements",
     "ac1": "Gwet's AC1: chance-corrected like kappa, but not dragged down when one label dominates; Q = the labels "
-           "possible (for validity, the 17 signatures: valid, or a combination of the four flags, or unspecified)",
+    "possible (for validity, the 17 signatures: valid, or a combination of the four flags, or unspecified)",
     "cohen": "Cohen's kappa of every pair of annotators on the items both judged, averaged over pairs",
     "valid_rate": "share of all judgements that validate the item",
     "binary_alpha": "Krippendorff's alpha on valid / invalid only (every invalid signature one label)",
     "binary_fleiss": "Fleiss' kappa on valid / invalid only",
     "signature_alpha": "Krippendorff's alpha on the full signature: the same figure as the alpha above (its interval is "
-                       "that one's), named for comparison with CIRCUS",
+    "that one's), named for comparison with CIRCUS",
 }
 
 #: How to read a chance-corrected coefficient, shown under the figures.
-READING = ("1 is perfect agreement, 0 what chance alone gives, below 0 worse than chance. Krippendorff (2004) asks "
-           "for alpha ≥ 0.800 before relying on the data and ≥ 0.667 for tentative conclusions; Landis and Koch's "
-           "(1977) bands for kappa: 0.41–0.60 moderate, 0.61–0.80 substantial, 0.81–1 almost perfect.")
+READING = (
+    "1 is perfect agreement, 0 what chance alone gives, below 0 worse than chance. Krippendorff (2004) asks "
+    "for alpha ≥ 0.800 before relying on the data and ≥ 0.667 for tentative conclusions; Landis and Koch's "
+    "(1977) bands for kappa: 0.41–0.60 moderate, 0.61–0.80 substantial, 0.81–1 almost perfect."
+)
 
 
 def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str, str, str]]:
@@ -179,15 +188,35 @@ def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str, str, str]]:
         ("Items (2+ judgements)", a["n_items"], "", "", h["items"]),
         ("Annotators", a["n_annotators"], "", "", h["annotators"]),
         ("Judgements", a["n_judgements"], "", "", h["judgements"]),
-        ("Percent agreement", fmt(a["percent_agreement"]), _ci(a, "percent_agreement"),
-         why.get("percent_agreement", ""), h["percent"]),
-        (f"Krippendorff's alpha ({a['level']})", fmt(a["krippendorff_alpha"]), _ci(a, "krippendorff_alpha"),
-         why.get("krippendorff_alpha", ""), h["alpha"]),
+        (
+            "Percent agreement",
+            fmt(a["percent_agreement"]),
+            _ci(a, "percent_agreement"),
+            why.get("percent_agreement", ""),
+            h["percent"],
+        ),
+        (
+            f"Krippendorff's alpha ({a['level']})",
+            fmt(a["krippendorff_alpha"]),
+            _ci(a, "krippendorff_alpha"),
+            why.get("krippendorff_alpha", ""),
+            h["alpha"],
+        ),
         ("Fleiss' kappa", fmt(a["fleiss_kappa"]), _ci(a, "fleiss_kappa"), why.get("fleiss_kappa", ""), h["fleiss"]),
-        (f"Gwet's AC1 (Q = {a['n_categories']})", fmt(a["gwet_ac1"]), _ci(a, "gwet_ac1"), why.get("gwet_ac1", ""),
-         h["ac1"]),
-        (_kappa_label(a["pairwise_cohen"]), fmt(a["pairwise_cohen"]["mean"]), _ci(a, "pairwise_cohen_mean"),
-         why.get("pairwise_cohen", ""), h["cohen"]),
+        (
+            f"Gwet's AC1 (Q = {a['n_categories']})",
+            fmt(a["gwet_ac1"]),
+            _ci(a, "gwet_ac1"),
+            why.get("gwet_ac1", ""),
+            h["ac1"],
+        ),
+        (
+            _kappa_label(a["pairwise_cohen"]),
+            fmt(a["pairwise_cohen"]["mean"]),
+            _ci(a, "pairwise_cohen_mean"),
+            why.get("pairwise_cohen", ""),
+            h["cohen"],
+        ),
     ]
     if "binary_valid_invalid" in a:
         headline += _binary_headline(a, why)
@@ -196,12 +225,24 @@ def _headline(a: dict[str, Any]) -> list[tuple[str, Any, str, str, str]]:
 
 def _binary_headline(a: dict[str, Any], why: dict[str, str]) -> list[tuple[str, Any, str, str, str]]:
     b, h = a["binary_valid_invalid"], FIGURE_HELP
-    return [("Valid rate", fmt(b["valid_rate"]), "", "", h["valid_rate"]),
-            ("Binary alpha", fmt(b["krippendorff_alpha_nominal"]), _ci(a, "binary_valid_invalid.krippendorff_alpha_nominal"),
-             why.get("binary_valid_invalid.krippendorff_alpha_nominal", ""), h["binary_alpha"]),
-            ("Binary Fleiss' kappa", fmt(b["fleiss_kappa"]), _ci(a, "binary_valid_invalid.fleiss_kappa"),
-             why.get("binary_valid_invalid.fleiss_kappa", ""), h["binary_fleiss"]),
-            _signature_alpha(a, why)]
+    return [
+        ("Valid rate", fmt(b["valid_rate"]), "", "", h["valid_rate"]),
+        (
+            "Binary alpha",
+            fmt(b["krippendorff_alpha_nominal"]),
+            _ci(a, "binary_valid_invalid.krippendorff_alpha_nominal"),
+            why.get("binary_valid_invalid.krippendorff_alpha_nominal", ""),
+            h["binary_alpha"],
+        ),
+        (
+            "Binary Fleiss' kappa",
+            fmt(b["fleiss_kappa"]),
+            _ci(a, "binary_valid_invalid.fleiss_kappa"),
+            why.get("binary_valid_invalid.fleiss_kappa", ""),
+            h["binary_fleiss"],
+        ),
+        _signature_alpha(a, why),
+    ]
 
 
 def _signature_alpha(a: dict[str, Any], why: dict[str, str]) -> tuple[str, Any, str, str, str]:
@@ -209,8 +250,13 @@ def _signature_alpha(a: dict[str, Any], why: dict[str, str]) -> tuple[str, Any, 
     signature (then its interval too), else a figure of its own."""
     same = a["signature_alpha_nominal"] == a["krippendorff_alpha"]
     what = FIGURE_HELP["signature_alpha"] if same else "Krippendorff's alpha on the full signature as a nominal label"
-    return ("Signature alpha", fmt(a["signature_alpha_nominal"]), _ci(a, "krippendorff_alpha") if same else "",
-            why.get("signature_alpha_nominal", ""), what)
+    return (
+        "Signature alpha",
+        fmt(a["signature_alpha_nominal"]),
+        _ci(a, "krippendorff_alpha") if same else "",
+        why.get("signature_alpha_nominal", ""),
+        what,
+    )
 
 
 @researcher_required
@@ -218,23 +264,56 @@ def report_page(request, study_id: int):
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
     report = _report(request, study)
     p = report["pairwise"]
-    kappa_svg = heatmap_svg(p["annotators"], p["cohen_kappa"], title=f"Pairwise Cohen's kappa ({p['kappa_of']})",
-                            vmin=-1.0, vmax=1.0, shared=p["shared_items"], element_id="heatmap-kappa")
-    agree_svg = heatmap_svg(p["annotators"], p["signature_agreement"],
-                            title="Pairwise agreement on the full signature (share of shared items)",
-                            vmin=0.0, vmax=1.0, shared=p["shared_items"], element_id="heatmap-signature")
+    kappa_svg = heatmap_svg(
+        p["annotators"],
+        p["cohen_kappa"],
+        title=f"Pairwise Cohen's kappa ({p['kappa_of']})",
+        vmin=-1.0,
+        vmax=1.0,
+        shared=p["shared_items"],
+        element_id="heatmap-kappa",
+    )
+    agree_svg = heatmap_svg(
+        p["annotators"],
+        p["signature_agreement"],
+        title="Pairwise agreement on the full signature (share of shared items)",
+        vmin=0.0,
+        vmax=1.0,
+        shared=p["shared_items"],
+        element_id="heatmap-signature",
+    )
     a = report["agreement"]
     headline = _headline(a)
     columns = [k for k in (report["categories"][0] if report["categories"] else {}) if k != "category"]
     categories = [(row["category"], [fmt(row[k]) for k in columns]) for row in report["categories"]]
-    heading = {"chosen_share": "Chosen share", "prevalence": "Prevalence", "krippendorff_alpha": "Alpha",
-               "fleiss_kappa": "Fleiss' kappa", "gwet_ac1": "Gwet's AC1", "pairwise_cohen_mean": "Mean Cohen's kappa",
-               "n": "Judgements", "mean": "Mean", "items": "Items", "n_judgements": "Judgements", "n_items": "Items (2+)",
-               "percent_agreement": "Percent agreement", "valid_rate": "Valid rate", "binary_alpha": "Binary alpha",
-               "binary_fleiss": "Binary Fleiss", "kind": "Level and weights", "kappa_weights": "Kappa weights",
-               "kappa_pairs": "Pairs in the kappa mean"}
-    breakdown_cols = ["items", "n_judgements", "percent_agreement", "krippendorff_alpha", "pairwise_cohen_mean",
-                      "kappa_pairs"]
+    heading = {
+        "chosen_share": "Chosen share",
+        "prevalence": "Prevalence",
+        "krippendorff_alpha": "Alpha",
+        "fleiss_kappa": "Fleiss' kappa",
+        "gwet_ac1": "Gwet's AC1",
+        "pairwise_cohen_mean": "Mean Cohen's kappa",
+        "n": "Judgements",
+        "mean": "Mean",
+        "items": "Items",
+        "n_judgements": "Judgements",
+        "n_items": "Items (2+)",
+        "percent_agreement": "Percent agreement",
+        "valid_rate": "Valid rate",
+        "binary_alpha": "Binary alpha",
+        "binary_fleiss": "Binary Fleiss",
+        "kind": "Level and weights",
+        "kappa_weights": "Kappa weights",
+        "kappa_pairs": "Pairs in the kappa mean",
+    }
+    breakdown_cols = [
+        "items",
+        "n_judgements",
+        "percent_agreement",
+        "krippendorff_alpha",
+        "pairwise_cohen_mean",
+        "kappa_pairs",
+    ]
     if report["study"]["kind"] == "validity":
         breakdown_cols += ["valid_rate", "binary_alpha", "binary_fleiss"]
     breakdowns = []
@@ -245,30 +324,62 @@ def report_page(request, study_id: int):
             consensus = entry.get("consensus")
             rows.append((group, cells, consensus))
         breakdowns.append((title, key, rows))
-    turn_cols = ["n_items", "n_judgements", "valid_rate", "percent_agreement", "krippendorff_alpha", "fleiss_kappa",
-                 "gwet_ac1", "pairwise_cohen_mean", "kappa_pairs"]
+    turn_cols = [
+        "n_items",
+        "n_judgements",
+        "valid_rate",
+        "percent_agreement",
+        "krippendorff_alpha",
+        "fleiss_kappa",
+        "gwet_ac1",
+        "pairwise_cohen_mean",
+        "kappa_pairs",
+    ]
     turns = None
     if report.get("turns"):
         t = report["turns"]
-        turns = [(name, [fmt(row.get(c)) for c in turn_cols], row["consensus"]) for name, row in
-                 [("Session (derived verdict)", t["session"]), *((f"Turn {p['turn']}", p) for p in t["positions"])]]
+        turns = [
+            (name, [fmt(row.get(c)) for c in turn_cols], row["consensus"])
+            for name, row in [
+                ("Session (derived verdict)", t["session"]),
+                *((f"Turn {p['turn']}", p) for p in t["positions"]),
+            ]
+        ]
     confusion = None
     if report["confusion"]:
         conf = report["confusion"]
-        confusion = {"columns": conf["columns"], "rows": [
-            (name, list(zip(conf["rows"], e["matrix"])), fmt(e["agreement_with_consensus"]), e["n"])
-            for name, e in conf["by_annotator"].items()]}
-    return render(request, "annotation/report.html", {
-        "study": study, "report": report, "headline": headline, "reading": READING, "kappa_svg": mark_safe(kappa_svg),
-        "agree_svg": mark_safe(agree_svg), "category_columns": [heading.get(c, c) for c in columns],
-        "categories": categories, "breakdown_cols": [heading.get(c, c) for c in breakdown_cols],
-        "breakdowns": breakdowns, "confusion": confusion, "turns": turns,
-        "turn_cols": [heading.get(c, c) for c in turn_cols],
-        "policies": POLICIES, "policy": report["consensus"]["policy"] if report["consensus"] else None,
-        "query": request.GET.urlencode(), "constant_pairs": CONSTANT_PAIR_CONVENTIONS,
-        "ci": report["agreement"]["confidence_intervals"],
-        "intervals_state": report["agreement"]["intervals_state"]["state"],
-    })
+        confusion = {
+            "columns": conf["columns"],
+            "rows": [
+                (name, list(zip(conf["rows"], e["matrix"])), fmt(e["agreement_with_consensus"]), e["n"])
+                for name, e in conf["by_annotator"].items()
+            ],
+        }
+    return render(
+        request,
+        "annotation/report.html",
+        {
+            "study": study,
+            "report": report,
+            "headline": headline,
+            "reading": READING,
+            "kappa_svg": mark_safe(kappa_svg),
+            "agree_svg": mark_safe(agree_svg),
+            "category_columns": [heading.get(c, c) for c in columns],
+            "categories": categories,
+            "breakdown_cols": [heading.get(c, c) for c in breakdown_cols],
+            "breakdowns": breakdowns,
+            "confusion": confusion,
+            "turns": turns,
+            "turn_cols": [heading.get(c, c) for c in turn_cols],
+            "policies": POLICIES,
+            "policy": report["consensus"]["policy"] if report["consensus"] else None,
+            "query": request.GET.urlencode(),
+            "constant_pairs": CONSTANT_PAIR_CONVENTIONS,
+            "ci": report["agreement"]["confidence_intervals"],
+            "intervals_state": report["agreement"]["intervals_state"]["state"],
+        },
+    )
 
 
 def _download_name(study: Study, ext: str) -> str:
@@ -294,8 +405,9 @@ def report_csv(request, study_id: int):
     study = get_object_or_404(Study.objects.select_related("rubric"), pk=study_id)
     report = _report(request, study)
     writer = csv.writer(_Echo())
-    response = StreamingHttpResponse((writer.writerow(r) for r in safe_rows(report_csv_rows(report))),
-                                     content_type="text/csv; charset=utf-8")
+    response = StreamingHttpResponse(
+        (writer.writerow(r) for r in safe_rows(report_csv_rows(report))), content_type="text/csv; charset=utf-8"
+    )
     response["Content-Disposition"] = f'attachment; filename="{_download_name(study, "csv")}"'
     return response
 
@@ -317,8 +429,9 @@ def adjudication_queue_page(request, study_id: int):
     study = _adjudicable(study_id)
     entries = adjudication_queue(study)
     waiting = sum(1 for e in entries if not e.adjudicated)
-    return render(request, "annotation/adjudication_queue.html",
-                  {"study": study, "entries": entries, "waiting": waiting})
+    return render(
+        request, "annotation/adjudication_queue.html", {"study": study, "entries": entries, "waiting": waiting}
+    )
 
 
 @staff_required
@@ -346,14 +459,23 @@ def adjudication_item_page(request, study_id: int, item_id: int):
     query = item.query
     turns = list(query.turns.select_related("reference_image"))
     targets = query.positive_targets(query.targets.select_related("image"))  # the format's target rule
-    return render(request, "annotation/adjudication_item.html", {
-        "study": study, "item": item, "row": row, "decision": before, "history": history,
-        "turns": [(t, image_ref(t.reference_image)) for t in turns],
-        "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
-        "rubric": study.rubric.rubric, **_candidate_groups(_candidate_rows(study, item)),
-        "session_rule": verdicts.describe_session(),
-        "suspicion": part_rows(item.suspicion_parts) if item.suspicion_parts else [],
-    })
+    return render(
+        request,
+        "annotation/adjudication_item.html",
+        {
+            "study": study,
+            "item": item,
+            "row": row,
+            "decision": before,
+            "history": history,
+            "turns": [(t, image_ref(t.reference_image)) for t in turns],
+            "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
+            "rubric": study.rubric.rubric,
+            **_candidate_groups(_candidate_rows(study, item)),
+            "session_rule": verdicts.describe_session(),
+            "suspicion": part_rows(item.suspicion_parts) if item.suspicion_parts else [],
+        },
+    )
 
 
 def _decide_candidate(request, study: Study, item: StudyItem):
@@ -362,8 +484,9 @@ def _decide_candidate(request, study: Study, item: StudyItem):
 
     try:
         image = int(request.POST["candidate"])
-        decide_candidate(study, item, image, request.POST.get("accept") == "1", request.user,
-                         request.POST.get("note", ""))
+        decide_candidate(
+            study, item, image, request.POST.get("accept") == "1", request.user, request.POST.get("note", "")
+        )
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
     messages.success(request, f"Candidate {image}: {'accepted' if request.POST.get('accept') == '1' else 'refused'}.")
@@ -373,8 +496,11 @@ def _decide_candidate(request, study: Study, item: StudyItem):
 def _candidate_groups(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The page's candidates: those with a tick or a decision first, the rest (nobody ticked them)
     folded, so a panel of 50 does not make the page thousands of pixels tall."""
-    return {"candidates": rows, "candidates_seen": [r for r in rows if r["alt"]],
-            "candidates_untouched": [r for r in rows if not r["alt"]]}
+    return {
+        "candidates": rows,
+        "candidates_seen": [r for r in rows if r["alt"]],
+        "candidates_untouched": [r for r in rows if not r["alt"]],
+    }
 
 
 def _candidate_rows(study: Study, item: StudyItem) -> list[dict[str, Any]]:
@@ -406,8 +532,15 @@ def export_start(request, study_id: int):
     except ExportError as exc:
         messages.error(request, str(exc))
         return redirect(_back(request, study))
-    job = ExportJob.objects.create(study=study, policy=policy, primary=primary, query_format=query_format,
-                                   sessions=sessions, created_by=request.user, total=study.n_items)
+    job = ExportJob.objects.create(
+        study=study,
+        policy=policy,
+        primary=primary,
+        query_format=query_format,
+        sessions=sessions,
+        created_by=request.user,
+        total=study.n_items,
+    )
     if not enqueue(ExportJob, job.pk, RUN_EXPORT):
         messages.warning(request, QUEUE_DOWN)
     return redirect("annotation:export_job", pk=job.pk)
@@ -418,8 +551,11 @@ def _back(request, study: Study) -> str:
     ``/...``, as the forms send ``request.path``), else the study's exports page. A bare word
     (``progress``) is no path: ``redirect`` would take it for a URL name and raise a 500."""
     back = request.POST.get("back") or ""
-    if back.startswith("/") and not back.startswith("//") and url_has_allowed_host_and_scheme(
-            back, allowed_hosts={request.get_host()}):
+    if (
+        back.startswith("/")
+        and not back.startswith("//")
+        and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()})
+    ):
         return back
     return reverse("annotation:export_list", args=[study.pk])
 
@@ -435,10 +571,14 @@ def export_job_status(request, pk: int):
     job = get_object_or_404(ExportJob, pk=pk)
     report = {}
     if job.status == ExportJob.Status.DONE:
-        report = {"folder": Path(job.path).name, "counts": job.manifest.get("counts", {}),
-                  "files": {f["path"]: f["sha256"] for f in job.manifest.get("files", [])}}
-    return JsonResponse(job.progress_json(
-        report, files=[reverse("annotation:export_file", args=[job.pk, name]) for name in job.files]))
+        report = {
+            "folder": Path(job.path).name,
+            "counts": job.manifest.get("counts", {}),
+            "files": {f["path"]: f["sha256"] for f in job.manifest.get("files", [])},
+        }
+    return JsonResponse(
+        job.progress_json(report, files=[reverse("annotation:export_file", args=[job.pk, name]) for name in job.files])
+    )
 
 
 @staff_required
@@ -451,5 +591,8 @@ def export_file(request, pk: int, name: str):
 @staff_required
 def export_list(request, study_id: int):
     study = _adjudicable(study_id)
-    return render(request, "annotation/export_list.html", {"study": study, "jobs": study.exports.all()[:50],
-                                                           "policies": POLICIES, "verdicts": study_counts(study)})
+    return render(
+        request,
+        "annotation/export_list.html",
+        {"study": study, "jobs": study.exports.all()[:50], "policies": POLICIES, "verdicts": study_counts(study)},
+    )

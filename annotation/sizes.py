@@ -18,6 +18,7 @@ request once its cache expired). Every change keeps them in the transaction that
 Increments are ``F()`` updates, so two writers never lose one another's; a recount locks the
 study row first, so it sees every change committed before it (and later ones queue behind it).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -33,10 +34,14 @@ Members = Study.annotators.through
 def fresh_sizes(study_id: int) -> dict[str, int]:
     """The sizes counted from the rows now (what the columns must equal)."""
     items = StudyItem.objects.filter(study_id=study_id).aggregate(
-        n_items=Count("id"), n_agreement=Count("id", filter=Q(agreement=True)), n_extra_slots=Sum("extra_slots"))
-    return {"n_items": items["n_items"], "n_agreement": items["n_agreement"],
-            "n_extra_slots": items["n_extra_slots"] or 0,
-            "n_annotators": Members.objects.filter(study_id=study_id).count()}
+        n_items=Count("id"), n_agreement=Count("id", filter=Q(agreement=True)), n_extra_slots=Sum("extra_slots")
+    )
+    return {
+        "n_items": items["n_items"],
+        "n_agreement": items["n_agreement"],
+        "n_extra_slots": items["n_extra_slots"] or 0,
+        "n_annotators": Members.objects.filter(study_id=study_id).count(),
+    }
 
 
 def stored_sizes(study_id: int) -> dict[str, int]:
@@ -76,12 +81,14 @@ def add_items(study: Study, items: Iterable[StudyItem], batch_size: int | None =
     items = list(items)
     with transaction.atomic():
         made = StudyItem.objects.bulk_create(items, batch_size=batch_size)
-        shift(study, items=len(items), agreement=sum(i.agreement for i in items),
-              extra=sum(i.extra_slots for i in items))
+        shift(
+            study, items=len(items), agreement=sum(i.agreement for i in items), extra=sum(i.extra_slots for i in items)
+        )
     return made
 
 
 # ------------------------------------------------------------------ signal receivers
+
 
 def item_saved(sender, instance: StudyItem, created: bool, raw: bool = False, update_fields=None, **kwargs) -> None:
     """One item saved through the ORM: a new one is counted; a change that may touch its
@@ -107,7 +114,8 @@ def annotators_changed(sender, instance, action: str, reverse: bool, pk_set=None
     if not action.startswith("post_"):
         if action == "pre_clear" and reverse:  # the user's studies, before they are gone
             instance._cirval_cleared_studies = list(
-                Members.objects.filter(user_id=instance.pk).values_list("study_id", flat=True))
+                Members.objects.filter(user_id=instance.pk).values_list("study_id", flat=True)
+            )
         return
     if not reverse:
         studies = [instance]  # the copy in memory follows too

@@ -1,13 +1,9 @@
 """Celery tasks of the annotation app (the default queue, ``celery``; only audit tasks go to ``gpu``)."""
+
 from __future__ import annotations
 
 from celery import shared_task
 from celery.signals import worker_process_init
-
-from config.celery import at_worker_start, every_sweep
-from retrieval.jobs import leases
-from retrieval.jobs.sending import send_task
-from retrieval.services import discard_uploads
 
 from annotation.agreement.intervals import INTERVALS_TASK
 from annotation.export.validated import run_export_job
@@ -18,6 +14,10 @@ from annotation.models import ExportJob, ReleaseJob, RoomImportJob
 from annotation.release.bundle import RUN_RELEASE, run_release_job
 from annotation.room.imports import RUN_ROOM_IMPORT, run_room_import_job
 from annotation.verdicts.refit import REFIT_TASK
+from config.celery import at_worker_start, every_sweep
+from retrieval.jobs import leases
+from retrieval.jobs.sending import send_task
+from retrieval.services import discard_uploads
 
 RUN_EXPORT = "annotation.run_export"
 

@@ -1,7 +1,6 @@
 from django.urls import path
 
 from annotation import api, views
-
 from annotation import report_pages as report_views
 from annotation.interactive import api as interactive_api
 from annotation.interactive import views as interactive_views
@@ -25,8 +24,11 @@ urlpatterns = [
     path("studies/<int:study_id>/report.json", report_views.report_json, name="report_json"),
     path("studies/<int:study_id>/report.csv", report_views.report_csv, name="report_csv"),
     path("studies/<int:study_id>/adjudication/", report_views.adjudication_queue_page, name="adjudication"),
-    path("studies/<int:study_id>/adjudication/<int:item_id>/", report_views.adjudication_item_page,
-         name="adjudication_item"),
+    path(
+        "studies/<int:study_id>/adjudication/<int:item_id>/",
+        report_views.adjudication_item_page,
+        name="adjudication_item",
+    ),
     path("studies/<int:study_id>/exports/", report_views.export_list, name="export_list"),
     path("studies/<int:study_id>/export/", report_views.export_start, name="export_start"),
     path("exports/<int:pk>/", report_views.export_job_page, name="export_job"),
@@ -51,6 +53,5 @@ urlpatterns = [
     path("api/assignments/<int:pk>/interactive/", interactive_api.state, name="api_interactive"),
     path("api/assignments/<int:pk>/interactive/rounds/", interactive_api.rounds, name="api_interactive_rounds"),
     path("api/assignments/<int:pk>/interactive/retry/", interactive_api.retry, name="api_interactive_retry"),
-    path("studies/<int:study_id>/interactive/export/", interactive_views.export_sessions,
-         name="interactive_export"),
+    path("studies/<int:study_id>/interactive/export/", interactive_views.export_sessions, name="interactive_export"),
 ]

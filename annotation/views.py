@@ -1,4 +1,5 @@
 """Annotator pages (queue, item, history) and the admin's study pages."""
+
 from __future__ import annotations
 
 from django.contrib import messages
@@ -8,24 +9,22 @@ from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import never_cache
 
-from config.roles import staff_required
-
-from annotation.access import grant_images
-from annotation.core.rounds import hides_target
 from annotation import roles
+from annotation.access import grant_images
 from annotation.assignment import queue as engine
-from annotation.models import Assignment, Study, StudyItem
-from annotation.judging.candidates import PAGE_SIZE
-from annotation.judging.payloads import image_ref, item_payload, lease_config
-from annotation.judging.guidelines import current_guidelines, render_markdown
-from retrieval.models import Image
-from annotation.permissions import member_study, own_assignment
 from annotation.assignment.progress import study_progress
+from annotation.core.rounds import hides_target
+from annotation.judging.candidates import PAGE_SIZE
+from annotation.judging.guidelines import current_guidelines, render_markdown
+from annotation.judging.payloads import image_ref, item_payload, lease_config
+from annotation.models import Assignment, Study, StudyItem
+from annotation.permissions import member_study, own_assignment
+from annotation.studies.truth import defects_found
 from annotation.verdicts.readmodel import has_verdicts, session_rule_of, study_reliability
 from annotation.verdicts.refit import retry_after_seconds, serving_lag
-from annotation.verdicts.state import free_slot_q
-from annotation.studies.truth import defects_found
-from annotation.verdicts.state import annotator_share, study_counts
+from annotation.verdicts.state import annotator_share, free_slot_q, study_counts
+from config.roles import staff_required
+from retrieval.models import Image
 
 
 def _annotator_study(request, study_id: int) -> Study:
@@ -59,9 +58,16 @@ def work(request, study_id: int):
         return redirect(_item_url(study, held))
     rule = request.GET.get("empty")
     if rule:
-        return render(request, "annotation/queue_done.html", {
-            "study": study, "rule": rule, "check_after": retry_after_seconds(),
-            "progress": annotator_share(study, request.user)})
+        return render(
+            request,
+            "annotation/queue_done.html",
+            {
+                "study": study,
+                "rule": rule,
+                "check_after": retry_after_seconds(),
+                "progress": annotator_share(study, request.user),
+            },
+        )
     return render(request, "annotation/work_start.html", {"study": study})
 
 
@@ -77,20 +83,32 @@ def item(request, study_id: int, assignment_id: int):
     if assignment.study_id != study.pk:
         raise Http404("no such item in this study")
     previous = (
-        Assignment.objects.filter(study=study, annotator=request.user, status=Assignment.Status.DONE,
-                                  position__lt=assignment.position)
-        .order_by("-position").values_list("pk", flat=True).first()
+        Assignment.objects.filter(
+            study=study, annotator=request.user, status=Assignment.Status.DONE, position__lt=assignment.position
+        )
+        .order_by("-position")
+        .values_list("pk", flat=True)
+        .first()
     )
     if study.interactive:
         from annotation.interactive.views import interactive_item
 
         return interactive_item(request, study, assignment, previous)
     payload = item_payload(assignment, staff=roles.is_admin(request.user))
-    return render(request, "annotation/item.html", {
-        "study": study, "assignment": assignment, "payload": payload, "rubric": study.rubric.rubric,
-        "previous": previous, "urls": item_urls(study, assignment, previous), "guidelines": current_guidelines(study),
-        "lease_config": lease_config(study),
-    })
+    return render(
+        request,
+        "annotation/item.html",
+        {
+            "study": study,
+            "assignment": assignment,
+            "payload": payload,
+            "rubric": study.rubric.rubric,
+            "previous": previous,
+            "urls": item_urls(study, assignment, previous),
+            "guidelines": current_guidelines(study),
+            "lease_config": lease_config(study),
+        },
+    )
 
 
 def item_urls(study: Study, assignment: Assignment, previous: int | None) -> dict:
@@ -122,7 +140,9 @@ def history(request, study_id: int):
     rows = list(rows)
     for a in rows:  # the current answer, worded as the rubric words it (the annotator never reads keys)
         a.current = next((j for j in a.revisions.all() if j.is_current), None)
-        a.answer_label = rubric.verdict_label(a.current.category, a.current.sub_reason) if a.current and a.current.category else ""
+        a.answer_label = (
+            rubric.verdict_label(a.current.category, a.current.sub_reason) if a.current and a.current.category else ""
+        )
     return render(request, "annotation/history.html", {"study": study, "rows": rows})
 
 
@@ -131,8 +151,11 @@ def upcoming(request, study_id: int):
     study = _annotator_study(request, study_id)
     mine = Assignment.objects.filter(study=study, annotator=request.user).values("item_id")
     nxt = (
-        StudyItem.objects.filter(free_slot_q(study, None), study=study).exclude(id__in=mine)
-        .order_by(*engine.queue_order(study)).select_related("query").first()
+        StudyItem.objects.filter(free_slot_q(study, None), study=study)
+        .exclude(id__in=mine)
+        .order_by(*engine.queue_order(study))
+        .select_related("query")
+        .first()
     )
     refs: list[dict] = []
     if nxt is not None:
@@ -145,7 +168,7 @@ def upcoming(request, study_id: int):
                 refs.append(image_ref(target.image))
             shown = Image.objects.in_bulk(nxt.candidates[:PAGE_SIZE])  # the panel's first page, once fixed
             refs += [image_ref(shown[i], 160) for i in nxt.candidates[:PAGE_SIZE] if i in shown]
-    refs = refs[:12 + PAGE_SIZE]
+    refs = refs[: 12 + PAGE_SIZE]
     grant_images(request.user.pk, [r["id"] for r in refs], study.pk)  # the prefetch may fetch what it is told
     return JsonResponse({"images": [r["thumb"] for r in refs]})
 
@@ -194,13 +217,24 @@ def study_progress_page(request, study_id: int):
     for row in progress["annotators"]:
         row["quality"] = quality.get(row["annotator"])
     exportable = has_verdicts(study.rubric.rubric)
-    reliability = (study_reliability(study) if exportable and session_rule_of(study) is None and counts["judgements"]
-                   else None)
-    return render(request, "annotation/study_progress.html", {
-        "study": study, "progress": progress, "verdicts": counts, "labour": counts["labour"],
-        "reliability": reliability, "serving": serving_lag(study) if reliability else None, "exportable": exportable,
-        "defects": defects_found(study) if exportable else None,
-        "sessions": session_summary(study) if study.interactive else None})
+    reliability = (
+        study_reliability(study) if exportable and session_rule_of(study) is None and counts["judgements"] else None
+    )
+    return render(
+        request,
+        "annotation/study_progress.html",
+        {
+            "study": study,
+            "progress": progress,
+            "verdicts": counts,
+            "labour": counts["labour"],
+            "reliability": reliability,
+            "serving": serving_lag(study) if reliability else None,
+            "exportable": exportable,
+            "defects": defects_found(study) if exportable else None,
+            "sessions": session_summary(study) if study.interactive else None,
+        },
+    )
 
 
 @staff_required
@@ -233,13 +267,33 @@ def study_suspicion_page(request, study_id: int):
         return redirect("annotation:study_suspicion", study_id=study.pk)
     single = study.items.filter(query__n_turns=1)
     stored = [{"item": pk, "meta": parts} for pk, parts in single.values_list("pk", "suspicion_parts")]
-    items = list(single.select_related("query").order_by("-suspicion", "order_key")
-                 .only("pk", "suspicion", "suspicion_parts", "completed", "query__external_id")[:500])
+    items = list(
+        single.select_related("query")
+        .order_by("-suspicion", "order_key")
+        .only("pk", "suspicion", "suspicion_parts", "completed", "query__external_id")[:500]
+    )
     votes_now = item_votes(study.pk)
-    rows = [{"item": i, "parts": part_rows(i.suspicion_parts), "meta": i.suspicion_parts or {},
-             "votes_now": len(votes_now.get(i.pk, ()))} for i in items]
+    rows = [
+        {
+            "item": i,
+            "parts": part_rows(i.suspicion_parts),
+            "meta": i.suspicion_parts or {},
+            "votes_now": len(votes_now.get(i.pk, ())),
+        }
+        for i in items
+    ]
     stale = staleness(stored, votes_now)
-    return render(request, "annotation/suspicion.html", {
-        "study": study, "rows": rows, "part_help": PART_HELP, "by_suspicion": engine.serves_by_suspicion(study),
-        "computed_at": parse_datetime(stale["computed_at"]) if stale["computed_at"] else None,
-        "behind": len(stale["behind"]), "total": len(stored), "exportable": has_verdicts(study.rubric.rubric)})
+    return render(
+        request,
+        "annotation/suspicion.html",
+        {
+            "study": study,
+            "rows": rows,
+            "part_help": PART_HELP,
+            "by_suspicion": engine.serves_by_suspicion(study),
+            "computed_at": parse_datetime(stale["computed_at"]) if stale["computed_at"] else None,
+            "behind": len(stale["behind"]),
+            "total": len(stored),
+            "exportable": has_verdicts(study.rubric.rubric),
+        },
+    )

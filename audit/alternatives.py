@@ -6,6 +6,7 @@ Accepted alternatives enter a dataset as :class:`retrieval.models.Target` rows w
 "before" figures come from the newest earlier finished audit of the same dataset that ranked
 those queries with the same retriever.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,12 +29,14 @@ def _metric(stats: dict[str, Any], name: str, metric: str) -> float | None:
 def before_after(run: AuditRun) -> dict[str, Any] | None:
     """The comparison for ``run`` (None when none of its queries gained an alternative or
     no earlier audit of the dataset exists)."""
-    gained = set(Target.objects.filter(query__dataset=run.dataset, role=ALTERNATIVE_ROLE)
-                 .values_list("query_id", flat=True))
+    gained = set(
+        Target.objects.filter(query__dataset=run.dataset, role=ALTERNATIVE_ROLE).values_list("query_id", flat=True)
+    )
     if not gained:
         return None
-    earlier = (AuditRun.objects.filter(dataset=run.dataset, status=AuditRun.Status.DONE, pk__lt=run.pk)
-               .order_by("-pk").first())
+    earlier = (
+        AuditRun.objects.filter(dataset=run.dataset, status=AuditRun.Status.DONE, pk__lt=run.pk).order_by("-pk").first()
+    )
     if earlier is None:
         return None
     after, before = subset_scores(run, gained), subset_scores(earlier, gained)
@@ -41,8 +44,22 @@ def before_after(run: AuditRun) -> dict[str, Any] | None:
     for name in run.retrievers:
         if name not in after or name not in before:
             continue
-        rows.append({"retriever": name, **{f"{m}_{when}": _metric(src, name, m)
-                                           for m in COMPARED for when, src in (("before", before), ("after", after))}})
+        rows.append(
+            {
+                "retriever": name,
+                **{
+                    f"{m}_{when}": _metric(src, name, m)
+                    for m in COMPARED
+                    for when, src in (("before", before), ("after", after))
+                },
+            }
+        )
     n_alternatives = Target.objects.filter(query__dataset=run.dataset, role=ALTERNATIVE_ROLE).count()
-    return {"earlier_run": earlier.pk, "k": run.k, "n_queries": len(gained), "n_alternatives": n_alternatives,
-            "rows": rows, "has_map": any(r["map_at_k_after"] is not None for r in rows)}
+    return {
+        "earlier_run": earlier.pk,
+        "k": run.k,
+        "n_queries": len(gained),
+        "n_alternatives": n_alternatives,
+        "rows": rows,
+        "has_map": any(r["map_at_k_after"] is not None for r in rows),
+    }

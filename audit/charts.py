@@ -4,6 +4,7 @@ histograms and line panels, and the agreement report's annotator heatmaps.
 Every function returns a standalone ``<svg>`` string (escaped text, ``role="img"`` and
 a ``<title>`` per bar for tooltips) that a template can inline.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +28,7 @@ def elided(text: str, max_chars: int) -> str:
     if len(text) <= max_chars:
         return text
     head = (max_chars - 1) // 2
-    return text[:head] + "…" + text[len(text) - (max_chars - 1 - head):]
+    return text[:head] + "…" + text[len(text) - (max_chars - 1 - head) :]
 
 
 #: Width of one character of the charts' 12 px labels, a little generous (legend spacing).
@@ -83,7 +84,7 @@ def grouped_hbar_svg(
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
         f'width="100%" role="img" aria-label="{escape(title)}">',
-        f'<title>{escape(title)}</title>',
+        f"<title>{escape(title)}</title>",
         f'<text x="{pad}" y="18" {FONT} font-weight="600">{escape(title)}</text>',
         *_legend(series, label_w, 36),
     ]
@@ -91,14 +92,18 @@ def grouped_hbar_svg(
     for tick in sorted({lo, 0.0, hi, *(t / 2 for t in range(int(lo * 2), int(hi * 2) + 1))}):
         tx = x_of(tick)
         out.append(f'<line x1="{tx:.1f}" y1="{top}" x2="{tx:.1f}" y2="{height - 24}" stroke="#d9e2ec"/>')
-        out.append(f'<text x="{tx:.1f}" y="{height - 10}" {FONT} text-anchor="middle" fill="#616e7c">{round(tick, 2):g}</text>')
+        out.append(
+            f'<text x="{tx:.1f}" y="{height - 10}" {FONT} text-anchor="middle" fill="#616e7c">{round(tick, 2):g}</text>'
+        )
     out.append(f'<line x1="{zero:.1f}" y1="{top}" x2="{zero:.1f}" y2="{height - 24}" stroke="#616e7c"/>')
     for r, row in enumerate(rows):
         y0 = top + r * group_h
         # ~7 px a character at 12 px: the label fits between the left margin and the bars;
         # the whole name is the label's tooltip
-        out.append(f'<text x="{label_w - 8}" y="{y0 + n_series * bar_h / 2 + 4:.1f}" {FONT} text-anchor="end">'
-                   f'<title>{escape(row)}</title>{escape(elided(row, (label_w - 8 - pad) // 7))}</text>')
+        out.append(
+            f'<text x="{label_w - 8}" y="{y0 + n_series * bar_h / 2 + 4:.1f}" {FONT} text-anchor="end">'
+            f"<title>{escape(row)}</title>{escape(elided(row, (label_w - 8 - pad) // 7))}</text>"
+        )
         for s, name in enumerate(series):
             v = values.get((row, name))
             y = y0 + s * bar_h
@@ -106,16 +111,22 @@ def grouped_hbar_svg(
             tip = f"{row} · {name}: {_fmt(v)}"
             value_x = label_w + plot_w + 10
             if v is None:
-                out.append(f'<text x="{value_x}" y="{y + bar_h - 3}" {FONT} fill="#616e7c">'
-                           f'<title>{escape(tip)}</title>undefined</text>')
+                out.append(
+                    f'<text x="{value_x}" y="{y + bar_h - 3}" {FONT} fill="#616e7c">'
+                    f"<title>{escape(tip)}</title>undefined</text>"
+                )
                 continue
             x1, x2 = sorted((zero, x_of(v)))
             clipped = v < lo or v > hi
             faded = ' opacity="0.6"' if clipped else ""
-            out.append(f'<rect x="{x1:.1f}" y="{y + 1}" width="{max(x2 - x1, 1):.1f}" height="{bar_h - 2}" '
-                       f'fill="{colour}"{faded}><title>{escape(tip)}</title></rect>')
-            out.append(f'<text x="{value_x}" y="{y + bar_h - 3}" {FONT} fill="{colour}">'
-                       f'{_fmt(v)}{" (clipped)" if clipped else ""}</text>')
+            out.append(
+                f'<rect x="{x1:.1f}" y="{y + 1}" width="{max(x2 - x1, 1):.1f}" height="{bar_h - 2}" '
+                f'fill="{colour}"{faded}><title>{escape(tip)}</title></rect>'
+            )
+            out.append(
+                f'<text x="{value_x}" y="{y + bar_h - 3}" {FONT} fill="{colour}">'
+                f"{_fmt(v)}{' (clipped)' if clipped else ''}</text>"
+            )
     out.append("</svg>")
     return "".join(out)
 
@@ -149,7 +160,7 @@ def histogram_svg(
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
         f'width="100%" role="img" aria-label="{escape(title)}">',
-        f'<title>{escape(title)}</title>',
+        f"<title>{escape(title)}</title>",
         f'<text x="8" y="18" {FONT} font-weight="600">{escape(title)}</text>',
         *_legend(series, pad_l, 36),
     ]
@@ -167,13 +178,19 @@ def histogram_svg(
             h = count / peak * plot_h
             colour = PALETTE[s % len(PALETTE)]
             tip = tip_of(name, count, x)
-            out.append(f'<rect x="{gx + s * bar_w:.1f}" y="{base - h:.1f}" width="{bar_w - 1:.1f}" '
-                       f'height="{h:.1f}" fill="{colour}"><title>{escape(tip)}</title></rect>')
+            out.append(
+                f'<rect x="{gx + s * bar_w:.1f}" y="{base - h:.1f}" width="{bar_w - 1:.1f}" '
+                f'height="{h:.1f}" fill="{colour}"><title>{escape(tip)}</title></rect>'
+            )
             if count:
-                out.append(f'<text x="{gx + s * bar_w + (bar_w - 1) / 2:.1f}" y="{base - h - 3:.1f}" {SMALL} '
-                           f'text-anchor="middle">{count}</text>')
-    out.append(f'<text x="{pad_l + plot_w / 2:.1f}" y="{height - 6}" {FONT} text-anchor="middle" fill="#616e7c">'
-               f'{escape(x_label)}</text>')
+                out.append(
+                    f'<text x="{gx + s * bar_w + (bar_w - 1) / 2:.1f}" y="{base - h - 3:.1f}" {SMALL} '
+                    f'text-anchor="middle">{count}</text>'
+                )
+    out.append(
+        f'<text x="{pad_l + plot_w / 2:.1f}" y="{height - 6}" {FONT} text-anchor="middle" fill="#616e7c">'
+        f"{escape(x_label)}</text>"
+    )
     out.append("</svg>")
     return "".join(out)
 
@@ -212,24 +229,42 @@ def _line_legend(names: Sequence[str], pad_l: int) -> list[str]:
     return out
 
 
-def _panel_frame(panel_title: str, x0: float, panel_w: float, top: int, plot_h: int, height: int, top_v: float,
-                 y_of: Callable[[float], float], x_of: Callable[[int], float], x_labels: Sequence[str],
-                 x_label: str) -> list[str]:
+def _panel_frame(
+    panel_title: str,
+    x0: float,
+    panel_w: float,
+    top: int,
+    plot_h: int,
+    height: int,
+    top_v: float,
+    y_of: Callable[[float], float],
+    x_of: Callable[[int], float],
+    x_labels: Sequence[str],
+    x_label: str,
+) -> list[str]:
     """A panel's title, box, horizontal grid with tick labels and x labels."""
-    out = [f'<text x="{x0 + panel_w / 2:.1f}" y="{top - 10}" {FONT} font-weight="600" '
-           f'text-anchor="middle">{escape(panel_title)}</text>',
-           f'<rect x="{x0:.1f}" y="{top}" width="{panel_w:.1f}" height="{plot_h}" fill="none" stroke="#d9e2ec"/>']
+    out = [
+        f'<text x="{x0 + panel_w / 2:.1f}" y="{top - 10}" {FONT} font-weight="600" '
+        f'text-anchor="middle">{escape(panel_title)}</text>',
+        f'<rect x="{x0:.1f}" y="{top}" width="{panel_w:.1f}" height="{plot_h}" fill="none" stroke="#d9e2ec"/>',
+    ]
     for j in range(5):
         tick = top_v * j / 4
         ty = y_of(tick)
         out.append(f'<line x1="{x0:.1f}" y1="{ty:.1f}" x2="{x0 + panel_w:.1f}" y2="{ty:.1f}" stroke="#e4e9ef"/>')
-        out.append(f'<text x="{x0 - 5:.1f}" y="{ty + 4:.1f}" {SMALL} text-anchor="end" fill="#616e7c">'
-                   f'{round(tick, 4):g}</text>')
+        out.append(
+            f'<text x="{x0 - 5:.1f}" y="{ty + 4:.1f}" {SMALL} text-anchor="end" fill="#616e7c">'
+            f"{round(tick, 4):g}</text>"
+        )
     for i, lab in enumerate(x_labels):
-        out.append(f'<text x="{x_of(i):.1f}" y="{top + plot_h + 15}" {SMALL} text-anchor="middle" '
-                   f'fill="#616e7c">{escape(str(lab))}</text>')
-    out.append(f'<text x="{x0 + panel_w / 2:.1f}" y="{height - 8}" {FONT} text-anchor="middle" '
-               f'fill="#616e7c">{escape(x_label)}</text>')
+        out.append(
+            f'<text x="{x_of(i):.1f}" y="{top + plot_h + 15}" {SMALL} text-anchor="middle" '
+            f'fill="#616e7c">{escape(str(lab))}</text>'
+        )
+    out.append(
+        f'<text x="{x0 + panel_w / 2:.1f}" y="{height - 8}" {FONT} text-anchor="middle" '
+        f'fill="#616e7c">{escape(x_label)}</text>'
+    )
     return out
 
 
@@ -244,9 +279,16 @@ def _segments(points: Sequence[str | None]) -> list[list[str]]:
     return [seg for seg in segments if seg]
 
 
-def _panel_series(panel_title: str, series: Mapping[str, Sequence[float | None]], names: Sequence[str], n_x: int,
-                  y_of: Callable[[float], float], x_of: Callable[[int], float], x_labels: Sequence[str],
-                  x_label: str) -> list[str]:
+def _panel_series(
+    panel_title: str,
+    series: Mapping[str, Sequence[float | None]],
+    names: Sequence[str],
+    n_x: int,
+    y_of: Callable[[float], float],
+    x_of: Callable[[int], float],
+    x_labels: Sequence[str],
+    x_label: str,
+) -> list[str]:
     """A panel's polylines, then its markers; markers at the same point are spread
     horizontally by their series index."""
     seen: dict[tuple[int, float], int] = {}
@@ -261,15 +303,22 @@ def _panel_series(panel_title: str, series: Mapping[str, Sequence[float | None]]
             key = (i, round(v, 6))
             nudge = seen.get(key, 0)
             seen[key] = nudge + 1
-            marks.append(_marker(
-                MARKERS[n % len(MARKERS)], x_of(i) + 5 * nudge, y_of(v), colour,
-                f"{panel_title} · {name} · {x_label} {x_labels[i]}: {_fmt(v)}",
-            ))
+            marks.append(
+                _marker(
+                    MARKERS[n % len(MARKERS)],
+                    x_of(i) + 5 * nudge,
+                    y_of(v),
+                    colour,
+                    f"{panel_title} · {name} · {x_label} {x_labels[i]}: {_fmt(v)}",
+                )
+            )
         points = [None if v is None else f"{x_of(i):.1f},{y_of(v):.1f}" for i, v in enumerate(values)]
         for seg in _segments(points):
             if len(seg) > 1:
-                lines.append(f'<polyline points="{" ".join(seg)}" fill="none" stroke="{colour}" '
-                             f'stroke-width="2.2"{dash_attr} stroke-linejoin="round"/>')
+                lines.append(
+                    f'<polyline points="{" ".join(seg)}" fill="none" stroke="{colour}" '
+                    f'stroke-width="2.2"{dash_attr} stroke-linejoin="round"/>'
+                )
     return lines + marks
 
 
@@ -308,7 +357,7 @@ def line_panels_svg(
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
         f'width="100%" role="img" aria-label="{escape(full_title or title)}">',
-        f'<title>{escape(full_title or title)}</title>',
+        f"<title>{escape(full_title or title)}</title>",
         f'<text x="8" y="18" {FONT} font-weight="600">{escape(title)}</text>',
     ]
     out.extend(_line_legend(names, pad_l))
@@ -317,8 +366,10 @@ def line_panels_svg(
     def y_of(v: float) -> float:
         return top + (1 - min(max(v, 0.0), top_v) / top_v) * plot_h
 
-    out.append(f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" {FONT} text-anchor="middle" '
-               f'fill="#616e7c">{escape(y_label)}</text>')
+    out.append(
+        f'<text transform="translate(14 {top + plot_h / 2:.1f}) rotate(-90)" {FONT} text-anchor="middle" '
+        f'fill="#616e7c">{escape(y_label)}</text>'
+    )
     for p, (panel_title, series) in enumerate(panels):
         x0 = pad_l + p * (panel_w + gutter)
         step = (panel_w - 24) / max(1, n_x - 1)
@@ -356,9 +407,16 @@ def cell_colour(value: float, vmin: float, vmax: float) -> tuple[str, bool]:
     return _mix(_WHITE, _BLUE, t), t > 0.55
 
 
-def heatmap_svg(labels: Sequence[str], values: Sequence[Sequence[float | None]], *, title: str,
-                vmin: float, vmax: float, shared: Sequence[Sequence[int]] | None = None,
-                element_id: str = "") -> str:
+def heatmap_svg(
+    labels: Sequence[str],
+    values: Sequence[Sequence[float | None]],
+    *,
+    title: str,
+    vmin: float,
+    vmax: float,
+    shared: Sequence[Sequence[int]] | None = None,
+    element_id: str = "",
+) -> str:
     """An annotator x annotator heatmap as inline SVG, the value printed in every cell.
 
     ``None`` cells (the diagonal, pairs without shared items, undefined coefficients) are
@@ -377,17 +435,22 @@ def heatmap_svg(labels: Sequence[str], values: Sequence[Sequence[float | None]],
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}"'
-        + (f' id="{escape(element_id)}"' if element_id else "") + ">",
+        + (f' id="{escape(element_id)}"' if element_id else "")
+        + ">",
         f"<title>{escape(title)}</title>",
         f'<g font-family="system-ui, sans-serif" font-size="{font}">',
     ]
     for i, name in enumerate(labels):
         y = top + i * cell + cell / 2
-        out.append(f'<text x="{label_w - 6}" y="{y:.1f}" text-anchor="end" dominant-baseline="middle" '
-                   f'fill="#1f2933">{escape(name)}</text>')
+        out.append(
+            f'<text x="{label_w - 6}" y="{y:.1f}" text-anchor="end" dominant-baseline="middle" '
+            f'fill="#1f2933">{escape(name)}</text>'
+        )
         x = label_w + i * cell + cell / 2
-        out.append(f'<text transform="translate({x:.1f},{top - 6}) rotate(-45)" text-anchor="start" '
-                   f'fill="#1f2933">{escape(name)}</text>')
+        out.append(
+            f'<text transform="translate({x:.1f},{top - 6}) rotate(-45)" text-anchor="start" '
+            f'fill="#1f2933">{escape(name)}</text>'
+        )
     for i, row in enumerate(values):
         for j, value in enumerate(row):
             x, y = label_w + j * cell, top + i * cell
@@ -399,18 +462,22 @@ def heatmap_svg(labels: Sequence[str], values: Sequence[Sequence[float | None]],
             tip = f"{labels[i]} × {labels[j]}: {_fmt(value, 4)}"
             if shared is not None and i != j:
                 tip += f" ({shared[i][j]} shared items)"
-            out.append(f'<g><title>{escape(tip)}</title><rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
-                       f'fill="{fill}" stroke="#ffffff" stroke-width="1"/>'
-                       f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2:.1f}" text-anchor="middle" '
-                       f'dominant-baseline="middle" fill="{"#ffffff" if dark else "#1f2933"}">{text}</text></g>')
+            out.append(
+                f'<g><title>{escape(tip)}</title><rect x="{x}" y="{y}" width="{cell}" height="{cell}" '
+                f'fill="{fill}" stroke="#ffffff" stroke-width="1"/>'
+                f'<text x="{x + cell / 2:.1f}" y="{y + cell / 2:.1f}" text-anchor="middle" '
+                f'dominant-baseline="middle" fill="{"#ffffff" if dark else "#1f2933"}">{text}</text></g>'
+            )
     # legend: a bar from vmin to vmax in 20 steps
     ly = top + n * cell + 14
     steps = 20
     for k in range(steps):
         v = vmin + (vmax - vmin) * (k + 0.5) / steps
         fill, _ = cell_colour(v, vmin, vmax)
-        out.append(f'<rect x="{label_w + k * bar_w / steps:.1f}" y="{ly}" width="{bar_w / steps + 0.5:.1f}" '
-                   f'height="10" fill="{fill}"/>')
+        out.append(
+            f'<rect x="{label_w + k * bar_w / steps:.1f}" y="{ly}" width="{bar_w / steps + 0.5:.1f}" '
+            f'height="10" fill="{fill}"/>'
+        )
     out.append(f'<rect x="{label_w}" y="{ly}" width="{bar_w}" height="10" fill="none" stroke="#d9e2ec"/>')
     for v, anchor, x in ((vmin, "start", label_w), (vmax, "end", label_w + bar_w)):
         out.append(f'<text x="{x}" y="{ly + 24}" text-anchor="{anchor}" fill="#616e7c">{v:g}</text>')

@@ -11,6 +11,7 @@ charts draw every row as one series. Unless the page names audits to compare, th
 each dataset sharing the run's images is shown beside it (sessions written over the demo's gallery
 beside the demo's own generated ones).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -18,12 +19,11 @@ from typing import Any
 
 from django.utils.safestring import SafeString, mark_safe
 
-from retrieval.models import Image, Turn
-from retrieval.sessions import STRATEGIES, rank_curve, session_metrics
-
 from audit import charts
 from audit.models import AuditRun, AuditSessionRank
 from config.figures import fixed
+from retrieval.models import Image, Turn
+from retrieval.sessions import STRATEGIES, rank_curve, session_metrics
 
 PEOPLE = "written by people"
 GENERATED = "generated"
@@ -40,14 +40,21 @@ def session_groups(query_ids) -> dict[int, str]:
 
 def comparable_runs(run: AuditRun, limit: int = 30) -> list[AuditRun]:
     """Other finished audits with scored sessions, newest first (the page's choice)."""
-    runs = (AuditRun.objects.filter(status=AuditRun.Status.DONE).exclude(pk=run.pk).select_related("dataset")
-            .order_by("-finished_at", "-pk")[: limit * 3])
+    runs = (
+        AuditRun.objects.filter(status=AuditRun.Status.DONE)
+        .exclude(pk=run.pk)
+        .select_related("dataset")
+        .order_by("-finished_at", "-pk")[: limit * 3]
+    )
     return [r for r in runs if (r.summary or {}).get("sessions", {}).get("n_sessions")][:limit]
 
 
 def _rows_of(run: AuditRun, strategy: str, k: int) -> list[dict[str, Any]]:
-    ranks = list(AuditSessionRank.objects.filter(run=run, strategy=strategy, modality=MODALITY)
-                 .values_list("retriever", "query_id", "ranks"))
+    ranks = list(
+        AuditSessionRank.objects.filter(run=run, strategy=strategy, modality=MODALITY).values_list(
+            "retriever", "query_id", "ranks"
+        )
+    )
     groups = session_groups({q for _, q, _ in ranks})
     by: dict[tuple[str, str], dict[int, list]] = defaultdict(dict)
     for retriever, qid, r in ranks:
@@ -56,9 +63,19 @@ def _rows_of(run: AuditRun, strategy: str, k: int) -> list[dict[str, Any]]:
     rows = []
     for (group, retriever), sessions in sorted(by.items(), key=lambda kv: (kv[0][0] != PEOPLE, kv[0][1])):
         m = session_metrics(sessions, k)
-        rows.append({"run": run, "dataset": run.dataset.name, "group": group, "retriever": retriever,
-                     "n": m["n_sessions"], "hits": m["hits_at_k"], "final": m["final_recall_at_k"], "auc": m["auc"],
-                     "ranks": rank_curve(sessions)})
+        rows.append(
+            {
+                "run": run,
+                "dataset": run.dataset.name,
+                "group": group,
+                "retriever": retriever,
+                "n": m["n_sessions"],
+                "hits": m["hits_at_k"],
+                "final": m["final_recall_at_k"],
+                "auc": m["auc"],
+                "ranks": rank_curve(sessions),
+            }
+        )
     return rows
 
 
@@ -76,13 +93,23 @@ def _charts(rows: list[dict[str, Any]], k: int) -> list[SafeString]:
     ranks = {r["label"]: r["ranks"] for r in rows}
     peak = max([v for r in rows for v in r["ranks"] if v is not None] + [1.0])
     # a scale whose four ticks are whole ranks: 4, 8, 20, 40, 80, 200, ...
-    top = next(m * 10 ** e for e in range(12) for m in (4, 8, 20) if m * 10 ** e >= peak)
+    top = next(m * 10**e for e in range(12) for m in (4, 8, 20) if m * 10**e >= peak)
     return [
-        mark_safe(charts.line_panels_svg([("multimodal", hits)], turns, f"Hits@{k} per turn, side by side",
-                                         x_label="turn l", y_label=f"Hits@{k}")),
-        mark_safe(charts.line_panels_svg([("multimodal", ranks)], turns, "Rank curve: median rank of the target "
-                                         "after each turn (lower is better)", x_label="turn l",
-                                         y_label="median rank", y_max=top)),
+        mark_safe(
+            charts.line_panels_svg(
+                [("multimodal", hits)], turns, f"Hits@{k} per turn, side by side", x_label="turn l", y_label=f"Hits@{k}"
+            )
+        ),
+        mark_safe(
+            charts.line_panels_svg(
+                [("multimodal", ranks)],
+                turns,
+                "Rank curve: median rank of the target after each turn (lower is better)",
+                x_label="turn l",
+                y_label="median rank",
+                y_max=top,
+            )
+        ),
     ]
 
 
@@ -90,8 +117,13 @@ def sharing_datasets(run: AuditRun) -> set[int]:
     """Datasets that share image files (sha256) with the run's: re-imported sessions written
     by people over the gallery a generated dataset was made from share its images."""
     mine = Image.objects.filter(dataset_id=run.dataset_id).exclude(sha256="").values("sha256")
-    return set(Image.objects.filter(sha256__in=mine).exclude(dataset_id=run.dataset_id).order_by()
-               .values_list("dataset_id", flat=True).distinct())
+    return set(
+        Image.objects.filter(sha256__in=mine)
+        .exclude(dataset_id=run.dataset_id)
+        .order_by()
+        .values_list("dataset_id", flat=True)
+        .distinct()
+    )
 
 
 def _default_others(run: AuditRun, choices: list[AuditRun]) -> list[int]:
@@ -134,5 +166,13 @@ def compare_sessions(run: AuditRun, others: list[int] | None, strategy: str | No
     for other in chosen:
         rows.extend(_rows_of(other, strategy, k))
     l_max = _cells(rows)
-    return {"k": k, "strategy": strategy, "strategies": STRATEGIES, "rows": rows, "charts": _charts(rows, k),
-            "choices": choices, "chosen": [r.pk for r in chosen], "turns": list(range(1, l_max + 1))}
+    return {
+        "k": k,
+        "strategy": strategy,
+        "strategies": STRATEGIES,
+        "rows": rows,
+        "charts": _charts(rows, k),
+        "choices": choices,
+        "chosen": [r.pk for r in chosen],
+        "turns": list(range(1, l_max + 1)),
+    }

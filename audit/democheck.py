@@ -4,15 +4,16 @@ The demo (:mod:`retrieval.demo`) plants queries of known kinds and writes them t
 file only; ``manage.py demo_check`` compares the newest audit's labels with it here. The
 expectations are stated with the label names of :mod:`audit.labels`, the audit rule.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
+from config.figures import fixed
 from retrieval.demo import HUMAN_EXPECTED, PLANTED_SHARES, precision_recall
 
-from .suspicion import TOP_SHARE, queue_precision
 from .labels import BOTH_UNIMODAL, COMPOSITION_REQUIRED, IMAGE_ONLY, SHORTCUT_SOLVABLE, TEXT_ONLY, UNRESOLVED
-from config.figures import fixed
+from .suspicion import TOP_SHARE, queue_precision
 
 #: What the audit should say about each planted kind: ``(label, details)``; a query of
 #: the kind is *found* when its label is ``label`` and (if given) its detail is among ``details``.
@@ -46,16 +47,23 @@ SUSPICION_DEFECTS: dict[str, frozenset[str]] = {
 }
 
 
-def check_suspicion(kinds: dict[Any, str], scores: dict[Any, float | None],
-                    share: float = TOP_SHARE) -> dict[str, dict[str, Any]]:
+def check_suspicion(
+    kinds: dict[Any, str], scores: dict[Any, float | None], share: float = TOP_SHARE
+) -> dict[str, dict[str, Any]]:
     """Precision and recall of the top ``share`` of the suspicion queue (``scores``: query ->
     score, the queries of the queue) against each set of :data:`SUSPICION_DEFECTS`."""
-    return {name: queue_precision(scores, {q for q in scores if kinds.get(q) in wanted}, share)
-            for name, wanted in SUSPICION_DEFECTS.items()}
+    return {
+        name: queue_precision(scores, {q for q in scores if kinds.get(q) in wanted}, share)
+        for name, wanted in SUSPICION_DEFECTS.items()
+    }
 
 
 #: CIRCUS's tables' sets, in order: the audit report's subset names and the columns' titles.
-CIRCUS_SETS: tuple[tuple[str, str], ...] = (("full", "Full"), ("shortcut-free", "Shortcut-free"), ("validated", "Validated"))
+CIRCUS_SETS: tuple[tuple[str, str], ...] = (
+    ("full", "Full"),
+    ("shortcut-free", "Shortcut-free"),
+    ("validated", "Validated"),
+)
 
 
 def circus_tables(subsets: list[dict[str, Any]], retrievers: list[str]) -> dict[str, Any]:
@@ -64,8 +72,10 @@ def circus_tables(subsets: list[dict[str, Any]], retrievers: list[str]) -> dict[
     nDCG of every audit retriever on the full split, the shortcut-free and the validated subset
     (``None``: the subset is missing or the figure undefined)."""
     by_name = {s["name"]: s for s in subsets}
-    sets = [{"name": name, "title": title, "queries": by_name[name]["n"] if name in by_name else None}
-            for name, title in CIRCUS_SETS]
+    sets = [
+        {"name": name, "title": title, "queries": by_name[name]["n"] if name in by_name else None}
+        for name, title in CIRCUS_SETS
+    ]
 
     def cell(retriever: str, name: str, key: str) -> float | None:
         stats = (by_name.get(name) or {}).get("stats", {}).get(retriever)
@@ -74,13 +84,16 @@ def circus_tables(subsets: list[dict[str, Any]], retrievers: list[str]) -> dict[
         value = stats.get(key)
         return value.get("multimodal") if isinstance(value, dict) else value
 
-    return {"sets": sets,
-            "recall": [{"retriever": r, **{n: cell(r, n, "recall_at_k") for n, _ in CIRCUS_SETS}} for r in retrievers],
-            "comp_gap": [{"retriever": r, **{n: cell(r, n, "comp_gap_ndcg") for n, _ in CIRCUS_SETS}} for r in retrievers]}
+    return {
+        "sets": sets,
+        "recall": [{"retriever": r, **{n: cell(r, n, "recall_at_k") for n, _ in CIRCUS_SETS}} for r in retrievers],
+        "comp_gap": [{"retriever": r, **{n: cell(r, n, "comp_gap_ndcg") for n, _ in CIRCUS_SETS}} for r in retrievers],
+    }
 
 
 def circus_lines(tables: dict[str, Any], k: int) -> list[str]:
     """The two tables as demo_check prints them (Recall in percent, the gap as a fraction)."""
+
     def fmt(v: float | None, percent: bool) -> str:
         return "-" if v is None else (fixed(100 * v, 1) if percent else fixed(v, 3))
 
@@ -88,9 +101,13 @@ def circus_lines(tables: dict[str, Any], k: int) -> list[str]:
     titles = [s["title"] if s["queries"] is None else f"{s['title']} ({s['queries']})" for s in tables["sets"]]
     head = "".join(f"{t:>22}" for t in titles)
     out = []
-    for title, rows, percent in ((f"Recall@{k} (multimodal, %)", tables["recall"], True),
-                                 ("Composition Gap on nDCG: 1 - max(image, text) / multimodal", tables["comp_gap"], False)):
+    for title, rows, percent in (
+        (f"Recall@{k} (multimodal, %)", tables["recall"], True),
+        ("Composition Gap on nDCG: 1 - max(image, text) / multimodal", tables["comp_gap"], False),
+    ):
         out += [f"  {title}", f"    {'retriever':<{name_w}}{head}"]
-        out += [f"    {r['retriever']:<{name_w}}" + "".join(f"{fmt(r[s['name']], percent):>22}" for s in tables["sets"])
-                for r in rows]
+        out += [
+            f"    {r['retriever']:<{name_w}}" + "".join(f"{fmt(r[s['name']], percent):>22}" for s in tables["sets"])
+            for r in rows
+        ]
     return out

@@ -18,6 +18,7 @@ retriever ``aggregated:<name>``, which yields the same labels as the pool when
 ``min_mm_retrievers`` is 1 (composition_required then means best multimodal rank <= K);
 larger values are refused. Its per-query support counts are those recorded in the file.
 """
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -31,10 +32,10 @@ from django.utils import timezone
 from retrieval.galleries import scope_text
 from retrieval.models import Dataset, Image, Turn
 
-from .runs import aggregation, base, planning
 from .labels import count_lines
 from .models import AuditLabel, AuditRank, AuditRun
 from .rankfiles import RankFile, path_suffixes, read_rank_file
+from .runs import aggregation, base, planning
 
 
 class ImportRanksError(ValueError):
@@ -75,8 +76,9 @@ def _query_index(dataset: Dataset, scope: str) -> dict[int, int]:
 
 def _scope_hint(dataset: Dataset, scope: str) -> str:
     """How to name one source file's queries: the scopes (split, category/split) that exist."""
-    pairs = sorted(set(planning.queries_in_scope(dataset.pk, scope).order_by()
-                       .values_list("category", "split").distinct()))
+    pairs = sorted(
+        set(planning.queries_in_scope(dataset.pk, scope).order_by().values_list("category", "split").distinct())
+    )
     scopes = [scope_text(split, category) for category, split in pairs]
     if len(scopes) < 2:
         return "the scope mixes several source files"
@@ -207,10 +209,19 @@ def _collect(files: list[RankFile], ordinal_to_query: dict[int, int], allowed: s
                 got.text_mismatch.append(s.query_idx)
                 got.mismatch_example = got.mismatch_example or (s.query_idx, s.query_text, texts.get(q) or "")
             _note_reference(f, s, references.get(q), got)
-            got.rows.append(AuditRank(
-                query_id=q, retriever=f.retriever, mm=s.mm, text=s.text, image=s.image,
-                mm_all=s.mm_all, text_all=s.text_all, image_all=s.image_all, top_mm=_top_ids(f, s, got),
-            ))
+            got.rows.append(
+                AuditRank(
+                    query_id=q,
+                    retriever=f.retriever,
+                    mm=s.mm,
+                    text=s.text,
+                    image=s.image,
+                    mm_all=s.mm_all,
+                    text_all=s.text_all,
+                    image_all=s.image_all,
+                    top_mm=_top_ids(f, s, got),
+                )
+            )
             if s.support is not None:
                 got.support[q] = s.support
             if s.label:
@@ -250,24 +261,45 @@ def _report(files: list[RankFile], got: _Collected, k: int) -> dict[str, Any]:
         "text_mismatch_examples": sorted(set(got.text_mismatch))[:10],
         "forced": bool(got.text_mismatch),
         "unmapped_gallery_indices": got.unmapped,
-        "reference_in_top_lists": {name: {"seen": got.reference_seen[name], "lists": n}
-                                   for name, n in got.top_lists.items()},
+        "reference_in_top_lists": {
+            name: {"seen": got.reference_seen[name], "lists": n} for name, n in got.top_lists.items()
+        },
         "k": k,
     }
 
 
-def _store(dataset: Dataset, existing: AuditRun | None, split: str | None, names: list[str], k: int,
-           min_mm_retrievers: int, created_by: Any, got: _Collected, report: dict[str, Any]) -> AuditRun:
+def _store(
+    dataset: Dataset,
+    existing: AuditRun | None,
+    split: str | None,
+    names: list[str],
+    k: int,
+    min_mm_retrievers: int,
+    created_by: Any,
+    got: _Collected,
+    report: dict[str, Any],
+) -> AuditRun:
     """Create the imported run (or add the retrievers to ``existing``) and write the rank rows."""
     with transaction.atomic():
         if existing is None:
             target = AuditRun.objects.create(
-                dataset=dataset, split=split or "", retrievers=names, external_retrievers=names,
-                source=AuditRun.Source.IMPORTED, k=k, min_mm_retrievers=min_mm_retrievers,
-                status=AuditRun.Status.RUNNING, stage="importing", planned=True, started_at=timezone.now(),
+                dataset=dataset,
+                split=split or "",
+                retrievers=names,
+                external_retrievers=names,
+                source=AuditRun.Source.IMPORTED,
+                k=k,
+                min_mm_retrievers=min_mm_retrievers,
+                status=AuditRun.Status.RUNNING,
+                stage="importing",
+                planned=True,
+                started_at=timezone.now(),
                 created_by=created_by if getattr(created_by, "pk", None) else None,
-                summary={"import": report, "plan": {"queries_in_split": report["queries_in_split"]},
-                         "plan_skipped": {"unknown_query_idx": len(got.unknown)} if got.unknown else {}},
+                summary={
+                    "import": report,
+                    "plan": {"queries_in_split": report["queries_in_split"]},
+                    "plan_skipped": {"unknown_query_idx": len(got.unknown)} if got.unknown else {},
+                },
             )
             target.total = target.done = len({r.query_id for r in got.rows})
             target.save(update_fields=["total", "done"])
@@ -331,9 +363,7 @@ def import_rank_files(
     index = _query_index(dataset, scope)
     got = _collect(files, index, allowed)
     if not got.rows:
-        raise ImportRanksError(
-            f"no sample matched a query of dataset {dataset.name!r} by query_idx (Query.ordinal)"
-        )
+        raise ImportRanksError(f"no sample matched a query of dataset {dataset.name!r} by query_idx (Query.ordinal)")
     if not force:
         _refuse_other_queries(dataset, got)
     report = _report(files, got, k)
@@ -350,15 +380,21 @@ def import_rank_files(
 def import_summary(run: AuditRun, report: dict[str, Any]) -> tuple[list[str], list[str]]:
     """What :func:`import_rank_files` did, as (lines, warnings): ``manage.py import_ranks``
     prints them (warnings on stderr), the project room's import page shows them."""
-    lines = [f"Audit {run.pk}: {report['rows']} rank rows from {len(report['files'])} file(s), "
-             f"retrievers {', '.join(report['retrievers'])}; K={run.k}."]
+    lines = [
+        f"Audit {run.pk}: {report['rows']} rank rows from {len(report['files'])} file(s), "
+        f"retrievers {', '.join(report['retrievers'])}; K={run.k}."
+    ]
     warnings = []
     if report["unknown_query_idx"]:
-        warnings.append(f"warning: {report['unknown_query_idx']} sample(s) match no query "
-                        f"(query_idx e.g. {report['unknown_examples']})")
+        warnings.append(
+            f"warning: {report['unknown_query_idx']} sample(s) match no query "
+            f"(query_idx e.g. {report['unknown_examples']})"
+        )
     if report["text_mismatches"]:
-        warnings.append(f"warning: imported with --force although {report['text_mismatches']} query text(s) "
-                        f"differ from the dataset's (query_idx e.g. {report['text_mismatch_examples']})")
+        warnings.append(
+            f"warning: imported with --force although {report['text_mismatches']} query text(s) "
+            f"differ from the dataset's (query_idx e.g. {report['text_mismatch_examples']})"
+        )
     if "label_agreement" in report:
         a = report["label_agreement"]
         lines.append(f"Labels agree with the file's for {a['same']} queries, differ for {a['different']}.")

@@ -28,6 +28,7 @@ The multimodal ranks play no part in the shortcut decision. Conventions:
 * Per-retriever scores (Recall@K, MRR, nDCG over the full gallery, Composition Gaps)
   are fractions over every query of the audit; see :mod:`retrieval.metrics`.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -66,8 +67,10 @@ def count_lines(counts: dict[str, int]) -> list[str]:
     same column as the labels, the column summed to more than the queries)."""
     lines = [f"  {label:<22}{counts.get(label, 0):>8}" for label in LABELS]
     lines.append(f"  {'= queries labelled':<22}{sum(counts.get(label, 0) for label in LABELS):>8}")
-    lines.append(f"  {SHORTCUT_FREE_NAME:<22}{counts.get(SHORTCUT_FREE_NAME, 0):>8}"
-                 f"  (= {' + '.join(SHORTCUT_FREE_LABELS)}: what no retriever shortcut)")
+    lines.append(
+        f"  {SHORTCUT_FREE_NAME:<22}{counts.get(SHORTCUT_FREE_NAME, 0):>8}"
+        f"  (= {' + '.join(SHORTCUT_FREE_LABELS)}: what no retriever shortcut)"
+    )
     return lines
 
 
@@ -130,9 +133,7 @@ def _legacy(text_hit: bool, image_hit: bool) -> str:
     return "multimodal_needed"
 
 
-def _best(
-    per_retriever: dict[Hashable, tuple[Rank, Rank, Rank]], m: int
-) -> tuple[Rank, Hashable | None]:
+def _best(per_retriever: dict[Hashable, tuple[Rank, Rank, Rank]], m: int) -> tuple[Rank, Hashable | None]:
     candidates = [(r[m], str(name), name) for name, r in per_retriever.items() if r[m] is not None]
     if not candidates:
         return None, None
@@ -204,13 +205,18 @@ def _label_one(per_r: dict[Hashable, tuple[Rank, Rank, Rank]], k: int, min_mm: i
     else:
         label = detail = COMPOSITION_REQUIRED if sup["multimodal"] >= min_mm else UNRESOLVED
     return {
-        "label": label, "detail": detail, "legacy": _legacy(text_hit, image_hit), "support": sup,
+        "label": label,
+        "detail": detail,
+        "legacy": _legacy(text_hit, image_hit),
+        "support": sup,
         "best_ranks": {m: bests[m][0] for m in MODALITIES},
         "best_retriever": {m: bests[m][1] for m in MODALITIES},
     }
 
 
-def _graded(every: tuple[RankList, ...], extras: dict[str, Any], i: int, field_name: str) -> tuple[RankList, list[float]]:
+def _graded(
+    every: tuple[RankList, ...], extras: dict[str, Any], i: int, field_name: str
+) -> tuple[RankList, list[float]]:
     """(ranks, gains) of every graded target: the positives (gain 1), then the graded-only ones."""
     graded = extras.get("graded") or {}
     if not graded:  # the positives only (most datasets)
@@ -229,10 +235,12 @@ def retriever_scores(pool: _Pool, retriever: Hashable, k: int) -> dict[str, Any]
     extras = [pool.extras.get(key, {}) for key in keys]
     subset = {m: [(x.get("subset") or {}).get(fields[i]) for x in extras] for i, m in enumerate(MODALITIES)}
     return modality_scores(
-        {m: [t[i] for t in best] for i, m in enumerate(MODALITIES)}, k=k,
+        {m: [t[i] for t in best] for i, m in enumerate(MODALITIES)},
+        k=k,
         all_ranks_by_modality={m: [e[i] for e in every] for i, m in enumerate(MODALITIES)},
-        graded_by_modality={m: [_graded(e, x, i, fields[i]) for e, x in zip(every, extras)]
-                            for i, m in enumerate(MODALITIES)},
+        graded_by_modality={
+            m: [_graded(e, x, i, fields[i]) for e, x in zip(every, extras)] for i, m in enumerate(MODALITIES)
+        },
         subset_by_modality=subset,
     )
 
@@ -243,9 +251,7 @@ def _check_min_mm(min_mm_retrievers: Any) -> int:
     return int(min_mm_retrievers)
 
 
-def label_queries(
-    rows: Iterable[Sequence[Any]], k: int = 10, min_mm_retrievers: int = 1
-) -> AuditLabels:
+def label_queries(rows: Iterable[Sequence[Any]], k: int = 10, min_mm_retrievers: int = 1) -> AuditLabels:
     """Label every query seen in ``rows`` (see the module notes for the rule).
 
     A rank may be given as one rank or as the list of the ranks of every positive
@@ -262,8 +268,9 @@ def sub_pool(pool: _Pool, queries: Iterable[Hashable]) -> _Pool:
     """``pool`` over ``queries`` only, in the order given (a query without rows counts as not
     retrieved). The rows are shared, not copied; the same as :func:`read_pool` over those
     queries' rows, since rows merge per (query, retriever)."""
-    return _Pool(queries=dict.fromkeys(queries), retrievers=pool.retrievers, best=pool.best, every=pool.every,
-                 extras=pool.extras)
+    return _Pool(
+        queries=dict.fromkeys(queries), retrievers=pool.retrievers, best=pool.best, every=pool.every, extras=pool.extras
+    )
 
 
 def label_pool(pool: _Pool, k: int = 10, min_mm_retrievers: int = 1) -> AuditLabels:

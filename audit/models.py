@@ -11,6 +11,7 @@ Multi-turn queries (sessions) are scored turn by turn in ``sessions`` chunks (se
 :mod:`retrieval.sessions`); a ``texts`` chunk encodes every session's texts with the
 run's ``tau_encoder`` for the tau-diversity filter.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -37,7 +38,9 @@ class AuditRun(Progress):
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="audit_runs")
     split = models.CharField(max_length=50, blank=True)
-    retrievers = models.JSONField(default=list, help_text="Retriever pool: spec strings (and external retriever names).")
+    retrievers = models.JSONField(
+        default=list, help_text="Retriever pool: spec strings (and external retriever names)."
+    )
     external_retrievers = models.JSONField(
         default=list, blank=True, help_text="Names in the pool whose ranks were imported, not computed here."
     )
@@ -47,18 +50,24 @@ class AuditRun(Progress):
     exclude_reference = models.BooleanField(default=True)
     chunk_queries = models.PositiveIntegerField(default=512)
     chunk_gallery = models.PositiveIntegerField(default=4096)
-    epsilon = models.FloatField(default=30.0, help_text="Sessions: epsilon-consistency margin (r_{l+1} <= r_l + epsilon).")
+    epsilon = models.FloatField(
+        default=30.0, help_text="Sessions: epsilon-consistency margin (r_{l+1} <= r_l + epsilon)."
+    )
     tau = models.FloatField(default=0.8, help_text="Sessions: a pair of texts with cosine >= tau removes the session.")
     tau_encoder = models.CharField(
         max_length=500, blank=True, help_text="Sessions: retriever spec whose text encoder the tau filter uses."
     )
     caption_join = models.CharField(
-        max_length=10, default="cirval",
-        help_text="How a turn's captions become one text (retrieval.captions): cirval or clip4cir.")
+        max_length=10,
+        default="cirval",
+        help_text="How a turn's captions become one text (retrieval.captions): cirval or clip4cir.",
+    )
 
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     planned = models.BooleanField(default=False)
-    done = models.PositiveBigIntegerField(default=0, help_text="Work items finished (gallery images + queries, all retrievers).")
+    done = models.PositiveBigIntegerField(
+        default=0, help_text="Work items finished (gallery images + queries, all retrievers)."
+    )
     total = models.PositiveBigIntegerField(default=0)
     eta_seconds = models.FloatField(null=True, blank=True, help_text="Estimate at the last finished chunk.")
     timings = models.JSONField(default=dict, blank=True)
@@ -119,9 +128,7 @@ class AuditChunk(Leased):
 
     class Meta:
         ordering = ["run", "retriever", "kind", "index"]
-        constraints = [
-            models.UniqueConstraint(fields=["run", "retriever", "kind", "index"], name="audit_chunk_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "retriever", "kind", "index"], name="audit_chunk_unique")]
         indexes = [models.Index(fields=["run", "status"])]
 
     def __str__(self) -> str:
@@ -159,26 +166,30 @@ class AuditRank(models.Model):
     graded = models.JSONField(default=dict, blank=True, help_text="Gains and ranks of graded-only targets.")
     subset = models.JSONField(default=dict, blank=True, help_text="Rank within the query's subset group per modality.")
     top_mm = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Image ids of the top AUDIT_CANDIDATES_N multimodal results, best first (targets and reference included).",
     )
-    top_text = models.JSONField(default=list, blank=True,
-                                help_text="Image ids of the top AUDIT_CANDIDATES_N text-only results, best first.")
-    top_image = models.JSONField(default=list, blank=True,
-                                 help_text="Image ids of the top AUDIT_CANDIDATES_N image-only results, best first.")
+    top_text = models.JSONField(
+        default=list, blank=True, help_text="Image ids of the top AUDIT_CANDIDATES_N text-only results, best first."
+    )
+    top_image = models.JSONField(
+        default=list, blank=True, help_text="Image ids of the top AUDIT_CANDIDATES_N image-only results, best first."
+    )
     top_near = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Image ids of the AUDIT_CANDIDATES_N images nearest the positive targets and the reference "
-                  "(image to image), best first.")
+        "(image to image), best first.",
+    )
     reference_ahead = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text="Per modality, per positive (the *_all order): whether the reference scored >= it (protocols that keep it).",
     )
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "query", "retriever"], name="audit_rank_unique")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "query", "retriever"], name="audit_rank_unique")]
 
 
 class AuditSessionRank(models.Model):
@@ -232,8 +243,9 @@ class Leaderboard(models.Model):
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="leaderboards")
     split = models.CharField(max_length=50)
     name = models.CharField(max_length=100)
-    metric = models.CharField(max_length=30, default="R@10",
-                              help_text="The protocol figure the table ranks by (R@10, mAP@10, Avg, ...).")
+    metric = models.CharField(
+        max_length=30, default="R@10", help_text="The protocol figure the table ranks by (R@10, mAP@10, Avg, ...)."
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
 

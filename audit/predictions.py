@@ -23,6 +23,7 @@ text (:data:`retrieval.captions.BLANK_TEXT_RULE`, as the CIRR test scripts do); 
 names those queries (:attr:`Predictions.blank`). Only a query whose reference image has no
 readable file cannot be ranked, and that refuses the export.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,16 +57,19 @@ class Predictions:
         if not self.blank:
             return ""
         shown = ", ".join(self.blank[:10]) + (f" and {len(self.blank) - 10} more" if len(self.blank) > 10 else "")
-        return f"{len(self.blank)} quer{'y has' if len(self.blank) == 1 else 'ies have'} a blank text ({shown}): " \
-               f"{BLANK_TEXT_RULE}"
+        return (
+            f"{len(self.blank)} quer{'y has' if len(self.blank) == 1 else 'ies have'} a blank text ({shown}): "
+            f"{BLANK_TEXT_RULE}"
+        )
 
 
 def _queries(run: AuditRun, split: str) -> list[Query]:
     qs = list(Query.objects.filter(dataset_id=run.dataset_id, split=split, n_turns=1).order_by("ordinal", "id"))
     if not qs:
         splits = sorted(set(Query.objects.filter(dataset_id=run.dataset_id).values_list("split", flat=True)))
-        raise PredictionError(f"dataset {run.dataset.name!r} has no single-turn query in split {split!r} "
-                              f"(splits: {', '.join(splits)})")
+        raise PredictionError(
+            f"dataset {run.dataset.name!r} has no single-turn query in split {split!r} (splits: {', '.join(splits)})"
+        )
     return qs
 
 
@@ -85,15 +89,19 @@ def _retriever_of(run: AuditRun, retriever: str | None) -> str:
     external = set(run.external_retrievers or [])
     spec = retriever or next((r for r in run.retrievers if r not in external), None)
     if spec is None or spec not in run.retrievers or spec in external:
-        raise PredictionError(f"retriever {retriever!r} is not one this audit ran (its pool: {', '.join(run.retrievers)})")
+        raise PredictionError(
+            f"retriever {retriever!r} is not one this audit ran (its pool: {', '.join(run.retrievers)})"
+        )
     return spec
 
 
 def _img_sets(run: AuditRun, queries: list[Query]) -> dict[int, list[int]]:
     """query id -> image ids of its CIRR ``img_set`` members."""
     by_ext = dict(Image.objects.filter(dataset_id=run.dataset_id).values_list("external_id", "pk"))
-    return {q.pk: [by_ext[m] for m in ((q.extra or {}).get("img_set") or {}).get("members", []) if m in by_ext]
-            for q in queries}
+    return {
+        q.pk: [by_ext[m] for m in ((q.extra or {}).get("img_set") or {}).get("members", []) if m in by_ext]
+        for q in queries
+    }
 
 
 def _cirr_files(queries: list[Query], ranked: dict, refs: dict[int, int], out_dir: Path, suffix: str) -> list[Path]:
@@ -104,38 +112,54 @@ def _cirr_files(queries: list[Query], ranked: dict, refs: dict[int, int], out_di
         top, group = ranked[q.pk]
         recall[q.external_id] = [names[i] for i in top if i != refs.get(q.pk)][:TOP]
         subset[q.external_id] = [names[i] for i in group if i != refs.get(q.pk)][:SUBSET_TOP]
-    return [_write(out_dir / f"recall_submission{suffix}.json", recall),
-            _write(out_dir / f"recall_subset_submission{suffix}.json", subset)]
+    return [
+        _write(out_dir / f"recall_submission{suffix}.json", recall),
+        _write(out_dir / f"recall_subset_submission{suffix}.json", subset),
+    ]
 
 
 def _circo_file(queries: list[Query], ranked: dict, split: str, out_dir: Path, suffix: str) -> list[Path]:
     names = _names({i for top, _ in ranked.values() for i in top})
-    return [_write(out_dir / f"circo_{split}_submission{suffix}.json",
-                   {q.external_id: [int(names[i]) for i in ranked[q.pk][0][:TOP]] for q in queries})]
+    return [
+        _write(
+            out_dir / f"circo_{split}_submission{suffix}.json",
+            {q.external_id: [int(names[i]) for i in ranked[q.pk][0][:TOP]] for q in queries},
+        )
+    ]
 
 
-def export_predictions(run: AuditRun, split: str, out_dir: Path, retriever: str | None = None,
-                       name: str = "") -> Predictions:
+def export_predictions(
+    run: AuditRun, split: str, out_dir: Path, retriever: str | None = None, name: str = ""
+) -> Predictions:
     """Write the evaluation server's prediction file(s) for ``split`` of the run's dataset."""
     fmt = run.dataset.format
     if fmt not in ("cirr", "circo"):
         raise PredictionError(f"no evaluation server format for {fmt!r} datasets (CIRR and CIRCO have one)")
     spec = _retriever_of(run, retriever)
     queries = _queries(run, split)
-    turns = {qid: (ref, texts) for qid, ref, texts in Turn.objects.filter(query__in=queries, index=1).values_list(
-        "query_id", "reference_image_id", "texts")}
+    turns = {
+        qid: (ref, texts)
+        for qid, ref, texts in Turn.objects.filter(query__in=queries, index=1).values_list(
+            "query_id", "reference_image_id", "texts"
+        )
+    }
     refs = {qid: ref for qid, (ref, _) in turns.items()}
-    ranked = rank_with_scores(queries, TOP + 1, spec, _img_sets(run, queries) if fmt == "cirr" else {},
-                              blank_text=True)
+    ranked = rank_with_scores(queries, TOP + 1, spec, _img_sets(run, queries) if fmt == "cirr" else {}, blank_text=True)
     out = Predictions(queries=len(queries))
     out.unranked = [q.external_id for q in queries if q.pk not in ranked]
     if out.unranked:
-        raise PredictionError(f"{len(out.unranked)} queries could not be ranked (no readable reference image), "
-                              f"e.g. {', '.join(out.unranked[:5])}; a submission needs every query")
-    out.blank = [q.external_id for q in queries
-                 if ranking_text(turn_text(turns.get(q.pk, (None, []))[1] or [])) is None]
+        raise PredictionError(
+            f"{len(out.unranked)} queries could not be ranked (no readable reference image), "
+            f"e.g. {', '.join(out.unranked[:5])}; a submission needs every query"
+        )
+    out.blank = [
+        q.external_id for q in queries if ranking_text(turn_text(turns.get(q.pk, (None, []))[1] or [])) is None
+    ]
     out_dir.mkdir(parents=True, exist_ok=True)
     suffix = f"_{name}" if name else ""
-    out.files = (_cirr_files(queries, ranked, refs, out_dir, suffix) if fmt == "cirr"
-                 else _circo_file(queries, ranked, split, out_dir, suffix))
+    out.files = (
+        _cirr_files(queries, ranked, refs, out_dir, suffix)
+        if fmt == "cirr"
+        else _circo_file(queries, ranked, split, out_dir, suffix)
+    )
     return out

@@ -19,6 +19,7 @@ to keep what the top lists name (the path, or what the caller's ``keep`` makes o
 importer keeps the dataset's image id, not the path), so memory does not grow with the
 gallery (``bench/rankfile_memory.py``).
 """
+
 from __future__ import annotations
 
 import re
@@ -193,8 +194,9 @@ def _sample(rec: Record, n_gallery: int, aggregated: bool, seen: dict[int, int])
     if idx in seen:
         rec.fail("query_idx", f"{idx} appears twice (first in sample {seen[idx]})")
     seen[idx] = rec.index
-    sample = SampleRanks(query_idx=idx, query_text=rec.opt_str("query_text"),
-                         top_mm=_sample_top(rec, n_gallery), **_sample_ranks(rec))
+    sample = SampleRanks(
+        query_idx=idx, query_text=rec.opt_str("query_text"), top_mm=_sample_top(rec, n_gallery), **_sample_ranks(rec)
+    )
     if aggregated:
         _aggregation(sample, rec)
     return sample
@@ -212,30 +214,47 @@ def parse_rank_document(doc: Any, path: str = "<input>", keep: Callable[[str], A
     if not isinstance(doc, dict):
         return _parse_rank_samples(doc, iter(()), path, GalleryList(), dict)
     listed = doc.get("gallery_paths")
-    return _parse_rank_samples(doc, enumerate(doc.get("samples") or []), path, GalleryList.of(listed),
-                               lambda wanted: _kept(((i, listed[i]) for i in sorted(wanted)), keep))
+    return _parse_rank_samples(
+        doc,
+        enumerate(doc.get("samples") or []),
+        path,
+        GalleryList.of(listed),
+        lambda wanted: _kept(((i, listed[i]) for i in sorted(wanted)), keep),
+    )
 
 
-def _parse_rank_samples(header: Any, samples: Iterable[tuple[int, Any]], path: str, gallery: GalleryList,
-                        pick: Callable[[set[int]], dict[int, str]]) -> RankFile:
+def _parse_rank_samples(
+    header: Any,
+    samples: Iterable[tuple[int, Any]],
+    path: str,
+    gallery: GalleryList,
+    pick: Callable[[set[int]], dict[int, str]],
+) -> RankFile:
     """The rank file from its header (``gallery``: what its ``gallery_paths`` holds) and its
     samples; ``pick`` gives :attr:`RankFile.gallery_paths` for a set of indices (those the top lists name)."""
     try:
         metadata, k = _check_header(header, path, gallery)
         aggregated = isinstance(metadata.get("aggregation"), dict)
         seen: dict[int, int] = {}
-        out = [_sample(Record(path, n, s, "sample", label=f"sample {n}"), gallery.size, aggregated, seen)
-               for n, s in samples]
+        out = [
+            _sample(Record(path, n, s, "sample", label=f"sample {n}"), gallery.size, aggregated, seen)
+            for n, s in samples
+        ]
     except RankFileError:
         raise
     except ParseError as exc:
         raise RankFileError.of(exc) from None
     pool = [str(r) for r in metadata["aggregation"].get("retrievers", []) or []] if aggregated else []
     return RankFile(
-        path=str(path), aggregated=aggregated, retriever=retriever_name(path, metadata),
+        path=str(path),
+        aggregated=aggregated,
+        retriever=retriever_name(path, metadata),
         dataset=metadata.get("dataset") if isinstance(metadata.get("dataset"), str) else None,
-        k=k, gallery_size=gallery.size, gallery_paths=pick({i for s in out for i in s.top_mm}),
-        samples=out, pool=pool,
+        k=k,
+        gallery_size=gallery.size,
+        gallery_paths=pick({i for s in out for i in s.top_mm}),
+        samples=out,
+        pool=pool,
     )
 
 
@@ -278,8 +297,13 @@ def read_rank_file(path: str | Path, keep: Callable[[str], Any] | None = None) -
             if not exc.message.startswith("not valid JSON"):
                 raise
             raise jsonstream.diagnose_member(file, "samples", exc, "sample") from None  # which sample, which field
-        return _parse_rank_samples(header, jsonstream.iter_member(file, "samples"), file, gallery,
-                                   lambda wanted: _kept(_streamed_paths(file, wanted), keep))
+        return _parse_rank_samples(
+            header,
+            jsonstream.iter_member(file, "samples"),
+            file,
+            gallery,
+            lambda wanted: _kept(_streamed_paths(file, wanted), keep),
+        )
     except RankFileError:
         raise
     except ParseError as exc:

@@ -42,6 +42,7 @@ text-only and image-only query (``None``, not retrieved, counts as ``N + 1``):
   validated or not: ``2 * min(p, 1 - p)`` with ``p`` the share saying validated (0:
   unanimous, 1: an even split).
 """
+
 from __future__ import annotations
 
 import math
@@ -53,12 +54,30 @@ from retrieval.demo import precision_recall
 
 Rank = int | None
 #: The parts, in the order pages show them.
-PARTS: tuple[str, ...] = ("lead_rank", "lead_gap", "margin", "retrievers", "spread", "gap", "breadth",
-                          "consistency", "votes")
+PARTS: tuple[str, ...] = (
+    "lead_rank",
+    "lead_gap",
+    "margin",
+    "retrievers",
+    "spread",
+    "gap",
+    "breadth",
+    "consistency",
+    "votes",
+)
 #: Each part's weight in the score: the lead retriever's two parts and the votes; the others
 #: are shown, not counted (chosen by the mean over demo seeds: docs/benchmarks/suspicion.md).
-WEIGHTS: dict[str, float] = {"lead_rank": 1.0, "lead_gap": 1.0, "margin": 0.0, "retrievers": 0.0, "spread": 0.0,
-                             "gap": 0.0, "breadth": 0.0, "consistency": 0.0, "votes": 1.0}
+WEIGHTS: dict[str, float] = {
+    "lead_rank": 1.0,
+    "lead_gap": 1.0,
+    "margin": 0.0,
+    "retrievers": 0.0,
+    "spread": 0.0,
+    "gap": 0.0,
+    "breadth": 0.0,
+    "consistency": 0.0,
+    "votes": 1.0,
+}
 #: Standard deviations of the rival gap at which ``gap`` reaches 1.
 GAP_SCALE = 2.0
 #: Consensus rivals at which ``breadth`` reaches 1 - 1/e.
@@ -214,8 +233,9 @@ def score(s: Signals, weights: Mapping[str, float] = WEIGHTS) -> tuple[float | N
     return combine(parts, weights), parts
 
 
-def consensus_rivals(top_lists: Sequence[Sequence[Hashable]], ranks: Sequence[Rank],
-                     exclude: Iterable[Hashable]) -> int | None:
+def consensus_rivals(
+    top_lists: Sequence[Sequence[Hashable]], ranks: Sequence[Rank], exclude: Iterable[Hashable]
+) -> int | None:
     """Images every retriever ranks above the target: the intersection over retrievers of
     ``top_list[: mm_r - 1]`` (a target not retrieved: the whole list), less ``exclude``
     (the targets and the reference). Retrievers without a stored list take no part; None
@@ -240,12 +260,13 @@ def top_count(n: int, share: float = TOP_SHARE) -> int:
     return min(n, max(1 if n else 0, math.ceil(share * n - 1e-9)))
 
 
-def queue_precision(scores: Mapping[Hashable, float | None], defects: Iterable[Hashable],
-                    share: float = TOP_SHARE) -> dict[str, Any]:
+def queue_precision(
+    scores: Mapping[Hashable, float | None], defects: Iterable[Hashable], share: float = TOP_SHARE
+) -> dict[str, Any]:
     """Precision and recall (:func:`retrieval.demo.precision_recall`) of the top ``share`` of
     the suspicion queue against the known ``defects`` (only scored queries take part), with
     ``share`` and ``queue`` (the number of queries in the queue)."""
     order = queue_order(scores)
-    top = set(order[:top_count(len(order), share)])
+    top = set(order[: top_count(len(order), share)])
     planted = set(defects) & set(scores)
     return {**precision_recall(planted, top), "share": share, "queue": len(order)}

@@ -6,6 +6,7 @@ by a live worker is left alone, and rank rows are unique per (run, query, retrie
 There is no automatic retry: a chunk that raises marks its run failed (with the
 error); a chunk whose worker vanished is resent by :func:`audit.runs.dispatch.reconcile`.
 """
+
 from __future__ import annotations
 
 from celery import shared_task

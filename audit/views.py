@@ -1,6 +1,6 @@
 """Audit pages: list and 'New audit' form, live progress, and the report (researchers and staff)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -12,17 +12,19 @@ from config.roles import is_admin, researcher_required
 from retrieval.retrievers import pool_kinds
 from retrieval.specs import has_random_weights
 
-from .runs import aggregation, dispatch, planning
+from .compare import compare_sessions
 from .forms import AuditForm, installed_kinds, pool_preview
 from .labels import COUNT_HEADINGS
 from .models import AuditRun
-from .compare import compare_sessions
 from .report import build_report
+from .runs import aggregation, dispatch, planning
 
 
 def _latest_done_per_dataset() -> list[AuditRun]:
     latest: dict[int, AuditRun] = {}
-    for run in AuditRun.objects.filter(status=AuditRun.Status.DONE).select_related("dataset").order_by("-finished_at", "-pk"):
+    for run in (
+        AuditRun.objects.filter(status=AuditRun.Status.DONE).select_related("dataset").order_by("-finished_at", "-pk")
+    ):
         latest.setdefault(run.dataset_id, run)
     return sorted(latest.values(), key=lambda r: r.dataset.name)
 
@@ -31,10 +33,16 @@ def _latest_done_per_dataset() -> list[AuditRun]:
 def audit_list(request):
     runs = AuditRun.objects.select_related("dataset", "created_by")[:100]
     form = AuditForm() if is_admin(request.user) else None
-    return render(request, "audit/list.html", {
-        "runs": runs, "form": form, "table1": aggregation.label_table(_latest_done_per_dataset()),
-        "count_headings": COUNT_HEADINGS,
-    })
+    return render(
+        request,
+        "audit/list.html",
+        {
+            "runs": runs,
+            "form": form,
+            "table1": aggregation.label_table(_latest_done_per_dataset()),
+            "count_headings": COUNT_HEADINGS,
+        },
+    )
 
 
 @researcher_required
@@ -54,9 +62,15 @@ def audit_new(request):
             d = form.cleaned_data
             try:
                 run = planning.create_run(
-                    d["dataset"], d["retriever_specs"], split=d["split"], k=d["k"],
-                    min_mm_retrievers=d["min_mm_retrievers"], exclude_reference=d["exclude_reference"],
-                    created_by=request.user, epsilon=d.get("epsilon"), tau=d.get("tau"),
+                    d["dataset"],
+                    d["retriever_specs"],
+                    split=d["split"],
+                    k=d["k"],
+                    min_mm_retrievers=d["min_mm_retrievers"],
+                    exclude_reference=d["exclude_reference"],
+                    created_by=request.user,
+                    epsilon=d.get("epsilon"),
+                    tau=d.get("tau"),
                     tau_encoder=d.get("tau_encoder") or None,
                 )
             except ValueError as exc:
@@ -84,10 +98,18 @@ def audit_detail(request, pk: int):
         asked = request.GET.getlist("compare")
         others = [int(v) for v in asked if v.isdigit()] if "compare" in request.GET else None
         compare = compare_sessions(run, others, request.GET.get("strategy"))
-    return render(request, "audit/detail.html", {"run": run, "report": report, "status": _status(run),
-                                                 "compare": compare, "random_retrievers": [
-                                                     r for r in run.retrievers if has_random_weights(r)],
-                                                 "pool": pool_kinds(run.retrievers)})
+    return render(
+        request,
+        "audit/detail.html",
+        {
+            "run": run,
+            "report": report,
+            "status": _status(run),
+            "compare": compare,
+            "random_retrievers": [r for r in run.retrievers if has_random_weights(r)],
+            "pool": pool_kinds(run.retrievers),
+        },
+    )
 
 
 @require_GET

@@ -14,6 +14,7 @@ triples as the command builds it), Krippendorff's alpha, pairwise Cohen's kappa 
 both together under 5 s for 1,000,000 judgements), the other coefficients, the cost of one
 bootstrap replicate, and peak memory (tracemalloc per step; the process's peak RSS).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,9 @@ from annotation.agreement.maths import (  # noqa: E402  (after the path set-up)
 )
 
 
-def design(n_judgements: int, n_annotators: int, per_item: int, n_categories: int,
-           rng: np.random.Generator) -> np.ndarray:
+def design(
+    n_judgements: int, n_annotators: int, per_item: int, n_categories: int, rng: np.random.Generator
+) -> np.ndarray:
     """(annotators, items) array of category codes, -1 where an annotator did not judge."""
     if per_item > n_annotators:
         raise SystemExit("--per-item cannot exceed --annotators")
@@ -76,8 +78,10 @@ def triples_of(codes: np.ndarray, categories: tuple[Any, ...], raters: list[str]
     """Python ``(item, annotator, label)`` triples, as a JSONL file or a study would give them."""
     r, i = np.nonzero(codes >= 0)
     cats = list(categories)
-    return [(f"q{item}", raters[rater], cats[code]) for rater, item, code in zip(r.tolist(), i.tolist(),
-                                                                                codes[r, i].tolist())]
+    return [
+        (f"q{item}", raters[rater], cats[code])
+        for rater, item, code in zip(r.tolist(), i.tolist(), codes[r, i].tolist())
+    ]
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
@@ -129,8 +133,7 @@ def bench_nominal(codes: np.ndarray, raters: list[str], k: int, repeat: int) -> 
     row(f"pairwise Cohen's kappa ({len(pairs)} pairs)", t_kappa, f"mean kappa = {num(mean)}")
     row("alpha + pairwise kappa", t_alpha + t_kappa, "(target < 5 s)")
     t_other, other = timed(lambda: (fleiss_kappa(ratings), gwet_ac1(ratings), percent_agreement(ratings)), repeat)
-    row("Fleiss + Gwet's AC1 + percent agreement", t_other,
-        "fleiss = {}, ac1 = {}, pa = {}".format(*map(num, other)))
+    row("Fleiss + Gwet's AC1 + percent agreement", t_other, "fleiss = {}, ac1 = {}, pa = {}".format(*map(num, other)))
     t_ordinal, ordinal = timed(lambda: krippendorff_alpha(ratings, "ordinal"), repeat)
     row("Krippendorff's alpha (ordinal, same codes)", t_ordinal, f"alpha = {num(ordinal)}")
     t_weighted, _ = timed(lambda: pairwise_cohen_kappa(ratings, "linear"), repeat)
@@ -140,9 +143,11 @@ def bench_nominal(codes: np.ndarray, raters: list[str], k: int, repeat: int) -> 
     row("one bootstrap replicate (alpha + mean kappa)", t_boot / 2)
     t_report, _ = timed(lambda: agreement_report(ratings, n_boot=0), 1)
     row("whole report, no bootstrap", t_report)
-    print(f"  peak memory (tracemalloc): alpha {traced_peak(lambda: krippendorff_alpha(ratings)):.0f} MiB, "
-          f"pairwise kappa {traced_peak(lambda: pairwise_cohen_kappa(ratings)):.0f} MiB, "
-          f"table from codes {traced_peak(lambda: Ratings.from_dense(codes, raters=raters, categories=cats)):.0f} MiB")
+    print(
+        f"  peak memory (tracemalloc): alpha {traced_peak(lambda: krippendorff_alpha(ratings)):.0f} MiB, "
+        f"pairwise kappa {traced_peak(lambda: pairwise_cohen_kappa(ratings)):.0f} MiB, "
+        f"table from codes {traced_peak(lambda: Ratings.from_dense(codes, raters=raters, categories=cats)):.0f} MiB"
+    )
 
 
 def bench_validity(codes: np.ndarray, raters: list[str], repeat: int) -> None:
@@ -162,10 +167,15 @@ def bench_validity(codes: np.ndarray, raters: list[str], repeat: int) -> None:
     row("alpha + pairwise kappa", t_alpha + t_kappa, "(target < 5 s)")
     t_report, report = timed(lambda: agreement_report(ratings, rubric="validity", n_boot=0), repeat)
     b = report["binary_valid_invalid"]
-    row("whole validity report, no bootstrap", t_report,
-        f"binary alpha = {num(b['krippendorff_alpha_nominal'])}, valid rate = {b['valid_rate']:.3f}")
-    print(f"  peak memory (tracemalloc): whole report "
-          f"{traced_peak(lambda: agreement_report(ratings, rubric='validity', n_boot=0)):.0f} MiB")
+    row(
+        "whole validity report, no bootstrap",
+        t_report,
+        f"binary alpha = {num(b['krippendorff_alpha_nominal'])}, valid rate = {b['valid_rate']:.3f}",
+    )
+    print(
+        f"  peak memory (tracemalloc): whole report "
+        f"{traced_peak(lambda: agreement_report(ratings, rubric='validity', n_boot=0)):.0f} MiB"
+    )
 
 
 def validity_codes(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -197,8 +207,10 @@ def main() -> None:
     codes = design(args.judgements, args.annotators, args.per_item, args.categories, rng)
     t_design = time.perf_counter() - start
     n_items = codes.shape[1]
-    print(f"{int((codes >= 0).sum()):,} judgements: {n_items:,} items x {args.per_item} of {args.annotators} "
-          f"annotators (synthetic, seed {args.seed}; generated in {t_design:.2f} s)")
+    print(
+        f"{int((codes >= 0).sum()):,} judgements: {n_items:,} items x {args.per_item} of {args.annotators} "
+        f"annotators (synthetic, seed {args.seed}; generated in {t_design:.2f} s)"
+    )
     print(f"Python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}, best of {args.repeat}")
 
     bench_nominal(codes, raters, args.categories, args.repeat)

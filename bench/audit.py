@@ -41,6 +41,7 @@ modalities). Wall and CPU seconds (this process plus finished children) are prin
 CPU time is the steadier figure on a shared machine. Runs on CUDA when available (--device
 auto), or where --device says, in fp16 autocast on CUDA (--precision amp, the default).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,16 +72,31 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--n-sessions", type=int, default=0, help="demo sessions to add (default 0: single-turn only)")
     p.add_argument("--retriever", action="append", dest="retrievers", default=None)
     p.add_argument("--naive-queries", type=int, default=None, help="Queries for the naive way (default: all).")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: as a worker sets them, config.worker_tuning.torch_threads)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: as a worker sets them, config.worker_tuning.torch_threads)",
+    )
     p.add_argument("--precision", default="amp", help="amp (fp16 autocast on CUDA; plain fp32 on CPU) or fp32")
-    p.add_argument("--loader-workers", type=int, default=None,
-                   help="image loader processes of the audit (default: from the cores left, see config/worker_tuning.py)")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="runs of the bare encode, the cold and the warm audit (medians reported; default 3)")
+    p.add_argument(
+        "--loader-workers",
+        type=int,
+        default=None,
+        help="image loader processes of the audit (default: from the cores left, see config/worker_tuning.py)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs of the bare encode, the cold and the warm audit (medians reported; default 3)",
+    )
     p.add_argument("--keep", default=None, help="Work in this folder and keep it (default: a temporary one).")
-    p.add_argument("--hf", action="store_true",
-                   help="instead: the hf: figure, a tiny hf: checkpoint's audit / its bare forward passes (bench/audit_hf.py)")
+    p.add_argument(
+        "--hf",
+        action="store_true",
+        help="instead: the hf: figure, a tiny hf: checkpoint's audit / its bare forward passes (bench/audit_hf.py)",
+    )
     p.add_argument("--hf-family", default="vlm2vec", help="the hf: family of --hf (default vlm2vec, on Qwen2-VL)")
     return p.parse_args()
 
@@ -110,7 +126,7 @@ class Clock:
     def __init__(self, sync=lambda: None) -> None:
         self.sync, self.wall, self.cpu = sync, 0.0, 0.0
 
-    def __enter__(self) -> "Clock":
+    def __enter__(self) -> Clock:
         self._w, self._c = time.perf_counter(), self._cpu()
         return self
 
@@ -137,8 +153,9 @@ class Runs:
         if len(self.clocks) < 2:
             return ""
         walls, cpus = [c.wall for c in self.clocks], [c.cpu for c in self.clocks]
-        return (f"{len(self.clocks)} runs, wall {min(walls):.3f}-{max(walls):.3f} s, "
-                f"CPU {min(cpus):.3f}-{max(cpus):.3f} s")
+        return (
+            f"{len(self.clocks)} runs, wall {min(walls):.3f}-{max(walls):.3f} s, CPU {min(cpus):.3f}-{max(cpus):.3f} s"
+        )
 
 
 def _minus(a: Clock, b: Clock) -> Clock:
@@ -173,7 +190,9 @@ def naive_scores(query, gallery):
     return (gallery.float() @ query.float().reshape(-1)).cpu().numpy()
 
 
-def naive_way(specs, demo_dir, images, gallery_ids, turns, positives_of, index, sync) -> tuple[dict, Clock, Clock, dict]:
+def naive_way(
+    specs, demo_dir, images, gallery_ids, turns, positives_of, index, sync
+) -> tuple[dict, Clock, Clock, dict]:
     """The naive audit, as a fresh process runs it: each retriever's model built (as the bare
     encode and the cold audit build theirs), then each query encoded separately per modality
     (batch 1) and a full argsort per query and modality. Returns (ranks, the whole, the model
@@ -186,9 +205,15 @@ def naive_way(specs, demo_dir, images, gallery_ids, turns, positives_of, index, 
     embeddings: dict = {}
     with Clock(sync) as whole:
         with Clock(sync) as builds:
-            retrievers = [build_retriever(s, device=settings.AUDIT_DEVICE or None,
-                                          batch_size=settings.AUDIT_BATCH_SIZE, precision=settings.AUDIT_PRECISION)
-                          for s in specs]
+            retrievers = [
+                build_retriever(
+                    s,
+                    device=settings.AUDIT_DEVICE or None,
+                    batch_size=settings.AUDIT_BATCH_SIZE,
+                    precision=settings.AUDIT_PRECISION,
+                )
+                for s in specs
+            ]
         for spec, r in zip(specs, retrievers):
             gallery = r.embed_images([load_image(demo_dir / images[i].path) for i in gallery_ids]).to(r.device)
             embeddings[spec] = gallery
@@ -268,19 +293,22 @@ def explain_disagreement(naive_ranks, audit_ranks, embeddings, positives_of, exc
         return text
     counts = ", ".join(f"{m} {c}" for m, c in by_modality.items() if c)
     explained = [g for g in gaps if g <= tolerance] or [float("nan")]
-    text += (f"; the {len(naive_ranks) - agree} others differ in {len(gaps)} rank(s) ({counts}), "
-             f"{len(gaps) - len(unexplained)} of them only by near-ties: each is the naive rank once the gallery items scoring "
-             f"within {max(explained):.1e} of a positive are reordered (smallest such gap "
-             f"{min(explained):.1e}; 0: the naive scores tie exactly there, the audit's, which would rank a tie the same "
-             f"way, are apart). The "
-             f"naive way's batch-1 encodings and matrix-vector scores round differently from the audit's batched "
-             f"encodings and blocked products. "
-             f"{len(unexplained)} not explained by a gap <= {tolerance:g}")
+    text += (
+        f"; the {len(naive_ranks) - agree} others differ in {len(gaps)} rank(s) ({counts}), "
+        f"{len(gaps) - len(unexplained)} of them only by near-ties: each is the naive rank once the gallery items scoring "
+        f"within {max(explained):.1e} of a positive are reordered (smallest such gap "
+        f"{min(explained):.1e}; 0: the naive scores tie exactly there, the audit's, which would rank a tie the same "
+        f"way, are apart). The "
+        f"naive way's batch-1 encodings and matrix-vector scores round differently from the audit's batched "
+        f"encodings and blocked products. "
+        f"{len(unexplained)} not explained by a gap <= {tolerance:g}"
+    )
     return text + "".join(f"\n    {u}" for u in unexplained)
 
 
-def same_scores_agreement(naive_ranks, embeddings, positives_of, exclude_of, chunk: int = 4096,
-                          query_chunk: int = 1024) -> str:
+def same_scores_agreement(
+    naive_ranks, embeddings, positives_of, exclude_of, chunk: int = 4096, query_chunk: int = 1024
+) -> str:
     """The tie rule, checked apart from rounding: :func:`retrieval.ranking.rank_queries` and a full
     argsort with pessimistic ties (:func:`naive_rank_one_scores`) rank the same score matrix (the
     naive way's embeddings, its queries stacked and scored by the very blocked products
@@ -299,55 +327,104 @@ def same_scores_agreement(naive_ranks, embeddings, positives_of, exclude_of, chu
         modal = []
         for n in range(3):
             queries = torch.cat([embeddings[k][n].float().reshape(1, -1) for k in keys]).to(gallery.device)
-            product = rank_queries(queries, gallery, positives, exclude, top_k=0, chunk_size=chunk,
-                                   query_chunk_size=query_chunk).best_rank
-            scores = torch.cat([torch.cat([queries[a : a + query_chunk] @ gallery[b : b + chunk].T
-                                           for b in range(0, gallery.shape[0], chunk)], 1)
-                                for a in range(0, len(keys), query_chunk)]).cpu().numpy()
+            product = rank_queries(
+                queries, gallery, positives, exclude, top_k=0, chunk_size=chunk, query_chunk_size=query_chunk
+            ).best_rank
+            scores = (
+                torch.cat(
+                    [
+                        torch.cat(
+                            [
+                                queries[a : a + query_chunk] @ gallery[b : b + chunk].T
+                                for b in range(0, gallery.shape[0], chunk)
+                            ],
+                            1,
+                        )
+                        for a in range(0, len(keys), query_chunk)
+                    ]
+                )
+                .cpu()
+                .numpy()
+            )
             argsort = [naive_rank_one_scores(scores[i], positives[i], exclude[i]) for i in range(len(keys))]
             modal.append([a == b for a, b in zip(product, argsort)])
         same += sum(1 for row in zip(*modal) if all(row))
-    return (f"tie rule: retrieval.ranking.rank_queries and a full argsort with pessimistic ties agree on "
-            f"{same}/{len(naive_ranks)} pairs when they rank the same scores")
+    return (
+        f"tie rule: retrieval.ranking.rank_queries and a full argsort with pessimistic ties agree on "
+        f"{same}/{len(naive_ranks)} pairs when they rank the same scores"
+    )
 
 
 def print_figures(specs, n_q, pool, n_gallery, n_naive, clocks, cold, warm, agreement, built) -> None:
     encode, encode_only, cold_c, warm_c, naive_c, naive_builds = clocks
-    print(f"\n{n_q} single-turn queries x {len(specs)} retrievers = {pool} (query, retriever) pairs, "
-          f"{n_gallery} gallery images; medians of {len(encode.clocks)} runs")
+    print(
+        f"\n{n_q} single-turn queries x {len(specs)} retrievers = {pool} (query, retriever) pairs, "
+        f"{n_gallery} gallery images; medians of {len(encode.clocks)} runs"
+    )
     print(f"  {'':<36}{'wall':>10} {'CPU':>10} {'':>13}")
     line("bare encode (models + gallery + texts)", encode, pool, "the minimal baseline (each image decoded once)")
     line("  of which the encode alone", encode_only, pool, f"models built in {encode.wall - encode_only.wall:.3f} s")
-    line("full audit, cold cache", cold_c, pool, f"= {cold_c.wall / encode.wall:.2f}x bare encode wall, "
-         f"{cold_c.cpu / encode.cpu:.2f}x CPU (goal <= 1.3x); {cold_c.wall / encode_only.wall:.2f}x the encode alone")
-    line("repeat audit, warm cache", warm_c, pool, f"cold / warm = {cold_c.wall / warm_c.wall:.1f}x wall, "
-         f"{cold_c.cpu / warm_c.cpu:.1f}x CPU (goal >= 10x)")
+    line(
+        "full audit, cold cache",
+        cold_c,
+        pool,
+        f"= {cold_c.wall / encode.wall:.2f}x bare encode wall, "
+        f"{cold_c.cpu / encode.cpu:.2f}x CPU (goal <= 1.3x); {cold_c.wall / encode_only.wall:.2f}x the encode alone",
+    )
+    line(
+        "repeat audit, warm cache",
+        warm_c,
+        pool,
+        f"cold / warm = {cold_c.wall / warm_c.wall:.1f}x wall, {cold_c.cpu / warm_c.cpu:.1f}x CPU (goal >= 10x)",
+    )
     scale = n_q / n_naive  # the model builds are not scaled: a fresh process builds each model once
     naive_all = naive_builds.wall + (naive_c.wall - naive_builds.wall) * scale
     naive_cpu = naive_builds.cpu + (naive_c.cpu - naive_builds.cpu) * scale
-    line(f"naive ({n_naive} queries per retriever)", naive_c, n_naive * len(specs),
-         f"naive / CIRVal = {naive_all / cold_c.wall:.2f}x wall, {naive_cpu / cold_c.cpu:.2f}x CPU"
-         f"{' (extrapolated to all queries)' if n_naive < n_q else ''} (goal >= 2.5x)")
-    line("  of which the naive way alone", Runs([_minus(n, b) for n, b in zip(naive_c.clocks, naive_builds.clocks)]),
-         n_naive * len(specs), f"models built in {naive_builds.wall:.3f} s; without them, naive / full cold audit = "
-         f"{(naive_all - naive_builds.wall) / cold_c.wall:.2f}x wall")
+    line(
+        f"naive ({n_naive} queries per retriever)",
+        naive_c,
+        n_naive * len(specs),
+        f"naive / CIRVal = {naive_all / cold_c.wall:.2f}x wall, {naive_cpu / cold_c.cpu:.2f}x CPU"
+        f"{' (extrapolated to all queries)' if n_naive < n_q else ''} (goal >= 2.5x)",
+    )
+    line(
+        "  of which the naive way alone",
+        Runs([_minus(n, b) for n, b in zip(naive_c.clocks, naive_builds.clocks)]),
+        n_naive * len(specs),
+        f"models built in {naive_builds.wall:.3f} s; without them, naive / full cold audit = "
+        f"{(naive_all - naive_builds.wall) / cold_c.wall:.2f}x wall",
+    )
     if len(encode.clocks) > 1:
         print("spread:")
-        for name, runs in (("bare encode", encode), ("encode alone", encode_only), ("cold audit", cold_c),
-                           ("warm audit", warm_c), ("naive", naive_c), ("naive builds", naive_builds)):
+        for name, runs in (
+            ("bare encode", encode),
+            ("encode alone", encode_only),
+            ("cold audit", cold_c),
+            ("warm audit", warm_c),
+            ("naive", naive_c),
+            ("naive builds", naive_builds),
+        ):
             print(f"  {name:<14}{runs.spread()}")
-        print("  per run (bare, cold, warm, naive wall s): " + "; ".join(
-            f"{b.wall:.3f}, {c.wall:.3f}, {w.wall:.3f}, {n.wall:.3f}"
-            for b, c, w, n in zip(encode.clocks, cold_c.clocks, warm_c.clocks, naive_c.clocks)))
+        print(
+            "  per run (bare, cold, warm, naive wall s): "
+            + "; ".join(
+                f"{b.wall:.3f}, {c.wall:.3f}, {w.wall:.3f}, {n.wall:.3f}"
+                for b, c, w, n in zip(encode.clocks, cold_c.clocks, warm_c.clocks, naive_c.clocks)
+            )
+        )
     t = cold.timings
-    print(f"\ncold audit breakdown (last run): encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
-          f"{t.get('encode_queries', 0):.3f} s, read gallery {t.get('load_gallery', 0):.3f} s, rank+write "
-          f"{t.get('rank', 0):.3f} s, aggregate {t.get('aggregate', 0):.3f} s; embeddings encoded "
-          f"{t['cache'].get('encoded', 0)}")
+    print(
+        f"\ncold audit breakdown (last run): encode gallery {t.get('encode_gallery', 0):.3f} s, encode queries "
+        f"{t.get('encode_queries', 0):.3f} s, read gallery {t.get('load_gallery', 0):.3f} s, rank+write "
+        f"{t.get('rank', 0):.3f} s, aggregate {t.get('aggregate', 0):.3f} s; embeddings encoded "
+        f"{t['cache'].get('encoded', 0)}"
+    )
     w = warm.timings
-    print(f"warm audit: embeddings encoded {w['cache'].get('encoded', 0)}, cache hits "
-          f"{w['cache'].get('gallery_hits', 0) + w['cache'].get('query_image_hits', 0) + w['cache'].get('text_hits', 0)}"
-          f", models built {built} (the warm run builds none when it encodes nothing)")
+    print(
+        f"warm audit: embeddings encoded {w['cache'].get('encoded', 0)}, cache hits "
+        f"{w['cache'].get('gallery_hits', 0) + w['cache'].get('query_image_hits', 0) + w['cache'].get('text_hits', 0)}"
+        f", models built {built} (the warm run builds none when it encodes nothing)"
+    )
     print(f"labels: {cold.summary['counts']}\n{agreement}")
 
 
@@ -362,11 +439,20 @@ def bare_encode(specs, demo_dir, images, gallery_ids, turns, sync, quiet: bool =
     extra_refs = {t.reference_image_id for t in turns} - set(gallery_ids)
     texts = list(dict.fromkeys(t.text for t in turns))
     if not quiet:
-        print(f"bare encode baseline: {len(specs)} model builds + {len(gallery_ids)} gallery images (decoded once) + "
-              f"{len(texts)} distinct texts + {len(extra_refs)} reference images outside the gallery, per retriever")
+        print(
+            f"bare encode baseline: {len(specs)} model builds + {len(gallery_ids)} gallery images (decoded once) + "
+            f"{len(texts)} distinct texts + {len(extra_refs)} reference images outside the gallery, per retriever"
+        )
     with Clock(sync) as whole:
-        retrievers = [build_retriever(s, device=settings.AUDIT_DEVICE or None, batch_size=settings.AUDIT_BATCH_SIZE,
-                                      precision=settings.AUDIT_PRECISION) for s in specs]
+        retrievers = [
+            build_retriever(
+                s,
+                device=settings.AUDIT_DEVICE or None,
+                batch_size=settings.AUDIT_BATCH_SIZE,
+                precision=settings.AUDIT_PRECISION,
+            )
+            for s in specs
+        ]
         with Clock(sync) as encode:
             gallery = [load_image(demo_dir / images[i].path) for i in gallery_ids]
             extra = [load_image(demo_dir / t.reference_image.path) for t in turns if t.reference_image_id in extra_refs]
@@ -393,30 +479,45 @@ def build_world(args, specs, demo_dir):
     parsed = build_demo(demo_dir, n_gallery=args.n_gallery, n_single=args.n_single, n_sessions=args.n_sessions)
     load_parsed(parsed, "demo", images_root=demo_dir)
     dataset = Dataset.objects.get(name="demo")
-    print(f"demo world: {len(parsed.images)} images, {args.n_single} single-turn queries, "
-          f"{args.n_sessions} sessions (built and loaded in {time.perf_counter() - t0:.1f} s); "
-          f"retrievers: {', '.join(specs)}")
+    print(
+        f"demo world: {len(parsed.images)} images, {args.n_single} single-turn queries, "
+        f"{args.n_sessions} sessions (built and loaded in {time.perf_counter() - t0:.1f} s); "
+        f"retrievers: {', '.join(specs)}"
+    )
 
     # Build and warm up each retriever once (the bare encode, the cold audit and the naive way,
     # as fresh processes, then build their own), so that one-time start-up costs (open_clip's
     # registries, the first forward pass's allocations) fall on none of them.
     t0 = time.perf_counter()
-    retrievers = [get_retriever(s, device=settings.AUDIT_DEVICE or None, batch_size=settings.AUDIT_BATCH_SIZE,
-                                precision=settings.AUDIT_PRECISION) for s in specs]
+    retrievers = [
+        get_retriever(
+            s,
+            device=settings.AUDIT_DEVICE or None,
+            batch_size=settings.AUDIT_BATCH_SIZE,
+            precision=settings.AUDIT_PRECISION,
+        )
+        for s in specs
+    ]
     probe = load_image(demo_dir / next(iter(parsed.images.values())).path)
     for r in retrievers:
         r.embed_images([probe])
         r.embed_texts(["warm up"])
     print(f"first model build + warm-up: {time.perf_counter() - t0:.2f} s")
 
-    gallery_ids = list(GalleryEntry.objects.filter(dataset=dataset, split="val").order_by("ordinal")
-                       .values_list("image_id", flat=True))
+    gallery_ids = list(
+        GalleryEntry.objects.filter(dataset=dataset, split="val").order_by("ordinal").values_list("image_id", flat=True)
+    )
     images = Image.objects.in_bulk(gallery_ids)
     index = {pk: n for n, pk in enumerate(gallery_ids)}
-    turns = list(Turn.objects.filter(query__dataset=dataset, query__n_turns=1, index=1)
-                 .select_related("reference_image").order_by("query__ordinal"))
-    positives_of = {q: [index[i] for i in ids if i in index]
-                    for q, ids in positive_image_ids(dataset.format, [t.query_id for t in turns]).items()}
+    turns = list(
+        Turn.objects.filter(query__dataset=dataset, query__n_turns=1, index=1)
+        .select_related("reference_image")
+        .order_by("query__ordinal")
+    )
+    positives_of = {
+        q: [index[i] for i in ids if i in index]
+        for q, ids in positive_image_ids(dataset.format, [t.query_id for t in turns]).items()
+    }
     return dataset, gallery_ids, images, index, turns, positives_of
 
 
@@ -429,14 +530,19 @@ def set_up_as_worker(args) -> str:
 
     # As a worker would: the cores left after the web tier's reserve (on a loaded 2-core host,
     # two threads wait on each other's time slices in every small parallel op).
-    torch.set_num_threads(args.threads or settings.WORKER_TORCH_THREADS
-                          or torch_threads(os.cpu_count() or 1, settings.WORKER_RESERVED_CORES, 1))
+    torch.set_num_threads(
+        args.threads
+        or settings.WORKER_TORCH_THREADS
+        or torch_threads(os.cpu_count() or 1, settings.WORKER_RESERVED_CORES, 1)
+    )
     freeze_startup_heap()  # as every worker process does when it starts (its libraries out of the GC's scans)
     device = settings.AUDIT_DEVICE or ("cuda" if torch.cuda.is_available() else "cpu")
-    print(f"CIRVal audit benchmark · python {platform.python_version()} · torch {torch.__version__} · "
-          f"device {device}{' (' + torch.cuda.get_device_name(0) + ')' if device.startswith('cuda') else ''}"
-          f" · {torch.get_num_threads()} CPU threads · precision {settings.AUDIT_PRECISION}"
-          f" · loader workers {default_loader_workers()} · load {os.getloadavg()[0]:.2f}")
+    print(
+        f"CIRVal audit benchmark · python {platform.python_version()} · torch {torch.__version__} · "
+        f"device {device}{' (' + torch.cuda.get_device_name(0) + ')' if device.startswith('cuda') else ''}"
+        f" · {torch.get_num_threads()} CPU threads · precision {settings.AUDIT_PRECISION}"
+        f" · loader workers {default_loader_workers()} · load {os.getloadavg()[0]:.2f}"
+    )
     return device
 
 
@@ -446,8 +552,8 @@ def cold_and_warm(dataset, specs, sync) -> tuple[Any, Clock, Any, Clock, int]:
     the gallery re-read). Returns (cold run, its clock, warm run, its clock, models the warm run built)."""
     from django.conf import settings
 
-    from audit.runs.encoding import clear_memos, get_retriever
     from audit.runs import dispatch, planning
+    from audit.runs.encoding import clear_memos, get_retriever
 
     shutil.rmtree(settings.EMBEDDING_CACHE_DIR, ignore_errors=True)
     clear_memos()
@@ -458,9 +564,16 @@ def cold_and_warm(dataset, specs, sync) -> tuple[Any, Clock, Any, Clock, int]:
     with Clock(sync) as warm_c:
         warm = dispatch.run_inline(planning.create_run(dataset, specs))
     assert warm.status == "done", warm.error
-    built = sum(1 for s in specs if get_retriever(s, device=settings.AUDIT_DEVICE or None,
-                                                  batch_size=settings.AUDIT_BATCH_SIZE,
-                                                  precision=settings.AUDIT_PRECISION).is_built)
+    built = sum(
+        1
+        for s in specs
+        if get_retriever(
+            s,
+            device=settings.AUDIT_DEVICE or None,
+            batch_size=settings.AUDIT_BATCH_SIZE,
+            precision=settings.AUDIT_PRECISION,
+        ).is_built
+    )
     return cold, cold_c, warm, warm_c, built
 
 
@@ -480,8 +593,8 @@ def main() -> None:
     logging.getLogger().setLevel(logging.WARNING)
     import torch
 
-    from audit.runs.encoding import clear_memos
     from audit.models import AuditRank
+    from audit.runs.encoding import clear_memos
 
     specs = args.retrievers or DEFAULT_SPECS
     device = set_up_as_worker(args)
@@ -506,19 +619,27 @@ def main() -> None:
         colds.append(cold_one)
         warms.append(warm_one)
         built = max(built, warm_built)
-        naive_ranks, naive_one, naive_build, embeddings = naive_way(specs, demo_dir, images, gallery_ids,
-                                                                    turns[:n_naive], positives_of, index, sync)
+        naive_ranks, naive_one, naive_build, embeddings = naive_way(
+            specs, demo_dir, images, gallery_ids, turns[:n_naive], positives_of, index, sync
+        )
         naives.append(naive_one)
         naive_builds.append(naive_build)
 
-    audit_ranks = {(q, s): (a, b, c) for q, s, a, b, c in AuditRank.objects.filter(run=first_cold).values_list(
-        "query_id", "retriever", "mm", "text", "image")}
+    audit_ranks = {
+        (q, s): (a, b, c)
+        for q, s, a, b, c in AuditRank.objects.filter(run=first_cold).values_list(
+            "query_id", "retriever", "mm", "text", "image"
+        )
+    }
     from django.conf import settings
 
     exclude_of = {t.query_id: index.get(t.reference_image_id) for t in turns}
     tolerance = NEAR_TIE["amp" if settings.AUDIT_PRECISION == "amp" and device.startswith("cuda") else "fp32"]
-    agreement = (explain_disagreement(naive_ranks, audit_ranks, embeddings, positives_of, exclude_of, tolerance)
-                 + "\n" + same_scores_agreement(naive_ranks, embeddings, positives_of, exclude_of))
+    agreement = (
+        explain_disagreement(naive_ranks, audit_ranks, embeddings, positives_of, exclude_of, tolerance)
+        + "\n"
+        + same_scores_agreement(naive_ranks, embeddings, positives_of, exclude_of)
+    )
     clocks = tuple(Runs(c) for c in (encodes, encodes_only, colds, warms, naives, naive_builds))
     print_figures(specs, n_q, n_q * len(specs), len(gallery_ids), n_naive, clocks, cold, warm, agreement, built)
     clear_memos()

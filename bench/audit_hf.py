@@ -10,6 +10,7 @@ batched, and nothing else. Goal: audit / bare <= 1.3, as for open_clip. Both inc
 model build; the ratio to the passes alone is printed beside it. ``--repeat`` runs,
 interleaved; medians with their spread.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -18,8 +19,13 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-BACKBONE = {"gme": "qwen2_vl", "vlm2vec": "qwen2_vl", "lamra": "qwen2_vl", "qwen3-vl-embedding": "qwen3_vl",
-            "e5-v": "llava_next"}
+BACKBONE = {
+    "gme": "qwen2_vl",
+    "vlm2vec": "qwen2_vl",
+    "lamra": "qwen2_vl",
+    "qwen3-vl-embedding": "qwen3_vl",
+    "e5-v": "llava_next",
+}
 
 
 def bare_passes(b: ModuleType, spec, demo_dir, images, gallery_ids, index, turns, sync):
@@ -33,13 +39,21 @@ def bare_passes(b: ModuleType, spec, demo_dir, images, gallery_ids, index, turns
     texts = list(dict.fromkeys(t.text for t in turns))
     refs = list(dict.fromkeys(t.reference_image_id for t in turns))
     with b.Clock(sync) as whole:
-        r = audit_retriever(spec, device=settings.AUDIT_DEVICE or None, batch_size=settings.AUDIT_BATCH_SIZE,
-                            precision=settings.AUDIT_PRECISION)
+        r = audit_retriever(
+            spec,
+            device=settings.AUDIT_DEVICE or None,
+            batch_size=settings.AUDIT_BATCH_SIZE,
+            precision=settings.AUDIT_PRECISION,
+        )
         getattr(r, "built", None)  # a lazy retriever builds its model here, outside the passes' clock
         with b.Clock(sync) as passes:
             gallery = [load_image(demo_dir / images[i].path) for i in gallery_ids]
-            outside = {i: load_image(demo_dir / t.reference_image.path) for t in turns
-                       for i in [t.reference_image_id] if i not in index}
+            outside = {
+                i: load_image(demo_dir / t.reference_image.path)
+                for t in turns
+                for i in [t.reference_image_id]
+                if i not in index
+            }
 
             def image_of(pk):
                 return gallery[index[pk]] if pk in index else outside[pk]
@@ -77,8 +91,12 @@ def warm_audit(b: ModuleType, dataset, spec, sync):
     with b.Clock(sync) as clock:
         run = dispatch.run_inline(planning.create_run(dataset, [spec]))
     assert run.status == "done", run.error
-    built = get_retriever(spec, device=settings.AUDIT_DEVICE or None, batch_size=settings.AUDIT_BATCH_SIZE,
-                          precision=settings.AUDIT_PRECISION).is_built
+    built = get_retriever(
+        spec,
+        device=settings.AUDIT_DEVICE or None,
+        batch_size=settings.AUDIT_BATCH_SIZE,
+        precision=settings.AUDIT_PRECISION,
+    ).is_built
     return clock, built
 
 
@@ -117,17 +135,26 @@ def main_hf(args, b: ModuleType) -> None:
         warm, warm_built = warm_audit(b, dataset, spec, sync)
         warms.append(warm)
     bare, alone, audit = b.Runs(wholes), b.Runs(passes), b.Runs(audits)
-    print(f"\nhf: figure · {spec.split('@')[0]} (tiny random weights) · {len(turns)} queries · "
-          f"{len(gallery_ids)} gallery images · {n_passes} forward passes (candidates, composed, distinct texts, "
-          f"distinct references)")
-    for name, runs in (("bare forward passes (model built)", bare), ("  the passes alone", alone),
-                       ("full audit, cold cache", audit)):
+    print(
+        f"\nhf: figure · {spec.split('@')[0]} (tiny random weights) · {len(turns)} queries · "
+        f"{len(gallery_ids)} gallery images · {n_passes} forward passes (candidates, composed, distinct texts, "
+        f"distinct references)"
+    )
+    for name, runs in (
+        ("bare forward passes (model built)", bare),
+        ("  the passes alone", alone),
+        ("full audit, cold cache", audit),
+    ):
         print(f"  {name:<36} {runs.wall:8.2f} s wall  {runs.cpu:8.2f} s CPU  ({runs.spread()})")
     warm = b.Runs(warms)
-    print(f"  {'same audit again, warm cache':<36} {warm.wall:8.2f} s wall  {warm.cpu:8.2f} s CPU  ({warm.spread()}); "
-          f"model built: {'yes (it should not be)' if warm_built else 'no'}")
-    print(f"  audit / bare passes: {audit.wall / bare.wall:.2f} wall, {audit.cpu / bare.cpu:.2f} CPU (goal <= 1.3); "
-          f"to the passes alone: {audit.wall / alone.wall:.2f} wall")
+    print(
+        f"  {'same audit again, warm cache':<36} {warm.wall:8.2f} s wall  {warm.cpu:8.2f} s CPU  ({warm.spread()}); "
+        f"model built: {'yes (it should not be)' if warm_built else 'no'}"
+    )
+    print(
+        f"  audit / bare passes: {audit.wall / bare.wall:.2f} wall, {audit.cpu / bare.cpu:.2f} CPU (goal <= 1.3); "
+        f"to the passes alone: {audit.wall / alone.wall:.2f} wall"
+    )
     clear_memos()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

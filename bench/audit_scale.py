@@ -20,6 +20,7 @@ memory is its own. Each query is a noisy copy of its target's embedding, so rank
 Goals: time linear in G; anonymous peak memory flat in G (only the mapped gallery grows).
 Asserts nothing; prints figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -100,12 +101,14 @@ def write_gallery(path: Path, n: int, dim: int, dtype: str, seed: int, block: in
     for s in range(0, n, block):
         x = rng.standard_normal((min(block, n - s), dim), dtype=np.float32)
         x /= np.linalg.norm(x, axis=1, keepdims=True)
-        out[s:s + x.shape[0]] = x.astype(dtype)
+        out[s : s + x.shape[0]] = x.astype(dtype)
     out.flush()
     del out
 
 
-def make_queries(gallery: np.ndarray, n_q: int, noise: float, seed: int) -> tuple[np.ndarray, list[list[int]], list[int]]:
+def make_queries(
+    gallery: np.ndarray, n_q: int, noise: float, seed: int
+) -> tuple[np.ndarray, list[list[int]], list[int]]:
     rng = np.random.default_rng(seed + 1)
     n, dim = gallery.shape
     targets = rng.choice(n, size=n_q, replace=False)
@@ -154,18 +157,27 @@ def run_one(args: argparse.Namespace) -> dict:
     tracemalloc.start()
     with PeakSampler() as peak:
         t0 = time.perf_counter()
-        result = rank_queries(q, g, positives, exclude, top_k=args.top_k, chunk_size=args.chunk,
-                              query_chunk_size=args.query_chunk)
+        result = rank_queries(
+            q, g, positives, exclude, top_k=args.top_k, chunk_size=args.chunk, query_chunk_size=args.query_chunk
+        )
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         rank_s = time.perf_counter() - t0
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     out = {
-        "gallery": args.one, "queries": args.queries, "dim": args.dim, "dtype": args.dtype,
-        "write_s": write_s, "rank_s": rank_s, "items_per_s": args.one * args.queries / rank_s,
-        "base_anon_mb": base_anon / 1024, "peak_anon_mb": peak.anon / 1024, "peak_file_mb": peak.file / 1024,
-        "tracemalloc_peak_mb": traced_peak / 2**20, "gallery_file_mb": path.stat().st_size / 2**20,
+        "gallery": args.one,
+        "queries": args.queries,
+        "dim": args.dim,
+        "dtype": args.dtype,
+        "write_s": write_s,
+        "rank_s": rank_s,
+        "items_per_s": args.one * args.queries / rank_s,
+        "base_anon_mb": base_anon / 1024,
+        "peak_anon_mb": peak.anon / 1024,
+        "peak_file_mb": peak.file / 1024,
+        "tracemalloc_peak_mb": traced_peak / 2**20,
+        "gallery_file_mb": path.stat().st_size / 2**20,
         "median_rank": float(np.median([r for r in result.best_rank if r is not None])),
     }
     if args.check:
@@ -183,26 +195,60 @@ def main() -> None:
     import torch
 
     load = os.getloadavg()
-    print(f"# rank stage, synthetic gallery: {args.queries} queries, dim {args.dim} {args.dtype}, "
-          f"device {args.device}, chunk {args.chunk}x{args.query_chunk}, top-{args.top_k}; "
-          f"{os.cpu_count()} CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"{'gallery':>9} {'rank s':>8} {'Mitems/s':>9} {'anon base MB':>12} {'anon peak MB':>12} "
-          f"{'mapped MB':>10} {'file MB':>8} {'tracemalloc MB':>14} {'median rank':>11}")
+    print(
+        f"# rank stage, synthetic gallery: {args.queries} queries, dim {args.dim} {args.dtype}, "
+        f"device {args.device}, chunk {args.chunk}x{args.query_chunk}, top-{args.top_k}; "
+        f"{os.cpu_count()} CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    print(
+        f"{'gallery':>9} {'rank s':>8} {'Mitems/s':>9} {'anon base MB':>12} {'anon peak MB':>12} "
+        f"{'mapped MB':>10} {'file MB':>8} {'tracemalloc MB':>14} {'median rank':>11}"
+    )
     with tempfile.TemporaryDirectory(prefix="cirval-scale-") as tmp:
         for n, size in enumerate(args.sizes):
-            argv = [sys.executable, __file__, "--one", str(size), "--dir", tmp, "--queries", str(args.queries),
-                    "--dim", str(args.dim), "--dtype", args.dtype, "--device", args.device, "--chunk", str(args.chunk),
-                    "--query-chunk", str(args.query_chunk), "--top-k", str(args.top_k), "--threads", str(args.threads),
-                    "--noise", str(args.noise), "--seed", str(args.seed)] + (["--check"] if n == 0 else [])
+            argv = [
+                sys.executable,
+                __file__,
+                "--one",
+                str(size),
+                "--dir",
+                tmp,
+                "--queries",
+                str(args.queries),
+                "--dim",
+                str(args.dim),
+                "--dtype",
+                args.dtype,
+                "--device",
+                args.device,
+                "--chunk",
+                str(args.chunk),
+                "--query-chunk",
+                str(args.query_chunk),
+                "--top-k",
+                str(args.top_k),
+                "--threads",
+                str(args.threads),
+                "--noise",
+                str(args.noise),
+                "--seed",
+                str(args.seed),
+            ] + (["--check"] if n == 0 else [])
             r = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
-            print(f"{r['gallery']:>9} {r['rank_s']:>8.2f} {r['items_per_s'] / 1e6:>9.1f} {r['base_anon_mb']:>12.0f} "
-                  f"{r['peak_anon_mb']:>12.0f} {r['peak_file_mb']:>10.0f} {r['gallery_file_mb']:>8.0f} "
-                  f"{r['tracemalloc_peak_mb']:>14.1f} {r['median_rank']:>11.0f}", flush=True)
+            print(
+                f"{r['gallery']:>9} {r['rank_s']:>8.2f} {r['items_per_s'] / 1e6:>9.1f} {r['base_anon_mb']:>12.0f} "
+                f"{r['peak_anon_mb']:>12.0f} {r['peak_file_mb']:>10.0f} {r['gallery_file_mb']:>8.0f} "
+                f"{r['tracemalloc_peak_mb']:>14.1f} {r['median_rank']:>11.0f}",
+                flush=True,
+            )
             if "check" in r:
                 c = r["check"]
-                print(f"#   brute-force check on {r['gallery']}: ranks equal for {c['ranks_equal']}/{c['queries']} "
-                      f"queries, top-{args.top_k} scores equal for {c['topk_equal']}/{c['queries']}", flush=True)
+                print(
+                    f"#   brute-force check on {r['gallery']}: ranks equal for {c['ranks_equal']}/{c['queries']} "
+                    f"queries, top-{args.top_k} scores equal for {c['topk_equal']}/{c['queries']}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ file-backed RSS (the memory-mapped gallery matrix: page cache, evictable). Run i
 (e.g. ``--images 20000`` and ``--images 123403``) to see that the anonymous peak stays flat.
 Asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,10 +94,14 @@ def stage(name: str, results: list, fn, items: int | None = None):
         out = fn()
         seconds = time.perf_counter() - t0
     rate = f", {items / seconds:,.0f} images/s" if items else ""
-    print(f"{name:<16} {seconds:9.1f} s{rate}; peak RSS anon {peak.anon / 1024:,.0f} MiB, "
-          f"file {peak.file / 1024:,.0f} MiB", flush=True)
-    results.append({"stage": name, "seconds": seconds, "peak_anon_mib": peak.anon / 1024,
-                    "peak_file_mib": peak.file / 1024})
+    print(
+        f"{name:<16} {seconds:9.1f} s{rate}; peak RSS anon {peak.anon / 1024:,.0f} MiB, "
+        f"file {peak.file / 1024:,.0f} MiB",
+        flush=True,
+    )
+    results.append(
+        {"stage": name, "seconds": seconds, "peak_anon_mib": peak.anon / 1024, "peak_file_mib": peak.file / 1024}
+    )
     return out
 
 
@@ -122,25 +127,59 @@ def run(args: argparse.Namespace, work: Path) -> None:
     annotated = {r["reference_img_id"] for r in val} | {g for r in val for g in r["gt_img_ids"]}
     images = work / "unlabeled2017"
     results: list = []
-    print(f"CIRCO val: {len(val)} queries, {len(annotated)} annotation images; gallery {args.images:,} images; "
-          f"{args.retriever} on {args.device}", flush=True)
+    print(
+        f"CIRCO val: {len(val)} queries, {len(annotated)} annotation images; gallery {args.images:,} images; "
+        f"{args.retriever} on {args.device}",
+        flush=True,
+    )
     n = stage("generate", results, lambda: generate(images, args.images, annotated), args.images)
-    stage("import_dataset", results, lambda: call_command(
-        "import_dataset", "--format", "circo", "--name", "circo-val", "--images-root", str(images), str(CIRCO_VAL),
-        stdout=StringIO()))
-    stage("import_gallery", results, lambda: call_command(
-        "import_gallery", "--dataset", "circo-val", "--split", "val", "--folder", str(images), "--format", "json",
-        stdout=StringIO()), n)
-    run_ = stage("audit", results, lambda: dispatch.run_inline(planning.create_run(
-        "circo-val", [args.retriever], chunk_gallery=args.chunk_gallery)), n)
+    stage(
+        "import_dataset",
+        results,
+        lambda: call_command(
+            "import_dataset",
+            "--format",
+            "circo",
+            "--name",
+            "circo-val",
+            "--images-root",
+            str(images),
+            str(CIRCO_VAL),
+            stdout=StringIO(),
+        ),
+    )
+    stage(
+        "import_gallery",
+        results,
+        lambda: call_command(
+            "import_gallery",
+            "--dataset",
+            "circo-val",
+            "--split",
+            "val",
+            "--folder",
+            str(images),
+            "--format",
+            "json",
+            stdout=StringIO(),
+        ),
+        n,
+    )
+    run_ = stage(
+        "audit",
+        results,
+        lambda: dispatch.run_inline(
+            planning.create_run("circo-val", [args.retriever], chunk_gallery=args.chunk_gallery)
+        ),
+        n,
+    )
     if run_.status != "done":
         print(f"audit failed: {run_.error}")
         return
     report = stage("protocol report", results, lambda: run_protocol(run_))
     print(f"gallery searched: {run_.summary['plan']['gallery']}")
     row = next(r for r in report["rows"] if r["modality"] == "multimodal")
-    print("multimodal: " + ", ".join(f"{k} {100 * v:.2f}" for k, v in row.items()
-                                     if isinstance(v, float)) + " (%)")
+    print("multimodal: " + ", ".join(f"{k} {100 * v:.2f}" for k, v in row.items() if isinstance(v, float)) + " (%)")
     print("warnings: " + ("; ".join(report["warnings"]) or "none"))
     print(json.dumps({"images": n, "stages": results}))
 

@@ -29,6 +29,7 @@ overall defect rate has a half-width at most D (default 0.03). Printed per bench
   study's overlap in judgements under every design, so the ratios are those of judgements.
 Asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,8 @@ from annotation.studies.estimate import (  # noqa: E402
     StratumCount,
     bernoulli_sd,
     cum_sqrt_f_bounds,
-    neyman_sample_size,
     next_stratum,
+    neyman_sample_size,
     planning_rate,
     planning_rates,
     srs_sample_size,
@@ -63,12 +64,17 @@ GOAL_SRS_SHARE = 0.60
 GOAL_BOUND = 1.10
 #: The synthetic benchmark: items, each kind's share (exclusive kinds), score distributions.
 SYNTHETIC_ITEMS = 4000
-SYNTHETIC_MIX = {"INVALID_TEXT_QUERY": 0.05, "INVALID_IMAGE_QUERY": 0.03, "INVALID_TARGET_IMAGE": 0.06,
-                 "QUERY_TOO_BROAD": 0.02}
+SYNTHETIC_MIX = {
+    "INVALID_TEXT_QUERY": 0.05,
+    "INVALID_IMAGE_QUERY": 0.03,
+    "INVALID_TARGET_IMAGE": 0.06,
+    "QUERY_TOO_BROAD": 0.02,
+}
 SYNTHETIC_BETA = {"defect": (4.0, 3.0), "sound": (2.0, 5.0)}
 
 
 # --------------------------------------------------------------------------- benchmarks
+
 
 def demo_benchmark(path: Path) -> dict:
     """The demo's items: ``scores`` and ``kinds`` (the defect kind, '' when sound)."""
@@ -76,9 +82,12 @@ def demo_benchmark(path: Path) -> dict:
 
     data = json.loads(path.read_text(encoding="utf-8"))
     ids = sorted(data["queries"])
-    return {"name": "demo", "source": f"{path.name} ({data.get('made_with', '')})",
-            "scores": [float(data["queries"][q]["score"]) for q in ids],
-            "kinds": [HUMAN_EXPECTED.get(data["queries"][q]["kind"], "") for q in ids]}
+    return {
+        "name": "demo",
+        "source": f"{path.name} ({data.get('made_with', '')})",
+        "scores": [float(data["queries"][q]["score"]) for q in ids],
+        "kinds": [HUMAN_EXPECTED.get(data["queries"][q]["kind"], "") for q in ids],
+    }
 
 
 def synthetic_benchmark(seed: int, n: int = SYNTHETIC_ITEMS) -> dict:
@@ -89,11 +98,16 @@ def synthetic_benchmark(seed: int, n: int = SYNTHETIC_ITEMS) -> dict:
     kinds += [""] * (n - len(kinds))
     rng.shuffle(kinds)
     scores = [rng.betavariate(*SYNTHETIC_BETA["defect" if k else "sound"]) for k in kinds]
-    return {"name": "synthetic", "source": f"{n} items, mix {SYNTHETIC_MIX}, scores Beta{SYNTHETIC_BETA}",
-            "scores": scores, "kinds": kinds}
+    return {
+        "name": "synthetic",
+        "source": f"{n} items, mix {SYNTHETIC_MIX}, scores Beta{SYNTHETIC_BETA}",
+        "scores": scores,
+        "kinds": kinds,
+    }
 
 
 # --------------------------------------------------------------------------- one study
+
 
 class Design:
     """A benchmark stratified as the app stratifies it: bounds, strata, priors, truth."""
@@ -107,8 +121,10 @@ class Design:
         self.priors = [statistics.fmean(scores[i] for i in items) for items in self.strata]
         self.kinds = kinds
         self.names = sorted({k for k in kinds if k})
-        self.truth = {OVERALL: sum(1 for k in kinds if k) / len(kinds),
-                      **{k: sum(1 for x in kinds if x == k) / len(kinds) for k in self.names}}
+        self.truth = {
+            OVERALL: sum(1 for k in kinds if k) / len(kinds),
+            **{k: sum(1 for x in kinds if x == k) / len(kinds) for k in self.names},
+        }
 
     @property
     def sizes(self) -> list[int]:
@@ -144,8 +160,9 @@ def run_study(design: Design, seed: int, target: float, replan_every: int, reall
         estimate = stratified_estimate([StratumCount(n, j, d) for n, j, d in zip(sizes, taken, defects)])
         if stop_reached(estimate, target):
             break
-    kinds = {k: stratified_estimate([StratumCount(n, j, d) for n, j, d in zip(sizes, taken, hits[k])])
-             for k in design.names}
+    kinds = {
+        k: stratified_estimate([StratumCount(n, j, d) for n, j, d in zip(sizes, taken, hits[k])]) for k in design.names
+    }
     return {"served": served, OVERALL: estimate, **kinds}
 
 
@@ -163,42 +180,61 @@ def simulate(bench: dict, studies: int, target: float, n_strata: int, seed: int,
     total = len(bench["scores"])
     bound = neyman_sample_size(design.sizes, design.true_rates(), target)
     return {
-        "benchmark": bench["name"], "design": "re-planned from the observed rates" if reallocate else "prior plan",
-        "source": bench["source"], "items": total, "studies": studies, "target": target,
-        "bounds": design.bounds, "sizes": design.sizes, "true_rates": design.true_rates(), "priors": design.priors,
-        "truth": design.truth, "coverage": coverage,
+        "benchmark": bench["name"],
+        "design": "re-planned from the observed rates" if reallocate else "prior plan",
+        "source": bench["source"],
+        "items": total,
+        "studies": studies,
+        "target": target,
+        "bounds": design.bounds,
+        "sizes": design.sizes,
+        "true_rates": design.true_rates(),
+        "priors": design.priors,
+        "truth": design.truth,
+        "coverage": coverage,
         "srs_coverage": sum(r[OVERALL].low <= design.truth[OVERALL] <= r[OVERALL].high for r in srs_runs) / studies,
-        "judged": {"estimate_mean": mean_n, "estimate_median": statistics.median(r["served"] for r in runs),
-                   "srs_simulated_mean": srs_n, "srs_cochran": srs_sample_size(total, design.truth[OVERALL], target),
-                   "neyman_bound": bound},
+        "judged": {
+            "estimate_mean": mean_n,
+            "estimate_median": statistics.median(r["served"] for r in runs),
+            "srs_simulated_mean": srs_n,
+            "srs_cochran": srs_sample_size(total, design.truth[OVERALL], target),
+            "neyman_bound": bound,
+        },
         "mean_half_width": statistics.fmean(r[OVERALL].half_width for r in runs),
     }
 
 
 # --------------------------------------------------------------------------- report
 
+
 def render(r: dict) -> str:
     j = r["judged"]
-    out = [f"== {r['benchmark']}, {r['design']}: {r['items']} items ({r['source']})",
-           f"strata (upper score bounds): {', '.join(f'{b:.3f}' for b in r['bounds'])}; sizes {r['sizes']}; "
-           f"true defect rates {', '.join(f'{p:.3f}' for p in r['true_rates'])}; "
-           f"priors (mean score) {', '.join(f'{p:.3f}' for p in r['priors'])}",
-           f"coverage of the 95% intervals at the stop (half-width <= {r['target']}), {r['studies']} studies:"]
+    out = [
+        f"== {r['benchmark']}, {r['design']}: {r['items']} items ({r['source']})",
+        f"strata (upper score bounds): {', '.join(f'{b:.3f}' for b in r['bounds'])}; sizes {r['sizes']}; "
+        f"true defect rates {', '.join(f'{p:.3f}' for p in r['true_rates'])}; "
+        f"priors (mean score) {', '.join(f'{p:.3f}' for p in r['priors'])}",
+        f"coverage of the 95% intervals at the stop (half-width <= {r['target']}), {r['studies']} studies:",
+    ]
     for key, cov in r["coverage"].items():
         ok = cov is not None and GOAL_COVERAGE[0] <= cov <= GOAL_COVERAGE[1]
-        out.append(f"  {key:<22} true {r['truth'][key]:.4f}  coverage {cov if cov is None else f'{cov:.3f}'}"
-                   f"  {'met' if ok else 'NOT met'}")
+        out.append(
+            f"  {key:<22} true {r['truth'][key]:.4f}  coverage {cov if cov is None else f'{cov:.3f}'}"
+            f"  {'met' if ok else 'NOT met'}"
+        )
     out.append(f"  (simple random sampling, same interval and stop: coverage {r['srs_coverage']:.3f})")
     share = j["estimate_mean"] / j["srs_simulated_mean"]
     share_c = j["estimate_mean"] / j["srs_cochran"]
     to_bound = j["estimate_mean"] / j["neyman_bound"]
-    out += [f"items judged for +/-{r['target'] * 100:.0f} points on the overall rate: estimate mean "
-            f"{j['estimate_mean']:.1f} (median {j['estimate_median']:.0f}); SRS simulated {j['srs_simulated_mean']:.1f}, "
-            f"Cochran SRS {j['srs_cochran']}; Neyman bound {j['neyman_bound']}",
-            f"  vs SRS (simulated): {share:.2f}x, vs Cochran SRS {share_c:.2f}x: goal <= {GOAL_SRS_SHARE}x "
-            f"{'met' if share <= GOAL_SRS_SHARE else 'NOT met'}",
-            f"  vs the Neyman bound: {to_bound:.2f}x: goal <= {GOAL_BOUND}x {'met' if to_bound <= GOAL_BOUND else 'NOT met'}",
-            f"  mean half-width at the stop {r['mean_half_width']:.4f}"]
+    out += [
+        f"items judged for +/-{r['target'] * 100:.0f} points on the overall rate: estimate mean "
+        f"{j['estimate_mean']:.1f} (median {j['estimate_median']:.0f}); SRS simulated {j['srs_simulated_mean']:.1f}, "
+        f"Cochran SRS {j['srs_cochran']}; Neyman bound {j['neyman_bound']}",
+        f"  vs SRS (simulated): {share:.2f}x, vs Cochran SRS {share_c:.2f}x: goal <= {GOAL_SRS_SHARE}x "
+        f"{'met' if share <= GOAL_SRS_SHARE else 'NOT met'}",
+        f"  vs the Neyman bound: {to_bound:.2f}x: goal <= {GOAL_BOUND}x {'met' if to_bound <= GOAL_BOUND else 'NOT met'}",
+        f"  mean half-width at the stop {r['mean_half_width']:.4f}",
+    ]
     return "\n".join(out)
 
 
@@ -218,13 +254,22 @@ def dump_demo_scores(path: Path, dataset: str = "demo") -> None:
     from annotation.studies.truth import planted_kinds
 
     name = f"{dataset}-estimate-bench"
-    study = Study.objects.filter(name=name).first() or create_study(
-        StudySpec(name=name, datasets=[dataset], overlap=1, estimate={"target_half_width": 0.03}))[0]
+    study = (
+        Study.objects.filter(name=name).first()
+        or create_study(StudySpec(name=name, datasets=[dataset], overlap=1, estimate={"target_half_width": 0.03}))[0]
+    )
     kinds = planted_kinds(dataset)
     rows = study.items.values_list("query__external_id", "suspicion", "suspicion_parts")
     queries = {q: {"score": round(s, 6), "kind": kinds[q], "scored": bool((p or {}).get("scored"))} for q, s, p in rows}
-    path.write_text(json.dumps({"made_with": f"make_demo (seed 7) + refresh_suspicion, study {name!r}",
-                                "queries": queries}, indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {"made_with": f"make_demo (seed 7) + refresh_suspicion, study {name!r}", "queries": queries},
+            indent=0,
+            sort_keys=True,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     print(f"{len(queries)} queries written to {path}")
 
 
@@ -237,8 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo-scores", default=str(DEFAULT_SCORES))
     parser.add_argument("--only", choices=["demo", "synthetic"], default=None)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--dump-demo-scores", action="store_true",
-                        help="Write --demo-scores from the database where make_demo ran, then stop.")
+    parser.add_argument(
+        "--dump-demo-scores",
+        action="store_true",
+        help="Write --demo-scores from the database where make_demo ran, then stop.",
+    )
     args = parser.parse_args(argv)
     if args.dump_demo_scores:
         dump_demo_scores(Path(args.demo_scores))
@@ -248,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         benches.append(demo_benchmark(Path(args.demo_scores)))
     if args.only != "demo":
         benches.append(synthetic_benchmark(args.seed))
-    results = [simulate(b, args.studies, args.target, args.strata, args.seed, reallocate)
-               for b in benches for reallocate in (False, True)]
+    results = [
+        simulate(b, args.studies, args.target, args.strata, args.seed, reallocate)
+        for b in benches
+        for reallocate in (False, True)
+    ]
     if args.json:
         print(json.dumps(results, indent=1, default=float))
     else:

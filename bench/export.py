@@ -17,6 +17,7 @@ building the study, into every cell). Flat memory shows as peaks that do not gro
 number of items.
 Prints only; asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,8 +73,9 @@ def build_study(n: int, votes: int) -> int:
         user, _ = User.objects.get_or_create(username=f"bench-annotator-{i:02d}")
         users.append(user)
     rubric = RubricVersion.builtin("validity")
-    flags_valid = {f: False for f in ("INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE",
-                                      "QUERY_TOO_BROAD")}
+    flags_valid = {
+        f: False for f in ("INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE", "QUERY_TOO_BROAD")
+    }
     flags_broad = {**flags_valid, "QUERY_TOO_BROAD": True}
     with transaction.atomic():
         ds = Dataset.objects.create(name=f"bench-export-{n}", format="demo")
@@ -83,28 +85,61 @@ def build_study(n: int, votes: int) -> int:
         for start in range(0, n, BATCH):
             stop = min(n, start + BATCH)
             images = Image.objects.bulk_create(
-                [Image(dataset=ds, external_id=f"t{i}", path=f"targets/t{i}.png") for i in range(start, stop)])
+                [Image(dataset=ds, external_id=f"t{i}", path=f"targets/t{i}.png") for i in range(start, stop)]
+            )
             queries = Query.objects.bulk_create(
-                [Query(dataset=ds, external_id=f"q{i}", split="test", ordinal=i) for i in range(start, stop)])
-            Turn.objects.bulk_create([Turn(query=q, index=1, reference_image=ref,
-                                           texts=[{"text": f"make the object number {q.ordinal} red",
-                                                   "role": "caption"}]) for q in queries])
-            Target.objects.bulk_create([Target(query=q, image=img, is_primary=True, role="gt")
-                                        for q, img in zip(queries, images)])
-            items = add_items(study, [
-                StudyItem(study=study, query=q, hidden_category=SHORTCUT_FREE_LABELS[q.ordinal % 2],
-                          stratum=ds.name, order_key=q.ordinal, taken=votes, completed=votes)
-                for q in queries])
-            assignments = Assignment.objects.bulk_create([
-                Assignment(study=study, item=item, annotator=u, status=Assignment.Status.DONE, position=k)
-                for k, item in enumerate(items, start=start) for u in users])
+                [Query(dataset=ds, external_id=f"q{i}", split="test", ordinal=i) for i in range(start, stop)]
+            )
+            Turn.objects.bulk_create(
+                [
+                    Turn(
+                        query=q,
+                        index=1,
+                        reference_image=ref,
+                        texts=[{"text": f"make the object number {q.ordinal} red", "role": "caption"}],
+                    )
+                    for q in queries
+                ]
+            )
+            Target.objects.bulk_create(
+                [Target(query=q, image=img, is_primary=True, role="gt") for q, img in zip(queries, images)]
+            )
+            items = add_items(
+                study,
+                [
+                    StudyItem(
+                        study=study,
+                        query=q,
+                        hidden_category=SHORTCUT_FREE_LABELS[q.ordinal % 2],
+                        stratum=ds.name,
+                        order_key=q.ordinal,
+                        taken=votes,
+                        completed=votes,
+                    )
+                    for q in queries
+                ],
+            )
+            assignments = Assignment.objects.bulk_create(
+                [
+                    Assignment(study=study, item=item, annotator=u, status=Assignment.Status.DONE, position=k)
+                    for k, item in enumerate(items, start=start)
+                    for u in users
+                ]
+            )
             judgements = []
             for a in assignments:
                 dissent = a.position % 5 == 0 and a.annotator_id == users[-1].pk and votes > 2
-                judgements.append(Judgement(
-                    assignment=a, rubric=rubric, category="QUERY_TOO_BROAD" if dissent else "VALIDATED",
-                    flags=flags_broad if dissent else flags_valid, validated=not dissent,
-                    note="too many red objects" if dissent else "", time_spent_ms=30_000))
+                judgements.append(
+                    Judgement(
+                        assignment=a,
+                        rubric=rubric,
+                        category="QUERY_TOO_BROAD" if dissent else "VALIDATED",
+                        flags=flags_broad if dissent else flags_valid,
+                        validated=not dissent,
+                        note="too many red objects" if dissent else "",
+                        time_spent_ms=30_000,
+                    )
+                )
             Judgement.objects.bulk_create(judgements)
             print(f"  {stop} / {n}", flush=True)
     if connection.vendor == "postgresql":
@@ -125,13 +160,22 @@ def child(study_id: int, chunk_size: int, traced: bool, out_root: str) -> None:
     if traced:
         tracemalloc.start()
     started = time.perf_counter()
-    result = export_study(study, Path(out_root) / f"study{study_id}-{'traced' if traced else 'timed'}",
-                          chunk_size=chunk_size)
+    result = export_study(
+        study, Path(out_root) / f"study{study_id}-{'traced' if traced else 'timed'}", chunk_size=chunk_size
+    )
     seconds = time.perf_counter() - started
     peak = tracemalloc.get_traced_memory()[1] if traced else None
-    print(json.dumps({"seconds": seconds, "tracemalloc_peak": peak, "peak_rss_kib": peak_rss_kib(),
-                      "validated": result.manifest["counts"]["validated"],
-                      "bytes": sum(f["bytes"] for f in result.manifest["files"])}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "tracemalloc_peak": peak,
+                "peak_rss_kib": peak_rss_kib(),
+                "validated": result.manifest["counts"]["validated"],
+                "bytes": sum(f["bytes"] for f in result.manifest["files"]),
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -163,22 +207,39 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     studies = {n: build_study(n, args.votes) for n in sizes}
     connection.close()
-    print(f"\ndatabase: {connection.vendor} ({database_url}); chunk size {args.chunk_size}; "
-          f"{args.votes} judgements per item")
-    print(f"{'items':>8} {'export s':>9} {'items/s':>9} {'output MB':>10} {'tracemalloc peak MB':>20} "
-          f"{'peak RSS MB':>13} {'(traced run)':>13}")
+    print(
+        f"\ndatabase: {connection.vendor} ({database_url}); chunk size {args.chunk_size}; "
+        f"{args.votes} judgements per item"
+    )
+    print(
+        f"{'items':>8} {'export s':>9} {'items/s':>9} {'output MB':>10} {'tracemalloc peak MB':>20} "
+        f"{'peak RSS MB':>13} {'(traced run)':>13}"
+    )
     try:
         for n, study_id in studies.items():
             runs = {}
             for traced in (False, True):
-                cmd = [sys.executable, __file__, "--child", str(study_id), "--chunk-size", str(args.chunk_size),
-                       "--database-url", database_url, "--var-dir", var_dir] + (["--traced"] if traced else [])
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    str(study_id),
+                    "--chunk-size",
+                    str(args.chunk_size),
+                    "--database-url",
+                    database_url,
+                    "--var-dir",
+                    var_dir,
+                ] + (["--traced"] if traced else [])
                 done = subprocess.run(cmd, check=True, capture_output=True, text=True)
                 runs[traced] = json.loads(done.stdout.strip().splitlines()[-1])
             timed, traced_run = runs[False], runs[True]
-            print(f"{n:>8} {timed['seconds']:>9.2f} {n / timed['seconds']:>9.0f} {timed['bytes'] / 1e6:>10.1f} "
-                  f"{traced_run['tracemalloc_peak'] / 1e6:>20.2f} {timed['peak_rss_kib'] / 1024:>13.1f} "
-                  f"{traced_run['peak_rss_kib'] / 1024:>13.1f}", flush=True)
+            print(
+                f"{n:>8} {timed['seconds']:>9.2f} {n / timed['seconds']:>9.0f} {timed['bytes'] / 1e6:>10.1f} "
+                f"{traced_run['tracemalloc_peak'] / 1e6:>20.2f} {timed['peak_rss_kib'] / 1024:>13.1f} "
+                f"{traced_run['peak_rss_kib'] / 1024:>13.1f}",
+                flush=True,
+            )
             shutil.rmtree(Path(var_dir) / "bench-exports", ignore_errors=True)
         print("target: under 30 s for 100,000 items; memory peaks should not grow with the items")
     finally:

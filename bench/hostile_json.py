@@ -14,6 +14,7 @@ and the job's status and message; for the import also whether the upload was del
 Goal: each refusal well under a second, and the peak no more than a few MB above the
 resident memory before it (flat). Prints only; asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,11 @@ def measure(label: str, run) -> None:
     outcome = run()
     wall = time.perf_counter() - start
     peak = status_kib("VmHWM")
-    print(f"{label:<28} {wall:8.3f} s   RSS before {before / 1024:7.1f} MB   peak {peak / 1024:7.1f} MB   "
-          f"(+{(peak - before) / 1024:.1f} MB)   {outcome}", flush=True)
+    print(
+        f"{label:<28} {wall:8.3f} s   RSS before {before / 1024:7.1f} MB   peak {peak / 1024:7.1f} MB   "
+        f"(+{(peak - before) / 1024:.1f} MB)   {outcome}",
+        flush=True,
+    )
 
 
 def child(step: str, var_dir: str, url: str | None, depth: int) -> None:

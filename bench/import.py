@@ -30,6 +30,7 @@ figure on a shared machine); then the goals: re-import / fresh time
 (goal <= 1.2) and peak RSS at the largest size / at the smallest (goal <= 1.5).
 Prints only; asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,14 +72,29 @@ def write_files(folder: Path, n: int, with_ext: bool) -> list[Path]:
     cap, ext = [], []
     for i in range(n):
         model = models[i % len(models)]
-        members = [_image((i * 7 + k * 13) % n_images) for k in range(len(model.get("img_set", {}).get("members", [])) or 6)]
+        members = [
+            _image((i * 7 + k * 13) % n_images) for k in range(len(model.get("img_set", {}).get("members", [])) or 6)
+        ]
         reference, target = members[0], members[1]
         soft = {target: 1.0, **{m: s for m, s in zip(members[2:], [v for k, v in model["target_soft"].items()][1:])}}
-        cap.append({"pairid": i, "reference": reference, "target_hard": target, "target_soft": soft,
-                    "caption": f"{model['caption']} ({i})",
-                    "img_set": {"id": i // 6, "members": members, "reference_rank": 0, "target_rank": 1}})
-        ext.append({"pairid": i, "reference": reference, "target_hard": target,
-                    "caption_extend": {str(k): f"{model['caption']} / variant {k}" for k in range(4)}})
+        cap.append(
+            {
+                "pairid": i,
+                "reference": reference,
+                "target_hard": target,
+                "target_soft": soft,
+                "caption": f"{model['caption']} ({i})",
+                "img_set": {"id": i // 6, "members": members, "reference_rank": 0, "target_rank": 1},
+            }
+        )
+        ext.append(
+            {
+                "pairid": i,
+                "reference": reference,
+                "target_hard": target,
+                "caption_extend": {str(k): f"{model['caption']} / variant {k}" for k in range(4)},
+            }
+        )
     split = {_image(m): f"./dev/{_image(m)}.png" for m in range(n_images)}
     files = {"cap.rc2.val.json": cap, "split.rc2.val.json": split}
     if with_ext:
@@ -101,8 +117,12 @@ def _pool_row(n: int, models: list[dict]) -> dict:
     name = _image(n)
     if n % 100 == 99:
         return {**model, "did": f"8:{n + 1}", "img_path": None, "modality": "text", "txt": f"a caption {n}"}
-    return {**model, "did": f"8:{n + 1}", "img_path": f"mbeir_images/cirr_images/dev/{name}.jpg",
-            "src_content": json.dumps({"id": name})}
+    return {
+        **model,
+        "did": f"8:{n + 1}",
+        "img_path": f"mbeir_images/cirr_images/dev/{name}.jpg",
+        "src_content": json.dumps({"id": name}),
+    }
 
 
 def write_mbeir_files(folder: Path, pool_size: int, n_queries: int) -> list[Path]:
@@ -122,10 +142,19 @@ def write_mbeir_files(folder: Path, pool_size: int, n_queries: int) -> list[Path
             reference = reference if reference % 100 != 99 else reference - 1
             target = f"8:{(i * 104729) % pool_size + 1}"
             model = queries[i % len(queries)]
-            out.write(json.dumps({**model, "qid": f"7:{i + 1}", "query_txt": f"{model['query_txt']} ({i})",
-                                  "query_img_path": f"mbeir_images/cirr_images/dev/{_image(reference)}.jpg",
-                                  "pos_cand_list": [target], "neg_cand_list": [f"8:{image_lines[i % len(image_lines)] + 1}"]})
-                      + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        **model,
+                        "qid": f"7:{i + 1}",
+                        "query_txt": f"{model['query_txt']} ({i})",
+                        "query_img_path": f"mbeir_images/cirr_images/dev/{_image(reference)}.jpg",
+                        "pos_cand_list": [target],
+                        "neg_cand_list": [f"8:{image_lines[i % len(image_lines)] + 1}"],
+                    }
+                )
+                + "\n"
+            )
             rel.write(f"7:{i + 1} 0 {target} 1 7\n")
     return [query_file, pool, qrels]
 
@@ -158,10 +187,21 @@ def child(step: str, fmt: str, paths: list[str]) -> None:
     seconds = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime - cpu_before
-    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_rss_kib": peak_rss_kib(), "queries": report.queries,
-                      "created": report.queries_created, "unchanged": report.queries_unchanged,
-                      "images": report.images, "gallery_entries": report.gallery_entries,
-                      "warnings": len(report.warnings)}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "peak_rss_kib": peak_rss_kib(),
+                "queries": report.queries,
+                "created": report.queries_created,
+                "unchanged": report.queries_unchanged,
+                "images": report.images,
+                "gallery_entries": report.gallery_entries,
+                "warnings": len(report.warnings),
+            }
+        )
+    )
 
 
 def ensure_postgres_database(url: str) -> None:
@@ -175,8 +215,19 @@ def ensure_postgres_database(url: str) -> None:
 
 
 def run_child(step: str, database_url: str, var_dir: Path, paths: list[Path], fmt: str = "cirr") -> dict:
-    cmd = [sys.executable, __file__, "--child", step, "--format", fmt, "--database-url", database_url,
-           "--var-dir", str(var_dir), *map(str, paths)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        step,
+        "--format",
+        fmt,
+        "--database-url",
+        database_url,
+        "--var-dir",
+        str(var_dir),
+        *map(str, paths),
+    ]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     return json.loads(lines[-1]) if lines else {}
@@ -201,19 +252,25 @@ def measure(n: int, scratch: Path, base_url: str | None, write, fmt: str = "cirr
 def run_case(title: str, unit: str, sizes: list[int], scratch: Path, base_url: str | None, write, fmt: str) -> None:
     """Measure every size of one case and print its table and goals."""
     print(f"{title}", flush=True)
-    print(f"{unit:>8} {'file MB':>8} {'fresh s':>8} {'cpu s':>7} {'fresh RSS MB':>13} {'re-import s':>12} "
-          f"{'cpu s':>7} {'re RSS MB':>10} {'re/fresh':>9} {'(cpu)':>6}", flush=True)
+    print(
+        f"{unit:>8} {'file MB':>8} {'fresh s':>8} {'cpu s':>7} {'fresh RSS MB':>13} {'re-import s':>12} "
+        f"{'cpu s':>7} {'re RSS MB':>10} {'re/fresh':>9} {'(cpu)':>6}",
+        flush=True,
+    )
     rows = []
     for n in sizes:
         row = measure(n, scratch, base_url, lambda folder, n=n: write(folder, n), fmt)
         rows.append(row)
         fresh, again = row["fresh"], row["again"]
-        print(f"{n:>8} {row['bytes'] / 1e6:>8.1f} {fresh['seconds']:>8.2f} {fresh['cpu_seconds']:>7.2f} "
-              f"{fresh['peak_rss_kib'] / 1024:>13.1f} {again['seconds']:>12.2f} {again['cpu_seconds']:>7.2f} "
-              f"{again['peak_rss_kib'] / 1024:>10.1f} {again['seconds'] / fresh['seconds']:>9.2f} "
-              f"{again['cpu_seconds'] / fresh['cpu_seconds']:>6.2f}   ({fresh['queries']} queries, "
-              f"{fresh['images']} images, {fresh['gallery_entries']} gallery entries; "
-              f"re-import: {again['unchanged']} unchanged)", flush=True)
+        print(
+            f"{n:>8} {row['bytes'] / 1e6:>8.1f} {fresh['seconds']:>8.2f} {fresh['cpu_seconds']:>7.2f} "
+            f"{fresh['peak_rss_kib'] / 1024:>13.1f} {again['seconds']:>12.2f} {again['cpu_seconds']:>7.2f} "
+            f"{again['peak_rss_kib'] / 1024:>10.1f} {again['seconds'] / fresh['seconds']:>9.2f} "
+            f"{again['cpu_seconds'] / fresh['cpu_seconds']:>6.2f}   ({fresh['queries']} queries, "
+            f"{fresh['images']} images, {fresh['gallery_entries']} gallery entries; "
+            f"re-import: {again['unchanged']} unchanged)",
+            flush=True,
+        )
     if len(rows) >= 2:
         small, large = rows[0], rows[-1]
         peak = max(large["fresh"]["peak_rss_kib"], large["again"]["peak_rss_kib"])
@@ -246,12 +303,25 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="cirval-bench-import-"))
     try:
         if args.case in ("cirr", "all"):
-            run_case("CIRR rc2 files, growing the queries", "queries", [int(x) for x in args.sizes.split(",")],
-                     scratch, args.database_url, lambda folder, n: write_files(folder, n, not args.no_ext), "cirr")
+            run_case(
+                "CIRR rc2 files, growing the queries",
+                "queries",
+                [int(x) for x in args.sizes.split(",")],
+                scratch,
+                args.database_url,
+                lambda folder, n: write_files(folder, n, not args.no_ext),
+                "cirr",
+            )
         if args.case in ("mbeir", "all"):
-            run_case(f"M-BEIR, growing the candidate pool ({args.pool_queries} queries)", "pool",
-                     [int(x) for x in args.pools.split(",")], scratch, args.database_url,
-                     lambda folder, n: write_mbeir_files(folder, n, args.pool_queries), "mbeir")
+            run_case(
+                f"M-BEIR, growing the candidate pool ({args.pool_queries} queries)",
+                "pool",
+                [int(x) for x in args.pools.split(",")],
+                scratch,
+                args.database_url,
+                lambda folder, n: write_mbeir_files(folder, n, args.pool_queries),
+                "mbeir",
+            )
     finally:
         if args.keep:
             print(f"scratch kept in {scratch}")

@@ -13,6 +13,7 @@ R = ``--rounds``). Prints the first round (the model built, the gallery
 matrix mapped; torch is imported already) apart from the warm rounds (median, p95, max), the gallery size, and the
 machine's load (``uptime``). Target: under 1 s per round on 2 CPU cores. Asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TEXTS = ["make it blue", "add a second shape", "the shapes should be smaller", "use a green background",
-         "remove the star", "more shapes, all red", "make the circle bigger", "fewer shapes"]
+TEXTS = [
+    "make it blue",
+    "add a second shape",
+    "the shapes should be smaller",
+    "use a green background",
+    "remove the star",
+    "more shapes, all red",
+    "make the circle bigger",
+    "fewer shapes",
+]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--database-url", default=os.environ.get(
-        "BENCH_DATABASE_URL", f"sqlite:///{ROOT / 'var' / 'bench' / 'interactive.sqlite3'}"))
+    ap.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL", f"sqlite:///{ROOT / 'var' / 'bench' / 'interactive.sqlite3'}"),
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
     from pgdb import setup_django
@@ -99,8 +110,10 @@ def main() -> None:
     if warm:
         warm.sort()
         p95 = warm[min(len(warm) - 1, int(round(0.95 * (len(warm) - 1))))]
-        print(f"warm rounds: {len(warm)}; median {statistics.median(warm):.1f} ms, p95 {p95:.1f} ms, "
-              f"max {warm[-1]:.1f} ms (whole task: history read, encode the new text and reference, rank, store)")
+        print(
+            f"warm rounds: {len(warm)}; median {statistics.median(warm):.1f} ms, p95 {p95:.1f} ms, "
+            f"max {warm[-1]:.1f} ms (whole task: history read, encode the new text and reference, rank, store)"
+        )
     print(f"load: {load}")
 
 

@@ -26,6 +26,7 @@ strategy the app can run); and how the shares move with the annotators' quality.
 --truth: a demo truth file (manage.py make_demo writes var/demo/demo.truth.json); default:
 the demo world is drawn afresh in a temporary folder with make_demo's default seed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from annotation.core.consensus import DEFAULT_CONFIDENCE  # noqa: E402
 from annotation.verdicts.crowd import (  # noqa: E402
     STRATEGIES,
-    Strategy,
     TEAM,
+    Strategy,
     compare,
     demo_truth_validity,
     labour_table,
@@ -59,20 +60,26 @@ def load_truth(path: str | None) -> dict:
 
 
 def render(rows: list[dict], n_items: int, repeats: int) -> str:
-    out = [f"{n_items} demo items x {repeats} simulated crowds; team: "
-           + ", ".join(f"{a.name} ({a.sensitivity:.2f}/{a.specificity:.2f})" for a in TEAM)
-           + "  (sensitivity/specificity)",
-           f"{'strategy':<30}{'judgements':>11}{'share':>7}{'per item':>9}{'validated':>10}"
-           f"{'val. acc.':>10}{'accuracy':>9}{'valid recall':>13}"]
+    out = [
+        f"{n_items} demo items x {repeats} simulated crowds; team: "
+        + ", ".join(f"{a.name} ({a.sensitivity:.2f}/{a.specificity:.2f})" for a in TEAM)
+        + "  (sensitivity/specificity)",
+        f"{'strategy':<30}{'judgements':>11}{'share':>7}{'per item':>9}{'validated':>10}"
+        f"{'val. acc.':>10}{'accuracy':>9}{'valid recall':>13}",
+    ]
     for r in rows:
-        out.append(f"{r['strategy']:<30}{r['judgements']:>11}{r['judgements_share']:>7.0%}{r['per_item']:>9.2f}"
-                   f"{r['validated']:>10}{r['validated_accuracy']:>10.4f}{r['accuracy']:>9.4f}{r['valid_recall']:>13.4f}")
+        out.append(
+            f"{r['strategy']:<30}{r['judgements']:>11}{r['judgements_share']:>7.0%}{r['per_item']:>9.2f}"
+            f"{r['validated']:>10}{r['validated_accuracy']:>10.4f}{r['accuracy']:>9.4f}{r['valid_recall']:>13.4f}"
+        )
     base = rows[0]
     for r in rows[1:]:
         meets = r["judgements_share"] <= GOAL_SHARE and r["validated_accuracy"] >= base["validated_accuracy"]
-        out.append(f"{r['strategy']}: {r['judgements_share']:.0%} of fixed 3's judgements, validated-set accuracy "
-                   f"{r['validated_accuracy']:.4f} vs {base['validated_accuracy']:.4f}: goal "
-                   f"{'met' if meets else 'NOT met'} (<= {GOAL_SHARE:.0%} and at least the same accuracy)")
+        out.append(
+            f"{r['strategy']}: {r['judgements_share']:.0%} of fixed 3's judgements, validated-set accuracy "
+            f"{r['validated_accuracy']:.4f} vs {base['validated_accuracy']:.4f}: goal "
+            f"{'met' if meets else 'NOT met'} (<= {GOAL_SHARE:.0%} and at least the same accuracy)"
+        )
     return "\n".join(out)
 
 
@@ -91,15 +98,21 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"strategies": rows, "confidence_sweep": confidence, "quality_sweep": sweep}, indent=2))
         return 0
     print(render(rows, len(truth), args.repeats))
-    print(f"\nAdaptive 2->3 with Dawid-Skene at other confidences (the goal row above: {DEFAULT_CONFIDENCE:g}); "
-          "oracle: the team's true matrices instead of a fit:")
+    print(
+        f"\nAdaptive 2->3 with Dawid-Skene at other confidences (the goal row above: {DEFAULT_CONFIDENCE:g}); "
+        "oracle: the team's true matrices instead of a fit:"
+    )
     print(render(confidence, len(truth), args.repeats).split("\n", 1)[1])
     print("\nHow adaptive overlap's share moves with the crowd (every annotator's error rates times the factor):")
-    print(f"{'factor':>7}{'spammer':>9}{'adaptive share':>16}{'fixed 3 val. acc.':>19}{'adaptive val. acc.':>20}"
-          f"{'DS val. acc.':>14}")
+    print(
+        f"{'factor':>7}{'spammer':>9}{'adaptive share':>16}{'fixed 3 val. acc.':>19}{'adaptive val. acc.':>20}"
+        f"{'DS val. acc.':>14}"
+    )
     for r in sweep:
-        print(f"{r['factor']:>7.2f}{'yes' if r['spammer'] else 'no':>9}{r['adaptive_share']:>16.0%}"
-              f"{r['fixed_accuracy']:>19.4f}{r['adaptive_accuracy']:>20.4f}{r['ds_accuracy']:>14.4f}")
+        print(
+            f"{r['factor']:>7.2f}{'yes' if r['spammer'] else 'no':>9}{r['adaptive_share']:>16.0%}"
+            f"{r['fixed_accuracy']:>19.4f}{r['adaptive_accuracy']:>20.4f}{r['ds_accuracy']:>14.4f}"
+        )
     return 0
 
 
@@ -110,8 +123,11 @@ def confidence_sweep(truth: dict, repeats: int, seed: int) -> list[dict]:
     """Fixed overlap 3 (the base of the shares), then the Dawid-Skene strategy at each confidence,
     estimated and oracle (the team's true matrices)."""
     fixed = STRATEGIES[0]
-    rows = [Strategy(f"DS {'oracle' if oracle else 'fitted'}, confidence {c:g}", 2, 3, "reliability", c, oracle)
-            for oracle in (False, True) for c in CONFIDENCES]
+    rows = [
+        Strategy(f"DS {'oracle' if oracle else 'fitted'}, confidence {c:g}", 2, 3, "reliability", c, oracle)
+        for oracle in (False, True)
+        for c in CONFIDENCES
+    ]
     return labour_table(compare(truth, (fixed, *rows), TEAM, repeats, seed))
 
 
@@ -120,9 +136,16 @@ def quality_sweep(truth: dict, repeats: int, seed: int) -> list[dict]:
     for factor, spammer in ((1.0, True), (0.5, True), (0.25, True), (1.0, False), (0.5, False), (0.25, False)):
         team = [a for a in sharper(TEAM, factor) if spammer or a.name != "spammer"]
         fixed, adaptive, ds = labour_table(compare(truth, STRATEGIES, team, repeats, seed))
-        out.append({"factor": factor, "spammer": spammer, "adaptive_share": adaptive["judgements_share"],
-                    "fixed_accuracy": fixed["validated_accuracy"], "adaptive_accuracy": adaptive["validated_accuracy"],
-                    "ds_accuracy": ds["validated_accuracy"]})
+        out.append(
+            {
+                "factor": factor,
+                "spammer": spammer,
+                "adaptive_share": adaptive["judgements_share"],
+                "fixed_accuracy": fixed["validated_accuracy"],
+                "adaptive_accuracy": adaptive["validated_accuracy"],
+                "ds_accuracy": ds["validated_accuracy"],
+            }
+        )
     return out
 
 

@@ -38,6 +38,7 @@ the run) and the lost-write check: every successful submit is in the database ex
 With --quick --json it runs for under a minute and its last line is one JSON object.
 Every request goes to 127.0.0.1 only, and the loops stop at the deadline.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -145,8 +146,11 @@ class HttpUser(threading.Thread):
 
     def use_session(self, key):
         host = urllib.parse.urlparse(self.base).hostname
-        self.jar.set_cookie(http.cookiejar.Cookie(
-            0, "sessionid", key, None, False, host, False, False, "/", True, False, None, False, None, None, {}))
+        self.jar.set_cookie(
+            http.cookiejar.Cookie(
+                0, "sessionid", key, None, False, host, False, False, "/", True, False, None, False, None, None, {}
+            )
+        )
 
     def call(self, endpoint, method, path, body=None, form=False):
         data, headers = None, {"X-CSRFToken": self.csrf(), "Referer": self.base + "/"}
@@ -177,15 +181,29 @@ class HttpUser(threading.Thread):
 
 #: The background jobs: how the admin starts each from a page, and its table.
 JOBS = {
-    "audit": {"path": "/audits/new/", "lands_on": r"/audits/(\d+)/", "table": "audit_auditrun",
-              "form": {"dataset": "demo", "split": "", "retrievers": "openclip:cirval-tiny-vit", "k": 10,
-                       "min_mm_retrievers": 1, "exclude_reference": "on"},
-              # when a worker first took one of its chunks, and when the run was finished
-              "when": "SELECT (SELECT min(c.started_at) FROM audit_auditchunk c WHERE c.run_id = r.id), "
-                      "r.finished_at, r.status FROM audit_auditrun r WHERE r.id = %s"},
-    "export": {"path": "/studies/{study}/export/", "lands_on": r"/exports/(\d+)/", "table": "annotation_exportjob",
-               "form": {"policy": "majority"},
-               "when": "SELECT started_at, finished_at, status FROM annotation_exportjob WHERE id = %s"},
+    "audit": {
+        "path": "/audits/new/",
+        "lands_on": r"/audits/(\d+)/",
+        "table": "audit_auditrun",
+        "form": {
+            "dataset": "demo",
+            "split": "",
+            "retrievers": "openclip:cirval-tiny-vit",
+            "k": 10,
+            "min_mm_retrievers": 1,
+            "exclude_reference": "on",
+        },
+        # when a worker first took one of its chunks, and when the run was finished
+        "when": "SELECT (SELECT min(c.started_at) FROM audit_auditchunk c WHERE c.run_id = r.id), "
+        "r.finished_at, r.status FROM audit_auditrun r WHERE r.id = %s",
+    },
+    "export": {
+        "path": "/studies/{study}/export/",
+        "lands_on": r"/exports/(\d+)/",
+        "table": "annotation_exportjob",
+        "form": {"policy": "majority"},
+        "when": "SELECT started_at, finished_at, status FROM annotation_exportjob WHERE id = %s",
+    },
 }
 ENDED = ("done", "failed")
 
@@ -206,8 +224,13 @@ class Admin(HttpUser):
     def start_job(self, name) -> int | None:
         """POST the job's form; it started when the page redirects to the job's own page."""
         job = JOBS[name]
-        status, _ = self.call(f"admin: start {name}", "POST", job["path"].format(study=self.study),
-                              {**job["form"], "csrfmiddlewaretoken": self.csrf()}, form=True)
+        status, _ = self.call(
+            f"admin: start {name}",
+            "POST",
+            job["path"].format(study=self.study),
+            {**job["form"], "csrfmiddlewaretoken": self.csrf()},
+            form=True,
+        )
         m = re.fullmatch(job["lands_on"], self.last_url or "")
         if m is None:
             self.refused[name] = f"not started (HTTP {status}, landed on {self.last_url!r})"
@@ -223,8 +246,13 @@ class Admin(HttpUser):
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             while time.monotonic() < self.deadline - 1.0:
                 for name, job_id in running.items():
-                    ended = job_id is None or conn.execute(
-                        f"SELECT status FROM {JOBS[name]['table']} WHERE id = %s", [job_id]).fetchone()[0] in ENDED
+                    ended = (
+                        job_id is None
+                        or conn.execute(f"SELECT status FROM {JOBS[name]['table']} WHERE id = %s", [job_id]).fetchone()[
+                            0
+                        ]
+                        in ENDED
+                    )
                     if ended and time.monotonic() >= retry_at[name]:
                         running[name] = self.start_job(name)
                         retry_at[name] = time.monotonic() + (2.0 if running[name] is None else 0.0)
@@ -249,7 +277,8 @@ class Admin(HttpUser):
                     if end > start:
                         spans.append((start, end))
             summary[name] = ", ".join(f"{n} {st}" for st, n in sorted(states.items())) or self.refused.get(
-                name, "not started")
+                name, "not started"
+            )
             if name in self.refused:
                 summary[name] += f"; last start {self.refused[name]}"
         return spans, summary
@@ -287,8 +316,13 @@ class Annotator(HttpUser):
             self.call("queue page", "GET", "/annotate/")  # sets the CSRF cookie
         else:
             self.call("login page", "GET", "/login/")
-            self.call("login", "POST", "/login/", {"username": self.username, "password": "load-pass",
-                                                   "csrfmiddlewaretoken": self.csrf()}, form=True)
+            self.call(
+                "login",
+                "POST",
+                "/login/",
+                {"username": self.username, "password": "load-pass", "csrfmiddlewaretoken": self.csrf()},
+                form=True,
+            )
         while time.monotonic() < self.deadline:
             status, body = self.call("next item", "POST", f"/api/studies/{self.study}/next/")
             if status != 200:
@@ -308,8 +342,12 @@ class Annotator(HttpUser):
             panel = self.panels[asg] = [p["id"] for p in item.get("panel") or []]
             self.without_panel += not panel
             ticks = self.rng.sample(panel, min(len(panel), self.rng.randint(1, 4)))  # ticks in every judgement
-            judgement = {"category": self.rng.choice(["VALIDATED", "QUERY_TOO_BROAD"]), "time_spent_ms": 900,
-                         "client_token": token, "alternatives": ticks}
+            judgement = {
+                "category": self.rng.choice(["VALIDATED", "QUERY_TOO_BROAD"]),
+                "time_spent_ms": 900,
+                "client_token": token,
+                "alternatives": ticks,
+            }
             status, _ = self.call("submit", "POST", f"/api/assignments/{asg}/judgements/", judgement)
             if status == 201:
                 self.submitted.append((asg, token))
@@ -318,9 +356,17 @@ class Annotator(HttpUser):
             if self.submitted and self.rng.random() < 0.05:
                 old, _ = self.rng.choice(self.submitted)
                 token = uuid.uuid4().hex
-                status, _ = self.call("revise", "POST", f"/api/assignments/{old}/judgements/",
-                                      {"category": "VALIDATED", "time_spent_ms": 500, "client_token": token,
-                                       "alternatives": self.panels.get(old, [])[:2]})
+                status, _ = self.call(
+                    "revise",
+                    "POST",
+                    f"/api/assignments/{old}/judgements/",
+                    {
+                        "category": "VALIDATED",
+                        "time_spent_ms": 500,
+                        "client_token": token,
+                        "alternatives": self.panels.get(old, [])[:2],
+                    },
+                )
                 if status == 201:
                     self.submitted.append((old, token))
 
@@ -339,8 +385,10 @@ def timeline(started: list[tuple[float, float]], t0: float, step: float = 2.0) -
     buckets = defaultdict(list)
     for start, ms in started:
         buckets[int((start - t0) // step)].append(ms)
-    return [f"{k * step:5.0f}-{(k + 1) * step:<4.0f}s {len(v):5d} {pct(v, .5):8.1f} {pct(v, .95):8.1f} {max(v):8.1f}"
-            for k, v in sorted(buckets.items())]
+    return [
+        f"{k * step:5.0f}-{(k + 1) * step:<4.0f}s {len(v):5d} {pct(v, 0.5):8.1f} {pct(v, 0.95):8.1f} {max(v):8.1f}"
+        for k, v in sorted(buckets.items())
+    ]
 
 
 class Stats:
@@ -378,7 +426,7 @@ def cpu_seconds_by_group(sessions: dict[str, int]) -> dict[str, float]:
             raw = (entry / "stat").read_text()
         except OSError:  # the process ended meanwhile
             continue
-        comm, fields = raw[raw.index("(") + 1:raw.rindex(")")], raw[raw.rindex(")") + 2:].split()
+        comm, fields = raw[raw.index("(") + 1 : raw.rindex(")")], raw[raw.rindex(")") + 2 :].split()
         sid, cpu = int(fields[3]), (int(fields[11]) + int(fields[12])) / tick
         if sid in by_sid:
             out[by_sid[sid]] += cpu
@@ -428,24 +476,50 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--port", type=int, default=8765)
     ap.add_argument("--web-workers", type=int, default=3)
-    ap.add_argument("--worker-concurrency", type=int, default=2,
-                    help="the Celery worker's pool processes (default 2: the audit and the export run at once)")
-    ap.add_argument("--server-url", default=os.environ.get("LOAD_SERVER_URL", "postgres://postgres@127.0.0.1:5432"),
-                    help="PostgreSQL server (no database name): a uniquely named database is created there")
-    ap.add_argument("--keep-database", action="store_true", help="keep the load database afterwards (its name is printed)")
+    ap.add_argument(
+        "--worker-concurrency",
+        type=int,
+        default=2,
+        help="the Celery worker's pool processes (default 2: the audit and the export run at once)",
+    )
+    ap.add_argument(
+        "--server-url",
+        default=os.environ.get("LOAD_SERVER_URL", "postgres://postgres@127.0.0.1:5432"),
+        help="PostgreSQL server (no database name): a uniquely named database is created there",
+    )
+    ap.add_argument(
+        "--keep-database", action="store_true", help="keep the load database afterwards (its name is printed)"
+    )
     ap.add_argument("--broker", default=os.environ.get("LOAD_BROKER_URL", "redis://127.0.0.1:6379/5"))
-    ap.add_argument("--cache-url", default=os.environ.get("LOAD_CACHE_URL", os.environ.get("CACHE_URL", "")),
-                    help="CACHE_URL of the web tier and the worker (default: $LOAD_CACHE_URL, else $CACHE_URL)")
+    ap.add_argument(
+        "--cache-url",
+        default=os.environ.get("LOAD_CACHE_URL", os.environ.get("CACHE_URL", "")),
+        help="CACHE_URL of the web tier and the worker (default: $LOAD_CACHE_URL, else $CACHE_URL)",
+    )
     ap.add_argument("--no-background", action="store_true", help="run no audit or export during the load")
-    ap.add_argument("--cache-down", action="store_true",
-                    help="use a private redis-server as CACHE_URL and stop it when the clock starts")
-    ap.add_argument("--cold-panels", action="store_true",
-                    help="leave the candidate panels to the worker (served without one until it has filled them)")
-    ap.add_argument("--think", type=float, nargs=2, default=(1.0, 3.0), metavar=("MIN", "MAX"),
-                    help="seconds an annotator looks at an item before submitting (real annotators take 30-60 s)")
+    ap.add_argument(
+        "--cache-down",
+        action="store_true",
+        help="use a private redis-server as CACHE_URL and stop it when the clock starts",
+    )
+    ap.add_argument(
+        "--cold-panels",
+        action="store_true",
+        help="leave the candidate panels to the worker (served without one until it has filled them)",
+    )
+    ap.add_argument(
+        "--think",
+        type=float,
+        nargs=2,
+        default=(1.0, 3.0),
+        metavar=("MIN", "MAX"),
+        help="seconds an annotator looks at an item before submitting (real annotators take 30-60 s)",
+    )
     ap.add_argument("--ramp", type=float, default=5.0, help="seconds over which the annotators arrive")
     ap.add_argument("--timeline", action="store_true", help="also print latency by second of the run")
-    ap.add_argument("--real-logins", type=int, default=5, help="annotators who log in with the form (the rest reuse a session)")
+    ap.add_argument(
+        "--real-logins", type=int, default=5, help="annotators who log in with the form (the rest reuse a session)"
+    )
     args = ap.parse_args()
     if args.quick:
         args.duration = min(args.duration, 20.0)
@@ -483,21 +557,47 @@ def start_private_cache():
 def prepare(args, say) -> tuple[dict[str, str], Path, dict]:
     """The load database migrated, the demo and the study made; returns (env, var folder, what SETUP made)."""
     var = ROOT / "var" / "load"
-    env = dict(os.environ, DATABASE_URL=args.database_url, CELERY_BROKER_URL=args.broker, CIRVAL_VAR_DIR=str(var),
-               DJANGO_DEBUG="0", DJANGO_SECRET_KEY="load-test-only", DJANGO_SETTINGS_MODULE="config.settings",
-               IMAGE_ROOTS=str(var / "images"), PYTHONUNBUFFERED="1", DB_CONN_MAX_AGE="60", CACHE_URL=args.cache_url)
+    env = dict(
+        os.environ,
+        DATABASE_URL=args.database_url,
+        CELERY_BROKER_URL=args.broker,
+        CIRVAL_VAR_DIR=str(var),
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY="load-test-only",
+        DJANGO_SETTINGS_MODULE="config.settings",
+        IMAGE_ROOTS=str(var / "images"),
+        PYTHONUNBUFFERED="1",
+        DB_CONN_MAX_AGE="60",
+        CACHE_URL=args.cache_url,
+    )
     say(f"setting up the load database {args.database_url} ...")
+
     def run(*cmd, **kw):
-        return subprocess.run([PY, "manage.py", *cmd], cwd=ROOT, env=env, check=True,
-                              stdout=subprocess.DEVNULL if args.json else None, **kw)
+        return subprocess.run(
+            [PY, "manage.py", *cmd],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL if args.json else None,
+            **kw,
+        )
 
     run("migrate", "--noinput", "-v", "0")
     # The demo's images and queries only: its own audit (and the training of its retrievers, minutes
     # on a fresh machine) plays no part in the load; the background audit uses the tiny test model.
     run("make_demo", "--no-audit", "--images-dir", str(var / "images" / "demo"))
-    made = json.loads(subprocess.run([PY, "-c", SETUP, str(args.items), str(args.annotators),
-                                      "cold" if args.cold_panels else "fill"], cwd=ROOT, env=env,
-                                     check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    made = json.loads(
+        subprocess.run(
+            [PY, "-c", SETUP, str(args.items), str(args.annotators), "cold" if args.cold_panels else "fill"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     if not args.no_background:  # the background audit starts cold: every embedding is computed during the load
         shutil.rmtree(var / "embeddings", ignore_errors=True)
     return env, var, made
@@ -507,13 +607,49 @@ def start_servers(args, env: dict[str, str], logs: Path) -> list[subprocess.Pope
     """gunicorn and a Celery worker, each in its own process group."""
     logs.mkdir(parents=True, exist_ok=True)
     web = subprocess.Popen(
-        [str(Path(PY).parent / "gunicorn"), "config.wsgi", "-b", f"127.0.0.1:{args.port}", "-k", "gthread",
-         "-w", str(args.web_workers), "--threads", "16", "--access-logfile", "-", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=open(logs / "gunicorn.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            str(Path(PY).parent / "gunicorn"),
+            "config.wsgi",
+            "-b",
+            f"127.0.0.1:{args.port}",
+            "-k",
+            "gthread",
+            "-w",
+            str(args.web_workers),
+            "--threads",
+            "16",
+            "--access-logfile",
+            "-",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=open(logs / "gunicorn.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     worker = subprocess.Popen(
-        [PY, "-m", "celery", "-A", "config", "worker", "-Q", "celery,gpu,interactive", "-c", str(args.worker_concurrency),
-         "--loglevel", "INFO"],
-        cwd=ROOT, env=env, stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            PY,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            "celery,gpu,interactive",
+            "-c",
+            str(args.worker_concurrency),
+            "--loglevel",
+            "INFO",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=open(logs / "worker.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return [web, worker]
 
 
@@ -536,26 +672,47 @@ def drive(args, say, base: str, made: dict, groups: dict[str, int], private_cach
     stats = Stats()
     cpu_before = cpu_seconds_by_group(groups)
     deadline = time.monotonic() + args.duration
-    admin = None if args.no_background else Admin(base, stats, made["admin_session"], study, args.database_url,
-                                                  deadline)
+    admin = (
+        None if args.no_background else Admin(base, stats, made["admin_session"], study, args.database_url, deadline)
+    )
     if private_cache is not None:
         private_cache.stop()  # --cache-down: the cache is gone for the whole window
         say("the private cache server is stopped: the window runs without CACHE_URL's Redis")
-    say(f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) from "
-        f"{time.strftime('%H:%M:%S')} ...")
+    say(
+        f"driving {args.annotators} annotators for {args.duration:.0f} s against {base} (study {study}) from "
+        f"{time.strftime('%H:%M:%S')} ..."
+    )
     t0, wall0 = time.monotonic(), time.time()
-    users = [Annotator(base, f"load{n:02d}", study, deadline, stats, n, think=tuple(args.think), ramp=args.ramp,
-                       session=None if n < args.real_logins else sessions[f"load{n:02d}"])
-             for n in range(args.annotators)]
+    users = [
+        Annotator(
+            base,
+            f"load{n:02d}",
+            study,
+            deadline,
+            stats,
+            n,
+            think=tuple(args.think),
+            ramp=args.ramp,
+            session=None if n < args.real_logins else sessions[f"load{n:02d}"],
+        )
+        for n in range(args.annotators)
+    ]
     for u in ([admin] if admin else []) + users:
         u.start()
     for u in ([admin] if admin else []) + users:
         u.join(timeout=args.duration + 60)
     elapsed = time.monotonic() - t0
     cpu_after = cpu_seconds_by_group(groups)
-    return {"stats": stats, "admin": admin, "users": users, "t0": t0, "elapsed": elapsed,
-            "window": (wall0, wall0 + elapsed), "torch": torch_loaded(groups),
-            "cpu_used": {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}}
+    return {
+        "stats": stats,
+        "admin": admin,
+        "users": users,
+        "t0": t0,
+        "elapsed": elapsed,
+        "window": (wall0, wall0 + elapsed),
+        "torch": torch_loaded(groups),
+        "cpu_used": {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after},
+    }
 
 
 def torch_loaded(groups: dict[str, int]) -> dict[str, list[int]]:
@@ -568,7 +725,7 @@ def torch_loaded(groups: dict[str, int]) -> dict[str, list[int]]:
             continue
         try:
             raw = (entry / "stat").read_text()
-            sid = int(raw[raw.rindex(")") + 2:].split()[3])
+            sid = int(raw[raw.rindex(")") + 2 :].split()[3])
             if sid in by_sid and "/torch/" in (entry / "maps").read_text():
                 out[by_sid[sid]].append(int(entry.name))
         except (OSError, ValueError):  # the process ended meanwhile
@@ -587,22 +744,35 @@ def check_database(args, study: int, done: dict) -> dict:
         rows = conn.execute("SELECT client_token, count(*) FROM annotation_judgement GROUP BY client_token").fetchall()
         currents = conn.execute(
             "SELECT count(*) FROM (SELECT assignment_id FROM annotation_judgement WHERE is_current "
-            "GROUP BY assignment_id HAVING count(*) > 1) x").fetchone()[0]
+            "GROUP BY assignment_id HAVING count(*) > 1) x"
+        ).fetchone()[0]
         with_ticks = conn.execute(
             "SELECT count(*) FILTER (WHERE alternatives::text <> '[]'), count(*) FROM annotation_judgement j "
-            "JOIN annotation_assignment a ON a.id = j.assignment_id WHERE a.study_id = %s", [study]).fetchone()
-        panels = conn.execute("SELECT count(*) FILTER (WHERE candidates_source <> ''), count(*) "
-                              "FROM annotation_studyitem WHERE study_id = %s", [study]).fetchone()
+            "JOIN annotation_assignment a ON a.id = j.assignment_id WHERE a.study_id = %s",
+            [study],
+        ).fetchone()
+        panels = conn.execute(
+            "SELECT count(*) FILTER (WHERE candidates_source <> ''), count(*) "
+            "FROM annotation_studyitem WHERE study_id = %s",
+            [study],
+        ).fetchone()
         if done["admin"]:
             spans, bg_status = done["admin"].intervals(conn, done["window"])
     stored = dict(rows)
-    return {"submitted": submitted, "lost": sum(1 for _, token in submitted if token not in stored),
-            "duplicates": sum(n - 1 for n in stored.values() if n > 1) + currents, "with_ticks": with_ticks,
-            "bg_status": bg_status, "bg_spans": spans, "panels": panels}
+    return {
+        "submitted": submitted,
+        "lost": sum(1 for _, token in submitted if token not in stored),
+        "duplicates": sum(n - 1 for n in stored.values() if n > 1) + currents,
+        "with_ticks": with_ticks,
+        "bg_status": bg_status,
+        "bg_spans": spans,
+        "panels": panels,
+    }
 
 
-def split_by_background(started_wall: list[tuple[float, float]], spans: list[tuple[float, float]],
-                        window: tuple[float, float]) -> dict:
+def split_by_background(
+    started_wall: list[tuple[float, float]], spans: list[tuple[float, float]], window: tuple[float, float]
+) -> dict:
     """The annotation requests that started while background work ran and those that did not
     (their p95 each), and the share of the window that had background work."""
     with_bg, without = [], []
@@ -619,19 +789,29 @@ def figures(args, done: dict, checked: dict) -> dict:
     split = split_by_background(stats.started_wall, checked["bg_spans"], done["window"])
     requests = sum(len(v) for v in stats.latency.values())
     return {
-        "requests": requests, "errors": sum(stats.errors.values()), "lost_writes": checked["lost"],
+        "requests": requests,
+        "errors": sum(stats.errors.values()),
+        "lost_writes": checked["lost"],
         "duplicate_writes": checked["duplicates"],
-        "p50_ms": round(pct(all_ms, .5), 1), "p95_ms": round(pct(all_ms, .95), 1), "p99_ms": round(pct(all_ms, .99), 1),
+        "p50_ms": round(pct(all_ms, 0.5), 1),
+        "p95_ms": round(pct(all_ms, 0.95), 1),
+        "p99_ms": round(pct(all_ms, 0.99), 1),
         # the annotation requests that started while a background job ran on the worker, and the others
-        "p95_background_ms": round(pct(split["with"], .95), 1) if split["with"] else None,
-        "p95_no_background_ms": round(pct(split["without"], .95), 1) if split["without"] else None,
-        "n_background": len(split["with"]), "n_no_background": len(split["without"]),
+        "p95_background_ms": round(pct(split["with"], 0.95), 1) if split["with"] else None,
+        "p95_no_background_ms": round(pct(split["without"], 0.95), 1) if split["without"] else None,
+        "n_background": len(split["with"]),
+        "n_no_background": len(split["without"]),
         "background_share": round(split["share"], 3),
-        "submits": len(checked["submitted"]), "seconds": round(done["elapsed"], 1), "think_s": list(args.think),
-        "judgements_with_ticks": list(checked["with_ticks"]), "background": checked["bg_status"],
+        "submits": len(checked["submitted"]),
+        "seconds": round(done["elapsed"], 1),
+        "think_s": list(args.think),
+        "judgements_with_ticks": list(checked["with_ticks"]),
+        "background": checked["bg_status"],
         "served_without_panel": sum(u.without_panel for u in done["users"]),
-        "panels_stored": list(checked["panels"]), "torch_in_web": done["torch"].get("web", []),
-        "torch_in_worker": len(done["torch"].get("worker", [])), "cache_down": bool(args.cache_down),
+        "panels_stored": list(checked["panels"]),
+        "torch_in_web": done["torch"].get("web", []),
+        "torch_in_worker": len(done["torch"].get("worker", [])),
+        "cache_down": bool(args.cache_down),
         "cpu_seconds": {k: round(v, 1) for k, v in done["cpu_used"].items()},
     }
 
@@ -640,32 +820,48 @@ def report(args, say, done: dict, checked: dict) -> None:
     """The figures, as text (to stderr with ``--json``) and, with ``--json``, one JSON line."""
     stats, elapsed, cpu_used = done["stats"], done["elapsed"], done["cpu_used"]
     f = figures(args, done, checked)
-    say(f"\n{f['requests']} requests in {elapsed:.1f} s ({f['requests'] / elapsed:.0f}/s), {f['errors']} errors, "
-        f"{f['submits']} successful submits")
+    say(
+        f"\n{f['requests']} requests in {elapsed:.1f} s ({f['requests'] / elapsed:.0f}/s), {f['errors']} errors, "
+        f"{f['submits']} successful submits"
+    )
     say(f"{'endpoint':20} {'n':>6} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}")
     for endpoint, ms in sorted(stats.latency.items()):
-        say(f"{endpoint:20} {len(ms):6d} {pct(ms, .5):8.1f} {pct(ms, .95):8.1f} {pct(ms, .99):8.1f} {stats.errors[endpoint]:7d}")
+        say(
+            f"{endpoint:20} {len(ms):6d} {pct(ms, 0.5):8.1f} {pct(ms, 0.95):8.1f} {pct(ms, 0.99):8.1f} {stats.errors[endpoint]:7d}"
+        )
     for e in stats.examples:
         say("  e.g. " + e)
     say(f"lost writes: {f['lost_writes']}, duplicated writes: {f['duplicate_writes']}")
-    say(f"judgements with ticked alternatives: {f['judgements_with_ticks'][0]} of {f['judgements_with_ticks'][1]}; "
+    say(
+        f"judgements with ticked alternatives: {f['judgements_with_ticks'][0]} of {f['judgements_with_ticks'][1]}; "
         f"single-turn items served without a panel: {f['served_without_panel']}; panels stored at the end: "
-        f"{f['panels_stored'][0]} of {f['panels_stored'][1]} items")
-    say(f"web processes with torch loaded: {f['torch_in_web'] or 'none'} (worker processes: {f['torch_in_worker']})"
-        + ("; the cache server was stopped for the whole window" if args.cache_down else ""))
-    say(f"CPU seconds during the load ({os.cpu_count()} cores x {elapsed:.0f} s = {os.cpu_count() * elapsed:.0f}): "
+        f"{f['panels_stored'][0]} of {f['panels_stored'][1]} items"
+    )
+    say(
+        f"web processes with torch loaded: {f['torch_in_web'] or 'none'} (worker processes: {f['torch_in_worker']})"
+        + ("; the cache server was stopped for the whole window" if args.cache_down else "")
+    )
+    say(
+        f"CPU seconds during the load ({os.cpu_count()} cores x {elapsed:.0f} s = {os.cpu_count() * elapsed:.0f}): "
         + ", ".join(f"{name} {sec:.1f}" for name, sec in cpu_used.items())
         + f"; web {1000 * cpu_used['web'] / max(f['requests'], 1):.1f} ms per request; "
-          f"load average {os.getloadavg()[0]:.2f}")
-    say(f"annotation endpoints: p50 {f['p50_ms']:.1f} ms, p95 {f['p95_ms']:.1f} ms, p99 {f['p99_ms']:.1f} ms "
-        f"(think time {args.think[0]}-{args.think[1]} s per item)")
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    say(
+        f"annotation endpoints: p50 {f['p50_ms']:.1f} ms, p95 {f['p95_ms']:.1f} ms, p99 {f['p99_ms']:.1f} ms "
+        f"(think time {args.think[0]}-{args.think[1]} s per item)"
+    )
     if not args.no_background:
         say(f"background jobs: {f['background']}")
-        say(f"background work ran for {100 * f['background_share']:.1f}% of the window; annotation p95 with it "
+        say(
+            f"background work ran for {100 * f['background_share']:.1f}% of the window; annotation p95 with it "
             f"{f['p95_background_ms']} ms (n={f['n_background']}), without it {f['p95_no_background_ms']} ms "
-            f"(n={f['n_no_background']})")
-    say("goal: zero errors, zero lost or duplicated judgements; annotation p95 under 100 ms with background work "
-        "running for at least 90% of a 60 s window (50 annotators, 2 cores), under 50 ms with --no-background")
+            f"(n={f['n_no_background']})"
+        )
+    say(
+        "goal: zero errors, zero lost or duplicated judgements; annotation p95 under 100 ms with background work "
+        "running for at least 90% of a 60 s window (50 annotators, 2 cores), under 50 ms with --no-background"
+    )
     if args.timeline:
         say(f"annotation requests by start time:\n{'seconds':11} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
         for line in timeline(stats.started, done["t0"]):

@@ -1,4 +1,5 @@
 """Peak memory of a bench's own process (shared by the benches that measure a child)."""
+
 from __future__ import annotations
 
 import resource

@@ -17,6 +17,7 @@ maximum of queries per request is that of a request on a cold process, e.g. one 
 30 s after the last (issue 30: the study's sizes are read off its row, no cache holds them).
 Target: p95 under 50 ms for each endpoint and at most 10 queries per next item, at any size.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,11 +43,21 @@ def main() -> None:
     ap.add_argument("--gold", type=int, default=50, help="gold items per study")
     ap.add_argument("--annotators", type=int, default=30)
     ap.add_argument("--overlap", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=900,
-                    help="next+submit pairs to time (900: 30 per annotator, past the 20th, where gold falls due)")
-    ap.add_argument("--warm-cache", action="store_true",
-                    help="keep Django's cache between requests (default: cleared before each one)")
-    ap.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cirval_bench"))
+    ap.add_argument(
+        "--requests",
+        type=int,
+        default=900,
+        help="next+submit pairs to time (900: 30 per annotator, past the 20th, where gold falls due)",
+    )
+    ap.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="keep Django's cache between requests (default: cleared before each one)",
+    )
+    ap.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/cirval_bench"),
+    )
     args = ap.parse_args()
 
     if args.database_url.startswith("postgres"):
@@ -79,7 +90,9 @@ def insert_select(model, exprs: dict[str, str], source: str, params=()) -> int:
 
     cols, select, values = [], [], []
     for f in model._meta.concrete_fields:
-        if f.column not in exprs and (f.primary_key or getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)):
+        if f.column not in exprs and (
+            f.primary_key or getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+        ):
             if not f.primary_key:
                 cols.append(connection.ops.quote_name(f.column))
                 select.append("now()")
@@ -91,8 +104,10 @@ def insert_select(model, exprs: dict[str, str], source: str, params=()) -> int:
             default = f.get_default()
             select.append("%s")
             values.append(f.get_db_prep_save(default, connection) if not isinstance(f, models.ForeignKey) else default)
-    sql = f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({', '.join(cols)}) " \
-          f"SELECT {', '.join(select)} {source}"
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({', '.join(cols)}) "
+        f"SELECT {', '.join(select)} {source}"
+    )
     with connection.cursor() as c:
         c.execute(sql, [*values, *params])
         return c.rowcount
@@ -119,27 +134,54 @@ def build_study(args, n_items: int):
     print(f"building a study of {n_items} items ...", flush=True)
     ds, _ = Dataset.objects.get_or_create(name="bench", defaults={"format": "demo"})
     for i in range(PANEL + 2):
-        Image.objects.get_or_create(dataset=ds, external_id=f"img{i}", defaults={"missing": True, "width": 64, "height": 64})
+        Image.objects.get_or_create(
+            dataset=ds, external_id=f"img{i}", defaults={"missing": True, "width": 64, "height": 64}
+        )
     imgs = list(Image.objects.filter(dataset=ds).order_by("id").values_list("id", flat=True))
     have = Query.objects.filter(dataset=ds).count()
     with transaction.atomic():
         if have < n_items:  # queries q<have>.. q<n_items - 1>, each with one turn and one target
-            insert_select(Query, {"dataset_id": str(ds.pk), "external_id": "'q' || g", "split": "'val'", "ordinal": "g"},
-                          "FROM generate_series(%s, %s) AS g", [have, n_items - 1])
+            insert_select(
+                Query,
+                {"dataset_id": str(ds.pk), "external_id": "'q' || g", "split": "'val'", "ordinal": "g"},
+                "FROM generate_series(%s, %s) AS g",
+                [have, n_items - 1],
+            )
             new = "FROM retrieval_query q WHERE q.dataset_id = %s AND q.ordinal >= %s"
-            insert_select(Turn, {"query_id": "q.id", "index": "1", "reference_image_id": str(imgs[0]),
-                                 "texts": """'[{"text": "make it red"}]'::jsonb"""}, new, [ds.pk, have])
-            insert_select(Target, {"query_id": "q.id", "image_id": str(imgs[1]), "is_primary": "true"}, new, [ds.pk, have])
+            insert_select(
+                Turn,
+                {
+                    "query_id": "q.id",
+                    "index": "1",
+                    "reference_image_id": str(imgs[0]),
+                    "texts": """'[{"text": "make it red"}]'::jsonb""",
+                },
+                new,
+                [ds.pk, have],
+            )
+            insert_select(
+                Target, {"query_id": "q.id", "image_id": str(imgs[1]), "is_primary": "true"}, new, [ds.pk, have]
+            )
         print(f"  queries, turns and targets in {time.perf_counter() - t0:.1f} s", flush=True)
         study = Study.objects.create(name=name, rubric=RubricVersion.builtin("validity"), overlap=args.overlap)
         every = max(1, n_items // max(args.gold, 1))
         gold = f"({args.gold > 0} AND (q.n - 1) %% {every} = {every // 2})"
-        panel = "'" + str(imgs[2:2 + PANEL]) + "'::jsonb"
-        insert_select(StudyItem, {"study_id": str(study.pk), "query_id": "q.id", "order_key": "q.n - 1", "gold": gold,
-                                  "gold_answer": f"""CASE WHEN {gold} THEN '{{"validated": true}}'::jsonb ELSE '{{}}'::jsonb END""",
-                                  "candidates": panel, "candidates_source": "'bench'"},
-                      "FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM retrieval_query "
-                      "WHERE dataset_id = %s ORDER BY id LIMIT %s) q", [ds.pk, n_items])
+        panel = "'" + str(imgs[2 : 2 + PANEL]) + "'::jsonb"
+        insert_select(
+            StudyItem,
+            {
+                "study_id": str(study.pk),
+                "query_id": "q.id",
+                "order_key": "q.n - 1",
+                "gold": gold,
+                "gold_answer": f"""CASE WHEN {gold} THEN '{{"validated": true}}'::jsonb ELSE '{{}}'::jsonb END""",
+                "candidates": panel,
+                "candidates_source": "'bench'",
+            },
+            "FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM retrieval_query "
+            "WHERE dataset_id = %s ORDER BY id LIMIT %s) q",
+            [ds.pk, n_items],
+        )
         recount(study)  # the items were written around the ORM (annotation/sizes.py)
     print(f"  study items in {time.perf_counter() - t0:.1f} s", flush=True)
     users = []
@@ -162,8 +204,9 @@ def gold_plan(study, user) -> str:
     if connection.vendor != "postgresql":
         return "(plans are printed on PostgreSQL only)"
     mine = Assignment.objects.filter(study=study, annotator=user).exclude(status=Assignment.Status.RELEASED)
-    qs = _with_earlier(StudyItem.objects.filter(study=study, gold=True).exclude(id__in=mine.values("item_id")),
-                       user).order_by("order_key", "id")[:8]
+    qs = _with_earlier(
+        StudyItem.objects.filter(study=study, gold=True).exclude(id__in=mine.values("item_id")), user
+    ).order_by("order_key", "id")[:8]
     plan = qs.explain(analyze=True).splitlines()
     scans = [line.strip() for line in plan if "Scan" in line and "annotation_studyitem" in line]
     return "; ".join(scans) or plan[0]
@@ -172,15 +215,13 @@ def gold_plan(study, user) -> str:
 def measure(args, study) -> None:
     import statistics
 
+    from django.contrib.auth.models import Group
     from django.core.cache import cache
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
     from annotation.models import Assignment
-
-    from django.contrib.auth.models import Group
-
     from annotation.roles import ANNOTATOR
 
     users = list(study.annotators.order_by("username"))
@@ -210,8 +251,11 @@ def measure(args, study) -> None:
         connection.queries_log.clear()
         with CaptureQueriesContext(connection) as ctx:
             t, cpu = time.perf_counter(), time.process_time()
-            r = c.post(f"/api/assignments/{asg}/judgements/", {"category": "VALIDATED", "time_spent_ms": 900},
-                       content_type="application/json")
+            r = c.post(
+                f"/api/assignments/{asg}/judgements/",
+                {"category": "VALIDATED", "time_spent_ms": 900},
+                content_type="application/json",
+            )
             submit_ms.append((time.perf_counter() - t) * 1000)
             submit_cpu.append((time.process_time() - cpu) * 1000)
         submit_q.append(len(ctx.captured_queries))
@@ -219,17 +263,26 @@ def measure(args, study) -> None:
 
     done = Assignment.objects.filter(study=study, status="done").count()
     gold = Assignment.objects.filter(study=study, item__gold=True).count()
-    print(f"study: {study.items.count()} items ({study.items.filter(gold=True).count()} gold, gold rate "
-          f"{study.gold_rate:.0%}), overlap {study.overlap}, {len(users)} annotators, {done} judgements so far "
-          f"({gold} of them on gold items)")
-    print(f"database: {connection.vendor} ({args.database_url}); cache {'kept' if args.warm_cache else 'cleared'} "
-          f"before each request")
+    print(
+        f"study: {study.items.count()} items ({study.items.filter(gold=True).count()} gold, gold rate "
+        f"{study.gold_rate:.0%}), overlap {study.overlap}, {len(users)} annotators, {done} judgements so far "
+        f"({gold} of them on gold items)"
+    )
+    print(
+        f"database: {connection.vendor} ({args.database_url}); cache {'kept' if args.warm_cache else 'cleared'} "
+        f"before each request"
+    )
     over = sum(q > 10 for q in next_q)
     print(f"next item: at most {max(next_q)} queries per request ({over} of {len(next_q)} requests over 10)")
-    for label, ms, q, cpu in (("next item", next_ms, next_q, next_cpu), ("submit judgement", submit_ms, submit_q, submit_cpu)):
-        print(f"{label:17} n={len(ms):4d}  median {statistics.median(ms):6.1f} ms  p95 {pct(ms, 0.95):6.1f} ms  "
-              f"max {max(ms):6.1f} ms  queries/request median {statistics.median(q):.0f} (max {max(q)})  "
-              f"CPU median {statistics.median(cpu):.1f} ms")
+    for label, ms, q, cpu in (
+        ("next item", next_ms, next_q, next_cpu),
+        ("submit judgement", submit_ms, submit_q, submit_cpu),
+    ):
+        print(
+            f"{label:17} n={len(ms):4d}  median {statistics.median(ms):6.1f} ms  p95 {pct(ms, 0.95):6.1f} ms  "
+            f"max {max(ms):6.1f} ms  queries/request median {statistics.median(q):.0f} (max {max(q)})  "
+            f"CPU median {statistics.median(cpu):.1f} ms"
+        )
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print(f"gold choice plan: {gold_plan(study, users[0])}")
     print("target: p95 < 50 ms per endpoint, next item <= 10 queries")

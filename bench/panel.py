@@ -7,6 +7,7 @@ Builds a small demo world, audits it with the tiny retriever, makes a study, fil
 and times (median and p95, ms) item_payload() and submit() with 0 and with 3 ticks. Prints
 the figures; asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=200)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cirval-panel-bench-"))
-    os.environ.update(CIRVAL_VAR_DIR=str(tmp), DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
-                      DJANGO_SETTINGS_MODULE="config.settings", IMAGE_ROOTS=str(tmp / "images"))
+    os.environ.update(
+        CIRVAL_VAR_DIR=str(tmp),
+        DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
+        DJANGO_SETTINGS_MODULE="config.settings",
+        IMAGE_ROOTS=str(tmp / "images"),
+    )
     import django
 
     django.setup()
@@ -58,8 +63,12 @@ def main() -> None:
     fill_s = time.perf_counter() - t0
     asg = engine.next_assignment(study, user).assignment
     panel = list(asg.item.candidates)
-    timings: dict[str, list[float]] = {"item_payload": [], "of which panel": [], "submit, no ticks": [],
-                                       "submit, 3 ticks": []}
+    timings: dict[str, list[float]] = {
+        "item_payload": [],
+        "of which panel": [],
+        "submit, no ticks": [],
+        "submit, 3 ticks": [],
+    }
     for n in range(args.repeat):
         t = time.perf_counter()
         item_payload(asg)
@@ -67,13 +76,13 @@ def main() -> None:
         t = time.perf_counter()
         candidate_refs(asg.item)
         timings["of which panel"].append((time.perf_counter() - t) * 1000)
-        for name, ticks in (("submit, no ticks", []), ("submit, 3 ticks", panel[n % 5:n % 5 + 3])):
+        for name, ticks in (("submit, no ticks", []), ("submit, 3 ticks", panel[n % 5 : n % 5 + 3])):
             t = time.perf_counter()
             engine.submit(asg, {"category": "VALIDATED", "time_spent_ms": 5, "alternatives": ticks})
             timings[name].append((time.perf_counter() - t) * 1000)
     print(f"panels of {study.candidates} filled for {study.items.count()} items in {fill_s:.2f} s")
     for name, ms in timings.items():
-        print(f"{name:18} median {pct(ms, .5):6.2f} ms   p95 {pct(ms, .95):6.2f} ms   (n={len(ms)})")
+        print(f"{name:18} median {pct(ms, 0.5):6.2f} ms   p95 {pct(ms, 0.95):6.2f} ms   (n={len(ms)})")
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 

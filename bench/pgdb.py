@@ -1,4 +1,5 @@
 """PostgreSQL databases for the benchmarks: made on demand, and only their own dropped."""
+
 from __future__ import annotations
 
 import uuid

@@ -21,6 +21,7 @@ peak); the child also prints its own ``VmHWM``, and its wall time.
 Printed per size: the file's size, the import's wall seconds, ru_maxrss and VmHWM; then the
 goal, peak RSS at the largest size / at the smallest <= 1.2. Prints only; asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,9 +72,12 @@ def write_rank_file(path: Path, n_gallery: int, n_samples: int, top: int, seed: 
             picks = [target] + [rng.randrange(n_gallery) for _ in range(top - 1)]
             rng.shuffle(picks)
             rank = picks.index(target) + 1
-            sample = {"query_idx": q, "query_text": f"query {q}",
-                      "ranks": {"multimodal": rank, "text_only": rng.randint(1, 500), "image_only": None},
-                      "retrievals": {"multimodal": picks}}
+            sample = {
+                "query_idx": q,
+                "query_text": f"query {q}",
+                "ranks": {"multimodal": rank, "text_only": rng.randint(1, 500), "image_only": None},
+                "retrievals": {"multimodal": picks},
+            }
             out.write(("," if q else "") + json.dumps(sample))
         out.write("]}")
     return path.stat().st_size
@@ -91,11 +95,19 @@ def child_dataset(n_samples: int) -> None:
         parsed.add_image(ImageRecord(external_id=f"img_{n:07d}", path=image_path(n)))
     parsed.galleries["test"] = [f"img_{n:07d}" for n in range(N_IMAGES)]
     for q in range(n_samples):
-        parsed.queries.append(QueryRecord(
-            external_id=f"q{q}", split="test", ordinal=q, source_file="bench_test.jsonl",
-            turns=[TurnRecord(index=1, reference=f"img_{(q + 1) % N_IMAGES:07d}", texts=[TextRecord(f"query {q}")])],
-            targets=[TargetRecord(image=f"img_{q % N_IMAGES:07d}", is_primary=True)], raw={"qid": q},
-        ))
+        parsed.queries.append(
+            QueryRecord(
+                external_id=f"q{q}",
+                split="test",
+                ordinal=q,
+                source_file="bench_test.jsonl",
+                turns=[
+                    TurnRecord(index=1, reference=f"img_{(q + 1) % N_IMAGES:07d}", texts=[TextRecord(f"query {q}")])
+                ],
+                targets=[TargetRecord(image=f"img_{q % N_IMAGES:07d}", is_primary=True)],
+                raw={"qid": q},
+            )
+        )
     load_parsed(parsed, "bench")
 
 
@@ -105,8 +117,18 @@ def child_import(path: str) -> None:
     start = time.perf_counter()
     run, report = import_rank_files("bench", [path])
     wall = time.perf_counter() - start
-    print(json.dumps({"wall_s": round(wall, 2), "vmhwm_kib": peak_rss_kib(), "rows": report["rows"],
-                      "unmapped": report["unmapped_gallery_indices"], "run": run.pk}), flush=True)
+    print(
+        json.dumps(
+            {
+                "wall_s": round(wall, 2),
+                "vmhwm_kib": peak_rss_kib(),
+                "rows": report["rows"],
+                "unmapped": report["unmapped_gallery_indices"],
+                "run": run.pk,
+            }
+        ),
+        flush=True,
+    )
 
 
 def run_child(args: list[str], var_dir: str, url: str | None) -> tuple[int, str]:
@@ -149,13 +171,18 @@ def main() -> None:
             maxrss, text = run_child(["--child", "import", "--file", str(path)], var_dir, args.database_url)
             got = json.loads(text.strip().splitlines()[-1])
             peaks[size] = maxrss
-            print(f"gallery_paths {size:>9,}  file {nbytes / 1e6:8.1f} MB  import {got['wall_s']:7.2f} s  "
-                  f"ru_maxrss {maxrss / 1024:7.1f} MB  VmHWM {got['vmhwm_kib'] / 1024:7.1f} MB  "
-                  f"({got['rows']} rank rows, {got['unmapped']} unmapped top-list indices)", flush=True)
+            print(
+                f"gallery_paths {size:>9,}  file {nbytes / 1e6:8.1f} MB  import {got['wall_s']:7.2f} s  "
+                f"ru_maxrss {maxrss / 1024:7.1f} MB  VmHWM {got['vmhwm_kib'] / 1024:7.1f} MB  "
+                f"({got['rows']} rank rows, {got['unmapped']} unmapped top-list indices)",
+                flush=True,
+            )
             path.unlink()
         ratio = peaks[sizes[-1]] / peaks[sizes[0]]
-        print(f"peak RSS at {sizes[-1]:,} / at {sizes[0]:,} paths: {ratio:.3f} (goal <= {GOAL}: "
-              f"{'met' if ratio <= GOAL else 'NOT met'})")
+        print(
+            f"peak RSS at {sizes[-1]:,} / at {sizes[0]:,} paths: {ratio:.3f} (goal <= {GOAL}: "
+            f"{'met' if ratio <= GOAL else 'NOT met'})"
+        )
 
 
 if __name__ == "__main__":

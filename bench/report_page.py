@@ -22,6 +22,7 @@ them current. ``--old`` also times the old request path (the report with its boo
 Each timed view also prints its CPU seconds in this process (SQLite runs in-process too): the
 figure a machine shared with other work does not inflate, where the wall time does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,11 @@ def _judge_everything(study) -> None:
     from annotation.assignment import queue as engine
 
     rng = random.Random(0)
-    answers = [{"category": "VALIDATED"}, {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified"},
-               {"category": "QUERY_TOO_BROAD"}]
+    answers = [
+        {"category": "VALIDATED"},
+        {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified"},
+        {"category": "QUERY_TOO_BROAD"},
+    ]
     for user in study.annotators.order_by("username"):
         while (served := engine.next_assignment(study, user)).assignment is not None:
             answer = answers[0] if rng.random() < 0.6 else rng.choice(answers[1:])
@@ -52,8 +56,11 @@ def _judge_everything(study) -> None:
 
 
 ANNOTATORS = 12
-ANSWERS = [{"category": "VALIDATED"}, {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified"},
-           {"category": "QUERY_TOO_BROAD"}]
+ANSWERS = [
+    {"category": "VALIDATED"},
+    {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified"},
+    {"category": "QUERY_TOO_BROAD"},
+]
 
 
 def _circo_file(n_items: int, folder: Path) -> Path:
@@ -62,8 +69,17 @@ def _circo_file(n_items: int, folder: Path) -> Path:
 
     path = folder / f"circo-{n_items}.json"
     if not path.exists():
-        rows = [{"reference_img_id": 1_000_000 + i, "target_img_id": 2_000_000 + i, "relative_caption": f"change {i}",
-                 "shared_concept": "a thing", "gt_img_ids": [2_000_000 + i], "id": i} for i in range(n_items)]
+        rows = [
+            {
+                "reference_img_id": 1_000_000 + i,
+                "target_img_id": 2_000_000 + i,
+                "relative_caption": f"change {i}",
+                "shared_concept": "a thing",
+                "gt_img_ids": [2_000_000 + i],
+                "id": i,
+            }
+            for i in range(n_items)
+        ]
         path.write_text(json.dumps(rows))
     return path
 
@@ -103,34 +119,60 @@ def build_large(n_items: int):
     if study is not None:
         return study
     t0 = time.perf_counter()
-    call_command("import_dataset", "--format", "circo", "--split", "val", "--name", name,
-                 str(_circo_file(n_items, ROOT / "var" / "bench")),
-                 verbosity=0)
+    call_command(
+        "import_dataset",
+        "--format",
+        "circo",
+        "--split",
+        "val",
+        "--name",
+        name,
+        str(_circo_file(n_items, ROOT / "var" / "bench")),
+        verbosity=0,
+    )
     User = get_user_model()
     from django.contrib.auth.models import Group
 
     role = Group.objects.get_or_create(name="annotator")[0]
     users = [User.objects.get_or_create(username=f"rater{i:02d}")[0] for i in range(ANNOTATORS)]
     role.user_set.add(*users)
-    study, _ = create_study(StudySpec(name=name, datasets=[name], overlap=3, total=n_items, seed=1,
-                                      annotators=[u.username for u in users]))
+    study, _ = create_study(
+        StudySpec(name=name, datasets=[name], overlap=3, total=n_items, seed=1, annotators=[u.username for u in users])
+    )
     fields = _judgement_fields(study, users)
     rng, now = random.Random(0), timezone.now()
     items = list(StudyItem.objects.filter(study=study).order_by("id").values_list("id", flat=True))
     with transaction.atomic():
         made = Assignment.objects.bulk_create(
-            [Assignment(study=study, item_id=item, annotator=users[(n + k) % ANNOTATORS], status="done",
-                        position=n + 1, completed_at=now)
-             for n, item in enumerate(items[1:], start=1) for k in range(3 if n < len(items) - 1 else 2)],
-            batch_size=2000)
+            [
+                Assignment(
+                    study=study,
+                    item_id=item,
+                    annotator=users[(n + k) % ANNOTATORS],
+                    status="done",
+                    position=n + 1,
+                    completed_at=now,
+                )
+                for n, item in enumerate(items[1:], start=1)
+                for k in range(3 if n < len(items) - 1 else 2)
+            ],
+            batch_size=2000,
+        )
         Judgement.objects.bulk_create(
-            [Judgement(assignment=a, time_spent_ms=5000,
-                       **fields[0 if rng.random() < 0.6 else rng.choice((1, 2))]) for a in made], batch_size=2000)
+            [
+                Judgement(assignment=a, time_spent_ms=5000, **fields[0 if rng.random() < 0.6 else rng.choice((1, 2))])
+                for a in made
+            ],
+            batch_size=2000,
+        )
         StudyItem.objects.filter(study=study).exclude(pk=items[-1]).update(taken=3, completed=3)
         StudyItem.objects.filter(pk=items[-1]).update(taken=2, completed=2)
         recount(study)
-    print(f"built {name}: {len(items)} items, {Judgement.objects.filter(assignment__study=study).count()} judgements "
-          f"in {time.perf_counter() - t0:.1f} s", flush=True)
+    print(
+        f"built {name}: {len(items)} items, {Judgement.objects.filter(assignment__study=study).count()} judgements "
+        f"in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     return study
 
 
@@ -155,43 +197,62 @@ def measure_first_load(client, study, old: bool) -> None:
     options = interval_options(study)
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
     seconds, _ = _timed_get(client, url)
-    print(f"{study.name}: {study.n_items} items, {default_bootstrap(study)} replicates; a view before: {seconds:.3f} s "
-          f"(CPU {_cpu[0]:.3f} s)")
+    print(
+        f"{study.name}: {study.n_items} items, {default_bootstrap(study)} replicates; a view before: {seconds:.3f} s "
+        f"(CPU {_cpu[0]:.3f} s)"
+    )
     started = time.perf_counter()
-    print(f"  the worker's intervals (run_intervals, in this process): {run_intervals(study.pk, options)} "
-          f"in {time.perf_counter() - started:.2f} s")
+    print(
+        f"  the worker's intervals (run_intervals, in this process): {run_intervals(study.pk, options)} "
+        f"in {time.perf_counter() - started:.2f} s"
+    )
     item = StudyItem.objects.filter(study=study).order_by("-id").first()
     judged = set(Assignment.objects.filter(item=item).values_list("annotator_id", flat=True))
     user = next(u for u in study.annotators.order_by("username") if u.pk not in judged)
-    a = Assignment.objects.create(study=study, item=item, annotator=user, position=10 ** 6, status="reserved")
+    a = Assignment.objects.create(study=study, item=item, annotator=user, position=10**6, status="reserved")
     engine.submit(a, {**ANSWERS[1], "time_spent_ms": 5000})
     seconds, body = _timed_get(client, url)
     updating = 'id="intervals-updating"' in body
-    print(f"  FIRST LOAD AFTER A JUDGEMENT: {seconds:.3f} s (CPU {_cpu[0]:.3f} s; target < 1 s); "
-          f"intervals said to be updating: {updating}")
+    print(
+        f"  FIRST LOAD AFTER A JUDGEMENT: {seconds:.3f} s (CPU {_cpu[0]:.3f} s; target < 1 s); "
+        f"intervals said to be updating: {updating}"
+    )
     started = time.perf_counter()
     print(f"  the worker's new intervals: {run_intervals(study.pk, options)} in {time.perf_counter() - started:.2f} s")
     seconds, body = _timed_get(client, url)
-    print(f"  the next view: {seconds:.3f} s, intervals current: {'intervals-updating' not in body and 'Brackets:' in body}")
+    print(
+        f"  the next view: {seconds:.3f} s, intervals current: {'intervals-updating' not in body and 'Brackets:' in body}"
+    )
     if old:
         started = time.perf_counter()
         study_report(study, n_boot=options["n_boot"], seed=0)
-        print(f"  the old request path (report with its bootstrap inline, no page rendering): "
-              f"{time.perf_counter() - started:.2f} s")
+        print(
+            f"  the old request path (report with its bootstrap inline, no page rendering): "
+            f"{time.perf_counter() - started:.2f} s"
+        )
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--views", type=int, default=5, help="views per page after the first")
-    ap.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL"),
-                    help="default: var/bench/report.sqlite3, or report-<items>.sqlite3 with --items")
-    ap.add_argument("--items", type=int, default=0,
-                    help="time the first load after a judgement on a synthetic study of this many items")
+    ap.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL"),
+        help="default: var/bench/report.sqlite3, or report-<items>.sqlite3 with --items",
+    )
+    ap.add_argument(
+        "--items",
+        type=int,
+        default=0,
+        help="time the first load after a judgement on a synthetic study of this many items",
+    )
     ap.add_argument("--old", action="store_true", help="with --items: also time the old request path")
     args = ap.parse_args()
-    args.database_url = args.database_url or \
-        f"sqlite:///{ROOT / 'var' / 'bench' / (f'report-{args.items}.sqlite3' if args.items else 'report.sqlite3')}"
+    args.database_url = (
+        args.database_url
+        or f"sqlite:///{ROOT / 'var' / 'bench' / (f'report-{args.items}.sqlite3' if args.items else 'report.sqlite3')}"
+    )
     sys.path.insert(0, str(ROOT / "bench"))
     from pgdb import setup_django
 
@@ -205,8 +266,9 @@ def main() -> None:
 
     settings.ALLOWED_HOSTS = ["*"]
     call_command("migrate", verbosity=0)
-    staff, _ = get_user_model().objects.get_or_create(username="bench-staff", defaults={"is_staff": True,
-                                                                                       "is_superuser": True})
+    staff, _ = get_user_model().objects.get_or_create(
+        username="bench-staff", defaults={"is_staff": True, "is_superuser": True}
+    )
     if args.items:
         client = Client()
         client.force_login(staff)
@@ -225,8 +287,10 @@ def main() -> None:
                 started = time.perf_counter()
                 status = client.get(url).status_code
                 times.append(time.perf_counter() - started)
-            print(f"{study.name:<24} {study.n_items:>6} items  {page:<12} status {status}  "
-                  f"first {times[0]:.3f} s  cached median {statistics.median(times[1:]):.3f} s")
+            print(
+                f"{study.name:<24} {study.n_items:>6} items  {page:<12} status {status}  "
+                f"first {times[0]:.3f} s  cached median {statistics.median(times[1:]):.3f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ cached (run ``make_demo`` first; the default retriever is the audit's first). Th
 the sessions' texts (the audit centres them on the texts of each session chunk). Prints
 figures; asserts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,9 +26,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="demo")
     parser.add_argument("--retriever", default=None)
-    parser.add_argument("--direction", choices=["text", "composed", "image"], default="text",
-                        help="conflict directions: centred texts (the audit's), composed query minus its "
-                             "effective reference, or target minus effective reference (images)")
+    parser.add_argument(
+        "--direction",
+        choices=["text", "composed", "image"],
+        default="text",
+        help="conflict directions: centred texts (the audit's), composed query minus its "
+        "effective reference, or target minus effective reference (images)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
@@ -49,11 +54,18 @@ def main() -> None:
     r = build_retriever(spec, device="cpu")
     cache = EmbeddingCache(settings.EMBEDDING_CACHE_DIR, r.spec, r.dim)
     sessions: dict[str, list] = {}
-    for t in Turn.objects.filter(query__dataset__name=args.name, query__n_turns__gt=1).select_related(
-            "query", "reference_image", "turn_target").order_by("query_id", "index"):
+    for t in (
+        Turn.objects.filter(query__dataset__name=args.name, query__n_turns__gt=1)
+        .select_related("query", "reference_image", "turn_target")
+        .order_by("query_id", "index")
+    ):
         sessions.setdefault(t.query.external_id, []).append(t)
-    final = {q: i for q, i in Target.objects.filter(query__dataset__name=args.name, is_primary=True)
-             .values_list("query__external_id", "image__sha256")}
+    final = {
+        q: i
+        for q, i in Target.objects.filter(query__dataset__name=args.name, is_primary=True).values_list(
+            "query__external_id", "image__sha256"
+        )
+    }
     all_texts = sorted({t.text for ts in sessions.values() for t in ts})
     txt = cache.get_many("text", all_texts).matrix
     if np.isnan(txt).any():
@@ -69,6 +81,7 @@ def main() -> None:
             d = np.vstack([directions[t.text] for t in ts])
         elif args.direction == "composed":
             import torch
+
             txt_q = torch.from_numpy(cache.get_many("text", [t.text for t in ts]).matrix).float()
             e = torch.nn.functional.normalize(torch.from_numpy(eff).float(), dim=-1)
             d = (torch.nn.functional.normalize(r.compose(e, txt_q), dim=-1) - e).numpy()
@@ -76,8 +89,13 @@ def main() -> None:
             unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
             d = unit(targets) - unit(eff)
         inputs[q] = (own[0], targets, eff, d)
-    print(f"retriever {spec}; {len(sessions)} sessions; thresholds: noop = duplicate = circle = c_img, conflict = c_txt")
-    print(f"  {'c_img':>6}{'c_txt':>7}  " + "  ".join(f"{c + ' P/R':>16}" for c in ("duplicate", "circle", "conflict", "noop")))
+    print(
+        f"retriever {spec}; {len(sessions)} sessions; thresholds: noop = duplicate = circle = c_img, conflict = c_txt"
+    )
+    print(
+        f"  {'c_img':>6}{'c_txt':>7}  "
+        + "  ".join(f"{c + ' P/R':>16}" for c in ("duplicate", "circle", "conflict", "noop"))
+    )
     for c_img in (0.95, 0.98, 0.99, 0.995, 0.998):
         for c_txt in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
             th = ConsistencyThresholds(noop=c_img, duplicate=c_img, circle=c_img, conflict=c_txt)
@@ -91,7 +109,11 @@ def main() -> None:
                 p = "-" if x["precision"] is None else f"{x['precision']:.2f}"
                 rc = "-" if x["recall"] is None else f"{x['recall']:.2f}"
                 return f"{p}/{rc} ({x['found']})"
-            print(f"  {c_img:>6}{c_txt:>7}  " + "  ".join(f"{pr(res[c]):>16}" for c in ("duplicate", "circle", "conflict", "noop")))
+
+            print(
+                f"  {c_img:>6}{c_txt:>7}  "
+                + "  ".join(f"{pr(res[c]):>16}" for c in ("duplicate", "circle", "conflict", "noop"))
+            )
 
 
 if __name__ == "__main__":

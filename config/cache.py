@@ -11,6 +11,7 @@ annotators keep working.
 
 :func:`cache_health` asks the Redis server itself (never the fallback), for ``/healthz``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,7 @@ logger = logging.getLogger("config.cache")
 
 #: The cache calls that reach the server; every other method of Django's cache API goes
 #: through these (get_or_set, incr_version, the async variants, ...).
-_CALLS = ("add", "get", "set", "touch", "delete", "get_many", "has_key", "incr", "set_many", "delete_many",
-          "clear")
+_CALLS = ("add", "get", "set", "touch", "delete", "get_many", "has_key", "incr", "set_many", "delete_many", "clear")
 
 
 def _server_errors() -> tuple[type[BaseException], ...]:
@@ -45,8 +45,10 @@ class FallbackRedisCache(RedisCache):
         options = dict(params.get("OPTIONS") or {})
         self.retry_seconds = float(options.pop("retry_seconds", 5.0))
         super().__init__(server, {**params, "OPTIONS": options})
-        self.local = LocMemCache(f"cirval-fallback-{id(self)}", {
-            k: v for k, v in params.items() if k in ("TIMEOUT", "KEY_PREFIX", "VERSION", "KEY_FUNCTION")})
+        self.local = LocMemCache(
+            f"cirval-fallback-{id(self)}",
+            {k: v for k, v in params.items() if k in ("TIMEOUT", "KEY_PREFIX", "VERSION", "KEY_FUNCTION")},
+        )
         self._down_until = 0.0
         self._lock = threading.Lock()
 
@@ -60,8 +62,12 @@ class FallbackRedisCache(RedisCache):
             first = self._down_until == 0.0
             self._down_until = time.monotonic() + self.retry_seconds
         if first:
-            logger.warning("cache (Redis) unavailable: %s; serving throttles, image grants and cached counts "
-                           "from this process's memory, retrying every %g s", exc, self.retry_seconds)
+            logger.warning(
+                "cache (Redis) unavailable: %s; serving throttles, image grants and cached counts "
+                "from this process's memory, retrying every %g s",
+                exc,
+                self.retry_seconds,
+            )
 
     def _came_back(self) -> None:
         if self._down_until:
@@ -105,6 +111,10 @@ def cache_health() -> dict[str, Any]:
     try:
         backend._cache.get_client(write=True).ping()
     except Exception as exc:  # noqa: BLE001 - any failure means down
-        return {"ok": False, "backend": "redis", "error": str(exc) or type(exc).__name__,
-                "fallback": "local memory" if isinstance(backend, FallbackRedisCache) else "none"}
+        return {
+            "ok": False,
+            "backend": "redis",
+            "error": str(exc) or type(exc).__name__,
+            "fallback": "local memory" if isinstance(backend, FallbackRedisCache) else "none",
+        }
     return {"ok": True, "backend": "redis"}

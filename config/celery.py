@@ -1,4 +1,5 @@
 """The Celery app. Workers: ``celery -A config worker -Q celery,gpu,interactive``."""
+
 import os
 import threading
 
@@ -129,8 +130,9 @@ def _beat_worker() -> None:
     once it stops (:func:`_release_all` runs the ``gone`` hooks under the same lock)."""
     with _beat_lock:
         if not _WORKER.get("stopped"):
-            _run_logged(lambda: _call_hooks("beat", _WORKER["name"], _WORKER["queues"]), "worker beat",
-                        "worker beat failed")
+            _run_logged(
+                lambda: _call_hooks("beat", _WORKER["name"], _WORKER["queues"]), "worker beat", "worker beat failed"
+            )
 
 
 def _start_sweeper(sender=None, **kwargs) -> None:
@@ -180,8 +182,9 @@ def _install_fast_stop(consumer) -> None:
             celery_worker.on_cold_shutdown(worker)
 
         # exit code 0: a stop that was asked for is no failure (systemd, the supervisor)
-        celery_worker._shutdown_handler(consumer.controller, sig="SIGTERM", how="Cold",
-                                        callback=cold_stop, exitcode=EX_OK)
+        celery_worker._shutdown_handler(
+            consumer.controller, sig="SIGTERM", how="Cold", callback=cold_stop, exitcode=EX_OK
+        )
     except Exception:  # noqa: BLE001 - e.g. a Celery without it: the warm shutdown stays
         logging.getLogger("config.celery").warning("could not install the fast SIGTERM stop", exc_info=True)
 
@@ -232,8 +235,11 @@ def _release_all() -> None:
 
     host = socket.gethostname()
     owners = [f"{host}:{pid}" for pid in {*_WORKER["pids"], os.getpid()}]
-    _run_logged(lambda: _call_hooks("release", owners), "work released by the stopping worker",
-                "could not release the stopping worker's work")
+    _run_logged(
+        lambda: _call_hooks("release", owners),
+        "work released by the stopping worker",
+        "could not release the stopping worker's work",
+    )
     sweep_once()
     with _beat_lock:
         _run_logged(lambda: _call_hooks("gone", _WORKER["name"]), "", "could not remove the worker's beat")

@@ -1,4 +1,5 @@
 """Small, dependency-free readers for settings taken from environment variables."""
+
 from __future__ import annotations
 
 import os
@@ -58,7 +59,12 @@ def cache_settings(url: str, retry_seconds: float = 5.0) -> dict:
     if url in ("", "locmem://"):
         return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     if url.split("://", 1)[0] in ("redis", "rediss", "unix"):
-        return {"default": {"BACKEND": "config.cache.FallbackRedisCache", "LOCATION": url, "KEY_PREFIX": "cirval",
-                            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5,
-                                        "retry_seconds": retry_seconds}}}
+        return {
+            "default": {
+                "BACKEND": "config.cache.FallbackRedisCache",
+                "LOCATION": url,
+                "KEY_PREFIX": "cirval",
+                "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5, "retry_seconds": retry_seconds},
+            }
+        }
     raise ValueError(f"CACHE_URL={url!r}: use redis://host:port/db, rediss://..., unix://... or leave it empty")

@@ -1,5 +1,6 @@
 """The site's own 403 and 404 pages: they say what happened and what to do, and never
 show Django's URL list, not even with DJANGO_DEBUG=1."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -19,7 +20,11 @@ def _reason(exception, generic: str) -> str:
 
 
 def page_not_found(request, exception=None, template_name="404.html"):
-    reason = GENERIC_404 if exception is None or type(exception).__name__ == "Resolver404" else _reason(exception, GENERIC_404)
+    reason = (
+        GENERIC_404
+        if exception is None or type(exception).__name__ == "Resolver404"
+        else _reason(exception, GENERIC_404)
+    )
     response = render(request, template_name, {"reason": reason, "path": request.path}, status=404)
     response.cirval_error_page = True
     return response
@@ -40,8 +45,12 @@ class FriendlyErrorsMiddleware:
 
     def __call__(self, request):
         response = self.get_response(request)
-        if (response.status_code == 404 and settings.DEBUG and not getattr(response, "cirval_error_page", False)
-                and response.get("Content-Type", "").startswith("text/html")):
+        if (
+            response.status_code == 404
+            and settings.DEBUG
+            and not getattr(response, "cirval_error_page", False)
+            and response.get("Content-Type", "").startswith("text/html")
+        ):
             return page_not_found(request)
         return response
 

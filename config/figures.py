@@ -6,6 +6,7 @@ Pages print with the first, so the charts, the leaderboard's CSV, JSON and LaTeX
 text a figure is written into use :func:`fixed` here, the same rule: one figure, one text.
 Pure: no Django.
 """
+
 from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal

@@ -17,6 +17,7 @@ that folder is on another disk. Here:
 Selected by ``CELERY_BROKER_URL=filesystem://`` (the default): :func:`register`, called by
 ``config/celery.py`` in every process, maps kombu's ``filesystem`` name to this class.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,7 +51,7 @@ def write_atomically(folder: str, name: str, data: bytes) -> str:
 class Channel(filesystem.Channel):
     def _put(self, queue, payload, **kwargs):
         """Put a message on ``queue``: written aside, then renamed into place."""
-        name = "{}_{}.{}.msg".format(int(round(filesystem.monotonic() * 1000)), uuid.uuid4(), queue)
+        name = f"{int(round(filesystem.monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
         try:
             write_atomically(self.data_folder_out, name, str_to_bytes(dumps(payload)))
         except OSError as exc:
@@ -107,4 +108,3 @@ def register() -> None:
     from kombu.transport import TRANSPORT_ALIASES
 
     TRANSPORT_ALIASES["filesystem"] = "config.fsbroker:Transport"
-

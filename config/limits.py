@@ -2,6 +2,7 @@
 (:mod:`config.parsing`) and imported files (:mod:`retrieval.importers.jsonstream`) read them
 here, so an API body and an uploaded file are refused at the same depth, the same integer
 range and the same characters. Pure: the standard library only."""
+
 from __future__ import annotations
 
 import re

@@ -19,6 +19,7 @@
 * Hostile query parameters (:class:`config.parsing.HostileInput`) raised anywhere below
   become a 400 that names the parameter.
 """
+
 from __future__ import annotations
 
 from importlib import import_module

@@ -13,6 +13,7 @@ Every JSON body of the API goes through :class:`SafeJSONParser`; query-string id
 * other control characters (:data:`CONTROL`: all but tab, line feed and carriage return);
 * bodies that are not UTF-8.
 """
+
 from __future__ import annotations
 
 import json
@@ -109,7 +110,9 @@ def check_text(value: str, field: str) -> None:
         raise HostileInput(field, f"contains {what}, which no field may hold")
     control = CONTROL.search(value)
     if control:
-        raise HostileInput(field, f"contains the control character U+{ord(control.group()):04X}, which no field may hold")
+        raise HostileInput(
+            field, f"contains the control character U+{ord(control.group()):04X}, which no field may hold"
+        )
 
 
 def check_value(value: Any, field: str = "") -> None:

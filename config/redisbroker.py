@@ -13,6 +13,7 @@ Redis lost anyway; the job sweep resends their work (``retrieval/jobs/leases.py`
 
 :func:`register` maps kombu's ``redis`` and ``rediss`` names to :class:`Transport`.
 """
+
 from __future__ import annotations
 
 from kombu.transport import redis as kombu_redis

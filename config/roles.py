@@ -3,6 +3,7 @@
 Admins are staff users (they may also be in the "admin" group); annotators and
 researchers are plain users in their group.
 """
+
 from __future__ import annotations
 
 from functools import wraps

@@ -1,4 +1,5 @@
 """Content-Security-Policy and the login throttle's backend."""
+
 from __future__ import annotations
 
 import math
@@ -13,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.shortcuts import render
 from django.utils import timezone
+
 
 class ContentSecurityPolicyMiddleware:
     """Adds ``Content-Security-Policy`` to every response that has none (Django 5.2 has no
@@ -48,9 +50,11 @@ def lockout_response(request, original_response=None, credentials=None):
 def locked_usernames(usernames) -> set[str]:
     """Which of ``usernames`` are locked out at some address now (for the staff users page)."""
     since = timezone.now() - (get_cool_off() or timedelta())
-    return set(AccessAttempt.objects.filter(username__in=list(usernames), attempt_time__gte=since,
-                                            failures_since_start__gte=settings.AXES_FAILURE_LIMIT)
-               .values_list("username", flat=True))
+    return set(
+        AccessAttempt.objects.filter(
+            username__in=list(usernames), attempt_time__gte=since, failures_since_start__gte=settings.AXES_FAILURE_LIMIT
+        ).values_list("username", flat=True)
+    )
 
 
 class LoginForm(AuthenticationForm):

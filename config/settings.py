@@ -5,6 +5,7 @@ app runs on SQLite under ``var/`` and a Celery broker that needs no server (komb
 filesystem transport); ``DATABASE_URL`` and ``CELERY_BROKER_URL`` switch to
 PostgreSQL and Redis/RabbitMQ.
 """
+
 from __future__ import annotations
 
 import os
@@ -192,24 +193,29 @@ CIRVAL_LEASE_WARN_SECONDS = env_int("CIRVAL_LEASE_WARN_SECONDS", 60)
 # --- Content-Security-Policy (config/security.py sends it) ------------------------------
 # Scripts only from our static files: no inline script, no inline handler, no eval. Styles
 # allow inline attributes (charts and a few layouts set them); images may be data: URIs.
-CONTENT_SECURITY_POLICY = "; ".join([
-    "default-src 'self'",
-    "script-src 'self'",
-    "style-src 'self' 'unsafe-inline'",
-    "img-src 'self' data:",
-    "font-src 'self'",
-    "connect-src 'self'",
-    "object-src 'none'",
-    "base-uri 'self'",
-    "form-action 'self'",
-    "frame-ancestors 'none'",
-])
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
 
 # --- images --------------------------------------------------------------------------
 # Folders images may be served from (os.pathsep or comma separated).
 _IMAGE_ROOTS = env_str("IMAGE_ROOTS").strip() or str(VAR_DIR / "images")
-IMAGE_ROOTS = [Path(p.strip()).resolve()
-               for p in _IMAGE_ROOTS.split(os.pathsep if os.pathsep in _IMAGE_ROOTS else ",") if p.strip()]
+IMAGE_ROOTS = [
+    Path(p.strip()).resolve()
+    for p in _IMAGE_ROOTS.split(os.pathsep if os.pathsep in _IMAGE_ROOTS else ",")
+    if p.strip()
+]
 IMAGE_MAX_PIXELS = env_int("IMAGE_MAX_PIXELS", MAX_PIXELS)
 THUMBNAIL_DIR = VAR_DIR / "thumbs"
 # The most memory one image's decode may take (bytes, after a JPEG's draft reduction); an
@@ -257,9 +263,11 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 # Audit chunks run on ``gpu``; interactive rounds on their own queue, ``interactive`` (a person
 # waits on each: a worker may consume it alone, so a round never queues behind audit chunks,
 # imports or exports). Every worker launcher consumes all three (./cirval, README).
-CELERY_TASK_ROUTES = {"audit.tasks.*": {"queue": "gpu"},
-                      "annotation.rank_interactive_round": {"queue": "interactive"},
-                      "annotation.warm_interactive": {"queue": "interactive"}}
+CELERY_TASK_ROUTES = {
+    "audit.tasks.*": {"queue": "gpu"},
+    "annotation.rank_interactive_round": {"queue": "interactive"},
+    "annotation.warm_interactive": {"queue": "interactive"},
+}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -388,8 +396,12 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     # runserver's access line of a 5xx: django.request logs that request (with its traceback)
-    "filters": {"below_500": {"()": "django.utils.log.CallbackFilter",
-                              "callback": lambda record: getattr(record, "status_code", 0) < 500}},
+    "filters": {
+        "below_500": {
+            "()": "django.utils.log.CallbackFilter",
+            "callback": lambda record: getattr(record, "status_code", 0) < 500,
+        }
+    },
     # Libraries such as open_clip log chatty INFO lines on the root logger: keep it at
     # WARNING and let the project's own loggers (and Celery's) speak at LOG_LEVEL.
     "root": {"handlers": ["console"], "level": "WARNING"},

@@ -16,6 +16,7 @@ it ends is killed too.
 In production, systemd does this job (``deploy/systemd/``); this is for the one-machine
 ``./cirval up``, which has no service manager to rely on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,15 +103,21 @@ def supervise(command: list[str], name: str, log_path: Path, stop_seconds: float
                 child.send_signal(signal.SIGTERM)
             elif starts > 1:
                 say(f"{name} restarted (pid {child.pid}, start {starts})", log)
-            code = wait_or_kill(child, lambda: stop_at, stop_seconds,
-                                killed=lambda: say(f"{name} still running {stop_seconds:g} s after the stop: killed", log))
+            code = wait_or_kill(
+                child,
+                lambda: stop_at,
+                stop_seconds,
+                killed=lambda: say(f"{name} still running {stop_seconds:g} s after the stop: killed", log),
+            )
             kill_group(child)  # nothing it started outlives it
             if stopping:
                 break
             ran = time.monotonic() - started
             pause = 1.0 if ran >= STABLE_SECONDS else min(MAX_PAUSE, pause * 2 if starts > 1 else pause)
-            say(f"{name} {describe(code)} after {ran:.0f} s; starting it again in {pause:.0f} s "
-                f"(its log: {log_path})", log)
+            say(
+                f"{name} {describe(code)} after {ran:.0f} s; starting it again in {pause:.0f} s (its log: {log_path})",
+                log,
+            )
             deadline = time.monotonic() + pause
             while not stopping and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -122,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="worker")
     parser.add_argument("--log", type=Path, required=True)
-    parser.add_argument("--stop-seconds", type=float, default=STOP_SECONDS,
-                        help="after a stop is passed on, kill the command this many seconds later")
+    parser.add_argument(
+        "--stop-seconds",
+        type=float,
+        default=STOP_SECONDS,
+        help="after a stop is passed on, kill the command this many seconds later",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -15,6 +15,7 @@ The client's address, for these throttles and for the login lockout (django-axes
 outermost of them saw. Without it DRF used the whole ``X-Forwarded-For`` header, which any
 client writes: a new made-up header per request escaped the anonymous rate.
 """
+
 from __future__ import annotations
 
 import ipaddress

@@ -12,8 +12,11 @@ urlpatterns = [
     # browsers ask for /favicon.ico on their own: the site's icon, not a 404 in every console
     path("favicon.ico", login_not_required(RedirectView.as_view(url=static("cirval/favicon.svg"), permanent=True))),
     path("", include("retrieval.site")),  # the home page and /healthz
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LoginForm),
-         name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LoginForm),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -7,6 +7,7 @@ pool processes. ``WORKER_TORCH_THREADS`` overrides the count. Gallery images are
 :func:`loader_workers` processes (``AUDIT_LOADER_WORKERS`` overrides). On a GPU host with no web
 tier, set ``WORKER_RESERVED_CORES=0`` and ``WORKER_NICE=0``.
 """
+
 from __future__ import annotations
 
 import gc
@@ -90,7 +91,9 @@ def limit_torch_threads(sender=None, **kwargs) -> None:
     """``worker_process_init``: set torch's thread count in each pool process."""
     from django.conf import settings
 
-    n = settings.WORKER_TORCH_THREADS or torch_threads(os.cpu_count() or 1, settings.WORKER_RESERVED_CORES, _pool_size())
+    n = settings.WORKER_TORCH_THREADS or torch_threads(
+        os.cpu_count() or 1, settings.WORKER_RESERVED_CORES, _pool_size()
+    )
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a requirement

@@ -8,6 +8,7 @@ routing requests to it). Then the start-up heap is frozen out of the garbage col
 scans (:func:`config.worker_tuning.freeze_startup_heap`), so a full collection in the
 middle of a request costs milliseconds, not a fifth of a second.
 """
+
 import os
 
 from django.core.wsgi import get_wsgi_application
@@ -16,8 +17,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 application = get_wsgi_application()
 
 #: Templates compiled at start-up: the pages annotators load most (the rest compile on first use).
-WARM_TEMPLATES = ("base.html", "annotation/my_studies.html", "annotation/work_start.html", "annotation/item.html",
-                  "registration/login.html")
+WARM_TEMPLATES = (
+    "base.html",
+    "annotation/my_studies.html",
+    "annotation/work_start.html",
+    "annotation/item.html",
+    "registration/login.html",
+)
 
 
 def warm_up() -> None:

@@ -8,6 +8,7 @@ running ``annotation -> retrieval``, where ``lint-imports`` (``.importlinter``) 
 setting names a function by string. Without a registered rule (the corpus app on its own,
 whose pages are for staff and researchers) every image may be fetched.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

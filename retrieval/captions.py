@@ -17,6 +17,7 @@ Single-caption turns (CIRR, CIRCO, LaSCo, CIRCLED, M-BEIR) are the caption itsel
 ``cirval`` and are capitalised and stripped under ``clip4cir``; the option is meant for
 FashionIQ. ``manage.py run_audit --caption-join clip4cir`` audits with CLIP4Cir's texts.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -46,8 +47,10 @@ def join_captions(captions: Sequence[str], style: str = DEFAULT_JOIN) -> str:
 #: start and end tokens only; the benchmarks' own test scripts (CLIP4Cir's CIRR test
 #: predictions) encode such a caption as it is. A ranking that must cover every query (a
 #: server's prediction file) ranks it so; the audit, which labels queries, leaves it out.
-BLANK_TEXT_RULE = ("ranked with the empty text: the reference image composed with the text encoder's "
-                   "embedding of an empty text (start and end tokens only), as the CIRR test scripts rank it")
+BLANK_TEXT_RULE = (
+    "ranked with the empty text: the reference image composed with the text encoder's "
+    "embedding of an empty text (start and end tokens only), as the CIRR test scripts rank it"
+)
 
 
 def ranking_text(text: str, blank_ok: bool = False) -> str | None:

@@ -8,6 +8,7 @@ bulk-creates rows a request will soon read calls :func:`refresh_statistics` afte
 ``ANALYZE`` samples at most 30,000 rows per table, so this costs tens of milliseconds.
 Other databases need nothing.
 """
+
 from __future__ import annotations
 
 from django.db import connection

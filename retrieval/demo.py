@@ -48,6 +48,7 @@ A few clean sessions also have a FashionMT-style retrospective turn (:data:`RETR
 "go back to turn 2 and ..." (rollback) or "keep the background in the first turn and ..."
 (combination); the truth names each turn's effective reference turns.
 """
+
 from __future__ import annotations
 
 import copy
@@ -171,7 +172,9 @@ def random_scene(rng: random.Random) -> Scene:
     while True:
         n = rng.choices((1, 2, 3, 4), weights=(3, 4, 3, 1))[0]
         shapes = rng.sample(SHAPES, n)
-        scene = _canonical({"background": rng.choice(list(BACKGROUNDS)), "objects": [_random_object(rng, s) for s in shapes]})
+        scene = _canonical(
+            {"background": rng.choice(list(BACKGROUNDS)), "objects": [_random_object(rng, s) for s in shapes]}
+        )
         if scene_ok(scene):
             return scene
 
@@ -216,34 +219,49 @@ def invert_edit(scene: Scene, edit: Edit) -> Edit:
 
 def _colour_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
     bg = scene["background"]
-    return [{"type": "colour", "object": o["shape"], "from": o["colour"], "to": c}
-            for o in scene["objects"] for c in COLOURS
-            if c != o["colour"] and (c, bg) not in LOW_CONTRAST]
+    return [
+        {"type": "colour", "object": o["shape"], "from": o["colour"], "to": c}
+        for o in scene["objects"]
+        for c in COLOURS
+        if c != o["colour"] and (c, bg) not in LOW_CONTRAST
+    ]
 
 
 def _shape_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
     shapes = [o["shape"] for o in scene["objects"]]
-    return [{"type": "shape", "object": o["shape"], "from": o["shape"], "to": s}
-            for o in scene["objects"] for s in SHAPES if s not in shapes]
+    return [
+        {"type": "shape", "object": o["shape"], "from": o["shape"], "to": s}
+        for o in scene["objects"]
+        for s in SHAPES
+        if s not in shapes
+    ]
 
 
 def _count_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
     total = sum(o["count"] for o in scene["objects"])
-    return [{"type": "count", "object": o["shape"], "from": o["count"], "to": n}
-            for o in scene["objects"] for n in range(1, MAX_COUNT + 1)
-            if n != o["count"] and total - o["count"] + n <= MAX_INSTANCES]
+    return [
+        {"type": "count", "object": o["shape"], "from": o["count"], "to": n}
+        for o in scene["objects"]
+        for n in range(1, MAX_COUNT + 1)
+        if n != o["count"] and total - o["count"] + n <= MAX_INSTANCES
+    ]
 
 
 def _size_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
-    return [{"type": "size", "object": o["shape"], "from": o["size"],
-             "to": "small" if o["size"] == "large" else "large"} for o in scene["objects"]]
+    return [
+        {"type": "size", "object": o["shape"], "from": o["size"], "to": "small" if o["size"] == "large" else "large"}
+        for o in scene["objects"]
+    ]
 
 
 def _background_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
     bg = scene["background"]
     colours = {o["colour"] for o in scene["objects"]}
-    return [{"type": "background", "object": None, "from": bg, "to": b} for b in BACKGROUNDS
-            if b != bg and not any((c, b) in LOW_CONTRAST for c in colours)]
+    return [
+        {"type": "background", "object": None, "from": bg, "to": b}
+        for b in BACKGROUNDS
+        if b != bg and not any((c, b) in LOW_CONTRAST for c in colours)
+    ]
 
 
 def _remove_candidates(scene: Scene, rng: random.Random) -> list[Edit]:
@@ -304,7 +322,14 @@ def _family_edit(scene: Scene, rng: random.Random) -> tuple[Edit, list[str]] | N
     o, family, fits = rng.choice(options)
     fits = list(fits)
     rng.shuffle(fits)
-    edit = {"type": "colour", "object": o["shape"], "from": o["colour"], "to": fits[0], "family": family, "alternatives": fits[1:]}
+    edit = {
+        "type": "colour",
+        "object": o["shape"],
+        "from": o["colour"],
+        "to": fits[0],
+        "family": family,
+        "alternatives": fits[1:],
+    }
     return edit, fits
 
 
@@ -324,35 +349,41 @@ def describe_edit(scene: Scene, edit: Edit, rng: random.Random) -> str:
     if kind == "colour" and "family" in edit:
         the = _the(obj, rng)
         fam = edit["family"]
-        return rng.choice([
-            f"make {the} a {fam} colour",
-            f"give {the} a {fam} colour instead",
-            f"{the} should be in a {fam} colour",
-            f"recolour {the} with any {fam} colour",
-        ])
+        return rng.choice(
+            [
+                f"make {the} a {fam} colour",
+                f"give {the} a {fam} colour instead",
+                f"{the} should be in a {fam} colour",
+                f"recolour {the} with any {fam} colour",
+            ]
+        )
     if kind == "colour":
         the, to = _the(obj, rng), edit["to"]
         verb = "is" if obj["count"] == 1 else "are"
-        return rng.choice([
-            f"make {the} {to}",
-            f"change the colour of {the} to {to}",
-            f"turn {the} {to}",
-            f"{the} should be {to}",
-            f"paint {the} {to} instead",
-            f"same picture but {the} {verb} {to}",
-        ])
+        return rng.choice(
+            [
+                f"make {the} {to}",
+                f"change the colour of {the} to {to}",
+                f"turn {the} {to}",
+                f"{the} should be {to}",
+                f"paint {the} {to} instead",
+                f"same picture but {the} {verb} {to}",
+            ]
+        )
     if kind == "shape":
         the, n = _the(obj, rng), obj["count"]
         new = _noun(edit["to"], n)
         new_a = _a(new) if n == 1 else new
         coloured = _a(f"{obj['colour']} {new}") if n == 1 else f"{obj['colour']} {new}"
-        return rng.choice([
-            f"change {the} to {new_a}",
-            f"replace {the} with {coloured}",
-            f"turn {the} into {new_a}",
-            f"use {new} instead of {_noun(edit['from'], n)}",
-            f"swap {the} for {new_a} of the same colour",
-        ])
+        return rng.choice(
+            [
+                f"change {the} to {new_a}",
+                f"replace {the} with {coloured}",
+                f"turn {the} into {new_a}",
+                f"use {new} instead of {_noun(edit['from'], n)}",
+                f"swap {the} for {new_a} of the same colour",
+            ]
+        )
     if kind == "count":
         shape, old, n = obj["shape"], edit["from"], edit["to"]
         options = [
@@ -370,22 +401,41 @@ def describe_edit(scene: Scene, edit: Edit, rng: random.Random) -> str:
         verb = "is" if obj["count"] == 1 else "are"
         if edit["to"] == "large":
             return rng.choice([f"make {the} bigger", f"enlarge {the}", f"{the} should be larger", f"make {the} large"])
-        return rng.choice([f"make {the} smaller", f"shrink {the}", f"{the} should be small", f"same picture but {the} {verb} tiny"])
+        return rng.choice(
+            [f"make {the} smaller", f"shrink {the}", f"{the} should be small", f"same picture but {the} {verb} tiny"]
+        )
     if kind == "background":
         to = edit["to"]
-        return rng.choice([
-            f"put it on {_a(to)} background",
-            f"change the background to {to}",
-            f"make the background {to}",
-            f"use {_a(to)} background instead of the {edit['from']} one",
-            f"same shapes, but on {to}",
-        ])
+        return rng.choice(
+            [
+                f"put it on {_a(to)} background",
+                f"change the background to {to}",
+                f"make the background {to}",
+                f"use {_a(to)} background instead of the {edit['from']} one",
+                f"same shapes, but on {to}",
+            ]
+        )
     if kind == "remove":
         the = _the(obj, rng)
-        return rng.choice([f"remove {the}", f"take away {the}", f"get rid of {the}", f"delete {the}", f"the same picture without {the}"])
+        return rng.choice(
+            [
+                f"remove {the}",
+                f"take away {the}",
+                f"get rid of {the}",
+                f"delete {the}",
+                f"the same picture without {the}",
+            ]
+        )
     if kind == "add":
         phrase = describe_object(edit["to"])
-        return rng.choice([f"add {phrase}", f"put {phrase} in the picture", f"also include {phrase}", f"there should also be {phrase}"])
+        return rng.choice(
+            [
+                f"add {phrase}",
+                f"put {phrase} in the picture",
+                f"also include {phrase}",
+                f"there should also be {phrase}",
+            ]
+        )
     raise ValueError(f"unknown edit type {kind!r}")
 
 
@@ -409,7 +459,10 @@ def _shape_points(shape: str, cx: float, cy: float, r: float) -> list[tuple[floa
         return [(cx - h, cy - h), (cx + h, cy - h), (cx + h, cy + h), (cx - h, cy + h)]
     if shape == "triangle":
         cy += r * 0.15
-        return [(cx + r * 1.1 * math.cos(a), cy + r * 1.1 * math.sin(a)) for a in (-math.pi / 2, math.pi / 6, 5 * math.pi / 6)]
+        return [
+            (cx + r * 1.1 * math.cos(a), cy + r * 1.1 * math.sin(a))
+            for a in (-math.pi / 2, math.pi / 6, 5 * math.pi / 6)
+        ]
     if shape == "star":
         pts = []
         for i in range(10):
@@ -422,8 +475,18 @@ def _shape_points(shape: str, cx: float, cy: float, r: float) -> list[tuple[floa
     if shape == "cross":
         a, w = r * 0.9, r * 0.32
         return [
-            (cx - w, cy - a), (cx + w, cy - a), (cx + w, cy - w), (cx + a, cy - w), (cx + a, cy + w), (cx + w, cy + w),
-            (cx + w, cy + a), (cx - w, cy + a), (cx - w, cy + w), (cx - a, cy + w), (cx - a, cy - w), (cx - w, cy - w),
+            (cx - w, cy - a),
+            (cx + w, cy - a),
+            (cx + w, cy - w),
+            (cx + a, cy - w),
+            (cx + a, cy + w),
+            (cx + w, cy + w),
+            (cx + w, cy + a),
+            (cx - w, cy + a),
+            (cx - w, cy + w),
+            (cx - a, cy + w),
+            (cx - a, cy - w),
+            (cx - w, cy - w),
         ]
     raise ValueError(f"unknown shape {shape!r}")
 
@@ -493,7 +556,9 @@ def _edit_types_cycle(n: int, rng: random.Random) -> list[str]:
     return kinds
 
 
-def pick_edit(scene: Scene, kind: str, rng: random.Random, avoid: frozenset[str] | set[str] = frozenset()) -> tuple[Edit, Scene] | None:
+def pick_edit(
+    scene: Scene, kind: str, rng: random.Random, avoid: frozenset[str] | set[str] = frozenset()
+) -> tuple[Edit, Scene] | None:
     """An edit of ``kind`` whose result is valid and not among ``avoid`` keys."""
     for _ in range(12):
         edit = propose_edit(scene, kind, rng)
@@ -508,7 +573,11 @@ def pick_edit(scene: Scene, kind: str, rng: random.Random, avoid: frozenset[str]
 #: Planted single-turn query kinds, in the order :func:`plan_kinds` hands them out, with
 #: their share of the single-turn queries (``composition`` takes what is left).
 PLANTED_SHARES: dict[str, float] = {
-    "text_only": 0.10, "image_only": 0.10, "vague": 0.0625, "wrong_target": 0.0625, "too_broad": 0.075,
+    "text_only": 0.10,
+    "image_only": 0.10,
+    "vague": 0.0625,
+    "wrong_target": 0.0625,
+    "too_broad": 0.075,
 }
 QUERY_KINDS: tuple[str, ...] = ("composition", *PLANTED_SHARES)
 _N_SIBLINGS = 8  # near misses of a shared reference added per query (defeat the image-only shortcut)
@@ -564,7 +633,9 @@ def broad_edit(ref: Scene, rng: random.Random) -> tuple[Edit, str, list[Scene]] 
     return edit, text, [o[1] for o in options]
 
 
-def _build_single(kind: str, edit_kind: str, refs: list[Scene], gallery: _Gallery, rng: random.Random) -> dict[str, Any]:
+def _build_single(
+    kind: str, edit_kind: str, refs: list[Scene], gallery: _Gallery, rng: random.Random
+) -> dict[str, Any]:
     """One single-turn query of a planted ``kind`` as scene keys, edits and text.
 
     Every kind but ``image_only`` draws its reference from the shared ``refs`` and adds
@@ -604,16 +675,25 @@ def _build_text_only(refs: list[Scene], gallery: _Gallery, rng: random.Random) -
         if len(target["objects"]) > 1 and _far_from(target, set(gallery.scenes), gallery):
             break
     text = rng.choice(_WHOLE_SCENE_TEMPLATES).format(describe_scene(target))
-    return {"ref": gallery.add(ref), "text": text, "edit": None, "targets": [gallery.add(target)],
-            "kind": "text_only", "text_edit": None}
+    return {
+        "ref": gallery.add(ref),
+        "text": text,
+        "edit": None,
+        "targets": [gallery.add(target)],
+        "kind": "text_only",
+        "text_edit": None,
+    }
 
 
 #: How many gallery images a planted too-broad query gets that fit it besides its labelled
 #: target: CIRCUS's rule of thumb (QUERY_TOO_BROAD when 10 or more images fit) must be able
 #: to fire on them (issue 39, item 3).
 TOO_BROAD_FITTING = 10
-_WIDE_BROAD_TEXTS = ("give one of the shapes another colour", "change the colour of one of the shapes",
-                     "recolour any one of the shapes")
+_WIDE_BROAD_TEXTS = (
+    "give one of the shapes another colour",
+    "change the colour of one of the shapes",
+    "recolour any one of the shapes",
+)
 
 
 def broad_options(ref: Scene, edit: Edit | None = None) -> list[Scene]:
@@ -642,8 +722,13 @@ def _wide_broad(ref: Scene, rng: random.Random, n: int = TOO_BROAD_FITTING + 1) 
     chosen = rng.sample(options, n)
     first = chosen[0]
     changed = next(o for o, f in zip(ref["objects"], first["objects"]) if o["colour"] != f["colour"])
-    edit = {"type": "colour", "object": changed["shape"], "from": changed["colour"],
-            "to": _find(first, changed["shape"])["colour"], "any_object": True}
+    edit = {
+        "type": "colour",
+        "object": changed["shape"],
+        "from": changed["colour"],
+        "to": _find(first, changed["shape"])["colour"],
+        "any_object": True,
+    }
     return edit, rng.choice(_WIDE_BROAD_TEXTS), chosen
 
 
@@ -654,8 +739,15 @@ def _too_broad_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[
     edit, text, options = broad
     for option in options:
         gallery.add(option)
-    return {"ref": gallery.add(ref), "text": text, "edit": edit, "targets": [scene_key(options[0])],
-            "kind": "too_broad", "text_edit": None, "alternatives": len(options)}
+    return {
+        "ref": gallery.add(ref),
+        "text": text,
+        "edit": edit,
+        "targets": [scene_key(options[0])],
+        "kind": "too_broad",
+        "text_edit": None,
+        "alternatives": len(options),
+    }
 
 
 def family_composition(ref: Scene, rng: random.Random) -> tuple[Edit, list[Scene]] | None:
@@ -677,11 +769,19 @@ def _family_query(ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str
     if drawn is None:
         return None
     edit, targets = drawn
-    return {"ref": gallery.add(ref), "text": describe_edit(ref, edit, rng), "edit": edit,
-            "targets": [gallery.add(t) for t in targets], "kind": "composition", "text_edit": None}
+    return {
+        "ref": gallery.add(ref),
+        "text": describe_edit(ref, edit, rng),
+        "edit": edit,
+        "targets": [gallery.add(t) for t in targets],
+        "kind": "composition",
+        "text_edit": None,
+    }
 
 
-def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rng: random.Random) -> dict[str, Any] | None:
+def _single_of_kind(
+    kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rng: random.Random
+) -> dict[str, Any] | None:
     if kind == "too_broad":
         return _too_broad_query(ref, gallery, rng)
     if kind == "composition" and edit_kind == "colour" and rng.random() < 0.3:
@@ -707,12 +807,19 @@ def _single_of_kind(kind: str, edit_kind: str, ref: Scene, gallery: _Gallery, rn
         gallery.add(other[1])  # what the text asks for is in the gallery, but not labelled
     else:
         text = describe_edit(ref, edit, rng)
-    return {"ref": gallery.add(ref), "text": text, "edit": edit, "targets": [gallery.add(target)],
-            "kind": kind, "text_edit": text_edit}
+    return {
+        "ref": gallery.add(ref),
+        "text": text,
+        "edit": edit,
+        "targets": [gallery.add(target)],
+        "kind": kind,
+        "text_edit": text_edit,
+    }
 
 
-def _build_session(length: int, flaw: str | None, pool: list[Scene], gallery: _Gallery, rng: random.Random,
-                   retro: str | None = None) -> dict[str, Any]:
+def _build_session(
+    length: int, flaw: str | None, pool: list[Scene], gallery: _Gallery, rng: random.Random, retro: str | None = None
+) -> dict[str, Any]:
     """One session: a chain of ``length + 1`` scene keys, one edit and text per turn.
 
     ``flaw``: a planted flaw (:data:`SESSION_FLAWS`) at a turn that is never the first or the
@@ -758,8 +865,13 @@ def _build_session(length: int, flaw: str | None, pool: list[Scene], gallery: _G
             reference_turns.append(refs)
         if ok:
             return {
-                "chain": [gallery.add(s) for s in chain], "edits": edits, "texts": texts,
-                "flaw": flaw, "flaw_turn": flaw_turn, "retro": retro, "retro_turn": retro_turn,
+                "chain": [gallery.add(s) for s in chain],
+                "edits": edits,
+                "texts": texts,
+                "flaw": flaw,
+                "flaw_turn": flaw_turn,
+                "retro": retro,
+                "retro_turn": retro_turn,
                 "reference_turns": reference_turns,
             }
 
@@ -796,8 +908,9 @@ def _turn_name(k: int, rng: random.Random) -> str:
     return rng.choice((f"turn {k}", f"the {_ORDINALS[k - 1]} turn"))
 
 
-def _special_step(kind: str | None, turn: int, chain: list[Scene], edits: list[Edit | None], kinds: list[str],
-                  rng: random.Random) -> tuple[Edit | None, Scene, str, list[int]] | None:
+def _special_step(
+    kind: str | None, turn: int, chain: list[Scene], edits: list[Edit | None], kinds: list[str], rng: random.Random
+) -> tuple[Edit | None, Scene, str, list[int]] | None:
     """One planted turn: ``(edit, next scene, text, reference turns)``; None when it cannot be
     planted on this chain (the session is drawn again)."""
     cur = chain[-1]
@@ -827,7 +940,12 @@ def _special_step(kind: str | None, turn: int, chain: list[Scene], edits: list[E
         picked = _next_edit(chain[k - 1], chain, kinds, rng)
         if picked is None:
             return None
-        return picked[0], picked[1], f"go back to {_turn_name(k, rng)} and {describe_edit(chain[k - 1], picked[0], rng)}", [k]
+        return (
+            picked[0],
+            picked[1],
+            f"go back to {_turn_name(k, rng)} and {describe_edit(chain[k - 1], picked[0], rng)}",
+            [k],
+        )
     # combination: "keep the background in turn k and ...", turn k's background being the current one
     same = [k for k in range(1, turn) if chain[k - 1]["background"] == cur["background"]]
     others = [k for k in kinds if k != "background"]
@@ -835,7 +953,12 @@ def _special_step(kind: str | None, turn: int, chain: list[Scene], edits: list[E
     if picked is None:
         return None
     k = rng.choice(same)
-    return picked[0], picked[1], f"keep the background in {_turn_name(k, rng)} and {describe_edit(cur, picked[0], rng)}", [k, turn]
+    return (
+        picked[0],
+        picked[1],
+        f"keep the background in {_turn_name(k, rng)} and {describe_edit(cur, picked[0], rng)}",
+        [k, turn],
+    )
 
 
 def _plant_session_turns(sessions: list[dict[str, Any]], pool: list[Scene], gallery: _Gallery, seed: int) -> None:
@@ -855,8 +978,14 @@ def _plant_session_turns(sessions: list[dict[str, Any]], pool: list[Scene], gall
             sessions[i] = _build_session(len(sessions[i]["texts"]), flaw, pool, gallery, rng, retro)
 
 
-def build_demo(out_dir: Path, seed: int = 7, n_gallery: int = DEFAULT_GALLERY, n_single: int = 160,
-               n_sessions: int = 48, image_size: int = 128) -> ParsedDataset:
+def build_demo(
+    out_dir: Path,
+    seed: int = 7,
+    n_gallery: int = DEFAULT_GALLERY,
+    n_single: int = 160,
+    n_sessions: int = 48,
+    image_size: int = 128,
+) -> ParsedDataset:
     """The records of :func:`build_demo_world` (images written the same way), without the truth."""
     return build_demo_world(out_dir, seed, n_gallery, n_single, n_sessions, image_size)[0]
 
@@ -910,14 +1039,20 @@ def build_demo_world(
     for n, s in enumerate(sessions):
         qid = f"demo-m-{n + 1:04d}"
         dataset.queries.append(_session_record(qid, n, s, ids))
-        truth["queries"][qid] = {"kind": "session", "flaw": s["flaw"], "flaw_turn": s["flaw_turn"],
-                                 "retro": s["retro"], "retro_turn": s["retro_turn"],
-                                 "reference_turns": s["reference_turns"]}
+        truth["queries"][qid] = {
+            "kind": "session",
+            "flaw": s["flaw"],
+            "flaw_turn": s["flaw_turn"],
+            "retro": s["retro"],
+            "retro_turn": s["retro_turn"],
+            "reference_turns": s["reference_turns"],
+        }
     return dataset, truth
 
 
-def _build_singles(n_single: int, refs: list[Scene], gallery: _Gallery, rng: random.Random,
-                   n_sessions: int, seed: int = 7) -> tuple[list[Any], list[Any], set[str]]:
+def _build_singles(
+    n_single: int, refs: list[Scene], gallery: _Gallery, rng: random.Random, n_sessions: int, seed: int = 7
+) -> tuple[list[Any], list[Any], set[str]]:
     """The single-turn queries, the sessions (with their planted turns:
     :func:`_plant_session_turns`), and the keys of the image-only and text-only scenes, drawn
     last so that nothing drawn after them comes near them."""
@@ -981,8 +1116,9 @@ def _scene_distance(a: Scene, b: Scene) -> int:
     return diff
 
 
-def _write_gallery(dataset: ParsedDataset, gallery: _Gallery, out_dir: Path, image_size: int, seed: int,
-                   rng: random.Random) -> dict[str, str]:
+def _write_gallery(
+    dataset: ParsedDataset, gallery: _Gallery, out_dir: Path, image_size: int, seed: int, rng: random.Random
+) -> dict[str, str]:
     """Render the gallery and add its image records; returns scene key -> image id.
 
     Ids in a shuffled order, so that neighbouring ids say nothing about query pairs.
@@ -1001,10 +1137,18 @@ def _write_gallery(dataset: ParsedDataset, gallery: _Gallery, out_dir: Path, ima
         ext = ids[key]
         if not rendered:
             render_scene(scene, image_size, seed).save(image_dir / f"{ext}.png", format="PNG", compress_level=6)
-        dataset.add_image(ImageRecord(
-            external_id=ext, path=f"gallery/{ext}.png",
-            extra={"scene": copy.deepcopy(scene), "description": describe_scene(scene), "width": image_size, "height": image_size},
-        ))
+        dataset.add_image(
+            ImageRecord(
+                external_id=ext,
+                path=f"gallery/{ext}.png",
+                extra={
+                    "scene": copy.deepcopy(scene),
+                    "description": describe_scene(scene),
+                    "width": image_size,
+                    "height": image_size,
+                },
+            )
+        )
     dataset.galleries["val"] = sorted(ids.values())
     (image_dir / STAMP_FILE).write_text(stamp, encoding="utf-8")
     return ids
@@ -1036,18 +1180,29 @@ _PROVENANCE = "synthetic:demo"
 def _single_record(qid: str, n: int, q: dict[str, Any], ids: dict[str, str]) -> QueryRecord:
     ref, targets = ids[q["ref"]], [ids[k] for k in q["targets"]]
     return QueryRecord(
-        external_id=qid, split="val", ordinal=n, source_file="demo:single_turn",
+        external_id=qid,
+        split="val",
+        ordinal=n,
+        source_file="demo:single_turn",
         turns=[TurnRecord(index=1, reference=ref, texts=[TextRecord(q["text"])], provenance=_PROVENANCE)],
-        targets=[TargetRecord(image=t, relevance=1.0, is_primary=j == 0, role="gt", source_field="target")
-                 for j, t in enumerate(targets)],
+        targets=[
+            TargetRecord(image=t, relevance=1.0, is_primary=j == 0, role="gt", source_field="target")
+            for j, t in enumerate(targets)
+        ],
         raw={"id": qid, "reference": ref, "text": q["text"], "targets": targets},
-        extra={} if q["kind"] in ("wrong_target", "vague", "too_broad", "text_only") else {"edit": copy.deepcopy(q["edit"])},
+        extra={}
+        if q["kind"] in ("wrong_target", "vague", "too_broad", "text_only")
+        else {"edit": copy.deepcopy(q["edit"])},
     )
 
 
 def _single_truth(q: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {"kind": q["kind"], "edit": copy.deepcopy(q["edit"]),
-                           "reference": ids[q["ref"]], "targets": [ids[k] for k in q["targets"]]}
+    out: dict[str, Any] = {
+        "kind": q["kind"],
+        "edit": copy.deepcopy(q["edit"]),
+        "reference": ids[q["ref"]],
+        "targets": [ids[k] for k in q["targets"]],
+    }
     if q["text_edit"] is not None:
         out["text_edit"] = copy.deepcopy(q["text_edit"])
     if "alternatives" in q:
@@ -1057,13 +1212,28 @@ def _single_truth(q: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
 
 def _session_record(qid: str, n: int, s: dict[str, Any], ids: dict[str, str]) -> QueryRecord:
     chain = [ids[k] for k in s["chain"]]
-    turns = [TurnRecord(index=t + 1, reference=chain[t], texts=[TextRecord(s["texts"][t])],
-                        turn_target=chain[t + 1], provenance=_PROVENANCE) for t in range(len(s["texts"]))]
+    turns = [
+        TurnRecord(
+            index=t + 1,
+            reference=chain[t],
+            texts=[TextRecord(s["texts"][t])],
+            turn_target=chain[t + 1],
+            provenance=_PROVENANCE,
+        )
+        for t in range(len(s["texts"]))
+    ]
     return QueryRecord(
-        external_id=qid, split="val", ordinal=n, source_file="demo:multi_turn", turns=turns,
+        external_id=qid,
+        split="val",
+        ordinal=n,
+        source_file="demo:multi_turn",
+        turns=turns,
         targets=[TargetRecord(image=chain[-1], relevance=1.0, is_primary=True, role="gt", source_field="target")],
-        raw={"id": qid, "turns": [{"reference": t.reference, "text": t.texts[0].text, "turn_target": t.turn_target}
-                                  for t in turns], "target": chain[-1]},
+        raw={
+            "id": qid,
+            "turns": [{"reference": t.reference, "text": t.texts[0].text, "turn_target": t.turn_target} for t in turns],
+            "target": chain[-1],
+        },
         extra={"edits": copy.deepcopy(s["edits"]), "chain": chain},
     )
 
@@ -1082,7 +1252,9 @@ def precision_recall(planted: set[Any], found: set[Any]) -> dict[str, Any]:
     """Precision and recall of ``found`` against ``planted`` (``None`` where undefined)."""
     hits = len(planted & found)
     return {
-        "planted": len(planted), "found": len(found), "hits": hits,
+        "planted": len(planted),
+        "found": len(found),
+        "hits": hits,
         "precision": hits / len(found) if found else None,
         "recall": hits / len(planted) if planted else None,
     }
@@ -1111,7 +1283,9 @@ SESSION_CHECK_EXPECTED: dict[str, tuple[str, ...]] = {
 }
 
 
-def check_session_flags(truth: dict[Any, dict[str, Any]], flags: dict[tuple[Any, int], Any]) -> dict[str, dict[str, Any]]:
+def check_session_flags(
+    truth: dict[Any, dict[str, Any]], flags: dict[tuple[Any, int], Any]
+) -> dict[str, dict[str, Any]]:
     """Per check of :data:`SESSION_CHECK_EXPECTED`: precision and recall over the flagged turns.
 
     ``truth`` maps each checked session -> its truth record (``flaw``, ``flaw_turn``); only those

@@ -33,6 +33,7 @@ draw seeded, so the same seed and steps give a checkpoint with the same sha256 b
 The checkpoint is a plain ``state_dict`` that open_clip's ``load_checkpoint`` reads,
 so ``openclip:cirval-demo@/path/model.pt`` builds it like any local checkpoint.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,14 +53,25 @@ import torch
 import torch.nn.functional as F
 
 from retrieval import encoders
+from retrieval.demo import (
+    EDIT_TYPES,
+    broad_edit,
+    describe_edit,
+    describe_scene,
+    family_composition,
+    pick_edit,
+    random_scene,
+    render_scene,
+    scene_key,
+)
 from retrieval.specs import spec_string
-from retrieval.demo import (EDIT_TYPES, broad_edit, pick_edit, describe_edit, describe_scene, family_composition,
-                           random_scene, render_scene, scene_key)
 
 DEMO_CONFIG = "cirval-demo"
 #: name -> training objectives
-DEMO_MODELS: dict[str, tuple[str, ...]] = {"compose": ("captions", "compositions"),
-                                           "caption": ("captions", "neighbours")}
+DEMO_MODELS: dict[str, tuple[str, ...]] = {
+    "compose": ("captions", "compositions"),
+    "caption": ("captions", "neighbours"),
+}
 #: Bumped when the objectives change, so that a checkpoint trained on the old ones is not reused.
 CHECKPOINT_VERSION = 3
 OBJECTIVES = ("captions", "compositions", "neighbours")
@@ -86,8 +98,9 @@ class TrainingSplit:
     family: list[tuple[str, list[int]] | None] | None = None
 
 
-def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 128, broad: bool = False,
-                   family: bool = False) -> TrainingSplit:
+def training_split(
+    seed: int, n_refs: int, preprocess: Any, image_size: int = 128, broad: bool = False, family: bool = False
+) -> TrainingSplit:
     """Draw ``n_refs`` references with up to four edits each from the training generator;
     with ``broad``, also one broad edit per reference and every image it allows (from a
     generator of its own, so the other draws stay the same), more one-edit variants; with
@@ -126,8 +139,13 @@ def training_split(seed: int, n_refs: int, preprocess: Any, image_size: int = 12
             broad_groups.append(None if drawn is None else (drawn[1], [index(s) for s in drawn[2]]))
     family_groups = _family_groups([ordered[r] for r, _ in groups], seed, index) if family else None
     images = torch.stack([preprocess(render_scene(s, image_size, seed)) for s in ordered])
-    return TrainingSplit(images=images, captions=[describe_scene(s) for s in ordered], groups=groups,
-                         broad=broad_groups, family=family_groups)
+    return TrainingSplit(
+        images=images,
+        captions=[describe_scene(s) for s in ordered],
+        groups=groups,
+        broad=broad_groups,
+        family=family_groups,
+    )
 
 
 def _family_groups(refs: list[dict[str, Any]], seed: int, index: Any) -> list[tuple[str, list[int]] | None]:
@@ -190,15 +208,24 @@ def _clip_loss(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> torch.T
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
-def _batch_broad(split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]) -> list[tuple[int, str, list[int]]]:
+def _batch_broad(
+    split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]
+) -> list[tuple[int, str, list[int]]]:
     """(ref index, broad text, target indices) of the batch's groups, when ``neighbours`` reads them."""
     if "neighbours" not in objectives or not split.broad:
         return []
     return [(split.groups[g][0], *split.broad[g]) for g in batch if split.broad[g] is not None]
 
 
-def _composition_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int], img: torch.Tensor,
-                      scale: torch.Tensor, pos: dict[int, int]) -> torch.Tensor:
+def _composition_loss(
+    model: Any,
+    tokenizer: Any,
+    split: TrainingSplit,
+    batch: list[int],
+    img: torch.Tensor,
+    scale: torch.Tensor,
+    pos: dict[int, int],
+) -> torch.Tensor:
     """Composed query (reference + edit text) against its target, the batch's images the
     candidates; a family edit's query against all its targets (multi-positive InfoNCE)."""
     comps = [(split.groups[g][0], t, [target]) for g in batch for t, target in split.groups[g][1]]
@@ -209,7 +236,9 @@ def _composition_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: l
     for row, (_, _, targets) in enumerate(comps):
         positive[row, torch.tensor([pos[t] for t in targets])] = True
     logits = scale * query @ img.T
-    return (torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~positive, float("-inf")), dim=1)).mean()
+    return (
+        torch.logsumexp(logits, dim=1) - torch.logsumexp(logits.masked_fill(~positive, float("-inf")), dim=1)
+    ).mean()
 
 
 def _batch_family(split: TrainingSplit, batch: list[int]) -> list[int]:
@@ -217,12 +246,16 @@ def _batch_family(split: TrainingSplit, batch: list[int]) -> list[int]:
     return [g for g in batch if split.family and split.family[g] is not None]
 
 
-def _step_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]) -> torch.Tensor:
+def _step_loss(
+    model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int], objectives: tuple[str, ...]
+) -> torch.Tensor:
     """The loss of one batch of reference groups."""
     refs = [split.groups[g][0] for g in batch]
     comps = [c for g in batch for c in split.groups[g][1]]
     broad = _batch_broad(split, batch, objectives)
-    family = [t for g in _batch_family(split, batch) for t in split.family[g][1]] if "compositions" in objectives else []
+    family = (
+        [t for g in _batch_family(split, batch) for t in split.family[g][1]] if "compositions" in objectives else []
+    )
     image_ids = list(dict.fromkeys(refs + [t for _, t in comps] + [t for b in broad for t in b[2]] + family))
     pos = {i: n for n, i in enumerate(image_ids)}
     img = F.normalize(model.encode_image(split.images[image_ids]), dim=-1)
@@ -239,7 +272,9 @@ def _step_loss(model: Any, tokenizer: Any, split: TrainingSplit, batch: list[int
     return loss
 
 
-def _neighbour_loss(img: torch.Tensor, scale: torch.Tensor, pos: dict[int, int], variants: dict[int, list[int]]) -> torch.Tensor:
+def _neighbour_loss(
+    img: torch.Tensor, scale: torch.Tensor, pos: dict[int, int], variants: dict[int, list[int]]
+) -> torch.Tensor:
     """Image-to-image multi-positive InfoNCE: a reference's positives are its one-edit
     ``variants``, a variant's its reference; other variants of the same reference and the
     image itself are left out of the softmax."""
@@ -282,10 +317,13 @@ def train_model(
         with random_init_expected(config):
             model, _, preprocess = open_clip.create_model_and_transforms(config, pretrained=None, device="cpu")
         tokenizer = open_clip.get_tokenizer(config)
-        split = training_split(seed, n_refs, preprocess, broad="neighbours" in objectives,
-                               family="compositions" in objectives)
+        split = training_split(
+            seed, n_refs, preprocess, broad="neighbours" in objectives, family="compositions" in objectives
+        )
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps))
+        )
         order = random.Random(f"demo-batches:{seed}")
         model.train()
         started = time.monotonic()

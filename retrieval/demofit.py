@@ -19,6 +19,7 @@ An image fits when its scene equals one of those scenes. :func:`pool_recall` the
 planted kind and in all, how many of the fitting images *other than the labelled targets and
 the reference* (the ones a candidate panel may show: it never shows those) the pool holds.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -52,8 +53,9 @@ def fitting_scene_keys(truth: Mapping[str, Any], scenes: Mapping[str, Scene]) ->
         values = BACKGROUNDS if edit["type"] == "background" else COLOURS
         return {scene_key(apply_edit(ref, {**edit, "to": v})) for v in values if v != edit["from"]}
     if edit["type"] == "colour" and edit.get("family"):
-        return {scene_key(apply_edit(ref, {**edit, "to": c})) for c in COLOUR_FAMILIES[edit["family"]]
-                if c != edit["from"]}
+        return {
+            scene_key(apply_edit(ref, {**edit, "to": c})) for c in COLOUR_FAMILIES[edit["family"]] if c != edit["from"]
+        }
     return {scene_key(apply_edit(ref, edit))}
 
 
@@ -74,8 +76,9 @@ def _ratio(hits: int, total: int) -> float | None:
     return hits / total if total else None
 
 
-def pool_recall(truth_queries: Mapping[str, Mapping[str, Any]], scenes: Mapping[str, Scene],
-                pools: Mapping[str, Iterable[str]]) -> dict[str, Any]:
+def pool_recall(
+    truth_queries: Mapping[str, Mapping[str, Any]], scenes: Mapping[str, Scene], pools: Mapping[str, Iterable[str]]
+) -> dict[str, Any]:
     """How many of the other fitting images (:func:`other_fitting_images`) the pools hold.
 
     ``pools``: query external id -> the image external ids of its candidate pool; only those
@@ -96,5 +99,10 @@ def pool_recall(truth_queries: Mapping[str, Mapping[str, Any]], scenes: Mapping[
         row["recall"] = _ratio(row["found"], row["fitting"])
     fitting = sum(r["fitting"] for r in by_kind.values())
     found = sum(r["found"] for r in by_kind.values())
-    return {"queries": sum(r["queries"] for r in by_kind.values()), "fitting": fitting, "found": found,
-            "recall": _ratio(found, fitting), "by_kind": dict(sorted(by_kind.items()))}
+    return {
+        "queries": sum(r["queries"] for r in by_kind.values()),
+        "fitting": fitting,
+        "found": found,
+        "recall": _ratio(found, fitting),
+        "by_kind": dict(sorted(by_kind.items())),
+    }

@@ -36,6 +36,7 @@ or two workers) never encode the same key twice. A claim whose owner died expire
 Keys: image keys are stored as given (the image file's sha256 hex); text keys are the
 texts themselves and are stored as the sha256 hex of their UTF-8 bytes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -178,12 +179,16 @@ class EmbeddingCache:
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             fresh = not conn.execute("SELECT 1 FROM meta").fetchone()
-            conn.execute("CREATE TABLE IF NOT EXISTS image (key TEXT PRIMARY KEY, "
-                         f"{'row INTEGER' if fresh else 'vec BLOB'} NOT NULL)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS image (key TEXT PRIMARY KEY, "
+                f"{'row INTEGER' if fresh else 'vec BLOB'} NOT NULL)"
+            )
             conn.execute("CREATE TABLE IF NOT EXISTS text (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS query (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
-            conn.execute("CREATE TABLE IF NOT EXISTS claim (kind TEXT NOT NULL, key TEXT NOT NULL, "
-                         "owner TEXT NOT NULL, until REAL NOT NULL, PRIMARY KEY (kind, key))")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS claim (kind TEXT NOT NULL, key TEXT NOT NULL, "
+                "owner TEXT NOT NULL, until REAL NOT NULL, PRIMARY KEY (kind, key))"
+            )
             conn.executemany(
                 "INSERT OR IGNORE INTO meta (name, value) VALUES (?, ?)",
                 [("spec", self.spec), ("dim", str(self.dim)), ("format", str(FORMAT_VERSION))],
@@ -215,14 +220,16 @@ class EmbeddingCache:
             f.seek(first * self._row_bytes)
             for key, vec in conn.execute("SELECT key, vec FROM image ORDER BY rowid"):
                 if len(vec) != self._row_bytes:
-                    raise ValueError(f"corrupt entry image/{key} in {self.db_path}: {len(vec)} bytes, "
-                                     f"expected {self._row_bytes}")
+                    raise ValueError(
+                        f"corrupt entry image/{key} in {self.db_path}: {len(vec)} bytes, expected {self._row_bytes}"
+                    )
                 f.write(vec)
                 keys.append(key)
             f.flush()
             os.fsync(f.fileno())
-        conn.executemany("INSERT INTO image_rows (key, row) VALUES (?, ?)",
-                         ((k, first + n) for n, k in enumerate(keys)))
+        conn.executemany(
+            "INSERT INTO image_rows (key, row) VALUES (?, ?)", ((k, first + n) for n, k in enumerate(keys))
+        )
         conn.execute("DROP TABLE image")
         conn.execute("ALTER TABLE image_rows RENAME TO image")
         conn.execute("UPDATE meta SET value = ? WHERE name = 'format'", (str(FORMAT_VERSION),))
@@ -288,7 +295,7 @@ class EmbeddingCache:
         try:
             unique = list(dict.fromkeys(skeys))
             for start in range(0, len(unique), _SQL_CHUNK):
-                chunk = unique[start:start + _SQL_CHUNK]
+                chunk = unique[start : start + _SQL_CHUNK]
                 marks = ",".join("?" * len(chunk))
                 found.update(conn.execute(f"SELECT key, {column} FROM {kind} WHERE key IN ({marks})", chunk).fetchall())
         finally:
@@ -322,10 +329,12 @@ class EmbeddingCache:
         mapped = self._mapped()
         index = np.asarray(rows, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= len(mapped)):
-            raise ValueError(f"corrupt image index in {self.db_path}: row {int(index.max())} of an "
-                             f"{IMAGES_FILE} of {len(mapped)} rows")
+            raise ValueError(
+                f"corrupt image index in {self.db_path}: row {int(index.max())} of an "
+                f"{IMAGES_FILE} of {len(mapped)} rows"
+            )
         if index.size and index[-1] - index[0] == index.size - 1 and bool((np.diff(index) == 1).all()):
-            return mapped[int(index[0]):int(index[-1]) + 1]
+            return mapped[int(index[0]) : int(index[-1]) + 1]
         return np.asarray(mapped[index])
 
     def image_rows(self, keys: Sequence[str]) -> dict[str, int]:
@@ -373,8 +382,10 @@ class EmbeddingCache:
                 written = self._append_images(conn, skeys, le)
             else:
                 before = conn.total_changes
-                conn.executemany(f"INSERT OR IGNORE INTO {kind} (key, vec) VALUES (?, ?)",
-                                 [(k, le[i].tobytes()) for i, k in enumerate(skeys)])
+                conn.executemany(
+                    f"INSERT OR IGNORE INTO {kind} (key, vec) VALUES (?, ?)",
+                    [(k, le[i].tobytes()) for i, k in enumerate(skeys)],
+                )
                 written = conn.total_changes - before
             conn.execute("COMMIT")
         except BaseException:
@@ -398,14 +409,13 @@ class EmbeddingCache:
             f.write(np.ascontiguousarray(le[list(new.values())]).tobytes())
             f.flush()
             os.fdatasync(f.fileno())
-        conn.executemany("INSERT INTO image (key, row) VALUES (?, ?)",
-                         ((k, first + n) for n, k in enumerate(new)))
+        conn.executemany("INSERT INTO image (key, row) VALUES (?, ?)", ((k, first + n) for n, k in enumerate(new)))
         return len(new)
 
     def _keys_in(self, conn: sqlite3.Connection, sql: str, skeys: list[str], *head: Any) -> set[str]:
         out: set[str] = set()
         for start in range(0, len(skeys), _SQL_CHUNK):
-            part = skeys[start:start + _SQL_CHUNK]
+            part = skeys[start : start + _SQL_CHUNK]
             out.update(k for (k,) in conn.execute(sql.format(marks=",".join("?" * len(part))), (*head, *part)))
         return out
 
@@ -422,11 +432,14 @@ class EmbeddingCache:
         try:
             conn.execute("DELETE FROM claim WHERE until < ?", (now,))
             busy = self._keys_in(conn, f"SELECT key FROM {kind} WHERE key IN ({{marks}})", skeys)
-            busy |= self._keys_in(conn, "SELECT key FROM claim WHERE kind = ? AND owner != ? AND key IN ({marks})",
-                                  skeys, kind, owner)
-            mine = [(k, sk) for k, sk in zip(keys, skeys) if sk not in busy][:max(int(limit), 0)]
-            conn.executemany("INSERT OR REPLACE INTO claim (kind, key, owner, until) VALUES (?, ?, ?, ?)",
-                             [(kind, sk, owner, now + ttl_s) for _, sk in mine])
+            busy |= self._keys_in(
+                conn, "SELECT key FROM claim WHERE kind = ? AND owner != ? AND key IN ({marks})", skeys, kind, owner
+            )
+            mine = [(k, sk) for k, sk in zip(keys, skeys) if sk not in busy][: max(int(limit), 0)]
+            conn.executemany(
+                "INSERT OR REPLACE INTO claim (kind, key, owner, until) VALUES (?, ?, ?, ?)",
+                [(kind, sk, owner, now + ttl_s) for _, sk in mine],
+            )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -439,9 +452,11 @@ class EmbeddingCache:
         skeys = self._storage_keys(kind, list(keys))
         conn = self._conn()
         for start in range(0, len(skeys), _SQL_CHUNK):
-            part = skeys[start:start + _SQL_CHUNK]
-            conn.execute(f"DELETE FROM claim WHERE kind = ? AND owner = ? AND key IN ({','.join('?' * len(part))})",
-                         (kind, owner, *part))
+            part = skeys[start : start + _SQL_CHUNK]
+            conn.execute(
+                f"DELETE FROM claim WHERE kind = ? AND owner = ? AND key IN ({','.join('?' * len(part))})",
+                (kind, owner, *part),
+            )
 
     def count(self, kind: Kind) -> int:
         """Number of entries of ``kind``."""
@@ -516,24 +531,32 @@ def encode_with_cache(
         if embed is None and kind == "query":
             raise ValueError("kind='query' needs embed (how a query is encoded)")
         embed = embed or (retriever.embed_images if kind == "image" else retriever.embed_texts)
-        fresh = _encode_claimed(cache, kind, missing, lambda chunk: _embedded(embed, loader, chunk), chunk_size,
-                                stats, progress)
+        fresh = _encode_claimed(
+            cache, kind, missing, lambda chunk: _embedded(embed, loader, chunk), chunk_size, stats, progress
+        )
         for row in np.flatnonzero(~found):
             matrix[row] = fresh[keys[row]]
     return torch.from_numpy(matrix), stats
 
 
-def _embedded(embed: Callable[[list[Any]], Any], loader: Callable[[list[str]], Sequence[Any]],
-              chunk: list[str]) -> np.ndarray:
+def _embedded(
+    embed: Callable[[list[Any]], Any], loader: Callable[[list[str]], Sequence[Any]], chunk: list[str]
+) -> np.ndarray:
     items = list(loader(chunk))
     if len(items) != len(chunk):
         raise ValueError(f"loader returned {len(items)} items for {len(chunk)} keys")
     return _as_float32_matrix(embed(items))
 
 
-def _encode_claimed(cache: EmbeddingCache, kind: Kind, missing: list[str], encode: Callable[[list[str]], np.ndarray],
-                    chunk_size: int, stats: EncodeStats, progress: Callable[[int, int], None] | None,
-                    ) -> dict[str, np.ndarray]:
+def _encode_claimed(
+    cache: EmbeddingCache,
+    kind: Kind,
+    missing: list[str],
+    encode: Callable[[list[str]], np.ndarray],
+    chunk_size: int,
+    stats: EncodeStats,
+    progress: Callable[[int, int], None] | None,
+) -> dict[str, np.ndarray]:
     """Embeddings of ``missing``: claimed and encoded ``chunk_size`` at a time, those another
     process claimed read back once it has stored them (see the module notes)."""
     owner = f"{os.getpid()}-{uuid.uuid4().hex}"

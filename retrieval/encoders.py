@@ -18,6 +18,7 @@ Retriever specs (``openclip:MODEL[@random:SEED|@TAG|@/path/to/ckpt.pt]``) are pa
 :mod:`retrieval.specs`, which needs no torch; :func:`parse_retriever_spec` is re-exported
 here. Only a TAG may contact a hub; random and local builds never do.
 """
+
 from __future__ import annotations
 
 import gc
@@ -220,8 +221,11 @@ def shared_preprocessed_batches(
     decoding overlap and memory holds a few batches, never the whole gallery.
     """
     loader = torch.utils.data.DataLoader(
-        _ImageFiles(items, preprocesses, max_pixels), batch_size=max(1, batch_size), shuffle=False,
-        num_workers=max(0, workers), collate_fn=_collate,
+        _ImageFiles(items, preprocesses, max_pixels),
+        batch_size=max(1, batch_size),
+        shuffle=False,
+        num_workers=max(0, workers),
+        collate_fn=_collate,
         prefetch_factor=2 if workers > 0 else None,
     )
     with _children_allowed():
@@ -334,8 +338,14 @@ class LateQueries:
         if len(both) + len(text_only) + len(image_only) != len(images):
             raise ValueError("a query needs an image, a text or both")
         if both:
-            out[both] = self.compose(self.embed_images([images[n] for n in both]),  # type: ignore[attr-defined]
-                                     self.embed_texts([texts[n] for n in both])).float().cpu()  # type: ignore[attr-defined]
+            out[both] = (
+                self.compose(
+                    self.embed_images([images[n] for n in both]),  # type: ignore[attr-defined]
+                    self.embed_texts([texts[n] for n in both]),
+                )
+                .float()
+                .cpu()
+            )  # type: ignore[attr-defined]
         if text_only:
             out[text_only] = self.embed_texts([texts[n] for n in text_only]).float().cpu()  # type: ignore[attr-defined]
         if image_only:
@@ -363,7 +373,9 @@ def _needs_hf_assets(model: str) -> bool:
 def _hf_offline() -> bool:
     """Hugging Face's own switches (the library's environment variables, not CIRVal settings)."""
     on = ("1", "true", "yes")
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in on or os.environ.get("TRANSFORMERS_OFFLINE", "").lower() in on
+    return (
+        os.environ.get("HF_HUB_OFFLINE", "").lower() in on or os.environ.get("TRANSFORMERS_OFFLINE", "").lower() in on
+    )
 
 
 _tokenizers: dict[str, Any] = {}
@@ -379,8 +391,13 @@ def shared_tokenizer(model_name: str) -> Any:
     text_cfg = (open_clip.get_model_config(model_name) or {}).get("text_cfg")
     if text_cfg is None:  # not a registered config (e.g. hf-hub:): nothing to compare, nothing shared
         return open_clip.get_tokenizer(model_name)
-    key = repr([text_cfg.get("hf_tokenizer_name"), text_cfg.get("context_length"),
-                sorted((text_cfg.get("tokenizer_kwargs") or {}).items())])
+    key = repr(
+        [
+            text_cfg.get("hf_tokenizer_name"),
+            text_cfg.get("context_length"),
+            sorted((text_cfg.get("tokenizer_kwargs") or {}).items()),
+        ]
+    )
     with _tokenizer_lock:
         if key not in _tokenizers:
             _tokenizers[key] = open_clip.get_tokenizer(model_name)
@@ -521,12 +538,16 @@ class OpenClipRetriever(LateQueries):
             return x.pin_memory().to(self.device, non_blocking=True)
         return x.to(self.device)
 
-    def _run(self, items: Sequence[Any], prepare: Callable[[Sequence[Any]], torch.Tensor],
-             encode: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def _run(
+        self,
+        items: Sequence[Any],
+        prepare: Callable[[Sequence[Any]], torch.Tensor],
+        encode: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
         chunks: list[torch.Tensor] = []
         with torch.inference_mode():
             for start in range(0, len(items), self.batch_size):
-                batch = self._to_device(prepare(items[start:start + self.batch_size]))
+                batch = self._to_device(prepare(items[start : start + self.batch_size]))
                 with self._autocast():
                     out = encode(batch)
                 chunks.append(F.normalize(out.float(), dim=-1).cpu())
@@ -591,8 +612,14 @@ class LazyRetriever(LateQueries):
     never builds the model. Anything else is delegated to the built retriever.
     """
 
-    def __init__(self, spec: str, device: str | torch.device | None = None, batch_size: int = 64,
-                 precision: Precision = "fp32", modality_rule: str = "family") -> None:
+    def __init__(
+        self,
+        spec: str,
+        device: str | torch.device | None = None,
+        batch_size: int = 64,
+        precision: Precision = "fp32",
+        modality_rule: str = "family",
+    ) -> None:
         parsed = parse_retriever_spec(spec)
         self.modality_rule = modality_rule
         self._args = (spec, device, batch_size, precision)

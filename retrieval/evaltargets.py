@@ -1,4 +1,5 @@
 """The target rule (:mod:`retrieval.targets`) applied to ``Target`` rows (Django; thin)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -28,8 +29,9 @@ def dataset_format(dataset: Dataset | int) -> str:
     return (found[0] if found else "") or ""
 
 
-def positive_image_ids(fmt: str, query_ids: Iterable[int] | Any,
-                       facts_of: dict[int, list[TargetFacts]] | None = None) -> dict[int, list[int]]:
+def positive_image_ids(
+    fmt: str, query_ids: Iterable[int] | Any, facts_of: dict[int, list[TargetFacts]] | None = None
+) -> dict[int, list[int]]:
     """Query id -> image ids of its positive targets under ``fmt``'s rule (queries with none are left out).
 
     ``facts_of``: the targets already read by :func:`facts_by_query` (``query_ids`` is then not read)."""
@@ -67,8 +69,9 @@ def _subset_groups(dataset_id: int, query_ids: Iterable[int] | Any) -> dict[int,
     return {qid: [by_ext[m] for m in ms if m in by_ext] for qid, ms in members.items() if ms}
 
 
-def evaluation_targets(dataset: Dataset | int, query_ids: Iterable[int] | Any,
-                       facts_of: dict[int, list[TargetFacts]] | None = None) -> dict[int, QueryTargets]:
+def evaluation_targets(
+    dataset: Dataset | int, query_ids: Iterable[int] | Any, facts_of: dict[int, list[TargetFacts]] | None = None
+) -> dict[int, QueryTargets]:
     """Query id -> :class:`QueryTargets` for every query with at least one positive.
 
     ``facts_of``: the targets already read by :func:`facts_by_query` for (at least) these
@@ -84,8 +87,11 @@ def evaluation_targets(dataset: Dataset | int, query_ids: Iterable[int] | Any,
         graded = graded_targets(fmt, facts)
         n_pos = len(positive_targets(fmt, facts))
         if n_pos:
-            out[qid] = QueryTargets([t.image for t, _ in graded[:n_pos]], [t.image for t, _ in graded[n_pos:]],
-                                    [g for _, g in graded[n_pos:]])
+            out[qid] = QueryTargets(
+                [t.image for t, _ in graded[:n_pos]],
+                [t.image for t, _ in graded[n_pos:]],
+                [g for _, g in graded[n_pos:]],
+            )
     if fmt == "cirr":
         dataset_id = dataset.pk if isinstance(dataset, Dataset) else dataset
         for qid, group in _subset_groups(dataset_id, list(out)).items():

@@ -36,9 +36,11 @@ class ImportForm(forms.Form):
     )
     files = MultipleFileField(help_text="Keep the original file names: the format is recognised from them.")
     delete_removed = forms.BooleanField(
-        required=False, label="Delete records missing from the file",
+        required=False,
+        label="Delete records missing from the file",
         help_text="On a re-import, delete the stored records these files no longer hold (with their audit results "
-                  "and subset memberships). Unticked, such an import is refused and names them.")
+        "and subset memberships). Unticked, such an import is refused and names them.",
+    )
 
     def clean_name(self):
         name = self.cleaned_data["name"]

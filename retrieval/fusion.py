@@ -2,6 +2,7 @@
 
 Pure: no Django. Image ids are plain integers.
 """
+
 from __future__ import annotations
 
 import random
@@ -141,5 +142,4 @@ def candidate_list(
                 taken.add(item)
                 if len(ids) == size:
                     break
-    return Candidates(ids=ids, fused=fused, padded=len(ids) - fused, short=size - len(ids),
-                      excluded=sorted(banned))
+    return Candidates(ids=ids, fused=fused, padded=len(ids) - fused, short=size - len(ids), excluded=sorted(banned))

@@ -19,6 +19,7 @@ Audit *scopes* (``run_audit --split``) use the same keys: ``val`` (every categor
 split), ``dress/val`` (one category of it) or ``dress`` (one category, of the dataset's only
 split): :func:`parse_scope`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
@@ -30,8 +31,7 @@ from .models import Dataset, GalleryEntry, Image, Query
 ALL_IMAGES = None
 
 
-def search_key(split: str, category: str = "", named: str | None = None,
-               keys: Collection[str] = ()) -> str | None:
+def search_key(split: str, category: str = "", named: str | None = None, keys: Collection[str] = ()) -> str | None:
     """The gallery key a query of ``split``/``category`` searches, given the dataset's stored
     gallery ``keys`` and the key its importer ``named`` (pure: the rule itself)."""
     for key in (named, f"{category}/{split}" if category and split else None, split or None):
@@ -63,16 +63,23 @@ def mixed_fallback(dataset_id: int, queries: Any) -> list[str]:
         return []
     rows = set(queries.order_by().values_list("split", "category", "extra__gallery").distinct())
     keys = gallery_keys(dataset_id)
-    return sorted({scope_text(split, category) for split, category, named in rows
-                   if search_key(split, category, named if isinstance(named, str) else None, keys) is ALL_IMAGES})
+    return sorted(
+        {
+            scope_text(split, category)
+            for split, category, named in rows
+            if search_key(split, category, named if isinstance(named, str) else None, keys) is ALL_IMAGES
+        }
+    )
 
 
 def mixed_fallback_text(scopes: Collection[str]) -> str:
     """What :func:`mixed_fallback`'s scopes mean, and what to do about it."""
     shown = ", ".join(list(scopes)[:6]) + ("…" if len(scopes) > 6 else "")
-    return (f"the queries of {shown} have no gallery of their own and search every image of the dataset, "
-            f"the other scopes' images included; the benchmark ranks each against its own gallery: import it "
-            f"(the split file, e.g. split.<category>.<split>.json, or import_gallery --split <category>/<split>)")
+    return (
+        f"the queries of {shown} have no gallery of their own and search every image of the dataset, "
+        f"the other scopes' images included; the benchmark ranks each against its own gallery: import it "
+        f"(the split file, e.g. split.<category>.<split>.json, or import_gallery --split <category>/<split>)"
+    )
 
 
 def query_gallery_keys(query_ids: Iterable[int] | Any, dataset_id: int | None = None) -> dict[int, str | None]:
@@ -108,12 +115,14 @@ def query_gallery(query: Query) -> list[int]:
     ranking): its gallery's entries, or the dataset's images not marked missing when it has none."""
     key = query_gallery_keys([query.pk])[query.pk]
     if key is ALL_IMAGES:
-        return list(Image.objects.filter(dataset_id=query.dataset_id, missing=False).order_by("id")
-                    .values_list("id", flat=True))
+        return list(
+            Image.objects.filter(dataset_id=query.dataset_id, missing=False).order_by("id").values_list("id", flat=True)
+        )
     return gallery_image_ids(query.dataset_id, key, order="id")
 
 
 # ---------------------------------------------------------------------------- audit scopes
+
 
 class ScopeError(ValueError):
     """An audit scope that names no split or category of the dataset."""
@@ -129,13 +138,17 @@ def parse_scope(scope: str | None, splits: Collection[str], categories: Collecti
         if split not in splits:
             raise ScopeError(f"no split {split!r} (splits: {shown})")
         if category not in categories:
-            raise ScopeError(f"no category {category!r} (categories: {', '.join(sorted(c for c in categories if c)) or 'none'})")
+            raise ScopeError(
+                f"no category {category!r} (categories: {', '.join(sorted(c for c in categories if c)) or 'none'})"
+            )
         return split, category
     if text in splits:
         return text, ""
     if text and text in categories:
         if len(splits) != 1:
-            raise ScopeError(f"category {text!r} is in several splits ({shown}); name one, e.g. {text}/{sorted(splits)[0]}")
+            raise ScopeError(
+                f"category {text!r} is in several splits ({shown}); name one, e.g. {text}/{sorted(splits)[0]}"
+            )
         return next(iter(splits)), text
     if text:
         raise ScopeError(f"no split or category {text!r} (splits: {shown})")

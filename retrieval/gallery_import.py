@@ -18,6 +18,7 @@ written ``BATCH`` at a time (memory stays flat whatever the size) in one transac
 failed import writes nothing); every file is hashed and its header read, as the annotation
 importers do. A re-import adds only what is new.
 """
+
 from __future__ import annotations
 
 import json
@@ -106,8 +107,9 @@ def ids_from_folder(folder: Path, root: Path) -> Iterator[tuple[str, str]]:
                 yield (str(int(stem)) if _COCO_STEM.match(stem) else stem), str(base / name)
 
 
-def import_gallery(dataset: Dataset, splits: list[str], items: Iterable[tuple[str, str]],
-                   progress: Callable[[int], None] | None = None) -> GalleryReport:
+def import_gallery(
+    dataset: Dataset, splits: list[str], items: Iterable[tuple[str, str]], progress: Callable[[int], None] | None = None
+) -> GalleryReport:
     """Add ``items`` (external id, relative path) to the galleries of ``splits``; see the module notes."""
     if not dataset.images_root:
         raise GalleryImportError(f"dataset {dataset.name!r} has no images root; import it with --images-root first")
@@ -121,8 +123,10 @@ def import_gallery(dataset: Dataset, splits: list[str], items: Iterable[tuple[st
             seen.update(ext for ext, _ in batch)
             pks = _images(dataset, root, batch, report)
             for split in splits:
-                rows = [GalleryEntry(dataset=dataset, split=split, image_id=pk, ordinal=first[split] + report.listed + n)
-                        for n, pk in enumerate(pks)]
+                rows = [
+                    GalleryEntry(dataset=dataset, split=split, image_id=pk, ordinal=first[split] + report.listed + n)
+                    for n, pk in enumerate(pks)
+                ]
                 before = GalleryEntry.objects.filter(dataset=dataset, split=split).count()
                 GalleryEntry.objects.bulk_create(rows, batch_size=BATCH, ignore_conflicts=True)
                 report.entries_created += GalleryEntry.objects.filter(dataset=dataset, split=split).count() - before
@@ -142,14 +146,18 @@ def _give_files(root: Path, paths: dict[str, str], pathless: list[tuple[str, int
             probe = probe_image(resolve_under(root, paths[ext]), max_pixels=settings.IMAGE_MAX_PIXELS)
         except PathEscapeError as exc:
             raise GalleryImportError(f"image {ext!r}: path {paths[ext]!r} escapes the images root ({exc})") from None
-        Image.objects.filter(pk=pk).update(path=paths[ext], sha256=probe.sha256, width=probe.width,
-                                           height=probe.height, missing=not probe.exists)
+        Image.objects.filter(pk=pk).update(
+            path=paths[ext], sha256=probe.sha256, width=probe.width, height=probe.height, missing=not probe.exists
+        )
 
 
 def _images(dataset: Dataset, root: Path, batch: list[tuple[str, str]], report: GalleryReport) -> list[int]:
     """Image ids of ``batch``, creating (and probing) the images the dataset lacks."""
-    found = list(Image.objects.filter(dataset=dataset, external_id__in=[e for e, _ in batch])
-                 .values_list("external_id", "pk", "path"))
+    found = list(
+        Image.objects.filter(dataset=dataset, external_id__in=[e for e, _ in batch]).values_list(
+            "external_id", "pk", "path"
+        )
+    )
     existing = {ext: pk for ext, pk, _ in found}
     _give_files(root, dict(batch), [(ext, pk) for ext, pk, path in found if not path])
     new = []
@@ -165,11 +173,24 @@ def _images(dataset: Dataset, root: Path, batch: list[tuple[str, str]], report: 
             report.missing += 1
             if len(report.missing_examples) < 10:
                 report.missing_examples.append(f"{ext}: {probe.problem}")
-        new.append(Image(dataset=dataset, external_id=ext, path=rel, sha256=probe.sha256, width=probe.width,
-                         height=probe.height, missing=not probe.exists, extra={"gallery_import": True}))
+        new.append(
+            Image(
+                dataset=dataset,
+                external_id=ext,
+                path=rel,
+                sha256=probe.sha256,
+                width=probe.width,
+                height=probe.height,
+                missing=not probe.exists,
+                extra={"gallery_import": True},
+            )
+        )
     Image.objects.bulk_create(new, batch_size=BATCH)
     report.images_created += len(new)
     if new:
-        existing.update(Image.objects.filter(dataset=dataset, external_id__in=[i.external_id for i in new])
-                        .values_list("external_id", "pk"))
+        existing.update(
+            Image.objects.filter(dataset=dataset, external_id__in=[i.external_id for i in new]).values_list(
+                "external_id", "pk"
+            )
+        )
     return [existing[ext] for ext, _ in batch]

@@ -3,6 +3,7 @@
 Pure Python + Pillow (no Django): the loader and the image views call these with the
 roots from settings.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -113,7 +114,7 @@ def _hash_keeping_head(path: Path, chunk: int = 1 << 20) -> tuple[str, bytes]:
         while block := fh.read(chunk):
             digest.update(block)
             if len(head) < HEADER_BYTES:
-                head += block[:HEADER_BYTES - len(head)]
+                head += block[: HEADER_BYTES - len(head)]
     return digest.hexdigest(), bytes(head)
 
 
@@ -149,6 +150,11 @@ def probe_image(path: Path, max_pixels: int | None = None) -> ImageProbe:
     except Exception as exc:  # Pillow raises many types for broken files
         return ImageProbe(exists=False, sha256=digest, problem=f"not a readable image: {exc}")
     if max_pixels is not None and width * height > max_pixels:
-        return ImageProbe(exists=False, sha256=digest, width=width, height=height,
-                          problem=f"{width}x{height} pixels exceeds the limit of {max_pixels}")
+        return ImageProbe(
+            exists=False,
+            sha256=digest,
+            width=width,
+            height=height,
+            problem=f"{width}x{height} pixels exceeds the limit of {max_pixels}",
+        )
     return ImageProbe(exists=True, sha256=digest, width=width, height=height)

@@ -13,6 +13,7 @@ Within budget (issue 29):
 * a decode whose pixels would take more than ``IMAGE_DECODE_MAX_BYTES`` (after the JPEG
   draft reduction) is refused before it starts.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -95,8 +96,10 @@ def _check_budget(img, size: int | None) -> None:
     width, height = img.size
     needed = width * height * max(len(img.getbands()), 3)
     if needed > settings.IMAGE_DECODE_MAX_BYTES:
-        raise ImageRefused(f"image refused: decoding it needs {needed // 2**20} MB, more than the "
-                           f"{settings.IMAGE_DECODE_MAX_BYTES // 2**20} MB allowed per image")
+        raise ImageRefused(
+            f"image refused: decoding it needs {needed // 2**20} MB, more than the "
+            f"{settings.IMAGE_DECODE_MAX_BYTES // 2**20} MB allowed per image"
+        )
 
 
 def verified(path: Path) -> Path:

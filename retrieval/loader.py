@@ -33,6 +33,7 @@ items); ``on_removed="delete"`` deletes them with their audit results and subset
 and reports the same list. Queries that annotators judged (study items) are never deleted by
 an import: those refuse in either mode.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -86,9 +87,12 @@ def is_locked(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and "is locked" in str(exc)
 
 
-def retry_when_locked(write: Callable[[], T], backoff: Iterable[float] | None = None,
-                      sleep: Callable[[float], None] = time.sleep,
-                      on_retry: Callable[[int, float], None] | None = None) -> T:
+def retry_when_locked(
+    write: Callable[[], T],
+    backoff: Iterable[float] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[int, float], None] | None = None,
+) -> T:
     """``write()``, tried again after each pause of ``backoff`` while the database is locked
     (:func:`is_locked`; an import writes all or nothing, so a try that failed wrote nothing);
     then :class:`DatabaseBusy`, one sentence. ``backoff``: default :data:`LOCK_BACKOFF`;
@@ -106,9 +110,11 @@ def retry_when_locked(write: Callable[[], T], backoff: Iterable[float] | None = 
             if on_retry is not None:
                 on_retry(attempt + 1, pauses[attempt])
             sleep(pauses[attempt])
-    raise DatabaseBusy(f"the database stayed locked by another process (an audit, a gallery import or another "
-                       f"import writing to it) through {len(pauses) + 1} tries over {time.monotonic() - started:.0f} s; "
-                       "nothing was written: run the import again when that work has finished") from None
+    raise DatabaseBusy(
+        f"the database stayed locked by another process (an audit, a gallery import or another "
+        f"import writing to it) through {len(pauses) + 1} tries over {time.monotonic() - started:.0f} s; "
+        "nothing was written: run the import again when that work has finished"
+    ) from None
 
 
 @dataclass
@@ -157,8 +163,17 @@ def content_hash(q: QueryRecord, positional: bool = False) -> str:
     """A digest of the content the loader writes for one query (its row, turns and targets),
     leaving out where the record sits (its ordinal and file name) and, for ``positional`` ids,
     the id (a position too)."""
-    payload = [None if positional else q.external_id, q.split, q.category, q.context_text, q.tags, q.raw,
-               q.extra, [_turn_content(t) for t in q.turns], [vars(t) for t in q.targets]]
+    payload = [
+        None if positional else q.external_id,
+        q.split,
+        q.category,
+        q.context_text,
+        q.tags,
+        q.raw,
+        q.extra,
+        [_turn_content(t) for t in q.turns],
+        [vars(t) for t in q.targets],
+    ]
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=vars, allow_nan=False)
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
@@ -181,8 +196,9 @@ def load_parsed(
     _check_references(parsed)
     _refuse_duplicates(parsed.queries)
     total = len(parsed.queries)
-    return load_stream(parsed, parsed.queries, name, images_root, description,
-                       lambda done: progress("writing queries", done, total))
+    return load_stream(
+        parsed, parsed.queries, name, images_root, description, lambda done: progress("writing queries", done, total)
+    )
 
 
 def load_stream(
@@ -208,8 +224,9 @@ def load_stream(
         dataset, created = _open_dataset(name, parsed.format, root, description)
         if root is None and dataset.images_root:
             root = Path(dataset.images_root)  # a re-import looks where the dataset keeps its images
-        report = LoadReport(dataset=name, format=parsed.format, dataset_created=created,
-                            images_root=str(root) if root else "")
+        report = LoadReport(
+            dataset=name, format=parsed.format, dataset_created=created, images_root=str(root) if root else ""
+        )
         writer = _Writer(dataset, created, parsed, root, report, on_removed)
         parsed.image_sink = writer.write_streamed_images
         try:
@@ -236,8 +253,10 @@ def check_dataset_name(name: str) -> None:
     """A new dataset's name is a slug (it names URLs, subsets and export files): lowercase
     letters, digits, hyphens and underscores. The import form and the loader both ask this."""
     if not name or slugify(name) != name:
-        raise LoadError(f"dataset name {name!r}: use lowercase letters, digits, hyphens and underscores "
-                        f"(e.g. {slugify(name) or 'my-dataset'!r})")
+        raise LoadError(
+            f"dataset name {name!r}: use lowercase letters, digits, hyphens and underscores "
+            f"(e.g. {slugify(name) or 'my-dataset'!r})"
+        )
 
 
 def _open_dataset(name: str, fmt: str, root: Path | None, description: str) -> tuple[Dataset, bool]:
@@ -342,8 +361,15 @@ class _Probes:
 class _Writer:
     """Writes images (when first needed), query batches and galleries of one import."""
 
-    def __init__(self, dataset: Dataset, created: bool, parsed: ParsedDataset, root: Path | None, report: LoadReport,
-                 on_removed: str = "refuse"):
+    def __init__(
+        self,
+        dataset: Dataset,
+        created: bool,
+        parsed: ParsedDataset,
+        root: Path | None,
+        report: LoadReport,
+        on_removed: str = "refuse",
+    ):
         self.dataset = dataset
         self.created = created
         self.parsed = parsed
@@ -381,10 +407,16 @@ class _Writer:
         if not records:
             return {}
         chunk = [rec.external_id for rec in records]
-        existing = {
-            row[0]: row[1:] for row in Image.objects.filter(dataset=self.dataset, external_id__in=chunk).values_list(
-                "external_id", "id", *IMAGE_FIELDS)
-        } if again or not self.created else {}
+        existing = (
+            {
+                row[0]: row[1:]
+                for row in Image.objects.filter(dataset=self.dataset, external_id__in=chunk).values_list(
+                    "external_id", "id", *IMAGE_FIELDS
+                )
+            }
+            if again or not self.created
+            else {}
+        )
         missing_at = 1 + IMAGE_FIELDS.index("missing")
         pks: dict[str, int] = {}
         new, changed = [], []
@@ -415,8 +447,9 @@ class _Writer:
             found.update(rows.values_list("external_id", "id"))
         return found
 
-    def write_streamed_images(self, split: str, new: list[ImageRecord], changed: list[ImageRecord],
-                              members: list[str]) -> None:
+    def write_streamed_images(
+        self, split: str, new: list[ImageRecord], changed: list[ImageRecord], members: list[str]
+    ) -> None:
         """The image sink of a streaming parser: write one batch of images (``new`` ones and
         ``changed`` ones, completed since an earlier batch) and the gallery entries of
         ``members`` in ``split``, keeping nothing per image."""
@@ -439,8 +472,15 @@ class _Writer:
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]
             before = dict(Image.objects.filter(id__in=[self.pks[i] for i in chunk]).values_list("id", "missing"))
-            rows = [Image(id=self.pks[i], dataset=self.dataset, external_id=i,
-                          **self.probes.values(i, self.parsed.images[i], before=before[self.pks[i]])) for i in chunk]
+            rows = [
+                Image(
+                    id=self.pks[i],
+                    dataset=self.dataset,
+                    external_id=i,
+                    **self.probes.values(i, self.parsed.images[i], before=before[self.pks[i]]),
+                )
+                for i in chunk
+            ]
             Image.objects.bulk_update(rows, IMAGE_FIELDS)
         self.parsed.touched.clear()
 
@@ -513,9 +553,20 @@ class _Writer:
         return digest, content_hash(replace(q, extra={**q.extra, "gallery": key}), self.positional)
 
     def _query(self, q: QueryRecord, digest: str) -> Query:
-        return Query(dataset=self.dataset, external_id=q.external_id, split=q.split, category=q.category,
-                     ordinal=q.ordinal, source_file=q.source_file, n_turns=len(q.turns),
-                     context_text=q.context_text, tags=q.tags, raw=q.raw, extra=q.extra, content_hash=digest)
+        return Query(
+            dataset=self.dataset,
+            external_id=q.external_id,
+            split=q.split,
+            category=q.category,
+            ordinal=q.ordinal,
+            source_file=q.source_file,
+            n_turns=len(q.turns),
+            context_text=q.context_text,
+            tags=q.tags,
+            raw=q.raw,
+            extra=q.extra,
+            content_hash=digest,
+        )
 
     def _existing(self, batch: list[QueryRecord]) -> dict[tuple[str, str], tuple[int, str, int, str]]:
         """``(split, external_id) -> (pk, content_hash, ordinal, source_file)`` of the batch's stored queries."""
@@ -527,8 +578,9 @@ class _Writer:
             by_split.setdefault(q.split, []).append(q.external_id)
         for split, ids in by_split.items():
             rows = Query.objects.filter(dataset=self.dataset, split=split, external_id__in=ids)
-            for ext, pk, digest, ordinal, source in rows.values_list("external_id", "id", "content_hash", "ordinal",
-                                                                     "source_file"):
+            for ext, pk, digest, ordinal, source in rows.values_list(
+                "external_id", "id", "content_hash", "ordinal", "source_file"
+            ):
                 found[(split, ext)] = (pk, digest, ordinal, source)
         return found
 
@@ -542,8 +594,9 @@ class _Writer:
         stored: dict[tuple[str, str], list[tuple[int, str, int, str]]] = {}
         for split, wanted in digests.items():
             rows = Query.objects.filter(dataset=self.dataset, split=split, content_hash__in=wanted).order_by("id")
-            for pk, digest, ext, ordinal, source in rows.values_list("id", "content_hash", "external_id", "ordinal",
-                                                                     "source_file"):
+            for pk, digest, ext, ordinal, source in rows.values_list(
+                "id", "content_hash", "external_id", "ordinal", "source_file"
+            ):
                 if pk not in self.claimed:
                     stored.setdefault((split, digest), []).append((pk, ext, ordinal, source))
         for q, ours in keyed:
@@ -575,11 +628,16 @@ class _Writer:
 
     def _turns(self, q: QueryRecord, qid: int) -> list[Turn]:
         return [
-            Turn(query_id=qid, index=t.index, provenance=t.provenance,
-                 reference_image_id=self._pk(q, "reference", t.reference),
-                 turn_target_id=self._pk(q, "turn_target", t.turn_target),
-                 reference_turns=t.reference_turns or [], reference_checks=t.reference_checks or [],
-                 texts=[{k: v for k, v in vars(x).items() if v is not None} for x in t.texts])
+            Turn(
+                query_id=qid,
+                index=t.index,
+                provenance=t.provenance,
+                reference_image_id=self._pk(q, "reference", t.reference),
+                turn_target_id=self._pk(q, "turn_target", t.turn_target),
+                reference_turns=t.reference_turns or [],
+                reference_checks=t.reference_checks or [],
+                texts=[{k: v for k, v in vars(x).items() if v is not None} for x in t.texts],
+            )
             for t in q.turns
         ]
 
@@ -589,8 +647,16 @@ class _Writer:
             if t.image in seen:
                 raise ParseError(q.source_file, q.ordinal, "targets", f"image {t.image!r} is listed twice as a target")
             seen.add(t.image)
-            rows.append(Target(query_id=qid, image_id=self._pk(q, "targets", t.image), relevance=t.relevance,
-                               is_primary=t.is_primary, role=t.role, source_field=t.source_field))
+            rows.append(
+                Target(
+                    query_id=qid,
+                    image_id=self._pk(q, "targets", t.image),
+                    relevance=t.relevance,
+                    is_primary=t.is_primary,
+                    role=t.role,
+                    source_field=t.source_field,
+                )
+            )
         return rows
 
     def _count(self, batch: list[QueryRecord], created: int, changed: int) -> None:
@@ -630,8 +696,10 @@ class _Writer:
         # free the ids that move: a kept record's new id may be another's old one
         Query.objects.bulk_update([Query(id=pk, external_id=f"~moving~{pk}~") for pk, _ in moving], ["external_id"])
         self._remove(sorted(left))
-        Query.objects.bulk_update([Query(id=pk, external_id=q.external_id, ordinal=q.ordinal, source_file=q.source_file)
-                                   for pk, q in moving], ["external_id", "ordinal", "source_file"])
+        Query.objects.bulk_update(
+            [Query(id=pk, external_id=q.external_id, ordinal=q.ordinal, source_file=q.source_file) for pk, q in moving],
+            ["external_id", "ordinal", "source_file"],
+        )
         self._use_images([q for q, _ in new + changed])
         self._save(new, changed)
         r = self.report
@@ -646,11 +714,17 @@ class _Writer:
         ids = sorted(pks)
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]
-            for qid, ref, nxt in Turn.objects.filter(query_id__in=chunk).order_by("query_id", "index").values_list(
-                    "query_id", "reference_image__external_id", "turn_target__external_id"):
+            for qid, ref, nxt in (
+                Turn.objects.filter(query_id__in=chunk)
+                .order_by("query_id", "index")
+                .values_list("query_id", "reference_image__external_id", "turn_target__external_id")
+            ):
                 parts[qid].append((ref, nxt))
-            for qid, image in Target.objects.filter(query_id__in=chunk).order_by("query_id", "id").values_list(
-                    "query_id", "image__external_id"):
+            for qid, image in (
+                Target.objects.filter(query_id__in=chunk)
+                .order_by("query_id", "id")
+                .values_list("query_id", "image__external_id")
+            ):
                 parts[qid].append(image)
         out: dict[tuple[str, tuple], list[int]] = {}
         for pk in ids:
@@ -685,18 +759,23 @@ class _Writer:
         except ProtectedError as exc:
             protected = list(exc.protected_objects)
         r.removed_dependents = _dependents(collector, protected)
-        named = ", ".join(r.removed_examples) + (f" and {len(rows) - len(r.removed_examples)} more"
-                                                  if len(rows) > len(r.removed_examples) else "")
+        named = ", ".join(r.removed_examples) + (
+            f" and {len(rows) - len(r.removed_examples)} more" if len(rows) > len(r.removed_examples) else ""
+        )
         depends = "; ".join(f"{n} {label}" for label, n in r.removed_dependents.items())
         deps = f"what depends on them: {depends}" if depends else "nothing depends on them"
         if protected:
-            raise LoadError(f"{len(rows)} stored quer{'y is' if len(rows) == 1 else 'ies are'} not in the file any "
-                            f"more ({named}), and some of them are items of annotation studies ({deps}); an import "
-                            "never deletes annotation work: keep those records in the file, or delete the studies first")
+            raise LoadError(
+                f"{len(rows)} stored quer{'y is' if len(rows) == 1 else 'ies are'} not in the file any "
+                f"more ({named}), and some of them are items of annotation studies ({deps}); an import "
+                "never deletes annotation work: keep those records in the file, or delete the studies first"
+            )
         if self.on_removed != "delete":
-            raise LoadError(f"{len(rows)} stored quer{'y is' if len(rows) == 1 else 'ies are'} not in the file any "
-                            f"more: {named} ({deps}). Nothing was written. Import again with "
-                            "--delete-removed (upload page: 'delete records missing from the file') to delete them")
+            raise LoadError(
+                f"{len(rows)} stored quer{'y is' if len(rows) == 1 else 'ies are'} not in the file any "
+                f"more: {named} ({deps}). Nothing was written. Import again with "
+                "--delete-removed (upload page: 'delete records missing from the file') to delete them"
+            )
         collector.delete()
 
     def finish(self) -> None:
@@ -731,10 +810,20 @@ class _Writer:
     def _add_gallery_entries(self, split: str, pks: list[int], first: int) -> None:
         """Gallery entries for images ``pks`` of ``split`` at ordinals ``first``, ``first + 1``...;
         an entry stored already keeps its row (and ordinal)."""
-        stored = set() if self.created else set(GalleryEntry.objects.filter(
-            dataset=self.dataset, split=split, image_id__in=pks).values_list("image_id", flat=True))
-        rows = [GalleryEntry(dataset=self.dataset, split=split, image_id=pk, ordinal=first + n)
-                for n, pk in enumerate(pks) if pk not in stored]
+        stored = (
+            set()
+            if self.created
+            else set(
+                GalleryEntry.objects.filter(dataset=self.dataset, split=split, image_id__in=pks).values_list(
+                    "image_id", flat=True
+                )
+            )
+        )
+        rows = [
+            GalleryEntry(dataset=self.dataset, split=split, image_id=pk, ordinal=first + n)
+            for n, pk in enumerate(pks)
+            if pk not in stored
+        ]
         GalleryEntry.objects.bulk_create(rows, batch_size=BATCH, ignore_conflicts=True)
 
 
@@ -745,8 +834,12 @@ def _kept_from(rec: ImageRecord, stored: dict[str, Any]) -> ImageRecord:
     removes them either: a changed path or url replaces the stored one)."""
     if rec.path and rec.url and not (set(stored["extra"] or {}) - set(rec.extra)):
         return rec
-    return replace(rec, path=rec.path or stored["path"], url=rec.url or stored["url"],
-                   extra={**(stored["extra"] or {}), **rec.extra})
+    return replace(
+        rec,
+        path=rec.path or stored["path"],
+        url=rec.url or stored["url"],
+        extra={**(stored["extra"] or {}), **rec.extra},
+    )
 
 
 def _signature(q: QueryRecord) -> tuple:
@@ -787,8 +880,9 @@ def _refuse_duplicates(queries: Iterable[QueryRecord]) -> None:
     for q in queries:
         key = (q.split, q.external_id)
         if key in seen:
-            raise ParseError(q.source_file, q.ordinal, "external_id",
-                             f"duplicate query id {q.external_id!r} in split {q.split!r}")
+            raise ParseError(
+                q.source_file, q.ordinal, "external_id", f"duplicate query id {q.external_id!r} in split {q.split!r}"
+            )
         seen.add(key)
 
 

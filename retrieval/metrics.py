@@ -12,6 +12,7 @@ Conventions used throughout:
   multimodal score is 0, an nDCG whose ideal DCG is 0) is returned as ``None``,
   never as NaN or a silent 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -144,9 +145,7 @@ def ndcg_multi(
             raise ValueError("relevances must be finite and >= 0")
     cutoff = None if k is None else check_k(k)
     dcg = sum(
-        rel / math.log2(1 + r)
-        for r, rel in zip(ranks, rels)
-        if r is not None and (cutoff is None or r <= cutoff)
+        rel / math.log2(1 + r) for r, rel in zip(ranks, rels) if r is not None and (cutoff is None or r <= cutoff)
     )
     ideal_rels = sorted(rels, reverse=True)
     if cutoff is not None:

@@ -4,6 +4,7 @@ One schema holds every public format without loss (see docs/CIR-FORMATS §9): a
 single-turn query is a one-turn session, the verbatim source record is kept in
 ``Query.raw`` and ids are kept as the source spells them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -77,7 +78,8 @@ class Query(models.Model):
     raw = models.JSONField(default=dict, blank=True, help_text="The verbatim source record.")
     extra = models.JSONField(default=dict, blank=True)
     content_hash = models.CharField(
-        max_length=64, blank=True,
+        max_length=64,
+        blank=True,
         help_text="Digest of the normalised record, turns and targets; a re-import rewrites the query only when it changes.",
     )
 
@@ -120,11 +122,16 @@ class Turn(models.Model):
     turn_target = models.ForeignKey(Image, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     provenance = models.CharField(max_length=50, default="human")
     reference_turns = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Earlier turns whose images form this turn's effective reference (rollback: one, "
-                  "combination: several); empty: its own reference image (retrieval.sessions).")
+        "combination: several); empty: its own reference image (retrieval.sessions).",
+    )
     reference_checks = models.JSONField(
-        default=list, blank=True, help_text="Automatic reference checks the turn fails (retrieval.sessions.REFERENCE_CHECKS)")
+        default=list,
+        blank=True,
+        help_text="Automatic reference checks the turn fails (retrieval.sessions.REFERENCE_CHECKS)",
+    )
 
     class Meta:
         ordering = ["query", "index"]
@@ -178,7 +185,8 @@ class ImportJob(Job):
     images_root = models.CharField(max_length=1000, blank=True)
     files = models.JSONField(default=list, help_text="Stored upload paths")
     delete_removed = models.BooleanField(
-        default=False, help_text="A re-import deletes the stored records its files no longer hold (else it refuses).")
+        default=False, help_text="A re-import deletes the stored records its files no longer hold (else it refuses)."
+    )
     report = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)

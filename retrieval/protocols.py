@@ -34,6 +34,7 @@ Audit labels never use this module: they keep CIRVal's rule.
 
 Figures are fractions in [0, 1] (pages show percent); a figure over no query is ``None``.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -63,18 +64,35 @@ class Protocol:
 
 
 PROTOCOLS: dict[str, Protocol] = {
-    "cirr": Protocol("cirr", "CIRR", REMOVED,
-                     "ABaldrati/CLIP4Cir src/validate.py (compute_cirr_val_metrics); CIRR leaderboard Avg",
-                     recall_ks=(1, 5, 10, 50), subset_ks=(1, 2, 3)),
-    "fashioniq": Protocol("fashioniq", "FashionIQ", KEPT, "ABaldrati/CLIP4Cir src/validate.py (compute_fiq_val_metrics)",
-                          recall_ks=(10, 50), per_category=True),
-    "circo": Protocol("circo", "CIRCO", KEPT,
-                      "miccunifi/CIRCO src/evaluation.py; miccunifi/SEARLE src/validate.py (circo_compute_val_metrics)",
-                      recall_ks=(5, 10, 25, 50), map_ks=(5, 10, 25, 50), recall_of_primary=True),
-    "mbeir": Protocol("mbeir", "M-BEIR", AS_AUDITED, "TIGER-AI-Lab/UniIR (Recall@5; Recall@10 for FashionIQ)",
-                      recall_ks=(5, 10)),
-    "lasco": Protocol("lasco", "LaSCo", AS_AUDITED, "levymsn/LaSCo paper (Recall@1/5/10/50)",
-                      recall_ks=(1, 5, 10, 50)),
+    "cirr": Protocol(
+        "cirr",
+        "CIRR",
+        REMOVED,
+        "ABaldrati/CLIP4Cir src/validate.py (compute_cirr_val_metrics); CIRR leaderboard Avg",
+        recall_ks=(1, 5, 10, 50),
+        subset_ks=(1, 2, 3),
+    ),
+    "fashioniq": Protocol(
+        "fashioniq",
+        "FashionIQ",
+        KEPT,
+        "ABaldrati/CLIP4Cir src/validate.py (compute_fiq_val_metrics)",
+        recall_ks=(10, 50),
+        per_category=True,
+    ),
+    "circo": Protocol(
+        "circo",
+        "CIRCO",
+        KEPT,
+        "miccunifi/CIRCO src/evaluation.py; miccunifi/SEARLE src/validate.py (circo_compute_val_metrics)",
+        recall_ks=(5, 10, 25, 50),
+        map_ks=(5, 10, 25, 50),
+        recall_of_primary=True,
+    ),
+    "mbeir": Protocol(
+        "mbeir", "M-BEIR", AS_AUDITED, "TIGER-AI-Lab/UniIR (Recall@5; Recall@10 for FashionIQ)", recall_ks=(5, 10)
+    ),
+    "lasco": Protocol("lasco", "LaSCo", AS_AUDITED, "levymsn/LaSCo paper (Recall@1/5/10/50)", recall_ks=(1, 5, 10, 50)),
 }
 
 
@@ -157,8 +175,9 @@ def figures(protocol: Protocol, queries: Sequence[QueryRanks], audited_removed: 
     return out
 
 
-def _target_recalls(protocol: Protocol, ranked: list[tuple[QueryRanks, list[int | None]]],
-                    every: bool) -> dict[str, float | None]:
+def _target_recalls(
+    protocol: Protocol, ranked: list[tuple[QueryRanks, list[int | None]]], every: bool
+) -> dict[str, float | None]:
     """R@K of the best positive, or of the primary one (undefined when only the best is known)."""
     if not protocol.recall_of_primary:
         return _recalls([_best(ranks) for _, ranks in ranked], protocol.recall_ks)
@@ -180,7 +199,9 @@ def _per_category(protocol: Protocol, ranked: list[tuple[QueryRanks, list[int | 
     by_cat: dict[str, list[int | None]] = defaultdict(list)
     for q, ranks in ranked:
         by_cat[q.category].append(_best(ranks))
-    categories = {cat: {"queries": len(best), **_recalls(best, protocol.recall_ks)} for cat, best in sorted(by_cat.items())}
+    categories = {
+        cat: {"queries": len(best), **_recalls(best, protocol.recall_ks)} for cat, best in sorted(by_cat.items())
+    }
     out: dict[str, Any] = {"queries": len(ranked), "categories": categories}
     for k in protocol.recall_ks:
         values = [c[f"R@{k}"] for c in categories.values() if c[f"R@{k}"] is not None]
@@ -201,8 +222,11 @@ class ProtocolReport:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "benchmark": self.protocol.title, "format": self.protocol.key, "reference": self.reference,
-            "source": self.protocol.source, "warnings": list(self.warnings),
+            "benchmark": self.protocol.title,
+            "format": self.protocol.key,
+            "reference": self.reference,
+            "source": self.protocol.source,
+            "warnings": list(self.warnings),
             "rows": [{"retriever": r, "modality": m, **values} for (r, m), values in self.rows.items()],
         }
 
@@ -212,37 +236,57 @@ def _incomplete_warnings(protocol: Protocol, queries: list[QueryRanks]) -> list[
     the rank within the subset group (rank files carry neither every positive nor the subset)."""
     out = []
     if (protocol.recall_of_primary or protocol.map_ks) and not all(q.every_positive for q in queries):
-        needs = " and ".join(x for x in ("mAP@K" if protocol.map_ks else "",
-                                         "Recall@K of the primary target" if protocol.recall_of_primary else "") if x)
-        out.append(f"some ranks were stored as one number per query (the best positive's): {protocol.title}'s "
-                   f"{needs} need every positive's rank, so they are left undefined")
+        needs = " and ".join(
+            x
+            for x in (
+                "mAP@K" if protocol.map_ks else "",
+                "Recall@K of the primary target" if protocol.recall_of_primary else "",
+            )
+            if x
+        )
+        out.append(
+            f"some ranks were stored as one number per query (the best positive's): {protocol.title}'s "
+            f"{needs} need every positive's rank, so they are left undefined"
+        )
     if protocol.subset_ks and not all(q.subset_known for q in queries):
-        out.append(f"{protocol.title}'s Recall_subset@K needs each query's rank within its subset group, which "
-                   "was not stored (rank files carry none): Recall_subset and Avg are left undefined")
+        out.append(
+            f"{protocol.title}'s Recall_subset@K needs each query's rank within its subset group, which "
+            "was not stored (rank files carry none): Recall_subset and Avg are left undefined"
+        )
     return out
 
 
-def protocol_report(protocol: Protocol, per_row: Mapping[tuple[str, str], Sequence[QueryRanks]],
-                    audited_removed: bool, imported: bool = False) -> ProtocolReport:
+def protocol_report(
+    protocol: Protocol,
+    per_row: Mapping[tuple[str, str], Sequence[QueryRanks]],
+    audited_removed: bool,
+    imported: bool = False,
+) -> ProtocolReport:
     """:func:`figures` for every (retriever, modality); ``reference`` says how the reference
     was handled: the protocol's own, ``"as audited (...)"`` when some ranks lack
     ``reference_ahead`` and the protocol's handling differs from the audit's, or
     :data:`AS_IN_FILE` for ranks imported from rank files (``imported``: CIRVal cannot know
     what the file's retriever did with the reference)."""
-    differs = (protocol.reference == KEPT and audited_removed) or (protocol.reference == REMOVED and not audited_removed)
+    differs = (protocol.reference == KEPT and audited_removed) or (
+        protocol.reference == REMOVED and not audited_removed
+    )
     unknown = differs and any(len(q.ahead) != len(q.positives) for qs in per_row.values() for q in qs if q.positives)
     reference = protocol.reference
     report = ProtocolReport(protocol, reference)
     report.warnings.extend(_incomplete_warnings(protocol, [q for qs in per_row.values() for q in qs]))
     if imported:
         report.reference = AS_IN_FILE
-        report.warnings.append(f"{protocol.title} {protocol.reference} the reference; these ranks were imported "
-                               "from rank files, whose handling of the reference CIRVal cannot check")
+        report.warnings.append(
+            f"{protocol.title} {protocol.reference} the reference; these ranks were imported "
+            "from rank files, whose handling of the reference CIRVal cannot check"
+        )
     elif unknown:
         audited = "removed" if audited_removed else "kept"
         report.reference = f"{AS_AUDITED} ({audited})"
-        report.warnings.append(f"{protocol.title} {protocol.reference} the reference, but some ranks were stored "
-                               f"without it ({audited}); the figures use the audited ranks")
+        report.warnings.append(
+            f"{protocol.title} {protocol.reference} the reference, but some ranks were stored "
+            f"without it ({audited}); the figures use the audited ranks"
+        )
     for key, queries in per_row.items():
         report.rows[key] = figures(protocol, queries, audited_removed)
     return report

@@ -38,6 +38,7 @@ the gallery size: the gallery is never sorted and the score matrix is never held
 * **Precision.** float16/bfloat16 inputs are upcast to float32 before the products;
   float64 stays float64. NaN scores give undefined results.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -110,9 +111,7 @@ def _validate(
     if queries.dim() != 2 or gallery.dim() != 2:
         raise ValueError("queries and gallery must be 2-D tensors [N, D]")
     if queries.shape[1] != gallery.shape[1]:
-        raise ValueError(
-            f"embedding sizes differ: queries {queries.shape[1]}, gallery {gallery.shape[1]}"
-        )
+        raise ValueError(f"embedding sizes differ: queries {queries.shape[1]}, gallery {gallery.shape[1]}")
     if not (queries.is_floating_point() and gallery.is_floating_point()):
         raise ValueError("embeddings must be floating point")
     n_q, n_g = queries.shape[0], gallery.shape[0]
@@ -167,8 +166,9 @@ def _chunk_product(qb: torch.Tensor, gallery: torch.Tensor, start: int, chunk_si
     return qb @ part.T
 
 
-def _kept_products(qb: torch.Tensor, gallery: torch.Tensor, needed: Sequence[torch.Tensor],
-                   chunk_size: int) -> dict[int, torch.Tensor] | None:
+def _kept_products(
+    qb: torch.Tensor, gallery: torch.Tensor, needed: Sequence[torch.Tensor], chunk_size: int
+) -> dict[int, torch.Tensor] | None:
     """Start -> product of the gallery chunks that hold the ``needed`` indices (``-1``:
     none), or ``None`` when they lie in more than :data:`KEEP_CHUNKS` chunks."""
     flat = torch.cat([t.reshape(-1) for t in needed]).cpu()
@@ -193,14 +193,21 @@ def top_k_rows(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor
     columns. On the CPU numpy's partial sort (``argpartition``, then a sort of the ``k`` kept)
     does it in about half of ``torch.topk``'s time for a panel's ``k`` (tens) over a gallery
     block; among exactly equal scores the order is unspecified either way (module notes)."""
-    if scores.device.type != "cpu" or scores.dtype not in (torch.float32, torch.float64) or k >= scores.shape[1] or k < 1:
+    if (
+        scores.device.type != "cpu"
+        or scores.dtype not in (torch.float32, torch.float64)
+        or k >= scores.shape[1]
+        or k < 1
+    ):
         return scores.topk(k, dim=1)
     values = scores.numpy()
     kept = np.argpartition(-values, k - 1, axis=1)[:, :k]
     kept_values = np.take_along_axis(values, kept, axis=1)
     order = np.argsort(-kept_values, axis=1, kind="stable")
-    return (torch.from_numpy(np.take_along_axis(kept_values, order, axis=1)),
-            torch.from_numpy(np.take_along_axis(kept, order, axis=1)))
+    return (
+        torch.from_numpy(np.take_along_axis(kept_values, order, axis=1)),
+        torch.from_numpy(np.take_along_axis(kept, order, axis=1)),
+    )
 
 
 class _Block:
@@ -299,8 +306,10 @@ class _Block:
     def best_ranks(self) -> list[int | None]:
         """The best (smallest) valid positive rank of each query, ``None`` when it has none."""
         width = self.counts.shape[1]
-        is_positive = self.valid & (torch.arange(width, device=self.counts.device)[None, :]
-                                    < torch.as_tensor(self.n_pos, device=self.counts.device)[:, None])
+        is_positive = self.valid & (
+            torch.arange(width, device=self.counts.device)[None, :]
+            < torch.as_tensor(self.n_pos, device=self.counts.device)[:, None]
+        )
         best = torch.where(is_positive, self.counts, torch.full_like(self.counts, 2**62)).min(dim=1).values + 1
         return [b if has else None for b, has in zip(best.cpu().tolist(), is_positive.any(dim=1).cpu().tolist())]
 
@@ -364,8 +373,17 @@ def rank_queries(
         qe = min(qs + query_chunk_size, n_q)
         excl = [-1 if exclude is None or exclude[q] is None else int(exclude[q]) for q in range(qs, qe)]
         refs = None if references is None else [-1 if r is None else int(r) for r in references[qs:qe]]
-        block = _Block(queries[qs:qe].to(device=device, dtype=dtype), gallery, positives[qs:qe], extra[qs:qe], excl,
-                       int(top_k), chunk_size, None if groups is None else groups[qs:qe], refs)
+        block = _Block(
+            queries[qs:qe].to(device=device, dtype=dtype),
+            gallery,
+            positives[qs:qe],
+            extra[qs:qe],
+            excl,
+            int(top_k),
+            chunk_size,
+            None if groups is None else groups[qs:qe],
+            refs,
+        )
         for s in range(0, n_g, chunk_size):
             block.add_chunk(block.chunk_scores(gallery, s), s)
         b, p, e = block.ranks([len(x) + len(y) for x, y in zip(positives[qs:qe], extra[qs:qe])])

@@ -4,13 +4,13 @@ Pure Python (no Django). One schema holds every public format without loss:
 a single-turn query is a one-turn session, every source record is kept verbatim in
 ``QueryRecord.raw``, ids are kept as the source spells them.
 """
+
 from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
 
 #: Files whose records are lines: messages name their records ``line N``.
 LINE_FILES = (".jsonl", ".ndjson", ".txt", ".tsv")
@@ -31,8 +31,9 @@ class ParseError(ValueError):
     ``record_label`` names the record where a format calls it otherwise (a CIRCUS file says
     ``assignments[N]``)."""
 
-    def __init__(self, file: str, record: int | None, field_name: str | None, message: str,
-                 record_label: str | None = None):
+    def __init__(
+        self, file: str, record: int | None, field_name: str | None, message: str, record_label: str | None = None
+    ):
         self.file = str(file)
         self.record = record
         self.field = field_name
@@ -161,8 +162,9 @@ class ParsedDataset:
             self.touched.add(image.external_id)
         return image.external_id
 
-    def add_streamed_images(self, split: str, new: list[ImageRecord], changed: list[ImageRecord],
-                            members: list[str]) -> None:
+    def add_streamed_images(
+        self, split: str, new: list[ImageRecord], changed: list[ImageRecord], members: list[str]
+    ) -> None:
         """One batch of a streamed gallery: ``new`` images, ``changed`` ones (registered before,
         completed since, with all their values) and the ids that join the gallery of ``split``."""
         self.galleries.setdefault(split, [])

@@ -1,4 +1,5 @@
 """Import entry points shared by the command, the upload page and the worker task."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,8 +42,14 @@ def import_files(
         parsed = ParsedDataset(format=fmt, attribute_images=attribute_images)
         queries = importers.stream(fmt, paths, parsed, split=split, subset=subset)
         on_batch = (lambda _n: progress("importing", min(meter.done, total), total)) if progress is not None else None
-        report = load_stream(parsed, queries, name, images_root=images_root, on_batch=on_batch,
-                             on_removed="delete" if delete_removed else "refuse")
+        report = load_stream(
+            parsed,
+            queries,
+            name,
+            images_root=images_root,
+            on_batch=on_batch,
+            on_removed="delete" if delete_removed else "refuse",
+        )
     finally:
         METER.reset(token)
     if progress is not None:
@@ -62,11 +69,18 @@ def check_starts(paths: list[Path]) -> list[str]:
             continue
         start = file_start(path, path.name.lower().endswith(LINE_FILES))
         if start.empty:
-            raise ParseError(str(path), None, None, "the file holds no record (an empty list, object or file); "
-                                                     "nothing to import: leave it out of the import")
+            raise ParseError(
+                str(path),
+                None,
+                None,
+                "the file holds no record (an empty list, object or file); "
+                "nothing to import: leave it out of the import",
+            )
         if start.bom:
-            notices.append(f"{path.name}: starts with a UTF-8 byte order mark (BOM); CIRVal read past it, but "
-                           "Python's json.load and the benchmarks' own scripts refuse such a file: save it without one")
+            notices.append(
+                f"{path.name}: starts with a UTF-8 byte order mark (BOM); CIRVal read past it, but "
+                "Python's json.load and the benchmarks' own scripts refuse such a file: save it without one"
+            )
     return notices
 
 
@@ -77,8 +91,12 @@ def run_import_job(job: ImportJob) -> ImportJob:
 
     def work(report) -> dict:
         result = import_files(
-            job.format, job.dataset_name, [Path(p) for p in job.files], split=job.split or None,
-            images_root=Path(job.images_root) if job.images_root else None, progress=report,
+            job.format,
+            job.dataset_name,
+            [Path(p) for p in job.files],
+            split=job.split or None,
+            images_root=Path(job.images_root) if job.images_root else None,
+            progress=report,
             delete_removed=job.delete_removed,
         )
         return {"report": result.as_dict()}

@@ -29,6 +29,7 @@ tau-diversity (see :func:`apply_filters`):
 * tau-diversity: every pair of the session's texts has cosine ``< tau`` (a pair at
   ``>= tau`` removes the session). The caller supplies the text embeddings.
 """
+
 from __future__ import annotations
 
 import math
@@ -396,11 +397,31 @@ REF_LATER = "refers_to_later_turn"  # the text refers to a later turn
 REFERENCE_CHECKS: tuple[str, str, str] = (REF_NOT_EARLIER, KEEP_NAMES_NO_TURN, REF_LATER)
 
 _ORDINAL_WORDS = {
-    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
-    "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12,
+    "first": 1,
+    "second": 2,
+    "third": 3,
+    "fourth": 4,
+    "fifth": 5,
+    "sixth": 6,
+    "seventh": 7,
+    "eighth": 8,
+    "ninth": 9,
+    "tenth": 10,
+    "eleventh": 11,
+    "twelfth": 12,
 }
-_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-                 "nine": 9, "ten": 10}
+_NUMBER_WORDS = {
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+}
 _ORD = r"(?:\d+(?:st|nd|rd|th)?|" + "|".join(_ORDINAL_WORDS) + ")"
 _CARD = r"(?:\d+|" + "|".join(_NUMBER_WORDS) + ")"
 _JOIN = r"(?:\s*(?:,|and|&|or)\s*(?:the\s+)?)"
@@ -469,7 +490,7 @@ def parse_turn_references(text: str, turn_index: int | None = None) -> TurnRefer
         end_m = _CLAUSE_END.search(text, m.end())
         nxt = _KEEP.search(text, m.end())
         end = min(x for x in (end_m.start() if end_m else len(text), nxt.start() if nxt else len(text)))
-        clause = text[m.end():end]
+        clause = text[m.end() : end]
         attr = _KEEP_ATTRIBUTE.match(clause)
         named = tuple(dict.fromkeys(t for p, t in positions if m.end() <= p < end))
         keep.append(((attr.group(1).strip() if attr else ""), named))
@@ -549,7 +570,11 @@ def effective_references(image_emb: ArrayT, reference_turns: Sequence[Sequence[i
     ``ValueError`` (the caller keeps only valid earlier turns).
     """
     torch = _torch_of(image_emb)
-    arr = image_emb.detach().to("cpu", torch.float64).numpy() if torch is not None else np.asarray(image_emb, dtype=np.float64)
+    arr = (
+        image_emb.detach().to("cpu", torch.float64).numpy()
+        if torch is not None
+        else np.asarray(image_emb, dtype=np.float64)
+    )
     if arr.ndim != 2 or len(reference_turns) != arr.shape[0]:
         raise ValueError("image embeddings must be [L, D] with one reference list per turn")
     if not any(reference_turns):

@@ -24,6 +24,7 @@ MODEL is an open_clip architecture: a config file in open_clip's ``model_configs
 from the pinned open_clip by ``python -m retrieval.specs --write-catalog``; when the
 installed open_clip is another version, they are read from open_clip itself.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -160,8 +161,9 @@ def weights_of(model: str, weights: str | None) -> dict[str, Any]:
     if Path(weights).expanduser().is_file():
         return {**out, **_checkpoint_weights(model, weights)}
     avail = ", ".join(tags) if tags else "none"
-    raise ValueError(f"'{weights}' is not a pretrained tag of {model} (available: {avail}) "
-                     "and does not look like a checkpoint path")
+    raise ValueError(
+        f"'{weights}' is not a pretrained tag of {model} (available: {avail}) and does not look like a checkpoint path"
+    )
 
 
 def query_key(spec: str, template_version: str, image_key: str | None, text: str | None) -> str:
@@ -189,7 +191,7 @@ def _split_spec(spec: Any) -> tuple[str, str, str]:
         backend = spec.split(":", 1)[0] if ":" in spec else ""
         hint = f"unknown backend '{backend}'" if backend else "missing backend prefix"
         raise ValueError(f"bad retriever spec '{spec}': {hint}; expected 'openclip:MODEL[@WEIGHTS]'")
-    model, sep, weights = spec[len(SPEC_PREFIX):].partition("@")
+    model, sep, weights = spec[len(SPEC_PREFIX) :].partition("@")
     model, weights = model.strip(), weights.strip()
     if not model:
         raise ValueError(f"bad retriever spec '{spec}': no model name after 'openclip:'")
@@ -217,8 +219,11 @@ def _random_weights(model: str, weights: str) -> dict[str, Any]:
 #: The first bytes of each checkpoint format open_clip can load: torch.save's zip archive
 #: (also numpy's .npz), torch.save's older pickle, and numpy's .npy. safetensors has its own
 #: test (a little-endian header length, then a JSON object).
-_CHECKPOINT_MAGIC = {b"PK\x03\x04": "zip (torch.save or .npz)", b"\x80": "pickle (older torch.save)",
-                     b"\x93NUMPY": "numpy .npy"}
+_CHECKPOINT_MAGIC = {
+    b"PK\x03\x04": "zip (torch.save or .npz)",
+    b"\x80": "pickle (older torch.save)",
+    b"\x93NUMPY": "numpy .npy",
+}
 
 
 def checkpoint_format(path: str | Path) -> str:
@@ -237,8 +242,10 @@ def checkpoint_format(path: str | Path) -> str:
             return name
     if len(head) > 8 and head[8:9] == b"{" and 0 < int.from_bytes(head[:8], "little") < 100_000_000:
         return "safetensors"
-    raise ValueError(f"not a checkpoint open_clip can load (neither a torch.save file, safetensors "
-                     f"nor numpy): {path} begins with {head[:8]!r}")
+    raise ValueError(
+        f"not a checkpoint open_clip can load (neither a torch.save file, safetensors "
+        f"nor numpy): {path} begins with {head[:8]!r}"
+    )
 
 
 def _checkpoint_weights(model: str, weights: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
 """Summary figures of an imported dataset (``manage.py dataset_stats``)."""
+
 from __future__ import annotations
 
 from django.db.models import Count
@@ -10,8 +11,7 @@ def dataset_stats(dataset: Dataset) -> dict:
     queries = Query.objects.filter(dataset=dataset)
     n_queries = queries.count()
     histogram = {
-        str(row["n_turns"]): row["n"]
-        for row in queries.values("n_turns").annotate(n=Count("id")).order_by("n_turns")
+        str(row["n_turns"]): row["n"] for row in queries.values("n_turns").annotate(n=Count("id")).order_by("n_turns")
     }
     single = histogram.get("1", 0)
     n_targets = Target.objects.filter(query__dataset=dataset).count()

@@ -33,6 +33,7 @@ documented departure from UniIR, where CIRR's file is inconsistent: a hard targe
 ``target_soft`` does not list (37 val records, which score the reference 1.0 instead) is a
 positive (UniIR leaves it out; the importer gives it relevance 1.0).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -69,9 +70,11 @@ RULES: dict[str, str] = {
 DEFAULT_RULE = "every target with relevance > 0 that is not a negative"
 ALTERNATIVE = "alternative"  # the role of an accepted alternative (an extra ground truth)
 #: Why an M-BEIR export leaves a query out (:func:`mbeir_candidates` gives it no positive).
-MBEIR_NO_POSITIVE = ("no positive candidate, every known target a negative (e.g. a CIRR query whose target_soft "
-                     "scores its target_hard below 1.0): UniIR's M-BEIR converters need a positive and leave such a "
-                     "query out (a query whose targets are not known, as in a hidden test split, is kept)")
+MBEIR_NO_POSITIVE = (
+    "no positive candidate, every known target a negative (e.g. a CIRR query whose target_soft "
+    "scores its target_hard below 1.0): UniIR's M-BEIR converters need a positive and leave such a "
+    "query out (a query whose targets are not known, as in a hidden test split, is kept)"
+)
 
 
 def _any_positive(t: TargetLike) -> bool:
@@ -160,6 +163,7 @@ def graded_targets(fmt: str, targets: Iterable[TargetLike]) -> list[tuple[Any, f
     out = [(t, 1.0) for t in positives]
     if fmt == "cirr":
         chosen = {id(t) for t in positives}
-        out.extend((t, float(t.relevance)) for t in items
-                   if id(t) not in chosen and t.role == "soft" and t.relevance > 0)
+        out.extend(
+            (t, float(t.relevance)) for t in items if id(t) not in chosen and t.role == "soft" and t.relevance > 0
+        )
     return out

@@ -1,4 +1,5 @@
 """Celery tasks of the corpus app."""
+
 from __future__ import annotations
 
 from celery import shared_task
@@ -41,7 +42,12 @@ def resume_stale_imports() -> dict[str, int]:
     """Send again the imports no live worker runs (stale heartbeat, or message never
     sent or lost). Imports run inline in the web request are claimed there too."""
     imports = ImportJob.objects.all()
-    out = leases.resend_stale(imports, send_import, give_up=lambda job: leases.fail(
-        ImportJob, job.pk, f"given up after {job.attempts} attempts (its worker was lost each time)"))
+    out = leases.resend_stale(
+        imports,
+        send_import,
+        give_up=lambda job: leases.fail(
+            ImportJob, job.pk, f"given up after {job.attempts} attempts (its worker was lost each time)"
+        ),
+    )
     out["resent_lost"] = leases.resend_lost(imports, send_import)
     return {k: v for k, v in out.items() if v}

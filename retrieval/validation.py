@@ -42,6 +42,7 @@ error types and locations to ours, and the cross-field/cross-record checks would
 validators of the same length; so it would add four packages without removing code.
 Nothing here imports Django.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
@@ -90,8 +91,16 @@ class Record:
     source and ``prefix`` the path of the object inside it (``rubric.categories[2]``).
     """
 
-    def __init__(self, path: Path | str, index: int | None, data: Any, what: str = "record", prefix: str = "",
-                 label: str | None = None, allowed: Collection[str] | None = None):
+    def __init__(
+        self,
+        path: Path | str,
+        index: int | None,
+        data: Any,
+        what: str = "record",
+        prefix: str = "",
+        label: str | None = None,
+        allowed: Collection[str] | None = None,
+    ):
         self.file = str(path)
         self.index = index
         self.data = data

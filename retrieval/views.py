@@ -1,4 +1,5 @@
 """Corpus pages: datasets, queries, images, and browser imports."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,8 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.core.paginator import Paginator
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -59,7 +60,8 @@ def query_detail(request, name: str, pk: int):
     dataset = get_object_or_404(Dataset, name=name)
     query = get_object_or_404(
         Query.objects.prefetch_related("turns__reference_image", "turns__turn_target", "targets__image"),
-        dataset=dataset, pk=pk,
+        dataset=dataset,
+        pk=pk,
     )
     return render(request, "retrieval/query_detail.html", {"dataset": dataset, "query": query})
 
@@ -82,8 +84,9 @@ def image(request, pk: int):
         raise Http404("image is outside the served roots")
     try:
         if size:
-            return FileResponse(open(thumbnail(path, size), "rb"), content_type="image/png",
-                                filename=f"image-{img.pk}-{size}.png")
+            return FileResponse(
+                open(thumbnail(path, size), "rb"), content_type="image/png", filename=f"image-{img.pk}-{size}.png"
+            )
         verified(path)  # a truncated or corrupt file is never served (422)
     except ImageRefused as exc:
         return HttpResponse(f"image {img.pk}: {exc}", status=422, content_type="text/plain")
@@ -107,9 +110,13 @@ def import_upload(request):
                         out.write(chunk)
                 stored.append(str(target))
             job = ImportJob.objects.create(
-                dataset_name=form.cleaned_data["name"], format=form.cleaned_data["format"],
-                split=form.cleaned_data["split"], images_root=form.cleaned_data["images_root"],
-                files=stored, created_by=request.user, enqueued_at=timezone.now(),
+                dataset_name=form.cleaned_data["name"],
+                format=form.cleaned_data["format"],
+                split=form.cleaned_data["split"],
+                images_root=form.cleaned_data["images_root"],
+                files=stored,
+                created_by=request.user,
+                enqueued_at=timezone.now(),
                 delete_removed=form.cleaned_data["delete_removed"],
             )
             # Always on a worker, however small: no uploaded file is parsed in the web process.
@@ -129,14 +136,23 @@ def import_job(request, pk: int):
     job = get_object_or_404(ImportJob, pk=pk)
     examples = []
     if job.status == ImportJob.Status.DONE:
-        examples = list(Query.objects.filter(dataset__name=job.dataset_name).order_by("split", "ordinal", "id")
-                        .prefetch_related("turns")[:5])
-    return render(request, "retrieval/import_job.html", {
-        "job": job, "file_names": [Path(f).name for f in job.files], "report": job.report or {},
-        # the raw report, rendered here too so a reloaded page shows it before jobs.js polls
-        "report_text": json.dumps(job.report, indent=2) if job.report else "",
-        "examples": examples,
-    })
+        examples = list(
+            Query.objects.filter(dataset__name=job.dataset_name)
+            .order_by("split", "ordinal", "id")
+            .prefetch_related("turns")[:5]
+        )
+    return render(
+        request,
+        "retrieval/import_job.html",
+        {
+            "job": job,
+            "file_names": [Path(f).name for f in job.files],
+            "report": job.report or {},
+            # the raw report, rendered here too so a reloaded page shows it before jobs.js polls
+            "report_text": json.dumps(job.report, indent=2) if job.report else "",
+            "examples": examples,
+        },
+    )
 
 
 @staff_required

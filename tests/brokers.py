@@ -1,4 +1,5 @@
 """A private Redis for fault tests, and pointing this process's Celery app at it."""
+
 from __future__ import annotations
 
 import shutil
@@ -35,11 +36,24 @@ class PrivateRedis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> "PrivateRedis":
+    def start(self) -> PrivateRedis:
         persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else ["--appendonly", "no"]
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.folder),
-             "--save", "", *persistence], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.folder),
+                "--save",
+                "",
+                *persistence,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         wait_for(self.ping, timeout=20, what="redis to start")
         return self
 
@@ -68,8 +82,12 @@ def celery_broker(url: str, transport_options: dict | None = None):
     app = current_app._get_current_object()
     keys = ("broker_url", "broker_write_url", "broker_read_url", "broker_transport_options")
     old = {k: app.conf[k] for k in keys}
-    app.conf.update(broker_url=url, broker_write_url=url, broker_read_url=url,
-                    broker_transport_options=transport_options or {"visibility_timeout": 5})
+    app.conf.update(
+        broker_url=url,
+        broker_write_url=url,
+        broker_read_url=url,
+        broker_transport_options=transport_options or {"visibility_timeout": 5},
+    )
     _reset_pools(app)
     try:
         yield

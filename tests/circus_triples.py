@@ -2,6 +2,7 @@
 agreement figures with CIRCUS's own (tests/unit/test_circus_report.py,
 tests/integration/test_agreement_command.py). Test helpers: the product reads CIRCUS files
 through :mod:`annotation.agreement.circus_files` and imports them as judgements."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence

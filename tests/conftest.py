@@ -1,4 +1,5 @@
 """Shared fixtures: demo accounts, a real Celery worker process, paths."""
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,13 @@ def database_url_for_subprocess() -> str:
 class WorkerProcess:
     """A real ``celery -A config worker`` running against the test database and broker."""
 
-    def __init__(self, queues: str = "celery,gpu,interactive", concurrency: int = 1, extra_env: dict | None = None,
-                 plain: bool = False):
+    def __init__(
+        self,
+        queues: str = "celery,gpu,interactive",
+        concurrency: int = 1,
+        extra_env: dict | None = None,
+        plain: bool = False,
+    ):
         """``plain``: started as the README says (``celery -A config worker``), without the
         test's ``--without-gossip --without-mingle --without-heartbeat``."""
         self.plain = plain
@@ -49,7 +55,7 @@ class WorkerProcess:
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
 
-    def start(self, name: str = "w1") -> "WorkerProcess":
+    def start(self, name: str = "w1") -> WorkerProcess:
         from django.conf import settings
 
         env = dict(os.environ)
@@ -65,10 +71,30 @@ class WorkerProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"test-worker-{name}-{os.getpid()}.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queues, "-n", f"{name}@%h",
-             "--concurrency", str(self.concurrency), "--pool", "prefork", "--loglevel", "INFO",
-             *([] if self.plain else ["--without-gossip", "--without-mingle", "--without-heartbeat"])],
-            cwd=ROOT, env=env, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                self.queues,
+                "-n",
+                f"{name}@%h",
+                "--concurrency",
+                str(self.concurrency),
+                "--pool",
+                "prefork",
+                "--loglevel",
+                "INFO",
+                *([] if self.plain else ["--without-gossip", "--without-mingle", "--without-heartbeat"]),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=open(self.log_path, "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         return self
 
@@ -173,8 +199,10 @@ def trained_demo_models(tmp_path_factory) -> Path:
 #: Tests hash passwords with a fast hasher (Django's advice for test suites): PBKDF2's million
 #: rounds cost about 0.3 s a hash on a quiet core, and the suite hashes hundreds (demo accounts,
 #: logins). PBKDF2 stays listed, so hashes made before (a session-wide demo_db) still verify.
-TEST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher",
-                         "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+TEST_PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -200,8 +228,11 @@ def demo_embeddings(tmp_path_factory) -> Path:
 def _last_pks() -> dict:
     from django.apps import apps
 
-    return {m: m.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
-            for m in apps.get_models() if m._meta.pk.get_internal_type() in ("AutoField", "BigAutoField")}
+    return {
+        m: m.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        for m in apps.get_models()
+        if m._meta.pk.get_internal_type() in ("AutoField", "BigAutoField")
+    }
 
 
 def _delete_added(before: dict) -> None:
@@ -234,9 +265,13 @@ def demo_db(django_db_setup, django_db_blocker, demo_images, demo_embeddings, de
     from django.core.management import call_command
     from django.test import override_settings
 
-    overrides = override_settings(IMAGE_ROOTS=[demo_images.resolve()], EMBEDDING_CACHE_DIR=demo_embeddings,
-                                  DEMO_MODELS_DIR=demo_models_dir, DEMO_TRAIN_STEPS=2,
-                                  PASSWORD_HASHERS=TEST_PASSWORD_HASHERS)
+    overrides = override_settings(
+        IMAGE_ROOTS=[demo_images.resolve()],
+        EMBEDDING_CACHE_DIR=demo_embeddings,
+        DEMO_MODELS_DIR=demo_models_dir,
+        DEMO_TRAIN_STEPS=2,
+        PASSWORD_HASHERS=TEST_PASSWORD_HASHERS,
+    )
     with django_db_blocker.unblock(), overrides:
         before = _last_pks()
         try:

@@ -14,6 +14,7 @@ batching and padding side, the full ``...ForConditionalGeneration`` model with
 * Qwen3-VL-Embedding: QwenLM/Qwen3-VL-Embedding (``Qwen3VLEmbedder.process``);
 * E5-V: kongds/E5-V (README example and ``retrieval.py``'s CIR prompts, Llama-3 template).
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,9 @@ GME_SYSTEM = "You are a helpful assistant."
 
 
 @torch.no_grad()
-def gme(folder: str, inputs: list[tuple[Image.Image | None, str | None]], instruction: str | None,
-        is_query: bool = True) -> torch.Tensor:
+def gme(
+    folder: str, inputs: list[tuple[Image.Image | None, str | None]], instruction: str | None, is_query: bool = True
+) -> torch.Tensor:
     """GmeQwen2VL.embed over one batch: the instruction is the system line (the default one for
     candidates), the image placeholder then the text form the user turn, ``<|endoftext|>``
     closes the assistant header; right padding; the language model gets the merged embeddings
@@ -77,10 +79,13 @@ def gme(folder: str, inputs: list[tuple[Image.Image | None, str | None]], instru
             user += "<|vision_start|><|image_pad|><|vision_end|>"
             images.append(_qwen_resize(image, 28, 4 * 28 * 28, 16384 * 28 * 28))
         user += text if text is not None else ""
-        prompts.append(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
-                       f"<|im_start|>assistant\n<|endoftext|>")
-    batch = processor(text=prompts, images=images or None, padding=True, truncation=True, max_length=1800,
-                      return_tensors="pt")
+        prompts.append(
+            f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+            f"<|im_start|>assistant\n<|endoftext|>"
+        )
+    batch = processor(
+        text=prompts, images=images or None, padding=True, truncation=True, max_length=1800, return_tensors="pt"
+    )
     ids = batch["input_ids"]
     embeds = model.get_input_embeddings()(ids)
     if images:
@@ -91,6 +96,7 @@ def gme(folder: str, inputs: list[tuple[Image.Image | None, str | None]], instru
 
 
 # ----------------------------------------------------------------------------------- VLM2Vec
+
 
 @torch.no_grad()
 def vlm2vec(folder: str, prompts: list[str], images: list[Image.Image | None]) -> torch.Tensor:
@@ -119,12 +125,18 @@ def vlm2vec(folder: str, prompts: list[str], images: list[Image.Image | None]) -
     # transformers 5 reads the multimodal rotary positions' image spans from mm_token_type_ids
     # (VLM2Vec's own copy of the model read them from the image token in input_ids).
     types = (padded["input_ids"] == model.config.image_token_id).int()
-    out = model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"], mm_token_type_ids=types,
-                output_hidden_states=True, **kwargs)
+    out = model(
+        input_ids=padded["input_ids"],
+        attention_mask=padded["attention_mask"],
+        mm_token_type_ids=types,
+        output_hidden_states=True,
+        **kwargs,
+    )
     return F.normalize(_last_real(out.hidden_states[-1], padded["attention_mask"]), p=2, dim=-1)
 
 
 # ------------------------------------------------------------------------------------- LamRA
+
 
 @torch.no_grad()
 def lamra(folder: str, conversations: list[list[dict]]) -> torch.Tensor:
@@ -138,8 +150,13 @@ def lamra(folder: str, conversations: list[list[dict]]) -> torch.Tensor:
     processor.tokenizer.add_tokens(["<emb>"])
     emb = processor.tokenizer.convert_tokens_to_ids("<emb>")
     texts = [processor.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in conversations]
-    images = [_qwen_resize(part["image"], 28, 4 * 28 * 28, 300 * 28 * 28)
-              for c in conversations for turn in c for part in turn["content"] if part["type"] == "image"]
+    images = [
+        _qwen_resize(part["image"], 28, 4 * 28 * 28, 300 * 28 * 28)
+        for c in conversations
+        for turn in c
+        for part in turn["content"]
+        if part["type"] == "image"
+    ]
     batch = processor(text=texts, images=images or None, padding=True, return_tensors="pt")
     hidden = model(**batch, output_hidden_states=True, return_dict=True).hidden_states[-1]
     where = torch.argmax((batch["input_ids"] == emb).int(), dim=1)
@@ -149,17 +166,23 @@ def lamra(folder: str, conversations: list[list[dict]]) -> torch.Tensor:
 def lamra_conversation(image: Image.Image | None, text: str | None) -> list[dict]:
     """The CIRCO dataset's messages: composed query, sentence or image."""
     if image is not None and text is not None:
-        content = [{"type": "image", "image": image},
-                   {"type": "text", "text": f"I'm looking for a similar everyday image with the described changes. {text}"},
-                   {"type": "text", "text": "\nSummarize above image and sentence in one word: "}]
+        content = [
+            {"type": "image", "image": image},
+            {"type": "text", "text": f"I'm looking for a similar everyday image with the described changes. {text}"},
+            {"type": "text", "text": "\nSummarize above image and sentence in one word: "},
+        ]
     elif image is None:
         content = [{"type": "text", "text": f"{text}\nSummarize above sentence in one word: "}]
     else:
         content = [{"type": "image", "image": image}, {"type": "text", "text": "\nSummarize above image in one word: "}]
-    return [{"role": "user", "content": content}, {"role": "assistant", "content": [{"type": "text", "text": "<emb>."}]}]
+    return [
+        {"role": "user", "content": content},
+        {"role": "assistant", "content": [{"type": "text", "text": "<emb>."}]},
+    ]
 
 
 # ------------------------------------------------------------------------- Qwen3-VL-Embedding
+
 
 @torch.no_grad()
 def qwen3_vl_embedding(folder: str, inputs: list[dict]) -> torch.Tensor:
@@ -185,12 +208,22 @@ def qwen3_vl_embedding(folder: str, inputs: list[dict]) -> torch.Tensor:
             content.append({"type": "text", "text": item["text"]})
         if not content:
             content = [{"type": "text", "text": "NULL"}]
-        conversations.append([{"role": "system", "content": [{"type": "text",
-                                                               "text": instruction or "Represent the user's input."}]},
-                              {"role": "user", "content": content}])
+        conversations.append(
+            [
+                {"role": "system", "content": [{"type": "text", "text": instruction or "Represent the user's input."}]},
+                {"role": "user", "content": content},
+            ]
+        )
     text = processor.apply_chat_template(conversations, add_generation_prompt=True, tokenize=False)
-    batch = processor(text=text, images=images or None, truncation=True, max_length=8192, padding=True,
-                      do_resize=False, return_tensors="pt")
+    batch = processor(
+        text=text,
+        images=images or None,
+        truncation=True,
+        max_length=8192,
+        padding=True,
+        do_resize=False,
+        return_tensors="pt",
+    )
     hidden = model(**batch).last_hidden_state
     mask = batch["attention_mask"]
     last = mask.shape[1] - mask.flip(dims=[1]).argmax(dim=1) - 1

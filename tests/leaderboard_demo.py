@@ -13,6 +13,7 @@ The validated subset is every query whose planted kind is clean (the demo's trut
 the first image of retriever 1's list other than the target becomes an accepted alternative
 (a target of role ``alternative``) of every fifth validated query.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,8 @@ def _lists(run: AuditRun, retriever: str) -> dict[str, list[str]]:
     refs = dict(Turn.objects.filter(query__dataset=run.dataset, index=1).values_list("query_id", "reference_image_id"))
     out = {}
     for qid, ext, top in AuditRank.objects.filter(run=run, retriever=retriever, query__n_turns=1).values_list(
-            "query_id", "query__external_id", "top_mm"):
+        "query_id", "query__external_id", "top_mm"
+    ):
         out[ext] = [names[i] for i in top if i != refs.get(qid)][:50]
     return out
 
@@ -41,8 +43,9 @@ def _lists(run: AuditRun, retriever: str) -> dict[str, list[str]]:
 def _mark_validated(board: Leaderboard, truth: dict, run: AuditRun) -> None:
     queries = list(Query.objects.filter(dataset=board.dataset, split=board.split, n_turns=1).order_by("ordinal"))
     clean = [q for q in queries if truth["queries"].get(q.external_id, {}).get("kind") in VALID_KINDS]
-    subset, _ = QuerySubset.objects.get_or_create(dataset=board.dataset, name=VALIDATED_SUBSET,
-                                                  defaults={"source": "test export"})
+    subset, _ = QuerySubset.objects.get_or_create(
+        dataset=board.dataset, name=VALIDATED_SUBSET, defaults={"source": "test export"}
+    )
     subset.queries.set(clean)
     targets = split_targets(board)
     tops = dict(AuditRank.objects.filter(run=run, retriever=run.retrievers[1]).values_list("query_id", "top_mm"))
@@ -58,12 +61,27 @@ def _rank_file(run: AuditRun, retriever: str, path: Path) -> Path:
     images = list(Image.objects.filter(dataset=run.dataset).order_by("pk").values_list("pk", "path"))
     index = {pk: n for n, (pk, _) in enumerate(images)}
     samples = []
-    for ordinal, mm, text, image, top in AuditRank.objects.filter(run=run, retriever=retriever, query__n_turns=1).order_by(
-            "query__ordinal").values_list("query__ordinal", "mm_all", "text", "image", "top_mm"):
-        samples.append({"query_idx": ordinal, "ranks": {"multimodal": mm, "text_only": text, "image_only": image},
-                        "retrievals": {"multimodal": [index[i] for i in top]}})
-    path.write_text(json.dumps({"metadata": {"dataset": run.dataset.name, "k": 10}, "gallery_paths": [p for _, p in images],
-                                "samples": samples}))
+    for ordinal, mm, text, image, top in (
+        AuditRank.objects.filter(run=run, retriever=retriever, query__n_turns=1)
+        .order_by("query__ordinal")
+        .values_list("query__ordinal", "mm_all", "text", "image", "top_mm")
+    ):
+        samples.append(
+            {
+                "query_idx": ordinal,
+                "ranks": {"multimodal": mm, "text_only": text, "image_only": image},
+                "retrievals": {"multimodal": [index[i] for i in top]},
+            }
+        )
+    path.write_text(
+        json.dumps(
+            {
+                "metadata": {"dataset": run.dataset.name, "k": 10},
+                "gallery_paths": [p for _, p in images],
+                "samples": samples,
+            }
+        )
+    )
     return path
 
 
@@ -77,8 +95,9 @@ def build_demo_leaderboard(run: AuditRun, out: Path, truth: dict, name: str = "d
     a, b = _lists(run, first), _lists(run, second)
     swapped = {q: (v[10:] + v[:10] if n % 3 == 0 else v) for n, (q, v) in enumerate(a.items())}
     (out / "recall_submission.json").write_text(json.dumps({"version": "rc2", "metric": "recall", **swapped}, indent=1))
-    enter_predictions(board, "A, weakened (CIRR file)", [(out / "recall_submission.json", "cirr")],
-                      paper="https://example.org/cirr")
+    enter_predictions(
+        board, "A, weakened (CIRR file)", [(out / "recall_submission.json", "cirr")], paper="https://example.org/cirr"
+    )
     (out / "circo_val_submission.json").write_text(json.dumps(b, indent=1))
     enter_predictions(board, "B (CIRCO file)", [(out / "circo_val_submission.json", "circo")])
     shifted = "\n".join(json.dumps({"query": q, "ranking": v[5:] + v[:5]}) for q, v in b.items())

@@ -14,6 +14,7 @@ the production code with. Not imported by the application.
 * :func:`clip4cir_fiq_text`: the text CLIP4Cir's FashionIQ validation encodes for a caption
   pair (ABaldrati/CLIP4Cir @dfed9f7, ``src/validate.py``), for :mod:`retrieval.captions`.
 """
+
 from __future__ import annotations
 
 import math
@@ -71,8 +72,9 @@ def naive_rank(
     return RankResult(best_rank, topk, topk_scores, per_positive if return_per_positive else None)
 
 
-def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None,
-                                 constant_pairs: ConstantPairs = "undefined") -> list[PairKappa]:
+def pairwise_cohen_kappa_sklearn(
+    ratings: Ratings, weights: KappaWeights = None, constant_pairs: ConstantPairs = "undefined"
+) -> list[PairKappa]:
     """Reference for :func:`pairwise_cohen_kappa`: one ``sklearn`` call per pair (slow).
 
     Same conventions: full category list as ``labels``; NaN from sklearn (p_e = 1, both
@@ -104,12 +106,22 @@ def pairwise_cohen_kappa_sklearn(ratings: Ratings, weights: KappaWeights = None,
     return out
 
 
-CIRCO_ASPECTS = ("cardinality", "addition", "negation", "direct_addressing", "compare_change",
-                 "comparative_statement", "statement_with_conjunction", "spatial_relations_background", "viewpoint")
+CIRCO_ASPECTS = (
+    "cardinality",
+    "addition",
+    "negation",
+    "direct_addressing",
+    "compare_change",
+    "comparative_statement",
+    "statement_with_conjunction",
+    "spatial_relations_background",
+    "viewpoint",
+)
 
 
-def circo_official_scores(annotations: list[dict], predictions: dict[str, list[int]],
-                          ranks: Sequence[int] = (5, 10, 25, 50)) -> dict[str, dict]:
+def circo_official_scores(
+    annotations: list[dict], predictions: dict[str, list[int]], ranks: Sequence[int] = (5, 10, 25, 50)
+) -> dict[str, dict]:
     """What CIRCO's evaluation script reports for ``predictions`` (query id -> ranked COCO ids)
     against ``annotations`` (the list it reads as ``annotations/val.json``).
 
@@ -134,8 +146,9 @@ def circo_official_scores(annotations: list[dict], predictions: dict[str, list[i
             aps[k].append(float(precision_at_hits[:k].sum() / min(len(entry["gt_img_ids"]), k)))
             recalls[k].append(float(sum(1 for p in ranked[:k] if int(p) == int(entry["target_img_id"]))))
         for aspect in entry.get("semantic_aspects", []):
-            by_aspect.setdefault(aspect, []).append(float(precision_at_hits[:10].sum()
-                                                          / min(len(entry["gt_img_ids"]), 10)))
+            by_aspect.setdefault(aspect, []).append(
+                float(precision_at_hits[:10].sum() / min(len(entry["gt_img_ids"]), 10))
+            )
     return {
         "map": {k: float(np.mean(aps[k])) for k in ranks},
         "recall": {k: float(np.mean(recalls[k])) for k in ranks},
@@ -166,6 +179,7 @@ def clip4cir_fiq_text(pair: Sequence[str]) -> str:
 # copied): they rank by a full argsort of the score matrix and then score the ranked names the
 # way each repository does, for :mod:`retrieval.protocols`.
 
+
 def ranked_names(scores: np.ndarray, names: Sequence) -> np.ndarray:
     """Every query's gallery names, best score first (a full argsort per row, as CLIP4Cir's
     ``torch.argsort`` of the distances)."""
@@ -173,8 +187,9 @@ def ranked_names(scores: np.ndarray, names: Sequence) -> np.ndarray:
     return np.asarray(names, dtype=object)[order]
 
 
-def clip4cir_cirr(scores: np.ndarray, names: Sequence, references: Sequence, targets: Sequence,
-                  members: Sequence[Sequence]) -> dict[str, float]:
+def clip4cir_cirr(
+    scores: np.ndarray, names: Sequence, references: Sequence, targets: Sequence, members: Sequence[Sequence]
+) -> dict[str, float]:
     """CLIP4Cir's CIRR validation: the reference is dropped from each ranked list, R@K counts
     ``target_hard``, Recall_subset@K ranks within the ``img_set`` members; percent."""
     ranked = ranked_names(scores, names)
@@ -216,8 +231,11 @@ def cirr_server(recall: dict, subset: dict, annotations: Sequence[dict]) -> dict
     its page describes it; percent."""
     out = {}
     for k in (1, 5, 10, 50):
-        out[f"R@{k}"] = 100 * sum(a["target_hard"] in recall[str(a["pairid"])][:k] for a in annotations) / len(annotations)
+        out[f"R@{k}"] = (
+            100 * sum(a["target_hard"] in recall[str(a["pairid"])][:k] for a in annotations) / len(annotations)
+        )
     for k in (1, 2, 3):
-        out[f"Recall_subset@{k}"] = 100 * sum(a["target_hard"] in subset[str(a["pairid"])][:k]
-                                              for a in annotations) / len(annotations)
+        out[f"Recall_subset@{k}"] = (
+            100 * sum(a["target_hard"] in subset[str(a["pairid"])][:k] for a in annotations) / len(annotations)
+        )
     return out

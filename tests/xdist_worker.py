@@ -8,6 +8,7 @@ by one xdist worker never takes another's tasks (CI's broker is database 0: the 
 and 1). A CACHE_URL is left shared: the tests' caches are per process unless one is set. pytest-django suffixes the test database's name
 with the worker's id itself; live servers and private Redis servers take free ports.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@
 
 Schema: the CIRCUS reference notes (FORMATS.md, sections 1.1 and 1.3).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -153,8 +154,10 @@ def _parse_assignment_data(rec: Record, verify_checksum: bool) -> AssignmentFile
     if verify_checksum and checksum is not None:
         digest = hashlib.sha256("\n".join(a.assignment_id for a in ordered).encode("utf-8")).hexdigest()
         if digest != checksum.lower():
-            rec.fail("assignment_ids_sha256",
-                     f"SHA-256 of the assignment ids in presentation order is {digest}, the file says {checksum}")
+            rec.fail(
+                "assignment_ids_sha256",
+                f"SHA-256 of the assignment ids in presentation order is {digest}, the file says {checksum}",
+            )
     source_user = rec.data.get("source_user")
     generated_at = rec.data.get("generated_at")
     return AssignmentFile(
@@ -174,12 +177,16 @@ def _check_unique(annotations: list[CircusAnnotation], file: str) -> None:
     seen_orders: dict[int, int] = {}
     for i, ann in enumerate(annotations):
         if ann.assignment_id in seen_ids:
-            raise CircusFormatError(file, f"duplicate assignment {ann.assignment_id!r} "
-                                    f"(also assignments[{seen_ids[ann.assignment_id]}])",
-                                    entry=i, field="assignment_id")
+            raise CircusFormatError(
+                file,
+                f"duplicate assignment {ann.assignment_id!r} (also assignments[{seen_ids[ann.assignment_id]}])",
+                entry=i,
+                field="assignment_id",
+            )
         if ann.presentation_order in seen_orders:
-            raise CircusFormatError(file, f"duplicate presentation_order {ann.presentation_order}",
-                                    entry=i, field="presentation_order")
+            raise CircusFormatError(
+                file, f"duplicate presentation_order {ann.presentation_order}", entry=i, field="presentation_order"
+            )
         seen_ids[ann.assignment_id] = i
         seen_orders[ann.presentation_order] = i
 
@@ -210,7 +217,6 @@ def parse_assignment_file(path: str | Path, *, verify_checksum: bool = True) -> 
     return parse_assignment_data(data, file=file, verify_checksum=verify_checksum)
 
 
-
 def _keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any] | list[tuple[str, Any]]:
     keys = [k for k, _ in pairs]
     return dict(pairs) if len(set(keys)) == len(keys) else list(pairs)
@@ -236,9 +242,7 @@ def load_agreement_report(path: str | Path) -> dict[str, Any]:
             if key == "pairwise_cohen_by_pair":
                 pairs = list(value.items()) if isinstance(value, dict) else value
                 out[key] = [(str(k), float(v)) for k, v in pairs]
-            elif isinstance(value, list) and value and all(
-                isinstance(v, tuple) and len(v) == 2 for v in value
-            ):
+            elif isinstance(value, list) and value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
                 raise CircusFormatError(file, "duplicate keys", field=f"{where}.{key}".lstrip("."))
             else:
                 out[key] = fix(value, f"{where}.{key}")

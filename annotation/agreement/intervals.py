@@ -20,6 +20,7 @@ stale asks for them now, bringing a delayed task forward. The task asks again wh
 while it ran. The store is a folder of the shared ``VAR_DIR`` (as exports are), so the web tier and
 the worker read the same files; a block is written to a temporary name and renamed (atomic).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,15 +46,24 @@ PENDING_STALE_SECONDS = 600
 CURRENT, UPDATING, OFF = "current", "updating", "off"
 
 
-def interval_options(study: Study, *, dimension: str | None = None, n_boot: int | None = None, seed: int = 0,
-                     constant_pairs: str = "undefined") -> dict[str, Any]:
+def interval_options(
+    study: Study,
+    *,
+    dimension: str | None = None,
+    n_boot: int | None = None,
+    seed: int = 0,
+    constant_pairs: str = "undefined",
+) -> dict[str, Any]:
     """The options a block of intervals is computed for (the defaults of the page: the rubric's
     default dimension, :func:`~annotation.agreement.reports.default_bootstrap` replicates, seed 0)."""
     from annotation.agreement.reports import check_dimension, default_bootstrap
 
-    return {"dimension": check_dimension(study.rubric.rubric, dimension),
-            "n_boot": default_bootstrap(study) if n_boot is None else int(n_boot),
-            "seed": int(seed), "constant_pairs": constant_pairs}
+    return {
+        "dimension": check_dimension(study.rubric.rubric, dimension),
+        "n_boot": default_bootstrap(study) if n_boot is None else int(n_boot),
+        "seed": int(seed),
+        "constant_pairs": constant_pairs,
+    }
 
 
 def _digest(options: dict[str, Any]) -> str:
@@ -172,13 +182,22 @@ def compute_intervals(study: Study, options: dict[str, Any]) -> dict[str, Any]:
 
     fingerprint = study_version(study)
     started = time.perf_counter()
-    agreement = study_agreement(study, dimension=options["dimension"], n_boot=options["n_boot"],
-                                seed=options["seed"], constant_pairs=options["constant_pairs"])
+    agreement = study_agreement(
+        study,
+        dimension=options["dimension"],
+        n_boot=options["n_boot"],
+        seed=options["seed"],
+        constant_pairs=options["constant_pairs"],
+    )
     prefix = "confidence_intervals."
-    block = {"fingerprint": fingerprint, "options": options,
-             "confidence_intervals": agreement["confidence_intervals"],
-             "undefined": {k: v for k, v in agreement["undefined"].items() if k.startswith(prefix)},
-             "computed_at": time.time(), "seconds": round(time.perf_counter() - started, 3)}
+    block = {
+        "fingerprint": fingerprint,
+        "options": options,
+        "confidence_intervals": agreement["confidence_intervals"],
+        "undefined": {k: v for k, v in agreement["undefined"].items() if k.startswith(prefix)},
+        "computed_at": time.time(),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
     _write(study, options, block)
     return block
 
@@ -212,8 +231,9 @@ def attach_intervals(report: dict[str, Any], study: Study, options: dict[str, An
     for them. Returns a new report; the one given is left as it is (it may be cached)."""
     agreement = dict(report["agreement"])
     if options["n_boot"] > 0:  # the point report's "bootstrap disabled" reasons are not this report's
-        agreement["undefined"] = {k: v for k, v in agreement["undefined"].items()
-                                  if not k.startswith("confidence_intervals.")}
+        agreement["undefined"] = {
+            k: v for k, v in agreement["undefined"].items() if not k.startswith("confidence_intervals.")
+        }
     block = stored(study, options)
     if options["n_boot"] > 0 and (block is None or block["fingerprint"] != fingerprint):
         request_intervals(study, options)

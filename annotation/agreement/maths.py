@@ -23,6 +23,7 @@ states every convention; :func:`agreement_report` copies it into its output.
 The validity rubric (CIRCUS / CIRVal) adds the binary valid/invalid view, one-vs-rest
 flags and the full flag signature (see :func:`validity_signature`).
 """
+
 from __future__ import annotations
 
 import math
@@ -110,8 +111,7 @@ CONVENTIONS: tuple[str, ...] = (
     "with no shared item are left out. Constant raters that disagree have p_e = 0 and "
     "kappa = 0.",
     "Pair keys are 'a__b' with a before b in annotator order.",
-    "Fleiss' kappa is null (not applicable) unless every item has the same number of "
-    "ratings.",
+    "Fleiss' kappa is null (not applicable) unless every item has the same number of ratings.",
     "Fleiss' kappa, Krippendorff's alpha and Cohen's kappa summaries are null with a "
     "reason in 'undefined' when the data have no variation (a single label among all "
     "ratings) or no item with two or more ratings; never a silent 0 or NaN.",
@@ -128,12 +128,12 @@ CONVENTIONS: tuple[str, ...] = (
 
 CONSTANT_PAIR_CONVENTIONS: dict[str, str] = {
     "undefined": "When both raters of a pair give one and the same label on every shared item, p_e = 1 "
-                 "and Cohen's kappa = 0/0: the pair's kappa is undefined (null), left out of the pairwise "
-                 "mean, median, min and max; 'count' says how many pairs the summary covers and "
-                 "'n_undefined' how many were left out (constant_pairs = undefined, the default).",
+    "and Cohen's kappa = 0/0: the pair's kappa is undefined (null), left out of the pairwise "
+    "mean, median, min and max; 'count' says how many pairs the summary covers and "
+    "'n_undefined' how many were left out (constant_pairs = undefined, the default).",
     "one": "When both raters of a pair give one and the same label on every shared item, p_e = 1 and "
-           "Cohen's kappa = 0/0: the pair counts as 1.0 (perfect agreement), the convention of the CIRCUS "
-           "release (constant_pairs = one).",
+    "Cohen's kappa = 0/0: the pair counts as 1.0 (perfect agreement), the convention of the CIRCUS "
+    "release (constant_pairs = one).",
 }
 
 
@@ -319,9 +319,7 @@ class Ratings:
             dup = (item[1:] == item[:-1]) & (rater[1:] == rater[:-1])
             if dup.any():
                 k = int(np.flatnonzero(dup)[0])
-                raise ValueError(
-                    f"annotator {raters[rater[k]]!r} rated item {items[item[k]]!r} more than once"
-                )
+                raise ValueError(f"annotator {raters[rater[k]]!r} rated item {items[item[k]]!r} more than once")
         return cls(item, rater, label, items, raters, categories)
 
     @classmethod
@@ -342,7 +340,9 @@ class Ratings:
         rater_tuple = tuple(raters) if raters is not None else tuple(range(n_r))
         if len(rater_tuple) != n_r:
             raise ValueError("one rater name per row is required")
-        return cls._from_codes(i.astype(np.int64), r.astype(np.int64), codes[r, i], tuple(range(n_i)), rater_tuple, cats)
+        return cls._from_codes(
+            i.astype(np.int64), r.astype(np.int64), codes[r, i], tuple(range(n_i)), rater_tuple, cats
+        )
 
     # ------------------------------------------------------------------ views
 
@@ -627,8 +627,9 @@ def kappa_weight_matrix(n_categories: int, weights: KappaWeights = None) -> np.n
     raise ValueError(f"weights must be None, 'linear' or 'quadratic', not {weights!r}")
 
 
-def _kappas(confusions: np.ndarray, weights: KappaWeights,
-            constant_pairs: ConstantPairs = "undefined") -> tuple[np.ndarray, np.ndarray]:
+def _kappas(
+    confusions: np.ndarray, weights: KappaWeights, constant_pairs: ConstantPairs = "undefined"
+) -> tuple[np.ndarray, np.ndarray]:
     """Cohen's kappa of each (pairs, K, K) confusion matrix (NaN where undefined); also a
     constant-identical mask. ``constant_pairs``: such pairs are NaN (undefined) or 1.0 (one)."""
     check_constant_pairs(constant_pairs)
@@ -651,8 +652,9 @@ def _kappas(confusions: np.ndarray, weights: KappaWeights,
     return kappa, constant
 
 
-def cohen_kappa_from_confusion(confusion: np.ndarray, weights: KappaWeights = None,
-                               constant_pairs: ConstantPairs = "undefined") -> Value:
+def cohen_kappa_from_confusion(
+    confusion: np.ndarray, weights: KappaWeights = None, constant_pairs: ConstantPairs = "undefined"
+) -> Value:
     """Cohen's kappa of one K x K confusion matrix (rows: rater a, columns: rater b).
 
     Both raters constant on the same label (p_e = 1): :class:`Undefined`, or 1.0 with
@@ -697,8 +699,9 @@ def pair_confusions(ratings: Ratings) -> tuple[np.ndarray, np.ndarray]:
     return pairs, np.rint(conf).astype(np.int64).reshape(len(uniq), k, k)
 
 
-def pairwise_cohen_kappa(ratings: Ratings, weights: KappaWeights = None,
-                         constant_pairs: ConstantPairs = "undefined") -> list[PairKappa]:
+def pairwise_cohen_kappa(
+    ratings: Ratings, weights: KappaWeights = None, constant_pairs: ConstantPairs = "undefined"
+) -> list[PairKappa]:
     """Cohen's kappa for every annotator pair on their shared items, in pair order.
 
     Weights index the categories in their order (``ratings.categories``), so absent
@@ -730,8 +733,11 @@ def cohen_kappa(
         raise ValueError("the two label sequences must have the same length")
     n = len(labels_a)
     ratings = Ratings.from_columns(
-        list(range(n)) * 2, ["a"] * n + ["b"] * n, list(labels_a) + list(labels_b),
-        raters=["a", "b"], categories=categories,
+        list(range(n)) * 2,
+        ["a"] * n + ["b"] * n,
+        list(labels_a) + list(labels_b),
+        raters=["a", "b"],
+        categories=categories,
     )
     result = pairwise_cohen_kappa(ratings, weights, constant_pairs)
     if not result:
@@ -764,8 +770,9 @@ def pair_key(rater_a: Any, rater_b: Any) -> str:
     return f"{rater_a}__{rater_b}"
 
 
-def mean_pairwise_kappa(ratings: Ratings, weights: KappaWeights = None,
-                        constant_pairs: ConstantPairs = "undefined") -> Value:
+def mean_pairwise_kappa(
+    ratings: Ratings, weights: KappaWeights = None, constant_pairs: ConstantPairs = "undefined"
+) -> Value:
     """Mean of the defined pairwise Cohen's kappas (undefined when no pair shares an item or
     every pair is undefined)."""
     result = [p.kappa for p in pairwise_cohen_kappa(ratings, weights, constant_pairs) if p.kappa is not None]
@@ -777,8 +784,9 @@ def mean_pairwise_kappa(ratings: Ratings, weights: KappaWeights = None,
 # --------------------------------------------------------------------------- bootstrap
 
 
-def _no_bootstrap(ratings: Ratings, statistics: Mapping[str, Any], n_boot: int,
-                  confidence: float) -> dict[str, Interval | Undefined] | None:
+def _no_bootstrap(
+    ratings: Ratings, statistics: Mapping[str, Any], n_boot: int, confidence: float
+) -> dict[str, Interval | Undefined] | None:
     """Every statistic's :class:`Undefined` when there is no bootstrap to run (``n_boot = 0``, no
     items), else ``None``; a confidence outside (0, 1) is an error."""
     if not 0.0 < confidence < 1.0:
@@ -929,15 +937,19 @@ class _Evaluator:
         self.m = self.c.sum(axis=1)
         self.pairable = self.m >= 2
         with np.errstate(divide="ignore", invalid="ignore"):
-            self.p_agree = np.where(self.pairable, (self.c * (self.c - 1)).sum(axis=1) /
-                                    np.where(self.pairable, self.m * (self.m - 1), 1.0), 0.0)
+            self.p_agree = np.where(
+                self.pairable,
+                (self.c * (self.c - 1)).sum(axis=1) / np.where(self.pairable, self.m * (self.m - 1), 1.0),
+                0.0,
+            )
         self.columns = self.c.shape[1] ** 2 if stat.kind == "alpha" else self.c.shape[1]
         if stat.kind == "cohen":
             self._pairs()
         if stat.kind == "alpha":  # each pairable item's part of the coincidence matrix
             c, k = self.c[self.pairable], self.c.shape[1]
-            self.coincidence = ((c[:, :, None] * c[:, None, :] - np.eye(k)[None] * c[:, None, :])
-                                / (c.sum(axis=1) - 1.0)[:, None, None]).reshape(len(c), k * k)
+            self.coincidence = (
+                (c[:, :, None] * c[:, None, :] - np.eye(k)[None] * c[:, None, :]) / (c.sum(axis=1) - 1.0)[:, None, None]
+            ).reshape(len(c), k * k)
 
     # ------------------------------------------------------------------ per kind
 
@@ -988,7 +1000,9 @@ class _Evaluator:
         d = self._alpha_distances(n_v)
         total = n_v.sum(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            expected = (n_v[:, :, None] * n_v[:, None, :] - n_v[:, :, None] * np.eye(k)[None]) / (total - 1.0)[:, None, None]
+            expected = (n_v[:, :, None] * n_v[:, None, :] - n_v[:, :, None] * np.eye(k)[None]) / (total - 1.0)[
+                :, None, None
+            ]
             alpha = 1.0 - (o * d).sum(axis=(1, 2)) / (expected * d).sum(axis=(1, 2))
         return np.where((n_v > 0).sum(axis=1) >= 2, alpha, np.nan)
 
@@ -1022,8 +1036,12 @@ class _Evaluator:
         self.n_pairs = len(pairs)
         self.columns = max(1, self.n_pairs * k * k)
         self.incidence = sparse.csc_matrix(
-            (np.ones(sum(map(len, rows))), (np.concatenate(rows) if rows else [], np.concatenate(cols) if cols else [])),
-            shape=(self.r.n_items, self.columns))
+            (
+                np.ones(sum(map(len, rows))),
+                (np.concatenate(rows) if rows else [], np.concatenate(cols) if cols else []),
+            ),
+            shape=(self.r.n_items, self.columns),
+        )
 
     def _cohen(self, w: np.ndarray) -> np.ndarray:
         if not self.n_pairs:
@@ -1225,8 +1243,9 @@ class _Recorder:
         return float(value)
 
 
-def _pairwise_block(ratings: Ratings, weights: KappaWeights, constant_pairs: ConstantPairs,
-                    rec: _Recorder, path: str) -> dict[str, Any]:
+def _pairwise_block(
+    ratings: Ratings, weights: KappaWeights, constant_pairs: ConstantPairs, rec: _Recorder, path: str
+) -> dict[str, Any]:
     """Summary (over the defined pairs), weights, kappa and shared items of every pair."""
     pairs = pairwise_cohen_kappa(ratings, weights, constant_pairs)
     summary = summarize([p.kappa for p in pairs])
@@ -1236,11 +1255,15 @@ def _pairwise_block(ratings: Ratings, weights: KappaWeights, constant_pairs: Con
         rec.undefined[path] = "every annotator pair is constant on one label (kappa undefined)"
     undefined = [pair_key(p.rater_a, p.rater_b) for p in pairs if p.kappa is None]
     if undefined:
-        rec.undefined[f"{path}.by_pair"] = ("both raters constant on one label (p_e = 1): "
-                                            + ", ".join(undefined))
-    return {**summary, "n_pairs": len(pairs), "weights": weights or "none", "constant_pairs": constant_pairs,
-            "by_pair": {pair_key(p.rater_a, p.rater_b): p.kappa for p in pairs},
-            "shared_items_by_pair": {pair_key(p.rater_a, p.rater_b): p.n_shared for p in pairs}}
+        rec.undefined[f"{path}.by_pair"] = "both raters constant on one label (p_e = 1): " + ", ".join(undefined)
+    return {
+        **summary,
+        "n_pairs": len(pairs),
+        "weights": weights or "none",
+        "constant_pairs": constant_pairs,
+        "by_pair": {pair_key(p.rater_a, p.rater_b): p.kappa for p in pairs},
+        "shared_items_by_pair": {pair_key(p.rater_a, p.rater_b): p.n_shared for p in pairs},
+    }
 
 
 def _binary_block(ratings: Ratings, rec: _Recorder, path: str, constant_pairs: ConstantPairs) -> dict[str, Any]:
@@ -1276,8 +1299,12 @@ def _check_options(rubric: str | None, level: str, constant_pairs: str) -> None:
     check_constant_pairs(constant_pairs)
 
 
-def _ratings_of(data: Iterable[tuple[Any, Any, Any]] | Ratings, rubric: str | None, raters: Sequence[Any] | None,
-                categories: Sequence[Any] | None) -> Ratings:
+def _ratings_of(
+    data: Iterable[tuple[Any, Any, Any]] | Ratings,
+    rubric: str | None,
+    raters: Sequence[Any] | None,
+    categories: Sequence[Any] | None,
+) -> Ratings:
     if isinstance(data, Ratings):
         all_ratings = data
     elif rubric == "validity":
@@ -1353,12 +1380,16 @@ def _validity_blocks(ratings: Ratings, rec: _Recorder, constant_pairs: ConstantP
         fb = _binary_block(fr, rec, f"per_flag_agreement.{flag}", constant_pairs)
         fb["positive_rate"] = label_prevalence(fr)["1"]
         per_flag[flag] = fb
-    return {"binary_valid_invalid": block, "per_flag_agreement": per_flag,
-            "signature_alpha_nominal": rec("signature_alpha_nominal", krippendorff_alpha(ratings, "nominal"))}
+    return {
+        "binary_valid_invalid": block,
+        "per_flag_agreement": per_flag,
+        "signature_alpha_nominal": rec("signature_alpha_nominal", krippendorff_alpha(ratings, "nominal")),
+    }
 
 
-def _intervals(ratings: Ratings, statistics: dict[str, Statistic], rec: _Recorder, *,
-               n_boot: int, seed: int, confidence: float) -> dict[str, Any]:
+def _intervals(
+    ratings: Ratings, statistics: dict[str, Statistic], rec: _Recorder, *, n_boot: int, seed: int, confidence: float
+) -> dict[str, Any]:
     intervals = bootstrap_statistics(ratings, statistics, n_boot=n_boot, seed=seed, confidence=confidence)
     for name, iv in intervals.items():
         if isinstance(iv, Undefined):
@@ -1369,9 +1400,7 @@ def _intervals(ratings: Ratings, statistics: dict[str, Statistic], rec: _Recorde
         "n_items": ratings.n_items,
         "seed": seed,
         "confidence": confidence,
-        "intervals": {
-            name: (None if isinstance(iv, Undefined) else iv.to_json()) for name, iv in intervals.items()
-        },
+        "intervals": {name: (None if isinstance(iv, Undefined) else iv.to_json()) for name, iv in intervals.items()},
     }
 
 
@@ -1417,8 +1446,9 @@ def agreement_report(
     if rubric == "validity":
         conventions += VALIDITY_CONVENTIONS
         report.update(_validity_blocks(ratings, rec, constant_pairs))
-    report["confidence_intervals"] = _intervals(ratings, _statistics(report, opts), rec, n_boot=n_boot, seed=seed,
-                                                confidence=confidence)
+    report["confidence_intervals"] = _intervals(
+        ratings, _statistics(report, opts), rec, n_boot=n_boot, seed=seed, confidence=confidence
+    )
     report["undefined"] = rec.undefined
     report["conventions"] = conventions
     return report

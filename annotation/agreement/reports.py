@@ -15,6 +15,7 @@
   Cohen's kappa and full-signature agreement matrices.
 * :func:`report_csv_rows` flattens a report into ``section, group, key, value`` rows.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -96,7 +97,7 @@ def turn_position(dimension: str | None) -> int | None:
     """N of a ``turn:N`` dimension (N >= 1), else ``None``."""
     if not dimension or not dimension.startswith(TURN_PREFIX):
         return None
-    number = dimension[len(TURN_PREFIX):]
+    number = dimension[len(TURN_PREFIX) :]
     return int(number) if number.isdigit() and int(number) >= 1 else None
 
 
@@ -119,7 +120,9 @@ def turn_label(key: str, per_turn: Any, reject_flags: Any, dimension: str) -> in
 def check_dimension(rubric: Rubric, dimension: str | None) -> str | None:
     if is_turn_dimension(dimension):
         if rubric.turn_verdict is None:
-            raise ReportError(f"rubric {rubric.key!r} v{rubric.version} gives no turn verdict: no dimension {dimension!r}")
+            raise ReportError(
+                f"rubric {rubric.key!r} v{rubric.version} gives no turn verdict: no dimension {dimension!r}"
+            )
         return dimension
     if label_kind(rubric) != "scale":
         if dimension not in (None, "", "label"):
@@ -129,13 +132,22 @@ def check_dimension(rubric: Rubric, dimension: str | None) -> str | None:
         return default_dimension(rubric)
     if dimension not in {s.key for s in rubric.scales}:
         turns = f", {VERDICT_DIMENSION!r} and {TURN_PREFIX}N (turn N)" if rubric.turn_verdict is not None else ""
-        raise ReportError(f"unknown dimension {dimension!r}; rubric {rubric.key!r} has the scales "
-                          f"{[s.key for s in rubric.scales]}{turns}")
+        raise ReportError(
+            f"unknown dimension {dimension!r}; rubric {rubric.key!r} has the scales "
+            f"{[s.key for s in rubric.scales]}{turns}"
+        )
     return dimension
 
 
-def judgement_label(kind: str, rubric: Rubric, validated: bool | None, flags: dict | None, category: str,
-                    scales: dict | None, dimension: str | None) -> Any:
+def judgement_label(
+    kind: str,
+    rubric: Rubric,
+    validated: bool | None,
+    flags: dict | None,
+    category: str,
+    scales: dict | None,
+    dimension: str | None,
+) -> Any:
     """The agreement label of one stored judgement (``None``: no label on this dimension)."""
     if kind == "validity":
         valid = rubric.valid_category
@@ -172,14 +184,25 @@ def study_triples(study_id: Any, dimension: str | None = None) -> list[tuple[int
     rows = (
         counted_judgements(study)
         .order_by("assignment__item_id", "assignment__annotator__username")
-        .values_list("assignment__item_id", "assignment__annotator__username", "validated", "flags", "category",
-                     "scales", "per_turn", "reject_flags")
+        .values_list(
+            "assignment__item_id",
+            "assignment__annotator__username",
+            "validated",
+            "flags",
+            "category",
+            "scales",
+            "per_turn",
+            "reject_flags",
+        )
     )
     out: list[tuple[int, str, Any]] = []
     turns = is_turn_dimension(dimension)
     for item, user, validated, flags, category, scales, per_turn, rejects in rows.iterator(chunk_size=5000):
-        label = (turn_label(rubric.turn_verdict.key, per_turn, rejects, dimension) if turns  # type: ignore[union-attr, arg-type]
-                 else judgement_label(kind, rubric, validated, flags, category, scales, dimension))
+        label = (
+            turn_label(rubric.turn_verdict.key, per_turn, rejects, dimension)
+            if turns  # type: ignore[union-attr, arg-type]
+            else judgement_label(kind, rubric, validated, flags, category, scales, dimension)
+        )
         if label is not None:
             out.append((item, user, label))
     return out
@@ -189,8 +212,9 @@ def annotator_pseudonyms(study: Study) -> dict[str, str]:
     """username -> ``annotator_01``, ``annotator_02``, … in username order, over the study's
     annotators and everyone who holds an assignment in it. Stable while nobody joins."""
     names = set(study.annotators.values_list("username", flat=True))
-    names |= set(Assignment.objects.filter(study=study).order_by().values_list("annotator__username", flat=True)
-                 .distinct())  # order_by(): the default ordering would make every row distinct
+    names |= set(
+        Assignment.objects.filter(study=study).order_by().values_list("annotator__username", flat=True).distinct()
+    )  # order_by(): the default ordering would make every row distinct
     ordered = sorted(names)
     width = max(2, len(str(len(ordered))))
     return {name: f"annotator_{i:0{width}d}" for i, name in enumerate(ordered, start=1)}
@@ -207,8 +231,11 @@ def default_bootstrap(study: Study) -> int:
     under 100) for very large studies so the page stays responsive. The page, report.json,
     report.csv and ``agreement --study`` use the same default, hence the same intervals."""
     n_items = study.n_items
-    return DEFAULT_BOOTSTRAP if n_items * DEFAULT_BOOTSTRAP <= _BOOTSTRAP_ITEM_BUDGET else \
-        max(100, _BOOTSTRAP_ITEM_BUDGET // n_items)
+    return (
+        DEFAULT_BOOTSTRAP
+        if n_items * DEFAULT_BOOTSTRAP <= _BOOTSTRAP_ITEM_BUDGET
+        else max(100, _BOOTSTRAP_ITEM_BUDGET // n_items)
+    )
 
 
 @dataclass(frozen=True)
@@ -223,14 +250,22 @@ class AgreementSpec:
 
     def describe(self) -> str:
         weights = f"{self.weights} weights" if self.weights else "unweighted"
-        scale = (f", categories {', '.join(map(str, self.categories))}" if self.categories is not None
-                 else ", categories: the validity signatures (Gwet's Q = 17)" if self.rubric else "")
+        scale = (
+            f", categories {', '.join(map(str, self.categories))}"
+            if self.categories is not None
+            else ", categories: the validity signatures (Gwet's Q = 17)"
+            if self.rubric
+            else ""
+        )
         return f"{self.level} level, Cohen's kappa {weights}{scale}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "kappa_weights": self.weights or "none",
-                "categories": list(self.categories) if self.categories is not None else None,
-                "statement": self.describe()}
+        return {
+            "level": self.level,
+            "kappa_weights": self.weights or "none",
+            "categories": list(self.categories) if self.categories is not None else None,
+            "statement": self.describe(),
+        }
 
 
 FLAG_SPEC = AgreementSpec(None, "nominal", (0, 1), None)
@@ -253,19 +288,41 @@ def agreement_spec(rubric: Rubric, dimension: str | None = None) -> AgreementSpe
     return AgreementSpec(None, "ordinal", tuple(range(scale.min, scale.max + 1)), default_kappa_weights("ordinal"))
 
 
-def compute_agreement(triples: list[tuple[Any, Any, Any]], spec: AgreementSpec, *, raters: list[str] | None = None,
-                      n_boot: int = 0, seed: int = 0, constant_pairs: str = "undefined") -> dict[str, Any]:
+def compute_agreement(
+    triples: list[tuple[Any, Any, Any]],
+    spec: AgreementSpec,
+    *,
+    raters: list[str] | None = None,
+    n_boot: int = 0,
+    seed: int = 0,
+    constant_pairs: str = "undefined",
+) -> dict[str, Any]:
     """THE agreement of a set of study judgements: every report, page, download and
     ``manage.py agreement --study`` goes through here, so they give identical numbers."""
-    report = agreement_report(triples, rubric=spec.rubric, level=spec.level, raters=raters or None,  # type: ignore[arg-type]
-                              categories=spec.categories, kappa_weights=spec.weights,  # type: ignore[arg-type]
-                              n_boot=n_boot, seed=seed, constant_pairs=constant_pairs)  # type: ignore[arg-type]
+    report = agreement_report(
+        triples,
+        rubric=spec.rubric,
+        level=spec.level,
+        raters=raters or None,  # type: ignore[arg-type]
+        categories=spec.categories,
+        kappa_weights=spec.weights,  # type: ignore[arg-type]
+        n_boot=n_boot,
+        seed=seed,
+        constant_pairs=constant_pairs,
+    )  # type: ignore[arg-type]
     report["spec"] = spec.to_dict()
     return report
 
 
-def study_agreement(study: Study | Any, *, dimension: str | None = None, n_boot: int = 0, seed: int = 0,
-                    constant_pairs: str = "undefined", pseudonymise: bool = False) -> dict[str, Any]:
+def study_agreement(
+    study: Study | Any,
+    *,
+    dimension: str | None = None,
+    n_boot: int = 0,
+    seed: int = 0,
+    constant_pairs: str = "undefined",
+    pseudonymise: bool = False,
+) -> dict[str, Any]:
     """The agreement block of :func:`study_report` on its own (``manage.py agreement --study``)."""
     study = study if isinstance(study, Study) else get_study(study)
     spec = agreement_spec(study.rubric.rubric, dimension)
@@ -273,24 +330,37 @@ def study_agreement(study: Study | Any, *, dimension: str | None = None, n_boot:
     if pseudonymise:
         names = annotator_pseudonyms(study)
         triples = [(i, names.get(a, a), v) for i, a, v in triples]
-    return compute_agreement(triples, spec, raters=sorted({a for _, a, _ in triples}), n_boot=n_boot, seed=seed,
-                             constant_pairs=constant_pairs)
+    return compute_agreement(
+        triples,
+        spec,
+        raters=sorted({a for _, a, _ in triples}),
+        n_boot=n_boot,
+        seed=seed,
+        constant_pairs=constant_pairs,
+    )
 
 
-def study_turn_agreement(study: Study | Any, *, n_boot: int = 0, seed: int = 0, constant_pairs: str = "undefined",
-                         pseudonymise: bool = False) -> dict[str, Any]:
+def study_turn_agreement(
+    study: Study | Any, *, n_boot: int = 0, seed: int = 0, constant_pairs: str = "undefined", pseudonymise: bool = False
+) -> dict[str, Any]:
     """Agreement turn by turn (``manage.py agreement --study ID --turns``): :func:`study_agreement`
     on the derived session verdict and on every turn position up to the study's longest session."""
     study = study if isinstance(study, Study) else get_study(study)
     if study.rubric.rubric.turn_verdict is None:
-        raise ReportError(f"study {study.pk} uses rubric {study.rubric.key!r} v{study.rubric.version}, which gives "
-                          "no turn verdict")
+        raise ReportError(
+            f"study {study.pk} uses rubric {study.rubric.key!r} v{study.rubric.version}, which gives no turn verdict"
+        )
     longest = StudyItem.objects.filter(study=study).aggregate(n=Max("query__n_turns"))["n"] or 0
     options = {"n_boot": n_boot, "seed": seed, "constant_pairs": constant_pairs, "pseudonymise": pseudonymise}
-    return {"study": study.pk, "spec": TURN_SPEC.to_dict(),
-            "session": study_agreement(study, dimension=VERDICT_DIMENSION, **options),
-            "positions": [{"turn": n, **study_agreement(study, dimension=f"{TURN_PREFIX}{n}", **options)}
-                          for n in range(1, longest + 1)]}
+    return {
+        "study": study.pk,
+        "spec": TURN_SPEC.to_dict(),
+        "session": study_agreement(study, dimension=VERDICT_DIMENSION, **options),
+        "positions": [
+            {"turn": n, **study_agreement(study, dimension=f"{TURN_PREFIX}{n}", **options)}
+            for n in range(1, longest + 1)
+        ],
+    }
 
 
 # --------------------------------------------------------------------------- the report
@@ -318,9 +388,13 @@ def _summary(report: dict[str, Any], kind: str) -> dict[str, Any]:
     }
     if kind == "validity":
         b = report["binary_valid_invalid"]
-        out.update(valid_rate=b["valid_rate"], binary_alpha=b["krippendorff_alpha_nominal"],
-                   binary_fleiss=b["fleiss_kappa"], binary_cohen_mean=b["pairwise_cohen"]["mean"],
-                   signature_alpha=report["signature_alpha_nominal"])
+        out.update(
+            valid_rate=b["valid_rate"],
+            binary_alpha=b["krippendorff_alpha_nominal"],
+            binary_fleiss=b["fleiss_kappa"],
+            binary_cohen_mean=b["pairwise_cohen"]["mean"],
+            signature_alpha=report["signature_alpha_nominal"],
+        )
     return out
 
 
@@ -370,11 +444,13 @@ class _Context:
     def show(self, user: str) -> str:
         return self.names.get(user, user)
 
-    def agreement(self, triples: list[tuple[Any, Any, Any]], spec: AgreementSpec | None = None, *,
-                  n_boot: int = 0, seed: int = 0) -> dict[str, Any]:
+    def agreement(
+        self, triples: list[tuple[Any, Any, Any]], spec: AgreementSpec | None = None, *, n_boot: int = 0, seed: int = 0
+    ) -> dict[str, Any]:
         raters = sorted({a for _, a, _ in triples})
-        return compute_agreement(triples, spec or self.spec, raters=raters, n_boot=n_boot, seed=seed,
-                                 constant_pairs=self.constant_pairs)
+        return compute_agreement(
+            triples, spec or self.spec, raters=raters, n_boot=n_boot, seed=seed, constant_pairs=self.constant_pairs
+        )
 
 
 def _gather(ctx: _Context) -> _Gathered:
@@ -383,8 +459,16 @@ def _gather(ctx: _Context) -> _Gathered:
     gives is kept with the study's rows (per report options), so after a judgement only the
     items whose rows changed are read again."""
     state = study_pass(ctx.study, ctx.verdicts)
-    kept = state.derived_for(("report", ctx.kind, ctx.dimension, ctx.study.rubric_id, tuple(sorted(ctx.names.items())),
-                              ctx.verdicts.turn_key))
+    kept = state.derived_for(
+        (
+            "report",
+            ctx.kind,
+            ctx.dimension,
+            ctx.study.rubric_id,
+            tuple(sorted(ctx.names.items())),
+            ctx.verdicts.turn_key,
+        )
+    )
     g = _Gathered(decisions=state.decisions, states=state.states)
     for row in state.rows:
         g.rows[row.item_id] = (row.dataset, row.hidden_category or NO_CATEGORY)
@@ -435,17 +519,25 @@ def _gather_turns(ctx: _Context, g: _Gathered, row) -> None:
             g.turn_triples[dim].append((row.item_id, ctx.show(v.annotator), label))  # type: ignore[arg-type]
 
 
-def _turn_row(ctx: _Context, dimension: str, triples: list[tuple[int, str, int]],
-              decisions: list[Decision]) -> dict[str, Any]:
+def _turn_row(
+    ctx: _Context, dimension: str, triples: list[tuple[int, str, int]], decisions: list[Decision]
+) -> dict[str, Any]:
     """One row of the turn-by-turn table: agreement on ``dimension`` through the one engine
     (no bootstrap, as every breakdown) and the consensus of that turn (or session)."""
     r = ctx.agreement(triples, TURN_SPEC)
-    return {"dimension": dimension, "n_items": r["n_items"], "n_judgements": r["n_judgements"],
-            "valid_rate": r["label_prevalence"].get(1, r["label_prevalence"].get("1", 0.0)) if triples else None,
-            "percent_agreement": r["percent_agreement"], "krippendorff_alpha": r["krippendorff_alpha"],
-            "fleiss_kappa": r["fleiss_kappa"], "gwet_ac1": r["gwet_ac1"],
-            "pairwise_cohen_mean": r["pairwise_cohen"]["mean"], "kappa_pairs": _pairs_covered(r["pairwise_cohen"]),
-            "consensus": tally(decisions)["status"]}
+    return {
+        "dimension": dimension,
+        "n_items": r["n_items"],
+        "n_judgements": r["n_judgements"],
+        "valid_rate": r["label_prevalence"].get(1, r["label_prevalence"].get("1", 0.0)) if triples else None,
+        "percent_agreement": r["percent_agreement"],
+        "krippendorff_alpha": r["krippendorff_alpha"],
+        "fleiss_kappa": r["fleiss_kappa"],
+        "gwet_ac1": r["gwet_ac1"],
+        "pairwise_cohen_mean": r["pairwise_cohen"]["mean"],
+        "kappa_pairs": _pairs_covered(r["pairwise_cohen"]),
+        "consensus": tally(decisions)["status"],
+    }
 
 
 def _turns(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
@@ -460,12 +552,14 @@ def _turns(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
     positions = []
     for n in range(1, g.n_turns + 1):
         turn_decisions = [d.turns[n - 1] for d in g.decisions.values() if len(d.turns) >= n]
-        positions.append({"turn": n, **_turn_row(ctx, f"{TURN_PREFIX}{n}", g.turn_triples[f"{TURN_PREFIX}{n}"],
-                                                 turn_decisions)})
+        positions.append(
+            {"turn": n, **_turn_row(ctx, f"{TURN_PREFIX}{n}", g.turn_triples[f"{TURN_PREFIX}{n}"], turn_decisions)}
+        )
     return {
-        "verdict_key": ctx.verdicts.turn_key, "spec": TURN_SPEC.to_dict(),
+        "verdict_key": ctx.verdicts.turn_key,
+        "spec": TURN_SPEC.to_dict(),
         "rule": "a session is valid when every turn is valid and no reject flag holds; its valid prefix is its "
-                "leading valid turns (annotation.core.turns.valid_prefix)",
+        "leading valid turns (annotation.core.turns.valid_prefix)",
         "session": _turn_row(ctx, VERDICT_DIMENSION, g.turn_triples[VERDICT_DIMENSION], list(g.decisions.values())),
         "positions": positions,
         "prefix_lengths": dict(sorted(prefixes.items(), key=lambda kv: int(kv[0]))),
@@ -475,10 +569,16 @@ def _turns(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
 
 
 def _category_row(category: str, share: float | None, prevalence: float, block: dict[str, Any]) -> dict[str, Any]:
-    return {"category": category, "chosen_share": share, "prevalence": prevalence,
-            "krippendorff_alpha": block["krippendorff_alpha_nominal"], "fleiss_kappa": block["fleiss_kappa"],
-            "gwet_ac1": block["gwet_ac1"], "pairwise_cohen_mean": block["pairwise_cohen"]["mean"],
-            "kappa_pairs": _pairs_covered(block["pairwise_cohen"])}
+    return {
+        "category": category,
+        "chosen_share": share,
+        "prevalence": prevalence,
+        "krippendorff_alpha": block["krippendorff_alpha_nominal"],
+        "fleiss_kappa": block["fleiss_kappa"],
+        "gwet_ac1": block["gwet_ac1"],
+        "pairwise_cohen_mean": block["pairwise_cohen"]["mean"],
+        "kappa_pairs": _pairs_covered(block["pairwise_cohen"]),
+    }
 
 
 def _pairs_covered(pc: dict[str, Any]) -> str:
@@ -499,26 +599,45 @@ def _validity_categories(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -
 def _one_vs_rest(ctx: _Context, triples: list[tuple[int, str, Any]], category: str) -> dict[str, Any]:
     binary = [(i, a, 1 if lab == category else 0) for i, a, lab in triples]
     r = ctx.agreement(binary, FLAG_SPEC)
-    return {"krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
-            "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"],
-            "kappa_pairs": _pairs_covered(r["pairwise_cohen"])}
+    return {
+        "krippendorff_alpha": r["krippendorff_alpha"],
+        "fleiss_kappa": r["fleiss_kappa"],
+        "gwet_ac1": r["gwet_ac1"],
+        "pairwise_cohen_mean": r["pairwise_cohen"]["mean"],
+        "kappa_pairs": _pairs_covered(r["pairwise_cohen"]),
+    }
 
 
 def _category_categories(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> list[dict[str, Any]]:
     prevalence = overall["label_prevalence"]
-    return [{"category": c.key, "chosen_share": g.share(c.key), "prevalence": prevalence.get(c.key, 0.0),
-             **_one_vs_rest(ctx, g.triples, c.key)} for c in ctx.rubric.by_severity()]
+    return [
+        {
+            "category": c.key,
+            "chosen_share": g.share(c.key),
+            "prevalence": prevalence.get(c.key, 0.0),
+            **_one_vs_rest(ctx, g.triples, c.key),
+        }
+        for c in ctx.rubric.by_severity()
+    ]
 
 
-def _scale_row(ctx: _Context, name: str, kind: str, triples: list[tuple[Any, Any, Any]],
-               spec: AgreementSpec) -> dict[str, Any]:
+def _scale_row(
+    ctx: _Context, name: str, kind: str, triples: list[tuple[Any, Any, Any]], spec: AgreementSpec
+) -> dict[str, Any]:
     r = ctx.agreement(triples, spec)
     values = [v for _, _, v in triples]
-    return {"category": name, "kind": kind, "kappa_weights": r["pairwise_cohen"]["weights"], "n": len(values),
-            "mean": sum(values) / len(values) if values else None,
-            "krippendorff_alpha": r["krippendorff_alpha"], "fleiss_kappa": r["fleiss_kappa"],
-            "gwet_ac1": r["gwet_ac1"], "pairwise_cohen_mean": r["pairwise_cohen"]["mean"],
-            "kappa_pairs": _pairs_covered(r["pairwise_cohen"])}
+    return {
+        "category": name,
+        "kind": kind,
+        "kappa_weights": r["pairwise_cohen"]["weights"],
+        "n": len(values),
+        "mean": sum(values) / len(values) if values else None,
+        "krippendorff_alpha": r["krippendorff_alpha"],
+        "fleiss_kappa": r["fleiss_kappa"],
+        "gwet_ac1": r["gwet_ac1"],
+        "pairwise_cohen_mean": r["pairwise_cohen"]["mean"],
+        "kappa_pairs": _pairs_covered(r["pairwise_cohen"]),
+    }
 
 
 def _scale_categories(ctx: _Context) -> list[dict[str, Any]]:
@@ -529,8 +648,7 @@ def _scale_categories(ctx: _Context) -> list[dict[str, Any]]:
         rows.append(_scale_row(ctx, s.key, f"scale ({spec.describe()})", triples, spec))
     for flag in ctx.rubric.reject_flags:
         triples = [(i, ctx.show(a), v) for i, a, v in reject_flag_triples(ctx.study, flag.key)]
-        rows.append(_scale_row(ctx, f"reject:{flag.key}", f"reject flag ({FLAG_SPEC.describe()})", triples,
-                               FLAG_SPEC))
+        rows.append(_scale_row(ctx, f"reject:{flag.key}", f"reject flag ({FLAG_SPEC.describe()})", triples, FLAG_SPEC))
     return rows
 
 
@@ -557,8 +675,11 @@ def _breakdown(ctx: _Context, g: _Gathered, index: int, overall: dict[str, Any] 
         entry = _summary(overall if whole else ctx.agreement(groups.get(group, [])), ctx.kind)
         entry["items"] = items_in[group]
         if g.decisions:
-            entry["consensus"] = dict(g.tally["status"]) if len(items_in) == 1 else \
-                tally(d for i, d in g.decisions.items() if g.rows[i][index] == group)["status"]
+            entry["consensus"] = (
+                dict(g.tally["status"])
+                if len(items_in) == 1
+                else tally(d for i, d in g.decisions.items() if g.rows[i][index] == group)["status"]
+            )
         out[group] = entry
     return out
 
@@ -578,8 +699,11 @@ def _confusion(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
     confusion: dict[str, Any] = {}
     for a, m in per.items():
         decided = m[0][0] + m[0][1] + m[1][0] + m[1][1]
-        confusion[a] = {"matrix": m, "n": sum(map(sum, m)),
-                        "agreement_with_consensus": (m[0][0] + m[1][1]) / decided if decided else None}
+        confusion[a] = {
+            "matrix": m,
+            "n": sum(map(sum, m)),
+            "agreement_with_consensus": (m[0][0] + m[1][1]) / decided if decided else None,
+        }
     return {"rows": vote_rows, "columns": columns, "by_annotator": confusion}
 
 
@@ -587,10 +711,14 @@ def _consensus(ctx: _Context, g: _Gathered) -> dict[str, Any] | None:
     if not g.decisions:
         return None
     v = ctx.verdicts
-    return {"policy": "session" if v.session is not None else v.policy,
-            "primary": ctx.show(v.primary) if v.primary else None, "quorum": v.quorum,
-            "session_rule": v.session.to_dict() if v.session is not None else None, **g.tally,
-            "states": dict(g.states) if g.states is not None else item_states(g.decisions.values())}
+    return {
+        "policy": "session" if v.session is not None else v.policy,
+        "primary": ctx.show(v.primary) if v.primary else None,
+        "quorum": v.quorum,
+        "session_rule": v.session.to_dict() if v.session is not None else None,
+        **g.tally,
+        "states": dict(g.states) if g.states is not None else item_states(g.decisions.values()),
+    }
 
 
 def _pairwise(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> dict[str, Any]:
@@ -631,25 +759,36 @@ def _pairwise(ctx: _Context, g: _Gathered, overall: dict[str, Any]) -> dict[str,
         "annotators": annotators,
         "kappa_of": kappa_of,
         "cohen_kappa": _matrix(annotators, lookup),
-        "signature_agreement": _matrix(annotators, lambda a, b: cell(a, b)[1] / cell(a, b)[0] if cell(a, b)[0] else None),
+        "signature_agreement": _matrix(
+            annotators, lambda a, b: cell(a, b)[1] / cell(a, b)[0] if cell(a, b)[0] else None
+        ),
         "shared_items": _matrix(annotators, lambda a, b: cell(a, b)[0]),
     }
 
 
-def _context(study: Study, policy: str, primary: str | None, pseudonymise: bool, dimension: str | None,
-             constant_pairs: str) -> _Context:
+def _context(
+    study: Study, policy: str, primary: str | None, pseudonymise: bool, dimension: str | None, constant_pairs: str
+) -> _Context:
     if policy not in POLICIES:
         raise ReportError(f"unknown consensus policy {policy!r}; expected one of {POLICIES}")
     if constant_pairs not in CONSTANT_PAIRS:
         raise ReportError(f"constant_pairs must be one of {CONSTANT_PAIRS}, got {constant_pairs!r}")
     rubric = study.rubric.rubric
     if is_turn_dimension(dimension):
-        raise ReportError(f"the report shows every turn in its turn-by-turn section; {dimension!r} is for "
-                          "manage.py agreement --study")
+        raise ReportError(
+            f"the report shows every turn in its turn-by-turn section; {dimension!r} is for manage.py agreement --study"
+        )
     dimension = check_dimension(rubric, dimension)
-    return _Context(study, rubric, label_kind(rubric), dimension, agreement_spec(rubric, dimension),
-                    Verdicts.of(study, policy, primary), annotator_pseudonyms(study) if pseudonymise else {},
-                    constant_pairs)
+    return _Context(
+        study,
+        rubric,
+        label_kind(rubric),
+        dimension,
+        agreement_spec(rubric, dimension),
+        Verdicts.of(study, policy, primary),
+        annotator_pseudonyms(study) if pseudonymise else {},
+        constant_pairs,
+    )
 
 
 def study_report(
@@ -677,12 +816,20 @@ def study_report(
     g = _gather(ctx)
     overall = ctx.agreement(g.triples, n_boot=n_boot, seed=seed)
     return {
-        "study": {"id": study.pk, "name": study.name, "rubric": {"key": study.rubric.key,
-                                                               "version": study.rubric.version},
-                  "kind": ctx.kind, "dimension": ctx.dimension, "overlap": study.overlap,
-                  "quorum": ctx.verdicts.quorum, "items": len(g.rows), "judgements": g.n_judgements,
-                  "late": sum(late_per_annotator(study).values()),
-                  "annotators": g.annotators, "pseudonymised": pseudonymise},
+        "study": {
+            "id": study.pk,
+            "name": study.name,
+            "rubric": {"key": study.rubric.key, "version": study.rubric.version},
+            "kind": ctx.kind,
+            "dimension": ctx.dimension,
+            "overlap": study.overlap,
+            "quorum": ctx.verdicts.quorum,
+            "items": len(g.rows),
+            "judgements": g.n_judgements,
+            "late": sum(late_per_annotator(study).values()),
+            "annotators": g.annotators,
+            "pseudonymised": pseudonymise,
+        },
         "agreement": overall,
         "categories": _categories(ctx, g, overall),
         "by_dataset": _breakdown(ctx, g, 0, overall),
@@ -698,8 +845,18 @@ def study_report(
 
 
 def _csv_agreement(a: dict[str, Any]) -> Iterator[list[Any]]:
-    for key in ("n_items", "n_annotators", "n_judgements", "n_items_excluded", "n_categories", "percent_agreement",
-                "all_ratings_identical_rate", "krippendorff_alpha", "fleiss_kappa", "gwet_ac1"):
+    for key in (
+        "n_items",
+        "n_annotators",
+        "n_judgements",
+        "n_items_excluded",
+        "n_categories",
+        "percent_agreement",
+        "all_ratings_identical_rate",
+        "krippendorff_alpha",
+        "fleiss_kappa",
+        "gwet_ac1",
+    ):
         yield ["agreement", "", key, a[key]]
     for key in ("count", "n_undefined", "n_pairs", "mean", "median", "min", "max", "weights", "constant_pairs"):
         yield ["agreement", "pairwise_cohen", key, a["pairwise_cohen"][key]]
@@ -716,9 +873,16 @@ def _csv_agreement(a: dict[str, Any]) -> Iterator[list[Any]]:
         yield ["agreement", "confidence_intervals", "state", a["intervals_state"]["state"]]
     if "binary_valid_invalid" in a:
         b = a["binary_valid_invalid"]
-        for key in ("valid_rate", "exact_agreement_rate", "unanimous_valid_invalid_rate",
-                    "exact_invalid_signature_rate", "percent_agreement", "krippendorff_alpha_nominal",
-                    "fleiss_kappa", "gwet_ac1"):
+        for key in (
+            "valid_rate",
+            "exact_agreement_rate",
+            "unanimous_valid_invalid_rate",
+            "exact_invalid_signature_rate",
+            "percent_agreement",
+            "krippendorff_alpha_nominal",
+            "fleiss_kappa",
+            "gwet_ac1",
+        ):
             yield ["agreement", "binary_valid_invalid", key, b[key]]
         yield ["agreement", "binary_valid_invalid", "pairwise_cohen_mean", b["pairwise_cohen"]["mean"]]
         yield ["agreement", "", "signature_alpha_nominal", a["signature_alpha_nominal"]]
@@ -785,8 +949,11 @@ def kappa_bases(report: dict[str, Any]) -> dict[str, str]:
     kind, a = report["study"]["kind"], report["agreement"]
     weights = _weights_words(a["pairwise_cohen"]["weights"])
     labels = {"validity": "validity signatures", "category": "categories"}.get(kind, report["study"]["dimension"])
-    return {"labels": f"{labels}, {weights}", "binary": "binary valid / invalid, unweighted",
-            "pairwise": report["pairwise"]["kappa_of"]}
+    return {
+        "labels": f"{labels}, {weights}",
+        "binary": "binary valid / invalid, unweighted",
+        "pairwise": report["pairwise"]["kappa_of"],
+    }
 
 
 def _basis(row: list[Any], bases: dict[str, str], kind: str) -> str:
@@ -795,15 +962,21 @@ def _basis(row: list[Any], bases: dict[str, str], kind: str) -> str:
     if section == "pairwise_cohen_kappa":
         return bases["pairwise"]
     if section == "turns" and "cohen" in key:
-        return "turn verdict valid / invalid, unweighted" if group.startswith("turn") else \
-            "session verdict valid / invalid, unweighted"
+        return (
+            "turn verdict valid / invalid, unweighted"
+            if group.startswith("turn")
+            else "session verdict valid / invalid, unweighted"
+        )
     if "cohen" not in group and "cohen" not in key:
         return ""
     if "binary" in group or "binary" in key:
         return bases["binary"]
     if section == "category":
-        return (f"{group} chosen or not, unweighted" if kind != "scale" or group.startswith("reject:")
-                else f"{group}, {_weights_words(default_kappa_weights('ordinal'))}")
+        return (
+            f"{group} chosen or not, unweighted"
+            if kind != "scale" or group.startswith("reject:")
+            else f"{group}, {_weights_words(default_kappa_weights('ordinal'))}"
+        )
     return bases["labels"]
 
 

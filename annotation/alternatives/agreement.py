@@ -7,13 +7,13 @@ units: Krippendorff's alpha (nominal), raw (pairwise) agreement and the prevalen
 each with a percentile bootstrap interval (units resampled, seeded). Beside them: how many
 alternatives each query gained under the study's consensus rule.
 """
+
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from annotation.alternatives.paging import shown_candidates
 from annotation.agreement.maths import (
     Ratings,
     Undefined,
@@ -22,6 +22,7 @@ from annotation.agreement.maths import (
     percent_agreement,
     to_json_value,
 )
+from annotation.alternatives.paging import shown_candidates
 
 CONVENTIONS: tuple[str, ...] = (
     "Units: every (item, candidate) pair of the item's fixed candidate panel; each annotator "
@@ -37,7 +38,8 @@ CONVENTIONS: tuple[str, ...] = (
 
 
 def candidate_units(
-    panels: Mapping[Any, Sequence[int]], ticks: Mapping[Any, Mapping[str, Sequence[int]]],
+    panels: Mapping[Any, Sequence[int]],
+    ticks: Mapping[Any, Mapping[str, Sequence[int]]],
     page_size: int | None = None,
 ) -> list[tuple[str, str, int]]:
     """(unit, annotator, 0/1) triples: ``panels`` item -> candidates, ``ticks`` item ->
@@ -64,15 +66,26 @@ def unit_agreement(triples: Iterable[tuple[str, str, int]], n_boot: int = 1000, 
     """alpha (nominal), raw agreement and prevalence of ticks with bootstrap intervals."""
     triples = list(triples)
     if not triples:
-        return {"n_units": 0, "n_ratings": 0, "alpha_nominal": None, "raw_agreement": None, "prevalence": None,
-                "intervals": {}, "undefined": {"all": "no candidate was shown to a judging annotator"}}
+        return {
+            "n_units": 0,
+            "n_ratings": 0,
+            "alpha_nominal": None,
+            "raw_agreement": None,
+            "prevalence": None,
+            "intervals": {},
+            "undefined": {"all": "no candidate was shown to a judging annotator"},
+        }
     r = Ratings.from_triples(triples, categories=[0, 1])
-    stats = {"alpha_nominal": lambda x: krippendorff_alpha(x, "nominal"), "raw_agreement": percent_agreement,
-             "prevalence": _prevalence}
+    stats = {
+        "alpha_nominal": lambda x: krippendorff_alpha(x, "nominal"),
+        "raw_agreement": percent_agreement,
+        "prevalence": _prevalence,
+    }
     values = {k: fn(r) for k, fn in stats.items()}
     intervals = bootstrap_intervals(r, stats, n_boot=n_boot, seed=seed)
     return {
-        "n_units": r.n_items, "n_ratings": len(triples),
+        "n_units": r.n_items,
+        "n_ratings": len(triples),
         **{k: to_json_value(v) for k, v in values.items()},
         "intervals": {k: (v.to_json() if not isinstance(v, Undefined) else None) for k, v in intervals.items()},
         "undefined": {k: v.reason for k, v in values.items() if isinstance(v, Undefined)},
@@ -96,6 +109,9 @@ def distribution(accepted_per_item: Iterable[int]) -> dict[str, Any]:
     """How many alternatives each query gained: histogram and mean."""
     counts = list(accepted_per_item)
     hist = Counter(counts)
-    return {"histogram": {str(k): hist[k] for k in sorted(hist)}, "n_items": len(counts),
-            "mean": (sum(counts) / len(counts)) if counts else None,
-            "items_with_alternatives": sum(1 for c in counts if c)}
+    return {
+        "histogram": {str(k): hist[k] for k in sorted(hist)},
+        "n_items": len(counts),
+        "mean": (sum(counts) / len(counts)) if counts else None,
+        "items_with_alternatives": sum(1 for c in counts if c),
+    }

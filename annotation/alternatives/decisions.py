@@ -5,6 +5,7 @@ A candidate is accepted when a strict majority of the item's annotators ticked i
 candidate overrides the votes either way. Each accepted candidate keeps its provenance: who
 ticked it, the votes, and the rule.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -63,8 +64,16 @@ def decide_alternatives(
             accepted, how = adjudicated[image], ADJUDICATED
         else:
             accepted, how = _passes(len(by), n, rule), rule
-        out.append(Alternative(image=image, votes=len(by), n_annotators=n, ticked_by=by, accepted=accepted,
-                               rule=how if accepted or image in adjudicated else ""))
+        out.append(
+            Alternative(
+                image=image,
+                votes=len(by),
+                n_annotators=n,
+                ticked_by=by,
+                accepted=accepted,
+                rule=how if accepted or image in adjudicated else "",
+            )
+        )
     return out
 
 

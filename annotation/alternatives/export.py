@@ -10,16 +10,16 @@ queries ``0 .. n-1`` in ``id`` (the original CIRCO query id is in the trace line
 position, ``query_external_id``, beside ``circo_id``), ids of COCO images are integers, and
 ``semantic_aspects`` is kept (CIRCO records carry it; other formats get ``[]``), so that the
 per-aspect semantic mAP@10 is computed, not NaN."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from retrieval.models import Image
-
+from annotation.alternatives.study import study_alternatives
 from annotation.core.export_fields import CIRCO_KEYS
 from annotation.models import Study
 from annotation.verdicts.readmodel import ItemRow
-from annotation.alternatives.study import study_alternatives
+from retrieval.models import Image
 
 FORMATS: tuple[str, ...] = ("mbeir", "circo")
 
@@ -60,10 +60,15 @@ class ExtraTargets:
         gts = [_circo_id(x) for x in line["pos_cand_list"]]
         raw = raw if isinstance(raw, dict) else {}
         aspects = raw.get("semantic_aspects")
-        return {"reference_img_id": _circo_id(reference), "target_img_id": gts[0] if gts else None,
-                "relative_caption": line.get("query_txt") or "", "shared_concept": raw.get("shared_concept", ""),
-                "gt_img_ids": gts, "id": position,
-                "semantic_aspects": [a for a in aspects if isinstance(a, str)] if isinstance(aspects, list) else []}
+        return {
+            "reference_img_id": _circo_id(reference),
+            "target_img_id": gts[0] if gts else None,
+            "relative_caption": line.get("query_txt") or "",
+            "shared_concept": raw.get("shared_concept", ""),
+            "gt_img_ids": gts,
+            "id": position,
+            "semantic_aspects": [a for a in aspects if isinstance(a, str)] if isinstance(aspects, list) else [],
+        }
 
 
 class QueryLayout:

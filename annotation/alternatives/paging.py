@@ -19,6 +19,7 @@ annotator's "no tick" is only ever read for the pages the rule opened.
 candidate they are shown, opening no page at will: what ``demo_check`` reports as reachable
 recall (issue 39, item 1), beside the pool recall (every fitting candidate of the panel).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -52,7 +53,7 @@ def reachable(panel: Sequence[int], fitting: Iterable[int], page_size: int = PAG
     ticked: list[int] = []
     opened = 1 if panel else 0
     while True:
-        page = panel[(opened - 1) * page_size: opened * page_size]
+        page = panel[(opened - 1) * page_size : opened * page_size]
         ticked += [c for c in page if c in fits]
         now = pages_shown(panel, ticked, page_size)
         if now <= opened:

@@ -1,5 +1,6 @@
 """The ``alternatives`` field of a judgement: the candidates an annotator ticked as fitting the
 query as well as the labelled target. Pure: no Django."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,6 +1,7 @@
 """Extra ground truths of a study's items: the ticked candidates its consensus accepts
 (:mod:`annotation.alternatives.decisions`), adjudicators' decisions on candidates, and the
 per-candidate agreement report (:mod:`annotation.alternatives.agreement`)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -8,13 +9,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from annotation.alternatives.agreement import CONVENTIONS, candidate_units, distribution, per_candidate, unit_agreement
-from annotation.models import AlternativeDecision, Study, StudyItem
-from annotation.verdicts.state import counted_judgements
 from annotation.alternatives.decisions import Alternative, decide_alternatives
 from annotation.alternatives.paging import PAGE_SIZE
+from annotation.models import AlternativeDecision, Study, StudyItem
+from annotation.verdicts.state import counted_judgements
 
 
-def item_ticks(study: Study, item_ids: Iterable[int] | None = None) -> tuple[dict[int, list[int]], dict[int, dict[str, list[int]]]]:
+def item_ticks(
+    study: Study, item_ids: Iterable[int] | None = None
+) -> tuple[dict[int, list[int]], dict[int, dict[str, list[int]]]]:
     """(item -> candidate panel, item -> annotator username -> ticked ids) over the current
     judgements (:func:`~annotation.verdicts.state.counted_judgements`) of the items that have a panel."""
     items = StudyItem.objects.filter(study=study).exclude(candidates=[])
@@ -22,9 +25,11 @@ def item_ticks(study: Study, item_ids: Iterable[int] | None = None) -> tuple[dic
         items = items.filter(pk__in=list(item_ids))
     panels = {pk: list(c) for pk, c in items.values_list("pk", "candidates")}
     ticks: dict[int, dict[str, list[int]]] = defaultdict(dict)
-    for item, user, alts in counted_judgements(study).filter(
-        assignment__item_id__in=list(panels)
-    ).values_list("assignment__item_id", "assignment__annotator__username", "alternatives"):
+    for item, user, alts in (
+        counted_judgements(study)
+        .filter(assignment__item_id__in=list(panels))
+        .values_list("assignment__item_id", "assignment__annotator__username", "alternatives")
+    ):
         ticks[item][user] = list(alts or [])
     return panels, dict(ticks)
 
@@ -36,7 +41,8 @@ def adjudicated_candidates(study: Study, item_ids: Iterable[int] | None = None) 
         qs = qs.filter(item_id__in=list(item_ids))
     out: dict[int, dict[int, bool]] = defaultdict(dict)
     for item, image, accepted in qs.order_by("item_id", "image_id", "-decided_at", "-id").values_list(
-            "item_id", "image_id", "accepted"):
+        "item_id", "image_id", "accepted"
+    ):
         out[item].setdefault(image, accepted)
     return dict(out)
 
@@ -48,19 +54,25 @@ def study_alternatives(study: Study, item_ids: Iterable[int] | None = None) -> d
     adjudicated = adjudicated_candidates(study, ids)
     return {
         item: decide_alternatives(panel, ticks.get(item, {}), study.alternatives_rule, adjudicated.get(item))
-        for item, panel in panels.items() if item in ticks or item in adjudicated
+        for item, panel in panels.items()
+        if item in ticks or item in adjudicated
     }
 
 
-def decide_candidate(study: Study, item: StudyItem, image_id: int, accepted: bool, user, note: str = "") -> AlternativeDecision:
+def decide_candidate(
+    study: Study, item: StudyItem, image_id: int, accepted: bool, user, note: str = ""
+) -> AlternativeDecision:
     """An adjudicator accepts (or refuses) one candidate of an item as an extra ground truth."""
     if image_id not in set(item.candidates):
         raise ValueError(f"image {image_id} is not a candidate of this item")
-    return AlternativeDecision.objects.create(study=study, item=item, image_id=image_id, accepted=accepted,
-                                              note=note, decided_by=user)
+    return AlternativeDecision.objects.create(
+        study=study, item=item, image_id=image_id, accepted=accepted, note=note, decided_by=user
+    )
 
 
-def alternatives_report(study: Study, names: dict[str, str] | None = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def alternatives_report(
+    study: Study, names: dict[str, str] | None = None, n_boot: int = 1000, seed: int = 0
+) -> dict[str, Any]:
     """Per-candidate agreement (binary units), the distribution of accepted alternatives per
     query and the most-ticked candidates; annotators renamed by ``names`` (pseudonyms)."""
     names = names or {}
@@ -95,9 +107,15 @@ def apply_alternatives(study: Study) -> dict[str, int]:
             if not alt.accepted:
                 continue
             _, made = Target.objects.get_or_create(
-                query_id=items[item], image_id=alt.image,
-                defaults={"relevance": 1.0, "is_primary": False, "role": ALTERNATIVE_ROLE,
-                          "source_field": f"study {study.pk}: {alt.rule}, {alt.votes} of {alt.n_annotators} votes"[:100]})
+                query_id=items[item],
+                image_id=alt.image,
+                defaults={
+                    "relevance": 1.0,
+                    "is_primary": False,
+                    "role": ALTERNATIVE_ROLE,
+                    "source_field": f"study {study.pk}: {alt.rule}, {alt.votes} of {alt.n_annotators} votes"[:100],
+                },
+            )
             created += made
             existing += not made
     return {"created": created, "already_targets": existing}

@@ -31,13 +31,12 @@ from functools import cache
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.http import Http404
-
-from config.limits import INT_MAX, INT_MIN
 from django.utils import timezone
 
 from annotation import roles
 from annotation.models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
 from annotation.permissions import writable
+from config.limits import INT_MAX, INT_MIN
 from retrieval.models import Query
 
 #: The annotations of the row, in the order the statement selects them.

@@ -2,6 +2,7 @@
 (from either side of the membership, by the room, the API or the admin) gives back every item
 they hold at once. A removed annotator can no longer submit, so their lease would only block
 the item's slot until it ran out (``Study.lease_minutes``, 10 by default)."""
+
 from __future__ import annotations
 
 from annotation.assignment.queue import release_held
@@ -15,8 +16,9 @@ def members_removed(sender, instance, action: str, reverse: bool, pk_set=None, *
     each (study, annotator) pair that left. ``reverse``: the change came from the user's side."""
     if action == "pre_clear":  # who is about to go: a clear sends no pk_set
         mine = {"user_id": instance.pk} if reverse else {"study_id": instance.pk}
-        instance._cirval_leaving = list(Members.objects.filter(**mine).values_list(
-            "study_id" if reverse else "user_id", flat=True))
+        instance._cirval_leaving = list(
+            Members.objects.filter(**mine).values_list("study_id" if reverse else "user_id", flat=True)
+        )
         return
     if action == "post_remove":
         others = sorted(pk_set or ())

@@ -7,6 +7,7 @@ pure :func:`annotation.core.serving.choose_next` picks one and says which rule s
 and the item's ``taken`` counter grows inside the same transaction. Two annotators racing
 for an item's last slot therefore cannot both get it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,17 +20,28 @@ from django.db.models.functions import Coalesce
 from django.dispatch import Signal
 from django.utils import timezone
 
-from annotation.verdicts.readmodel import assignment_counts
-from annotation.core.serving import (PANELS_PENDING, QUEUE_EMPTY, REFIT_PENDING, SERVE_SUSPICION, Candidate, Choice,
-                                        choose_gold, choose_next, gold_due, nothing_to_serve, queue_fields)
-from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
+from annotation.agreement.intervals import request_after_submit
 from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
-from annotation.judging.candidates import item_candidates, request_panels
-from annotation.core.rubric import validate_judgement
 from annotation.assignment import hot_rows
+from annotation.core.rubric import validate_judgement
+from annotation.core.serving import (
+    PANELS_PENDING,
+    QUEUE_EMPTY,
+    REFIT_PENDING,
+    SERVE_SUSPICION,
+    Candidate,
+    Choice,
+    choose_gold,
+    choose_next,
+    gold_due,
+    nothing_to_serve,
+    queue_fields,
+)
+from annotation.judging.candidates import item_candidates, request_panels
+from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
+from annotation.verdicts.readmodel import assignment_counts
 from annotation.verdicts.refit import refit_pending, request_refit
-from annotation.agreement.intervals import request_after_submit
 from annotation.verdicts.state import (  # noqa: F401
     free_slot_q,
     item_slots,
@@ -82,8 +94,11 @@ def _release(assignments) -> int:
     racing request) becomes released and its item's slot is free again; returns how many."""
     released = 0
     with transaction.atomic():
-        held = list(assignments.select_for_update(skip_locked=True).filter(status=Assignment.Status.RESERVED)
-                    .values_list("id", "item_id"))
+        held = list(
+            assignments.select_for_update(skip_locked=True)
+            .filter(status=Assignment.Status.RESERVED)
+            .values_list("id", "item_id")
+        )
         for assignment_id, item_id in held:
             Assignment.objects.filter(pk=assignment_id).update(status=Assignment.Status.RELEASED)
             StudyItem.objects.filter(pk=item_id, taken__gt=0).update(taken=F("taken") - 1)
@@ -97,7 +112,8 @@ MINE = ("position", "served", "gold", "done", "reserved")
 def _mine_aggregates(now) -> dict:
     kept = ~Q(status=Assignment.Status.RELEASED)
     return {
-        "position": Max("position"), "served": Count("id", filter=kept),
+        "position": Max("position"),
+        "served": Count("id", filter=kept),
         "gold": Count("id", filter=kept & Q(item__gold=True)),
         **assignment_counts(now, "done", "reserved"),  # the read model's, as progress and shares count them
     }
@@ -114,8 +130,11 @@ def lease_state(user, now=None) -> dict:
     expired = Assignment.objects.filter(study=OuterRef("pk"), status=Assignment.Status.RESERVED, lease_expires__lte=now)
     mine = Assignment.objects.filter(study=OuterRef("pk"), annotator=user.pk).order_by().values("study")
     gold = StudyItem.objects.filter(study=OuterRef("pk"), gold=True).order_by().values("study")
-    state = {"has_expired": Exists(expired), "mine_user": Value(user.pk),
-             "n_gold": Coalesce(Subquery(gold.annotate(n=Count("id")).values("n")[:1]), 0)}
+    state = {
+        "has_expired": Exists(expired),
+        "mine_user": Value(user.pk),
+        "n_gold": Coalesce(Subquery(gold.annotate(n=Count("id")).values("n")[:1]), 0),
+    }
     for name, agg in _mine_aggregates(now).items():
         state[f"mine_{name}"] = Subquery(mine.annotate(v=agg).values("v")[:1])
     return state
@@ -141,7 +160,8 @@ def _mine_counts(study: Study, user, now) -> dict:
 def _resume(study: Study, user, now, counts: dict, left) -> Served | None:
     """The annotator's own live lease, renewed, or None. ``left``: :func:`open_left`."""
     own = (
-        Assignment.objects.select_for_update(of=("self",)).select_related("item__query__dataset")
+        Assignment.objects.select_for_update(of=("self",))
+        .select_related("item__query__dataset")
         .annotate(open_left=left)
         .filter(study=study, annotator=user, status=Assignment.Status.RESERVED, lease_expires__gt=now)
         .order_by("leased_at")
@@ -153,7 +173,9 @@ def _resume(study: Study, user, now, counts: dict, left) -> Served | None:
     own.lease_expires = _lease(study, now)
     own.save(update_fields=["lease_expires"])
     own.study = study
-    return Served(own, choice.rule, mine={"done": counts["done"], "reserved": counts["reserved"], "open": own.open_left})
+    return Served(
+        own, choice.rule, mine={"done": counts["done"], "reserved": counts["reserved"], "open": own.open_left}
+    )
 
 
 def next_assignment(study: Study, user, now=None) -> Served:
@@ -161,8 +183,10 @@ def next_assignment(study: Study, user, now=None) -> Served:
     now = now or timezone.now()
     if study.status != Study.Status.OPEN:
         return Served(None, "study_closed")
-    if getattr(study, "has_expired", True) and Assignment.objects.filter(
-            study=study, status=Assignment.Status.RESERVED, lease_expires__lte=now).exists():
+    if (
+        getattr(study, "has_expired", True)
+        and Assignment.objects.filter(study=study, status=Assignment.Status.RESERVED, lease_expires__lte=now).exists()
+    ):
         release_expired(study, now)
     n_annotators = study_sizes(study)["annotators"]
     with transaction.atomic():
@@ -185,14 +209,21 @@ def next_assignment(study: Study, user, now=None) -> Served:
         # item's votes (agreement items: everyone, in the rules)
         items = list(
             _with_earlier(open_items.filter(free_slot_q(study, None)), user)
-            .annotate(open_left=left).order_by(*queue_order(study))
+            .annotate(open_left=left)
+            .order_by(*queue_order(study))
             .select_for_update(skip_locked=True, of=("self",))[:CANDIDATES]
         )
         by_suspicion = serves_by_suspicion(study)
         candidates = [
-            Candidate(item_id=i.pk, overlap=item_slots(study, False, i.extra_slots, None), completed=i.completed,
-                      reserved=i.taken - i.completed, in_agreement_subset=i.agreement, order_key=i.order_key,
-                      priority=i.suspicion if by_suspicion else 0.0)
+            Candidate(
+                item_id=i.pk,
+                overlap=item_slots(study, False, i.extra_slots, None),
+                completed=i.completed,
+                reserved=i.taken - i.completed,
+                in_agreement_subset=i.agreement,
+                order_key=i.order_key,
+                priority=i.suspicion if by_suspicion else 0.0,
+            )
             for i in items
         ]
         choice = choose_next(candidates, n_annotators=n_annotators)
@@ -256,9 +287,11 @@ def _with_earlier(items, user):
     query's first turn (``turn1_*``, a join on the unique (query, index = 1))."""
     earlier = Assignment.objects.filter(item=OuterRef("pk"), annotator=user).values("pk")[:1]
     turn1 = {f"turn1_{c}": F(f"first_turn__{c}") for c in TURN1_COLUMNS}
-    return (items.select_related("query__dataset")
-            .annotate(first_turn=FilteredRelation("query__turns", condition=Q(query__turns__index=1)))
-            .annotate(earlier_id=Subquery(earlier), **turn1))
+    return (
+        items.select_related("query__dataset")
+        .annotate(first_turn=FilteredRelation("query__turns", condition=Q(query__turns__index=1)))
+        .annotate(earlier_id=Subquery(earlier), **turn1)
+    )
 
 
 def _gold_choice(study: Study, user, mine, counts: dict, left) -> tuple[Choice, StudyItem | None] | None:
@@ -280,8 +313,14 @@ def _gold_choice(study: Study, user, mine, counts: dict, left) -> tuple[Choice, 
     rule = gold_due(counts["served"], counts["gold"], study.gold_rate, study.training_items)
     if rule is None:
         return None
-    items = list(_with_earlier(with_panels(study, StudyItem.objects.filter(study=study, gold=True))
-                               .exclude(id__in=mine.values("item_id")), user).annotate(open_left=left).order_by("order_key", "id")[:CANDIDATES])
+    items = list(
+        _with_earlier(
+            with_panels(study, StudyItem.objects.filter(study=study, gold=True)).exclude(id__in=mine.values("item_id")),
+            user,
+        )
+        .annotate(open_left=left)
+        .order_by("order_key", "id")[:CANDIDATES]
+    )
     choice = choose_gold([Candidate(item_id=i.pk, overlap=1, order_key=i.order_key) for i in items], rule)
     return None if choice is None else (choice, {i.pk: i for i in items}.get(choice.item))
 
@@ -298,8 +337,15 @@ def _skipped_again(study: Study, user, n_annotators: int) -> Choice | None:
     if not rows:
         return None
     candidates = [
-        Candidate(item_id=i, overlap=item_slots(study, False, x, None), completed=c, reserved=t - c,
-                  in_agreement_subset=a, order_key=o, skipped_by_me=True)
+        Candidate(
+            item_id=i,
+            overlap=item_slots(study, False, x, None),
+            completed=c,
+            reserved=t - c,
+            in_agreement_subset=a,
+            order_key=o,
+            skipped_by_me=True,
+        )
         for i, t, c, a, o, x in rows
     ]
     choice = choose_next(candidates, n_annotators=n_annotators)
@@ -310,11 +356,20 @@ def _why_nothing(study: Study, mine, n_annotators: int) -> Choice:
     """Tell 'everything left is reserved by others' from 'nothing left at all' (the rule:
     :func:`annotation.core.serving.nothing_to_serve`), and 'nothing now, but the study's
     pending refit may reopen items' (:func:`annotation.verdicts.refit.refit_pending`)."""
-    rows = (served_pool(study).filter(completed__lt=max(study.quorum_rule.most, n_annotators))
-            .exclude(id__in=mine.values("item_id")).values_list("id", "completed", "agreement", "extra_slots")
-            .iterator())
-    choice = nothing_to_serve((Candidate(item_id=i, overlap=item_slots(study, False, x, None), completed=c,
-                                         in_agreement_subset=a) for i, c, a, x in rows), n_annotators)
+    rows = (
+        served_pool(study)
+        .filter(completed__lt=max(study.quorum_rule.most, n_annotators))
+        .exclude(id__in=mine.values("item_id"))
+        .values_list("id", "completed", "agreement", "extra_slots")
+        .iterator()
+    )
+    choice = nothing_to_serve(
+        (
+            Candidate(item_id=i, overlap=item_slots(study, False, x, None), completed=c, in_agreement_subset=a)
+            for i, c, a, x in rows
+        ),
+        n_annotators,
+    )
     if choice.rule == QUEUE_EMPTY and refit_pending(study):  # the refit may reopen a split: not done yet
         return Choice(None, REFIT_PENDING)
     if choice.rule == QUEUE_EMPTY and panels_pending(study):  # items wait for their candidates: not done yet
@@ -348,8 +403,12 @@ def _reserve(study: Study, user, choice: Choice, now, counts: dict, item: StudyI
         item.taken += 1
         item.study = study
         assignment.item = item
-    return Served(assignment, choice.rule, fresh=fresh, mine={"done": counts["done"], "reserved": counts["reserved"] + 1,
-                                                              "open": getattr(item, "open_left", None)})
+    return Served(
+        assignment,
+        choice.rule,
+        fresh=fresh,
+        mine={"done": counts["done"], "reserved": counts["reserved"] + 1, "open": getattr(item, "open_left", None)},
+    )
 
 
 def renew_lease(assignment: Assignment, now=None) -> dict:  # {"assignment": row, "body": answer}
@@ -390,8 +449,11 @@ def save_draft(assignment: Assignment, payload: dict) -> Draft:
     (JudgementError). A save older (by the page's ``edited_at``) than the stored draft, one
     that arrives after a newer one from the same page, changes nothing: the stored draft is
     returned, and its ``edited_at`` tells the page which of its edits the server holds."""
-    ticked = clean_alternatives(payload.get(ALTERNATIVES), item_candidates(assignment.item)) \
-        if payload.get(ALTERNATIVES) else []
+    ticked = (
+        clean_alternatives(payload.get(ALTERNATIVES), item_candidates(assignment.item))
+        if payload.get(ALTERNATIVES)
+        else []
+    )
     payload = {**payload, ALTERNATIVES: ticked, NONE_FIT: clean_none_fit(payload.get(NONE_FIT), ticked)}
     with transaction.atomic():
         stored = Draft.objects.select_for_update().filter(assignment=assignment).first()
@@ -419,8 +481,17 @@ class Conflict(Exception):
         self.judgement = judgement
 
 
-ANSWER_FIELDS = ("category", "sub_reason", "note", "flagged", "scales", "per_turn", "reject_flags", "alternatives",
-                 "none_fit")
+ANSWER_FIELDS = (
+    "category",
+    "sub_reason",
+    "note",
+    "flagged",
+    "scales",
+    "per_turn",
+    "reject_flags",
+    "alternatives",
+    "none_fit",
+)
 
 
 def answer_of(j: Judgement) -> dict:
@@ -430,10 +501,15 @@ def answer_of(j: Judgement) -> dict:
 def _row_fields(data: dict) -> dict:
     """The Judgement columns of a cleaned judgement (one mapping for create and compare)."""
     return {
-        "category": data.get("category") or "", "sub_reason": data.get("sub_reason") or "",
-        "note": data.get("note") or "", "flags": data.get("flags") or {}, "validated": data.get("validated"),
-        "flagged": bool(data.get("flagged")), "time_spent_ms": data.get("time_spent_ms") or 0,
-        "scales": data.get("scales") or {}, "per_turn": data.get("per_turn_checks") or [],
+        "category": data.get("category") or "",
+        "sub_reason": data.get("sub_reason") or "",
+        "note": data.get("note") or "",
+        "flags": data.get("flags") or {},
+        "validated": data.get("validated"),
+        "flagged": bool(data.get("flagged")),
+        "time_spent_ms": data.get("time_spent_ms") or 0,
+        "scales": data.get("scales") or {},
+        "per_turn": data.get("per_turn_checks") or [],
         "reject_flags": list(data.get("reject_flags") or []),
     }
 
@@ -461,10 +537,15 @@ def submit_rows(client_token: str = ""):
     current = Judgement.objects.filter(assignment=OuterRef("pk"), is_current=True)
     token = Judgement.objects.filter(assignment=OuterRef("pk"), client_token=client_token or None)
     return (
-        Assignment.objects.select_related("study__rubric", "item__query").select_for_update(of=("self",))
-        .annotate(current_id=Subquery(current.values("pk")[:1]), current_revision=Subquery(current.values("revision")[:1]),
-                  current_late=Subquery(current.values("late")[:1]), token_id=Subquery(token.values("pk")[:1]),
-                  has_draft=Exists(Draft.objects.filter(assignment=OuterRef("pk"))))
+        Assignment.objects.select_related("study__rubric", "item__query")
+        .select_for_update(of=("self",))
+        .annotate(
+            current_id=Subquery(current.values("pk")[:1]),
+            current_revision=Subquery(current.values("revision")[:1]),
+            current_late=Subquery(current.values("late")[:1]),
+            token_id=Subquery(token.values("pk")[:1]),
+            has_draft=Exists(Draft.objects.filter(assignment=OuterRef("pk"))),
+        )
     )
 
 
@@ -476,8 +557,9 @@ def submit_row(user, assignment_id: int, client_token: str = "") -> Assignment:
     return hot_rows.submit_row(user, assignment_id, client_token)  # that query, written as SQL once
 
 
-def submit(assignment: Assignment, payload: dict, client_token: str = "", base_revision: int | None = None,
-           fetch=None) -> Judgement:
+def submit(
+    assignment: Assignment, payload: dict, client_token: str = "", base_revision: int | None = None, fetch=None
+) -> Judgement:
     """Store a judgement (a new revision when one exists). Same client token and answer → same row.
 
     Raises :class:`annotation.core.rubric.JudgementError` for an invalid payload,
@@ -501,8 +583,11 @@ def store_judgement(assignment: Assignment, answer: dict, client_token: str = ""
     annotator's :func:`submit`: the lock, the revision and current row, the client token,
     the late rule and the item's counters. ``answer`` holds the cleaned fields
     (``category``, ``flags``, ``validated``, ``note``, ...; see :func:`_row_fields`)."""
-    fields = {**_row_fields(answer), "alternatives": list(answer.get("alternatives") or []),
-              "none_fit": bool(answer.get(NONE_FIT))}
+    fields = {
+        **_row_fields(answer),
+        "alternatives": list(answer.get("alternatives") or []),
+        "none_fit": bool(answer.get(NONE_FIT)),
+    }
     return _locked(assignment, client_token, None, lambda a: _store_fields(a, fields, client_token, None))
 
 
@@ -522,8 +607,11 @@ def _store(a: Assignment, payload: dict, client_token: str, base_revision: int |
     clean = validate_judgement(a.study.rubric.rubric, payload, n_turns=a.item.query.n_turns)
     ticked = payload.get(ALTERNATIVES)
     alternatives = clean_alternatives(ticked, item_candidates(a.item) if ticked else [])
-    fields = {**_row_fields(clean.to_dict()), "alternatives": alternatives,
-              "none_fit": clean_none_fit(payload.get(NONE_FIT), alternatives)}
+    fields = {
+        **_row_fields(clean.to_dict()),
+        "alternatives": alternatives,
+        "none_fit": clean_none_fit(payload.get(NONE_FIT), alternatives),
+    }
     return _store_fields(a, fields, client_token, base_revision)
 
 
@@ -538,8 +626,13 @@ def _store_fields(a: Assignment, fields: dict, client_token: str, base_revision:
     if a.current_id is not None:
         Judgement.objects.filter(pk=a.current_id).update(is_current=False)
     judgement = Judgement.objects.create(
-        assignment=a, rubric=study.rubric, revision=revision + 1, is_current=True, client_token=client_token,
-        late=late or bool(a.current_late), **fields,
+        assignment=a,
+        rubric=study.rubric,
+        revision=revision + 1,
+        is_current=True,
+        client_token=client_token,
+        late=late or bool(a.current_late),
+        **fields,
     )
     mark_done(a, late)
     if a.has_draft:
@@ -579,5 +672,6 @@ def held_assignment(study: Study, user, now=None) -> Assignment | None:
     now = now or timezone.now()
     return (
         Assignment.objects.filter(study=study, annotator=user, status=Assignment.Status.RESERVED, lease_expires__gt=now)
-        .order_by("leased_at").first()
+        .order_by("leased_at")
+        .first()
     )

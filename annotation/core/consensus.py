@@ -36,6 +36,7 @@ and an overall score (:class:`SessionRule`, session rubric v1). Under a rubric w
 verdict (session v2) :func:`decide_turns` decides every turn with :func:`decide` and derives
 the session's verdict and valid prefix from the turns (:mod:`annotation.core.turns`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -134,7 +135,7 @@ def leaning(vote: object) -> bool | None:
     vote leans valid when it raised no reject flag; ``None``: no verdict (a scales-only rubric)."""
     validated = getattr(vote, "validated", None)
     if validated is None and hasattr(vote, "reject_flags"):
-        return not getattr(vote, "reject_flags")
+        return not vote.reject_flags
     return None if validated is None else bool(validated)
 
 
@@ -202,8 +203,14 @@ class AdaptiveQuorumRule(QuorumRule):
         valid, invalid = sides.count(True), sides.count(False)
         if valid + invalid == 0 or abs(valid - invalid) >= self.base:
             return True
-        return bool(len(votes) >= self.base and valid and invalid and self.weighted and self.reliability is not None
-                    and confident(float(self.reliability.posterior(votes)), float(self.confidence)))
+        return bool(
+            len(votes) >= self.base
+            and valid
+            and invalid
+            and self.weighted
+            and self.reliability is not None
+            and confident(float(self.reliability.posterior(votes)), float(self.confidence))
+        )
 
     def needed(self, votes: Sequence[object] = ()) -> int:
         n = len(votes)
@@ -217,14 +224,21 @@ class AdaptiveQuorumRule(QuorumRule):
         return max(max(1, self.overlap or 1), self.needed(votes))
 
     def describe(self) -> str:
-        weights = (f", or once the annotators' reliability (Dawid-Skene) makes a split at least "
-                   f"{self.confidence:.0%} sure either way" if self.weighted else "")
-        return (f"adaptive overlap: {self.overlap} annotator(s) per item, one more (up to {self.maximum}) "
-                f"while they disagree; decided once one side leads by {self.base}{weights}")
+        weights = (
+            f", or once the annotators' reliability (Dawid-Skene) makes a split at least "
+            f"{self.confidence:.0%} sure either way"
+            if self.weighted
+            else ""
+        )
+        return (
+            f"adaptive overlap: {self.overlap} annotator(s) per item, one more (up to {self.maximum}) "
+            f"while they disagree; decided once one side leads by {self.base}{weights}"
+        )
 
 
-def quorum_rule(overlap: int, quorum: int | None = None, maximum: int | None = None,
-                confidence: float | None = None) -> QuorumRule:
+def quorum_rule(
+    overlap: int, quorum: int | None = None, maximum: int | None = None, confidence: float | None = None
+) -> QuorumRule:
     """THE quorum rule of these study settings: adaptive when ``maximum`` exceeds the overlap;
     ``confidence``: reliability-weighted consensus settles splits at this posterior
     (:class:`AdaptiveQuorumRule`; ``None``: majority's lead rule)."""
@@ -233,8 +247,9 @@ def quorum_rule(overlap: int, quorum: int | None = None, maximum: int | None = N
     return QuorumRule(overlap, quorum)
 
 
-def study_quorum_rule(overlap: int, quorum: int | None, maximum: int | None, policy: str,
-                      confidence: float | None) -> QuorumRule:
+def study_quorum_rule(
+    overlap: int, quorum: int | None, maximum: int | None, policy: str, confidence: float | None
+) -> QuorumRule:
     """THE quorum rule of a study's settings with its consensus ``policy``: ``confidence`` (its
     ``adaptive_confidence``) settles splits only under the :data:`RELIABILITY` policy
     (``Study.quorum_rule``; the simulated crowd's strategies, ``annotation.verdicts.crowd``)."""
@@ -293,9 +308,15 @@ class Decision:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "status": self.status, "provenance": self.provenance, "reason": self.reason,
-            "n_votes": self.n_votes, "valid_votes": self.valid_votes, "invalid_votes": self.invalid_votes,
-            "flagged_votes": self.flagged_votes, "decided_by": self.decided_by, "quorum": self.quorum,
+            "status": self.status,
+            "provenance": self.provenance,
+            "reason": self.reason,
+            "n_votes": self.n_votes,
+            "valid_votes": self.valid_votes,
+            "invalid_votes": self.invalid_votes,
+            "flagged_votes": self.flagged_votes,
+            "decided_by": self.decided_by,
+            "quorum": self.quorum,
             "split": self.split_text,
             **({"prefix": self.prefix, "turns": [t.to_dict() for t in self.turns]} if self.turns else {}),
         }
@@ -420,8 +441,9 @@ def decide(
     elif outcome is None:
         outcome = _split(valid, n, "majority" if policy == "reliability" else policy)
     status, provenance, reason = outcome
-    return Decision(status, provenance, reason, n, valid, n - valid, flagged, by, quorum,
-                    (("valid", valid), ("invalid", n - valid)))
+    return Decision(
+        status, provenance, reason, n, valid, n - valid, flagged, by, quorum, (("valid", valid), ("invalid", n - valid))
+    )
 
 
 # --------------------------------------------------------------------------- sessions
@@ -462,18 +484,25 @@ class SessionRule:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SessionRule:
         data = data or {}
-        return cls(reject=str(data.get("reject", "majority")),
-                   threshold=float(data.get("threshold", DEFAULT_SESSION_THRESHOLD)),
-                   scale=str(data.get("scale", "overall")))
+        return cls(
+            reject=str(data.get("reject", "majority")),
+            threshold=float(data.get("threshold", DEFAULT_SESSION_THRESHOLD)),
+            scale=str(data.get("scale", "overall")),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"reject": self.reject, "threshold": self.threshold, "scale": self.scale}
 
     def describe(self) -> str:
-        reject = ("strictly more than half of the votes raise a reject flag (an exact half goes to adjudication)"
-                  if self.reject == "majority" else "any vote raises a reject flag")
-        return (f"rejected when {reject}; otherwise validated when the median {self.scale} score is at least "
-                f"{self.threshold:g}, else rejected")
+        reject = (
+            "strictly more than half of the votes raise a reject flag (an exact half goes to adjudication)"
+            if self.reject == "majority"
+            else "any vote raises a reject flag"
+        )
+        return (
+            f"rejected when {reject}; otherwise validated when the median {self.scale} score is at least "
+            f"{self.threshold:g}, else rejected"
+        )
 
 
 def _median(values: Sequence[float]) -> float:
@@ -553,14 +582,19 @@ class TurnVote:
         return session_valid(self.turns, bool(self.reject_flags))
 
 
-def turn_decisions(votes: Sequence[TurnVote], policy: str = "majority", *, primary: str | None = None,
-                   quorum: int = 1) -> tuple[Decision, ...]:
+def turn_decisions(
+    votes: Sequence[TurnVote], policy: str = "majority", *, primary: str | None = None, quorum: int = 1
+) -> tuple[Decision, ...]:
     """The consensus of every turn position: :func:`decide` over the annotators' answers on
     that turn, under the study's policy and quorum (the one vote rule; the flag for
     adjudication belongs to the session, so it is not passed down to its turns)."""
     n_turns = max((len(v.turns) for v in votes), default=0)
-    return tuple(decide([Vote(v.annotator, v.turns[t]) for v in votes if t < len(v.turns)], policy,
-                        primary=primary, quorum=quorum) for t in range(n_turns))
+    return tuple(
+        decide(
+            [Vote(v.annotator, v.turns[t]) for v in votes if t < len(v.turns)], policy, primary=primary, quorum=quorum
+        )
+        for t in range(n_turns)
+    )
 
 
 def _turns_outcome(turns: Sequence[Decision]) -> tuple[str, str, str, int | None]:
@@ -601,12 +635,17 @@ def _turns_provenance(status: str, votes: Sequence[TurnVote], policy: str, fallb
 
 def describe_turns(rule: SessionRule, policy: str = "majority") -> str:
     """The turn-by-turn rule in words (pages, export manifests)."""
-    reject = ("strictly more than half of the votes raise a reject flag (an exact half goes to adjudication)"
-              if rule.reject == "majority" else "any vote raises a reject flag")
-    return (f"every turn is decided by the {policy} rule on its valid / invalid answers; a session is rejected "
-            f"when {reject}; otherwise it is valid when every turn is valid, and rejected at its first rejected "
-            "turn, keeping the turns before it as its valid prefix (a turn still undecided before that holds "
-            "the session)")
+    reject = (
+        "strictly more than half of the votes raise a reject flag (an exact half goes to adjudication)"
+        if rule.reject == "majority"
+        else "any vote raises a reject flag"
+    )
+    return (
+        f"every turn is decided by the {policy} rule on its valid / invalid answers; a session is rejected "
+        f"when {reject}; otherwise it is valid when every turn is valid, and rejected at its first rejected "
+        "turn, keeping the turns before it as its valid prefix (a turn still undecided before that holds "
+        "the session)"
+    )
 
 
 def decide_turns(
@@ -641,8 +680,13 @@ def decide_turns(
     valid = sum(1 for v in votes if v.validated)
     flagged = sum(1 for v in votes if v.flagged)
     turns = turn_decisions(votes, policy, primary=primary, quorum=quorum)
-    rejection = _session_rejection(  # the reject flags, under the study's session rule
-        [SessionVote(v.annotator, v.reject_flags, None, v.flagged) for v in votes], rule) if n else None
+    rejection = (
+        _session_rejection(  # the reject flags, under the study's session rule
+            [SessionVote(v.annotator, v.reject_flags, None, v.flagged) for v in votes], rule
+        )
+        if n
+        else None
+    )
     gate = _gate(n, flagged, quorum, adjudication)
     if gate is not None:
         status, provenance, reason = gate
@@ -664,8 +708,11 @@ def session_split(votes: Sequence[SessionVote], rule: SessionRule) -> tuple[tupl
     rejecting = sum(1 for v in votes if v.reject_flags)
     passing = sum(1 for v in votes if _vote_passes(v, rule))
     unscored = sum(1 for v in votes if not v.reject_flags and v.overall is None)
-    split = [("reject flag", rejecting), ("no reject flag", len(votes) - rejecting),
-             (f"{rule.scale} \u2265 {rule.threshold:g}", passing)]
+    split = [
+        ("reject flag", rejecting),
+        ("no reject flag", len(votes) - rejecting),
+        (f"{rule.scale} \u2265 {rule.threshold:g}", passing),
+    ]
     if unscored:
         split.append(("unscored", unscored))
     return tuple(split)

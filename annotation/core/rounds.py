@@ -11,6 +11,7 @@ weighted, the session audit's one rule) and ranks the gallery with it, the round
 reference left out. The session ends when the target is within the top ``top_n`` (found) or
 after ``max_rounds`` rounds.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -46,8 +47,11 @@ class InteractiveSettings:
             raise ValueError("an interactive study needs a retriever spec")
         if isinstance(self.top_n, bool) or not isinstance(self.top_n, int) or not 1 <= self.top_n <= MAX_TOP_N:
             raise ValueError(f"top_n must be an integer between 1 and {MAX_TOP_N}")
-        if (isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int)
-                or not 1 <= self.max_rounds <= MAX_ROUNDS_LIMIT):
+        if (
+            isinstance(self.max_rounds, bool)
+            or not isinstance(self.max_rounds, int)
+            or not 1 <= self.max_rounds <= MAX_ROUNDS_LIMIT
+        ):
             raise ValueError(f"max_rounds must be an integer between 1 and {MAX_ROUNDS_LIMIT}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}")

@@ -34,6 +34,7 @@ Keyboard scheme (checked on load, see :data:`RESERVED_KEYS`):
 offending payload field (``"category"``, ``"also[0].sub_reason"``, ``"scales.overall"``...);
 unknown fields are refused.
 """
+
 from __future__ import annotations
 
 import copy
@@ -96,8 +97,12 @@ class SubReason:
     requires_note: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "label": self.label, "shortcut_key": self.shortcut_key,
-                "requires_note": self.requires_note}
+        return {
+            "key": self.key,
+            "label": self.label,
+            "shortcut_key": self.shortcut_key,
+            "requires_note": self.requires_note,
+        }
 
 
 @dataclass(frozen=True)
@@ -117,9 +122,15 @@ class Category:
         return next((s for s in self.sub_reasons if s.key == key), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "label": self.label, "description": self.description,
-                "shortcut_key": self.shortcut_key, "severity": self.severity,
-                "valid": self.valid, "sub_reasons": [s.to_dict() for s in self.sub_reasons]}
+        return {
+            "key": self.key,
+            "label": self.label,
+            "description": self.description,
+            "shortcut_key": self.shortcut_key,
+            "severity": self.severity,
+            "valid": self.valid,
+            "sub_reasons": [s.to_dict() for s in self.sub_reasons],
+        }
 
 
 @dataclass(frozen=True)
@@ -146,8 +157,7 @@ class FlagSpec:
     note_field: str = "other"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"order": list(self.order), "validated_field": self.validated_field,
-                "note_field": self.note_field}
+        return {"order": list(self.order), "validated_field": self.validated_field, "note_field": self.note_field}
 
 
 @dataclass(frozen=True)
@@ -163,9 +173,15 @@ class Scale:
     anchors: tuple[tuple[int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "label": self.label, "description": self.description,
-                "min": self.min, "max": self.max, "shortcut_key": self.shortcut_key,
-                "anchors": {str(v): text for v, text in self.anchors}}
+        return {
+            "key": self.key,
+            "label": self.label,
+            "description": self.description,
+            "min": self.min,
+            "max": self.max,
+            "shortcut_key": self.shortcut_key,
+            "anchors": {str(v): text for v, text in self.anchors},
+        }
 
 
 @dataclass(frozen=True)
@@ -178,8 +194,12 @@ class Check:
     shortcut_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "label": self.label, "description": self.description,
-                "shortcut_key": self.shortcut_key}
+        return {
+            "key": self.key,
+            "label": self.label,
+            "description": self.description,
+            "shortcut_key": self.shortcut_key,
+        }
 
 
 @dataclass(frozen=True)
@@ -196,8 +216,13 @@ class TurnVerdict:
     invalid_key: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "label": self.label, "description": self.description,
-                "valid_key": self.valid_key, "invalid_key": self.invalid_key}
+        return {
+            "key": self.key,
+            "label": self.label,
+            "description": self.description,
+            "valid_key": self.valid_key,
+            "invalid_key": self.invalid_key,
+        }
 
 
 @dataclass(frozen=True)
@@ -248,10 +273,13 @@ class Rubric:
         limit = self.too_broad_threshold
         note = None
         if n_panel < limit:
-            note = (f"This gallery is too small for the too-broad rule: it has {n_panel} images besides the target "
-                    f"and the reference, fewer than the {limit} the rule counts." if n_panel < n_wanted else
-                    f"The panel shows {n_panel} candidates, fewer than the {limit} the too-broad rule counts: "
-                    "the ticks cannot reach it here.")
+            note = (
+                f"This gallery is too small for the too-broad rule: it has {n_panel} images besides the target "
+                f"and the reference, fewer than the {limit} the rule counts."
+                if n_panel < n_wanted
+                else f"The panel shows {n_panel} candidates, fewer than the {limit} the too-broad rule counts: "
+                "the ticks cannot reach it here."
+            )
         return {"threshold": limit, "too_small": note}
 
     def by_severity(self) -> list[Category]:
@@ -291,8 +319,21 @@ class Rubric:
 
 # --------------------------------------------------------------------------- parsing
 
-_RUBRIC_FIELDS = {"key", "version", "title", "kind", "description", "decision_order", "categories",
-                  "flags", "scales", "per_turn_checks", "reject_flags", "turn_verdict", "too_broad_threshold"}
+_RUBRIC_FIELDS = {
+    "key",
+    "version",
+    "title",
+    "kind",
+    "description",
+    "decision_order",
+    "categories",
+    "flags",
+    "scales",
+    "per_turn_checks",
+    "reject_flags",
+    "turn_verdict",
+    "too_broad_threshold",
+}
 _CATEGORY_FIELDS = {"key", "label", "description", "shortcut_key", "severity", "valid", "sub_reasons"}
 _SUB_REASON_FIELDS = {"key", "label", "shortcut_key", "requires_note"}
 _SCALE_FIELDS = {"key", "label", "description", "min", "max", "shortcut_key", "anchors"}
@@ -353,19 +394,29 @@ def _unique_shortcuts(rec: Record, keys: Iterable[tuple[str, str | None]], level
 
 
 def _parse_sub_reason(r: Record) -> SubReason:
-    return SubReason(key=_ident(r, "key"), label=r.req_str("label", non_blank=True),
-                     shortcut_key=_shortcut(r, "shortcut_key") or "",
-                     requires_note=bool(r.opt_bool("requires_note")))
+    return SubReason(
+        key=_ident(r, "key"),
+        label=r.req_str("label", non_blank=True),
+        shortcut_key=_shortcut(r, "shortcut_key") or "",
+        requires_note=bool(r.opt_bool("requires_note")),
+    )
 
 
 def _parse_category(r: Record) -> Category:
     subs = tuple(_parse_sub_reason(s) for s in r.objects("sub_reasons", "sub-reason", _SUB_REASON_FIELDS))
     _unique(r, ((f"sub_reasons[{i}].key", s.key) for i, s in enumerate(subs)), "sub-reason key")
-    _unique_shortcuts(r, ((f"sub_reasons[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(subs)),
-                      "sub-reason level")
-    return Category(key=_ident(r, "key"), label=r.req_str("label", non_blank=True), description=_text(r, "description"),
-                    shortcut_key=_shortcut(r, "shortcut_key") or "", severity=r.req_int("severity"),
-                    valid=r.req_bool("valid"), sub_reasons=subs)
+    _unique_shortcuts(
+        r, ((f"sub_reasons[{i}].shortcut_key", s.shortcut_key) for i, s in enumerate(subs)), "sub-reason level"
+    )
+    return Category(
+        key=_ident(r, "key"),
+        label=r.req_str("label", non_blank=True),
+        description=_text(r, "description"),
+        shortcut_key=_shortcut(r, "shortcut_key") or "",
+        severity=r.req_int("severity"),
+        valid=r.req_bool("valid"),
+        sub_reasons=subs,
+    )
 
 
 def _parse_anchors(r: Record, lo: int, hi: int) -> tuple[tuple[int, str], ...]:
@@ -390,14 +441,24 @@ def _parse_scale(r: Record) -> Scale:
     lo, hi = 1 if lo is None else lo, 5 if hi is None else hi
     if lo >= hi:
         r.fail("max", f"must exceed min ({lo}), got {hi}")
-    return Scale(key=_ident(r, "key"), label=r.req_str("label", non_blank=True), description=_text(r, "description"),
-                 min=lo, max=hi, shortcut_key=_shortcut(r, "shortcut_key", required=False),
-                 anchors=_parse_anchors(r, lo, hi))
+    return Scale(
+        key=_ident(r, "key"),
+        label=r.req_str("label", non_blank=True),
+        description=_text(r, "description"),
+        min=lo,
+        max=hi,
+        shortcut_key=_shortcut(r, "shortcut_key", required=False),
+        anchors=_parse_anchors(r, lo, hi),
+    )
 
 
 def _parse_check(r: Record) -> Check:
-    return Check(key=_ident(r, "key"), label=r.req_str("label", non_blank=True), description=_text(r, "description"),
-                 shortcut_key=_shortcut(r, "shortcut_key", required=False))
+    return Check(
+        key=_ident(r, "key"),
+        label=r.req_str("label", non_blank=True),
+        description=_text(r, "description"),
+        shortcut_key=_shortcut(r, "shortcut_key", required=False),
+    )
 
 
 def _parse_turn_verdict(top: Record, kind: str, per_turn: tuple[Check, ...]) -> TurnVerdict | None:
@@ -409,9 +470,13 @@ def _parse_turn_verdict(top: Record, kind: str, per_turn: tuple[Check, ...]) -> 
     if kind != "session":
         top.fail("turn_verdict", "only session rubrics have a per-turn verdict")
     r = top.nested("turn_verdict", raw, "turn verdict object", _TURN_VERDICT_FIELDS)
-    verdict = TurnVerdict(key=_ident(r, "key"), label=r.req_str("label", non_blank=True),
-                          description=_text(r, "description"), valid_key=_shortcut(r, "valid_key") or "",
-                          invalid_key=_shortcut(r, "invalid_key") or "")
+    verdict = TurnVerdict(
+        key=_ident(r, "key"),
+        label=r.req_str("label", non_blank=True),
+        description=_text(r, "description"),
+        valid_key=_shortcut(r, "valid_key") or "",
+        invalid_key=_shortcut(r, "invalid_key") or "",
+    )
     if any(c.key == verdict.key for c in per_turn):
         r.fail("key", f"{verdict.key!r} is also a per-turn check key")
     return verdict
@@ -425,21 +490,33 @@ def _parse_rubric(data: Mapping[str, Any]) -> Rubric:
 
 
 def _parse_decision_order(top: Record) -> list[DecisionStep]:
-    return [DecisionStep(question=r.req_str("question", non_blank=True), category=r.opt_str("category") or None)
-            for r in top.objects("decision_order", "decision step", _STEP_FIELDS)]
+    return [
+        DecisionStep(question=r.req_str("question", non_blank=True), category=r.opt_str("category") or None)
+        for r in top.objects("decision_order", "decision step", _STEP_FIELDS)
+    ]
 
 
-def _check_unique_keys(top: Record, categories: tuple[Category, ...], scales: tuple[Any, ...],
-                       per_turn: tuple[Any, ...], rejects: tuple[Any, ...]) -> None:
+def _check_unique_keys(
+    top: Record,
+    categories: tuple[Category, ...],
+    scales: tuple[Any, ...],
+    per_turn: tuple[Any, ...],
+    rejects: tuple[Any, ...],
+) -> None:
     _unique(top, ((f"categories[{i}].key", c.key) for i, c in enumerate(categories)), "category key")
     _unique(top, ((f"scales[{i}].key", s.key) for i, s in enumerate(scales)), "scale key")
     _unique(top, ((f"per_turn_checks[{i}].key", c.key) for i, c in enumerate(per_turn)), "per-turn check key")
     _unique(top, ((f"reject_flags[{i}].key", c.key) for i, c in enumerate(rejects)), "reject flag key")
 
 
-def _check_shortcuts(top: Record, categories: tuple[Category, ...], scales: tuple[Any, ...],
-                     per_turn: tuple[Any, ...], rejects: tuple[Any, ...],
-                     extra: Sequence[tuple[str, str | None]] = ()) -> None:
+def _check_shortcuts(
+    top: Record,
+    categories: tuple[Category, ...],
+    scales: tuple[Any, ...],
+    per_turn: tuple[Any, ...],
+    rejects: tuple[Any, ...],
+    extra: Sequence[tuple[str, str | None]] = (),
+) -> None:
     """Keyboard: one first-level namespace; sub-reasons distinct from it; digits kept for scales."""
     first_level: list[tuple[str, str | None]] = [
         *((f"categories[{i}].shortcut_key", c.shortcut_key) for i, c in enumerate(categories)),
@@ -450,8 +527,11 @@ def _check_shortcuts(top: Record, categories: tuple[Category, ...], scales: tupl
     ]
     _unique_shortcuts(top, first_level, "first level")
     first_folded = {k.casefold(): p for p, k in first_level if k is not None}
-    sub_level = [(f"categories[{i}].sub_reasons[{j}].shortcut_key", s.shortcut_key)
-                 for i, c in enumerate(categories) for j, s in enumerate(c.sub_reasons)]
+    sub_level = [
+        (f"categories[{i}].sub_reasons[{j}].shortcut_key", s.shortcut_key)
+        for i, c in enumerate(categories)
+        for j, s in enumerate(c.sub_reasons)
+    ]
     for p, k in sub_level:
         if k.casefold() in first_folded:
             top.fail(p, f"{k!r} collides with the first-level key at {top.prefix}.{first_folded[k.casefold()]}")
@@ -487,9 +567,16 @@ def _parse_rubric_body(top: Record) -> Rubric:
     steps = _parse_decision_order(top)
     verdict = _parse_turn_verdict(top, kind, per_turn)
     _check_unique_keys(top, categories, scales, per_turn, rejects)
-    _check_shortcuts(top, categories, scales, per_turn, rejects,
-                     () if verdict is None else (("turn_verdict.valid_key", verdict.valid_key),
-                                                 ("turn_verdict.invalid_key", verdict.invalid_key)))
+    _check_shortcuts(
+        top,
+        categories,
+        scales,
+        per_turn,
+        rejects,
+        ()
+        if verdict is None
+        else (("turn_verdict.valid_key", verdict.valid_key), ("turn_verdict.invalid_key", verdict.invalid_key)),
+    )
     for i, step in enumerate(steps):
         if step.category is not None and all(c.key != step.category for c in categories):
             top.fail(f"decision_order[{i}].category", f"unknown category {step.category!r}")
@@ -503,9 +590,21 @@ def _parse_rubric_body(top: Record) -> Rubric:
     broad = TOO_BROAD_THRESHOLD if top.data.get("too_broad_threshold") is None else top.req_int("too_broad_threshold")
     if not 1 <= broad <= MAX_TOO_BROAD_THRESHOLD:
         top.fail("too_broad_threshold", f"must be between 1 and {MAX_TOO_BROAD_THRESHOLD}, got {broad}")
-    return Rubric(key=key, version=version, title=title, kind=kind, description=_text(top, "description"),
-                  decision_order=tuple(steps), categories=categories, flags=flags, scales=scales,
-                  per_turn_checks=per_turn, reject_flags=rejects, turn_verdict=verdict, too_broad_threshold=broad)
+    return Rubric(
+        key=key,
+        version=version,
+        title=title,
+        kind=kind,
+        description=_text(top, "description"),
+        decision_order=tuple(steps),
+        categories=categories,
+        flags=flags,
+        scales=scales,
+        per_turn_checks=per_turn,
+        reject_flags=rejects,
+        turn_verdict=verdict,
+        too_broad_threshold=broad,
+    )
 
 
 def _check_category_set(top: Record, categories: tuple[Category, ...]) -> Category:
@@ -521,16 +620,16 @@ def _check_category_set(top: Record, categories: tuple[Category, ...]) -> Catego
     return valid[0]
 
 
-def _check_category_steps(top: Record, categories: tuple[Category, ...], steps: Sequence[DecisionStep],
-                          valid: Category) -> None:
+def _check_category_steps(
+    top: Record, categories: tuple[Category, ...], steps: Sequence[DecisionStep], valid: Category
+) -> None:
     """The decision order names one category a step, reaches them all and ends with the valid one."""
     if not steps:
         top.fail("decision_order", "a category rubric needs a decision order")
     step_cats = [s.category for s in steps]
     if None in step_cats:
         top.fail(f"decision_order[{step_cats.index(None)}].category", "is required in a category rubric")
-    _unique(top, ((f"decision_order[{i}].category", str(c)) for i, c in enumerate(step_cats)),
-            "decision step category")
+    _unique(top, ((f"decision_order[{i}].category", str(c)) for i, c in enumerate(step_cats)), "decision step category")
     missing = [c.key for c in categories if c.key not in step_cats]
     if missing:
         top.fail("decision_order", f"does not reach categories {missing}")
@@ -542,18 +641,18 @@ def _parse_flag_spec(r: Record, invalid_keys: list[str]) -> FlagSpec:
     order = r.req_str_list("order")
     if sorted(order) != sorted(invalid_keys) or len(set(order)) != len(order):
         r.fail("order", f"must list every invalid category exactly once: {sorted(invalid_keys)}")
-    spec = FlagSpec(order=tuple(order),
-                    validated_field=_ident(r, "validated_field") if r.data.get("validated_field") is not None
-                    else "validated",
-                    note_field=_ident(r, "note_field") if r.data.get("note_field") is not None else "other")
+    spec = FlagSpec(
+        order=tuple(order),
+        validated_field=_ident(r, "validated_field") if r.data.get("validated_field") is not None else "validated",
+        note_field=_ident(r, "note_field") if r.data.get("note_field") is not None else "other",
+    )
     clash = {spec.validated_field, spec.note_field} & set(spec.order)
     if spec.validated_field == spec.note_field or clash:
         r.fail("validated_field", "the validated and note fields must differ from each other and the flags")
     return spec
 
 
-def _check_category_rubric(top: Record, categories: tuple[Category, ...],
-                           steps: Sequence[DecisionStep]) -> FlagSpec:
+def _check_category_rubric(top: Record, categories: tuple[Category, ...], steps: Sequence[DecisionStep]) -> FlagSpec:
     valid = _check_category_set(top, categories)
     _check_category_steps(top, categories, steps, valid)
     invalid_keys = [c.key for c in categories if not c.valid]
@@ -564,6 +663,7 @@ def _check_category_rubric(top: Record, categories: tuple[Category, ...],
 
 
 # --------------------------------------------------------------------------- built-ins
+
 
 def _sub(key: str, label: str, shortcut: str, note: bool = False) -> dict[str, Any]:
     return {"key": key, "label": label, "shortcut_key": shortcut, "requires_note": note}
@@ -666,8 +766,15 @@ VALIDITY_RUBRIC_V1: dict[str, Any] = {
 
 
 def _scale(key: str, label: str, description: str, shortcut: str) -> dict[str, Any]:
-    return {"key": key, "label": label, "description": description, "min": 1, "max": 5,
-            "shortcut_key": shortcut, "anchors": {"1": "very poor", "3": "acceptable", "5": "excellent"}}
+    return {
+        "key": key,
+        "label": label,
+        "description": description,
+        "min": 1,
+        "max": 5,
+        "shortcut_key": shortcut,
+        "anchors": {"1": "very poor", "3": "acceptable", "5": "excellent"},
+    }
 
 
 #: The CIRVal session rubric, version 1 (DESIGN.md, "The session rubric"). Scale focus
@@ -679,7 +786,7 @@ SESSION_RUBRIC_V1: dict[str, Any] = {
     "title": "Quality of a generated multi-turn session",
     "kind": "session",
     "description": "Look at the whole filmstrip (each turn's reference image and text, the target marked), "
-                   "rate the session on 1-5 scales, answer the two checks for every turn, and tick any reject flag.",
+    "rate the session on 1-5 scales, answer the two checks for every turn, and tick any reject flag.",
     "decision_order": [],
     "categories": [],
     "flags": None,
@@ -691,21 +798,39 @@ SESSION_RUBRIC_V1: dict[str, Any] = {
         _scale("overall", "Overall", "Overall quality of the session.", "t"),
     ],
     "per_turn_checks": [
-        {"key": "real_difference_toward_target", "label": "Describes a real difference toward the target",
-         "description": "The turn's text names a difference between its reference and the target.",
-         "shortcut_key": "j"},
-        {"key": "consistent_with_history", "label": "Reference consistent with the history",
-         "description": "The turn's reference image is consistent with the earlier turns.",
-         "shortcut_key": "k"},
+        {
+            "key": "real_difference_toward_target",
+            "label": "Describes a real difference toward the target",
+            "description": "The turn's text names a difference between its reference and the target.",
+            "shortcut_key": "j",
+        },
+        {
+            "key": "consistent_with_history",
+            "label": "Reference consistent with the history",
+            "description": "The turn's reference image is consistent with the earlier turns.",
+            "shortcut_key": "k",
+        },
     ],
     "reject_flags": [
         {"key": "duplicate", "label": "Duplicate", "description": "A turn repeats an image.", "shortcut_key": "z"},
-        {"key": "inconsistency", "label": "Inconsistency",
-         "description": "An attribute already reached is lost.", "shortcut_key": "x"},
-        {"key": "conflict", "label": "Conflict", "description": "A turn contradicts an earlier one.",
-         "shortcut_key": "c"},
-        {"key": "circle", "label": "Circle", "description": "The session returns to an earlier image.",
-         "shortcut_key": "v"},
+        {
+            "key": "inconsistency",
+            "label": "Inconsistency",
+            "description": "An attribute already reached is lost.",
+            "shortcut_key": "x",
+        },
+        {
+            "key": "conflict",
+            "label": "Conflict",
+            "description": "A turn contradicts an earlier one.",
+            "shortcut_key": "c",
+        },
+        {
+            "key": "circle",
+            "label": "Circle",
+            "description": "The session returns to an earlier image.",
+            "shortcut_key": "v",
+        },
     ],
 }
 
@@ -720,14 +845,18 @@ SESSION_RUBRIC_V2: dict[str, Any] = {
     "version": 2,
     "title": "Quality of a multi-turn session, turn by turn",
     "description": "Look at the whole filmstrip (each turn's reference image and text, the target marked). "
-                   "Give every turn a verdict: valid (a) when it is a sound step of the session, invalid (d) "
-                   "otherwise; answer the two checks for every turn, rate the session on 1-5 scales and tick any "
-                   "reject flag. The session is valid when every turn is valid and no reject flag holds; "
-                   "its valid turns before the first invalid one are kept as a valid prefix.",
-    "turn_verdict": {"key": "valid", "label": "Turn valid",
-                     "description": "The turn is a sound step of the session: a clear request, a correct "
-                                    "reference and a change toward the target.",
-                     "valid_key": "a", "invalid_key": "d"},
+    "Give every turn a verdict: valid (a) when it is a sound step of the session, invalid (d) "
+    "otherwise; answer the two checks for every turn, rate the session on 1-5 scales and tick any "
+    "reject flag. The session is valid when every turn is valid and no reject flag holds; "
+    "its valid turns before the first invalid one are kept as a valid prefix.",
+    "turn_verdict": {
+        "key": "valid",
+        "label": "Turn valid",
+        "description": "The turn is a sound step of the session: a clear request, a correct "
+        "reference and a change toward the target.",
+        "valid_key": "a",
+        "invalid_key": "d",
+    },
 }
 
 #: Every shipped rubric definition, oldest version first.
@@ -813,12 +942,21 @@ class CleanJudgement:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form for storage."""
         return {
-            "rubric_key": self.rubric_key, "rubric_version": self.rubric_version, "note": self.note,
-            "flagged": self.flagged, "time_spent_ms": self.time_spent_ms, "category": self.category,
-            "sub_reason": self.sub_reason, "categories": list(self.categories),
-            "sub_reasons": dict(self.sub_reasons), "flags": dict(self.flags), "validated": self.validated,
-            "signature": self.signature, "scales": dict(self.scales),
-            "per_turn_checks": [dict(t) for t in self.per_turn_checks], "reject_flags": list(self.reject_flags),
+            "rubric_key": self.rubric_key,
+            "rubric_version": self.rubric_version,
+            "note": self.note,
+            "flagged": self.flagged,
+            "time_spent_ms": self.time_spent_ms,
+            "category": self.category,
+            "sub_reason": self.sub_reason,
+            "categories": list(self.categories),
+            "sub_reasons": dict(self.sub_reasons),
+            "flags": dict(self.flags),
+            "validated": self.validated,
+            "signature": self.signature,
+            "scales": dict(self.scales),
+            "per_turn_checks": [dict(t) for t in self.per_turn_checks],
+            "reject_flags": list(self.reject_flags),
         }
 
 
@@ -834,8 +972,9 @@ def most_severe(rubric: Rubric, keys: Iterable[str]) -> str:
     return max(keys, key=lambda k: severity[k])
 
 
-def signature(flags: Mapping[str, bool] | Iterable[str], validated: bool,
-              order: Sequence[str] = CIRCUS_FLAG_ORDER) -> str:
+def signature(
+    flags: Mapping[str, bool] | Iterable[str], validated: bool, order: Sequence[str] = CIRCUS_FLAG_ORDER
+) -> str:
     """CIRCUS signature: ``VALID`` when validated, else the true flags joined with ``+``
     in ``order`` (canonical CIRCUS order by default), or ``INVALID_UNSPECIFIED`` if none.
 
@@ -854,8 +993,21 @@ def signature(flags: Mapping[str, bool] | Iterable[str], validated: bool,
 
 #: The fields a judgement payload may hold (whatever the rubric kind); others are ignored.
 #: ``alternatives`` is checked by :mod:`annotation.alternatives.payload`.
-PAYLOAD_FIELDS = frozenset({"note", "flagged", "time_spent_ms", "category", "sub_reason", "also", "scales",
-                            "per_turn_checks", "per_turn", "reject_flags", "alternatives"})
+PAYLOAD_FIELDS = frozenset(
+    {
+        "note",
+        "flagged",
+        "time_spent_ms",
+        "category",
+        "sub_reason",
+        "also",
+        "scales",
+        "per_turn_checks",
+        "per_turn",
+        "reject_flags",
+        "alternatives",
+    }
+)
 _ALSO_FIELDS = frozenset({"category", "sub_reason"})
 _DIGITS = re.compile(r"\s*[+-]?\d+\s*")
 
@@ -911,8 +1063,9 @@ def _clean_time(rec: Record) -> int:
     return t
 
 
-def _category_and_sub(rubric: Rubric, rec: Record, cat_field: str, sub_field: str,
-                      cat_value: Any, sub_value: Any) -> tuple[Category, SubReason | None]:
+def _category_and_sub(
+    rubric: Rubric, rec: Record, cat_field: str, sub_field: str, cat_value: Any, sub_value: Any
+) -> tuple[Category, SubReason | None]:
     """The category ``cat_value`` (field ``cat_field`` of ``rec``) and its sub-reason."""
     if _missing(cat_value):
         rec.fail(cat_field, f"required: pick exactly one of {[c.key for c in rubric.categories]}")
@@ -945,8 +1098,9 @@ def _also_categories(rubric: Rubric, rec: Record, chosen: list[tuple[Category, A
         name = f"also[{i}]"
         if isinstance(entry, Mapping):
             obj = rec.nested(name, entry, "also entry", _ALSO_FIELDS)
-            chosen.append(_category_and_sub(rubric, obj, "category", "sub_reason", entry.get("category"),
-                                            entry.get("sub_reason")))
+            chosen.append(
+                _category_and_sub(rubric, obj, "category", "sub_reason", entry.get("category"), entry.get("sub_reason"))
+            )
         else:
             chosen.append(_category_and_sub(rubric, rec, name, f"{name}.sub_reason", entry, None))
         if any(c.key == chosen[-1][0].key for c, _ in chosen[:-1]):
@@ -954,8 +1108,9 @@ def _also_categories(rubric: Rubric, rec: Record, chosen: list[tuple[Category, A
 
 
 def _validate_categories(rubric: Rubric, rec: Record, note: str) -> dict[str, Any]:
-    chosen = [_category_and_sub(rubric, rec, "category", "sub_reason", rec.data.get("category"),
-                                rec.data.get("sub_reason"))]
+    chosen = [
+        _category_and_sub(rubric, rec, "category", "sub_reason", rec.data.get("category"), rec.data.get("sub_reason"))
+    ]
     if rec.data.get("also") is not None:
         _also_categories(rubric, rec, chosen)
 
@@ -1073,5 +1228,11 @@ def _validate_payload(rubric: Rubric, rec: Record, n_turns: int | None) -> Clean
         result["reject_flags"] = _validate_reject_flags(rubric, rec)
     flagged = _form_bool(rec, "flagged", default=False)
     time_spent = _clean_time(rec)
-    return CleanJudgement(rubric_key=rubric.key, rubric_version=rubric.version, note=note, flagged=flagged,
-                          time_spent_ms=time_spent, **result)
+    return CleanJudgement(
+        rubric_key=rubric.key,
+        rubric_version=rubric.version,
+        note=note,
+        flagged=flagged,
+        time_spent_ms=time_spent,
+        **result,
+    )

@@ -32,6 +32,7 @@ instead of ``queue_empty`` while a reliability-weighted adaptive study waits for
 annotator model, which may open a further slot on items whose split it no longer settles,
 and ``panels_pending`` while the only items left wait for their candidate panels.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
@@ -153,8 +154,9 @@ def _choose_servable(servable: Sequence[Candidate], n_annotators: int | None) ->
     return None
 
 
-def choose_next(candidates: Sequence[Candidate], *, annotator_holds: Hashable | None = None,
-                n_annotators: int | None = None) -> Choice:
+def choose_next(
+    candidates: Sequence[Candidate], *, annotator_holds: Hashable | None = None, n_annotators: int | None = None
+) -> Choice:
     """The next item for one annotator (see the module docstring for the rules)."""
     if n_annotators is not None and n_annotators < 1:
         raise ValueError(f"n_annotators must be >= 1, got {n_annotators}")

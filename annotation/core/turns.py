@@ -17,6 +17,7 @@ The same function is applied to one annotator's answers (their own verdict, as a
 counts it) and to the consensus of every turn (:func:`annotation.core.consensus.decide_turns`),
 where a turn is valid when its consensus validated it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence

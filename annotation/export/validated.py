@@ -52,6 +52,7 @@ which turns were kept, each turn's consensus and every annotator's answer on it.
 After the rename, each dataset of the study gets its :class:`retrieval.models.QuerySubset`
 named ``validated`` rewritten with the validated queries, so an audit report can score them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,22 +73,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from audit.labels import COMPOSITION_REQUIRED, UNRESOLVED
-from audit.runs.aggregation import latest_turn_checks
-from retrieval.jobs.leases import run_job
-from retrieval.models import VALIDATED_SUBSET, Dataset, Query, QuerySubset, Target, Turn, turn_text
-from retrieval.targets import MBEIR_NO_POSITIVE, TargetFacts, mbeir_candidates
-
-from annotation.verdicts.readmodel import (
-    DEFAULT_CHUNK,
-    ItemRow,
-    Verdicts,
-    decide_row,
-    is_session_rubric,
-    iter_item_batches,
-    validity_label,
-)
 from annotation.agreement.maths import validity_signature
+from annotation.agreement.reports import annotator_pseudonyms
+from annotation.alternatives.export import FORMATS as QUERY_FORMATS
+from annotation.alternatives.export import ExtraTargets, QueryLayout
 from annotation.core.consensus import (
     ADJUDICATED,
     ADJUDICATION,
@@ -99,13 +88,24 @@ from annotation.core.consensus import (
     Decision,
     tally,
 )
-from annotation.models import Adjudication, ExportJob, Study
-from annotation.agreement.reports import annotator_pseudonyms
-from annotation.verdicts.refit import refit_study
 from annotation.core.export_fields import CIRCLED_KEYS, MBEIR_KEYS
 from annotation.core.turns import turn_answers
-from annotation.alternatives.export import FORMATS as QUERY_FORMATS, ExtraTargets, QueryLayout
-
+from annotation.models import Adjudication, ExportJob, Study
+from annotation.verdicts.readmodel import (
+    DEFAULT_CHUNK,
+    ItemRow,
+    Verdicts,
+    decide_row,
+    is_session_rubric,
+    iter_item_batches,
+    validity_label,
+)
+from annotation.verdicts.refit import refit_study
+from audit.labels import COMPOSITION_REQUIRED, UNRESOLVED
+from audit.runs.aggregation import latest_turn_checks
+from retrieval.jobs.leases import run_job
+from retrieval.models import VALIDATED_SUBSET, Dataset, Query, QuerySubset, Target, Turn, turn_text
+from retrieval.targets import MBEIR_NO_POSITIVE, TargetFacts, mbeir_candidates
 
 FORMAT = "cirval.validated_export"
 FORMAT_VERSION = 1
@@ -170,8 +170,9 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def check_exportable(study: Study, policy: str, primary: str | None, fmt: str = "mbeir",
-                     sessions: str = "whole") -> None:
+def check_exportable(
+    study: Study, policy: str, primary: str | None, fmt: str = "mbeir", sessions: str = "whole"
+) -> None:
     """Raise :class:`ExportError` unless the study can be exported under this policy.
     Category rubrics with a validated category export M-BEIR JSONL or CIRCO's layout
     (``fmt``); session rubrics export CIRCLED sessions under the study's session rule
@@ -184,16 +185,22 @@ def check_exportable(study: Study, policy: str, primary: str | None, fmt: str = 
     if sessions not in SESSION_SCOPES:
         raise ExportError(f"unknown session scope {sessions!r}; expected one of {SESSION_SCOPES}")
     if sessions == "prefix" and (not is_session_rubric(rubric) or rubric.turn_verdict is None):
-        raise ExportError(f"valid prefixes need a session rubric with a turn verdict; study {study.name!r} uses "
-                          f"{rubric.key!r} v{rubric.version}")
+        raise ExportError(
+            f"valid prefixes need a session rubric with a turn verdict; study {study.name!r} uses "
+            f"{rubric.key!r} v{rubric.version}"
+        )
     if is_session_rubric(rubric):
         if policy != "majority" or primary or fmt != "mbeir":
-            raise ExportError("session studies are decided by their session rule and exported as CIRCLED sessions; "
-                              "the policy, the primary annotator and the format apply to category rubrics only")
+            raise ExportError(
+                "session studies are decided by their session rule and exported as CIRCLED sessions; "
+                "the policy, the primary annotator and the format apply to category rubrics only"
+            )
         return
     if rubric.kind != "category" or rubric.valid_category is None:
-        raise ExportError(f"study {study.name!r} uses the {rubric.kind} rubric {rubric.key!r}: only category "
-                          "rubrics with a validated category and session rubrics can be exported")
+        raise ExportError(
+            f"study {study.name!r} uses the {rubric.kind} rubric {rubric.key!r}: only category "
+            "rubrics with a validated category and session rubrics can be exported"
+        )
     if policy not in POLICIES:
         raise ExportError(f"unknown consensus policy {policy!r}; expected one of {POLICIES}")
     if primary and policy != "primary":
@@ -212,19 +219,26 @@ class _QueryData:
     """Query, first turn and targets of one batch of validated queries (a few queries)."""
 
     def __init__(self, query_ids: list[int]):
-        self.queries = {q: (raw, fmt, ext, split) for q, raw, fmt, ext, split in Query.objects.filter(
-            id__in=query_ids).values_list("id", "raw", "dataset__format", "external_id", "split")}
+        self.queries = {
+            q: (raw, fmt, ext, split)
+            for q, raw, fmt, ext, split in Query.objects.filter(id__in=query_ids).values_list(
+                "id", "raw", "dataset__format", "external_id", "split"
+            )
+        }
         self.turns: dict[int, tuple[str, str | None, str | None]] = {}
         for q, texts, path, ref in Turn.objects.filter(query_id__in=query_ids, index=1).values_list(
-                "query_id", "texts", "reference_image__path", "reference_image__external_id"):
+            "query_id", "texts", "reference_image__path", "reference_image__external_id"
+        ):
             self.turns[q] = (turn_text(texts), path or None, ref)
         facts: dict[int, list[TargetFacts]] = defaultdict(list)
         rows = Target.objects.filter(query_id__in=query_ids)
         for q, ext, role, relevance, primary in rows.order_by("query_id", "-is_primary", "id").values_list(
-                "query_id", "image__external_id", "role", "relevance", "is_primary"):
+            "query_id", "image__external_id", "role", "relevance", "is_primary"
+        ):
             facts[q].append(TargetFacts(ext, relevance, primary, role))
         self.targets: dict[int, tuple[list[str], list[str]]] = {
-            q: _split_targets(self.queries[q][1] if q in self.queries else "", f) for q, f in facts.items()}
+            q: _split_targets(self.queries[q][1] if q in self.queries else "", f) for q, f in facts.items()
+        }
 
     def circled_record(self, row: ItemRow) -> dict[str, Any]:
         query = Query.objects.select_related("dataset").get(pk=row.query_id)
@@ -276,12 +290,22 @@ def circled_record(row: ItemRow, query: Query, positives: list[str]) -> dict[str
     raw = query.raw if isinstance(query.raw, dict) else {}
     if query.dataset.format == "circled" and all(k in raw for k in CIRCLED_KEYS):
         return {k: raw[k] for k in CIRCLED_KEYS}
-    turns = [{"turn": t.index, "reference_image_id": t.reference_image.external_id if t.reference_image else "",
-              "relative_caption": turn_text(t.texts)}
-             for t in query.turns.select_related("reference_image").order_by("index")]
+    turns = [
+        {
+            "turn": t.index,
+            "reference_image_id": t.reference_image.external_id if t.reference_image else "",
+            "relative_caption": turn_text(t.texts),
+        }
+        for t in query.turns.select_related("reference_image").order_by("index")
+    ]
     subset = circled_subset(query.dataset.format, row.dataset, query.category, query.split)
-    return {"session_id": query.external_id, "subset": subset,
-            "ground_truth_ids": list(positives), "num_turns": len(turns), "turns": turns}
+    return {
+        "session_id": query.external_id,
+        "subset": subset,
+        "ground_truth_ids": list(positives),
+        "num_turns": len(turns),
+        "turns": turns,
+    }
 
 
 def _vote_dict(vote, names: dict[str, str]) -> dict[str, Any]:
@@ -324,25 +348,40 @@ def _turn_trace(row: ItemRow, decision: Decision, kept: int, run: _Run) -> dict[
     """Per-turn provenance of a turn-by-turn session: the turns kept, and for every turn its
     consensus (status, provenance, votes) and each annotator's answer."""
     key, names = run.verdicts.turn_key, run.names
-    answers = {names.get(v.annotator, v.annotator): turn_answers(v.per_turn, key)  # type: ignore[arg-type]
-               for v in row.votes}
+    answers = {
+        names.get(v.annotator, v.annotator): turn_answers(v.per_turn, key)  # type: ignore[arg-type]
+        for v in row.votes
+    }
     return {
-        "scope": run.sessions, "num_turns": len(decision.turns), "turns_kept": kept,
-        "truncated": kept < len(decision.turns), "valid_prefix": decision.prefix,
-        "turns": [{"turn": i + 1, "kept": i < kept, "status": d.status, "provenance": d.provenance,
-                   "valid_votes": d.valid_votes, "invalid_votes": d.invalid_votes,
-                   "answers": {a: (t[i] if t is not None and i < len(t) else None) for a, t in answers.items()}}
-                  for i, d in enumerate(decision.turns)],
+        "scope": run.sessions,
+        "num_turns": len(decision.turns),
+        "turns_kept": kept,
+        "truncated": kept < len(decision.turns),
+        "valid_prefix": decision.prefix,
+        "turns": [
+            {
+                "turn": i + 1,
+                "kept": i < kept,
+                "status": d.status,
+                "provenance": d.provenance,
+                "valid_votes": d.valid_votes,
+                "invalid_votes": d.invalid_votes,
+                "answers": {a: (t[i] if t is not None and i < len(t) else None) for a, t in answers.items()},
+            }
+            for i, d in enumerate(decision.turns)
+        ],
     }
 
 
-def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, run: _Run,
-                kept: int | None = None) -> dict[str, Any]:
+def _trace_line(
+    qid: str, row: ItemRow, decision: Decision, subset: str, run: _Run, kept: int | None = None
+) -> dict[str, Any]:
     adj, names, session = row.adjudication, run.names, run.verdicts.session is not None
     vote_dict = _session_vote_dict if session else _vote_dict
     differs = {"majority": run.differs[row.item_id]} if row.item_id in run.differs else {}  # reliability policy
     turns = {"turn_verdicts": _turn_trace(row, decision, kept, run)} if kept is not None else {}
-    return {**differs,
+    return {
+        **differs,
         "qid": qid,
         "item": row.item_id,
         "query": row.query_id,
@@ -353,16 +392,24 @@ def _trace_line(qid: str, row: ItemRow, decision: Decision, subset: str, run: _R
         "subset": subset,
         "validated": True,
         "consensus": {
-            "policy": "session" if session else run.verdicts.policy, "status": decision.status,
-            "provenance": decision.provenance, "quorum": decision.quorum,
-            "valid_votes": decision.valid_votes, "invalid_votes": decision.invalid_votes,
-            "n_votes": decision.n_votes, "flagged_votes": decision.flagged_votes,
+            "policy": "session" if session else run.verdicts.policy,
+            "status": decision.status,
+            "provenance": decision.provenance,
+            "quorum": decision.quorum,
+            "valid_votes": decision.valid_votes,
+            "invalid_votes": decision.invalid_votes,
+            "n_votes": decision.n_votes,
+            "flagged_votes": decision.flagged_votes,
             "decided_by": names.get(decision.decided_by, decision.decided_by) if decision.decided_by else None,
         },
         "votes": [vote_dict(v, names) for v in row.votes],
-        "adjudication": None if adj is None else {
-            "decision": adj.decision, "note": adj.note,
-            "adjudicator": run.adjudicators.get(adj.decided_by or "", None), "decided_at": _iso(adj.decided_at),
+        "adjudication": None
+        if adj is None
+        else {
+            "decision": adj.decision,
+            "note": adj.note,
+            "adjudicator": run.adjudicators.get(adj.decided_by or "", None),
+            "decided_at": _iso(adj.decided_at),
         },
         **turns,
     }
@@ -421,20 +468,25 @@ _RULES = {
     "majority": "validated when strictly more than half of the item's annotators chose VALIDATED",
     "unanimous": "validated when every annotator of the item chose VALIDATED",
     "reliability": "validated when every annotator of the item chose VALIDATED, or, on a split vote, when the "
-                   "annotators' Dawid-Skene reliability model gives the item a posterior above one half",
+    "annotators' Dawid-Skene reliability model gives the item a posterior above one half",
     "primary": "validated when the deciding annotator (the primary one where they judged the item, else the first "
-               "in username order) chose VALIDATED",
+    "in username order) chose VALIDATED",
 }
 
 
 def consensus_rule(verdicts: Verdicts) -> str:
     """The consensus rule of an export in words (the manifest's ``consensus.rule``)."""
     rule = verdicts.describe_session() if verdicts.session is not None else _RULES[verdicts.policy]
-    quorum = (f"the quorum of its votes under {verdicts.rule.describe()}" if verdicts.rule is not None
-              and verdicts.rule.adaptive else f"{verdicts.quorum} current judgement(s) (the quorum)")
-    return (f"{rule}; an item is decided only once it has {quorum}, "
-            "before that it is pending and never exported; flagged items, ties and disagreements wait for an "
-            "adjudicator, whose decision always wins")
+    quorum = (
+        f"the quorum of its votes under {verdicts.rule.describe()}"
+        if verdicts.rule is not None and verdicts.rule.adaptive
+        else f"{verdicts.quorum} current judgement(s) (the quorum)"
+    )
+    return (
+        f"{rule}; an item is decided only once it has {quorum}, "
+        "before that it is pending and never exported; flagged items, ties and disagreements wait for an "
+        "adjudicator, whose decision always wins"
+    )
 
 
 def verdict_counts(tallied: dict[str, Any], exported_lines: int) -> dict[str, Any]:
@@ -472,7 +524,8 @@ class _Writers:
             folder.mkdir(parents=True, exist_ok=True)
             queries = _JsonListFile(folder / f"{stem}{ext}") if self.circled else _HashingFile(folder / f"{stem}{ext}")
             w = self.subsets[(dataset, subset)] = _Subset(
-                dataset, subset, hidden_category, queries, _HashingFile(folder / f"{stem}.trace.jsonl"))
+                dataset, subset, hidden_category, queries, _HashingFile(folder / f"{stem}.trace.jsonl")
+            )
         return w
 
     def close(self) -> None:
@@ -493,9 +546,18 @@ class _Writers:
         out = []
         for (dataset, subset), w in sorted(self.subsets.items()):
             for kind, f in (("queries", w.queries), ("trace", w.trace)):
-                out.append({"path": f.path.relative_to(self.tmp).as_posix(), "kind": kind, "dataset": dataset,
-                            "subset": subset, "hidden_category": w.hidden_category, "lines": f.lines,
-                            "bytes": f.bytes, "sha256": f.sha.hexdigest()})
+                out.append(
+                    {
+                        "path": f.path.relative_to(self.tmp).as_posix(),
+                        "kind": kind,
+                        "dataset": dataset,
+                        "subset": subset,
+                        "hidden_category": w.hidden_category,
+                        "lines": f.lines,
+                        "bytes": f.bytes,
+                        "sha256": f.sha.hexdigest(),
+                    }
+                )
         return out
 
 
@@ -512,7 +574,9 @@ class _JsonListFile(_HashingFile):
         self.bytes += len(data)
 
     def write_json(self, obj: Any) -> None:
-        self._raw((",\n  " if self.lines else "\n  ").encode("ascii") + json.dumps(obj, ensure_ascii=False).encode("utf-8"))
+        self._raw(
+            (",\n  " if self.lines else "\n  ").encode("ascii") + json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        )
         self.lines += 1
 
     def close(self) -> None:
@@ -555,8 +619,16 @@ class _Run:
 
 
 def _adjudicator_names(study: Study) -> dict[str, str]:
-    names = sorted({u for u in Adjudication.objects.filter(study=study).order_by()
-                    .values_list("decided_by__username", flat=True).distinct() if u})
+    names = sorted(
+        {
+            u
+            for u in Adjudication.objects.filter(study=study)
+            .order_by()
+            .values_list("decided_by__username", flat=True)
+            .distinct()
+            if u
+        }
+    )
     return {u: f"adjudicator_{i:02d}" for i, u in enumerate(names, start=1)}
 
 
@@ -606,13 +678,25 @@ def _compare_majority(run: _Run, row: ItemRow, decision: Decision) -> None:
         return
     majority = decide_row(row, replace(run.verdicts, policy="majority"))
     if majority.status != decision.status:
-        run.differs[row.item_id] = {"item": row.item_id, "dataset": row.dataset, "query_external_id": row.external_id,
-                                    "reliability": decision.status, "majority": majority.status,
-                                    "majority_provenance": majority.provenance, "split": majority.split_text}
+        run.differs[row.item_id] = {
+            "item": row.item_id,
+            "dataset": row.dataset,
+            "query_external_id": row.external_id,
+            "reliability": decision.status,
+            "majority": majority.status,
+            "majority_provenance": majority.provenance,
+            "split": majority.split_text,
+        }
 
 
-def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: ItemRow, d: Decision,
-                 checks: dict[int, list[dict[str, Any]]] | None = None) -> str | None:
+def _write_query(
+    run: _Run,
+    data: _QueryData,
+    extras: ExtraTargets | None,
+    row: ItemRow,
+    d: Decision,
+    checks: dict[int, list[dict[str, Any]]] | None = None,
+) -> str | None:
     """Write one validated item's query line (or session record) and trace line; its subset
     (``None``: an M-BEIR line with no positive, left out as UniIR leaves it out: ``run.left_out``).
     A session's trace line carries its turns' automatic checks (``turn_checks``:
@@ -625,8 +709,12 @@ def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: 
         subset = str(line["subset"])
         w = run.writers.get(row.dataset, subset, row.hidden_category)
         w.queries.write_json(line)
-        w.trace.write_json({**_trace_line(str(line["session_id"]), row, d, subset, run, kept),
-                            "turn_checks": (checks or {}).get(row.query_id, [])})
+        w.trace.write_json(
+            {
+                **_trace_line(str(line["session_id"]), row, d, subset, run, kept),
+                "turn_checks": (checks or {}).get(row.query_id, []),
+            }
+        )
         return subset
     line, positives = extras.apply(row, data.mbeir_line(row))  # + accepted alternatives
     if run.layout.fmt == "mbeir" and not line["pos_cand_list"] and line["neg_cand_list"]:
@@ -636,8 +724,13 @@ def _write_query(run: _Run, data: _QueryData, extras: ExtraTargets | None, row: 
         return None
     subset = subset_name(row.hidden_category)
     w = run.writers.get(row.dataset, subset, row.hidden_category)
-    added = run.layout.write(w.queries, (row.dataset, subset), line, data.queries[row.query_id],
-                             data.turns.get(row.query_id, ("", None, None))[2])
+    added = run.layout.write(
+        w.queries,
+        (row.dataset, subset),
+        line,
+        data.queries[row.query_id],
+        data.turns.get(row.query_id, ("", None, None))[2],
+    )
     w.trace.write_json({**_trace_line(str(line["qid"]), row, d, subset, run), "positives": positives, **added})
     return subset
 
@@ -649,11 +742,16 @@ def _reliability_manifest(run: _Run) -> dict[str, Any] | None:
     if run.verdicts.policy != "reliability" or model is None:
         return None
     name = run.names.get
-    return {"model": "Dawid-Skene (annotation.verdicts.reliability)", "prior_valid": model.prior,
-            "annotators": {name(u, u): {"sensitivity": model.sensitivity[u], "specificity": model.specificity[u]}
-                           for u in sorted(model.sensitivity)},
-            "differs_from_majority": len(run.differs),
-            "differing_items": [run.differs[k] for k in sorted(run.differs)]}
+    return {
+        "model": "Dawid-Skene (annotation.verdicts.reliability)",
+        "prior_valid": model.prior,
+        "annotators": {
+            name(u, u): {"sensitivity": model.sensitivity[u], "specificity": model.specificity[u]}
+            for u in sorted(model.sensitivity)
+        },
+        "differs_from_majority": len(run.differs),
+        "differing_items": [run.differs[k] for k in sorted(run.differs)],
+    }
 
 
 def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
@@ -663,10 +761,15 @@ def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "created_at": created_at.isoformat(),
-        "study": {"id": study.pk, "name": study.name, "overlap": study.overlap, "quorum": verdicts.quorum,
-                  "adaptive_max": study.adaptive_max,
-                  "adaptive_confidence": study.adaptive_confidence if study.quorum_rule.weighted else None,
-                  "blind": study.blind},
+        "study": {
+            "id": study.pk,
+            "name": study.name,
+            "overlap": study.overlap,
+            "quorum": verdicts.quorum,
+            "adaptive_max": study.adaptive_max,
+            "adaptive_confidence": study.adaptive_confidence if study.quorum_rule.weighted else None,
+            "blind": study.blind,
+        },
         "rubric": {"key": rubric.key, "version": rubric.version, "title": rubric.title},
         "consensus": {
             "policy": "session" if circled else verdicts.policy,
@@ -680,16 +783,24 @@ def _manifest(run: _Run, created_at: datetime) -> dict[str, Any]:
             "quorum_rule": verdicts.rule.describe() if verdicts.rule is not None else None,
             "reliability": _reliability_manifest(run),
         },
-        "counts": {**verdict_counts(tally(run.decisions), run.writers.lines),
-                   **({"valid_prefixes": sum(e.get("valid_prefixes", 0) for e in run.per_dataset.values())}
-                      if verdicts.turn_key is not None else {})},
+        "counts": {
+            **verdict_counts(tally(run.decisions), run.writers.lines),
+            **(
+                {"valid_prefixes": sum(e.get("valid_prefixes", 0) for e in run.per_dataset.values())}
+                if verdicts.turn_key is not None
+                else {}
+            ),
+        },
         "datasets": {k: run.per_dataset[k] for k in sorted(run.per_dataset)},
         "files": run.writers.files(),
         "query_layout": list(CIRCLED_KEYS) if circled else run.layout.keys(MBEIR_KEYS),
         "query_format": "circled" if circled else run.layout.fmt,
         "pseudonyms": "annotators are annotator_NN and adjudicators adjudicator_NN, numbered in username order",
-        **({"left_out": {"queries": len(run.left_out), "reason": MBEIR_NO_POSITIVE, "qids": run.left_out}}
-           if run.left_out else {}),
+        **(
+            {"left_out": {"queries": len(run.left_out), "reason": MBEIR_NO_POSITIVE, "qids": run.left_out}}
+            if run.left_out
+            else {}
+        ),
     }
 
 
@@ -719,8 +830,20 @@ def export_study(
     report = progress or (lambda stage, done, total: None)
     final, auto, tmp = _prepare(study, out_dir, tmp_name)
     id_file = final.parent / f"{tmp.name}.ids"
-    run = _Run(study, verdicts, tmp, id_file, annotator_pseudonyms(study), _adjudicator_names(study),
-               _Writers(tmp, verdicts.session is not None, layout.suffix), [], {}, {}, layout, sessions=sessions)
+    run = _Run(
+        study,
+        verdicts,
+        tmp,
+        id_file,
+        annotator_pseudonyms(study),
+        _adjudicator_names(study),
+        _Writers(tmp, verdicts.session is not None, layout.suffix),
+        [],
+        {},
+        {},
+        layout,
+        sessions=sessions,
+    )
     total = study.n_items
     created_at = created_at or timezone.now()
     done = 0
@@ -767,13 +890,24 @@ def run_export_job(job: ExportJob) -> ExportJob:
     """Run one ExportJob under :func:`retrieval.jobs.leases.run_job`: claimed once (a
     redelivered message or a resend never runs it twice at once), beating, and finished
     with the folder and the manifest, or failed with a readable message."""
+
     def work(report) -> dict[str, Any]:
         study = Study.objects.select_related("rubric").get(pk=job.study_id)
-        result = export_study(study, policy=job.policy, primary=job.primary or None, progress=report,
-                              tmp_name=f".export-job{job.pk}.tmp", fmt=job.query_format or "mbeir",
-                              chunk_size=settings.EXPORT_CHUNK_SIZE, sessions=job.sessions or "whole")
-        return {"path": str(result.path), "manifest": result.manifest,
-                "files": ["manifest.json"] + [f["path"] for f in result.manifest["files"]]}
+        result = export_study(
+            study,
+            policy=job.policy,
+            primary=job.primary or None,
+            progress=report,
+            tmp_name=f".export-job{job.pk}.tmp",
+            fmt=job.query_format or "mbeir",
+            chunk_size=settings.EXPORT_CHUNK_SIZE,
+            sessions=job.sessions or "whole",
+        )
+        return {
+            "path": str(result.path),
+            "manifest": result.manifest,
+            "files": ["manifest.json"] + [f["path"] for f in result.manifest["files"]],
+        }
 
     run_job(ExportJob, job.pk, work)
     job.refresh_from_db()

@@ -1,5 +1,6 @@
 """The interactive page's API: the session's state (polled while a round is ranked), a new
 round, and a retry of a round whose ranking failed. The web tier only stores and sends."""
+
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
@@ -41,7 +42,9 @@ def rounds(request, pk: int):
     data = request.data if isinstance(request.data, dict) else {}
     reference = data.get("reference")
     if reference is not None and (isinstance(reference, bool) or not isinstance(reference, int)):
-        return Response({"field": "reference", "detail": "reference is an image id."}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(
+            {"field": "reference", "detail": "reference is an image id."}, status=status.HTTP_400_BAD_REQUEST
+        )
     spent = data.get("time_spent_ms") if isinstance(data.get("time_spent_ms"), int) else 0
     session = session_for(a)
     try:

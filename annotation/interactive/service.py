@@ -10,6 +10,7 @@ submitted judgement makes it). The page polls :func:`session_state` until the ro
 ranked, and says when no live worker consumes that queue. The annotator's state never holds the target's rank (blind studies): only the
 candidates shown and, at the end, whether the target was found.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,16 +22,15 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from retrieval.jobs.sending import send_task
-from retrieval.jobs.workers import no_worker_message
-from retrieval.models import Image, Target
-from retrieval.targets import positive_targets
-
 from annotation.access import grant_images
 from annotation.assignment.queue import mark_done
 from annotation.core.rounds import FOUND, InteractiveSettings, clean_text, hides_target, outcome
 from annotation.judging.payloads import image_ref
 from annotation.models import Assignment, InteractiveRound, InteractiveSession
+from retrieval.jobs.sending import send_task
+from retrieval.jobs.workers import no_worker_message
+from retrieval.models import Image, Target
+from retrieval.targets import positive_targets
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +72,20 @@ def session_for(assignment: Assignment) -> InteractiveSession:
     if session is not None:
         return session
     session, _ = InteractiveSession.objects.get_or_create(
-        assignment=assignment, defaults={"study_id": assignment.study_id, "item_id": assignment.item_id,
-                                         "annotator_id": assignment.annotator_id,
-                                         "config": dict(assignment.study.interactive)})
+        assignment=assignment,
+        defaults={
+            "study_id": assignment.study_id,
+            "item_id": assignment.item_id,
+            "annotator_id": assignment.annotator_id,
+            "config": dict(assignment.study.interactive),
+        },
+    )
     return session
 
 
-def submit_round(session: InteractiveSession, text: str, reference_id: int | None, time_spent_ms: int = 0
-                 ) -> InteractiveRound:
+def submit_round(
+    session: InteractiveSession, text: str, reference_id: int | None, time_spent_ms: int = 0
+) -> InteractiveRound:
     """Store the next round (pending) and send it to a worker. The reference must be the
     query's reference in round 1 and one of the candidates shown after the last round later."""
     try:
@@ -99,8 +105,13 @@ def submit_round(session: InteractiveSession, text: str, reference_id: int | Non
             reference_id = allowed[0] if allowed else None
         if reference_id not in allowed:
             raise RoundError("pick one of the candidates shown")
-        new = InteractiveRound.objects.create(session=session, index=len(rounds) + 1, text=text,
-                                              reference_id=reference_id, time_spent_ms=max(0, int(time_spent_ms)))
+        new = InteractiveRound.objects.create(
+            session=session,
+            index=len(rounds) + 1,
+            text=text,
+            reference_id=reference_id,
+            time_spent_ms=max(0, int(time_spent_ms)),
+        )
         transaction.on_commit(lambda: send_round(new.pk))
     return new
 
@@ -122,7 +133,8 @@ def resend_stale_rounds(now=None) -> int:
     now = now or timezone.now()
     stale = now - timedelta(seconds=float(settings.JOB_STALE_SECONDS))
     rows = InteractiveRound.unfinished().filter(
-        Q(sent_at__isnull=True, created_at__lt=now - timedelta(seconds=1)) | Q(sent_at__lt=stale))
+        Q(sent_at__isnull=True, created_at__lt=now - timedelta(seconds=1)) | Q(sent_at__lt=stale)
+    )
     return sum(send_round(pk) for pk in rows.values_list("pk", flat=True)[:100])
 
 
@@ -140,8 +152,9 @@ def rank_round(round_id: int) -> str:
     history = list(session.rounds.filter(index__lte=rnd.index).order_by("index").values_list("reference_id", "text"))
     started = time.perf_counter()
     try:
-        shown, rank = rank_turns(query, rules.retriever, history, positives(query), rules.strategy, rules.alpha,
-                                 rules.top_n)
+        shown, rank = rank_turns(
+            query, rules.retriever, history, positives(query), rules.strategy, rules.alpha, rules.top_n
+        )
     except Exception as exc:  # stored on the round: the page says it, the annotator may retry
         logger.exception("interactive round %s failed", round_id)
         InteractiveRound.objects.filter(pk=round_id).update(status=InteractiveRound.FAILED, error=str(exc)[:2000])
@@ -150,7 +163,8 @@ def rank_round(round_id: int) -> str:
     with transaction.atomic():
         session = InteractiveSession.objects.select_for_update().get(pk=session.pk)
         done = InteractiveRound.objects.filter(pk=round_id, status=InteractiveRound.PENDING).update(
-            status=InteractiveRound.DONE, shown=shown, target_rank=rank, rank_ms=took, ranked_at=timezone.now())
+            status=InteractiveRound.DONE, shown=shown, target_rank=rank, rank_ms=took, ranked_at=timezone.now()
+        )
         if done:
             ended = outcome(rank, rnd.index, rules)
             if ended:
@@ -193,16 +207,27 @@ def session_state(session: InteractiveSession, user_id: int) -> dict:
     target = images.get(wanted[0]) if wanted else None
     data = {
         "session": session.pk,
-        "top_n": rules.top_n, "max_rounds": rules.max_rounds, "target_view": rules.target_view,
+        "top_n": rules.top_n,
+        "max_rounds": rules.max_rounds,
+        "target_view": rules.target_view,
         "target": _target_view(target, hides_target(session.config)),
         "start": image_ref(images.get(first)),
-        "rounds": [{"index": r.index, "text": r.text, "reference": image_ref(images.get(r.reference_id), 256),
-                    "status": r.status, "error": r.error if r.status == InteractiveRound.FAILED else "",
-                    "shown": [image_ref(images.get(i), 256) for i in r.shown if i in images]} for r in rounds],
+        "rounds": [
+            {
+                "index": r.index,
+                "text": r.text,
+                "reference": image_ref(images.get(r.reference_id), 256),
+                "status": r.status,
+                "error": r.error if r.status == InteractiveRound.FAILED else "",
+                "shown": [image_ref(images.get(i), 256) for i in r.shown if i in images],
+            }
+            for r in rounds
+        ],
         "ended": bool(session.outcome),
         "found": session.outcome == FOUND if session.outcome else None,
         # a pending round with no live worker on its queue waits for nothing: the page says so
-        "no_worker": no_worker_message(rank_queue()) if rounds and rounds[-1].status == InteractiveRound.PENDING
+        "no_worker": no_worker_message(rank_queue())
+        if rounds and rounds[-1].status == InteractiveRound.PENDING
         else "",
     }
     if target is not None and not hides_target(session.config):
@@ -217,8 +242,16 @@ def session_summary(study) -> dict:
     import statistics
 
     sessions = InteractiveSession.objects.filter(study=study)
-    times = list(InteractiveRound.objects.filter(session__study=study, status=InteractiveRound.DONE)
-                 .values_list("rank_ms", flat=True))
-    return {"ended": sessions.exclude(outcome="").count(), "found": sessions.filter(outcome=FOUND).count(),
-            "open": sessions.filter(outcome="").count(), "rounds": len(times),
-            "rank_ms": statistics.median(times) if times else None, "top_n": study.interactive.get("top_n")}
+    times = list(
+        InteractiveRound.objects.filter(session__study=study, status=InteractiveRound.DONE).values_list(
+            "rank_ms", flat=True
+        )
+    )
+    return {
+        "ended": sessions.exclude(outcome="").count(),
+        "found": sessions.filter(outcome=FOUND).count(),
+        "open": sessions.filter(outcome="").count(),
+        "rounds": len(times),
+        "rank_ms": statistics.median(times) if times else None,
+        "top_n": study.interactive.get("top_n"),
+    }

@@ -1,5 +1,6 @@
 """The interactive item page (the annotator plays the user) and the staff download of the
 study's sessions in the CIRCLED layout."""
+
 from __future__ import annotations
 
 import json
@@ -8,13 +9,12 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from config.roles import staff_required
-
-from annotation.interactive.session_export import session_records
 from annotation.interactive.service import session_for
+from annotation.interactive.session_export import session_records
 from annotation.interactive.warm import page_state, request_warm
 from annotation.judging.payloads import lease_config
 from annotation.models import Assignment, Study
+from config.roles import staff_required
 
 
 def interactive_item(request, study: Study, assignment: Assignment, previous: int | None):
@@ -29,10 +29,18 @@ def interactive_item(request, study: Study, assignment: Assignment, previous: in
         "skip": reverse("annotation:api_skip", args=[assignment.pk]),
         "next": reverse("annotation:work", args=[study.pk]),
     }
-    return render(request, "annotation/interactive.html", {
-        "study": study, "assignment": assignment, "state": page_state(session, request.user.pk), "urls": urls,
-        "previous": previous, "lease_config": lease_config(study),
-    })
+    return render(
+        request,
+        "annotation/interactive.html",
+        {
+            "study": study,
+            "assignment": assignment,
+            "state": page_state(session, request.user.pk),
+            "urls": urls,
+            "previous": previous,
+            "lease_config": lease_config(study),
+        },
+    )
 
 
 @staff_required
@@ -46,9 +54,12 @@ def export_sessions(request, study_id: int):
     subsets = sorted({subset for _, subset, _, _ in rows})
     chosen = request.GET.get("subset") or (subsets[0] if len(subsets) == 1 else "")
     if chosen not in subsets:  # a page that says why, with a link per subset (400 for an unknown one)
-        return render(request, "annotation/interactive_export.html", {
-            "study": study, "subsets": subsets, "asked": request.GET.get("subset") or ""},
-            status=400 if request.GET.get("subset") else 200)
+        return render(
+            request,
+            "annotation/interactive_export.html",
+            {"study": study, "subsets": subsets, "asked": request.GET.get("subset") or ""},
+            status=400 if request.GET.get("subset") else 200,
+        )
     body = json.dumps([record for _, subset, record, _ in rows if subset == chosen], indent=1) + "\n"
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="{chosen}.json"'

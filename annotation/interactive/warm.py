@@ -18,6 +18,7 @@ first kernels are then in memory, in that process. Nothing is stored but a state
 (:func:`warm_state`): while it says ``warming``, the annotator's page says that the retriever
 is warming up. The web tier only reads that state and sends the task; it never loads a model.
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,8 +39,9 @@ REQUEST_EVERY_SECONDS = 60
 WARMING_TTL_SECONDS = 300
 WARMING = "warming"
 READY = "ready"
-WARMING_MESSAGE = ("The retriever is warming up (a worker is loading the model): your first round may wait a few "
-                   "seconds for it.")
+WARMING_MESSAGE = (
+    "The retriever is warming up (a worker is loading the model): your first round may wait a few seconds for it."
+)
 
 
 def _key(study_id: int) -> str:
@@ -84,11 +86,10 @@ def request_warm(study_id: int) -> bool:
 def warm_study(study_id: int) -> dict[str, float]:
     """Rank one throw-away round per dataset of an interactive study in this process (its
     retriever, strategy and depth); returns seconds per dataset name. Stores nothing."""
-    from audit.runs.ondemand import rank_turns
-
     from annotation.core.rounds import InteractiveSettings
     from annotation.interactive.service import start_reference
     from annotation.models import Study, StudyItem
+    from audit.runs.ondemand import rank_turns
 
     study = Study.objects.filter(pk=study_id).first()
     if study is None or not study.interactive:
@@ -103,8 +104,15 @@ def warm_study(study_id: int) -> dict[str, float]:
                 continue
             seen.add(item.query.dataset_id)
             started = time.perf_counter()
-            rank_turns(item.query, rules.retriever, [(start_reference(item.query), "warm up")], [], rules.strategy,
-                       rules.alpha, rules.top_n)
+            rank_turns(
+                item.query,
+                rules.retriever,
+                [(start_reference(item.query), "warm up")],
+                [],
+                rules.strategy,
+                rules.alpha,
+                rules.top_n,
+            )
             took[item.query.dataset.name] = round(time.perf_counter() - started, 3)
     finally:
         _set_state(study_id, READY)
@@ -115,8 +123,13 @@ def warm_study(study_id: int) -> dict[str, float]:
 def open_interactive_studies() -> list[int]:
     from annotation.models import Study
 
-    return [pk for pk, conf in Study.objects.filter(status=Study.Status.OPEN).exclude(interactive=None)
-            .values_list("pk", "interactive") if conf]
+    return [
+        pk
+        for pk, conf in Study.objects.filter(status=Study.Status.OPEN)
+        .exclude(interactive=None)
+        .values_list("pk", "interactive")
+        if conf
+    ]
 
 
 def warm_open_studies() -> dict[int, dict[str, float]]:

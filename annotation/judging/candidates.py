@@ -17,6 +17,7 @@ panels are requested from a worker, so the next annotator of that item gets one.
 query on demand loads torch and a model (seconds of CPU, hundreds of MB per process), which
 would stall every annotator that web process serves.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,9 +42,17 @@ def panels_after_audit(sender, run, **kwargs) -> list[int]:
     """An audit finished (``audit.runs.aggregation.audit_finished``): ask a worker to fill
     the missing panels of every open study over that dataset, now from the audit's top
     lists. Returns the studies asked for."""
-    studies = list(Study.objects.filter(status=Study.Status.OPEN, items__query__dataset_id=run.dataset_id,
-                                        items__candidates_source="", items__query__n_turns=1)
-                   .order_by("pk").values_list("pk", flat=True).distinct())
+    studies = list(
+        Study.objects.filter(
+            status=Study.Status.OPEN,
+            items__query__dataset_id=run.dataset_id,
+            items__candidates_source="",
+            items__query__n_turns=1,
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .distinct()
+    )
     return [pk for pk in studies if send_fill(pk)]
 
 

@@ -1,4 +1,5 @@
 """A study's guidelines: Markdown, sanitised to a small HTML subset, versioned with the rubric."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,8 +12,33 @@ from django.utils.safestring import SafeString, mark_safe
 
 from annotation.models import GuidelinesVersion, Study
 
-TAGS = {"a", "blockquote", "br", "code", "em", "figcaption", "figure", "h1", "h2", "h3", "h4", "hr", "img", "li",
-        "ol", "p", "pre", "strong", "table", "tbody", "td", "th", "thead", "tr", "ul"}
+TAGS = {
+    "a",
+    "blockquote",
+    "br",
+    "code",
+    "em",
+    "figcaption",
+    "figure",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "hr",
+    "img",
+    "li",
+    "ol",
+    "p",
+    "pre",
+    "strong",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
+}
 ATTRIBUTES = {"a": {"href", "title"}, "img": {"src", "alt", "title", "width", "height"}}
 
 
@@ -20,8 +46,9 @@ def render_markdown(text: str) -> SafeString:
     """Markdown to HTML, then sanitised (no script, no inline handler or style, http(s) and
     relative links only): guidelines are written by staff but shown to everyone."""
     html = markdown.markdown(text or "", extensions=["tables", "sane_lists"], output_format="html")
-    return mark_safe(nh3.clean(html, tags=TAGS, attributes=ATTRIBUTES, url_schemes={"http", "https"},
-                               link_rel="noopener noreferrer"))
+    return mark_safe(
+        nh3.clean(html, tags=TAGS, attributes=ATTRIBUTES, url_schemes={"http", "https"}, link_rel="noopener noreferrer")
+    )
 
 
 @dataclass(frozen=True)
@@ -49,8 +76,9 @@ def save_guidelines(study: Study, text: str, user=None) -> GuidelinesVersion | N
         number = (GuidelinesVersion.objects.filter(study=study).aggregate(m=Max("version"))["m"] or 0) + 1
         study.guidelines = text
         study.save(update_fields=["guidelines"])
-        return GuidelinesVersion.objects.create(study=study, rubric_id=study.rubric_id, version=number, text=text,
-                                                created_by=user)
+        return GuidelinesVersion.objects.create(
+            study=study, rubric_id=study.rubric_id, version=number, text=text, created_by=user
+        )
 
 
 def current_guidelines(study: Study) -> Guidelines | None:

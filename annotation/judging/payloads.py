@@ -1,5 +1,6 @@
 """What an annotator's browser receives about an item: never the hidden category,
 other annotators' answers or study statistics."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -8,15 +9,13 @@ from django.conf import settings
 from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
-from retrieval.models import Image, Query, Turn
-from retrieval.sessions import describe_reference
-
 from annotation.access import grant_images, payload_image_ids
 from annotation.core.rounds import hides_target
-from annotation.verdicts.state import annotator_share
 from annotation.judging.candidates import PAGE_SIZE, item_candidates
 from annotation.models import Assignment, Draft, Judgement, StudyItem
-
+from annotation.verdicts.state import annotator_share
+from retrieval.models import Image, Query, Turn
+from retrieval.sessions import describe_reference
 
 _SENTINEL = 987654321
 
@@ -38,8 +37,15 @@ def image_ref(image: Image | None, size: int = 384) -> dict | None:
     if image is None:
         return None
     url = image_url(image.pk)
-    return {"id": image.pk, "external_id": image.external_id, "url": url, "thumb": f"{url}?size={size}",
-            "missing": image.missing, "width": image.width, "height": image.height}
+    return {
+        "id": image.pk,
+        "external_id": image.external_id,
+        "url": url,
+        "thumb": f"{url}?size={size}",
+        "missing": image.missing,
+        "width": image.width,
+        "height": image.height,
+    }
 
 
 def first_turn(item: StudyItem, query: Query) -> Turn | None:
@@ -48,9 +54,15 @@ def first_turn(item: StudyItem, query: Query) -> Turn | None:
     attached; None when they were not read (the turns are then read on their own)."""
     if query.n_turns != 1 or getattr(item, "turn1_id", None) is None:
         return None
-    return Turn(pk=item.turn1_id, query=query, index=1, texts=item.turn1_texts,
-                reference_image_id=item.turn1_reference_image_id, turn_target_id=item.turn1_turn_target_id,
-                provenance=item.turn1_provenance)
+    return Turn(
+        pk=item.turn1_id,
+        query=query,
+        index=1,
+        texts=item.turn1_texts,
+        reference_image_id=item.turn1_reference_image_id,
+        turn_target_id=item.turn1_turn_target_id,
+        provenance=item.turn1_provenance,
+    )
 
 
 def turns_and_panel(item: StudyItem, query: Query) -> tuple[list[Turn], list[dict]]:
@@ -82,10 +94,19 @@ def judgement_dict(j: Judgement | None) -> dict | None:
     if j is None:
         return None
     return {
-        "revision": j.revision, "category": j.category or None, "sub_reason": j.sub_reason or None, "note": j.note,
-        "flagged": j.flagged, "scales": j.scales, "per_turn": j.per_turn, "reject_flags": j.reject_flags,
-        "time_spent_ms": j.time_spent_ms, "created_at": j.created_at.isoformat(), "late": j.late,
-        "alternatives": j.alternatives, "none_fit": j.none_fit,
+        "revision": j.revision,
+        "category": j.category or None,
+        "sub_reason": j.sub_reason or None,
+        "note": j.note,
+        "flagged": j.flagged,
+        "scales": j.scales,
+        "per_turn": j.per_turn,
+        "reject_flags": j.reject_flags,
+        "time_spent_ms": j.time_spent_ms,
+        "created_at": j.created_at.isoformat(),
+        "late": j.late,
+        "alternatives": j.alternatives,
+        "none_fit": j.none_fit,
     }
 
 
@@ -96,8 +117,12 @@ def lease_config(study) -> dict:
     ``idle_seconds`` without activity; the countdown shows, ``warn_seconds`` before the end,
     only once no heartbeat keeps the lease."""
     lease = study.lease_minutes * 60
-    return {"lease_seconds": lease, "heartbeat_seconds": max(1, min(settings.CIRVAL_LEASE_HEARTBEAT_SECONDS, lease // 3)),
-            "idle_seconds": settings.CIRVAL_LEASE_IDLE_SECONDS, "warn_seconds": settings.CIRVAL_LEASE_WARN_SECONDS}
+    return {
+        "lease_seconds": lease,
+        "heartbeat_seconds": max(1, min(settings.CIRVAL_LEASE_HEARTBEAT_SECONDS, lease // 3)),
+        "idle_seconds": settings.CIRVAL_LEASE_IDLE_SECONDS,
+        "warn_seconds": settings.CIRVAL_LEASE_WARN_SECONDS,
+    }
 
 
 def lease_seconds(assignment: Assignment) -> int | None:
@@ -107,8 +132,9 @@ def lease_seconds(assignment: Assignment) -> int | None:
     return max(0, int((assignment.lease_expires - timezone.now()).total_seconds()))
 
 
-def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = False, fresh: bool = False,
-                 mine: dict | None = None) -> dict:
+def item_payload(
+    assignment: Assignment, rule: str | None = None, staff: bool = False, fresh: bool = False, mine: dict | None = None
+) -> dict:
     """The item as its annotator sees it: never the rule that served it (gold items are mixed
     in silently). ``staff`` adds what only staff may see: that rule and where the item's
     candidate panel came from. ``fresh`` (a row just created: no judgement, no draft) and
@@ -138,13 +164,17 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
             "n_turns": query.n_turns,
             "context": query.context_text,
             "turns": [
-                {"index": t.index, "reference": image_ref(t.reference_image), "text": t.text,
-                 "texts": t.captions,
-                 # the turn's effective reference (read from its text at import: part of the data)
-                 "reference_turns": list(t.reference_turns or []),
-                 "refers_to": describe_reference(t.index, t.reference_turns or []),
-                 "next": None if hidden else image_ref(t.turn_target, 160),
-                 "rank": ranks[n] if n < len(ranks) and ranks[n] is not None else None}
+                {
+                    "index": t.index,
+                    "reference": image_ref(t.reference_image),
+                    "text": t.text,
+                    "texts": t.captions,
+                    # the turn's effective reference (read from its text at import: part of the data)
+                    "reference_turns": list(t.reference_turns or []),
+                    "refers_to": describe_reference(t.index, t.reference_turns or []),
+                    "next": None if hidden else image_ref(t.turn_target, 160),
+                    "rank": ranks[n] if n < len(ranks) and ranks[n] is not None else None,
+                }
                 for n, t in enumerate(turns)
             ],
             "targets": [image_ref(t.image) for t in sorted(targets, key=lambda t: (not t.is_primary, t.pk))],
@@ -157,9 +187,11 @@ def item_payload(assignment: Assignment, rule: str | None = None, staff: bool = 
         "progress": annotator_share(study, assignment.annotator_id, mine=mine),
     }
     if staff:
-        payload["staff"] = {"served_by": rule or assignment.served_by,
-                            "panel_source": assignment.item.candidates_source,
-                            # the automatic reference checks each turn fails (staff only)
-                            "turn_checks": [list(t.reference_checks or []) for t in turns]}
+        payload["staff"] = {
+            "served_by": rule or assignment.served_by,
+            "panel_source": assignment.item.candidates_source,
+            # the automatic reference checks each turn fails (staff only)
+            "turn_checks": [list(t.reference_checks or []) for t in turns],
+        }
     grant_images(assignment.annotator_id, payload_image_ids(payload), assignment.study_id)
     return payload

@@ -6,147 +6,240 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('annotation', '0001_roles'),
-        ('retrieval', '0001_initial'),
+        ("annotation", "0001_roles"),
+        ("retrieval", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Assignment',
+            name="Assignment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('reserved', 'Reserved'), ('done', 'Done'), ('skipped', 'Skipped'), ('released', 'Released')], default='reserved', max_length=10)),
-                ('served_by', models.CharField(blank=True, help_text='The rule that served the item.', max_length=40)),
-                ('position', models.PositiveIntegerField(default=0, help_text="Order in the annotator's queue.")),
-                ('leased_at', models.DateTimeField(blank=True, null=True)),
-                ('lease_expires', models.DateTimeField(blank=True, null=True)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('annotator', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='assignments', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("reserved", "Reserved"),
+                            ("done", "Done"),
+                            ("skipped", "Skipped"),
+                            ("released", "Released"),
+                        ],
+                        default="reserved",
+                        max_length=10,
+                    ),
+                ),
+                ("served_by", models.CharField(blank=True, help_text="The rule that served the item.", max_length=40)),
+                ("position", models.PositiveIntegerField(default=0, help_text="Order in the annotator's queue.")),
+                ("leased_at", models.DateTimeField(blank=True, null=True)),
+                ("lease_expires", models.DateTimeField(blank=True, null=True)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "annotator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="assignments",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['position', 'id'],
+                "ordering": ["position", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Draft',
+            name="Draft",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('payload', models.JSONField(default=dict)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('assignment', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='draft', to='annotation.assignment')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("payload", models.JSONField(default=dict)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "assignment",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="draft", to="annotation.assignment"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='RubricVersion',
+            name="RubricVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.SlugField()),
-                ('version', models.PositiveIntegerField()),
-                ('title', models.CharField(max_length=200)),
-                ('definition', models.JSONField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.SlugField()),
+                ("version", models.PositiveIntegerField()),
+                ("title", models.CharField(max_length=200)),
+                ("definition", models.JSONField()),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['key', '-version'],
-                'constraints': [models.UniqueConstraint(fields=('key', 'version'), name='rubric_unique_version')],
+                "ordering": ["key", "-version"],
+                "constraints": [models.UniqueConstraint(fields=("key", "version"), name="rubric_unique_version")],
             },
         ),
         migrations.CreateModel(
-            name='Study',
+            name="Study",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('overlap', models.PositiveSmallIntegerField(default=3, help_text='Annotators per item.')),
-                ('blind', models.BooleanField(default=True, help_text='Hide audit ranks from annotators.')),
-                ('guidelines', models.TextField(blank=True)),
-                ('lease_minutes', models.PositiveSmallIntegerField(default=10, help_text='How long a served item stays reserved.')),
-                ('seed', models.IntegerField(default=0)),
-                ('pool', models.JSONField(blank=True, default=dict, help_text='How the item pool was drawn (reproducible).')),
-                ('status', models.CharField(choices=[('open', 'Open'), ('closed', 'Closed')], default='open', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('annotators', models.ManyToManyField(blank=True, related_name='studies', to=settings.AUTH_USER_MODEL)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('rubric', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='studies', to='annotation.rubricversion')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("overlap", models.PositiveSmallIntegerField(default=3, help_text="Annotators per item.")),
+                ("blind", models.BooleanField(default=True, help_text="Hide audit ranks from annotators.")),
+                ("guidelines", models.TextField(blank=True)),
+                (
+                    "lease_minutes",
+                    models.PositiveSmallIntegerField(default=10, help_text="How long a served item stays reserved."),
+                ),
+                ("seed", models.IntegerField(default=0)),
+                (
+                    "pool",
+                    models.JSONField(blank=True, default=dict, help_text="How the item pool was drawn (reproducible)."),
+                ),
+                (
+                    "status",
+                    models.CharField(choices=[("open", "Open"), ("closed", "Closed")], default="open", max_length=10),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("annotators", models.ManyToManyField(blank=True, related_name="studies", to=settings.AUTH_USER_MODEL)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "rubric",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="studies",
+                        to="annotation.rubricversion",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'studies',
-                'ordering': ['-created_at'],
+                "verbose_name_plural": "studies",
+                "ordering": ["-created_at"],
             },
         ),
         migrations.AddField(
-            model_name='assignment',
-            name='study',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='assignments', to='annotation.study'),
+            model_name="assignment",
+            name="study",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="assignments", to="annotation.study"
+            ),
         ),
         migrations.CreateModel(
-            name='StudyItem',
+            name="StudyItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('hidden_category', models.CharField(blank=True, help_text='Audit label; never shown to annotators.', max_length=50)),
-                ('stratum', models.CharField(blank=True, max_length=200)),
-                ('agreement', models.BooleanField(default=False, help_text='In the agreement subset: judged by everyone.')),
-                ('order_key', models.PositiveIntegerField(default=0)),
-                ('taken', models.PositiveIntegerField(default=0)),
-                ('completed', models.PositiveIntegerField(default=0)),
-                ('query', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='study_items', to='retrieval.query')),
-                ('study', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='items', to='annotation.study')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "hidden_category",
+                    models.CharField(blank=True, help_text="Audit label; never shown to annotators.", max_length=50),
+                ),
+                ("stratum", models.CharField(blank=True, max_length=200)),
+                (
+                    "agreement",
+                    models.BooleanField(default=False, help_text="In the agreement subset: judged by everyone."),
+                ),
+                ("order_key", models.PositiveIntegerField(default=0)),
+                ("taken", models.PositiveIntegerField(default=0)),
+                ("completed", models.PositiveIntegerField(default=0)),
+                (
+                    "query",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="study_items", to="retrieval.query"
+                    ),
+                ),
+                (
+                    "study",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="items", to="annotation.study"
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='assignment',
-            name='item',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='assignments', to='annotation.studyitem'),
+            model_name="assignment",
+            name="item",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="assignments", to="annotation.studyitem"
+            ),
         ),
         migrations.CreateModel(
-            name='Judgement',
+            name="Judgement",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('revision', models.PositiveIntegerField(default=1)),
-                ('is_current', models.BooleanField(default=True)),
-                ('category', models.CharField(blank=True, max_length=50)),
-                ('sub_reason', models.CharField(blank=True, max_length=50)),
-                ('note', models.TextField(blank=True)),
-                ('flags', models.JSONField(blank=True, default=dict, help_text='One boolean per invalid category.')),
-                ('validated', models.BooleanField(null=True)),
-                ('flagged', models.BooleanField(default=False, help_text='Sent to adjudication by the annotator.')),
-                ('time_spent_ms', models.PositiveIntegerField(default=0)),
-                ('scales', models.JSONField(blank=True, default=dict)),
-                ('per_turn', models.JSONField(blank=True, default=list)),
-                ('reject_flags', models.JSONField(blank=True, default=list)),
-                ('client_token', models.CharField(blank=True, help_text='Idempotency key sent by the client.', max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('assignment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='revisions', to='annotation.assignment')),
-                ('rubric', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='annotation.rubricversion')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("revision", models.PositiveIntegerField(default=1)),
+                ("is_current", models.BooleanField(default=True)),
+                ("category", models.CharField(blank=True, max_length=50)),
+                ("sub_reason", models.CharField(blank=True, max_length=50)),
+                ("note", models.TextField(blank=True)),
+                ("flags", models.JSONField(blank=True, default=dict, help_text="One boolean per invalid category.")),
+                ("validated", models.BooleanField(null=True)),
+                ("flagged", models.BooleanField(default=False, help_text="Sent to adjudication by the annotator.")),
+                ("time_spent_ms", models.PositiveIntegerField(default=0)),
+                ("scales", models.JSONField(blank=True, default=dict)),
+                ("per_turn", models.JSONField(blank=True, default=list)),
+                ("reject_flags", models.JSONField(blank=True, default=list)),
+                (
+                    "client_token",
+                    models.CharField(blank=True, help_text="Idempotency key sent by the client.", max_length=64),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "assignment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="revisions",
+                        to="annotation.assignment",
+                    ),
+                ),
+                (
+                    "rubric",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="annotation.rubricversion"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['assignment', 'revision'],
-                'constraints': [models.UniqueConstraint(fields=('assignment', 'revision'), name='judgement_unique_revision'), models.UniqueConstraint(condition=models.Q(('is_current', True)), fields=('assignment',), name='judgement_one_current'), models.UniqueConstraint(condition=models.Q(('client_token', ''), _negated=True), fields=('assignment', 'client_token'), name='judgement_unique_token')],
+                "ordering": ["assignment", "revision"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("assignment", "revision"), name="judgement_unique_revision"),
+                    models.UniqueConstraint(
+                        condition=models.Q(("is_current", True)), fields=("assignment",), name="judgement_one_current"
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("client_token", ""), _negated=True),
+                        fields=("assignment", "client_token"),
+                        name="judgement_unique_token",
+                    ),
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='studyitem',
-            index=models.Index(fields=['study', '-agreement', '-taken', 'order_key'], name='studyitem_queue'),
+            model_name="studyitem",
+            index=models.Index(fields=["study", "-agreement", "-taken", "order_key"], name="studyitem_queue"),
         ),
         migrations.AddConstraint(
-            model_name='studyitem',
-            constraint=models.UniqueConstraint(fields=('study', 'query'), name='studyitem_unique_query'),
+            model_name="studyitem",
+            constraint=models.UniqueConstraint(fields=("study", "query"), name="studyitem_unique_query"),
         ),
         migrations.AddIndex(
-            model_name='assignment',
-            index=models.Index(fields=['study', 'annotator', 'status'], name='assignment_mine'),
+            model_name="assignment",
+            index=models.Index(fields=["study", "annotator", "status"], name="assignment_mine"),
         ),
         migrations.AddIndex(
-            model_name='assignment',
-            index=models.Index(fields=['study', 'status', 'lease_expires'], name='assignment_leases'),
+            model_name="assignment",
+            index=models.Index(fields=["study", "status", "lease_expires"], name="assignment_leases"),
         ),
         migrations.AddConstraint(
-            model_name='assignment',
-            constraint=models.UniqueConstraint(fields=('item', 'annotator'), name='assignment_once_per_annotator'),
+            model_name="assignment",
+            constraint=models.UniqueConstraint(fields=("item", "annotator"), name="assignment_once_per_annotator"),
         ),
     ]

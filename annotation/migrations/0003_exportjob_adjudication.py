@@ -6,53 +6,102 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0002_initial'),
+        ("annotation", "0002_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ExportJob',
+            name="ExportJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('policy', models.CharField(default='majority', max_length=20)),
-                ('primary', models.CharField(blank=True, help_text='Deciding annotator of the primary policy.', max_length=150)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='queued', max_length=10)),
-                ('stage', models.CharField(blank=True, max_length=100)),
-                ('done', models.PositiveIntegerField(default=0)),
-                ('total', models.PositiveIntegerField(default=0)),
-                ('path', models.CharField(blank=True, help_text='The finished export folder.', max_length=1000)),
-                ('files', models.JSONField(blank=True, default=list, help_text='Paths relative to the export folder.')),
-                ('manifest', models.JSONField(blank=True, default=dict)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('study', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='exports', to='annotation.study')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("policy", models.CharField(default="majority", max_length=20)),
+                (
+                    "primary",
+                    models.CharField(blank=True, help_text="Deciding annotator of the primary policy.", max_length=150),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("queued", "Queued"), ("running", "Running"), ("done", "Done"), ("failed", "Failed")],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("stage", models.CharField(blank=True, max_length=100)),
+                ("done", models.PositiveIntegerField(default=0)),
+                ("total", models.PositiveIntegerField(default=0)),
+                ("path", models.CharField(blank=True, help_text="The finished export folder.", max_length=1000)),
+                ("files", models.JSONField(blank=True, default=list, help_text="Paths relative to the export folder.")),
+                ("manifest", models.JSONField(blank=True, default=dict)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "study",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="exports", to="annotation.study"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Adjudication',
+            name="Adjudication",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('decision', models.CharField(choices=[('validated', 'Validated'), ('rejected', 'Rejected')], max_length=10)),
-                ('note', models.TextField(blank=True)),
-                ('decided_at', models.DateTimeField(auto_now_add=True)),
-                ('is_current', models.BooleanField(default=True)),
-                ('decided_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='adjudications', to='annotation.studyitem')),
-                ('study', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='adjudications', to='annotation.study')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "decision",
+                    models.CharField(choices=[("validated", "Validated"), ("rejected", "Rejected")], max_length=10),
+                ),
+                ("note", models.TextField(blank=True)),
+                ("decided_at", models.DateTimeField(auto_now_add=True)),
+                ("is_current", models.BooleanField(default=True)),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="adjudications",
+                        to="annotation.studyitem",
+                    ),
+                ),
+                (
+                    "study",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="adjudications", to="annotation.study"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['item', '-decided_at', '-id'],
-                'indexes': [models.Index(fields=['study', 'item'], name='adjudication_item')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('is_current', True)), fields=('item',), name='adjudication_one_current')],
+                "ordering": ["item", "-decided_at", "-id"],
+                "indexes": [models.Index(fields=["study", "item"], name="adjudication_item")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("is_current", True)), fields=("item",), name="adjudication_one_current"
+                    )
+                ],
             },
         ),
     ]

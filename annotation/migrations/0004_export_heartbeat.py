@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0003_exportjob_adjudication'),
+        ("annotation", "0003_exportjob_adjudication"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='exportjob',
-            name='heartbeat_at',
-            field=models.DateTimeField(blank=True, help_text='Last progress of the worker running it.', null=True),
+            model_name="exportjob",
+            name="heartbeat_at",
+            field=models.DateTimeField(blank=True, help_text="Last progress of the worker running it.", null=True),
         ),
     ]

@@ -4,20 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0004_export_heartbeat'),
+        ("annotation", "0004_export_heartbeat"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='quorum',
-            field=models.PositiveSmallIntegerField(blank=True, help_text='Current judgements an item needs before consensus decides it (empty: the overlap).', null=True),
+            model_name="study",
+            name="quorum",
+            field=models.PositiveSmallIntegerField(
+                blank=True,
+                help_text="Current judgements an item needs before consensus decides it (empty: the overlap).",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='study',
-            name='session_rule',
-            field=models.JSONField(blank=True, default=dict, help_text='Session studies: how a session is decided (reject rule, overall threshold); empty: the default.'),
+            model_name="study",
+            name="session_rule",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="Session studies: how a session is decided (reject rule, overall threshold); empty: the default.",
+            ),
         ),
     ]

@@ -6,67 +6,95 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0005_study_quorum_session_rule'),
+        ("annotation", "0005_study_quorum_session_rule"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='gold_rate',
+            model_name="study",
+            name="gold_rate",
             field=models.FloatField(default=0.05, help_text="Share of each annotator's queue drawn from gold items."),
         ),
         migrations.AddField(
-            model_name='study',
-            name='straight_run',
-            field=models.PositiveSmallIntegerField(default=8, help_text='This many identical answers in a row are flagged to staff as straight-lining.'),
+            model_name="study",
+            name="straight_run",
+            field=models.PositiveSmallIntegerField(
+                default=8, help_text="This many identical answers in a row are flagged to staff as straight-lining."
+            ),
         ),
         migrations.AddField(
-            model_name='study',
-            name='too_fast_seconds',
-            field=models.FloatField(default=5.0, help_text='Judgements faster than this are flagged to staff.'),
+            model_name="study",
+            name="too_fast_seconds",
+            field=models.FloatField(default=5.0, help_text="Judgements faster than this are flagged to staff."),
         ),
         migrations.AddField(
-            model_name='study',
-            name='training_items',
-            field=models.PositiveSmallIntegerField(default=0, help_text='Gold items (with feedback) each annotator judges before real items.'),
+            model_name="study",
+            name="training_items",
+            field=models.PositiveSmallIntegerField(
+                default=0, help_text="Gold items (with feedback) each annotator judges before real items."
+            ),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='gold',
-            field=models.BooleanField(default=False, help_text="A gold item: served to everyone at the study's gold rate."),
+            model_name="studyitem",
+            name="gold",
+            field=models.BooleanField(
+                default=False, help_text="A gold item: served to everyone at the study's gold rate."
+            ),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='gold_answer',
+            model_name="studyitem",
+            name="gold_answer",
             field=models.JSONField(blank=True, default=dict, help_text='The known answer, e.g. {"validated": true}.'),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='gold_source',
-            field=models.CharField(blank=True, help_text='hand, adjudicated or unanimous.', max_length=20),
+            model_name="studyitem",
+            name="gold_source",
+            field=models.CharField(blank=True, help_text="hand, adjudicated or unanimous.", max_length=20),
         ),
         migrations.AlterField(
-            model_name='study',
-            name='status',
-            field=models.CharField(choices=[('open', 'Open'), ('paused', 'Paused'), ('closed', 'Closed')], default='open', max_length=10),
+            model_name="study",
+            name="status",
+            field=models.CharField(
+                choices=[("open", "Open"), ("paused", "Paused"), ("closed", "Closed")], default="open", max_length=10
+            ),
         ),
         migrations.CreateModel(
-            name='GuidelinesVersion',
+            name="GuidelinesVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField()),
-                ('text', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('rubric', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='annotation.rubricversion')),
-                ('study', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='guideline_versions', to='annotation.study')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("version", models.PositiveIntegerField()),
+                ("text", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "rubric",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="annotation.rubricversion"
+                    ),
+                ),
+                (
+                    "study",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="guideline_versions",
+                        to="annotation.study",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['study', '-version'],
-                'constraints': [models.UniqueConstraint(fields=('study', 'version'), name='guidelines_unique_version')],
+                "ordering": ["study", "-version"],
+                "constraints": [models.UniqueConstraint(fields=("study", "version"), name="guidelines_unique_version")],
             },
         ),
     ]

@@ -4,15 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0006_study_quality_gold_guidelines'),
+        ("annotation", "0006_study_quality_gold_guidelines"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='judgement',
-            name='late',
-            field=models.BooleanField(default=False, help_text="Submitted after the lease expired and the item went to someone else: kept, but not counted towards the item's quorum."),
+            model_name="judgement",
+            name="late",
+            field=models.BooleanField(
+                default=False,
+                help_text="Submitted after the lease expired and the item went to someone else: kept, but not counted towards the item's quorum.",
+            ),
         ),
     ]

@@ -5,25 +5,30 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0007_judgement_late'),
+        ("annotation", "0007_judgement_late"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='candidates',
-            field=models.PositiveSmallIntegerField(default=20, help_text='Candidate images shown per single-turn item (0 to 50), the same number for every item.', validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(50)]),
+            model_name="study",
+            name="candidates",
+            field=models.PositiveSmallIntegerField(
+                default=20,
+                help_text="Candidate images shown per single-turn item (0 to 50), the same number for every item.",
+                validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(50)],
+            ),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='candidates',
-            field=models.JSONField(blank=True, default=list, help_text="The item's candidate panel (image ids), fixed once first shown."),
+            model_name="studyitem",
+            name="candidates",
+            field=models.JSONField(
+                blank=True, default=list, help_text="The item's candidate panel (image ids), fixed once first shown."
+            ),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='candidates_source',
-            field=models.CharField(blank=True, help_text='Where the panel came from (staff only).', max_length=200),
+            model_name="studyitem",
+            name="candidates_source",
+            field=models.CharField(blank=True, help_text="Where the panel came from (staff only).", max_length=200),
         ),
     ]

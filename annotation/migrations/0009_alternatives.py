@@ -6,43 +6,73 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0008_study_candidate_panel'),
+        ("annotation", "0008_study_candidate_panel"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='judgement',
-            name='alternatives',
-            field=models.JSONField(blank=True, default=list, help_text='Candidate image ids that fit as well as the labelled target.'),
+            model_name="judgement",
+            name="alternatives",
+            field=models.JSONField(
+                blank=True, default=list, help_text="Candidate image ids that fit as well as the labelled target."
+            ),
         ),
         migrations.AddField(
-            model_name='study',
-            name='alternatives_rule',
-            field=models.CharField(choices=[('majority', 'strict majority'), ('unanimous', 'unanimous')], default='majority', help_text='When a ticked candidate becomes an extra ground truth.', max_length=10),
+            model_name="study",
+            name="alternatives_rule",
+            field=models.CharField(
+                choices=[("majority", "strict majority"), ("unanimous", "unanimous")],
+                default="majority",
+                help_text="When a ticked candidate becomes an extra ground truth.",
+                max_length=10,
+            ),
         ),
         migrations.AddField(
-            model_name='study',
-            name='too_broad_threshold',
-            field=models.PositiveSmallIntegerField(default=10, help_text='Ticked alternatives from which the page suggests QUERY_TOO_BROAD.'),
+            model_name="study",
+            name="too_broad_threshold",
+            field=models.PositiveSmallIntegerField(
+                default=10, help_text="Ticked alternatives from which the page suggests QUERY_TOO_BROAD."
+            ),
         ),
         migrations.CreateModel(
-            name='AlternativeDecision',
+            name="AlternativeDecision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('image_id', models.PositiveBigIntegerField()),
-                ('accepted', models.BooleanField()),
-                ('note', models.TextField(blank=True)),
-                ('decided_at', models.DateTimeField(auto_now_add=True)),
-                ('decided_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alternative_decisions', to='annotation.studyitem')),
-                ('study', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alternative_decisions', to='annotation.study')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("image_id", models.PositiveBigIntegerField()),
+                ("accepted", models.BooleanField()),
+                ("note", models.TextField(blank=True)),
+                ("decided_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="alternative_decisions",
+                        to="annotation.studyitem",
+                    ),
+                ),
+                (
+                    "study",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="alternative_decisions",
+                        to="annotation.study",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['item', 'image_id', '-decided_at', '-id'],
-                'indexes': [models.Index(fields=['item', 'image_id'], name='altdecision_item_image')],
+                "ordering": ["item", "image_id", "-decided_at", "-id"],
+                "indexes": [models.Index(fields=["item", "image_id"], name="altdecision_item_image")],
             },
         ),
     ]

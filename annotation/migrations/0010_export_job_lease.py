@@ -4,30 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0009_alternatives'),
+        ("annotation", "0009_alternatives"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='exportjob',
-            name='attempts',
+            model_name="exportjob",
+            name="attempts",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='exportjob',
-            name='enqueued_at',
-            field=models.DateTimeField(blank=True, help_text='When its message was last sent.', null=True),
+            model_name="exportjob",
+            name="enqueued_at",
+            field=models.DateTimeField(blank=True, help_text="When its message was last sent.", null=True),
         ),
         migrations.AddField(
-            model_name='exportjob',
-            name='owner',
-            field=models.CharField(blank=True, help_text='host:pid of the worker holding the lease', max_length=200),
+            model_name="exportjob",
+            name="owner",
+            field=models.CharField(blank=True, help_text="host:pid of the worker holding the lease", max_length=200),
         ),
         migrations.AlterField(
-            model_name='exportjob',
-            name='heartbeat_at',
-            field=models.DateTimeField(blank=True, help_text='Last beat of the worker running it.', null=True),
+            model_name="exportjob",
+            name="heartbeat_at",
+            field=models.DateTimeField(blank=True, help_text="Last beat of the worker running it.", null=True),
         ),
     ]

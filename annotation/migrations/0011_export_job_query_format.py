@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0010_export_job_lease'),
+        ("annotation", "0010_export_job_lease"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='exportjob',
-            name='query_format',
-            field=models.CharField(default='mbeir', help_text="Query files of a category study: mbeir (JSONL) or circo (CIRCO's layout).", max_length=10),
+            model_name="exportjob",
+            name="query_format",
+            field=models.CharField(
+                default="mbeir",
+                help_text="Query files of a category study: mbeir (JSONL) or circo (CIRCO's layout).",
+                max_length=10,
+            ),
         ),
     ]

@@ -4,15 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0011_export_job_query_format'),
+        ("annotation", "0011_export_job_query_format"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='judgement',
-            name='none_fit',
-            field=models.BooleanField(default=False, help_text='The annotator said that none of the candidates fits (no tick by choice).'),
+            model_name="judgement",
+            name="none_fit",
+            field=models.BooleanField(
+                default=False, help_text="The annotator said that none of the candidates fits (no tick by choice)."
+            ),
         ),
     ]

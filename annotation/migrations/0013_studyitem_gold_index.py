@@ -4,15 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0012_judgement_none_fit'),
-        ('retrieval', '0003_import_job_lease'),
+        ("annotation", "0012_judgement_none_fit"),
+        ("retrieval", "0003_import_job_lease"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='studyitem',
-            index=models.Index(condition=models.Q(('gold', True)), fields=['study', 'order_key', 'id'], name='studyitem_gold'),
+            model_name="studyitem",
+            index=models.Index(
+                condition=models.Q(("gold", True)), fields=["study", "order_key", "id"], name="studyitem_gold"
+            ),
         ),
     ]

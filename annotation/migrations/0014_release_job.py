@@ -6,39 +6,86 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0013_studyitem_gold_index'),
+        ("annotation", "0013_studyitem_gold_index"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ReleaseJob',
+            name="ReleaseJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='queued', max_length=10)),
-                ('owner', models.CharField(blank=True, help_text='host:pid of the worker holding the lease', max_length=200)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('enqueued_at', models.DateTimeField(blank=True, help_text='When its message was last sent.', null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, help_text='Last beat of the worker running it.', null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('stage', models.CharField(blank=True, max_length=100)),
-                ('done', models.PositiveIntegerField(default=0)),
-                ('total', models.PositiveIntegerField(default=0)),
-                ('study_ids', models.JSONField(default=list, help_text='The studies released, in order.')),
-                ('layouts', models.JSONField(blank=True, default=list, help_text="Layouts asked for (empty: each study's default).")),
-                ('path', models.CharField(blank=True, help_text='The finished release folder (the zip is beside it).', max_length=1000)),
-                ('files', models.JSONField(blank=True, default=list, help_text='Paths relative to the release folder.')),
-                ('placeholders', models.JSONField(blank=True, default=list, help_text='Fields the publisher must fill in.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('study', models.ForeignKey(help_text='The study whose page started it (the first of study_ids).', on_delete=django.db.models.deletion.CASCADE, related_name='releases', to='annotation.study')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("queued", "Queued"), ("running", "Running"), ("done", "Done"), ("failed", "Failed")],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "owner",
+                    models.CharField(blank=True, help_text="host:pid of the worker holding the lease", max_length=200),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                (
+                    "enqueued_at",
+                    models.DateTimeField(blank=True, help_text="When its message was last sent.", null=True),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "heartbeat_at",
+                    models.DateTimeField(blank=True, help_text="Last beat of the worker running it.", null=True),
+                ),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("stage", models.CharField(blank=True, max_length=100)),
+                ("done", models.PositiveIntegerField(default=0)),
+                ("total", models.PositiveIntegerField(default=0)),
+                ("study_ids", models.JSONField(default=list, help_text="The studies released, in order.")),
+                (
+                    "layouts",
+                    models.JSONField(
+                        blank=True, default=list, help_text="Layouts asked for (empty: each study's default)."
+                    ),
+                ),
+                (
+                    "path",
+                    models.CharField(
+                        blank=True, help_text="The finished release folder (the zip is beside it).", max_length=1000
+                    ),
+                ),
+                (
+                    "files",
+                    models.JSONField(blank=True, default=list, help_text="Paths relative to the release folder."),
+                ),
+                (
+                    "placeholders",
+                    models.JSONField(blank=True, default=list, help_text="Fields the publisher must fill in."),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "study",
+                    models.ForeignKey(
+                        help_text="The study whose page started it (the first of study_ids).",
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="releases",
+                        to="annotation.study",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]

@@ -6,39 +6,77 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0014_release_job'),
+        ("annotation", "0014_release_job"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RoomImportJob',
+            name="RoomImportJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='queued', max_length=10)),
-                ('owner', models.CharField(blank=True, help_text='host:pid of the worker holding the lease', max_length=200)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('enqueued_at', models.DateTimeField(blank=True, help_text='When its message was last sent.', null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, help_text='Last beat of the worker running it.', null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('stage', models.CharField(blank=True, max_length=100)),
-                ('done', models.PositiveIntegerField(default=0)),
-                ('total', models.PositiveIntegerField(default=0)),
-                ('command', models.CharField(choices=[('import_ranks', 'import_ranks'), ('import_circus', 'import_circus')], max_length=20)),
-                ('options', models.JSONField(blank=True, default=dict, help_text="The form's fields, as the command's options.")),
-                ('paths', models.JSONField(blank=True, default=list, help_text='The stored uploads (deleted when the job ends).')),
-                ('names', models.JSONField(blank=True, default=list, help_text="The files' names as uploaded.")),
-                ('lines', models.JSONField(blank=True, default=list, help_text='What the command prints.')),
-                ('warnings', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("queued", "Queued"), ("running", "Running"), ("done", "Done"), ("failed", "Failed")],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "owner",
+                    models.CharField(blank=True, help_text="host:pid of the worker holding the lease", max_length=200),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                (
+                    "enqueued_at",
+                    models.DateTimeField(blank=True, help_text="When its message was last sent.", null=True),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "heartbeat_at",
+                    models.DateTimeField(blank=True, help_text="Last beat of the worker running it.", null=True),
+                ),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("stage", models.CharField(blank=True, max_length=100)),
+                ("done", models.PositiveIntegerField(default=0)),
+                ("total", models.PositiveIntegerField(default=0)),
+                (
+                    "command",
+                    models.CharField(
+                        choices=[("import_ranks", "import_ranks"), ("import_circus", "import_circus")], max_length=20
+                    ),
+                ),
+                (
+                    "options",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="The form's fields, as the command's options."
+                    ),
+                ),
+                (
+                    "paths",
+                    models.JSONField(
+                        blank=True, default=list, help_text="The stored uploads (deleted when the job ends)."
+                    ),
+                ),
+                ("names", models.JSONField(blank=True, default=list, help_text="The files' names as uploaded.")),
+                ("lines", models.JSONField(blank=True, default=list, help_text="What the command prints.")),
+                ("warnings", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]

@@ -4,25 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0015_room_import_job'),
+        ("annotation", "0015_room_import_job"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='adaptive_max',
-            field=models.PositiveSmallIntegerField(blank=True, help_text='Adaptive overlap: serve each item to `overlap` annotators and, while they disagree, to one more up to this many (empty: a fixed overlap).', null=True),
+            model_name="study",
+            name="adaptive_max",
+            field=models.PositiveSmallIntegerField(
+                blank=True,
+                help_text="Adaptive overlap: serve each item to `overlap` annotators and, while they disagree, to one more up to this many (empty: a fixed overlap).",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='study',
-            name='consensus',
-            field=models.CharField(choices=[('majority', 'majority'), ('reliability', 'reliability-weighted (Dawid-Skene)')], default='majority', help_text='The consensus policy pages and exports use unless told another.', max_length=12),
+            model_name="study",
+            name="consensus",
+            field=models.CharField(
+                choices=[("majority", "majority"), ("reliability", "reliability-weighted (Dawid-Skene)")],
+                default="majority",
+                help_text="The consensus policy pages and exports use unless told another.",
+                max_length=12,
+            ),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='extra_slots',
-            field=models.PositiveSmallIntegerField(default=0, help_text="Annotators beyond the study's overlap this item is open to: what an adaptive quorum rule opened for its counted votes (Study.quorum_rule.slots less the overlap)."),
+            model_name="studyitem",
+            name="extra_slots",
+            field=models.PositiveSmallIntegerField(
+                default=0,
+                help_text="Annotators beyond the study's overlap this item is open to: what an adaptive quorum rule opened for its counted votes (Study.quorum_rule.slots less the overlap).",
+            ),
         ),
     ]

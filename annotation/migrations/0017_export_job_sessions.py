@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0016_adaptive_overlap_reliability'),
+        ("annotation", "0016_adaptive_overlap_reliability"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='exportjob',
-            name='sessions',
-            field=models.CharField(default='whole', help_text='Sessions judged turn by turn: whole (valid sessions) or prefix (valid prefixes too).', max_length=10),
+            model_name="exportjob",
+            name="sessions",
+            field=models.CharField(
+                default="whole",
+                help_text="Sessions judged turn by turn: whole (valid sessions) or prefix (valid prefixes too).",
+                max_length=10,
+            ),
         ),
     ]

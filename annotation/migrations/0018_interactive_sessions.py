@@ -6,56 +6,110 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0017_export_job_sessions'),
-        ('retrieval', '0005_worker_beat'),
+        ("annotation", "0017_export_job_sessions"),
+        ("retrieval", "0005_worker_beat"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='interactive',
-            field=models.JSONField(blank=True, default=dict, help_text='Interactive studies (the annotator plays the user): retriever, top_n, max_rounds, strategy, target_view (annotation.core.rounds.InteractiveSettings); empty: not interactive.'),
+            model_name="study",
+            name="interactive",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="Interactive studies (the annotator plays the user): retriever, top_n, max_rounds, strategy, target_view (annotation.core.rounds.InteractiveSettings); empty: not interactive.",
+            ),
         ),
         migrations.CreateModel(
-            name='InteractiveSession',
+            name="InteractiveSession",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('config', models.JSONField(default=dict, help_text="The study's interactive settings when the session began.")),
-                ('outcome', models.CharField(blank=True, max_length=10)),
-                ('started_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('annotator', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('assignment', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='interactive_session', to='annotation.assignment')),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='interactive_sessions', to='annotation.studyitem')),
-                ('study', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='interactive_sessions', to='annotation.study')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "config",
+                    models.JSONField(
+                        default=dict, help_text="The study's interactive settings when the session began."
+                    ),
+                ),
+                ("outcome", models.CharField(blank=True, max_length=10)),
+                ("started_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "annotator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "assignment",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="interactive_session",
+                        to="annotation.assignment",
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="interactive_sessions",
+                        to="annotation.studyitem",
+                    ),
+                ),
+                (
+                    "study",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="interactive_sessions",
+                        to="annotation.study",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['study', 'id'],
+                "ordering": ["study", "id"],
             },
         ),
         migrations.CreateModel(
-            name='InteractiveRound',
+            name="InteractiveRound",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveSmallIntegerField(help_text='1-based.')),
-                ('text', models.TextField()),
-                ('status', models.CharField(default='pending', max_length=10)),
-                ('shown', models.JSONField(blank=True, default=list, help_text='Candidate image ids shown after the round, best first.')),
-                ('target_rank', models.PositiveIntegerField(blank=True, help_text='1-based; empty: not ranked.', null=True)),
-                ('error', models.TextField(blank=True)),
-                ('rank_ms', models.FloatField(blank=True, help_text="The worker's re-ranking time.", null=True)),
-                ('time_spent_ms', models.PositiveIntegerField(default=0, help_text='Writing time the page measured.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('ranked_at', models.DateTimeField(blank=True, null=True)),
-                ('reference', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='retrieval.image')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rounds', to='annotation.interactivesession')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("index", models.PositiveSmallIntegerField(help_text="1-based.")),
+                ("text", models.TextField()),
+                ("status", models.CharField(default="pending", max_length=10)),
+                (
+                    "shown",
+                    models.JSONField(
+                        blank=True, default=list, help_text="Candidate image ids shown after the round, best first."
+                    ),
+                ),
+                (
+                    "target_rank",
+                    models.PositiveIntegerField(blank=True, help_text="1-based; empty: not ranked.", null=True),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("rank_ms", models.FloatField(blank=True, help_text="The worker's re-ranking time.", null=True)),
+                ("time_spent_ms", models.PositiveIntegerField(default=0, help_text="Writing time the page measured.")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("ranked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "reference",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="retrieval.image"
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="rounds",
+                        to="annotation.interactivesession",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['session', 'index'],
-                'constraints': [models.UniqueConstraint(fields=('session', 'index'), name='interactive_round_once')],
+                "ordering": ["session", "index"],
+                "constraints": [models.UniqueConstraint(fields=("session", "index"), name="interactive_round_once")],
             },
         ),
     ]

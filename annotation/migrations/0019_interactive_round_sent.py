@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0018_interactive_sessions'),
+        ("annotation", "0018_interactive_sessions"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='interactiveround',
-            name='sent_at',
-            field=models.DateTimeField(blank=True, help_text='Last sent to a worker (the sweep resends).', null=True),
+            model_name="interactiveround",
+            name="sent_at",
+            field=models.DateTimeField(blank=True, help_text="Last sent to a worker (the sweep resends).", null=True),
         ),
     ]

@@ -4,30 +4,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0019_interactive_round_sent'),
-        ('retrieval', '0005_worker_beat'),
+        ("annotation", "0019_interactive_round_sent"),
+        ("retrieval", "0005_worker_beat"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='serve_order',
-            field=models.CharField(choices=[('random', "random (the study's seeded shuffle)"), ('suspicion', 'suspicion, highest first')], default='random', help_text='Which fresh item an annotator gets first: the seeded shuffle, or the most suspicious (audit/suspicion.py; staff only, annotators are never told).', max_length=10),
+            model_name="study",
+            name="serve_order",
+            field=models.CharField(
+                choices=[("random", "random (the study's seeded shuffle)"), ("suspicion", "suspicion, highest first")],
+                default="random",
+                help_text="Which fresh item an annotator gets first: the seeded shuffle, or the most suspicious (audit/suspicion.py; staff only, annotators are never told).",
+                max_length=10,
+            ),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='suspicion',
-            field=models.FloatField(default=0.0, help_text='Suspicion score in [0, 1] (audit/suspicion.py; staff only).'),
+            model_name="studyitem",
+            name="suspicion",
+            field=models.FloatField(
+                default=0.0, help_text="Suspicion score in [0, 1] (audit/suspicion.py; staff only)."
+            ),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='suspicion_parts',
-            field=models.JSONField(blank=True, default=dict, help_text="The score's parts and the run they came from (staff only)."),
+            model_name="studyitem",
+            name="suspicion_parts",
+            field=models.JSONField(
+                blank=True, default=dict, help_text="The score's parts and the run they came from (staff only)."
+            ),
         ),
         migrations.AddIndex(
-            model_name='studyitem',
-            index=models.Index(fields=['study', '-agreement', '-taken', '-suspicion', 'order_key'], name='studyitem_suspicion_queue'),
+            model_name="studyitem",
+            index=models.Index(
+                fields=["study", "-agreement", "-taken", "-suspicion", "order_key"], name="studyitem_suspicion_queue"
+            ),
         ),
     ]

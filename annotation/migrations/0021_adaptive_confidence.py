@@ -5,15 +5,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0020_suspicion'),
+        ("annotation", "0020_suspicion"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='adaptive_confidence',
-            field=models.FloatField(default=0.9, help_text="Adaptive overlap under reliability-weighted consensus: a split is decided without a further annotator once the annotators' reliability (Dawid-Skene on the study's judgements so far) makes it at least this sure either way (0.5 to 1).", validators=[django.core.validators.MinValueValidator(0.5), django.core.validators.MaxValueValidator(1.0)]),
+            model_name="study",
+            name="adaptive_confidence",
+            field=models.FloatField(
+                default=0.9,
+                help_text="Adaptive overlap under reliability-weighted consensus: a split is decided without a further annotator once the annotators' reliability (Dawid-Skene on the study's judgements so far) makes it at least this sure either way (0.5 to 1).",
+                validators=[
+                    django.core.validators.MinValueValidator(0.5),
+                    django.core.validators.MaxValueValidator(1.0),
+                ],
+            ),
         ),
     ]

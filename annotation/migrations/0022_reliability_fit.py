@@ -4,20 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0021_adaptive_confidence'),
+        ("annotation", "0021_adaptive_confidence"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='refit_requested_at',
-            field=models.DateTimeField(blank=True, editable=False, help_text='When a refit of reliability_fit was sent and not yet done (at most one per study); empty: none pending.', null=True),
+            model_name="study",
+            name="refit_requested_at",
+            field=models.DateTimeField(
+                blank=True,
+                editable=False,
+                help_text="When a refit of reliability_fit was sent and not yet done (at most one per study); empty: none pending.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='study',
-            name='reliability_fit',
-            field=models.JSONField(blank=True, default=dict, editable=False, help_text='The last Dawid-Skene fit serving reads (annotation.verdicts.refit): the binary model, the judgements it was fitted on (count, last id) and when; refitted in a worker, empty before the first.'),
+            model_name="study",
+            name="reliability_fit",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                editable=False,
+                help_text="The last Dawid-Skene fit serving reads (annotation.verdicts.refit): the binary model, the judgements it was fitted on (count, last id) and when; refitted in a worker, empty before the first.",
+            ),
         ),
     ]

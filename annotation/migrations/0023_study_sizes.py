@@ -9,42 +9,50 @@ def backfill(apps, schema_editor):
     Study = apps.get_model("annotation", "Study")
     StudyItem = apps.get_model("annotation", "StudyItem")
     Members = Study.annotators.through
-    items = {row["study_id"]: row for row in StudyItem.objects.order_by().values("study_id").annotate(
-        n=Count("id"), agreement=Count("id", filter=Q(agreement=True)), extra=Sum("extra_slots"))}
+    items = {
+        row["study_id"]: row
+        for row in StudyItem.objects.order_by()
+        .values("study_id")
+        .annotate(n=Count("id"), agreement=Count("id", filter=Q(agreement=True)), extra=Sum("extra_slots"))
+    }
     members = dict(Members.objects.order_by().values("study_id").annotate(n=Count("id")).values_list("study_id", "n"))
     for study_id in Study.objects.values_list("pk", flat=True):
         row = items.get(study_id, {})
         Study.objects.filter(pk=study_id).update(
-            n_items=row.get("n", 0), n_agreement=row.get("agreement", 0), n_extra_slots=row.get("extra") or 0,
-            n_annotators=members.get(study_id, 0))
+            n_items=row.get("n", 0),
+            n_agreement=row.get("agreement", 0),
+            n_extra_slots=row.get("extra") or 0,
+            n_annotators=members.get(study_id, 0),
+        )
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0022_reliability_fit'),
+        ("annotation", "0022_reliability_fit"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='n_agreement',
-            field=models.PositiveIntegerField(default=0, editable=False, help_text='Items in the agreement subset.'),
+            model_name="study",
+            name="n_agreement",
+            field=models.PositiveIntegerField(default=0, editable=False, help_text="Items in the agreement subset."),
         ),
         migrations.AddField(
-            model_name='study',
-            name='n_annotators',
+            model_name="study",
+            name="n_annotators",
             field=models.PositiveIntegerField(default=0, editable=False, help_text="The study's annotators."),
         ),
         migrations.AddField(
-            model_name='study',
-            name='n_extra_slots',
-            field=models.PositiveIntegerField(default=0, editable=False, help_text="The items' extra slots together (StudyItem.extra_slots)."),
+            model_name="study",
+            name="n_extra_slots",
+            field=models.PositiveIntegerField(
+                default=0, editable=False, help_text="The items' extra slots together (StudyItem.extra_slots)."
+            ),
         ),
         migrations.AddField(
-            model_name='study',
-            name='n_items',
-            field=models.PositiveIntegerField(default=0, editable=False, help_text='Items in the study.'),
+            model_name="study",
+            name="n_items",
+            field=models.PositiveIntegerField(default=0, editable=False, help_text="Items in the study."),
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),
     ]

@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0023_study_sizes'),
+        ("annotation", "0023_study_sizes"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='study',
-            name='refit_requested_at',
-            field=models.DateTimeField(blank=True, editable=False, help_text='When the refit of reliability_fit that was asked for is due (at most one pending per study); empty: none pending.', null=True),
+            model_name="study",
+            name="refit_requested_at",
+            field=models.DateTimeField(
+                blank=True,
+                editable=False,
+                help_text="When the refit of reliability_fit that was asked for is due (at most one pending per study); empty: none pending.",
+                null=True,
+            ),
         ),
     ]

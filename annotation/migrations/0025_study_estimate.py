@@ -4,20 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('annotation', '0024_refit_due'),
+        ("annotation", "0024_refit_due"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='study',
-            name='estimate',
-            field=models.JSONField(blank=True, default=dict, help_text="Estimate studies (issue 40): a stratified sample of the benchmark, served in a Neyman plan, estimates each defect kind's prevalence (annotation.studies.estimating): target half-width, strata, the plan's state and the stop; empty: not an estimate study. Staff only."),
+            model_name="study",
+            name="estimate",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="Estimate studies (issue 40): a stratified sample of the benchmark, served in a Neyman plan, estimates each defect kind's prevalence (annotation.studies.estimating): target half-width, strata, the plan's state and the stop; empty: not an estimate study. Staff only.",
+            ),
         ),
         migrations.AddField(
-            model_name='studyitem',
-            name='estimate_stratum',
-            field=models.SmallIntegerField(blank=True, help_text='Estimate studies: the suspicion stratum (0 = lowest scores), fixed when the study was planned (staff only).', null=True),
+            model_name="studyitem",
+            name="estimate_stratum",
+            field=models.SmallIntegerField(
+                blank=True,
+                help_text="Estimate studies: the suspicion stratum (0 = lowest scores), fixed when the study was planned (staff only).",
+                null=True,
+            ),
         ),
     ]

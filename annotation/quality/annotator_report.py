@@ -1,5 +1,6 @@
 """Per-annotator quality signals for staff: time, too-fast, straight-lining, disagreement
 with the consensus, gold accuracy. Never part of what an annotator's browser receives."""
+
 from __future__ import annotations
 
 from statistics import median
@@ -49,9 +50,11 @@ def quality_signals(study: Study, *, fresh: bool = False) -> dict[str, dict]:
 
 def _quality_signals(study: Study) -> dict[str, dict]:
     """username -> signals. Straight-lining reads judgements in the order they were made."""
-    rows = (counted_judgements(study)
-            .order_by("assignment__annotator__username", "created_at", "id")
-            .values_list("assignment__annotator__username", "time_spent_ms", "category", "scales", "reject_flags"))
+    rows = (
+        counted_judgements(study)
+        .order_by("assignment__annotator__username", "created_at", "id")
+        .values_list("assignment__annotator__username", "time_spent_ms", "category", "scales", "reject_flags")
+    )
     per: dict[str, dict[str, list]] = {}
     for user, ms, category, scales, rejects in rows:
         p = per.setdefault(user, {"times": [], "answers": []})
@@ -67,8 +70,11 @@ def _quality_signals(study: Study) -> dict[str, dict]:
             "n": len(p["times"]),
             "median_seconds": round(median(p["times"]) / 1000, 1),
             "too_fast": too_fast(p["times"], study.too_fast_seconds),
-            "straight_runs": runs.runs, "longest_run": runs.longest, "straight_items": runs.items,
-            "disagree": disagree, "compared": compared,
+            "straight_runs": runs.runs,
+            "longest_run": runs.longest,
+            "straight_items": runs.items,
+            "disagree": disagree,
+            "compared": compared,
             "disagree_rate": (disagree / compared) if compared else None,
             "gold": gold.get(user),
         }

@@ -1,5 +1,6 @@
 """Gold items: marking them (by hand, from adjudications, by promoting unanimous items)
 and scoring annotators on them with a Wilson interval."""
+
 from __future__ import annotations
 
 from django.db import transaction
@@ -15,14 +16,18 @@ from annotation.verdicts.readmodel import Verdicts, counted_judgements, decide_r
 HAND, ADJUDICATED, PROMOTED = "hand", "adjudicated", "unanimous"
 
 
-def mark_gold(item: StudyItem, validated: bool, source: str = HAND, category: str = "",
-              made_by: list[str] | None = None) -> StudyItem:
+def mark_gold(
+    item: StudyItem, validated: bool, source: str = HAND, category: str = "", made_by: list[str] | None = None
+) -> StudyItem:
     """Make ``item`` gold. ``category``: the expected category key, when known (then a
     judgement must name it to be right, and training feedback names it). ``made_by``: the
     usernames whose decision made the answer (the voters of a unanimous item, the
     adjudicator): their own accuracy is not scored on it."""
-    answer = {"validated": bool(validated), **({"category": category} if category else {}),
-              **({"made_by": sorted(made_by)} if made_by else {})}
+    answer = {
+        "validated": bool(validated),
+        **({"category": category} if category else {}),
+        **({"made_by": sorted(made_by)} if made_by else {}),
+    }
     item.gold, item.gold_answer, item.gold_source = True, answer, source
     item.save(update_fields=["gold", "gold_answer", "gold_source"])
     return item
@@ -38,8 +43,7 @@ def gold_from_adjudications(study: Study) -> int:
     """Every item with a current adjudication becomes gold with the adjudicated answer."""
     n = 0
     for adj in Adjudication.objects.filter(study=study, is_current=True).select_related("item", "decided_by"):
-        mark_gold(adj.item, adj.validated, ADJUDICATED,
-                  made_by=[adj.decided_by.username] if adj.decided_by else None)
+        mark_gold(adj.item, adj.validated, ADJUDICATED, made_by=[adj.decided_by.username] if adj.decided_by else None)
         n += 1
     return n
 
@@ -64,8 +68,11 @@ def gold_scores(study: Study) -> dict[str, dict]:
     """Per annotator: gold items judged (counted judgements), how many right, accuracy and its
     95 % Wilson interval. An annotator is never scored on a gold item they made (``made_by``:
     their vote made a unanimous item gold, or they adjudicated it)."""
-    rows = (counted_judgements(study).filter(assignment__item__gold=True)
-            .values_list("assignment__annotator__username", "validated", "category", "assignment__item__gold_answer"))
+    rows = (
+        counted_judgements(study)
+        .filter(assignment__item__gold=True)
+        .values_list("assignment__annotator__username", "validated", "category", "assignment__item__gold_answer")
+    )
     tally: dict[str, list[int]] = {}
     for user, validated, category, gold in rows:
         if user in (gold or {}).get("made_by", ()):
@@ -109,9 +116,13 @@ def training_feedback(assignment: Assignment, judgement: Judgement) -> dict | No
         return None
     rubric = assignment.study.rubric.rubric
     mine = rubric.category(judgement.category)
-    return {"correct": ok, "expected": expected_answer(rubric, gold), "yours": mine.label if mine else "",
-            "position": assignment.position,
-            "url": reverse("annotation:item", args=[assignment.study_id, assignment.pk])}
+    return {
+        "correct": ok,
+        "expected": expected_answer(rubric, gold),
+        "yours": mine.label if mine else "",
+        "position": assignment.position,
+        "url": reverse("annotation:item", args=[assignment.study_id, assignment.pk]),
+    }
 
 
 def feedback_message(feedback: dict) -> str:
@@ -121,5 +132,12 @@ def feedback_message(feedback: dict) -> str:
     tail = "" if feedback["correct"] else " Read the guidelines (press ?) before going on."
     return format_html(
         'Training item #{}: {} — expected “{}”, you answered “{}”. <a href="{}" class="training-item">Look at '
-        'item #{} again</a>.{}', feedback["position"], head, feedback["expected"], feedback["yours"],
-        feedback["url"], feedback["position"], tail)
+        "item #{} again</a>.{}",
+        feedback["position"],
+        head,
+        feedback["expected"],
+        feedback["yours"],
+        feedback["url"],
+        feedback["position"],
+        tail,
+    )

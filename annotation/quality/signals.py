@@ -9,6 +9,7 @@
   consensus (decided items only; the consensus itself comes from
   :func:`annotation.core.consensus.decide`).
 """
+
 from __future__ import annotations
 
 import math

@@ -26,6 +26,7 @@ keys where the release writes it, and the zip has fixed dates and sorted entries
 path: a checkpoint is named by its file name and sha256 (:mod:`annotation.release.names`),
 so a release made from another folder is the same bytes but for ``released_at``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -47,21 +48,26 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.text import slugify
 
+from annotation.agreement.reports import (
+    annotator_pseudonyms,
+    default_bootstrap,
+    report_csv_rows,
+    safe_rows,
+    study_report,
+)
+from annotation.export.validated import ExportError, check_exportable, export_study
+from annotation.models import Adjudication, GuidelinesVersion, Judgement, Study
+from annotation.release.card import dataset_card
+from annotation.release.croissant import croissant, placeholders
+from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD, file_sums, release_files
+from annotation.release.leaderboards import write_leaderboards
+from annotation.release.names import ServerPaths, checkpoint_path, file_name, public_spec
+from annotation.verdicts.readmodel import is_session_rubric
 from audit.models import AuditRun
 from audit.report import audit_report_json
 from retrieval.imagefiles import sha256_file
 from retrieval.jobs.leases import run_job
 from retrieval.retrievers import spec_facts
-
-from annotation.agreement.reports import annotator_pseudonyms, default_bootstrap, report_csv_rows, safe_rows, study_report
-from annotation.export.validated import ExportError, check_exportable, export_study
-from annotation.models import Adjudication, GuidelinesVersion, Judgement, Study
-from annotation.release.card import dataset_card
-from annotation.release.leaderboards import write_leaderboards
-from annotation.release.croissant import croissant, placeholders
-from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD, file_sums, release_files
-from annotation.release.names import ServerPaths, checkpoint_path, file_name, public_spec
-from annotation.verdicts.readmodel import is_session_rubric
 
 LAYOUTS: tuple[str, ...] = ("mbeir", "circo", "circled")
 CATEGORY_LAYOUTS = ("mbeir", "circo")
@@ -128,8 +134,10 @@ def layouts_for(study: Study, asked: list[str] | None) -> list[str]:
         raise ReleaseError(f"unknown layout(s) {', '.join(unknown)}; expected {', '.join(LAYOUTS)}")
     chosen = [x for x in LAYOUTS if x in asked and x in fits]
     if not chosen:
-        raise ReleaseError(f"study {study.pk} ({study.name!r}) cannot be written as {', '.join(asked)}: "
-                           f"its rubric exports {' or '.join(fits)}")
+        raise ReleaseError(
+            f"study {study.pk} ({study.name!r}) cannot be written as {', '.join(asked)}: "
+            f"its rubric exports {' or '.join(fits)}"
+        )
     return chosen
 
 
@@ -153,8 +161,9 @@ def check_release(study_ids: list[int], layouts: list[str] | None) -> list[tuple
 def cirval_commit() -> str:
     """The CIRVal commit the release was made with (``git rev-parse HEAD``), else ``unknown``."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True,
-                             timeout=10, check=True)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=10, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"
@@ -163,8 +172,11 @@ def cirval_commit() -> str:
 def data_as_of(study: Study) -> datetime:
     """The time of the study's last judgement or adjudication (its creation when none): the
     exports' ``created_at`` in a release, so that the same data gives the same bytes."""
-    times = [Judgement.objects.filter(assignment__study=study).aggregate(t=Max("created_at"))["t"],
-             Adjudication.objects.filter(study=study).aggregate(t=Max("decided_at"))["t"], study.created_at]
+    times = [
+        Judgement.objects.filter(assignment__study=study).aggregate(t=Max("created_at"))["t"],
+        Adjudication.objects.filter(study=study).aggregate(t=Max("decided_at"))["t"],
+        study.created_at,
+    ]
     return max(t for t in times if t is not None)
 
 
@@ -216,9 +228,14 @@ def _write_study(part: StudyPart, root: Path, report: Progress, paths: ServerPat
     (folder / "guidelines.md").write_text((text or "").rstrip() + "\n", encoding="utf-8")
     for layout in part.layouts:
         fmt = "mbeir" if layout == "circled" else layout
-        result = export_study(study, folder / layout, fmt=fmt, created_at=part.data_as_of,
-                              progress=lambda stage, done, total, name=layout: report(f"study {study.pk}: {name} files", done, total),
-                              chunk_size=settings.EXPORT_CHUNK_SIZE)
+        result = export_study(
+            study,
+            folder / layout,
+            fmt=fmt,
+            created_at=part.data_as_of,
+            progress=lambda stage, done, total, name=layout: report(f"study {study.pk}: {name} files", done, total),
+            chunk_size=settings.EXPORT_CHUNK_SIZE,
+        )
         part.exports[layout] = result.manifest
     report(f"study {study.pk}: reports", 0, 0)
     part.report = study_report(study, pseudonymise=True, n_boot=default_bootstrap(study), seed=SEED)
@@ -227,8 +244,9 @@ def _write_study(part: StudyPart, root: Path, report: Progress, paths: ServerPat
     if not part.session:
         from annotation.alternatives.study import alternatives_report
 
-        part.alternatives = alternatives_report(study, annotator_pseudonyms(study), n_boot=default_bootstrap(study),
-                                                seed=SEED)
+        part.alternatives = alternatives_report(
+            study, annotator_pseudonyms(study), n_boot=default_bootstrap(study), seed=SEED
+        )
         _dump(folder / "alternatives.json", part.alternatives)
     for name, run in part.runs.items():
         part.audits[name] = paths.clean(audit_report_json(run))
@@ -246,13 +264,21 @@ def _release_json(parts: list[StudyPart], released_at: datetime) -> dict[str, An
         "format_version": 1,
         TIMESTAMP_FIELD: released_at.isoformat(),
         "cirval_commit": cirval_commit(),
-        "studies": [{"id": p.study.pk, "name": p.study.name, "folder": p.folder, "layouts": p.layouts,
-                     "rubric": {"key": p.study.rubric.key, "version": p.study.rubric.version},
-                     "guidelines_version": p.guidelines_version,
-                     "data_as_of": p.data_as_of.isoformat() if p.data_as_of else None,
-                     "audit_runs": {name: {"id": run.pk, "k": run.k, "retrievers": list(run.retrievers)}
-                                    for name, run in p.runs.items()}}
-                    for p in parts],
+        "studies": [
+            {
+                "id": p.study.pk,
+                "name": p.study.name,
+                "folder": p.folder,
+                "layouts": p.layouts,
+                "rubric": {"key": p.study.rubric.key, "version": p.study.rubric.version},
+                "guidelines_version": p.guidelines_version,
+                "data_as_of": p.data_as_of.isoformat() if p.data_as_of else None,
+                "audit_runs": {
+                    name: {"id": run.pk, "k": run.k, "retrievers": list(run.retrievers)} for name, run in p.runs.items()
+                },
+            }
+            for p in parts
+        ],
         "retrievers": sorted(retrievers.values(), key=lambda r: (r["spec"], r["checkpoint_sha256"] or "")),
     }
 
@@ -291,15 +317,22 @@ def _destination(studies: list[Study], out_dir: Path | str | None) -> Path:
     return out
 
 
-def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, layouts: list[str] | None = None,
-                  progress: Progress | None = None, tmp_name: str | None = None,
-                  released_at: datetime | None = None) -> ReleaseResult:
+def build_release(
+    study_ids: list[int],
+    out_dir: Path | str | None = None,
+    *,
+    layouts: list[str] | None = None,
+    progress: Progress | None = None,
+    tmp_name: str | None = None,
+    released_at: datetime | None = None,
+) -> ReleaseResult:
     """Write a release (module docstring) of the studies into ``out_dir`` (absent or empty;
     default ``EXPORT_DIR/release-<studies>-<timestamp>``) and ``<out_dir>.zip`` beside it.
     The files appear only once complete (a temporary folder renamed at the end)."""
     chosen = check_release(list(study_ids), layouts)
-    report = _Overall(progress or (lambda stage, done, total: None),
-                      sum(study.n_items * len(lays) for study, lays in chosen))
+    report = _Overall(
+        progress or (lambda stage, done, total: None), sum(study.n_items * len(lays) for study, lays in chosen)
+    )
     final = _destination([s for s, _ in chosen], out_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / (tmp_name or f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
@@ -307,8 +340,9 @@ def build_release(study_ids: list[int], out_dir: Path | str | None = None, *, la
     tmp.mkdir()
     try:
         parts = [StudyPart(study, f"study-{study.pk}", lays, runs=_audit_runs(study)) for study, lays in chosen]
-        paths = ServerPaths(spec for part in parts for run in part.runs.values()
-                            for spec in [*run.retrievers, run.tau_encoder])
+        paths = ServerPaths(
+            spec for part in parts for run in part.runs.values() for spec in [*run.retrievers, run.tau_encoder]
+        )
         for part in parts:
             _write_study(part, tmp, report, paths)
         write_leaderboards(parts, tmp)
@@ -340,8 +374,12 @@ def run_release_job(job) -> Any:
     from annotation.models import ReleaseJob
 
     def work(report) -> dict[str, Any]:
-        result = build_release(list(job.study_ids), layouts=list(job.layouts) or None, progress=report,
-                               tmp_name=f".release-job{job.pk}.tmp")
+        result = build_release(
+            list(job.study_ids),
+            layouts=list(job.layouts) or None,
+            progress=report,
+            tmp_name=f".release-job{job.pk}.tmp",
+        )
         return {"path": str(result.path), "files": result.files, "placeholders": result.placeholders}
 
     run_job(ReleaseJob, job.pk, work)

@@ -2,14 +2,14 @@
 report services return (:func:`annotation.agreement.reports.study_report`,
 :func:`annotation.alternatives.study.alternatives_report`, :func:`audit.report.audit_report_json`,
 the export manifests): picked, never computed again, so the card equals the report pages."""
+
 from __future__ import annotations
 
 from typing import Any
 
+from annotation.release.sources import source_of
 from audit.labels import COUNT_KEYS, LABELS, label_shares
 from retrieval.models import Dataset
-
-from annotation.release.sources import source_of
 
 AGREEMENT_KEYS = ("krippendorff_alpha", "fleiss_kappa", "gwet_ac1", "percent_agreement")
 
@@ -30,10 +30,14 @@ def agreement_facts(report: dict[str, Any]) -> dict[str, Any]:
 def audit_facts(audit: dict[str, Any], k: int, retrievers: list[str]) -> dict[str, Any]:
     """Queries audited, each label's count and share, K, the retriever pool, the protocol's warnings."""
     counts = audit["counts"]
-    return {"queries": sum(int(counts.get(label, 0)) for label in LABELS),
-            "counts": {key: counts.get(key, 0) for key in COUNT_KEYS}, "shares": label_shares(counts),
-            "k": k, "retrievers": list(retrievers),
-            "warnings": list(((audit.get("protocol") or {}).get("warnings")) or [])}
+    return {
+        "queries": sum(int(counts.get(label, 0)) for label in LABELS),
+        "counts": {key: counts.get(key, 0) for key in COUNT_KEYS},
+        "shares": label_shares(counts),
+        "k": k,
+        "retrievers": list(retrievers),
+        "warnings": list(((audit.get("protocol") or {}).get("warnings")) or []),
+    }
 
 
 def study_facts(part) -> dict[str, Any]:
@@ -44,26 +48,51 @@ def study_facts(part) -> dict[str, Any]:
     counts = first["counts"]
     alts = (part.alternatives or {}).get("accepted_per_query") if part.alternatives else None
     return {
-        "id": study.pk, "name": study.name, "folder": part.folder, "layouts": list(part.layouts),
-        "rubric": {"key": study.rubric.key, "version": study.rubric.version, "title": study.rubric.title,
-                   "description": study.rubric.rubric.description},
+        "id": study.pk,
+        "name": study.name,
+        "folder": part.folder,
+        "layouts": list(part.layouts),
+        "rubric": {
+            "key": study.rubric.key,
+            "version": study.rubric.version,
+            "title": study.rubric.title,
+            "description": study.rubric.rubric.description,
+        },
         "guidelines_version": part.guidelines_version,
-        "items": report["study"]["items"], "judgements": report["study"]["judgements"],
-        "annotators": len(report["study"]["annotators"]), "overlap": study.overlap,
-        "quorum": report["study"]["quorum"], "gold_rate": study.gold_rate, "training_items": study.training_items,
-        "validated": counts["validated"], "rejected": counts["rejected"], "adjudicated": counts["adjudicated"],
-        "pending": counts["pending"], "unjudged": counts.get("unjudged", 0),
+        "items": report["study"]["items"],
+        "judgements": report["study"]["judgements"],
+        "annotators": len(report["study"]["annotators"]),
+        "overlap": study.overlap,
+        "quorum": report["study"]["quorum"],
+        "gold_rate": study.gold_rate,
+        "training_items": study.training_items,
+        "validated": counts["validated"],
+        "rejected": counts["rejected"],
+        "adjudicated": counts["adjudicated"],
+        "pending": counts["pending"],
+        "unjudged": counts.get("unjudged", 0),
         "awaiting_adjudication": counts["awaiting_adjudication"],
         "report_validated": status.get("validated"),
         "consensus_rule": first["consensus"]["rule"],
         "agreement": agreement_facts(report),
-        "alternatives_per_query": None if alts is None else {
-            "mean": alts["mean"], "items": alts["n_items"], "with_alternatives": alts["items_with_alternatives"],
-            "rule": part.alternatives["rule"]},
-        "audits": {name: audit_facts(part.audits[name], run.k, list(run.retrievers)) for name, run in part.runs.items()},
+        "alternatives_per_query": None
+        if alts is None
+        else {
+            "mean": alts["mean"],
+            "items": alts["n_items"],
+            "with_alternatives": alts["items_with_alternatives"],
+            "rule": part.alternatives["rule"],
+        },
+        "audits": {
+            name: audit_facts(part.audits[name], run.k, list(run.retrievers)) for name, run in part.runs.items()
+        },
         "datasets": sorted(first["datasets"]),
-        "sources": {name: {"format": fmt, "source": source_of(fmt)} for name, fmt in sorted(
-            Dataset.objects.filter(name__in=list(first["datasets"])).values_list("name", "format"))},
+        "sources": {
+            name: {"format": fmt, "source": source_of(fmt)}
+            for name, fmt in sorted(
+                Dataset.objects.filter(name__in=list(first["datasets"])).values_list("name", "format")
+            )
+        },
     }
 
 
@@ -78,6 +107,12 @@ def source_lines(facts: list[dict[str, Any]], placeholder: str) -> list[tuple[st
                 continue
             seen.add(name)
             src = s["source"] or {}
-            out.append((name, s["format"], src.get("licence") or f"{placeholder} the source dataset's licence",
-                        src.get("citation") or f"{placeholder} the source dataset's citation"))
+            out.append(
+                (
+                    name,
+                    s["format"],
+                    src.get("licence") or f"{placeholder} the source dataset's licence",
+                    src.get("citation") or f"{placeholder} the source dataset's citation",
+                )
+            )
     return out

@@ -1,4 +1,5 @@
 """The fixed file names of a release and how its files are listed and hashed."""
+
 from __future__ import annotations
 
 from pathlib import Path

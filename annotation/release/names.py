@@ -7,6 +7,7 @@ the audit reports) passes through :meth:`ServerPaths.clean`, which writes each s
 its file name, so that two releases of the same data made from two folders (another
 ``CIRVAL_VAR_DIR``, another checkout) are the same bytes but for ``released_at``.
 """
+
 from __future__ import annotations
 
 import os

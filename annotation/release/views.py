@@ -1,5 +1,6 @@
 """Staff pages of a release: the "Make a release" button (a background ReleaseJob on a
 worker, never built in the request), its progress page and its files (the zip included)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,12 +11,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from config.roles import staff_required
-from retrieval.jobs.sending import QUEUE_DOWN, enqueue
-
 from annotation.export.downloads import job_file_response
 from annotation.models import ReleaseJob, Study
 from annotation.release.bundle import RUN_RELEASE, ReleaseError, check_release
+from config.roles import staff_required
+from retrieval.jobs.sending import QUEUE_DOWN, enqueue
 
 
 @staff_required
@@ -29,8 +29,14 @@ def release_start(request, study_id: int):
     except ReleaseError as exc:
         messages.error(request, str(exc))
         return redirect("annotation:study_progress", study_id=study.pk)
-    job = ReleaseJob.objects.create(study=study, study_ids=[study.pk], layouts=chosen[0][1], created_by=request.user,
-                                    total=study.n_items, stage="queued")
+    job = ReleaseJob.objects.create(
+        study=study,
+        study_ids=[study.pk],
+        layouts=chosen[0][1],
+        created_by=request.user,
+        total=study.n_items,
+        stage="queued",
+    )
     if not enqueue(ReleaseJob, job.pk, RUN_RELEASE):
         messages.warning(request, QUEUE_DOWN)
     return redirect("annotation:release_job", pk=job.pk)
@@ -45,7 +51,9 @@ def release_job_page(request, pk: int):
 @staff_required
 def release_job_status(request, pk: int):
     job = get_object_or_404(ReleaseJob, pk=pk)
-    report = {"folder": job.folder_name, "placeholders": job.placeholders} if job.status == ReleaseJob.Status.DONE else {}
+    report = (
+        {"folder": job.folder_name, "placeholders": job.placeholders} if job.status == ReleaseJob.Status.DONE else {}
+    )
     files = [reverse("annotation:release_file", args=[job.pk, name]) for name in job.files]
     if job.status == ReleaseJob.Status.DONE:
         files.insert(0, reverse("annotation:release_zip", args=[job.pk]))

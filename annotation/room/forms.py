@@ -14,8 +14,11 @@ class UserForm(forms.Form):
     username = forms.CharField(max_length=150)
     email = forms.EmailField(required=False)
     roles = forms.MultipleChoiceField(choices=ROLE_CHOICES, widget=forms.CheckboxSelectMultiple, required=False)
-    password = forms.CharField(required=False, widget=forms.PasswordInput,
-                               help_text="Leave empty to invite: you get a link where they choose their own.")
+    password = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput,
+        help_text="Leave empty to invite: you get a link where they choose their own.",
+    )
 
     def clean_username(self):
         name = self.cleaned_data["username"].strip()
@@ -41,17 +44,28 @@ class StudySettingsForm(forms.ModelForm):
 
     class Meta:
         model = Study
-        fields = [*QuorumSettings.field_names(), "serve_order", "lease_minutes", *GoldSettings.field_names(), "guidelines"]
-        labels = {"overlap": "Overlap (annotators per item)",
-                  "quorum": "Quorum (current judgements before an item is decided; empty: the overlap)", "gold_rate": "Gold rate (0–1)", "serve_order": "Serve fresh items by",
-                  "adaptive_max": "Adaptive overlap: at most this many annotators, one more while they disagree "
-                                  "(empty: a fixed overlap)",
-                  "consensus": "Consensus (majority, or weighted by the annotators' Dawid-Skene reliability)",
-                  "adaptive_confidence": "Adaptive overlap, reliability-weighted: decide a split without a further "
-                                         "annotator once the reliability posterior is this sure (0.5–1)",
-                  "training_items": "Training items (gold, with feedback, before real items)",
-                  "too_fast_seconds": "Too fast below (seconds)", "straight_run": "Straight-lining run length",
-                  "guidelines": "Guidelines (Markdown; example images as ![caption](/images/ID/))"}
+        fields = [
+            *QuorumSettings.field_names(),
+            "serve_order",
+            "lease_minutes",
+            *GoldSettings.field_names(),
+            "guidelines",
+        ]
+        labels = {
+            "overlap": "Overlap (annotators per item)",
+            "quorum": "Quorum (current judgements before an item is decided; empty: the overlap)",
+            "gold_rate": "Gold rate (0–1)",
+            "serve_order": "Serve fresh items by",
+            "adaptive_max": "Adaptive overlap: at most this many annotators, one more while they disagree "
+            "(empty: a fixed overlap)",
+            "consensus": "Consensus (majority, or weighted by the annotators' Dawid-Skene reliability)",
+            "adaptive_confidence": "Adaptive overlap, reliability-weighted: decide a split without a further "
+            "annotator once the reliability posterior is this sure (0.5–1)",
+            "training_items": "Training items (gold, with feedback, before real items)",
+            "too_fast_seconds": "Too fast below (seconds)",
+            "straight_run": "Straight-lining run length",
+            "guidelines": "Guidelines (Markdown; example images as ![caption](/images/ID/))",
+        }
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 10})}
 
 

@@ -6,6 +6,7 @@ each command calls on them (:func:`audit.imports.import_rank_files`,
 command prints, or its refusal. The uploads are deleted once it ends, whatever the outcome.
 Every JSON file is checked with flat memory before it is parsed
 (:func:`retrieval.importers.jsonstream.check_bounds`) and rank files are streamed."""
+
 from __future__ import annotations
 
 import uuid
@@ -16,6 +17,8 @@ from django import forms
 from django.conf import settings
 from django.utils.text import get_valid_filename
 
+from annotation.models import RoomImportJob
+from annotation.studies.circus import CircusImportError, import_circus_study, summary_line
 from audit.imports import ImportRanksError, import_rank_files, import_summary
 from audit.rankfiles import RankFileError
 from retrieval.forms import MultipleFileField
@@ -24,27 +27,34 @@ from retrieval.jobs.sending import enqueue
 from retrieval.models import Dataset
 from retrieval.services import discard_uploads
 
-from annotation.models import RoomImportJob
-from annotation.studies.circus import CircusImportError, import_circus_study, summary_line
-
 #: The Celery task that runs a queued room import (:mod:`annotation.tasks`).
 RUN_ROOM_IMPORT = "annotation.run_room_import"
 
 
 class RanksForm(forms.Form):
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.all(), to_field_name="name")
-    files = MultipleFileField(help_text="retrieval_data_<ds>_task7_<retriever>.json files, or one aggregated audit file.")
-    split = forms.CharField(required=False, help_text="The scope the files rank: a split (val) or a category of one (dress/val); needed when several source files (splits, FashionIQ categories) share ordinals.")
+    files = MultipleFileField(
+        help_text="retrieval_data_<ds>_task7_<retriever>.json files, or one aggregated audit file."
+    )
+    split = forms.CharField(
+        required=False,
+        help_text="The scope the files rank: a split (val) or a category of one (dress/val); needed when several source files (splits, FashionIQ categories) share ordinals.",
+    )
     k = forms.IntegerField(required=False, min_value=1, help_text="Default: metadata.k of the files (else 10).")
     min_mm_retrievers = forms.IntegerField(min_value=1, initial=1)
-    force = forms.BooleanField(required=False, label="Force (--force)",
-                               help_text="Import even if the files' query texts differ from the dataset's.")
+    force = forms.BooleanField(
+        required=False,
+        label="Force (--force)",
+        help_text="Import even if the files' query texts differ from the dataset's.",
+    )
 
 
 class CircusForm(forms.Form):
     study_name = forms.CharField(max_length=200)
     files = MultipleFileField(help_text="annotations/users/*.json or agreement_users/*.json")
-    dataset_prefix = forms.CharField(required=False, initial="circus", help_text="Datasets are named <prefix>-<dataset>.")
+    dataset_prefix = forms.CharField(
+        required=False, initial="circus", help_text="Datasets are named <prefix>-<dataset>."
+    )
     verify_checksum = forms.BooleanField(required=False, initial=True)
 
 
@@ -70,20 +80,35 @@ def queue_import(command: str, form: forms.Form, user) -> tuple[RoomImportJob, b
     paths, names = store(d.pop("files"))
     if isinstance(d.get("dataset"), Dataset):
         d["dataset"] = d["dataset"].name
-    job = RoomImportJob.objects.create(command=command, options=d, paths=paths, names=names, total=1,
-                                       stage="queued", created_by=user if user.is_authenticated else None)
+    job = RoomImportJob.objects.create(
+        command=command,
+        options=d,
+        paths=paths,
+        names=names,
+        total=1,
+        stage="queued",
+        created_by=user if user.is_authenticated else None,
+    )
     return job, enqueue(RoomImportJob, job.pk, RUN_ROOM_IMPORT)
 
 
 def _ranks(paths: list[str], o: dict) -> tuple[list[str], list[str]]:
-    return import_summary(*import_rank_files(o["dataset"], paths, split=o.get("split") or None, k=o.get("k"),
-                                             min_mm_retrievers=o.get("min_mm_retrievers") or 1,
-                                             force=bool(o.get("force"))))
+    return import_summary(
+        *import_rank_files(
+            o["dataset"],
+            paths,
+            split=o.get("split") or None,
+            k=o.get("k"),
+            min_mm_retrievers=o.get("min_mm_retrievers") or 1,
+            force=bool(o.get("force")),
+        )
+    )
 
 
 def _circus(paths: list[str], o: dict) -> tuple[list[str], list[str]]:
-    summary = import_circus_study(paths, o["study_name"], o.get("dataset_prefix") or "",
-                                  verify_checksum=bool(o.get("verify_checksum")))
+    summary = import_circus_study(
+        paths, o["study_name"], o.get("dataset_prefix") or "", verify_checksum=bool(o.get("verify_checksum"))
+    )
     return [summary_line(summary)], []
 
 
@@ -114,7 +139,10 @@ def run_room_import_job(job: RoomImportJob) -> RoomImportJob:
         finally:
             discard_uploads(list(job.paths))  # whatever the outcome, as SECURITY.md says
         report("importing", 1, 1)
-        return {"lines": [_clean(x) for x in lines if x.strip()], "warnings": [_clean(x) for x in warnings if x.strip()]}
+        return {
+            "lines": [_clean(x) for x in lines if x.strip()],
+            "warnings": [_clean(x) for x in warnings if x.strip()],
+        }
 
     run_job(RoomImportJob, job.pk, work)
     job.refresh_from_db()

@@ -7,9 +7,13 @@ app_name = "room"
 urlpatterns = [
     path("room/users/", views.users, name="users"),
     path("room/users/<int:user_id>/", views.user_update, name="user_update"),
-    path("room/invite/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(
-        template_name="room/invite.html", success_url=reverse_lazy("login"), post_reset_login=False),
-        name="invite"),
+    path(
+        "room/invite/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(
+            template_name="room/invite.html", success_url=reverse_lazy("login"), post_reset_login=False
+        ),
+        name="invite",
+    ),
     path("room/studies/<int:study_id>/", views.study_room, name="study"),
     path("room/studies/<int:study_id>/settings/", views.study_settings, name="study_settings"),
     path("room/studies/<int:study_id>/annotators/", views.study_annotators, name="study_annotators"),

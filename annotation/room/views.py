@@ -1,7 +1,9 @@
 """The project room (staff only): users and roles, a study's team, status and settings,
 gold items, and every job in one list. No Django admin needed."""
+
 from __future__ import annotations
 
+from axes.utils import reset as axes_reset
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -13,21 +15,18 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 from django.views.decorators.http import require_POST
 
-from axes.utils import reset as axes_reset
-
-from config.roles import staff_required
-from config.security import locked_usernames
-
 from annotation import roles
-from annotation.verdicts.readmodel import QUORUM_FIELDS
 from annotation.judging.guidelines import current_guidelines, save_guidelines
 from annotation.models import GuidelinesVersion, Study, StudyItem
 from annotation.quality import gold as goldsvc
 from annotation.room.forms import GoldForm, RolesForm, StudySettingsForm, UserForm
 from annotation.room.jobs import all_jobs, jobs_status
+from annotation.studies.building import StudyError, add_annotators
+from annotation.verdicts.readmodel import QUORUM_FIELDS
 from annotation.verdicts.refit import request_refit
 from annotation.verdicts.state import refresh_slots
-from annotation.studies.building import StudyError, add_annotators
+from config.roles import staff_required
+from config.security import locked_usernames
 
 User = get_user_model()
 
@@ -70,8 +69,11 @@ def users(request):
     people = list(User.objects.order_by("username").prefetch_related("groups"))
     locked = locked_usernames(u.username for u in people)
     rows = [(u, user_roles(u), u.username in locked) for u in people]
-    return render(request, "room/users.html", {"form": form, "rows": rows, "invite": invite,
-                                               "role_choices": RolesForm().fields["roles"].choices})
+    return render(
+        request,
+        "room/users.html",
+        {"form": form, "rows": rows, "invite": invite, "role_choices": RolesForm().fields["roles"].choices},
+    )
 
 
 @staff_required
@@ -107,15 +109,27 @@ def study_room(request, study_id: int):
 
 def _render_study(request, study, form):
     members = study.annotators.order_by("username")
-    candidates = (User.objects.filter(groups__name=roles.ANNOTATOR, is_active=True)
-                  .exclude(pk__in=members.values("pk")).order_by("username"))
+    candidates = (
+        User.objects.filter(groups__name=roles.ANNOTATOR, is_active=True)
+        .exclude(pk__in=members.values("pk"))
+        .order_by("username")
+    )
     gold = StudyItem.objects.filter(study=study, gold=True).select_related("query").order_by("id")
-    return render(request, "room/study.html", {
-        "study": study, "form": form, "members": members, "candidates": candidates,
-        "gold": gold[:200], "n_gold": gold.count(), "gold_form": GoldForm(rubric=study.rubric.rubric),
-        "versions": GuidelinesVersion.objects.filter(study=study).select_related("created_by", "rubric")[:20],
-        "statuses": Study.Status,
-    })
+    return render(
+        request,
+        "room/study.html",
+        {
+            "study": study,
+            "form": form,
+            "members": members,
+            "candidates": candidates,
+            "gold": gold[:200],
+            "n_gold": gold.count(),
+            "gold_form": GoldForm(rubric=study.rubric.rubric),
+            "versions": GuidelinesVersion.objects.filter(study=study).select_related("created_by", "rubric")[:20],
+            "statuses": Study.Status,
+        },
+    )
 
 
 @staff_required
@@ -172,8 +186,12 @@ def study_annotators(request, study_id: int):
     return redirect("room:study", study_id=study.pk)
 
 
-STATUS_ACTIONS = {"pause": Study.Status.PAUSED, "resume": Study.Status.OPEN, "close": Study.Status.CLOSED,
-                  "reopen": Study.Status.OPEN}
+STATUS_ACTIONS = {
+    "pause": Study.Status.PAUSED,
+    "resume": Study.Status.OPEN,
+    "close": Study.Status.CLOSED,
+    "reopen": Study.Status.OPEN,
+}
 
 
 @staff_required
@@ -253,10 +271,15 @@ def imports(request):
     from retrieval.jobs.sending import QUEUE_DOWN
 
     which = request.POST.get("which") if request.method == "POST" else None
-    ranks = RanksForm(request.POST if which == "ranks" else None, request.FILES if which == "ranks" else None,
-                      prefix="ranks")
-    circus = CircusForm(request.POST if which == "circus" else None, request.FILES if which == "circus" else None,
-                        prefix="circus", initial={"dataset_prefix": "circus", "verify_checksum": True})
+    ranks = RanksForm(
+        request.POST if which == "ranks" else None, request.FILES if which == "ranks" else None, prefix="ranks"
+    )
+    circus = CircusForm(
+        request.POST if which == "circus" else None,
+        request.FILES if which == "circus" else None,
+        prefix="circus",
+        initial={"dataset_prefix": "circus", "verify_checksum": True},
+    )
     form = {"ranks": (RoomImportJob.RANKS, ranks), "circus": (RoomImportJob.CIRCUS, circus)}.get(which)
     if form and form[1].is_valid():
         job, sent = queue_import(form[0], form[1], request.user)

@@ -1,4 +1,5 @@
 """Building a study: its item pool (filtered, stratified, seeded), overlap, annotators."""
+
 from __future__ import annotations
 
 import logging
@@ -8,19 +9,17 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from audit.labels import LABELS
-from retrieval.dbstats import refresh_statistics
-from retrieval.models import Dataset, Query, QuerySubset
-
+from annotation.core.consensus import SessionRule
 from annotation.core.rounds import InteractiveSettings
 from annotation.core.study_settings import QuorumSettings, ServingSettings, SettingsError
 from annotation.judging.candidates import send_fill
 from annotation.models import RubricVersion, Study, StudyItem
 from annotation.roles import ANNOTATOR
-from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
 from annotation.sizes import add_items
-from annotation.core.consensus import SessionRule
-
+from annotation.studies.sampling import agreement_subset, report_json, shuffle_for_annotator, stratified_sample
+from audit.labels import LABELS
+from retrieval.dbstats import refresh_statistics
+from retrieval.models import Dataset, Query, QuerySubset
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +34,9 @@ class StudySpec:
     datasets: list[str]
     rubric: str = "validity"
     overlap: int = 3
-    hidden_categories: list[str] = field(default_factory=list)  # audit labels (audit.labels.LABELS), e.g. audit.labels.SHORTCUT_FREE_LABELS
+    hidden_categories: list[str] = field(
+        default_factory=list
+    )  # audit labels (audit.labels.LABELS), e.g. audit.labels.SHORTCUT_FREE_LABELS
     quotas: dict[str, int] | None = None  # "dataset::category" -> n
     total: int | None = None
     seed: int = 0
@@ -52,7 +53,9 @@ class StudySpec:
     consensus: str = "majority"  # the study's consensus policy: majority or reliability (Dawid-Skene weighted)
     interactive: dict | None = None  # an interactive study: annotation.core.rounds.InteractiveSettings fields
     serve_order: str = "random"  # "random" (the seeded shuffle) or "suspicion" (highest first; annotation.core.serving)
-    estimate: dict | None = None  # an estimate study: {"target_half_width": 0.03, "strata": 4} (annotation.studies.estimating)
+    estimate: dict | None = (
+        None  # an estimate study: {"target_half_width": 0.03, "strata": 4} (annotation.studies.estimating)
+    )
 
 
 def latest_audit(dataset: Dataset):
@@ -150,7 +153,9 @@ def _draw_pool(spec: StudySpec, single: bool) -> tuple[list[tuple[int, tuple[str
             raise StudyError(f"no dataset named {name!r}")
         labels = hidden_categories(dataset)
         if spec.hidden_categories and not labels:
-            raise StudyError(f"dataset {name!r} has no audit labels yet: run an audit first, or drop the category filter")
+            raise StudyError(
+                f"dataset {name!r} has no audit labels yet: run an audit first, or drop the category filter"
+            )
         queries = Query.objects.filter(dataset=dataset)
         queries = queries.filter(n_turns=1) if single else queries.filter(n_turns__gt=1)
         for qid in queries.values_list("id", flat=True):
@@ -203,23 +208,48 @@ def create_study(spec: StudySpec, created_by=None) -> tuple[Study, dict]:
     chosen = shuffle_for_annotator(chosen, spec.seed, "study-queue")
     with transaction.atomic():
         study = Study.objects.create(
-            name=spec.name, rubric=rubric, overlap=spec.overlap, blind=spec.blind, guidelines=spec.guidelines,
-            lease_minutes=spec.lease_minutes, seed=spec.seed, created_by=created_by, candidates=spec.candidates,
-            quorum=spec.quorum, session_rule=session_rule, adaptive_max=spec.adaptive_max, consensus=spec.consensus,
-            interactive=interactive, serve_order=spec.serve_order, estimate=estimate,
+            name=spec.name,
+            rubric=rubric,
+            overlap=spec.overlap,
+            blind=spec.blind,
+            guidelines=spec.guidelines,
+            lease_minutes=spec.lease_minutes,
+            seed=spec.seed,
+            created_by=created_by,
+            candidates=spec.candidates,
+            quorum=spec.quorum,
+            session_rule=session_rule,
+            adaptive_max=spec.adaptive_max,
+            consensus=spec.consensus,
+            interactive=interactive,
+            serve_order=spec.serve_order,
+            estimate=estimate,
             pool={
-                "datasets": spec.datasets, "hidden_categories": spec.hidden_categories, "quotas": spec.quotas,
-                "total": spec.total, "seed": spec.seed, "agreement_size": spec.agreement_size,
-                "single_turn": single, "sampling": report_json_, "shortfall": shortfall,
-                "audit_runs": {name: getattr(latest_audit(Dataset.objects.get(name=name)), "pk", None)
-                               for name in spec.datasets},
+                "datasets": spec.datasets,
+                "hidden_categories": spec.hidden_categories,
+                "quotas": spec.quotas,
+                "total": spec.total,
+                "seed": spec.seed,
+                "agreement_size": spec.agreement_size,
+                "single_turn": single,
+                "sampling": report_json_,
+                "shortfall": shortfall,
+                "audit_runs": {
+                    name: getattr(latest_audit(Dataset.objects.get(name=name)), "pk", None) for name in spec.datasets
+                },
             },
         )
         add_items(
             study,
             [
-                StudyItem(study=study, query_id=qid, hidden_category=hidden[qid], stratum=strata[qid][0],
-                          agreement=qid in agreement, order_key=n)
+                StudyItem(
+                    study=study,
+                    query_id=qid,
+                    hidden_category=hidden[qid],
+                    stratum=strata[qid][0],
+                    agreement=qid in agreement,
+                    order_key=n,
+                )
                 for n, qid in enumerate(chosen)
             ],
             batch_size=5000,
@@ -243,7 +273,9 @@ def _estimate_settings(spec: StudySpec, rubric: RubricVersion, single: bool, int
     from annotation.studies.estimating import EstimateError, check_settings
 
     if spec.quotas or spec.total is not None or spec.agreement_size:
-        raise StudyError("an estimate study draws its own sample from the whole pool: no quotas, total or agreement subset")
+        raise StudyError(
+            "an estimate study draws its own sample from the whole pool: no quotas, total or agreement subset"
+        )
     if not single or interactive or rubric.rubric.kind != "category" or rubric.rubric.valid_category is None:
         raise StudyError("an estimate study judges single-turn queries under a rubric with a valid category")
     if spec.serve_order != Study.ServeOrder.RANDOM:
@@ -309,14 +341,20 @@ def preflight(spec: StudySpec) -> list[str]:
         if dataset is None:
             continue
         queries = Query.objects.filter(dataset=dataset)
-        broken = set(Turn.objects.filter(query__in=queries, reference_image__missing=True).values_list("query_id", flat=True))
+        broken = set(
+            Turn.objects.filter(query__in=queries, reference_image__missing=True).values_list("query_id", flat=True)
+        )
         broken |= set(Target.objects.filter(query__in=queries, image__missing=True).values_list("query_id", flat=True))
         if broken:
             n_images = dataset.images.filter(missing=True).count()
-            warnings.append(f"{name}: {len(broken)} of {queries.count()} queries have missing images "
-                            f"({n_images} image files were not found at import). Annotators would see placeholders.")
+            warnings.append(
+                f"{name}: {len(broken)} of {queries.count()} queries have missing images "
+                f"({n_images} image files were not found at import). Annotators would see placeholders."
+            )
         asked = [label for label in LABELS if label in spec.hidden_categories]
         if asked and latest_audit(dataset) is None:
-            warnings.append(f"{name}: no finished audit. A pool drawn from audit labels ({', '.join(asked)}) needs one; "
-                            "labels imported with the dataset, if any, are used as they are.")
+            warnings.append(
+                f"{name}: no finished audit. A pool drawn from audit labels ({', '.join(asked)}) needs one; "
+                "labels imported with the dataset, if any, are used as they are."
+            )
     return warnings

@@ -26,6 +26,7 @@ annotator_08 of the CIRCUS agreement study) from the signatures of the report's
 ``item_level_rows`` (position = row number). Re-running changes nothing; an annotation
 edited since the last run becomes a new judgement revision.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -75,8 +76,20 @@ def records_from_files(paths: list[str], verify_checksum: bool = True) -> list[R
     for path in paths:
         parsed = parse_assignment_file(path, verify_checksum=verify_checksum)
         for a in parsed.annotations:
-            out.append(Record(parsed.username, a.dataset, a.query_idx, a.hidden_category, a.presentation_order,
-                              a.validated, a.flags, a.other, a.updated_at, str(path)))
+            out.append(
+                Record(
+                    parsed.username,
+                    a.dataset,
+                    a.query_idx,
+                    a.hidden_category,
+                    a.presentation_order,
+                    a.validated,
+                    a.flags,
+                    a.other,
+                    a.updated_at,
+                    str(path),
+                )
+            )
     return out
 
 
@@ -89,8 +102,12 @@ def records_from_report(path: str, annotators: list[str]) -> list[Record]:
     out: list[Record] = []
     for n, row in enumerate(rows, start=1):
         try:
-            dataset, idx, hidden, signatures = row["dataset"], int(row["query_idx"]), row["hidden_category"], \
-                row["signatures"]
+            dataset, idx, hidden, signatures = (
+                row["dataset"],
+                int(row["query_idx"]),
+                row["hidden_category"],
+                row["signatures"],
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise CircusImportError(f"{path}: item_level_rows[{n - 1}] is malformed ({exc})") from None
         for name in annotators:
@@ -121,8 +138,14 @@ def category_of(validated: bool | None, flags: tuple[str, ...], severity: dict[s
     return max(flags, key=lambda f: severity[f])
 
 
-def import_circus_study(files: list[str], study_name: str, dataset_prefix: str = "circus", report: str | None = None,
-                        from_report: list[str] | None = None, verify_checksum: bool = True) -> dict[str, Any]:
+def import_circus_study(
+    files: list[str],
+    study_name: str,
+    dataset_prefix: str = "circus",
+    report: str | None = None,
+    from_report: list[str] | None = None,
+    verify_checksum: bool = True,
+) -> dict[str, Any]:
     """Import CIRCUS annotation ``files`` (and the annotators ``from_report`` of ``report``) as the
     study ``study_name``, in one transaction; returns the counts :func:`summary_line` words.
     Raises :class:`CircusImportError` (a ValueError) with the reason when nothing can be imported."""
@@ -149,11 +172,13 @@ def import_circus_study(files: list[str], study_name: str, dataset_prefix: str =
 
 def summary_line(summary: dict[str, Any]) -> str:
     """What an import did, in one line (the command prints it, the room shows it)."""
-    return (f"Study {summary['study']} ({summary['study_name']!r}): {summary['items']} items, "
-            f"{summary['annotators']} annotators, {summary['judgements']} labelled assignments; created "
-            f"{summary['new_queries']} placeholder queries, {summary['new_items']} items, {summary['new_users']} "
-            f"users, {summary['new_assignments']} assignments, {summary['new_judgements']} judgements, "
-            f"{summary['revised']} revisions.")
+    return (
+        f"Study {summary['study']} ({summary['study_name']!r}): {summary['items']} items, "
+        f"{summary['annotators']} annotators, {summary['judgements']} labelled assignments; created "
+        f"{summary['new_queries']} placeholder queries, {summary['new_items']} items, {summary['new_users']} "
+        f"users, {summary['new_assignments']} assignments, {summary['new_judgements']} judgements, "
+        f"{summary['revised']} revisions."
+    )
 
 
 def _check(records: list[Record]) -> None:
@@ -163,8 +188,10 @@ def _check(records: list[Record]) -> None:
         key = (r.dataset, r.query_idx)
         first = hidden.setdefault(key, (r.hidden_category, r.source))
         if first[0] != r.hidden_category:
-            raise CircusImportError(f"{r.dataset}::{r.query_idx} has hidden category {first[0]!r} in {first[1]} "
-                                    f"but {r.hidden_category!r} in {r.source}")
+            raise CircusImportError(
+                f"{r.dataset}::{r.query_idx} has hidden category {first[0]!r} in {first[1]} "
+                f"but {r.hidden_category!r} in {r.source}"
+            )
         who = (r.username, r.dataset, r.query_idx)
         if who in seen:
             raise CircusImportError(f"{r.username} has {r.dataset}::{r.query_idx} twice ({seen[who]}, {r.source})")
@@ -185,28 +212,43 @@ def _queries(prefix: str, needed: dict[str, set[int]]) -> tuple[dict[tuple[str, 
         placeholder = dataset is None or bool(dataset.extra.get("circus_placeholder"))
         if dataset is None:
             dataset = Dataset.objects.create(
-                name=name, format="circus", extra={"circus_placeholder": True, "circus_dataset": circus_name},
+                name=name,
+                format="circus",
+                extra={"circus_placeholder": True, "circus_dataset": circus_name},
                 description=f"CIRCUS {circus_name} queries referenced by imported annotations "
-                            "(placeholders: no text, no images).",
+                "(placeholders: no text, no images).",
             )
         found: dict[int, list[int]] = defaultdict(list)
         for qid, ordinal in Query.objects.filter(dataset=dataset, ordinal__in=list(ordinals)).values_list(
-                "id", "ordinal"):
+            "id", "ordinal"
+        ):
             found[ordinal].append(qid)
         twice = sorted(o for o, ids in found.items() if len(ids) > 1)
         if twice:
-            raise CircusImportError(f"dataset {name!r} has several queries with ordinal {twice[0]}: "
-                                    "cannot tell which one a query_idx means")
+            raise CircusImportError(
+                f"dataset {name!r} has several queries with ordinal {twice[0]}: cannot tell which one a query_idx means"
+            )
         missing = sorted(ordinals - set(found))
         if missing and not placeholder:
-            raise CircusImportError(f"dataset {name!r} exists but has no query with ordinal {missing[0]} "
-                                    f"({len(missing)} query_idx missing); use another --dataset-prefix")
+            raise CircusImportError(
+                f"dataset {name!r} exists but has no query with ordinal {missing[0]} "
+                f"({len(missing)} query_idx missing); use another --dataset-prefix"
+            )
         if missing:
-            new = Query.objects.bulk_create([
-                Query(dataset=dataset, external_id=str(o), split="test", ordinal=o, n_turns=1,
-                      source_file="circus", extra={"circus_placeholder": True})
-                for o in missing
-            ])
+            new = Query.objects.bulk_create(
+                [
+                    Query(
+                        dataset=dataset,
+                        external_id=str(o),
+                        split="test",
+                        ordinal=o,
+                        n_turns=1,
+                        source_file="circus",
+                        extra={"circus_placeholder": True},
+                    )
+                    for o in missing
+                ]
+            )
             Turn.objects.bulk_create([Turn(query=q, index=1, texts=[]) for q in new])
             for q in new:
                 found[q.ordinal].append(q.pk)
@@ -228,8 +270,15 @@ def _import(records: list[Record], study_name: str, prefix: str) -> dict[str, in
     users, new_users = _annotators(study, records)
     counts = _judgements(study, study.rubric, records, queries, items, users)
     _counters(study)
-    return {"study": study.pk, "items": len(items), "annotators": len(users), "new_queries": new_queries,
-            "new_items": n_new_items, "new_users": new_users, **counts}
+    return {
+        "study": study.pk,
+        "items": len(items),
+        "annotators": len(users),
+        "new_queries": new_queries,
+        "new_items": n_new_items,
+        "new_users": new_users,
+        **counts,
+    }
 
 
 def _existing_study(study_name: str) -> Study | None:
@@ -241,14 +290,25 @@ def _existing_study(study_name: str) -> Study | None:
     return study
 
 
-def _study(study: Study | None, study_name: str, rubric_row: RubricVersion, records: list[Record],
-           needed: dict[str, set[int]], prefix: str) -> Study:
+def _study(
+    study: Study | None,
+    study_name: str,
+    rubric_row: RubricVersion,
+    records: list[Record],
+    needed: dict[str, set[int]],
+    prefix: str,
+) -> Study:
     """The study (created on the first import). Quorum 1: the CIRCUS release decided every
     item on one annotator's label (the primary policy), whatever the item's overlap."""
     sources = sorted({r.source for r in records})
     if study is None:
         return Study.objects.create(
-            name=study_name, rubric=rubric_row, overlap=1, quorum=1, blind=True, status=Study.Status.CLOSED,
+            name=study_name,
+            rubric=rubric_row,
+            overlap=1,
+            quorum=1,
+            blind=True,
+            status=Study.Status.CLOSED,
             pool={"source": SOURCE, "files": sources, "datasets": sorted(needed), "dataset_prefix": prefix},
         )
     pool = dict(study.pool)
@@ -267,8 +327,15 @@ def _items(study: Study, records: list[Record], queries: dict, prefix: str) -> t
     for key in sorted(hidden):
         qid = queries[key]
         if qid not in items:
-            new_items.append(StudyItem(study=study, query_id=qid, hidden_category=hidden[key],
-                                       stratum=f"{prefix}-{key[0]}" if prefix else key[0], order_key=order))
+            new_items.append(
+                StudyItem(
+                    study=study,
+                    query_id=qid,
+                    hidden_category=hidden[key],
+                    stratum=f"{prefix}-{key[0]}" if prefix else key[0],
+                    order_key=order,
+                )
+            )
             order += 1
     add_items(study, new_items)
     return dict(StudyItem.objects.filter(study=study).values_list("query_id", "id")), len(new_items)
@@ -292,8 +359,14 @@ def _annotators(study: Study, records: list[Record]) -> tuple[dict[str, Any], in
     return users, new_users
 
 
-def _judgements(study: Study, rubric_row: RubricVersion, records: list[Record], queries: dict,
-                items: dict[int, int], users: dict[str, Any]) -> dict[str, int]:
+def _judgements(
+    study: Study,
+    rubric_row: RubricVersion,
+    records: list[Record],
+    queries: dict,
+    items: dict[int, int],
+    users: dict[str, Any],
+) -> dict[str, int]:
     """Assignments and judgements; an edited label becomes a new revision."""
     rubric = rubric_row.rubric
     severity = {c.key: c.severity for c in rubric.categories}
@@ -306,27 +379,37 @@ def _judgements(study: Study, rubric_row: RubricVersion, records: list[Record], 
             continue  # not labelled yet: the item stays in the study without an assignment
         counts["judgements"] += 1
         at = datetime.fromisoformat(r.updated_at) if r.updated_at else None
-        assignment = _assignment(study, existing, items[queries[(r.dataset, r.query_idx)]],
-                                      users[r.username], r, at, counts)
+        assignment = _assignment(
+            study, existing, items[queries[(r.dataset, r.query_idx)]], users[r.username], r, at, counts
+        )
         flags = {f: f in r.flags for f in FLAGS}
         category = category_of(r.validated, r.flags, severity, valid_key)
         previous = current.get(assignment.pk)
         if previous is not None and (previous.validated, previous.flags, previous.category, previous.note) == (
-                r.validated, flags, category, r.note):
+            r.validated,
+            flags,
+            category,
+            r.note,
+        ):
             continue
         counts["revised" if previous is not None else "new_judgements"] += 1
         current[assignment.pk] = _judge(assignment, previous, r, flags, category, at)
     return counts
 
 
-def _assignment(study: Study, existing: dict, item_id: int, user, r: Record, at: datetime | None,
-                counts: dict[str, int]) -> Assignment:
+def _assignment(
+    study: Study, existing: dict, item_id: int, user, r: Record, at: datetime | None, counts: dict[str, int]
+) -> Assignment:
     """The annotator's assignment of the item; a new one is reserved, and the store marks it done."""
     assignment = existing.get((item_id, user.pk))
     if assignment is None:
         assignment = Assignment.objects.create(
-            study=study, item_id=item_id, annotator=user, status=Assignment.Status.RESERVED,
-            served_by=SOURCE, position=r.position,
+            study=study,
+            item_id=item_id,
+            annotator=user,
+            status=Assignment.Status.RESERVED,
+            served_by=SOURCE,
+            position=r.position,
         )
         existing[(item_id, user.pk)] = assignment
         counts["new_assignments"] += 1
@@ -337,8 +420,10 @@ def _counters(study: Study) -> None:
     """Every labelled assignment is done; the agreement subset is what everyone judged."""
     n_annotators = study.annotators.count()
     completions = item_completions(study)  # the read model's rule: a late answer completes nothing
-    counts = [(item_id, completions.get(item_id, 0))
-              for item_id in StudyItem.objects.filter(study=study).order_by("id").values_list("id", flat=True)]
+    counts = [
+        (item_id, completions.get(item_id, 0))
+        for item_id in StudyItem.objects.filter(study=study).order_by("id").values_list("id", flat=True)
+    ]
     changed = []
     for item_id, n in counts:
         changed.append(StudyItem(id=item_id, taken=n, completed=n, agreement=n_annotators > 1 and n == n_annotators))
@@ -348,13 +433,20 @@ def _counters(study: Study) -> None:
     study.save(update_fields=["overlap"])
 
 
-def _judge(assignment: Assignment, previous: Judgement | None, r: Record,
-           flags: dict[str, bool], category: str, at: datetime | None) -> Judgement:
+def _judge(
+    assignment: Assignment,
+    previous: Judgement | None,
+    r: Record,
+    flags: dict[str, bool],
+    category: str,
+    at: datetime | None,
+) -> Judgement:
     """A new current judgement, stored through the queue's store (the path of annotators'
     submits: revision, current row, token, counters); the CIRCUS edit time is kept."""
     token = CLIENT_TOKEN if previous is None else f"{CLIENT_TOKEN}-{previous.revision + 1}"
-    judgement = store_judgement(assignment, {"category": category, "flags": flags, "validated": r.validated,
-                                             "note": r.note}, client_token=token)
+    judgement = store_judgement(
+        assignment, {"category": category, "flags": flags, "validated": r.validated, "note": r.note}, client_token=token
+    )
     if at is not None:
         Judgement.objects.filter(pk=judgement.pk).update(created_at=at)
         if judgement.revision == 1:

@@ -43,6 +43,7 @@ Sample sizes to compare with (:func:`srs_sample_size`, :func:`neyman_sample_size
 random sampling (Cochran 4.2) and Neyman allocation with the true stratum rates (Cochran 5.26,
 with the strata that would be over-sampled taken in full, 5.9).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -67,6 +68,7 @@ FLOOR = 0.02
 
 
 # --------------------------------------------------------------------------- strata
+
 
 def cum_sqrt_f_bounds(scores: Sequence[float], n_strata: int = DEFAULT_STRATA, bins: int = BINS) -> list[float]:
     """Upper bounds of the strata, ascending, the last one ``max(scores)``: the cumulative
@@ -144,6 +146,7 @@ def stratum_order(item_ids: Iterable[Hashable], seed: int, stratum: int) -> list
 
 # --------------------------------------------------------------------------- allocation
 
+
 def planning_rate(prior: float, defects: int = 0, judged: int = 0, weight: float = PRIOR_WEIGHT) -> float:
     """The defect rate a stratum's allocation is planned with: ``(weight * prior + defects) /
     (weight + judged)``, kept inside [FLOOR, 1 - FLOOR]. With nothing judged: the prior (the
@@ -154,8 +157,9 @@ def planning_rate(prior: float, defects: int = 0, judged: int = 0, weight: float
     return min(max(rate, FLOOR), 1 - FLOOR)
 
 
-def planning_rates(priors: Sequence[float], defects: Sequence[int], judged: Sequence[int],
-                   reallocate: bool) -> list[float]:
+def planning_rates(
+    priors: Sequence[float], defects: Sequence[int], judged: Sequence[int], reallocate: bool
+) -> list[float]:
     """The rates a plan's SDs come from: the priors alone, or with ``reallocate`` the observed
     rates shrunk towards them (:func:`planning_rate`)."""
     if not reallocate:
@@ -228,6 +232,7 @@ def plan_items(strata: Sequence[Sequence[Hashable]], taken: Sequence[int], sds: 
 
 # --------------------------------------------------------------------------- estimator
 
+
 @dataclass(frozen=True)
 class StratumCount:
     """One stratum: ``size`` (N_h), ``judged`` (n_h, decided items) and ``hits`` (items with the defect)."""
@@ -269,8 +274,16 @@ class Estimate:
         return (self.high - self.low) / 2
 
     def to_dict(self) -> dict[str, float | int | None]:
-        return {"value": self.value, "variance": self.variance, "low": self.low, "high": self.high,
-                "half_width": self.half_width, "n_eff": self.n_eff, "judged": self.judged, "size": self.size}
+        return {
+            "value": self.value,
+            "variance": self.variance,
+            "low": self.low,
+            "high": self.high,
+            "half_width": self.half_width,
+            "n_eff": self.n_eff,
+            "judged": self.judged,
+            "size": self.size,
+        }
 
 
 def _variance(strata: Sequence[StratumCount], smoothed: bool) -> float:
@@ -287,7 +300,7 @@ def _variance(strata: Sequence[StratumCount], smoothed: bool) -> float:
             raise ValueError(f"stratum {h}: {s.judged} judged of {s.size}; this variance needs {need}")
         rate = (s.hits + 0.5) / (s.judged + 1) if smoothed else s.hits / s.judged
         acc += s.size * (s.size - s.judged) * rate * (1 - rate) / (s.judged - (0 if smoothed else 1))
-    return acc / total ** 2
+    return acc / total**2
 
 
 def stratified_variance(strata: Sequence[StratumCount]) -> float:
@@ -328,12 +341,13 @@ def stop_reached(estimate: Estimate | None, target_half_width: float) -> bool:
 
 # --------------------------------------------------------------------------- sample sizes
 
+
 def srs_sample_size(size: int, rate: float, half_width: float, z: float = Z95) -> int:
     """Simple random sampling without replacement, Cochran 4.2: ``n0 = z^2 P Q / d^2``,
     ``n = n0 / (1 + (n0 - 1) / N)``, rounded up."""
     if half_width <= 0:
         raise ValueError("the half-width must be positive")
-    n0 = z * z * rate * (1 - rate) / half_width ** 2
+    n0 = z * z * rate * (1 - rate) / half_width**2
     return min(size, math.ceil(n0 / (1 + (n0 - 1) / size) - 1e-9))
 
 
@@ -359,7 +373,7 @@ def neyman_sample_size(sizes: Sequence[int], rates: Sequence[float], half_width:
         ws2 = sum(sizes[h] * sds[h] ** 2 for h in rest) / total
         if ws == 0:
             return sum(sizes[h] for h in full)
-        n_rest = ws ** 2 / (target + ws2 / total)
+        n_rest = ws**2 / (target + ws2 / total)
         over = {h for h in rest if n_rest * sizes[h] * sds[h] / (total * ws) > sizes[h]}
         if not over:
             return min(total, sum(sizes[h] for h in full) + math.ceil(n_rest - 1e-9))

@@ -18,6 +18,7 @@ a rejected item is defective; its defect kinds are the rubric flags that at leas
 its counted invalid votes raised (:func:`defect_kinds`). Only decided items count as judged.
 Annotators see none of it: no score, stratum or estimate is in their pages or API.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -50,12 +51,14 @@ REPLAN_EVERY = 10
 OVERALL = "any"
 UNSPECIFIED = "unspecified"
 
-METHOD = ("Stratified sample by suspicion score (strata by the cumulative sqrt(f) rule), Neyman allocation "
-          "(stratum SDs from the stratum's mean suspicion score as a prior; re-planned from the observed rates when "
-          "the study says so), items served "
-          "in a seeded random order within each stratum; stratified estimator p_st = sum W_h p_h with Cochran's "
-          "variance (5.47, finite population correction) and a 95% Wilson interval at the design's effective "
-          "sample size; stop rule: the overall rate's half-width at most the target.")
+METHOD = (
+    "Stratified sample by suspicion score (strata by the cumulative sqrt(f) rule), Neyman allocation "
+    "(stratum SDs from the stratum's mean suspicion score as a prior; re-planned from the observed rates when "
+    "the study says so), items served "
+    "in a seeded random order within each stratum; stratified estimator p_st = sum W_h p_h with Cochran's "
+    "variance (5.47, finite population correction) and a 95% Wilson interval at the design's effective "
+    "sample size; stop rule: the overall rate's half-width at most the target."
+)
 
 
 class EstimateError(ValueError):
@@ -109,23 +112,33 @@ def _strata(study: Study) -> tuple[list[list[int]], list[list[int]], list[int]]:
         if not gold:
             (served if taken or completed else fresh)[h].append(pk)
     order = [{pk: k for k, pk in enumerate(stratum_order(served[h] + fresh[h], study.seed, h))} for h in range(n)]
-    return ([sorted(served[h], key=order[h].get) for h in range(n)],
-            [sorted(fresh[h], key=order[h].get) for h in range(n)], sizes)
+    return (
+        [sorted(served[h], key=order[h].get) for h in range(n)],
+        [sorted(fresh[h], key=order[h].get) for h in range(n)],
+        sizes,
+    )
 
 
 def replan(study: Study, counts: dict | None = None) -> dict:
     """Plan the fresh items from the decided ones, check the stop rule, store the state."""
     counts = counts if counts is not None else judged_counts(study)
     served, fresh, _ = _strata(study)
-    rates = planning_rates(study.estimate["priors"], counts["defects"], counts["judged"],
-                           bool(study.estimate.get("reallocate")))
-    order = plan_items([s + f for s, f in zip(served, fresh)], [len(s) for s in served], [bernoulli_sd(r) for r in rates])
+    rates = planning_rates(
+        study.estimate["priors"], counts["defects"], counts["judged"], bool(study.estimate.get("reallocate"))
+    )
+    order = plan_items(
+        [s + f for s, f in zip(served, fresh)], [len(s) for s in served], [bernoulli_sd(r) for r in rates]
+    )
     keys = {pk: k for k, pk in enumerate(order)}
     items = [StudyItem(pk=pk, order_key=k) for pk, k in keys.items()]
     overall = counts["estimates"][OVERALL]
     completed = StudyItem.objects.filter(study=study).aggregate(n=Sum("completed"))["n"] or 0
-    state = {**study.estimate, "planning_rates": rates, "planned_completed": completed,
-             "planned_at": timezone.now().isoformat(timespec="seconds")}
+    state = {
+        **study.estimate,
+        "planning_rates": rates,
+        "planned_completed": completed,
+        "planned_at": timezone.now().isoformat(timespec="seconds"),
+    }
     if stop_reached(overall, study.estimate["target_half_width"]) and not state.get("stopped"):
         state["stopped"] = {"at": state["planned_at"], "judged": overall.judged, "half_width": overall.half_width}
     with transaction.atomic():
@@ -167,7 +180,8 @@ def judged_counts(study: Study) -> dict[str, Any]:
     kinds = {k: [0] * n for k in (*flags, UNSPECIFIED)}
     stratum: dict[int, int] = {}
     for pk, h, taken, completed, gold in StudyItem.objects.filter(study=study).values_list(
-            "pk", "estimate_stratum", "taken", "completed", "gold"):
+        "pk", "estimate_stratum", "taken", "completed", "gold"
+    ):
         sizes[h] += 1
         if not gold and (taken or completed):
             stratum[pk] = h
@@ -187,8 +201,7 @@ def judged_counts(study: Study) -> dict[str, Any]:
     estimates = {OVERALL: stratified_estimate([StratumCount(*c) for c in zip(sizes, judged, defects)])}
     for kind, hits in kinds.items():
         estimates[kind] = stratified_estimate([StratumCount(*c) for c in zip(sizes, judged, hits)])
-    return {"sizes": sizes, "judged": judged, "defects": defects, "kinds": kinds, "open": open_,
-            "estimates": estimates}
+    return {"sizes": sizes, "judged": judged, "defects": defects, "kinds": kinds, "open": open_, "estimates": estimates}
 
 
 def _row(key: str, label: str, e: Estimate | None) -> dict[str, Any]:
@@ -208,24 +221,51 @@ def running_estimate(study: Study) -> dict[str, Any] | None:
     strata = []
     for h, upper in enumerate(bounds):
         s = StratumCount(counts["sizes"][h], counts["judged"][h], counts["defects"][h])
-        strata.append({"index": h, "low": bounds[h - 1] if h else None, "high": upper, "size": s.size,
-                       "served": len(served[h]), "judged": s.judged, "open": counts["open"][h], "defects": s.hits,
-                       "rate": s.rate, "weight": s.weight, "prior": state["priors"][h],
-                       "planning_rate": (state.get("planning_rates") or state["priors"])[h]})
+        strata.append(
+            {
+                "index": h,
+                "low": bounds[h - 1] if h else None,
+                "high": upper,
+                "size": s.size,
+                "served": len(served[h]),
+                "judged": s.judged,
+                "open": counts["open"][h],
+                "defects": s.hits,
+                "rate": s.rate,
+                "weight": s.weight,
+                "prior": state["priors"][h],
+                "planning_rate": (state.get("planning_rates") or state["priors"])[h],
+            }
+        )
     rubric = study.rubric.rubric
     kinds = [_row(OVERALL, "Any defect (rejected by the consensus)", counts["estimates"][OVERALL])]
     for kind in (*_flags(study), UNSPECIFIED):
         if kind == UNSPECIFIED and not sum(counts["kinds"][kind]):
             continue
         category = rubric.category(kind)
-        kinds.append(_row(kind, category.label if category else "Rejected, no kind raised by half its invalid votes",
-                          counts["estimates"][kind]))
+        kinds.append(
+            _row(
+                kind,
+                category.label if category else "Rejected, no kind raised by half its invalid votes",
+                counts["estimates"][kind],
+            )
+        )
     overall = counts["estimates"][OVERALL]
-    return {"target": state["target_half_width"], "strata": strata, "kinds": kinds, "overall": kinds[0]["estimate"],
-            "stopped": state.get("stopped"), "reached": stop_reached(overall, state["target_half_width"]),
-            "size": sum(counts["sizes"]), "judged": sum(counts["judged"]), "open": sum(counts["open"]),
-            "planned_at": state.get("planned_at"), "prior_weight": PRIOR_WEIGHT, "method": METHOD,
-            "scored": state.get("scored")}
+    return {
+        "target": state["target_half_width"],
+        "strata": strata,
+        "kinds": kinds,
+        "overall": kinds[0]["estimate"],
+        "stopped": state.get("stopped"),
+        "reached": stop_reached(overall, state["target_half_width"]),
+        "size": sum(counts["sizes"]),
+        "judged": sum(counts["judged"]),
+        "open": sum(counts["open"]),
+        "planned_at": state.get("planned_at"),
+        "prior_weight": PRIOR_WEIGHT,
+        "method": METHOD,
+        "scored": state.get("scored"),
+    }
 
 
 def card_lines(study: Study) -> list[str]:
@@ -238,14 +278,28 @@ def card_lines(study: Study) -> list[str]:
     def pct(x: float) -> str:
         return f"{fixed(x * 100, 1)}%"
 
-    lines = [f"#### Defect rate of the whole benchmark (estimate study `{study.name}`)", "",
-             f"{est['judged']} of {est['size']} items judged and decided; target half-width "
-             f"{pct(est['target'])}{', reached' if est['reached'] else ', not reached'}.", ""]
+    lines = [
+        f"#### Defect rate of the whole benchmark (estimate study `{study.name}`)",
+        "",
+        f"{est['judged']} of {est['size']} items judged and decided; target half-width "
+        f"{pct(est['target'])}{', reached' if est['reached'] else ', not reached'}.",
+        "",
+    ]
     for row in est["kinds"]:
         e = row["estimate"]
-        lines.append(f"* {row['label']}: " + ("not estimable yet" if e is None else
-                     f"{pct(e['value'])} (95% interval {pct(e['low'])} to {pct(e['high'])})"))
-    weights = ", ".join(f"stratum {s['index'] + 1} (score <= {fixed(s['high'], 3)}): N={s['size']}, n={s['judged']}, "
-                        f"weight {fixed(s['weight'], 2)}" if s["weight"] else f"stratum {s['index'] + 1}: N={s['size']}, n=0"
-                        for s in est["strata"])
+        lines.append(
+            f"* {row['label']}: "
+            + (
+                "not estimable yet"
+                if e is None
+                else f"{pct(e['value'])} (95% interval {pct(e['low'])} to {pct(e['high'])})"
+            )
+        )
+    weights = ", ".join(
+        f"stratum {s['index'] + 1} (score <= {fixed(s['high'], 3)}): N={s['size']}, n={s['judged']}, "
+        f"weight {fixed(s['weight'], 2)}"
+        if s["weight"]
+        else f"stratum {s['index'] + 1}: N={s['size']}, n=0"
+        for s in est["strata"]
+    )
     return lines + ["", f"Method: {est['method']} Design weights N_h/n_h: {weights}.", ""]

@@ -15,6 +15,7 @@ only adds items (samples are nested).
 Item ids must be mutually comparable (all ints or all strings, say); strata must be
 hashable and mutually comparable (tuples of strings are).
 """
+
 from __future__ import annotations
 
 import random
@@ -74,8 +75,9 @@ def largest_remainder(populations: Mapping[Hashable, int], total: int) -> dict[H
     return {s: shares[s] for s in populations}
 
 
-def stratified_sample(items: Sequence[tuple[Any, Hashable]], quotas: Mapping[Hashable, int] | None,
-                      seed: int, total: int | None = None) -> Sample:
+def stratified_sample(
+    items: Sequence[tuple[Any, Hashable]], quotas: Mapping[Hashable, int] | None, seed: int, total: int | None = None
+) -> Sample:
     """Draw a stratified sample of item ids, reproducibly.
 
     ``items``: ``(item_id, stratum)`` pairs, each id once. ``quotas``: items wanted per
@@ -119,8 +121,12 @@ def stratified_sample(items: Sequence[tuple[Any, Hashable]], quotas: Mapping[Has
         take = min(wanted[stratum], len(pool))
         _rng(seed, "stratum", stratum).shuffle(pool)
         selected.extend(pool[:take])
-        report[stratum] = {"population": len(pool), "requested": wanted[stratum], "selected": take,
-                           "shortfall": wanted[stratum] - take}
+        report[stratum] = {
+            "population": len(pool),
+            "requested": wanted[stratum],
+            "selected": take,
+            "shortfall": wanted[stratum] - take,
+        }
     asked = total if quotas is None and total is not None else sum(wanted.values())
     return Sample(items=sorted(selected), report=report, shortfall=asked - len(selected))
 

@@ -9,6 +9,7 @@ when a study is built and when an audit of its dataset finishes), in ``make_demo
 the staff's button on the suspicion page (which also takes in new votes: a submit does not
 recompute it). Sessions have no score (0). Annotators never see any of it.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,29 +18,36 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from audit.runs.suspicion_signals import audit_signals
-from audit.suspicion import PARTS, WEIGHTS, Signals, score
-
 from annotation.models import StudyItem
 from annotation.verdicts.state import counted_judgements
+from audit.runs.suspicion_signals import audit_signals
+from audit.suspicion import PARTS, WEIGHTS, Signals, score
 
 
 def item_votes(study_id: int) -> dict[int, tuple[bool, ...]]:
     """item -> the validated/not answers of its counted judgements (those that say either)."""
     out: dict[int, list[bool]] = {}
-    for item, validated in counted_judgements(study_id).filter(validated__isnull=False).values_list(
-            "assignment__item_id", "validated"):
+    for item, validated in (
+        counted_judgements(study_id).filter(validated__isnull=False).values_list("assignment__item_id", "validated")
+    ):
         out.setdefault(item, []).append(bool(validated))
     return {k: tuple(v) for k, v in out.items()}
 
 
-def item_suspicion(signals: Signals, votes: tuple[bool, ...], run: int | None,
-                   computed_at: str = "") -> tuple[float, dict[str, Any]]:
+def item_suspicion(
+    signals: Signals, votes: tuple[bool, ...], run: int | None, computed_at: str = ""
+) -> tuple[float, dict[str, Any]]:
     """(score, what is stored beside it) of one item: 0 when no part could be computed;
     ``votes`` and ``computed_at`` say what the score saw and when."""
     value, parts = score(replace(signals, votes=votes))
-    return (value or 0.0), {"parts": parts, "run": run, "rivals": signals.rivals, "votes": len(votes),
-                            "scored": value is not None, "computed_at": computed_at}
+    return (value or 0.0), {
+        "parts": parts,
+        "run": run,
+        "rivals": signals.rivals,
+        "votes": len(votes),
+        "scored": value is not None,
+        "computed_at": computed_at,
+    }
 
 
 def refresh_suspicion(study_id: int, batch: int = 500) -> int:
@@ -49,7 +57,7 @@ def refresh_suspicion(study_id: int, batch: int = 500) -> int:
     computed_at = timezone.now().isoformat(timespec="seconds")
     scored = 0
     for start in range(0, len(items), batch):
-        chunk = items[start:start + batch]
+        chunk = items[start : start + batch]
         signals = audit_signals([i.query_id for i in chunk])
         for item in chunk:
             run, sig = signals.get(item.query_id, (None, Signals(ranks=(), n_gallery=0)))
@@ -78,7 +86,9 @@ def staleness(stored: list[dict[str, Any]], votes_now: dict[int, tuple[bool, ...
     """How far stored scores are behind: ``stored`` holds ``item`` (pk) and ``meta`` (the stored
     parts) per item. Returns the oldest ``computed_at`` and the items whose counted votes changed
     since their score was computed (a submit does not recompute it: the page's button does)."""
-    behind = [row["item"] for row in stored if len(votes_now.get(row["item"], ())) != (row["meta"] or {}).get("votes", 0)]
+    behind = [
+        row["item"] for row in stored if len(votes_now.get(row["item"], ())) != (row["meta"] or {}).get("votes", 0)
+    ]
     stamps = [(row["meta"] or {}).get("computed_at") or "" for row in stored]
     return {"computed_at": min(stamps) if stamps and all(stamps) else "", "behind": behind}
 
@@ -86,5 +96,6 @@ def staleness(stored: list[dict[str, Any]], votes_now: dict[int, tuple[bool, ...
 def part_rows(parts: dict[str, Any]) -> list[dict[str, Any]]:
     """The parts of a stored item for a page: name, value (None: not computed) and weight."""
     values = (parts or {}).get("parts") or {}
-    return [{"name": name, "value": values.get(name), "weight": WEIGHTS[name], "help": PART_HELP[name]}
-            for name in PARTS]
+    return [
+        {"name": name, "value": values.get(name), "weight": WEIGHTS[name], "help": PART_HELP[name]} for name in PARTS
+    ]

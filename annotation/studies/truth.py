@@ -5,6 +5,7 @@ item 6: the study page shows the share of planted defects found so far).
 ``VAR_DIR``, never under an image root: nothing an annotator can fetch carries it). A study
 over a dataset with such a file reads it here; annotators never see any of it.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,14 +48,16 @@ def defects_found(study: Study) -> dict[str, Any] | None:
     (:data:`retrieval.demo.HUMAN_EXPECTED`) and what its consensus made of them so far:
     ``found`` (rejected), ``missed`` (validated), ``open`` (undecided), ``share`` (found /
     planted), per kind too. None when none of its datasets has a truth file."""
-    datasets = list(StudyItem.objects.filter(study=study).order_by().values_list("query__dataset__name", flat=True)
-                    .distinct())
+    datasets = list(
+        StudyItem.objects.filter(study=study).order_by().values_list("query__dataset__name", flat=True).distinct()
+    )
     kinds = {name: planted_kinds(name) for name in datasets}
     if not any(kinds.values()):
         return None
     planted: dict[int, str] = {}
-    for item_id, dataset, external_id in (StudyItem.objects.filter(study=study, query__dataset__name__in=[
-            d for d in datasets if kinds[d]]).values_list("id", "query__dataset__name", "query__external_id")):
+    for item_id, dataset, external_id in StudyItem.objects.filter(
+        study=study, query__dataset__name__in=[d for d in datasets if kinds[d]]
+    ).values_list("id", "query__dataset__name", "query__external_id"):
         kind = kinds[dataset].get(external_id)
         if kind in HUMAN_EXPECTED:
             planted[item_id] = kind
@@ -67,5 +70,8 @@ def defects_found(study: Study) -> dict[str, Any] | None:
             entry["planted"] += 1
             entry["found" if d.status == "rejected" else "missed" if d.validated else "open"] += 1
     total = {f: sum(e[f] for e in by_kind.values()) for f in ("planted", "found", "missed", "open")}
-    return {**total, "share": total["found"] / total["planted"] if total["planted"] else None,
-            "by_kind": {k: e for k, e in by_kind.items() if e["planted"]}}
+    return {
+        **total,
+        "share": total["found"] / total["planted"] if total["planted"] else None,
+        "by_kind": {k: e for k, e in by_kind.items() if e["planted"]},
+    }

@@ -5,6 +5,7 @@ Which items need one is the read model's (:mod:`annotation.verdicts.readmodel`):
 prefilter (:func:`~annotation.verdicts.readmodel.adjudication_candidates`) and its one decision
 (:func:`~annotation.verdicts.readmodel.decide_row`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,5 +48,6 @@ def adjudicate(study: Study, item: StudyItem, validated: bool, note: str, user) 
     with transaction.atomic():
         StudyItem.objects.select_for_update().filter(pk=item.pk).first()  # serialises racing adjudicators
         Adjudication.objects.filter(item=item, is_current=True).update(is_current=False)
-        return Adjudication.objects.create(study=study, item=item, decision=decision, note=(note or "").strip(),
-                                           decided_by=user, is_current=True)
+        return Adjudication.objects.create(
+            study=study, item=item, decision=decision, note=(note or "").strip(), decided_by=user, is_current=True
+        )

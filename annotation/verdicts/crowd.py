@@ -26,6 +26,7 @@ settled under the fit of all the votes, the fit consensus then decides by (the a
 serves by its last stored fit and refits in a worker every few judgements or seconds, reopening
 the items the new fit leaves uncertain: :mod:`annotation.verdicts.refit`; an export refits first).
 """
+
 from __future__ import annotations
 
 import random
@@ -51,9 +52,14 @@ class Annotator:
 #: The default team: seven annotators of known, differing quality (valid items are easier to
 #: recognise than defects, as in the demo) and one spammer who answers at random.
 TEAM: tuple[Annotator, ...] = (
-    Annotator("ann_a", 0.97, 0.90), Annotator("ann_b", 0.96, 0.88), Annotator("ann_c", 0.95, 0.85),
-    Annotator("ann_d", 0.94, 0.82), Annotator("ann_e", 0.93, 0.80), Annotator("ann_f", 0.92, 0.78),
-    Annotator("ann_g", 0.90, 0.75), Annotator("spammer", 0.5, 0.5),
+    Annotator("ann_a", 0.97, 0.90),
+    Annotator("ann_b", 0.96, 0.88),
+    Annotator("ann_c", 0.95, 0.85),
+    Annotator("ann_d", 0.94, 0.82),
+    Annotator("ann_e", 0.93, 0.80),
+    Annotator("ann_f", 0.92, 0.78),
+    Annotator("ann_g", 0.90, 0.75),
+    Annotator("spammer", 0.5, 0.5),
 )
 
 
@@ -115,9 +121,15 @@ class Outcome:
         return self.validated_correct / self.valid if self.valid else 0.0
 
     def to_dict(self) -> dict:
-        return {"strategy": self.strategy, "items": self.items, "judgements": self.judgements,
-                "validated": self.validated, "validated_accuracy": self.validated_accuracy,
-                "accuracy": self.accuracy, "valid_recall": self.valid_recall}
+        return {
+            "strategy": self.strategy,
+            "items": self.items,
+            "judgements": self.judgements,
+            "validated": self.validated,
+            "validated_accuracy": self.validated_accuracy,
+            "accuracy": self.accuracy,
+            "valid_recall": self.valid_recall,
+        }
 
 
 def answers(item: str, valid: bool, team: Sequence[Annotator], seed: int) -> list[Vote]:
@@ -149,8 +161,9 @@ def _top_up(votes: dict[str, list[Vote]], streams: Mapping[str, list[Vote]], rul
     return changed
 
 
-def collect(truth: Mapping[str, bool], strategy: Strategy, team: Sequence[Annotator],
-            seed: int, batch: int = BATCH) -> dict[str, list[Vote]]:
+def collect(
+    truth: Mapping[str, bool], strategy: Strategy, team: Sequence[Annotator], seed: int, batch: int = BATCH
+) -> dict[str, list[Vote]]:
     """The votes each item gets under the strategy's quorum rule: served to one annotator
     after another (:func:`answers`' order, no one twice) while the rule's slots exceed its votes;
     a reliability-weighted rule reads Dawid-Skene on the votes so far (see the module docstring)."""
@@ -167,16 +180,17 @@ def collect(truth: Mapping[str, bool], strategy: Strategy, team: Sequence[Annota
     random.Random(f"{seed}:order").shuffle(order)
     votes = {}
     for start in range(0, len(order), batch):
-        for item in order[start:start + batch]:
-            votes[item] = list(streams[item][:rule.slots()])
+        for item in order[start : start + batch]:
+            votes[item] = list(streams[item][: rule.slots()])
         _top_up(votes, streams, rule.with_reliability(_model(votes, known)))
     while _top_up(votes, streams, rule.with_reliability(_model(votes, known))):
         pass
     return {item: votes[item] for item in truth}
 
 
-def decide_all(votes: Mapping[str, list[Vote]], strategy: Strategy,
-               known: Reliability | None = None) -> dict[str, bool | None]:
+def decide_all(
+    votes: Mapping[str, list[Vote]], strategy: Strategy, known: Reliability | None = None
+) -> dict[str, bool | None]:
     """Each item's verdict (True validated, False rejected, None undecided) under the
     strategy's consensus, with its quorum rule's ``needed`` as the quorum (the rule and the
     policy read the same Dawid-Skene fit of all the votes; ``known``: the oracle's model)."""
@@ -189,49 +203,77 @@ def decide_all(votes: Mapping[str, list[Vote]], strategy: Strategy,
     return out
 
 
-def run_strategy(truth: Mapping[str, bool], strategy: Strategy, team: Sequence[Annotator] = TEAM,
-                 seed: int = 0) -> Outcome:
+def run_strategy(
+    truth: Mapping[str, bool], strategy: Strategy, team: Sequence[Annotator] = TEAM, seed: int = 0
+) -> Outcome:
     """One simulated study of the strategy on ``truth`` (item -> truly valid)."""
     votes = collect(truth, strategy, team, seed)
     verdicts = decide_all(votes, strategy, true_reliability(truth, team) if strategy.oracle else None)
     validated = [i for i, v in verdicts.items() if v]
-    return Outcome(strategy.name, len(truth), sum(truth.values()), sum(len(v) for v in votes.values()),
-                   len(validated), sum(truth[i] for i in validated),
-                   sum(verdicts[i] is not None and verdicts[i] == truth[i] for i in truth))
+    return Outcome(
+        strategy.name,
+        len(truth),
+        sum(truth.values()),
+        sum(len(v) for v in votes.values()),
+        len(validated),
+        sum(truth[i] for i in validated),
+        sum(verdicts[i] is not None and verdicts[i] == truth[i] for i in truth),
+    )
 
 
-def compare(truth: Mapping[str, bool], strategies: Sequence[Strategy] = STRATEGIES,
-            team: Sequence[Annotator] = TEAM, repeats: int = 20, seed: int = 0) -> list[Outcome]:
+def compare(
+    truth: Mapping[str, bool],
+    strategies: Sequence[Strategy] = STRATEGIES,
+    team: Sequence[Annotator] = TEAM,
+    repeats: int = 20,
+    seed: int = 0,
+) -> list[Outcome]:
     """Each strategy over ``repeats`` simulated crowds (the same seeds for every strategy),
     summed: accuracies are pooled over the repeats."""
     pooled = []
     for s in strategies:
         runs = [run_strategy(truth, s, team, seed + r) for r in range(repeats)]
-        pooled.append(Outcome(s.name, *(sum(getattr(o, f) for o in runs) for f in
-                                        ("items", "valid", "judgements", "validated", "validated_correct", "correct"))))
+        pooled.append(
+            Outcome(
+                s.name,
+                *(
+                    sum(getattr(o, f) for o in runs)
+                    for f in ("items", "valid", "judgements", "validated", "validated_correct", "correct")
+                ),
+            )
+        )
     return pooled
 
 
 def labour_table(outcomes: Sequence[Outcome]) -> list[dict]:
     """Rows to print: each strategy's figures and its judgements as a share of the first's."""
     base = outcomes[0].judgements if outcomes else 0
-    return [{**o.to_dict(), "judgements_share": o.judgements / base if base else None,
-             "per_item": o.judgements / o.items if o.items else None} for o in outcomes]
+    return [
+        {
+            **o.to_dict(),
+            "judgements_share": o.judgements / base if base else None,
+            "per_item": o.judgements / o.items if o.items else None,
+        }
+        for o in outcomes
+    ]
 
 
 def demo_truth_validity(truth: Mapping) -> dict[str, bool]:
     """item -> truly valid, from a demo truth file (``retrieval.demo.build_demo_world``):
     the single-turn queries; a planted defect a human should reject
     (:data:`retrieval.demo.HUMAN_EXPECTED`) makes an item invalid."""
-    return {q: t["kind"] not in HUMAN_EXPECTED for q, t in sorted(truth["queries"].items())
-            if t.get("kind") != "session"}
+    return {
+        q: t["kind"] not in HUMAN_EXPECTED for q, t in sorted(truth["queries"].items()) if t.get("kind") != "session"
+    }
 
 
 def sharper(team: Sequence[Annotator], factor: float) -> tuple[Annotator, ...]:
     """The team with every annotator's error rates times ``factor`` (the spammer, at 0.5 / 0.5,
     stays a spammer): how the labour figures move with the annotators' quality."""
+
     def scaled(a: Annotator) -> Annotator:
         if a.sensitivity == a.specificity == 0.5:
             return a
         return Annotator(a.name, 1 - (1 - a.sensitivity) * factor, 1 - (1 - a.specificity) * factor)
+
     return tuple(scaled(a) for a in team)

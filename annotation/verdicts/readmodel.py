@@ -31,6 +31,7 @@ fit, ``demo_check`` and the CIRCUS import (:mod:`annotation.studies.circus`).
 
 Rows and the decoded JSON values they hold are shared between readers: treat them as read-only.
 """
+
 from __future__ import annotations
 
 import json
@@ -136,12 +137,17 @@ class ItemRow:
 
 def is_validity_rubric(rubric: Rubric) -> bool:
     """A category rubric whose flags are the four CIRCUS flags (labels: VALIDATED or flags)."""
-    return (rubric.kind == "category" and rubric.flags is not None and tuple(rubric.flags.order) == FLAGS
-            and rubric.valid_category is not None)
+    return (
+        rubric.kind == "category"
+        and rubric.flags is not None
+        and tuple(rubric.flags.order) == FLAGS
+        and rubric.valid_category is not None
+    )
 
 
-def validity_label(validated: bool | None, flags: dict[str, bool] | None, category: str,
-                   valid_key: str = VALIDATED) -> str | list[str] | None:
+def validity_label(
+    validated: bool | None, flags: dict[str, bool] | None, category: str, valid_key: str = VALIDATED
+) -> str | list[str] | None:
     """The agreement label of a stored validity judgement.
 
     ``"VALIDATED"`` when validated; otherwise the list of its true flags in canonical
@@ -171,8 +177,9 @@ def _score(value: Any) -> float | None:
 
 def session_votes_of(row: ItemRow, rule: SessionRule) -> list[SessionVote]:
     """The session votes of an item: reject flags and the rule's scale of every judgement."""
-    return [SessionVote(v.annotator, tuple(v.reject_flags), _score(v.scales.get(rule.scale)), v.flagged)
-            for v in row.votes]
+    return [
+        SessionVote(v.annotator, tuple(v.reject_flags), _score(v.scales.get(rule.scale)), v.flagged) for v in row.votes
+    ]
 
 
 def turn_votes_of(row: ItemRow, key: str) -> list[TurnVote]:
@@ -212,8 +219,15 @@ class Verdicts:
         if (policy == "reliability" or study.quorum_rule.weighted) and session is None:
             model = reliability_of(study, exact=True)
         rule = quorum_rule_of(study, model)
-        return cls(rule.base, policy, primary or None, session, rule, model if policy == "reliability" else None,
-                   turn_key_of(study))
+        return cls(
+            rule.base,
+            policy,
+            primary or None,
+            session,
+            rule,
+            model if policy == "reliability" else None,
+            turn_key_of(study),
+        )
 
     def describe_session(self) -> str:
         """The session rule in words ('' for single-turn studies)."""
@@ -304,12 +318,24 @@ def decide_row(row: ItemRow, verdicts: Verdicts, *, with_adjudication: bool = Tr
     adjudication = row.adjudication.validated if (with_adjudication and row.adjudication) else None
     votes = counted_votes(row, verdicts.session, verdicts.turn_key)
     if verdicts.turn_key is not None:
-        return decide_turns(votes, verdicts.session, verdicts.policy, primary=verdicts.primary,
-                            adjudication=adjudication, quorum=verdicts.needed(votes))
+        return decide_turns(
+            votes,
+            verdicts.session,
+            verdicts.policy,
+            primary=verdicts.primary,
+            adjudication=adjudication,
+            quorum=verdicts.needed(votes),
+        )
     if verdicts.session is not None:
         return decide_session(votes, verdicts.session, adjudication=adjudication, quorum=verdicts.needed(votes))
-    return decide(votes, verdicts.policy, primary=verdicts.primary, adjudication=adjudication,
-                  quorum=verdicts.needed(votes), reliability=verdicts.reliability)
+    return decide(
+        votes,
+        verdicts.policy,
+        primary=verdicts.primary,
+        adjudication=adjudication,
+        quorum=verdicts.needed(votes),
+        reliability=verdicts.reliability,
+    )
 
 
 def _batched(iterable, n: int) -> Iterator[list]:
@@ -326,12 +352,34 @@ def _batched(iterable, n: int) -> Iterator[list]:
 # --------------------------------------------------------------------------- reading rows
 
 
-_ITEM_FIELDS = ("id", "query_id", "query__dataset_id", "query__dataset__name", "query__external_id",
-                "query__ordinal", "hidden_category", "stratum", "agreement")
+_ITEM_FIELDS = (
+    "id",
+    "query_id",
+    "query__dataset_id",
+    "query__dataset__name",
+    "query__external_id",
+    "query__ordinal",
+    "hidden_category",
+    "stratum",
+    "agreement",
+)
 _JSON_VOTE_FIELDS = ("flags", "scales", "reject_flags", "per_turn")
-_VOTE_COLUMNS = ("assignment__item_id", "assignment__annotator__username", "validated", "category", "sub_reason",
-                 "flags_text", "note", "flagged", "time_spent_ms", "revision", "created_at", "scales_text",
-                 "reject_flags_text", "per_turn_text")
+_VOTE_COLUMNS = (
+    "assignment__item_id",
+    "assignment__annotator__username",
+    "validated",
+    "category",
+    "sub_reason",
+    "flags_text",
+    "note",
+    "flagged",
+    "time_spent_ms",
+    "revision",
+    "created_at",
+    "scales_text",
+    "reject_flags_text",
+    "per_turn_text",
+)
 
 _decoded: dict[str | None, Any] = {}
 DECODED_MAX = 50_000  # distinct JSON texts kept decoded (a study's flags and scales repeat a few patterns)
@@ -357,11 +405,32 @@ def _votes(study: Study, where: Q) -> Iterator[tuple[int, VoteRow]]:
     """(item id, vote) of the study's counted judgements matching ``where``, in item then
     annotator order. The JSON columns are read as text (no per-row decoding by the ORM)."""
     texts = {f"{name}_text": Cast(name, output_field=TextField()) for name in _JSON_VOTE_FIELDS}
-    rows = (Judgement.objects.counted().filter(where, assignment__study=study).annotate(**texts)
-            .order_by("assignment__item_id", "assignment__annotator__username").values_list(*_VOTE_COLUMNS))
+    rows = (
+        Judgement.objects.counted()
+        .filter(where, assignment__study=study)
+        .annotate(**texts)
+        .order_by("assignment__item_id", "assignment__annotator__username")
+        .values_list(*_VOTE_COLUMNS)
+    )
     for item_id, user, validated, cat, sub, flags, note, flagged, ms, rev, at, scales, rejects, turns in rows:
-        yield item_id, VoteRow(user, validated, cat, sub, _decode(flags, _NO_FLAGS), note, flagged, ms, rev, at,
-                               _decode(scales, _NO_FLAGS), _decode(rejects, _NO_LIST), _decode(turns, _NO_LIST))
+        yield (
+            item_id,
+            VoteRow(
+                user,
+                validated,
+                cat,
+                sub,
+                _decode(flags, _NO_FLAGS),
+                note,
+                flagged,
+                ms,
+                rev,
+                at,
+                _decode(scales, _NO_FLAGS),
+                _decode(rejects, _NO_LIST),
+                _decode(turns, _NO_LIST),
+            ),
+        )
 
 
 def _fill(study: Study, rows: list[ItemRow], exact: bool = False) -> None:
@@ -380,9 +449,8 @@ def _fill(study: Study, rows: list[ItemRow], exact: bool = False) -> None:
         row = by_id.get(item_id)
         if row is not None:
             row.votes.append(vote)
-    adjudications = (
-        Adjudication.objects.filter(adjudicated, study=study, is_current=True)
-        .values_list("item_id", "decision", "note", "decided_by__username", "decided_at")
+    adjudications = Adjudication.objects.filter(adjudicated, study=study, is_current=True).values_list(
+        "item_id", "decision", "note", "decided_by__username", "decided_at"
     )
     for item_id, decision, note, by, at in adjudications:
         row = by_id.get(item_id)
@@ -399,8 +467,9 @@ def _read_rows(study: Study, item_ids: Sequence[int] | None = None) -> list[Item
     return rows
 
 
-def iter_item_batches(study: Study, *, chunk_size: int = DEFAULT_CHUNK,
-                      item_ids: Sequence[int] | None = None) -> Iterator[list[ItemRow]]:
+def iter_item_batches(
+    study: Study, *, chunk_size: int = DEFAULT_CHUNK, item_ids: Sequence[int] | None = None
+) -> Iterator[list[ItemRow]]:
     """The study's items in id order, ``chunk_size`` at a time, votes attached: the kept rows
     of :func:`study_rows` when the study is small enough to keep, else streamed from the
     database one batch at a time (``.iterator(chunk_size)``). A hand-picked set (``item_ids``)
@@ -410,15 +479,16 @@ def iter_item_batches(study: Study, *, chunk_size: int = DEFAULT_CHUNK,
     if snapshot is not None:
         rows = snapshot.rows if item_ids is None else snapshot.pick(item_ids)
         for start in range(0, len(rows), chunk_size):
-            yield rows[start:start + chunk_size]
+            yield rows[start : start + chunk_size]
         return
     if item_ids is not None:  # a hand-picked set: read ``chunk_size`` ids at a time
         ids = sorted(set(item_ids))
         for start in range(0, len(ids), chunk_size):
-            yield _read_rows(study, ids[start:start + chunk_size])
+            yield _read_rows(study, ids[start : start + chunk_size])
         return
-    stream = StudyItem.objects.filter(study=study).order_by("id").values_list(*_ITEM_FIELDS).iterator(
-        chunk_size=chunk_size)
+    stream = (
+        StudyItem.objects.filter(study=study).order_by("id").values_list(*_ITEM_FIELDS).iterator(chunk_size=chunk_size)
+    )
     for chunk in _batched(stream, chunk_size):
         rows = [ItemRow(*values) for values in chunk]
         _fill(study, rows)
@@ -434,8 +504,12 @@ def iter_rows(study: Study, item_ids: Sequence[int] | None = None) -> Iterator[I
 def locked_item_row(study: Study, item_id: int) -> tuple[ItemRow, int] | None:
     """One item, its row locked (``select_for_update``) and read with its ``extra_slots``,
     then its votes attached: (row, extra slots), or None. Always read from the database."""
-    found = (StudyItem.objects.select_for_update(of=("self",)).filter(pk=item_id, study=study)
-             .values_list(*_ITEM_FIELDS, "extra_slots").first())
+    found = (
+        StudyItem.objects.select_for_update(of=("self",))
+        .filter(pk=item_id, study=study)
+        .values_list(*_ITEM_FIELDS, "extra_slots")
+        .first()
+    )
     if found is None:
         return None
     row = ItemRow(*found[:-1])
@@ -464,8 +538,12 @@ def late_judgements(study: Study | int) -> QuerySet:
 
 def late_per_annotator(study: Study | int) -> dict[str, int]:
     """Username -> their late judgements (current ones) in the study."""
-    return dict(late_judgements(study).values_list("assignment__annotator__username")
-                .annotate(n=Count("id")).values_list("assignment__annotator__username", "n"))
+    return dict(
+        late_judgements(study)
+        .values_list("assignment__annotator__username")
+        .annotate(n=Count("id"))
+        .values_list("assignment__annotator__username", "n")
+    )
 
 
 def item_completions(study: Study | int) -> dict[int, int]:
@@ -490,13 +568,19 @@ def change_stamp(study: Study) -> tuple:
     newest id), adjudications (all, current, newest id) and items (count, newest id, agreement
     items). Each judgement, revision or adjudication adds a row, so it moves with every change."""
     j = Judgement.objects.filter(assignment__study=study).aggregate(
-        n=Count("id"), counted=Count("id", filter=counted_q()), last=Max("id"))
+        n=Count("id"), counted=Count("id", filter=counted_q()), last=Max("id")
+    )
     a = Adjudication.objects.filter(study=study).aggregate(
-        n=Count("id"), current=Count("id", filter=Q(is_current=True)), last=Max("id"))
+        n=Count("id"), current=Count("id", filter=Q(is_current=True)), last=Max("id")
+    )
     i = StudyItem.objects.filter(study=study).aggregate(
-        n=Count("id"), last=Max("id"), agreement=Count("id", filter=Q(agreement=True)))
-    return ((j["n"], j["counted"], j["last"] or 0), (a["n"], a["current"], a["last"] or 0),
-            (i["n"], i["last"] or 0, i["agreement"]))
+        n=Count("id"), last=Max("id"), agreement=Count("id", filter=Q(agreement=True))
+    )
+    return (
+        (j["n"], j["counted"], j["last"] or 0),
+        (a["n"], a["current"], a["last"] or 0),
+        (i["n"], i["last"] or 0, i["agreement"]),
+    )
 
 
 @dataclass
@@ -534,8 +618,9 @@ class Snapshot:
         """The next snapshot: ``rows`` at ``stamp``, with what was derived from the rows that
         did not change."""
         with _keep_lock:
-            derived = OrderedDict((key, {i: v for i, v in values.items() if i not in changed})
-                                  for key, values in self.derived.items())
+            derived = OrderedDict(
+                (key, {i: v for i, v in values.items() if i not in changed}) for key, values in self.derived.items()
+            )
         return Snapshot(stamp, rows, self.index, derived)
 
     def pick(self, item_ids: Iterable[int]) -> list[ItemRow]:
@@ -564,8 +649,9 @@ def _changed_items(study: Study, old: tuple, new: tuple) -> set[int] | None:
     (jn1, _, _), (an1, _, _), items1 = new
     if items0 != items1:
         return None
-    new_j = list(Judgement.objects.filter(assignment__study=study, id__gt=jlast0)
-                 .values_list("assignment__item_id", flat=True))
+    new_j = list(
+        Judgement.objects.filter(assignment__study=study, id__gt=jlast0).values_list("assignment__item_id", flat=True)
+    )
     new_a = list(Adjudication.objects.filter(study=study, id__gt=alast0).values_list("item_id", flat=True))
     if jn1 != jn0 + len(new_j) or an1 != an0 + len(new_a):
         return None  # a row appeared below the newest id seen, or one was deleted
@@ -598,7 +684,8 @@ def study_rows(study: Study) -> Snapshot | None:
         _kept[key] = snapshot
         _kept.move_to_end(key)
         while len(_kept) > KEEP_STUDIES or (
-                len(_kept) > 1 and sum(k.stamp[0][1] for k in _kept.values()) > KEEP_TOTAL_JUDGEMENTS):
+            len(_kept) > 1 and sum(k.stamp[0][1] for k in _kept.values()) > KEEP_TOTAL_JUDGEMENTS
+        ):
             _kept.popitem(last=False)
     return snapshot
 
@@ -686,8 +773,9 @@ class StudyPass:
             self.per_annotator[v.annotator] = self.per_annotator.get(v.annotator, 0) + 1
 
 
-def _measure(row: ItemRow, verdicts: Verdicts, rule: QuorumRule, n_annotators: int, decides: bool,
-             decide_all: bool) -> tuple:
+def _measure(
+    row: ItemRow, verdicts: Verdicts, rule: QuorumRule, n_annotators: int, decides: bool, decide_all: bool
+) -> tuple:
     """What one item adds to a pass: (counted judgements, flagged ones, whether it reached its
     slots, judgements adaptive overlap saved on it, its state, its decision or None)."""
     n = len(row.votes)
@@ -799,8 +887,16 @@ def _differences(study: Study, by_item: dict[int, list[Vote]], keys: dict[int, s
         majority = decide(votes, "majority", quorum=rule.needed(votes))
         weighted = decide(votes, "reliability", quorum=rule.needed(votes), reliability=model)
         if majority.status != weighted.status:
-            out.append({"item": item, "key": keys[item], "majority": majority.status, "reliability": weighted.status,
-                        "split": majority.split_text, "posterior": model.posterior(votes)})
+            out.append(
+                {
+                    "item": item,
+                    "key": keys[item],
+                    "majority": majority.status,
+                    "reliability": weighted.status,
+                    "split": majority.split_text,
+                    "posterior": model.posterior(votes),
+                }
+            )
     return tuple(out)
 
 
@@ -824,7 +920,13 @@ def study_reliability(study: Study) -> StudyReliability:
                 by_item[row.item_id], keys[row.item_id] = votes, row.key
         fit, model = fit_votes(by_item)
         rows = [(item, v.annotator, v.validated) for item, votes in by_item.items() for v in votes]
-        found = StudyReliability(model, tuple(annotator_reliability(fit, rows)), len(by_item), len(rows),
-                                 fit.iterations, _differences(study, by_item, keys, model))
+        found = StudyReliability(
+            model,
+            tuple(annotator_reliability(fit, rows)),
+            len(by_item),
+            len(rows),
+            fit.iterations,
+            _differences(study, by_item, keys, model),
+        )
         cache.set(key, found, RELIABILITY_CACHE_SECONDS)
     return found

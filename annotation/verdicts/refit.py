@@ -22,6 +22,7 @@ refits first (:func:`refit_study`, it runs in a worker), so the items' slots agr
 verdicts it publishes. The staff page says how far serving is behind that fit
 (:func:`serving_lag`).
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -53,8 +54,12 @@ def refit_study(study: Study) -> int:
     if not seen["n"]:
         return 0
     model = reliability_of(study, exact=True)
-    fit = {"model": model.to_dict(), "judgements": seen["n"], "last": seen["last"],
-           "fitted_at": timezone.now().isoformat()}
+    fit = {
+        "model": model.to_dict(),
+        "judgements": seen["n"],
+        "last": seen["last"],
+        "fitted_at": timezone.now().isoformat(),
+    }
     Study.objects.filter(pk=study.pk).update(reliability_fit=fit)
     study.reliability_fit = fit
     return refresh_slots(study)
@@ -98,8 +103,11 @@ def refit_pending(study: Study) -> bool:
     runs, items whose split the stored fit settles may reopen, so an annotator with nothing
     left is told to wait, not that they are done (read off the study row: no query)."""
     pending = study.refit_requested_at
-    return (fits_reliability(study) and pending is not None
-            and pending > timezone.now() - timedelta(seconds=REFIT_STALE_SECONDS))
+    return (
+        fits_reliability(study)
+        and pending is not None
+        and pending > timezone.now() - timedelta(seconds=REFIT_STALE_SECONDS)
+    )
 
 
 def retry_after_seconds() -> int:
@@ -111,7 +119,9 @@ def retry_after_seconds() -> int:
 def _behind(study: Study) -> bool:
     """Whether the stored fit is ``RELIABILITY_REFIT_JUDGEMENTS`` judgements behind (one bounded count)."""
     behind = settings.RELIABILITY_REFIT_JUDGEMENTS
-    newer = Judgement.objects.filter(assignment__study_id=study.pk, pk__gt=(study.reliability_fit or {}).get("last") or 0)
+    newer = Judgement.objects.filter(
+        assignment__study_id=study.pk, pk__gt=(study.reliability_fit or {}).get("last") or 0
+    )
     return newer.values("pk")[:behind].count() >= behind
 
 
@@ -168,17 +178,24 @@ def serving_lag(study: Study) -> dict | None:
         return None
     fit = study.reliability_fit or {}
     seen = judgement_state(study)
-    key = (f"cirval:serving-lag:{study.pk}:{study.created_at.timestamp()}:{seen['n']}:{seen['last']}:"
-           f"{fit.get('fitted_at')}:{study.overlap}:{study.adaptive_max}:{study.adaptive_confidence}")
+    key = (
+        f"cirval:serving-lag:{study.pk}:{study.created_at.timestamp()}:{seen['n']}:{seen['last']}:"
+        f"{fit.get('fitted_at')}:{study.overlap}:{study.adaptive_max}:{study.adaptive_confidence}"
+    )
     steps = cache.get(key) if seen["n"] else (0, 0)
     if steps is None:
         exact = quorum_rule_of(study, reliability_of(study, exact=True))
         changes = [(before or 0, extra) for _, before, extra in slot_changes(study, exact)]
         steps = (sum(1 for b, e in changes if e < b), sum(1 for b, e in changes if e > b))
         cache.set(key, steps, SERVING_LAG_CACHE_SECONDS)
-    return {"stored": bool(fit.get("model")), "judgements": fit.get("judgements", 0),
-            "newer": max(0, (seen["n"] or 0) - fit.get("judgements", 0)),
-            "fitted_at": datetime.fromisoformat(fit["fitted_at"]) if fit.get("fitted_at") else None,
-            "pending": study.refit_requested_at is not None, "to_close": steps[0], "to_open": steps[1],
-            "every_seconds": settings.RELIABILITY_REFIT_SECONDS,
-            "every_judgements": settings.RELIABILITY_REFIT_JUDGEMENTS}
+    return {
+        "stored": bool(fit.get("model")),
+        "judgements": fit.get("judgements", 0),
+        "newer": max(0, (seen["n"] or 0) - fit.get("judgements", 0)),
+        "fitted_at": datetime.fromisoformat(fit["fitted_at"]) if fit.get("fitted_at") else None,
+        "pending": study.refit_requested_at is not None,
+        "to_close": steps[0],
+        "to_open": steps[1],
+        "every_seconds": settings.RELIABILITY_REFIT_SECONDS,
+        "every_judgements": settings.RELIABILITY_REFIT_JUDGEMENTS,
+    }

@@ -22,6 +22,7 @@ item is valid and each annotator's sensitivity (P(says valid | valid)) and speci
 accuracy under the fitted posteriors with a 95% Beta interval (the Jeffreys-like
 ``Beta(1 + correct, 1 + wrong)`` of their expected correct and wrong answers).
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
@@ -110,8 +111,9 @@ def majority_shares(coded: np.ndarray, n_items: int, k: int) -> np.ndarray:
     return counts / counts.sum(axis=1, keepdims=True)
 
 
-def dawid_skene(rows: Iterable[tuple[Hashable, Hashable, Hashable]], n_iter: int = 100,
-                tol: float = 1e-5) -> DawidSkeneFit:
+def dawid_skene(
+    rows: Iterable[tuple[Hashable, Hashable, Hashable]], n_iter: int = 100, tol: float = 1e-5
+) -> DawidSkeneFit:
     """Fit Dawid-Skene to ``(item, worker, label)`` answers (one per item and worker)."""
     rows = list(rows)
     items, workers, classes, coded = _index(rows)
@@ -122,7 +124,7 @@ def dawid_skene(rows: Iterable[tuple[Hashable, Hashable, Hashable]], n_iter: int
     priors = probas.mean(axis=0)
     errors = _m_step(coded, probas, (len(workers), k))
     loss, rounds = -np.inf, 0
-    for rounds in range(1, n_iter + 1):
+    for rounds in range(1, n_iter + 1):  # noqa: B007 - read after the loop: the rounds run
         probas = _e_step(coded, priors, errors, n_items)
         priors = probas.mean(axis=0)
         errors = _m_step(coded, probas, (len(workers), k))
@@ -162,11 +164,11 @@ class Reliability:
         log_valid = np.log(max(self.prior, EPS))
         log_invalid = np.log(max(1.0 - self.prior, EPS))
         for v in votes:
-            name = getattr(v, "annotator")
+            name = v.annotator
             if name not in self.sensitivity:
                 continue
             sens, spec = self.sensitivity[name], self.specificity[name]
-            said_valid = bool(getattr(v, "validated"))
+            said_valid = bool(v.validated)
             log_valid += np.log(max(sens if said_valid else 1.0 - sens, EPS))
             log_invalid += np.log(max(1.0 - spec if said_valid else spec, EPS))
         top = max(log_valid, log_invalid)
@@ -205,8 +207,9 @@ class Reliability:
         return cls(float(data["prior"]), dict(data["sensitivity"]), dict(data["specificity"]))
 
 
-def fit_votes(votes_by_item: Mapping[Hashable, Sequence[object]], n_iter: int = 100,
-              tol: float = 1e-5) -> tuple[DawidSkeneFit, Reliability]:
+def fit_votes(
+    votes_by_item: Mapping[Hashable, Sequence[object]], n_iter: int = 100, tol: float = 1e-5
+) -> tuple[DawidSkeneFit, Reliability]:
     """Dawid-Skene on consensus votes (``annotator``, ``validated``) of each item, and its binary model."""
     rows = [(item, v.annotator, bool(v.validated)) for item, votes in votes_by_item.items() for v in votes]
     fit = dawid_skene(rows, n_iter, tol)
@@ -228,8 +231,15 @@ class AnnotatorReliability:
     specificity: float | None = None
 
     def to_dict(self) -> dict:
-        return {"annotator": self.annotator, "answers": self.answers, "accuracy": self.accuracy,
-                "low": self.low, "high": self.high, "sensitivity": self.sensitivity, "specificity": self.specificity}
+        return {
+            "annotator": self.annotator,
+            "answers": self.answers,
+            "accuracy": self.accuracy,
+            "low": self.low,
+            "high": self.high,
+            "sensitivity": self.sensitivity,
+            "specificity": self.specificity,
+        }
 
 
 def beta_interval(correct: float, wrong: float, level: float = 0.95) -> tuple[float, float]:
@@ -244,8 +254,9 @@ def beta_interval(correct: float, wrong: float, level: float = 0.95) -> tuple[fl
     return (float(betaincinv(1 + correct, 1 + wrong, tail)), float(betaincinv(1 + correct, 1 + wrong, 1 - tail)))
 
 
-def annotator_reliability(fit: DawidSkeneFit, rows: Iterable[tuple[Hashable, Hashable, Hashable]],
-                          level: float = 0.95) -> list[AnnotatorReliability]:
+def annotator_reliability(
+    fit: DawidSkeneFit, rows: Iterable[tuple[Hashable, Hashable, Hashable]], level: float = 0.95
+) -> list[AnnotatorReliability]:
     """Every annotator's reliability under ``fit`` (see :class:`AnnotatorReliability`), by name."""
     items = {x: n for n, x in enumerate(fit.items)}
     classes = {x: n for n, x in enumerate(fit.classes)}
@@ -260,7 +271,15 @@ def annotator_reliability(fit: DawidSkeneFit, rows: Iterable[tuple[Hashable, Has
     for worker in sorted(answers, key=str):
         n, c = answers[worker], correct[worker]
         low, high = beta_interval(c, n - c, level)
-        out.append(AnnotatorReliability(str(worker), n, c / n, low, high,
-                                        binary.sensitivity.get(worker) if binary else None,
-                                        binary.specificity.get(worker) if binary else None))
+        out.append(
+            AnnotatorReliability(
+                str(worker),
+                n,
+                c / n,
+                low,
+                high,
+                binary.sensitivity.get(worker) if binary else None,
+                binary.specificity.get(worker) if binary else None,
+            )
+        )
     return out

@@ -29,6 +29,7 @@ the progress page and API, My studies, the end page and the item page's bar:
   size: while at least that many are open, ``remaining`` is the share's estimate; within the
   last :data:`OPEN_COUNT_CAP` it is the exact count.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -66,16 +67,28 @@ from annotation.verdicts.readmodel import (
     turn_key_of,
 )
 
-__all__ = ["AWAITING_ADJUDICATION", "DECIDED", "ITEM_STATES", "counted_judgements", "item_state", "item_states",
-           "late_judgements"]  # the read model's, for the readers of this module
+__all__ = [
+    "AWAITING_ADJUDICATION",
+    "DECIDED",
+    "ITEM_STATES",
+    "counted_judgements",
+    "item_state",
+    "item_states",
+    "late_judgements",
+]  # the read model's, for the readers of this module
+
 
 def study_sizes(study: Study) -> dict:
     """Item and annotator counts of a study: ``agreement`` and ``other`` items, ``annotators``
     and the items' ``extra`` slots together. Read off the study row (``Study.n_*``, kept by
     :mod:`annotation.sizes` with every change), so they cost no query: "next item"
     reads them with the study row it loads anyway."""
-    return {"agreement": study.n_agreement, "other": study.n_items - study.n_agreement,
-            "annotators": study.n_annotators, "extra": study.n_extra_slots}
+    return {
+        "agreement": study.n_agreement,
+        "other": study.n_items - study.n_agreement,
+        "annotators": study.n_annotators,
+        "extra": study.n_extra_slots,
+    }
 
 
 def item_slots(study: Study, agreement: bool, extra: int, n_annotators: int | None) -> int:
@@ -90,7 +103,9 @@ def free_slot_q(study: Study, n_annotators: int | None) -> Q:
     """Items with a slot free (:func:`item_slots` above ``taken``), as a filter on StudyItem;
     ``n_annotators`` None: every agreement item (the pure rules then judge their capacity)."""
     rule = study.quorum_rule
-    agreement = Q(agreement=True) if n_annotators is None else Q(agreement=True, taken__lt=rule.slots(True, n_annotators))
+    agreement = (
+        Q(agreement=True) if n_annotators is None else Q(agreement=True, taken__lt=rule.slots(True, n_annotators))
+    )
     return agreement | Q(agreement=False, taken__lt=F("extra_slots") + rule.slots())
 
 
@@ -197,11 +212,19 @@ def _study_counts(study: Study, verdicts: Verdicts) -> dict[str, Any]:
     late = late_per_annotator(study)
     export = latest_export(study)
     out.update(
-        states=walk.states, pending=walk.states[PENDING], unjudged=walk.states[UNJUDGED], quorum=verdicts.quorum,
-        judgements=walk.judgements, late=sum(late.values()), flagged=walk.flagged, complete=walk.complete,
+        states=walk.states,
+        pending=walk.states[PENDING],
+        unjudged=walk.states[UNJUDGED],
+        quorum=verdicts.quorum,
+        judgements=walk.judgements,
+        late=sum(late.values()),
+        flagged=walk.flagged,
+        complete=walk.complete,
         labour=labour_figures(study, walk.judgements, walk.saved),
-        annotators={u: {"judged": walk.per_annotator.get(u, 0), "late": late.get(u, 0)}
-                    for u in sorted(set(walk.per_annotator) | set(late))},
+        annotators={
+            u: {"judged": walk.per_annotator.get(u, 0), "late": late.get(u, 0)}
+            for u in sorted(set(walk.per_annotator) | set(late))
+        },
         exported=(export.manifest.get("counts", {}).get("validated") if export is not None else None),
     )
     return out
@@ -212,29 +235,41 @@ def labour_figures(study: Study, spent: int, saved: int) -> dict[str, Any]:
     below the rule's maximum, the judgements a fixed overlap at that maximum would have cost
     beyond it. ``adaptive``: whether the study's rule is adaptive (else nothing is saved)."""
     rule = study.quorum_rule
-    return {"adaptive": rule.adaptive, "rule": rule.describe(), "spent": spent, "saved": saved,
-            "maximum": rule.most, "base": rule.base}
+    return {
+        "adaptive": rule.adaptive,
+        "rule": rule.describe(),
+        "spent": spent,
+        "saved": saved,
+        "maximum": rule.most,
+        "base": rule.base,
+    }
 
 
 def study_version(study: Study) -> str:
     """A fingerprint of everything a study's counts and reports read: it changes with every
     judgement (a revision is a new row), adjudication, candidate decision, assignment (the
     pseudonyms), item and setting. Caches of derived figures are keyed by it."""
-    parts = [Judgement.objects.filter(assignment__study=study).aggregate(n=Count("id"), last=Max("id")),
-             Adjudication.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
-             AlternativeDecision.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
-             Assignment.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
-             StudyItem.objects.filter(study=study).aggregate(n=Count("id"), gold=Count("id", filter=Q(gold=True))),
-             ExportJob.objects.filter(study=study, status=ExportJob.Status.DONE).aggregate(n=Count("id"), last=Max("id"))]
-    fresh = Study.objects.filter(pk=study.pk).values_list("rubric_id", "session_rule", "alternatives_rule",
-                                                          "candidates", *QUORUM_FIELDS).first()
+    parts = [
+        Judgement.objects.filter(assignment__study=study).aggregate(n=Count("id"), last=Max("id")),
+        Adjudication.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
+        AlternativeDecision.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
+        Assignment.objects.filter(study=study).aggregate(n=Count("id"), last=Max("id")),
+        StudyItem.objects.filter(study=study).aggregate(n=Count("id"), gold=Count("id", filter=Q(gold=True))),
+        ExportJob.objects.filter(study=study, status=ExportJob.Status.DONE).aggregate(n=Count("id"), last=Max("id")),
+    ]
+    fresh = (
+        Study.objects.filter(pk=study.pk)
+        .values_list("rubric_id", "session_rule", "alternatives_rule", "candidates", *QUORUM_FIELDS)
+        .first()
+    )
     team = sorted(Study.annotators.through.objects.filter(study_id=study.pk).values_list("user_id", flat=True))
     return json.dumps([study.pk, study.created_at.timestamp(), parts, fresh, team], sort_keys=True, default=str)
 
 
 def _mine(study: Study, user_id: int) -> dict:
     return Assignment.objects.filter(study=study, annotator_id=user_id).aggregate(
-        **assignment_counts(timezone.now(), "done", "reserved"))
+        **assignment_counts(timezone.now(), "done", "reserved")
+    )
 
 
 def open_to(study: Study, user_id: int, n_annotators: int) -> QuerySet:
@@ -243,8 +278,11 @@ def open_to(study: Study, user_id: int, n_annotators: int) -> QuerySet:
     mine = Assignment.objects.filter(study=study, annotator_id=user_id)
     held = mine.filter(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now()).values("item_id")
     free = free_slot_q(study, n_annotators)
-    return (StudyItem.objects.filter(study=study, gold=False).filter(free | Q(id__in=held))
-            .exclude(id__in=mine.filter(status=Assignment.Status.DONE).values("item_id")))
+    return (
+        StudyItem.objects.filter(study=study, gold=False)
+        .filter(free | Q(id__in=held))
+        .exclude(id__in=mine.filter(status=Assignment.Status.DONE).values("item_id"))
+    )
 
 
 #: The most open items counted for an annotator's share (a bounded read at any study size):
@@ -268,8 +306,11 @@ def open_left(study: Study, user_id: int, limit: int) -> RawSQL:
     to ``limit`` (:func:`share_wanted`): the "next item" engine reads it with a row it reads
     anyway, so the share costs no query of its own (issue 30: next item in <= 10 queries).
     It is an uncorrelated subquery, evaluated once per statement."""
-    inner = open_to(study, user_id, study_sizes(study)["annotators"]).order_by().values("id")[
-        :max(1, min(limit, OPEN_COUNT_CAP))]
+    inner = (
+        open_to(study, user_id, study_sizes(study)["annotators"])
+        .order_by()
+        .values("id")[: max(1, min(limit, OPEN_COUNT_CAP))]
+    )
     sql, params = inner.query.sql_with_params()
     return RawSQL(f"SELECT COUNT(*) FROM ({sql}) open_left", params)
 
@@ -288,7 +329,7 @@ def annotator_share(study: Study, user, mine: dict | None = None) -> dict[str, i
     wanted = share_wanted(study, done, reserved)
     found = mine.get("open")
     if found is None:
-        found = open_to(study, user_id, study_sizes(study)["annotators"])[:min(wanted, OPEN_COUNT_CAP)].count()
+        found = open_to(study, user_id, study_sizes(study)["annotators"])[: min(wanted, OPEN_COUNT_CAP)].count()
     if found >= OPEN_COUNT_CAP:  # at least the cap open: the share's estimate stands
         found = wanted
     remaining = max(min(found, wanted), reserved)

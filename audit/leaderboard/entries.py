@@ -14,6 +14,7 @@ alternatives (targets of role ``alternative``), then stored on a :class:`Leaderb
 
 A file is checked whole before anything is stored (:mod:`audit.leaderboard.files`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
@@ -32,8 +33,15 @@ from ..imports import GalleryMapper
 from ..models import AuditRank, AuditRun, Leaderboard, LeaderboardEntry
 from ..protocol import run_query_ranks
 from ..rankfiles import RankFileError, read_rank_file
-from .files import (PredictionFileError, Predictions, SplitFacts, check_complete, check_predictions, positions,
-                    read_predictions)
+from .files import (
+    PredictionFileError,
+    Predictions,
+    SplitFacts,
+    check_complete,
+    check_predictions,
+    positions,
+    read_predictions,
+)
 from .scoring import GENERIC, EntryRanks
 
 
@@ -77,18 +85,36 @@ def dump_ranks(entry: EntryRanks) -> dict[str, Any]:
     """The JSON stored on an entry (query ids as strings; ``alternatives`` null: not known)."""
     rows = {}
     for qid, q in entry.queries.items():
-        rows[str(qid)] = [list(q.positives), list(q.ahead), q.primary, q.subset, q.category, q.every_positive,
-                          q.subset_known, entry.alternatives.get(qid),
-                          None if entry.text is None else entry.text.get(qid),
-                          None if entry.image is None else entry.image.get(qid)]
-    return {"audited_removed": entry.audited_removed, "unimodal": entry.text is not None,
-            "alternatives_known": entry.alternatives_known, "rows": rows}
+        rows[str(qid)] = [
+            list(q.positives),
+            list(q.ahead),
+            q.primary,
+            q.subset,
+            q.category,
+            q.every_positive,
+            q.subset_known,
+            entry.alternatives.get(qid),
+            None if entry.text is None else entry.text.get(qid),
+            None if entry.image is None else entry.image.get(qid),
+        ]
+    return {
+        "audited_removed": entry.audited_removed,
+        "unimodal": entry.text is not None,
+        "alternatives_known": entry.alternatives_known,
+        "rows": rows,
+    }
 
 
 def load_ranks(data: dict[str, Any]) -> EntryRanks:
     """:func:`dump_ranks` read back (query ids as integers)."""
-    out = EntryRanks({}, {}, {} if data.get("unimodal") else None, {} if data.get("unimodal") else None,
-                     bool(data.get("audited_removed", True)), bool(data.get("alternatives_known", True)))
+    out = EntryRanks(
+        {},
+        {},
+        {} if data.get("unimodal") else None,
+        {} if data.get("unimodal") else None,
+        bool(data.get("audited_removed", True)),
+        bool(data.get("alternatives_known", True)),
+    )
     for key, (pos, ahead, primary, subset, category, every, known, alts, text, image) in data.get("rows", {}).items():
         qid = int(key)
         out.queries[qid] = QueryRanks(pos, ahead, primary, subset, category, every, known)
@@ -105,8 +131,14 @@ def _store(board: Leaderboard, name: str, paper: str, source: str, detail: str, 
     if LeaderboardEntry.objects.filter(leaderboard=board, name=name).exists():
         raise EntryError(f"leaderboard {board.name!r} already has a method named {name!r}")
     with transaction.atomic():
-        return LeaderboardEntry.objects.create(leaderboard=board, name=name, paper=paper, source=source,
-                                               source_detail=detail[:1000], ranks=dump_ranks(ranks))
+        return LeaderboardEntry.objects.create(
+            leaderboard=board,
+            name=name,
+            paper=paper,
+            source=source,
+            source_detail=detail[:1000],
+            ranks=dump_ranks(ranks),
+        )
 
 
 # ----------------------------------------------------------------------------- prediction files
@@ -115,18 +147,32 @@ def _store(board: Leaderboard, name: str, paper: str, source: str, detail: str, 
 def split_facts(board: Leaderboard, targets: SplitTargets, protocol: Protocol) -> tuple[SplitFacts, dict[int, str]]:
     """What a prediction file is checked against, and image id -> external id of the dataset."""
     names = dict(Image.objects.filter(dataset=board.dataset).values_list("pk", "external_id"))
-    others = {ext: split for ext, split in Query.objects.filter(dataset=board.dataset).exclude(split=board.split)
-              .values_list("external_id", "split")}
-    refs = dict(Turn.objects.filter(query__in=targets.queries, index=1).values_list("query__external_id",
-                                                                                 "reference_image__external_id"))
+    others = {
+        ext: split
+        for ext, split in Query.objects.filter(dataset=board.dataset)
+        .exclude(split=board.split)
+        .values_list("external_id", "split")
+    }
+    refs = dict(
+        Turn.objects.filter(query__in=targets.queries, index=1).values_list(
+            "query__external_id", "reference_image__external_id"
+        )
+    )
     cut = max((*protocol.recall_ks, *protocol.map_ks), default=1)
     keys = [q.external_id for q in targets.queries]
-    return SplitFacts(board.split, keys, {k: v for k, v in others.items() if k not in set(keys)}, set(names.values()),
-                      {k: v for k, v in refs.items() if v}, min(cut, max(1, len(names) - 1))), names
+    return SplitFacts(
+        board.split,
+        keys,
+        {k: v for k, v in others.items() if k not in set(keys)},
+        set(names.values()),
+        {k: v for k, v in refs.items() if v},
+        min(cut, max(1, len(names) - 1)),
+    ), names
 
 
-def _prediction_ranks(files: list[Predictions], targets: SplitTargets, names: dict[int, str],
-                      protocol: Protocol) -> EntryRanks:
+def _prediction_ranks(
+    files: list[Predictions], targets: SplitTargets, names: dict[int, str], protocol: Protocol
+) -> EntryRanks:
     lists = {k: v for f in files if f.metric == "recall" for k, v in f.lists.items()}
     subsets = {k: v for f in files if f.metric == "recall_subset" for k, v in f.lists.items()}
     out = EntryRanks({}, audited_removed=True)
@@ -134,14 +180,20 @@ def _prediction_ranks(files: list[Predictions], targets: SplitTargets, names: di
         labelled = [names[i] for i in targets.labelled.get(q.pk, [])]
         ranked = lists.get(q.external_id, [])
         subset = positions(subsets[q.external_id], labelled[:1])[0] if q.external_id in subsets and labelled else None
-        out.queries[q.pk] = QueryRanks(positions(ranked, labelled), (), _primary(protocol, targets, q.pk), subset,
-                                       q.category, True, bool(subsets))
+        out.queries[q.pk] = QueryRanks(
+            positions(ranked, labelled), (), _primary(protocol, targets, q.pk), subset, q.category, True, bool(subsets)
+        )
         out.alternatives[q.pk] = positions(ranked, [names[i] for i in targets.alternatives.get(q.pk, [])])
     return out
 
 
-def enter_predictions(board: Leaderboard, name: str, files: Sequence[tuple[str | Path, str]], paper: str = "",
-                      texts: Sequence[str] | None = None) -> LeaderboardEntry:
+def enter_predictions(
+    board: Leaderboard,
+    name: str,
+    files: Sequence[tuple[str | Path, str]],
+    paper: str = "",
+    texts: Sequence[str] | None = None,
+) -> LeaderboardEntry:
     """Enter a method from its prediction files (``(path, format)``; ``texts``: their contents
     when already read, as an upload gives them). Refused whole on the first bad line."""
     protocol, targets = protocol_of(board), split_targets(board)
@@ -151,7 +203,9 @@ def enter_predictions(board: Leaderboard, name: str, files: Sequence[tuple[str |
         for n, (path, fmt) in enumerate(files):
             allowed = _allowed_formats(board)
             if fmt not in allowed:
-                raise EntryError(f"{path}: a {board.dataset.format} leaderboard takes {' or '.join(allowed)} files, not {fmt}")
+                raise EntryError(
+                    f"{path}: a {board.dataset.format} leaderboard takes {' or '.join(allowed)} files, not {fmt}"
+                )
             text = texts[n] if texts is not None else Path(path).read_text(encoding="utf-8")
             own = board.dataset.format == fmt
             read.append(check_predictions(read_predictions(text, fmt, str(path), own_ids=own), facts))
@@ -159,8 +213,14 @@ def enter_predictions(board: Leaderboard, name: str, files: Sequence[tuple[str |
     except (PredictionFileError, OSError, UnicodeDecodeError) as exc:
         raise EntryError(str(exc)) from None
     detail = ", ".join(f"{Path(p).name} ({fmt})" for p, fmt in files)
-    return _store(board, name, paper, LeaderboardEntry.Source.PREDICTIONS, detail,
-                  _prediction_ranks(read, targets, names, protocol))
+    return _store(
+        board,
+        name,
+        paper,
+        LeaderboardEntry.Source.PREDICTIONS,
+        detail,
+        _prediction_ranks(read, targets, names, protocol),
+    )
 
 
 def _allowed_formats(board: Leaderboard) -> tuple[str, ...]:
@@ -192,7 +252,9 @@ def audit_entry_ranks(run: AuditRun, retriever: str, board: Leaderboard) -> Entr
     per_row = run_query_ranks(run, protocol)
     mm, text, image = (per_row.get((retriever, m), {}) for m in ("multimodal", "text_only", "image_only"))
     wanted = {q.pk for q in targets.queries}
-    tops = dict(AuditRank.objects.filter(run=run, retriever=retriever, query_id__in=wanted).values_list("query_id", "top_mm"))
+    tops = dict(
+        AuditRank.objects.filter(run=run, retriever=retriever, query_id__in=wanted).values_list("query_id", "top_mm")
+    )
     refs = dict(Turn.objects.filter(query_id__in=wanted, index=1).values_list("query_id", "reference_image_id"))
     out = EntryRanks({}, {}, {}, {}, run.exclude_reference)
     for q in targets.queries:
@@ -200,13 +262,22 @@ def audit_entry_ranks(run: AuditRun, retriever: str, board: Leaderboard) -> Entr
             continue
         n, alts = len(targets.labelled.get(q.pk, [])), targets.alternatives.get(q.pk, [])
         ranks = mm[q.pk]
-        labelled = QueryRanks(list(ranks.positives)[:n] if alts else ranks.positives,
-                              list(ranks.ahead)[:n] if alts and ranks.ahead else ranks.ahead, ranks.primary,
-                              ranks.subset, ranks.category, ranks.every_positive, ranks.subset_known)
+        labelled = QueryRanks(
+            list(ranks.positives)[:n] if alts else ranks.positives,
+            list(ranks.ahead)[:n] if alts and ranks.ahead else ranks.ahead,
+            ranks.primary,
+            ranks.subset,
+            ranks.category,
+            ranks.every_positive,
+            ranks.subset_known,
+        )
         out.queries[q.pk] = labelled
         counted = len(ranks.positives) == n + len(alts)
-        out.alternatives[q.pk] = (list(ranks.positives)[n:] if counted else
-                                  _top_places(tops.get(q.pk) or [], refs.get(q.pk), run.exclude_reference, alts))
+        out.alternatives[q.pk] = (
+            list(ranks.positives)[n:]
+            if counted
+            else _top_places(tops.get(q.pk) or [], refs.get(q.pk), run.exclude_reference, alts)
+        )
         out.text[q.pk] = _best(text[q.pk].positives[:n]) if q.pk in text else None
         out.image[q.pk] = _best(image[q.pk].positives[:n]) if q.pk in image else None
     if not out.queries:
@@ -246,19 +317,23 @@ def _rank_file_ranks(board: Leaderboard, path: str | Path) -> EntryRanks:
     by_ordinal: dict[int, Query] = {}
     for q in targets.queries:
         if q.ordinal in by_ordinal:
-            raise EntryError(f"query ordinals repeat in split {board.split!r} (several source files): a rank "
-                             f"file's query_idx cannot be matched; make a leaderboard per category")
+            raise EntryError(
+                f"query ordinals repeat in split {board.split!r} (several source files): a rank "
+                f"file's query_idx cannot be matched; make a leaderboard per category"
+            )
         by_ordinal.setdefault(q.ordinal, q)
     mapper = GalleryMapper(board.dataset)
     out = EntryRanks({}, {}, {}, {}, True)
     for n, s in enumerate(f.samples):
         q = by_ordinal.get(s.query_idx)
         if q is None:
-            raise EntryError(f"{path}, sample {n}, query_idx {s.query_idx}: no query of split {board.split!r} "
-                             f"has that ordinal")
+            raise EntryError(
+                f"{path}, sample {n}, query_idx {s.query_idx}: no query of split {board.split!r} has that ordinal"
+            )
         every = bool(s.mm_all)
-        out.queries[q.pk] = QueryRanks(list(s.mm_all) if every else [s.mm], (), _primary(protocol, targets, q.pk),
-                                       None, q.category, every, False)
+        out.queries[q.pk] = QueryRanks(
+            list(s.mm_all) if every else [s.mm], (), _primary(protocol, targets, q.pk), None, q.category, every, False
+        )
         out.text[q.pk], out.image[q.pk] = s.text, s.image
         if s.top_mm:
             top = [mapper(f.gallery_paths[i]) for i in s.top_mm]

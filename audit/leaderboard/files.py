@@ -16,6 +16,7 @@ against the split it is entered for (unknown ids, ids of another split, every qu
 present, lists at least as long as the protocol's largest cut-off). Both raise
 :class:`PredictionFileError`, naming the file, the line and the id: nothing is stored.
 """
+
 from __future__ import annotations
 
 import json
@@ -98,8 +99,12 @@ def _object_file(text: str, path: str, fmt: str, ints: bool) -> Predictions:
     out = Predictions(path, fmt, lines=lines)
     if fmt == "cirr":
         if doc.get("metric") not in CIRR_METRICS:
-            raise PredictionFileError(path, lines.get("metric", 1), None,
-                                      f"'metric' must be one of {', '.join(CIRR_METRICS)}, got {doc.get('metric')!r}")
+            raise PredictionFileError(
+                path,
+                lines.get("metric", 1),
+                None,
+                f"'metric' must be one of {', '.join(CIRR_METRICS)}, got {doc.get('metric')!r}",
+            )
         out.metric = doc["metric"]
     for key, value in doc.items():
         if fmt == "cirr" and key in ("version", "metric"):
@@ -167,8 +172,12 @@ def _resolve_positions(pred: Predictions, facts: SplitFacts) -> None:
     for key in [k for k in pred.lists if k.startswith("#")]:
         n = int(key[1:])
         if n >= len(ordered):
-            raise PredictionFileError(pred.path, pred.lines[key], None,
-                                      f"line {n + 1} of the category has no query ({len(ordered)} in split {facts.split!r})")
+            raise PredictionFileError(
+                pred.path,
+                pred.lines[key],
+                None,
+                f"line {n + 1} of the category has no query ({len(ordered)} in split {facts.split!r})",
+            )
         pred.lists[ordered[n]] = pred.lists.pop(key)
         pred.lines[ordered[n]] = pred.lines.pop(key)
         pred.candidates[ordered[n]] = pred.candidates.pop(key)
@@ -178,9 +187,16 @@ def _check_query(pred: Predictions, key: str, facts: SplitFacts, known: set[str]
     line = pred.line(key)
     if key not in known:
         if key in facts.other_splits:
-            raise PredictionFileError(pred.path, line, key, f"query {key!r} belongs to split {facts.other_splits[key]!r}, "
-                                      f"not {facts.split!r}: this file is for another split")
-        raise PredictionFileError(pred.path, line, key, f"unknown query id {key!r} (not a query of split {facts.split!r})")
+            raise PredictionFileError(
+                pred.path,
+                line,
+                key,
+                f"query {key!r} belongs to split {facts.other_splits[key]!r}, "
+                f"not {facts.split!r}: this file is for another split",
+            )
+        raise PredictionFileError(
+            pred.path, line, key, f"unknown query id {key!r} (not a query of split {facts.split!r})"
+        )
     ranked = pred.lists[key]
     unknown = next((i for i in ranked if i not in facts.images), None)
     if unknown is not None:
@@ -189,8 +205,9 @@ def _check_query(pred: Predictions, key: str, facts: SplitFacts, known: set[str]
         raise PredictionFileError(pred.path, line, key, f"lists {len(ranked)} images, fewer than the cut-off {cutoff}")
     candidate = pred.candidates.get(key)
     if candidate is not None and facts.references.get(key) not in (None, candidate):
-        raise PredictionFileError(pred.path, line, key, f"candidate {candidate!r} is not the query's reference "
-                                  f"{facts.references[key]!r}")
+        raise PredictionFileError(
+            pred.path, line, key, f"candidate {candidate!r} is not the query's reference {facts.references[key]!r}"
+        )
 
 
 def check_predictions(pred: Predictions, facts: SplitFacts) -> Predictions:
@@ -212,16 +229,26 @@ def check_complete(files: list[Predictions], facts: SplitFacts) -> None:
     for pred in (f for f in files if f.metric == "recall"):
         for key in pred.lists:
             if key in seen:
-                raise PredictionFileError(pred.path, pred.line(key), key, f"query {key!r} is also ranked in {seen[key]}")
+                raise PredictionFileError(
+                    pred.path, pred.line(key), key, f"query {key!r} is also ranked in {seen[key]}"
+                )
             seen.setdefault(key, pred.path)
     missing = [q for q in facts.queries if q not in seen]
     if not any(f.metric == "recall" for f in files):
-        raise PredictionFileError(files[0].path if files else "<input>", None, None,
-                                  "a CIRR recall_subset file needs the recall file beside it")
+        raise PredictionFileError(
+            files[0].path if files else "<input>",
+            None,
+            None,
+            "a CIRR recall_subset file needs the recall file beside it",
+        )
     if missing:
-        raise PredictionFileError(files[0].path if files else "<input>", None, None,
-                                  f"{len(missing)} queries of split {facts.split!r} have no list, e.g. "
-                                  f"{', '.join(missing[:5])}; the prediction files must rank every query")
+        raise PredictionFileError(
+            files[0].path if files else "<input>",
+            None,
+            None,
+            f"{len(missing)} queries of split {facts.split!r} have no list, e.g. "
+            f"{', '.join(missing[:5])}; the prediction files must rank every query",
+        )
 
 
 def positions(ranked: list[str], wanted: list[str]) -> list[int | None]:

@@ -14,6 +14,7 @@ the entries with text-only and image-only ranks. The sets (:data:`SETS`):
 Uncertainty: :func:`audit.leaderboard.stats.bootstrap` (one query resample for every cell,
 difference and tau-b).
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
@@ -28,7 +29,12 @@ from retrieval.protocols import AS_AUDITED, Protocol, QueryRanks, figures
 from ..labels import SHORTCUT_FREE_NAME
 from .stats import Uncertainty, bootstrap, rank_changes, tau_of
 
-FULL, SHORTCUT_FREE_SET, VALIDATED, VALIDATED_ALTERNATIVES = "full", SHORTCUT_FREE_NAME, "validated", "validated_alternatives"
+FULL, SHORTCUT_FREE_SET, VALIDATED, VALIDATED_ALTERNATIVES = (
+    "full",
+    SHORTCUT_FREE_NAME,
+    "validated",
+    "validated_alternatives",
+)
 #: The sets, in the table's order, with their column titles.
 SETS: dict[str, str] = {
     FULL: "Full",
@@ -40,8 +46,13 @@ SETS: dict[str, str] = {
 GAP_SETS: tuple[str, ...] = (FULL, SHORTCUT_FREE_SET, VALIDATED)
 #: The protocol of a format without a published one (the demo, hand-made data): Recall@K
 #: of any positive, the ranks as given.
-GENERIC = Protocol("generic", "CIRVal", AS_AUDITED, "Recall@K of the best positive; the format has no published protocol",
-                   recall_ks=(1, 5, 10, 50))
+GENERIC = Protocol(
+    "generic",
+    "CIRVal",
+    AS_AUDITED,
+    "Recall@K of the best positive; the format has no published protocol",
+    recall_ks=(1, 5, 10, 50),
+)
 
 
 @dataclass
@@ -91,7 +102,9 @@ def comp_gap(entry: EntryRanks, queries: Sequence[Hashable]) -> float | None:
     if entry.text is None or entry.image is None or not queries:
         return None
     best = [min((r for r in entry.queries.get(q, MISSED).positives if r is not None), default=None) for q in queries]
-    by_modality = dict(zip(MODALITIES, (best, [entry.text.get(q) for q in queries], [entry.image.get(q) for q in queries])))
+    by_modality = dict(
+        zip(MODALITIES, (best, [entry.text.get(q) for q in queries], [entry.image.get(q) for q in queries]))
+    )
     return modality_scores(by_modality)["comp_gap_ndcg"]
 
 
@@ -110,8 +123,9 @@ class Table:
     uncertainty: Uncertainty
 
 
-def per_query(protocol: Protocol, entry: EntryRanks, set_name: str, queries: Sequence[Hashable],
-              metric: str) -> list[float | None]:
+def per_query(
+    protocol: Protocol, entry: EntryRanks, set_name: str, queries: Sequence[Hashable], metric: str
+) -> list[float | None]:
     """The metric of each query alone: :func:`retrieval.protocols.figures` over that one query.
     Every protocol figure is a mean over queries (FashionIQ's: over each category's, then over
     the categories), so the figure of any multiset of queries is the (per-category) mean of
@@ -128,18 +142,22 @@ def resampled(values: np.ndarray, categories: np.ndarray, counts: np.ndarray, pe
         return None
     if not per_category:
         return float(np.dot(counts, values) / counts.sum())
-    means = [np.dot(counts[categories == c], values[categories == c]) / counts[categories == c].sum()
-             for c in np.unique(categories[counts > 0])]
+    means = [
+        np.dot(counts[categories == c], values[categories == c]) / counts[categories == c].sum()
+        for c in np.unique(categories[counts > 0])
+    ]
     return float(np.mean(means))
 
 
-def _statistic(protocol: Protocol, metric: str, sets: Mapping[str, Sequence[Hashable]],
-               entries: Mapping[str, EntryRanks]):
+def _statistic(
+    protocol: Protocol, metric: str, sets: Mapping[str, Sequence[Hashable]], entries: Mapping[str, EntryRanks]
+):
     """The bootstrap's statistic: each (entry, set) from its per-query values, as positions of the Full set."""
     full = list(sets[FULL])
     position = {q: n for n, q in enumerate(full)}
-    categories = np.array([next((en.queries[q].category for en in entries.values() if q in en.queries), "")
-                           for q in full], dtype=object)
+    categories = np.array(
+        [next((en.queries[q].category for en in entries.values() if q in en.queries), "") for q in full], dtype=object
+    )
     arrays: dict[tuple[Hashable, str], tuple[np.ndarray, np.ndarray] | None] = {}
     for e, entry in entries.items():
         for s, qs in sets.items():
@@ -161,19 +179,38 @@ def _statistic(protocol: Protocol, metric: str, sets: Mapping[str, Sequence[Hash
     return statistic
 
 
-def build_table(protocol: Protocol, metric: str, sets: Mapping[str, Sequence[Hashable]],
-                entries: Mapping[str, EntryRanks], n_boot: int = 1000, seed: int = 0) -> Table:
+def build_table(
+    protocol: Protocol,
+    metric: str,
+    sets: Mapping[str, Sequence[Hashable]],
+    entries: Mapping[str, EntryRanks],
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> Table:
     """Score every entry on every set, with the bootstrap of :mod:`audit.leaderboard.stats`.
 
     ``sets`` maps each of :data:`SETS` to its queries (``full`` first: the others are
     subsets of it; the positions of the bootstrap are positions in ``full``)."""
     full = list(sets[FULL])
-    values = {(e, s): entry_figures(protocol, entry, s, list(sets[s])).get(metric)
-              for e, entry in entries.items() for s in sets}
-    uncertainty = bootstrap(len(full), list(entries), list(sets), _statistic(protocol, metric, sets, entries),
-                            base=FULL, n_boot=n_boot, seed=seed)
+    values = {
+        (e, s): entry_figures(protocol, entry, s, list(sets[s])).get(metric)
+        for e, entry in entries.items()
+        for s in sets
+    }
+    uncertainty = bootstrap(
+        len(full),
+        list(entries),
+        list(sets),
+        _statistic(protocol, metric, sets, entries),
+        base=FULL,
+        n_boot=n_boot,
+        seed=seed,
+    )
     return Table(
-        protocol=protocol, metric=metric, sets={s: list(qs) for s, qs in sets.items()}, values=values,
+        protocol=protocol,
+        metric=metric,
+        sets={s: list(qs) for s, qs in sets.items()},
+        values=values,
         full_figures={e: entry_figures(protocol, entry, FULL, full) for e, entry in entries.items()},
         gaps={(e, s): comp_gap(entry, list(sets[s])) for e, entry in entries.items() for s in GAP_SETS if s in sets},
         changes=rank_changes({e: values[(e, FULL)] for e in entries}, {e: values[(e, VALIDATED)] for e in entries}),

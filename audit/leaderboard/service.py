@@ -7,6 +7,7 @@ accepted alternatives from the targets of role ``alternative`` (which ``apply_al
 writes); the table (:func:`leaderboard_table`) is one JSON-ready dict, and the page, the CSV,
 the JSON and the LaTeX all print :func:`display_table` of it, so they cannot disagree.
 """
+
 from __future__ import annotations
 
 import csv
@@ -28,23 +29,41 @@ DEFAULT_BOOT, DEFAULT_SEED = 1000, 0
 
 def labels_run(board: Leaderboard) -> AuditRun | None:
     """The newest finished audit of the board's split whose labels make the shortcut-free set."""
-    return (AuditRun.objects.filter(dataset=board.dataset, status=AuditRun.Status.DONE, split=board.split)
-            .order_by("-pk").first())
+    return (
+        AuditRun.objects.filter(dataset=board.dataset, status=AuditRun.Status.DONE, split=board.split)
+        .order_by("-pk")
+        .first()
+    )
 
 
 def board_sets(board: Leaderboard, full: list[int]) -> tuple[dict[str, list[int]], dict[str, str]]:
     """The four sets (query ids, in the split's order) and where each came from."""
     run = labels_run(board)
-    free = set(AuditLabel.objects.filter(run=run, label__in=SHORTCUT_FREE, query_id__in=full)
-               .values_list("query_id", flat=True)) if run else set()
+    free = (
+        set(
+            AuditLabel.objects.filter(run=run, label__in=SHORTCUT_FREE, query_id__in=full).values_list(
+                "query_id", flat=True
+            )
+        )
+        if run
+        else set()
+    )
     subset = QuerySubset.objects.filter(dataset=board.dataset, name=VALIDATED_SUBSET).first()
     validated = set(subset.queries.filter(pk__in=full).values_list("pk", flat=True)) if subset else set()
-    sets = {FULL: full, SHORTCUT_FREE_SET: [q for q in full if q in free],
-            VALIDATED: [q for q in full if q in validated], VALIDATED_ALTERNATIVES: [q for q in full if q in validated]}
-    sources = {FULL: f"every single-turn query of split {board.split}",
-               SHORTCUT_FREE_SET: f"labels of audit {run.pk}" if run else "no finished audit of the split",
-               VALIDATED: f"subset '{VALIDATED_SUBSET}' ({subset.source or 'export'})" if subset else "no validated export yet",
-               VALIDATED_ALTERNATIVES: "the validated queries, accepted alternatives counted as positives"}
+    sets = {
+        FULL: full,
+        SHORTCUT_FREE_SET: [q for q in full if q in free],
+        VALIDATED: [q for q in full if q in validated],
+        VALIDATED_ALTERNATIVES: [q for q in full if q in validated],
+    }
+    sources = {
+        FULL: f"every single-turn query of split {board.split}",
+        SHORTCUT_FREE_SET: f"labels of audit {run.pk}" if run else "no finished audit of the split",
+        VALIDATED: f"subset '{VALIDATED_SUBSET}' ({subset.source or 'export'})"
+        if subset
+        else "no validated export yet",
+        VALIDATED_ALTERNATIVES: "the validated queries, accepted alternatives counted as positives",
+    }
     return sets, sources
 
 
@@ -59,15 +78,24 @@ def _rows(board: Leaderboard, table: Table, entries: list) -> list[dict[str, Any
     for e in entries:
         full, validated = table.values[(e.name, FULL)], table.values[(e.name, VALIDATED)]
         change = table.changes[e.name]
-        rows.append({
-            "name": e.name, "paper": e.paper, "source": e.source, "detail": e.source_detail,
-            "cells": {s: _interval(table.values[(e.name, s)], u.cells.get((e.name, s))) for s in SETS},
-            "difference": _interval(None if full is None or validated is None else validated - full,
-                                    u.differences.get((e.name, VALIDATED))),
-            "rank_full": change["before"], "rank_validated": change["after"], "rank_change": change["change"],
-            "comp_gap": {s: table.gaps.get((e.name, s)) for s in GAP_SETS},
-            "figures": table.full_figures[e.name],
-        })
+        rows.append(
+            {
+                "name": e.name,
+                "paper": e.paper,
+                "source": e.source,
+                "detail": e.source_detail,
+                "cells": {s: _interval(table.values[(e.name, s)], u.cells.get((e.name, s))) for s in SETS},
+                "difference": _interval(
+                    None if full is None or validated is None else validated - full,
+                    u.differences.get((e.name, VALIDATED)),
+                ),
+                "rank_full": change["before"],
+                "rank_validated": change["after"],
+                "rank_change": change["change"],
+                "comp_gap": {s: table.gaps.get((e.name, s)) for s in GAP_SETS},
+                "figures": table.full_figures[e.name],
+            }
+        )
     return sorted(rows, key=lambda r: (r["rank_full"] is None, r["rank_full"] or 0, r["name"]))
 
 
@@ -76,11 +104,19 @@ def leaderboard_table(board: Leaderboard, n_boot: int = DEFAULT_BOOT, seed: int 
     protocol, targets = protocol_of(board), split_targets(board)
     entries = list(board.entries.all())
     sets, sources = board_sets(board, [q.pk for q in targets.queries])
-    table = build_table(protocol, board.metric, sets, {e.name: entry_ranks(e) for e in entries}, n_boot=n_boot, seed=seed)
+    table = build_table(
+        protocol, board.metric, sets, {e.name: entry_ranks(e) for e in entries}, n_boot=n_boot, seed=seed
+    )
     return {
-        "leaderboard": board.name, "dataset": board.dataset.name, "split": board.split,
-        "benchmark": protocol.title, "protocol_source": protocol.source, "metric": board.metric,
-        "sets": [{"key": s, "title": title, "queries": len(sets[s]), "source": sources[s]} for s, title in SETS.items()],
+        "leaderboard": board.name,
+        "dataset": board.dataset.name,
+        "split": board.split,
+        "benchmark": protocol.title,
+        "protocol_source": protocol.source,
+        "metric": board.metric,
+        "sets": [
+            {"key": s, "title": title, "queries": len(sets[s]), "source": sources[s]} for s, title in SETS.items()
+        ],
         "bootstrap": {"replicates": n_boot, "seed": seed, "confidence": table.uncertainty.confidence},
         "tau": _interval(table.tau, table.uncertainty.tau.get(VALIDATED)),
         "rows": _rows(board, table, entries),
@@ -120,17 +156,34 @@ def display_table(data: dict[str, Any]) -> dict[str, Any]:
     """The strings every output prints: the score table (headers, rows), the CompGap table and
     the tau-b line."""
     metric = data["metric"]
-    headers = ["Method", *[f"{s['title']} {metric}" for s in data["sets"]], f"Δ Full → Validated {metric}",
-               "Rank Full → Validated"]
-    rows = [[r["name"], *[with_interval(r["cells"][s["key"]]) for s in data["sets"]],
-             with_interval(r["difference"], signed=True), rank_text(r)] for r in data["rows"]]
+    headers = [
+        "Method",
+        *[f"{s['title']} {metric}" for s in data["sets"]],
+        f"Δ Full → Validated {metric}",
+        "Rank Full → Validated",
+    ]
+    rows = [
+        [
+            r["name"],
+            *[with_interval(r["cells"][s["key"]]) for s in data["sets"]],
+            with_interval(r["difference"], signed=True),
+            rank_text(r),
+        ]
+        for r in data["rows"]
+    ]
     gap_headers = ["Method", *[f"CompGap {s['title']}" for s in data["comp_gap_sets"]]]
-    gap_rows = [[r["name"], *[gap_text(r["comp_gap"][s["key"]]) for s in data["comp_gap_sets"]]]
-                for r in data["rows"] if any(v is not None for v in r["comp_gap"].values())]
+    gap_rows = [
+        [r["name"], *[gap_text(r["comp_gap"][s["key"]]) for s in data["comp_gap_sets"]]]
+        for r in data["rows"]
+        if any(v is not None for v in r["comp_gap"].values())
+    ]
     tau = data["tau"]
-    tau_line = ("Kendall's τ-b, Full vs Validated ordering: "
-                + ("undefined" if tau["value"] is None else fixed(tau["value"], 3)
-                   + ("" if tau["low"] is None else f" [{fixed(tau['low'], 3)}, {fixed(tau['high'], 3)}]")))
+    tau_line = "Kendall's τ-b, Full vs Validated ordering: " + (
+        "undefined"
+        if tau["value"] is None
+        else fixed(tau["value"], 3)
+        + ("" if tau["low"] is None else f" [{fixed(tau['low'], 3)}, {fixed(tau['high'], 3)}]")
+    )
     return {"headers": headers, "rows": rows, "gap_headers": gap_headers, "gap_rows": gap_rows, "tau": tau_line}
 
 
@@ -148,9 +201,22 @@ def to_csv(data: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-_LATEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-          "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "–": "--", "→": r"$\to$", "Δ": r"$\Delta$",
-          "τ": r"$\tau$"}
+_LATEX = {
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "\\": r"\textbackslash{}",
+    "–": "--",
+    "→": r"$\to$",
+    "Δ": r"$\Delta$",
+    "τ": r"$\tau$",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -158,8 +224,12 @@ def latex_escape(text: str) -> str:
 
 
 def _latex_tabular(headers: list[str], rows: list[list[str]]) -> list[str]:
-    out = [r"\begin{tabular}{l" + "r" * (len(headers) - 1) + "}", r"\toprule",
-           " & ".join(latex_escape(h) for h in headers) + r" \\", r"\midrule"]
+    out = [
+        r"\begin{tabular}{l" + "r" * (len(headers) - 1) + "}",
+        r"\toprule",
+        " & ".join(latex_escape(h) for h in headers) + r" \\",
+        r"\midrule",
+    ]
     out += [" & ".join(latex_escape(c) for c in row) + r" \\" for row in rows]
     return out + [r"\bottomrule", r"\end{tabular}"]
 
@@ -167,14 +237,29 @@ def _latex_tabular(headers: list[str], rows: list[list[str]]) -> list[str]:
 def to_latex(data: dict[str, Any]) -> str:
     """Two booktabs tables (scores; Composition Gap) ready for a paper, the same strings as the page."""
     shown = display_table(data)
-    caption = (f"{data['benchmark']} {data['metric']} on {data['dataset']} {data['split']} before and after cleaning "
-               f"(95% bootstrap intervals, {data['bootstrap']['replicates']} replicates, seed {data['bootstrap']['seed']}). "
-               f"{shown['tau']}.")
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", *_latex_tabular(shown["headers"], shown["rows"]),
-             r"\caption{" + latex_escape(caption) + "}", r"\end{table}"]
+    caption = (
+        f"{data['benchmark']} {data['metric']} on {data['dataset']} {data['split']} before and after cleaning "
+        f"(95% bootstrap intervals, {data['bootstrap']['replicates']} replicates, seed {data['bootstrap']['seed']}). "
+        f"{shown['tau']}."
+    )
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        *_latex_tabular(shown["headers"], shown["rows"]),
+        r"\caption{" + latex_escape(caption) + "}",
+        r"\end{table}",
+    ]
     if shown["gap_rows"]:
-        lines += ["", r"\begin{table}[t]", r"\centering", r"\small", *_latex_tabular(shown["gap_headers"], shown["gap_rows"]),
-                  r"\caption{" + latex_escape(data["comp_gap_definition"]) + "}", r"\end{table}"]
+        lines += [
+            "",
+            r"\begin{table}[t]",
+            r"\centering",
+            r"\small",
+            *_latex_tabular(shown["gap_headers"], shown["gap_rows"]),
+            r"\caption{" + latex_escape(data["comp_gap_definition"]) + "}",
+            r"\end{table}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -182,8 +267,11 @@ def write_outputs(data: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
     """``<stem>.csv``, ``<stem>.json`` and ``<stem>.tex`` in ``out_dir`` (written whole, then renamed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for suffix, text in (("csv", to_csv(data)), ("json", json.dumps(data, indent=2, default=str) + "\n"),
-                         ("tex", to_latex(data))):
+    for suffix, text in (
+        ("csv", to_csv(data)),
+        ("json", json.dumps(data, indent=2, default=str) + "\n"),
+        ("tex", to_latex(data)),
+    ):
         path = out_dir / f"{stem}.{suffix}"
         tmp = path.with_suffix(f".{suffix}.tmp")
         tmp.write_text(text, encoding="utf-8")

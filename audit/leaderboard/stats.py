@@ -13,6 +13,7 @@ Intervals are percentile intervals (2.5 % and 97.5 % by default) of the replicat
 the statistic is defined; the generator is ``numpy.random.default_rng(seed)``, so a seed
 gives the same intervals every time.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,12 +63,19 @@ def ranks(scores: Mapping[Hashable, float | None]) -> dict[Hashable, int | None]
     return {k: None if v is None else 1 + sum(1 for w in scored if w > v) for k, v in scores.items()}
 
 
-def rank_changes(before: Mapping[Hashable, float | None], after: Mapping[Hashable, float | None]
-                 ) -> dict[Hashable, dict[str, int | None]]:
+def rank_changes(
+    before: Mapping[Hashable, float | None], after: Mapping[Hashable, float | None]
+) -> dict[Hashable, dict[str, int | None]]:
     """Per entry: its rank before and after, and the change (positive: it climbed)."""
     rb, ra = ranks(before), ranks(after)
-    return {k: {"before": rb[k], "after": ra.get(k),
-                "change": None if rb[k] is None or ra.get(k) is None else rb[k] - ra[k]} for k in before}
+    return {
+        k: {
+            "before": rb[k],
+            "after": ra.get(k),
+            "change": None if rb[k] is None or ra.get(k) is None else rb[k] - ra[k],
+        }
+        for k in before
+    }
 
 
 def interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
@@ -91,8 +99,14 @@ class Uncertainty:
     confidence: float = 0.95
 
 
-def _replicate(entries: Sequence[Hashable], sets: Sequence[str], base: str, statistic: Statistic,
-               drawn: Sequence[int], samples: dict) -> None:
+def _replicate(
+    entries: Sequence[Hashable],
+    sets: Sequence[str],
+    base: str,
+    statistic: Statistic,
+    drawn: Sequence[int],
+    samples: dict,
+) -> None:
     values = {(e, s): statistic(e, s, drawn) for e in entries for s in sets}
     for key, v in values.items():
         if v is not None and math.isfinite(v):
@@ -109,8 +123,17 @@ def _replicate(entries: Sequence[Hashable], sets: Sequence[str], base: str, stat
                 samples["tau"].setdefault(s, []).append(t)
 
 
-def bootstrap(n_queries: int, entries: Sequence[Hashable], sets: Sequence[str], statistic: Statistic, *,
-              base: str = "full", n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> Uncertainty:
+def bootstrap(
+    n_queries: int,
+    entries: Sequence[Hashable],
+    sets: Sequence[str],
+    statistic: Statistic,
+    *,
+    base: str = "full",
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> Uncertainty:
     """The intervals of :class:`Uncertainty` from ``n_boot`` query replicates.
 
     ``statistic(entry, set, drawn)`` is the entry's figure on the set over the drawn query
@@ -126,7 +149,8 @@ def bootstrap(n_queries: int, entries: Sequence[Hashable], sets: Sequence[str], 
     for _ in range(n_boot):
         _replicate(entries, sets, base, statistic, rng.integers(0, n_queries, size=n_queries).tolist(), samples)
     out.cells = {(e, s): interval(samples["cells"].get((e, s), []), confidence) for e in entries for s in sets}
-    out.differences = {(e, s): interval(samples["differences"].get((e, s), []), confidence)
-                       for e in entries for s in sets if s != base}
+    out.differences = {
+        (e, s): interval(samples["differences"].get((e, s), []), confidence) for e in entries for s in sets if s != base
+    }
     out.tau = {s: interval(samples["tau"].get(s, []), confidence) for s in sets if s != base}
     return out

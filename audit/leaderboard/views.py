@@ -1,4 +1,5 @@
 """Leaderboard pages (researchers): the list, and one board's tables and charts."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,15 +33,28 @@ def _legend_width(series: dict) -> int:
 def _charts(data: dict[str, Any]) -> list:
     keys = [s["key"] for s in data["sets"]]
     series = {r["name"]: [r["cells"][k]["value"] for k in keys] for r in data["rows"]}
-    scores = charts.line_panels_svg([(f"{data['metric']} per set", series)], [SHORT.get(k, SETS[k]) for k in keys],
-                                    f"{data['metric']} of each method on each set (lines that cross change places)",
-                                    x_label="set", y_label=data["metric"], height=320, width=_legend_width(series))
-    changes = {(f"{r['name']} ({r['rank_full']} → {r['rank_validated']})", "places climbed"): r["rank_change"]
-               for r in data["rows"]}
+    scores = charts.line_panels_svg(
+        [(f"{data['metric']} per set", series)],
+        [SHORT.get(k, SETS[k]) for k in keys],
+        f"{data['metric']} of each method on each set (lines that cross change places)",
+        x_label="set",
+        y_label=data["metric"],
+        height=320,
+        width=_legend_width(series),
+    )
+    changes = {
+        (f"{r['name']} ({r['rank_full']} → {r['rank_validated']})", "places climbed"): r["rank_change"]
+        for r in data["rows"]
+    }
     span = max([abs(v) for v in changes.values() if v is not None] + [1])
-    ranks = charts.grouped_hbar_svg([row for row, _ in changes], ["places climbed"], changes,
-                                    f"Rank change, Full → {SETS[VALIDATED]} (positive: the method climbed)",
-                                    lo=-span, hi=span)
+    ranks = charts.grouped_hbar_svg(
+        [row for row, _ in changes],
+        ["places climbed"],
+        changes,
+        f"Rank change, Full → {SETS[VALIDATED]} (positive: the method climbed)",
+        lo=-span,
+        hi=span,
+    )
     return [mark_safe(ranks), mark_safe(scores)]
 
 
@@ -56,7 +70,13 @@ def leaderboard_detail(request, pk: int):
     n_boot = _int_param(request, "bootstrap", DEFAULT_BOOT, MAX_BOOT)
     seed = _int_param(request, "seed", DEFAULT_SEED, 2**31)
     data = leaderboard_table(board, n_boot=n_boot, seed=seed) if board.entries.exists() else None
-    return render(request, "audit/leaderboard.html", {
-        "board": board, "data": data, "shown": display_table(data) if data else None,
-        "charts": _charts(data) if data else [],
-    })
+    return render(
+        request,
+        "audit/leaderboard.html",
+        {
+            "board": board,
+            "data": data,
+            "shown": display_table(data) if data else None,
+            "charts": _charts(data) if data else [],
+        },
+    )

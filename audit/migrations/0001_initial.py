@@ -6,113 +6,210 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('retrieval', '0001_initial'),
+        ("retrieval", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditRun',
+            name="AuditRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('split', models.CharField(blank=True, max_length=50)),
-                ('retrievers', models.JSONField(default=list, help_text='Retriever pool: spec strings (and external retriever names).')),
-                ('external_retrievers', models.JSONField(blank=True, default=list, help_text='Names in the pool whose ranks were imported, not computed here.')),
-                ('source', models.CharField(choices=[('computed', 'Computed'), ('imported', 'Imported')], default='computed', max_length=10)),
-                ('k', models.PositiveIntegerField(default=10)),
-                ('min_mm_retrievers', models.PositiveIntegerField(default=1)),
-                ('exclude_reference', models.BooleanField(default=True)),
-                ('chunk_queries', models.PositiveIntegerField(default=512)),
-                ('chunk_gallery', models.PositiveIntegerField(default=4096)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='queued', max_length=10)),
-                ('stage', models.CharField(blank=True, max_length=100)),
-                ('planned', models.BooleanField(default=False)),
-                ('done', models.PositiveBigIntegerField(default=0, help_text='Work items finished (gallery images + queries, all retrievers).')),
-                ('total', models.PositiveBigIntegerField(default=0)),
-                ('eta_seconds', models.FloatField(blank=True, help_text='Estimate at the last finished chunk.', null=True)),
-                ('timings', models.JSONField(blank=True, default=dict)),
-                ('summary', models.JSONField(blank=True, default=dict, help_text='Plan, skips, label counts and scores.')),
-                ('error', models.TextField(blank=True)),
-                ('coordinator_token', models.CharField(blank=True, max_length=32)),
-                ('coordinator_seen_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('dataset', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='audit_runs', to='retrieval.dataset')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("split", models.CharField(blank=True, max_length=50)),
+                (
+                    "retrievers",
+                    models.JSONField(
+                        default=list, help_text="Retriever pool: spec strings (and external retriever names)."
+                    ),
+                ),
+                (
+                    "external_retrievers",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Names in the pool whose ranks were imported, not computed here.",
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("computed", "Computed"), ("imported", "Imported")], default="computed", max_length=10
+                    ),
+                ),
+                ("k", models.PositiveIntegerField(default=10)),
+                ("min_mm_retrievers", models.PositiveIntegerField(default=1)),
+                ("exclude_reference", models.BooleanField(default=True)),
+                ("chunk_queries", models.PositiveIntegerField(default=512)),
+                ("chunk_gallery", models.PositiveIntegerField(default=4096)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("queued", "Queued"), ("running", "Running"), ("done", "Done"), ("failed", "Failed")],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("stage", models.CharField(blank=True, max_length=100)),
+                ("planned", models.BooleanField(default=False)),
+                (
+                    "done",
+                    models.PositiveBigIntegerField(
+                        default=0, help_text="Work items finished (gallery images + queries, all retrievers)."
+                    ),
+                ),
+                ("total", models.PositiveBigIntegerField(default=0)),
+                (
+                    "eta_seconds",
+                    models.FloatField(blank=True, help_text="Estimate at the last finished chunk.", null=True),
+                ),
+                ("timings", models.JSONField(blank=True, default=dict)),
+                (
+                    "summary",
+                    models.JSONField(blank=True, default=dict, help_text="Plan, skips, label counts and scores."),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("coordinator_token", models.CharField(blank=True, max_length=32)),
+                ("coordinator_seen_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="audit_runs", to="retrieval.dataset"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='AuditRank',
+            name="AuditRank",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('retriever', models.CharField(max_length=500)),
-                ('mm', models.PositiveIntegerField(blank=True, null=True)),
-                ('text', models.PositiveIntegerField(blank=True, null=True)),
-                ('image', models.PositiveIntegerField(blank=True, null=True)),
-                ('top_mm', models.JSONField(blank=True, default=list, help_text='Image ids of the top-10 multimodal results.')),
-                ('query', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='retrieval.query')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='ranks', to='audit.auditrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("retriever", models.CharField(max_length=500)),
+                ("mm", models.PositiveIntegerField(blank=True, null=True)),
+                ("text", models.PositiveIntegerField(blank=True, null=True)),
+                ("image", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "top_mm",
+                    models.JSONField(blank=True, default=list, help_text="Image ids of the top-10 multimodal results."),
+                ),
+                (
+                    "query",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="retrieval.query"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="ranks", to="audit.auditrun"
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('run', 'query', 'retriever'), name='audit_rank_unique')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "query", "retriever"), name="audit_rank_unique")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='AuditLabel',
+            name="AuditLabel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('label', models.CharField(max_length=30)),
-                ('detail', models.CharField(max_length=30)),
-                ('legacy', models.CharField(blank=True, max_length=30)),
-                ('support_mm', models.PositiveIntegerField(default=0)),
-                ('support_text', models.PositiveIntegerField(default=0)),
-                ('support_image', models.PositiveIntegerField(default=0)),
-                ('support_either', models.PositiveIntegerField(default=0)),
-                ('best_mm', models.PositiveIntegerField(blank=True, null=True)),
-                ('best_text', models.PositiveIntegerField(blank=True, null=True)),
-                ('best_image', models.PositiveIntegerField(blank=True, null=True)),
-                ('best_retriever', models.JSONField(blank=True, default=dict)),
-                ('query', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='audit_labels', to='retrieval.query')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='labels', to='audit.auditrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("label", models.CharField(max_length=30)),
+                ("detail", models.CharField(max_length=30)),
+                ("legacy", models.CharField(blank=True, max_length=30)),
+                ("support_mm", models.PositiveIntegerField(default=0)),
+                ("support_text", models.PositiveIntegerField(default=0)),
+                ("support_image", models.PositiveIntegerField(default=0)),
+                ("support_either", models.PositiveIntegerField(default=0)),
+                ("best_mm", models.PositiveIntegerField(blank=True, null=True)),
+                ("best_text", models.PositiveIntegerField(blank=True, null=True)),
+                ("best_image", models.PositiveIntegerField(blank=True, null=True)),
+                ("best_retriever", models.JSONField(blank=True, default=dict)),
+                (
+                    "query",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="audit_labels", to="retrieval.query"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="labels", to="audit.auditrun"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['run', 'label'], name='audit_audit_run_id_8f0e46_idx')],
-                'constraints': [models.UniqueConstraint(fields=('run', 'query'), name='audit_label_unique')],
+                "indexes": [models.Index(fields=["run", "label"], name="audit_audit_run_id_8f0e46_idx")],
+                "constraints": [models.UniqueConstraint(fields=("run", "query"), name="audit_label_unique")],
             },
         ),
         migrations.CreateModel(
-            name='AuditChunk',
+            name="AuditChunk",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('retriever', models.CharField(max_length=500)),
-                ('kind', models.CharField(choices=[('gallery', 'Gallery'), ('queries', 'Queries')], max_length=10)),
-                ('index', models.PositiveIntegerField()),
-                ('items', models.JSONField(default=list, help_text='Image ids (gallery) or query ids (queries), in order.')),
-                ('n_items', models.PositiveIntegerField(default=0)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='pending', max_length=10)),
-                ('owner', models.CharField(blank=True, help_text='host:pid of the worker holding the lease', max_length=200)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('enqueued_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('stats', models.JSONField(blank=True, default=dict, help_text='Timings, cache hits, skipped queries.')),
-                ('error', models.TextField(blank=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='chunks', to='audit.auditrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("retriever", models.CharField(max_length=500)),
+                ("kind", models.CharField(choices=[("gallery", "Gallery"), ("queries", "Queries")], max_length=10)),
+                ("index", models.PositiveIntegerField()),
+                (
+                    "items",
+                    models.JSONField(default=list, help_text="Image ids (gallery) or query ids (queries), in order."),
+                ),
+                ("n_items", models.PositiveIntegerField(default=0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "owner",
+                    models.CharField(blank=True, help_text="host:pid of the worker holding the lease", max_length=200),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("enqueued_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "stats",
+                    models.JSONField(blank=True, default=dict, help_text="Timings, cache hits, skipped queries."),
+                ),
+                ("error", models.TextField(blank=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="chunks", to="audit.auditrun"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'retriever', 'kind', 'index'],
-                'indexes': [models.Index(fields=['run', 'status'], name='audit_audit_run_id_bb78ed_idx')],
-                'constraints': [models.UniqueConstraint(fields=('run', 'retriever', 'kind', 'index'), name='audit_chunk_unique')],
+                "ordering": ["run", "retriever", "kind", "index"],
+                "indexes": [models.Index(fields=["run", "status"], name="audit_audit_run_id_bb78ed_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "retriever", "kind", "index"), name="audit_chunk_unique")
+                ],
             },
         ),
     ]

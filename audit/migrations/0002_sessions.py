@@ -5,51 +5,75 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0001_initial'),
-        ('retrieval', '0001_initial'),
+        ("audit", "0001_initial"),
+        ("retrieval", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='auditrun',
-            name='epsilon',
-            field=models.FloatField(default=30.0, help_text='Sessions: epsilon-consistency margin (r_{l+1} <= r_l + epsilon).'),
+            model_name="auditrun",
+            name="epsilon",
+            field=models.FloatField(
+                default=30.0, help_text="Sessions: epsilon-consistency margin (r_{l+1} <= r_l + epsilon)."
+            ),
         ),
         migrations.AddField(
-            model_name='auditrun',
-            name='tau',
-            field=models.FloatField(default=0.8, help_text='Sessions: a pair of texts with cosine >= tau removes the session.'),
+            model_name="auditrun",
+            name="tau",
+            field=models.FloatField(
+                default=0.8, help_text="Sessions: a pair of texts with cosine >= tau removes the session."
+            ),
         ),
         migrations.AddField(
-            model_name='auditrun',
-            name='tau_encoder',
-            field=models.CharField(blank=True, help_text='Sessions: retriever spec whose text encoder the tau filter uses.', max_length=500),
+            model_name="auditrun",
+            name="tau_encoder",
+            field=models.CharField(
+                blank=True, help_text="Sessions: retriever spec whose text encoder the tau filter uses.", max_length=500
+            ),
         ),
         migrations.AlterField(
-            model_name='auditchunk',
-            name='items',
-            field=models.JSONField(default=list, help_text='Image ids (gallery) or query ids (the other kinds), in order.'),
+            model_name="auditchunk",
+            name="items",
+            field=models.JSONField(
+                default=list, help_text="Image ids (gallery) or query ids (the other kinds), in order."
+            ),
         ),
         migrations.AlterField(
-            model_name='auditchunk',
-            name='kind',
-            field=models.CharField(choices=[('gallery', 'Gallery'), ('queries', 'Queries'), ('sessions', 'Sessions'), ('texts', 'Texts')], max_length=10),
+            model_name="auditchunk",
+            name="kind",
+            field=models.CharField(
+                choices=[("gallery", "Gallery"), ("queries", "Queries"), ("sessions", "Sessions"), ("texts", "Texts")],
+                max_length=10,
+            ),
         ),
         migrations.CreateModel(
-            name='AuditSessionRank',
+            name="AuditSessionRank",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('retriever', models.CharField(max_length=500)),
-                ('strategy', models.CharField(max_length=10)),
-                ('modality', models.CharField(max_length=12)),
-                ('ranks', models.JSONField(default=list)),
-                ('query', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='retrieval.query')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='session_ranks', to='audit.auditrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("retriever", models.CharField(max_length=500)),
+                ("strategy", models.CharField(max_length=10)),
+                ("modality", models.CharField(max_length=12)),
+                ("ranks", models.JSONField(default=list)),
+                (
+                    "query",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="retrieval.query"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="session_ranks", to="audit.auditrun"
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('run', 'query', 'retriever', 'strategy', 'modality'), name='audit_session_rank_unique')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("run", "query", "retriever", "strategy", "modality"), name="audit_session_rank_unique"
+                    )
+                ],
             },
         ),
     ]

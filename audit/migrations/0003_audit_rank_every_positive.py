@@ -4,40 +4,45 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0002_sessions'),
+        ("audit", "0002_sessions"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='auditrank',
-            name='graded',
-            field=models.JSONField(blank=True, default=dict, help_text='Gains and ranks of graded-only targets.'),
+            model_name="auditrank",
+            name="graded",
+            field=models.JSONField(blank=True, default=dict, help_text="Gains and ranks of graded-only targets."),
         ),
         migrations.AddField(
-            model_name='auditrank',
-            name='image_all',
-            field=models.JSONField(blank=True, default=list, help_text='Rank of every positive target (image only).'),
+            model_name="auditrank",
+            name="image_all",
+            field=models.JSONField(blank=True, default=list, help_text="Rank of every positive target (image only)."),
         ),
         migrations.AddField(
-            model_name='auditrank',
-            name='mm_all',
-            field=models.JSONField(blank=True, default=list, help_text='Rank of every positive target (multimodal).'),
+            model_name="auditrank",
+            name="mm_all",
+            field=models.JSONField(blank=True, default=list, help_text="Rank of every positive target (multimodal)."),
         ),
         migrations.AddField(
-            model_name='auditrank',
-            name='subset',
-            field=models.JSONField(blank=True, default=dict, help_text="Rank within the query's subset group per modality."),
+            model_name="auditrank",
+            name="subset",
+            field=models.JSONField(
+                blank=True, default=dict, help_text="Rank within the query's subset group per modality."
+            ),
         ),
         migrations.AddField(
-            model_name='auditrank',
-            name='text_all',
-            field=models.JSONField(blank=True, default=list, help_text='Rank of every positive target (text only).'),
+            model_name="auditrank",
+            name="text_all",
+            field=models.JSONField(blank=True, default=list, help_text="Rank of every positive target (text only)."),
         ),
         migrations.AlterField(
-            model_name='auditrank',
-            name='top_mm',
-            field=models.JSONField(blank=True, default=list, help_text='Image ids of the top AUDIT_CANDIDATES_N multimodal results, best first (targets and reference included).'),
+            model_name="auditrank",
+            name="top_mm",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Image ids of the top AUDIT_CANDIDATES_N multimodal results, best first (targets and reference included).",
+            ),
         ),
     ]

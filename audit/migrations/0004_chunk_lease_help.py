@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0003_audit_rank_every_positive'),
+        ("audit", "0003_audit_rank_every_positive"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='auditchunk',
-            name='enqueued_at',
-            field=models.DateTimeField(blank=True, help_text='When its message was last sent.', null=True),
+            model_name="auditchunk",
+            name="enqueued_at",
+            field=models.DateTimeField(blank=True, help_text="When its message was last sent.", null=True),
         ),
         migrations.AlterField(
-            model_name='auditchunk',
-            name='heartbeat_at',
-            field=models.DateTimeField(blank=True, help_text='Last beat of the worker running it.', null=True),
+            model_name="auditchunk",
+            name="heartbeat_at",
+            field=models.DateTimeField(blank=True, help_text="Last beat of the worker running it.", null=True),
         ),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0004_chunk_lease_help'),
+        ("audit", "0004_chunk_lease_help"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='auditrun',
-            name='caption_join',
-            field=models.CharField(default='cirval', help_text="How a turn's captions become one text (retrieval.captions): cirval or clip4cir.", max_length=10),
+            model_name="auditrun",
+            name="caption_join",
+            field=models.CharField(
+                default="cirval",
+                help_text="How a turn's captions become one text (retrieval.captions): cirval or clip4cir.",
+                max_length=10,
+            ),
         ),
     ]

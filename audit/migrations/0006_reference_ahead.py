@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0005_audit_run_caption_join'),
+        ("audit", "0005_audit_run_caption_join"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='auditrank',
-            name='reference_ahead',
-            field=models.JSONField(blank=True, default=dict, help_text='Per modality, per positive (the *_all order): whether the reference scored >= it (protocols that keep it).'),
+            model_name="auditrank",
+            name="reference_ahead",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="Per modality, per positive (the *_all order): whether the reference scored >= it (protocols that keep it).",
+            ),
         ),
     ]

@@ -4,25 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0006_reference_ahead'),
+        ("audit", "0006_reference_ahead"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='auditrank',
-            name='top_image',
-            field=models.JSONField(blank=True, default=list, help_text='Image ids of the top AUDIT_CANDIDATES_N image-only results, best first.'),
+            model_name="auditrank",
+            name="top_image",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Image ids of the top AUDIT_CANDIDATES_N image-only results, best first.",
+            ),
         ),
         migrations.AddField(
-            model_name='auditrank',
-            name='top_near',
-            field=models.JSONField(blank=True, default=list, help_text='Image ids of the AUDIT_CANDIDATES_N images nearest the positive targets and the reference (image to image), best first.'),
+            model_name="auditrank",
+            name="top_near",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Image ids of the AUDIT_CANDIDATES_N images nearest the positive targets and the reference (image to image), best first.",
+            ),
         ),
         migrations.AddField(
-            model_name='auditrank',
-            name='top_text',
-            field=models.JSONField(blank=True, default=list, help_text='Image ids of the top AUDIT_CANDIDATES_N text-only results, best first.'),
+            model_name="auditrank",
+            name="top_text",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Image ids of the top AUDIT_CANDIDATES_N text-only results, best first.",
+            ),
         ),
     ]

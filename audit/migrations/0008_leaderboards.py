@@ -6,51 +6,81 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0007_rank_pool_lists'),
-        ('retrieval', '0006_turn_reference_fields'),
+        ("audit", "0007_rank_pool_lists"),
+        ("retrieval", "0006_turn_reference_fields"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Leaderboard',
+            name="Leaderboard",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('split', models.CharField(max_length=50)),
-                ('name', models.CharField(max_length=100)),
-                ('metric', models.CharField(default='R@10', help_text='The protocol figure the table ranks by (R@10, mAP@10, Avg, ...).', max_length=30)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('dataset', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='leaderboards', to='retrieval.dataset')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("split", models.CharField(max_length=50)),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "metric",
+                    models.CharField(
+                        default="R@10",
+                        help_text="The protocol figure the table ranks by (R@10, mAP@10, Avg, ...).",
+                        max_length=30,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="leaderboards", to="retrieval.dataset"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['dataset__name', 'split', 'name'],
+                "ordering": ["dataset__name", "split", "name"],
             },
         ),
         migrations.CreateModel(
-            name='LeaderboardEntry',
+            name="LeaderboardEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('paper', models.URLField(blank=True, max_length=500)),
-                ('source', models.CharField(choices=[('predictions', 'Predictions'), ('rank_file', 'Rank File'), ('audit', 'Audit')], max_length=12)),
-                ('source_detail', models.CharField(blank=True, help_text='The files or the audit and retriever.', max_length=1000)),
-                ('ranks', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('leaderboard', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='entries', to='audit.leaderboard')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                ("paper", models.URLField(blank=True, max_length=500)),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("predictions", "Predictions"), ("rank_file", "Rank File"), ("audit", "Audit")],
+                        max_length=12,
+                    ),
+                ),
+                (
+                    "source_detail",
+                    models.CharField(blank=True, help_text="The files or the audit and retriever.", max_length=1000),
+                ),
+                ("ranks", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "leaderboard",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="entries", to="audit.leaderboard"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['leaderboard', 'id'],
+                "ordering": ["leaderboard", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='leaderboard',
-            constraint=models.UniqueConstraint(fields=('dataset', 'split', 'name'), name='leaderboard_unique_name'),
+            model_name="leaderboard",
+            constraint=models.UniqueConstraint(fields=("dataset", "split", "name"), name="leaderboard_unique_name"),
         ),
         migrations.AddConstraint(
-            model_name='leaderboardentry',
-            constraint=models.UniqueConstraint(fields=('leaderboard', 'name'), name='leaderboard_entry_unique_name'),
+            model_name="leaderboardentry",
+            constraint=models.UniqueConstraint(fields=("leaderboard", "name"), name="leaderboard_entry_unique_name"),
         ),
     ]

@@ -1,4 +1,5 @@
 """Aggregating a finished run: labels, per-retriever figures, session filters, subsets."""
+
 from __future__ import annotations
 
 import time
@@ -46,12 +47,24 @@ def _rank_rows(run: AuditRun, exclude_queries: set[int] = frozenset()) -> list[t
     positive's rank when the row has it (else the best rank) and ``extras`` carries the
     graded-only targets and subset ranks."""
     order = {name: n for n, name in enumerate(run.retrievers)}
-    fields = ("query_id", "retriever", "mm", "text", "image", "mm_all", "text_all", "image_all", "graded", "subset",
-              "query__ordinal")
+    fields = (
+        "query_id",
+        "retriever",
+        "mm",
+        "text",
+        "image",
+        "mm_all",
+        "text_all",
+        "image_all",
+        "graded",
+        "subset",
+        "query__ordinal",
+    )
     rows = [
         (q, r, mm_all or mm, t_all or t, i_all or i, {"graded": graded or {}, "subset": subset or {}}, ordinal)
         for q, r, mm, t, i, mm_all, t_all, i_all, graded, subset, ordinal in plain_rows(
-            AuditRank.objects.filter(run=run), fields, json_at=(5, 6, 7, 8, 9))
+            AuditRank.objects.filter(run=run), fields, json_at=(5, 6, 7, 8, 9)
+        )
         if q not in exclude_queries
     ]
     rows.sort(key=lambda x: (x[6], x[0], order.get(x[1], len(order)), str(x[1])))
@@ -112,10 +125,21 @@ def filter_sessions(
     fails = {q for q in sessions if max_text_cosine.get(q) is not None and max_text_cosine[q] >= tau}
     removed = [q for q in remaining if q in fails]
     kept = [q for q in remaining if q not in fails]
-    steps.append({"name": "tau_diversity", "removed": len(removed), "removed_ids": removed, "remaining": len(kept),
-                  "removed_alone": len(fails), "skipped": False})
+    steps.append(
+        {
+            "name": "tau_diversity",
+            "removed": len(removed),
+            "removed_ids": removed,
+            "remaining": len(kept),
+            "removed_alone": len(fails),
+            "skipped": False,
+        }
+    )
     return {
-        "n_sessions": report["n_sessions"], "kept": kept, "n_kept": len(kept), "steps": steps,
+        "n_sessions": report["n_sessions"],
+        "kept": kept,
+        "n_kept": len(kept),
+        "steps": steps,
         "tau_missing": sum(1 for q in sessions if q not in max_text_cosine),
     }
 
@@ -138,8 +162,13 @@ def _session_chunk_outcomes(plan: dict[str, Any], chunks: list[dict[str, Any]]) 
     examples = dict(plan.get("skipped_examples", {}))
     for reason, ids in skip_examples(chunk_skips).items():
         examples[reason] = (examples.get(reason, []) + ids)[:10]
-    return {"dropped": {int(q) for q in chunk_skips}, "max_cos": max_cos, "no_positive": no_positive,
-            "reasons": reasons, "examples": examples}
+    return {
+        "dropped": {int(q) for q in chunk_skips},
+        "max_cos": max_cos,
+        "no_positive": no_positive,
+        "reasons": reasons,
+        "examples": examples,
+    }
 
 
 def _scored_sessions(table: dict[str, Any], dropped: set[int]) -> tuple[list[int], dict[int, int]]:
@@ -147,13 +176,15 @@ def _scored_sessions(table: dict[str, Any], dropped: set[int]) -> tuple[list[int
     scored = {q for r in table.values() for s in r.values() for m in s.values() for q in m} - dropped
     order = dict(Query.objects.filter(pk__in=scored).values_list("pk", "ordinal"))
     ids = sorted(scored, key=lambda q: (order.get(q, 0), q))
-    lengths = {q: len(next(m[q] for r in table.values() for s in r.values() for m in s.values() if q in m))
-               for q in ids}
+    lengths = {
+        q: len(next(m[q] for r in table.values() for s in r.values() for m in s.values() if q in m)) for q in ids
+    }
     return ids, lengths
 
 
-def _per_ranking(run: AuditRun, ranks_of: Any, ids: list[int], max_cos: dict[int, float | None]
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+def _per_ranking(
+    run: AuditRun, ranks_of: Any, ids: list[int], max_cos: dict[int, float | None]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per retriever x strategy x modality: the session metrics and how many sessions pass all filters."""
     from retrieval.sessions import STRATEGIES, session_metrics
 
@@ -177,15 +208,18 @@ def _per_ranking(run: AuditRun, ranks_of: Any, ids: list[int], max_cos: dict[int
 CHECK_EXAMPLES = 200
 
 
-def turn_flags(run: AuditRun, ids: Iterable[int] | None = None, chunks: list[dict[str, Any]] | None = None
-               ) -> tuple[dict[tuple[int, int], dict[str, int | None]], int]:
+def turn_flags(
+    run: AuditRun, ids: Iterable[int] | None = None, chunks: list[dict[str, Any]] | None = None
+) -> tuple[dict[tuple[int, int], dict[str, int | None]], int]:
     """``{(session id, turn): {check: earlier turn or None}}`` for every turn of the scored
     sessions ``ids`` (default: every session the run ranked), and how many of those turns have
     a retrospective reference: the first retriever's consistency checks (stored by its session
     chunks) and the reference checks stored on the turns. ``chunks``: the run's chunk rows
     (``kind``, ``retriever``, ``stats``) when the caller read them."""
     if chunks is None:
-        chunks = list(AuditChunk.objects.filter(run=run, kind=AuditChunk.Kind.SESSIONS).values("kind", "stats", "retriever"))
+        chunks = list(
+            AuditChunk.objects.filter(run=run, kind=AuditChunk.Kind.SESSIONS).values("kind", "stats", "retriever")
+        )
     first = run.retrievers[0] if run.retrievers else None
     found: dict[int, list[dict[str, int]]] = {}
     for c in chunks:
@@ -199,7 +233,8 @@ def turn_flags(run: AuditRun, ids: Iterable[int] | None = None, chunks: list[dic
                 per_turn[(q, n)].update(flags)
     retro = 0
     for q, n, checks, refs in Turn.objects.filter(query_id__in=scored).values_list(
-            "query_id", "index", "reference_checks", "reference_turns"):
+        "query_id", "index", "reference_checks", "reference_turns"
+    ):
         retro += bool(refs)
         per_turn[(q, n)].update({c: None for c in checks or ()})
     return dict(per_turn), retro
@@ -212,16 +247,23 @@ def latest_turn_checks(query_ids: Iterable[int]) -> dict[int, list[dict[str, Any
     staff and exports only, never for annotators."""
     ids = list(query_ids)
     newest: dict[int, int] = {}
-    for q, run_id in (AuditSessionRank.objects.filter(query_id__in=ids, run__status=AuditRun.Status.DONE)
-                      .order_by("query_id", "run_id").values_list("query_id", "run_id").distinct()):
+    for q, run_id in (
+        AuditSessionRank.objects.filter(query_id__in=ids, run__status=AuditRun.Status.DONE)
+        .order_by("query_id", "run_id")
+        .values_list("query_id", "run_id")
+        .distinct()
+    ):
         newest[q] = max(run_id, newest.get(q, 0))
     flags: dict[tuple[int, int], dict[str, Any]] = {}
     for run in AuditRun.objects.filter(pk__in=set(newest.values())):
         mine = [q for q, r in newest.items() if r == run.pk]
         flags.update(turn_flags(run, mine)[0])
     out: dict[int, list[dict[str, Any]]] = {}
-    for q, n, refs, checks in Turn.objects.filter(query_id__in=ids).order_by("query_id", "index").values_list(
-            "query_id", "index", "reference_turns", "reference_checks"):
+    for q, n, refs, checks in (
+        Turn.objects.filter(query_id__in=ids)
+        .order_by("query_id", "index")
+        .values_list("query_id", "index", "reference_turns", "reference_checks")
+    ):
         got = flags.get((q, n), {c: None for c in checks or ()})
         out.setdefault(q, []).append({"turn": n, "reference_turns": refs or [], "checks": got})
     return out
@@ -259,15 +301,18 @@ def session_checks(run: AuditRun, chunks: list[dict[str, Any]], ids: list[int]) 
         "retriever": run.retrievers[0] if run.retrievers else None,
         "retrospective_turns": retro,
         "flagged_turns": len(flagged),
-        "flagged": [{"query": q, "external_id": names.get(q, str(q)), "turn": n, "checks": f}
-                    for (q, n), f in flagged[:CHECK_EXAMPLES]],
+        "flagged": [
+            {"query": q, "external_id": names.get(q, str(q)), "turn": n, "checks": f}
+            for (q, n), f in flagged[:CHECK_EXAMPLES]
+        ],
     }
 
 
 def _skipped_counts(reasons: Counter) -> dict[str, int]:
     """Skip counts, the known session reasons first, in their fixed order."""
-    return ({r: reasons[r] for r in SESSION_SKIP_REASONS if reasons.get(r)}
-            | {r: n for r, n in reasons.items() if r not in SESSION_SKIP_REASONS})
+    return {r: reasons[r] for r in SESSION_SKIP_REASONS if reasons.get(r)} | {
+        r: n for r, n in reasons.items() if r not in SESSION_SKIP_REASONS
+    }
 
 
 def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[int]]:
@@ -305,16 +350,24 @@ def aggregate_sessions(run: AuditRun, chunks: list[dict[str, Any]]) -> tuple[dic
         "n_sessions": len(ids),
         "sessions_in_split": run.summary.get("plan", {}).get("sessions_in_split", len(ids)),
         "l_max": max(lengths.values(), default=0),
-        "k": k, "alpha": DEFAULT_ALPHA, "epsilon": eps, "tau": tau, "tau_encoder": tau_encoder_spec(run),
-        "strategies": list(STRATEGIES), "modalities": list(MODALITIES),
+        "k": k,
+        "alpha": DEFAULT_ALPHA,
+        "epsilon": eps,
+        "tau": tau,
+        "tau_encoder": tau_encoder_spec(run),
+        "strategies": list(STRATEGIES),
+        "modalities": list(MODALITIES),
         "metrics": metrics,
         "kept_per_ranking": kept_per,
         "filter_basis": basis,
         "filters": filters,
         "turn_histogram": {str(n): c for n, c in sorted(Counter(lengths.values()).items())},
         "kept_turn_histogram": {str(n): c for n, c in sorted(Counter(lengths[q] for q in kept).items())},
-        "text_cosine": {"sessions": len(worst), "at_or_above_tau": sum(1 for v in worst if v >= tau),
-                        "max": max(worst, default=None)},
+        "text_cosine": {
+            "sessions": len(worst),
+            "at_or_above_tau": sum(1 for v in worst if v >= tau),
+            "max": max(worst, default=None),
+        },
         "skipped": _skipped_counts(reasons),
         "skipped_total": sum(reasons.values()),
         "skipped_examples": outcomes["examples"],
@@ -344,7 +397,8 @@ def _chunk_outcomes(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, An
         | {r: n for r, n in reasons.items() if r not in SKIP_REASONS},
         "skipped_total": sum(reasons.values()),
         "skipped_examples": examples,
-        "no_positive_in_gallery": max(no_positive.values()) if no_positive
+        "no_positive_in_gallery": max(no_positive.values())
+        if no_positive
         else run.summary.get("no_positive_in_gallery", 0),
     }
 
@@ -363,11 +417,17 @@ def _label_rows(run: AuditRun, audit: AuditLabels) -> list[dict[str, Any]]:
     """The :class:`AuditLabel` rows (field values, for :func:`insert_rows`)."""
     return [
         {
-            "run_id": run.pk, "query_id": q, "label": audit.labels[q], "detail": audit.detail[q],
+            "run_id": run.pk,
+            "query_id": q,
+            "label": audit.labels[q],
+            "detail": audit.detail[q],
             "legacy": audit.legacy[q],
-            "support_mm": audit.support[q]["multimodal"], "support_text": audit.support[q]["text_only"],
-            "support_image": audit.support[q]["image_only"], "support_either": audit.support[q]["either_unimodal"],
-            "best_mm": audit.best_ranks[q]["multimodal"], "best_text": audit.best_ranks[q]["text_only"],
+            "support_mm": audit.support[q]["multimodal"],
+            "support_text": audit.support[q]["text_only"],
+            "support_image": audit.support[q]["image_only"],
+            "support_either": audit.support[q]["either_unimodal"],
+            "best_mm": audit.best_ranks[q]["multimodal"],
+            "best_text": audit.best_ranks[q]["text_only"],
             "best_image": audit.best_ranks[q]["image_only"],
             "best_retriever": {m: (str(v) if v is not None else None) for m, v in audit.best_retriever[q].items()},
         }
@@ -375,8 +435,14 @@ def _label_rows(run: AuditRun, audit: AuditLabels) -> list[dict[str, Any]]:
     ]
 
 
-def _write_finished(run: AuditRun, audit: AuditLabels, summary: dict[str, Any], timings: dict[str, Any],
-                    sessions_kept: list[int] | None, started: float) -> bool:
+def _write_finished(
+    run: AuditRun,
+    audit: AuditLabels,
+    summary: dict[str, Any],
+    timings: dict[str, Any],
+    sessions_kept: list[int] | None,
+    started: float,
+) -> bool:
     """Write labels, subsets and the summary, and mark the run done, unless another call already did."""
     label_rows = _label_rows(run, audit)
     with transaction.atomic():
@@ -453,8 +519,9 @@ def aggregate_run(run_id: int, override_support: dict[int, dict[str, int]] | Non
     }
     if sessions is not None:
         summary["sessions"] = sessions
-    finished = _write_finished(run, audit, summary, _timings(run, chunks),
-                               sessions_kept if sessions is not None else None, started)
+    finished = _write_finished(
+        run, audit, summary, _timings(run, chunks), sessions_kept if sessions is not None else None, started
+    )
     if finished:
         transaction.on_commit(lambda: audit_finished.send(sender=AuditRun, run=run))
     return finished
@@ -485,9 +552,14 @@ def _chunk_seconds(kind: str, s: dict[str, float]) -> dict[str, float]:
         return {"encode_gallery": s.get("encode", 0.0)}
     if kind == AuditChunk.Kind.TEXTS:
         return {"encode_session_texts": s.get("encode_texts", 0.0)}
-    encode, rank = ("encode_sessions", "rank_sessions") if kind == AuditChunk.Kind.SESSIONS else ("encode_queries", "rank")
-    return {encode: s.get("encode_images", 0.0) + s.get("encode_texts", 0.0), "load_gallery": s.get("gallery", 0.0),
-            rank: s.get("rank", 0.0) + s.get("write", 0.0)}
+    encode, rank = (
+        ("encode_sessions", "rank_sessions") if kind == AuditChunk.Kind.SESSIONS else ("encode_queries", "rank")
+    )
+    return {
+        encode: s.get("encode_images", 0.0) + s.get("encode_texts", 0.0),
+        "load_gallery": s.get("gallery", 0.0),
+        rank: s.get("rank", 0.0) + s.get("write", 0.0),
+    }
 
 
 def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -508,12 +580,25 @@ def _timings(run: AuditRun, chunks: list[dict[str, Any]]) -> dict[str, Any]:
                 cache[key + "_count"] += int(value)
             else:
                 cache[key] += int(value)
-    cache["encoded"] = sum(cache.get(k, 0) for k in (
-        "gallery_encoded", "query_image_encoded", "text_encoded", "gallery_read_encoded",
-        "session_image_encoded", "session_text_encoded", "tau_text_encoded", "query_mm_encoded",
-        "session_mm_encoded"))
-    return {**{k: round(v, 4) for k, v in secs.items()}, "cache": dict(cache),
-            "per_retriever": {k: {kk: round(vv, 4) for kk, vv in v.items()} for k, v in per.items()}}
+    cache["encoded"] = sum(
+        cache.get(k, 0)
+        for k in (
+            "gallery_encoded",
+            "query_image_encoded",
+            "text_encoded",
+            "gallery_read_encoded",
+            "session_image_encoded",
+            "session_text_encoded",
+            "tau_text_encoded",
+            "query_mm_encoded",
+            "session_mm_encoded",
+        )
+    )
+    return {
+        **{k: round(v, 4) for k, v in secs.items()},
+        "cache": dict(cache),
+        "per_retriever": {k: {kk: round(vv, 4) for kk, vv in v.items()} for k, v in per.items()},
+    }
 
 
 def _write_subsets(run: AuditRun, audit: AuditLabels) -> None:
@@ -538,14 +623,25 @@ def set_subsets(dataset_id: int, subsets: dict[str, tuple[str, list[int]]]) -> N
     for name, subset in existing.items():
         subset.source = subsets[name][0]
     QuerySubset.objects.bulk_update(list(existing.values()), ["source"])
-    QuerySubset.objects.bulk_create([QuerySubset(dataset_id=dataset_id, name=name, source=source)
-                                     for name, (source, _) in subsets.items() if name not in existing],
-                                    ignore_conflicts=True)  # a concurrent run may create "latest" first
+    QuerySubset.objects.bulk_create(
+        [
+            QuerySubset(dataset_id=dataset_id, name=name, source=source)
+            for name, (source, _) in subsets.items()
+            if name not in existing
+        ],
+        ignore_conflicts=True,
+    )  # a concurrent run may create "latest" first
     ids = dict(QuerySubset.objects.filter(dataset_id=dataset_id, name__in=list(subsets)).values_list("name", "pk"))
     through = QuerySubset.queries.through
     through.objects.filter(querysubset_id__in=list(ids.values())).delete()
-    insert_rows(through, [{"querysubset_id": ids[name], "query_id": q}
-                          for name, (_, queries) in subsets.items() for q in dict.fromkeys(queries)])
+    insert_rows(
+        through,
+        [
+            {"querysubset_id": ids[name], "query_id": q}
+            for name, (_, queries) in subsets.items()
+            for q in dict.fromkeys(queries)
+        ],
+    )
 
 
 def label_table(runs: Iterable[AuditRun]) -> list[dict[str, Any]]:
@@ -553,11 +649,16 @@ def label_table(runs: Iterable[AuditRun]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
         counts = run.summary.get("counts", {})
-        rows.append({
-            "run": run, "dataset": run.dataset.name, "split": run.split, "total": run.summary.get("n_queries", 0),
-            **{label: counts.get(label, 0) for label in COUNT_KEYS},
-            "counts": [counts.get(label, 0) for label in COUNT_KEYS],  # under COUNT_HEADINGS
-        })
+        rows.append(
+            {
+                "run": run,
+                "dataset": run.dataset.name,
+                "split": run.split,
+                "total": run.summary.get("n_queries", 0),
+                **{label: counts.get(label, 0) for label in COUNT_KEYS},
+                "counts": [counts.get(label, 0) for label in COUNT_KEYS],  # under COUNT_HEADINGS
+            }
+        )
     return rows
 
 

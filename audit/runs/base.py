@@ -1,4 +1,5 @@
 """Shared names of an audit run: settings, errors, subset names and skip reasons."""
+
 from __future__ import annotations
 
 import json
@@ -124,4 +125,8 @@ def consistency_thresholds() -> Any:
     conflict one for the directions :func:`conflict_source` names."""
     from retrieval.sessions import CONFLICT_IMAGE_COSINE, ConsistencyThresholds
 
-    return ConsistencyThresholds() if conflict_source() == "text" else ConsistencyThresholds(conflict=CONFLICT_IMAGE_COSINE)
+    return (
+        ConsistencyThresholds()
+        if conflict_source() == "text"
+        else ConsistencyThresholds(conflict=CONFLICT_IMAGE_COSINE)
+    )

@@ -6,12 +6,13 @@ and moved over with ``INSERT ... SELECT ... ON CONFLICT DO NOTHING``; on SQLite
 one prepared ``INSERT OR IGNORE`` (``bulk_create(ignore_conflicts=True)`` on other
 databases). Call inside ``transaction.atomic()``.
 """
+
 from __future__ import annotations
 
 import json
 import operator
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from collections.abc import Sequence
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 from django.db import connection, models
@@ -27,8 +28,9 @@ def _json_encoder() -> Any:
     if c_make_encoder is None:  # no C accelerator: the plain function
         return json.dumps
     base = json.JSONEncoder()
-    encode = c_make_encoder(None, base.default, encode_basestring_ascii, None, base.key_separator,
-                            base.item_separator, False, False, True)
+    encode = c_make_encoder(
+        None, base.default, encode_basestring_ascii, None, base.key_separator, base.item_separator, False, False, True
+    )
     return lambda value: "".join(encode(value, 0))
 
 
@@ -50,6 +52,7 @@ def _stored_json(value: Any) -> Any:
     if value is None:
         return None
     return str(value) if type(value) is JSONText else _json_text(value)
+
 
 _PLAIN = (models.IntegerField, models.CharField, models.TextField, models.FloatField, models.BooleanField)
 

@@ -1,4 +1,5 @@
 """Chunk leases: the claim and heartbeat of :mod:`retrieval.jobs.leases` for audit chunks."""
+
 from __future__ import annotations
 
 from retrieval.jobs import leases as jobs

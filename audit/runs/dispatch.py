@@ -1,4 +1,5 @@
 """Sending chunks to the workers, coordinating a run and recovering stale chunks."""
+
 from __future__ import annotations
 
 import time
@@ -87,9 +88,12 @@ def _inline_pass(run: AuditRun, owner: str, progress: Progress | None) -> str:
     order = [(spec, kind) for spec in run.retrievers for kind in _INLINE_ORDER]
     order.append((None, AuditChunk.Kind.TEXTS))
     todo: dict[tuple[str | None, str], list[int]] = defaultdict(list)
-    for pk, spec, kind in AuditChunk.objects.filter(run=run).exclude(status=AuditChunk.Status.DONE).order_by(
-        "index", "pk"
-    ).values_list("pk", "retriever", "kind"):
+    for pk, spec, kind in (
+        AuditChunk.objects.filter(run=run)
+        .exclude(status=AuditChunk.Status.DONE)
+        .order_by("index", "pk")
+        .values_list("pk", "retriever", "kind")
+    ):
         todo[(None if kind == AuditChunk.Kind.TEXTS else spec, kind)].append(pk)
     if not todo:
         return "complete"
@@ -145,7 +149,8 @@ def dispatch_ready(run_id: int) -> int:
     sent = 0
     chunks = list(
         AuditChunk.objects.filter(run_id=run_id, enqueued_at__isnull=True, status=AuditChunk.Status.PENDING)
-        .order_by("kind", "retriever", "index").values_list("pk", "kind", "retriever")
+        .order_by("kind", "retriever", "index")
+        .values_list("pk", "kind", "retriever")
     )
     ready_specs: dict[str, bool] = {}
     for pk, kind, spec in chunks:
@@ -187,11 +192,16 @@ def reconcile(run: AuditRun | int, takeover: bool = False) -> dict[str, int]:
     reconnected = jobs.reconnected_at()
     if run.planned:
         chunks = AuditChunk.objects.filter(run=run)
-        out.update(jobs.resend_stale(
-            chunks, lambda pk: _send_chunk(pk, None),
-            give_up=lambda chunk: fail_chunk(
-                chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)"),
-            limit=max_attempts()))
+        out.update(
+            jobs.resend_stale(
+                chunks,
+                lambda pk: _send_chunk(pk, None),
+                give_up=lambda chunk: fail_chunk(
+                    chunk, f"given up after {chunk.attempts} attempts (its worker was lost each time)"
+                ),
+                limit=max_attempts(),
+            )
+        )
         if out["failed"]:
             return out
         # A sent chunk that never started has lost its message: after a broker reconnect at
@@ -200,8 +210,9 @@ def reconcile(run: AuditRun | int, takeover: bool = False) -> dict[str, int]:
         last = chunks.aggregate(beat=Max("heartbeat_at"))["beat"]
         activity = max([t for t in (last, run.started_at) if t is not None], default=None)
         idle = activity is None or activity < now - timedelta(seconds=jobs.resend_seconds())
-        out["resent_lost"] = jobs.resend_lost(chunks, lambda pk: _send_chunk(pk, None), never_sent=False,
-                                              after_reconnect_only=not idle)
+        out["resent_lost"] = jobs.resend_lost(
+            chunks, lambda pk: _send_chunk(pk, None), never_sent=False, after_reconnect_only=not idle
+        )
         out["sent"] = dispatch_ready(run.pk)
         if not chunks.exclude(status=AuditChunk.Status.DONE).exists():
             out["aggregated"] = int(aggregate_run(run.pk))

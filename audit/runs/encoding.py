@@ -17,6 +17,7 @@ Built retrievers and gallery matrices are kept per process (small LRU memos), so
 successive chunks a worker process runs neither rebuild the model nor re-read the
 gallery embeddings.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,17 @@ from retrieval.ranking import rank_queries
 from retrieval.retrievers.pipeline import BLACK_PREFIX, audit_retriever, late_path, modality_pairs
 from retrieval.sessions import DEFAULT_ALPHA, STRATEGIES, aggregate_history, max_pairwise_cosine
 
-__all__ = ["IMAGE_ERRORS", "encode_images", "encode_images_shared", "encode_queries", "encode_query_pairs",
-           "encode_texts", "gallery_matrix", "get_retriever", "rank_three"]
+__all__ = [
+    "IMAGE_ERRORS",
+    "encode_images",
+    "encode_images_shared",
+    "encode_queries",
+    "encode_query_pairs",
+    "encode_texts",
+    "gallery_matrix",
+    "get_retriever",
+    "rank_three",
+]
 
 _memo_lock = threading.Lock()
 _retrievers: OrderedDict[tuple, Any] = OrderedDict()
@@ -47,8 +57,9 @@ RETRIEVER_MEMO = 2
 GALLERY_MEMO = 2
 
 
-def get_retriever(spec: str, device: str | None = None, batch_size: int = 64, precision: str = "fp32",
-                  modality_rule: str = "family") -> Any:
+def get_retriever(
+    spec: str, device: str | None = None, batch_size: int = 64, precision: str = "fp32", modality_rule: str = "family"
+) -> Any:
     """A retriever for ``spec`` of any kind (:func:`retrieval.retrievers.pipeline.audit_retriever`),
     reused within this process (LRU of two).
 
@@ -60,8 +71,9 @@ def get_retriever(spec: str, device: str | None = None, batch_size: int = 64, pr
         if key in _retrievers:
             _retrievers.move_to_end(key)
             return _retrievers[key]
-    retriever = audit_retriever(spec, device=device or None, batch_size=batch_size, precision=precision,
-                                modality_rule=modality_rule)
+    retriever = audit_retriever(
+        spec, device=device or None, batch_size=batch_size, precision=precision, modality_rule=modality_rule
+    )
     with _memo_lock:
         _retrievers[key] = retriever
         while len(_retrievers) > RETRIEVER_MEMO:
@@ -145,27 +157,40 @@ def encode_images_shared(
     if todo:
         active = [i for i, n in enumerate(need) if n]
         batches = shared_preprocessed_batches(
-            [(k, locate(k)) for k in todo], [retrievers[i].preprocess for i in active],
-            min(retrievers[i].batch_size for i in active), workers=workers, max_pixels=max_pixels)
+            [(k, locate(k)) for k in todo],
+            [retrievers[i].preprocess for i in active],
+            min(retrievers[i].batch_size for i in active),
+            workers=workers,
+            max_pixels=max_pixels,
+        )
         done = 0
         for batch_keys, pixels, bad in batches:
             if check is not None:
                 check()
             for j, i in enumerate(active):
                 t0 = time.perf_counter()
-                _encode_batch(retrievers[i], caches[i], batch_keys, pixels[j], bad[j], need[i], fresh[i],
-                              unreadable[i])
+                _encode_batch(retrievers[i], caches[i], batch_keys, pixels[j], bad[j], need[i], fresh[i], unreadable[i])
                 own[i] += time.perf_counter() - t0
             done += len(batch_keys)
             if progress is not None:
                 progress(done, len(todo))
     shared = (time.perf_counter() - started - sum(own)) / max(1, len(retrievers))
-    return [_encoded(keys, lookups[i].matrix, found[i], fresh[i], unreadable[i], shared + own[i])
-            for i in range(len(retrievers))]
+    return [
+        _encoded(keys, lookups[i].matrix, found[i], fresh[i], unreadable[i], shared + own[i])
+        for i in range(len(retrievers))
+    ]
 
 
-def _encode_batch(retriever: Any, cache: EmbeddingCache, batch_keys: list[str], pixels: torch.Tensor | None,
-                  bad: dict[str, str], need: set[str], fresh: dict[str, np.ndarray], unreadable: dict[str, str]) -> None:
+def _encode_batch(
+    retriever: Any,
+    cache: EmbeddingCache,
+    batch_keys: list[str],
+    pixels: torch.Tensor | None,
+    bad: dict[str, str],
+    need: set[str],
+    fresh: dict[str, np.ndarray],
+    unreadable: dict[str, str],
+) -> None:
     """Encode and cache the keys of one loaded batch that ``retriever`` needs (``pixels`` holds
     the rows of the batch's keys not in ``bad``)."""
     unreadable.update((k, why) for k, why in bad.items() if k in need)
@@ -199,21 +224,39 @@ def _presence(cache: EmbeddingCache, keys: list[str]) -> _Presence:
     return _Presence(np.empty((len(keys), 0), dtype=np.float32), missing, found)
 
 
-def _encoded(keys: list[str], matrix: np.ndarray, found: np.ndarray, fresh: dict[str, np.ndarray],
-             unreadable: dict[str, str], seconds: float) -> Encoded:
+def _encoded(
+    keys: list[str],
+    matrix: np.ndarray,
+    found: np.ndarray,
+    fresh: dict[str, np.ndarray],
+    unreadable: dict[str, str],
+    seconds: float,
+) -> Encoded:
     """The :class:`Encoded` of ``keys`` from a cache lookup's matrix and the rows encoded now
     (a matrix of no columns: an empty one, see :func:`encode_images_shared`)."""
     ok = [k not in unreadable for k in keys]
     if not matrix.shape[1]:
-        return Encoded(matrix=torch.empty(0), ok=ok, hits=int(found.sum()), encoded=len(fresh), seconds=seconds,
-                       unreadable=unreadable)
+        return Encoded(
+            matrix=torch.empty(0),
+            ok=ok,
+            hits=int(found.sum()),
+            encoded=len(fresh),
+            seconds=seconds,
+            unreadable=unreadable,
+        )
     for row in np.flatnonzero(~found).tolist():
         if keys[row] in fresh:
             matrix[row] = fresh[keys[row]]
     tensor = torch.from_numpy(matrix)
     tensor = tensor[torch.tensor(ok, dtype=torch.bool)] if not all(ok) else tensor
-    return Encoded(matrix=tensor.contiguous(), ok=ok, hits=int(found.sum()), encoded=len(fresh), seconds=seconds,
-                   unreadable=unreadable)
+    return Encoded(
+        matrix=tensor.contiguous(),
+        ok=ok,
+        hits=int(found.sum()),
+        encoded=len(fresh),
+        seconds=seconds,
+        unreadable=unreadable,
+    )
 
 
 def encode_texts(retriever: Any, cache: EmbeddingCache, texts: Sequence[str], chunk_size: int = 1024) -> Encoded:
@@ -221,13 +264,23 @@ def encode_texts(retriever: Any, cache: EmbeddingCache, texts: Sequence[str], ch
     started = time.perf_counter()
     texts = list(texts)
     matrix, stats = encode_with_cache(retriever, cache, "text", texts, chunk_size=chunk_size)
-    return Encoded(matrix=matrix, ok=[True] * len(texts), hits=stats.hits, encoded=stats.encoded,
-                   seconds=time.perf_counter() - started)
+    return Encoded(
+        matrix=matrix,
+        ok=[True] * len(texts),
+        hits=stats.hits,
+        encoded=stats.encoded,
+        seconds=time.perf_counter() - started,
+    )
 
 
-def encode_query_pairs(retriever: Any, cache: EmbeddingCache, pairs: Sequence[tuple[str | None, str | None]],
-                       locate: Callable[[str], Path], max_pixels: int = DEFAULT_MAX_PIXELS,
-                       chunk_size: int = 256) -> Encoded:
+def encode_query_pairs(
+    retriever: Any,
+    cache: EmbeddingCache,
+    pairs: Sequence[tuple[str | None, str | None]],
+    locate: Callable[[str], Path],
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    chunk_size: int = 256,
+) -> Encoded:
     """Whole-query embeddings of ``pairs`` (image key or ``None``, text or ``None``; an image key
     ``black:KEY`` is a black image of KEY's size), one :meth:`embed_queries` pass each, cached
     (kind ``query``) under :meth:`query_cache_key`: only what the cache lacks is encoded, and
@@ -250,15 +303,21 @@ def encode_query_pairs(retriever: Any, cache: EmbeddingCache, pairs: Sequence[tu
     def embed(items: list[tuple[Any, str | None]]) -> torch.Tensor:
         return retriever.embed_queries([im for im, _ in items], [t for _, t in items])
 
-    matrix, stats = encode_with_cache(retriever, cache, "query", [keys[n] for n in good], loader=load,
-                                      chunk_size=chunk_size, embed=embed)
-    return Encoded(matrix=matrix, ok=ok, hits=stats.hits, encoded=stats.encoded,
-                   seconds=time.perf_counter() - started,
-                   unreadable={_image_of(k): unreadable[_image_of(k)] for k, _ in pairs if k and _image_of(k) in unreadable})
+    matrix, stats = encode_with_cache(
+        retriever, cache, "query", [keys[n] for n in good], loader=load, chunk_size=chunk_size, embed=embed
+    )
+    return Encoded(
+        matrix=matrix,
+        ok=ok,
+        hits=stats.hits,
+        encoded=stats.encoded,
+        seconds=time.perf_counter() - started,
+        unreadable={_image_of(k): unreadable[_image_of(k)] for k, _ in pairs if k and _image_of(k) in unreadable},
+    )
 
 
 def _image_of(image_key: str) -> str:
-    return image_key[len(BLACK_PREFIX):] if image_key.startswith(BLACK_PREFIX) else image_key
+    return image_key[len(BLACK_PREFIX) :] if image_key.startswith(BLACK_PREFIX) else image_key
 
 
 def _query_image(image_key: str | None, images: dict[str, Any]) -> Any:
@@ -293,9 +352,16 @@ class QueryEncodings:
     mm: Encoded | None  # None: late fusion (``compose(img, txt)`` at ranking time)
 
 
-def encode_queries(retriever: Any, cache: EmbeddingCache, image_keys: Sequence[str], texts: Sequence[str],
-                   locate: Callable[[str], Path], max_pixels: int = DEFAULT_MAX_PIXELS,
-                   check: Callable[[], None] | None = None, workers: int = 0) -> QueryEncodings:
+def encode_queries(
+    retriever: Any,
+    cache: EmbeddingCache,
+    image_keys: Sequence[str],
+    texts: Sequence[str],
+    locate: Callable[[str], Path],
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    check: Callable[[], None] | None = None,
+    workers: int = 0,
+) -> QueryEncodings:
     """The queries (reference image key, text) in every modality, through the retriever's
     interface: late fusion (:func:`retrieval.retrievers.pipeline.late_path`): one image encode
     and one text encode per query (the multimodal query composed at ranking time, ``mm`` None);
@@ -320,8 +386,14 @@ def encode_queries(retriever: Any, cache: EmbeddingCache, image_keys: Sequence[s
     return QueryEncodings(done["image"], done["text"], done["mm"])
 
 
-def multimodal_queries(retriever: Any, cache: EmbeddingCache, image_keys: Sequence[str], texts: Sequence[str],
-                       locate: Callable[[str], Path], max_pixels: int = DEFAULT_MAX_PIXELS) -> tuple[list[bool], torch.Tensor]:
+def multimodal_queries(
+    retriever: Any,
+    cache: EmbeddingCache,
+    image_keys: Sequence[str],
+    texts: Sequence[str],
+    locate: Callable[[str], Path],
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> tuple[list[bool], torch.Tensor]:
     """The multimodal queries alone (on-demand and interactive ranking): ``ok[i]`` (query ``i``'s
     reference could be read) and the rows of those, composed from one image and one text
     encode on the late path, else one cached whole-query pass each."""
@@ -339,8 +411,9 @@ def multimodal_queries(retriever: Any, cache: EmbeddingCache, image_keys: Sequen
 GALLERY_STEP = 16384
 
 
-def _encode_missing(retriever: Any, cache: EmbeddingCache, keys: list[str], locate: Callable[[str], Path],
-                    max_pixels: int) -> tuple[Encoded, dict[str, int]]:
+def _encode_missing(
+    retriever: Any, cache: EmbeddingCache, keys: list[str], locate: Callable[[str], Path], max_pixels: int
+) -> tuple[Encoded, dict[str, int]]:
     """What the gallery ``keys`` cost, and the cache's row of each key stored: those the cache
     lacks encoded (GALLERY_STEP at a time) and stored; ``ok[i]`` whether key ``i`` has an
     embedding now (an unreadable image has none). No stored vector is read."""
@@ -348,7 +421,7 @@ def _encode_missing(retriever: Any, cache: EmbeddingCache, keys: list[str], loca
     missing = [k for k in dict.fromkeys(keys) if k not in rows]
     total = Encoded(matrix=torch.empty(0), ok=[True] * len(keys), hits=sum(1 for k in keys if k in rows))
     for start in range(0, len(missing), GALLERY_STEP):
-        enc = encode_images(retriever, cache, missing[start:start + GALLERY_STEP], locate, max_pixels=max_pixels)
+        enc = encode_images(retriever, cache, missing[start : start + GALLERY_STEP], locate, max_pixels=max_pixels)
         total.encoded += enc.encoded
         total.seconds += enc.seconds
         total.unreadable.update(enc.unreadable)
@@ -438,8 +511,12 @@ def _top_rows(topk: torch.Tensor) -> list[list[int]]:
     return [[i for i in row if i >= 0] for row in rows] if bool((topk < 0).any()) else rows
 
 
-def near_targets(gallery: torch.Tensor, positives: Sequence[Sequence[int]], top_k: int,
-                 references: Sequence[int | None] | None = None) -> list[list[int]]:
+def near_targets(
+    gallery: torch.Tensor,
+    positives: Sequence[Sequence[int]],
+    top_k: int,
+    references: Sequence[int | None] | None = None,
+) -> list[list[int]]:
     """Per query, the ``top_k`` gallery rows nearest its labelled targets and its reference
     (image to image: the gallery ranked by ``normalise(normalise(mean of the positives) +
     reference)``, the reference left out where a query has none in the gallery); [] for a
@@ -449,16 +526,18 @@ def near_targets(gallery: torch.Tensor, positives: Sequence[Sequence[int]], top_
     out: list[list[int]] = [[] for _ in positives]
     if not having or top_k <= 0 or not len(gallery):
         return out
-    queries = _near_queries(gallery, [positives[n] for n in having],
-                            [references[n] if references is not None else None for n in having])
+    queries = _near_queries(
+        gallery, [positives[n] for n in having], [references[n] if references is not None else None for n in having]
+    )
     res = rank_queries(queries.to(gallery.device), gallery, [[] for _ in having], None, top_k=min(top_k, len(gallery)))
     for n, row in zip(having, _top_rows(res.topk)):
         out[n] = row
     return out
 
 
-def _near_queries(gallery: torch.Tensor, positives: Sequence[Sequence[int]],
-                  references: Sequence[int | None]) -> torch.Tensor:
+def _near_queries(
+    gallery: torch.Tensor, positives: Sequence[Sequence[int]], references: Sequence[int | None]
+) -> torch.Tensor:
     """:func:`near_targets`' query of each row: ``normalise(normalise(mean of its positives'
     embeddings) + its reference's)``, every row at once (one gather, one segment sum)."""
     import torch.nn.functional as F
@@ -512,10 +591,17 @@ def rank_three(
     def each(rows: Sequence[Any] | None, near_row: Any) -> list[Any] | None:
         return None if rows is None else [*rows, *rows, *rows, *([near_row] * len(having))]
 
-    res = rank_queries(torch.cat(stacked).to(gallery.device), gallery, each(positives, []),
-                       each(list(exclude) if exclude is not None else [None] * n, None), top_k=panel_k,
-                       return_per_positive=True, groups=each(groups, []), extra=each(extra, []),
-                       references=each(references, None))
+    res = rank_queries(
+        torch.cat(stacked).to(gallery.device),
+        gallery,
+        each(positives, []),
+        each(list(exclude) if exclude is not None else [None] * n, None),
+        top_k=panel_k,
+        return_per_positive=True,
+        groups=each(groups, []),
+        extra=each(extra, []),
+        references=each(references, None),
+    )
     return _three_of(res, list(modal), n, having, time.perf_counter() - started)
 
 
@@ -525,17 +611,23 @@ def _three_of(res: Any, names: list[str], n: int, having: list[int], seconds: fl
     part = {name: slice(m * n, (m + 1) * n) for m, name in enumerate(names)}
     top = {name: _top_rows(res.topk[rows]) for name, rows in part.items()}
     top_near: list[list[int]] = [[] for _ in range(n)]
-    for q, row in zip(having, _top_rows(res.topk[len(names) * n:])):
+    for q, row in zip(having, _top_rows(res.topk[len(names) * n :])):
         top_near[q] = row
     group = res.group_rank if res.group_rank is not None else [None] * (len(names) * n)
     ahead = res.reference_ahead if res.reference_ahead is not None else [[] for _ in range(len(names) * n)]
     return ThreeRanks(
-        res.best_rank[part["mm"]], res.best_rank[part["text"]], res.best_rank[part["image"]], top["mm"], seconds,
+        res.best_rank[part["mm"]],
+        res.best_rank[part["text"]],
+        res.best_rank[part["image"]],
+        top["mm"],
+        seconds,
         all={name: (res.per_positive_ranks or [])[rows] for name, rows in part.items()},
         extra={name: (res.extra_ranks or [])[rows] for name, rows in part.items()},
         group={name: group[rows] for name, rows in part.items()},
         ahead={name: ahead[rows] for name, rows in part.items()},
-        top_text=top["text"], top_image=top["image"], top_near=top_near,
+        top_text=top["text"],
+        top_image=top["image"],
+        top_near=top_near,
     )
 
 
@@ -600,21 +692,19 @@ def rank_sessions(
         base = bases[modality].float().cpu().numpy()
         for strategy in strategies:
             blocks.extend(
-                aggregate_history(base[starts[s]:starts[s + 1]], strategy, alpha) for s in range(len(turn_counts))
+                aggregate_history(base[starts[s] : starts[s + 1]], strategy, alpha) for s in range(len(turn_counts))
             )
     out: dict[tuple[str, str], list[list[int | None]]] = {}
     if n_rows:
         # one ranking call for every (strategy, modality) block of rows
         queries = torch.from_numpy(np.concatenate(blocks)).to(device)
         row_exclude = list(exclude) if exclude is not None else [None] * n_rows
-        best = rank_queries(
-            queries, gallery, row_positives * len(combos), row_exclude * len(combos), top_k=0
-        ).best_rank
+        best = rank_queries(queries, gallery, row_positives * len(combos), row_exclude * len(combos), top_k=0).best_rank
     else:
         best = []
     for c, combo in enumerate(combos):
-        part = best[c * n_rows:(c + 1) * n_rows]
-        out[combo] = [part[starts[s]:starts[s + 1]] for s in range(len(turn_counts))]
+        part = best[c * n_rows : (c + 1) * n_rows]
+        out[combo] = [part[starts[s] : starts[s + 1]] for s in range(len(turn_counts))]
     return SessionRanks(out, time.perf_counter() - started)
 
 

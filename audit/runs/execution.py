@@ -1,4 +1,5 @@
 """Running one chunk: encode the gallery, rank queries and sessions, write rank rows."""
+
 from __future__ import annotations
 
 import time
@@ -14,33 +15,33 @@ from django.utils import timezone
 
 from retrieval.evaltargets import QueryTargets, evaluation_targets
 from retrieval.galleries import gallery_image_ids, query_gallery_keys
+from retrieval.imagefiles import PathEscapeError, UnderRoot, resolve_under
 from retrieval.jobs import leases as jobs
 from retrieval.jobs.leases import error_reference
-from retrieval.imagefiles import PathEscapeError, UnderRoot, resolve_under
-from retrieval.models import Image, Turn
+from retrieval.models import Image
 
 from ..models import AuditChunk, AuditRank, AuditRun, AuditSessionRank
+from ..rankfiles import RANK_FIELDS
 from .base import (
     SESSION_CHUNK_KINDS,
     LeaseLost,
+    candidates_n,
     default_owner,
     logger,
-    candidates_n,
     max_attempts,
 )
-from ..rankfiles import RANK_FIELDS
 from .bulkwrite import insert_rows, json_int_list
 from .chunk_leases import Heartbeat, claim_chunk
-from .progress_lines import encoding_stage
 from .planning import (
-    session_eligibility,
-    session_turns,
-    joined_turn_text,
     fail_run,
+    joined_turn_text,
     planned_reads,
     run_modality_rule,
+    session_eligibility,
+    session_turns,
     single_turn_inputs,
 )
+from .progress_lines import encoding_stage
 
 
 def retriever_for(spec: str, run: AuditRun | None = None) -> Any:
@@ -49,7 +50,9 @@ def retriever_for(spec: str, run: AuditRun | None = None) -> Any:
     from .encoding import get_retriever
 
     return get_retriever(
-        spec, device=settings.AUDIT_DEVICE or None, batch_size=int(settings.AUDIT_BATCH_SIZE),
+        spec,
+        device=settings.AUDIT_DEVICE or None,
+        batch_size=int(settings.AUDIT_BATCH_SIZE),
         precision=settings.AUDIT_PRECISION,
         modality_rule=run_modality_rule(run) if run is not None else settings.AUDIT_MODALITY_RULE,
     )
@@ -92,7 +95,7 @@ def image_files(image_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
     head = f"SELECT {cols} FROM {quote(meta.db_table)} WHERE {quote(meta.pk.column)} IN "
     with connection.cursor() as cursor:
         for start in range(0, len(ids), 5000):
-            part = ids[start:start + 5000]
+            part = ids[start : start + 5000]
             cursor.execute(head + "(" + ", ".join(["%s"] * len(part)) + ")", part)
             out.update((pk, (sha, path)) for pk, sha, path in cursor.fetchall())
     return out
@@ -144,9 +147,11 @@ GALLERY_MEMO = 4
 def _read_galleries(run: AuditRun, spec: str) -> dict[str, tuple[list[int], list[str], dict[str, str]]]:
     """:func:`_gallery_of` ``spec``, and the other retrievers' galleries that are fully encoded."""
     chunks: dict[str, list[tuple[list[int], Any, str]]] = defaultdict(list)
-    for retriever, items, stats, status in AuditChunk.objects.filter(run=run, kind=AuditChunk.Kind.GALLERY).order_by(
-        "index"
-    ).values_list("retriever", "items", "stats", "status"):
+    for retriever, items, stats, status in (
+        AuditChunk.objects.filter(run=run, kind=AuditChunk.Kind.GALLERY)
+        .order_by("index")
+        .values_list("retriever", "items", "stats", "status")
+    ):
         chunks[retriever].append((items, stats, status))
     kept: dict[str, list[int]] = {}
     for retriever, parts in chunks.items():
@@ -173,7 +178,9 @@ def _encode_gallery_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | No
     return _encode_gallery_group(run, [chunk], [beat])[0]
 
 
-def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[Heartbeat | None]) -> list[dict[str, Any]]:
+def _encode_gallery_group(
+    run: AuditRun, chunks: list[AuditChunk], beats: list[Heartbeat | None]
+) -> list[dict[str, Any]]:
     """The stats of gallery chunks over the same images for different retrievers, encoded
     together: each file decoded once (:func:`audit.runs.encoding.encode_images_shared`)."""
     from .encoding import encode_images_shared
@@ -192,18 +199,27 @@ def _encode_gallery_group(run: AuditRun, chunks: list[AuditChunk], beats: list[H
                 beat.check()
 
     encs = encode_images_shared(
-        retrievers, caches, [files[i][0] for i in ids], _locator(run, {files[i][0]: files[i][1] for i in ids}),
-        max_pixels=int(settings.IMAGE_MAX_PIXELS), check=check,
-        workers=_loader_workers(), progress=GalleryProgress(run.pk, chunks=len(chunks)), vectors=False,
+        retrievers,
+        caches,
+        [files[i][0] for i in ids],
+        _locator(run, {files[i][0]: files[i][1] for i in ids}),
+        max_pixels=int(settings.IMAGE_MAX_PIXELS),
+        check=check,
+        workers=_loader_workers(),
+        progress=GalleryProgress(run.pk, chunks=len(chunks)),
+        vectors=False,
     )
-    return [{
-        "seconds": {"build": build_s, "encode": enc.seconds},
-        "cache": {"gallery_hits": enc.hits, "gallery_encoded": enc.encoded},
-        "unreadable": {str(i): enc.unreadable[files[i][0]] for i in ids if files[i][0] in enc.unreadable},
-        "loader_workers": _loader_workers(),
-        "model_built": bool(getattr(retriever, "is_built", True)),
-        **({"run_with": [c.pk for c in chunks if c.pk != chunk.pk]} if len(chunks) > 1 else {}),
-    } for chunk, retriever, enc in zip(chunks, retrievers, encs)]
+    return [
+        {
+            "seconds": {"build": build_s, "encode": enc.seconds},
+            "cache": {"gallery_hits": enc.hits, "gallery_encoded": enc.encoded},
+            "unreadable": {str(i): enc.unreadable[files[i][0]] for i in ids if files[i][0] in enc.unreadable},
+            "loader_workers": _loader_workers(),
+            "model_built": bool(getattr(retriever, "is_built", True)),
+            **({"run_with": [c.pk for c in chunks if c.pk != chunk.pk]} if len(chunks) > 1 else {}),
+        }
+        for chunk, retriever, enc in zip(chunks, retrievers, encs)
+    ]
 
 
 def retrievers_together() -> bool:
@@ -221,9 +237,12 @@ def _siblings(run: AuditRun, chunk: AuditChunk, owner: str) -> list[AuditChunk]:
     if chunk.kind not in kinds or not retrievers_together() or len(run.retrievers) < 2:
         return []
     out = []
-    for sibling in AuditChunk.objects.filter(run_id=run.pk, kind=chunk.kind, index=chunk.index).exclude(
-        pk=chunk.pk
-    ).exclude(status=AuditChunk.Status.DONE).order_by("pk"):
+    for sibling in (
+        AuditChunk.objects.filter(run_id=run.pk, kind=chunk.kind, index=chunk.index)
+        .exclude(pk=chunk.pk)
+        .exclude(status=AuditChunk.Status.DONE)
+        .order_by("pk")
+    ):
         if sibling.items != chunk.items:
             continue
         if sibling.kind == AuditChunk.Kind.QUERIES and not gallery_ready(run.pk, sibling.retriever):
@@ -250,7 +269,8 @@ class GalleryProgress:
         before, all_images = _gallery_counts(self.run_id)
         done *= self.chunks  # chunks encoded together: each file counts for each of them
         AuditRun.objects.filter(pk=self.run_id, status=AuditRun.Status.RUNNING).update(
-            stage=encoding_stage(before + done, all_images, done / (now - self.started)))
+            stage=encoding_stage(before + done, all_images, done / (now - self.started))
+        )
 
 
 def _chunk_counts(run_id: int) -> dict[tuple[str, str], int]:
@@ -318,8 +338,9 @@ def _read_queries(run: AuditRun, items: Sequence[int]) -> QueryRead:
     return eligible, skipped, turns, evaluation_targets(run.dataset, eligible, facts)
 
 
-def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: Heartbeat | None,
-                  read: QueryRead | None = None) -> dict[str, Any]:
+def _query_inputs(
+    run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: Heartbeat | None, read: QueryRead | None = None
+) -> dict[str, Any]:
     """The chunk's eligible queries, their encodings and targets (``read``: :func:`_read_queries`
     of the chunk's items, when it was made for a group of chunks)."""
     from .encoding import encode_queries
@@ -329,28 +350,52 @@ def _query_inputs(run: AuditRun, chunk: AuditChunk, gallery_ctx: tuple, beat: He
     skipped_out: dict[str, str] = {str(q): r for q, r in skipped.items()}
     keys = [turns[q]["reference_image__sha256"] for q in eligible]
     locate = _locator(run, {turns[q]["reference_image__sha256"]: turns[q]["reference_image__path"] for q in eligible})
-    enc = encode_queries(retriever, cache, keys, [joined_turn_text(turns[q]["texts"], run.caption_join) for q in eligible],
-                         locate, max_pixels=max_pixels, check=beat.check if beat else None, workers=_loader_workers())
+    enc = encode_queries(
+        retriever,
+        cache,
+        keys,
+        [joined_turn_text(turns[q]["texts"], run.caption_join) for q in eligible],
+        locate,
+        max_pixels=max_pixels,
+        check=beat.check if beat else None,
+        workers=_loader_workers(),
+    )
     img = enc.img
     kept = [q for q, ok in zip(eligible, img.ok) if ok]
     skipped_out.update({str(q): "reference_unreadable" for q, ok in zip(eligible, img.ok) if not ok})
     if beat:
         beat.check()
-    return {"kept": kept, "turns": turns, "img": img, "txt": enc.txt, "skipped": skipped_out,
-            "targets": {q: targets[q] for q in kept if q in targets}, **({"mm": enc.mm} if enc.mm else {})}
+    return {
+        "kept": kept,
+        "turns": turns,
+        "img": img,
+        "txt": enc.txt,
+        "skipped": skipped_out,
+        "targets": {q: targets[q] for q in kept if q in targets},
+        **({"mm": enc.mm} if enc.mm else {}),
+    }
 
 
-def _rank_row(run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTargets,
-              index_of: dict[int, int], id_texts: list[str]) -> dict[str, Any]:
+def _rank_row(
+    run: AuditRun, spec: str, q: int, n: int, ranks: Any, t: QueryTargets, index_of: dict[int, int], id_texts: list[str]
+) -> dict[str, Any]:
     """One :class:`AuditRank` row (its field values, for :func:`insert_rows`): best ranks, every
     positive's rank, graded-only targets, subset ranks, top lists (as JSON text of gallery
     image ids: ``id_texts[row]`` is the id of gallery row ``row``, written out once)."""
     every = {f: _expand(t.positives, index_of, ranks.all[f][n]) for f in RANK_FIELDS}
     return {
-        "run_id": run.pk, "query_id": q, "retriever": spec, "mm": ranks.mm[n], "text": ranks.text[n],
-        "image": ranks.image[n], "mm_all": every["mm"], "text_all": every["text"], "image_all": every["image"],
+        "run_id": run.pk,
+        "query_id": q,
+        "retriever": spec,
+        "mm": ranks.mm[n],
+        "text": ranks.text[n],
+        "image": ranks.image[n],
+        "mm_all": every["mm"],
+        "text_all": every["text"],
+        "image_all": every["image"],
         "graded": {"gains": t.gains, **{f: _expand(t.extras, index_of, ranks.extra[f][n]) for f in RANK_FIELDS}}
-        if t.extras else {},
+        if t.extras
+        else {},
         "subset": {f: ranks.group[f][n] for f in RANK_FIELDS} if t.group else {},
         **{f"top_{m}": json_int_list(id_texts, getattr(ranks, f"top_{m}")[n]) for m in ("mm", "text", "image", "near")},
         "reference_ahead": {f: _expand(t.positives, index_of, ranks.ahead[f][n]) for f in RANK_FIELDS},
@@ -394,8 +439,9 @@ def _cut_gallery(run: AuditRun, key: str | None, ctx: tuple) -> tuple:
     return (*ctx[:3], gallery, sub_ids, {image_id: n for n, image_id in enumerate(sub_ids)}, *ctx[6:])
 
 
-def _rank_searched(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], rows_of: list[int]
-                   ) -> tuple[list[dict[str, Any]], int, float]:
+def _rank_searched(
+    run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], rows_of: list[int]
+) -> tuple[list[dict[str, Any]], int, float]:
     """Rank rows of the queries at positions ``rows_of`` of ``inp['kept']`` against the
     gallery of ``ctx``; the count of those without a positive in it; seconds."""
     from .encoding import rank_three
@@ -410,9 +456,19 @@ def _rank_searched(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], ro
     no_positive = sum(1 for pos, ex in zip(positives, exclude) if not [p for p in pos if p != ex])
     groups = [_rows(t.group, index_of) for t in tq] if any(t.group for t in tq) else None
     at = torch_rows(rows_of)
-    ranks = rank_three(retriever, inp["img"].matrix[at], inp["txt"].matrix[at], gallery, positives, exclude,
-                       panel_k=candidates_n(), extra=[_rows(t.extras, index_of) for t in tq], groups=groups,
-                       references=references, mm=inp["mm"].matrix[at] if "mm" in inp else None)
+    ranks = rank_three(
+        retriever,
+        inp["img"].matrix[at],
+        inp["txt"].matrix[at],
+        gallery,
+        positives,
+        exclude,
+        panel_k=candidates_n(),
+        extra=[_rows(t.extras, index_of) for t in tq],
+        groups=groups,
+        references=references,
+        mm=inp["mm"].matrix[at] if "mm" in inp else None,
+    )
     id_texts = [str(image_id) for image_id in g_ids]
     rank_rows = [_rank_row(run, spec, q, n, ranks, tq[n], index_of, id_texts) for n, q in enumerate(kept)]
     return rank_rows, no_positive, ranks.seconds
@@ -424,8 +480,9 @@ def torch_rows(rows: Sequence[int]) -> Any:
     return torch.as_tensor(list(rows), dtype=torch.long)
 
 
-def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None,
-                      read: QueryRead | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _rank_query_chunk(
+    run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None, read: QueryRead | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     ctx = _chunk_gallery(run, chunk, beat)
     g_ids, g_enc, build_s, gallery_s = ctx[4], ctx[6], ctx[7], ctx[8]
     inp = _query_inputs(run, chunk, ctx, beat, read)
@@ -439,14 +496,22 @@ def _rank_query_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None,
         no_positive += missing
         rank_s += seconds
     stats = {
-        "seconds": {"build": build_s, "gallery": gallery_s, "encode_images": img.seconds,
-                    "encode_texts": txt.seconds, "rank": rank_s},
+        "seconds": {
+            "build": build_s,
+            "gallery": gallery_s,
+            "encode_images": img.seconds,
+            "encode_texts": txt.seconds,
+            "rank": rank_s,
+        },
         "cache": {
-            "query_image_hits": img.hits, "query_image_encoded": img.encoded,
-            "text_hits": txt.hits, "text_encoded": txt.encoded,
+            "query_image_hits": img.hits,
+            "query_image_encoded": img.encoded,
+            "text_hits": txt.hits,
+            "text_encoded": txt.encoded,
             **({"query_mm_hits": inp["mm"].hits, "query_mm_encoded": inp["mm"].encoded} if "mm" in inp else {}),
             # the gallery matrix read back for ranking (normally all cache hits)
-            "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
+            "gallery_read_hits": g_enc.hits if g_enc else 0,
+            "gallery_read_encoded": g_enc.encoded if g_enc else 0,
             "gallery_memo": g_enc is None,
         },
         "skipped": inp["skipped"],
@@ -486,13 +551,23 @@ def _session_inputs(run: AuditRun, chunk: AuditChunk, ctx: tuple, beat: Heartbea
         txt, text_row = early["txt"], early["text_row"]
     if beat:
         beat.check()
-    return {"kept": kept, "turns": turns, "texts": texts, "img": img, "txt": txt, "image_row": image_row,
-            "text_row": text_row, "skipped": skipped_out, "targets": evaluation_targets(run.dataset, kept),
-            **({"early": early} if early is not None else {})}
+    return {
+        "kept": kept,
+        "turns": turns,
+        "texts": texts,
+        "img": img,
+        "txt": txt,
+        "image_row": image_row,
+        "text_row": text_row,
+        "skipped": skipped_out,
+        "targets": evaluation_targets(run.dataset, kept),
+        **({"early": early} if early is not None else {}),
+    }
 
 
-def _session_references(retriever: Any, cache: Any, keys: list[str], locate: Callable, max_pixels: int,
-                        beat: Heartbeat | None) -> Any:
+def _session_references(
+    retriever: Any, cache: Any, keys: list[str], locate: Callable, max_pixels: int, beat: Heartbeat | None
+) -> Any:
     """The sessions' reference files encoded once each: image embeddings on the late path, else
     each reference's image-only query."""
     from retrieval.retrievers.pipeline import late_path, modality_pairs
@@ -500,15 +575,24 @@ def _session_references(retriever: Any, cache: Any, keys: list[str], locate: Cal
     from .encoding import encode_images, encode_query_pairs
 
     if late_path(retriever):
-        return encode_images(retriever, cache, keys, locate, max_pixels=max_pixels,
-                             check=beat.check if beat else None, workers=_loader_workers())
+        return encode_images(
+            retriever,
+            cache,
+            keys,
+            locate,
+            max_pixels=max_pixels,
+            check=beat.check if beat else None,
+            workers=_loader_workers(),
+        )
     rule = getattr(retriever, "modality_rule", "family")
-    return encode_query_pairs(retriever, cache, [modality_pairs(rule, k, "")["image"] for k in keys], locate,
-                              max_pixels)
+    return encode_query_pairs(
+        retriever, cache, [modality_pairs(rule, k, "")["image"] for k in keys], locate, max_pixels
+    )
 
 
-def _early_turns(retriever: Any, cache: Any, kept: list[int], turns: dict, texts: dict, locate: Callable,
-                 max_pixels: int) -> dict[str, Any]:
+def _early_turns(
+    retriever: Any, cache: Any, kept: list[int], turns: dict, texts: dict, locate: Callable, max_pixels: int
+) -> dict[str, Any]:
     """The turns' queries of a retriever that does not compose them from one image and one text
     encode (early fusion, or CIRCUS's modality rule): per turn row (the sessions one after the
     other) its multimodal (``mm``) and text-only (``txt``) query; ``text_row``: a text's first
@@ -527,11 +611,12 @@ def _early_turns(retriever: Any, cache: Any, kept: list[int], turns: dict, texts
     text_row: dict[str, int] = {}
     for row, (q, n) in enumerate(rows):
         text_row.setdefault(texts[q][n], row)
-    return {"mm": mm, "txt": txt, "text_row": text_row,
-            "turn_row": {qn: row for row, qn in enumerate(rows)}}
+    return {"mm": mm, "txt": txt, "text_row": text_row, "turn_row": {qn: row for row, qn in enumerate(rows)}}
 
 
-def _rank_sessions_of(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any]) -> tuple[list[AuditSessionRank], int, float]:
+def _rank_sessions_of(
+    run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any]
+) -> tuple[list[AuditSessionRank], int, float]:
     """Session rank rows (every strategy x modality), sessions without a positive in the
     gallery, seconds; each session against the gallery it searches (:func:`_searched_groups`)."""
     rows: list[AuditSessionRank] = []
@@ -544,8 +629,9 @@ def _rank_sessions_of(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any])
     return rows, no_positive, seconds
 
 
-def _rank_sessions_in(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], kept: list[int]
-                      ) -> tuple[list[AuditSessionRank], int, float]:
+def _rank_sessions_in(
+    run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any], kept: list[int]
+) -> tuple[list[AuditSessionRank], int, float]:
     """:func:`_rank_sessions_of` for the sessions ``kept`` against the gallery of ``ctx``.
 
     Each turn's image is its *effective reference* (:func:`retrieval.sessions.effective_references`:
@@ -569,14 +655,22 @@ def _rank_sessions_in(run: AuditRun, spec: str, ctx: tuple, inp: dict[str, Any],
         text_emb = inp["txt"].matrix[[inp["text_row"][x] for q in kept for x in texts[q]]]
     empty = QueryTargets()
     positives = [_rows(inp["targets"].get(q, empty).positives, index_of) for q in kept]
-    exclude = [
-        index_of.get(t["reference_image_id"]) if run.exclude_reference else None for q in kept for t in turns[q]
-    ]
-    result = rank_sessions(retriever, image_emb, text_emb, [len(turns[q]) for q in kept], gallery, positives,
-                           exclude, alpha=DEFAULT_ALPHA, mm=mm)
+    exclude = [index_of.get(t["reference_image_id"]) if run.exclude_reference else None for q in kept for t in turns[q]]
+    result = rank_sessions(
+        retriever,
+        image_emb,
+        text_emb,
+        [len(turns[q]) for q in kept],
+        gallery,
+        positives,
+        exclude,
+        alpha=DEFAULT_ALPHA,
+        mm=mm,
+    )
     rows = [
-        AuditSessionRank(run_id=run.pk, query_id=q, retriever=spec, strategy=strategy, modality=modality,
-                         ranks=per_session[n])
+        AuditSessionRank(
+            run_id=run.pk, query_id=q, retriever=spec, strategy=strategy, modality=modality, ranks=per_session[n]
+        )
         for (strategy, modality), per_session in result.ranks.items()
         for n, q in enumerate(kept)
     ]
@@ -591,15 +685,25 @@ def _effective_image_rows(inp: dict[str, Any], kept: list[int]) -> Any:
     from retrieval.sessions import effective_references
 
     turns, matrix, row = inp["turns"], inp["img"].matrix, inp["image_row"]
-    return torch.cat([
-        effective_references(matrix[[row[t["reference_image__sha256"]] for t in turns[q]]],
-                             [t.get("reference_turns") or [] for t in turns[q]])
-        for q in kept
-    ])
+    return torch.cat(
+        [
+            effective_references(
+                matrix[[row[t["reference_image__sha256"]] for t in turns[q]]],
+                [t.get("reference_turns") or [] for t in turns[q]],
+            )
+            for q in kept
+        ]
+    )
 
 
-def _consistency_of(inp: dict[str, Any], kept: list[int], effective: Any, gallery: Any,
-                    index_of: dict[int, int], positives: list[list[int]]) -> dict[str, list[dict[str, int]]]:
+def _consistency_of(
+    inp: dict[str, Any],
+    kept: list[int],
+    effective: Any,
+    gallery: Any,
+    index_of: dict[int, int],
+    positives: list[list[int]],
+) -> dict[str, list[dict[str, int]]]:
     """Per session (str id): the consistency checks each turn fails
     (:func:`retrieval.sessions.session_consistency`), from the reference, effective reference,
     turn target and text embeddings of this retriever. A turn target neither encoded as a
@@ -628,7 +732,7 @@ def _consistency_of(inp: dict[str, Any], kept: list[int], effective: Any, galler
                 targets[n] = gallery[index_of[t["turn_target_id"]]].float().cpu().numpy()
             elif n == len(ts) - 1 and pos:
                 targets[n] = gallery[pos[0]].float().cpu().numpy()
-        e = eff[start:start + len(ts)]
+        e = eff[start : start + len(ts)]
         d = directions[[inp["text_row"][x] for x in texts[q]]] if from_text else change_directions(targets, e)
         first = img[row[ts[0]["reference_image__sha256"]]].float().cpu().numpy()
         out[str(q)] = session_consistency(first, targets, e, d, thresholds)
@@ -646,13 +750,21 @@ def _rank_session_chunk(
     img, txt = inp["img"], inp["txt"]
     out_rows, no_positive, rank_s = _rank_sessions_of(run, chunk.retriever, ctx, inp)
     stats = {
-        "seconds": {"build": build_s, "gallery": gallery_s, "encode_images": img.seconds,
-                    "encode_texts": txt.seconds, "rank": rank_s},
+        "seconds": {
+            "build": build_s,
+            "gallery": gallery_s,
+            "encode_images": img.seconds,
+            "encode_texts": txt.seconds,
+            "rank": rank_s,
+        },
         "cache": {
-            "session_image_hits": img.hits, "session_image_encoded": img.encoded,
-            "session_text_hits": txt.hits, "session_text_encoded": txt.encoded,
+            "session_image_hits": img.hits,
+            "session_image_encoded": img.encoded,
+            "session_text_hits": txt.hits,
+            "session_text_encoded": txt.encoded,
             **({"session_mm_encoded": inp["early"]["mm"].encoded} if "early" in inp else {}),
-            "gallery_read_hits": g_enc.hits if g_enc else 0, "gallery_read_encoded": g_enc.encoded if g_enc else 0,
+            "gallery_read_hits": g_enc.hits if g_enc else 0,
+            "gallery_read_encoded": g_enc.encoded if g_enc else 0,
         },
         "session_skipped": inp["skipped"],
         "consistency": inp.get("consistency", {}),
@@ -673,8 +785,10 @@ def _session_texts_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | Non
     cache = embedding_cache(retriever)
     build_s = time.perf_counter() - t0
     turns = session_turns(chunk.items)
-    texts = [[x for x in (joined_turn_text(t["texts"], run.caption_join) for t in turns.get(q, [])) if x]
-             for q in chunk.items]
+    texts = [
+        [x for x in (joined_turn_text(t["texts"], run.caption_join) for t in turns.get(q, [])) if x]
+        for q in chunk.items
+    ]
     if beat:
         beat.check()
     worst, enc = session_texts_max_cosine(retriever, cache, texts)
@@ -686,9 +800,11 @@ def _session_texts_chunk(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | Non
 
 
 def gallery_ready(run_id: int, spec: str) -> bool:
-    return not AuditChunk.objects.filter(run_id=run_id, retriever=spec, kind=AuditChunk.Kind.GALLERY).exclude(
-        status=AuditChunk.Status.DONE
-    ).exists()
+    return (
+        not AuditChunk.objects.filter(run_id=run_id, retriever=spec, kind=AuditChunk.Kind.GALLERY)
+        .exclude(status=AuditChunk.Status.DONE)
+        .exists()
+    )
 
 
 def process_chunk(chunk_id: int, owner: str | None = None, heartbeat: bool = True, ran: set[int] | None = None) -> str:
@@ -749,12 +865,16 @@ def _run_claimed(group: list[AuditChunk], run: AuditRun, owner: str, heartbeat: 
         for beat in beats:
             if beat:
                 beat.stop()
-    written = [_write_chunk(run, c, stats, rows, owner, progress=n == len(group) - 1)  # progress once, after the last
-               for n, (c, (stats, rows)) in enumerate(zip(group, results))]
+    written = [
+        _write_chunk(run, c, stats, rows, owner, progress=n == len(group) - 1)  # progress once, after the last
+        for n, (c, (stats, rows)) in enumerate(zip(group, results))
+    ]
     return "ok" if all(written) else "lost"
 
 
-def _compute_group(run: AuditRun, group: list[AuditChunk], beats: list[Heartbeat | None]) -> list[tuple[dict[str, Any], list[Any]]]:
+def _compute_group(
+    run: AuditRun, group: list[AuditChunk], beats: list[Heartbeat | None]
+) -> list[tuple[dict[str, Any], list[Any]]]:
     """:func:`_compute` of each chunk of a group (:func:`_siblings`): gallery chunks encoded
     together, query chunks on one read of their queries."""
     if len(group) == 1:
@@ -779,8 +899,9 @@ def _compute(run: AuditRun, chunk: AuditChunk, beat: Heartbeat | None) -> tuple[
     return _rank_query_chunk(run, chunk, beat)
 
 
-def _write_chunk(run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: list[Any], owner: str,
-                 progress: bool = True) -> bool:
+def _write_chunk(
+    run: AuditRun, chunk: AuditChunk, stats: dict[str, Any], rows: list[Any], owner: str, progress: bool = True
+) -> bool:
     """Store the rows in bulk (COPY on PostgreSQL) and mark the chunk done with the job
     framework's owner-checked finish, in one transaction: a chunk another worker took over
     meanwhile writes nothing (``False``). Then refresh the run's progress unless told not to."""

@@ -6,6 +6,7 @@ from one retriever of any kind (through :mod:`retrieval.retrievers`) (the datase
 call only encodes what is new. The callers store the resulting panels, so each query is
 ranked once.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -26,7 +27,8 @@ def candidate_retriever(dataset_id: int) -> str:
     the tiny open_clip model). A hosted embedder (``api:``) is never called for a panel: an
     annotator opening an item must not spend a study's API budget."""
     for retrievers, external in (
-        AuditRun.objects.filter(dataset_id=dataset_id).order_by("-created_at", "-pk")
+        AuditRun.objects.filter(dataset_id=dataset_id)
+        .order_by("-created_at", "-pk")
         .values_list("retrievers", "external_retrievers")[:5]
     ):
         inside = [r for r in retrievers or [] if r not in set(external or []) and _free_to_call(r)]
@@ -53,13 +55,19 @@ def _encode_gallery(retriever, cache, image_ids: list[int], root: str):
     files = image_files(image_ids)
     ids = [i for i in image_ids if i in files and files[i][0]]
     rel = {files[i][0]: files[i][1] for i in ids}
-    enc = encode_images(retriever, cache, [files[i][0] for i in ids], lambda key: image_path(root, rel[key]),
-                        max_pixels=int(settings.IMAGE_MAX_PIXELS))
+    enc = encode_images(
+        retriever,
+        cache,
+        [files[i][0] for i in ids],
+        lambda key: image_path(root, rel[key]),
+        max_pixels=int(settings.IMAGE_MAX_PIXELS),
+    )
     return enc.matrix, [i for i, ok in zip(ids, enc.ok) if ok]
 
 
-def _query_inputs(group: Sequence[Query], blank_text: bool = False
-                  ) -> tuple[list[Query], list[str], dict[str, str], list[str], list[int]]:
+def _query_inputs(
+    group: Sequence[Query], blank_text: bool = False
+) -> tuple[list[Query], list[str], dict[str, str], list[str], list[int]]:
     """The queries of ``group`` that can be encoded, with their reference keys (sha256),
     key -> relative path, texts and reference image ids. A blank text is ranked as
     :func:`retrieval.captions.ranking_text` says (``blank_text``: with the empty text)."""
@@ -68,19 +76,32 @@ def _query_inputs(group: Sequence[Query], blank_text: bool = False
     from .planning import joined_turn_text
 
     turns = {t.query_id: t for t in Turn.objects.filter(query__in=group, index=1)}
-    refs = dict(Image.objects.filter(pk__in=[t.reference_image_id for t in turns.values() if t.reference_image_id])
-                .exclude(sha256="").values_list("pk", "sha256"))
+    refs = dict(
+        Image.objects.filter(pk__in=[t.reference_image_id for t in turns.values() if t.reference_image_id])
+        .exclude(sha256="")
+        .values_list("pk", "sha256")
+    )
     rel = dict(Image.objects.filter(pk__in=refs).values_list("sha256", "path"))
     texts = {q.pk: ranking_text(joined_turn_text(turns[q.pk].texts), blank_text) for q in group if q.pk in turns}
-    usable = [q for q in group if q.pk in turns and refs.get(turns[q.pk].reference_image_id)
-              and texts[q.pk] is not None]
-    return (usable, [refs[turns[q.pk].reference_image_id] for q in usable], rel,
-            [texts[q.pk] for q in usable], [turns[q.pk].reference_image_id for q in usable])
+    usable = [
+        q for q in group if q.pk in turns and refs.get(turns[q.pk].reference_image_id) and texts[q.pk] is not None
+    ]
+    return (
+        usable,
+        [refs[turns[q.pk].reference_image_id] for q in usable],
+        rel,
+        [texts[q.pk] for q in usable],
+        [turns[q.pk].reference_image_id for q in usable],
+    )
 
 
-def _rank_group(group: Sequence[Query], depth: int, spec: str | None,
-                members: dict[int, list[int]] | None = None,
-                blank_text: bool = False) -> dict[int, tuple[list[int], list[int]]]:
+def _rank_group(
+    group: Sequence[Query],
+    depth: int,
+    spec: str | None,
+    members: dict[int, list[int]] | None = None,
+    blank_text: bool = False,
+) -> dict[int, tuple[list[int], list[int]]]:
     """query id -> (top ``depth`` gallery ids, ``members[q]`` ordered by score) for a group of
     queries that search one gallery (``blank_text``: :func:`_query_inputs`)."""
     import torch
@@ -96,21 +117,26 @@ def _rank_group(group: Sequence[Query], depth: int, spec: str | None,
     usable, keys, rel, texts, ref_ids = _query_inputs(group, blank_text)
     if not g_ids or not usable:
         return {}
-    ok, composed = multimodal_queries(retriever, cache, keys, texts,
-                                      lambda key: image_path(dataset.images_root, rel[key]))
+    ok, composed = multimodal_queries(
+        retriever, cache, keys, texts, lambda key: image_path(dataset.images_root, rel[key])
+    )
     keep = [n for n, flag in enumerate(ok) if flag]
     if not keep:
         return {}
     composed = composed.to(gallery.device)
     row_of = {image_id: n for n, image_id in enumerate(g_ids)}
-    ranked = rank_queries(composed, gallery, [[] for _ in keep], [row_of.get(ref_ids[n]) for n in keep],
-                          top_k=min(int(depth), len(g_ids)))
+    ranked = rank_queries(
+        composed, gallery, [[] for _ in keep], [row_of.get(ref_ids[n]) for n in keep], top_k=min(int(depth), len(g_ids))
+    )
     out = {}
     for m, (n, row) in enumerate(zip(keep, ranked.topk.tolist())):
         qid = usable[n].pk
         rows = [row_of[i] for i in (members or {}).get(qid, []) if i in row_of]
-        scores = (composed[m : m + 1] @ gallery[torch.as_tensor(rows, dtype=torch.long)].to(composed.dtype).T)[0] \
-            if rows else composed.new_zeros(0)
+        scores = (
+            (composed[m : m + 1] @ gallery[torch.as_tensor(rows, dtype=torch.long)].to(composed.dtype).T)[0]
+            if rows
+            else composed.new_zeros(0)
+        )
         order = sorted(range(len(rows)), key=lambda j: -float(scores[j]))  # stable: members' order among ties
         out[qid] = ([g_ids[int(j)] for j in row if int(j) >= 0], [g_ids[rows[j]] for j in order])
     return out
@@ -134,8 +160,9 @@ def retrieve_top_lists(queries: Sequence[Query], depth: int, spec: str | None = 
     return out
 
 
-def rank_with_scores(queries: Sequence[Query], depth: int, spec: str, members: dict[int, list[int]],
-                     blank_text: bool = False) -> dict[int, tuple[list[int], list[int]]]:
+def rank_with_scores(
+    queries: Sequence[Query], depth: int, spec: str, members: dict[int, list[int]], blank_text: bool = False
+) -> dict[int, tuple[list[int], list[int]]]:
     """query id -> (the multimodal top ``depth`` gallery ids, best first, the reference
     ranked like any image; ``members[q]`` ordered by the same scores, best first). Queries
     whose reference is missing get no entry, nor those whose text is blank unless
@@ -146,8 +173,15 @@ def rank_with_scores(queries: Sequence[Query], depth: int, spec: str, members: d
     return out
 
 
-def rank_turns(query: Query, spec: str, turns: Sequence[tuple[int, str]], positives: Sequence[int],
-               strategy: str, alpha: float, depth: int) -> tuple[list[int], int | None]:
+def rank_turns(
+    query: Query,
+    spec: str,
+    turns: Sequence[tuple[int, str]],
+    positives: Sequence[int],
+    strategy: str,
+    alpha: float,
+    depth: int,
+) -> tuple[list[int], int | None]:
     """One interactive round: the history ``turns`` (reference image id, text) of a session
     over ``query``'s gallery, each turn composed as the audit composes it, aggregated with
     :func:`retrieval.sessions.aggregate_history` (``strategy``) and ranked with the latest
@@ -170,21 +204,32 @@ def rank_turns(query: Query, spec: str, turns: Sequence[tuple[int, str]], positi
     g_ids = [i for i in g_ids_all if i in files and files[i][0]]
     rel = {files[i][0]: files[i][1] for i in files}
     locate = lambda key: image_path(dataset.images_root, rel[key])  # noqa: E731
-    gallery, rows, _ = gallery_matrix(retriever, cache, ("interactive", dataset.pk), [files[i][0] for i in g_ids],
-                                      locate, max_pixels=int(settings.IMAGE_MAX_PIXELS))
+    gallery, rows, _ = gallery_matrix(
+        retriever,
+        cache,
+        ("interactive", dataset.pk),
+        [files[i][0] for i in g_ids],
+        locate,
+        max_pixels=int(settings.IMAGE_MAX_PIXELS),
+    )
     g_ids = [g_ids[r] for r in rows]
     refs = [files.get(ref, ("", ""))[0] for ref, _ in turns]
     if not all(refs):
         raise ValueError("a reference image of the session has no readable file")
-    ok, composed_t = multimodal_queries(retriever, cache, refs, [text for _, text in turns], locate,
-                                        max_pixels=int(settings.IMAGE_MAX_PIXELS))
+    ok, composed_t = multimodal_queries(
+        retriever, cache, refs, [text for _, text in turns], locate, max_pixels=int(settings.IMAGE_MAX_PIXELS)
+    )
     if not all(ok):
         raise ValueError("a reference image of the session could not be read")
     composed = composed_t.float().cpu().numpy()
     history = aggregate_history(composed, strategy, alpha)[-1:]
     row_of = {image_id: n for n, image_id in enumerate(g_ids)}
-    ranked = rank_queries(torch.from_numpy(history).to(gallery.device), gallery,
-                          [[row_of[p] for p in positives if p in row_of]], [row_of.get(turns[-1][0])],
-                          top_k=min(int(depth), len(g_ids)))
+    ranked = rank_queries(
+        torch.from_numpy(history).to(gallery.device),
+        gallery,
+        [[row_of[p] for p in positives if p in row_of]],
+        [row_of.get(turns[-1][0])],
+        top_k=min(int(depth), len(g_ids)),
+    )
     top = [g_ids[int(j)] for j in ranked.topk[0].tolist() if int(j) >= 0]
     return top, ranked.best_rank[0]

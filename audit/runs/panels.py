@@ -8,6 +8,7 @@ by reciprocal rank (:func:`retrieval.fusion.candidate_list`): every list counts 
 an image's place depends on its ranks, never on which modality or retriever found it, and
 nothing of it reads the audit's label or the targets' ranks.
 """
+
 from __future__ import annotations
 
 from retrieval.fusion import Candidates, candidate_list, seeded_padding
@@ -16,7 +17,6 @@ from retrieval.models import Query, Target, Turn
 
 from ..models import AuditRank, AuditRun, AuditSessionRank
 from .base import SESSION_FILTER_BASIS
-
 
 #: The top lists of an audit rank row that make a query's candidate pool.
 POOL_FIELDS = ("top_mm", "top_text", "top_image", "top_near")
@@ -48,8 +48,11 @@ def pool_lists(*tops: list[int] | None) -> list[list[int]]:
 def pool_rankings(run: AuditRun, query: Query | int) -> list[list[int]]:
     """Every retriever's pool lists (image ids, best first; :data:`POOL_FIELDS`) for ``query`` in ``run``."""
     qid = query if isinstance(query, int) else query.pk
-    return [top for row in AuditRank.objects.filter(run=run, query_id=qid).order_by("retriever")
-            .values_list(*POOL_FIELDS) for top in pool_lists(*row)]
+    return [
+        top
+        for row in AuditRank.objects.filter(run=run, query_id=qid).order_by("retriever").values_list(*POOL_FIELDS)
+        for top in pool_lists(*row)
+    ]
 
 
 def latest_pool_rankings(query_ids: list[int]) -> dict[int, tuple[int, list[list[int]]]]:
@@ -61,8 +64,9 @@ def latest_pool_rankings(query_ids: list[int]) -> dict[int, tuple[int, list[list
     ).values_list("query_id", "run_id", "retriever", *POOL_FIELDS):
         by_query.setdefault(qid, {}).setdefault(run_id, []).append((retriever, pool_lists(*tops)))
     runs = {r for per in by_query.values() for r in per}
-    order = {pk: (at is not None, at, pk) for pk, at in AuditRun.objects.filter(pk__in=runs)
-             .values_list("pk", "finished_at")}
+    order = {
+        pk: (at is not None, at, pk) for pk, at in AuditRun.objects.filter(pk__in=runs).values_list("pk", "finished_at")
+    }
     out = {}
     for qid, per in by_query.items():
         run_id = max(per, key=lambda r: order[r])
@@ -95,8 +99,13 @@ def gallery_ids(query: Query) -> list[int]:
     return query_gallery(query)
 
 
-def candidate_panel(query: Query, rankings: list[list[int]], size: int, gallery: list[int] | None = None,
-                    exclude: set[int] | None = None) -> Candidates:
+def candidate_panel(
+    query: Query,
+    rankings: list[list[int]],
+    size: int,
+    gallery: list[int] | None = None,
+    exclude: set[int] | None = None,
+) -> Candidates:
     """THE candidate panel of a query (the one function every page and the API use).
 
     ``size`` images: the reciprocal-rank fusion of ``rankings`` (the pool's top lists:
@@ -114,8 +123,9 @@ def candidate_panel(query: Query, rankings: list[list[int]], size: int, gallery:
         yield from seeded_padding(ids, f"panel:{query.pk}", 2 * size + len(banned))
 
     order = [r for r in rankings if getattr(r, "field", "") in ORDER_WEIGHTS]
-    return candidate_list(rankings, banned, size, padding(), order=order,
-                          order_weights=[ORDER_WEIGHTS[r.field] for r in order])
+    return candidate_list(
+        rankings, banned, size, padding(), order=order, order_weights=[ORDER_WEIGHTS[r.field] for r in order]
+    )
 
 
 def latest_session_ranks(query: Query | int) -> list[int | None]:
@@ -129,7 +139,9 @@ def latest_session_ranks(query: Query | int) -> list[int | None]:
     )
     if run is None or not run.retrievers:
         return []
-    row = AuditSessionRank.objects.filter(
-        run=run, query_id=qid, retriever=run.retrievers[0], **SESSION_FILTER_BASIS
-    ).values_list("ranks", flat=True).first()
+    row = (
+        AuditSessionRank.objects.filter(run=run, query_id=qid, retriever=run.retrievers[0], **SESSION_FILTER_BASIS)
+        .values_list("ranks", flat=True)
+        .first()
+    )
     return list(row or [])

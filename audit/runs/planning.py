@@ -1,4 +1,5 @@
 """Planning an audit run: which queries and sessions, which gallery, which chunks."""
+
 from __future__ import annotations
 
 import math
@@ -21,14 +22,14 @@ from retrieval.galleries import (
     scope_text,
     split_of_scope,
 )
-from retrieval.retrievers import MODALITY_RULES, canonical_spec
-from retrieval.targets import TargetFacts
 from retrieval.models import (
     Dataset,
     Query,
     Turn,
     turn_text,
 )
+from retrieval.retrievers import MODALITY_RULES, canonical_spec
+from retrieval.targets import TargetFacts
 
 from ..models import AuditChunk, AuditRun
 from .base import SESSION_SKIP_REASONS, SKIP_REASONS, AuditError, plain_rows
@@ -149,10 +150,19 @@ def create_run(
         raise AuditError(f"unknown modality rule {rule!r}; expected one of {', '.join(MODALITY_RULES)}")
     return AuditRun.objects.create(
         summary={"modality_rule": rule},
-        dataset=dataset, split=resolve_split(dataset, split), retrievers=specs, k=int(k),
-        min_mm_retrievers=int(min_mm_retrievers), exclude_reference=bool(exclude_reference),
-        chunk_queries=cq, chunk_gallery=cg, created_by=created_by if getattr(created_by, "pk", None) else None,
-        epsilon=eps, tau=t, tau_encoder=tau_spec, caption_join=caption_join,
+        dataset=dataset,
+        split=resolve_split(dataset, split),
+        retrievers=specs,
+        k=int(k),
+        min_mm_retrievers=int(min_mm_retrievers),
+        exclude_reference=bool(exclude_reference),
+        chunk_queries=cq,
+        chunk_gallery=cg,
+        created_by=created_by if getattr(created_by, "pk", None) else None,
+        epsilon=eps,
+        tau=t,
+        tau_encoder=tau_spec,
+        caption_join=caption_join,
     )
 
 
@@ -173,8 +183,12 @@ def joined_turn_text(texts: Any, join: str = DEFAULT_JOIN) -> str:
 
 
 _FIRST_TURN_FIELDS = (
-    "query_id", "reference_image_id", "reference_image__missing", "reference_image__sha256",
-    "reference_image__path", "texts",
+    "query_id",
+    "reference_image_id",
+    "reference_image__missing",
+    "reference_image__sha256",
+    "reference_image__path",
+    "texts",
 )
 
 
@@ -195,8 +209,10 @@ def single_turn_inputs(
         qs = qs.filter(pk__in=list(query_ids))
     ids = list(qs.order_by("ordinal", "id").values_list("id", flat=True))
     wanted = ids if query_ids is not None else qs.values("pk")
-    first_turns = {row[0]: dict(zip(_FIRST_TURN_FIELDS, row)) for row in plain_rows(
-        Turn.objects.filter(query_id__in=wanted, index=1), _FIRST_TURN_FIELDS, json_at=(5,))}
+    first_turns = {
+        row[0]: dict(zip(_FIRST_TURN_FIELDS, row))
+        for row in plain_rows(Turn.objects.filter(query_id__in=wanted, index=1), _FIRST_TURN_FIELDS, json_at=(5,))
+    }
     facts = facts_by_query(wanted)
     with_positive = set(positive_image_ids(fmt if fmt is not None else dataset_format(run.dataset_id), (), facts))
     eligible: list[int] = []
@@ -207,7 +223,9 @@ def single_turn_inputs(
             skipped[qid] = "no_reference"
         elif ranking_text(joined_turn_text(turn["texts"])) is None:  # a blank text: not ranked for labels
             skipped[qid] = "empty_text"
-        elif turn["reference_image__missing"] or not turn["reference_image__sha256"] or not turn["reference_image__path"]:
+        elif (
+            turn["reference_image__missing"] or not turn["reference_image__sha256"] or not turn["reference_image__path"]
+        ):
             skipped[qid] = "reference_missing"
         elif qid not in with_positive:
             skipped[qid] = "no_target"
@@ -218,8 +236,16 @@ def single_turn_inputs(
 
 
 _TURN_FIELDS = (
-    "query_id", "index", "reference_image_id", "reference_image__missing", "reference_image__sha256",
-    "reference_image__path", "texts", "reference_turns", "turn_target_id", "turn_target__sha256",
+    "query_id",
+    "index",
+    "reference_image_id",
+    "reference_image__missing",
+    "reference_image__sha256",
+    "reference_image__path",
+    "texts",
+    "reference_turns",
+    "turn_target_id",
+    "turn_target__sha256",
 )
 
 
@@ -231,8 +257,9 @@ def session_turns(query_ids: Any) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
-                         fmt: str | None = None) -> tuple[list[int], dict[int, str]]:
+def session_eligibility(
+    run: AuditRun, query_ids: Sequence[int] | None = None, fmt: str | None = None
+) -> tuple[list[int], dict[int, str]]:
     """Eligible multi-turn sessions in (ordinal, id) order and the skipped ones with a reason.
 
     A session is scored when its turns are numbered 1..n_turns, every turn has a
@@ -246,8 +273,7 @@ def session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
     if not queries:  # no session (most single-turn datasets): nothing more to read
         return [], {}
     turns = session_turns(qs.values("pk"))
-    with_positive = set(positive_image_ids(fmt if fmt is not None else dataset_format(run.dataset_id),
-                                           qs.values("pk")))
+    with_positive = set(positive_image_ids(fmt if fmt is not None else dataset_format(run.dataset_id), qs.values("pk")))
     eligible: list[int] = []
     skipped: dict[int, str] = {}
     for qid, n_turns in queries:
@@ -258,8 +284,10 @@ def session_eligibility(run: AuditRun, query_ids: Sequence[int] | None = None,
             skipped[qid] = "no_reference"
         elif any(ranking_text(joined_turn_text(t["texts"])) is None for t in ts):
             skipped[qid] = "empty_text"
-        elif any(t["reference_image__missing"] or not t["reference_image__sha256"] or not t["reference_image__path"]
-                 for t in ts):
+        elif any(
+            t["reference_image__missing"] or not t["reference_image__sha256"] or not t["reference_image__path"]
+            for t in ts
+        ):
             skipped[qid] = "reference_missing"
         elif qid not in with_positive:
             skipped[qid] = "no_target"
@@ -277,11 +305,21 @@ def _gallery_rows(run: AuditRun) -> tuple[list[int], dict[str, Any]]:
     per_key = {key: gallery_image_ids(run.dataset_id, key, readable=True) for key in keys}
     listed = sum(len(gallery_image_ids(run.dataset_id, key)) for key in keys)
     ids = list(dict.fromkeys(i for part in per_key.values() for i in part))
-    source = ("split gallery" if keys and None not in keys else "all dataset images (the split has no gallery)"
-              if keys == [None] else "per-query galleries")
+    source = (
+        "split gallery"
+        if keys and None not in keys
+        else "all dataset images (the split has no gallery)"
+        if keys == [None]
+        else "per-query galleries"
+    )
     galleries = {("*" if key is None else key): len(part) for key, part in per_key.items()}
-    return ids, {"source": source, "images": len(ids), "missing_left_out": listed - sum(galleries.values()),
-                 "galleries": galleries, "mixed": mixed_fallback(run.dataset_id, scope_queries(run))}
+    return ids, {
+        "source": source,
+        "images": len(ids),
+        "missing_left_out": listed - sum(galleries.values()),
+        "galleries": galleries,
+        "mixed": mixed_fallback(run.dataset_id, scope_queries(run)),
+    }
 
 
 def skip_examples(skipped: dict[Any, str], n: int = 10) -> dict[str, list[int]]:
@@ -294,34 +332,49 @@ def skip_examples(skipped: dict[Any, str], n: int = 10) -> dict[str, list[int]]:
 
 
 def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
 def _plan_chunks(run: AuditRun, gallery: list[int], eligible: list[int], sessions: list[int]) -> list[AuditChunk]:
     """Per retriever: gallery, query and session chunks; then the tau encoder's text chunks."""
-    parts = [(AuditChunk.Kind.GALLERY, gallery, run.chunk_gallery), (AuditChunk.Kind.QUERIES, eligible, run.chunk_queries),
-             (AuditChunk.Kind.SESSIONS, sessions, run.chunk_queries)]
+    parts = [
+        (AuditChunk.Kind.GALLERY, gallery, run.chunk_gallery),
+        (AuditChunk.Kind.QUERIES, eligible, run.chunk_queries),
+        (AuditChunk.Kind.SESSIONS, sessions, run.chunk_queries),
+    ]
     chunks: list[AuditChunk] = []
     for spec in run.retrievers:
         for kind, items, size in parts:
-            chunks.extend(AuditChunk(run=run, retriever=spec, kind=kind, index=n, items=part, n_items=len(part))
-                          for n, part in enumerate(_chunks(items, size)))
-    chunks.extend(AuditChunk(run=run, retriever=tau_encoder_spec(run), kind=AuditChunk.Kind.TEXTS, index=n,
-                             items=part, n_items=len(part))
-                  for n, part in enumerate(_chunks(sessions, run.chunk_queries)))
+            chunks.extend(
+                AuditChunk(run=run, retriever=spec, kind=kind, index=n, items=part, n_items=len(part))
+                for n, part in enumerate(_chunks(items, size))
+            )
+    chunks.extend(
+        AuditChunk(
+            run=run, retriever=tau_encoder_spec(run), kind=AuditChunk.Kind.TEXTS, index=n, items=part, n_items=len(part)
+        )
+        for n, part in enumerate(_chunks(sessions, run.chunk_queries))
+    )
     return chunks
 
 
 def _nothing_to_audit(skipped: dict[int, str], session_skipped: dict[int, str]) -> AuditError:
     why = Counter(skipped.values())
     why.update(f"session {r}" for r in session_skipped.values())
-    return AuditError("no query can be audited: " + (
-        ", ".join(f"{n} {r}" for r, n in why.items()) or "the split is empty"
-    ))
+    return AuditError(
+        "no query can be audited: " + (", ".join(f"{n} {r}" for r, n in why.items()) or "the split is empty")
+    )
 
 
-def _plan_summary(run: AuditRun, eligible: list[int], skipped: dict[int, str], sessions: list[int],
-                  session_skipped: dict[int, str], gallery_info: Any, n_chunks: int) -> dict[str, Any]:
+def _plan_summary(
+    run: AuditRun,
+    eligible: list[int],
+    skipped: dict[int, str],
+    sessions: list[int],
+    session_skipped: dict[int, str],
+    gallery_info: Any,
+    n_chunks: int,
+) -> dict[str, Any]:
     reasons = Counter(skipped.values())
     summary = {
         **run.summary,
@@ -358,8 +411,9 @@ def _run_key(run: AuditRun) -> tuple[int, str]:
     return run.pk, run.created_at.isoformat() if run.created_at else ""
 
 
-def planned_reads(run: AuditRun, items: Sequence[int]) -> tuple[list[int], dict[int, str], dict[int, dict[str, Any]],
-                                                                dict[int, list[TargetFacts]]] | None:
+def planned_reads(
+    run: AuditRun, items: Sequence[int]
+) -> tuple[list[int], dict[int, str], dict[int, dict[str, Any]], dict[int, list[TargetFacts]]] | None:
     """:func:`single_turn_inputs` of a query chunk's ``items`` from the plan's own read when this
     process planned the run inline just before (every item was eligible then: none skipped; the
     same rows, in the same (ordinal, id) order); ``None`` otherwise (the chunk reads them)."""

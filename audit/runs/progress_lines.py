@@ -1,4 +1,5 @@
 """Progress lines of a run (pure: no Django)."""
+
 from __future__ import annotations
 
 

@@ -8,6 +8,7 @@ the consensus over the multimodal lists as it is); the text-image cosines and th
 come from the embedding cache the audit filled (nothing is encoded here: a text or image the
 cache lacks leaves that retriever out of those parts).
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,11 @@ def latest_runs(query_ids: Sequence[int]) -> dict[int, int]:
 def rank_rows(run: AuditRun, query_ids: Sequence[int]) -> dict[int, list[tuple]]:
     """query -> per retriever (by name) ``(mm, text, image, multimodal top list, retriever)`` of ``run``."""
     out: dict[int, list[tuple]] = {}
-    for q, mm, text, image, top, spec in AuditRank.objects.filter(run=run, query_id__in=query_ids).order_by(
-            "query_id", "retriever").values_list("query_id", "mm", "text", "image", "top_mm", "retriever"):
+    for q, mm, text, image, top, spec in (
+        AuditRank.objects.filter(run=run, query_id__in=query_ids)
+        .order_by("query_id", "retriever")
+        .values_list("query_id", "mm", "text", "image", "top_mm", "retriever")
+    ):
         out.setdefault(q, []).append((mm, text, image, list(top or []), spec))
     return out
 
@@ -56,7 +60,8 @@ def _facts(query_ids: Sequence[int]) -> tuple[dict[int, int], dict[int, str], di
     refs: dict[int, int] = {}
     texts: dict[int, list] = {}
     for qid, ref, t in Turn.objects.filter(query_id__in=query_ids, index=1).values_list(
-            "query_id", "reference_image_id", "texts"):
+        "query_id", "reference_image_id", "texts"
+    ):
         refs[qid], texts[qid] = ref, t
     targets: dict[int, set[int]] = {}
     for qid, image in Target.objects.filter(query_id__in=query_ids).values_list("query_id", "image_id"):
@@ -77,8 +82,9 @@ def _unit(m: np.ndarray) -> np.ndarray:
     return m / np.where(norms > 0, norms, 1.0)
 
 
-def _embedding_parts(run: AuditRun, spec: str, query_ids: Sequence[int], facts: dict[str, dict]
-                     ) -> dict[int, tuple[float, float]]:
+def _embedding_parts(
+    run: AuditRun, spec: str, query_ids: Sequence[int], facts: dict[str, dict]
+) -> dict[int, tuple[float, float]]:
     """query -> (cos(text, best positive) - cos(text, reference), the rival gap in standard
     deviations of the gallery's multimodal scores) under one retriever, from its cache."""
     from .execution import embedding_cache, retriever_for
@@ -96,15 +102,18 @@ def _embedding_parts(run: AuditRun, spec: str, query_ids: Sequence[int], facts: 
     if not late and getattr(retriever, "modality_rule", "family") != "family":
         return {}  # CIRCUS's text-only query depends on the reference: not read here
     tvec = dict(zip(unique, _unit(_text_rows(retriever, cache, unique))))
-    compose_of = (lambda q: retriever.compose) if late else _cached_queries(retriever, cache, query_ids, refs, sha, words)
+    compose_of = (
+        (lambda q: retriever.compose) if late else _cached_queries(retriever, cache, query_ids, refs, sha, words)
+    )
     matrices: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # one matrix per gallery (shared lists)
     out: dict[int, tuple[float, float]] = {}
     for q in query_ids:
         gallery = galleries.get(q, [])
         if id(gallery) not in matrices:
             matrices[id(gallery)] = _gallery_rows(gallery, vec, sha)
-        got = _one_query(compose_of(q), tvec.get(words[q]), vec, sha, refs.get(q), positives.get(q, []),
-                         matrices[id(gallery)])
+        got = _one_query(
+            compose_of(q), tvec.get(words[q]), vec, sha, refs.get(q), positives.get(q, []), matrices[id(gallery)]
+        )
         if got is not None:
             out[q] = got
     return out
@@ -114,8 +123,10 @@ def _gallery_rows(gallery: list[int], vec: dict, sha: dict) -> tuple[np.ndarray,
     """(image ids, their unit embeddings) of the gallery images the cache holds."""
     rows = [(i, vec.get(sha.get(i, ""))) for i in gallery]
     rows = [(i, v) for i, v in rows if _ok(v)]
-    return (np.array([i for i, _ in rows], dtype=np.int64),
-            np.stack([v for _, v in rows]) if rows else np.zeros((0, 1), np.float32))
+    return (
+        np.array([i for i, _ in rows], dtype=np.int64),
+        np.stack([v for _, v in rows]) if rows else np.zeros((0, 1), np.float32),
+    )
 
 
 def _late(retriever) -> bool:
@@ -151,8 +162,15 @@ def _ok(v: np.ndarray | None) -> bool:
     return v is not None and not np.isnan(v).any()
 
 
-def _one_query(compose, text: np.ndarray | None, vec: dict, sha: dict, ref: int | None, positives: list[int],
-               gallery: tuple[np.ndarray, np.ndarray]) -> tuple[float, float] | None:
+def _one_query(
+    compose,
+    text: np.ndarray | None,
+    vec: dict,
+    sha: dict,
+    ref: int | None,
+    positives: list[int],
+    gallery: tuple[np.ndarray, np.ndarray],
+) -> tuple[float, float] | None:
     """(consistency delta, rival gap) of one query, or None when an embedding is missing.
     ``gallery``: (image ids, their unit embeddings) of the query's gallery; ``compose(image,
     text)``: the query's multimodal embedding."""
@@ -177,8 +195,9 @@ def _one_query(compose, text: np.ndarray | None, vec: dict, sha: dict, ref: int 
     return delta, (float(scores.max()) - best_target) / std if std > 0 else 0.0
 
 
-def embedding_signals(run: AuditRun, query_ids: Sequence[int], facts: dict[str, dict]
-                      ) -> dict[int, tuple[list[float], list[float], dict[str, float]]]:
+def embedding_signals(
+    run: AuditRun, query_ids: Sequence[int], facts: dict[str, dict]
+) -> dict[int, tuple[list[float], list[float], dict[str, float]]]:
     """query -> (consistency deltas, rival gaps, rival gap by retriever), one of each per
     computed retriever of ``run`` whose embeddings are cached (imported rank files have none)."""
     out: dict[int, tuple[list[float], list[float], dict[str, float]]] = {q: ([], [], {}) for q in query_ids}
@@ -234,15 +253,23 @@ def audit_signals(query_ids: Sequence[int]) -> dict[int, tuple[int, Signals]]:
         for q in some:
             lists = [r[3] for r in rows.get(q, [])]
             positives = facts["positives"].get(q, [])
-            rivals = consensus_rivals(lists, [_list_rank(top, positives) for top in lists],
-                                      targets.get(q, set()) | {refs.get(q)})
+            rivals = consensus_rivals(
+                lists, [_list_rank(top, positives) for top in lists], targets.get(q, set()) | {refs.get(q)}
+            )
             deltas, gaps, by_spec = emb.get(q, ([], [], {}))
             specs = [r[4] for r in rows.get(q, [])]
-            out[q] = (run.pk, Signals(ranks=tuple(r[:3] for r in rows.get(q, [])),
-                                      n_gallery=len(facts["galleries"].get(q, ())), rivals=rivals,
-                                      consistency=tuple(deltas), gaps=tuple(gaps),
-                                      lead=specs.index(lead) if lead in specs else None,
-                                      lead_gap=by_spec.get(lead)))
+            out[q] = (
+                run.pk,
+                Signals(
+                    ranks=tuple(r[:3] for r in rows.get(q, [])),
+                    n_gallery=len(facts["galleries"].get(q, ())),
+                    rivals=rivals,
+                    consistency=tuple(deltas),
+                    gaps=tuple(gaps),
+                    lead=specs.index(lead) if lead in specs else None,
+                    lead_gap=by_spec.get(lead),
+                ),
+            )
     return out
 
 

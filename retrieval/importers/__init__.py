@@ -10,6 +10,7 @@ Malformed input raises :class:`retrieval.records.ParseError` naming the file, re
 field; a refused file that looks like another format's says which
 (:mod:`retrieval.importers.sniffing`). Nothing here imports Django.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
@@ -40,8 +41,7 @@ def _module(format: str) -> ModuleType:
     return module
 
 
-def parse(format: str, paths: Iterable[PathLike], split: str | None = None,
-          subset: str | None = None) -> ParsedDataset:
+def parse(format: str, paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
     """Parse ``paths`` with the parser registered for ``format`` (a key of :data:`FORMATS`)."""
     module, paths = _module(format), as_paths(paths)
     try:
@@ -50,8 +50,9 @@ def parse(format: str, paths: Iterable[PathLike], split: str | None = None,
         raise with_format_hint(exc, format, paths) from exc.__cause__
 
 
-def stream(format: str, paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
-           subset: str | None = None) -> Iterator[QueryRecord]:
+def stream(
+    format: str, paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None, subset: str | None = None
+) -> Iterator[QueryRecord]:
     """Yield the queries of ``paths`` one by one, registering images and galleries on ``dataset``."""
     module, paths = _module(format), as_paths(paths)
     return _hinted(module.stream(paths, dataset, split=split, subset=subset), format, paths)

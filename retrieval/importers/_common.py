@@ -4,6 +4,7 @@ Every failure is reported as :class:`retrieval.records.ParseError` naming the fi
 path as given), the 0-based record number and the field, so an import page can point at
 the exact spot. Nothing here imports Django.
 """
+
 from __future__ import annotations
 
 import re
@@ -11,14 +12,24 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from retrieval.importers.jsonstream import iter_jsonl, iter_list, iter_object, sniff
 from retrieval.captions import DEFAULT_JOIN, join_captions
+from retrieval.importers.jsonstream import iter_jsonl, iter_list, iter_object, sniff
 from retrieval.records import ImageRecord, ParsedDataset, ParseError, QueryRecord, TargetRecord, safe_relpath
 from retrieval.sessions import REF_NOT_EARLIER, REFERENCE_CHECKS, session_turn_references
 from retrieval.validation import Record, check_str_list, describe, is_int, is_number, json_type
 
-__all__ = ["Record", "check_str_list", "describe", "is_int", "is_number", "iter_jsonl", "iter_list", "iter_object",
-           "json_type", "sniff"]
+__all__ = [
+    "Record",
+    "check_str_list",
+    "describe",
+    "is_int",
+    "is_number",
+    "iter_jsonl",
+    "iter_list",
+    "iter_object",
+    "json_type",
+    "sniff",
+]
 
 PathLike = str | Path
 T = TypeVar("T")
@@ -29,6 +40,7 @@ SAMPLE = r"(?:\.sample)?"
 
 #: A split or category token inside a file name.
 TOKEN = r"[A-Za-z0-9_-]+"
+
 
 def as_paths(paths: Iterable[PathLike] | PathLike) -> list[Path]:
     """Normalise the ``paths`` argument of a parser to a non-empty list of :class:`Path`."""
@@ -73,8 +85,13 @@ def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
-def collect(stream: Callable[..., Iterator[QueryRecord]], fmt: str, paths: Iterable[PathLike] | PathLike,
-            split: str | None = None, subset: str | None = None) -> ParsedDataset:
+def collect(
+    stream: Callable[..., Iterator[QueryRecord]],
+    fmt: str,
+    paths: Iterable[PathLike] | PathLike,
+    split: str | None = None,
+    subset: str | None = None,
+) -> ParsedDataset:
     """Run a parser's ``stream`` to the end and return the whole ParsedDataset (queries in a list)."""
     dataset = ParsedDataset(format=fmt)
     dataset.queries.extend(stream(paths, dataset, split=split, subset=subset))
@@ -117,9 +134,7 @@ def match_name(path: Path, patterns: Sequence[tuple[str, re.Pattern[str]]], fmt:
     raise ParseError(str(path), None, None, f"unrecognised file name {path.name!r} for the {fmt} format")
 
 
-def add_target(
-    targets: list[TargetRecord], target: TargetRecord, dataset: ParsedDataset, where: str
-) -> bool:
+def add_target(targets: list[TargetRecord], target: TargetRecord, dataset: ParsedDataset, where: str) -> bool:
     """Append ``target`` unless its image is already a target of the query (warn then)."""
     if any(t.image == target.image for t in targets):
         dataset.warnings.append(f"{where}: image {target.image!r} listed twice as a target; kept the first")
@@ -128,8 +143,13 @@ def add_target(
     return True
 
 
-def register(dataset: ParsedDataset, external_id: str, path: str | None = None, url: str | None = None,
-             extra: dict[str, Any] | None = None) -> str:
+def register(
+    dataset: ParsedDataset,
+    external_id: str,
+    path: str | None = None,
+    url: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> str:
     """Shorthand for ``dataset.add_image(ImageRecord(...))``."""
     return dataset.add_image(ImageRecord(external_id, path=path, url=url, extra=dict(extra or {})))
 
@@ -159,8 +179,9 @@ def object_of(test: Callable[[Any], bool]) -> Callable[[str, Any], bool]:
     return lambda shape, first: shape == "object" and first is not None and test(first[1])
 
 
-def file_role(path: Path, patterns: Sequence[tuple[str, re.Pattern[str]]], rules: Sequence[ContentRule],
-              expected: str) -> tuple[str, dict[str, str | None]]:
+def file_role(
+    path: Path, patterns: Sequence[tuple[str, re.Pattern[str]]], rules: Sequence[ContentRule], expected: str
+) -> tuple[str, dict[str, str | None]]:
     """``(role, name_groups)`` of an annotation file: the role from its content where the content
     tells, else from its name; the groups of the name pattern that matched (empty when none did).
 
@@ -170,7 +191,9 @@ def file_role(path: Path, patterns: Sequence[tuple[str, re.Pattern[str]]], rules
     shape, first = sniff(path) if path.suffix.lower() == ".json" else ("other", None)
     by_content = next((role for role, test in rules if test(shape, first)), None)
     if by_content is None and named is None:
-        raise ParseError(str(path), None, None, f"cannot tell what this file is from its name or content; expected {expected}")
+        raise ParseError(
+            str(path), None, None, f"cannot tell what this file is from its name or content; expected {expected}"
+        )
     groups = named[1].groupdict() if named is not None else {}
     return by_content or named[0], groups
 
@@ -225,4 +248,3 @@ def turn_reference_list(rec: Record, turn: Any, name: str) -> list[int] | None:
     if not isinstance(value, list) or not all(is_int(v) for v in value):
         rec.fail(f"{name}.reference_turns", "expected a list of turn numbers")
     return [int(v) for v in value]
-

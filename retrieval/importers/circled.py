@@ -28,6 +28,7 @@ images root, so they coincide with what the CIRR / FashionIQ / CIRCO parsers pro
 * any other source (``<source>_<split>``, e.g. the sessions of CIRVal's demo world exported
   by a session study): the ids as they are, with no path (one warning per file).
 """
+
 from __future__ import annotations
 
 import re
@@ -76,21 +77,32 @@ def _file_subset(path: Path, name: str | None, override: str | None, dataset: Pa
     named = name if name and _SUBSET.match(name) else None
     chosen = override or in_records or named
     if chosen is None:
-        raise ParseError(str(path), None, None, "cannot tell the subset: the records carry none and the file name "
-                                                f"is not <subset>.json; pass --subset ({_SUBSETS})")
+        raise ParseError(
+            str(path),
+            None,
+            None,
+            "cannot tell the subset: the records carry none and the file name "
+            f"is not <subset>.json; pass --subset ({_SUBSETS})",
+        )
     m = _SUBSET.match(chosen)
     if m is None:
         where = "--subset" if override else "the records"
-        raise ParseError(str(path), None if override else 0, None if override else "subset",
-                         f"unknown subset {chosen!r} from {where}; expected {_SUBSETS}")
+        raise ParseError(
+            str(path),
+            None if override else 0,
+            None if override else "subset",
+            f"unknown subset {chosen!r} from {where}; expected {_SUBSETS}",
+        )
     if in_records and named and named != in_records and not override:
-        dataset.warnings.append(f"{path.name}: the records say subset {in_records!r}, the file name {named!r}; "
-                                "used the records'")
+        dataset.warnings.append(
+            f"{path.name}: the records say subset {in_records!r}, the file name {named!r}; used the records'"
+        )
     return m
 
 
-def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
-           subset: str | None = None) -> Iterator[QueryRecord]:
+def stream(
+    paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None, subset: str | None = None
+) -> Iterator[QueryRecord]:
     """Yield CIRCLED sessions one by one; each file's subset comes from its records (or ``subset``)."""
     files: list[tuple[Path, re.Match[str]]] = []
     first: dict[str, Path] = {}
@@ -98,15 +110,20 @@ def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None 
         _, named = file_role(path, _PATTERNS, _CONTENT, _EXPECTED)
         m = _file_subset(path, named.get("subset"), subset, dataset)
         if m.group("subset") in first:
-            raise ParseError(str(path), None, None,
-                             f"a second file for subset {m.group('subset')!r} (first: {first[m.group('subset')]})")
+            raise ParseError(
+                str(path),
+                None,
+                None,
+                f"a second file for subset {m.group('subset')!r} (first: {first[m.group('subset')]})",
+            )
         first[m.group("subset")] = path
         files.append((path, m))
     seen: dict[tuple[str, str], str] = {}  # (split, session_id) -> where first seen, across files
     for path, m in files:
         source = "fashioniq" if m.group("category") else m.group("source")
-        yield from _parse_file(path, m.group("subset"), source, split or m.group("split"), dataset,
-                               subset is not None, seen)
+        yield from _parse_file(
+            path, m.group("subset"), source, split or m.group("split"), dataset, subset is not None, seen
+        )
 
 
 class _Images:
@@ -141,15 +158,24 @@ class _Images:
         return register(self.dataset, value)
 
 
-def _parse_file(path: Path, subset: str, source: str, split: str, dataset: ParsedDataset,
-                overridden: bool, seen: dict[tuple[str, str], str]) -> Iterator[QueryRecord]:
+def _parse_file(
+    path: Path,
+    subset: str,
+    source: str,
+    split: str,
+    dataset: ParsedDataset,
+    overridden: bool,
+    seen: dict[tuple[str, str], str],
+) -> Iterator[QueryRecord]:
     images = _Images(source, dataset)
     for index, raw in iter_list(path):
         rec = Record(path, index, raw, "session")
         session_id = rec.req_str("session_id")
         if (split, session_id) in seen:
-            rec.fail("session_id", f"duplicate session_id {session_id!r} in split {split!r} "
-                                   f"(first at {seen[(split, session_id)]})")
+            rec.fail(
+                "session_id",
+                f"duplicate session_id {session_id!r} in split {split!r} (first at {seen[(split, session_id)]})",
+            )
         seen[(split, session_id)] = f"{path.name} {record_name(path, index)}"
         found = rec.opt_str("subset")
         if found is not None and found != subset and not overridden:
@@ -159,8 +185,12 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
         targets: list[TargetRecord] = []
         for gt in gt_ids:
             image = images.add(rec, gt, "ground_truth_ids")
-            add_target(targets, TargetRecord(image, 1.0, not targets, "gt", "ground_truth_ids"), dataset,
-                       f"{path.name} {record_name(path, index)}")
+            add_target(
+                targets,
+                TargetRecord(image, 1.0, not targets, "gt", "ground_truth_ids"),
+                dataset,
+                f"{path.name} {record_name(path, index)}",
+            )
         record = QueryRecord(
             external_id=session_id,
             split=split,
@@ -180,8 +210,10 @@ def _parse_file(path: Path, subset: str, source: str, split: str, dataset: Parse
             "their path needs CIRR's split file and was left empty"
         )
     elif images.no_path:
-        dataset.warnings.append(f"{path.name}: subset {subset!r} is not from CIRR, FashionIQ or CIRCO; its "
-                                f"{len(images.no_path)} image id(s) were kept as they are, with no path")
+        dataset.warnings.append(
+            f"{path.name}: subset {subset!r} is not from CIRR, FashionIQ or CIRCO; its "
+            f"{len(images.no_path)} image id(s) were kept as they are, with no path"
+        )
 
 
 def _turns(rec: Record, images: _Images) -> list[TurnRecord]:
@@ -205,13 +237,15 @@ def _turns(rec: Record, images: _Images) -> list[TurnRecord]:
         # written by people says "human" on every turn); CIRCLED's turn 1 is the source caption.
         provenance = item.opt_str("provenance") or ("human" if k == 0 else "llm")
         human = provenance == "human"
-        turns.append(TurnRecord(
-            index=k + 1,
-            reference=images.add(rec, reference, f"{name}.reference_image_id"),
-            texts=[TextRecord(caption, "caption" if human else "generated")],
-            provenance=provenance,
-            reference_turns=turn_reference_list(rec, turn, name),
-        ))
+        turns.append(
+            TurnRecord(
+                index=k + 1,
+                reference=images.add(rec, reference, f"{name}.reference_image_id"),
+                texts=[TextRecord(caption, "caption" if human else "generated")],
+                provenance=provenance,
+                reference_turns=turn_reference_list(rec, turn, name),
+            )
+        )
     for current, following in zip(turns, turns[1:]):
         current.turn_target = following.reference
     return turns

@@ -12,6 +12,7 @@ release; if it is not in the list it is put first, with a warning). Images: id =
 Test queries have no targets. The gallery (all of COCO unlabeled, ~123k images) is not in
 these files, so no gallery is produced.
 """
+
 from __future__ import annotations
 
 import re
@@ -52,15 +53,17 @@ def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | Non
     return collect(stream, FORMAT, paths, split=split)
 
 
-def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
-           subset: str | None = None) -> Iterator[QueryRecord]:
+def stream(
+    paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None, subset: str | None = None
+) -> Iterator[QueryRecord]:
     """Yield the queries of CIRCO files one by one, registering their images on ``dataset``."""
     files: list[tuple[Path, str]] = []
     seen_splits: dict[str, Path] = {}
     for path in as_paths(paths):
         _, named = file_role(path, _PATTERNS, _CONTENT, _EXPECTED)
-        name = need(split or named.get("split") or name_token(path, ("val", "test")), path, "split", "--split",
-                    _EXPECTED)
+        name = need(
+            split or named.get("split") or name_token(path, ("val", "test")), path, "split", "--split", _EXPECTED
+        )
         if name in seen_splits:
             raise ParseError(str(path), None, None, f"a second file for split {name!r} (first: {seen_splits[name]})")
         seen_splits[name] = path

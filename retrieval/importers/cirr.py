@@ -14,6 +14,7 @@ other ``target_soft`` key (role ``soft``, relevance = its score). Test splits (`
 carry no targets. ``img_set`` is kept in ``QueryRecord.extra['img_set']``. Images that the
 captions reference but the split file lacks get ``path=None`` (and a warning).
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,17 @@ from retrieval.importers._common import (
     warn_repeated,
 )
 from retrieval.importers.poolindex import PoolIndex, stream_images
-from retrieval.records import ImageRecord, ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord
-from retrieval.records import record_name, safe_relpath
+from retrieval.records import (
+    ImageRecord,
+    ParsedDataset,
+    ParseError,
+    QueryRecord,
+    TargetRecord,
+    TextRecord,
+    TurnRecord,
+    record_name,
+    safe_relpath,
+)
 
 FORMAT = "cirr"
 SPLITS = ("train", "val", "test1", "dev")
@@ -66,8 +76,10 @@ _CONTENT = [
     ("cap", list_of_objects_with("pairid", "caption")),
     ("split", object_of(lambda value: isinstance(value, str))),
 ]
-_EXPECTED = ("cap.rc2.<split>.json (a list of {pairid, reference, caption, ...}), cap.ext.rc2.<split>.json "
-             "(a list of {pairid, caption_extend}) or split.rc2.<split>.json (an object image id -> path)")
+_EXPECTED = (
+    "cap.rc2.<split>.json (a list of {pairid, reference, caption, ...}), cap.ext.rc2.<split>.json "
+    "(a list of {pairid, caption_extend}) or split.rc2.<split>.json (an object image id -> path)"
+)
 
 
 def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
@@ -88,8 +100,9 @@ def _group(paths: Iterable[PathLike], split: str | None) -> dict[str, dict[str, 
     return groups
 
 
-def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
-           subset: str | None = None) -> Iterator[QueryRecord]:
+def stream(
+    paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None, subset: str | None = None
+) -> Iterator[QueryRecord]:
     """Yield the queries of CIRR files one by one, registering images and galleries on ``dataset``.
 
     The split files are read first, :data:`BATCH` entries at a time, their images handed over
@@ -100,8 +113,9 @@ def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None 
     groups = _group(paths, split)
     for roles in groups.values():
         if "ext" in roles and "cap" not in roles:
-            raise ParseError(str(roles["ext"]), None, None,
-                             "extended captions given without their cap.rc2 caption file")
+            raise ParseError(
+                str(roles["ext"]), None, None, "extended captions given without their cap.rc2 caption file"
+            )
     with PoolIndex() as index:
         # every split file before any caption: an image a caption names is then registered
         # (and written) once, whichever split file lists it
@@ -138,8 +152,9 @@ class _Warnings:
         self.missing: set[str] = set()  # referenced images that the split file lacks
 
 
-def _parse_captions(path: Path, split: str, dataset: ParsedDataset, index: PoolIndex, gallery: bool,
-                    ext: _ExtJoin | None) -> Iterator[QueryRecord]:
+def _parse_captions(
+    path: Path, split: str, dataset: ParsedDataset, index: PoolIndex, gallery: bool, ext: _ExtJoin | None
+) -> Iterator[QueryRecord]:
     """Validate and map every triplet of a ``cap.rc2`` file, streaming (:data:`BATCH` records
     validated in file order, then their images looked up in ``index`` at once). ``gallery``:
     a split file of this split was given."""
@@ -147,8 +162,9 @@ def _parse_captions(path: Path, split: str, dataset: ParsedDataset, index: PoolI
     notes = _Warnings()
     index.start_file(_CAPTIONS)
     for batch in chunks(iter_list(path), BATCH):
-        seen = index.first_lines((str(raw["pairid"]) for _, raw in batch
-                                  if isinstance(raw, dict) and is_int(raw.get("pairid"))), _CAPTIONS)
+        seen = index.first_lines(
+            (str(raw["pairid"]) for _, raw in batch if isinstance(raw, dict) and is_int(raw.get("pairid"))), _CAPTIONS
+        )
         queries = []
         for i, raw in batch:
             query = _caption_query(Record(path, i, raw), split, dataset, gallery, test, seen)
@@ -160,8 +176,9 @@ def _parse_captions(path: Path, split: str, dataset: ParsedDataset, index: PoolI
     _warn_captions(path, split, dataset, gallery, notes)
 
 
-def _register_images(queries: list[QueryRecord], split: str, dataset: ParsedDataset, index: PoolIndex,
-                     gallery: bool, notes: _Warnings) -> Iterator[QueryRecord]:
+def _register_images(
+    queries: list[QueryRecord], split: str, dataset: ParsedDataset, index: PoolIndex, gallery: bool, notes: _Warnings
+) -> Iterator[QueryRecord]:
     """Register the images of a batch of queries that no split file registered (no path), note
     those missing from the split's gallery, and yield the queries."""
     used = {image_id for query in queries for image_id in _images_of(query)}
@@ -186,8 +203,9 @@ def _images_of(query: QueryRecord) -> list[str]:
     return [query.turns[0].reference or "", *(t.image for t in query.targets), *members]
 
 
-def _caption_query(rec: Record, split: str, dataset: ParsedDataset, gallery: bool, test: bool,
-                   seen: dict[str, int]) -> QueryRecord:
+def _caption_query(
+    rec: Record, split: str, dataset: ParsedDataset, gallery: bool, test: bool, seen: dict[str, int]
+) -> QueryRecord:
     """One ``cap.rc2`` record, validated and mapped. ``seen``: ``pairid -> record`` of the
     pairids read before (this one is added)."""
     pairid = rec.req_int("pairid")
@@ -302,7 +320,8 @@ class _ExtJoin:
             self.buffer.extend(batch)
             self.earlier = self.index.first_lines(
                 (str(raw["pairid"]) for _, raw in batch if isinstance(raw, dict) and is_int(raw.get("pairid"))),
-                _EXTENDED)
+                _EXTENDED,
+            )
         return self.buffer.popleft()
 
     def _read_until(self, pairid: int) -> None:
@@ -311,7 +330,9 @@ class _ExtJoin:
             rec = Record(self.path, index, raw)
             found = rec.req_int("pairid")
             if str(found) in self.earlier:
-                rec.fail("pairid", f"duplicate pairid {found} (first at {record_name(rec.file, self.earlier[str(found)])})")
+                rec.fail(
+                    "pairid", f"duplicate pairid {found} (first at {record_name(rec.file, self.earlier[str(found)])})"
+                )
             self.earlier[str(found)] = index
             self.read.append((str(found), index))
             rec.opt_str("reference")
@@ -345,4 +366,6 @@ class _ExtJoin:
         """Validate the rest of the ext file and warn about entries that matched no caption."""
         self._read_until(-1)
         if self.pending:
-            self.dataset.warnings.append(f"{self.path.name}: {len(self.pending)} entries match no pairid of the caption file")
+            self.dataset.warnings.append(
+                f"{self.path.name}: {len(self.pending)} entries match no pairid of the caption file"
+            )

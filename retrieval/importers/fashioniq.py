@@ -13,6 +13,7 @@ empty strings and leading spaces kept verbatim); ``target`` is the single primar
 Galleries are keyed ``f"{category}/{split}"`` (each category has its own search space); the
 key is repeated in ``QueryRecord.extra['gallery']``.
 """
+
 from __future__ import annotations
 
 import re
@@ -52,8 +53,10 @@ _CONTENT = [
     ("cap", list_of_objects_with("candidate", "captions")),
     ("split", list_of_strings),
 ]
-_EXPECTED = ("cap.<category>.<split>.json (a list of {candidate, target, captions}) or "
-             "split.<category>.<split>.json (a list of ASINs)")
+_EXPECTED = (
+    "cap.<category>.<split>.json (a list of {candidate, target, captions}) or "
+    "split.<category>.<split>.json (a list of ASINs)"
+)
 
 
 def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
@@ -61,9 +64,16 @@ def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | Non
     return collect(stream, FORMAT, paths, split=split, subset=subset)
 
 
-def group_files(paths: Iterable[PathLike], patterns, content, expected: str, split: str | None,
-                subset: str | None, categories: Iterable[str], default_split: str | None = None,
-                ) -> tuple[dict[tuple[str, str], dict[str, Path]], list[Path]]:
+def group_files(
+    paths: Iterable[PathLike],
+    patterns,
+    content,
+    expected: str,
+    split: str | None,
+    subset: str | None,
+    categories: Iterable[str],
+    default_split: str | None = None,
+) -> tuple[dict[tuple[str, str], dict[str, Path]], list[Path]]:
     """Files by (category, split) and role, from content and names; plus the ``attributes`` files.
 
     The category comes from ``subset``, else the name; the split from ``split``, else the name,
@@ -76,16 +86,19 @@ def group_files(paths: Iterable[PathLike], patterns, content, expected: str, spl
         if role == "attributes":
             attributes.append(path)
             continue
-        category = need(subset or named.get("category") or name_token(path, categories), path, "category",
-                        "--subset", expected)
-        split_name = need(split or named.get("split") or name_token(path, SPLITS) or default_split, path, "split",
-                          "--split", expected)
+        category = need(
+            subset or named.get("category") or name_token(path, categories), path, "category", "--subset", expected
+        )
+        split_name = need(
+            split or named.get("split") or name_token(path, SPLITS) or default_split, path, "split", "--split", expected
+        )
         add_to_group(groups, (category, split_name), role, path)
     return groups, attributes
 
 
-def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
-           subset: str | None = None) -> Iterator[QueryRecord]:
+def stream(
+    paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None, subset: str | None = None
+) -> Iterator[QueryRecord]:
     """Yield FashionIQ queries one by one, registering images and galleries on ``dataset``."""
     groups, _ = group_files(paths, _PATTERNS, _CONTENT, _EXPECTED, split, subset, CATEGORIES)
     for (category, split_name), roles in groups.items():
@@ -93,12 +106,12 @@ def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None 
         if "split" in roles:
             parse_asin_list(roles["split"], dataset, gallery_key)
         if "cap" in roles:
-            yield from _parse_captions(roles["cap"], category, split_name, dataset,
-                                       gallery_key if "split" in roles else None)
+            yield from _parse_captions(
+                roles["cap"], category, split_name, dataset, gallery_key if "split" in roles else None
+            )
 
 
-def add_to_group(groups: dict[tuple[str, str], dict[str, Path]], key: tuple[str, str], role: str,
-                 path: Path) -> None:
+def add_to_group(groups: dict[tuple[str, str], dict[str, Path]], key: tuple[str, str], role: str, path: Path) -> None:
     """File ``path`` as the ``role`` file of (category, split) ``key``; a second one is an error."""
     roles = groups.setdefault(key, {})
     if role in roles:
@@ -111,6 +124,7 @@ def parse_asin_list(path: Path, dataset: ParsedDataset, gallery_key: str) -> Non
 
     An ASIN listed twice is stored once, with a warning.
     """
+
     def members() -> Iterator[str]:
         for index, asin in iter_list(path):
             if not isinstance(asin, str):
@@ -120,8 +134,9 @@ def parse_asin_list(path: Path, dataset: ParsedDataset, gallery_key: str) -> Non
     fill_gallery(dataset, gallery_key, path.name, members())
 
 
-def _parse_captions(path: Path, category: str, split: str, dataset: ParsedDataset,
-                    gallery_key: str | None) -> Iterator[QueryRecord]:
+def _parse_captions(
+    path: Path, category: str, split: str, dataset: ParsedDataset, gallery_key: str | None
+) -> Iterator[QueryRecord]:
     """Validate and map every triplet of a ``cap.<category>.<split>`` file, streaming."""
     test = is_test_split(split)
     for index, raw in iter_list(path):

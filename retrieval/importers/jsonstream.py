@@ -27,6 +27,7 @@ that overflow a double are refused. A file cut short names the record it ends in
 after the last complete record), not a byte column. Nothing here uses Django (importing
 :mod:`config.limits` loads the ``config`` package, whose ``__init__`` creates the Celery app).
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -119,12 +120,12 @@ def check_bounds(path: Path | str, max_depth: int = MAX_DEPTH, *, first_only: bo
     ``first_only``: stop after the first top-level item (what :func:`sniff` reads)."""
     with _open(Path(path)) as handle:
         guarded = _Guarded(handle)
-        scan_events(str(path), ijson.basic_parse(guarded, use_float=True), max_depth, guard=guarded,
-                    first_only=first_only)
+        scan_events(
+            str(path), ijson.basic_parse(guarded, use_float=True), max_depth, guard=guarded, first_only=first_only
+        )
 
 
-def check_document_bounds(source: str, document: bytes, max_depth: int = MAX_DEPTH,
-                          record: int | None = None) -> None:
+def check_document_bounds(source: str, document: bytes, max_depth: int = MAX_DEPTH, record: int | None = None) -> None:
     """:func:`check_bounds` for one in-memory document (a JSON Lines line: ``record`` is its number)."""
     guarded = _Guarded(io.BytesIO(document))
     scan_events(source, ijson.basic_parse(guarded, use_float=True), max_depth, record, guard=guarded)
@@ -133,7 +134,8 @@ def check_document_bounds(source: str, document: bytes, max_depth: int = MAX_DEP
 # A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the reverse: yajl turns it into "?"
 _LONE_SURROGATE = re.compile(
     rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 class _Guarded:
@@ -158,16 +160,22 @@ class _Guarded:
             for m in _LONE_SURROGATE.finditer(window):
                 if start <= m.start() < end:
                     self.found = True
-                    return window[start:m.start()]
+                    return window[start : m.start()]
             if end > start or not data:
-                self.held, self.before = window[end:], window[:end][-self.LOOK:]
+                self.held, self.before = window[end:], window[:end][-self.LOOK :]
                 return window[start:end]
             self.held = window[start:]  # too little to judge yet: read on (an empty read would end the stream)
 
 
-def scan_events(source: str, events: Iterator[tuple[str, Any]], max_depth: int, record: int | None = None,
-                guard: _Guarded | None = None, first_only: bool = False,
-                on_event: Callable[[str, Any], None] | None = None) -> bool:
+def scan_events(
+    source: str,
+    events: Iterator[tuple[str, Any]],
+    max_depth: int,
+    record: int | None = None,
+    guard: _Guarded | None = None,
+    first_only: bool = False,
+    on_event: Callable[[str, Any], None] | None = None,
+) -> bool:
     """Check ``events`` (see :func:`check_bounds`), passing each to ``on_event`` once checked.
     False when the JSON is invalid before the end (the reader that follows says where).
     A refusal names the record and the field (:class:`_Where`)."""
@@ -192,14 +200,17 @@ def scan_events(source: str, events: Iterator[tuple[str, Any]], max_depth: int, 
     except ijson.JSONError as exc:
         if guard is None or not guard.found:
             if "integer overflow" in str(exc):
-                raise refuse(f"an integer outside the 64-bit range ({INT_MIN} to {INT_MAX}); refused",
-                             pending=True) from None
+                raise refuse(
+                    f"an integer outside the 64-bit range ({INT_MIN} to {INT_MAX}); refused", pending=True
+                ) from None
             return False  # invalid JSON: the reader that follows says where, in its own words
     except UnicodeDecodeError:
         raise refuse("a string is not valid UTF-8 (a lone surrogate?): no field may hold it", pending=True) from None
     if guard is not None and guard.found:
-        raise refuse("a string holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), which no field may hold",
-                     pending=True)
+        raise refuse(
+            "a string holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), which no field may hold",
+            pending=True,
+        )
     return True
 
 
@@ -308,8 +319,14 @@ def sniff(path: Path) -> tuple[str, Any]:
     first = _FirstItem()
     with _open(path) as handle:
         guarded = _Guarded(handle)
-        complete = scan_events(str(path), ijson.basic_parse(guarded, use_float=True), MAX_DEPTH, guard=guarded,
-                               first_only=True, on_event=first.event)
+        complete = scan_events(
+            str(path),
+            ijson.basic_parse(guarded, use_float=True),
+            MAX_DEPTH,
+            guard=guarded,
+            first_only=True,
+            on_event=first.event,
+        )
     if not complete or not first.fed:
         return shape, None
     return shape, (first.key, first.builder.value) if shape == "object" else first.builder.value
@@ -360,19 +377,34 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ParseError(str(path), index, _field_at(raw[:exc.start]), f"not UTF-8 text: {exc}",
-                                 record_label=f"line {index + 1}") from None
+                raise ParseError(
+                    str(path),
+                    index,
+                    _field_at(raw[: exc.start]),
+                    f"not UTF-8 text: {exc}",
+                    record_label=f"line {index + 1}",
+                ) from None
             if not line.strip():
                 continue
             check_document_bounds(str(path), raw, record=index)
             try:
                 yield index, json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
             except _LineError as exc:
-                raise ParseError(str(path), index, _field_at(raw), NON_STANDARD_MESSAGE.format(token=exc.token),
-                                 record_label=f"line {index + 1}") from None
+                raise ParseError(
+                    str(path),
+                    index,
+                    _field_at(raw),
+                    NON_STANDARD_MESSAGE.format(token=exc.token),
+                    record_label=f"line {index + 1}",
+                ) from None
             except json.JSONDecodeError as exc:
-                raise ParseError(str(path), index, _field_at(line[:exc.pos].encode("utf-8")),
-                                 f"invalid JSON at column {exc.colno}: {exc.msg}", record_label=f"line {index + 1}") from None
+                raise ParseError(
+                    str(path),
+                    index,
+                    _field_at(line[: exc.pos].encode("utf-8")),
+                    f"invalid JSON at column {exc.colno}: {exc.msg}",
+                    record_label=f"line {index + 1}",
+                ) from None
 
 
 def _count(n: int) -> None:
@@ -416,8 +448,9 @@ def diagnose(path: Path, exc: Exception) -> ParseError:
         return ParseError(str(path), None, None, f"invalid JSON before the first record: {reason}")
     last = f"record {record} is the last complete one" if record else "no record is complete"  # 1-based
     if "premature EOF" in reason:
-        return ParseError(str(path), record, field_name,
-                          f"invalid JSON: the file ends inside this record ({last}); truncated?")
+        return ParseError(
+            str(path), record, field_name, f"invalid JSON: the file ends inside this record ({last}); truncated?"
+        )
     return ParseError(str(path), record, field_name, f"invalid JSON ({last}): {reason}")
 
 
@@ -469,8 +502,9 @@ class _Position:
         return self.record
 
 
-def top_members(path: Path | str, build: Collection[str],
-                stream: Mapping[str, Callable[[Any], None]] | None = None) -> dict[str, Any]:
+def top_members(
+    path: Path | str, build: Collection[str], stream: Mapping[str, Callable[[Any], None]] | None = None
+) -> dict[str, Any]:
     """The members of the top-level object of ``path``, in one streaming pass: those named in
     ``build`` with their values, every other one as an empty value of its type (``[]``, ``{}``)
     or its scalar, so a reader can check a header and then stream a large member with
@@ -550,7 +584,7 @@ def diagnose_member(path: Path | str, member: str, exc: Exception, label: str = 
                 if prefix == item and event in _Position.VALUE_STARTS:
                     index, field_name = (0 if index is None else index + 1), None
                 elif event == "map_key" and index is not None and (prefix == item or prefix.startswith(item + ".")):
-                    inner = ".".join(p for p in prefix[len(item):].split(".") if p and p != "item")
+                    inner = ".".join(p for p in prefix[len(item) :].split(".") if p and p != "item")
                     field_name = f"{inner}.{value}" if inner else value
         except ijson.JSONError as again:  # this pass's own error says more than the caller's first line
             exc = again

@@ -18,6 +18,7 @@ followed by four digits (``val/val2014/`` -> ``val2014/``, ``train/train2014/`` 
 ``train2014/``), so both files name the same file; the corpus spelling is kept in
 ``ImageRecord.extra['corpus_path']``.
 """
+
 from __future__ import annotations
 
 import re
@@ -39,7 +40,16 @@ from retrieval.importers._common import (
     name_token,
     register,
 )
-from retrieval.records import ParsedDataset, ParseError, QueryRecord, TargetRecord, TextRecord, TurnRecord, safe_relpath, record_name
+from retrieval.records import (
+    ParsedDataset,
+    ParseError,
+    QueryRecord,
+    TargetRecord,
+    TextRecord,
+    TurnRecord,
+    record_name,
+    safe_relpath,
+)
 
 FORMAT = "lasco"
 
@@ -53,8 +63,10 @@ _CONTENT = [
     ("triplets", list_of_objects_with("qid", "query-image")),
     ("corpus", list_of_objects_with("id", "path")),
 ]
-_EXPECTED = "lasco_<split>.json (a list of {qid, query-image, query-text, target-image}) or " \
-            "lasco_<split>_corpus.json (a list of {id, path})"
+_EXPECTED = (
+    "lasco_<split>.json (a list of {qid, query-image, query-text, target-image}) or "
+    "lasco_<split>_corpus.json (a list of {id, path})"
+)
 
 
 def reconcile_corpus_path(path: str) -> str:
@@ -87,16 +99,21 @@ def _classify(paths: Iterable[PathLike], split: str | None) -> tuple[list[tuple[
     for path, name in corpora:
         if name is None:
             if len(triplet_splits) != 1:
-                raise ParseError(str(path), None, None, "cannot tell the split of this corpus file; name it "
-                                                        "lasco_<split>_corpus.json or pass --split")
+                raise ParseError(
+                    str(path),
+                    None,
+                    None,
+                    "cannot tell the split of this corpus file; name it lasco_<split>_corpus.json or pass --split",
+                )
             name = next(iter(triplet_splits))
         resolved.append((path, name))
     _no_duplicates(resolved, "corpus")
     return triplets, resolved
 
 
-def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
-           subset: str | None = None) -> Iterator[QueryRecord]:
+def stream(
+    paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None, subset: str | None = None
+) -> Iterator[QueryRecord]:
     """Yield LaSCo queries one by one, then read the corpora into galleries (registering images)."""
     triplets, corpora = _classify(paths, split)
     corpus_splits = {name for _, name in corpora}

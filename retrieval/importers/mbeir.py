@@ -28,6 +28,7 @@ time and handed over through :meth:`retrieval.records.ParsedDataset.add_streamed
 path's did, duplicates, gallery membership) lives in a scratch index on disk
 (:mod:`retrieval.importers.poolindex`), not in Python.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -108,14 +109,19 @@ def _files(paths: Iterable[PathLike], split: str | None) -> dict[str, list[tuple
         for path, name in found:
             name = name or (only if role != "queries" else None)
             if name is None:
-                raise ParseError(str(path), None, None, "cannot tell the split from the file name "
-                                                        "(expected ..._<train|val|test>...); pass --split")
+                raise ParseError(
+                    str(path),
+                    None,
+                    None,
+                    "cannot tell the split from the file name (expected ..._<train|val|test>...); pass --split",
+                )
             resolved.setdefault(role, []).append((path, name))
     return resolved
 
 
-def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
-           subset: str | None = None) -> Iterator[QueryRecord]:
+def stream(
+    paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None, subset: str | None = None
+) -> Iterator[QueryRecord]:
     """Read the pools (streaming, a batch of lines at a time) and qrels, then yield the queries one by one."""
     files = _files(paths, split)
     with PoolIndex() as index:
@@ -128,8 +134,11 @@ def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None 
         seen: set[tuple[str, str]] = set()  # (split, qid) across the query files
         for path, name in files.get("queries", []):
             for query in _parse_queries(path, name, dataset, index, positives, seen):
-                missing.update(t.image for t in query.targets
-                               if (image := dataset.images.get(t.image)) is not None and image.path is None)
+                missing.update(
+                    t.image
+                    for t in query.targets
+                    if (image := dataset.images.get(t.image)) is not None and image.path is None
+                )
                 yield query
     _warn_unmatched(positives, dataset)
     if files.get("pool") and missing:
@@ -155,7 +164,9 @@ def _parse_pool(path: Path, split: str, dataset: ParsedDataset, index: PoolIndex
 
 def _pool_rows(path: Path, batch: list[tuple[int, Any]], index: PoolIndex) -> list[tuple[str, ImageRecord | None]]:
     """Validate a batch of pool lines in file order: ``(did, image)``, image None for a text-only row."""
-    earlier = index.first_lines(raw["did"] for _, raw in batch if isinstance(raw, dict) and isinstance(raw.get("did"), str))
+    earlier = index.first_lines(
+        raw["did"] for _, raw in batch if isinstance(raw, dict) and isinstance(raw.get("did"), str)
+    )
     rows: list[tuple[str, ImageRecord | None]] = []
     for line, raw in batch:
         rec = Record(path, line, raw, "candidate")
@@ -198,9 +209,14 @@ def _target_image(dataset: ParsedDataset, index: PoolIndex, did: str) -> None:
         register(dataset, did)
 
 
-def _parse_queries(path: Path, split: str, dataset: ParsedDataset, index: PoolIndex,
-                   positives: dict[tuple[str, str], list[tuple[str, str]]],
-                   seen: set[tuple[str, str]]) -> Iterator[QueryRecord]:
+def _parse_queries(
+    path: Path,
+    split: str,
+    dataset: ParsedDataset,
+    index: PoolIndex,
+    positives: dict[tuple[str, str], list[tuple[str, str]]],
+    seen: set[tuple[str, str]],
+) -> Iterator[QueryRecord]:
     """Validate and map every query line of a query jsonl file, adding its qrels positives."""
     for line, raw in iter_jsonl(path):
         rec = Record(path, line, raw, "query")
@@ -254,19 +270,30 @@ def _parse_qrels(path: Path, split: str, positives: dict[tuple[str, str], list[t
         if not cols:
             continue
         if len(cols) not in (4, 5):
-            raise ParseError(str(path), index, None, f"expected 'qid 0 did relevance [task_id]', got {len(cols)} columns",
-                             record_label=f"line {index + 1}")
+            raise ParseError(
+                str(path),
+                index,
+                None,
+                f"expected 'qid 0 did relevance [task_id]', got {len(cols)} columns",
+                record_label=f"line {index + 1}",
+            )
         qid, _, did, rel_text = cols[:4]
         try:
             relevance = float(rel_text)
         except ValueError:
             relevance = math.nan
         if not math.isfinite(relevance):
-            raise ParseError(str(path), index, "relevance", f"relevance {rel_text!r} is not a finite number",
-                             record_label=f"line {index + 1}")
+            raise ParseError(
+                str(path),
+                index,
+                "relevance",
+                f"relevance {rel_text!r} is not a finite number",
+                record_label=f"line {index + 1}",
+            )
         if len(cols) == 5 and not cols[4].lstrip("-").isdigit():
-            raise ParseError(str(path), index, "task_id", f"task id {cols[4]!r} is not an integer",
-                             record_label=f"line {index + 1}")
+            raise ParseError(
+                str(path), index, "task_id", f"task id {cols[4]!r} is not an integer", record_label=f"line {index + 1}"
+            )
         if relevance > 0:
             positives.setdefault((split, qid), []).append((did, f"{path.name} line {index + 1}"))
 
@@ -291,4 +318,5 @@ def _warn_unmatched(positives: dict[tuple[str, str], list[tuple[str, str]]], dat
             by_file.setdefault(where.split(" line ")[0], set()).add(qid)
     for name, unknown in by_file.items():
         dataset.warnings.append(
-            f"{name}: {len(unknown)} qid(s) with positives match no query, e.g. {sorted(unknown)[0]!r}")
+            f"{name}: {len(unknown)} qid(s) with positives match no query, e.g. {sorted(unknown)[0]!r}"
+        )

@@ -19,6 +19,7 @@ unless asked (``ParsedDataset.attribute_images``, ``import_dataset --attribute-i
 warning counts them.
 Galleries are keyed ``f"{category}/{split}"`` (also in ``QueryRecord.extra['gallery']``).
 """
+
 from __future__ import annotations
 
 import re
@@ -60,8 +61,10 @@ _CONTENT = [
     ("split", list_of_strings),
     ("attributes", object_of(lambda value: isinstance(value, list))),
 ]
-_EXPECTED = ("<category>.<split>.json or <category>.json (a list of {target, reference} sessions), "
-             "split.<category>.<split>.json (a list of ASINs) or asin2attr.*.json (ASIN -> attribute lists)")
+_EXPECTED = (
+    "<category>.<split>.json or <category>.json (a list of {target, reference} sessions), "
+    "split.<category>.<split>.json (a list of ASINs) or asin2attr.*.json (ASIN -> attribute lists)"
+)
 
 
 def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | None = None) -> ParsedDataset:
@@ -69,14 +72,16 @@ def parse(paths: Iterable[PathLike], split: str | None = None, subset: str | Non
     return collect(stream, FORMAT, paths, split=split, subset=subset)
 
 
-def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None,
-           subset: str | None = None) -> Iterator[QueryRecord]:
+def stream(
+    paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None = None, subset: str | None = None
+) -> Iterator[QueryRecord]:
     """Yield Multi-turn FashionIQ sessions one by one, registering images and galleries on ``dataset``.
 
     Attribute files are read first, so every image is complete before its sessions are yielded.
     """
-    groups, attribute_files = group_files(paths, _PATTERNS, _CONTENT, _EXPECTED, split, subset,
-                                          (*CATEGORIES, "all"), default_split=UNSPLIT)
+    groups, attribute_files = group_files(
+        paths, _PATTERNS, _CONTENT, _EXPECTED, split, subset, (*CATEGORIES, "all"), default_split=UNSPLIT
+    )
     attributes: dict[str, list] = {}
     for path in attribute_files:
         _parse_attributes(path, dataset, attributes)
@@ -89,14 +94,19 @@ def stream(paths: Iterable[PathLike], dataset: ParsedDataset, split: str | None 
                     register(dataset, asin, extra={"attributes": attributes[asin]})
         if "sessions" in roles:
             if split_name == UNSPLIT and split is None:
-                dataset.warnings.append(f"{roles['sessions'].name}: no split in the file name; stored as split "
-                                        f"{UNSPLIT!r} (pass --split to name it)")
-            yield from _parse_sessions(roles["sessions"], category, split_name, dataset,
-                                       gallery_key if "split" in roles else None, attributes)
+                dataset.warnings.append(
+                    f"{roles['sessions'].name}: no split in the file name; stored as split "
+                    f"{UNSPLIT!r} (pass --split to name it)"
+                )
+            yield from _parse_sessions(
+                roles["sessions"], category, split_name, dataset, gallery_key if "split" in roles else None, attributes
+            )
     unused = sum(1 for asin in attributes if asin not in dataset.images)
     if unused:
-        dataset.warnings.append(f"{unused} ASIN(s) of the attribute files are in no session or gallery: not stored "
-                                "as images (pass --attribute-images to store them)")
+        dataset.warnings.append(
+            f"{unused} ASIN(s) of the attribute files are in no session or gallery: not stored "
+            "as images (pass --attribute-images to store them)"
+        )
 
 
 def _check_image_entry(rec: Record, field_name: str, value: Any, size: int) -> list[Any]:
@@ -110,15 +120,17 @@ def _check_image_entry(rec: Record, field_name: str, value: Any, size: int) -> l
     return value
 
 
-def _image(dataset: ParsedDataset, rec: Record, asin: str, url: str, field_name: str,
-           attributes: dict[str, list]) -> str:
+def _image(
+    dataset: ParsedDataset, rec: Record, asin: str, url: str, field_name: str, attributes: dict[str, list]
+) -> str:
     path = image_id_path(asin, IMAGE_TEMPLATE, rec.file, rec.index, field_name)
     extra = {"attributes": attributes[asin]} if asin in attributes else None
     return register(dataset, asin, path=path, url=url or None, extra=extra)
 
 
-def _parse_sessions(path: Path, category: str, split: str, dataset: ParsedDataset,
-                    gallery_key: str | None, attributes: dict[str, list]) -> Iterator[QueryRecord]:
+def _parse_sessions(
+    path: Path, category: str, split: str, dataset: ParsedDataset, gallery_key: str | None, attributes: dict[str, list]
+) -> Iterator[QueryRecord]:
     for index, raw in iter_list(path):
         rec = Record(path, index, raw, "session")
         target = _check_image_entry(rec, "target", rec.req("target"), 2)

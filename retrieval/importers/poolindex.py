@@ -18,6 +18,7 @@ when closed, with a page cache of at most :data:`CACHE_KIB`), so the parser hold
 rows at a time whatever the pool's length; the disk it takes is about the size of the pool
 file. Pure Python (the standard library's ``sqlite3``); nothing here imports Django.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,7 @@ class PoolIndex:
 
     def __init__(self) -> None:
         self.db = sqlite3.connect("", isolation_level=None)
-        for pragma in ("journal_mode = OFF", "synchronous = OFF", f"cache_size = -{CACHE_KIB}",
-                       "temp_store = FILE"):
+        for pragma in ("journal_mode = OFF", "synchronous = OFF", f"cache_size = -{CACHE_KIB}", "temp_store = FILE"):
             self.db.execute(f"PRAGMA {pragma}")
         for statement in _SCHEMA:
             self.db.execute(statement)
@@ -81,13 +81,15 @@ class PoolIndex:
 
     def first_lines(self, dids: Iterable[str], scope: str = "") -> dict[str, int]:
         """``did -> line`` for the ``dids`` already read on an earlier line of this file."""
-        return dict(self._select("SELECT did, line FROM seen WHERE scope = ? AND did IN ({marks})", list(set(dids)),
-                                 scope))
+        return dict(
+            self._select("SELECT did, line FROM seen WHERE scope = ? AND did IN ({marks})", list(set(dids)), scope)
+        )
 
     def mark_seen(self, rows: Iterable[tuple[str, int]], scope: str = "") -> None:
         """Remember ``(did, line)`` pairs of this file (the first line of each did is kept)."""
-        self.db.executemany("INSERT OR IGNORE INTO seen (scope, did, line) VALUES (?, ?, ?)",
-                            ((scope, did, line) for did, line in rows))
+        self.db.executemany(
+            "INSERT OR IGNORE INTO seen (scope, did, line) VALUES (?, ?, ?)", ((scope, did, line) for did, line in rows)
+        )
 
     # ------------------------------------------------------------------ images
 
@@ -98,8 +100,10 @@ class PoolIndex:
 
     def store(self, new: list[ImageRecord], changed: list[ImageRecord]) -> None:
         """Register ``new`` images; replace the values of ``changed`` ones."""
-        self.db.executemany("INSERT OR REPLACE INTO image (did, path, url, extra) VALUES (?, ?, ?, ?)",
-                            [(i.external_id, i.path, i.url, json.dumps(i.extra)) for i in (*new, *changed)])
+        self.db.executemany(
+            "INSERT OR REPLACE INTO image (did, path, url, extra) VALUES (?, ?, ?, ?)",
+            [(i.external_id, i.path, i.url, json.dumps(i.extra)) for i in (*new, *changed)],
+        )
 
     def add_paths(self, pairs: Iterable[tuple[str, str]]) -> None:
         """Remember ``(path, did)`` pairs; a path keeps the first did given for it."""
@@ -108,8 +112,12 @@ class PoolIndex:
     def known(self, dids: Iterable[str], split: str | None = None) -> tuple[set[str], set[str]]:
         """The ``dids`` that an earlier row registered, and those of them in the gallery of
         ``split`` (none without a split), in one look-up."""
-        rows = self._select("SELECT i.did, m.did IS NOT NULL FROM image i LEFT JOIN member m ON m.split = ? "
-                            "AND m.did = i.did WHERE i.did IN ({marks})", list(set(dids)), split or "")
+        rows = self._select(
+            "SELECT i.did, m.did IS NOT NULL FROM image i LEFT JOIN member m ON m.split = ? "
+            "AND m.did = i.did WHERE i.did IN ({marks})",
+            list(set(dids)),
+            split or "",
+        )
         return {did for did, _ in rows}, {did for did, member in rows if member}
 
     def has(self, did: str) -> bool:
@@ -125,8 +133,12 @@ class PoolIndex:
 
     def members(self, split: str, dids: Iterable[str]) -> set[str]:
         """The ``dids`` that are in the gallery of ``split``."""
-        return {row[0] for row in self._select("SELECT did FROM member WHERE split = ? AND did IN ({marks})",
-                                               list(set(dids)), split)}
+        return {
+            row[0]
+            for row in self._select(
+                "SELECT did FROM member WHERE split = ? AND did IN ({marks})", list(set(dids)), split
+            )
+        }
 
     def add_members(self, split: str, dids: list[str]) -> list[str]:
         """Add ``dids`` to the gallery of ``split``; returns those that were not in it, in order."""

@@ -10,6 +10,7 @@ than refused for a field it was never meant to have.
 Only the start of a file is read: the first item of a JSON list or object
 (:func:`retrieval.importers.jsonstream.sniff`) or the first line of a JSON Lines file.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,13 @@ from retrieval.records import ParseError
 
 #: How messages name the formats (the keys of :data:`retrieval.importers.FORMATS`).
 FORMAT_NAMES = {
-    "cirr": "CIRR", "fashioniq": "FashionIQ", "circo": "CIRCO", "lasco": "LaSCo", "mbeir": "M-BEIR",
-    "circled": "CIRCLED", "mtfiq": "Multi-turn FashionIQ",
+    "cirr": "CIRR",
+    "fashioniq": "FashionIQ",
+    "circo": "CIRCO",
+    "lasco": "LaSCo",
+    "mbeir": "M-BEIR",
+    "circled": "CIRCLED",
+    "mtfiq": "Multi-turn FashionIQ",
 }
 #: The first line of a JSON Lines file read to tell its format (a longer one is not told).
 MAX_LINE = 1 << 20
@@ -37,11 +43,18 @@ def _jsonl_with(*keys: str) -> Callable[[str, Any], bool]:
 #: ``(formats, what the file is, test(shape, first))``, most specific first. A file whose
 #: layout two formats share (FashionIQ's and Multi-turn FashionIQ's ASIN lists) names both.
 SIGNATURES: list[tuple[tuple[str, ...], str, Callable[[str, Any], bool]]] = [
-    (("cirr",), "a CIRR extended-caption file (cap.ext.rc2.<split>.json)", list_of_objects_with("pairid", "caption_extend")),
+    (
+        ("cirr",),
+        "a CIRR extended-caption file (cap.ext.rc2.<split>.json)",
+        list_of_objects_with("pairid", "caption_extend"),
+    ),
     (("cirr",), "a CIRR caption file (cap.rc2.<split>.json)", list_of_objects_with("pairid", "reference", "caption")),
     (("cirr",), "a CIRR split file (split.rc2.<split>.json)", object_of(lambda value: isinstance(value, str))),
-    (("fashioniq",), "a FashionIQ caption file (cap.<category>.<split>.json)",
-     list_of_objects_with("candidate", "target", "captions")),
+    (
+        ("fashioniq",),
+        "a FashionIQ caption file (cap.<category>.<split>.json)",
+        list_of_objects_with("candidate", "target", "captions"),
+    ),
     (("fashioniq", "mtfiq"), "a FashionIQ image split file (split.<category>.<split>.json)", list_of_strings),
     (("mtfiq",), "a Multi-turn FashionIQ session file", list_of_objects_with("reference", "target")),
     (("mtfiq",), "a Multi-turn FashionIQ attribute file", object_of(lambda value: isinstance(value, list))),

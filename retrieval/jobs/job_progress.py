@@ -1,4 +1,5 @@
 """Progress arithmetic shared by every job page (pure; no Django)."""
+
 from __future__ import annotations
 
 

@@ -16,6 +16,7 @@
 * :func:`release`: a worker that stops puts its running rows back, never sent, so the next
   sweep of any worker (or the worker's own last sweep) sends them again at once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,8 @@ import secrets
 import socket
 import threading
 import time
-from contextlib import nullcontext
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -84,25 +85,39 @@ def claim(model, pk: int, owner: str, attempts: int | None = None, **fields: Any
     now = timezone.now()
     limit = max_attempts() if attempts is None else attempts
     return bool(
-        claimable(model).filter(pk=pk, attempts__lt=limit).update(
-            status=Status.RUNNING, owner=owner, started_at=now, heartbeat_at=now, attempts=F("attempts") + 1,
-            error="", **fields)
+        claimable(model)
+        .filter(pk=pk, attempts__lt=limit)
+        .update(
+            status=Status.RUNNING,
+            owner=owner,
+            started_at=now,
+            heartbeat_at=now,
+            attempts=F("attempts") + 1,
+            error="",
+            **fields,
+        )
     )
 
 
 def finish(model, pk: int, owner: str, **fields: Any) -> bool:
     """Mark ``owner``'s running row done; ``False`` when the lease was lost meanwhile."""
     now = timezone.now()
-    return bool(model.objects.filter(pk=pk, owner=owner, status=Status.RUNNING).update(
-        status=Status.DONE, finished_at=now, heartbeat_at=now, **fields))
+    return bool(
+        model.objects.filter(pk=pk, owner=owner, status=Status.RUNNING).update(
+            status=Status.DONE, finished_at=now, heartbeat_at=now, **fields
+        )
+    )
 
 
 def fail(model, pk: int, message: str, owner: str | None = None, **fields: Any) -> bool:
     """Mark a row failed with a readable message (a done row stays done; with ``owner``,
     only while that owner holds it)."""
     rows = model.objects.filter(pk=pk) if owner is None else model.objects.filter(pk=pk, owner=owner)
-    return bool(rows.exclude(status=Status.DONE).update(
-        status=Status.FAILED, error=message[:20000], finished_at=timezone.now(), **fields))
+    return bool(
+        rows.exclude(status=Status.DONE).update(
+            status=Status.FAILED, error=message[:20000], finished_at=timezone.now(), **fields
+        )
+    )
 
 
 #: An absolute path (two parts or more): shown by its last part only.
@@ -139,8 +154,9 @@ class Heartbeat:
     on its own connection (so progress shows while the work holds a long transaction).
     ``lost`` turns true when another owner took the row; :meth:`check` then raises."""
 
-    def __init__(self, model, pk: int, owner: str, interval: float | None = None, progress: bool = False,
-                 thread: bool = True) -> None:
+    def __init__(
+        self, model, pk: int, owner: str, interval: float | None = None, progress: bool = False, thread: bool = True
+    ) -> None:
         self.model = model
         self.pk = pk
         self.owner = owner
@@ -168,7 +184,8 @@ class Heartbeat:
         with self._lock:
             fields, self._pending = self._pending, {}
         n = self.model.objects.filter(pk=self.pk, owner=self.owner, status=Status.RUNNING).update(
-            heartbeat_at=timezone.now(), **(fields if self._progress else {}))
+            heartbeat_at=timezone.now(), **(fields if self._progress else {})
+        )
         return n > 0
 
     def _run(self) -> None:
@@ -200,15 +217,20 @@ class Heartbeat:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
 
-def run_job(model, pk: int, work: Callable[[Callable[[str, int, int], None]], dict[str, Any]],
-            owner: str | None = None, atomic: bool = False) -> str:
+def run_job(
+    model,
+    pk: int,
+    work: Callable[[Callable[[str, int, int], None]], dict[str, Any]],
+    owner: str | None = None,
+    atomic: bool = False,
+) -> str:
     """Claim row ``pk``, run ``work(report)`` under a heartbeat and finish the row with the
     fields ``work`` returns. Returns ``"done"``, ``"failed"``, ``"lost"`` or ``"skipped"``
     (done, failed, or alive in another worker: a redelivered message does nothing).
@@ -257,7 +279,8 @@ def resend_stale(qs: QuerySet, send: Send, give_up: Callable[[Any], None], limit
             continue
         now = timezone.now()
         if model.objects.filter(pk=row.pk, status=Status.RUNNING, heartbeat_at=row.heartbeat_at).update(
-                status=model.WAITING, owner="", enqueued_at=now):
+            status=model.WAITING, owner="", enqueued_at=now
+        ):
             logger.warning("%s %s: its worker stopped beating; sent again", model.__name__, row.pk)
             _send(model, row.pk, send, now)
             out["resent_stale"] += 1
@@ -304,8 +327,12 @@ def release(owners: list[str]) -> dict[str, int]:
     for model in apps.get_models():
         if issubclass(model, Leased):
             n = model.objects.filter(status=Status.RUNNING, owner__in=owners).update(
-                status=model.WAITING, owner="", enqueued_at=None, heartbeat_at=None,
-                attempts=Case(When(attempts__gt=0, then=F("attempts") - 1), default=0))
+                status=model.WAITING,
+                owner="",
+                enqueued_at=None,
+                heartbeat_at=None,
+                attempts=Case(When(attempts__gt=0, then=F("attempts") - 1), default=0),
+            )
             if n:
                 out[model._meta.label] = n
     return out

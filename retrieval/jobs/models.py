@@ -1,4 +1,5 @@
 """Abstract job models shared by ImportJob, ExportJob, AuditRun and AuditChunk."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -79,10 +80,17 @@ class Progress(models.Model):
         """The one JSON shape of every progress endpoint (read by ``static/cirval/jobs.js``)."""
         eta = self.eta()
         return {
-            "id": self.pk, "status": self.status, "stage": self.stage, "done": self.done, "total": self.total,
-            "percent": self.percent, "eta_seconds": None if eta is None else round(eta, 1),
+            "id": self.pk,
+            "status": self.status,
+            "stage": self.stage,
+            "done": self.done,
+            "total": self.total,
+            "percent": self.percent,
+            "eta_seconds": None if eta is None else round(eta, 1),
             "error": self.error.splitlines()[0] if self.error else "",
-            "report": report or {}, "no_worker": self.no_worker_message, **extra,
+            "report": report or {},
+            "no_worker": self.no_worker_message,
+            **extra,
         }
 
     @property
@@ -125,7 +133,7 @@ class WorkerBeat(models.Model):
         return f"{self.name} ({self.queues})"
 
     @classmethod
-    def live(cls) -> list["WorkerBeat"]:
+    def live(cls) -> list[WorkerBeat]:
         """Workers that beat within ``JOB_STALE_SECONDS`` (a read only: pages call it)."""
         from django.conf import settings
         from django.utils import timezone

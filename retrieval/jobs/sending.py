@@ -1,4 +1,5 @@
 """Sending a job's task to the broker without failing when the broker is down."""
+
 from __future__ import annotations
 
 import logging

@@ -1,6 +1,7 @@
 """Which workers are alive: every worker's main process beats a :class:`WorkerBeat` row from
 its sweep thread (``config/celery.py``); pages and ``/healthz`` read it, so "no worker alive"
 is shown when jobs wait and nothing would run them (a worker that died, or none started)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -20,8 +21,9 @@ def beat(name: str, queues: list[str]) -> None:
     n = WorkerBeat.objects.filter(name=name).update(beat_at=now, queues=",".join(sorted(queues))[:500])
     if not n:
         WorkerBeat.objects.filter(beat_at__lt=now - timedelta(days=1)).delete()
-        WorkerBeat.objects.update_or_create(name=name, defaults={
-            "queues": ",".join(sorted(queues))[:500], "started_at": now, "beat_at": now})
+        WorkerBeat.objects.update_or_create(
+            name=name, defaults={"queues": ",".join(sorted(queues))[:500], "started_at": now, "beat_at": now}
+        )
 
 
 def gone(name: str) -> None:
@@ -50,8 +52,12 @@ def health() -> dict:
     """``/healthz``'s workers entry: down when work waits and no worker is alive."""
     workers = live()
     waiting = waiting_jobs()
-    out = {"ok": bool(workers) or not waiting, "alive": len(workers),
-           "workers": [{"name": w.name, "queues": w.queues} for w in workers], "unfinished": waiting}
+    out = {
+        "ok": bool(workers) or not waiting,
+        "alive": len(workers),
+        "workers": [{"name": w.name, "queues": w.queues} for w in workers],
+        "unfinished": waiting,
+    }
     if not out["ok"]:
         out["error"] = NO_WORKER
     return out

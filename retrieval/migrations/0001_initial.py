@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,161 +14,244 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Dataset',
+            name="Dataset",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('format', models.CharField(max_length=20)),
-                ('description', models.TextField(blank=True)),
-                ('images_root', models.CharField(blank=True, help_text='Folder the image paths are relative to.', max_length=1000)),
-                ('extra', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                ("format", models.CharField(max_length=20)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "images_root",
+                    models.CharField(blank=True, help_text="Folder the image paths are relative to.", max_length=1000),
+                ),
+                ("extra", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Image',
+            name="Image",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('external_id', models.CharField(max_length=300)),
-                ('path', models.CharField(blank=True, help_text="Relative to the dataset's images root.", max_length=1000)),
-                ('url', models.URLField(blank=True, max_length=1000)),
-                ('sha256', models.CharField(blank=True, max_length=64)),
-                ('width', models.PositiveIntegerField(blank=True, null=True)),
-                ('height', models.PositiveIntegerField(blank=True, null=True)),
-                ('missing', models.BooleanField(default=False, help_text='No readable file on disk at import time.')),
-                ('extra', models.JSONField(blank=True, default=dict)),
-                ('dataset', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='images', to='retrieval.dataset')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("external_id", models.CharField(max_length=300)),
+                (
+                    "path",
+                    models.CharField(blank=True, help_text="Relative to the dataset's images root.", max_length=1000),
+                ),
+                ("url", models.URLField(blank=True, max_length=1000)),
+                ("sha256", models.CharField(blank=True, max_length=64)),
+                ("width", models.PositiveIntegerField(blank=True, null=True)),
+                ("height", models.PositiveIntegerField(blank=True, null=True)),
+                ("missing", models.BooleanField(default=False, help_text="No readable file on disk at import time.")),
+                ("extra", models.JSONField(blank=True, default=dict)),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="images", to="retrieval.dataset"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='GalleryEntry',
+            name="GalleryEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('split', models.CharField(max_length=50)),
-                ('ordinal', models.PositiveIntegerField(default=0)),
-                ('dataset', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='gallery', to='retrieval.dataset')),
-                ('image', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='galleries', to='retrieval.image')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("split", models.CharField(max_length=50)),
+                ("ordinal", models.PositiveIntegerField(default=0)),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="gallery", to="retrieval.dataset"
+                    ),
+                ),
+                (
+                    "image",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="galleries", to="retrieval.image"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ImportJob',
+            name="ImportJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('dataset_name', models.SlugField(max_length=100)),
-                ('format', models.CharField(max_length=20)),
-                ('split', models.CharField(blank=True, max_length=50)),
-                ('images_root', models.CharField(blank=True, max_length=1000)),
-                ('files', models.JSONField(default=list, help_text='Stored upload paths')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='queued', max_length=10)),
-                ('stage', models.CharField(blank=True, max_length=100)),
-                ('done', models.PositiveIntegerField(default=0)),
-                ('total', models.PositiveIntegerField(default=0)),
-                ('report', models.JSONField(blank=True, default=dict)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("dataset_name", models.SlugField(max_length=100)),
+                ("format", models.CharField(max_length=20)),
+                ("split", models.CharField(blank=True, max_length=50)),
+                ("images_root", models.CharField(blank=True, max_length=1000)),
+                ("files", models.JSONField(default=list, help_text="Stored upload paths")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("queued", "Queued"), ("running", "Running"), ("done", "Done"), ("failed", "Failed")],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                ("stage", models.CharField(blank=True, max_length=100)),
+                ("done", models.PositiveIntegerField(default=0)),
+                ("total", models.PositiveIntegerField(default=0)),
+                ("report", models.JSONField(blank=True, default=dict)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Query',
+            name="Query",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('external_id', models.CharField(max_length=300)),
-                ('split', models.CharField(max_length=50)),
-                ('category', models.CharField(blank=True, max_length=100)),
-                ('ordinal', models.PositiveIntegerField(default=0)),
-                ('source_file', models.CharField(blank=True, max_length=500)),
-                ('n_turns', models.PositiveSmallIntegerField(default=1)),
-                ('context_text', models.TextField(blank=True)),
-                ('tags', models.JSONField(blank=True, default=list)),
-                ('raw', models.JSONField(blank=True, default=dict, help_text='The verbatim source record.')),
-                ('extra', models.JSONField(blank=True, default=dict)),
-                ('dataset', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='queries', to='retrieval.dataset')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("external_id", models.CharField(max_length=300)),
+                ("split", models.CharField(max_length=50)),
+                ("category", models.CharField(blank=True, max_length=100)),
+                ("ordinal", models.PositiveIntegerField(default=0)),
+                ("source_file", models.CharField(blank=True, max_length=500)),
+                ("n_turns", models.PositiveSmallIntegerField(default=1)),
+                ("context_text", models.TextField(blank=True)),
+                ("tags", models.JSONField(blank=True, default=list)),
+                ("raw", models.JSONField(blank=True, default=dict, help_text="The verbatim source record.")),
+                ("extra", models.JSONField(blank=True, default=dict)),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="queries", to="retrieval.dataset"
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'queries',
+                "verbose_name_plural": "queries",
             },
         ),
         migrations.CreateModel(
-            name='QuerySubset',
+            name="QuerySubset",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('source', models.CharField(blank=True, help_text="What wrote it, e.g. 'audit 3' or 'study 2 export'", max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('dataset', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='subsets', to='retrieval.dataset')),
-                ('queries', models.ManyToManyField(blank=True, related_name='subsets', to='retrieval.query')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "source",
+                    models.CharField(
+                        blank=True, help_text="What wrote it, e.g. 'audit 3' or 'study 2 export'", max_length=200
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="subsets", to="retrieval.dataset"
+                    ),
+                ),
+                ("queries", models.ManyToManyField(blank=True, related_name="subsets", to="retrieval.query")),
             ],
         ),
         migrations.CreateModel(
-            name='Target',
+            name="Target",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('relevance', models.FloatField(default=1.0)),
-                ('is_primary', models.BooleanField(default=False)),
-                ('role', models.CharField(default='gt', max_length=20)),
-                ('source_field', models.CharField(blank=True, max_length=100)),
-                ('image', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='retrieval.image')),
-                ('query', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='targets', to='retrieval.query')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("relevance", models.FloatField(default=1.0)),
+                ("is_primary", models.BooleanField(default=False)),
+                ("role", models.CharField(default="gt", max_length=20)),
+                ("source_field", models.CharField(blank=True, max_length=100)),
+                (
+                    "image",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="retrieval.image"
+                    ),
+                ),
+                (
+                    "query",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="targets", to="retrieval.query"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Turn',
+            name="Turn",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveSmallIntegerField(help_text='1-based')),
-                ('texts', models.JSONField(default=list, help_text='[{text, role, annotator, key}] as in the source')),
-                ('provenance', models.CharField(default='human', max_length=50)),
-                ('query', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='turns', to='retrieval.query')),
-                ('reference_image', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='retrieval.image')),
-                ('turn_target', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='retrieval.image')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("index", models.PositiveSmallIntegerField(help_text="1-based")),
+                ("texts", models.JSONField(default=list, help_text="[{text, role, annotator, key}] as in the source")),
+                ("provenance", models.CharField(default="human", max_length=50)),
+                (
+                    "query",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="turns", to="retrieval.query"
+                    ),
+                ),
+                (
+                    "reference_image",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="retrieval.image",
+                    ),
+                ),
+                (
+                    "turn_target",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="retrieval.image",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['query', 'index'],
+                "ordering": ["query", "index"],
             },
         ),
         migrations.AddIndex(
-            model_name='image',
-            index=models.Index(fields=['dataset', 'sha256'], name='retrieval_i_dataset_f09c11_idx'),
+            model_name="image",
+            index=models.Index(fields=["dataset", "sha256"], name="retrieval_i_dataset_f09c11_idx"),
         ),
         migrations.AddConstraint(
-            model_name='image',
-            constraint=models.UniqueConstraint(fields=('dataset', 'external_id'), name='image_unique_per_dataset'),
+            model_name="image",
+            constraint=models.UniqueConstraint(fields=("dataset", "external_id"), name="image_unique_per_dataset"),
         ),
         migrations.AddIndex(
-            model_name='galleryentry',
-            index=models.Index(fields=['dataset', 'split', 'ordinal'], name='retrieval_g_dataset_fcc07a_idx'),
+            model_name="galleryentry",
+            index=models.Index(fields=["dataset", "split", "ordinal"], name="retrieval_g_dataset_fcc07a_idx"),
         ),
         migrations.AddConstraint(
-            model_name='galleryentry',
-            constraint=models.UniqueConstraint(fields=('dataset', 'split', 'image'), name='gallery_unique_member'),
+            model_name="galleryentry",
+            constraint=models.UniqueConstraint(fields=("dataset", "split", "image"), name="gallery_unique_member"),
         ),
         migrations.AddIndex(
-            model_name='query',
-            index=models.Index(fields=['dataset', 'n_turns'], name='retrieval_q_dataset_89d67a_idx'),
+            model_name="query",
+            index=models.Index(fields=["dataset", "n_turns"], name="retrieval_q_dataset_89d67a_idx"),
         ),
         migrations.AddConstraint(
-            model_name='query',
-            constraint=models.UniqueConstraint(fields=('dataset', 'split', 'external_id'), name='query_unique_per_split'),
+            model_name="query",
+            constraint=models.UniqueConstraint(
+                fields=("dataset", "split", "external_id"), name="query_unique_per_split"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='querysubset',
-            constraint=models.UniqueConstraint(fields=('dataset', 'name'), name='subset_unique_name'),
+            model_name="querysubset",
+            constraint=models.UniqueConstraint(fields=("dataset", "name"), name="subset_unique_name"),
         ),
         migrations.AddConstraint(
-            model_name='target',
-            constraint=models.UniqueConstraint(fields=('query', 'image'), name='target_unique_image'),
+            model_name="target",
+            constraint=models.UniqueConstraint(fields=("query", "image"), name="target_unique_image"),
         ),
         migrations.AddConstraint(
-            model_name='turn',
-            constraint=models.UniqueConstraint(fields=('query', 'index'), name='turn_unique_index'),
+            model_name="turn",
+            constraint=models.UniqueConstraint(fields=("query", "index"), name="turn_unique_index"),
         ),
     ]

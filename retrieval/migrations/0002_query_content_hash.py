@@ -9,7 +9,8 @@ class Migration(migrations.Migration):
             model_name="query",
             name="content_hash",
             field=models.CharField(
-                blank=True, max_length=64,
+                blank=True,
+                max_length=64,
                 help_text="Digest of the normalised record, turns and targets; a re-import rewrites the query only when it changes.",
             ),
         ),

@@ -4,35 +4,34 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('retrieval', '0002_query_content_hash'),
+        ("retrieval", "0002_query_content_hash"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='importjob',
-            name='attempts',
+            model_name="importjob",
+            name="attempts",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='importjob',
-            name='enqueued_at',
-            field=models.DateTimeField(blank=True, help_text='When its message was last sent.', null=True),
+            model_name="importjob",
+            name="enqueued_at",
+            field=models.DateTimeField(blank=True, help_text="When its message was last sent.", null=True),
         ),
         migrations.AddField(
-            model_name='importjob',
-            name='heartbeat_at',
-            field=models.DateTimeField(blank=True, help_text='Last beat of the worker running it.', null=True),
+            model_name="importjob",
+            name="heartbeat_at",
+            field=models.DateTimeField(blank=True, help_text="Last beat of the worker running it.", null=True),
         ),
         migrations.AddField(
-            model_name='importjob',
-            name='owner',
-            field=models.CharField(blank=True, help_text='host:pid of the worker holding the lease', max_length=200),
+            model_name="importjob",
+            name="owner",
+            field=models.CharField(blank=True, help_text="host:pid of the worker holding the lease", max_length=200),
         ),
         migrations.AddField(
-            model_name='importjob',
-            name='started_at',
+            model_name="importjob",
+            name="started_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

@@ -4,15 +4,17 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('retrieval', '0003_import_job_lease'),
+        ("retrieval", "0003_import_job_lease"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='importjob',
-            name='delete_removed',
-            field=models.BooleanField(default=False, help_text='A re-import deletes the stored records its files no longer hold (else it refuses).'),
+            model_name="importjob",
+            name="delete_removed",
+            field=models.BooleanField(
+                default=False,
+                help_text="A re-import deletes the stored records its files no longer hold (else it refuses).",
+            ),
         ),
     ]

@@ -4,20 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('retrieval', '0004_import_job_delete_removed'),
+        ("retrieval", "0004_import_job_delete_removed"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkerBeat',
+            name="WorkerBeat",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text="host:pid of the worker's main process", max_length=200, unique=True)),
-                ('queues', models.CharField(help_text='the queues it consumes, comma-separated', max_length=500)),
-                ('started_at', models.DateTimeField()),
-                ('beat_at', models.DateTimeField(db_index=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(help_text="host:pid of the worker's main process", max_length=200, unique=True),
+                ),
+                ("queues", models.CharField(help_text="the queues it consumes, comma-separated", max_length=500)),
+                ("started_at", models.DateTimeField()),
+                ("beat_at", models.DateTimeField(db_index=True)),
             ],
         ),
     ]

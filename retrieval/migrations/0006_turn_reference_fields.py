@@ -4,20 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('retrieval', '0005_worker_beat'),
+        ("retrieval", "0005_worker_beat"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='turn',
-            name='reference_checks',
-            field=models.JSONField(blank=True, default=list, help_text='Automatic reference checks the turn fails (retrieval.sessions.REFERENCE_CHECKS)'),
+            model_name="turn",
+            name="reference_checks",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Automatic reference checks the turn fails (retrieval.sessions.REFERENCE_CHECKS)",
+            ),
         ),
         migrations.AddField(
-            model_name='turn',
-            name='reference_turns',
-            field=models.JSONField(blank=True, default=list, help_text="Earlier turns whose images form this turn's effective reference (rollback: one, combination: several); empty: its own reference image (retrieval.sessions)."),
+            model_name="turn",
+            name="reference_turns",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Earlier turns whose images form this turn's effective reference (rollback: one, combination: several); empty: its own reference image (retrieval.sessions).",
+            ),
         ),
     ]

@@ -1,4 +1,5 @@
 """Playwright driving Debian's chromium against pytest-django's live server."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,15 @@ import pytest
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = os.environ.get("CIRVAL_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 
 
@@ -69,7 +77,8 @@ def _busy_sessions(connection) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'")
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'"
+        )
         return cursor.fetchone()[0]
 
 

@@ -3,6 +3,7 @@ annotator, a staff member and a researcher open, found by following each one's l
 home page (plus the pages reached by hand: the item pages, the error pages, login), with 0
 serious or critical violations; every page has an h1 and a skip link; every candidate is
 reached with Tab and ticked with Space."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -14,9 +15,9 @@ from django.urls import Resolver404, resolve
 
 from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import ExportJob, ReleaseJob, Study
+from audit.models import AuditRun
 from audit.runs.encoding import clear_memos
 from retrieval.models import ImportJob
-from audit.models import AuditRun
 from tests.browser.axe import axe_violations
 from tests.browser.conftest import login
 
@@ -24,17 +25,54 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # Links not followed: downloads, JSON endpoints, the Django admin (not the app's pages), and
 # the endpoints pages poll.
-SKIPPED = {"logout", "api-schema", "healthz", "report_json", "report_csv", "export_file", "release_zip",
-           "release_file", "image", "upcoming", "interactive_export", "export_job_status", "release_job_status",
-           "import_job_status", "jobs_json", "status"}
+SKIPPED = {
+    "logout",
+    "api-schema",
+    "healthz",
+    "report_json",
+    "report_csv",
+    "export_file",
+    "release_zip",
+    "release_file",
+    "image",
+    "upcoming",
+    "interactive_export",
+    "export_job_status",
+    "release_job_status",
+    "import_job_status",
+    "jobs_json",
+    "status",
+}
 PER_NAME = 2  # pages of one URL name checked (a list's first rows)
 
 # The pages each role must reach by its links (the walk fails if one is missed).
 MUST_REACH = {
     "annotator": {"home", "my_studies", "item", "history"},
-    "admin": {"home", "study_list", "study_new", "study_progress", "study_suspicion", "report_list", "report",
-              "adjudication", "export_list", "users", "study", "jobs", "imports", "import", "dataset_list",
-              "dataset_detail", "query_detail", "list", "detail", "new", "export_job", "release_job", "import_job"},
+    "admin": {
+        "home",
+        "study_list",
+        "study_new",
+        "study_progress",
+        "study_suspicion",
+        "report_list",
+        "report",
+        "adjudication",
+        "export_list",
+        "users",
+        "study",
+        "jobs",
+        "imports",
+        "import",
+        "dataset_list",
+        "dataset_detail",
+        "query_detail",
+        "list",
+        "detail",
+        "new",
+        "export_job",
+        "release_job",
+        "import_job",
+    },
     "researcher": {"home", "dataset_list", "dataset_detail", "query_detail", "list", "detail", "report_list", "report"},
 }
 
@@ -53,8 +91,17 @@ def audited_demo(db, demo_images, demo_embeddings, settings):
     settings.EMBEDDING_CACHE_DIR = demo_embeddings
     call_command("make_demo", "--images-dir", str(demo_images), "--no-audit", verbosity=0)
     clear_memos()
-    call_command("run_audit", "--dataset", "demo", "--retriever", "openclip:cirval-tiny-vit", "--eager", "--wait",
-                 stdout=StringIO(), stderr=StringIO())
+    call_command(
+        "run_audit",
+        "--dataset",
+        "demo",
+        "--retriever",
+        "openclip:cirval-tiny-vit",
+        "--eager",
+        "--wait",
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
     fill_study_candidates(Study.objects.get(name="demo-validity").pk)
     yield AuditRun.objects.get(dataset__name="demo")
     clear_memos()
@@ -132,7 +179,9 @@ def test_axe_finds_nothing_serious_on_any_page(page, live_server, audited_demo):
         if role == "admin":  # the job pages a staff member follows (queued: no worker runs here)
             extra = job_pages(base)
         reached = walk(page, base, problems, extra)
-        assert MUST_REACH[role] <= reached, f"{user} missed {sorted(MUST_REACH[role] - reached)} (reached {sorted(reached)})"
+        assert MUST_REACH[role] <= reached, (
+            f"{user} missed {sorted(MUST_REACH[role] - reached)} (reached {sorted(reached)})"
+        )
         page.goto(f"{base}/no-such-page/")
         check_page(page, problems, f"404 page ({user})")
         if role == "annotator":  # a staff page: the 403 page

@@ -1,6 +1,7 @@
 """Issue 13 acceptance: three annotators tick overlapping candidates of one item by keyboard;
 the report shows the per-candidate alpha; the export holds exactly the majority-ticked
 alternatives with their provenance. Screenshots of the panel at 1366x768 and 1920x1080."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
-from annotation.alternatives.agreement import candidate_units, unit_agreement
 from annotation.agreement.reports import annotator_pseudonyms
+from annotation.alternatives.agreement import candidate_units, unit_agreement
 from annotation.export.validated import export_study
 from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import Judgement, RubricVersion, Study, StudyItem
@@ -25,8 +26,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # keys each annotator presses on the panel (cursor starts on candidate 1), then 5 = VALIDATED
 KEYS = {
-    "ann1": [" ", "ArrowRight", " "],                                         # 1, 2
-    "ann2": ["0", "ArrowRight", " ", "ArrowRight", " "],                      # (none fit, then) 2, 3
+    "ann1": [" ", "ArrowRight", " "],  # 1, 2
+    "ann2": ["0", "ArrowRight", " ", "ArrowRight", " "],  # (none fit, then) 2, 3
     "ann3": [" ", "PageDown", " ", "PageUp", "ArrowDown", "ArrowUp", "End"],  # 1, 11
 }
 TICKED = {"ann1": [0, 1], "ann2": [1, 2], "ann3": [0, 10]}  # panel positions
@@ -46,8 +47,9 @@ def one_item_study(tmp_path_factory, settings):
         get_user_model().objects.create_user(name, password=f"{name}-pw").groups.add(group)
     get_user_model().objects.create_superuser("boss", password="boss-pw")
     clear_memos()
-    study, _ = create_study(StudySpec(name="alts", datasets=["demo"], overlap=3, total=1, annotators=list(KEYS),
-                                      candidates=20))
+    study, _ = create_study(
+        StudySpec(name="alts", datasets=["demo"], overlap=3, total=1, annotators=list(KEYS), candidates=20)
+    )
     fill_study_candidates(study.pk)  # no audit: one retriever run on demand
     yield study
     clear_memos()
@@ -75,8 +77,12 @@ def test_three_annotators_tick_by_keyboard_report_and_export(page, live_server, 
 
     # the too-broad hint from 2 ticks in this test: the rubric's setting (issue 39, item 3)
     rubric = study.rubric.rubric.to_dict()
-    narrow = RubricVersion.objects.create(key="validity_narrow", version=1, title=rubric["title"],
-                                          definition={**rubric, "key": "validity_narrow", "too_broad_threshold": 2})
+    narrow = RubricVersion.objects.create(
+        key="validity_narrow",
+        version=1,
+        title=rubric["title"],
+        definition={**rubric, "key": "validity_narrow", "too_broad_threshold": 2},
+    )
     Study.objects.filter(pk=study.pk).update(rubric=narrow)
 
     def shots(p):
@@ -91,8 +97,12 @@ def test_three_annotators_tick_by_keyboard_report_and_export(page, live_server, 
 
     for name, keys in KEYS.items():
         judge(page, live_server.url, study, name, keys, shots if name == "ann3" else None)
-    ticks = {j.assignment.annotator.username: j.alternatives
-             for j in Judgement.objects.filter(assignment__item=item, is_current=True).select_related("assignment__annotator")}
+    ticks = {
+        j.assignment.annotator.username: j.alternatives
+        for j in Judgement.objects.filter(assignment__item=item, is_current=True).select_related(
+            "assignment__annotator"
+        )
+    }
     assert ticks == {n: [panel[i] for i in pos] for n, pos in TICKED.items()}
 
     # the report shows the per-candidate alpha, the same number the pure function gives

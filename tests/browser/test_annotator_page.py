@@ -1,4 +1,5 @@
 """A demo annotator judges five items with the keyboard only (acceptance of the annotation issue)."""
+
 from __future__ import annotations
 
 from urllib.parse import urlparse
@@ -120,7 +121,9 @@ def test_back_reopens_and_revises_keeping_history(page, live_server, demo_world,
     page.keyboard.press("4")
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/item/{second}/**")
-    revisions = list(Judgement.objects.filter(assignment_id=first).order_by("revision").values_list("category", "is_current"))
+    revisions = list(
+        Judgement.objects.filter(assignment_id=first).order_by("revision").values_list("category", "is_current")
+    )
     assert revisions == [("VALIDATED", False), ("QUERY_TOO_BROAD", True)]
     shot(page, "annotate-after-revision")
 
@@ -144,6 +147,8 @@ def test_browser_back_after_a_submit_shows_the_stored_answer(page, live_server, 
     page.keyboard.press("Enter")
     page.wait_for_function(f"() => !location.pathname.endsWith('/item/{first}/')")
     assert page.locator("#conflict:not([hidden])").count() == 0
-    categories = list(Judgement.objects.filter(assignment_id=first).order_by("revision").values_list("category", flat=True))
+    categories = list(
+        Judgement.objects.filter(assignment_id=first).order_by("revision").values_list("category", flat=True)
+    )
     assert categories == ["INVALID_IMAGE_QUERY", "VALIDATED"]
     shot(page, "annotate-after-browser-back")

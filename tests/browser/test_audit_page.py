@@ -1,4 +1,5 @@
 """A researcher reads the demo audit's report; an annotator is refused."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """A researcher reads the Sessions section of the demo audit: Hits@10 curves, filter table."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,8 +36,18 @@ def test_researcher_reads_the_session_curves_and_filters(page, live_server, audi
     first = charts.nth(0)
     assert first.locator("polyline").count() == 9
     text = section.inner_text()
-    for word in ("Hits@10 per turn", "latest", "average", "weighted", "Final Recall@10",
-                 "success", "multi-turn", "epsilon-consistency", "tau-diversity", "Turn lengths"):
+    for word in (
+        "Hits@10 per turn",
+        "latest",
+        "average",
+        "weighted",
+        "Final Recall@10",
+        "success",
+        "multi-turn",
+        "epsilon-consistency",
+        "tau-diversity",
+        "Turn lengths",
+    ):
         assert word in text, word
     assert section.locator("#session-filters tbody tr").count() == 5  # all sessions + 4 filters
     # hovering a point shows its value (SVG <title>)

@@ -3,9 +3,11 @@ page shown is on screen with the pager; a page with a tick opens the next one, u
 depth, and the annotator may open the next one at will (issue 39, item 1); any candidate opens
 at full size beside the target.
 Screenshots (viewport only: what the annotator sees without scrolling) in var/screenshots."""
+
 from __future__ import annotations
 
 import pytest
+
 from annotation.judging.candidates import PAGE_SIZE
 from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import StudyItem
@@ -21,8 +23,9 @@ DEPTH = 40  # four pages of ten
 @pytest.fixture
 def deep_panel_study(tmp_path_factory, settings):
     small_demo(tmp_path_factory, settings, "pages-images", n_gallery=60, n_single=4, n_sessions=1)
-    study, _ = create_study(StudySpec(name="pages", datasets=["demo"], overlap=1, total=1, annotators=["ann"],
-                                      candidates=DEPTH))
+    study, _ = create_study(
+        StudySpec(name="pages", datasets=["demo"], overlap=1, total=1, annotators=["ann"], candidates=DEPTH)
+    )
     fill_study_candidates(study.pk)  # no audit: one retriever run on demand
     yield study
     clear_memos()
@@ -30,9 +33,11 @@ def deep_panel_study(tmp_path_factory, settings):
 
 def _on_screen(page, selector: str) -> bool:
     """The element is entirely inside the viewport (no scrolling needed to see it)."""
-    return page.evaluate("""(sel) => { const r = document.querySelector(sel).getBoundingClientRect();
+    return page.evaluate(
+        """(sel) => { const r = document.querySelector(sel).getBoundingClientRect();
         return r.width > 0 && r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight && r.right <= innerWidth; }""",
-                         selector)
+        selector,
+    )
 
 
 def _shown(page) -> list[int]:
@@ -48,8 +53,9 @@ def _pager_in_view(page) -> None:
 
 
 @pytest.mark.parametrize("width,height", [(1366, 768), (1920, 1080)])
-def test_every_candidate_on_screen_pages_open_with_ticks_and_open_full_size(browser, live_server, deep_panel_study,
-                                                                          width, height):
+def test_every_candidate_on_screen_pages_open_with_ticks_and_open_full_size(
+    browser, live_server, deep_panel_study, width, height
+):
     study = deep_panel_study
     item = StudyItem.objects.get(study=study)
     panel = list(item.candidates)

@@ -1,6 +1,7 @@
 """Issue 40, item 2: staff read an estimate study's running estimate of the defect rate (each
 kind's interval, the strata with their design weights, the stop rule) at 1366x768; the
 annotator's item page shows none of it."""
+
 from __future__ import annotations
 
 import random
@@ -31,9 +32,16 @@ def estimate_demo(demo_world):
     seeded numbers (the demo here has no audit), with its first 40 items judged by the truth."""
     from django.contrib.auth import get_user_model
 
-    study, _ = create_study(StudySpec(name="demo-estimate", datasets=["demo"], overlap=1, seed=2,
-                                      annotators=["annotator1", "annotator2"],
-                                      estimate={"target_half_width": 0.1, "strata": 4}))
+    study, _ = create_study(
+        StudySpec(
+            name="demo-estimate",
+            datasets=["demo"],
+            overlap=1,
+            seed=2,
+            annotators=["annotator1", "annotator2"],
+            estimate={"target_half_width": 0.1, "strata": 4},
+        )
+    )
     kinds = planted_kinds("demo")
     rng = random.Random(3)
     items = list(study.items.select_related("query").order_by("id"))
@@ -68,12 +76,16 @@ def test_staff_read_the_running_estimate(browser, live_server, estimate_demo, sh
         stop = page.inner_text("#stop-rule")
         assert ("Stop" in stop) == bool(study.estimate_stopped) and ("Keep going" in stop) == (not est["reached"])
         rows = page.locator("#estimate-kinds tbody tr")
-        assert rows.count() == len(est["kinds"]) and page.locator(f"#estimate-kinds tr[data-kind='{OVERALL}']").count() == 1
+        assert (
+            rows.count() == len(est["kinds"])
+            and page.locator(f"#estimate-kinds tr[data-kind='{OVERALL}']").count() == 1
+        )
         # the design weights N_h / n_h, one per stratum
         weights = page.eval_on_selector_all("#estimate-strata td.weight", "ts => ts.map(t => t.textContent.trim())")
         assert len(weights) == len(est["strata"]) and all(
             float(w) == pytest.approx(s["weight"], abs=0.006) if s["weight"] else w == "—"
-            for w, s in zip(weights, est["strata"]))
+            for w, s in zip(weights, est["strata"])
+        )
         assert "Neyman allocation" in page.inner_text("#estimate-method")
         assert page.evaluate("document.documentElement.scrollWidth") <= 1366
         shot(page, "estimate-1366")

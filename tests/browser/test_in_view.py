@@ -4,16 +4,17 @@ nothing drawn over them hides any of the image. Item 7 on the same pages: axe-co
 nothing serious, with a category chosen and with the zoom open too, and every candidate is
 reached with Tab and ticked with Space. Screenshots (viewport only: what the annotator sees
 without scrolling) in var/screenshots."""
+
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from annotation.assignment import queue as engine
 from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from audit.runs.encoding import clear_memos
-from django.contrib.auth import get_user_model
 from tests.browser.axe import axe_violations
 from tests.browser.conftest import SHOTS, close_tab, login, open_tab, small_demo
 
@@ -92,14 +93,27 @@ def three_target_study(tmp_path_factory, settings):
 
 @pytest.mark.parametrize("width,height", SIZES)
 def test_validity_rubric_targets_and_candidates_in_view(browser, live_server, three_target_study, width, height):
-    page = open_study(browser, live_server.url, three_target_study, "ann", "ann-pw", (width, height), "#candgrid .cand.cursor")
+    page = open_study(
+        browser, live_server.url, three_target_study, "ann", "ann-pw", (width, height), "#candgrid .cand.cursor"
+    )
     try:
         assert axe_violations(page) == []
         page.screenshot(path=str(SHOTS / f"inview-validity-{width}x{height}.png"))
         assert page.locator(".targets figure.target").count() >= 3
-        always = ("label.choice.cat", ".targets figure.target img", "figure.big img", ".caption",
-                  "#candgrid .cand:not([hidden])", "#cand-prev", "#cand-next", "#none-fit",
-                  "#note", "#flagged", "#submit-btn", "#skip-btn")
+        always = (
+            "label.choice.cat",
+            ".targets figure.target img",
+            "figure.big img",
+            ".caption",
+            "#candgrid .cand:not([hidden])",
+            "#cand-prev",
+            "#cand-next",
+            "#none-fit",
+            "#note",
+            "#flagged",
+            "#submit-btn",
+            "#skip-btn",
+        )
         for sel in always:
             assert not_in_view(page, sel) == [], (sel, width, height)
         assert page.evaluate(OVER_IMAGES) == []  # nothing drawn over any candidate's image
@@ -109,8 +123,13 @@ def test_validity_rubric_targets_and_candidates_in_view(browser, live_server, th
             page.wait_for_timeout(150)
             page.screenshot(path=str(SHOTS / f"inview-validity-cat{key}-{width}x{height}.png"))
             subs = page.locator(".subs:not([hidden]) label.choice").count()
-            for sel in ("label.choice.cat", ".subs:not([hidden]) label.choice", "#note", "#submit-btn",
-                        ".targets figure.target img"):
+            for sel in (
+                "label.choice.cat",
+                ".subs:not([hidden]) label.choice",
+                "#note",
+                "#submit-btn",
+                ".targets figure.target img",
+            ):
                 assert not_in_view(page, sel) == [], (key, sel, subs, width, height)
         assert axe_violations(page) == []
         # a candidate opens at full size, whole, beside the labelled target
@@ -143,13 +162,24 @@ def test_session_scales_checks_and_turns_in_view(browser, live_server, demo_worl
     if longest:  # the demo's longest session (five turns): every frame, check and scale still in view
         items = StudyItem.objects.filter(study=study).select_related("query")
         hold_item(study, "annotator1", max(items, key=lambda i: (i.query.turns.count(), -i.pk)))
-    page = open_study(browser, live_server.url, study, "annotator1", "annotator1-demo", (width, height), "#judgement-form .scale")
+    page = open_study(
+        browser, live_server.url, study, "annotator1", "annotator1-demo", (width, height), "#judgement-form .scale"
+    )
     try:
         assert axe_violations(page) == []
         turns = page.locator(".filmstrip .frame[data-turn]").count()
         page.screenshot(path=str(SHOTS / f"inview-session-{turns}turns-{width}x{height}.png"))
-        for sel in (".scale", ".scalevals label.choice", ".rejects label.choice", ".frame", ".frame img",
-                    ".turnchecks label.choice", ".turnverdict label.choice", "#note", "#submit-btn"):
+        for sel in (
+            ".scale",
+            ".scalevals label.choice",
+            ".rejects label.choice",
+            ".frame",
+            ".frame img",
+            ".turnchecks label.choice",
+            ".turnverdict label.choice",
+            "#note",
+            "#submit-btn",
+        ):
             assert not_in_view(page, sel) == [], (sel, width, height)
         assert "Overall" in page.inner_text(".scales")
         page.keyboard.press("t")  # the Overall scale, then a value: still in view
@@ -164,7 +194,9 @@ def test_every_candidate_reached_with_tab_and_ticked_with_space(browser, live_se
     """The keyboard walk: Tab from the page's start reaches every candidate shown (role
     checkbox), Space ticks the focused one, a tick opens the next page, whose candidates Tab
     reaches too."""
-    page = open_study(browser, live_server.url, three_target_study, "ann", "ann-pw", (1366, 768), "#candgrid .cand.cursor")
+    page = open_study(
+        browser, live_server.url, three_target_study, "ann", "ann-pw", (1366, 768), "#candgrid .cand.cursor"
+    )
     try:
         page.keyboard.press("Tab")
         assert page.evaluate("() => document.activeElement.matches('a.skip')")  # the skip link comes first

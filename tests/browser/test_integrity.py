@@ -1,6 +1,7 @@
 """Nothing lost, nothing doubled, nothing silent (issue 14, integrity): the lease heartbeat
 and expiry warning, a late submit, two tabs on one item, the draft race, and the counts at
 the end of an annotator's share, in the real browser."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -22,8 +23,17 @@ def assignment_of(page) -> int:
 
 
 def small_study(name: str, total: int = 3, overlap: int = 1, lease_minutes: int = 10) -> Study:
-    study, _ = create_study(StudySpec(name=name, datasets=["demo"], overlap=overlap, total=total, seed=3,
-                                      lease_minutes=lease_minutes, annotators=["annotator1", "annotator2"]))
+    study, _ = create_study(
+        StudySpec(
+            name=name,
+            datasets=["demo"],
+            overlap=overlap,
+            total=total,
+            seed=3,
+            lease_minutes=lease_minutes,
+            annotators=["annotator1", "annotator2"],
+        )
+    )
     return study
 
 
@@ -137,8 +147,11 @@ def test_two_tabs_on_one_item_conflict_offers_a_choice(page, live_server, demo_w
     assert list(Judgement.objects.filter(assignment_id=a).values_list("category", flat=True)) == ["VALIDATED"]
     second.click("#conflict-mine")
     second.wait_for_function(f"() => !location.pathname.endsWith('/item/{a}/')")
-    revisions = list(Judgement.objects.filter(assignment_id=a).order_by("revision")
-                     .values_list("revision", "category", "note", "is_current"))
+    revisions = list(
+        Judgement.objects.filter(assignment_id=a)
+        .order_by("revision")
+        .values_list("revision", "category", "note", "is_current")
+    )
     assert revisions == [(1, "VALIDATED", "", False), (2, "QUERY_TOO_BROAD", "second tab's note", True)]
     second.close()
 

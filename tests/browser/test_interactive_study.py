@@ -7,6 +7,7 @@ no worker is. The staff downloads
 the sessions in the CIRCLED layout; they are re-imported as a dataset of their own (with the
 demo's gallery), audited, and the session report shows them beside the demo's generated
 sessions. A small demo world and the tiny retriever keep it quick."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,8 @@ from annotation.studies.building import StudySpec, create_study
 from audit.runs import dispatch, planning
 from audit.runs.encoding import clear_memos
 from retrieval.demo import build_demo
-from retrieval.loader import load_parsed
 from retrieval.jobs import workers
+from retrieval.loader import load_parsed
 from retrieval.models import Dataset, Query
 from tests.browser.conftest import SHOTS, close_tab, login, open_tab
 from tests.conftest import make_annotator, wait_for
@@ -39,8 +40,9 @@ def shots(page, name: str) -> None:
 
 
 def audit(name: str):
-    run = dispatch.run_inline(planning.create_run(Dataset.objects.get(name=name), [SPEC], chunk_queries=20,
-                                                  chunk_gallery=50))
+    run = dispatch.run_inline(
+        planning.create_run(Dataset.objects.get(name=name), [SPEC], chunk_queries=20, chunk_gallery=50)
+    )
     assert run.status == "done", run.error
     return run
 
@@ -59,9 +61,17 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
     clear_memos()
     make_annotator("ann", "ann-pw")
     from django.contrib.auth import get_user_model
+
     get_user_model().objects.create_superuser("boss", password="boss-pw")
-    study, _ = create_study(StudySpec(name="play the user", datasets=["demo"], overlap=1, annotators=["ann"],
-                                      interactive={"retriever": SPEC, "top_n": 1, "max_rounds": 2}))
+    study, _ = create_study(
+        StudySpec(
+            name="play the user",
+            datasets=["demo"],
+            overlap=1,
+            annotators=["ann"],
+            interactive={"retriever": SPEC, "top_n": 1, "max_rounds": 2},
+        )
+    )
     env = {"EMBEDDING_CACHE_DIR": str(settings.EMBEDDING_CACHE_DIR), "IMAGE_ROOTS": str(root.resolve())}
     # a worker of the other queues only: rounds go to their own queue, which it does not consume
     others = worker_factory(queues="celery,gpu", extra_env=env).start("jobs")
@@ -120,7 +130,9 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
             assert session.outcome in ("found", "rounds")
             if n == 0:
                 shots(page, "interactive-ended")
-        assert "not found" in page.inner_text("#ended-text").lower() or "found" in page.inner_text("#ended-text").lower()
+        assert (
+            "not found" in page.inner_text("#ended-text").lower() or "found" in page.inner_text("#ended-text").lower()
+        )
     finally:
         close_tab(page)
 
@@ -150,17 +162,28 @@ def test_an_interactive_study_end_to_end(browser, live_server, settings, tmp_pat
     assert all(t["provenance"] == "human" for r in records for t in r["turns"])
 
     # ... which re-import as a dataset of their own over the demo's gallery, and are audited
-    call_command("import_dataset", "--format", "circled", "--name", "demo-people", "--images-root", str(root),
-                 str(path), verbosity=0)
-    call_command("import_gallery", "--dataset", "demo-people", "--split", "val", "--folder", str(root / "gallery"),
-                 verbosity=0)
+    call_command(
+        "import_dataset",
+        "--format",
+        "circled",
+        "--name",
+        "demo-people",
+        "--images-root",
+        str(root),
+        str(path),
+        verbosity=0,
+    )
+    call_command(
+        "import_gallery", "--dataset", "demo-people", "--split", "val", "--folder", str(root / "gallery"), verbosity=0
+    )
     people = Dataset.objects.get(name="demo-people")
     assert people.gallery.count() == Dataset.objects.get(name="demo").gallery.count()
     assert not people.images.filter(missing=True).exists()
     assert Query.objects.filter(dataset=people, n_turns__gt=1).count() == multi
     # validated like any other: a session study takes them
-    validation, report = create_study(StudySpec(name="judge them", datasets=["demo-people"], rubric="session",
-                                                overlap=1))
+    validation, report = create_study(
+        StudySpec(name="judge them", datasets=["demo-people"], rubric="session", overlap=1)
+    )
     assert report["items"] == multi
     generated = audit("demo")
     written = audit("demo-people")

@@ -1,6 +1,7 @@
 """The one progress script (static/cirval/jobs.js) on an import page: a job waiting for an
 unavailable queue says so, then follows the job to its end and reloads once to show the
 readable result."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,8 +17,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def test_job_page_says_the_queue_is_down_then_follows_the_job(page, live_server, demo_accounts):
     SHOTS.mkdir(parents=True, exist_ok=True)
-    job = ImportJob.objects.create(dataset_name="circo-later", format="circo",
-                                   files=[str(FIXTURES / "datasets" / "circo" / "val.json")])
+    job = ImportJob.objects.create(
+        dataset_name="circo-later", format="circo", files=[str(FIXTURES / "datasets" / "circo" / "val.json")]
+    )
     login(page, live_server.url, "admin", "admin-demo")
     page.goto(f"{live_server.url}/datasets/imports/{job.pk}/")
     assert page.inner_text("#job-status") == "queued"

@@ -1,6 +1,7 @@
 """A researcher reads the demo leaderboard (issue 40): six methods entered from an audit, three
 prediction-file formats and a rank file; the four sets with intervals, tau-b, rank changes and
 the rank-change chart, at 1366x768 and 1920x1080."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,12 @@ def test_researcher_reads_the_leaderboard(page, live_server, demo_board, shot):
     shown = display_table(leaderboard_table(demo_board))  # the page's defaults: 1000 replicates, seed 0
     headers = [h.strip() for h in page.locator("#leaderboard-scores th").all_inner_texts()]
     assert headers == shown["headers"]
-    assert headers[1:5] == ["Full R@10", "Shortcut-free R@10", "Validated R@10",
-                            "Validated + accepted alternatives R@10"]
+    assert headers[1:5] == [
+        "Full R@10",
+        "Shortcut-free R@10",
+        "Validated R@10",
+        "Validated + accepted alternatives R@10",
+    ]
     rows = page.locator("#leaderboard-scores tbody tr")
     assert rows.count() == 6
     assert [c.strip() for c in rows.nth(0).locator("td").all_inner_texts()] == shown["rows"][0]

@@ -1,4 +1,5 @@
 """An admin logs in, browses the demo dataset and imports a file in the browser."""
+
 from __future__ import annotations
 
 import pytest

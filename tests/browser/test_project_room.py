@@ -1,5 +1,6 @@
 """The project room in the browser: a user invited and added to a study from the staff
 pages, then working in it; a gold item scored; the study paused and resumed."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """The audit page's protocol table (FashionIQ: three categories of one dataset, each against its
 own gallery) as a researcher reads it, at 1366x768 and 1920x1080."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,26 @@ def fiq_run(tmp_path, settings, demo_accounts):
     clear_memos()
     files = sorted((FIXTURES / "datasets" / "fashioniq").glob("*.val.sample.json"))
     asins = {a for f in files if f.name.startswith("split.") for a in json.loads(f.read_text())}
-    asins |= {r[k] for f in files if f.name.startswith("cap.") for r in json.loads(f.read_text())
-              for k in ("candidate", "target")}
+    asins |= {
+        r[k]
+        for f in files
+        if f.name.startswith("cap.")
+        for r in json.loads(f.read_text())
+        for k in ("candidate", "target")
+    }
     draw_images(tmp_path / "img", [f"{a}.jpg" for a in asins])
     settings.IMAGE_ROOTS = [(tmp_path / "img").resolve()]
-    call_command("import_dataset", "--format", "fashioniq", "--name", "fiq", "--images-root", str(tmp_path / "img"),
-                 *map(str, files), stdout=StringIO())
+    call_command(
+        "import_dataset",
+        "--format",
+        "fashioniq",
+        "--name",
+        "fiq",
+        "--images-root",
+        str(tmp_path / "img"),
+        *map(str, files),
+        stdout=StringIO(),
+    )
     run = dispatch.run_inline(planning.create_run(Dataset.objects.get(name="fiq"), [SPEC], chunk_gallery=200))
     assert run.status == "done", run.error
     yield run

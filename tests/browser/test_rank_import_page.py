@@ -1,6 +1,7 @@
 """Rank files of another dataset on the staff room's imports page (issue 28): refused with
 the reason and an example until "Force (--force)" is ticked. The upload is queued as a job
 (run here by the eager worker) and its page shows the outcome. At 1366x768."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,15 @@ from tests.integration.test_audit_import import ALPHA, other, tiny  # noqa: F401
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_rank_files_of_another_dataset_are_refused_until_forced(browser, live_server, other, settings, tmp_path, shot,  # noqa: F811
-                                                                eager_celery):
+def test_rank_files_of_another_dataset_are_refused_until_forced(
+    browser,
+    live_server,
+    other,
+    settings,
+    tmp_path,
+    shot,  # noqa: F811
+    eager_celery,
+):
     settings.UPLOAD_DIR = tmp_path / "uploads"
     get_user_model().objects.create_superuser("boss", password="boss-pw")
     page = open_tab(browser, 1366, 768)
@@ -32,7 +40,9 @@ def test_rank_files_of_another_dataset_are_refused_until_forced(browser, live_se
 
         upload(force=False)
         error = page.inner_text("#job-error")
-        assert "do not match dataset 'other'" in error and "the file says 'is red', the dataset 'another query 0'" in error
+        assert (
+            "do not match dataset 'other'" in error and "the file says 'is red', the dataset 'another query 0'" in error
+        )
         assert "force the import (--force)" in error and "failed" in page.inner_text("#job-status")
         assert not AuditRun.objects.exists()
         shot(page, "room-ranks-refused-1366x768")

@@ -4,6 +4,7 @@ fitting candidate they are shown reaches exactly the fitting images that
 :func:`annotation.alternatives.paging.reachable` (what ``demo_check`` reports) says. One panel is
 laid out by hand so that the rule is seen to stop: fits on pages 1, 2, 3 and 5, none on page 4.
 """
+
 from __future__ import annotations
 
 import re
@@ -39,8 +40,7 @@ def truth_study(tmp_path_factory, settings):
     parsed, truth = build_demo_world(root, n_gallery=160, n_single=16, n_sessions=0)
     load_parsed(parsed, "demo", images_root=root)
     make_annotator("ann", "ann-pw")
-    study, _ = create_study(StudySpec(name="reach", datasets=["demo"], overlap=1, annotators=["ann"],
-                                      candidates=DEPTH))
+    study, _ = create_study(StudySpec(name="reach", datasets=["demo"], overlap=1, annotators=["ann"], candidates=DEPTH))
     fill_study_candidates(study.pk)  # no audit: one retriever run on demand
     scenes = {e: x["scene"] for e, x in Image.objects.filter(dataset__name="demo").values_list("external_id", "extra")}
     pk_of = dict(Image.objects.filter(dataset__name="demo").values_list("external_id", "pk"))
@@ -50,7 +50,7 @@ def truth_study(tmp_path_factory, settings):
     # the too-broad query's panel, laid out by hand: its fits at LAID_OUT, the rest of the panel after
     broad = next(pk for pk, f in fits.items() if len(f) >= 10)
     item = StudyItem.objects.get(pk=broad)
-    chosen = sorted(fits[broad])[:len(LAID_OUT)]
+    chosen = sorted(fits[broad])[: len(LAID_OUT)]
     banned = batch_exclusions([item.query_id])[item.query_id] | fits[broad]
     others = [c for c in [*item.candidates, *sorted(pk_of.values())] if c not in banned]
     others = list(dict.fromkeys(others))
@@ -107,8 +107,10 @@ def test_an_annotator_reaches_what_reachable_recall_counts(browser, live_server,
         assert ticked == reachable(panels[item], fits[item]), item
     # the hand-laid panel: pages 1, 2 and 3 bring fits, page 4 none, so page 5's fit is out of reach
     assert [panels[broad].index(i) for i in reached[broad]] == LAID_OUT[:4]
-    stored = {j.assignment.item_id: j.alternatives for j in Judgement.objects.filter(assignment__study=study)
-              .select_related("assignment")}
+    stored = {
+        j.assignment.item_id: j.alternatives
+        for j in Judgement.objects.filter(assignment__study=study).select_related("assignment")
+    }
     assert stored == reached
     total = sum(len(f & set(panels[i])) for i, f in fits.items())
     print(f"reachable in the browser: {sum(map(len, reached.values()))} of {total} fitting candidates in the panels")

@@ -1,6 +1,7 @@
 """A new staff user makes a release of the demo from the browser: the study list, the
 study's progress page, "Make a release", the job page following the worker, the zip and the
 fields to fill in; at 1366x768 (and full HD)."""
+
 from __future__ import annotations
 
 import io

@@ -1,6 +1,7 @@
 """Issue 25: staff read a study's labour (judgements spent and saved by adaptive overlap) and
 each annotator's Dawid-Skene reliability with its interval on the study page, at 1366x768
 and 1920x1080; the items where reliability-weighted consensus and the majority differ are listed."""
+
 from __future__ import annotations
 
 import random

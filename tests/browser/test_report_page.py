@@ -1,6 +1,7 @@
 """A researcher reads a study's agreement report in the browser: both heatmaps render (inline
 SVG, a value in every off-diagonal cell) with its weights, intervals and conventions; an admin
 sees the pending items and adjudicates a flagged item; an annotator is refused."""
+
 from __future__ import annotations
 
 import random
@@ -145,12 +146,20 @@ def test_progress_page_counts_are_the_study_counts(page, live_server, judged_dem
     page.set_viewport_size({"width": 1366, "height": 768})
     login(page, live_server.url, "admin", "admin-demo")
     page.goto(f"{live_server.url}/studies/{study.pk}/progress/")
-    shown = {k: int(page.inner_text(f"#count-{k}")) for k in ("items", "judgements", "late", "pending", "unjudged",
-                                                               "validated", "rejected", "awaiting")}
-    assert shown == {"items": counts["items"], "judgements": counts["judgements"], "late": 0,
-                     "pending": counts["pending"], "unjudged": counts["unjudged"],
-                     "validated": counts["status"]["validated"], "rejected": counts["status"]["rejected"],
-                     "awaiting": counts["status"]["adjudication"]}
+    shown = {
+        k: int(page.inner_text(f"#count-{k}"))
+        for k in ("items", "judgements", "late", "pending", "unjudged", "validated", "rejected", "awaiting")
+    }
+    assert shown == {
+        "items": counts["items"],
+        "judgements": counts["judgements"],
+        "late": 0,
+        "pending": counts["pending"],
+        "unjudged": counts["unjudged"],
+        "validated": counts["status"]["validated"],
+        "rejected": counts["status"]["rejected"],
+        "awaiting": counts["status"]["adjudication"],
+    }
     box = page.locator("#count-unjudged").bounding_box()
     assert box is not None and box["x"] + box["width"] <= 1366  # the stats wrap inside the window
     shot(page, "progress-counts-1366")

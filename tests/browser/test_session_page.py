@@ -1,4 +1,5 @@
 """A demo annotator judges two generated sessions on the filmstrip page, keyboard only."""
+
 from __future__ import annotations
 
 from urllib.parse import urlparse
@@ -33,15 +34,15 @@ def test_two_sessions_on_the_filmstrip(page, live_server, demo_world, shot):
     for key, value in zip("qwert", "45344"):
         page.keyboard.press(key)
         page.keyboard.press(value)
-    page.keyboard.press("j")            # turn 1: real difference toward the target
-    page.keyboard.press("ArrowRight")   # turn 2
+    page.keyboard.press("j")  # turn 1: real difference toward the target
+    page.keyboard.press("ArrowRight")  # turn 2
     page.keyboard.press("j")
-    page.keyboard.press("k")            # turn 2: consistent with the history
+    page.keyboard.press("k")  # turn 2: consistent with the history
     # session rubric v2: Enter without every turn's verdict is refused and names the turns
     page.keyboard.press("Enter")
     page.wait_for_selector("#form-error:not([hidden])")
     assert "Give every turn a verdict" in page.inner_text("#form-error")
-    for t in range(n_frames):           # a (valid) on every turn, from the first
+    for t in range(n_frames):  # a (valid) on every turn, from the first
         page.locator(f".filmstrip .frame[data-turn='{t}'] .turnno").click()
         page.keyboard.press("a")
     shot(page, "session-rated")
@@ -53,13 +54,13 @@ def test_two_sessions_on_the_filmstrip(page, live_server, demo_world, shot):
     for key in "qwert":
         page.keyboard.press(key)
         page.keyboard.press("2")
-    page.keyboard.press("z")            # reject: duplicate
-    page.keyboard.press("v")            # reject: circle
-    page.keyboard.press("f")            # flag for adjudication
+    page.keyboard.press("z")  # reject: duplicate
+    page.keyboard.press("v")  # reject: circle
+    page.keyboard.press("f")  # flag for adjudication
     for _ in range(8):
         page.keyboard.press("ArrowLeft")
     for _ in range(page.locator(".filmstrip .frame:not(.goal)").count()):
-        page.keyboard.press("d")        # every turn invalid
+        page.keyboard.press("d")  # every turn invalid
         page.keyboard.press("ArrowRight")
     shot(page, "session-rejected")
     page.keyboard.press("Enter")

@@ -1,6 +1,7 @@
 """Issue 26 in the browser: the annotator's filmstrip names a turn's effective reference (a
 FashionMT-style rollback of the demo: "refers back to turn k"), never the automatic checks;
 staff read the checks' counts and flagged turns in the audit's Sessions section. 1366x768."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ def test_filmstrip_names_the_effective_reference_and_staff_see_the_checks(page, 
     run = audited_demo
     page.set_viewport_size({"width": 1366, "height": 768})
     # the annotator is served a session with a rollback turn first
-    rollback = Turn.objects.filter(query__dataset__name="demo").exclude(reference_turns=[]).order_by("query_id", "index")
+    rollback = (
+        Turn.objects.filter(query__dataset__name="demo").exclude(reference_turns=[]).order_by("query_id", "index")
+    )
     turn = next(t for t in rollback if len(t.reference_turns) == 1)
     study = Study.objects.get(name="demo-sessions")
     StudyItem.objects.filter(study=study).update(agreement=False, gold=False, order_key=F("order_key") + 1000)
@@ -34,8 +37,10 @@ def test_filmstrip_names_the_effective_reference_and_staff_see_the_checks(page, 
     assert label.inner_text().strip() == f"↩ refers back to turn {turn.reference_turns[0]}"
     assert label.get_attribute("data-reference-turns") == str(turn.reference_turns[0])
     assert label.is_visible()
-    assert page.locator(".filmstrip .refers").count() == Turn.objects.filter(query_id=turn.query_id).exclude(
-        reference_turns=[]).count()
+    assert (
+        page.locator(".filmstrip .refers").count()
+        == Turn.objects.filter(query_id=turn.query_id).exclude(reference_turns=[]).count()
+    )
     # blind: no check of either kind on the annotator's page
     html = page.content()
     assert page.locator(".turnflag").count() == 0
@@ -59,7 +64,10 @@ def test_filmstrip_names_the_effective_reference_and_staff_see_the_checks(page, 
     flagged = page.locator("#session-flagged tbody tr")
     assert flagged.count() == min(checks["flagged_turns"], len(checks["flagged"]))
     first = checks["flagged"][0]
-    assert page.locator(f"#session-flagged tr[data-session='{first['external_id']}'][data-turn='{first['turn']}']").count() == 1
+    assert (
+        page.locator(f"#session-flagged tr[data-session='{first['external_id']}'][data-turn='{first['turn']}']").count()
+        == 1
+    )
     assert f"cosine ≥ {checks['thresholds']['noop']}" in table.inner_text()
     page.evaluate("""() => {
         for (const el of document.querySelectorAll('main > *')) { if (el.id !== 'sessions') el.style.display = 'none'; }

@@ -1,5 +1,6 @@
 """Issue 25, item 2: staff see a study's suspicion queue (score and parts) and that the study
 is served in suspicion order, at 1366x768 and 1920x1080; the item page shows the score; annotators see none."""
+
 from __future__ import annotations
 
 import random
@@ -23,10 +24,18 @@ def scored_demo(demo_world):
     items = list(StudyItem.objects.filter(study=study, query__n_turns=1).order_by("id")[:40])
     for item in items:
         ranks = tuple((rng.randint(1, 900), rng.randint(1, 900), rng.randint(1, 900)) for _ in range(2))
-        sig = Signals(ranks=ranks, n_gallery=900, rivals=rng.randint(0, 30),
-                      consistency=(rng.uniform(-0.5, 0.8),), gaps=(rng.uniform(-1, 3),), lead=rng.randint(0, 1),
-                      lead_gap=rng.uniform(-1, 3))
-        item.suspicion, item.suspicion_parts = item_suspicion(sig, (True, False) if rng.random() < 0.2 else (), run=None)
+        sig = Signals(
+            ranks=ranks,
+            n_gallery=900,
+            rivals=rng.randint(0, 30),
+            consistency=(rng.uniform(-0.5, 0.8),),
+            gaps=(rng.uniform(-1, 3),),
+            lead=rng.randint(0, 1),
+            lead_gap=rng.uniform(-1, 3),
+        )
+        item.suspicion, item.suspicion_parts = item_suspicion(
+            sig, (True, False) if rng.random() < 0.2 else (), run=None
+        )
     StudyItem.objects.bulk_update(items, ["suspicion", "suspicion_parts"])
     study.serve_order = Study.ServeOrder.SUSPICION
     study.save(update_fields=["serve_order"])
@@ -46,7 +55,9 @@ def test_staff_see_the_queue_with_its_parts(browser, live_server, scored_demo, s
         assert "served in suspicion order" in page.inner_text("#serve-order")
         headers = page.eval_on_selector_all("#suspicion thead th", "ts => ts.map(t => t.textContent.trim())")
         assert [h for h in headers if h in PARTS] == list(PARTS)
-        scores = [float(s) for s in page.eval_on_selector_all("#suspicion td.score", "ts => ts.map(t => t.textContent)")]
+        scores = [
+            float(s) for s in page.eval_on_selector_all("#suspicion td.score", "ts => ts.map(t => t.textContent)")
+        ]
         assert len(scores) == page.locator("#suspicion tbody tr").count() and scores == sorted(scores, reverse=True)
         best = study.items.order_by("-suspicion", "order_key").first()
         assert scores[0] == round(best.suspicion, 2)

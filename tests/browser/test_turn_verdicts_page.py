@@ -3,6 +3,7 @@
 verdict, a submit without every turn's verdict is refused and names the turns, and the answers
 are kept as the candidate ticks are: in the browser at once, on the server's draft, through a
 reload while the server is unreachable, then in the judgement."""
+
 from __future__ import annotations
 
 from urllib.parse import urlparse
@@ -24,8 +25,11 @@ def local_draft(page, assignment: int):
 
 
 def frame_states(page) -> list[str]:
-    return page.eval_on_selector_all(".filmstrip .frame[data-turn]", """els => els.map(e =>
-        e.classList.contains('tv-valid') ? 'valid' : e.classList.contains('tv-invalid') ? 'invalid' : '-')""")
+    return page.eval_on_selector_all(
+        ".filmstrip .frame[data-turn]",
+        """els => els.map(e =>
+        e.classList.contains('tv-valid') ? 'valid' : e.classList.contains('tv-invalid') ? 'invalid' : '-')""",
+    )
 
 
 def in_view(page, selector: str, width: int, height: int) -> bool:
@@ -55,14 +59,14 @@ def test_turn_verdicts_by_keyboard_kept_through_a_reload(browser, live_server, d
         for key, value in zip("qwert", "44444"):
             page.keyboard.press(key)
             page.keyboard.press(value)
-        page.keyboard.press("a")                  # turn 1 valid
+        page.keyboard.press("a")  # turn 1 valid
         page.keyboard.press("ArrowRight")
-        page.keyboard.press("d")                  # turn 2 invalid
+        page.keyboard.press("d")  # turn 2 invalid
         assert frame_states(page)[:2] == ["valid", "invalid"]
-        page.keyboard.press("a")                  # changed their mind: turn 2 valid
+        page.keyboard.press("a")  # changed their mind: turn 2 valid
         assert frame_states(page)[:2] == ["valid", "valid"]
         page.keyboard.press("d")
-        if n > 2:                                 # the rest is left open: Enter is refused, naming them
+        if n > 2:  # the rest is left open: Enter is refused, naming them
             page.keyboard.press("Enter")
             page.wait_for_selector("#form-error:not([hidden])")
             assert "Give every turn a verdict" in page.inner_text("#form-error")
@@ -73,21 +77,28 @@ def test_turn_verdicts_by_keyboard_kept_through_a_reload(browser, live_server, d
         kept = local_draft(page, a)
         assert kept is None or [t.get("valid") for t in kept["per_turn_checks"][:2]] == [True, False]
         page.wait_for_function("() => document.getElementById('draft-status').textContent === 'Draft saved.'")
-        assert [t.get("valid") for t in Draft.objects.get(assignment_id=a).payload["per_turn_checks"][:2]] == [True, False]
+        assert [t.get("valid") for t in Draft.objects.get(assignment_id=a).payload["per_turn_checks"][:2]] == [
+            True,
+            False,
+        ]
 
         # the server is unreachable: the next verdict stays in the browser and survives a reload
         page.route("**/draft/", lambda route: route.abort())
         page.locator(".filmstrip .frame[data-turn='0'] .turnno").click()  # a click makes turn 1 current
         page.keyboard.press("d")
-        page.wait_for_function("() => document.getElementById('draft-status').textContent.includes('not saved on the server')")
+        page.wait_for_function(
+            "() => document.getElementById('draft-status').textContent.includes('not saved on the server')"
+        )
         assert local_draft(page, a)["per_turn_checks"][0]["valid"] is False
-        assert Draft.objects.get(assignment_id=a).payload["per_turn_checks"][0]["valid"] is True  # the server's is older
+        assert (
+            Draft.objects.get(assignment_id=a).payload["per_turn_checks"][0]["valid"] is True
+        )  # the server's is older
         page.reload()
         page.wait_for_selector(".filmstrip .turnverdict")
         assert frame_states(page)[:2] == ["invalid", "invalid"]
         page.unroute("**/draft/")
 
-        for t in range(2, n):                     # the remaining turns, then submit
+        for t in range(2, n):  # the remaining turns, then submit
             page.locator(f".filmstrip .frame[data-turn='{t}'] .turnno").click()
             page.keyboard.press("a")
         assert frame_states(page) == ["invalid", "invalid"] + ["valid"] * (n - 2)

@@ -1,5 +1,6 @@
 """The annotator's workbench: zoom (full images only on demand, one scale for both sides,
 pan) and the layout at 1366x768 and 1920x1080 for both rubrics."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,10 +34,14 @@ def test_zoom_opens_full_images_side_by_side_at_one_scale(page, live_server, dem
     page.keyboard.press("z")
     page.wait_for_selector("#zoom:not([hidden]) .zoompane img")
     assert page.locator("#zoom .zoompane").count() == 2
-    page.wait_for_function("() => [...document.querySelectorAll('#zoom img')].every(i => i.complete && i.naturalWidth > 0)")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#zoom img')].every(i => i.complete && i.naturalWidth > 0)"
+    )
     page.wait_for_function("() => document.querySelector('#zoom').dataset.scale")
     assert len(full_image_requests(requests)) == 2
-    ratios = page.evaluate("() => [...document.querySelectorAll('#zoom img')].map(i => i.getBoundingClientRect().width / i.naturalWidth)")
+    ratios = page.evaluate(
+        "() => [...document.querySelectorAll('#zoom img')].map(i => i.getBoundingClientRect().width / i.naturalWidth)"
+    )
     assert ratios[0] == pytest.approx(ratios[1], rel=0.02)
     heads = page.locator("#zoom .zoomhead").all_inner_texts()
     assert heads[0].startswith("Reference") and heads[1].startswith("Target") and all("px" in h for h in heads)
@@ -55,7 +60,9 @@ def test_zoom_opens_full_images_side_by_side_at_one_scale(page, live_server, dem
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] / 2 - 120, box["y"] + box["height"] / 2 - 90, steps=5)
     page.mouse.up()
-    pan = page.evaluate("() => { const p = document.querySelector('#zoom .zoomport'); return [p.scrollLeft, p.scrollTop]; }")
+    pan = page.evaluate(
+        "() => { const p = document.querySelector('#zoom .zoomport'); return [p.scrollLeft, p.scrollTop]; }"
+    )
     assert pan[0] > 0 and pan[1] > 0
     shot(page, "workbench-zoom-in")
     page.keyboard.press("Escape")
@@ -86,9 +93,12 @@ def in_view(page, selector, height):
 
 def visible_inside(page, selector, container):
     """The element is inside the visible part of its scrolling container."""
-    return page.evaluate("""([s, c]) => { const e = document.querySelector(s); if (!e) return false;
+    return page.evaluate(
+        """([s, c]) => { const e = document.querySelector(s); if (!e) return false;
         const a = e.getBoundingClientRect(), b = document.querySelector(c).getBoundingClientRect();
-        return a.top >= b.top - 1 && a.bottom <= b.bottom + 1; }""", [selector, container])
+        return a.top >= b.top - 1 && a.bottom <= b.bottom + 1; }""",
+        [selector, container],
+    )
 
 
 @pytest.mark.parametrize("width,height", [(1366, 768), (1920, 1080)])
@@ -111,9 +121,12 @@ def test_layout_keeps_submit_and_note_in_view(browser, live_server, demo_world, 
         page.wait_for_selector("#form-error:not([hidden])")
         page.screenshot(path=str(SHOTS / f"workbench-validity-subreasons-{width}x{height}.png"))
         for selector, least in (("label.choice.cat", 5), (".subs:not([hidden]) label.choice.sub", 4)):
-            inside = page.evaluate("""(s) => { const b = document.querySelector('.rubric-body').getBoundingClientRect();
+            inside = page.evaluate(
+                """(s) => { const b = document.querySelector('.rubric-body').getBoundingClientRect();
                 return [...document.querySelectorAll(s)].map(e => e.getBoundingClientRect())
-                    .map(r => r.top >= b.top - 1 && r.bottom <= b.bottom + 1); }""", selector)
+                    .map(r => r.top >= b.top - 1 && r.bottom <= b.bottom + 1); }""",
+                selector,
+            )
             assert len(inside) >= least and all(inside), (selector, inside, width, height)
         assert in_view(page, "#form-error", height) and in_view(page, "#submit-btn", height)
         page.goto("about:blank")

@@ -2,6 +2,7 @@
 server's draft at once, stay in the browser until the server acknowledges them, survive a
 reload while the server is unreachable, and the status line says only what is true. A
 paused study still takes the answer to the item an annotator holds. At 1366x768."""
+
 from __future__ import annotations
 
 from urllib.parse import urlparse
@@ -61,13 +62,18 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
     assert local_draft(page, a) is None  # acknowledged: the browser's copy is let go
     page.reload()
     page.wait_for_selector("#candgrid .cand.cursor")
-    assert page.eval_on_selector_all("#candgrid .cand:has([aria-checked=true])", "els => els.map(e => +e.dataset.id)") == panel[:2]
+    assert (
+        page.eval_on_selector_all("#candgrid .cand:has([aria-checked=true])", "els => els.map(e => +e.dataset.id)")
+        == panel[:2]
+    )
     assert status(page) == "Draft restored."
 
     # the server is unreachable: "None fit" is kept in the browser, and the page says so
     page.route("**/draft/", lambda route: route.abort())
     page.keyboard.press("0")
-    page.wait_for_function("() => document.getElementById('draft-status').textContent.includes('not saved on the server')")
+    page.wait_for_function(
+        "() => document.getElementById('draft-status').textContent.includes('not saved on the server')"
+    )
     assert "kept in this browser" in status(page) and "Draft saved" not in status(page)
     kept = local_draft(page, a)
     assert kept["none_fit"] is True and kept["alternatives"] == []
@@ -82,7 +88,9 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
     # a reload while still offline restores "None fit" from the browser's copy
     page.reload()
     page.wait_for_selector("#candgrid .cand.cursor")
-    assert page.inner_text("#cand-count").startswith("none of these fit") and "on" in page.get_attribute("#none-fit", "class")
+    assert page.inner_text("#cand-count").startswith("none of these fit") and "on" in page.get_attribute(
+        "#none-fit", "class"
+    )
     assert page.locator("#candgrid .cand:has([aria-checked=true])").count() == 0
     assert local_draft(page, a)["none_fit"] is True
 
@@ -118,8 +126,9 @@ def test_a_paused_study_takes_the_answer_to_the_item_held(tab, live_server, demo
     Study.objects.filter(pk=study.pk).update(status=Study.Status.CLOSED)
     page.keyboard.press("f")
     page.wait_for_function("() => document.getElementById('draft-status').textContent.includes('not saved')")
-    assert status(page) == ("Draft not saved on the server: This study is closed; nothing was saved. "
-                            "It is kept in this browser.")
+    assert status(page) == (
+        "Draft not saved on the server: This study is closed; nothing was saved. It is kept in this browser."
+    )
     assert local_draft(page, a)["flagged"] is True
     page.keyboard.press("f")
     Study.objects.filter(pk=study.pk).update(status=Study.Status.PAUSED)

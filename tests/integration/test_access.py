@@ -1,4 +1,5 @@
 """Every page but login needs a login; roles decide the rest."""
+
 from __future__ import annotations
 
 import pytest

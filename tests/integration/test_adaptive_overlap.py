@@ -2,6 +2,7 @@
 DATABASE_URL). Three annotators drive a study of two annotators per item, a third only where
 the two disagree: the third annotator is served exactly the disagreeing items; the counts,
 the annotator's "N of M", consensus and the export follow the rule; judgements saved are counted."""
+
 from __future__ import annotations
 
 import json
@@ -40,14 +41,26 @@ def _user(name, group):
 
 @pytest.fixture
 def study():
-    call_command("import_dataset", "--format", "circo", "--name", "circo",
-                 str(FIXTURES / "datasets/circo/val.json"), verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     _, admin = _user("boss", "admin")
     for n in (1, 2, 3):
         _user(f"ann{n}", "annotator")
-    r = admin.post("/api/studies/", {"name": "adaptive", "datasets": ["circo"], "overlap": 2, "adaptive_max": 3,
-                                     "total": ITEMS, "seed": 4, "candidates": 0,
-                                     "annotators": ["ann1", "ann2", "ann3"]}, format="json")
+    r = admin.post(
+        "/api/studies/",
+        {
+            "name": "adaptive",
+            "datasets": ["circo"],
+            "overlap": 2,
+            "adaptive_max": 3,
+            "total": ITEMS,
+            "seed": 4,
+            "candidates": 0,
+            "annotators": ["ann1", "ann2", "ann3"],
+        },
+        format="json",
+    )
     assert r.status_code == 201, r.content
     body = r.json()
     assert (body["overlap"], body["adaptive_max"], body["quorum"]) == (2, 3, 2)
@@ -95,7 +108,8 @@ def test_the_third_annotator_gets_only_the_disagreements(study, tmp_path):
     split = {i.pk for i in first if i.order_key % 3 == 0}
     assert 0 < len(split) < ITEMS
     assert dict(StudyItem.objects.filter(study=study).values_list("pk", "extra_slots")) == {
-        pk: (1 if pk in split else 0) for pk in (i.pk for i in first)}
+        pk: (1 if pk in split else 0) for pk in (i.pk for i in first)
+    }
 
     # before the third annotator: the split items are pending, the others decided, 1 judgement saved on each
     counts = study_counts(study)
@@ -112,8 +126,11 @@ def test_the_third_annotator_gets_only_the_disagreements(study, tmp_path):
         assert _api(name).post(f"/api/studies/{study.pk}/next/").json()["assignment"] is None
 
     counts = study_counts(study)
-    assert counts["judgements"] == 2 * ITEMS + len(split) == Judgement.objects.filter(
-        assignment__study=study, is_current=True).count()
+    assert (
+        counts["judgements"]
+        == 2 * ITEMS + len(split)
+        == Judgement.objects.filter(assignment__study=study, is_current=True).count()
+    )
     assert counts["states"]["decided"] == ITEMS and counts["pending"] == 0 and counts["complete"] == ITEMS
     assert counts["labour"]["saved"] == ITEMS - len(split)
     # ann3 said invalid: the split items are rejected by a 2-1 majority, the rest validated unanimously
@@ -145,8 +162,11 @@ def test_a_revision_that_agrees_closes_the_third_slot(study):
     r = api2.post(f"/api/assignments/{a2['assignment']}/judgements/", INVALID, format="json")
     item.refresh_from_db()
     assert item.extra_slots == 1
-    revision = api2.post(f"/api/assignments/{a2['assignment']}/judgements/",
-                         {**VALID, "base_revision": r.json()["revision"]}, format="json")
+    revision = api2.post(
+        f"/api/assignments/{a2['assignment']}/judgements/",
+        {**VALID, "base_revision": r.json()["revision"]},
+        format="json",
+    )
     assert revision.status_code == 201, revision.content
     item.refresh_from_db()
     assert item.extra_slots == 0
@@ -183,8 +203,10 @@ def test_staff_page_shows_labour_and_reliability_and_the_reliability_export(stud
     majority = export_study(study, tmp_path / "maj").manifest
     assert majority["consensus"]["reliability"] is None
     shift = result.manifest["counts"]["validated"] - majority["counts"]["validated"]
-    assert shift == sum(1 if d["reliability"] == "validated" else -1 if d["majority"] == "validated" else 0
-                        for d in block["differing_items"])
+    assert shift == sum(
+        1 if d["reliability"] == "validated" else -1 if d["majority"] == "validated" else 0
+        for d in block["differing_items"]
+    )
 
 
 def test_the_studys_consensus_option_drives_its_counts(study, tmp_path):
@@ -200,9 +222,13 @@ def test_the_studys_consensus_option_drives_its_counts(study, tmp_path):
     exported = export_study(study, tmp_path / "rel", policy="reliability").manifest["counts"]
     assert weighted["status"]["validated"] == exported["validated"]
     assert weighted["status"]["rejected"] == exported["rejected"]
-    differs = exported["validated"] - export_study(study, tmp_path / "maj", policy="majority").manifest["counts"]["validated"]
+    differs = (
+        exported["validated"] - export_study(study, tmp_path / "maj", policy="majority").manifest["counts"]["validated"]
+    )
     assert weighted["status"]["validated"] - majority["status"]["validated"] == differs
-    assert weighted["provenance"]["reliability"] + weighted["provenance"]["majority"] == majority["provenance"]["majority"]
+    assert (
+        weighted["provenance"]["reliability"] + weighted["provenance"]["majority"] == majority["provenance"]["majority"]
+    )
 
 
 def test_the_late_rule_counts_the_opened_slot(study):
@@ -250,7 +276,9 @@ def test_changing_the_maximum_in_the_settings_recomputes_the_opened_slots(study)
     staff = Client()
     staff.force_login(get_user_model().objects.get(username="boss"))
     url = reverse("room:study_settings", kwargs={"study_id": study.pk})
-    fields = {k: ("" if v is None else v) for k, v in model_to_dict(study, fields=StudySettingsForm.Meta.fields).items()}
+    fields = {
+        k: ("" if v is None else v) for k, v in model_to_dict(study, fields=StudySettingsForm.Meta.fields).items()
+    }
     r = staff.post(url, {**fields, "adaptive_max": ""})
     assert r.status_code == 302 and r.url.endswith(f"/{study.pk}/"), r.url  # a fixed overlap of 2
     item.refresh_from_db()

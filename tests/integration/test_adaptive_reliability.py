@@ -11,6 +11,7 @@ votes under majority consensus reopen the first split.
 Serving reads the study's stored fit, refitted in a worker after submits
 (annotation/verdicts/refit.py): here Celery runs eagerly and each submit's commit callbacks run,
 so the refit follows every submit as a worker's would."""
+
 from __future__ import annotations
 
 import io
@@ -21,11 +22,11 @@ from django.core.management import call_command
 from django.db.models import F
 
 from annotation.assignment import queue as engine
+from annotation.core.consensus import DEFAULT_CONFIDENCE
 from annotation.export.validated import export_study
 from annotation.models import Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
 from annotation.verdicts.readmodel import quorum_rule_of, study_reliability, votes_of
-from annotation.core.consensus import DEFAULT_CONFIDENCE
 from annotation.verdicts.refit import run_refit
 from annotation.verdicts.state import refresh_slots, study_counts
 from tests.conftest import FIXTURES, make_annotator
@@ -38,20 +39,31 @@ HISTORY = 36
 def history_answer(name: str, n: int) -> str:
     valid = n % 4 != 0
     if name == "ann1":
-        return "V" if valid != (n % 12 == 1) else "TEXT"   # wrong on one item in twelve
+        return "V" if valid != (n % 12 == 1) else "TEXT"  # wrong on one item in twelve
     if name == "ann2":
-        return "V" if valid != (n % 12 == 7) else "TEXT"   # as reliable, wrong on others
-    return "V" if n % 3 else "TEXT"                        # the same answer whatever the item
+        return "V" if valid != (n % 12 == 7) else "TEXT"  # as reliable, wrong on others
+    return "V" if n % 3 else "TEXT"  # the same answer whatever the item
 
 
 @pytest.fixture
 def study():
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     users = {n: make_annotator(n) for n in ("ann1", "ann2", "spam", "fourth")}
-    study, _ = create_study(StudySpec(name="weighted-adaptive", datasets=["circo"], overlap=2, adaptive_max=3,
-                                      consensus="reliability", total=HISTORY + 2, seed=5, candidates=0,
-                                      annotators=list(users)))
+    study, _ = create_study(
+        StudySpec(
+            name="weighted-adaptive",
+            datasets=["circo"],
+            overlap=2,
+            adaptive_max=3,
+            consensus="reliability",
+            total=HISTORY + 2,
+            seed=5,
+            candidates=0,
+            annotators=list(users),
+        )
+    )
     history = list(StudyItem.objects.filter(study=study).order_by("order_key"))[:HISTORY]
     for n, item in enumerate(history):
         for name in ("ann1", "ann2", "spam"):
@@ -66,6 +78,7 @@ def study():
 def serve(eager_celery, django_capture_on_commit_callbacks):
     """Serve the user's next item and submit ``code``; the submit's commit callbacks run (the
     refit it asks for, eagerly)."""
+
     def serve(study, user, code):
         served = engine.next_assignment(study, user).assignment
         assert served is not None, f"nothing served to {user.username}"
@@ -82,7 +95,7 @@ def test_a_third_annotator_only_where_the_weighted_split_is_uncertain(study, ser
     assert study.adaptive_confidence == DEFAULT_CONFIDENCE and study.quorum_rule.weighted
     first, second = serve(study, users["ann1"], "V"), serve(study, users["ann1"], "V")
     assert {first.pk, second.pk}.isdisjoint(history)
-    by_spam = serve(study, users["spam"], "TEXT")      # the reliable one against the unreliable one
+    by_spam = serve(study, users["spam"], "TEXT")  # the reliable one against the unreliable one
     between_equals = serve(study, users["ann2"], "TEXT")  # the reliable one against an equal
     assert {by_spam.pk, between_equals.pk} == {first.pk, second.pk}  # ann2 is not served the settled split
 
@@ -108,8 +121,11 @@ def test_a_third_annotator_only_where_the_weighted_split_is_uncertain(study, ser
 
     result = export_study(study, tmp_path / "out", policy=study.consensus)
     assert result.manifest["counts"]["validated"] == counts["status"]["validated"]
-    trace = {t["item"]: t for f in (tmp_path / "out").rglob("*.trace.jsonl")
-             for t in map(json.loads, f.read_text().splitlines())}
+    trace = {
+        t["item"]: t
+        for f in (tmp_path / "out").rglob("*.trace.jsonl")
+        for t in map(json.loads, f.read_text().splitlines())
+    }
     assert trace[by_spam.pk]["consensus"]["n_votes"] == 2 and trace[by_spam.pk]["consensus"]["quorum"] == 2
     assert trace[by_spam.pk]["consensus"]["provenance"] == "reliability"
     assert "90% sure" in result.manifest["consensus"]["quorum_rule"]
@@ -117,8 +133,11 @@ def test_a_third_annotator_only_where_the_weighted_split_is_uncertain(study, ser
     out = io.StringIO()
     call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "cmd"), stdout=out)
     assert "policy reliability" in out.getvalue()
-    cmd_trace = {t["item"]: t for f in (tmp_path / "cmd").rglob("*.trace.jsonl")
-                 for t in map(json.loads, f.read_text().splitlines())}
+    cmd_trace = {
+        t["item"]: t
+        for f in (tmp_path / "cmd").rglob("*.trace.jsonl")
+        for t in map(json.loads, f.read_text().splitlines())
+    }
     assert cmd_trace[by_spam.pk]["consensus"]["provenance"] == "reliability"
 
     # the same votes under majority consensus: the lead rule reopens the split the weights decided

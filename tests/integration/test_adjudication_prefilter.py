@@ -7,6 +7,7 @@ adjudication plus the adjudicated ones; for an adaptive rule, a superset of them
 
 Also: the read model's kept rows follow every change (a new judgement, a revision, an
 adjudication) with no stale read."""
+
 from __future__ import annotations
 
 import random
@@ -36,24 +37,35 @@ def _generate(seed: int):
     items = list(StudyItem.objects.filter(study=study).order_by("id"))
     for item in items:
         for user in rng.sample(users, rng.randint(0, len(users))):
-            a = Assignment.objects.create(study=study, item=item, annotator=user, status=Assignment.Status.DONE,
-                                          position=1)
+            a = Assignment.objects.create(
+                study=study, item=item, annotator=user, status=Assignment.Status.DONE, position=1
+            )
             for revision in range(1, rng.choice((2, 2, 2, 3)) if rng.random() < 0.2 else 2):
                 valid = rng.choice((True, False, None)) if rng.random() < 0.1 else rng.random() < 0.6
                 Judgement.objects.filter(assignment=a, is_current=True).update(is_current=False)
                 Judgement.objects.create(
-                    assignment=a, rubric=study.rubric, revision=revision, is_current=True, validated=valid,
-                    category="VALIDATED" if valid else "INVALID_TEXT_QUERY", flagged=rng.random() < 0.08,
-                    late=rng.random() < 0.08)
+                    assignment=a,
+                    rubric=study.rubric,
+                    revision=revision,
+                    is_current=True,
+                    validated=valid,
+                    category="VALIDATED" if valid else "INVALID_TEXT_QUERY",
+                    flagged=rng.random() < 0.08,
+                    late=rng.random() < 0.08,
+                )
         if rng.random() < 0.1:
-            Adjudication.objects.create(study=study, item=item, decision=rng.choice(("validated", "rejected")),
-                                        is_current=True)
+            Adjudication.objects.create(
+                study=study, item=item, decision=rng.choice(("validated", "rejected")), is_current=True
+            )
     return study
 
 
 def _needing(study, verdicts: Verdicts) -> set[int]:
-    return {row.item_id for row in iter_rows(study)
-            if decide_row(row, verdicts, with_adjudication=False).needs_adjudication or row.adjudication is not None}
+    return {
+        row.item_id
+        for row in iter_rows(study)
+        if decide_row(row, verdicts, with_adjudication=False).needs_adjudication or row.adjudication is not None
+    }
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -76,10 +88,18 @@ def test_kept_rows_follow_every_change():
     assert study_rows(study) is first  # nothing changed: the kept rows, no read
     item = StudyItem.objects.filter(study=study).order_by("id").first()
     a = Assignment.objects.filter(item=item).first() or Assignment.objects.create(
-        study=study, item=item, annotator=study.annotators.first(), status=Assignment.Status.DONE, position=1)
+        study=study, item=item, annotator=study.annotators.first(), status=Assignment.Status.DONE, position=1
+    )
     Judgement.objects.filter(assignment=a, is_current=True).update(is_current=False)
-    Judgement.objects.create(assignment=a, rubric=study.rubric, revision=9, is_current=True, validated=True,
-                             category="VALIDATED", flagged=True)
+    Judgement.objects.create(
+        assignment=a,
+        rubric=study.rubric,
+        revision=9,
+        is_current=True,
+        validated=True,
+        category="VALIDATED",
+        flagged=True,
+    )
     Adjudication.objects.create(study=study, item=item, decision="validated", is_current=True)
     after = study_rows(study)
     assert after is not first and after.stamp != first.stamp
@@ -92,5 +112,6 @@ def test_kept_rows_follow_every_change():
 
     readmodel.forget_rows()
     again = study_rows(study)
-    assert [(r.item_id, r.votes, r.adjudication) for r in again.rows] == \
-        [(r.item_id, r.votes, r.adjudication) for r in after.rows]
+    assert [(r.item_id, r.votes, r.adjudication) for r in again.rows] == [
+        (r.item_id, r.votes, r.adjudication) for r in after.rows
+    ]

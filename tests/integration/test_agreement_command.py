@@ -4,6 +4,7 @@ case, and every kind of malformed input.
 CIRCUS fixtures: tests/fixtures/circus (see its README). annotator_03 and annotator_08 have
 no assignment file; their labels come from the report's item_level_rows signatures.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,12 +20,12 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotation.agreement.maths import FLAGS
-from tests.circus_triples import relabel_pairs, triples_from_annotations, triples_from_item_level_rows
 from annotation.agreement.circus_files import (
     load_agreement_report,
     parse_assignment_file,
 )
+from annotation.agreement.maths import FLAGS
+from tests.circus_triples import relabel_pairs, triples_from_annotations, triples_from_item_level_rows
 from tests.conftest import FIXTURES, ROOT
 from tests.unit.test_agreement import K_DATA, K_PUBLISHED, alpha_exact
 
@@ -92,8 +93,13 @@ def check_validity_blocks(report: dict, expected: dict, raters: list[str]) -> No
     mine, theirs = report["binary_valid_invalid"], expected["binary_valid_invalid"]
     assert mine["n_items"] == theirs["n_items"] == report["n_items"] == 50
     assert mine["n_raters"] == theirs["n_raters"] == report["n_annotators"] == len(raters)
-    for key in ("exact_agreement_rate", "exact_invalid_signature_rate", "unanimous_valid_invalid_rate",
-                "fleiss_kappa", "krippendorff_alpha_nominal"):
+    for key in (
+        "exact_agreement_rate",
+        "exact_invalid_signature_rate",
+        "unanimous_valid_invalid_rate",
+        "fleiss_kappa",
+        "krippendorff_alpha_nominal",
+    ):
         assert mine[key] == pytest.approx(theirs[key], abs=TOL), key
     assert_summary(mine["pairwise_cohen"], theirs["pairwise_cohen"])
     # The published pair values are in pair order over ``raters`` under mislabelled keys.
@@ -167,8 +173,12 @@ def test_default_bootstrap_and_text_format(circus_file, published) -> None:
 @pytest.fixture
 def kripp_file(tmp_path) -> Path:
     """Krippendorff (2011), 4 observers x 12 units with missing values (see tests/unit)."""
-    records = [{"item": f"u{u + 1}", "annotator": "ABCD"[c], "label": K_DATA[c][u]}
-               for c in range(4) for u in range(12) if K_DATA[c][u] is not None]
+    records = [
+        {"item": f"u{u + 1}", "annotator": "ABCD"[c], "label": K_DATA[c][u]}
+        for c in range(4)
+        for u in range(12)
+        if K_DATA[c][u] is not None
+    ]
     return write_jsonl(tmp_path / "kripp.jsonl", records)
 
 
@@ -205,8 +215,12 @@ def test_numeric_levels_through_the_command(kripp_file, level) -> None:
 
 def test_ordinal_strings_follow_declared_categories(tmp_path) -> None:
     names = {1: "none", 2: "low", 3: "mid", 4: "high", 5: "max"}
-    records = [{"item": u, "annotator": "ABCD"[c], "label": names[K_DATA[c][u]]}
-               for c in range(4) for u in range(12) if K_DATA[c][u] is not None]
+    records = [
+        {"item": u, "annotator": "ABCD"[c], "label": names[K_DATA[c][u]]}
+        for c in range(4)
+        for u in range(12)
+        if K_DATA[c][u] is not None
+    ]
     path = write_jsonl(tmp_path / "words.jsonl", records)
     report = run_json(str(path), "--level", "ordinal", "--categories", "none,low,mid,high,max", "--bootstrap", "0")
     assert report["krippendorff_alpha"] == pytest.approx(float(alpha_exact(K_DATA, "ordinal")), abs=1e-12)
@@ -219,8 +233,11 @@ def test_ordinal_strings_follow_declared_categories(tmp_path) -> None:
 
 def test_declared_scale_counts_unused_categories(tmp_path) -> None:
     # Two raters, 1-5 scale, only 1 and 2 used: Gwet's Q is 5 with --categories, else 2.
-    records = [{"item": i, "annotator": r, "label": v} for i, (a, b) in enumerate([(1, 1), (1, 2), (2, 2), (1, 1)])
-               for r, v in (("x", a), ("y", b))]
+    records = [
+        {"item": i, "annotator": r, "label": v}
+        for i, (a, b) in enumerate([(1, 1), (1, 2), (2, 2), (1, 1)])
+        for r, v in (("x", a), ("y", b))
+    ]
     path = write_jsonl(tmp_path / "scale.jsonl", records)
     declared = run_json(str(path), "--level", "ordinal", "--categories", "1,2,3,4,5", "--bootstrap", "0")
     observed = run_json(str(path), "--level", "ordinal", "--bootstrap", "0")
@@ -232,13 +249,22 @@ def test_declared_scale_counts_unused_categories(tmp_path) -> None:
 
 def test_declared_categories_are_typed_like_the_labels(tmp_path) -> None:
     # String labels that look like numbers stay strings; numbers are matched numerically.
-    words = [{"item": i, "annotator": r, "label": v} for i, r, v in [(1, "a", "1"), (1, "b", "2"), (2, "a", "2"),
-                                                                     (2, "b", "2")]]
+    words = [
+        {"item": i, "annotator": r, "label": v}
+        for i, r, v in [(1, "a", "1"), (1, "b", "2"), (2, "a", "2"), (2, "b", "2")]
+    ]
     report = run_json(str(write_jsonl(tmp_path / "w.jsonl", words)), "--categories", "1,2,3", "--bootstrap", "0")
     assert report["label_prevalence"] == pytest.approx({"1": 0.25, "2": 0.75, "3": 0.0})
     numbers = [{**w, "label": float(w["label"])} for w in words]
-    report = run_json(str(write_jsonl(tmp_path / "n.jsonl", numbers)), "--level", "interval",
-                      "--categories", "3,1,2", "--bootstrap", "0")
+    report = run_json(
+        str(write_jsonl(tmp_path / "n.jsonl", numbers)),
+        "--level",
+        "interval",
+        "--categories",
+        "3,1,2",
+        "--bootstrap",
+        "0",
+    )
     assert list(report["label_prevalence"]) == ["1", "2", "3"]  # sorted numerically
     # Gwet's AC1 with Q = 3: p_a = 1/2, pi = (1/4, 3/4, 0), p_e = (3/16 + 3/16) / 2 = 3/16.
     assert report["gwet_ac1"] == pytest.approx((1 / 2 - 3 / 16) / (1 - 3 / 16), abs=1e-15)
@@ -254,45 +280,99 @@ MALFORMED = [
     ("bad json", f'{GOOD}\n{{"item": 2, "annotator": "A", "label": "x"\n', [], ["line 2", "invalid JSON"]),
     ("not an object", "[1, 2, 3]\n", [], ["line 1", "expected a JSON object"]),
     ("missing label", f'{GOOD}\n{{"item": 2, "annotator": "A"}}\n', [], ["line 2, field 'label': missing"]),
-    ("missing item", f'{GOOD}\n{GOOD_B}\n{{"annotator": "C", "label": "x"}}\n', [],
-     ["line 3, field 'item': missing"]),
+    ("missing item", f'{GOOD}\n{GOOD_B}\n{{"annotator": "C", "label": "x"}}\n', [], ["line 3, field 'item': missing"]),
     ("missing annotator", '{"item": 1, "label": "x"}\n', [], ["line 1, field 'annotator': missing"]),
     ("item a float", '{"item": 1.5, "annotator": "A", "label": "x"}\n', [], ["line 1, field 'item'"]),
     ("item a list", f'{GOOD}\n{{"item": [1], "annotator": "A", "label": "x"}}\n', [], ["line 2, field 'item'"]),
     ("annotator null", '{"item": 1, "annotator": null, "label": "x"}\n', [], ["line 1, field 'annotator'"]),
-    ("annotator empty", '{"item": 1, "annotator": " ", "label": "x"}\n', [],
-     ["line 1, field 'annotator': must not be empty"]),
-    ("annotator types mixed", f'{GOOD}\n{{"item": 1, "annotator": 7, "label": "x"}}\n', [],
-     ["line 2, field 'annotator'", "one kind of annotator"]),
-    ("duplicate judgement", f'{GOOD}\n{GOOD_B}\n{{"item": 1, "annotator": "A", "label": "y"}}\n', [],
-     ["line 3, field 'annotator'", "already judged item 1", "line 1"]),
+    (
+        "annotator empty",
+        '{"item": 1, "annotator": " ", "label": "x"}\n',
+        [],
+        ["line 1, field 'annotator': must not be empty"],
+    ),
+    (
+        "annotator types mixed",
+        f'{GOOD}\n{{"item": 1, "annotator": 7, "label": "x"}}\n',
+        [],
+        ["line 2, field 'annotator'", "one kind of annotator"],
+    ),
+    (
+        "duplicate judgement",
+        f'{GOOD}\n{GOOD_B}\n{{"item": 1, "annotator": "A", "label": "y"}}\n',
+        [],
+        ["line 3, field 'annotator'", "already judged item 1", "line 1"],
+    ),
     ("label null", '{"item": 1, "annotator": "A", "label": null}\n', [], ["line 1, field 'label'", "null"]),
-    ("label a boolean", f'{GOOD}\n{{"item": 2, "annotator": "A", "label": true}}\n', [],
-     ["line 2, field 'label'", "a boolean"]),
+    (
+        "label a boolean",
+        f'{GOOD}\n{{"item": 2, "annotator": "A", "label": true}}\n',
+        [],
+        ["line 2, field 'label'", "a boolean"],
+    ),
     ("label an object", '{"item": 1, "annotator": "A", "label": {"v": 1}}\n', [], ["line 1, field 'label'"]),
     ("label NaN", '{"item": 1, "annotator": "A", "label": NaN}\n', [], ["line 1, field 'label'", "finite"]),
-    ("nominal kinds mixed", f'{GOOD}\n{{"item": 1, "annotator": "B", "label": 3}}\n', [],
-     ["line 2, field 'label'", "one kind of label"]),
-    ("ordinal string", '{"item": 1, "annotator": "A", "label": 2}\n{"item": 1, "annotator": "B", "label": "3"}\n',
-     ["--level", "ordinal"], ["line 2, field 'label': the ordinal level needs a number"]),
-    ("interval list", '{"item": 1, "annotator": "A", "label": [1]}\n', ["--level", "interval"],
-     ["line 1, field 'label': the interval level needs a number"]),
-    ("ratio negative", '{"item": 1, "annotator": "A", "label": 2}\n{"item": 1, "annotator": "B", "label": -1}\n',
-     ["--level", "ratio"], ["line 2, field 'label'", "non-negative"]),
-    ("not in categories", '{"item": 1, "annotator": "A", "label": 2}\n{"item": 1, "annotator": "B", "label": 6}\n',
-     ["--level", "ordinal", "--categories", "1,2,3,4,5"], ["line 2, field 'label'", "not one of --categories"]),
-    ("categories not numbers", '{"item": 1, "annotator": "A", "label": 2}\n', ["--categories", "low,high"],
-     ["line 1, field 'label'", "not all numbers"]),
-    ("validity unknown flag",
-     '{"item": 1, "annotator": "A", "label": "VALIDATED"}\n'
-     '{"item": 1, "annotator": "B", "label": ["QUERY_TOO_BROAD", "INVALID_CAPTION"]}\n',
-     ["--rubric", "validity"], ["line 2, field 'label'", "unknown flag 'INVALID_CAPTION'"]),
-    ("validity other string", '{"item": 1, "annotator": "A", "label": "VALID"}\n', ["--rubric", "validity"],
-     ["line 1, field 'label'", "'VALIDATED' or a list of flags"]),
-    ("validity number", '{"item": 1, "annotator": "A", "label": 1}\n', ["--rubric", "validity"],
-     ["line 1, field 'label'"]),
-    ("validity flag not a string", '{"item": 1, "annotator": "A", "label": [1]}\n', ["--rubric", "validity"],
-     ["line 1, field 'label'", "flag must be a non-empty string"]),
+    (
+        "nominal kinds mixed",
+        f'{GOOD}\n{{"item": 1, "annotator": "B", "label": 3}}\n',
+        [],
+        ["line 2, field 'label'", "one kind of label"],
+    ),
+    (
+        "ordinal string",
+        '{"item": 1, "annotator": "A", "label": 2}\n{"item": 1, "annotator": "B", "label": "3"}\n',
+        ["--level", "ordinal"],
+        ["line 2, field 'label': the ordinal level needs a number"],
+    ),
+    (
+        "interval list",
+        '{"item": 1, "annotator": "A", "label": [1]}\n',
+        ["--level", "interval"],
+        ["line 1, field 'label': the interval level needs a number"],
+    ),
+    (
+        "ratio negative",
+        '{"item": 1, "annotator": "A", "label": 2}\n{"item": 1, "annotator": "B", "label": -1}\n',
+        ["--level", "ratio"],
+        ["line 2, field 'label'", "non-negative"],
+    ),
+    (
+        "not in categories",
+        '{"item": 1, "annotator": "A", "label": 2}\n{"item": 1, "annotator": "B", "label": 6}\n',
+        ["--level", "ordinal", "--categories", "1,2,3,4,5"],
+        ["line 2, field 'label'", "not one of --categories"],
+    ),
+    (
+        "categories not numbers",
+        '{"item": 1, "annotator": "A", "label": 2}\n',
+        ["--categories", "low,high"],
+        ["line 1, field 'label'", "not all numbers"],
+    ),
+    (
+        "validity unknown flag",
+        '{"item": 1, "annotator": "A", "label": "VALIDATED"}\n'
+        '{"item": 1, "annotator": "B", "label": ["QUERY_TOO_BROAD", "INVALID_CAPTION"]}\n',
+        ["--rubric", "validity"],
+        ["line 2, field 'label'", "unknown flag 'INVALID_CAPTION'"],
+    ),
+    (
+        "validity other string",
+        '{"item": 1, "annotator": "A", "label": "VALID"}\n',
+        ["--rubric", "validity"],
+        ["line 1, field 'label'", "'VALIDATED' or a list of flags"],
+    ),
+    (
+        "validity number",
+        '{"item": 1, "annotator": "A", "label": 1}\n',
+        ["--rubric", "validity"],
+        ["line 1, field 'label'"],
+    ),
+    (
+        "validity flag not a string",
+        '{"item": 1, "annotator": "A", "label": [1]}\n',
+        ["--rubric", "validity"],
+        ["line 1, field 'label'", "flag must be a non-empty string"],
+    ),
     ("empty file", "", [], ["no judgements"]),
     ("blank lines only", "\n  \n\n", [], ["no judgements"]),
 ]
@@ -312,9 +392,11 @@ def test_malformed_input_is_rejected(tmp_path, name, text, args, fragments) -> N
 
 def test_blank_lines_and_extra_keys_are_accepted(tmp_path) -> None:
     path = tmp_path / "ok.jsonl"
-    path.write_text(f'\n{GOOD}\n\n{{"item": 1, "annotator": "B", "label": "x", "note": "n"}}\n'
-                    '{"item": 2, "annotator": "A", "label": "y"}\n{"item": 2, "annotator": "B", "label": "x"}\n'
-                    '{"item": 3, "annotator": "A", "label": "y"}\n{"item": 3, "annotator": "B", "label": "y"}\n\n')
+    path.write_text(
+        f'\n{GOOD}\n\n{{"item": 1, "annotator": "B", "label": "x", "note": "n"}}\n'
+        '{"item": 2, "annotator": "A", "label": "y"}\n{"item": 2, "annotator": "B", "label": "x"}\n'
+        '{"item": 3, "annotator": "A", "label": "y"}\n{"item": 3, "annotator": "B", "label": "y"}\n\n'
+    )
     report = run_json(str(path), "--bootstrap", "0")
     assert (report["n_items"], report["n_judgements"]) == (3, 6)
     assert report["percent_agreement"] == pytest.approx(2 / 3, abs=1e-15)
@@ -323,8 +405,12 @@ def test_blank_lines_and_extra_keys_are_accepted(tmp_path) -> None:
 
 
 def test_nominal_flag_lists_become_sorted_signatures(tmp_path) -> None:
-    records = [{"item": 1, "annotator": "A", "label": ["b", "a"]}, {"item": 1, "annotator": "B", "label": ["a", "b"]},
-               {"item": 2, "annotator": "A", "label": []}, {"item": 2, "annotator": "B", "label": ["a"]}]
+    records = [
+        {"item": 1, "annotator": "A", "label": ["b", "a"]},
+        {"item": 1, "annotator": "B", "label": ["a", "b"]},
+        {"item": 2, "annotator": "A", "label": []},
+        {"item": 2, "annotator": "B", "label": ["a"]},
+    ]
     report = run_json(str(write_jsonl(tmp_path / "flags.jsonl", records)), "--bootstrap", "0")
     assert report["label_prevalence"] == pytest.approx({"": 0.25, "a": 0.25, "a+b": 0.5})
     assert report["percent_agreement"] == pytest.approx(0.5, abs=1e-15)
@@ -368,8 +454,9 @@ def test_constant_pairs_undefined_by_default(circus_file) -> None:
     assert sum(v is None for v in by_pair.values()) == 28
     assert "per_flag_agreement.INVALID_IMAGE_QUERY.pairwise_cohen.by_pair" in default["undefined"]
     out = StringIO()
-    call_command("agreement", str(circus_file), "--rubric", "validity", "--bootstrap", "0", stdout=out,
-                 stderr=StringIO())
+    call_command(
+        "agreement", str(circus_file), "--rubric", "validity", "--bootstrap", "0", stdout=out, stderr=StringIO()
+    )
     assert "constant pairs: undefined" in out.getvalue()
 
 
@@ -378,16 +465,19 @@ def test_constant_pairs_undefined_by_default(circus_file) -> None:
 
 def test_exit_status_of_a_real_process(tmp_path, circus_file) -> None:
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"item": 1, "annotator": "A", "label": "VALIDATED"}\n'
-                   '{"item": 1, "annotator": "B", "label": ["QUERY_TOO_BROAD"]}\n'
-                   '{"item": 2, "annotator": "A", "label": ["NOT_A_FLAG"]}\n')
+    bad.write_text(
+        '{"item": 1, "annotator": "A", "label": "VALIDATED"}\n'
+        '{"item": 1, "annotator": "B", "label": ["QUERY_TOO_BROAD"]}\n'
+        '{"item": 2, "annotator": "A", "label": ["NOT_A_FLAG"]}\n'
+    )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
     cmd = [sys.executable, "manage.py", "agreement", "--rubric", "validity", "--format", "json"]
     failed = subprocess.run([*cmd, str(bad)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert failed.returncode != 0
     assert f"{bad}, line 3, field 'label'" in failed.stderr and "NOT_A_FLAG" in failed.stderr
     assert failed.stdout == ""
-    ok = subprocess.run([*cmd, "--bootstrap", "0", str(circus_file)], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=120)
+    ok = subprocess.run(
+        [*cmd, "--bootstrap", "0", str(circus_file)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["n_judgements"] == 450

@@ -1,6 +1,7 @@
 """The agreement report's bootstrap intervals come from a worker (issue 39, item 4): the page
 answers with its point figures at once and says the intervals are being updated; a real worker
 computes them; a new judgement makes them stale, and stale intervals are never shown."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,11 @@ def test_the_page_shows_point_figures_then_current_intervals(client, worker_fact
     assert not any(k.startswith("confidence_intervals.") for k in first["undefined"])
 
     worker = worker_factory(queues="celery").start("intervals")
-    wait_for(lambda: _report(client, study)["intervals_state"]["state"] == "current", timeout=180,
-             what=f"the worker to compute the intervals\n{worker.log()}")
+    wait_for(
+        lambda: _report(client, study)["intervals_state"]["state"] == "current",
+        timeout=180,
+        what=f"the worker to compute the intervals\n{worker.log()}",
+    )
     current = _report(client, study)
     assert current["confidence_intervals"] == _expected(study)  # the figures of `agreement --study`
     assert "annotation.agreement_intervals" in worker.log()
@@ -57,8 +61,11 @@ def test_the_page_shows_point_figures_then_current_intervals(client, worker_fact
     assert stale["intervals_state"] == {"state": "updating"} and stale["confidence_intervals"]["intervals"] == {}
     assert 'id="intervals-updating"' in client.get(f"/studies/{study.pk}/report/").content.decode()
     worker = worker_factory(queues="celery").start("intervals-again")
-    wait_for(lambda: _report(client, study)["intervals_state"]["state"] == "current", timeout=180,
-             what=f"the worker to compute the intervals again\n{worker.log()}")
+    wait_for(
+        lambda: _report(client, study)["intervals_state"]["state"] == "current",
+        timeout=180,
+        what=f"the worker to compute the intervals again\n{worker.log()}",
+    )
     again = _report(client, study)
     assert again["confidence_intervals"] == _expected(study) != current["confidence_intervals"]
 
@@ -81,4 +88,7 @@ def test_a_stored_block_is_shown_only_for_its_fingerprint(client) -> None:
     csv_text = b"".join(client.get(f"/studies/{study.pk}/report.csv").streaming_content).decode()
     assert "agreement,confidence_intervals,state,updating" in csv_text
     assert "agreement,confidence_intervals,krippendorff_alpha.low" not in csv_text  # no stale interval
-    assert "No bootstrap intervals (bootstrap = 0)" in client.get(f"/studies/{study.pk}/report/?bootstrap=0").content.decode()
+    assert (
+        "No bootstrap intervals (bootstrap = 0)"
+        in client.get(f"/studies/{study.pk}/report/?bootstrap=0").content.decode()
+    )

@@ -1,5 +1,6 @@
 """Ticked alternatives through the API: only the item's own candidates, in judgements,
 revisions and drafts; anything else is refused with 400 and nothing is written."""
+
 from __future__ import annotations
 
 import pytest
@@ -52,15 +53,21 @@ def test_ticks_go_into_drafts_judgements_and_revisions(served):
     api, body, item = served
     asg = body["assignment"]
     panel = [p["id"] for p in body["panel"]]
-    assert api.put(f"/api/assignments/{asg}/draft/", {"alternatives": [panel[3], panel[1]]},
-                   format="json").status_code == 200
+    assert (
+        api.put(f"/api/assignments/{asg}/draft/", {"alternatives": [panel[3], panel[1]]}, format="json").status_code
+        == 200
+    )
     assert api.get(f"/api/assignments/{asg}/").json()["draft"]["alternatives"] == [panel[1], panel[3]]
     url = f"/api/assignments/{asg}/judgements/"
-    r = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, "alternatives": [panel[3], panel[1]]}, format="json")
+    r = api.post(
+        url, {"category": "VALIDATED", "time_spent_ms": 5, "alternatives": [panel[3], panel[1]]}, format="json"
+    )
     assert r.status_code == 201 and r.json()["alternatives"] == [panel[1], panel[3]]
     r = api.post(url, {"category": "QUERY_TOO_BROAD", "time_spent_ms": 5, "alternatives": panel}, format="json")
     assert r.status_code == 201
-    revs = list(Judgement.objects.filter(assignment_id=asg).order_by("revision").values_list("alternatives", "is_current"))
+    revs = list(
+        Judgement.objects.filter(assignment_id=asg).order_by("revision").values_list("alternatives", "is_current")
+    )
     assert revs == [([panel[1], panel[3]], False), (panel, True)]
     assert api.get(url).json()[0]["alternatives"] == [panel[1], panel[3]]
 
@@ -77,12 +84,14 @@ def test_none_fit_is_stored_in_drafts_and_judgements_and_never_with_ticks(served
         assert api.put(draft_url, bad, format="json").json()["field"] == "none_fit", bad
         r = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, **bad}, format="json")
         assert r.status_code == 400 and r.json()["field"] == "none_fit", bad
-    r = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, "none_fit": True, "client_token": "t1"},
-                 format="json")
+    r = api.post(
+        url, {"category": "VALIDATED", "time_spent_ms": 5, "none_fit": True, "client_token": "t1"}, format="json"
+    )
     assert r.status_code == 201 and r.json()["none_fit"] is True and r.json()["alternatives"] == []
     # the same answer again is a retry; the same token with ticks instead is another answer
-    again = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, "none_fit": True, "client_token": "t1"},
-                     format="json")
+    again = api.post(
+        url, {"category": "VALIDATED", "time_spent_ms": 5, "none_fit": True, "client_token": "t1"}, format="json"
+    )
     assert again.status_code == 200 and again.json()["duplicate"] is True
     other = api.post(url, {"category": "VALIDATED", "time_spent_ms": 5, "client_token": "t1"}, format="json")
     assert other.status_code == 409
@@ -96,11 +105,17 @@ def test_a_draft_save_older_than_the_stored_one_changes_nothing(served):
     api, body, item = served
     url = f"/api/assignments/{body['assignment']}/draft/"
     panel = [p["id"] for p in body["panel"]]
-    assert api.put(url, {"alternatives": [panel[0], panel[2]], "edited_at": 2000}, format="json").json()["edited_at"] == 2000
+    assert (
+        api.put(url, {"alternatives": [panel[0], panel[2]], "edited_at": 2000}, format="json").json()["edited_at"]
+        == 2000
+    )
     late = api.put(url, {"alternatives": [panel[0]], "edited_at": 1000}, format="json")
     assert late.status_code == 200 and late.json()["edited_at"] == 2000
     assert Draft.objects.get(assignment_id=body["assignment"]).payload["alternatives"] == [panel[0], panel[2]]
-    assert api.put(url, {"alternatives": [], "none_fit": True, "edited_at": 3000}, format="json").json()["edited_at"] == 3000
+    assert (
+        api.put(url, {"alternatives": [], "none_fit": True, "edited_at": 3000}, format="json").json()["edited_at"]
+        == 3000
+    )
     assert Draft.objects.get(assignment_id=body["assignment"]).payload["none_fit"] is True
 
 
@@ -119,5 +134,5 @@ def test_an_adjudicator_accepts_or_refuses_a_candidate(served, client):
     page = client.get(url).content.decode()
     assert "<b>accepted</b> (adjudicated)" in page
     # the decided candidate leads the table; the five nobody ticked are folded below it
-    seen = page[page.index('id="candidates"'):page.index('id="candidates-untouched"')]
+    seen = page[page.index('id="candidates"') : page.index('id="candidates-untouched"')]
     assert seen.count('name="candidate"') == 1 and "5 candidates nobody ticked" in page

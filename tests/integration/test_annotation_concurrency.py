@@ -1,4 +1,5 @@
 """20 annotators drain a study with overlap 3 at the same time (PostgreSQL row locks)."""
+
 from __future__ import annotations
 
 import threading
@@ -10,8 +11,8 @@ from django.db import connection, connections
 
 from annotation.assignment import queue as engine
 from annotation.models import Assignment, Judgement, StudyItem
-from annotation.studies.building import StudySpec, create_study
 from annotation.sizes import fresh_sizes, stored_sizes
+from annotation.studies.building import StudySpec, create_study
 from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -49,13 +50,19 @@ def race(study, annotators, answer) -> None:
 def test_twenty_annotators_drain_a_study_with_overlap_three():
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL's select_for_update(skip_locked=True): set DATABASE_URL=postgres://... (CI does)")
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     annotators = [make_annotator(f"racer{i:02d}", password="x") for i in range(20)]
-    study, _ = create_study(StudySpec(name="race", datasets=["circo"], overlap=3, total=60, seed=11,
-                                      annotators=[u.username for u in annotators]))
+    study, _ = create_study(
+        StudySpec(
+            name="race", datasets=["circo"], overlap=3, total=60, seed=11, annotators=[u.username for u in annotators]
+        )
+    )
     race(study, annotators, lambda assignment, user: {"category": "VALIDATED", "time_spent_ms": 1})
-    per_item = Counter(Judgement.objects.filter(assignment__study=study, is_current=True).values_list("assignment__item_id", flat=True))
+    per_item = Counter(
+        Judgement.objects.filter(assignment__study=study, is_current=True).values_list("assignment__item_id", flat=True)
+    )
     items = list(StudyItem.objects.filter(study=study).values_list("id", "completed", "taken"))
     assert len(items) == 60
     assert all(per_item[i] == 3 and c == 3 and t == 3 for i, c, t in items), (per_item, items)
@@ -72,20 +79,35 @@ def test_twelve_annotators_drain_an_adaptive_study_and_no_split_is_left_pending(
         pytest.skip("needs PostgreSQL's row locks: set DATABASE_URL=postgres://... (CI does)")
     from annotation.verdicts.state import study_counts
 
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     annotators = [make_annotator(f"adapt{i:02d}", password="x") for i in range(12)]
-    study, _ = create_study(StudySpec(name="race-adaptive", datasets=["circo"], overlap=2, adaptive_max=3, total=40,
-                                      seed=5, annotators=[u.username for u in annotators]))
+    study, _ = create_study(
+        StudySpec(
+            name="race-adaptive",
+            datasets=["circo"],
+            overlap=2,
+            adaptive_max=3,
+            total=40,
+            seed=5,
+            annotators=[u.username for u in annotators],
+        )
+    )
+
     def answer(assignment, user):
         valid = (assignment.item_id * 7 + user.pk * 3) % 5 > 1  # about half the pairs split
-        return ({"category": "VALIDATED", "time_spent_ms": 1} if valid else
-                {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "time_spent_ms": 1})
+        return (
+            {"category": "VALIDATED", "time_spent_ms": 1}
+            if valid
+            else {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "time_spent_ms": 1}
+        )
 
     race(study, annotators, answer)
     votes: dict[int, list[bool]] = {}
     for item, validated in Judgement.objects.filter(assignment__study=study, is_current=True).values_list(
-            "assignment__item_id", "validated"):
+        "assignment__item_id", "validated"
+    ):
         votes.setdefault(item, []).append(validated)
     extra = dict(StudyItem.objects.filter(study=study).values_list("id", "extra_slots"))
     assert len(votes) == 40
@@ -96,4 +118,6 @@ def test_twelve_annotators_drain_an_adaptive_study_and_no_split_is_left_pending(
     assert counts["pending"] == 0 and counts["states"]["decided"] == 40
     assert 0 < sum(extra.values()) < 40 and counts["judgements"] == 80 + sum(extra.values())
     # the study's total of extra slots, kept by racing submits (F() updates), equals a fresh count
-    assert stored_sizes(study.pk) == fresh_sizes(study.pk) and stored_sizes(study.pk)["n_extra_slots"] == sum(extra.values())
+    assert stored_sizes(study.pk) == fresh_sizes(study.pk) and stored_sizes(study.pk)["n_extra_slots"] == sum(
+        extra.values()
+    )

@@ -1,4 +1,5 @@
 """Studies, the assignment engine and judgements over the database."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -8,8 +9,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from annotation.assignment import queue as engine
-from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.core.rubric import JudgementError
+from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.studies.building import StudyError, StudySpec, create_study
 from retrieval.models import Dataset, Query, QuerySubset
 from tests.conftest import FIXTURES, make_annotator
@@ -21,8 +22,9 @@ VALID = {"category": "VALIDATED", "time_spent_ms": 1200}
 
 @pytest.fixture
 def circo(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     return Dataset.objects.get(name="circo")
 
 
@@ -31,8 +33,11 @@ def users(n: int, prefix: str = "ann"):
 
 
 def make_study(names, overlap=2, **kw) -> Study:
-    study, _ = create_study(StudySpec(name=kw.pop("name", "s"), datasets=["circo"], overlap=overlap,
-                                      annotators=[u.username for u in names], **kw))
+    study, _ = create_study(
+        StudySpec(
+            name=kw.pop("name", "s"), datasets=["circo"], overlap=overlap, annotators=[u.username for u in names], **kw
+        )
+    )
     return study
 
 
@@ -40,9 +45,15 @@ def test_study_pool_sampling_is_reproducible(circo):
     labels = ["composition_required", "unresolved", "shortcut_solvable"]
     for i, name in enumerate(labels):
         subset = QuerySubset.objects.create(dataset=circo, name=name)
-        subset.queries.set(Query.objects.filter(dataset=circo, ordinal__lt=220).filter(ordinal__gte=i * 70, ordinal__lt=(i + 1) * 70))
-    spec = dict(datasets=["circo"], hidden_categories=["composition_required", "unresolved"],
-                quotas={"circo::composition_required": 20, "circo::unresolved": 15}, seed=5)
+        subset.queries.set(
+            Query.objects.filter(dataset=circo, ordinal__lt=220).filter(ordinal__gte=i * 70, ordinal__lt=(i + 1) * 70)
+        )
+    spec = dict(
+        datasets=["circo"],
+        hidden_categories=["composition_required", "unresolved"],
+        quotas={"circo::composition_required": 20, "circo::unresolved": 15},
+        seed=5,
+    )
     a, ra = create_study(StudySpec(name="a", **spec))
     b, rb = create_study(StudySpec(name="b", **spec))
     ids_a = list(a.items.order_by("order_key").values_list("query_id", "hidden_category"))
@@ -144,7 +155,9 @@ def test_same_token_is_stored_once_and_revisions_are_kept(circo):
     assert dup.value.judgement.pk == j1.pk
     # a second tab revises: the later revision wins, both are in the history
     j2 = engine.submit(asg, {"category": "QUERY_TOO_BROAD", "time_spent_ms": 10}, client_token="tok-2")
-    revs = list(Judgement.objects.filter(assignment=asg).order_by("revision").values_list("revision", "category", "is_current"))
+    revs = list(
+        Judgement.objects.filter(assignment=asg).order_by("revision").values_list("revision", "category", "is_current")
+    )
     assert revs == [(1, "VALIDATED", False), (2, "QUERY_TOO_BROAD", True)]
     assert j2.revision == 2 and not Draft.objects.filter(assignment=asg).exists()
     item = StudyItem.objects.get(pk=asg.item_id)
@@ -153,8 +166,22 @@ def test_same_token_is_stored_once_and_revisions_are_kept(circo):
 
 def test_create_study_command(circo, capsys):
     anns = users(2)
-    call_command("create_study", "--name", "cli", "--dataset", "circo", "--overlap", "2", "--total", "12",
-                 "--agreement-size", "3", "--seed", "9", *sum((["--annotator", u.username] for u in anns), []))
+    call_command(
+        "create_study",
+        "--name",
+        "cli",
+        "--dataset",
+        "circo",
+        "--overlap",
+        "2",
+        "--total",
+        "12",
+        "--agreement-size",
+        "3",
+        "--seed",
+        "9",
+        *sum((["--annotator", u.username] for u in anns), []),
+    )
     study = Study.objects.get(name="cli")
     assert study.items.count() == 12 and study.items.filter(agreement=True).count() == 3
     assert set(study.annotators.values_list("username", flat=True)) == {u.username for u in anns}

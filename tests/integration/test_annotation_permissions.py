@@ -1,4 +1,5 @@
 """Annotators see only their own work; hidden labels and others' answers never reach them."""
+
 from __future__ import annotations
 
 import json
@@ -22,14 +23,17 @@ SECRET = "SECRET-NOTE-OF-B"
 
 @pytest.fixture
 def world(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     User = get_user_model()
     group = Group.objects.get(name="annotator")
     a, b, outsider = (User.objects.create_user(n, password="pw") for n in ("alice", "bob", "carol"))
     for u in (a, b, outsider):
         u.groups.add(group)
-    study, _ = create_study(StudySpec(name="perm", datasets=["circo"], overlap=2, total=6, seed=1, annotators=["alice", "bob"]))
+    study, _ = create_study(
+        StudySpec(name="perm", datasets=["circo"], overlap=2, total=6, seed=1, annotators=["alice", "bob"])
+    )
     for n, item in enumerate(StudyItem.objects.filter(study=study)):
         item.hidden_category = HIDDEN[n % 3]
         item.save()
@@ -50,8 +54,12 @@ def test_another_annotators_assignment_is_404(world, client):
     for asg in (world["asg_b"], world["asg_b2"]):
         assert api.get(f"/api/assignments/{asg.pk}/").status_code == 404
         assert api.get(f"/api/assignments/{asg.pk}/judgements/").status_code == 404
-        assert api.post(f"/api/assignments/{asg.pk}/judgements/", {"category": "VALIDATED", "time_spent_ms": 1},
-                        format="json").status_code == 404
+        assert (
+            api.post(
+                f"/api/assignments/{asg.pk}/judgements/", {"category": "VALIDATED", "time_spent_ms": 1}, format="json"
+            ).status_code
+            == 404
+        )
         assert api.put(f"/api/assignments/{asg.pk}/draft/", {"x": 1}, format="json").status_code == 404
         assert api.post(f"/api/assignments/{asg.pk}/skip/").status_code == 404
     client.login(username="alice", password="pw")
@@ -88,21 +96,35 @@ def test_hidden_labels_and_other_answers_never_reach_an_annotator(world, client)
     assert nxt.status_code == 200 and "served_by" not in nxt.json() and "staff" not in nxt.json()
     asg = nxt.json()["assignment"]
     bodies.append(nxt.content)
-    for url in ("/api/studies/", f"/api/studies/{study.pk}/", f"/api/studies/{study.pk}/progress/",
-                "/api/assignments/", f"/api/assignments/{asg}/", f"/api/assignments/{asg}/judgements/"):
+    for url in (
+        "/api/studies/",
+        f"/api/studies/{study.pk}/",
+        f"/api/studies/{study.pk}/progress/",
+        "/api/assignments/",
+        f"/api/assignments/{asg}/",
+        f"/api/assignments/{asg}/judgements/",
+    ):
         r = api.get(url)
         assert r.status_code == 200, url
         bodies.append(r.content)
-    r = api.post(f"/api/assignments/{asg}/judgements/", {"category": "VALIDATED", "time_spent_ms": 5, "client_token": "t1"},
-                 format="json")
+    r = api.post(
+        f"/api/assignments/{asg}/judgements/",
+        {"category": "VALIDATED", "time_spent_ms": 5, "client_token": "t1"},
+        format="json",
+    )
     assert r.status_code == 201
     bodies.append(r.content)
     # alice now gets the item bob judged (closest to overlap): its page must not show bob's note
     nxt = api.post(f"/api/studies/{study.pk}/next/")
     bodies.append(nxt.content)
     client.login(username="alice", password="pw")
-    for url in ("/", "/annotate/", f"/annotate/{study.pk}/item/{asg}/", f"/annotate/{study.pk}/history/",
-                f"/annotate/{study.pk}/upcoming/"):
+    for url in (
+        "/",
+        "/annotate/",
+        f"/annotate/{study.pk}/item/{asg}/",
+        f"/annotate/{study.pk}/history/",
+        f"/annotate/{study.pk}/upcoming/",
+    ):
         r = client.get(url)
         assert r.status_code == 200, url
         bodies.append(r.content)
@@ -118,8 +140,11 @@ def test_api_submit_refusal_names_the_field_and_token_makes_retries_safe(world):
     study = world["study"]
     api = api_for(world["a"])
     asg = api.post(f"/api/studies/{study.pk}/next/").json()["assignment"]
-    bad = api.post(f"/api/assignments/{asg}/judgements/", {"category": "INVALID_IMAGE_QUERY", "sub_reason": "other",
-                                                           "time_spent_ms": 5}, format="json")
+    bad = api.post(
+        f"/api/assignments/{asg}/judgements/",
+        {"category": "INVALID_IMAGE_QUERY", "sub_reason": "other", "time_spent_ms": 5},
+        format="json",
+    )
     assert bad.status_code == 400 and bad.json()["field"] == "note"
     body = {"category": "VALIDATED", "time_spent_ms": 5, "client_token": "retry-1"}
     first = api.post(f"/api/assignments/{asg}/judgements/", body, format="json")
@@ -138,7 +163,12 @@ def test_schema_lists_the_annotation_api_to_researchers_only(world):
     resp = api_for(researcher).get("/api/schema/", HTTP_ACCEPT="application/json")
     assert resp.status_code == 200
     paths = {p.replace("{id}", "{pk}") for p in json.loads(resp.content)["paths"]}
-    for p in ("/api/studies/", "/api/studies/{pk}/next/", "/api/assignments/{pk}/judgements/", "/api/assignments/{pk}/draft/"):
+    for p in (
+        "/api/studies/",
+        "/api/studies/{pk}/next/",
+        "/api/assignments/{pk}/judgements/",
+        "/api/assignments/{pk}/draft/",
+    ):
         assert p in paths
 
 

@@ -3,6 +3,7 @@
 The run is budgeted by time: rounds over every operation until ``CIRVAL_FUZZ_SECONDS``
 (default 60, CI's quick form) have passed, at least one round. Set it higher for a long
 hunt, e.g. ``CIRVAL_FUZZ_SECONDS=1800``."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ import pytest
 import schemathesis
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 
 from annotation.assignment import queue as engine
@@ -27,8 +29,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def annotator_token(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     user = make_annotator("fuzzer")
     other = make_annotator("other")
     create_study(StudySpec(name="fuzz", datasets=["circo"], overlap=2, total=20, annotators=["fuzzer", "other"]))

@@ -1,6 +1,7 @@
 """Gallery encoding with its loader processes: parallel decode/preprocess gives the in-process
 batches, and encode_images streams into the cache through them (moved from
 tests/unit/test_audit_encoding.py: unit tests start no processes)."""
+
 from __future__ import annotations
 
 from pathlib import Path

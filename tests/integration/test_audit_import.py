@@ -1,4 +1,5 @@
 """manage.py import_ranks on hand-written CIRCUS-layout rank files (tests/fixtures/circus_audit)."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -6,8 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from audit.runs import panels
 from audit.models import AuditLabel, AuditRank, AuditRun
+from audit.runs import panels
 from retrieval.loader import load_parsed
 from retrieval.models import Image, Query
 from retrieval.records import ImageRecord, ParsedDataset, QueryRecord, TargetRecord, TextRecord, TurnRecord
@@ -21,10 +22,22 @@ BETA = DIR / "retrieval_data_tiny_task7_beta.json"
 AGG = DIR / "retrieval_data_tiny_task7_aggregated_best_rank_mm_any.json"
 TEXTS = ["is red", "has two dogs", "make it bigger", "remove the cat", "on a beach", "at night"]
 # hand-worked in the fixture README
-EXPECTED = {0: "shortcut_solvable", 1: "composition_required", 2: "unresolved",
-            3: "shortcut_solvable", 4: "composition_required", 5: "shortcut_solvable"}
-DETAIL = {0: "both_unimodal", 1: "composition_required", 2: "unresolved",
-          3: "both_unimodal", 4: "composition_required", 5: "image_only"}
+EXPECTED = {
+    0: "shortcut_solvable",
+    1: "composition_required",
+    2: "unresolved",
+    3: "shortcut_solvable",
+    4: "composition_required",
+    5: "shortcut_solvable",
+}
+DETAIL = {
+    0: "both_unimodal",
+    1: "composition_required",
+    2: "unresolved",
+    3: "both_unimodal",
+    4: "composition_required",
+    5: "image_only",
+}
 SUPPORT = {0: (2, 1, 1, 2), 1: (1, 0, 0, 0), 2: (0, 0, 0, 0), 3: (2, 1, 2, 2), 4: (1, 0, 0, 0), 5: (2, 0, 1, 1)}
 
 
@@ -40,11 +53,17 @@ def build_tiny(fmt: str, extra: int = 0) -> dict[int, int]:
         parsed.add_image(ImageRecord(external_id=f"img_{i:02d}", path=f"gallery/img_{i:02d}.png"))
     parsed.galleries["test"] = [f"img_{i:02d}" for i in range(16)]
     for i, text in enumerate(TEXTS + [f"extra {n}" for n in range(extra)]):
-        parsed.queries.append(QueryRecord(
-            external_id=f"q{i}", split="test", ordinal=i, source_file="tiny_test.jsonl",
-            turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}", texts=[TextRecord(text)])],
-            targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)], raw={"qid": i},
-        ))
+        parsed.queries.append(
+            QueryRecord(
+                external_id=f"q{i}",
+                split="test",
+                ordinal=i,
+                source_file="tiny_test.jsonl",
+                turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}", texts=[TextRecord(text)])],
+                targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)],
+                raw={"qid": i},
+            )
+        )
     load_parsed(parsed, "tiny")
     return {q.ordinal: q.pk for q in Query.objects.filter(dataset__name="tiny")}
 
@@ -69,8 +88,12 @@ def test_per_retriever_files_make_a_labelled_run(tiny):
         i = lab.query.ordinal
         assert lab.detail == DETAIL[i]
         assert (lab.support_mm, lab.support_text, lab.support_image, lab.support_either) == SUPPORT[i]
-    assert run.summary["counts"] == {"composition_required": 2, "unresolved": 1, "shortcut_solvable": 3,
-                                     "shortcut_free": 3}
+    assert run.summary["counts"] == {
+        "composition_required": 2,
+        "unresolved": 1,
+        "shortcut_solvable": 3,
+        "shortcut_free": 3,
+    }
     # per-retriever Recall@10, hand-counted: alpha mm 2,5,12,1,15,4 -> 4 of 6
     assert run.summary["retriever_stats"]["alpha"]["recall_at_k"]["multimodal"] == pytest.approx(4 / 6)
     assert run.summary["retriever_stats"]["beta"]["recall_at_k"]["text_only"] == 0.0
@@ -134,8 +157,10 @@ def test_k_option_and_unknown_queries(tiny):
 
 def test_malformed_rank_file_is_refused(tiny, tmp_path):
     bad = tmp_path / "retrieval_data_tiny_task7_bad.json"
-    bad.write_text('{"metadata": {}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": '
-                   '{"multimodal": 0, "text_only": 1, "image_only": 1}}]}')
+    bad.write_text(
+        '{"metadata": {}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": '
+        '{"multimodal": 0, "text_only": 1, "image_only": 1}}]}'
+    )
     with pytest.raises(CommandError, match=r"sample 0, field 'ranks.multimodal'"):
         imp("--dataset", "tiny", bad)
     with pytest.raises(CommandError, match="no dataset"):
@@ -152,11 +177,17 @@ def other(tiny):
     parsed.galleries["test"] = [f"img_{i:02d}" for i in range(16)]
     for i, text in enumerate(TEXTS):
         words = text if i in (1, 3) else f"another query {i}"  # 4 of the 6 texts differ
-        parsed.queries.append(QueryRecord(
-            external_id=f"o{i}", split="test", ordinal=i, source_file="other_test.jsonl",
-            turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}", texts=[TextRecord(words)])],
-            targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)], raw={"qid": i},
-        ))
+        parsed.queries.append(
+            QueryRecord(
+                external_id=f"o{i}",
+                split="test",
+                ordinal=i,
+                source_file="other_test.jsonl",
+                turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}", texts=[TextRecord(words)])],
+                targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)],
+                raw={"qid": i},
+            )
+        )
     load_parsed(parsed, "other")
     return "other"
 
@@ -195,7 +226,9 @@ def test_protocol_figures_of_one_number_rank_files(db, fmt):
     build_tiny(fmt)
     run, _ = imp("--dataset", "tiny", ALPHA)
     data = run_protocol(run)
-    best = list(AuditRank.objects.filter(run=run, retriever="alpha").order_by("query__ordinal").values_list("mm", flat=True))
+    best = list(
+        AuditRank.objects.filter(run=run, retriever="alpha").order_by("query__ordinal").values_list("mm", flat=True)
+    )
     assert Dataset.objects.get(name="tiny").format == fmt and len(best) == len(TEXTS)
     row = next(r for r in data["rows"] if r["retriever"] == "alpha" and r["modality"] == "multimodal")
     ks = (5, 10) if fmt == "mbeir" else (1, 5, 10, 50)
@@ -226,16 +259,29 @@ def build_two_categories() -> dict[str, dict[int, int]]:
     for category in ("dress", "shirt"):
         parsed.galleries[f"{category}/val"] = [f"img_{i:02d}" for i in range(16)]
         for i, text in enumerate(TEXTS):
-            parsed.queries.append(QueryRecord(
-                external_id=f"{category}/val/{i:05d}", split="val", ordinal=i, category=category,
-                source_file=f"cap.{category}.val.json",
-                turns=[TurnRecord(index=1, reference=f"img_{2 * i:02d}",
-                                  texts=[TextRecord(text if category == "dress" else f"{category} {text}")])],
-                targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)], raw={"i": i},
-                extra={"gallery": f"{category}/val"},
-            ))
+            parsed.queries.append(
+                QueryRecord(
+                    external_id=f"{category}/val/{i:05d}",
+                    split="val",
+                    ordinal=i,
+                    category=category,
+                    source_file=f"cap.{category}.val.json",
+                    turns=[
+                        TurnRecord(
+                            index=1,
+                            reference=f"img_{2 * i:02d}",
+                            texts=[TextRecord(text if category == "dress" else f"{category} {text}")],
+                        )
+                    ],
+                    targets=[TargetRecord(image=f"img_{2 * i + 1:02d}", is_primary=True)],
+                    raw={"i": i},
+                    extra={"gallery": f"{category}/val"},
+                )
+            )
     load_parsed(parsed, "fiq")
-    return {c: {q.ordinal: q.pk for q in Query.objects.filter(dataset__name="fiq", category=c)} for c in ("dress", "shirt")}
+    return {
+        c: {q.ordinal: q.pk for q in Query.objects.filter(dataset__name="fiq", category=c)} for c in ("dress", "shirt")
+    }
 
 
 def test_a_category_scope_imports_one_fashioniq_category(db):
@@ -254,15 +300,19 @@ def test_a_category_scope_imports_one_fashioniq_category(db):
     run, _ = imp("--dataset", "fiq", "--split", "dress/val", ALPHA)
     assert run.split == "dress/val"
     from audit.protocol import run_protocol
+
     data = run_protocol(run)
     assert list(data["rows"][0]["categories"]) == ["dress"] and data["queries"] == len(TEXTS)
     assert any("category 'dress' only" in w for w in data["warnings"])
-    assert set(AuditLabel.objects.filter(run=run).values_list("query_id", flat=True)) == set(by_category["dress"].values())
+    assert set(AuditLabel.objects.filter(run=run).values_list("query_id", flat=True)) == set(
+        by_category["dress"].values()
+    )
     # a retriever joining the run is matched in the run's scope (no --split needed) and keeps it
     joined, _ = imp("--dataset", "fiq", "--run", run.pk, BETA)
     assert joined.pk == run.pk and joined.split == "dress/val" and joined.retrievers == ["alpha", "beta"]
     assert {by_category["dress"][o]: lab for o, lab in EXPECTED.items()} == dict(
-        AuditLabel.objects.filter(run=run).values_list("query_id", "label"))
+        AuditLabel.objects.filter(run=run).values_list("query_id", "label")
+    )
     # the shirt queries' texts differ from the files': refused as another source file's
     with pytest.raises(CommandError, match="do not match"):
         imp("--dataset", "fiq", "--split", "shirt/val", ALPHA)

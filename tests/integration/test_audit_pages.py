@@ -1,4 +1,5 @@
 """Audit pages: researchers and staff only, live progress, the report with inline SVG charts."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,15 @@ DIR = FIXTURES / "circus_audit"
 
 @pytest.fixture
 def done_run(tiny):  # noqa: F811
-    call_command("import_ranks", "--dataset", "tiny", str(DIR / "retrieval_data_tiny_task7_alpha.json"),
-                 str(DIR / "retrieval_data_tiny_task7_beta.json"), stdout=StringIO(), stderr=StringIO())
+    call_command(
+        "import_ranks",
+        "--dataset",
+        "tiny",
+        str(DIR / "retrieval_data_tiny_task7_alpha.json"),
+        str(DIR / "retrieval_data_tiny_task7_beta.json"),
+        stdout=StringIO(),
+        stderr=StringIO(),
+    )
     return AuditRun.objects.get()
 
 
@@ -88,8 +96,14 @@ def test_validated_subset_is_scored_when_present(client, demo_accounts, done_run
 def test_running_audit_shows_progress_and_polls(client, demo_accounts, tiny, monkeypatch):  # noqa: F811
     started = timezone.now() - timezone.timedelta(seconds=60)
     run = AuditRun.objects.create(
-        dataset=Dataset.objects.get(name="tiny"), split="test", retrievers=["openclip:cirval-tiny-vit"],
-        status="running", planned=True, done=30, total=120, started_at=started,
+        dataset=Dataset.objects.get(name="tiny"),
+        split="test",
+        retrievers=["openclip:cirval-tiny-vit"],
+        status="running",
+        planned=True,
+        done=30,
+        total=120,
+        started_at=started,
     )
     # The clock stands still 10 s after the start: a quarter done in 10 s leaves exactly 30 s.
     monkeypatch.setattr(timezone, "now", lambda: started + timezone.timedelta(seconds=10))
@@ -106,20 +120,30 @@ def test_staff_starts_an_audit(client, demo_accounts, tiny, django_capture_on_co
     login(client, demo_accounts, "admin")
     assert client.get("/audits/").content.decode().count("New audit") >= 1
     assert client.get("/audits/new/").status_code == 200
-    bad = client.post("/audits/new/", {"dataset": "tiny", "retrievers": "openclip:no-such-model", "k": 10,
-                                       "min_mm_retrievers": 1})
+    bad = client.post(
+        "/audits/new/", {"dataset": "tiny", "retrievers": "openclip:no-such-model", "k": 10, "min_mm_retrievers": 1}
+    )
     assert bad.status_code == 200 and "unknown open_clip model" in bad.content.decode()
     notes = tmp_path / "weights.pt"
     notes.write_text("my notes, not weights")  # an existing file that no loader reads
-    bad = client.post("/audits/new/", {"dataset": "tiny", "retrievers": f"openclip:cirval-tiny-vit@{notes}",
-                                       "k": 10, "min_mm_retrievers": 1})
+    bad = client.post(
+        "/audits/new/",
+        {"dataset": "tiny", "retrievers": f"openclip:cirval-tiny-vit@{notes}", "k": 10, "min_mm_retrievers": 1},
+    )
     assert bad.status_code == 200 and "not a checkpoint open_clip can load" in bad.content.decode()
     assert not AuditRun.objects.exists()
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        resp = client.post("/audits/new/", {
-            "dataset": "tiny", "split": "", "retrievers": "openclip:cirval-tiny-vit\n\nopenclip:cirval-tiny-vit-b\n",
-            "k": 5, "min_mm_retrievers": 2, "exclude_reference": "on",
-        })
+        resp = client.post(
+            "/audits/new/",
+            {
+                "dataset": "tiny",
+                "split": "",
+                "retrievers": "openclip:cirval-tiny-vit\n\nopenclip:cirval-tiny-vit-b\n",
+                "k": 5,
+                "min_mm_retrievers": 2,
+                "exclude_reference": "on",
+            },
+        )
     run = AuditRun.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/audits/{run.pk}/"
     assert (run.split, run.k, run.min_mm_retrievers, run.exclude_reference) == ("test", 5, 2, True)
@@ -141,8 +165,13 @@ def test_staff_starts_an_audit(client, demo_accounts, tiny, django_capture_on_co
 def test_researcher_cannot_start_an_audit(client, demo_accounts, tiny):  # noqa: F811
     login(client, demo_accounts, "researcher")
     assert client.get("/audits/new/").status_code == 403
-    assert client.post("/audits/new/", {"dataset": "tiny", "retrievers": "openclip:cirval-tiny-vit",
-                                        "k": 10, "min_mm_retrievers": 1}).status_code == 403
+    assert (
+        client.post(
+            "/audits/new/",
+            {"dataset": "tiny", "retrievers": "openclip:cirval-tiny-vit", "k": 10, "min_mm_retrievers": 1},
+        ).status_code
+        == 403
+    )
     assert not AuditRun.objects.exists()
 
 

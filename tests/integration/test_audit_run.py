@@ -1,4 +1,5 @@
 """In-process (eager) audits of a small demo world with the two tiny retrievers."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from audit.runs import aggregation, base, chunk_leases, dispatch, execution, panels, planning
 from audit.runs.encoding import clear_memos
-from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
 from retrieval.embcache import EmbeddingCache
 from retrieval.encoders import build_retriever, load_image
@@ -54,7 +55,9 @@ def test_eager_audit_labels_every_single_turn_query(demo):
     assert run.summary["skipped"] == {}  # the sessions are scored turn by turn, not skipped
     assert run.summary["sessions"]["n_sessions"] == N_SESSIONS
     assert run.summary["n_queries"] == N_SINGLE
-    assert sum(run.summary["counts"][k] for k in ("composition_required", "unresolved", "shortcut_solvable")) == N_SINGLE
+    assert (
+        sum(run.summary["counts"][k] for k in ("composition_required", "unresolved", "shortcut_solvable")) == N_SINGLE
+    )
     # 2 retrievers x (ceil(170/25) gallery + ceil(30/7) query + ceil(6/7) session) chunks
     # + ceil(6/7) texts chunk of the tau encoder, all done
     assert AuditChunk.objects.filter(run=run).count() == 2 * (7 + 5 + 1) + 1
@@ -105,8 +108,17 @@ def test_ranks_match_a_naive_recomputation(demo, settings):
             for q in queries
         ]
         exclude = [index[turns[q].reference_image_id] for q in queries]
-        check_rows(run, spec, queries, gallery_ids, settings.AUDIT_CANDIDATES_N,
-                   {"mm": mm, "text": txt, "image": img}, g, positives, exclude)
+        check_rows(
+            run,
+            spec,
+            queries,
+            gallery_ids,
+            settings.AUDIT_CANDIDATES_N,
+            {"mm": mm, "text": txt, "image": img},
+            g,
+            positives,
+            exclude,
+        )
 
 
 def check_rows(run, spec, queries, gallery_ids, n_top, embeddings, g, positives, exclude) -> None:
@@ -168,8 +180,9 @@ def test_done_chunks_are_not_recomputed_and_stale_ones_are_resent(demo, monkeypa
     assert chunk_leases.claim_chunk(second.pk, "w1")
     assert execution.process_chunk(second.pk, owner="w2", heartbeat=False) == "busy"
     # ... until its lease is stale: reconcile puts it back and sends it again
-    from django.utils import timezone
     from datetime import timedelta
+
+    from django.utils import timezone
 
     AuditChunk.objects.filter(pk=second.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
     sent.clear()
@@ -292,8 +305,21 @@ def test_run_audit_command_eager_wait_prints_progress_and_counts(demo):
     from django.core.management import call_command
 
     out, err = StringIO(), StringIO()
-    call_command("run_audit", "--dataset", "demo", "--retriever", SPECS[0], "--retriever", SPECS[1],
-                 "--chunk-queries", "10", "--eager", "--wait", stdout=out, stderr=err)
+    call_command(
+        "run_audit",
+        "--dataset",
+        "demo",
+        "--retriever",
+        SPECS[0],
+        "--retriever",
+        SPECS[1],
+        "--chunk-queries",
+        "10",
+        "--eager",
+        "--wait",
+        stdout=out,
+        stderr=err,
+    )
     run = AuditRun.objects.get()
     text = out.getvalue()
     assert f"Audit {run.pk} done: {N_SINGLE} queries labelled; skipped: none." in text
@@ -340,8 +366,11 @@ def test_gallery_matrix_is_memory_mapped_from_the_cache(demo, settings):
     assert rows == list(range(len(keys))) and enc.encoded == 0  # every vector came from the cache
     files = [str(cache.images_path)]  # the cache's one store of image embeddings
     assert not (cache.folder / "galleries").exists()  # no second copy of the gallery
-    mapped = [line.split()[0].split("-") for line in Path("/proc/self/maps").read_text().splitlines()
-              if line.split()[-1] in files]
+    mapped = [
+        line.split()[0].split("-")
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if line.split()[-1] in files
+    ]
     ptr = matrix.data_ptr()
     assert any(int(lo, 16) <= ptr < int(hi, 16) for lo, hi in mapped)  # the tensor reads the mapped file
     assert torch.equal(matrix, torch.from_numpy(cache.get_many("image", keys).matrix))

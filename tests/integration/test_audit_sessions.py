@@ -3,12 +3,12 @@
 Eager (in-process) audits of a small demo world with the two tiny retrievers, plus an
 aggregation of hand-written ranks whose metrics and filter counts are worked out below.
 """
+
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from io import StringIO
 from pathlib import Path
-
-import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
@@ -16,16 +16,16 @@ import torch
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 
+from audit.models import AuditChunk, AuditLabel, AuditRun, AuditSessionRank
 from audit.runs import aggregation, dispatch, execution, planning
 from audit.runs.encoding import clear_memos
-from audit.models import AuditChunk, AuditLabel, AuditRun, AuditSessionRank
 from retrieval.demo import build_demo
 from retrieval.embcache import EmbeddingCache
 from retrieval.encoders import build_retriever
 from retrieval.loader import load_parsed
 from retrieval.models import Dataset, GalleryEntry, Image, Query, QuerySubset, Target, Turn
-from tests.reference_impl import naive_rank
 from retrieval.sessions import STRATEGIES, aggregate_history, session_metrics
+from tests.reference_impl import naive_rank
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +61,8 @@ def rows_of(run: AuditRun) -> dict[tuple, list]:
     return {
         (q, r, s, m): ranks
         for q, r, s, m, ranks in AuditSessionRank.objects.filter(run=run).values_list(
-            "query_id", "retriever", "strategy", "modality", "ranks")
+            "query_id", "retriever", "strategy", "modality", "ranks"
+        )
     }
 
 
@@ -226,8 +227,14 @@ def test_rerun_hits_the_cache_and_rows_are_unique(demo):
 
     row = AuditSessionRank.objects.filter(run=second).first()
     with pytest.raises(IntegrityError), transaction.atomic():
-        AuditSessionRank.objects.create(run=second, query_id=row.query_id, retriever=row.retriever,
-                                        strategy=row.strategy, modality=row.modality, ranks=[1])
+        AuditSessionRank.objects.create(
+            run=second,
+            query_id=row.query_id,
+            retriever=row.retriever,
+            strategy=row.strategy,
+            modality=row.modality,
+            ranks=[1],
+        )
 
 
 def test_redelivered_session_chunk_writes_nothing_twice(demo, monkeypatch):
@@ -299,8 +306,24 @@ def test_an_empty_split_still_fails_with_a_reason(demo):
 
 def test_run_audit_options_for_the_session_filters(demo):
     out = StringIO()
-    call_command("run_audit", "--dataset", "demo", "--retriever", SPECS[0], "--epsilon", "5", "--tau", "0.95",
-                 "--tau-encoder", SPECS[1], "--chunk-queries", "20", "--eager", stdout=out, stderr=StringIO())
+    call_command(
+        "run_audit",
+        "--dataset",
+        "demo",
+        "--retriever",
+        SPECS[0],
+        "--epsilon",
+        "5",
+        "--tau",
+        "0.95",
+        "--tau-encoder",
+        SPECS[1],
+        "--chunk-queries",
+        "20",
+        "--eager",
+        stdout=out,
+        stderr=StringIO(),
+    )
     run = AuditRun.objects.get()
     assert (run.epsilon, run.tau, run.tau_encoder) == (5.0, 0.95, SPECS[1])
     assert run.status == "done", run.error
@@ -311,13 +334,22 @@ def test_run_audit_options_for_the_session_filters(demo):
     assert run.timings["cache"]["tau_text_encoded"] > 0
     rows = rows_of(run)
     basis = {q: rows[(q, SPECS[0], "latest", "multimodal")] for q in session_ids(demo)}
-    eps_alone = sum(1 for r in basis.values() if not all(
-        (b if b is not None else float("inf")) <= (a if a is not None else float("inf")) + 5 for a, b in zip(r, r[1:])))
+    eps_alone = sum(
+        1
+        for r in basis.values()
+        if not all(
+            (b if b is not None else float("inf")) <= (a if a is not None else float("inf")) + 5
+            for a, b in zip(r, r[1:])
+        )
+    )
     assert ses["filters"]["steps"][2]["removed_alone"] == eps_alone
     text = out.getvalue()
     assert f"Sessions: {N_SESSIONS} scored" in text and "epsilon_consistency" in text and "tau 0.95" in text
-    for bad, message in ((["--tau", "2"], "tau must be"), (["--epsilon", "-1"], "epsilon must be"),
-                         (["--tau-encoder", "clip:x"], "unknown backend")):
+    for bad, message in (
+        (["--tau", "2"], "tau must be"),
+        (["--epsilon", "-1"], "epsilon must be"),
+        (["--tau-encoder", "clip:x"], "unknown backend"),
+    ):
         with pytest.raises(CommandError, match=message):
             call_command("run_audit", "--dataset", "demo", "--retriever", SPECS[0], *bad, stdout=StringIO())
 
@@ -352,19 +384,28 @@ def hand_run(db):
     run.summary = {"plan": {"sessions_in_split": 5}, "session_plan": {"skipped": {}, "skipped_examples": {}}}
     run.save()
     items = [q.pk for q in queries.values()]
-    AuditChunk.objects.create(run=run, retriever=SPECS[0], kind="texts", index=0, items=items, status="done",
-                              stats={"max_text_cosine": {str(queries[s].pk): v for s, v in COSINE.items()}})
+    AuditChunk.objects.create(
+        run=run,
+        retriever=SPECS[0],
+        kind="texts",
+        index=0,
+        items=items,
+        status="done",
+        stats={"max_text_cosine": {str(queries[s].pk): v for s, v in COSINE.items()}},
+    )
     for spec in SPECS:
-        AuditChunk.objects.create(run=run, retriever=spec, kind="sessions", index=0, items=items, status="done",
-                                  stats={"session_skipped": {}})
+        AuditChunk.objects.create(
+            run=run, retriever=spec, kind="sessions", index=0, items=items, status="done", stats={"session_skipped": {}}
+        )
     other = {"s1": [1, 1], "s2": [None, None], "s3": [40, 11, 10], "s4": [12, 30, 7], "s5": [9, 100, 200]}
     for spec in SPECS:
         for s in STRATEGIES:
             for m in MODALITIES:
                 ranks = BASIS if (spec, s, m) == (SPECS[0], "latest", "multimodal") else other
                 for sid, r in ranks.items():
-                    AuditSessionRank.objects.create(run=run, query=queries[sid], retriever=spec, strategy=s,
-                                                    modality=m, ranks=r)
+                    AuditSessionRank.objects.create(
+                        run=run, query=queries[sid], retriever=spec, strategy=s, modality=m, ranks=r
+                    )
     return run, queries, other
 
 
@@ -393,7 +434,11 @@ def test_aggregation_of_hand_made_ranks(hand_run):
     steps = {st["name"]: st for st in ses["filters"]["steps"]}
     pk = {s: q.pk for s, q in queries.items()}
     assert [(st["removed"], st["removed_alone"], st["remaining"]) for st in ses["filters"]["steps"]] == [
-        (1, 1, 4), (1, 1, 3), (1, 2, 2), (1, 2, 1)]
+        (1, 1, 4),
+        (1, 1, 3),
+        (1, 2, 2),
+        (1, 2, 1),
+    ]
     assert steps["success"]["removed_examples"] == [pk["s3"]]
     assert steps["multi_turn"]["removed_examples"] == [pk["s2"]]
     assert steps["epsilon_consistency"]["removed_examples"] == [pk["s4"]]
@@ -447,8 +492,9 @@ def test_rank_sessions_on_hand_made_embeddings():
     excluded = rank_sessions(_Composer(), img, txt, [2], gallery, [[2]], [None, 1]).ranks
     assert excluded[("latest", "image_only")] == [[2, 1]]
     # two sessions in one call: rows are split back per session
-    both = rank_sessions(_Composer(), torch.cat([img, img[:1]]), torch.cat([txt, txt[:1]]), [2, 1], gallery,
-                         [[2], [0]], None).ranks
+    both = rank_sessions(
+        _Composer(), torch.cat([img, img[:1]]), torch.cat([txt, txt[:1]]), [2, 1], gallery, [[2], [0]], None
+    ).ranks
     assert both[("latest", "image_only")] == [[2, 2], [1]]
     with pytest.raises(ValueError, match="one positives list per session"):
         rank_sessions(_Composer(), img, txt, [2], gallery, [[2], [1]], None)
@@ -459,7 +505,9 @@ def test_line_panels_chart_scales_and_keeps_coinciding_series_visible():
 
     svg = line_panels_svg(
         [("multi<modal>", {"latest": [0.1, 0.3], "average": [0.1, None]}), ("text", {"latest": [0.0, 0.05]})],
-        ["1", "2"], "Hits & curves", y_label="Hits@10",
+        ["1", "2"],
+        "Hits & curves",
+        y_label="Hits@10",
     )
     root = ET.fromstring(svg)
     assert "multi&lt;modal&gt;" in svg and "Hits &amp; curves" in svg

@@ -1,4 +1,5 @@
 """The audit report's Sessions section on the demo world: curves, metric and filter tables."""
+
 from __future__ import annotations
 
 import re
@@ -7,9 +8,9 @@ import xml.etree.ElementTree as ET
 import pytest
 from django.template.defaultfilters import floatformat
 
+from audit.models import AuditRun
 from audit.runs import dispatch, planning
 from audit.runs.encoding import clear_memos
-from audit.models import AuditRun
 from retrieval.models import Dataset, Query
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +78,9 @@ def test_demo_report_shows_the_session_curves_and_the_filter_table(client, demo_
     assert cells[3].strip() == floatformat(first["multimodal"]["auc"], 3)
     # beside it, in brackets, the plain mean of the curve (CIRCLED's released code)
     hits = first["multimodal"]["hits_at_k"]
-    assert re.search(r'class="num">[^<]*<span class="muted">\(([^)]*)\)', rows[0]).group(1) == floatformat(sum(hits) / len(hits), 3)
+    assert re.search(r'class="num">[^<]*<span class="muted">\(([^)]*)\)', rows[0]).group(1) == floatformat(
+        sum(hits) / len(hits), 3
+    )
 
     # the filter table: each filter with removed alone, in sequence and remaining
     filters = re.search(r'<table class="data compact" id="session-filters">.*?</table>', part, re.S).group(0)
@@ -124,20 +127,39 @@ def test_staff_sets_the_session_filters_in_the_form(
     page = client.get("/audits/new/").content.decode()
     for field in ("epsilon", "tau", "tau_encoder"):
         assert f'name="{field}"' in page
-    bad = client.post("/audits/new/", {"dataset": "demo", "retrievers": "openclip:cirval-tiny-vit", "k": 10,
-                                       "min_mm_retrievers": 1, "tau": "1.5", "tau_encoder": "openclip:nope"})
+    bad = client.post(
+        "/audits/new/",
+        {
+            "dataset": "demo",
+            "retrievers": "openclip:cirval-tiny-vit",
+            "k": 10,
+            "min_mm_retrievers": 1,
+            "tau": "1.5",
+            "tau_encoder": "openclip:nope",
+        },
+    )
     text = bad.content.decode()
     assert bad.status_code == 200 and "unknown open_clip model" in text and "less than or equal to 1" in text
     with django_capture_on_commit_callbacks(execute=False):
-        resp = client.post("/audits/new/", {
-            "dataset": "demo", "retrievers": "openclip:cirval-tiny-vit", "k": 10, "min_mm_retrievers": 1,
-            "epsilon": "20", "tau": "0.85", "tau_encoder": "openclip:cirval-tiny-vit-b",
-        })
+        resp = client.post(
+            "/audits/new/",
+            {
+                "dataset": "demo",
+                "retrievers": "openclip:cirval-tiny-vit",
+                "k": 10,
+                "min_mm_retrievers": 1,
+                "epsilon": "20",
+                "tau": "0.85",
+                "tau_encoder": "openclip:cirval-tiny-vit-b",
+            },
+        )
     run = AuditRun.objects.exclude(pk=demo_run.pk).get()
     assert resp.status_code == 302
     assert (run.epsilon, run.tau, run.tau_encoder) == (20.0, 0.85, "openclip:cirval-tiny-vit-b")
     with django_capture_on_commit_callbacks(execute=False):
-        client.post("/audits/new/", {"dataset": "demo", "retrievers": "openclip:cirval-tiny-vit-b", "k": 10,
-                                     "min_mm_retrievers": 1})
+        client.post(
+            "/audits/new/",
+            {"dataset": "demo", "retrievers": "openclip:cirval-tiny-vit-b", "k": 10, "min_mm_retrievers": 1},
+        )
     default = AuditRun.objects.order_by("-pk").first()
     assert (default.epsilon, default.tau, default.tau_encoder) == (30.0, 0.8, "openclip:cirval-tiny-vit-b")

@@ -1,13 +1,14 @@
 """Warm re-audits (nothing built, nothing encoded), gallery progress, and the bulk rank writer."""
+
 from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
 
-from audit.runs.encoding import clear_memos, get_retriever
 from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from audit.runs import dispatch, execution, planning
 from audit.runs.bulkwrite import insert_rows
+from audit.runs.encoding import clear_memos, get_retriever
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
 from retrieval.models import Dataset, Query
@@ -27,8 +28,11 @@ def demo(tmp_path, settings) -> Dataset:
 
 
 def _ranks(run: AuditRun) -> list[tuple]:
-    return sorted(AuditRank.objects.filter(run=run).values_list(
-        "query_id", "retriever", "mm", "text", "image", "mm_all", "top_mm", "graded", "subset"))
+    return sorted(
+        AuditRank.objects.filter(run=run).values_list(
+            "query_id", "retriever", "mm", "text", "image", "mm_all", "top_mm", "graded", "subset"
+        )
+    )
 
 
 def test_warm_reaudit_builds_no_model_and_gives_the_same_rows(demo, settings):
@@ -40,14 +44,20 @@ def test_warm_reaudit_builds_no_model_and_gives_the_same_rows(demo, settings):
     assert warm.status == "done", warm.error
     assert warm.timings["cache"]["encoded"] == 0
     for spec in SPECS:
-        r = get_retriever(spec, device=settings.AUDIT_DEVICE or None, batch_size=settings.AUDIT_BATCH_SIZE,
-                          precision=settings.AUDIT_PRECISION)
+        r = get_retriever(
+            spec,
+            device=settings.AUDIT_DEVICE or None,
+            batch_size=settings.AUDIT_BATCH_SIZE,
+            precision=settings.AUDIT_PRECISION,
+        )
         assert not r.is_built, spec
-    assert not any(c["model_built"] for c in AuditChunk.objects.filter(run=warm, kind="gallery").values_list(
-        "stats", flat=True))
+    assert not any(
+        c["model_built"] for c in AuditChunk.objects.filter(run=warm, kind="gallery").values_list("stats", flat=True)
+    )
     assert [r[1:] for r in _ranks(warm)] == [r[1:] for r in _ranks(cold)]
-    assert (dict(AuditLabel.objects.filter(run=warm).values_list("query_id", "label"))
-            == dict(AuditLabel.objects.filter(run=cold).values_list("query_id", "label")))
+    assert dict(AuditLabel.objects.filter(run=warm).values_list("query_id", "label")) == dict(
+        AuditLabel.objects.filter(run=cold).values_list("query_id", "label")
+    )
     assert warm.summary["counts"] == cold.summary["counts"]
 
 
@@ -102,8 +112,9 @@ def test_the_retrievers_chunks_run_together_with_the_same_results(demo, settings
     clear_memos()
     alone = dispatch.run_inline(planning.create_run(demo, SPECS, chunk_gallery=20, chunk_queries=8))
     assert alone.status == "done", alone.error
-    assert not any("run_with" in (st or {}) for st in AuditChunk.objects.filter(run=alone).values_list(
-        "stats", flat=True))
+    assert not any(
+        "run_with" in (st or {}) for st in AuditChunk.objects.filter(run=alone).values_list("stats", flat=True)
+    )
     assert [r[1:] for r in _ranks(shared)] == [r[1:] for r in _ranks(alone)]
     assert shared.summary["counts"] == alone.summary["counts"]
     assert shared.summary["retriever_stats"] == alone.summary["retriever_stats"]
@@ -136,8 +147,11 @@ def test_bulk_writer_keeps_existing_rows(demo):
         insert_rows(AuditRank, rows[:3])
         insert_rows(AuditRank, rows)  # the first three exist already: kept, not duplicated
     assert [x[1:] for x in _ranks(fresh)] == [x[1:] for x in before]
-    assert AuditRank.objects.filter(run=fresh).count() == len(rows) == Query.objects.filter(
-        dataset=demo, n_turns=1).count()
+    assert (
+        AuditRank.objects.filter(run=fresh).count()
+        == len(rows)
+        == Query.objects.filter(dataset=demo, n_turns=1).count()
+    )
     assert connection.vendor in ("sqlite", "postgresql")  # COPY on PostgreSQL, executemany on SQLite
 
 
@@ -146,7 +160,19 @@ def test_rows_store_the_json_text_of_json_dumps():
 
     from audit.runs.bulkwrite import _json_text
 
-    for value in ([], {}, [1, None, 3], {"gains": [0.5, 1.0], "mm": [None, 2]}, {"a": "é\"x\n"}, {1: [2]},
-                  [1.5, float("inf"), -0.0, 1e-300], {"x": True, "y": False, "z": None}, "text", 3, 2.5,
-                  [[1, 2], {"k": [3]}], list(range(64))):
+    for value in (
+        [],
+        {},
+        [1, None, 3],
+        {"gains": [0.5, 1.0], "mm": [None, 2]},
+        {"a": 'é"x\n'},
+        {1: [2]},
+        [1.5, float("inf"), -0.0, 1e-300],
+        {"x": True, "y": False, "z": None},
+        "text",
+        3,
+        2.5,
+        [[1, 2], {"k": [3]}],
+        list(range(64)),
+    ):
         assert _json_text(value) == json.dumps(value)

@@ -7,6 +7,7 @@ uninterrupted in-process run and no duplicate rank rows. Locally the broker is k
 filesystem transport (a taken message is gone once its worker dies); in CI it is Redis
 with a 5 s visibility timeout (the message comes back, and must not do harm).
 """
+
 from __future__ import annotations
 
 import signal
@@ -14,9 +15,9 @@ import subprocess
 
 import pytest
 
+from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from audit.runs import base, chunk_leases, dispatch, planning
 from audit.runs.encoding import clear_memos
-from audit.models import AuditChunk, AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
 from retrieval.models import Dataset, Query
@@ -50,7 +51,9 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
     dataset = Dataset.objects.get(name="demo")
     env = {
         "EMBEDDING_CACHE_DIR": str(cache_dir),
-        "AUDIT_LEASE_SECONDS": str(LEASE), "JOB_STALE_SECONDS": str(LEASE), "JOB_HEARTBEAT_SECONDS": "0.5",
+        "AUDIT_LEASE_SECONDS": str(LEASE),
+        "JOB_STALE_SECONDS": str(LEASE),
+        "JOB_HEARTBEAT_SECONDS": "0.5",
         "AUDIT_COORDINATOR_SECONDS": "1",
         "AUDIT_MAX_ATTEMPTS": "5",
         "CELERY_VISIBILITY_TIMEOUT": "5",
@@ -67,7 +70,9 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
     wait_for(part_done, timeout=60, interval=0.02, what=f"the first chunks\n{first.log()}")
     first.kill(signal.SIGKILL)
     total = AuditChunk.objects.filter(run=run).count()
-    assert total == 2 * (5 + 4 + 1) + 1  # gallery (133 images: the near misses), queries and sessions per retriever; one texts chunk
+    assert (
+        total == 2 * (5 + 4 + 1) + 1
+    )  # gallery (133 images: the near misses), queries and sessions per retriever; one texts chunk
     done_at_kill = AuditChunk.objects.filter(run=run, status="done").count()
     assert 3 <= done_at_kill < total
     interrupted = list(AuditChunk.objects.filter(run=run, status="running").values_list("pk", flat=True))
@@ -79,8 +84,7 @@ def test_killed_worker_is_recovered_and_labels_match_an_eager_run(tmp_path, sett
         r = AuditRun.objects.get(pk=run.pk)
         return r.status in ("done", "failed") and r
 
-    result = wait_for(finished, timeout=60, interval=0.2,
-                      what=f"the second worker to finish the run\n{second.log()}")
+    result = wait_for(finished, timeout=60, interval=0.2, what=f"the second worker to finish the run\n{second.log()}")
     assert result.status == "done", result.error
     # chunks cut off by the kill were run again under a new lease
     for pk in interrupted:
@@ -120,7 +124,9 @@ def test_resume_command_resends_a_stale_chunk(tmp_path, settings, worker_factory
     settings.JOB_STALE_SECONDS = LEASE
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=30, n_single=8, n_sessions=2), "demo", images_root=root)
-    run = planning.create_run("demo", SPECS[:1], chunk_queries=4, chunk_gallery=60)  # the 59 images in one gallery chunk
+    run = planning.create_run(
+        "demo", SPECS[:1], chunk_queries=4, chunk_gallery=60
+    )  # the 59 images in one gallery chunk
     planning.plan_run(run)
     # pretend a worker took the gallery chunk and died two leases ago
     from datetime import timedelta
@@ -132,12 +138,21 @@ def test_resume_command_resends_a_stale_chunk(tmp_path, settings, worker_factory
         status="running", owner="gone:1", attempts=1, heartbeat_at=old, started_at=old, enqueued_at=old
     )
     AuditRun.objects.filter(pk=run.pk).update(coordinator_seen_at=old, coordinator_token="lost")
-    env = {"EMBEDDING_CACHE_DIR": str(cache_dir), "AUDIT_LEASE_SECONDS": str(LEASE), "JOB_STALE_SECONDS": str(LEASE), "JOB_HEARTBEAT_SECONDS": "0.5",
-           "AUDIT_COORDINATOR_SECONDS": "1", "CELERY_VISIBILITY_TIMEOUT": "5"}
+    env = {
+        "EMBEDDING_CACHE_DIR": str(cache_dir),
+        "AUDIT_LEASE_SECONDS": str(LEASE),
+        "JOB_STALE_SECONDS": str(LEASE),
+        "JOB_HEARTBEAT_SECONDS": "0.5",
+        "AUDIT_COORDINATOR_SECONDS": "1",
+        "CELERY_VISIBILITY_TIMEOUT": "5",
+    }
     worker = worker_factory(extra_env=env).start("resume")
     call_command("resume_audits", str(run.pk))
-    r = wait_for(lambda: (x := AuditRun.objects.get(pk=run.pk)).status in ("done", "failed") and x,
-                 timeout=60, what=f"the resumed run\n{worker.log()}")
+    r = wait_for(
+        lambda: (x := AuditRun.objects.get(pk=run.pk)).status in ("done", "failed") and x,
+        timeout=60,
+        what=f"the resumed run\n{worker.log()}",
+    )
     stop(worker)
     assert r.status == "done", r.error
     assert AuditChunk.objects.get(run=run, kind="gallery").attempts == 2
@@ -156,8 +171,7 @@ def test_heartbeat_renews_the_lease_and_notices_a_takeover(tmp_path, settings):
     first_beat = AuditChunk.objects.get(pk=chunk.pk).heartbeat_at
     beat = chunk_leases.Heartbeat(chunk.pk, "w1", interval=0.1)
     try:
-        wait_for(lambda: AuditChunk.objects.get(pk=chunk.pk).heartbeat_at > first_beat, timeout=5,
-                 what="a heartbeat")
+        wait_for(lambda: AuditChunk.objects.get(pk=chunk.pk).heartbeat_at > first_beat, timeout=5, what="a heartbeat")
         beat.check()  # still ours
         AuditChunk.objects.filter(pk=chunk.pk).update(owner="w2")  # another worker took it over
         wait_for(lambda: beat.lost, timeout=5, what="the heartbeat to notice")

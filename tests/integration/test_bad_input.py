@@ -1,4 +1,5 @@
 """Hostile and broken input on every import path: a clear refusal, nothing partial written."""
+
 from __future__ import annotations
 
 import io
@@ -17,8 +18,15 @@ from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
 
-CIRCO_OK = {"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "make it red",
-            "shared_concept": "a car", "gt_img_ids": [2], "semantic_aspects": []}
+CIRCO_OK = {
+    "id": 0,
+    "reference_img_id": 1,
+    "target_img_id": 2,
+    "relative_caption": "make it red",
+    "shared_concept": "a car",
+    "gt_img_ids": [2],
+    "semantic_aspects": [],
+}
 
 
 def counts():
@@ -35,28 +43,64 @@ def zip_bomb() -> bytes:
 
 def png_header(width: int, height: int) -> bytes:
     """A PNG whose header claims width x height (a decompression bomb if decoded)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) + chunk(b"IEND", b"")
+
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IEND", b"")
+    )
 
 
 # (case id, format, file name, content, fragments the message must contain)
 IMPORT_CASES = [
     ("truncated-json", "circo", "val.json", b'[{"id": 0, "reference_img_id": 1', ["val.json", "JSON"]),
     ("truncated-jsonl", "mbeir", "mbeir_cirr_task7_test.jsonl", b'{"qid": "8:1", "query_txt": "x"', ["line 1"]),
-    ("wrong-type", "circo", "val.json", json.dumps([{**CIRCO_OK, "relative_caption": 7}]).encode(), ["record 1", "relative_caption"]),
-    ("missing-field", "fashioniq", "cap.dress.val.json", json.dumps([{"candidate": "B1", "captions": ["a", "b"]}]).encode(),
-     ["record 1", "target"]),
+    (
+        "wrong-type",
+        "circo",
+        "val.json",
+        json.dumps([{**CIRCO_OK, "relative_caption": 7}]).encode(),
+        ["record 1", "relative_caption"],
+    ),
+    (
+        "missing-field",
+        "fashioniq",
+        "cap.dress.val.json",
+        json.dumps([{"candidate": "B1", "captions": ["a", "b"]}]).encode(),
+        ["record 1", "target"],
+    ),
     ("not-a-list", "circo", "val.json", b'{"id": 0}', ["val.json"]),
     ("zip-bomb-named-json", "circo", "val.json", zip_bomb(), ["val.json"]),
     ("zip-bomb-named-zip", "circo", "val.zip", zip_bomb(), ["val.zip"]),
     ("binary-garbage", "cirr", "cap.rc2.val.json", bytes(range(256)) * 8, ["cap.rc2.val.json"]),
-    ("traversal", "lasco", "lasco_val.json", json.dumps([{"qid": 1, "query-image": [1, "../../etc/passwd"],
-                                                          "query-text": "x", "target-image": [2, "val2014/b.jpg"]}]).encode(),
-     ["record 1", "query-image"]),
-    ("absolute-path", "lasco", "lasco_val.json", json.dumps([{"qid": 1, "query-image": [1, "/etc/passwd"],
-                                                              "query-text": "x", "target-image": [2, "val2014/b.jpg"]}]).encode(),
-     ["record 1", "query-image"]),
+    (
+        "traversal",
+        "lasco",
+        "lasco_val.json",
+        json.dumps(
+            [
+                {
+                    "qid": 1,
+                    "query-image": [1, "../../etc/passwd"],
+                    "query-text": "x",
+                    "target-image": [2, "val2014/b.jpg"],
+                }
+            ]
+        ).encode(),
+        ["record 1", "query-image"],
+    ),
+    (
+        "absolute-path",
+        "lasco",
+        "lasco_val.json",
+        json.dumps(
+            [{"qid": 1, "query-image": [1, "/etc/passwd"], "query-text": "x", "target-image": [2, "val2014/b.jpg"]}]
+        ).encode(),
+        ["record 1", "query-image"],
+    ),
 ]
 
 
@@ -92,8 +136,13 @@ def test_browser_upload_refuses_and_writes_nothing(client, demo_accounts, case, 
 
 def test_a_two_gigabyte_claim_is_refused_before_reading(client, demo_accounts, settings):
     client.login(username="admin", password=demo_accounts["admin"])
-    resp = client.generic("POST", "/datasets/import/", b"x" * 10, content_type="multipart/form-data; boundary=zz",
-                          CONTENT_LENGTH=str(2 * 1024**3))
+    resp = client.generic(
+        "POST",
+        "/datasets/import/",
+        b"x" * 10,
+        content_type="multipart/form-data; boundary=zz",
+        CONTENT_LENGTH=str(2 * 1024**3),
+    )
     assert resp.status_code == 413 and b"limit" in resp.content
     assert not ImportJob.objects.exists()
 
@@ -111,13 +160,15 @@ def test_oversized_upload_is_refused_by_the_form(client, demo_accounts, settings
 def test_bomb_and_fake_images_are_reported_not_decoded(tmp_path, settings):
     settings.IMAGE_MAX_PIXELS = 1_000_000
     (tmp_path / f"{1:012d}.jpg").write_bytes(png_header(50_000, 50_000))  # bomb
-    (tmp_path / f"{2:012d}.jpg").write_text("<html>not an image</html>")   # wrong content
-    (tmp_path / f"{3:012d}.jpg").write_bytes(b"")                           # empty
+    (tmp_path / f"{2:012d}.jpg").write_text("<html>not an image</html>")  # wrong content
+    (tmp_path / f"{3:012d}.jpg").write_bytes(b"")  # empty
     PILImage.new("RGB", (10, 10)).save(tmp_path / f"{4:012d}.jpg", format="JPEG")
     val = tmp_path / "val.json"
     val.write_text(json.dumps([{**CIRCO_OK, "gt_img_ids": [2, 3, 4]}]))
     out = StringIO()
-    call_command("import_dataset", "--format", "circo", "--name", "imgs", "--images-root", str(tmp_path), str(val), stdout=out)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "imgs", "--images-root", str(tmp_path), str(val), stdout=out
+    )
     text = out.getvalue()
     assert "3 of 4 images are missing" in text
     assert "exceeds the limit" in text and "not a readable image" in text
@@ -141,7 +192,6 @@ def test_script_and_control_characters_are_escaped_and_kept(tmp_path, client, de
 
 def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
     """A note with markup and control characters: escaped on every page, byte-exact in the export."""
-    from django.contrib.auth import get_user_model
 
     from annotation.assignment import queue as engine
     from annotation.export.validated import export_study
@@ -163,8 +213,12 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
     assert study.rubric.rubric.valid_category.label in history and ">VALIDATED" not in history
     result = export_study(study, out_dir=tmp_path / "export")
     traces = [json.loads(line) for p in result.path.rglob("*.trace.jsonl") for line in p.read_text().splitlines()]
-    lines = [json.loads(line) for p in result.path.rglob("*.jsonl") if not p.name.endswith(".trace.jsonl")
-             for line in p.read_text().splitlines()]
+    lines = [
+        json.loads(line)
+        for p in result.path.rglob("*.jsonl")
+        if not p.name.endswith(".trace.jsonl")
+        for line in p.read_text().splitlines()
+    ]
     assert any(line["query_txt"] == SCRIPT for line in lines)
 
     def strings(value):
@@ -182,8 +236,9 @@ def test_hostile_notes_render_escaped_and_export_intact(tmp_path, client):
 
 @pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
 @pytest.mark.parametrize("content,status", [(json.dumps([CIRCO_OK]).encode(), "done"), (b"[{", "failed")])
-def test_uploaded_files_are_deleted_once_the_import_finished_or_failed(client, demo_accounts, settings, tmp_path,
-                                                                       content, status):
+def test_uploaded_files_are_deleted_once_the_import_finished_or_failed(
+    client, demo_accounts, settings, tmp_path, content, status
+):
     settings.UPLOAD_DIR = tmp_path / "uploads"
     client.login(username="admin", password=demo_accounts["admin"])
     upload = io.BytesIO(content)
@@ -198,8 +253,9 @@ def test_uploaded_files_are_deleted_once_the_import_finished_or_failed(client, d
 
 
 @pytest.mark.usefixtures("eager_celery")  # the upload is imported by its task, run here
-def test_an_unexpected_importer_crash_fails_the_job_instead_of_leaving_it_running(client, demo_accounts, settings,
-                                                                                  tmp_path, monkeypatch):
+def test_an_unexpected_importer_crash_fails_the_job_instead_of_leaving_it_running(
+    client, demo_accounts, settings, tmp_path, monkeypatch
+):
     from retrieval import importers
 
     def crash(*args, **kwargs):

@@ -7,6 +7,7 @@ of deploy/nginx/cirval-proxy.conf included unchanged. Client addresses are real:
 connects from its own loopback address (127.0.0.2, 127.0.0.3: Linux routes all of 127/8 to
 ``lo``), so nginx's ``$remote_addr`` differs per client, exactly as on the Internet.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -17,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -76,24 +76,53 @@ class Servers:
         self.app_port, self.port = free_port(), free_port()
         self.procs: list[subprocess.Popen] = []
 
-    def start(self) -> "Servers":
-        env = dict(os.environ, DATABASE_URL=database_url_for_subprocess(), CIRVAL_VAR_DIR=str(settings.VAR_DIR),
-                   CIRVAL_PROXY_COUNT=str(self.count), DJANGO_DEBUG="0", DJANGO_SECRET_KEY="behind-nginx-" * 4,
-                   DJANGO_ALLOWED_HOSTS="127.0.0.1", CACHE_URL="", AXES_FAILURE_LIMIT="5", PYTHONUNBUFFERED="1")
+    def start(self) -> Servers:
+        env = dict(
+            os.environ,
+            DATABASE_URL=database_url_for_subprocess(),
+            CIRVAL_VAR_DIR=str(settings.VAR_DIR),
+            CIRVAL_PROXY_COUNT=str(self.count),
+            DJANGO_DEBUG="0",
+            DJANGO_SECRET_KEY="behind-nginx-" * 4,
+            DJANGO_ALLOWED_HOSTS="127.0.0.1",
+            CACHE_URL="",
+            AXES_FAILURE_LIMIT="5",
+            PYTHONUNBUFFERED="1",
+        )
         env.pop("AXES_PROXY_COUNT", None)
-        self.spawn([sys.executable, "-m", "gunicorn", "config.wsgi", "-b", f"127.0.0.1:{self.app_port}",
-                    "-k", "gthread", "-w", "1", "--threads", "4"], env, "gunicorn.log")
+        self.spawn(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "config.wsgi",
+                "-b",
+                f"127.0.0.1:{self.app_port}",
+                "-k",
+                "gthread",
+                "-w",
+                "1",
+                "--threads",
+                "4",
+            ],
+            env,
+            "gunicorn.log",
+        )
         wait_for(lambda: self.answers(self.app_port), timeout=120, what="gunicorn")
         conf = nginx_conf(self.folder, self.port, self.app_port)
-        self.spawn([NGINX, "-p", str(self.folder), "-c", str(conf), "-e", str(self.folder / "error.log")],
-                   dict(os.environ), "nginx.out")
+        self.spawn(
+            [NGINX, "-p", str(self.folder), "-c", str(conf), "-e", str(self.folder / "error.log")],
+            dict(os.environ),
+            "nginx.out",
+        )
         wait_for(lambda: self.answers(self.port), timeout=30, what="nginx")
         return self
 
     def spawn(self, argv: list[str], env: dict, log: str) -> None:
         out = open(self.folder / log, "w")
-        self.procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                           start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        )
 
     def answers(self, port: int) -> bool:
         for p in self.procs:
@@ -106,8 +135,11 @@ class Servers:
             return False
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.folder.glob("*.log"))
-                         + [self.folder / "nginx.out"] if p.exists())
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-3000:]}"
+            for p in sorted(self.folder.glob("*.log")) + [self.folder / "nginx.out"]
+            if p.exists()
+        )
 
     def stop(self) -> None:
         for p in reversed(self.procs):
@@ -147,7 +179,9 @@ class Browser:
         assert status == 200, (status, page[:300])
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
         form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token})
-        status, page = self.request("POST", "/login/", form, {"Content-Type": "application/x-www-form-urlencoded", **extra})
+        status, page = self.request(
+            "POST", "/login/", form, {"Content-Type": "application/x-www-form-urlencoded", **extra}
+        )
         self.last_page = page
         return status
 
@@ -155,7 +189,9 @@ class Browser:
 @pytest.fixture
 def behind_nginx(transactional_db, tmp_path):
     """``start(count)``: gunicorn with CIRVAL_PROXY_COUNT=count behind nginx; its port."""
-    assert Path(NGINX).exists(), "the nginx tests need Debian's nginx (./cirval test installs it: apt-get install nginx)"
+    assert Path(NGINX).exists(), (
+        "the nginx tests need Debian's nginx (./cirval test installs it: apt-get install nginx)"
+    )
     from django.contrib.auth.hashers import make_password
 
     user = make_annotator("annotator3")
@@ -218,8 +254,11 @@ def test_the_docs_show_the_proxy_lines_the_test_runs():
     """The production guide (docs/guides/production.md) shows deploy/nginx/cirval-proxy.conf's
     directives as they are; it and SECURITY.md name the setting; the site file includes the
     proxy lines."""
-    directives = [line.split("#")[0].strip() for line in PROXY_LINES.read_text().splitlines()
-                  if line.strip() and not line.lstrip().startswith("#")]
+    directives = [
+        line.split("#")[0].strip()
+        for line in PROXY_LINES.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     production = (ROOT / "docs/guides/production.md").read_text()
     shown = [line.split("#")[0].strip() for line in production.splitlines()]
     missing = [d for d in directives if d not in shown]
@@ -234,20 +273,47 @@ def test_the_docs_show_the_proxy_lines_the_test_runs():
 def test_the_site_file_is_valid_nginx(tmp_path):
     """``nginx -t`` on deploy/nginx/cirval.conf, its certificate and snippet paths pointed at
     the test's (a throwaway self-signed certificate)."""
-    assert Path(NGINX).exists(), "the nginx tests need Debian's nginx (./cirval test installs it: apt-get install nginx)"
+    assert Path(NGINX).exists(), (
+        "the nginx tests need Debian's nginx (./cirval test installs it: apt-get install nginx)"
+    )
     if not shutil.which("openssl"):
         pytest.skip("needs the openssl command for a throwaway certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     site = SITE.read_text()
     site = re.sub(r"ssl_certificate (\S+);", f"ssl_certificate {cert};", site)
     site = re.sub(r"ssl_certificate_key (\S+);", f"ssl_certificate_key {key};", site)
     site = site.replace("/etc/nginx/snippets/cirval-proxy.conf", str(PROXY_LINES))
     (tmp_path / "site.conf").write_text(site)
     conf = tmp_path / "nginx.conf"
-    conf.write_text(f"pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log;\nevents {{}}\n"
-                    f"http {{ access_log off; include {tmp_path}/site.conf; }}\n")
-    out = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "error.log")],
-                         capture_output=True, text=True, timeout=60)
+    conf.write_text(
+        f"pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log;\nevents {{}}\n"
+        f"http {{ access_log off; include {tmp_path}/site.conf; }}\n"
+    )
+    out = subprocess.run(
+        [NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", str(tmp_path / "error.log")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "syntax is ok" in out.stderr, out.stderr

@@ -1,5 +1,6 @@
 """Issue 10, item 1: over a whole demo study, the candidate panel an annotator sees depends
 neither in content nor in size on the item's hidden audit category."""
+
 from __future__ import annotations
 
 import json
@@ -137,9 +138,13 @@ def test_annotators_never_see_the_suspicion_score_nor_the_serving_order(demo_stu
     body = api.post(f"/api/studies/{study.pk}/next/").json()
     item = study.items.get(assignments__pk=body["assignment"])
     assert item.suspicion == max(i.suspicion for i in study.items.filter(agreement=False, gold=False)) or item.agreement
-    texts = [json.dumps(body), json.dumps(api.get(f"/api/assignments/{body['assignment']}/").json()),
-             json.dumps(api.get(f"/api/studies/{study.pk}/").json()), json.dumps(api.get("/api/studies/").json()),
-             json.dumps(api.get(f"/api/studies/{study.pk}/progress/").json())]
+    texts = [
+        json.dumps(body),
+        json.dumps(api.get(f"/api/assignments/{body['assignment']}/").json()),
+        json.dumps(api.get(f"/api/studies/{study.pk}/").json()),
+        json.dumps(api.get("/api/studies/").json()),
+        json.dumps(api.get(f"/api/studies/{study.pk}/progress/").json()),
+    ]
     client.force_login(user)
     for url in (f"/annotate/{study.pk}/", f"/annotate/{study.pk}/history/", "/annotate/"):
         texts.append(client.get(url, follow=True).content.decode())
@@ -160,12 +165,16 @@ def _multimodal_only_recall(truth: dict) -> dict:
     queries = {q.pk: q for q in Query.objects.filter(dataset__name="demo", n_turns=1)}
     excluded = batch_exclusions(list(queries))
     lists: dict[int, list[list[int]]] = {}
-    for qid, top in AuditRank.objects.filter(query_id__in=queries).order_by("retriever").values_list("query_id", "top_mm"):
+    for qid, top in (
+        AuditRank.objects.filter(query_id__in=queries).order_by("retriever").values_list("query_id", "top_mm")
+    ):
         lists.setdefault(qid, []).append(list(top))
     ext = dict(Image.objects.filter(dataset__name="demo").values_list("pk", "external_id"))
     scenes = {e: x["scene"] for e, x in Image.objects.filter(dataset__name="demo").values_list("external_id", "extra")}
-    pools = {queries[q].external_id: {ext[i] for i in candidate_panel(queries[q], ls, 20, exclude=excluded[q]).ids}
-             for q, ls in lists.items()}
+    pools = {
+        queries[q].external_id: {ext[i] for i in candidate_panel(queries[q], ls, 20, exclude=excluded[q]).ids}
+        for q, ls in lists.items()
+    }
     return pool_recall(truth["queries"], scenes, pools)
 
 
@@ -184,8 +193,16 @@ def test_the_demo_pool_holds_most_images_that_fit(demo_study):
     pool = json.loads(out.getvalue())["pool"]
     audited = pool["audited"]
     before = _multimodal_only_recall(json.loads(truth_path("demo").read_text()))
-    print("pool recall", json.dumps({"panels": {k: pool[k] for k in ("queries", "fitting", "found", "recall")},
-                                     "audited": audited, "before": before}))
+    print(
+        "pool recall",
+        json.dumps(
+            {
+                "panels": {k: pool[k] for k in ("queries", "fitting", "found", "recall")},
+                "audited": audited,
+                "before": before,
+            }
+        ),
+    )
     assert pool["queries"] == demo_study.items.count() and audited["queries"] == 160
     assert audited["by_kind"]["too_broad"]["fitting"] == 145 and audited["by_kind"]["wrong_target"]["fitting"] == 10
     assert before["fitting"] == audited["fitting"] == 155

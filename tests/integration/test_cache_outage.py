@@ -2,6 +2,7 @@
 stopped, annotators keep working: throttles, image grants and cached counts fall back
 to this process's memory (and the database), the outage is logged, ``/healthz`` says the
 cache is down, and everything goes back to Redis when it returns."""
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,13 @@ def _annotate(client: Client, study_id: int, n: int) -> list[int]:
         asg = body["assignment"]
         ref = body["query"]["turns"][0]["reference"]
         codes.append(client.get(reverse("retrieval:image", args=[ref["id"]]), {"size": 160}).status_code)
-        codes.append(client.post(f"/api/assignments/{asg}/judgements/", {"category": "VALIDATED", "time_spent_ms": 1},
-                                 content_type="application/json").status_code)
+        codes.append(
+            client.post(
+                f"/api/assignments/{asg}/judgements/",
+                {"category": "VALIDATED", "time_spent_ms": 1},
+                content_type="application/json",
+            ).status_code
+        )
         codes.append(client.get(f"/api/studies/{study_id}/progress/").status_code)
         codes.append(client.get(f"/api/studies/{study_id}/").status_code)
     return codes
@@ -46,8 +52,15 @@ def test_annotation_keeps_working_while_the_cache_redis_is_down(tmp_path, caplog
     redis = PrivateRedis(tmp_path).start()
     try:
         with override_settings(CACHES=cache_settings(redis.url, retry_seconds=0.5)):
-            call_command("import_dataset", "--format", "circo", "--name", "circo",
-                         str(FIXTURES / "datasets/circo/val.json"), verbosity=0)
+            call_command(
+                "import_dataset",
+                "--format",
+                "circo",
+                "--name",
+                "circo",
+                str(FIXTURES / "datasets/circo/val.json"),
+                verbosity=0,
+            )
             user = get_user_model().objects.create_user("ann", password="pw-ann-1234")
             user.groups.add(Group.objects.get(name="annotator"))
             staff = get_user_model().objects.create_user("boss", password="pw", is_staff=True)

@@ -1,4 +1,5 @@
 """A study without an audit gets its candidate panels from one retriever run on demand."""
+
 from __future__ import annotations
 
 import re
@@ -10,9 +11,9 @@ from annotation.judging.candidates import item_candidates, panels_after_audit
 from annotation.judging.panel_fill import fill_candidates, fill_study_candidates
 from annotation.models import StudyItem
 from annotation.studies.building import StudySpec, create_study
-from audit.runs.encoding import clear_memos
 from audit.models import AuditRank
 from audit.runs import dispatch, planning
+from audit.runs.encoding import clear_memos
 from audit.runs.ondemand import retrieve_top_lists
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
@@ -68,7 +69,9 @@ def test_creating_a_study_queues_its_panels(world, monkeypatch, django_capture_o
     from annotation import tasks
 
     queued = []
-    monkeypatch.setattr(tasks.fill_candidates, "apply_async", lambda args, **kwargs: queued.append(*args))  # sent by name
+    monkeypatch.setattr(
+        tasks.fill_candidates, "apply_async", lambda args, **kwargs: queued.append(*args)
+    )  # sent by name
     with django_capture_on_commit_callbacks(execute=True):
         study, _ = create_study(StudySpec(name="queued", datasets=["demo"], candidates=5))
     assert queued == [study.pk]

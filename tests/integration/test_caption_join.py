@@ -1,5 +1,6 @@
 """An audit with ``caption_join="clip4cir"`` encodes CLIP4Cir's texts (retrieval.captions), through
 the real eager audit path with a tiny retriever."""
+
 from __future__ import annotations
 
 import pytest

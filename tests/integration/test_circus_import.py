@@ -5,6 +5,7 @@ Fixtures: tests/fixtures/circus (see its README): the 7 agreement_users files an
 published report, whose item_level_rows are the only source for annotator_03 and
 annotator_08 (FORMATS.md §1.3).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotation.models import Assignment, Judgement, Study, StudyItem
 from annotation.agreement.reports import study_report, study_triples
+from annotation.models import Assignment, Judgement, Study, StudyItem
 from retrieval.models import Dataset, Query
 from tests.conftest import FIXTURES
 from tests.integration.test_agreement_command import check_validity_blocks
@@ -34,8 +35,21 @@ def import_circus(*args: str) -> str:
 
 def agreement_json(study: Study) -> dict:
     out = StringIO()
-    call_command("agreement", "--study", str(study.pk), "--rubric", "validity", "--format", "json", "--constant-pairs", "one",
-                 "--bootstrap", "0", stdout=out, stderr=StringIO())
+    call_command(
+        "agreement",
+        "--study",
+        str(study.pk),
+        "--rubric",
+        "validity",
+        "--format",
+        "json",
+        "--constant-pairs",
+        "one",
+        "--bootstrap",
+        "0",
+        stdout=out,
+        stderr=StringIO(),
+    )
     return json.loads(out.getvalue())
 
 
@@ -48,8 +62,9 @@ def published() -> dict:
 
 @pytest.fixture
 def nine(db) -> Study:
-    import_circus("--study-name", "circus-iaa", *FILES, "--report", str(REPORT),
-                  "--from-report", "annotator_03,annotator_08")
+    import_circus(
+        "--study-name", "circus-iaa", *FILES, "--report", str(REPORT), "--from-report", "annotator_03,annotator_08"
+    )
     return Study.objects.get(name="circus-iaa")
 
 
@@ -122,10 +137,13 @@ def test_votes_per_item_match_the_report(nine, published) -> None:
     valid = Counter()
     for item_id, _, label in study_triples(nine.pk):
         valid[item_id] += label == "VALIDATED"
-    by_item = {i.pk: (i.query.dataset.name.removeprefix("circus-"), i.query.ordinal)
-               for i in StudyItem.objects.filter(study=nine).select_related("query__dataset")}
-    assert {by_item[i]: n for i, n in valid.items() if n} == {k: r["valid_votes"] for k, r in rows.items()
-                                                             if r["valid_votes"]}
+    by_item = {
+        i.pk: (i.query.dataset.name.removeprefix("circus-"), i.query.ordinal)
+        for i in StudyItem.objects.filter(study=nine).select_related("query__dataset")
+    }
+    assert {by_item[i]: n for i, n in valid.items() if n} == {
+        k: r["valid_votes"] for k, r in rows.items() if r["valid_votes"]
+    }
     # per-dataset breakdown counts
     for ds, n in published["sample_summary"]["dataset_counts"].items():
         assert report["by_dataset"][f"circus-{ds}"]["items"] == n
@@ -133,11 +151,16 @@ def test_votes_per_item_match_the_report(nine, published) -> None:
 
 def test_rerun_is_idempotent_and_edits_become_revisions(nine, tmp_path) -> None:
     before = (StudyItem.objects.count(), Assignment.objects.count(), Judgement.objects.count(), Query.objects.count())
-    out = import_circus("--study-name", "circus-iaa", *FILES, "--report", str(REPORT),
-                        "--from-report", "annotator_03,annotator_08")
+    out = import_circus(
+        "--study-name", "circus-iaa", *FILES, "--report", str(REPORT), "--from-report", "annotator_03,annotator_08"
+    )
     assert "created 0 placeholder queries, 0 items, 0 users, 0 assignments, 0 judgements, 0 revisions" in out
-    assert (StudyItem.objects.count(), Assignment.objects.count(), Judgement.objects.count(),
-            Query.objects.count()) == before
+    assert (
+        StudyItem.objects.count(),
+        Assignment.objects.count(),
+        Judgement.objects.count(),
+        Query.objects.count(),
+    ) == before
     # annotator_01 re-edits an item: a second revision, the first kept
     raw = json.loads((CIRCUS / "agreement_users" / "annotator_01.json").read_text())
     entry = next(a for a in raw["assignments"] if a["assignment_id"] == "cirr::3775")
@@ -146,10 +169,13 @@ def test_rerun_is_idempotent_and_edits_become_revisions(nine, tmp_path) -> None:
     edited.write_text(json.dumps(raw))
     out = import_circus("--study-name", "circus-iaa", str(edited))
     assert "0 judgements, 1 revisions" in out
-    revisions = Judgement.objects.filter(assignment__study=nine, assignment__annotator__username="annotator_01",
-                                         assignment__item__query__ordinal=3775).order_by("revision")
+    revisions = Judgement.objects.filter(
+        assignment__study=nine, assignment__annotator__username="annotator_01", assignment__item__query__ordinal=3775
+    ).order_by("revision")
     assert [(j.revision, j.is_current, j.category, j.note) for j in revisions] == [
-        (1, False, "VALIDATED", ""), (2, True, "QUERY_TOO_BROAD", "too many red cars")]
+        (1, False, "VALIDATED", ""),
+        (2, True, "QUERY_TOO_BROAD", "too many red cars"),
+    ]
 
 
 def test_judgements_are_stored_through_the_queues_store(db, monkeypatch) -> None:
@@ -218,12 +244,21 @@ def test_primary_export_matches_the_circus_release(nine, tmp_path) -> None:
     from annotation.export.validated import export_study
 
     release = CIRCUS / "final_dataset"
-    allow = {sub: set(json.loads((release / "query_indices" / f"circo_validated_{sub}_query_indices.json")
-                                 .read_text())["query_indices"]) for sub in ("solved", "unsolved")}
+    allow = {
+        sub: set(
+            json.loads((release / "query_indices" / f"circo_validated_{sub}_query_indices.json").read_text())[
+                "query_indices"
+            ]
+        )
+        for sub in ("solved", "unsolved")
+    }
     kept = {}
     for sub in ("solved", "unsolved"):
-        for line in (release / "query_jsonl/circo" / f"validated_{sub}" / f"circo_test_validated_{sub}.trace.jsonl") \
-                .read_text().splitlines():
+        for line in (
+            (release / "query_jsonl/circo" / f"validated_{sub}" / f"circo_test_validated_{sub}.trace.jsonl")
+            .read_text()
+            .splitlines()
+        ):
             t = json.loads(line)
             kept[t["query_idx"]] = t["annotator_kept"]
     iaa_circo = {o for o in Query.objects.filter(dataset__name="circus-circo").values_list("ordinal", flat=True)}

@@ -9,6 +9,7 @@ excerpt does not, so one test1-style record with that caption is added (its refe
 img_set are another excerpt record's). The test1 split file is the excerpt's entries plus the
 ``./test1/<id>.png`` entries of every other image the captions name (the layout of the real
 split.rc2.test1.json, which lists them all)."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,6 @@ from django.core.management import call_command
 from audit.models import AuditRun
 from retrieval.captions import BLANK_TEXT_RULE, ranking_text
 from retrieval.models import Dataset, Query
-
 from tests.conftest import FIXTURES
 from tests.integration.test_protocol_audit import SPEC, cache_dir, draw_images  # noqa: F401 (fixture)
 
@@ -60,9 +60,12 @@ def test_val_and_test1_in_two_commands_audited_and_exported_with_every_pairid(tm
     first = command("import_dataset", "--format", "cirr", "--name", "cirr", "--images-root", str(root), *map(str, val))
     n_val = len(json.loads(val[0].read_text()))
     assert f"Dataset 'cirr' created (cirr): {n_val} queries ({n_val} added" in first
-    second = command("import_dataset", "--format", "cirr", "--name", "cirr", "--images-root", str(root),
-                     str(caps), str(splits))
-    assert f"Dataset 'cirr' updated (cirr): {len(records)} queries ({len(records)} added, 0 changed, 0 removed" in second
+    second = command(
+        "import_dataset", "--format", "cirr", "--name", "cirr", "--images-root", str(root), str(caps), str(splits)
+    )
+    assert (
+        f"Dataset 'cirr' updated (cirr): {len(records)} queries ({len(records)} added, 0 changed, 0 removed" in second
+    )
     ds = Dataset.objects.get(name="cirr")
     assert Query.objects.filter(dataset=ds, split="val").count() == n_val
 
@@ -76,7 +79,11 @@ def test_val_and_test1_in_two_commands_audited_and_exported_with_every_pairid(tm
     recall = json.loads((tmp_path / "out" / "recall_submission.json").read_text())
     subset = json.loads((tmp_path / "out" / "recall_subset_submission.json").read_text())
     assert (recall.pop("version"), recall.pop("metric"), subset.pop("version"), subset.pop("metric")) == (
-        "rc2", "recall", "rc2", "recall_subset")
+        "rc2",
+        "recall",
+        "rc2",
+        "recall_subset",
+    )
     wanted = {str(r["pairid"]) for r in records}
     assert set(recall) == set(subset) == wanted  # every pairid, the blank one too
     gallery = len(json.loads(splits.read_text()))

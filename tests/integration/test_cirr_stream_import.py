@@ -2,6 +2,7 @@
 loader holds the pks of one query batch's images only; the database holds what the
 in-memory path (``load_parsed(cirr.parse(...))``) writes, and a re-import counts as before.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,13 +56,21 @@ def test_streamed_cirr_import_holds_one_batch_and_stores_what_parse_stores(tmp_p
     assert any("1 referenced image(s) are not in the split file" in w for w in streamed.warnings)
     assert snapshot("streamed") == snapshot("whole")
     assert streamed.images == n_split + 1 and streamed.gallery_entries == n_split
-    assert list(GalleryEntry.objects.filter(dataset__name="streamed").order_by("ordinal")
-                .values_list("image__external_id", flat=True)) == list(json.loads(paths[1].read_text()))
+    assert list(
+        GalleryEntry.objects.filter(dataset__name="streamed")
+        .order_by("ordinal")
+        .values_list("image__external_id", flat=True)
+    ) == list(json.loads(paths[1].read_text()))
 
     before = snapshot("streamed")
     again = import_files("cirr", "streamed", paths)
-    assert (again.queries, again.queries_created, again.queries_updated, again.queries_unchanged,
-            again.queries_removed) == (200, 0, 0, 200, 0)
+    assert (
+        again.queries,
+        again.queries_created,
+        again.queries_updated,
+        again.queries_unchanged,
+        again.queries_removed,
+    ) == (200, 0, 0, 200, 0)
     assert (again.images, again.images_created, again.images_updated) == (streamed.images, 0, 0)
     assert snapshot("streamed") == before
 

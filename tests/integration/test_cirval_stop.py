@@ -2,6 +2,7 @@
 its supervisor within 10 s, and nothing they started is left running (issue 41: 25-45 s on a
 loaded machine). ``./cirval serve`` is ``./cirval up`` after its setup: the same processes,
 started the same way."""
+
 from __future__ import annotations
 
 import os
@@ -75,20 +76,35 @@ def serving(port: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 def test_sigterm_to_cirval_stops_the_server_the_worker_and_its_supervisor_within_10_s(tmp_path):
     port = free_port()
-    env = {**os.environ, "CIRVAL_VENV": str(Path(sys.executable).parent.parent), "CIRVAL_PORT": str(port),
-           "CIRVAL_VAR_DIR": str(tmp_path / "var"), "DATABASE_URL": database_url_for_subprocess(),
-           "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "CELERY_TASK_ALWAYS_EAGER": "0",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "CIRVAL_VENV": str(Path(sys.executable).parent.parent),
+        "CIRVAL_PORT": str(port),
+        "CIRVAL_VAR_DIR": str(tmp_path / "var"),
+        "DATABASE_URL": database_url_for_subprocess(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("DJANGO_DEBUG", None)  # the script's own (its runserver's)
     out = tmp_path / "cirval.out"
     with open(out, "wb") as fh:
-        script = subprocess.Popen([str(ROOT / "cirval"), "serve"], cwd=ROOT, env=env, stdout=fh,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+        script = subprocess.Popen(
+            [str(ROOT / "cirval"), "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_for(lambda: serving(port) or script.poll() is not None, timeout=180, what="the server")
         assert script.poll() is None, out.read_text()
-        wait_for(lambda: WorkerBeat.objects.exists(), timeout=180,
-                 what=f"the worker's beat\n{(tmp_path / 'var/log/worker.log').read_text()}")
+        wait_for(
+            lambda: WorkerBeat.objects.exists(),
+            timeout=180,
+            what=f"the worker's beat\n{(tmp_path / 'var/log/worker.log').read_text()}",
+        )
         running = descendants(script.pid)
         kinds = " ".join(running.values())
         assert "config.supervise" in kinds and "celery" in kinds and "runserver" in kinds, running

@@ -1,5 +1,6 @@
 """The demo retrievers trained side by side, in two spawned processes (moved from
 tests/unit/test_demo_training.py: unit tests start no processes)."""
+
 from __future__ import annotations
 
 import io
@@ -21,8 +22,12 @@ def test_models_trained_side_by_side_are_the_ones_trained_in_turn(tmp_path) -> N
     side_by_side = train_all(jobs, 3, out, split=split)
     # one progress line (not a TTY: one per tenth of the steps at most), ending with the counts
     lines = out.getvalue().splitlines()
-    assert 1 <= len(lines) <= 11 and lines[-1].startswith("training the demo retrievers: compose 3/3, caption 2/2 steps")
-    in_turn = [train_model(tmp_path / "b" / f"{name}.pt", DEMO_MODELS[name], seed=3, steps=steps, **split)
-               for name, _, steps in jobs]
+    assert 1 <= len(lines) <= 11 and lines[-1].startswith(
+        "training the demo retrievers: compose 3/3, caption 2/2 steps"
+    )
+    in_turn = [
+        train_model(tmp_path / "b" / f"{name}.pt", DEMO_MODELS[name], seed=3, steps=steps, **split)
+        for name, _, steps in jobs
+    ]
     assert [digest for digest, _ in side_by_side] == in_turn
     assert len(set(in_turn)) == 2

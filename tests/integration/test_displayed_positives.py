@@ -1,5 +1,6 @@
 """What annotators and researchers see as a query's targets follows the one target rule
 (retrieval.targets): for CIRR the hard target only, never the soft targets of target_soft."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def test_the_annotation_item_shows_the_hard_target_only(cirr):
     # soft targets scored > 0: relevance > 0 and not a negative, so the old Target.is_positive showed them
     assert sorted(t.image.external_id for t in q.targets.all() if t.role == "soft" and t.relevance > 0) == sorted(soft)
     annotator = make_annotator("ann")
-    study, _ = create_study(StudySpec(name="s", datasets=["cirr-sample"], overlap=1, total=48,
-                                      annotators=[annotator.username], seed=1))
+    study, _ = create_study(
+        StudySpec(name="s", datasets=["cirr-sample"], overlap=1, total=48, annotators=[annotator.username], seed=1)
+    )
     shown = {}
     while (served := engine.next_assignment(study, annotator)).assignment is not None:
         payload = item_payload(served.assignment)

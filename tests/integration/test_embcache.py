@@ -1,5 +1,6 @@
 """retrieval.embcache across processes: concurrent writers, openers and encoders, and a cache
 object that survives a fork (moved from tests/unit/test_embcache.py: unit tests start no processes)."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -28,7 +29,7 @@ def _clean_fork():
 def _writer(root: str, keys: list[str], batch: int) -> None:
     cache = EmbeddingCache(root, SPEC, dim=16, timeout_s=60)
     for start in range(0, len(keys), batch):
-        chunk = keys[start:start + batch]
+        chunk = keys[start : start + batch]
         cache.put_many("image", chunk, np.stack([_vec(k, 16) for k in chunk]))
         cache.get_many("image", chunk)  # interleave reads with the other writer's commits
 
@@ -73,8 +74,10 @@ def test_processes_opening_one_new_cache_at_once_all_succeed(tmp_path: Path) -> 
     errors = ctx.Queue()
     for n in range(100):
         barrier = ctx.Barrier(6)
-        procs = [ctx.Process(target=_opener, args=(str(tmp_path), f"openclip:race@random:{n}", barrier, errors))
-                 for _ in range(6)]
+        procs = [
+            ctx.Process(target=_opener, args=(str(tmp_path), f"openclip:race@random:{n}", barrier, errors))
+            for _ in range(6)
+        ]
         for p in procs:
             p.start()
         for p in procs:
@@ -143,8 +146,10 @@ def test_two_processes_never_encode_the_same_text_twice(tmp_path: Path) -> None:
     log = tmp_path / "encoded.log"
     ctx = _clean_fork()
     barrier = ctx.Barrier(2)
-    procs = [ctx.Process(target=_text_encoder, args=(str(tmp_path), str(log), order, barrier))
-             for order in (texts, texts[::-1] + texts[:7])]
+    procs = [
+        ctx.Process(target=_text_encoder, args=(str(tmp_path), str(log), order, barrier))
+        for order in (texts, texts[::-1] + texts[:7])
+    ]
     for p in procs:
         p.start()
     for p in procs:

@@ -1,5 +1,6 @@
 """A randomly initialised retriever is the same in another process (moved from
 tests/unit/test_encoders.py: unit tests start no processes)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,7 +10,6 @@ import sys
 
 from retrieval.encoders import build_retriever
 from tests.unit.test_encoders import REPO
-
 
 _CHILD = """
 import hashlib, sys
@@ -25,5 +25,7 @@ def test_random_init_deterministic_across_processes() -> None:
     out = subprocess.run(
         [sys.executable, "-c", _CHILD], env=env, cwd=REPO, capture_output=True, text=True, timeout=120, check=True
     )
-    here = build_retriever("openclip:cirval-tiny-vit", device="cpu").embed_texts(["a red dress", "make it blue and shorter"])
+    here = build_retriever("openclip:cirval-tiny-vit", device="cpu").embed_texts(
+        ["a red dress", "make it blue and shorter"]
+    )
     assert out.stdout.strip().splitlines()[-1] == hashlib.sha256(here.numpy().tobytes()).hexdigest()

@@ -1,6 +1,7 @@
 """Issue 40, item 2: an estimate study samples the benchmark by suspicion strata in a Neyman
 plan, estimates each defect kind's prevalence, stops serving at its target, and annotators see
 nothing of the score, the strata or the estimate."""
+
 from __future__ import annotations
 
 import random
@@ -25,12 +26,21 @@ INVALID = {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "ti
 
 @pytest.fixture
 def estimate_study(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     assert Dataset.objects.filter(name="circo").exists()
     user = make_annotator("ann", password="x")
-    study, _ = create_study(StudySpec(name="est", datasets=["circo"], overlap=1, seed=5, annotators=["ann"],
-                                      estimate={"target_half_width": 0.15, "strata": 3}))
+    study, _ = create_study(
+        StudySpec(
+            name="est",
+            datasets=["circo"],
+            overlap=1,
+            seed=5,
+            annotators=["ann"],
+            estimate={"target_half_width": 0.15, "strata": 3},
+        )
+    )
     # scores as refresh_suspicion stores them (the fixture has no audit), then the strata again
     rng = random.Random(1)
     items = list(study.items.order_by("id"))
@@ -48,8 +58,9 @@ def _truth(item: StudyItem) -> bool:
 
 
 def test_a_study_that_samples_itself_refuses_quotas_and_a_suspicion_order(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     for extra in ({"total": 5}, {"agreement_size": 2}, {"serve_order": "suspicion"}):
         with pytest.raises(StudyError):
             create_study(StudySpec(name="x", datasets=["circo"], estimate={"target_half_width": 0.05}, **extra))
@@ -76,7 +87,7 @@ def test_served_in_the_plan_estimated_and_stopped_at_the_target(estimate_study, 
     stale.save()
     study.refresh_from_db()
     # every stratum got its two items first, and serving stopped at the target, well before the end
-    assert sorted(served[:MIN_PER_STRATUM * n_strata]) == sorted(list(range(n_strata)) * MIN_PER_STRATUM)
+    assert sorted(served[: MIN_PER_STRATUM * n_strata]) == sorted(list(range(n_strata)) * MIN_PER_STRATUM)
     assert study.estimate_stopped and len(served) < study.items.count()
     est = running_estimate(study)
     assert est["reached"] and est["overall"]["half_width"] <= 0.15
@@ -100,7 +111,12 @@ def test_annotators_see_no_score_stratum_or_estimate(estimate_study, client):
     annotator.force_login(user)
     body = annotator.post(f"/api/studies/{study.pk}/next/", content_type="application/json").content.decode()
     assert '"assignment"' in body and not any(w in body for w in staff_words), body
-    for url in (f"/api/studies/{study.pk}/", "/api/studies/", "/api/assignments/", f"/api/studies/{study.pk}/progress/"):
+    for url in (
+        f"/api/studies/{study.pk}/",
+        "/api/studies/",
+        "/api/assignments/",
+        f"/api/studies/{study.pk}/progress/",
+    ):
         answer = annotator.get(url)
         assert answer.status_code == 200 and not any(w in answer.content.decode() for w in staff_words), url
     page = annotator.post(f"/annotate/{study.pk}/", follow=True).content.decode()

@@ -1,4 +1,5 @@
 """retrieval.evaltargets: the target rule on Target rows (CIRR loaded from the annotation sample)."""
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,10 @@ def test_cirr_rows_hard_positive_soft_graded_and_img_set_group(cirr_db):
 
 
 def test_subset_and_graded_extras_reach_the_metrics():
-    extras = {"graded": {"gains": [0.5], "mm": [1], "text": [None], "image": [3]}, "subset": {"mm": 2, "text": 1, "image": 4}}
+    extras = {
+        "graded": {"gains": [0.5], "mm": [1], "text": [None], "image": [3]},
+        "subset": {"mm": 2, "text": 1, "image": 4},
+    }
     audit = label_queries([("q", "R", 2, 20, 30, extras), ("p", "R", 1, 20, 30)], k=10)
     stats = audit.retriever_stats["R"]
     # only q has a group: Recall_subset@1 (mm) = 0 (rank 2), text 1.0

@@ -1,4 +1,5 @@
 """A worker SIGKILLed in the middle of an export: a new worker finishes it, files identical."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,8 +22,9 @@ def bench_export():
 
 
 def digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*.jsonl"))}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.jsonl"))
+    }
 
 
 def test_killed_export_is_finished_by_the_next_worker(tmp_path, worker_factory, capsys):

@@ -1,5 +1,6 @@
 """Issue 17: a running export gives the CPU up between batches (so the web tier is not
 starved) and still streams the same files as one that never pauses."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,9 @@ def test_export_pauses_between_batches_and_writes_the_same_files(tmp_path, setti
     monkeypatch.setattr(validated.time, "sleep", sleeps.append)
     monkeypatch.setattr(validated.os, "sched_yield", lambda: yields.append(1), raising=False)
     progress = []
-    chunked = export_study(study, tmp_path / "chunked", chunk_size=5,
-                           progress=lambda stage, done, total: progress.append((stage, done)))
+    chunked = export_study(
+        study, tmp_path / "chunked", chunk_size=5, progress=lambda stage, done, total: progress.append((stage, done))
+    )
     assert sleeps == [0.25, 0.25, 0.25] and len(yields) == 3  # 12 items in batches of 5, 5 and 2
     assert [d for s, d in progress if s == "exporting"] == [0, 5, 10, 12]  # still streamed batch by batch
 

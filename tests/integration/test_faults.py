@@ -1,4 +1,5 @@
 """Faults: the database connection dropped mid-request, Redis restarted mid-run."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,6 @@ import time
 
 import psycopg
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
@@ -21,7 +21,7 @@ from annotation.studies.building import StudySpec, create_study
 from audit.models import AuditLabel, AuditRank, AuditRun
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
-from tests.conftest import FIXTURES, ROOT, database_url_for_subprocess, wait_for, make_annotator
+from tests.conftest import FIXTURES, ROOT, database_url_for_subprocess, make_annotator, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,8 +33,9 @@ def needs_postgres():
 
 def test_db_connection_dropped_mid_submit_then_retry_succeeds():
     needs_postgres()
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     user = make_annotator("ann")
     study, _ = create_study(StudySpec(name="drop", datasets=["circo"], overlap=1, total=3, annotators=["ann"]))
     asg = engine.next_assignment(study, user).assignment
@@ -48,7 +49,7 @@ def test_db_connection_dropped_mid_submit_then_retry_succeeds():
 
     def kill_after_insert(execute, sql, params, many, context):
         # the judgement row is written; the connection dies before the item counters are
-        if "UPDATE \"annotation_studyitem\"" in sql and not killed:
+        if 'UPDATE "annotation_studyitem"' in sql and not killed:
             pid = context["connection"].connection.info.backend_pid
             with psycopg.connect(admin_url, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -78,11 +79,32 @@ def free_port() -> int:
 
 def start_redis(port: int, folder) -> subprocess.Popen:
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder), "--appendonly", "yes",
-         "--appendfsync", "always", "--save", ""],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    wait_for(lambda: subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True).stdout.strip()
-             == "PONG", timeout=20, what="redis to start")
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(folder),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    wait_for(
+        lambda: (
+            subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True).stdout.strip()
+            == "PONG"
+        ),
+        timeout=20,
+        what="redis to start",
+    )
     return proc
 
 
@@ -96,16 +118,45 @@ def test_redis_restarted_during_an_audit_the_run_resumes(tmp_path, worker_factor
     try:
         root = tmp_path / "demo"
         load_parsed(build_demo(root, n_gallery=60, n_single=24, n_sessions=4), "demo", images_root=root)
-        env = {"CELERY_BROKER_URL": broker, "EMBEDDING_CACHE_DIR": str(tmp_path / "emb"), "AUDIT_LEASE_SECONDS": "3",
-               "AUDIT_COORDINATOR_SECONDS": "1", "AUDIT_MAX_ATTEMPTS": "5", "CELERY_VISIBILITY_TIMEOUT": "5"}
+        env = {
+            "CELERY_BROKER_URL": broker,
+            "EMBEDDING_CACHE_DIR": str(tmp_path / "emb"),
+            "AUDIT_LEASE_SECONDS": "3",
+            "AUDIT_COORDINATOR_SECONDS": "1",
+            "AUDIT_MAX_ATTEMPTS": "5",
+            "CELERY_VISIBILITY_TIMEOUT": "5",
+        }
         worker = worker_factory(extra_env=env).start("redis-restart")
         sub_env = dict(os.environ, DATABASE_URL=database_url_for_subprocess(), **env)
-        subprocess.run([sys.executable, "manage.py", "run_audit", "--dataset", "demo", "--retriever", "openclip:cirval-tiny-vit",
-                        "--retriever", "openclip:cirval-tiny-vit-b", "--chunk-queries", "4", "--chunk-gallery", "20"],
-                       cwd=ROOT, env=sub_env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                sys.executable,
+                "manage.py",
+                "run_audit",
+                "--dataset",
+                "demo",
+                "--retriever",
+                "openclip:cirval-tiny-vit",
+                "--retriever",
+                "openclip:cirval-tiny-vit-b",
+                "--chunk-queries",
+                "4",
+                "--chunk-gallery",
+                "20",
+            ],
+            cwd=ROOT,
+            env=sub_env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         run = AuditRun.objects.get()
-        wait_for(lambda: AuditRun.objects.get(pk=run.pk).chunks.filter(status="done").exists(), timeout=90,
-                 interval=0.05, what=f"a first chunk\n{worker.log()}")
+        wait_for(
+            lambda: AuditRun.objects.get(pk=run.pk).chunks.filter(status="done").exists(),
+            timeout=90,
+            interval=0.05,
+            what=f"a first chunk\n{worker.log()}",
+        )
         subprocess.run(["redis-cli", "-p", str(port), "shutdown"], capture_output=True)  # AOF is flushed
         redis.wait(timeout=20)
         time.sleep(2)

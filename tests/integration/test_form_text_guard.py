@@ -8,6 +8,7 @@ form and endpoint that takes text gets a multipart body with a NUL, then with an
 character, in one text field: 400, the field named, nothing written (no row changed, no file
 stored). Files themselves are bytes and may hold NUL; only their names are text.
 """
+
 from __future__ import annotations
 
 import ast
@@ -48,56 +49,184 @@ def upload(name: str = "val.json", content: bytes = CIRCO_VAL) -> SimpleUploaded
 CASES = [
     ("login", None, "POST", "/login/", {"username": "ann", "password": "pw"}, "username"),
     ("login-password", None, "POST", "/login/", {"username": "ann", "password": "pw"}, "password"),
-    ("room-user-new", "boss", "POST", "/room/users/",
-     {"username": "newbie", "email": "", "password": "", "roles": "annotator"}, "username"),
+    (
+        "room-user-new",
+        "boss",
+        "POST",
+        "/room/users/",
+        {"username": "newbie", "email": "", "password": "", "roles": "annotator"},
+        "username",
+    ),
     ("room-user-roles", "boss", "POST", "/room/users/{ann_id}/", {"roles": "annotator"}, "roles"),
-    ("room-invite-password", None, "POST", "/room/invite/{uid}/{token}/",
-     {"new_password1": "a-long-pass-1234", "new_password2": "a-long-pass-1234"}, "new_password1"),
-    ("room-study-settings", "boss", "POST", "/room/studies/{s}/settings/",
-     {"overlap": 1, "serve_order": "random", "consensus": "majority", "lease_minutes": 10, "gold_rate": 0,
-      "training_items": 0, "too_fast_seconds": 1, "straight_run": 5, "guidelines": "Look."}, "guidelines"),
+    (
+        "room-invite-password",
+        None,
+        "POST",
+        "/room/invite/{uid}/{token}/",
+        {"new_password1": "a-long-pass-1234", "new_password2": "a-long-pass-1234"},
+        "new_password1",
+    ),
+    (
+        "room-study-settings",
+        "boss",
+        "POST",
+        "/room/studies/{s}/settings/",
+        {
+            "overlap": 1,
+            "serve_order": "random",
+            "consensus": "majority",
+            "lease_minutes": 10,
+            "gold_rate": 0,
+            "training_items": 0,
+            "too_fast_seconds": 1,
+            "straight_run": 5,
+            "guidelines": "Look.",
+        },
+        "guidelines",
+    ),
     ("room-annotator-add", "boss", "POST", "/room/studies/{s}/annotators/", {"username": "bob"}, "username"),
-    ("room-annotator-remove", "boss", "POST", "/room/studies/{s}/annotators/",
-     {"username": "ann", "action": "remove"}, "username"),
+    (
+        "room-annotator-remove",
+        "boss",
+        "POST",
+        "/room/studies/{s}/annotators/",
+        {"username": "ann", "action": "remove"},
+        "username",
+    ),
     ("room-study-status", "boss", "POST", "/room/studies/{s}/status/", {"action": "pause"}, "action"),
-    ("room-gold", "boss", "POST", "/room/studies/{s}/gold/",
-     {"item": "{item}", "answer": "invalid", "category": "", "action": "mark"}, "category"),
-    ("room-import-ranks", "boss", "POST", "/room/imports/",
-     {"which": "ranks", "dataset": "circo", "split": "val", "min_mm_retrievers": 1, "files": "FILE"}, "split"),
-    ("room-import-circus", "boss", "POST", "/room/imports/",
-     {"which": "circus", "study_name": "c", "dataset_prefix": "circus", "files": "FILE"}, "study_name"),
-    ("study-new", "boss", "POST", "/studies/new/",
-     {"name": "f", "datasets": "circo", "rubric": "validity", "overlap": 1, "seed": 0, "agreement_size": 0,
-      "lease_minutes": 10, "guidelines": "Look."}, "guidelines"),
-    ("study-new-quotas", "boss", "POST", "/studies/new/",
-     {"name": "f", "datasets": "circo", "rubric": "validity", "overlap": 1, "seed": 0, "agreement_size": 0,
-      "lease_minutes": 10, "quotas": '{"circo": 1}'}, "quotas"),
-    ("adjudication-note", "boss", "POST", "/studies/{s}/adjudication/{item}/",
-     {"decision": "validated", "note": "seen"}, "note"),
-    ("adjudication-candidate-note", "boss", "POST", "/studies/{s}/adjudication/{item}/",
-     {"candidate": "{image}", "accept": "1", "note": "seen"}, "note"),
-    ("export-primary", "boss", "POST", "/studies/{s}/export/",
-     {"policy": "primary", "primary": "ann", "format": "mbeir", "back": "/studies/{s}/progress/"}, "primary"),
+    (
+        "room-gold",
+        "boss",
+        "POST",
+        "/room/studies/{s}/gold/",
+        {"item": "{item}", "answer": "invalid", "category": "", "action": "mark"},
+        "category",
+    ),
+    (
+        "room-import-ranks",
+        "boss",
+        "POST",
+        "/room/imports/",
+        {"which": "ranks", "dataset": "circo", "split": "val", "min_mm_retrievers": 1, "files": "FILE"},
+        "split",
+    ),
+    (
+        "room-import-circus",
+        "boss",
+        "POST",
+        "/room/imports/",
+        {"which": "circus", "study_name": "c", "dataset_prefix": "circus", "files": "FILE"},
+        "study_name",
+    ),
+    (
+        "study-new",
+        "boss",
+        "POST",
+        "/studies/new/",
+        {
+            "name": "f",
+            "datasets": "circo",
+            "rubric": "validity",
+            "overlap": 1,
+            "seed": 0,
+            "agreement_size": 0,
+            "lease_minutes": 10,
+            "guidelines": "Look.",
+        },
+        "guidelines",
+    ),
+    (
+        "study-new-quotas",
+        "boss",
+        "POST",
+        "/studies/new/",
+        {
+            "name": "f",
+            "datasets": "circo",
+            "rubric": "validity",
+            "overlap": 1,
+            "seed": 0,
+            "agreement_size": 0,
+            "lease_minutes": 10,
+            "quotas": '{"circo": 1}',
+        },
+        "quotas",
+    ),
+    (
+        "adjudication-note",
+        "boss",
+        "POST",
+        "/studies/{s}/adjudication/{item}/",
+        {"decision": "validated", "note": "seen"},
+        "note",
+    ),
+    (
+        "adjudication-candidate-note",
+        "boss",
+        "POST",
+        "/studies/{s}/adjudication/{item}/",
+        {"candidate": "{image}", "accept": "1", "note": "seen"},
+        "note",
+    ),
+    (
+        "export-primary",
+        "boss",
+        "POST",
+        "/studies/{s}/export/",
+        {"policy": "primary", "primary": "ann", "format": "mbeir", "back": "/studies/{s}/progress/"},
+        "primary",
+    ),
     ("release-layout", "boss", "POST", "/studies/{s}/release/", {"layout": "cirval"}, "layout"),
-    ("audit-new", "boss", "POST", "/audits/new/",
-     {"dataset": "circo", "split": "val", "retrievers": "RN50:openai", "k": 10, "min_mm_retrievers": 1}, "retrievers"),
-    ("dataset-import", "boss", "POST", "/datasets/import/",
-     {"format": "circo", "name": "circo2", "split": "val", "images_root": "", "files": "FILE"}, "split"),
-    ("admin-user-add", "root", "POST", "/admin/auth/user/add/",
-     {"username": "x", "password1": "a-long-pass-1234", "password2": "a-long-pass-1234"}, "username"),
+    (
+        "audit-new",
+        "boss",
+        "POST",
+        "/audits/new/",
+        {"dataset": "circo", "split": "val", "retrievers": "RN50:openai", "k": 10, "min_mm_retrievers": 1},
+        "retrievers",
+    ),
+    (
+        "dataset-import",
+        "boss",
+        "POST",
+        "/datasets/import/",
+        {"format": "circo", "name": "circo2", "split": "val", "images_root": "", "files": "FILE"},
+        "split",
+    ),
+    (
+        "admin-user-add",
+        "root",
+        "POST",
+        "/admin/auth/user/add/",
+        {"username": "x", "password1": "a-long-pass-1234", "password2": "a-long-pass-1234"},
+        "username",
+    ),
     ("api-study-create", "boss", "POST", "/api/studies/", {"name": "x", "datasets": "circo"}, "name"),
-    ("api-judgement-note", "ann", "POST", "/api/assignments/{a}/judgements/",
-     {"category": "VALIDATED", "time_spent_ms": 5, "note": "ok"}, "note"),
+    (
+        "api-judgement-note",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        {"category": "VALIDATED", "time_spent_ms": 5, "note": "ok"},
+        "note",
+    ),
     ("api-draft-note", "ann", "PUT", "/api/assignments/{a}/draft/", {"note": "draft"}, "note"),
-    ("api-interactive-round", "ann", "POST", "/api/assignments/{a}/interactive/rounds/",
-     {"text": "make it red", "time_spent_ms": 5}, "text"),
+    (
+        "api-interactive-round",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/interactive/rounds/",
+        {"text": "make it red", "time_spent_ms": 5},
+        "text",
+    ),
 ]
 
 
 @pytest.fixture
 def world(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     ann = make_annotator("ann")
     make_annotator("bob")
     User = get_user_model()
@@ -105,23 +234,36 @@ def world(db):
     root = User.objects.create_superuser("root", password="pw")
     study, _ = create_study(StudySpec(name="s", datasets=["circo"], overlap=1, total=4, annotators=["ann"]))
     asg = engine.next_assignment(study, ann).assignment
-    return {"users": {"ann": ann, "boss": boss, "root": root}, "a": asg.pk, "s": study.pk, "item": asg.item_id,
-            "image": Image.objects.first().pk, "ann_id": ann.pk, "uid": urlsafe_base64_encode(force_bytes(ann.pk)),
-            "token": default_token_generator.make_token(ann)}
+    return {
+        "users": {"ann": ann, "boss": boss, "root": root},
+        "a": asg.pk,
+        "s": study.pk,
+        "item": asg.item_id,
+        "image": Image.objects.first().pk,
+        "ann_id": ann.pk,
+        "uid": urlsafe_base64_encode(force_bytes(ann.pk)),
+        "token": default_token_generator.make_token(ann),
+    }
 
 
 def rows() -> dict:
     """Every row of the project's tables, the users', the login lockout's and the tokens'."""
     labels = {"annotation", "audit", "retrieval", "auth", "axes", "authtoken"}
-    return {m._meta.label: sorted(map(repr, m.objects.values_list()))
-            for m in apps.get_models() if m._meta.app_label in labels}
+    return {
+        m._meta.label: sorted(map(repr, m.objects.values_list()))
+        for m in apps.get_models()
+        if m._meta.app_label in labels
+    }
 
 
 def files() -> set[str]:
     """The files under the var folder the app writes (the databases aside)."""
     var = Path(settings.VAR_DIR)
-    return {str(p.relative_to(var)) for p in var.rglob("*")
-            if p.is_file() and ".sqlite3" not in p.name and "log" not in p.relative_to(var).parts}
+    return {
+        str(p.relative_to(var))
+        for p in var.rglob("*")
+        if p.is_file() and ".sqlite3" not in p.name and "log" not in p.relative_to(var).parts
+    }
 
 
 def client_for(world, who) -> Client:
@@ -152,7 +294,8 @@ def send(client: Client, method: str, url: str, data: dict):
 
 @pytest.mark.parametrize("case,who,method,url,fields,field", CASES, ids=[c[0] for c in CASES])
 def test_every_form_that_takes_text_refuses_nul_and_control_characters_in_a_multipart_body(
-        world, case, who, method, url, fields, field):
+    world, case, who, method, url, fields, field
+):
     client = client_for(world, who)
     url = fill(url, world)
     before, stored = rows(), files()
@@ -160,8 +303,11 @@ def test_every_form_that_takes_text_refuses_nul_and_control_characters_in_a_mult
         resp = send(client, method, url, multipart(world, fields, field, char))
         assert resp.status_code == 400, (case, label, resp.status_code, resp.content[:300])
         answer = resp.json()
-        assert answer["field"] == field and f"U+{ord(char):04X}" in answer["detail"] or \
-            (char == "\x00" and "NUL" in answer["detail"]), (case, label, answer)
+        assert (
+            answer["field"] == field
+            and f"U+{ord(char):04X}" in answer["detail"]
+            or (char == "\x00" and "NUL" in answer["detail"])
+        ), (case, label, answer)
         assert rows() == before, (case, label)
         assert files() == stored, (case, label)
 
@@ -178,8 +324,12 @@ def test_the_cases_reach_every_view_that_reads_a_form_body():
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             for fn in ast.walk(tree):
                 if isinstance(fn, ast.FunctionDef) and any(
-                        isinstance(n, ast.Attribute) and n.attr in ("POST", "FILES", "data")
-                        and isinstance(n.value, ast.Name) and n.value.id == "request" for n in ast.walk(fn)):
+                    isinstance(n, ast.Attribute)
+                    and n.attr in ("POST", "FILES", "data")
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id == "request"
+                    for n in ast.walk(fn)
+                ):
                     readers.add(f"{module}.{fn.name}")
     world = {"ann_id": 1, "uid": "MQ", "token": "t", "s": 1, "item": 1, "image": 1, "a": 1}
     reached = set()
@@ -188,8 +338,13 @@ def test_the_cases_reach_every_view_that_reads_a_form_body():
         func = getattr(func, "view_class", func)
         reached.add(f"{func.__module__}.{func.__name__}")
     # helpers that read the body for a view above
-    helpers = {"annotation.report_pages._decide_candidate", "annotation.report_pages._back", "annotation.api._json_object",
-               "config.middleware.form_body", "config.middleware.check_fields"}
+    helpers = {
+        "annotation.report_pages._decide_candidate",
+        "annotation.report_pages._back",
+        "annotation.api._json_object",
+        "config.middleware.form_body",
+        "config.middleware.check_fields",
+    }
     assert readers - helpers <= reached, sorted(readers - helpers - reached)
 
 
@@ -216,8 +371,10 @@ def test_tab_and_line_ends_are_text_and_file_contents_are_bytes(world):
     """A note may hold tabs and line ends (a textarea sends CRLF); an uploaded file may hold
     any byte, NUL included, and reaches the view."""
     client = client_for(world, "boss")
-    resp = client.post(f"/studies/{world['s']}/adjudication/{world['item']}/",
-                       {"decision": "validated", "note": "one\tcell\r\nnext line"})
+    resp = client.post(
+        f"/studies/{world['s']}/adjudication/{world['item']}/",
+        {"decision": "validated", "note": "one\tcell\r\nnext line"},
+    )
     assert resp.status_code == 302, resp.content[:300]
     assert Adjudication.objects.get(item_id=world["item"]).note == "one\tcell\r\nnext line"
     jobs = ImportJob.objects.count()

@@ -1,4 +1,5 @@
 """import_gallery: CIRCO's COCO gallery from a folder or a list of ids, then audited over it."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,17 @@ def circo(tmp_path):
     used = {r["reference_img_id"] for r in val} | {g for r in val for g in r["gt_img_ids"]}
     unlabeled = set(range(1, 201)) - used  # the rest of a (small) COCO unlabeled gallery
     draw_images(tmp_path / "img" / "unlabeled2017", [f"{i:012d}.jpg" for i in used | unlabeled])
-    call_command("import_dataset", "--format", "circo", "--name", "circo", "--images-root",
-                 str(tmp_path / "img" / "unlabeled2017"), str(tmp_path / "val.json"), stdout=StringIO())
+    call_command(
+        "import_dataset",
+        "--format",
+        "circo",
+        "--name",
+        "circo",
+        "--images-root",
+        str(tmp_path / "img" / "unlabeled2017"),
+        str(tmp_path / "val.json"),
+        stdout=StringIO(),
+    )
     return Dataset.objects.get(name="circo"), used, unlabeled
 
 
@@ -67,8 +77,9 @@ def test_ids_from_coco_image_info_and_lists(tmp_path, circo):
     assert report["gallery_sizes"]["val"] == 50 + len(used) + 1
     # the missing image is listed but an audit cannot encode it
     assert len(gallery_image_ids(ds.pk, "val", readable=True)) == 50 + len(used)
-    assert GalleryEntry.objects.filter(dataset=ds, split="val").order_by("ordinal").first().image.external_id == \
-        str(sorted(unlabeled)[0])
+    assert GalleryEntry.objects.filter(dataset=ds, split="val").order_by("ordinal").first().image.external_id == str(
+        sorted(unlabeled)[0]
+    )
 
 
 def test_bad_ids_are_refused_with_the_line(tmp_path, circo):

@@ -1,4 +1,5 @@
 """Gold items are mixed into each annotator's queue at the study rate, silently."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def study():
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     for name in ("ann", "bea"):
         get_user_model().objects.create_user(name, password="pw").groups.add(Group.objects.get(name="annotator"))
     s, _ = create_study(StudySpec(name="g", datasets=["circo"], overlap=1, total=8, annotators=["ann", "bea"]))
@@ -48,11 +50,16 @@ def test_gold_at_the_rate_and_never_in_the_normal_pool(study):
     engine.submit(engine.next_assignment(study, bea).assignment, {"category": "VALIDATED", "time_spent_ms": 10})
     second = engine.next_assignment(study, bea)
     assert second.rule == "gold_item" and second.assignment.item_id in {g.pk for g in golds}
-    engine.submit(second.assignment, {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified",
-                                      "time_spent_ms": 10})
+    engine.submit(
+        second.assignment, {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "time_spent_ms": 10}
+    )
     scores = gold_scores(study)
     assert scores["ann"]["right"] == 2 and scores["ann"]["n"] == 2
-    assert scores["bea"]["right"] == 0 and scores["bea"]["n"] == 1 and scores["bea"]["high"] == pytest.approx(0.7935, abs=1e-4)
+    assert (
+        scores["bea"]["right"] == 0
+        and scores["bea"]["n"] == 1
+        and scores["bea"]["high"] == pytest.approx(0.7935, abs=1e-4)
+    )
 
 
 def test_promote_unanimous_items(study):
@@ -88,10 +95,15 @@ def test_training_feedback_names_the_expected_category_and_links_to_the_item(stu
     assert 'id="gold-none"' in client.get(f"/room/studies/{study.pk}/").content.decode()
     study.gold_rate = 0
     study.save()
-    refused = client.post(f"/room/studies/{study.pk}/gold/",
-                          {"item": gold.pk, "answer": "valid", "category": "QUERY_TOO_BROAD"}, follow=True)
+    refused = client.post(
+        f"/room/studies/{study.pk}/gold/",
+        {"item": gold.pk, "answer": "valid", "category": "QUERY_TOO_BROAD"},
+        follow=True,
+    )
     assert "A category goes with “not valid” only." in refused.content.decode()
-    client.post(f"/room/studies/{study.pk}/gold/", {"item": gold.pk, "answer": "invalid", "category": "QUERY_TOO_BROAD"})
+    client.post(
+        f"/room/studies/{study.pk}/gold/", {"item": gold.pk, "answer": "invalid", "category": "QUERY_TOO_BROAD"}
+    )
     gold.refresh_from_db()
     assert gold.gold_answer == {"validated": False, "category": "QUERY_TOO_BROAD"}
     assert "not valid (QUERY_TOO_BROAD)" in client.get(f"/room/studies/{study.pk}/").content.decode()
@@ -101,19 +113,35 @@ def test_training_feedback_names_the_expected_category_and_links_to_the_item(stu
     api.force_login(ann)
     served = api.post(f"/api/studies/{study.pk}/next/").json()
     assert "gold" not in str(served) and "training" not in str(served)  # silent until answered
-    r = api.post(f"/api/assignments/{served['assignment']}/judgements/",
-                 {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "time_spent_ms": 9}, format="json")
+    r = api.post(
+        f"/api/assignments/{served['assignment']}/judgements/",
+        {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "time_spent_ms": 9},
+        format="json",
+    )
     url = f"/annotate/{study.pk}/item/{served['assignment']}/"
     assert r.status_code == 201 and r.json()["training"] == {
-        "correct": False, "expected": "Query too broad", "yours": "Invalid text", "position": 1, "url": url}
+        "correct": False,
+        "expected": "Query too broad",
+        "yours": "Invalid text",
+        "position": 1,
+        "url": url,
+    }
     page = api.get(f"/annotate/{study.pk}/").content.decode()  # the next page shows it once
-    assert ("Training item #1: not quite — expected “Query too broad”, you answered “Invalid text”. "
-            f'<a href="{url}" class="training-item">Look at item #1 again</a>') in page
+    assert (
+        "Training item #1: not quite — expected “Query too broad”, you answered “Invalid text”. "
+        f'<a href="{url}" class="training-item">Look at item #1 again</a>'
+    ) in page
     # a right answer (a revision) is told as right; an invalid gold without a category asks only "not valid"
-    r = api.post(f"/api/assignments/{served['assignment']}/judgements/",
-                 {"category": "QUERY_TOO_BROAD", "time_spent_ms": 9}, format="json")
+    r = api.post(
+        f"/api/assignments/{served['assignment']}/judgements/",
+        {"category": "QUERY_TOO_BROAD", "time_spent_ms": 9},
+        format="json",
+    )
     assert r.json()["training"]["correct"] is True
     mark_gold(gold, False)
-    r = api.post(f"/api/assignments/{served['assignment']}/judgements/",
-                 {"category": "VALIDATED", "time_spent_ms": 9}, format="json")
+    r = api.post(
+        f"/api/assignments/{served['assignment']}/judgements/",
+        {"category": "VALIDATED", "time_spent_ms": 9},
+        format="json",
+    )
     assert r.json()["training"]["expected"] == "not valid (any invalid category)"

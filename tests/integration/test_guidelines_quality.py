@@ -1,4 +1,5 @@
 """Guidelines (Markdown, sanitised, versioned with the rubric) and the staff's quality signals."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,12 @@ pytestmark = pytest.mark.django_db
 
 
 def test_markdown_is_rendered_and_sanitised():
-    html = str(render_markdown("# Rule\n\n**Bold** [doc](https://example.org) ![ex](/images/3/)\n\n"
-                               "<script>alert(1)</script><img src=x onerror=alert(1)> [js](javascript:alert(1))"))
+    html = str(
+        render_markdown(
+            "# Rule\n\n**Bold** [doc](https://example.org) ![ex](/images/3/)\n\n"
+            "<script>alert(1)</script><img src=x onerror=alert(1)> [js](javascript:alert(1))"
+        )
+    )
     assert "<h1>Rule</h1>" in html and "<strong>Bold</strong>" in html
     assert '<img alt="ex" src="/images/3/">' in html and 'href="https://example.org"' in html
     assert "<script" not in html and "onerror" not in html and "javascript:" not in html
@@ -28,15 +33,24 @@ def test_markdown_is_rendered_and_sanitised():
 
 @pytest.fixture
 def world():
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     users = []
     for name in ("ann", "bea", "cid"):
         u = get_user_model().objects.create_user(name, password="pw")
         u.groups.add(Group.objects.get(name="annotator"))
         users.append(u)
-    study, _ = create_study(StudySpec(name="s", datasets=["circo"], overlap=3, total=6,
-                                      annotators=[u.username for u in users], guidelines="v0 text"))
+    study, _ = create_study(
+        StudySpec(
+            name="s",
+            datasets=["circo"],
+            overlap=3,
+            total=6,
+            annotators=[u.username for u in users],
+            guidelines="v0 text",
+        )
+    )
     study.gold_rate = 0
     study.straight_run = 3
     study.save()
@@ -59,7 +73,11 @@ def test_guidelines_versions_and_the_item_page(world):
 
 def judge(study, user, validated: bool, ms: int):
     a = engine.next_assignment(study, user).assignment
-    payload = {"category": "VALIDATED"} if validated else {"category": "INVALID_TEXT_QUERY", "sub_reason": "ungrammatical_nonsensical"}
+    payload = (
+        {"category": "VALIDATED"}
+        if validated
+        else {"category": "INVALID_TEXT_QUERY", "sub_reason": "ungrammatical_nonsensical"}
+    )
     engine.submit(a, {**payload, "time_spent_ms": ms})
     return a
 

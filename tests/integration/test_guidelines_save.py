@@ -1,5 +1,6 @@
 """Issue 39: saving a study's settings with its guidelines unchanged stores no new version and
 says so (it said "Guidelines saved as version 1" for the text written at creation)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,8 @@ from annotation.judging.guidelines import current_guidelines
 from annotation.models import GuidelinesVersion
 from annotation.room.forms import StudySettingsForm
 from annotation.studies.building import StudySpec, create_study
-from retrieval.loader import load_parsed
 from retrieval.demo import build_demo
+from retrieval.loader import load_parsed
 from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
@@ -25,14 +26,26 @@ def study(tmp_path):
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=12, n_single=4, n_sessions=0), "demo", images_root=root)
     make_annotator("ann")
-    s, _ = create_study(StudySpec(name="g", datasets=["demo"], overlap=1, annotators=["ann"], candidates=0,
-                                  guidelines="## Judge each query\r\n\r\nLook closely."))
+    s, _ = create_study(
+        StudySpec(
+            name="g",
+            datasets=["demo"],
+            overlap=1,
+            annotators=["ann"],
+            candidates=0,
+            guidelines="## Judge each query\r\n\r\nLook closely.",
+        )
+    )
     return s
 
 
 def _save(client, study, **changes):
-    fields = {k: ("" if v is None else v) for k, v in model_to_dict(study, fields=StudySettingsForm.Meta.fields).items()}
-    fields["guidelines"] = fields["guidelines"].replace("\r\n", "\n").replace("\n", "\r\n")  # as a browser's textarea sends it
+    fields = {
+        k: ("" if v is None else v) for k, v in model_to_dict(study, fields=StudySettingsForm.Meta.fields).items()
+    }
+    fields["guidelines"] = (
+        fields["guidelines"].replace("\r\n", "\n").replace("\n", "\r\n")
+    )  # as a browser's textarea sends it
     r = client.post(reverse("room:study_settings", kwargs={"study_id": study.pk}), {**fields, **changes}, follow=True)
     assert r.status_code == 200
     return [str(m) for m in get_messages(r.wsgi_request)] or [str(m) for m in r.context["messages"]]

@@ -1,4 +1,5 @@
 """Error pages, Content-Security-Policy, login and API throttling, image access."""
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def world(settings):
     cache.clear()
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     User = get_user_model()
     a = User.objects.create_user("ann", password="pw-ann-1234")
     b = User.objects.create_user("bob", password="pw-bob-1234")
@@ -41,8 +43,10 @@ def test_404_pages_are_the_sites_own_and_never_list_urls(world, settings, debug)
     settings.DEBUG = debug
     c = Client()
     c.force_login(world["ann"])
-    for url, words in [("/no/such/page/", "no page at this address"),
-                       (reverse("annotation:history", args=[world["study"].pk + 100]), "no such study")]:
+    for url, words in [
+        ("/no/such/page/", "no page at this address"),
+        (reverse("annotation:history", args=[world["study"].pk + 100]), "no such study"),
+    ]:
         resp = c.get(url)
         body = resp.content.decode()
         assert resp.status_code == 404
@@ -88,8 +92,14 @@ def test_login_is_throttled_per_account_and_address(world, settings):
     assert locked.status_code == 429 and "_auth_user_id" not in c.session
     assert "Try again in 15 minutes" in " ".join(locked.content.decode().split())
     # a valid login to another account from the same address neither is refused nor resets ann's lock
-    assert Client(REMOTE_ADDR="10.0.0.1").post("/login/", {"username": "bob", "password": "pw-bob-1234"}).status_code == 302
-    assert Client(REMOTE_ADDR="10.0.0.1").post("/login/", {"username": "ann", "password": "pw-ann-1234"}).status_code == 429
+    assert (
+        Client(REMOTE_ADDR="10.0.0.1").post("/login/", {"username": "bob", "password": "pw-bob-1234"}).status_code
+        == 302
+    )
+    assert (
+        Client(REMOTE_ADDR="10.0.0.1").post("/login/", {"username": "ann", "password": "pw-ann-1234"}).status_code
+        == 429
+    )
     # an attacker elsewhere neither locks the owner out nor extends the lock at 10.0.0.1
     stamp = AccessAttempt.objects.get(username="ann", ip_address="10.0.0.1").attempt_time
     attacker = Client(REMOTE_ADDR="10.0.0.9")
@@ -105,8 +115,13 @@ def test_login_is_throttled_per_account_and_address(world, settings):
     row = page.split('id="user-ann"')[1].split("</tr>")[0]
     assert "locked out" in row and 'name="unlock"' in row
     boss.post(reverse("room:user_update", args=[world["ann"].pk]), {"unlock": "1"})
-    assert "locked out" not in boss.get(reverse("room:users")).content.decode().split('id="user-ann"')[1].split("</tr>")[0]
-    assert Client(REMOTE_ADDR="10.0.0.1").post("/login/", {"username": "ann", "password": "pw-ann-1234"}).status_code == 302
+    assert (
+        "locked out" not in boss.get(reverse("room:users")).content.decode().split('id="user-ann"')[1].split("</tr>")[0]
+    )
+    assert (
+        Client(REMOTE_ADDR="10.0.0.1").post("/login/", {"username": "ann", "password": "pw-ann-1234"}).status_code
+        == 302
+    )
 
 
 def test_a_256_character_login_name_is_a_form_error_not_a_500(world):
@@ -130,7 +145,9 @@ def test_annotators_fetch_only_images_they_were_shown(world):
     ann, bob, study = world["ann"], world["bob"], world["study"]
     served = engine.next_assignment(study, ann).assignment
     mine = served.item.query.turns.first().reference_image
-    shown = {t.reference_image_id for t in served.item.query.turns.all()} | {t.image_id for t in served.item.query.targets.all()}
+    shown = {t.reference_image_id for t in served.item.query.turns.all()} | {
+        t.image_id for t in served.item.query.targets.all()
+    }
     other = Image.objects.exclude(pk__in=shown).first()
     c = Client()
     c.force_login(ann)

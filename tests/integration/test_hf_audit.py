@@ -2,6 +2,7 @@
 tiny random-weight Qwen2-VL and Qwen3-VL checkpoints beside an open_clip one: every query is
 labelled, every retriever ranks all three modalities, a second audit builds no model (the
 embedding cache serves every input), and the CIRCUS modality rule audits too."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,15 +34,20 @@ def demo(tmp_path, settings) -> Dataset:
     settings.EMBEDDING_CACHE_DIR = tmp_path / "embeddings"
     settings.AUDIT_DEVICE = "cpu"
     root = tmp_path / "demo"
-    load_parsed(build_demo(root, n_gallery=N_GALLERY, n_single=N_SINGLE, n_sessions=N_SESSIONS), "demo", images_root=root)
+    load_parsed(
+        build_demo(root, n_gallery=N_GALLERY, n_single=N_SINGLE, n_sessions=N_SESSIONS), "demo", images_root=root
+    )
     clear_memos()
     yield Dataset.objects.get(name="demo")
     clear_memos()
 
 
 def pool(checkpoints: dict[str, Path]) -> list[str]:
-    return ["openclip:cirval-tiny-vit", f"hf:vlm2vec@{checkpoints['qwen2_vl']}",
-            f"hf:qwen3-vl-embedding@{checkpoints['qwen3_vl']}"]
+    return [
+        "openclip:cirval-tiny-vit",
+        f"hf:vlm2vec@{checkpoints['qwen2_vl']}",
+        f"hf:qwen3-vl-embedding@{checkpoints['qwen3_vl']}",
+    ]
 
 
 def audit(dataset: Dataset, specs: list[str], **options) -> AuditRun:
@@ -51,15 +57,21 @@ def audit(dataset: Dataset, specs: list[str], **options) -> AuditRun:
 
 
 def ranks(run: AuditRun) -> dict:
-    return {(q, r): (mm, t, i) for q, r, mm, t, i in AuditRank.objects.filter(run=run).values_list(
-        "query_id", "retriever", "mm", "text", "image")}
+    return {
+        (q, r): (mm, t, i)
+        for q, r, mm, t, i in AuditRank.objects.filter(run=run).values_list(
+            "query_id", "retriever", "mm", "text", "image"
+        )
+    }
 
 
 def test_an_audit_with_hf_retrievers_and_a_second_one_that_encodes_nothing(demo, checkpoints, monkeypatch):
     specs = pool(checkpoints)
     encoded: list[int] = []
     encode = HfRetriever.encode_items
-    monkeypatch.setattr(HfRetriever, "encode_items", lambda self, items: encoded.append(len(items)) or encode(self, items))
+    monkeypatch.setattr(
+        HfRetriever, "encode_items", lambda self, items: encoded.append(len(items)) or encode(self, items)
+    )
     run = audit(demo, specs)
     assert sum(encoded) >= 2 * N_GALLERY  # each hf: retriever embedded the gallery (and the queries)
     singles = set(Query.objects.filter(dataset=demo, n_turns=1).values_list("pk", flat=True))
@@ -80,8 +92,9 @@ def test_the_circus_rule_audits_hf_retrievers(demo, checkpoints, settings, monke
     settings.AUDIT_MODALITY_RULE = "family"
     rules: list[str] = []
     encode = HfRetriever.encode_items
-    monkeypatch.setattr(HfRetriever, "encode_items",
-                        lambda self, items: rules.append(self.modality_rule) or encode(self, items))
+    monkeypatch.setattr(
+        HfRetriever, "encode_items", lambda self, items: rules.append(self.modality_rule) or encode(self, items)
+    )
     run = audit(demo, pool(checkpoints)[1:], modality_rule="circus")
     assert run.summary["modality_rule"] == "circus" and planning.run_modality_rule(run) == "circus"
     assert rules and set(rules) == {"circus"}

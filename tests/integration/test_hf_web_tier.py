@@ -1,6 +1,7 @@
 """The web tier takes ``hf:`` specs without importing transformers or torch: in a fresh process,
 the New audit form is served and posted with an ``hf:`` spec of a tiny local checkpoint, and a
 bad family is refused with the list of families."""
+
 from __future__ import annotations
 
 import os
@@ -44,10 +45,16 @@ print(sorted(m for m in ("torch", "transformers", "open_clip", "tokenizers") if 
 
 def test_the_web_tier_takes_hf_specs_without_transformers(tmp_path: Path):
     folder = tiny.qwen3_vl(tmp_path / "qwen3_vl")
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings", CIRVAL_VAR_DIR=str(tmp_path),
-               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="filesystem://")
-    out = subprocess.run([sys.executable, "-c", CHECK, str(folder)], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=300)
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="config.settings",
+        CIRVAL_VAR_DIR=str(tmp_path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        CELERY_BROKER_URL="filesystem://",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK, str(folder)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "200 "

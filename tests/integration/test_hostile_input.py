@@ -1,5 +1,6 @@
 """The hostile-input table of the attack report: every probe answers 4xx, names the field
 where there is one, and writes nothing (no judgement, draft, study, job or reservation)."""
+
 from __future__ import annotations
 
 import json
@@ -30,61 +31,254 @@ CASES = [
     ("deep-json-list-judgement", "ann", "POST", "/api/assignments/{a}/judgements/", NESTED_LIST, "json", 400, ""),
     ("deep-json-object-draft", "ann", "PUT", "/api/assignments/{a}/draft/", NESTED_OBJECT, "json", 400, ""),
     ("deep-json-study", "boss", "POST", "/api/studies/", NESTED_OBJECT, "json", 400, ""),
-    ("nul-in-note", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(note="a\x00b"), "json", 400, "note"),
-    ("surrogate-in-note", "ann", "POST", "/api/assignments/{a}/judgements/",
-     '{"category": "VALIDATED", "time_spent_ms": 5, "note": "\\ud800"}', "json", 400, "note"),
-    ("nul-in-token", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(client_token="t\x00"), "json", 400,
-     "client_token"),
-    ("surrogate-in-token", "ann", "POST", "/api/assignments/{a}/judgements/",
-     '{"category": "VALIDATED", "time_spent_ms": 5, "client_token": "\\udfff"}', "json", 400, "client_token"),
+    (
+        "nul-in-note",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        ok_judgement(note="a\x00b"),
+        "json",
+        400,
+        "note",
+    ),
+    (
+        "surrogate-in-note",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        '{"category": "VALIDATED", "time_spent_ms": 5, "note": "\\ud800"}',
+        "json",
+        400,
+        "note",
+    ),
+    (
+        "nul-in-token",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        ok_judgement(client_token="t\x00"),
+        "json",
+        400,
+        "client_token",
+    ),
+    (
+        "surrogate-in-token",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        '{"category": "VALIDATED", "time_spent_ms": 5, "client_token": "\\udfff"}',
+        "json",
+        400,
+        "client_token",
+    ),
     ("nul-in-draft", "ann", "PUT", "/api/assignments/{a}/draft/", json.dumps({"note": "x\x00"}), "json", 400, "note"),
     ("surrogate-key-in-draft", "ann", "PUT", "/api/assignments/{a}/draft/", '{"\\ud83d": 1}', "json", 400, ""),
-    ("surrogate-in-nested-draft", "ann", "PUT", "/api/assignments/{a}/draft/",
-     '{"scales": {"overall": "\\udc00"}}', "json", 400, "scales.overall"),
-    ("1e999-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/",
-     '{"category": "VALIDATED", "time_spent_ms": 1e999}', "json", 400, "time_spent_ms"),
-    ("-1e999-in-draft", "ann", "PUT", "/api/assignments/{a}/draft/", '{"elapsed_ms": -1e999}', "json", 400,
-     "elapsed_ms"),
-    ("NaN-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/",
-     '{"category": "VALIDATED", "time_spent_ms": NaN}', "json", 400, ""),
-    ("huge-int-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(time_spent_ms=10**30),
-     "json", 400, "time_spent_ms"),
-    ("out-of-range-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(time_spent_ms=2**40),
-     "json", 400, "time_spent_ms"),
-    ("1e999-seed", "boss", "POST", "/api/studies/", '{"name": "x", "datasets": ["circo"], "seed": 1e999}', "json", 400,
-     "seed"),
-    ("huge-seed", "boss", "POST", "/api/studies/", json.dumps({"name": "x", "datasets": ["circo"], "seed": 2**40}),
-     "json", 400, "seed"),
-    ("huger-seed", "boss", "POST", "/api/studies/", json.dumps({"name": "x", "datasets": ["circo"], "seed": 10**40}),
-     "json", 400, "seed"),
-    ("nul-in-study-name", "boss", "POST", "/api/studies/", json.dumps({"name": "x\x00", "datasets": ["circo"]}), "json",
-     400, "name"),
+    (
+        "surrogate-in-nested-draft",
+        "ann",
+        "PUT",
+        "/api/assignments/{a}/draft/",
+        '{"scales": {"overall": "\\udc00"}}',
+        "json",
+        400,
+        "scales.overall",
+    ),
+    (
+        "1e999-time-spent",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        '{"category": "VALIDATED", "time_spent_ms": 1e999}',
+        "json",
+        400,
+        "time_spent_ms",
+    ),
+    (
+        "-1e999-in-draft",
+        "ann",
+        "PUT",
+        "/api/assignments/{a}/draft/",
+        '{"elapsed_ms": -1e999}',
+        "json",
+        400,
+        "elapsed_ms",
+    ),
+    (
+        "NaN-time-spent",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        '{"category": "VALIDATED", "time_spent_ms": NaN}',
+        "json",
+        400,
+        "",
+    ),
+    (
+        "huge-int-time-spent",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        ok_judgement(time_spent_ms=10**30),
+        "json",
+        400,
+        "time_spent_ms",
+    ),
+    (
+        "out-of-range-time-spent",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        ok_judgement(time_spent_ms=2**40),
+        "json",
+        400,
+        "time_spent_ms",
+    ),
+    (
+        "1e999-seed",
+        "boss",
+        "POST",
+        "/api/studies/",
+        '{"name": "x", "datasets": ["circo"], "seed": 1e999}',
+        "json",
+        400,
+        "seed",
+    ),
+    (
+        "huge-seed",
+        "boss",
+        "POST",
+        "/api/studies/",
+        json.dumps({"name": "x", "datasets": ["circo"], "seed": 2**40}),
+        "json",
+        400,
+        "seed",
+    ),
+    (
+        "huger-seed",
+        "boss",
+        "POST",
+        "/api/studies/",
+        json.dumps({"name": "x", "datasets": ["circo"], "seed": 10**40}),
+        "json",
+        400,
+        "seed",
+    ),
+    (
+        "nul-in-study-name",
+        "boss",
+        "POST",
+        "/api/studies/",
+        json.dumps({"name": "x\x00", "datasets": ["circo"]}),
+        "json",
+        400,
+        "name",
+    ),
     ("not-utf8", "ann", "POST", "/api/assignments/{a}/judgements/", b'{"note": "\xff\xfe"}', "json", 400, ""),
-    ("bad-base-revision", "ann", "POST", "/api/assignments/{a}/judgements/", ok_judgement(base_revision="x"), "json",
-     400, "base_revision"),
-    ("form-encoded-judgement", "ann", "POST", "/api/assignments/{a}/judgements/", "category=VALIDATED&time_spent_ms=5",
-     "form", 400, ""),
+    (
+        "bad-base-revision",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        ok_judgement(base_revision="x"),
+        "json",
+        400,
+        "base_revision",
+    ),
+    (
+        "form-encoded-judgement",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        "category=VALIDATED&time_spent_ms=5",
+        "form",
+        400,
+        "",
+    ),
     # issue 29: integers of 5,000 digits (Python refuses to convert over 4,300), in JSON and in a string
-    ("5000-digit-time-spent", "ann", "POST", "/api/assignments/{a}/judgements/",
-     '{"category": "VALIDATED", "time_spent_ms": ' + "9" * 5000 + "}", "json", 400, "time_spent_ms"),
-    ("5000-digit-time-spent-string", "ann", "POST", "/api/assignments/{a}/judgements/",
-     ok_judgement(time_spent_ms="9" * 5000), "json", 400, "time_spent_ms"),
-    ("5000-digit-draft", "ann", "PUT", "/api/assignments/{a}/draft/", '{"elapsed_ms": -' + "9" * 5000 + "}", "json",
-     400, "elapsed_ms"),
-    ("5000-digit-study-seed", "boss", "POST", "/api/studies/",
-     '{"name": "x", "datasets": ["circo"], "seed": ' + "9" * 5000 + "}", "json", 400, "seed"),
+    (
+        "5000-digit-time-spent",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        '{"category": "VALIDATED", "time_spent_ms": ' + "9" * 5000 + "}",
+        "json",
+        400,
+        "time_spent_ms",
+    ),
+    (
+        "5000-digit-time-spent-string",
+        "ann",
+        "POST",
+        "/api/assignments/{a}/judgements/",
+        ok_judgement(time_spent_ms="9" * 5000),
+        "json",
+        400,
+        "time_spent_ms",
+    ),
+    (
+        "5000-digit-draft",
+        "ann",
+        "PUT",
+        "/api/assignments/{a}/draft/",
+        '{"elapsed_ms": -' + "9" * 5000 + "}",
+        "json",
+        400,
+        "elapsed_ms",
+    ),
+    (
+        "5000-digit-study-seed",
+        "boss",
+        "POST",
+        "/api/studies/",
+        '{"name": "x", "datasets": ["circo"], "seed": ' + "9" * 5000 + "}",
+        "json",
+        400,
+        "seed",
+    ),
     ("negative-seed-report", "boss", "GET", "/studies/{s}/report/?seed=-1", None, None, 400, "seed"),
     ("negative-seed-json", "boss", "GET", "/studies/{s}/report.json?seed=-1", None, None, 400, "seed"),
     ("negative-seed-csv", "boss", "GET", "/studies/{s}/report.csv?seed=-1", None, None, 400, "seed"),
     ("huge-seed-json", "boss", "GET", "/studies/{s}/report.json?seed=" + "9" * 5000, None, None, 400, "seed"),
-    ("nul-primary-report", "boss", "GET", "/studies/{s}/report.json?policy=primary&primary=a%00b", None, None, 400,
-     "primary"),
-    ("nul-in-adjudication-note", "boss", "POST", "/studies/{s}/adjudication/{item}/", "decision=validated&note=a%00b",
-     "form", 400, "note"),
-    ("nul-in-export-primary", "boss", "POST", "/studies/{s}/export/", "policy=primary&primary=ann%00", "form", 400,
-     "primary"),
-    ("nul-in-room-username", "boss", "POST", "/room/studies/{s}/annotators/", "username=ann%00", "form", 400,
-     "username"),
+    (
+        "nul-primary-report",
+        "boss",
+        "GET",
+        "/studies/{s}/report.json?policy=primary&primary=a%00b",
+        None,
+        None,
+        400,
+        "primary",
+    ),
+    (
+        "nul-in-adjudication-note",
+        "boss",
+        "POST",
+        "/studies/{s}/adjudication/{item}/",
+        "decision=validated&note=a%00b",
+        "form",
+        400,
+        "note",
+    ),
+    (
+        "nul-in-export-primary",
+        "boss",
+        "POST",
+        "/studies/{s}/export/",
+        "policy=primary&primary=ann%00",
+        "form",
+        400,
+        "primary",
+    ),
+    (
+        "nul-in-room-username",
+        "boss",
+        "POST",
+        "/room/studies/{s}/annotators/",
+        "username=ann%00",
+        "form",
+        400,
+        "username",
+    ),
     ("study-abc", "ann", "GET", "/api/assignments/?study=abc", None, None, 400, "study"),
     ("study-nul", "ann", "GET", "/api/assignments/?study=%00", None, None, 400, "study"),
     ("study-superscript", "ann", "GET", "/api/assignments/?study=%C2%B2", None, None, 400, "study"),
@@ -97,28 +291,41 @@ TYPES = {"json": "application/json", "form": "application/x-www-form-urlencoded"
 
 @pytest.fixture
 def world(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     ann = make_annotator("ann")
     boss = get_user_model().objects.create_user("boss", password="pw", is_staff=True)
     study, _ = create_study(StudySpec(name="s", datasets=["circo"], overlap=1, total=4, annotators=["ann"]))
     asg = engine.next_assignment(study, ann).assignment
-    return {"ann": ann, "boss": boss, "a": asg.pk, "image": Image.objects.first().pk, "s": study.pk,
-            "item": asg.item_id}
+    return {
+        "ann": ann,
+        "boss": boss,
+        "a": asg.pk,
+        "image": Image.objects.first().pk,
+        "s": study.pk,
+        "item": asg.item_id,
+    }
 
 
 def snapshot():
     return (
-        Judgement.objects.count(), Draft.objects.count(), Study.objects.count(), ImportJob.objects.count(),
-        ExportJob.objects.count(), Adjudication.objects.count(), sorted(Study.annotators.through.objects.values_list("pk")),
+        Judgement.objects.count(),
+        Draft.objects.count(),
+        Study.objects.count(),
+        ImportJob.objects.count(),
+        ExportJob.objects.count(),
+        Adjudication.objects.count(),
+        sorted(Study.annotators.through.objects.values_list("pk")),
         sorted(Assignment.objects.values_list("pk", "status", "lease_expires")),
         sorted(StudyItem.objects.values_list("pk", "taken", "completed")),
     )
 
 
 @pytest.mark.parametrize("case,who,method,url,body,ctype,want,field", CASES, ids=[c[0] for c in CASES])
-def test_hostile_input_is_refused_naming_the_field_and_nothing_is_written(world, case, who, method, url, body, ctype,
-                                                                           want, field):
+def test_hostile_input_is_refused_naming_the_field_and_nothing_is_written(
+    world, case, who, method, url, body, ctype, want, field
+):
     client = APIClient()
     client.force_login(world[who])
     before = snapshot()
@@ -141,13 +348,19 @@ def test_anonymous_and_oversized_bodies_are_refused_before_reading(world, client
 
     anon = Client(enforce_csrf_checks=True)
     huge = str(155 * 1024 * 1024)
-    resp = anon.generic("POST", "/datasets/import/", b"x" * 10, content_type="multipart/form-data; boundary=zz",
-                        CONTENT_LENGTH=huge)
+    resp = anon.generic(
+        "POST", "/datasets/import/", b"x" * 10, content_type="multipart/form-data; boundary=zz", CONTENT_LENGTH=huge
+    )
     assert resp.status_code == 413 and "limit" in resp.json()["detail"]
     signed_in = Client(enforce_csrf_checks=True)
     signed_in.force_login(world["boss"])
-    resp = signed_in.generic("POST", "/api/studies/", b"{}", content_type="application/json",
-                             CONTENT_LENGTH=str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1))
+    resp = signed_in.generic(
+        "POST",
+        "/api/studies/",
+        b"{}",
+        content_type="application/json",
+        CONTENT_LENGTH=str(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1),
+    )
     assert resp.status_code == 413
     resp = signed_in.generic("POST", "/api/studies/", b"{}", content_type="application/json", CONTENT_LENGTH="12abc")
     assert resp.status_code == 400 and resp.json()["field"] == "Content-Length"
@@ -155,18 +368,19 @@ def test_anonymous_and_oversized_bodies_are_refused_before_reading(world, client
     from config.settings import MIDDLEWARE
 
     guard = MIDDLEWARE.index("config.middleware.RequestGuardMiddleware")
-    assert MIDDLEWARE[:guard] == ["django.middleware.security.SecurityMiddleware",
-                                  "django.middleware.clickjacking.XFrameOptionsMiddleware",
-                                  "config.security.ContentSecurityPolicyMiddleware"]  # they read no body
+    assert MIDDLEWARE[:guard] == [
+        "django.middleware.security.SecurityMiddleware",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware",
+        "config.security.ContentSecurityPolicyMiddleware",
+    ]  # they read no body
 
 
 def test_only_a_verified_session_or_token_lifts_the_body_cap_and_refusals_carry_the_security_headers(world, settings):
     """A made-up ``sessionid`` cookie or ``Authorization`` header lifts nothing (524 MB were read
     with one); a real session or token does. The 413 and 400 carry the security headers."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
     from django.test import Client
     from rest_framework.authtoken.models import Token
-
-    from django.core.files.uploadedfile import SimpleUploadedFile
 
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000  # a real upload over the cap, small enough for a test
 
@@ -200,13 +414,15 @@ def test_study_creation_refuses_users_without_the_annotator_role(world):
     client = APIClient()
     client.force_authenticate(world["boss"])
     before = Study.objects.count()
-    resp = client.post("/api/studies/", {"name": "roles", "datasets": ["circo"], "annotators": ["ann", "norole"]},
-                       format="json")
+    resp = client.post(
+        "/api/studies/", {"name": "roles", "datasets": ["circo"], "annotators": ["ann", "norole"]}, format="json"
+    )
     assert resp.status_code == 400
     assert "norole" in resp.json()["detail"] and "annotator role" in resp.json()["detail"]
     assert Study.objects.count() == before
-    ok = client.post("/api/studies/", {"name": "roles", "datasets": ["circo"], "total": 2, "annotators": ["ann"]},
-                     format="json")
+    ok = client.post(
+        "/api/studies/", {"name": "roles", "datasets": ["circo"], "total": 2, "annotators": ["ann"]}, format="json"
+    )
     assert ok.status_code == 201
 
 
@@ -221,17 +437,28 @@ def test_the_project_room_adds_only_annotators(world, client):
     assert list(study.annotators.values_list("username", flat=True)) == ["ann"]
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("annotators", "norole", "norole is not one of the available choices"),
-    ("seed", "99999999999999", "less than or equal to"),
-    ("quotas", "[" * 5000 + "]" * 5000, "nested deeper"),
-    ("quotas", '{"a": 1e999}', "out of range"),
-])  # a NUL in any field is the middleware's 400 (tests/integration/test_form_text_guard.py)
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("annotators", "norole", "norole is not one of the available choices"),
+        ("seed", "99999999999999", "less than or equal to"),
+        ("quotas", "[" * 5000 + "]" * 5000, "nested deeper"),
+        ("quotas", '{"a": 1e999}', "out of range"),
+    ],
+)  # a NUL in any field is the middleware's 400 (tests/integration/test_form_text_guard.py)
 def test_study_form_refuses_hostile_fields(world, client, field, value, message):
     get_user_model().objects.create_user("norole", password="pw")
     client.force_login(world["boss"])
-    data = {"name": "f", "datasets": ["circo"], "rubric": "validity", "overlap": 1, "seed": 0, "agreement_size": 0,
-            "lease_minutes": 10, "annotators": "ann"}
+    data = {
+        "name": "f",
+        "datasets": ["circo"],
+        "rubric": "validity",
+        "overlap": 1,
+        "seed": 0,
+        "agreement_size": 0,
+        "lease_minutes": 10,
+        "annotators": "ann",
+    }
     data[field] = value
     resp = client.post("/studies/new/", data)
     assert resp.status_code == 200 and message in resp.content.decode().replace("&#x27;", "'"), field
@@ -253,13 +480,18 @@ def test_security_md_is_true_about_the_cookies(world, client):
         assert "document.cookie" not in script.read_text(), script
 
 
-@pytest.mark.parametrize("caption,words", [
-    ("a\\u0000b", "NUL character"),
-    ("x\\ud800y", "lone surrogate"),
-    ("deep", "nested deeper than 32 levels"),
-    ("huge", "64-bit range"),
-])
-def test_hostile_dataset_uploads_fail_their_job_in_words_and_are_deleted(db, client, settings, tmp_path, caption, words):
+@pytest.mark.parametrize(
+    "caption,words",
+    [
+        ("a\\u0000b", "NUL character"),
+        ("x\\ud800y", "lone surrogate"),
+        ("deep", "nested deeper than 32 levels"),
+        ("huge", "64-bit range"),
+    ],
+)
+def test_hostile_dataset_uploads_fail_their_job_in_words_and_are_deleted(
+    db, client, settings, tmp_path, caption, words
+):
     """Issue 29: a NUL in a caption was a raw DataError and a lone surrogate was stored as
     "x?y"; deep nesting took a web worker to 22 GB. Every upload is parsed by the worker's
     task (eager here), refused by the bounded check, writes nothing, and its file is deleted."""

@@ -1,4 +1,5 @@
 """Images are served only from IMAGE_ROOTS, as cached thumbnails, with bombs refused."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,7 +26,10 @@ def served(tmp_path, settings, client, demo_accounts):
     (root / "link.png").symlink_to(outside / "secret.png")
     ds = Dataset.objects.create(name="imgs", format="demo", images_root=str(root))
     other = Dataset.objects.create(name="elsewhere", format="demo", images_root=str(outside))
-    rows = {name: Image.objects.create(dataset=ds, external_id=name, path=f"{name}.png") for name in ("ok", "big", "fake", "link")}
+    rows = {
+        name: Image.objects.create(dataset=ds, external_id=name, path=f"{name}.png")
+        for name in ("ok", "big", "fake", "link")
+    }
     rows["outside"] = Image.objects.create(dataset=other, external_id="secret", path="secret.png")
     rows["traversal"] = Image.objects.create(dataset=ds, external_id="trav", path="../outside/secret.png")
     # researchers may fetch any image (annotators only what they were shown: test_hardening.py)
@@ -108,7 +112,9 @@ def test_a_truncated_image_is_never_served_at_full_size(client, served, settings
     (root / name).write_bytes(buf.getvalue()[: len(buf.getvalue()) * 2 // 3])
     cut = Image.objects.create(dataset=served["ok"].dataset, external_id="cut", path=name)
     resp = client.get(f"/images/{cut.pk}/")
-    assert resp.status_code == 422 and b"damaged or truncated" in resp.content and str(root).encode() not in resp.content
+    assert (
+        resp.status_code == 422 and b"damaged or truncated" in resp.content and str(root).encode() not in resp.content
+    )
     assert not list(settings.THUMBNAIL_DIR.rglob("*.ok"))  # nothing remembered as good
     good = client.get(f"/images/{served['ok'].pk}/")
     assert good.status_code == 200 and len(list(settings.THUMBNAIL_DIR.rglob("*.ok"))) == 1

@@ -1,4 +1,5 @@
 """import_dataset and dataset_stats as an admin runs them: counts, re-import, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,16 @@ def test_reimport_creates_no_duplicates():
 def test_cirr_counts_match_files():
     caps = json.loads((DS / "cirr" / "cap.rc2.val.sample.json").read_text())
     split = json.loads((DS / "cirr" / "split.rc2.val.sample.json").read_text())
-    run_import("--format", "cirr", "--name", "cirr", *(str(DS / "cirr" / f) for f in
-               ("cap.rc2.val.sample.json", "split.rc2.val.sample.json", "cap.ext.rc2.val.sample.json")))
+    run_import(
+        "--format",
+        "cirr",
+        "--name",
+        "cirr",
+        *(
+            str(DS / "cirr" / f)
+            for f in ("cap.rc2.val.sample.json", "split.rc2.val.sample.json", "cap.ext.rc2.val.sample.json")
+        ),
+    )
     s = stats("cirr")
     assert s["queries"] == len(caps)
     hard = sum(1 for c in caps)
@@ -125,12 +134,48 @@ def test_missing_images_are_reported_not_fatal(tmp_path):
 BAD_CASES = [
     # (file name, content, expected fragments of the message)
     ("val.json", '[{"id": 0, "reference_img_id": 1,', ["val.json", "JSON"]),
-    ("val.json", json.dumps([{"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "x",
-                              "shared_concept": "c", "gt_img_ids": [2], "semantic_aspects": []},
-                             {"id": 1, "reference_img_id": 3, "target_img_id": 4, "shared_concept": "c",
-                              "gt_img_ids": [4], "semantic_aspects": []}]), ["record 2", "relative_caption"]),
-    ("val.json", json.dumps([{"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "x",
-                              "shared_concept": "c", "gt_img_ids": "2", "semantic_aspects": []}]), ["record 1", "gt_img_ids"]),
+    (
+        "val.json",
+        json.dumps(
+            [
+                {
+                    "id": 0,
+                    "reference_img_id": 1,
+                    "target_img_id": 2,
+                    "relative_caption": "x",
+                    "shared_concept": "c",
+                    "gt_img_ids": [2],
+                    "semantic_aspects": [],
+                },
+                {
+                    "id": 1,
+                    "reference_img_id": 3,
+                    "target_img_id": 4,
+                    "shared_concept": "c",
+                    "gt_img_ids": [4],
+                    "semantic_aspects": [],
+                },
+            ]
+        ),
+        ["record 2", "relative_caption"],
+    ),
+    (
+        "val.json",
+        json.dumps(
+            [
+                {
+                    "id": 0,
+                    "reference_img_id": 1,
+                    "target_img_id": 2,
+                    "relative_caption": "x",
+                    "shared_concept": "c",
+                    "gt_img_ids": "2",
+                    "semantic_aspects": [],
+                }
+            ]
+        ),
+        ["record 1", "gt_img_ids"],
+    ),
 ]
 
 
@@ -178,8 +223,15 @@ def test_symlink_out_of_the_root_is_refused(tmp_path):
 
 def test_duplicate_query_id_is_refused_and_nothing_written(tmp_path):
     """A duplicate query id is refused by the parser, naming the second record."""
-    rec = {"id": 0, "reference_img_id": 1, "target_img_id": 2, "relative_caption": "x",
-           "shared_concept": "c", "gt_img_ids": [2], "semantic_aspects": []}
+    rec = {
+        "id": 0,
+        "reference_img_id": 1,
+        "target_img_id": 2,
+        "relative_caption": "x",
+        "shared_concept": "c",
+        "gt_img_ids": [2],
+        "semantic_aspects": [],
+    }
     path = tmp_path / "val.json"
     path.write_text(json.dumps([rec, dict(rec)]))
     before = row_counts()
@@ -197,7 +249,11 @@ def test_cli_exit_code_and_message_on_bad_input(tmp_path):
     env = dict(os.environ, DATABASE_URL=database_url_for_subprocess())
     proc = subprocess.run(
         [sys.executable, "manage.py", "import_dataset", "--format", "circo", "--name", "bad", str(path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "record 2" in proc.stderr and "relative_caption" in proc.stderr and "nothing written" in proc.stderr
@@ -262,7 +318,9 @@ def test_release_file_names_import_with_overrides(tmp_path):
     dress = tmp_path / "dress.json"
     dress.write_text((DS / "mtfiq" / "dress.val.sample.json").read_text())
     run_import("--format", "mtfiq", "--name", "mt", "--split", "val", str(dress))
-    assert set(Query.objects.filter(dataset__name="mt").values_list("split", "category").distinct()) == {("val", "dress")}
+    assert set(Query.objects.filter(dataset__name="mt").values_list("split", "category").distinct()) == {
+        ("val", "dress")
+    }
     sessions = tmp_path / "circled_download.json"
     sessions.write_text((DS / "circled" / "circo_val.json").read_text())
     run_import("--format", "circled", "--name", "cl", "--subset", "circo_test", str(sessions))
@@ -335,7 +393,14 @@ def test_galleries_mixed_across_scopes_are_warned_of_except_where_the_benchmark_
     out = run_import("--format", "fashioniq", "--name", "fiq", *caps, "--json")
     warnings = json.loads(out)["warnings"]
     assert any(w.startswith("the queries of dress/val, shirt/val have no gallery of their own") for w in warnings)
-    out = run_import("--format", "circo", "--name", "circo", str(DS / "circo" / "val.json"),
-                     str(DS / "circo" / "test.sample.json"), "--json")
+    out = run_import(
+        "--format",
+        "circo",
+        "--name",
+        "circo",
+        str(DS / "circo" / "val.json"),
+        str(DS / "circo" / "test.sample.json"),
+        "--json",
+    )
     assert set(Query.objects.filter(dataset__name="circo").values_list("split", flat=True)) == {"val", "test"}
     assert not any("no gallery of their own" in w for w in json.loads(out)["warnings"])

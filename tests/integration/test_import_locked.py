@@ -2,6 +2,7 @@
 import_gallery) tries again with a backoff, then says so in one sentence, never a traceback
 (issue 41, item 1). The lock is held by a second connection to the test database, as another
 process holds it."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -15,7 +16,6 @@ from django.db import OperationalError, connection
 from retrieval import loader
 from retrieval.loader import DatabaseBusy, retry_when_locked
 from retrieval.models import Query
-
 from tests.conftest import FIXTURES
 
 VAL = FIXTURES / "datasets" / "cirr" / "cap.rc2.val.sample.json"

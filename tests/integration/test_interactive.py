@@ -1,6 +1,7 @@
 """Interactive studies (issue 26, item 4): the annotator plays the user; every round is stored,
 re-ranked by the worker's code over the cached gallery, and the session ends at the top N or
 after R rounds; the sessions export in the CIRCLED layout and re-import with every turn human."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,15 @@ def sent(monkeypatch) -> list[int]:
 def test_rounds_are_stored_ranked_and_the_session_ends_after_r_rounds(world, monkeypatch, tmp_path):
     queued = sent(monkeypatch)
     ann = make_annotator("ann")
-    study, _ = create_study(StudySpec(name="iact", datasets=["demo"], overlap=1, annotators=["ann"],
-                                      interactive={"retriever": SPEC, "top_n": 1, "max_rounds": 2}))
+    study, _ = create_study(
+        StudySpec(
+            name="iact",
+            datasets=["demo"],
+            overlap=1,
+            annotators=["ann"],
+            interactive={"retriever": SPEC, "top_n": 1, "max_rounds": 2},
+        )
+    )
     assert study.kind == "interactive" and study.interactive["strategy"] == "average"
     assert all(StudyItem.objects.filter(study=study).values_list("query__n_turns", flat=True))
     a = engine.next_assignment(study, ann).assignment
@@ -112,8 +120,14 @@ def test_the_settings_are_checked(world):
     with pytest.raises(StudyError, match="strategy"):
         create_study(StudySpec(name="bad", datasets=["demo"], interactive={"retriever": SPEC, "strategy": "x"}))
     study, _ = create_study(StudySpec(name="ok", datasets=["demo"], interactive={}))
-    assert study.interactive == {"retriever": SPEC, "top_n": 10, "max_rounds": 5, "strategy": "average",
-                                 "alpha": 0.8, "target_view": "image"}
+    assert study.interactive == {
+        "retriever": SPEC,
+        "top_n": 10,
+        "max_rounds": 5,
+        "strategy": "average",
+        "alpha": 0.8,
+        "target_view": "image",
+    }
     assert InteractiveRound.objects.count() == 0
 
 
@@ -155,9 +169,16 @@ def test_the_web_tier_takes_a_round_without_loading_torch(tmp_path):
 
     from tests.conftest import ROOT
 
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings", CIRVAL_VAR_DIR=str(tmp_path),
-               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="filesystem://")
-    out = subprocess.run([sys.executable, "-c", WEB_TIER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="config.settings",
+        CIRVAL_VAR_DIR=str(tmp_path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        CELERY_BROKER_URL="filesystem://",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", WEB_TIER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:4] == ["200 True", "202 pending", "pending", "[]"], out.stdout
 
@@ -173,8 +194,15 @@ def test_lost_rounds_are_sent_again_and_the_description_view_hides_the_target(wo
     down = []
     monkeypatch.setattr(service, "send_task", lambda name, pk: down.append(pk) and False)  # the broker is down
     ann = make_annotator("ann")
-    study, _ = create_study(StudySpec(name="fisd", datasets=["demo"], overlap=1, annotators=["ann"],
-                                      interactive={"retriever": SPEC, "target_view": "description"}))
+    study, _ = create_study(
+        StudySpec(
+            name="fisd",
+            datasets=["demo"],
+            overlap=1,
+            annotators=["ann"],
+            interactive={"retriever": SPEC, "target_view": "description"},
+        )
+    )
     a = engine.next_assignment(study, ann).assignment
     session = session_for(a)
     state = session_state(session, ann.pk)
@@ -197,23 +225,52 @@ def test_staff_create_an_interactive_study_with_the_form_and_the_api(world, clie
     make_annotator("ann")
     boss = get_user_model().objects.create_superuser("boss", password="boss-pw")
     client.force_login(boss)
-    page = client.post("/studies/new/", {
-        "name": "by-form", "datasets": ["demo"], "rubric": "session", "overlap": 1, "consensus": "majority",
-        "seed": 0, "agreement_size": 0, "lease_minutes": 10, "candidates": 20, "annotators": ["ann"], "serve_order": "random",
-        "interactive": "on", "interactive_retriever": SPEC, "interactive_top_n": 5, "interactive_max_rounds": 3,
-        "interactive_strategy": "weighted", "interactive_target_view": "description"})
+    page = client.post(
+        "/studies/new/",
+        {
+            "name": "by-form",
+            "datasets": ["demo"],
+            "rubric": "session",
+            "overlap": 1,
+            "consensus": "majority",
+            "seed": 0,
+            "agreement_size": 0,
+            "lease_minutes": 10,
+            "candidates": 20,
+            "annotators": ["ann"],
+            "serve_order": "random",
+            "interactive": "on",
+            "interactive_retriever": SPEC,
+            "interactive_top_n": 5,
+            "interactive_max_rounds": 3,
+            "interactive_strategy": "weighted",
+            "interactive_target_view": "description",
+        },
+    )
     assert page.status_code == 302, page.content.decode()[:2000]
     from annotation.models import Study
 
     study = Study.objects.get(name="by-form")
-    assert study.interactive == {"retriever": SPEC, "top_n": 5, "max_rounds": 3, "strategy": "weighted",
-                                 "alpha": 0.8, "target_view": "description"}
-    made = client.post("/api/studies/", {"name": "by-api", "datasets": ["demo"], "overlap": 1,
-                                         "interactive": {"max_rounds": 4}}, content_type="application/json")
+    assert study.interactive == {
+        "retriever": SPEC,
+        "top_n": 5,
+        "max_rounds": 3,
+        "strategy": "weighted",
+        "alpha": 0.8,
+        "target_view": "description",
+    }
+    made = client.post(
+        "/api/studies/",
+        {"name": "by-api", "datasets": ["demo"], "overlap": 1, "interactive": {"max_rounds": 4}},
+        content_type="application/json",
+    )
     assert made.status_code == 201, made.content
     assert made.json()["kind"] == "interactive" and made.json()["interactive"]["max_rounds"] == 4
-    bad = client.post("/api/studies/", {"name": "bad", "datasets": ["demo"], "interactive": {"top_n": 99}},
-                      content_type="application/json")
+    bad = client.post(
+        "/api/studies/",
+        {"name": "bad", "datasets": ["demo"], "interactive": {"top_n": 99}},
+        content_type="application/json",
+    )
     assert bad.status_code == 400 and "top_n" in bad.json()["detail"]
 
 
@@ -223,8 +280,15 @@ def test_the_study_pages_serve_an_interactive_study(world, client, monkeypatch):
 
     sent(monkeypatch)
     ann = make_annotator("ann")
-    study, _ = create_study(StudySpec(name="pages", datasets=["demo"], overlap=1, annotators=["ann"],
-                                      interactive={"retriever": SPEC, "max_rounds": 1}))
+    study, _ = create_study(
+        StudySpec(
+            name="pages",
+            datasets=["demo"],
+            overlap=1,
+            annotators=["ann"],
+            interactive={"retriever": SPEC, "max_rounds": 1},
+        )
+    )
     a = engine.next_assignment(study, ann).assignment
     rnd = submit_round(session_for(a), "make it red", None)
     rank_round(rnd.pk)
@@ -239,8 +303,7 @@ def test_the_study_pages_serve_an_interactive_study(world, client, monkeypatch):
     client.force_login(boss)
     progress = client.get(f"/studies/{study.pk}/progress/").content.decode()
     assert 'id="interactive-summary"' in progress and "<dt>Rounds</dt><dd>1</dd>" in progress
-    for url in (f"/studies/{study.pk}/report/", f"/room/studies/{study.pk}/",
-                "/studies/", f"/api/studies/{study.pk}/"):
+    for url in (f"/studies/{study.pk}/report/", f"/room/studies/{study.pk}/", "/studies/", f"/api/studies/{study.pk}/"):
         assert client.get(url).status_code == 200, url
     download = client.get(f"/studies/{study.pk}/interactive/export/")
     assert download.status_code == 200 and json.loads(download.content)[0]["num_turns"] == 1

@@ -2,6 +2,7 @@
 never served the target's image — not by the image view, the item's JSON or the prefetch —
 while the start reference and the candidates a round showed stay fetchable, and a study that
 shows the target serves it. Driven over HTTP as an annotator's browser or script would."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,15 @@ def corpus():
 
 
 def _study(name: str, annotator: str, view: str):
-    study, _ = create_study(StudySpec(name=name, datasets=["tiny"], overlap=1, annotators=[annotator],
-                                      interactive={"retriever": SPEC, "target_view": view}))
+    study, _ = create_study(
+        StudySpec(
+            name=name,
+            datasets=["tiny"],
+            overlap=1,
+            annotators=[annotator],
+            interactive={"retriever": SPEC, "target_view": view},
+        )
+    )
     return study
 
 
@@ -84,8 +92,9 @@ def test_a_described_target_is_not_served_but_the_shown_candidates_are(corpus, c
     assert upcoming and not any(f"/images/{other}/" in url for url in upcoming)
     assert _fetch(client, other) == 404
 
-    sent = client.post(f"/api/assignments/{a.pk}/interactive/rounds/", {"text": "bluer"},
-                       content_type="application/json")
+    sent = client.post(
+        f"/api/assignments/{a.pk}/interactive/rounds/", {"text": "bluer"}, content_type="application/json"
+    )
     assert sent.status_code == 202
     shown = [corpus["e"].pk, corpus["f"].pk]
     _ranked(a, shown)

@@ -2,6 +2,7 @@
 chunks, imports or exports in a busy queue; every worker launcher consumes it; and the page
 says "no worker alive" while a round waits and no live worker consumes that queue, even when
 workers of the other queues beat; ``/healthz`` counts a waiting round as work for a worker."""
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,13 @@ def test_every_worker_launcher_consumes_the_rounds_queue():
     """./cirval (up and worker), the test and bench workers, the app's docstring and the
     waiting-job hint all name the same queues, the rounds' among them."""
     queues = {"celery", "gpu", service.rank_queue()}
-    launchers = {"cirval": 2, "tests/conftest.py": 1, "bench/load.py": 1, "config/celery.py": 1,
-                 "templates/_job_progress.html": 1}
+    launchers = {
+        "cirval": 2,
+        "tests/conftest.py": 1,
+        "bench/load.py": 1,
+        "config/celery.py": 1,
+        "templates/_job_progress.html": 1,
+    }
     for path, n in launchers.items():
         found = re.findall(r"""-Q["', ]+([a-z,]+)|queues: str = "([a-z,]+)\"""", (ROOT / path).read_text())
         lists = [set(filter(None, "".join(m).split(","))) for m in found]
@@ -51,8 +57,15 @@ def test_the_page_says_no_worker_while_a_round_waits_and_none_consumes_its_queue
     Turn.objects.create(query=q, index=1, reference_image=a, texts=[{"text": "make it red"}])
     Target.objects.create(query=q, image=b, is_primary=True)
     ann = make_annotator("ann")
-    study, _ = create_study(StudySpec(name="s", datasets=["tiny"], overlap=1, annotators=["ann"],
-                                      interactive={"retriever": "openclip:cirval-tiny-vit"}))
+    study, _ = create_study(
+        StudySpec(
+            name="s",
+            datasets=["tiny"],
+            overlap=1,
+            annotators=["ann"],
+            interactive={"retriever": "openclip:cirval-tiny-vit"},
+        )
+    )
     client.force_login(ann)
     client.post(f"/annotate/{study.pk}/", follow=True)
     pk = study.assignments.get().pk

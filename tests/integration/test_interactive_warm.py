@@ -2,6 +2,7 @@
 interactive studies' retriever when they start (Celery's worker_process_init), and opening an
 interactive item page sends a warm task to the ``interactive`` queue; round 1, sent after the
 worker has started, then takes no model load."""
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,9 @@ def test_the_page_says_so_while_the_retriever_warms(client, tmp_path, monkeypatc
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=30, n_single=3, n_sessions=0), "demo", images_root=root)
     ann = make_annotator("ann")
-    study, _ = create_study(StudySpec(name="warm", datasets=["demo"], overlap=1, annotators=["ann"],
-                                      interactive={"retriever": SPEC}))
+    study, _ = create_study(
+        StudySpec(name="warm", datasets=["demo"], overlap=1, annotators=["ann"], interactive={"retriever": SPEC})
+    )
     cache.clear()
     client.force_login(ann)
     client.post(f"/annotate/{study.pk}/", follow=True)
@@ -50,20 +52,27 @@ def test_round_one_after_the_worker_starts_is_fast(worker_factory, tmp_path, set
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=120, n_single=6, n_sessions=0), "demo", images_root=root)
     ann = make_annotator("ann")
-    study, _ = create_study(StudySpec(name="iact", datasets=["demo"], overlap=1, annotators=["ann"],
-                                      interactive={"retriever": SPEC}))
+    study, _ = create_study(
+        StudySpec(name="iact", datasets=["demo"], overlap=1, annotators=["ann"], interactive={"retriever": SPEC})
+    )
     worker = worker_factory(queues="interactive", concurrency=2).start("iact")
     # both pool processes warm the open study when they start
-    wait_for(lambda: len(re.findall(rf"interactive study {study.pk} warmed", worker.log())) >= 2, timeout=240,
-             what=f"the pool processes to warm the study\n{worker.log()}")
+    wait_for(
+        lambda: len(re.findall(rf"interactive study {study.pk} warmed", worker.log())) >= 2,
+        timeout=240,
+        what=f"the pool processes to warm the study\n{worker.log()}",
+    )
     from annotation.assignment import queue as engine
 
     served = engine.next_assignment(study, ann)
     session = session_for(Assignment.objects.get(pk=served.assignment.pk))
     started = time.monotonic()
     rnd = submit_round(session, "make it red", None, 1000)
-    wait_for(lambda: InteractiveRound.objects.get(pk=rnd.pk).status != InteractiveRound.PENDING, timeout=60,
-             what=f"round 1 to be ranked\n{worker.log()}")
+    wait_for(
+        lambda: InteractiveRound.objects.get(pk=rnd.pk).status != InteractiveRound.PENDING,
+        timeout=60,
+        what=f"round 1 to be ranked\n{worker.log()}",
+    )
     took = time.monotonic() - started
     rnd.refresh_from_db()
     print(f"round 1 after worker start: {took:.2f} s wall (ranking {rnd.rank_ms:.0f} ms)")

@@ -3,6 +3,7 @@ that shows it (progress page and API, study list, report page and report.json, t
 manifest, quality signals, My studies, the end page, the item page's bar, the annotator's
 progress API), equals :func:`annotation.verdicts.state.study_counts` /
 :func:`~annotation.verdicts.state.annotator_share`; and the twins the issue measured."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,8 @@ from django.utils import timezone
 from annotation.assignment import queue as engine
 from annotation.export.validated import export_study
 from annotation.models import Assignment, Judgement, StudyItem
-from annotation.quality.gold import gold_scores, mark_gold, promote_unanimous
 from annotation.quality.annotator_report import quality_signals
+from annotation.quality.gold import gold_scores, mark_gold, promote_unanimous
 from annotation.studies.building import StudySpec, create_study
 from annotation.verdicts.adjudication import adjudicate
 from annotation.verdicts.state import annotator_share, study_counts
@@ -32,11 +33,13 @@ INVALID = {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified", "ti
 
 
 def _study(name: str, overlap: int, total: int, annotators: list[str]):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     users = [make_annotator(n) for n in annotators]
-    study, _ = create_study(StudySpec(name=name, datasets=["circo"], overlap=overlap, total=total, seed=5,
-                                      annotators=annotators))
+    study, _ = create_study(
+        StudySpec(name=name, datasets=["circo"], overlap=overlap, total=total, seed=5, annotators=annotators)
+    )
     return study, users
 
 
@@ -97,44 +100,79 @@ def test_every_page_and_api_reads_the_same_counts(tmp_path):
     assert counts["judgements"] == Judgement.objects.counted().filter(assignment__study=study).count()
     assert counts["judgements"] == Judgement.objects.filter(assignment__study=study, is_current=True).count() - 1
     assert sum(counts["states"].values()) == counts["items"] == 8
-    assert counts["pending"] + counts["unjudged"] + counts["status"]["validated"] + counts["status"]["rejected"] \
-        + counts["status"]["adjudication"] == counts["items"]
+    assert (
+        counts["pending"]
+        + counts["unjudged"]
+        + counts["status"]["validated"]
+        + counts["status"]["rejected"]
+        + counts["status"]["adjudication"]
+        == counts["items"]
+    )
 
     boss = _client(staff)
     page = boss.get(f"/studies/{study.pk}/progress/").content.decode()
-    assert (_dd(page, "count-items"), _dd(page, "count-judgements"), _dd(page, "count-late"),
-            _dd(page, "count-pending"), _dd(page, "count-unjudged")) == (
-        counts["items"], counts["judgements"], counts["late"], counts["pending"], counts["unjudged"])
-    for id_, value in (("count-validated", counts["status"]["validated"]),
-                       ("count-rejected", counts["status"]["rejected"]),
-                       ("count-adjudicated", counts["provenance"]["adjudicated"]),
-                       ("count-awaiting", counts["status"]["adjudication"])):
+    assert (
+        _dd(page, "count-items"),
+        _dd(page, "count-judgements"),
+        _dd(page, "count-late"),
+        _dd(page, "count-pending"),
+        _dd(page, "count-unjudged"),
+    ) == (counts["items"], counts["judgements"], counts["late"], counts["pending"], counts["unjudged"])
+    for id_, value in (
+        ("count-validated", counts["status"]["validated"]),
+        ("count-rejected", counts["status"]["rejected"]),
+        ("count-adjudicated", counts["provenance"]["adjudicated"]),
+        ("count-awaiting", counts["status"]["adjudication"]),
+    ):
         assert re.search(rf'id="{id_}">{value}<', page), id_
     api = boss.get(f"/api/studies/{study.pk}/progress/").json()
     assert (api["items"], api["judgements"], api["late"], api["pending"], api["unjudged"], api["items_complete"]) == (
-        counts["items"], counts["judgements"], counts["late"], counts["pending"], counts["unjudged"],
-        counts["complete"])
+        counts["items"],
+        counts["judgements"],
+        counts["late"],
+        counts["pending"],
+        counts["unjudged"],
+        counts["complete"],
+    )
     assert {r["annotator"]: (r["judged"], r["late"]) for r in api["annotators"]} == {
-        u: (v["judged"], v["late"]) for u, v in counts["annotators"].items()}
+        u: (v["judged"], v["late"]) for u, v in counts["annotators"].items()
+    }
     listing = boss.get("/studies/").content.decode()
     assert f'<td class="num">{counts["complete"]}</td><td class="num">{counts["judgements"]}</td>' in listing
 
     report = json.loads(boss.get(f"/studies/{study.pk}/report.json").content)
     assert (report["study"]["judgements"], report["study"]["late"], report["study"]["items"]) == (
-        counts["judgements"], counts["late"], counts["items"])
+        counts["judgements"],
+        counts["late"],
+        counts["items"],
+    )
     assert report["consensus"]["status"] == counts["status"]
     assert report["consensus"]["provenance"] == counts["provenance"]
     assert report["consensus"]["states"] == counts["states"]
     assert f"{counts['pending']} pending" in boss.get(f"/studies/{study.pk}/report/").content.decode()
 
     manifest = export_study(study, tmp_path / "e").manifest["counts"]
-    assert (manifest["items"], manifest["pending"], manifest["unjudged"], manifest["validated"],
-            manifest["rejected"], manifest["adjudicated"], manifest["awaiting_adjudication"]) == (
-        counts["items"], counts["pending"], counts["unjudged"], counts["status"]["validated"],
-        counts["status"]["rejected"], counts["provenance"]["adjudicated"], counts["status"]["adjudication"])
+    assert (
+        manifest["items"],
+        manifest["pending"],
+        manifest["unjudged"],
+        manifest["validated"],
+        manifest["rejected"],
+        manifest["adjudicated"],
+        manifest["awaiting_adjudication"],
+    ) == (
+        counts["items"],
+        counts["pending"],
+        counts["unjudged"],
+        counts["status"]["validated"],
+        counts["status"]["rejected"],
+        counts["provenance"]["adjudicated"],
+        counts["status"]["adjudication"],
+    )
     quality = quality_signals(study, fresh=True)
     assert {u: q["n"] for u, q in quality.items()} == {
-        u: v["judged"] for u, v in counts["annotators"].items() if v["judged"]}
+        u: v["judged"] for u, v in counts["annotators"].items() if v["judged"]
+    }
 
     # each annotator's share, wherever it is shown
     for user in (a, b, c):
@@ -159,8 +197,12 @@ def test_the_end_of_a_share_reads_the_same_on_the_bar_the_end_page_and_my_studie
         bars.append((r["progress"]["done"], r["progress"]["total"]))
         item_page = me.get(f"/annotate/{study.pk}/item/{r['assignment']}/").content.decode()
         assert f'id="progress-text"><b>{bars[-1][0]}</b> of {bars[-1][1]}<' in item_page  # the item page's bar
-        assert me.post(f"/api/assignments/{r['assignment']}/judgements/", VALID,
-                       content_type="application/json").status_code == 201
+        assert (
+            me.post(
+                f"/api/assignments/{r['assignment']}/judgements/", VALID, content_type="application/json"
+            ).status_code
+            == 201
+        )
     done = len(bars)
     assert done == 8  # a alone took every item
     assert bars[-1] == (done - 1, done)  # the last item's bar: "7 of 8", not "7 of 3"

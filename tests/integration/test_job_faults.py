@@ -7,6 +7,7 @@
   the job once the broker is back;
 * a worker killed mid-chunk is found by its short heartbeat, not the long audit lease.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,6 +41,7 @@ def ended(model, pk):
     def check():
         row = model.objects.get(pk=pk)
         return row if row.status in ("done", "failed") else None
+
     return check
 
 
@@ -50,8 +52,12 @@ def big_circo(folder, n: int):
     for i in range(n):
         r = dict(records[i % len(records)])
         shift = 10_000_000 * (i // len(records))
-        r.update(id=i, reference_img_id=r["reference_img_id"] + shift, target_img_id=r["target_img_id"] + shift,
-                 gt_img_ids=[g + shift for g in r["gt_img_ids"]])
+        r.update(
+            id=i,
+            reference_img_id=r["reference_img_id"] + shift,
+            target_img_id=r["target_img_id"] + shift,
+            gt_img_ids=[g + shift for g in r["gt_img_ids"]],
+        )
         out.append(r)
     path = folder / "val.json"
     path.write_text(json.dumps(out))
@@ -68,8 +74,12 @@ def test_killed_import_is_finished_by_the_next_worker_with_nothing_partial(tmp_p
     job = ImportJob.objects.create(dataset_name="big", format="circo", files=[str(path)])
     first = worker_factory(queues="celery", extra_env=FAST).start("import1")
     assert enqueue(ImportJob, job.pk, RUN_IMPORT)
-    wait_for(lambda: ImportJob.objects.get(pk=job.pk).status == "running", timeout=120, interval=0.05,
-             what=f"the import to start\n{first.log()}")
+    wait_for(
+        lambda: ImportJob.objects.get(pk=job.pk).status == "running",
+        timeout=120,
+        interval=0.05,
+        what=f"the import to start\n{first.log()}",
+    )
     time.sleep(1.0)
     first.kill(signal.SIGKILL)
     killed = ImportJob.objects.get(pk=job.pk)
@@ -91,15 +101,26 @@ def test_broker_restart_loses_every_message_and_audit_import_export_still_finish
         root = tmp_path / "demo"
         load_parsed(build_demo(root, n_gallery=60, n_single=24, n_sessions=4), "demo", images_root=root)
         study = small_study()
-        env = {**FAST, "CELERY_BROKER_URL": redis.url, "EMBEDDING_CACHE_DIR": str(tmp_path / "emb"),
-               "AUDIT_LEASE_SECONDS": "3", "AUDIT_COORDINATOR_SECONDS": "1", "JOB_RESEND_SECONDS": "3",
-               "AUDIT_MAX_ATTEMPTS": "5", "CELERY_VISIBILITY_TIMEOUT": "5"}
+        env = {
+            **FAST,
+            "CELERY_BROKER_URL": redis.url,
+            "EMBEDDING_CACHE_DIR": str(tmp_path / "emb"),
+            "AUDIT_LEASE_SECONDS": "3",
+            "AUDIT_COORDINATOR_SECONDS": "1",
+            "JOB_RESEND_SECONDS": "3",
+            "AUDIT_MAX_ATTEMPTS": "5",
+            "CELERY_VISIBILITY_TIMEOUT": "5",
+        }
         with celery_broker(redis.url):
             worker = worker_factory(extra_env=env).start("restart")
             run = planning.create_run("demo", SPECS, chunk_queries=4, chunk_gallery=20)
             dispatch.kick_coordinator(run.pk)
-            wait_for(lambda: run.chunks.filter(status="done").exists(), timeout=120, interval=0.05,
-                     what=f"a first chunk\n{worker.log()}")
+            wait_for(
+                lambda: run.chunks.filter(status="done").exists(),
+                timeout=120,
+                interval=0.05,
+                what=f"a first chunk\n{worker.log()}",
+            )
             imp = ImportJob.objects.create(dataset_name="circo-restart", format="circo", files=[str(VAL)])
             exp = ExportJob.objects.create(study=study, policy="majority", total=study.items.count())
             assert enqueue(ImportJob, imp.pk, RUN_IMPORT) and enqueue(ExportJob, exp.pk, RUN_EXPORT)
@@ -122,16 +143,18 @@ def test_broker_restart_loses_every_message_and_audit_import_export_still_finish
         redis.stop()
 
 
-def test_broker_down_the_page_says_so_and_the_sweep_starts_the_job_later(tmp_path, client, demo_accounts,
-                                                                          worker_factory):
+def test_broker_down_the_page_says_so_and_the_sweep_starts_the_job_later(
+    tmp_path, client, demo_accounts, worker_factory
+):
     needs_redis_server()
     redis = PrivateRedis(tmp_path)  # not started yet: the broker is down
     study = small_study(50)
     assert client.login(username="admin", password=demo_accounts["admin"])
     with celery_broker(redis.url):
         with open(VAL, "rb") as fh:
-            resp = client.post("/datasets/import/", {"format": "circo", "name": "circo-down", "files": [fh]},
-                               follow=True)
+            resp = client.post(
+                "/datasets/import/", {"format": "circo", "name": "circo-down", "files": [fh]}, follow=True
+            )
         assert resp.status_code == 200 and QUEUE_DOWN in resp.content.decode()
         imp = ImportJob.objects.get()
         assert imp.status == "queued" and imp.enqueued_at is None
@@ -141,7 +164,9 @@ def test_broker_down_the_page_says_so_and_the_sweep_starts_the_job_later(tmp_pat
         assert exp.status == "queued" and exp.enqueued_at is None
         # the job pages say it too, after the message is gone
         for url in (f"/datasets/imports/{imp.pk}/", f"/exports/{exp.pk}/"):
-            assert "The job queue is unavailable, the job will start when it is back." in client.get(url).content.decode()
+            assert (
+                "The job queue is unavailable, the job will start when it is back." in client.get(url).content.decode()
+            )
 
         redis.start()
         try:
@@ -161,8 +186,13 @@ def test_a_worker_killed_mid_chunk_is_found_by_its_heartbeat_not_the_lease(tmp_p
     (3 s here, 25 s by default) plus at most one sweep period."""
     root = tmp_path / "demo"
     load_parsed(build_demo(root, n_gallery=60, n_single=24, n_sessions=0), "demo", images_root=root)
-    env = {**FAST, "EMBEDDING_CACHE_DIR": str(tmp_path / "emb"), "AUDIT_LEASE_SECONDS": "600",
-           "AUDIT_COORDINATOR_SECONDS": "1", "CELERY_VISIBILITY_TIMEOUT": "600"}
+    env = {
+        **FAST,
+        "EMBEDDING_CACHE_DIR": str(tmp_path / "emb"),
+        "AUDIT_LEASE_SECONDS": "600",
+        "AUDIT_COORDINATOR_SECONDS": "1",
+        "CELERY_VISIBILITY_TIMEOUT": "600",
+    }
     run = planning.create_run("demo", SPECS[:1], chunk_queries=4, chunk_gallery=20)
     workers = [worker_factory(extra_env=env).start(name) for name in ("beat1", "beat2")]
     wait_for(lambda: all("ready" in w.log() for w in workers), timeout=120, what="both workers")
@@ -184,6 +214,8 @@ def test_a_worker_killed_mid_chunk_is_found_by_its_heartbeat_not_the_lease(tmp_p
         chunk = AuditChunk.objects.get(pk=pk)
         assert chunk.attempts == 2 and chunk.status == "done"
         resent_after = (chunk.started_at - last_beat).total_seconds()
-        print(f"chunk {pk}: taken again {resent_after:.1f} s after its worker's last beat "
-              f"(stale after 3 s, sweep every 1 s; the lease is 600 s)")
+        print(
+            f"chunk {pk}: taken again {resent_after:.1f} s after its worker's last beat "
+            f"(stale after 3 s, sweep every 1 s; the lease is 600 s)"
+        )
         assert resent_after < 600  # the heartbeat found it, not the lease

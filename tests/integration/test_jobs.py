@@ -1,9 +1,9 @@
 """The one job framework (retrieval/jobs): claim, heartbeat, sweep rules, failures, the
 progress JSON shape, and the broker-down answer of the pages that start jobs."""
+
 from __future__ import annotations
 
 import re
-
 from datetime import timedelta
 
 import pytest
@@ -74,15 +74,17 @@ def test_sweep_rules_resend_stale_and_lost_jobs_and_give_up_after_the_attempts(s
     old = timezone.now() - timedelta(seconds=61)
     dead = ImportJob.objects.create(dataset_name="a", format="circo", status="running", attempts=1, heartbeat_at=old)
     spent = ImportJob.objects.create(dataset_name="b", format="circo", status="running", attempts=3, heartbeat_at=old)
-    alive = ImportJob.objects.create(dataset_name="c", format="circo", status="running", attempts=1,
-                                     heartbeat_at=timezone.now())
+    alive = ImportJob.objects.create(
+        dataset_name="c", format="circo", status="running", attempts=1, heartbeat_at=timezone.now()
+    )
     never_sent = ImportJob.objects.create(dataset_name="d", format="circo")
     lost = ImportJob.objects.create(dataset_name="e", format="circo", enqueued_at=old)
     waiting = ImportJob.objects.create(dataset_name="f", format="circo", enqueued_at=timezone.now())
     sent: list[int] = []
     given_up: list[int] = []
-    out = leases.resend_stale(ImportJob.objects.all(), lambda pk: sent.append(pk) or True,
-                              give_up=lambda row: given_up.append(row.pk))
+    out = leases.resend_stale(
+        ImportJob.objects.all(), lambda pk: sent.append(pk) or True, give_up=lambda row: given_up.append(row.pk)
+    )
     assert out == {"resent_stale": 1, "failed": 1} and sent == [dead.pk] and given_up == [spent.pk]
     assert ImportJob.objects.get(pk=dead.pk).status == "queued"
     assert ImportJob.objects.get(pk=alive.pk).status == "running"
@@ -96,11 +98,14 @@ def test_sweep_rules_resend_stale_and_lost_jobs_and_give_up_after_the_attempts(s
     assert leases.resend_lost(ImportJob.objects.filter(pk=again.pk), lambda pk: sent.append(pk) or True) == 1
 
 
-@pytest.mark.parametrize("exc, message", [
-    (RuntimeError("disk on fire"), "RuntimeError: disk on fire"),
-    (KeyError("reference"), "KeyError: 'reference'"),
-    (ValueError("val.json: record 3: field 'id' is missing"), "val.json: record 3: field 'id' is missing"),
-])
+@pytest.mark.parametrize(
+    "exc, message",
+    [
+        (RuntimeError("disk on fire"), "RuntimeError: disk on fire"),
+        (KeyError("reference"), "KeyError: 'reference'"),
+        (ValueError("val.json: record 3: field 'id' is missing"), "val.json: record 3: field 'id' is missing"),
+    ],
+)
 def test_any_exception_fails_an_import_readably_with_nothing_written(exc, message):
     """The failure comes while targets are written, after the dataset, images and queries."""
     job = ImportJob.objects.create(dataset_name="boom", format="circo", files=[str(VAL)])

@@ -1,6 +1,7 @@
 """The demo leaderboard (issue 40): six methods entered from an audit, three prediction-file
 formats and a rank file; the page shows the four sets, intervals, tau-b and rank changes, and
 the CSV / JSON / LaTeX of ``manage.py leaderboard`` print the same strings."""
+
 from __future__ import annotations
 
 import csv
@@ -30,11 +31,13 @@ def board(demo_db, tmp_path):
 
 
 def _cells(html: str, table_id: str) -> list[list[str]]:
-    part = html[html.index(f'id="{table_id}"'):]
-    part = part[:part.index("</table>")]
+    part = html[html.index(f'id="{table_id}"') :]
+    part = part[: part.index("</table>")]
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", part, re.S)
-    return [[unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
-            for r in rows]
+    return [
+        [unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
+        for r in rows
+    ]
 
 
 def test_demo_leaderboard_scores_every_set_and_its_files_equal_the_page(board, client, demo_accounts, tmp_path):
@@ -51,7 +54,9 @@ def test_demo_leaderboard_scores_every_set_and_its_files_equal_the_page(board, c
         assert row["rank_change"] is not None
     # the audit retriever equals the audit's own Recall@10 over the same queries (no protocol: the demo)
     a = next(r for r in data["rows"] if r["name"] == "demo retriever A")
-    assert a["cells"][FULL]["value"] == pytest.approx(run.summary["retriever_stats"][run.retrievers[0]]["recall_at_k"]["multimodal"])
+    assert a["cells"][FULL]["value"] == pytest.approx(
+        run.summary["retriever_stats"][run.retrievers[0]]["recall_at_k"]["multimodal"]
+    )
     # alternatives only add positives
     assert all(r["cells"][VALIDATED_ALTERNATIVES]["value"] >= r["cells"][VALIDATED]["value"] for r in data["rows"])
     assert a["comp_gap"][FULL] is not None and data["tau"]["value"] is not None
@@ -69,11 +74,25 @@ def test_demo_leaderboard_scores_every_set_and_its_files_equal_the_page(board, c
     assert html.count("<svg") >= 1 and "Rank change" in html
 
     out = tmp_path / "out"
-    call_command("leaderboard", "--dataset", "demo", "--split", "val", "--name", board.name, "--out", str(out),
-                 "--bootstrap", "200", "--seed", "0", stdout=StringIO())
+    call_command(
+        "leaderboard",
+        "--dataset",
+        "demo",
+        "--split",
+        "val",
+        "--name",
+        board.name,
+        "--out",
+        str(out),
+        "--bootstrap",
+        "200",
+        "--seed",
+        "0",
+        stdout=StringIO(),
+    )
     stem = out / board.name
     written = list(csv.reader(io.StringIO((stem.with_suffix(".csv")).read_text())))
-    assert written[0] == shown["headers"] and written[1:1 + len(shown["rows"])] == shown["rows"]
+    assert written[0] == shown["headers"] and written[1 : 1 + len(shown["rows"])] == shown["rows"]
     assert json.loads(stem.with_suffix(".json").read_text()) == json.loads(json.dumps(data))
     tex = stem.with_suffix(".tex").read_text()
     for row in data["rows"]:

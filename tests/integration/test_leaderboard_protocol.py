@@ -3,6 +3,7 @@ audit retriever and the same method entered through the prediction files the aud
 (audit.predictions, the benchmarks' own submission formats) both score exactly the audit's
 protocol table (audit.protocol.run_protocol) on the full split. Real CIRR / CIRCO records
 (tests/fixtures/datasets) with a tiny open_clip retriever, as test_protocol_audit."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,7 @@ from audit.models import Leaderboard, LeaderboardEntry
 from audit.predictions import export_predictions
 from audit.protocol import run_protocol
 from retrieval.models import Dataset
-from tests.integration.test_protocol_audit import (DS, SPEC, audit, cache_dir, draw_images,  # noqa: F401
-                                                   import_circo, import_dataset)
+from tests.integration.test_protocol_audit import DS, SPEC, audit, cache_dir, draw_images, import_circo, import_dataset  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,7 @@
 """A warm audit in a fresh worker process imports no model library: open_clip (and with it
 torchvision, timm, sympy, huggingface_hub, triton) only where a model is built, scipy.stats
 and scipy.sparse only where a distribution or a sparse matrix is."""
+
 from __future__ import annotations
 
 import os
@@ -31,12 +32,25 @@ print(sorted(m for m in HEAVY if m in sys.modules))
 
 
 def _audit(kind: str, tmp_path: Path) -> list[str]:
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings", CIRVAL_VAR_DIR=str(tmp_path / "var"),
-               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="filesystem://",
-               EMBEDDING_CACHE_DIR=str(tmp_path / "embeddings"), AUDIT_DEVICE="cpu", LOG_LEVEL="WARNING")
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="config.settings",
+        CIRVAL_VAR_DIR=str(tmp_path / "var"),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        CELERY_BROKER_URL="filesystem://",
+        EMBEDDING_CACHE_DIR=str(tmp_path / "embeddings"),
+        AUDIT_DEVICE="cpu",
+        LOG_LEVEL="WARNING",
+    )
     code = f"HEAVY = {HEAVY!r}\n" + AUDIT
-    out = subprocess.run([sys.executable, "-c", code, kind, str(tmp_path / "demo")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", code, kind, str(tmp_path / "demo")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout.strip().splitlines()[-2:]
 

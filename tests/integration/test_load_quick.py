@@ -3,6 +3,7 @@
 Only correctness is asserted (no errors, every submit stored exactly once); the latency
 figures are printed by the script and reported, never asserted.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from tests.conftest import ROOT
 
 # The load script serves on a fixed port from var/load with a broker database of its own:
 # one load run at a time (tests/xdist_worker.py's GROUPS keeps this module on one worker).
+
 
 def _servers() -> tuple[str, str]:
     """The PostgreSQL server (no database) and the load run's Redis broker (LOAD_BROKER_URL, or
@@ -38,7 +40,10 @@ def test_quick_load_run_loses_nothing():
     try:
         proc = subprocess.run(
             [sys.executable, "bench/load.py", "--quick", "--json", "--server-url", base, "--broker", broker],
-            cwd=ROOT, capture_output=True, text=True, timeout=240,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         with psycopg.connect(base + "/postgres", autocommit=True) as conn:
             after = {r[0] for r in conn.execute(databases)}
@@ -55,8 +60,9 @@ def test_quick_load_run_loses_nothing():
     # "errors") and none failed on the worker (on a loaded machine the idle-class worker may
     # not have finished them when the load ends); background work ran in the window.
     assert set(result["background"]) == {"audit", "export"}, result["background"]
-    assert not any(("not started" in s or "failed" in s or "not found" in s) for s in result["background"].values()), \
+    assert not any(("not started" in s or "failed" in s or "not found" in s) for s in result["background"].values()), (
         result["background"]
+    )
     assert 0 < result["background_share"] <= 1 and result["n_background"] > 0
 
 
@@ -66,9 +72,27 @@ def test_the_web_tier_never_loads_torch_during_a_load_run():
     them (ranking on demand: torch, in the worker), and no gunicorn process ever maps torch."""
     base, broker = _servers()
     proc = subprocess.run(
-        [sys.executable, "bench/load.py", "--json", "--duration", "15", "--items", "1500", "--annotators", "10",
-         "--no-background", "--cold-panels", "--server-url", base, "--broker", broker],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "bench/load.py",
+            "--json",
+            "--duration",
+            "15",
+            "--items",
+            "1500",
+            "--annotators",
+            "10",
+            "--no-background",
+            "--cold-panels",
+            "--server-url",
+            base,
+            "--broker",
+            broker,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,4 +1,5 @@
 """make_demo as the README runs it: world, audit, studies, accounts; deterministic."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,10 +11,10 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from annotation.assignment import queue as engine
-from annotation.models import StudyItem, Study
 from annotation.judging.payloads import item_payload
+from annotation.models import Study, StudyItem
 from audit.labels import audit_json, label_queries
-from audit.models import AuditRank, AuditRun
+from audit.models import AuditRun
 from retrieval.demo_training import CHECKPOINT_VERSION
 from retrieval.models import Dataset, QuerySubset
 from retrieval.stats import dataset_stats
@@ -40,8 +41,13 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     models = settings.DEMO_MODELS_DIR
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(models.glob("*.pt"))} == trained
     run = AuditRun.objects.get(dataset__name="demo", status="done")
-    assert run.retrievers == [f"openclip:cirval-demo@{(models / n).resolve()}"
-                              for n in (f"cirval-demo-compose-v{CHECKPOINT_VERSION}-s7.pt", f"cirval-demo-caption-v{CHECKPOINT_VERSION}-s7.pt")]
+    assert run.retrievers == [
+        f"openclip:cirval-demo@{(models / n).resolve()}"
+        for n in (
+            f"cirval-demo-compose-v{CHECKPOINT_VERSION}-s7.pt",
+            f"cirval-demo-caption-v{CHECKPOINT_VERSION}-s7.pt",
+        )
+    ]
     assert "exists" in text or "Training" not in text
     # the truth file is under var/, not under the served image root
     truth = json.loads((settings.VAR_DIR / "demo" / "demo.truth.json").read_text())
@@ -93,13 +99,19 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     got = json.loads(report.getvalue())
     assert set(got) == {"counts", "detail_counts", "labels", "retrievers", "protocol"}
     from audit.protocol import run_protocol
+
     assert got["protocol"] == json.loads(json.dumps(run_protocol(run)))  # the demo has no published protocol: null
     assert got["counts"] == run.summary["counts"] and got["detail_counts"] == run.summary["detail_counts"]
     assert set(got["labels"]) <= set(truth["queries"]) and len(got["labels"]) == run.summary["n_queries"]
     assert set(got["retrievers"]) == set(run.retrievers)
     from audit.models import AuditRank
-    rows = [(q, r, mm, t, i) for q, r, mm, t, i in AuditRank.objects.filter(run=run).order_by(
-        "query__ordinal", "query_id").values_list("query__external_id", "retriever", "mm", "text", "image")]
+
+    rows = [
+        (q, r, mm, t, i)
+        for q, r, mm, t, i in AuditRank.objects.filter(run=run)
+        .order_by("query__ordinal", "query_id")
+        .values_list("query__external_id", "retriever", "mm", "text", "image")
+    ]
     expected = json.loads(json.dumps(audit_json(label_queries(rows, k=run.k, min_mm_retrievers=run.min_mm_retrievers))))
     assert got["counts"] == expected["counts"] and got["labels"] == expected["labels"]
     by_run = StringIO()
@@ -117,7 +129,9 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     labour = result["labour"]
     fixed, adaptive, ds = labour["strategies"]
     assert fixed["judgements"] == 3 * labour["items"] * labour["repeats"]
-    assert ds["judgements"] < adaptive["judgements"] < fixed["judgements"]  # a third only where the weights leave a split uncertain
+    assert (
+        ds["judgements"] < adaptive["judgements"] < fixed["judgements"]
+    )  # a third only where the weights leave a split uncertain
     assert all(0.5 < r["validated_accuracy"] <= 1 for r in labour["strategies"])
     assert all(figures["spent"] == 0 for figures in labour["studies"].values())
     # and the pool's recall of the images that fit (issue 25): over the study's stored panels
@@ -136,7 +150,11 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
     assert audited["reachable"]["found"] <= audited["found"]
     text = StringIO()
     call_command("demo_check", stdout=text)
-    assert f"pool recall ({pool['queries']} queries with a panel, up to 50 candidates): {pool['found']} of " \
-           f"{pool['fitting']} fitting images" in text.getvalue()
-    assert f"reachable recall (ticking every fitting image shown, pages opened by ticks only): {reach['found']} of " \
-           f"{pool['fitting']}" in text.getvalue()
+    assert (
+        f"pool recall ({pool['queries']} queries with a panel, up to 50 candidates): {pool['found']} of "
+        f"{pool['fitting']} fitting images" in text.getvalue()
+    )
+    assert (
+        f"reachable recall (ticking every fitting image shown, pages opened by ticks only): {reach['found']} of "
+        f"{pool['fitting']}" in text.getvalue()
+    )

@@ -1,6 +1,7 @@
 """Removing an annotator from a study: the items they hold go back to the pool at once, and
 their counted judgements, which still count, stay listed on the staff progress (marked removed)
 so that the rows add up to the study's totals."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,9 @@ def test_a_removed_annotator_gives_back_their_lease_and_stays_counted(study, adm
     study, users, history = study
     held = engine.next_assignment(study, users["fourth"]).assignment
     taken = StudyItem.objects.get(pk=held.item_id).taken
-    resp = admin_client.post(f"/room/studies/{study.pk}/annotators/",
-                             {"action": "remove", "username": ["fourth", "spam"]})
+    resp = admin_client.post(
+        f"/room/studies/{study.pk}/annotators/", {"action": "remove", "username": ["fourth", "spam"]}
+    )
     assert resp.status_code == 302
     held.refresh_from_db()
     assert held.status == Assignment.Status.RELEASED  # not blocked until the lease runs out

@@ -3,6 +3,7 @@ candidate panel is stored; until then the study serves its other items and, with
 left, says that the candidates are being prepared (and asks a worker for them).
 ``create_study`` on the command line fills the panels itself, so a study made there while no
 worker runs serves every single-turn item with its panel."""
+
 from __future__ import annotations
 
 import json
@@ -53,7 +54,9 @@ def _serve_all(study: Study, user) -> list[StudyItem]:
 def test_an_item_waits_for_its_panel_and_the_study_says_so(world):
     user = make_annotator("ann1", password="x")
     study, _ = create_study(StudySpec(name="gated", datasets=["demo"], overlap=1, annotators=["ann1"], candidates=8))
-    single = list(StudyItem.objects.filter(study=study, query__n_turns=1).select_related("query", "study").order_by("pk"))
+    single = list(
+        StudyItem.objects.filter(study=study, query__n_turns=1).select_related("query", "study").order_by("pk")
+    )
     assert len(single) == StudyItem.objects.filter(study=study).count() == 6
     cache.delete(candidates._requested_key(study.pk))
     fill_candidates(single[:2])  # a worker has stored two panels so far
@@ -73,8 +76,19 @@ def test_an_item_waits_for_its_panel_and_the_study_says_so(world):
 def test_create_study_on_the_command_line_fills_every_panel(world):
     user = make_annotator("ann2", password="x")
     out = StringIO()
-    call_command("create_study", "--name", "cli", "--dataset", "demo", "--overlap", "1", "--annotator", "ann2",
-                 "--json", stdout=out)
+    call_command(
+        "create_study",
+        "--name",
+        "cli",
+        "--dataset",
+        "demo",
+        "--overlap",
+        "1",
+        "--annotator",
+        "ann2",
+        "--json",
+        stdout=out,
+    )
     report = json.loads(out.getvalue())
     study = Study.objects.get(pk=report["id"])
     assert report["panels"] == 6

@@ -1,5 +1,6 @@
 """Every URL and API endpoint against every role: anonymous, annotator, another study's
 annotator, researcher, staff. A new URL must be added to the table to pass."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,12 +15,12 @@ from annotation.models import ExportJob, ReleaseJob, RoomImportJob
 from annotation.studies.building import StudySpec, create_study
 from audit.models import Leaderboard
 from audit.runs.planning import create_run
-from retrieval.models import Dataset, Image, ImportJob, Query
+from retrieval.models import Dataset, ImportJob, Query
 from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = pytest.mark.django_db
 ROLES = ("anon", "member", "outsider", "researcher", "staff")
-LOGIN = "login"      # a redirect to the login page
+LOGIN = "login"  # a redirect to the login page
 PAGE_DENY = 403
 API_DENY = (401, 403)
 
@@ -40,8 +41,9 @@ def all_url_names() -> set[str]:
 
 @pytest.fixture
 def world(tmp_path):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     User = get_user_model()
     users = {
         "member": make_annotator("member"),
@@ -62,10 +64,17 @@ def world(tmp_path):
     (tmp_path / "rel").mkdir()
     (tmp_path / "rel" / "README.md").write_text("card")
     (tmp_path / "rel.zip").write_bytes(b"PK")
-    release = ReleaseJob.objects.create(study=study, study_ids=[study.pk], status="done", path=str(tmp_path / "rel"),
-                                        files=["README.md"])
+    release = ReleaseJob.objects.create(
+        study=study, study_ids=[study.pk], status="done", path=str(tmp_path / "rel"), files=["README.md"]
+    )
     return {
-        "users": users, "study": study, "asg": asg, "run": run, "job": job, "export": export, "release": release,
+        "users": users,
+        "study": study,
+        "asg": asg,
+        "run": run,
+        "job": job,
+        "export": export,
+        "release": release,
         "room_import": RoomImportJob.objects.create(command=RoomImportJob.RANKS, names=["r.json"], status="done"),
         "query": Query.objects.filter(dataset__name="circo").first(),
         # an image of the item served to the member (annotators fetch only what they were shown)
@@ -102,10 +111,21 @@ def table(w):
         "audit:status": ("GET", {"pk": w["run"].pk}, page_research),
         "annotation:my_studies": ("GET", {}, everyone),
         "annotation:work": ("GET", {"study_id": s}, {"member": 302, "outsider": 404, "researcher": 404, "staff": 404}),
-        "annotation:item": ("GET", {"study_id": s, "assignment_id": a},
-                            {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
-        "annotation:history": ("GET", {"study_id": s}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
-        "annotation:upcoming": ("GET", {"study_id": s}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
+        "annotation:item": (
+            "GET",
+            {"study_id": s, "assignment_id": a},
+            {"member": ok, "outsider": 404, "researcher": 404, "staff": 404},
+        ),
+        "annotation:history": (
+            "GET",
+            {"study_id": s},
+            {"member": ok, "outsider": 404, "researcher": 404, "staff": 404},
+        ),
+        "annotation:upcoming": (
+            "GET",
+            {"study_id": s},
+            {"member": ok, "outsider": 404, "researcher": 404, "staff": 404},
+        ),
         "annotation:study_list": ("GET", {}, page_staff),
         "annotation:study_new": ("GET", {}, page_staff),
         "annotation:study_progress": ("GET", {"study_id": s}, page_staff),
@@ -130,20 +150,38 @@ def table(w):
         "annotation:api_next": ("POST", {"pk": s}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 403}),
         "annotation:api_progress": ("GET", {"pk": s}, {"member": ok, "outsider": 404, "researcher": 404, "staff": ok}),
         "annotation:api_assignments": ("GET", {}, everyone),
-        "annotation:api_assignment": ("GET", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
+        "annotation:api_assignment": (
+            "GET",
+            {"pk": a},
+            {"member": ok, "outsider": 404, "researcher": 404, "staff": 404},
+        ),
         "annotation:api_draft": ("PUT", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_lease": ("POST", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
         "annotation:api_skip": ("POST", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
-        "annotation:api_judgements": ("GET", {"pk": a}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 404}),
+        "annotation:api_judgements": (
+            "GET",
+            {"pk": a},
+            {"member": ok, "outsider": 404, "researcher": 404, "staff": 404},
+        ),
         "annotation:study_suspicion": ("GET", {"study_id": s}, page_staff),
         # a study that is not interactive has no sessions to download (404), and only staff learn that
         "annotation:interactive_export": ("GET", {"study_id": s}, {**page_staff, "staff": 404}),
         # the member's own item is not from an interactive study: 400 says so; nobody else sees it
-        "annotation:api_interactive": ("GET", {"pk": a}, {"member": 400, "outsider": 404, "researcher": 404, "staff": 404}),
-        "annotation:api_interactive_rounds": ("POST", {"pk": a},
-                                              {"member": 400, "outsider": 404, "researcher": 404, "staff": 404}),
-        "annotation:api_interactive_retry": ("POST", {"pk": a},
-                                             {"member": 400, "outsider": 404, "researcher": 404, "staff": 404}),
+        "annotation:api_interactive": (
+            "GET",
+            {"pk": a},
+            {"member": 400, "outsider": 404, "researcher": 404, "staff": 404},
+        ),
+        "annotation:api_interactive_rounds": (
+            "POST",
+            {"pk": a},
+            {"member": 400, "outsider": 404, "researcher": 404, "staff": 404},
+        ),
+        "annotation:api_interactive_retry": (
+            "POST",
+            {"pk": a},
+            {"member": 400, "outsider": 404, "researcher": 404, "staff": 404},
+        ),
         "room:users": ("GET", {}, page_staff),
         "room:user_update": ("POST", {"user_id": w["users"]["member"].pk}, {**page_staff, "staff": 302}),
         "room:invite": ("GET", {"uidb64": "MQ", "token": "bad-token"}, {"anon": ok, **everyone}),
@@ -196,13 +234,21 @@ def test_permission_matrix(world):
 
 
 def test_csrf_is_enforced_on_every_form(world):
-    forms = ["/login/", "/logout/", "/datasets/import/", "/studies/new/", "/audits/new/",
-             reverse("annotation:export_start", args=[world["study"].pk]),
-             reverse("annotation:adjudication_item", args=[world["study"].pk, world["item"].pk]),
-             reverse("annotation:api_judgements", args=[world["asg"].pk]),
-             reverse("annotation:api_draft", args=[world["asg"].pk])]
+    forms = [
+        "/login/",
+        "/logout/",
+        "/datasets/import/",
+        "/studies/new/",
+        "/audits/new/",
+        reverse("annotation:export_start", args=[world["study"].pk]),
+        reverse("annotation:adjudication_item", args=[world["study"].pk, world["item"].pk]),
+        reverse("annotation:api_judgements", args=[world["asg"].pk]),
+        reverse("annotation:api_draft", args=[world["asg"].pk]),
+    ]
     for url in forms:
         client = Client(enforce_csrf_checks=True)
         client.force_login(world["users"]["staff" if "api/" not in url else "member"])
-        resp = client.put(url, "{}", content_type="application/json") if url.endswith("draft/") else client.post(url, {})
+        resp = (
+            client.put(url, "{}", content_type="application/json") if url.endswith("draft/") else client.post(url, {})
+        )
         assert resp.status_code == 403, (url, resp.status_code)

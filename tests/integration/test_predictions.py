@@ -1,6 +1,7 @@
 """export_predictions: the CIRR test server's and CIRCO's submission files, ranked by an
 audit's retriever, scored by re-implementations of the servers' logic (tests/reference_impl.py)
 to the audit's own protocol figures, on real CIRR and CIRCO records."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,17 @@ def test_cirr_submission_files(tmp_path, cache_dir):  # noqa: F811
     files = [DS / "cirr" / n for n in ("cap.rc2.val.sample.json", "split.rc2.val.sample.json")]
     split = json.loads(files[1].read_text())
     draw_images(tmp_path / "img", [p.removeprefix("./") for p in split.values()])
-    call_command("import_dataset", "--format", "cirr", "--name", "cirr", "--images-root", str(tmp_path / "img"),
-                 *map(str, files), stdout=StringIO())
+    call_command(
+        "import_dataset",
+        "--format",
+        "cirr",
+        "--name",
+        "cirr",
+        "--images-root",
+        str(tmp_path / "img"),
+        *map(str, files),
+        stdout=StringIO(),
+    )
     ds = Dataset.objects.get(name="cirr")
     run = audit(ds)
     lines = export("--run", str(run.pk), "--split", "val", "--out", str(tmp_path / "out"), "--name", "tiny")
@@ -66,8 +76,17 @@ def test_circo_submission_file_is_scored_by_evaluation_py(tmp_path, cache_dir): 
     extra = set(range(1, 120)) - used
     root = tmp_path / "img"
     draw_images(root, [f"{i:012d}.jpg" for i in used | extra])
-    call_command("import_dataset", "--format", "circo", "--name", "circo", "--images-root", str(root),
-                 str(tmp_path / "val.json"), stdout=StringIO())
+    call_command(
+        "import_dataset",
+        "--format",
+        "circo",
+        "--name",
+        "circo",
+        "--images-root",
+        str(root),
+        str(tmp_path / "val.json"),
+        stdout=StringIO(),
+    )
     call_command("import_gallery", "--dataset", "circo", "--split", "val", "--folder", str(root), stdout=StringIO())
     run = audit(Dataset.objects.get(name="circo"))
     export("--run", str(run.pk), "--split", "val", "--out", str(tmp_path / "out"), "--retriever", SPEC)
@@ -83,12 +102,28 @@ def test_circo_submission_file_is_scored_by_evaluation_py(tmp_path, cache_dir): 
 def test_refusals(tmp_path, cache_dir):  # noqa: F811
     with pytest.raises(CommandError, match="no finished audit run with id 999"):
         export("--run", "999", "--split", "test1")
-    files = [DS / "cirr" / n for n in ("cap.rc2.val.sample.json", "split.rc2.val.sample.json",
-                                       "cap.rc2.test1.sample.json", "split.rc2.test1.sample.json")]
+    files = [
+        DS / "cirr" / n
+        for n in (
+            "cap.rc2.val.sample.json",
+            "split.rc2.val.sample.json",
+            "cap.rc2.test1.sample.json",
+            "split.rc2.test1.sample.json",
+        )
+    ]
     paths = [p.removeprefix("./") for f in files[1::2] for p in json.loads(f.read_text()).values()]
     draw_images(tmp_path / "img", paths)
-    call_command("import_dataset", "--format", "cirr", "--name", "cirr", "--images-root", str(tmp_path / "img"),
-                 *map(str, files), stdout=StringIO())
+    call_command(
+        "import_dataset",
+        "--format",
+        "cirr",
+        "--name",
+        "cirr",
+        "--images-root",
+        str(tmp_path / "img"),
+        *map(str, files),
+        stdout=StringIO(),
+    )
     run = audit(Dataset.objects.get(name="cirr"), split="val")
     with pytest.raises(CommandError, match="retriever 'openclip:other' is not one this audit ran"):
         export("--run", str(run.pk), "--split", "val", "--retriever", "openclip:other")

@@ -9,6 +9,7 @@ and CIRCO records) with a tiny open_clip retriever on generated images.
 * CIRR and CIRCO: the protocol figures equal CLIP4Cir's and CIRCO's evaluation.py logic on the
   audit's embeddings; CIRCO's small gallery is warned about.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,13 @@ from io import StringIO
 
 import numpy as np
 import pytest
-import torch
 from django.core.management import call_command
 from PIL import Image as PILImage
 
-from audit.runs.encoding import clear_memos, encode_images, encode_texts, get_retriever
 from audit.models import AuditRank, AuditRun
 from audit.protocol import run_protocol
 from audit.runs import dispatch, planning
+from audit.runs.encoding import clear_memos, encode_images, encode_texts, get_retriever
 from audit.runs.execution import embedding_cache
 from retrieval.galleries import gallery_image_ids, query_gallery_keys
 from retrieval.models import Dataset, GalleryEntry, Image, Query, Turn
@@ -76,7 +76,9 @@ def embeddings(dataset, query_ids, image_ids):
     locate = lambda key: __import__("pathlib").Path(dataset.images_root) / files[key]  # noqa: E731
     gallery = encode_images(retriever, cache, [sha[i] for i in image_ids], locate)
     assert all(gallery.ok) and gallery.encoded == 0  # every one cached by the audit
-    turns = {t.query_id: t for t in Turn.objects.filter(query_id__in=query_ids, index=1).select_related("reference_image")}
+    turns = {
+        t.query_id: t for t in Turn.objects.filter(query_id__in=query_ids, index=1).select_related("reference_image")
+    }
     img = encode_images(retriever, cache, [turns[q].reference_image.sha256 for q in query_ids], locate)
     txt = encode_texts(retriever, cache, [turns[q].text for q in query_ids])
     return retriever.compose(img.matrix, txt.matrix).float(), gallery.matrix.float()
@@ -85,8 +87,13 @@ def embeddings(dataset, query_ids, image_ids):
 def test_fashioniq_categories_rank_against_their_own_gallery(tmp_path, cache_dir, client, demo_accounts):
     files = sorted((DS / "fashioniq").glob("*.val.sample.json"))
     asins = {a for f in files if f.name.startswith("split.") for a in json.loads(f.read_text())}
-    asins |= {r[k] for f in files if f.name.startswith("cap.") for r in json.loads(f.read_text())
-              for k in ("candidate", "target")}
+    asins |= {
+        r[k]
+        for f in files
+        if f.name.startswith("cap.")
+        for r in json.loads(f.read_text())
+        for k in ("candidate", "target")
+    }
     draw_images(tmp_path / "img", [f"{a}.jpg" for a in asins])
     import_dataset("--format", "fashioniq", "--name", "fiq", "--images-root", str(tmp_path / "img"), *map(str, files))
     ds = Dataset.objects.get(name="fiq")
@@ -107,8 +114,11 @@ def test_fashioniq_categories_rank_against_their_own_gallery(tmp_path, cache_dir
     row = next(r for r in report["rows"] if r["modality"] == "multimodal")
     expected = {}
     for cat in ("dress", "shirt", "toptee"):
-        qids = list(AuditRank.objects.filter(run=run, query__category=cat).order_by("query_id")
-                    .values_list("query_id", flat=True))
+        qids = list(
+            AuditRank.objects.filter(run=run, query__category=cat)
+            .order_by("query_id")
+            .values_list("query_id", flat=True)
+        )
         g_ids = gallery_image_ids(ds.pk, f"{cat}/val")
         queries, gallery = embeddings(ds, qids, g_ids)
         targets = [positive_targets("fashioniq", Query.objects.get(pk=q).targets.all())[0].image_id for q in qids]
@@ -122,8 +132,8 @@ def test_fashioniq_categories_rank_against_their_own_gallery(tmp_path, cache_dir
     assert client.login(username="researcher", password=demo_accounts["researcher"])
     html = client.get(f"/audits/{run.pk}/").content.decode()
     assert "dress/val 199, shirt/val 198, toptee/val 203; each query searches its own" in html
-    table = html[html.index('id="protocol"'):]
-    table = table[:table.index("</section>")]
+    table = html[html.index('id="protocol"') :]
+    table = table[: table.index("</section>")]
     assert "FashionIQ, as its protocol reports it" in table and "<strong>kept</strong>" in table
     for header in ("dress R@10", "shirt R@50", "toptee R@10", "mean R@10", "mean R@50", "Avg"):
         assert f">{header}<" in table
@@ -172,8 +182,9 @@ def import_circo(tmp_path, n: int = 60) -> tuple[Dataset, list[dict]]:
     (tmp_path / "val.json").write_text(json.dumps(val))
     ids = {r["reference_img_id"] for r in val} | {g for r in val for g in r["gt_img_ids"]}
     draw_images(tmp_path / "img", [f"{i:012d}.jpg" for i in ids])
-    import_dataset("--format", "circo", "--name", "circo", "--images-root", str(tmp_path / "img"),
-                   str(tmp_path / "val.json"))
+    import_dataset(
+        "--format", "circo", "--name", "circo", "--images-root", str(tmp_path / "img"), str(tmp_path / "val.json")
+    )
     return Dataset.objects.get(name="circo"), val
 
 
@@ -191,26 +202,39 @@ def test_circo_protocol_equals_evaluation_py_and_warns_on_a_small_gallery(tmp_pa
     names = [int(ext[i]) for i in g_ids]
     query_ext = dict(Query.objects.filter(pk__in=qids).values_list("pk", "external_id"))
     assert len(qids) == len(val)  # every query ranked: the script needs the ids 0 .. n-1
-    theirs = circo_evaluation(searle_circo_predictions((queries @ gallery.T).numpy(), names,
-                                                       [query_ext[q] for q in qids]), val)
+    theirs = circo_evaluation(
+        searle_circo_predictions((queries @ gallery.T).numpy(), names, [query_ext[q] for q in qids]), val
+    )
     for key, value in theirs.items():
         assert row[key] * 100 == pytest.approx(value, abs=1e-9), key
     assert GalleryEntry.objects.filter(dataset=ds).count() == 0
 
 
-def test_categories_without_their_split_files_are_warned_of_at_import_audit_and_protocol(tmp_path, cache_dir, client,
-                                                                                       demo_accounts):
+def test_categories_without_their_split_files_are_warned_of_at_import_audit_and_protocol(
+    tmp_path, cache_dir, client, demo_accounts
+):
     """Only dress's split file given: shirt's and toptee's queries have no gallery of their own
     and search every image of the dataset, dress's included. The import, the audit page and the
     protocol table say so (the per-category figures were printed as if each had its gallery)."""
     caps = sorted((DS / "fashioniq").glob("cap.*.val.sample.json"))
     split = DS / "fashioniq" / "split.dress.val.sample.json"
-    asins = set(json.loads(split.read_text())) | {r[k] for f in caps for r in json.loads(f.read_text())
-                                                   for k in ("candidate", "target")}
+    asins = set(json.loads(split.read_text())) | {
+        r[k] for f in caps for r in json.loads(f.read_text()) for k in ("candidate", "target")
+    }
     draw_images(tmp_path / "img", [f"{a}.jpg" for a in asins])
     out = StringIO()
-    call_command("import_dataset", "--format", "fashioniq", "--name", "fiq", "--images-root", str(tmp_path / "img"),
-                 *map(str, caps), str(split), stdout=out)
+    call_command(
+        "import_dataset",
+        "--format",
+        "fashioniq",
+        "--name",
+        "fiq",
+        "--images-root",
+        str(tmp_path / "img"),
+        *map(str, caps),
+        str(split),
+        stdout=out,
+    )
     assert "the queries of shirt/val, toptee/val have no gallery of their own" in out.getvalue()
     run = audit(Dataset.objects.get(name="fiq"))
     gallery = run.summary["plan"]["gallery"]
@@ -236,12 +260,18 @@ def test_targets_outside_the_gallery_are_warned_of_by_the_command_and_the_protoc
     kept = [a for a in split if a not in {r["target"] for r in records[:5]}][:40]
     cut = tmp_path / "split.dress.val.json"
     cut.write_text(json.dumps(kept))
-    draw_images(tmp_path / "img", [f"{a}.jpg" for a in set(kept) | {r[k] for r in records for k in ("candidate", "target")}])
-    import_dataset("--format", "fashioniq", "--name", "cut", "--images-root", str(tmp_path / "img"), str(caps), str(cut))
+    draw_images(
+        tmp_path / "img", [f"{a}.jpg" for a in set(kept) | {r[k] for r in records for k in ("candidate", "target")}]
+    )
+    import_dataset(
+        "--format", "fashioniq", "--name", "cut", "--images-root", str(tmp_path / "img"), str(caps), str(cut)
+    )
     out, err = StringIO(), StringIO()
     call_command("run_audit", "--dataset", "cut", "--retriever", SPEC, "--eager", stdout=out, stderr=err)
     run = AuditRun.objects.get(dataset__name="cut")
     missing = sum(1 for r in records if r["target"] not in set(kept))
     assert missing >= 5 and run.summary["no_positive_in_gallery"] == missing
     assert f"warning: {missing} queries had no ground truth in the gallery they searched" in err.getvalue()
-    assert any(w.startswith(f"{missing} of the ranked queries had no ground truth") for w in run_protocol(run)["warnings"])
+    assert any(
+        w.startswith(f"{missing} of the ranked queries had no ground truth") for w in run_protocol(run)["warnings"]
+    )

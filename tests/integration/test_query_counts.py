@@ -2,16 +2,17 @@
 (session authentication, API view, engine, payload with its stored candidate panel,
 progress), with gold items mixed in. Each request is also checked for what it must still
 do: a lease, the panel, the progress counts, the quorum counters."""
+
 from __future__ import annotations
 
 import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from annotation.verdicts.state import annotator_share
 from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.sizes import recount
+from annotation.verdicts.state import annotator_share
 from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +35,8 @@ def study(demo_db):
     study.gold_rate, study.training_items = 0.25, 1
     study.save(update_fields=["gold_rate", "training_items"])
     StudyItem.objects.filter(pk__in=list(study.items.order_by("order_key").values_list("pk", flat=True)[:3])).update(
-        gold=True, gold_answer={"validated": True})
+        gold=True, gold_answer={"validated": True}
+    )
     return study
 
 
@@ -58,7 +60,9 @@ def test_next_item_and_submit_stay_within_their_query_budget(study, django_asser
         assert a.status == "reserved" and a.lease_expires is not None and a.annotator == user
         assert a.item.taken >= 1
         if a.item.query.n_turns == 1:
-            assert [p["id"] for p in body["panel"]] == list(a.item.candidates) and len(body["panel"]) == study.candidates
+            assert [p["id"] for p in body["panel"]] == list(a.item.candidates) and len(
+                body["panel"]
+            ) == study.candidates
         assert body["judgement"] is None and body["draft"] is None
         assert body["progress"] == annotator_share(study, user)
         # the turn read with the served item is the turn read on its own (the item page's path)
@@ -83,28 +87,40 @@ def test_resumed_lease_revisions_drafts_and_conflicts_keep_working(study, django
     url = f"/api/assignments/{first['assignment']}/"
     client.put(url + "draft/", {"note": "half"}, content_type="application/json")
     with django_assert_max_num_queries(SUBMIT_MAX + 1):  # the draft is deleted
-        assert client.post(url + "judgements/", {**ANSWER, "client_token": "t1"},
-                           content_type="application/json").status_code == 201
+        assert (
+            client.post(
+                url + "judgements/", {**ANSWER, "client_token": "t1"}, content_type="application/json"
+            ).status_code
+            == 201
+        )
     assert not Draft.objects.filter(assignment_id=first["assignment"]).exists()
     same = client.post(url + "judgements/", {**ANSWER, "client_token": "t1"}, content_type="application/json")
     assert same.status_code == 200 and same.json()["duplicate"]
     other = {"category": "QUERY_TOO_BROAD", "time_spent_ms": 5}
-    assert client.post(url + "judgements/", {**other, "client_token": "t1"},
-                       content_type="application/json").status_code == 409
+    assert (
+        client.post(url + "judgements/", {**other, "client_token": "t1"}, content_type="application/json").status_code
+        == 409
+    )
     with django_assert_max_num_queries(SUBMIT_MAX + 1):  # the earlier revision stops being current
-        r = client.post(url + "judgements/", {**other, "client_token": "t2", "base_revision": 1},
-                        content_type="application/json")
+        r = client.post(
+            url + "judgements/", {**other, "client_token": "t2", "base_revision": 1}, content_type="application/json"
+        )
     assert r.status_code == 201 and r.json()["revision"] == 2
-    stale = client.post(url + "judgements/", {**ANSWER, "client_token": "t3", "base_revision": 1},
-                        content_type="application/json")
+    stale = client.post(
+        url + "judgements/", {**ANSWER, "client_token": "t3", "base_revision": 1}, content_type="application/json"
+    )
     assert stale.status_code == 409 and stale.json()["conflict"] == "stale" and stale.json()["stored"]["revision"] == 2
     assert Judgement.objects.filter(assignment_id=first["assignment"], is_current=True).count() == 1
     # another annotator's assignment stays a 404, whatever the body
     intruder, _ = _client(study, "intruder")
     assert intruder.post(url + "judgements/", ANSWER, content_type="application/json").status_code == 404
-    assert intruder.post(url + "judgements/", {**ANSWER, "base_revision": -1},
-                         content_type="application/json").status_code == 404
-    assert intruder.post(url + "judgements/", "x=1", content_type="application/x-www-form-urlencoded").status_code == 404
+    assert (
+        intruder.post(url + "judgements/", {**ANSWER, "base_revision": -1}, content_type="application/json").status_code
+        == 404
+    )
+    assert (
+        intruder.post(url + "judgements/", "x=1", content_type="application/x-www-form-urlencoded").status_code == 404
+    )
 
 
 def test_a_study_without_gold_items_never_pays_for_the_gold_query(study):
@@ -126,8 +142,12 @@ def test_a_study_without_gold_items_never_pays_for_the_gold_query(study):
         counts.append(len(ctx.captured_queries))
         body = r.json()
         assert body["assignment"] is not None, body
-        assert client.post(f"/api/assignments/{body['assignment']}/judgements/", ANSWER,
-                           content_type="application/json").status_code == 201
+        assert (
+            client.post(
+                f"/api/assignments/{body['assignment']}/judgements/", ANSWER, content_type="application/json"
+            ).status_code
+            == 201
+        )
     assert Assignment.objects.filter(annotator=user).count() == 24
     assert max(counts[19:]) <= max(counts[1:19]) <= NEXT_MAX, counts
 

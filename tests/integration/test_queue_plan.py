@@ -4,6 +4,7 @@
 The danger it guards against: statistics gathered before a new study existed (autovacuum
 re-analyzes a table only once a tenth of it has changed) make the planner expect a handful
 of the new study's rows, so it reads, joins and sorts all of them on every request."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ def test_next_item_reads_a_few_rows_of_a_fresh_large_study():
     ds = Dataset.objects.create(name="big", format="circo")
     img = Image.objects.create(dataset=ds, external_id="1", path="1.jpg", sha256="0" * 64)
     target = Image.objects.create(dataset=ds, external_id="2", path="2.jpg", sha256="1" * 64)
-    queries = Query.objects.bulk_create(Query(dataset=ds, external_id=str(n), split="val", ordinal=n)
-                                        for n in range(N_ITEMS))
+    queries = Query.objects.bulk_create(
+        Query(dataset=ds, external_id=str(n), split="val", ordinal=n) for n in range(N_ITEMS)
+    )
     Turn.objects.bulk_create(Turn(query=q, index=1, reference_image=img, texts=[{"text": "red"}]) for q in queries)
     Target.objects.bulk_create(Target(query=q, image=target, is_primary=True) for q in queries)
     user = make_annotator("planner")

@@ -1,4 +1,5 @@
 """Rank files whose ranks list every positive target: audit_labels (JSONL) and import_ranks (CIRCUS JSON)."""
+
 from __future__ import annotations
 
 import json
@@ -41,12 +42,15 @@ def test_audit_labels_reports_map_at_k_from_rank_lists(tmp_path):
     assert set(a) >= {"recall_at_k", "mrr", "ndcg", "map_at_k"}
 
 
-@pytest.mark.parametrize("bad, field, what", [
-    ({"mm": []}, "mm", "empty list"),
-    ({"mm": [1, 0]}, "mm[1]", "got 0"),
-    ({"text": [[1]]}, "text[0]", "cannot hold another list"),
-    ({"image": [1, "2"]}, "image[1]", "got '2'"),
-])
+@pytest.mark.parametrize(
+    "bad, field, what",
+    [
+        ({"mm": []}, "mm", "empty list"),
+        ({"mm": [1, 0]}, "mm[1]", "got 0"),
+        ({"text": [[1]]}, "text[0]", "cannot hold another list"),
+        ({"image": [1, "2"]}, "image[1]", "got '2'"),
+    ],
+)
 def test_audit_labels_bad_rank_lists_name_line_and_field(tmp_path, bad, field, what):
     line = {"query": "q", "retriever": "A", "mm": 1, "text": 2, "image": 3, **bad}
     path = tmp_path / "bad.jsonl"

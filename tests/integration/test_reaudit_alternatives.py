@@ -1,7 +1,6 @@
 """Alternatives accepted in a study become extra targets; a re-audit shows Recall@K before and after."""
-from __future__ import annotations
 
-from tests.conftest import make_annotator
+from __future__ import annotations
 
 from io import StringIO
 
@@ -9,19 +8,20 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from annotation.alternatives.study import decide_candidate
 from annotation.assignment import queue as engine
 from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import StudyItem
 from annotation.studies.building import StudySpec, create_study
-from annotation.alternatives.study import decide_candidate
 from audit.alternatives import ALTERNATIVE_ROLE
-from audit.runs.encoding import clear_memos
 from audit.models import AuditLabel, AuditRank
 from audit.report import build_report
 from audit.runs import dispatch, planning
+from audit.runs.encoding import clear_memos
 from retrieval.demo import build_demo
 from retrieval.loader import load_parsed
 from retrieval.models import Target
+from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
 SPEC = "openclip:cirval-tiny-vit"
@@ -38,8 +38,16 @@ def test_alternatives_turn_failures_into_hits_in_the_reaudit(tmp_path, settings,
     unresolved = set(AuditLabel.objects.filter(run=first, label="unresolved").values_list("query_id", flat=True))
     assert len(unresolved) >= 2
     user = make_annotator("solo")
-    study, _ = create_study(StudySpec(name="alts", datasets=["demo"], overlap=1, annotators=["solo"],
-                                      hidden_categories=["unresolved"], candidates=40))
+    study, _ = create_study(
+        StudySpec(
+            name="alts",
+            datasets=["demo"],
+            overlap=1,
+            annotators=["solo"],
+            hidden_categories=["unresolved"],
+            candidates=40,
+        )
+    )
     fill_study_candidates(study.pk)
     items = list(StudyItem.objects.filter(study=study))
     assert {i.query_id for i in items} == unresolved

@@ -1,6 +1,7 @@
 """Re-import that says what changed (issue 24, item 6): records removed from the file are
 refused by default, naming them and what depends on them, or deleted with --delete-removed;
 counts are added / changed / removed / unchanged by content, not by position."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,12 @@ def test_a_removed_record_is_refused_by_name_then_deleted_on_request(tmp_path) -
     assert after.ordinal == 5 and after.turns.get().pk == after_turn  # the position follows, the rows stay
 
     report = json.loads(run_import("--format", "circo", "--name", "circo", "--json", str(path)))
-    assert (report["queries_created"], report["queries_updated"], report["queries_removed"],
-            report["queries_unchanged"]) == (0, 0, 0, 219)
+    assert (
+        report["queries_created"],
+        report["queries_updated"],
+        report["queries_removed"],
+        report["queries_unchanged"],
+    ) == (0, 0, 0, 219)
 
 
 def test_queries_of_a_study_are_never_deleted_by_an_import(tmp_path) -> None:
@@ -111,8 +116,15 @@ def test_fashioniq_records_are_matched_by_content_not_by_position(tmp_path) -> N
 
 def test_the_content_hash_leaves_the_position_out() -> None:
     def record(ordinal: int, ext: str, source: str = "a.json", text: str = "t") -> QueryRecord:
-        return QueryRecord(ext, "val", ordinal, source, [TurnRecord(1, "r", [TextRecord(text, "caption")])],
-                           [TargetRecord("x", 1.0, True, "gt")], raw={"c": text})
+        return QueryRecord(
+            ext,
+            "val",
+            ordinal,
+            source,
+            [TurnRecord(1, "r", [TextRecord(text, "caption")])],
+            [TargetRecord("x", 1.0, True, "gt")],
+            raw={"c": text},
+        )
 
     assert content_hash(record(0, "q1")) == content_hash(record(7, "q1", "b.json"))
     assert content_hash(record(0, "q1")) != content_hash(record(0, "q2"))
@@ -159,8 +171,11 @@ def test_a_bom_is_warned_about_and_an_empty_list_refused(tmp_path) -> None:
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(records[:3]).encode())
     out = run_import("--format", "circo", "--name", "bom", str(bom))
     assert "3 added" in out and "val.json: starts with a UTF-8 byte order mark (BOM)" in out
-    for name, content, fmt in (("val.json", "[ ]", "circo"), ("cap.dress.val.json", "\ufeff[]", "fashioniq"),
-                               ("mbeir_cirr_task7_test.jsonl", "\n\n", "mbeir")):
+    for name, content, fmt in (
+        ("val.json", "[ ]", "circo"),
+        ("cap.dress.val.json", "\ufeff[]", "fashioniq"),
+        ("mbeir_cirr_task7_test.jsonl", "\n\n", "mbeir"),
+    ):
         path = tmp_path / fmt / name
         path.parent.mkdir()
         path.write_text(content)
@@ -190,7 +205,9 @@ def test_mtfiq_attribute_only_asins_create_no_images_unless_asked(tmp_path) -> N
     assert f"{len(only_attributes)} ASIN(s) of the attribute files are in no session or gallery" in out
     assert all(images[a].extra["attributes"] == attributes[a] for a in used & set(attributes))
     run_import("--format", "mtfiq", "--name", "mt-all", "--attribute-images", *files)
-    assert set(Dataset.objects.get(name="mt-all").images.values_list("external_id", flat=True)) == used | set(attributes)
+    assert set(Dataset.objects.get(name="mt-all").images.values_list("external_id", flat=True)) == used | set(
+        attributes
+    )
 
 
 def test_a_fashioniq_sample_then_its_full_file_keeps_the_sample_rows(tmp_path) -> None:
@@ -208,5 +225,7 @@ def test_a_fashioniq_sample_then_its_full_file_keeps_the_sample_rows(tmp_path) -
     assert f"{len(records) - 5} added, 0 changed, 2 removed, 3 unchanged" in out
     stored = Query.objects.filter(dataset__name="fiq")
     assert stored.count() == len(records) - 2 and set(stored.values_list("source_file", flat=True)) == {full.name}
-    assert all(kept[r["candidate"] + r["target"]] == stored.get(external_id=f"dress/val/{i:05d}").pk
-               for i, r in enumerate(records[2:5]))
+    assert all(
+        kept[r["candidate"] + r["target"]] == stored.get(external_id=f"dress/val/{i:05d}").pk
+        for i, r in enumerate(records[2:5])
+    )

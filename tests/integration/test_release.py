@@ -1,5 +1,6 @@
 """A release (manage.py release / the staff button): croissant.json read back by mlcroissant,
 the dataset card's numbers equal to the study's report, byte-identical re-runs."""
+
 from __future__ import annotations
 
 import io
@@ -11,8 +12,8 @@ import pytest
 from django.core.management import call_command
 
 from annotation.agreement.reports import default_bootstrap, study_report
-from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD
 from annotation.release.croissant import PLACEHOLDER
+from annotation.release.files import RELEASE_JSON, SUMS, TIMESTAMP_FIELD
 from annotation.release.names import public_spec
 from tests.integration.test_report_export import build_twelve
 
@@ -54,7 +55,7 @@ def croissant_records(path: Path, monkeypatch) -> dict[str, list[dict]]:
     out = {}
     for rs in ds.metadata.record_sets:
         prefix = rs.id + "/"
-        out[rs.id] = [{k[len(prefix):]: _plain(v) for k, v in rec.items()} for rec in ds.records(record_set=rs.id)]
+        out[rs.id] = [{k[len(prefix) :]: _plain(v) for k, v in rec.items()} for rec in ds.records(record_set=rs.id)]
     return out
 
 
@@ -66,33 +67,73 @@ def expected_mbeir(path: Path, folder: str) -> dict[str, list[dict]]:
     q, t = jsonl(files), jsonl(traces)
     pre = f"{folder}/mbeir/"
     return {
-        pre + "queries": [{k: line[k] for k in ("qid", "query_txt", "query_img_path", "query_modality",
-                                                "query_src_content", "task_id")} for line in q],
+        pre + "queries": [
+            {
+                k: line[k]
+                for k in ("qid", "query_txt", "query_img_path", "query_modality", "query_src_content", "task_id")
+            }
+            for line in q
+        ],
         pre + "targets": [{k: line[k] for k in ("qid", "pos_cand_list", "neg_cand_list")} for line in q],
-        pre + "verdicts": [{"qid": x["qid"], "item": x["item"], "dataset": x["dataset"], "subset": x["subset"],
-                            "hidden_category": x["hidden_category"], "status": x["consensus"]["status"],
-                            "policy": x["consensus"]["policy"], "n_votes": x["consensus"]["n_votes"],
-                            "valid_votes": x["consensus"]["valid_votes"]} for x in t],
-        pre + "alternatives": [{"qid": x["qid"], "images": [p["image"] for p in x["positives"]],
-                                "sources": [p["source"] for p in x["positives"]]} for x in t],
+        pre + "verdicts": [
+            {
+                "qid": x["qid"],
+                "item": x["item"],
+                "dataset": x["dataset"],
+                "subset": x["subset"],
+                "hidden_category": x["hidden_category"],
+                "status": x["consensus"]["status"],
+                "policy": x["consensus"]["policy"],
+                "n_votes": x["consensus"]["n_votes"],
+                "valid_votes": x["consensus"]["valid_votes"],
+            }
+            for x in t
+        ],
+        pre + "alternatives": [
+            {
+                "qid": x["qid"],
+                "images": [p["image"] for p in x["positives"]],
+                "sources": [p["source"] for p in x["positives"]],
+            }
+            for x in t
+        ],
     }
 
 
 def test_release_of_the_small_study(tmp_path, monkeypatch) -> None:
     study, _ = build_twelve()
     out = io.StringIO()
-    call_command("release", "--study", str(study.pk), "--out", str(tmp_path / "r1"), "--layout", "mbeir",
-                 "--layout", "circo", stdout=out)
+    call_command(
+        "release",
+        "--study",
+        str(study.pk),
+        "--out",
+        str(tmp_path / "r1"),
+        "--layout",
+        "mbeir",
+        "--layout",
+        "circo",
+        stdout=out,
+    )
     text = out.getvalue()
     assert "rai:personalSensitiveInformation" in text and "rai:dataReleaseMaintenancePlan" in text
     root = tmp_path / "r1"
     assert (tmp_path / "r1.zip").is_file()
     folder = f"study-{study.pk}"
-    for name in ("README.md", "croissant.json", RELEASE_JSON, SUMS, f"{folder}/agreement.json",
-                 f"{folder}/agreement.csv", f"{folder}/mbeir/manifest.json", f"{folder}/circo/manifest.json"):
+    for name in (
+        "README.md",
+        "croissant.json",
+        RELEASE_JSON,
+        SUMS,
+        f"{folder}/agreement.json",
+        f"{folder}/agreement.csv",
+        f"{folder}/mbeir/manifest.json",
+        f"{folder}/circo/manifest.json",
+    ):
         assert (root / name).is_file(), name
     # every checksum is right
     import hashlib
+
     for name, digest in sums(root).items():
         assert hashlib.sha256((root / name).read_bytes()).hexdigest() == digest, name
     # mlcroissant reads back every record of the JSONL
@@ -103,7 +144,8 @@ def test_release_of_the_small_study(tmp_path, monkeypatch) -> None:
     assert len(got[f"{folder}/mbeir/queries"]) == 6
     circo = [c for p in sorted((root / folder / "circo").rglob("*.circo.json")) for c in json.loads(p.read_text())]
     assert got[f"{folder}/circo/circo_queries"] == [
-        {k: c[k] for k in ("id", "relative_caption", "shared_concept")} for c in circo]
+        {k: c[k] for k in ("id", "relative_caption", "shared_concept")} for c in circo
+    ]
     assert len(circo) == 6
     # the card's numbers are the report's
     report = study_report(study, pseudonymise=True, n_boot=default_bootstrap(study), seed=0)
@@ -120,8 +162,18 @@ def test_release_of_the_small_study(tmp_path, monkeypatch) -> None:
     assert meta["rai:personalSensitiveInformation"].startswith(PLACEHOLDER)
     assert f"{alpha:.3f}" in meta["rai:dataAnnotationAnalysis"]
     # reproducible: a second release of the same study differs only in released_at
-    call_command("release", "--study", str(study.pk), "--out", str(tmp_path / "r2"), "--layout", "mbeir",
-                 "--layout", "circo", stdout=io.StringIO())
+    call_command(
+        "release",
+        "--study",
+        str(study.pk),
+        "--out",
+        str(tmp_path / "r2"),
+        "--layout",
+        "mbeir",
+        "--layout",
+        "circo",
+        stdout=io.StringIO(),
+    )
     a, b = sums(root), sums(tmp_path / "r2")
     assert a.keys() == b.keys()
     assert {k for k in a if a[k] != b[k]} <= {RELEASE_JSON}
@@ -157,13 +209,15 @@ def test_release_button_runs_a_job(client, tmp_path, settings, django_capture_on
     assert job.status == "done", job.error
     assert job.layouts == ["mbeir", "circo"] and "croissant.json" in job.files
     status = client.get(f"/releases/{job.pk}/status/").json()
-    assert status["percent"] == 100 and any(p.startswith("rai:personalSensitiveInformation")
-                                             for p in status["report"]["placeholders"])
+    assert status["percent"] == 100 and any(
+        p.startswith("rai:personalSensitiveInformation") for p in status["report"]["placeholders"]
+    )
     html = client.get(f"/releases/{job.pk}/").content.decode()
     assert "Fill in before publishing" in html and job.zip_name in html
     assert job.path not in json.dumps(status) and job.path not in html  # the folder's name, never the server path
     zipped = client.get(f"/releases/{job.pk}/zip")
     import zipfile
+
     body = io.BytesIO(b"".join(zipped.streaming_content))
     names = zipfile.ZipFile(body).namelist()
     assert zipped.status_code == 200 and f"{Path(job.path).name}/croissant.json" in names
@@ -174,14 +228,19 @@ def test_release_button_runs_a_job(client, tmp_path, settings, django_capture_on
     resp = client.post(f"/studies/{study.pk}/release/", {"layout": ["circled"]})
     assert resp.status_code == 302 and ReleaseJob.objects.count() == 1
     client.force_login(researcher)
-    for url in (f"/releases/{job.pk}/", f"/releases/{job.pk}/status/", f"/releases/{job.pk}/zip",
-                f"/releases/{job.pk}/files/README.md"):
+    for url in (
+        f"/releases/{job.pk}/",
+        f"/releases/{job.pk}/status/",
+        f"/releases/{job.pk}/zip",
+        f"/releases/{job.pk}/files/README.md",
+    ):
         assert client.get(url).status_code == 403, url
     assert client.post(f"/studies/{study.pk}/release/").status_code == 403
 
 
-def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_images, demo_embeddings,
-                                                   monkeypatch) -> None:
+def test_release_of_the_demo_from_the_command_line(
+    db, tmp_path, settings, demo_images, demo_embeddings, monkeypatch
+) -> None:
     """The demo's two studies in one release (M-BEIR + CIRCLED): the card's audit and study
     numbers are the audit report's and the study report's; mlcroissant reads back the
     sessions, their turns and the verdicts."""
@@ -205,15 +264,39 @@ def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_
     for item in StudyItem.objects.filter(study=sessions).order_by("id").select_related("query")[:6]:
         for user in list(sessions.annotators.order_by("username"))[:2]:
             a = Assignment.objects.create(study=sessions, item=item, annotator=user, status="reserved")
-            engine.submit(a, {"scales": {"naturalness": 3, "coherence": 3, "goal_progress": 3, "low_redundancy": 3,
-                                         "overall": rng.choice([2, 4, 5])},
-                              "per_turn_checks": [{"real_difference_toward_target": True,
-                                                   "consistent_with_history": True, "valid": True}] * item.query.n_turns,
-                              "time_spent_ms": 1000})
+            engine.submit(
+                a,
+                {
+                    "scales": {
+                        "naturalness": 3,
+                        "coherence": 3,
+                        "goal_progress": 3,
+                        "low_redundancy": 3,
+                        "overall": rng.choice([2, 4, 5]),
+                    },
+                    "per_turn_checks": [
+                        {"real_difference_toward_target": True, "consistent_with_history": True, "valid": True}
+                    ]
+                    * item.query.n_turns,
+                    "time_spent_ms": 1000,
+                },
+            )
     root = tmp_path / "demo-release"
     printed = io.StringIO()
-    call_command("release", "--study", str(validity.pk), "--study", str(sessions.pk), "--out", str(root),
-                 "--layout", "mbeir", "--layout", "circled", stdout=printed)
+    call_command(
+        "release",
+        "--study",
+        str(validity.pk),
+        "--study",
+        str(sessions.pk),
+        "--out",
+        str(root),
+        "--layout",
+        "mbeir",
+        "--layout",
+        "circled",
+        stdout=printed,
+    )
     # the demo's source licence and citation are unknown to CIRVal: the command says so
     assert "license: the source dataset's licence of demo" in printed.getvalue()
     assert "citeAs: the source dataset's citation of demo" in printed.getvalue()
@@ -232,28 +315,36 @@ def test_release_of_the_demo_from_the_command_line(db, tmp_path, settings, demo_
 
     alts = alternatives_report(validity, annotator_pseudonyms(validity), n_boot=default_bootstrap(validity), seed=0)
     mean = alts["accepted_per_query"]["mean"]
-    assert f"Alternatives added per query: mean {mean if mean is None else round(mean, 3)} over " \
-           f"{alts['accepted_per_query']['n_items']} judged queries" in card
+    assert (
+        f"Alternatives added per query: mean {mean if mean is None else round(mean, 3)} over "
+        f"{alts['accepted_per_query']['n_items']} judged queries" in card
+    )
     report = study_report(validity, pseudonymise=True, n_boot=default_bootstrap(validity), seed=0)
     a = report["agreement"]
     iv = a["confidence_intervals"]["intervals"]["krippendorff_alpha"]
     assert f"krippendorff alpha {a['krippendorff_alpha']:.3f} (95% CI {iv['low']:.3f} to {iv['high']:.3f})" in card
     release = json.loads((root / RELEASE_JSON).read_text())
     assert {r["spec"] for r in release["retrievers"]} == {public_spec(s) for s in run.retrievers}
-    assert all(len(r["checkpoint_sha256"]) == 64 and r["spec"].endswith("@" + r["checkpoint"])
-               for r in release["retrievers"])  # named by file name and sha256, never the server path
+    assert all(
+        len(r["checkpoint_sha256"]) == 64 and r["spec"].endswith("@" + r["checkpoint"]) for r in release["retrievers"]
+    )  # named by file name and sha256, never the server path
     got = croissant_records(root, monkeypatch)
     want = expected_mbeir(root, f"study-{validity.pk}")
     for rs, records in want.items():
         assert got[rs] == records, rs
     base = root / f"study-{sessions.pk}" / "circled"
-    records = [r for p in sorted(p for p in base.rglob("*.json") if p.name != "manifest.json")
-               for r in json.loads(p.read_text())]
+    records = [
+        r
+        for p in sorted(p for p in base.rglob("*.json") if p.name != "manifest.json")
+        for r in json.loads(p.read_text())
+    ]
     pre = f"study-{sessions.pk}/circled/"
-    assert records and got[pre + "sessions"] == [{k: r[k] for k in ("session_id", "subset", "num_turns")}
-                                                 for r in records]
-    assert got[pre + "turns"] == [{k: t[k] for k in ("turn", "reference_image_id", "relative_caption")}
-                                  for r in records for t in r["turns"]]
+    assert records and got[pre + "sessions"] == [
+        {k: r[k] for k in ("session_id", "subset", "num_turns")} for r in records
+    ]
+    assert got[pre + "turns"] == [
+        {k: t[k] for k in ("turn", "reference_image_id", "relative_caption")} for r in records for t in r["turns"]
+    ]
     traces = jsonl(sorted(base.rglob("*.trace.jsonl")))
     assert [v["qid"] for v in got[pre + "verdicts"]] == [t["qid"] for t in traces]
 

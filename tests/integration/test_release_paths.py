@@ -1,6 +1,7 @@
 """A release names no server path (issue 41, item 5): the same data released from two folders
 (another CIRVAL_VAR_DIR, so another checkpoint folder, export folder and image root) gives the
 same files, byte for byte, but for release.json's ``released_at``."""
+
 from __future__ import annotations
 
 import hashlib
@@ -39,12 +40,17 @@ def audited_study(var_dir: Path):
     (var_dir / "models" / CHECKPOINT).write_bytes(b"PK\x03\x04" + bytes(range(256)) * 4)  # a zip's magic
     specs = [spec_in(var_dir), "openclip:cirval-tiny-vit@random:3"]
     dataset = study.items.first().query.dataset
-    run = AuditRun.objects.create(dataset=dataset, retrievers=specs, k=3, status=AuditRun.Status.RUNNING,
-                                  planned=True, tau_encoder=specs[0])
+    run = AuditRun.objects.create(
+        dataset=dataset, retrievers=specs, k=3, status=AuditRun.Status.RUNNING, planned=True, tau_encoder=specs[0]
+    )
     queries = list(Query.objects.filter(dataset=dataset).order_by("ordinal"))
-    AuditRank.objects.bulk_create([
-        AuditRank(run=run, query=q, retriever=spec, mm=1 + (n + j) % 5, text=1 + (2 * n + j) % 7, image=None)
-        for n, q in enumerate(queries) for j, spec in enumerate(specs)])
+    AuditRank.objects.bulk_create(
+        [
+            AuditRank(run=run, query=q, retriever=spec, mm=1 + (n + j) % 5, text=1 + (2 * n + j) % 7, image=None)
+            for n, q in enumerate(queries)
+            for j, spec in enumerate(specs)
+        ]
+    )
     assert aggregation.aggregate_run(run.pk)
     study.pool = {**(study.pool or {}), "audit_runs": {dataset.name: run.pk}}
     study.save(update_fields=["pool"])
@@ -56,8 +62,11 @@ def move_var_dir(old: Path, new: Path) -> None:
     the old folder holds the new one (timestamps untouched: queryset updates)."""
     shutil.copytree(old / "models", new / "models")
     for model in (AuditRun, AuditRank, AuditLabel):
-        fields = [f.name for f in model._meta.concrete_fields
-                  if isinstance(f, (dj_models.CharField, dj_models.TextField, dj_models.JSONField))]
+        fields = [
+            f.name
+            for f in model._meta.concrete_fields
+            if isinstance(f, (dj_models.CharField, dj_models.TextField, dj_models.JSONField))
+        ]
         for row in model.objects.values("pk", *fields):
             changed = {}
             for name in fields:
@@ -76,7 +85,9 @@ def without_timestamp(root: Path, name: str) -> bytes:
         data, n = re.subn(rb'\n *"%s": "[^"]*",?' % TIMESTAMP_FIELD.encode(), b"", data)
         assert n == 1
     elif name == SUMS:
-        data = b"".join(line for line in data.splitlines(True) if not line.endswith(b"  " + RELEASE_JSON.encode() + b"\n"))
+        data = b"".join(
+            line for line in data.splitlines(True) if not line.endswith(b"  " + RELEASE_JSON.encode() + b"\n")
+        )
     return data
 
 
@@ -86,8 +97,18 @@ def release_from(folder: Path, study, settings) -> Path:
     settings.DEMO_MODELS_DIR = var / "models"
     settings.IMAGE_ROOTS = [var / "images"]
     out = var / "exports" / "release"
-    call_command("release", "--study", str(study.pk), "--out", str(out), "--layout", "mbeir", "--layout", "circo",
-                 stdout=io.StringIO())
+    call_command(
+        "release",
+        "--study",
+        str(study.pk),
+        "--out",
+        str(out),
+        "--layout",
+        "mbeir",
+        "--layout",
+        "circo",
+        stdout=io.StringIO(),
+    )
     return out
 
 
@@ -114,8 +135,12 @@ def test_two_releases_from_two_folders_differ_only_in_the_timestamp(tmp_path, se
     # the checkpoint is named by its file name and sha256
     digest = hashlib.sha256((second / "var" / "models" / CHECKPOINT).read_bytes()).hexdigest()
     ckpt = next(r for r in ra["retrievers"] if r["checkpoint"])
-    assert ckpt == {"spec": f"openclip:cirval-tiny-vit@{CHECKPOINT}", "checkpoint": CHECKPOINT,
-                    "checkpoint_sha256": digest, "kind": "checkpoint"}
+    assert ckpt == {
+        "spec": f"openclip:cirval-tiny-vit@{CHECKPOINT}",
+        "checkpoint": CHECKPOINT,
+        "checkpoint_sha256": digest,
+        "kind": "checkpoint",
+    }
     card = (a / "README.md").read_text()
     assert f"`openclip:cirval-tiny-vit@{CHECKPOINT}`: checkpoint sha256 {digest}" in card
     audit = json.loads((a / f"study-{study.pk}" / "audit" / "circo.json").read_text())
@@ -127,11 +152,27 @@ def test_two_releases_from_two_folders_differ_only_in_the_timestamp(tmp_path, se
 
 
 def test_server_paths_are_written_as_file_names() -> None:
-    specs = ["openclip:M@/srv/x/var/models/a.pt", "openclip:M@~/w/b.safetensors", "openclip:M@openai",
-             "openclip:M@random:2", "external-name", "openclip:M@C:\\models\\c.ckpt"]
+    specs = [
+        "openclip:M@/srv/x/var/models/a.pt",
+        "openclip:M@~/w/b.safetensors",
+        "openclip:M@openai",
+        "openclip:M@random:2",
+        "external-name",
+        "openclip:M@C:\\models\\c.ckpt",
+    ]
     paths = ServerPaths(specs)
-    assert [public_spec(s) for s in specs] == ["openclip:M@a.pt", "openclip:M@b.safetensors", "openclip:M@openai",
-                                              "openclip:M@random:2", "external-name", "openclip:M@c.ckpt"]
-    cleaned = paths.clean({"openclip:M@/srv/x/var/models/a.pt": ["ran /srv/x/var/models/a.pt", 3, None],
-                           "w": str(Path("~/w/b.safetensors").expanduser())})
+    assert [public_spec(s) for s in specs] == [
+        "openclip:M@a.pt",
+        "openclip:M@b.safetensors",
+        "openclip:M@openai",
+        "openclip:M@random:2",
+        "external-name",
+        "openclip:M@c.ckpt",
+    ]
+    cleaned = paths.clean(
+        {
+            "openclip:M@/srv/x/var/models/a.pt": ["ran /srv/x/var/models/a.pt", 3, None],
+            "w": str(Path("~/w/b.safetensors").expanduser()),
+        }
+    )
     assert cleaned == {"openclip:M@a.pt": ["ran a.pt", 3, None], "w": "b.safetensors"}

@@ -3,6 +3,7 @@ right), a fair one (wrong on every fifth item) and a weak one (wrong on every th
 fair and the weak one err together the majority is wrong; Dawid-Skene learns who is reliable
 and follows the careful annotator there. The export's trace lines and its manifest show the
 majority verdict wherever the two differ."""
+
 from __future__ import annotations
 
 import json
@@ -24,16 +25,27 @@ N = 60
 
 @pytest.fixture
 def study():
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     users = [make_annotator(n) for n in ("careful", "fair", "weak")]
-    study, _ = create_study(StudySpec(name="weighted", datasets=["circo"], overlap=3, total=N, seed=2,
-                                      annotators=[u.username for u in users], consensus="reliability", candidates=0))
+    study, _ = create_study(
+        StudySpec(
+            name="weighted",
+            datasets=["circo"],
+            overlap=3,
+            total=N,
+            seed=2,
+            annotators=[u.username for u in users],
+            consensus="reliability",
+            candidates=0,
+        )
+    )
     for n, item in enumerate(StudyItem.objects.filter(study=study).order_by("order_key")):
         valid = n % 4 != 0
-        judge(study, item, users[0], "V" if valid else "TEXT")                     # always right
-        judge(study, item, users[1], "V" if valid != (n % 5 == 1) else "TEXT")     # wrong on every fifth
-        judge(study, item, users[2], "V" if valid != (n % 3 == 0) else "TEXT")     # wrong on every third
+        judge(study, item, users[0], "V" if valid else "TEXT")  # always right
+        judge(study, item, users[1], "V" if valid != (n % 5 == 1) else "TEXT")  # wrong on every fifth
+        judge(study, item, users[2], "V" if valid != (n % 3 == 0) else "TEXT")  # wrong on every third
     return Study.objects.get(pk=study.pk)
 
 
@@ -60,8 +72,11 @@ def test_reliability_outweighs_an_erring_pair_and_shows_the_majority(study, tmp_
     block = result.manifest["consensus"]["reliability"]
     assert block["differs_from_majority"] == len(both_wrong)
     assert {d["item"] for d in block["differing_items"]} == set(both_wrong)
-    trace = {json.loads(line)["item"]: json.loads(line) for f in (tmp_path / "out").rglob("*.trace.jsonl")
-             for line in f.read_text().splitlines()}
+    trace = {
+        json.loads(line)["item"]: json.loads(line)
+        for f in (tmp_path / "out").rglob("*.trace.jsonl")
+        for line in f.read_text().splitlines()
+    }
     assert len(trace) == 45
     for item, line in trace.items():
         if item in expected:

@@ -3,6 +3,7 @@ study's stored Dawid-Skene fit, and the refit on all judgements with every item'
 a worker, at most one pending per study (annotation/verdicts/refit.py). Here: a submit's queries
 do not grow with the study; without a fit a split opens a third slot and the refit task settles
 it; a second request while one is pending sends nothing; a broker outage loses no judgement."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -17,9 +18,9 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from annotation.assignment import queue as engine
-from annotation.verdicts import readmodel, state
 from annotation.models import Judgement, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
+from annotation.verdicts import readmodel, state
 from annotation.verdicts.refit import REFIT_STALE_SECONDS, REFIT_TASK, request_refit, run_refit, serving_lag
 from tests.integration.test_adaptive_reliability import HISTORY, history_answer
 from tests.integration.test_adaptive_reliability import study as weighted  # noqa: F401 (a fixture)
@@ -57,8 +58,19 @@ def _forbidden(*args, **kwargs):
 
 
 def _sized(users, name: str, total: int, judged: int) -> Study:
-    study, _ = create_study(StudySpec(name=name, datasets=["circo"], overlap=2, adaptive_max=3, consensus="reliability",
-                                      total=total, seed=5, candidates=0, annotators=[u.username for u in users.values()]))
+    study, _ = create_study(
+        StudySpec(
+            name=name,
+            datasets=["circo"],
+            overlap=2,
+            adaptive_max=3,
+            consensus="reliability",
+            total=total,
+            seed=5,
+            candidates=0,
+            annotators=[u.username for u in users.values()],
+        )
+    )
     for n, item in enumerate(list(StudyItem.objects.filter(study=study).order_by("order_key"))[:judged]):
         for who in ("ann1", "ann2", "spam"):
             judge(study, item, users[who], history_answer(who, n))
@@ -67,16 +79,21 @@ def _sized(users, name: str, total: int, judged: int) -> Study:
     return Study.objects.get(pk=study.pk)
 
 
-def test_a_submit_costs_the_same_queries_whatever_the_study_size(weighted, django_capture_on_commit_callbacks,
-                                                                  monkeypatch):
+def test_a_submit_costs_the_same_queries_whatever_the_study_size(
+    weighted, django_capture_on_commit_callbacks, monkeypatch
+):
     small, users, _ = weighted
     big = _sized(users, "weighted-big", total=200, judged=150)
     assert big.reliability_fit["judgements"] == 450 and small.reliability_fit["judgements"] == 3 * HISTORY
     counts = {}
     for study in (small, big):
-        first = _submit_queries(study, users["fourth"], "V", django_capture_on_commit_callbacks, monkeypatch)  # asks for a refit
+        first = _submit_queries(
+            study, users["fourth"], "V", django_capture_on_commit_callbacks, monkeypatch
+        )  # asks for a refit
         assert Study.objects.get(pk=study.pk).refit_requested_at is not None  # sent to the (test) broker
-        second = _submit_queries(study, users["fourth"], "TEXT", django_capture_on_commit_callbacks, monkeypatch)  # one pending
+        second = _submit_queries(
+            study, users["fourth"], "TEXT", django_capture_on_commit_callbacks, monkeypatch
+        )  # one pending
         counts[study.name] = (first, second)
     print("queries per submit (first: asks for a refit; second: one is pending):", counts)
     assert counts["weighted-big"] == counts["weighted-adaptive"]
@@ -110,8 +127,7 @@ def test_one_refit_pending_per_study(weighted, monkeypatch):
     assert request_refit(Study.objects.get(pk=study.pk)) and len(sent) == 2
 
 
-def test_a_broker_outage_during_a_submit_keeps_the_judgement(weighted, monkeypatch,
-                                                             django_capture_on_commit_callbacks):
+def test_a_broker_outage_during_a_submit_keeps_the_judgement(weighted, monkeypatch, django_capture_on_commit_callbacks):
     study, users, _ = weighted
 
     def down(*args, **kwargs):
@@ -124,9 +140,12 @@ def test_a_broker_outage_during_a_submit_keeps_the_judgement(weighted, monkeypat
     assert Judgement.objects.filter(pk=judgement.pk, is_current=True).exists()
     held = Study.objects.get(pk=study.pk).refit_requested_at
     # not a long lock: stale (free for a later submit) after RELIABILITY_REFIT_SECONDS, not REFIT_STALE_SECONDS
-    assert held is not None and held <= timezone.now() - timedelta(seconds=REFIT_STALE_SECONDS
-                                                                   - settings.RELIABILITY_REFIT_SECONDS)
-    Study.objects.filter(pk=study.pk).update(refit_requested_at=held - timedelta(seconds=settings.RELIABILITY_REFIT_SECONDS))
+    assert held is not None and held <= timezone.now() - timedelta(
+        seconds=REFIT_STALE_SECONDS - settings.RELIABILITY_REFIT_SECONDS
+    )
+    Study.objects.filter(pk=study.pk).update(
+        refit_requested_at=held - timedelta(seconds=settings.RELIABILITY_REFIT_SECONDS)
+    )
     monkeypatch.setattr(current_app.tasks[REFIT_TASK], "apply_async", lambda args, **kw: None)  # the broker is back
     assert request_refit(Study.objects.get(pk=study.pk))  # that period over: the next submit's request is sent
 
@@ -142,12 +161,20 @@ def test_the_staff_page_says_how_far_serving_is_behind_the_exact_fit(weighted, e
     # the exact fit settles the reliable annotator against the unreliable one; serving still has a third open
     assert (lag["stored"], lag["to_close"], lag["to_open"]) == (False, 1, 0)
     page = admin_client.get(f"/studies/{study.pk}/progress/").content.decode()
-    assert "No fit is stored yet: serving opens a further annotator on every split" in page and 'id="serving-behind">1</b> item:' in page
+    assert (
+        "No fit is stored yet: serving opens a further annotator on every split" in page
+        and 'id="serving-behind">1</b> item:' in page
+    )
     assert "1 still open to a further annotator although this fit settles the split" in page
     assert request_refit(study)  # eager: the worker's refit stores the fit and sets the slots
     lag = serving_lag(Study.objects.get(pk=study.pk))
-    assert (lag["stored"], lag["judgements"], lag["newer"], lag["to_close"], lag["to_open"]) == \
-        (True, 3 * HISTORY + 2, 0, 0, 0)
+    assert (lag["stored"], lag["judgements"], lag["newer"], lag["to_close"], lag["to_open"]) == (
+        True,
+        3 * HISTORY + 2,
+        0,
+        0,
+        0,
+    )
     page = admin_client.get(f"/studies/{study.pk}/progress/").content.decode()
     assert f"on {3 * HISTORY + 2} judgements" in page and "Serving is in step with this fit." in page
 
@@ -156,8 +183,9 @@ def test_a_delayed_refit_is_brought_forward_once_the_fit_is_far_behind(weighted,
     study, users, history = weighted
     settings.RELIABILITY_REFIT_JUDGEMENTS = 3
     sent = []
-    monkeypatch.setattr(current_app.tasks[REFIT_TASK], "apply_async",
-                        lambda args, **kw: sent.append((args, kw.get("countdown"))))
+    monkeypatch.setattr(
+        current_app.tasks[REFIT_TASK], "apply_async", lambda args, **kw: sent.append((args, kw.get("countdown")))
+    )
     items = list(StudyItem.objects.filter(study=study).exclude(pk__in=history).order_by("order_key"))
     judge(study, items[0], users["ann1"], "V")  # the fit was stored just now: a refit when it is 30 s old
     assert request_refit(Study.objects.get(pk=study.pk)) and 0 < sent[-1][1] <= settings.RELIABILITY_REFIT_SECONDS

@@ -20,6 +20,7 @@ with that category; '!' = flagged; '-' = no judgement):
     10    unresolved            -       -       -        unjudged
     11    (none)                V       V       TEXT     validated (majority)
 """
+
 from __future__ import annotations
 
 import csv
@@ -34,25 +35,46 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
 
+from annotation.agreement.reports import study_report, study_triples
 from annotation.assignment import queue as engine
-from annotation.verdicts.adjudication import adjudicate, adjudication_queue
-from annotation.verdicts.readmodel import Verdicts
 from annotation.export.validated import MBEIR_KEYS, ExportError, export_study
 from annotation.models import Assignment, ExportJob, Judgement, RubricVersion, Study, StudyItem
-from annotation.agreement.reports import study_report, study_triples
 from annotation.studies.building import StudySpec, create_study
+from annotation.verdicts.adjudication import adjudicate, adjudication_queue
+from annotation.verdicts.readmodel import Verdicts
 from retrieval.models import Query, QuerySubset
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.django_db
 
 ANNOTATORS = ("ann_x", "ann_y", "ann_z")
-HIDDEN = ["composition_required", "composition_required", "unresolved", "unresolved", "unresolved", "",
-          "composition_required", "unresolved", "composition_required", "composition_required", "unresolved", ""]
+HIDDEN = [
+    "composition_required",
+    "composition_required",
+    "unresolved",
+    "unresolved",
+    "unresolved",
+    "",
+    "composition_required",
+    "unresolved",
+    "composition_required",
+    "composition_required",
+    "unresolved",
+    "",
+]
 VOTES = [
-    ("V", "V", "V"), ("V", "V", "TEXT"), ("V", "TEXT", "BROAD"), ("TARGET", "TARGET", "IMAGE"),
-    ("V", "V", "V"), ("V", "V", "V"), ("V", "TEXT", "-"), ("V", "V", "V!"), ("V", "V", "V"),
-    ("BROAD", "TARGET", "V"), ("-", "-", "-"), ("V", "V", "TEXT"),
+    ("V", "V", "V"),
+    ("V", "V", "TEXT"),
+    ("V", "TEXT", "BROAD"),
+    ("TARGET", "TARGET", "IMAGE"),
+    ("V", "V", "V"),
+    ("V", "V", "V"),
+    ("V", "TEXT", "-"),
+    ("V", "V", "V!"),
+    ("V", "V", "V"),
+    ("BROAD", "TARGET", "V"),
+    ("-", "-", "-"),
+    ("V", "V", "TEXT"),
 ]
 PAYLOADS = {
     "V": {"category": "VALIDATED"},
@@ -72,19 +94,22 @@ def make_user(name: str, group: str | None = None, staff: bool = False):
 
 def judge(study: Study, item: StudyItem, user, code: str, note: str = "") -> None:
     position = Assignment.objects.filter(study=study, annotator=user).count() + 1
-    assignment = Assignment.objects.create(study=study, item=item, annotator=user, position=position,
-                                           status=Assignment.Status.RESERVED)
+    assignment = Assignment.objects.create(
+        study=study, item=item, annotator=user, position=position, status=Assignment.Status.RESERVED
+    )
     payload = {**PAYLOADS[code.rstrip("!")], "time_spent_ms": 4000, "flagged": code.endswith("!"), "note": note}
     engine.submit(assignment, payload)
 
 
 def build_twelve() -> tuple[Study, list[StudyItem]]:
     """The small study of the module docstring (needs the database)."""
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     users = [make_user(n, "annotator") for n in ANNOTATORS]
-    study, _ = create_study(StudySpec(name="twelve", datasets=["circo"], overlap=3, total=12, seed=3,
-                                      annotators=list(ANNOTATORS)))
+    study, _ = create_study(
+        StudySpec(name="twelve", datasets=["circo"], overlap=3, total=12, seed=3, annotators=list(ANNOTATORS))
+    )
     items = list(StudyItem.objects.filter(study=study).order_by("id").select_related("query"))
     assert len(items) == 12
     for item, hidden, votes in zip(items, HIDDEN, VOTES):
@@ -102,8 +127,11 @@ def twelve(db):
 
 @pytest.fixture
 def people(db):
-    return {"researcher": make_user("rita", "researcher"), "staff": make_user("boss", None, staff=True),
-            "annotator": make_user("anna", "annotator")}
+    return {
+        "researcher": make_user("rita", "researcher"),
+        "staff": make_user("boss", None, staff=True),
+        "annotator": make_user("anna", "annotator"),
+    }
 
 
 # --------------------------------------------------------------------------- the report
@@ -116,10 +144,15 @@ def test_report_figures(twelve) -> None:
     assert r["study"]["annotators"] == list(ANNOTATORS)
     # item 6 has 2 of its 3 votes: below the quorum (the overlap), pending, not a tie
     assert r["study"]["quorum"] == 3 and r["consensus"]["quorum"] == 3
-    assert r["consensus"]["status"] == {"validated": 6, "rejected": 3, "adjudication": 1, "pending": 1,
-                                        "unjudged": 1}
-    assert r["consensus"]["provenance"] == {"unanimous": 5, "single": 0, "majority": 4, "primary": 0,
-                                            "adjudicated": 0, "reliability": 0}
+    assert r["consensus"]["status"] == {"validated": 6, "rejected": 3, "adjudication": 1, "pending": 1, "unjudged": 1}
+    assert r["consensus"]["provenance"] == {
+        "unanimous": 5,
+        "single": 0,
+        "majority": 4,
+        "primary": 0,
+        "adjudicated": 0,
+        "reliability": 0,
+    }
     assert r["consensus"]["adjudication_reasons"] == {"tie": 0, "flagged": 1, "disagreement": 0}
     a = r["agreement"]
     assert a["n_items"] == 11 and a["n_items_excluded"] == 0  # item 10 has no rating at all
@@ -141,8 +174,13 @@ def check_pairwise_and_categories(r: dict) -> None:
     assert p["signature_agreement"][0][2] == pytest.approx(0.5) == p["signature_agreement"][1][2]
     assert p["shared_items"][0][1] == 11 and p["shared_items"][0][2] == 10
     categories = {c["category"]: c for c in r["categories"]}
-    assert list(categories) == ["VALIDATED", "INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE",
-                                "QUERY_TOO_BROAD"]
+    assert list(categories) == [
+        "VALIDATED",
+        "INVALID_TEXT_QUERY",
+        "INVALID_IMAGE_QUERY",
+        "INVALID_TARGET_IMAGE",
+        "QUERY_TOO_BROAD",
+    ]
     assert categories["VALIDATED"]["prevalence"] == pytest.approx(22 / 32)
     assert categories["QUERY_TOO_BROAD"]["prevalence"] == pytest.approx(2 / 32)
     assert categories["INVALID_TARGET_IMAGE"]["chosen_share"] == pytest.approx(3 / 32)
@@ -159,7 +197,12 @@ def check_confusion_and_breakdowns(r: dict) -> None:
     assert r["by_hidden_category"]["composition_required"]["items"] == 5
     assert r["by_hidden_category"]["(none)"]["items"] == 2
     assert r["by_hidden_category"]["unresolved"]["consensus"] == {
-        "validated": 1, "rejected": 2, "adjudication": 1, "pending": 0, "unjudged": 1}
+        "validated": 1,
+        "rejected": 2,
+        "adjudication": 1,
+        "pending": 0,
+        "unjudged": 1,
+    }
     assert r["by_dataset"]["circo"]["items"] == 12
     assert r["by_dataset"]["circo"]["valid_rate"] == pytest.approx(22 / 32)
 
@@ -170,13 +213,11 @@ def test_report_pseudonymised_and_policies(twelve) -> None:
     assert r["study"]["annotators"] == ["annotator_01", "annotator_02", "annotator_03"]
     assert "ann_x" not in json.dumps(r)
     # unanimous: items 0, 4, 5, 8 validated, 3 rejected; 1, 2, 9, 11 disagree; 7 is flagged; 6 pending
-    assert r["consensus"]["status"] == {"validated": 4, "rejected": 1, "adjudication": 5, "pending": 1,
-                                        "unjudged": 1}
+    assert r["consensus"]["status"] == {"validated": 4, "rejected": 1, "adjudication": 5, "pending": 1, "unjudged": 1}
     assert r["consensus"]["adjudication_reasons"] == {"tie": 0, "flagged": 1, "disagreement": 4}
     r = study_report(study, policy="primary", primary="ann_z")
     # ann_z decides: 0 V, 1 I, 2 I, 3 I, 4 V, 5 V, 7 flagged, 8 V, 9 V, 11 I; 6 is below the quorum
-    assert r["consensus"]["status"] == {"validated": 5, "rejected": 4, "adjudication": 1, "pending": 1,
-                                        "unjudged": 1}
+    assert r["consensus"]["status"] == {"validated": 5, "rejected": 4, "adjudication": 1, "pending": 1, "unjudged": 1}
     assert r["consensus"]["provenance"]["primary"] == 9
 
 
@@ -201,8 +242,10 @@ def test_report_endpoints_and_access(twelve, people, client) -> None:
     # issue 28: two Cohen's kappas of one pair, each naming its basis
     basis = {tuple(r[:3]): r[4] for r in rows[1:]}
     assert basis[("pairwise_cohen_kappa", "annotator_01", "annotator_02")] == "binary valid / invalid, unweighted"
-    assert basis[("agreement", "pairwise_cohen_by_pair", "annotator_01__annotator_02")] == \
-        "validity signatures, unweighted"
+    assert (
+        basis[("agreement", "pairwise_cohen_by_pair", "annotator_01__annotator_02")]
+        == "validity signatures, unweighted"
+    )
     assert basis[("agreement", "binary_valid_invalid", "pairwise_cohen_mean")] == "binary valid / invalid, unweighted"
     assert basis[("agreement", "", "fleiss_kappa")] == "" and basis[("study", "", "items")] == ""
     # staff see the usernames
@@ -210,8 +253,12 @@ def test_report_endpoints_and_access(twelve, people, client) -> None:
     assert "ann_x" in client.get(f"/studies/{study.pk}/report/").content.decode()
     # annotators are refused everywhere
     client.force_login(people["annotator"])
-    for url in (f"/studies/{study.pk}/report/", f"/studies/{study.pk}/report.json",
-                f"/studies/{study.pk}/report.csv", "/reports/"):
+    for url in (
+        f"/studies/{study.pk}/report/",
+        f"/studies/{study.pk}/report.json",
+        f"/studies/{study.pk}/report.csv",
+        "/reports/",
+    ):
         assert client.get(url).status_code == 403, url
     client.logout()
     assert client.get(f"/studies/{study.pk}/report/").status_code == 302
@@ -219,7 +266,7 @@ def test_report_endpoints_and_access(twelve, people, client) -> None:
 
 def test_csv_neutralises_formulas(twelve, people, client) -> None:
     study, items = twelve
-    evil = make_user("=HYPERLINK(\"http://x\")", "annotator")
+    evil = make_user('=HYPERLINK("http://x")', "annotator")
     plus = make_user("+SUM(1)", "annotator")
     study.annotators.add(evil, plus)
     judge(study, items[10], evil, "V")
@@ -229,7 +276,7 @@ def test_csv_neutralises_formulas(twelve, people, client) -> None:
     client.force_login(people["staff"])
     body = b"".join(client.get(f"/studies/{study.pk}/report.csv").streaming_content).decode()
     cells = [c for row in csv.reader(io.StringIO(body)) for c in row]
-    assert "'=HYPERLINK(\"http://x\")" in cells and "'+SUM(1)" in cells and "'@cmd" in cells and "'-2+3" in cells
+    assert '\'=HYPERLINK("http://x")' in cells and "'+SUM(1)" in cells and "'@cmd" in cells and "'-2+3" in cells
     for cell in cells:
         if cell[:1] in ("=", "+", "-", "@"):
             float(cell)  # only plain numbers (negative coefficients) may start with '-'
@@ -286,8 +333,15 @@ def test_export_of_the_small_study(twelve, tmp_path) -> None:
     manifest = check_export(out)
     counts = manifest["counts"]
     # item 6 is below the quorum (2 of 3 votes) and item 10 unjudged: 2 pending, never exported
-    assert (counts["items"], counts["validated"], counts["rejected"], counts["adjudicated"], counts["pending"],
-            counts["unjudged"], counts["awaiting_adjudication"]) == (12, 6, 3, 0, 1, 1, 1)
+    assert (
+        counts["items"],
+        counts["validated"],
+        counts["rejected"],
+        counts["adjudicated"],
+        counts["pending"],
+        counts["unjudged"],
+        counts["awaiting_adjudication"],
+    ) == (12, 6, 3, 0, 1, 1, 1)
     assert counts["by_provenance"] == {"majority": 4, "unanimous": 5}  # validated and rejected together
     assert manifest["study"]["quorum"] == 3 and manifest["consensus"]["quorum"] == 3
     assert "quorum" in manifest["consensus"]["rule"]
@@ -295,9 +349,13 @@ def test_export_of_the_small_study(twelve, tmp_path) -> None:
     assert manifest["rubric"] == {"key": "validity", "version": 1, "title": study.rubric.title}
     ids = [i.pk for i in items]
     assert [t["item"] for t in read_jsonl(out / "circo/validated_solved/circo_validated_solved.trace.jsonl")] == [
-        ids[0], ids[1], ids[8]]
-    assert [t["item"] for t in read_jsonl(out / "circo/validated_unsolved/circo_validated_unsolved.trace.jsonl")] \
-        == [ids[4]]
+        ids[0],
+        ids[1],
+        ids[8],
+    ]
+    assert [t["item"] for t in read_jsonl(out / "circo/validated_unsolved/circo_validated_unsolved.trace.jsonl")] == [
+        ids[4]
+    ]
     assert [t["item"] for t in read_jsonl(out / "circo/validated/circo_validated.trace.jsonl")] == [ids[5], ids[11]]
     # an M-BEIR line built from the CIRCO query: text, reference path, ground truths (primary first)
     q = items[0].query
@@ -319,12 +377,22 @@ def check_small_trace(out: Path, items: list) -> None:
     """The trace of item 1: every vote and note, pseudonymised."""
     ids = [i.pk for i in items]
     t = traces(out)[ids[1]]
-    assert t["consensus"] == {"policy": "majority", "status": "validated", "provenance": "majority", "quorum": 3,
-                              "valid_votes": 2, "invalid_votes": 1, "n_votes": 3, "flagged_votes": 0,
-                              "decided_by": None}
+    assert t["consensus"] == {
+        "policy": "majority",
+        "status": "validated",
+        "provenance": "majority",
+        "quorum": 3,
+        "valid_votes": 2,
+        "invalid_votes": 1,
+        "n_votes": 3,
+        "flagged_votes": 0,
+        "decided_by": None,
+    }
     assert [(v["annotator"], v["signature"], v["category"], v["sub_reason"]) for v in t["votes"]] == [
-        ("annotator_01", "VALID", "VALIDATED", ""), ("annotator_02", "VALID", "VALIDATED", ""),
-        ("annotator_03", "INVALID_TEXT_QUERY", "INVALID_TEXT_QUERY", "underspecified")]
+        ("annotator_01", "VALID", "VALIDATED", ""),
+        ("annotator_02", "VALID", "VALIDATED", ""),
+        ("annotator_03", "INVALID_TEXT_QUERY", "INVALID_TEXT_QUERY", "underspecified"),
+    ]
     assert [v["note"] for v in t["votes"]] == ["", "", f"reason {ids[1]}-2"]
     text = "".join(p.read_text() for p in out.rglob("*.jsonl")) + (out / "manifest.json").read_text()
     for name in ANNOTATORS:
@@ -333,10 +401,10 @@ def check_small_trace(out: Path, items: list) -> None:
 
 def test_adjudication_changes_the_export(twelve, people, tmp_path) -> None:
     study, items = twelve
-    adjudicate(study, items[6], True, "the text is clear enough", people["staff"])   # pending -> validated
-    adjudicate(study, items[7], False, "target is wrong", people["staff"])           # flagged -> rejected
+    adjudicate(study, items[6], True, "the text is clear enough", people["staff"])  # pending -> validated
+    adjudicate(study, items[7], False, "target is wrong", people["staff"])  # flagged -> rejected
     adjudicate(study, items[1], False, "first thought", people["staff"])
-    adjudicate(study, items[1], True, "on reflection, fine", people["staff"])        # replaces the decision
+    adjudicate(study, items[1], True, "on reflection, fine", people["staff"])  # replaces the decision
     manifest = check_export(export_study(study, tmp_path / "e").path)
     assert manifest["counts"]["validated"] == 7 and manifest["counts"]["awaiting_adjudication"] == 0
     assert manifest["counts"]["adjudicated"] == 3 and manifest["counts"]["pending"] == 0
@@ -355,12 +423,23 @@ def test_adjudication_changes_the_export(twelve, people, tmp_path) -> None:
 def test_export_policies_through_the_command(twelve, tmp_path) -> None:
     study, items = twelve
     out = io.StringIO()
-    call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "u"), "--policy", "unanimous",
-                 stdout=out)
+    call_command(
+        "export_validated", "--study", str(study.pk), "--out", str(tmp_path / "u"), "--policy", "unanimous", stdout=out
+    )
     assert "4 validated of 12 items" in out.getvalue()
     assert set(traces(tmp_path / "u")) == {items[i].pk for i in (0, 4, 5, 8)}
-    call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "p"), "--policy", "primary",
-                 "--primary", "ann_z", stdout=io.StringIO())
+    call_command(
+        "export_validated",
+        "--study",
+        str(study.pk),
+        "--out",
+        str(tmp_path / "p"),
+        "--policy",
+        "primary",
+        "--primary",
+        "ann_z",
+        stdout=io.StringIO(),
+    )
     manifest = check_export(tmp_path / "p")
     # item 6 (ann_z did not vote) is below the quorum: pending under the primary policy too
     assert set(traces(tmp_path / "p")) == {items[i].pk for i in (0, 4, 5, 8, 9)}
@@ -369,8 +448,17 @@ def test_export_policies_through_the_command(twelve, tmp_path) -> None:
     with pytest.raises(CommandError, match="not an empty folder"):
         call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "p"))
     with pytest.raises(CommandError, match="has no assignment"):
-        call_command("export_validated", "--study", str(study.pk), "--out", str(tmp_path / "x"), "--policy",
-                     "primary", "--primary", "nobody")
+        call_command(
+            "export_validated",
+            "--study",
+            str(study.pk),
+            "--out",
+            str(tmp_path / "x"),
+            "--policy",
+            "primary",
+            "--primary",
+            "nobody",
+        )
     with pytest.raises(CommandError, match="no study with id"):
         call_command("export_validated", "--study", "999999")
 
@@ -440,10 +528,15 @@ def test_demo_study_round_trip(db, tmp_path, settings, demo_images, demo_embeddi
     subsets = {f["subset"]: f["lines"] for f in manifest["files"] if f["kind"] == "queries"}
     assert sum(subsets.values()) == len(validated)
     assert set(subsets) <= {"validated_solved", "validated_unsolved", "validated"}
-    qids = {line["qid"] for f in (tmp_path / "demo").rglob("*.jsonl") if not f.name.endswith(".trace.jsonl")
-            for line in read_jsonl(f)}
-    assert qids == {f"demo:{q}" for q in Query.objects.filter(study_items__pk__in=validated).values_list(
-        "external_id", flat=True)}
+    qids = {
+        line["qid"]
+        for f in (tmp_path / "demo").rglob("*.jsonl")
+        if not f.name.endswith(".trace.jsonl")
+        for line in read_jsonl(f)
+    }
+    assert qids == {
+        f"demo:{q}" for q in Query.objects.filter(study_items__pk__in=validated).values_list("external_id", flat=True)
+    }
 
 
 # --------------------------------------------------------------------------- pages
@@ -467,19 +560,20 @@ def test_adjudication_pages(twelve, people, client) -> None:
     assert resp.status_code == 302 and resp["Location"].endswith(f"/studies/{study.pk}/adjudication/")
     assert client.post(f"/studies/{study.pk}/adjudication/{items[7].pk}/", {"decision": "maybe"}).status_code == 400
     r = study_report(study)
-    assert r["consensus"]["status"] == {"validated": 7, "rejected": 4, "adjudication": 0, "pending": 0,
-                                        "unjudged": 1}
+    assert r["consensus"]["status"] == {"validated": 7, "rejected": 4, "adjudication": 0, "pending": 0, "unjudged": 1}
     assert r["consensus"]["provenance"]["adjudicated"] == 2
     for who in ("annotator", "researcher"):
         client.force_login(people[who])
         assert client.get(f"/studies/{study.pk}/adjudication/").status_code == 403
         assert client.get(f"/studies/{study.pk}/adjudication/{items[6].pk}/").status_code == 403
-        assert client.post(f"/studies/{study.pk}/adjudication/{items[6].pk}/",
-                           {"decision": "rejected"}).status_code == 403
+        assert (
+            client.post(f"/studies/{study.pk}/adjudication/{items[6].pk}/", {"decision": "rejected"}).status_code == 403
+        )
 
 
-def test_export_page_job_status_and_download(twelve, people, client, settings, tmp_path, eager_celery,
-                                             django_capture_on_commit_callbacks) -> None:
+def test_export_page_job_status_and_download(
+    twelve, people, client, settings, tmp_path, eager_celery, django_capture_on_commit_callbacks
+) -> None:
     study, _ = twelve
     settings.EXPORT_DIR = tmp_path / "exports"
     client.force_login(people["staff"])
@@ -514,7 +608,9 @@ def test_export_page_job_status_and_download(twelve, people, client, settings, t
     assert 'name="back"' in client.get(exports).content.decode()
     resp = client.post(f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "nobody", "back": exports})
     assert resp["Location"] == exports and "has no assignment" in client.get(exports).content.decode()
-    resp = client.post(f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "x", "back": "https://evil.example/"})
+    resp = client.post(
+        f"/studies/{study.pk}/export/", {"policy": "primary", "primary": "x", "back": "https://evil.example/"}
+    )
     assert resp["Location"] == exports
     # a bare word (a URL name to redirect()) or a scheme-relative URL is no path of the site: the exports page
     for back in ("progress", "annotation:study_progress", "//evil.example/x", "javascript:alert(1)"):
@@ -523,8 +619,13 @@ def test_export_page_job_status_and_download(twelve, people, client, settings, t
     # nobody but staff reaches any export URL
     for who in ("annotator", "researcher"):
         client.force_login(people[who])
-        for url in (f"/exports/{job.pk}/", f"/exports/{job.pk}/status/", f"/exports/{job.pk}/files/{name}",
-                    f"/exports/{job.pk}/files/manifest.json", f"/studies/{study.pk}/exports/"):
+        for url in (
+            f"/exports/{job.pk}/",
+            f"/exports/{job.pk}/status/",
+            f"/exports/{job.pk}/files/{name}",
+            f"/exports/{job.pk}/files/manifest.json",
+            f"/studies/{study.pk}/exports/",
+        ):
             assert client.get(url).status_code == 403, (who, url)
         assert client.post(f"/studies/{study.pk}/export/", {"policy": "majority"}).status_code == 403
     assert ExportJob.objects.count() == 1
@@ -577,13 +678,27 @@ def test_session_study_triples_and_report(db, tmp_path, settings, demo_images, d
     for item, (o1, o2) in zip(items, overall):
         for user, value in zip(users, (o1, o2)):
             a = Assignment.objects.create(study=study, item=item, annotator=user, status="reserved")
-            engine.submit(a, {"scales": {"naturalness": 3, "coherence": 3, "goal_progress": 3, "low_redundancy": 3,
-                                         "overall": value},
-                              "per_turn_checks": [{"real_difference_toward_target": True,
-                                                   "consistent_with_history": True,
-                                                   "valid": value >= 3 or t < item.query.n_turns - 1}
-                                                  for t in range(item.query.n_turns)],
-                              "time_spent_ms": 1000})
+            engine.submit(
+                a,
+                {
+                    "scales": {
+                        "naturalness": 3,
+                        "coherence": 3,
+                        "goal_progress": 3,
+                        "low_redundancy": 3,
+                        "overall": value,
+                    },
+                    "per_turn_checks": [
+                        {
+                            "real_difference_toward_target": True,
+                            "consistent_with_history": True,
+                            "valid": value >= 3 or t < item.query.n_turns - 1,
+                        }
+                        for t in range(item.query.n_turns)
+                    ],
+                    "time_spent_ms": 1000,
+                },
+            )
     triples = study_triples(str(study.pk))
     assert sorted(t[2] for t in triples) == sorted(v for pair in overall for v in pair)
     assert {t[1] for t in triples} == {u.username for u in users}
@@ -597,8 +712,9 @@ def test_session_study_triples_and_report(db, tmp_path, settings, demo_images, d
     scales = {c["category"]: c for c in r["categories"]}
     assert scales["overall"]["mean"] == pytest.approx(29 / 8) and scales["naturalness"]["mean"] == 3
     out = io.StringIO()
-    call_command("agreement", "--study", str(study.pk), "--format", "json", "--bootstrap", "0",
-                 stdout=out, stderr=io.StringIO())
+    call_command(
+        "agreement", "--study", str(study.pk), "--format", "json", "--bootstrap", "0", stdout=out, stderr=io.StringIO()
+    )
     assert json.loads(out.getvalue())["n_judgements"] == 8
     with pytest.raises(CommandError, match="no study with id 424242"):
         call_command("agreement", "--study", "424242", stdout=io.StringIO())
@@ -607,8 +723,16 @@ def test_session_study_triples_and_report(db, tmp_path, settings, demo_images, d
 
 
 def test_report_of_a_study_without_judgements(people, client) -> None:
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0, stdout=io.StringIO())
+    call_command(
+        "import_dataset",
+        "--format",
+        "circo",
+        "--name",
+        "circo",
+        str(FIXTURES / "datasets/circo/val.json"),
+        verbosity=0,
+        stdout=io.StringIO(),
+    )
     study, _ = create_study(StudySpec(name="empty", datasets=["circo"], total=5, seed=1))
     client.force_login(people["researcher"])
     page = client.get(f"/studies/{study.pk}/report/")

@@ -3,6 +3,7 @@
 A fresh process refuses every module of the distributions that only requirements-dev.txt
 brings (its pins and what they pull in, minus what requirements.txt pulls in), then sets
 Django up, runs ``manage.py check`` and imports every module of the four apps."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ import sys
 
 from tests.conftest import ROOT
 
-CHECK = r'''
+CHECK = r"""
 import importlib, importlib.metadata as md, pkgutil, re, sys
 from packaging.requirements import Requirement
 
@@ -55,14 +56,12 @@ for app in ("config", "retrieval", "audit", "annotation"):
         if ".migrations." not in module.name:
             importlib.import_module(module.name)
 print("ok")
-'''
+"""
 
 
 def test_the_app_runs_on_the_runtime_requirements_alone(tmp_path):
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings", CIRVAL_VAR_DIR=str(tmp_path),
-               PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=600)
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings", CIRVAL_VAR_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
 
 

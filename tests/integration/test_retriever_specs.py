@@ -1,5 +1,6 @@
 """The web tier checks retriever specs and starts an audit without loading torch, in a fresh
 process (moved from tests/unit/test_retriever_specs.py: unit tests start no processes)."""
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,13 @@ print(sorted(m for m in ("torch", "open_clip", "torchvision") if m in sys.module
 def test_the_web_tier_starts_an_audit_without_loading_torch(tmp_path: Path):
     """A click on "Run audit" must not load torch into a process that serves annotators:
     importing it costs seconds of CPU under the GIL, and hundreds of MB for the process's life."""
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="config.settings", CIRVAL_VAR_DIR=str(tmp_path),
-               DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}", CELERY_BROKER_URL="filesystem://")
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="config.settings",
+        CIRVAL_VAR_DIR=str(tmp_path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        CELERY_BROKER_URL="filesystem://",
+    )
     out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()

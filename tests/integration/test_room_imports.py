@@ -1,6 +1,7 @@
 """Rank files and a CIRCUS study imported from the project room's page: the request stores the
 uploads and queues a RoomImportJob; a worker runs it (here eagerly, in-process, and once on a
 real worker) and the job's page shows the command's lines or its refusal."""
+
 from __future__ import annotations
 
 import html
@@ -15,6 +16,8 @@ from tests.conftest import FIXTURES
 from tests.integration.test_audit_import import ALPHA, BETA, other, tiny  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.django_db
+
+
 class FollowingClient(Client):
     """Posts follow the redirect to the job's page (the eager worker has run the job)."""
 
@@ -29,16 +32,22 @@ def staff_client(settings, tmp_path, eager_celery):
     c = FollowingClient()
     c.force_login(get_user_model().objects.create_user("boss", password="pw", is_staff=True))
     return c
+
+
 def test_rank_files_from_the_browser(staff_client, tiny, settings):  # noqa: F811
     with open(ALPHA, "rb") as a, open(BETA, "rb") as b:
-        resp = staff_client.post("/room/imports/", {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [a, b],
-                                                    "ranks-min_mm_retrievers": 1})
+        resp = staff_client.post(
+            "/room/imports/",
+            {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [a, b], "ranks-min_mm_retrievers": 1},
+        )
     page = resp.content.decode()
     run = AuditRun.objects.get()
     assert run.source == "imported" and run.retrievers == ["alpha", "beta"]
     assert 'class="status done"' in page and f"Audit {run.pk}:" in page
     assert f"<code>{ALPHA.name}</code>" in page and str(settings.UPLOAD_DIR) not in page
     assert not [p for p in settings.UPLOAD_DIR.rglob("*") if p.is_file()]  # deleted once the import ended
+
+
 CIRCUS_FILES = sorted((FIXTURES / "circus" / "agreement_users").glob("annotator_*.json"))
 
 
@@ -46,9 +55,16 @@ def post_circus(client: Client, study_name: str):
     """Post the CIRCUS fixture's annotator files to the room's form."""
     handles = [open(p, "rb") for p in CIRCUS_FILES]
     try:
-        return client.post("/room/imports/", {"which": "circus", "circus-study_name": study_name,
-                                              "circus-files": handles, "circus-dataset_prefix": "circus",
-                                              "circus-verify_checksum": "on"})
+        return client.post(
+            "/room/imports/",
+            {
+                "which": "circus",
+                "circus-study_name": study_name,
+                "circus-files": handles,
+                "circus-dataset_prefix": "circus",
+                "circus-verify_checksum": "on",
+            },
+        )
     finally:
         for h in handles:
             h.close()
@@ -63,15 +79,14 @@ def test_circus_study_from_the_browser(staff_client):
     assert study.items.count() > 0 and study.annotators.count() == len(files)
 
 
-
 def _listed(page: str, section: str) -> list[str]:
     """The <li> lines of the result card's list ``section`` (plain lines or warnings)."""
     import re
 
-    card = page[page.index('id="import-result"'):page.index("</section>", page.index('id="import-result"'))]
-    block = card if section == "lines" else card[card.index('class="warnings"'):]
+    card = page[page.index('id="import-result"') : page.index("</section>", page.index('id="import-result"'))]
+    block = card if section == "lines" else card[card.index('class="warnings"') :]
     if section == "lines":
-        block = block[block.index('<ul class="plain">'):block.index("</ul>", block.index('<ul class="plain">'))]
+        block = block[block.index('<ul class="plain">') : block.index("</ul>", block.index('<ul class="plain">'))]
     return [html.unescape(x) for x in re.findall(r"<li[^>]*>(.*?)</li>", block)]
 
 
@@ -83,8 +98,10 @@ def test_the_room_and_the_command_run_one_service_and_say_the_same(staff_client,
     from django.core.management import call_command
 
     with open(ALPHA, "rb") as a:
-        page = staff_client.post("/room/imports/", {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [a],
-                                                    "ranks-min_mm_retrievers": 1}).content.decode()
+        page = staff_client.post(
+            "/room/imports/",
+            {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [a], "ranks-min_mm_retrievers": 1},
+        ).content.decode()
     out, err = StringIO(), StringIO()
     call_command("import_ranks", str(ALPHA), "--dataset", "tiny", stdout=out, stderr=err)
     web_run, cli_run = AuditRun.objects.order_by("pk")
@@ -105,9 +122,16 @@ def test_the_room_shows_the_services_refusal_in_the_commands_words(staff_client)
     with pytest.raises(CommandError) as cli:
         call_command("import_circus", str(path), "--study-name", "taken")
     with open(path, "rb") as h:
-        page = staff_client.post("/room/imports/", {"which": "circus", "circus-study_name": "taken",
-                                                    "circus-files": [h], "circus-dataset_prefix": "circus",
-                                                    "circus-verify_checksum": "on"}).content.decode()
+        page = staff_client.post(
+            "/room/imports/",
+            {
+                "which": "circus",
+                "circus-study_name": "taken",
+                "circus-files": [h],
+                "circus-dataset_prefix": "circus",
+                "circus-verify_checksum": "on",
+            },
+        ).content.decode()
     assert 'class="status failed"' in page and str(cli.value) in html.unescape(page)
 
 
@@ -139,15 +163,28 @@ HOSTILE = {
 
 @pytest.mark.parametrize("which", ["ranks", "circus"])
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_room_imports_fail_in_words_write_nothing_and_delete_their_upload(staff_client, tiny, settings,  # noqa: F811
-                                                                                    which, case, tmp_path):
+def test_hostile_room_imports_fail_in_words_write_nothing_and_delete_their_upload(
+    staff_client,
+    tiny,
+    settings,  # noqa: F811
+    which,
+    case,
+    tmp_path,
+):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     text, words = HOSTILE[case]
     upload = SimpleUploadedFile("retrieval_data_tiny_task7_x.json", text.encode(), "application/json")
-    data = ({"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [upload], "ranks-min_mm_retrievers": 1}
-            if which == "ranks" else
-            {"which": "circus", "circus-study_name": "evil", "circus-files": [upload], "circus-dataset_prefix": "circus"})
+    data = (
+        {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [upload], "ranks-min_mm_retrievers": 1}
+        if which == "ranks"
+        else {
+            "which": "circus",
+            "circus-study_name": "evil",
+            "circus-files": [upload],
+            "circus-dataset_prefix": "circus",
+        }
+    )
     resp = staff_client.post("/room/imports/", data)
     page = resp.content.decode()
     assert resp.status_code == 200 and 'class="status failed"' in page and words in page, page[-2000:]
@@ -169,8 +206,10 @@ def test_the_request_only_stores_the_upload_and_queues_the_job(settings, tmp_pat
     c = Client()
     c.force_login(get_user_model().objects.create_user("boss", password="pw", is_staff=True))
     with open(ALPHA, "rb") as a:
-        resp = c.post("/room/imports/", {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [a],
-                                         "ranks-min_mm_retrievers": 1})
+        resp = c.post(
+            "/room/imports/",
+            {"which": "ranks", "ranks-dataset": "tiny", "ranks-files": [a], "ranks-min_mm_retrievers": 1},
+        )
     job = RoomImportJob.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/room/imports/{job.pk}/"
     assert calls == [] and job.status == "queued" and not AuditRun.objects.exists()

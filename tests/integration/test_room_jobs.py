@@ -1,4 +1,5 @@
 """Every job in one list; a failed audit retried from it."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,9 @@ pytestmark = pytest.mark.django_db
 
 def test_jobs_list_and_audit_retry(settings):
     settings.CELERY_TASK_ALWAYS_EAGER = False  # the retry is handed to workers after commit (none here)
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     run = create_run("circo", ["openclip:cirval-tiny-vit"])
     AuditRun.objects.filter(pk=run.pk).update(status=AuditRun.Status.FAILED, error="chunk 3 failed 3 times\ntrace")
     ImportJob.objects.create(dataset_name="x", format="circo", status="running", done=5, total=10)

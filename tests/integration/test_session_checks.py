@@ -2,15 +2,16 @@
 world computes them, the run's summary counts them, demo_check's session section measures
 them against the planted flaws, the validated export's trace carries them, and annotators
 never see them."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from annotation.judging.payloads import item_payload
 from annotation.assignment import queue as engine
 from annotation.export.validated import export_study
+from annotation.judging.payloads import item_payload
 from annotation.management.commands.demo_check import session_checks_report
 from annotation.studies.building import StudySpec, create_study
 from audit.runs import dispatch, planning
@@ -35,8 +36,9 @@ def audited(tmp_path, settings):
     parsed, truth = build_demo_world(root, n_gallery=110, n_single=4, n_sessions=12)
     load_parsed(parsed, "demo", images_root=root)
     clear_memos()
-    run = dispatch.run_inline(planning.create_run(Dataset.objects.get(name="demo"), SPECS, chunk_queries=5,
-                                                  chunk_gallery=40))
+    run = dispatch.run_inline(
+        planning.create_run(Dataset.objects.get(name="demo"), SPECS, chunk_queries=5, chunk_gallery=40)
+    )
     yield run, truth["queries"]
     clear_memos()
 
@@ -66,7 +68,9 @@ def test_the_audit_computes_counts_and_measures_the_checks(audited):
     assert noop["planted"] == sum(1 for q in ext.values() if truth[q]["flaw"] in SESSION_CHECK_EXPECTED[NOOP]) >= 2
     assert noop["recall"] == 1.0
     for check, r in report["consistency"].items():
-        planted = {(q, truth[q]["flaw_turn"]) for q in ext.values() if truth[q]["flaw"] in SESSION_CHECK_EXPECTED[check]}
+        planted = {
+            (q, truth[q]["flaw_turn"]) for q in ext.values() if truth[q]["flaw"] in SESSION_CHECK_EXPECTED[check]
+        }
         found = {(ext[q], n) for (q, n), f in flags.items() if check in f}
         assert (r["planted"], r["found"], r["hits"]) == (len(planted), len(found), len(planted & found)), check
     # the demo's retrospective turns were read from their texts; no reference check fired
@@ -80,19 +84,28 @@ def test_the_export_trace_carries_the_checks_and_annotators_never_see_them(audit
     turn = Turn.objects.filter(query__n_turns__gt=1, index=2).order_by("query_id").first()
     Turn.objects.filter(pk=turn.pk).update(reference_checks=["refers_to_later_turn"])
     user = make_annotator("solo")
-    study, _ = create_study(StudySpec(name="sessions", datasets=["demo"], rubric="session", overlap=1, seed=1,
-                                      annotators=["solo"], total=12))
+    study, _ = create_study(
+        StudySpec(
+            name="sessions", datasets=["demo"], rubric="session", overlap=1, seed=1, annotators=["solo"], total=12
+        )
+    )
     served = engine.next_assignment(study, user).assignment
     body = json.dumps(item_payload(served))
     assert "turn_checks" not in body and '"staff"' not in body and "reference_checks" not in body
     for check in (*CONSISTENCY_CHECKS, *REFERENCE_CHECKS):
         assert f'"{check}"' not in body, check  # not as a value (the texts may say "circle" as a shape)
     staff = item_payload(served, staff=True)
-    assert staff["staff"]["turn_checks"] == [list(t.reference_checks) for t in served.item.query.turns.order_by("index")]
+    assert staff["staff"]["turn_checks"] == [
+        list(t.reference_checks) for t in served.item.query.turns.order_by("index")
+    ]
     judge_all(study, user, session_payload)
     result = export_study(study, tmp_path / "e")
-    traces = [json.loads(line) for f in result.manifest["files"] if f["kind"] == "trace"
-              for line in (result.path / f["path"]).open()]
+    traces = [
+        json.loads(line)
+        for f in result.manifest["files"]
+        if f["kind"] == "trace"
+        for line in (result.path / f["path"]).open()
+    ]
     assert traces and all("turn_checks" in t for t in traces)
     expect = latest_turn_checks([t["query"] for t in traces])
     for t in traces:

@@ -1,4 +1,5 @@
 """session_metrics over a JSONL of per-turn ranks, checked by hand."""
+
 from __future__ import annotations
 
 import json
@@ -35,16 +36,21 @@ def test_hand_computed_sessions(tmp_path):
 
 
 def test_k_boundary_and_epsilon_option(tmp_path):
-    r = run(tmp_path, [{"session": 1, "ranks": [11, 10]}, {"session": 2, "ranks": [10, 50]}], "--k", "10", "--epsilon", "40")
+    r = run(
+        tmp_path, [{"session": 1, "ranks": [11, 10]}, {"session": 2, "ranks": [10, 50]}], "--k", "10", "--epsilon", "40"
+    )
     assert r["hits_at_k"] == [0.5, 1.0] and r["epsilon_violations"] == []
 
 
-@pytest.mark.parametrize("line,fragment", [
-    ('{"session": "a", "ranks": [1,', "line 1: not JSON"),
-    ('{"session": "a"}', "field 'ranks': missing"),
-    ('{"session": "a", "ranks": [0]}', "ranks[0]"),
-    ('{"session": true, "ranks": [1]}', "field 'session'"),
-])
+@pytest.mark.parametrize(
+    "line,fragment",
+    [
+        ('{"session": "a", "ranks": [1,', "line 1: not JSON"),
+        ('{"session": "a"}', "field 'ranks': missing"),
+        ('{"session": "a", "ranks": [0]}', "ranks[0]"),
+        ('{"session": true, "ranks": [1]}', "field 'session'"),
+    ],
+)
 def test_malformed_lines(tmp_path, line, fragment):
     with pytest.raises(CommandError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
         run(tmp_path, [line])

@@ -1,6 +1,7 @@
 """Settings come from the environment with working defaults: read by a fresh process, as a
 server or worker reads them at its start (moved from tests/unit/test_settings.py: unit tests
 start no processes)."""
+
 from __future__ import annotations
 
 import json
@@ -39,12 +40,14 @@ def test_defaults_need_no_server(tmp_path):
 
 
 def test_urls_switch_to_postgres_and_redis(tmp_path):
-    s = settings_in_subprocess({
-        "CIRVAL_VAR_DIR": str(tmp_path),
-        "DATABASE_URL": "postgres://u:p@db.example:5433/cirval",
-        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/3",
-        "IMAGE_ROOTS": f"{tmp_path}/a{os.pathsep}{tmp_path}/b",
-    })
+    s = settings_in_subprocess(
+        {
+            "CIRVAL_VAR_DIR": str(tmp_path),
+            "DATABASE_URL": "postgres://u:p@db.example:5433/cirval",
+            "CELERY_BROKER_URL": "redis://127.0.0.1:6379/3",
+            "IMAGE_ROOTS": f"{tmp_path}/a{os.pathsep}{tmp_path}/b",
+        }
+    )
     assert s["engine"] == "django.db.backends.postgresql" and s["name"] == "cirval" and s["host"] == "db.example"
     assert s["broker"] == "redis://127.0.0.1:6379/3"
     assert 0 < s["opts"]["visibility_timeout"] <= 6 * 3600  # redelivery within hours, never a day
@@ -54,8 +57,15 @@ def test_urls_switch_to_postgres_and_redis(tmp_path):
 def test_https_makes_cookies_secure(tmp_path):
     plain = settings_in_subprocess({"CIRVAL_VAR_DIR": str(tmp_path)})
     assert plain["cookies"][:3] == [False, True, False]  # HttpOnly always, Secure only behind HTTPS
-    s = settings_in_subprocess({"CIRVAL_VAR_DIR": str(tmp_path), "DJANGO_HTTPS": "1", "DJANGO_DEBUG": "0",
-                                "DJANGO_SECRET_KEY": "x" * 50, "DJANGO_HSTS_SECONDS": "3600"})
+    s = settings_in_subprocess(
+        {
+            "CIRVAL_VAR_DIR": str(tmp_path),
+            "DJANGO_HTTPS": "1",
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECRET_KEY": "x" * 50,
+            "DJANGO_HSTS_SECONDS": "3600",
+        }
+    )
     assert s["cookies"] == [True, True, True, True, 3600, False]
 
 

@@ -4,6 +4,7 @@ the splits (and files) it covers, so nothing else is "removed"; "changed" counts
 whose content changed (a caption file re-imported without its split file is unchanged).
 
 Real CIRR and FashionIQ records (tests/fixtures/datasets, excerpts of the official files)."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from retrieval.models import GalleryEntry, Query
-
 from tests.conftest import FIXTURES
 
 pytestmark = pytest.mark.django_db
@@ -95,6 +95,12 @@ def test_fashioniq_captions_reimported_without_their_split_file_are_unchanged() 
     assert f"0 added, 0 changed, 0 removed, {n} unchanged" in out, out
     assert GalleryEntry.objects.filter(dataset__name="fiq").count() == entries
     # and the shirt category added to the dress dataset, in a second command
-    out = run_import("--format", "fashioniq", "--name", "fiq", str(FIQ / "cap.shirt.val.sample.json"),
-                     str(FIQ / "split.shirt.val.sample.json"))
+    out = run_import(
+        "--format",
+        "fashioniq",
+        "--name",
+        "fiq",
+        str(FIQ / "cap.shirt.val.sample.json"),
+        str(FIQ / "split.shirt.val.sample.json"),
+    )
     assert "0 changed, 0 removed, 0 unchanged" in out and Query.objects.filter(category="dress").count() == n

@@ -1,4 +1,5 @@
 """Study creation warns before it builds over missing images or an unaudited dataset."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,15 +15,24 @@ pytestmark = pytest.mark.django_db
 
 
 def test_warns_then_builds_when_confirmed():
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     missing = Image.objects.filter(dataset__name="circo", missing=True).count()
     assert missing > 0  # the fixture ships no image files
     staff = get_user_model().objects.create_user("boss", password="pw", is_staff=True)
     c = Client()
     c.force_login(staff)
-    form = {"name": "over-missing", "datasets": ["circo"], "rubric": "validity", "overlap": 1, "seed": 0,
-            "agreement_size": 0, "lease_minutes": 10, "hidden_categories": ["composition_required"]}
+    form = {
+        "name": "over-missing",
+        "datasets": ["circo"],
+        "rubric": "validity",
+        "overlap": 1,
+        "seed": 0,
+        "agreement_size": 0,
+        "lease_minutes": 10,
+        "hidden_categories": ["composition_required"],
+    }
     resp = c.post("/studies/new/", form)
     body = resp.content.decode()
     assert resp.status_code == 200 and 'id="study-warnings"' in body
@@ -41,8 +51,9 @@ def test_import_result_page_is_readable(settings, tmp_path):
     c = Client()
     c.force_login(staff)
     with open(FIXTURES / "datasets/circo/val.json", "rb") as fh:
-        resp = c.post("/datasets/import/", {"name": "circo-up", "format": "circo", "split": "", "images_root": "",
-                                            "files": fh})
+        resp = c.post(
+            "/datasets/import/", {"name": "circo-up", "format": "circo", "split": "", "images_root": "", "files": fh}
+        )
     assert resp.status_code == 302
     page = c.get(resp["Location"]).content.decode()
     assert 'id="import-result"' in page and "<code>val.json</code>" in page

@@ -4,6 +4,7 @@ count of its rows after every kind of change: items added, an adaptive third slo
 closed, annotators added and removed (either side, a deleted account), items deleted, the
 quorum rule changed, a plain save of an old copy of the study. The PostgreSQL test races
 writers (run it with DATABASE_URL=postgres://...)."""
+
 from __future__ import annotations
 
 import importlib
@@ -20,8 +21,8 @@ from rest_framework.test import APIClient
 from annotation.assignment import queue as engine
 from annotation.models import Study, StudyItem
 from annotation.room.forms import StudySettingsForm
-from annotation.studies.building import StudySpec, add_annotators, create_study
 from annotation.sizes import add_items, fresh_sizes, recount, stored_sizes
+from annotation.studies.building import StudySpec, add_annotators, create_study
 from annotation.verdicts.state import study_sizes
 from retrieval.models import Query
 from tests.conftest import FIXTURES, make_annotator
@@ -38,14 +39,24 @@ def assert_kept(study) -> dict:
 
 
 def _circo():
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
 
 
 def _study(name="sizes", total=12, **spec):
     annotators = [make_annotator(f"{name}-a{i}") for i in range(3)]
-    study, _ = create_study(StudySpec(name=name, datasets=["circo"], total=total, seed=3, candidates=0,
-                                      annotators=[u.username for u in annotators], **spec))
+    study, _ = create_study(
+        StudySpec(
+            name=name,
+            datasets=["circo"],
+            total=total,
+            seed=3,
+            candidates=0,
+            annotators=[u.username for u in annotators],
+            **spec,
+        )
+    )
     return study, annotators
 
 
@@ -58,7 +69,9 @@ def test_the_sizes_follow_every_kind_of_change():
 
     # items added: in bulk, and one through the ORM (the admin's way)
     free = list(Query.objects.exclude(study_items__study=study).order_by("pk")[:3])
-    add_items(study, [StudyItem(study=study, query=q, order_key=100 + n, agreement=n == 0) for n, q in enumerate(free[:2])])
+    add_items(
+        study, [StudyItem(study=study, query=q, order_key=100 + n, agreement=n == 0) for n, q in enumerate(free[:2])]
+    )
     assert assert_kept(study)["n_items"] == 14
     single = StudyItem.objects.create(study=study, query=free[2], order_key=200, agreement=True)
     assert assert_kept(study)["n_agreement"] == 5
@@ -121,8 +134,9 @@ def test_the_sizes_follow_every_kind_of_change():
     single.delete()
     assert assert_kept(study)["n_items"] == 14
     StudyItem.objects.filter(study=study, agreement=True)[:1].get().delete()
-    StudyItem.objects.filter(pk__in=StudyItem.objects.filter(study=study, assignments=None)
-                             .values_list("pk", flat=True)[:2]).delete()
+    StudyItem.objects.filter(
+        pk__in=StudyItem.objects.filter(study=study, assignments=None).values_list("pk", flat=True)[:2]
+    ).delete()
     assert assert_kept(study)["n_items"] == 11
 
 
@@ -132,8 +146,10 @@ def test_a_plain_save_of_an_old_copy_keeps_the_sizes():
     _circo()
     study, _ = _study(total=4)
     old = Study.objects.get(pk=study.pk)
-    add_items(study, [StudyItem(study=study, query=q, order_key=50)
-                      for q in Query.objects.exclude(study_items__study=study)[:2]])
+    add_items(
+        study,
+        [StudyItem(study=study, query=q, order_key=50) for q in Query.objects.exclude(study_items__study=study)[:2]],
+    )
     old.guidelines = "be careful"
     old.save()
     assert Study.objects.get(pk=study.pk).guidelines == "be careful"
@@ -206,23 +222,28 @@ def test_racing_writers_lose_no_change_on_postgresql():
                 errors.append(exc)
             finally:
                 connections.close_all()
+
         return threading.Thread(target=wrapped)
 
     def adder(chunk):
-        return lambda: [add_items(study, [StudyItem(study=study, query=q, order_key=1000 + q.pk, agreement=q.pk % 2 == 0)])
-                        for q in chunk]
+        return lambda: [
+            add_items(study, [StudyItem(study=study, query=q, order_key=1000 + q.pk, agreement=q.pk % 2 == 0)])
+            for q in chunk
+        ]
 
     def member(user, leave):
         def go():
             Study.objects.get(pk=study.pk).annotators.add(user)
             if leave:
                 user.studies.remove(study)
+
         return go
 
     def judge(user, answer):
         def go():
             while (served := engine.next_assignment(study, user)).assignment is not None:
                 engine.submit(served.assignment, answer)
+
         return go
 
     threads = [run(adder(free[i::3])) for i in range(3)]

@@ -5,6 +5,7 @@ trained once per session). With the lead-retriever score (docs/benchmarks/suspic
 these 150-step retrievers measured 0.88 at the top 20 % of the queue (14 of 16; 35
 planted defects in a queue of 76, recall 0.40; the previous score: 0.625); the floor sits two
 hits below, well above the share of defects in the queue (0.46)."""
+
 from __future__ import annotations
 
 import json
@@ -74,7 +75,9 @@ def test_votes_that_disagree_raise_the_score(demo):
     item = study.items.filter(agreement=False).order_by("suspicion").first()
     low = item.suspicion
     users = list(get_user_model().objects.filter(username__in=["annotator1", "annotator2"]).order_by("username"))
-    for user, answer in zip(users, ({"category": "VALIDATED"}, {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified"})):
+    for user, answer in zip(
+        users, ({"category": "VALIDATED"}, {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified"})
+    ):
         a = study.assignments.create(item=item, annotator=user, position=1)
         engine.submit(a, {**answer, "time_spent_ms": 900})
     refresh_suspicion(study.pk)

@@ -1,5 +1,6 @@
 """Issue 25, item 2: a study served by suspicion gives out its most suspicious fresh item
 first (run it over PostgreSQL with DATABASE_URL: the row locks and the ordering are SQL)."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,14 +18,24 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def circo(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     return Dataset.objects.get(name="circo")
 
 
 def _study(name: str, serve_order: str, annotators, overlap: int = 1) -> Study:
-    study, _ = create_study(StudySpec(name=name, datasets=["circo"], overlap=overlap, total=30, seed=3,
-                                      annotators=[u.username for u in annotators], serve_order=serve_order))
+    study, _ = create_study(
+        StudySpec(
+            name=name,
+            datasets=["circo"],
+            overlap=overlap,
+            total=30,
+            seed=3,
+            annotators=[u.username for u in annotators],
+            serve_order=serve_order,
+        )
+    )
     # scores as refresh_suspicion stores them, against the seeded order: the last item is the most suspicious
     items = list(study.items.order_by("order_key"))
     for n, item in enumerate(items):
@@ -76,8 +87,11 @@ def test_staff_choose_the_order_when_creating_a_study(circo, admin_client):
 
     api = APIClient()
     api.force_authenticate(get_user_model().objects.get(username="admin"))
-    r = api.post("/api/studies/", {"name": "api-by-score", "datasets": ["circo"], "total": 5, "serve_order": "suspicion"},
-                 format="json")
+    r = api.post(
+        "/api/studies/",
+        {"name": "api-by-score", "datasets": ["circo"], "total": 5, "serve_order": "suspicion"},
+        format="json",
+    )
     assert r.status_code == 201, r.content
     assert r.json()["serve_order"] == "suspicion" and Study.objects.get(name="api-by-score").serve_order == "suspicion"
     bad = api.post("/api/studies/", {"name": "x", "datasets": ["circo"], "serve_order": "loudest"}, format="json")
@@ -102,8 +116,8 @@ def test_the_queue_page_says_when_scores_have_not_seen_new_judgements(circo, adm
     item = a.item
     page = admin_client.get(f"/studies/{study.pk}/suspicion/").content.decode()
     assert "1 item has counted judgements the score has not seen" in page
-    row = page[page.index(f'data-item="{item.pk}"'):]
-    assert "2 / 0</td>" in row[:row.index("</tr>")]
+    row = page[page.index(f'data-item="{item.pk}"') :]
+    assert "2 / 0</td>" in row[: row.index("</tr>")]
     admin_client.post(f"/studies/{study.pk}/suspicion/")
     page = admin_client.get(f"/studies/{study.pk}/suspicion/").content.decode()
     assert "Every score has seen its item" in page

@@ -1,5 +1,6 @@
 """systemd itself accepts the production units in deploy/systemd/ (``systemd-analyze verify``,
 where installed, on copies pointed at this checkout; their contents: tests/unit/test_systemd_units.py)."""
+
 from __future__ import annotations
 
 import getpass
@@ -23,7 +24,11 @@ def test_systemd_accepts_the_units(tmp_path):
         text = text.replace("/etc/cirval/cirval.env", str(env))
         text = text.replace("User=cirval", f"User={getpass.getuser()}").replace("Group=cirval", "")
         (tmp_path / target).write_text(text)
-    out = subprocess.run(["systemd-analyze", "verify", *(str(tmp_path / t) for t in names.values())],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["systemd-analyze", "verify", *(str(tmp_path / t) for t in names.values())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     complaints = [line for line in (out.stdout + out.stderr).splitlines() if str(tmp_path) in line or "cirval" in line]
     assert out.returncode == 0 and not complaints, out.stdout + out.stderr

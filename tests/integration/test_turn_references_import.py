@@ -1,6 +1,7 @@
 """The importers keep each session turn's effective reference and reference checks (issue 26):
 read from the turn texts ("turn 2", "the second turn", "Keep the colour in the 1st turn"), or
 given by a CIRCLED turn's ``reference_turns``; the loader stores them on the turns."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,13 @@ def session(sid: str, captions: list[str], given: dict[int, list] | None = None)
     turns = [{"turn": n, "reference_image_id": f"B{n}", "relative_caption": c} for n, c in enumerate(captions, 1)]
     for n, refs in (given or {}).items():
         turns[n - 1]["reference_turns"] = refs
-    return {"session_id": sid, "subset": "fashioniq_dress_val", "ground_truth_ids": ["T"],
-            "num_turns": len(turns), "turns": turns}
+    return {
+        "session_id": sid,
+        "subset": "fashioniq_dress_val",
+        "ground_truth_ids": ["T"],
+        "num_turns": len(turns),
+        "turns": turns,
+    }
 
 
 FASHIONMT = [
@@ -48,8 +54,7 @@ def test_circled_reads_turn_references_from_the_captions(tmp_path):
 
 def test_circled_keeps_given_reference_turns(tmp_path):
     given = {2: [1], 3: [1, 2], 4: [4, 9]}  # turn 4 names itself and a turn the session lacks
-    ds = circled.parse([write(tmp_path, "fashioniq_dress_val.json",
-                              [session("s1", ["a", "b", "c", "d"], given)])])
+    ds = circled.parse([write(tmp_path, "fashioniq_dress_val.json", [session("s1", ["a", "b", "c", "d"], given)])])
     turns = ds.queries[0].turns
     assert [t.reference_turns for t in turns] == [[], [1], [1, 2], []]
     assert turns[3].reference_turns == [] and turns[3].reference_checks == [REF_NOT_EARLIER]
@@ -59,19 +64,23 @@ def test_circled_keeps_given_reference_turns(tmp_path):
 
 
 def test_mtfiq_reads_turn_references_from_its_two_captions(tmp_path):
-    record = {"target": ["http://x/t.jpg", "T"], "reference": [
-        ["http://x/1.jpg", ["is red", "shorter"], "A1"],
-        ["http://x/2.jpg", ["has a belt", "belted"], "A2"],
-        ["http://x/3.jpg", ["go back to turn 1", "as in the first turn but blue"], "A3"],
-    ]}
+    record = {
+        "target": ["http://x/t.jpg", "T"],
+        "reference": [
+            ["http://x/1.jpg", ["is red", "shorter"], "A1"],
+            ["http://x/2.jpg", ["has a belt", "belted"], "A2"],
+            ["http://x/3.jpg", ["go back to turn 1", "as in the first turn but blue"], "A3"],
+        ],
+    }
     ds = mtfiq.parse([write(tmp_path, "dress.val.json", [record])])
     assert [t.reference_turns for t in ds.queries[0].turns] == [[], [], [1]]
 
 
 @pytest.mark.django_db
 def test_the_loader_stores_the_references_on_the_turns(tmp_path):
-    ds = circled.parse([write(tmp_path, "fashioniq_dress_val.json",
-                              [session("s1", FASHIONMT), session("s2", ["a", "b"])])])
+    ds = circled.parse(
+        [write(tmp_path, "fashioniq_dress_val.json", [session("s1", FASHIONMT), session("s2", ["a", "b"])])]
+    )
     load_parsed(ds, "fmt")
     rows = {(t.query.external_id, t.index): t for t in Turn.objects.select_related("query")}
     assert rows[("s1", 3)].reference_turns == [2] and rows[("s1", 4)].reference_turns == [1, 4]
@@ -95,13 +104,27 @@ def test_the_loader_stores_the_references_on_the_turns(tmp_path):
 
 def test_a_turn_without_references_keeps_its_digest():
     """Digests written before these fields existed stay valid for turns without references."""
-    plain = QueryRecord("q", "val", 0, "f", targets=[], raw={}, turns=[
-        TurnRecord(1, "a", [TextRecord("x")]), TurnRecord(2, "b", [TextRecord("y")])])
+    plain = QueryRecord(
+        "q",
+        "val",
+        0,
+        "f",
+        targets=[],
+        raw={},
+        turns=[TurnRecord(1, "a", [TextRecord("x")]), TurnRecord(2, "b", [TextRecord("y")])],
+    )
     before = content_hash(plain)
     resolve_turn_references(plain)
     assert [t.reference_turns for t in plain.turns] == [[], []] and content_hash(plain) == before
-    retro = QueryRecord("q", "val", 0, "f", targets=[], raw={}, turns=[
-        TurnRecord(1, "a", [TextRecord("x")]), TurnRecord(2, "b", [TextRecord("go back to turn 1")])])
+    retro = QueryRecord(
+        "q",
+        "val",
+        0,
+        "f",
+        targets=[],
+        raw={},
+        turns=[TurnRecord(1, "a", [TextRecord("x")]), TurnRecord(2, "b", [TextRecord("go back to turn 1")])],
+    )
     digest = content_hash(retro)
     resolve_turn_references(retro)
     assert content_hash(retro) != digest  # the effective reference is content

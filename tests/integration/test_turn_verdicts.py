@@ -5,6 +5,7 @@ report, report.csv and ``agreement --study --turns`` give agreement per turn pos
 session through the one engine (equal to sklearn's Cohen's kappa and krippendorff's alpha); the
 CIRCLED export writes whole valid sessions or valid prefixes with per-turn provenance in its
 trace, and a valid-prefix export re-imports with retrieval/importers/circled.py."""
+
 from __future__ import annotations
 
 import csv
@@ -49,9 +50,14 @@ PREFIX = {"cirr_val_0000": 2, "cirr_val_0001": 2, "circo_val_0000": 1, "fashioni
 
 
 def payload(turns: list[bool], rejects: list[str]) -> dict:
-    return {"scales": {k: 4 for k in SCALES}, "reject_flags": rejects, "time_spent_ms": 2000,
-            "per_turn_checks": [{"real_difference_toward_target": v, "consistent_with_history": True, "valid": v}
-                                for v in turns]}
+    return {
+        "scales": {k: 4 for k in SCALES},
+        "reject_flags": rejects,
+        "time_spent_ms": 2000,
+        "per_turn_checks": [
+            {"real_difference_toward_target": v, "consistent_with_history": True, "valid": v} for v in turns
+        ],
+    }
 
 
 @pytest.fixture
@@ -59,8 +65,9 @@ def judged() -> Study:
     call_command("import_dataset", "--format", "circled", "--name", "circled", *map(str, CIRCLED_FILES), verbosity=0)
     names = ("ann_a", "ann_b", "ann_c")
     users = [make_annotator(n) for n in names]
-    study, _ = create_study(StudySpec(name="turns", datasets=["circled"], rubric="session", overlap=3, seed=1,
-                                      annotators=list(names)))
+    study, _ = create_study(
+        StudySpec(name="turns", datasets=["circled"], rubric="session", overlap=3, seed=1, annotators=list(names))
+    )
     assert study.rubric.version == 2 and study.rubric.rubric.turn_verdict.key == "valid"
     for user in users:
         api = APIClient()
@@ -90,9 +97,12 @@ def decisions(study: Study) -> dict[str, object]:
 def test_consensus_turn_by_turn_through_the_api(judged) -> None:
     ds = decisions(judged)
     assert {k: d.prefix for k, d in ds.items()} == PREFIX
-    assert {k: d.status for k, d in ds.items()} == {"cirr_val_0000": "rejected", "cirr_val_0001": "validated",
-                                                    "circo_val_0000": "rejected",
-                                                    "fashioniq_dress_val_0000": "rejected"}
+    assert {k: d.status for k, d in ds.items()} == {
+        "cirr_val_0000": "rejected",
+        "cirr_val_0001": "validated",
+        "circo_val_0000": "rejected",
+        "fashioniq_dress_val_0000": "rejected",
+    }
     d = ds["cirr_val_0000"]
     assert [t.status for t in d.turns] == ["validated", "validated", "rejected"]
     assert [(t.valid_votes, t.invalid_votes) for t in d.turns] == [(3, 0), (3, 0), (1, 2)]
@@ -146,8 +156,18 @@ def test_agreement_per_turn_position_is_the_engines_and_matches_the_references(j
     assert block["krippendorff_alpha"] == pytest.approx(alpha, abs=1e-12)
     assert block["pairwise_cohen"]["mean"] == pytest.approx(kappa, abs=1e-12)
     out = io.StringIO()
-    call_command("agreement", "--study", str(judged.pk), "--dimension", dimension, "--format", "json",
-                 "--bootstrap", "0", stdout=out)
+    call_command(
+        "agreement",
+        "--study",
+        str(judged.pk),
+        "--dimension",
+        dimension,
+        "--format",
+        "json",
+        "--bootstrap",
+        "0",
+        stdout=out,
+    )
     assert json.loads(out.getvalue())["krippendorff_alpha"] == pytest.approx(alpha, abs=1e-12)
 
 
@@ -166,8 +186,9 @@ def test_report_page_json_csv_and_command_show_the_turns(judged, client) -> None
     assert "Turn by turn" in page and "Turn 3" in page and "Session (derived verdict)" in page
     data = json.loads(client.get(f"/studies/{judged.pk}/report.json").content)
     assert data["turns"]["positions"][1]["krippendorff_alpha"] == pytest.approx(reference("turn:2")[0], abs=1e-12)
-    rows = list(csv.reader(io.StringIO(b"".join(client.get(f"/studies/{judged.pk}/report.csv").streaming_content)
-                                       .decode())))
+    rows = list(
+        csv.reader(io.StringIO(b"".join(client.get(f"/studies/{judged.pk}/report.csv").streaming_content).decode()))
+    )
     alpha_row = next(r for r in rows if r[:3] == ["turns", "turn 1", "krippendorff_alpha"])
     assert float(alpha_row[3]) == pytest.approx(reference("turn:1")[0], abs=1e-12)
     kappa_row = next(r for r in rows if r[:3] == ["turns", "turn 2", "pairwise_cohen_mean"])
@@ -199,8 +220,11 @@ def test_export_whole_sessions_or_valid_prefixes_and_reimport(judged, tmp_path) 
 
     result = export_study(judged, tmp_path / "prefix", sessions="prefix")
     sessions, traces = read_export(result.path)
-    assert {k: s["num_turns"] for k, s in sessions.items()} == {"cirr_val_0000": 2, "cirr_val_0001": 2,
-                                                                "circo_val_0000": 1}
+    assert {k: s["num_turns"] for k, s in sessions.items()} == {
+        "cirr_val_0000": 2,
+        "cirr_val_0001": 2,
+        "circo_val_0000": 1,
+    }
     assert result.manifest["counts"]["valid_prefixes"] == 2 and result.manifest["counts"]["validated"] == 1
     original = {s["session_id"]: s for f in CIRCLED_FILES for s in json.loads(f.read_text())}
     cut = sessions["cirr_val_0000"]
@@ -218,19 +242,26 @@ def test_export_whole_sessions_or_valid_prefixes_and_reimport(judged, tmp_path) 
     # the valid-prefix export re-imports as CIRCLED, with the cut sessions
     files = sorted(p for p in result.path.rglob("*.json") if p.name != "manifest.json")
     parsed = circled.parse(files)
-    assert {q.external_id: len(q.turns) for q in parsed.queries} == {"cirr_val_0000": 2, "cirr_val_0001": 2,
-                                                                     "circo_val_0000": 1}
+    assert {q.external_id: len(q.turns) for q in parsed.queries} == {
+        "cirr_val_0000": 2,
+        "cirr_val_0001": 2,
+        "circo_val_0000": 1,
+    }
     call_command("import_dataset", "--format", "circled", "--name", "circled-prefixes", *map(str, files), verbosity=0)
     again = Dataset.objects.get(name="circled-prefixes")
     assert dict(Query.objects.filter(dataset=again).values_list("external_id", "n_turns")) == {
-        "cirr_val_0000": 2, "cirr_val_0001": 2, "circo_val_0000": 1}
+        "cirr_val_0000": 2,
+        "cirr_val_0001": 2,
+        "circo_val_0000": 1,
+    }
 
 
 def test_prefixes_need_a_turn_verdict_rubric_and_v1_studies_keep_their_rule(db) -> None:
     call_command("import_dataset", "--format", "circled", "--name", "circled", *map(str, CIRCLED_FILES), verbosity=0)
     make_annotator("solo")
-    old, _ = create_study(StudySpec(name="old", datasets=["circled"], rubric="session@1", overlap=1,
-                                    annotators=["solo"]))
+    old, _ = create_study(
+        StudySpec(name="old", datasets=["circled"], rubric="session@1", overlap=1, annotators=["solo"])
+    )
     assert old.rubric.version == 1 and Verdicts.of(old).turn_key is None
     with pytest.raises(ExportError, match="valid prefixes need"):
         export_study(old, sessions="prefix")
@@ -253,7 +284,10 @@ def test_adjudication_page_and_export_page_for_turns(judged, client, settings, t
     client.post(f"/studies/{judged.pk}/adjudication/{items['cirr_val_0001'].pk}/", {"decision": "rejected"})
     ds = decisions(judged)
     assert (ds["circo_val_0000"].status, ds["circo_val_0000"].provenance, ds["circo_val_0000"].prefix) == (
-        "validated", "adjudicated", 2)
+        "validated",
+        "adjudicated",
+        2,
+    )
     assert (ds["cirr_val_0001"].status, ds["cirr_val_0001"].prefix) == ("rejected", 1)
 
     # the export page offers the choice and the worker's job honours it
@@ -266,8 +300,11 @@ def test_adjudication_page_and_export_page_for_turns(judged, client, settings, t
     assert job.status == "done", job.error
     assert job.manifest["consensus"]["sessions"] == "prefix"
     sessions, traces = read_export(type(tmp_path)(job.path))
-    assert {k: s["num_turns"] for k, s in sessions.items()} == {"cirr_val_0000": 2, "cirr_val_0001": 1,
-                                                                "circo_val_0000": 2}
+    assert {k: s["num_turns"] for k, s in sessions.items()} == {
+        "cirr_val_0000": 2,
+        "cirr_val_0001": 1,
+        "circo_val_0000": 2,
+    }
     assert traces["cirr_val_0001"]["adjudication"]["decision"] == "rejected"
     assert traces["cirr_val_0001"]["turn_verdicts"]["turns_kept"] == 1
     page = client.get(f"/exports/{job.pk}/").content.decode()

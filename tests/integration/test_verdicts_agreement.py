@@ -1,5 +1,6 @@
 """Issue 10, items 3 to 5: the quorum before export, one agreement engine behind every entry
 point, and session studies' consensus, adjudication and CIRCLED export (round trip)."""
+
 from __future__ import annotations
 
 import csv
@@ -32,12 +33,22 @@ CIRCLED_FILES = sorted((FIXTURES / "datasets/circled").glob("*.json"))
 
 
 def circo_study(name: str = "q3", overlap: int = 3, quorum: int | None = None, total: int = 4) -> Study:
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     for n in ("ann_x", "ann_y", "ann_z"):
         make_user(n, "annotator")
-    study, _ = create_study(StudySpec(name=name, datasets=["circo"], overlap=overlap, quorum=quorum, total=total,
-                                      seed=3, annotators=["ann_x", "ann_y", "ann_z"]))
+    study, _ = create_study(
+        StudySpec(
+            name=name,
+            datasets=["circo"],
+            overlap=overlap,
+            quorum=quorum,
+            total=total,
+            seed=3,
+            annotators=["ann_x", "ann_y", "ann_z"],
+        )
+    )
     return study
 
 
@@ -53,11 +64,17 @@ def test_one_vote_in_an_overlap_3_study_is_pending_and_never_exported(tmp_path, 
     judge(study, items[1], x, "V")
     judge(study, items[1], y, "V")  # two of three: still pending
     for user in (x, y, z):
-        judge(study, items[2], user, "V")                   # quorum reached: validated, unanimous
+        judge(study, items[2], user, "V")  # quorum reached: validated, unanimous
     manifest = check_export(export_study(study, tmp_path / "e").path)
     counts = manifest["counts"]
-    assert (counts["validated"], counts["rejected"], counts["pending"],
-            counts["unjudged"], counts["adjudicated"], counts["awaiting_adjudication"]) == (1, 0, 2, 1, 0, 0)
+    assert (
+        counts["validated"],
+        counts["rejected"],
+        counts["pending"],
+        counts["unjudged"],
+        counts["adjudicated"],
+        counts["awaiting_adjudication"],
+    ) == (1, 0, 2, 1, 0, 0)
     assert counts["by_provenance"] == {"unanimous": 1} and counts["exported_lines"] == 1
     traces = [json.loads(line) for f in (tmp_path / "e").rglob("*.trace.jsonl") for line in f.open()]
     assert [t["item"] for t in traces] == [items[2].pk]
@@ -88,8 +105,20 @@ def test_quorum_setting_and_honest_provenance(tmp_path) -> None:
     with pytest.raises(StudyError, match="quorum must lie between 1 and the overlap"):
         create_study(StudySpec(name="bad", datasets=["circo"], overlap=2, quorum=3, total=2))
     out = io.StringIO()
-    call_command("create_study", "--name", "cli", "--dataset", "circo", "--overlap", "3", "--quorum", "2",
-                 "--total", "2", stdout=out)
+    call_command(
+        "create_study",
+        "--name",
+        "cli",
+        "--dataset",
+        "circo",
+        "--overlap",
+        "3",
+        "--quorum",
+        "2",
+        "--total",
+        "2",
+        stdout=out,
+    )
     assert Study.objects.get(name="cli").quorum == 2 and "quorum 2" in out.getvalue()
 
 
@@ -101,23 +130,46 @@ def session_study(name: str, overlap: int = 2, **spec) -> tuple[Study, list]:
     users = [make_user(n, "annotator") for n in ("ann_a", "ann_b")]
     # session rubric v1: these tests are about its rule (reject flags, median overall score),
     # which studies made under it keep; v2's turn-by-turn rule: tests/integration/test_turn_verdicts.py
-    study, _ = create_study(StudySpec(name=name, datasets=["circled"], rubric="session@1", overlap=overlap, seed=1,
-                                      annotators=["ann_a", "ann_b"], **spec))
+    study, _ = create_study(
+        StudySpec(
+            name=name,
+            datasets=["circled"],
+            rubric="session@1",
+            overlap=overlap,
+            seed=1,
+            annotators=["ann_a", "ann_b"],
+            **spec,
+        )
+    )
     return study, users
 
 
-def rate(study: Study, item: StudyItem, user, overall: int, rejects: list[str] | None = None,
-         flagged: bool = False) -> None:
+def rate(
+    study: Study, item: StudyItem, user, overall: int, rejects: list[str] | None = None, flagged: bool = False
+) -> None:
     """One session judgement; under a rubric with a turn verdict (v2) every turn is valid
     when ``overall`` is at least 3, else the last turn is invalid."""
     a = Assignment.objects.create(study=study, item=item, annotator=user, status="reserved")
     verdict = study.rubric.rubric.turn_verdict
     n = item.query.n_turns
-    turns = [{"real_difference_toward_target": True, "consistent_with_history": True,
-              **({verdict.key: overall >= 3 or t < n - 1} if verdict else {})} for t in range(n)]
-    engine.submit(a, {"scales": {**{k: 3 for k in SCALES}, "overall": overall},
-                      "per_turn_checks": turns,
-                      "reject_flags": rejects or [], "flagged": flagged, "time_spent_ms": 1000})
+    turns = [
+        {
+            "real_difference_toward_target": True,
+            "consistent_with_history": True,
+            **({verdict.key: overall >= 3 or t < n - 1} if verdict else {}),
+        }
+        for t in range(n)
+    ]
+    engine.submit(
+        a,
+        {
+            "scales": {**{k: 3 for k in SCALES}, "overall": overall},
+            "per_turn_checks": turns,
+            "reject_flags": rejects or [],
+            "flagged": flagged,
+            "time_spent_ms": 1000,
+        },
+    )
 
 
 def csv_value(rows: list[list[str]], section: str, group: str, key: str) -> float:
@@ -152,8 +204,7 @@ def test_identical_agreement_from_every_entry_point(client, eager_celery) -> Non
         assert len({json.dumps(r[key]) for r in reports.values()}) == 1, key
         assert csv_value(rows, "agreement", "", key) == pytest.approx(reports["page"][key], abs=1e-12), key
     assert csv_value(rows, "agreement", "pairwise_cohen", "mean") == pytest.approx(expected, abs=1e-12)
-    assert next(r for r in rows if r[:3] == ["agreement", "pairwise_cohen", "mean"])[4] == \
-        "overall, quadratic weights"
+    assert next(r for r in rows if r[:3] == ["agreement", "pairwise_cohen", "mean"])[4] == "overall, quadratic weights"
     # the same bootstrap (items resampled, n = 1000, seed 0) everywhere
     assert len({json.dumps(r["confidence_intervals"]) for r in reports.values()}) == 1
     assert reports["page"]["confidence_intervals"]["n_boot"] == 1000
@@ -165,21 +216,38 @@ def entry_points(client, study: Study, page) -> tuple[dict[str, dict], list[list
     """The agreement block from the page's context, report.json, the command and the function;
     and report.csv's rows."""
     from_json = json.loads(client.get(f"/studies/{study.pk}/report.json").content)["agreement"]
-    rows = list(csv.reader(io.StringIO(b"".join(client.get(f"/studies/{study.pk}/report.csv")
-                                                .streaming_content).decode())))
+    rows = list(
+        csv.reader(io.StringIO(b"".join(client.get(f"/studies/{study.pk}/report.csv").streaming_content).decode()))
+    )
     out = io.StringIO()
     call_command("agreement", "--study", str(study.pk), "--format", "json", stdout=out, stderr=io.StringIO())
     # the same triples from a file: `agreement FILE --level ordinal` goes through the study path
     # (issue 28: it weighted linearly, 0.359, where the study path weighted quadratically, 0.632)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "triples.jsonl"
-        path.write_text("".join(json.dumps({"item": i, "annotator": a, "label": v}) + "\n"
-                                for i, a, v in study_triples(study)))
+        path.write_text(
+            "".join(json.dumps({"item": i, "annotator": a, "label": v}) + "\n" for i, a, v in study_triples(study))
+        )
         from_file = io.StringIO()
-        call_command("agreement", str(path), "--level", "ordinal", "--categories", "1,2,3,4,5", "--format", "json",
-                     stdout=from_file, stderr=io.StringIO())
-    return {"page": page.context["report"]["agreement"], "json": from_json, "cli": json.loads(out.getvalue()),
-            "file": json.loads(from_file.getvalue()), "function": study_agreement(study, n_boot=1000)}, rows
+        call_command(
+            "agreement",
+            str(path),
+            "--level",
+            "ordinal",
+            "--categories",
+            "1,2,3,4,5",
+            "--format",
+            "json",
+            stdout=from_file,
+            stderr=io.StringIO(),
+        )
+    return {
+        "page": page.context["report"]["agreement"],
+        "json": from_json,
+        "cli": json.loads(out.getvalue()),
+        "file": json.loads(from_file.getvalue()),
+        "function": study_agreement(study, n_boot=1000),
+    }, rows
 
 
 def check_same_weights_everywhere(page, expected: float) -> None:
@@ -218,8 +286,9 @@ def test_constant_raters_are_undefined_and_ac1_is_defined(client) -> None:
     assert r["fleiss_kappa"] is None and why
     headline = html.split('id="headline"')[1].split("</dl>")[0].replace("&#x27;", "'")
     assert f'<small class="muted why">{why}</small>' in headline
-    rows = list(csv.reader(io.StringIO(b"".join(client.get(f"/studies/{study.pk}/report.csv")
-                                                .streaming_content).decode())))
+    rows = list(
+        csv.reader(io.StringIO(b"".join(client.get(f"/studies/{study.pk}/report.csv").streaming_content).decode()))
+    )
     assert ["agreement", "undefined", "fleiss_kappa", why, ""] in rows
     html = client.get(f"/studies/{study.pk}/report/?constant_pairs=one").content.decode()
     assert "1 of 1 pairs" in html
@@ -261,8 +330,9 @@ def check_round_trip(path: Path, manifest: dict, kept: set[str]) -> None:
     for q in parsed.queries:
         s = source[q.external_id]
         assert q.raw == s.raw and q.category == s.category
-        assert [(t.reference, [x.text for x in t.texts]) for t in q.turns] == \
-               [(t.reference, [x.text for x in t.texts]) for t in s.turns]
+        assert [(t.reference, [x.text for x in t.texts]) for t in q.turns] == [
+            (t.reference, [x.text for x in t.texts]) for t in s.turns
+        ]
         assert [t.image for t in q.targets] == [t.image for t in s.targets]
 
 
@@ -298,18 +368,25 @@ def test_session_consensus_adjudication_and_circled_round_trip(tmp_path, client)
     assert manifest["consensus"]["policy"] == "session" and manifest["query_format"] == "circled"
     assert manifest["consensus"]["session_rule"] == {"reject": "majority", "threshold": 3.0, "scale": "overall"}
     check_round_trip(result.path, manifest, {items[0].query.external_id, items[2].query.external_id})
-    traces = {json.loads(line)["item"]: json.loads(line) for p in result.path.rglob("*.trace.jsonl")
-              for line in p.open()}
+    traces = {
+        json.loads(line)["item"]: json.loads(line) for p in result.path.rglob("*.trace.jsonl") for line in p.open()
+    }
     assert set(traces) == {items[0].pk, items[2].pk}
     t = traces[items[2].pk]
     assert t["consensus"]["provenance"] == "adjudicated" and t["adjudication"]["note"] == "ok"
     assert sorted(v["reject_flags"] for v in t["votes"]) == [[], ["circle"]]
     with pytest.raises(StudyError, match="no scale 'sparkle'"):
-        create_study(StudySpec(name="bad-rule", datasets=["circled"], rubric="session", overlap=2,
-                               session_rule={"scale": "sparkle"}))
+        create_study(
+            StudySpec(
+                name="bad-rule", datasets=["circled"], rubric="session", overlap=2, session_rule={"scale": "sparkle"}
+            )
+        )
     with pytest.raises(StudyError, match="session rule: reject rule"):
-        create_study(StudySpec(name="bad-reject", datasets=["circled"], rubric="session", overlap=2,
-                               session_rule={"reject": "some"}))
+        create_study(
+            StudySpec(
+                name="bad-reject", datasets=["circled"], rubric="session", overlap=2, session_rule={"reject": "some"}
+            )
+        )
     assert {v["annotator"] for v in t["votes"]} == {"annotator_01", "annotator_02"}
 
 
@@ -331,5 +408,9 @@ def test_default_bootstrap_is_the_same_everywhere_and_bounded(client, monkeypatc
     reports_, _ = entry_points(client, study, page)
     assert {r["confidence_intervals"]["n_boot"] for k, r in reports_.items() if k not in ("function", "file")} == {150}
     assert "n = 150 replicates" in page.content.decode()
-    assert json.loads(client.get(f"/studies/{study.pk}/report.json?bootstrap=0").content)[
-        "agreement"]["confidence_intervals"]["n_boot"] == 0
+    assert (
+        json.loads(client.get(f"/studies/{study.pk}/report.json?bootstrap=0").content)["agreement"][
+            "confidence_intervals"
+        ]["n_boot"]
+        == 0
+    )

@@ -3,6 +3,7 @@
 In CI the broker is Redis and the database PostgreSQL; locally the same test runs on the
 filesystem broker and the SQLite file.
 """
+
 from __future__ import annotations
 
 import json

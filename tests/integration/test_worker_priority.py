@@ -1,4 +1,5 @@
 """A worker lowers its own CPU priority before it forks its pool (config.worker_tuning.lower_priority)."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,10 @@ def priority_with(value: str | None) -> list[str]:
     return out.stdout.split("\n")[:2]
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"),
-                    reason="needs Linux's idle scheduling class (os.SCHED_IDLE), which this platform lacks")
+@pytest.mark.skipif(
+    not hasattr(os, "SCHED_IDLE"),
+    reason="needs Linux's idle scheduling class (os.SCHED_IDLE), which this platform lacks",
+)
 def test_by_default_the_worker_and_its_pool_run_in_the_idle_class():
     child, parent = priority_with(None)
     assert parent.startswith("parent idle class") and child.startswith("child idle class")
@@ -42,7 +45,9 @@ def test_by_default_the_worker_and_its_pool_run_in_the_idle_class():
 
 def test_a_number_is_a_nice_value_and_zero_keeps_the_normal_priority():
     if os.nice(0) > 0:
-        pytest.skip("this test process already runs niced, so a worker cannot be shown to keep nice 0 "
-                    "(a nice value is never lowered back)")
+        pytest.skip(
+            "this test process already runs niced, so a worker cannot be shown to keep nice 0 "
+            "(a nice value is never lowered back)"
+        )
     assert priority_with("7") == ["child nice 7 7", "parent nice 7 7"]
     assert priority_with("0") == ["child nice 0 0", "parent nice 0 0"]

@@ -8,13 +8,14 @@
 * SIGTERM stops a busy worker within seconds and its job is sent again at once;
 * pages and ``/healthz`` say "no worker alive" while jobs wait and no worker beats.
 """
+
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
-import signal
 import time
 
 import pytest
@@ -71,12 +72,19 @@ def test_filesystem_broker_never_delivers_half_a_message(tmp_path):
     folders = {k: tmp_path / k for k in ("queue", "processed", "control")}
     for f in folders.values():
         f.mkdir()
-    options = {"data_folder_in": str(folders["queue"]), "data_folder_out": str(folders["queue"]),
-               "processed_folder": str(folders["processed"]), "control_folder": str(folders["control"]),
-               "store_processed": False}
+    options = {
+        "data_folder_in": str(folders["queue"]),
+        "data_folder_out": str(folders["queue"]),
+        "processed_folder": str(folders["processed"]),
+        "control_folder": str(folders["control"]),
+        "store_processed": False,
+    }
     n = 300
-    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, json.dumps(options), str(n), "400000"],
-                                cwd=ROOT, env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"})
+    producer = subprocess.Popen(
+        [sys.executable, "-c", PRODUCER, json.dumps(options), str(n), "400000"],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"},
+    )
     got = []
     with Connection("filesystem://", transport_options=options) as conn:
         assert type(conn.transport).__module__ == "config.fsbroker"
@@ -102,9 +110,14 @@ def filesystem_options() -> dict:
     folders = {k: settings.BROKER_DIR / k for k in ("queue", "processed", "control")}
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
-    return {"data_folder_in": str(folders["queue"]), "data_folder_out": str(folders["queue"]),
-            "processed_folder": str(folders["processed"]), "control_folder": str(folders["control"]),
-            "store_processed": False, "polling_interval": 0.1}
+    return {
+        "data_folder_in": str(folders["queue"]),
+        "data_folder_out": str(folders["queue"]),
+        "processed_folder": str(folders["processed"]),
+        "control_folder": str(folders["control"]),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
 
 
 def test_an_unreadable_broker_message_is_set_aside_and_the_worker_lives_on(worker_factory):
@@ -143,35 +156,60 @@ def test_plain_worker_survives_redis_restarts_during_an_import_an_export_and_an_
         load_parsed(build_demo(root, n_gallery=60, n_single=24, n_sessions=4), "demo", images_root=root)
         study = bench_module("export").build_study(3000, 3)
         big = big_circo(tmp_path, 20000)
-        env = {**BEATS, **NO_TIMEOUT_RESEND, "CELERY_BROKER_URL": redis.url, "EMBEDDING_CACHE_DIR": str(tmp_path / "emb"),
-               "AUDIT_COORDINATOR_SECONDS": "1", "AUDIT_MAX_ATTEMPTS": "5", "CELERY_VISIBILITY_TIMEOUT": "5",
-               "JOB_STALE_SECONDS": "5"}
+        env = {
+            **BEATS,
+            **NO_TIMEOUT_RESEND,
+            "CELERY_BROKER_URL": redis.url,
+            "EMBEDDING_CACHE_DIR": str(tmp_path / "emb"),
+            "AUDIT_COORDINATOR_SECONDS": "1",
+            "AUDIT_MAX_ATTEMPTS": "5",
+            "CELERY_VISIBILITY_TIMEOUT": "5",
+            "JOB_STALE_SECONDS": "5",
+        }
         with celery_broker(redis.url):
             worker = worker_factory(extra_env=env, plain=True, concurrency=2).start("plain")
             # 1. an import running while Redis restarts
             imp = ImportJob.objects.create(dataset_name="big", format="circo", files=[str(big)])
             assert enqueue(ImportJob, imp.pk, RUN_IMPORT)
-            wait_for(lambda: ImportJob.objects.get(pk=imp.pk).status == "running", timeout=120, interval=0.05,
-                     what=f"the import to start\n{worker.log()[-3000:]}")
+            wait_for(
+                lambda: ImportJob.objects.get(pk=imp.pk).status == "running",
+                timeout=120,
+                interval=0.05,
+                what=f"the import to start\n{worker.log()[-3000:]}",
+            )
             redis.stop()
             time.sleep(2)
             redis.start()
             # (SQLite: the import holds the write lock until it ends; the export is created after)
-            assert wait_for(ended(ImportJob, imp.pk), timeout=240, what=f"the import\n{worker.log()[-3000:]}").status == "done"
+            assert (
+                wait_for(ended(ImportJob, imp.pk), timeout=240, what=f"the import\n{worker.log()[-3000:]}").status
+                == "done"
+            )
             # 2. an export running while Redis restarts
             exp = ExportJob.objects.create(study_id=study, policy="majority", total=3000)
             assert enqueue(ExportJob, exp.pk, RUN_EXPORT)
-            wait_for(lambda: ExportJob.objects.get(pk=exp.pk).status != "queued", timeout=120, interval=0.02,
-                     what=f"the export to start\n{worker.log()[-3000:]}")
+            wait_for(
+                lambda: ExportJob.objects.get(pk=exp.pk).status != "queued",
+                timeout=120,
+                interval=0.02,
+                what=f"the export to start\n{worker.log()[-3000:]}",
+            )
             redis.stop()
             time.sleep(2)
             redis.start()
-            assert wait_for(ended(ExportJob, exp.pk), timeout=120, what=f"the export\n{worker.log()[-3000:]}").status == "done"
+            assert (
+                wait_for(ended(ExportJob, exp.pk), timeout=120, what=f"the export\n{worker.log()[-3000:]}").status
+                == "done"
+            )
             # 3. an audit whose queued chunk messages the restart loses
             run = planning.create_run("demo", SPECS, chunk_queries=4, chunk_gallery=20)
             dispatch.kick_coordinator(run.pk)
-            wait_for(lambda: run.chunks.filter(status="done").exists(), timeout=120, interval=0.05,
-                     what=f"a first chunk\n{worker.log()[-3000:]}")
+            wait_for(
+                lambda: run.chunks.filter(status="done").exists(),
+                timeout=120,
+                interval=0.05,
+                what=f"a first chunk\n{worker.log()[-3000:]}",
+            )
             redis.stop()
             time.sleep(2)
             redis.start()
@@ -196,8 +234,12 @@ def test_sigterm_stops_a_busy_worker_in_seconds_and_its_job_is_sent_again_at_onc
     env = {**BEATS, **NO_TIMEOUT_RESEND, "WORKER_STOP_SECONDS": "1"}
     first = worker_factory(queues="celery", extra_env=env, plain=True).start("term1")
     assert enqueue(ImportJob, job.pk, RUN_IMPORT)
-    wait_for(lambda: ImportJob.objects.get(pk=job.pk).status == "running", timeout=120, interval=0.05,
-             what=f"the import to start\n{first.log()}")
+    wait_for(
+        lambda: ImportJob.objects.get(pk=job.pk).status == "running",
+        timeout=120,
+        interval=0.05,
+        what=f"the import to start\n{first.log()}",
+    )
     wait_for(lambda: workers.alive("celery"), timeout=30, what="the worker's beat")
     time.sleep(1.0)
     t0 = time.monotonic()
@@ -239,6 +281,9 @@ def test_pages_and_healthz_say_no_worker_alive_while_jobs_wait(client, demo_acco
     worker.kill(signal.SIGKILL)
     waiting = ImportJob.objects.create(dataset_name="waits2", format="circo", files=[str(VAL)])
     assert workers.alive("celery")  # its last beat is still fresh
-    wait_for(lambda: client.get(f"/datasets/imports/{waiting.pk}/status/").json()["no_worker"], timeout=60,
-             what="the dead worker's beat to go stale")
+    wait_for(
+        lambda: client.get(f"/datasets/imports/{waiting.pk}/status/").json()["no_worker"],
+        timeout=60,
+        what="the dead worker's beat to go stale",
+    )
     assert json.loads(client.get("/healthz").content)["workers"]["ok"] is False

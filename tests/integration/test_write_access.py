@@ -1,5 +1,6 @@
 """Writes after access ends, reservations by POST only, two tabs, late submits, progress at
 the end of a share (issues 14 and 15)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -10,9 +11,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from annotation.assignment import queue as engine
-from annotation.verdicts.state import annotator_share
 from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.studies.building import StudySpec, create_study
+from annotation.verdicts.state import annotator_share
 from tests.conftest import FIXTURES, make_annotator
 
 pytestmark = pytest.mark.django_db
@@ -22,8 +23,9 @@ ANSWER = {"category": "VALIDATED", "time_spent_ms": 5}
 
 @pytest.fixture
 def world(db):
-    call_command("import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"),
-                 verbosity=0)
+    call_command(
+        "import_dataset", "--format", "circo", "--name", "circo", str(FIXTURES / "datasets/circo/val.json"), verbosity=0
+    )
     a, b = make_annotator("a"), make_annotator("b")
     study, _ = create_study(StudySpec(name="w", datasets=["circo"], overlap=1, total=3, annotators=["a", "b"]))
     asg = engine.next_assignment(study, a).assignment
@@ -49,16 +51,17 @@ def nothing_written(asg, status=Assignment.Status.RESERVED) -> bool:
     """No judgement, no draft, and the assignment as the test left it (a removal from the study
     releases it: annotation/assignment/membership.py)."""
     asg.refresh_from_db()
-    return (not Judgement.objects.exists() and not Draft.objects.exists()
-            and asg.status == status)
+    return not Judgement.objects.exists() and not Draft.objects.exists() and asg.status == status
 
 
 def test_a_removed_annotator_can_no_longer_write(world):
     world["study"].annotators.remove(world["a"])
     client = api(world["a"])
     assert writes(client, world["asg"]) == [403] * 4
-    assert "no longer an annotator" in client.post(f"/api/assignments/{world['asg'].pk}/judgements/", ANSWER,
-                                                   format="json").json()["detail"]
+    assert (
+        "no longer an annotator"
+        in client.post(f"/api/assignments/{world['asg'].pk}/judgements/", ANSWER, format="json").json()["detail"]
+    )
     assert nothing_written(world["asg"], Assignment.Status.RELEASED)
 
 
@@ -78,7 +81,9 @@ def test_a_paused_study_takes_answers_to_held_items_but_serves_nothing_new(world
     Study.objects.filter(pk=study.pk).update(status=Study.Status.PAUSED)
     a = api(world["a"])
     # the item a holds: draft, heartbeat and submit all go through, and count
-    assert a.put(f"/api/assignments/{asg.pk}/draft/", {"note": "typing", "edited_at": 5}, format="json").status_code == 200
+    assert (
+        a.put(f"/api/assignments/{asg.pk}/draft/", {"note": "typing", "edited_at": 5}, format="json").status_code == 200
+    )
     assert a.post(f"/api/assignments/{asg.pk}/lease/").json()["held"] is True
     done = a.post(f"/api/assignments/{asg.pk}/judgements/", ANSWER, format="json")
     assert done.status_code == 201 and done.json()["late"] is False
@@ -88,7 +93,10 @@ def test_a_paused_study_takes_answers_to_held_items_but_serves_nothing_new(world
     assert again.status_code == 201 and again.json()["revision"] == 2
     # no new item, by the API or the page
     assert a.post(f"/api/studies/{study.pk}/next/").json() == {
-        "assignment": None, "served_by": "study_closed", "progress": annotator_share(study, world["a"])}
+        "assignment": None,
+        "served_by": "study_closed",
+        "progress": annotator_share(study, world["a"]),
+    }
     client.force_login(world["a"])
     resp = client.post(f"/annotate/{study.pk}/", follow=True)
     assert b"This study is paused" in resp.content and Assignment.objects.filter(annotator=world["a"]).count() == 1
@@ -250,4 +258,6 @@ def test_access_ends_with_the_role_or_the_membership_reads_and_image_grants_incl
     assert asg.pk not in [row["id"] for row in client.get("/api/assignments/").json()]
     # the grant ended with it (a deactivated account is not even signed in on the image view: login)
     assert client.get(f"/images/{image}/", {"size": 160}).status_code == (302 if how == "account deactivated" else 404)
-    assert nothing_written(asg, Assignment.Status.RELEASED if how == "removed from the study" else Assignment.Status.RESERVED)
+    assert nothing_written(
+        asg, Assignment.Status.RELEASED if how == "removed from the study" else Assignment.Status.RESERVED
+    )

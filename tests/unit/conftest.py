@@ -6,6 +6,7 @@ pools, the fork server and resource tracker, ``os.fork``/``os.system``/``os.posi
 so asyncio's subprocesses, a Celery worker, a server or a browser) raises
 :class:`ProcessStarted`, and a test that swallowed the error fails all the same.
 """
+
 from __future__ import annotations
 
 import _posixsubprocess
@@ -38,6 +39,7 @@ def _refusal(what: str):
     def refuse(*args, **kwargs):
         attempts.append(what)
         raise ProcessStarted(f"{what}: {HINT}")
+
     return refuse
 
 

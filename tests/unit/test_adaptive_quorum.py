@@ -1,5 +1,6 @@
 """Adaptive overlap (annotation.core.consensus.AdaptiveQuorumRule): two annotators, a
 third (up to the maximum) only where they disagree; consensus decides with the rule's quorum."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,12 +31,18 @@ def test_quorum_rule_picks_adaptive_only_above_the_overlap():
         AdaptiveQuorumRule(3, None, 2)
 
 
-@pytest.mark.parametrize("sides,needed,slots", [
-    ((), 2, 2), ((V,), 2, 2),                  # below the base: two annotators
-    ((V, V), 2, 2), ((X, X), 2, 2),            # two agreeing votes decide
-    ((V, X), 3, 3),                            # two disagreeing open a third
-    ((V, X, V), 3, 3), ((V, X, X), 3, 3),      # the third makes a majority (the maximum)
-])
+@pytest.mark.parametrize(
+    "sides,needed,slots",
+    [
+        ((), 2, 2),
+        ((V,), 2, 2),  # below the base: two annotators
+        ((V, V), 2, 2),
+        ((X, X), 2, 2),  # two agreeing votes decide
+        ((V, X), 3, 3),  # two disagreeing open a third
+        ((V, X, V), 3, 3),
+        ((V, X, X), 3, 3),  # the third makes a majority (the maximum)
+    ],
+)
 def test_two_then_three(sides, needed, slots):
     rule = AdaptiveQuorumRule(2, None, 3)
     assert rule.needed(votes(*sides)) == needed
@@ -46,8 +53,8 @@ def test_two_then_three(sides, needed, slots):
 def test_up_to_five_needs_a_lead_of_two():
     rule = AdaptiveQuorumRule(2, None, 5)
     assert rule.needed(votes(V, X)) == 3
-    assert rule.needed(votes(V, X, V)) == 4      # 2 to 1: not settled
-    assert rule.needed(votes(V, X, V, V)) == 4   # 3 to 1: lead of two
+    assert rule.needed(votes(V, X, V)) == 4  # 2 to 1: not settled
+    assert rule.needed(votes(V, X, V, V)) == 4  # 3 to 1: lead of two
     assert rule.needed(votes(V, X, V, X)) == 5
     assert rule.needed(votes(V, X, V, X, X)) == 5  # the maximum: the policy decides
 
@@ -60,14 +67,20 @@ def test_a_flag_or_no_verdict_opens_nothing():
 
     class Scales:  # a scales-only rubric's vote: no verdict, no disagreement
         annotator, validated, flagged = "s", None, False
+
     assert rule.needed([Scales(), Scales()]) == 2
 
 
 def test_consensus_follows_the_rule():
     rule = AdaptiveQuorumRule(2, None, 3)
-    for sides, status, provenance in [((V, V), "validated", "unanimous"), ((X, X), "rejected", "unanimous"),
-                                      ((V, X), "pending", ""), ((V, X, V), "validated", "majority"),
-                                      ((V, X, X), "rejected", "majority"), ((V,), "pending", "")]:
+    for sides, status, provenance in [
+        ((V, V), "validated", "unanimous"),
+        ((X, X), "rejected", "unanimous"),
+        ((V, X), "pending", ""),
+        ((V, X, V), "validated", "majority"),
+        ((V, X, X), "rejected", "majority"),
+        ((V,), "pending", ""),
+    ]:
         vs = votes(*sides)
         d = decide(vs, quorum=rule.needed(vs))
         assert (d.status, d.provenance) == (status, provenance), sides
@@ -108,9 +121,9 @@ def test_a_weighted_rule_settles_only_the_splits_its_model_is_sure_of():
     assert quorum_rule(2, None, 3).with_reliability(object()) is not None
     with pytest.raises(ValueError):
         quorum_rule(2, None, 3, 0.4)
-    split_by_spammer = said(good=V, spam=X)       # P(valid) ~ 0.97: the weights decide it
-    split_by_equals = said(good=V, fair=X)        # P(valid) ~ 0.84: uncertain
-    assert rule.needed(split_by_spammer) == 3     # no model yet: the lead rule, a third
+    split_by_spammer = said(good=V, spam=X)  # P(valid) ~ 0.97: the weights decide it
+    split_by_equals = said(good=V, fair=X)  # P(valid) ~ 0.84: uncertain
+    assert rule.needed(split_by_spammer) == 3  # no model yet: the lead rule, a third
     model = Known(**TEAM_OF_THREE)
     bound = rule.with_reliability(model)
     assert bound == rule  # the model is not part of the rule's settings (repr, equality, cache keys)
@@ -130,7 +143,10 @@ def test_a_weighted_rule_settles_only_the_splits_its_model_is_sure_of():
     # consensus decides the settled split by the same posterior, at the rule's quorum
     d = decide(split_by_spammer, "reliability", quorum=bound.needed(split_by_spammer), reliability=model)
     assert (d.status, d.provenance) == ("validated", "reliability")
-    assert decide(split_by_equals, "reliability", quorum=bound.needed(split_by_equals), reliability=model).status == "pending"
+    assert (
+        decide(split_by_equals, "reliability", quorum=bound.needed(split_by_equals), reliability=model).status
+        == "pending"
+    )
     assert "90% sure" in rule.describe() and "sure" not in quorum_rule(2, None, 3).describe()
 
 
@@ -145,18 +161,20 @@ def test_the_simulated_crowd_runs_the_apps_rules():
         assert (len(got) == 3) == (got[0].validated != got[1].validated)  # a third only after a split
     full = collect(truth, fixed, TEAM, 1)
     assert all(len(v) == 3 for v in full.values())
-    assert all(full[i][:len(votes[i])] == votes[i] for i in truth)  # the same crowd for every strategy
+    assert all(full[i][: len(votes[i])] == votes[i] for i in truth)  # the same crowd for every strategy
     verdicts = decide_all(votes, adaptive)
     assert all(v is not None for v in verdicts.values())  # every item decided: 2-0 or 2-1
     assert verdicts == decide_all(full, fixed)  # a third vote never overturns two agreeing ones
     weighted = collect(truth, ds, TEAM, 1)
-    assert all(full[i][:len(weighted[i])] == weighted[i] for i in truth)  # the same crowd again
+    assert all(full[i][: len(weighted[i])] == weighted[i] for i in truth)  # the same crowd again
     thirds = {i for i, got in weighted.items() if len(got) == 3}
     splits = {i for i, got in weighted.items() if got[0].validated != got[1].validated}
     assert thirds <= splits and len(thirds) < len(splits)  # a third only on a split, not on every split
     assert all(v is not None for v in decide_all(weighted, ds).values())  # every item settled, decided
     rows = labour_table(compare(truth, repeats=3))
-    assert rows[0]["judgements"] == 3 * 120 * 3 and rows[2]["judgements"] < rows[1]["judgements"] < rows[0]["judgements"]
+    assert (
+        rows[0]["judgements"] == 3 * 120 * 3 and rows[2]["judgements"] < rows[1]["judgements"] < rows[0]["judgements"]
+    )
     assert 0.9 < rows[1]["validated_accuracy"] == rows[0]["validated_accuracy"] and rows[1]["judgements_share"] < 0.8
 
 

@@ -1,4 +1,5 @@
 """Unit tests for annotation.agreement.maths against published worked examples and hand computations."""
+
 from __future__ import annotations
 
 import json
@@ -153,8 +154,9 @@ def test_pairwise_numpy_matches_sklearn_reference(weights) -> None:
     const = [p for p in fast if (p.rater_a, p.rater_b) == ("r4", "r5")][0]
     assert const.constant_identical and const.kappa is None
     one = {(p.rater_a, p.rater_b): p.kappa for p in pairwise_cohen_kappa(ratings, weights, "one")}
-    assert one == pytest.approx({(p.rater_a, p.rater_b): p.kappa for p in
-                                 pairwise_cohen_kappa_sklearn(ratings, weights, "one")}, abs=1e-12)
+    assert one == pytest.approx(
+        {(p.rater_a, p.rater_b): p.kappa for p in pairwise_cohen_kappa_sklearn(ratings, weights, "one")}, abs=1e-12
+    )
     assert one[("r4", "r5")] == 1.0
 
 
@@ -315,9 +317,15 @@ def test_gwet_ac1_multi_rater_with_missing_hand_computed() -> None:
     # p_a = (1 + 0 + 1/3)/3 = 4/9; pi_x = (1 + 1/2 + 1/3 + 0)/4 = 11/24, pi_y = 13/24
     # p_e = 2 * 11/24 * 13/24 = 143/288; AC1 = (4/9 - 143/288)/(1 - 143/288) = -15/145 = -3/29
     triples = [
-        ("i1", "A", "x"), ("i1", "B", "x"), ("i1", "C", "x"),
-        ("i2", "A", "x"), ("i2", "B", "y"), ("i2", "C", None),
-        ("i3", "A", "y"), ("i3", "B", "y"), ("i3", "C", "x"),
+        ("i1", "A", "x"),
+        ("i1", "B", "x"),
+        ("i1", "C", "x"),
+        ("i2", "A", "x"),
+        ("i2", "B", "y"),
+        ("i2", "C", None),
+        ("i3", "A", "y"),
+        ("i3", "B", "y"),
+        ("i3", "C", "x"),
         ("i4", "A", "y"),
     ]
     ratings = Ratings.from_triples(triples)
@@ -381,8 +389,17 @@ def test_no_item_with_two_ratings() -> None:
     assert report["n_items"] == 0 and report["n_items_excluded"] == 3
     assert report["krippendorff_alpha"] is None and report["percent_agreement"] is None
     assert report["pairwise_cohen"] == {
-        "count": 0, "n_undefined": 0, "n_pairs": 0, "mean": None, "median": None, "min": None, "max": None,
-        "weights": "none", "constant_pairs": "undefined", "by_pair": {}, "shared_items_by_pair": {},
+        "count": 0,
+        "n_undefined": 0,
+        "n_pairs": 0,
+        "mean": None,
+        "median": None,
+        "min": None,
+        "max": None,
+        "weights": "none",
+        "constant_pairs": "undefined",
+        "by_pair": {},
+        "shared_items_by_pair": {},
     }
     assert to_json_value(Undefined("x")) is None and to_json_value(0.5) == 0.5
 
@@ -422,7 +439,8 @@ def test_bootstrap_is_seeded_and_brackets_the_estimate() -> None:
     truth = rng.integers(0, 3, size=120)
     triples = [
         (i, r, int(truth[i]) if rng.random() < 0.8 else int(rng.integers(0, 3)))
-        for i in range(120) for r in ("a", "b", "c")
+        for i in range(120)
+        for r in ("a", "b", "c")
     ]
     ratings = Ratings.from_triples(triples)
     point = krippendorff_alpha(ratings)
@@ -466,13 +484,21 @@ def test_validity_blocks_hand_computed() -> None:
     t, b, g = "INVALID_TEXT_QUERY", "QUERY_TOO_BROAD", "INVALID_TARGET_IMAGE"
     triples = [
         # item 1: all VALID -> unanimous valid, exact
-        ("i1", "A", "VALIDATED"), ("i1", "B", "VALIDATED"), ("i1", "C", "VALIDATED"),
+        ("i1", "A", "VALIDATED"),
+        ("i1", "B", "VALIDATED"),
+        ("i1", "C", "VALIDATED"),
         # item 2: all invalid, same signature -> exact invalid
-        ("i2", "A", [b]), ("i2", "B", [b]), ("i2", "C", [b]),
+        ("i2", "A", [b]),
+        ("i2", "B", [b]),
+        ("i2", "C", [b]),
         # item 3: all invalid, different signatures
-        ("i3", "A", [t, b]), ("i3", "B", [b]), ("i3", "C", []),
+        ("i3", "A", [t, b]),
+        ("i3", "B", [b]),
+        ("i3", "C", []),
         # item 4: mixed valid / invalid
-        ("i4", "A", "VALIDATED"), ("i4", "B", [g]), ("i4", "C", "VALIDATED"),
+        ("i4", "A", "VALIDATED"),
+        ("i4", "B", [g]),
+        ("i4", "C", "VALIDATED"),
     ]
     sig = validity_ratings(triples)
     rates = validity_rates(sig)
@@ -509,11 +535,23 @@ def test_validity_rate_undefined_without_unanimous_invalid() -> None:
 
 def test_generic_ordinal_report_shape() -> None:
     rng = np.random.default_rng(1)
-    triples = [(i, r, int(rng.integers(1, 6))) for i in range(30) for r in ("ann1", "ann2", "ann3") if rng.random() < 0.9]
+    triples = [
+        (i, r, int(rng.integers(1, 6))) for i in range(30) for r in ("ann1", "ann2", "ann3") if rng.random() < 0.9
+    ]
     report = agreement_report(triples, level="ordinal", categories=[1, 2, 3, 4, 5], n_boot=50, seed=3)
-    for key in ("n_items", "n_annotators", "percent_agreement", "krippendorff_alpha", "fleiss_kappa",
-                "gwet_ac1", "pairwise_cohen", "label_prevalence", "conventions", "undefined",
-                "confidence_intervals"):
+    for key in (
+        "n_items",
+        "n_annotators",
+        "percent_agreement",
+        "krippendorff_alpha",
+        "fleiss_kappa",
+        "gwet_ac1",
+        "pairwise_cohen",
+        "label_prevalence",
+        "conventions",
+        "undefined",
+        "confidence_intervals",
+    ):
         assert key in report
     pc = report["pairwise_cohen"]
     assert set(pc) >= {"count", "mean", "median", "min", "max", "by_pair"}

@@ -2,11 +2,12 @@
 per study and options, a burst of submits sends one, a page brings a delayed one forward, a lost
 flag frees itself, a broker outage frees it at once. No database, no process: a stand-in study
 and a recording send_task."""
+
 from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -22,11 +23,13 @@ def sent(settings, tmp_path, monkeypatch):
 
     settings.VAR_DIR = tmp_path
     out: list[tuple] = []
-    monkeypatch.setattr(sending, "send_task", lambda name, *args, countdown=None: out.append((name, args, countdown)) or True)
+    monkeypatch.setattr(
+        sending, "send_task", lambda name, *args, countdown=None: out.append((name, args, countdown)) or True
+    )
     return out
 
 
-STUDY = SimpleNamespace(pk=7, created_at=datetime(2026, 1, 2, tzinfo=timezone.utc))
+STUDY = SimpleNamespace(pk=7, created_at=datetime(2026, 1, 2, tzinfo=UTC))
 
 
 def test_a_burst_sends_one_task_and_a_page_brings_it_forward(sent) -> None:
@@ -60,10 +63,15 @@ def test_a_lost_flag_frees_itself_and_a_broker_outage_frees_it(sent, monkeypatch
 
 
 def test_blocks_are_kept_per_study_and_options(sent) -> None:
-    block = {"fingerprint": "v1", "confidence_intervals": {"n_boot": 1000}, "undefined": {}, "computed_at": 1.0,
-             "seconds": 0.1}
+    block = {
+        "fingerprint": "v1",
+        "confidence_intervals": {"n_boot": 1000},
+        "undefined": {},
+        "computed_at": 1.0,
+        "seconds": 0.1,
+    }
     intervals._write(STUDY, OPTIONS, block)
     assert intervals.stored(STUDY, OPTIONS) == block
     assert intervals.stored(STUDY, {**OPTIONS, "seed": 1}) is None
-    again = SimpleNamespace(pk=7, created_at=datetime(2026, 1, 3, tzinfo=timezone.utc))  # same id, a new study
+    again = SimpleNamespace(pk=7, created_at=datetime(2026, 1, 3, tzinfo=UTC))  # same id, a new study
     assert intervals.stored(again, OPTIONS) is None

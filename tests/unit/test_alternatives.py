@@ -1,12 +1,13 @@
 """Ticked alternatives: validation, consensus and per-candidate agreement, by hand."""
+
 from __future__ import annotations
 
 import pytest
 
 from annotation.alternatives.agreement import candidate_units, distribution, unit_agreement
+from annotation.alternatives.decisions import accepted, decide_alternatives
 from annotation.alternatives.payload import clean_alternatives, too_broad
 from annotation.core.rubric import JudgementError
-from annotation.alternatives.decisions import accepted, decide_alternatives
 
 
 def test_clean_alternatives_takes_only_the_items_own_candidates():
@@ -23,7 +24,10 @@ def test_majority_unanimous_and_adjudication():
     ticks = {"a": [1, 2], "b": [2, 3], "c": [2, 1]}
     out = decide_alternatives([1, 2, 3, 4], ticks)
     assert [(x.image, x.votes, x.accepted, x.rule) for x in out] == [
-        (1, 2, True, "majority"), (2, 3, True, "majority"), (3, 1, False, "")]
+        (1, 2, True, "majority"),
+        (2, 3, True, "majority"),
+        (3, 1, False, ""),
+    ]
     assert out[0].provenance() == {"votes": 2, "of": 3, "ticked_by": ["a", "c"], "rule": "majority"}
     assert [x.image for x in accepted(decide_alternatives([1, 2, 3], ticks, "unanimous"))] == [2]
     # 2 of 4 is not a strict majority
@@ -55,5 +59,9 @@ def test_unit_agreement_by_hand():
 
 
 def test_distribution():
-    assert distribution([0, 2, 2, 5]) == {"histogram": {"0": 1, "2": 2, "5": 1}, "n_items": 4, "mean": 2.25,
-                                          "items_with_alternatives": 3}
+    assert distribution([0, 2, 2, 5]) == {
+        "histogram": {"0": 1, "2": 2, "5": 1},
+        "n_items": 4,
+        "mean": 2.25,
+        "items_with_alternatives": 3,
+    }

@@ -1,4 +1,5 @@
 """annotation.core.serving: the next-item strategy, capacity and lease expiry."""
+
 from __future__ import annotations
 
 import random
@@ -23,8 +24,16 @@ from annotation.core.serving import (
 
 
 def C(item, n=3, done=0, leased=0, *, judged=False, skipped=False, agree=False, order=None):
-    return Candidate(item_id=item, overlap=n, completed=done, reserved=leased, judged_by_me=judged,
-                     skipped_by_me=skipped, in_agreement_subset=agree, order_key=item if order is None else order)
+    return Candidate(
+        item_id=item,
+        overlap=n,
+        completed=done,
+        reserved=leased,
+        judged_by_me=judged,
+        skipped_by_me=skipped,
+        in_agreement_subset=agree,
+        order_key=item if order is None else order,
+    )
 
 
 def test_capacity_left():
@@ -150,9 +159,18 @@ def _candidates(items, overlap, done, leases, annotator, skipped=frozenset(), ag
     out = []
     for i, item in enumerate(items):
         others = sum(1 for who, held in leases.items() if held == item and who != annotator)
-        out.append(Candidate(item_id=item, overlap=overlap, completed=len(done[item]), reserved=others,
-                             judged_by_me=annotator in done[item], skipped_by_me=(annotator, item) in skipped,
-                             in_agreement_subset=item in agreement, order_key=i))
+        out.append(
+            Candidate(
+                item_id=item,
+                overlap=overlap,
+                completed=len(done[item]),
+                reserved=others,
+                judged_by_me=annotator in done[item],
+                skipped_by_me=(annotator, item) in skipped,
+                in_agreement_subset=item in agreement,
+                order_key=i,
+            )
+        )
     return out
 
 
@@ -196,8 +214,11 @@ def test_simulation_concurrent_leases_skips_and_agreement_subset():
         if a in finished:
             continue
         held = leases.get(a)
-        choice = choose_next(_candidates(items, 3, done, leases, a, skipped, agreement),
-                             annotator_holds=held, n_annotators=len(annotators))
+        choice = choose_next(
+            _candidates(items, 3, done, leases, a, skipped, agreement),
+            annotator_holds=held,
+            n_annotators=len(annotators),
+        )
         if choice.item is None:
             if choice.rule == QUEUE_EMPTY:
                 finished.add(a)

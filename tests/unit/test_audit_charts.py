@@ -1,4 +1,5 @@
 """The report's inline SVG charts (pure Python)."""
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -44,7 +45,9 @@ def test_histogram_bars_scale_with_counts():
 
 def test_long_row_labels_are_cut_in_the_middle_with_the_whole_name_as_tooltip():
     spec = "openclip:cirval-demo@/work/main/var/models/cirval-demo-compose-s7.pt"
-    svg = grouped_hbar_svg([spec, "openclip:tiny"], ["full"], {(spec, "full"): 0.2, ("openclip:tiny", "full"): 0.1}, "Gap")
+    svg = grouped_hbar_svg(
+        [spec, "openclip:tiny"], ["full"], {(spec, "full"): 0.2, ("openclip:tiny", "full"): 0.1}, "Gap"
+    )
     root = ET.fromstring(svg)
     labels = [t for t in root.iter(f"{NS}text") if t.get("text-anchor") == "end"]
     shown = [t.find(f"{NS}title").tail for t in labels]
@@ -61,8 +64,13 @@ def test_session_curve_heading_fits_with_the_whole_spec_as_tooltip():
     per = {"latest": {"multimodal": {"hits_at_k": [0.1, 0.2]}}}
     root = ET.fromstring(str(_sessions_curve(spec, per, ["latest"], ["multimodal"], 10, 2, 0.5)))
     heading = next(t for t in root.iter(f"{NS}text") if t.get("font-weight") == "600").text
-    assert len(heading) <= 123 and heading.startswith("openclip:cirv") and "caption-s7.pt: cumulative Hits@10" in heading
+    assert (
+        len(heading) <= 123 and heading.startswith("openclip:cirv") and "caption-s7.pt: cumulative Hits@10" in heading
+    )
     assert heading.endswith("(target within 10 at some turn ≤ l)")
     assert root.find(f"{NS}title").text.startswith(spec + ": cumulative") and root.get("aria-label").startswith(spec)
     short = ET.fromstring(str(_sessions_curve("openclip:tiny", per, ["latest"], ["multimodal"], 10, 2, 0.5)))
-    assert short.find(f"{NS}title").text == "openclip:tiny: cumulative Hits@10 after each turn (target within 10 at some turn ≤ l)"
+    assert (
+        short.find(f"{NS}title").text
+        == "openclip:tiny: cumulative Hits@10 after each turn (target within 10 at some turn ≤ l)"
+    )

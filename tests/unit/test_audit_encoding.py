@@ -1,5 +1,6 @@
 """Gallery encoding: lazy model build, batched fetch, progress lines (the loader processes and
 the cache: tests/integration/test_audit_encoding.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """manage.py audit_labels over hand-made JSONL rank files (no database needed)."""
+
 from __future__ import annotations
 
 import json
@@ -47,12 +48,20 @@ def run(*args) -> dict:
 def test_labels_and_counts_at_k_10(ranks_file):
     doc = run(ranks_file)
     assert doc["labels"] == {
-        "q1": "shortcut_solvable", "q2": "composition_required", "q3": "unresolved",
-        "q4": "shortcut_solvable", "q5": "shortcut_solvable", "q6": "composition_required",
+        "q1": "shortcut_solvable",
+        "q2": "composition_required",
+        "q3": "unresolved",
+        "q4": "shortcut_solvable",
+        "q5": "shortcut_solvable",
+        "q6": "composition_required",
     }
     assert doc["counts"] == {"composition_required": 2, "unresolved": 1, "shortcut_solvable": 3, "shortcut_free": 3}
     assert doc["detail_counts"] == {
-        "both_unimodal": 1, "text_only": 1, "image_only": 1, "composition_required": 2, "unresolved": 1,
+        "both_unimodal": 1,
+        "text_only": 1,
+        "image_only": 1,
+        "composition_required": 2,
+        "unresolved": 1,
     }
     a, b = doc["retrievers"]["A"], doc["retrievers"]["B"]
     # A's multimodal ranks 3, 10, 11, 2, 20, 1: four within K = 10
@@ -76,7 +85,11 @@ def test_k_boundary(ranks_file):
     # and q5 (A image 10) image only
     assert eleven["labels"]["q2"] == eleven["labels"]["q3"] == "shortcut_solvable"
     assert eleven["detail_counts"] == {
-        "both_unimodal": 3, "text_only": 1, "image_only": 2, "composition_required": 0, "unresolved": 0,
+        "both_unimodal": 3,
+        "text_only": 1,
+        "image_only": 2,
+        "composition_required": 0,
+        "unresolved": 0,
     }
 
 
@@ -97,7 +110,7 @@ def test_min_mm_retrievers(ranks_file):
         ('{"query": "q", "retriever": "A", "mm": 1.5, "text": 2, "image": 3}', "line 2, field 'mm'"),
         ('{"query": null, "retriever": "A", "mm": 1, "text": 2, "image": 3}', "line 2, field 'query'"),
         ('{"query": "q", "retriever": "A", "mm": 1, ', "line 2: not valid JSON"),
-        ('[1, 2, 3]', "line 2: expected a JSON object"),
+        ("[1, 2, 3]", "line 2: expected a JSON object"),
     ],
 )
 def test_malformed_lines_name_line_and_field(tmp_path, line, message):
@@ -111,10 +124,14 @@ def test_ids_that_print_the_same_are_refused(tmp_path):
     from django.core.management import CommandError
 
     path = tmp_path / "ids.jsonl"
-    path.write_text('{"query": 1, "retriever": "A", "mm": 1, "text": 5, "image": 5}\n'
-                    '{"query": "1", "retriever": "A", "mm": 2, "text": 5, "image": 5}\n')
+    path.write_text(
+        '{"query": 1, "retriever": "A", "mm": 1, "text": 5, "image": 5}\n'
+        '{"query": "1", "retriever": "A", "mm": 2, "text": 5, "image": 5}\n'
+    )
     with pytest.raises(CommandError, match=r"query ids 1 and '1' differ but print the same"):
         run(path)
-    path.write_text('{"query": 1, "retriever": "A", "mm": 1, "text": 5, "image": 5}\n'
-                    '{"query": 1, "retriever": "B", "mm": 2, "text": 5, "image": 5}\n')
+    path.write_text(
+        '{"query": 1, "retriever": "A", "mm": 1, "text": 5, "image": 5}\n'
+        '{"query": 1, "retriever": "B", "mm": 2, "text": 5, "image": 5}\n'
+    )
     assert list(run(path)["labels"]) == ["1"]  # the same id, one way: fine

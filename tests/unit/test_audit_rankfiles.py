@@ -1,4 +1,5 @@
 """Reading CIRCUS-layout rank files (hand-written fixtures; pure Python)."""
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,13 @@ def test_names_and_null_ranks():
     assert f.retriever == "lamra_qwen25vl" and f.samples[0].text is None
     f = parse_rank_document(json.loads(json.dumps(doc())), "ranks.json")
     assert f.retriever == "ranks"
-    assert path_suffixes("/home/x/CIRCO/img/1.jpg") == ["home/x/CIRCO/img/1.jpg", "x/CIRCO/img/1.jpg",
-                                                       "CIRCO/img/1.jpg", "img/1.jpg", "1.jpg"]
+    assert path_suffixes("/home/x/CIRCO/img/1.jpg") == [
+        "home/x/CIRCO/img/1.jpg",
+        "x/CIRCO/img/1.jpg",
+        "CIRCO/img/1.jpg",
+        "img/1.jpg",
+        "1.jpg",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -83,8 +89,12 @@ def test_names_and_null_ranks():
         ({"samples": []}, None, "metadata", "missing field"),
         ({"metadata": [], "samples": []}, None, "metadata", "expected an object, got list"),
         ({"metadata": {}, "samples": {}}, None, "samples", "expected a list, got object"),
-        ({"metadata": {}, "samples": [], "gallery_paths": ["a", 3]}, None, "gallery_paths",
-         "expected a list of strings, got list of number/string"),
+        (
+            {"metadata": {}, "samples": [], "gallery_paths": ["a", 3]},
+            None,
+            "gallery_paths",
+            "expected a list of strings, got list of number/string",
+        ),
         ({"metadata": {"k": 0}, "samples": []}, None, "metadata.k", "must be an integer >= 1, got 0"),
         ({"metadata": {"k": "10"}, "samples": []}, None, "metadata.k", "expected an integer, got string"),
         ({"metadata": {}, "samples": ["x"]}, 0, None, "expected a JSON object for this sample, got string"),
@@ -102,14 +112,24 @@ def test_header_errors_are_parse_errors_naming_file_and_field(document, record, 
 @pytest.mark.parametrize(
     "change, field, message",
     [
-        ({"ranks": {"multimodal": [1, [2]], "text_only": 2, "image_only": 3}}, "ranks.multimodal[1]",
-         "cannot hold another list"),
-        ({"ranks": {"multimodal": [1, 0], "text_only": 2, "image_only": 3}}, "ranks.multimodal[1]",
-         "a rank must be an integer >= 1"),
+        (
+            {"ranks": {"multimodal": [1, [2]], "text_only": 2, "image_only": 3}},
+            "ranks.multimodal[1]",
+            "cannot hold another list",
+        ),
+        (
+            {"ranks": {"multimodal": [1, 0], "text_only": 2, "image_only": 3}},
+            "ranks.multimodal[1]",
+            "a rank must be an integer >= 1",
+        ),
         ({"ranks": {"multimodal": [], "text_only": 2, "image_only": 3}}, "ranks.multimodal", "an empty list of ranks"),
         ({"ranks": [1, 2, 3]}, "ranks", "expected an object, got list"),
         ({"retrievals": {"multimodal": ["0"]}}, "retrievals.multimodal", "expected a list of integers"),
-        ({"retrievals": {"multimodal": [3]}}, "retrievals.multimodal", "3 is not a gallery index (the file lists 1 paths)"),
+        (
+            {"retrievals": {"multimodal": [3]}},
+            "retrievals.multimodal",
+            "3 is not a gallery index (the file lists 1 paths)",
+        ),
         ({"query_text": 5}, "query_text", "expected a string, got number"),
     ],
 )
@@ -154,13 +174,16 @@ def test_unreadable_and_invalid_json_files_are_rank_file_errors(tmp_path):
         read_rank_file(tmp_path / "missing.json")
 
 
-@pytest.mark.parametrize("text,words", [
-    ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 32 levels"),
-    ('{"metadata": {"k": ' + "9" * 5000 + "}}", "64-bit range"),
-    ('{"metadata": {}, "samples": [{"query_idx": ' + "1" * 30 + "}]}", "64-bit range"),
-    ('{"metadata": {"dataset": "a\\u0000b"}}', "NUL character"),
-    ('{"metadata": {"dataset": "a\\ud800b"}}', "lone surrogate"),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ('{"metadata": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 32 levels"),
+        ('{"metadata": {"k": ' + "9" * 5000 + "}}", "64-bit range"),
+        ('{"metadata": {}, "samples": [{"query_idx": ' + "1" * 30 + "}]}", "64-bit range"),
+        ('{"metadata": {"dataset": "a\\u0000b"}}', "NUL character"),
+        ('{"metadata": {"dataset": "a\\ud800b"}}', "lone surrogate"),
+    ],
+)
 def test_hostile_rank_files_are_refused_before_they_are_parsed(tmp_path, text, words):
     """Deep nesting, huge integers, NUL and lone surrogates: a RankFileError in words, from
     the bounded pre-pass (never a RecursionError, a ValueError or a "?" stored for a surrogate)."""
@@ -181,16 +204,28 @@ def test_rank_files_are_streamed_sample_by_sample(tmp_path):
     assert streamed == loaded and len(streamed.samples) == len(d["samples"])
 
 
-@pytest.mark.parametrize("text, where, says", [
-    ('{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": 1,'
-     ' "text_only": 2, "image_only": 3}}, {"query_idx": 1, "ranks": {"multimodal": NaN, "text_only": 2}}]}',
-     "sample 1, field 'ranks.multimodal'", "non-standard JSON number NaN"),
-    ('{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": -Infinity}}]}',
-     "sample 0, field 'ranks.multimodal'", "non-standard JSON number -Infinity"),
-    ('{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": 1}},'
-     ' {"query_idx": 1, "ranks": {"text_only": 4',
-     "sample 1, field 'ranks.text_only'", "not valid JSON: the file ends inside this sample; truncated?"),
-])
+@pytest.mark.parametrize(
+    "text, where, says",
+    [
+        (
+            '{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": 1,'
+            ' "text_only": 2, "image_only": 3}}, {"query_idx": 1, "ranks": {"multimodal": NaN, "text_only": 2}}]}',
+            "sample 1, field 'ranks.multimodal'",
+            "non-standard JSON number NaN",
+        ),
+        (
+            '{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": -Infinity}}]}',
+            "sample 0, field 'ranks.multimodal'",
+            "non-standard JSON number -Infinity",
+        ),
+        (
+            '{"metadata": {"k": 10}, "gallery_paths": [], "samples": [{"query_idx": 0, "ranks": {"multimodal": 1}},'
+            ' {"query_idx": 1, "ranks": {"text_only": 4',
+            "sample 1, field 'ranks.text_only'",
+            "not valid JSON: the file ends inside this sample; truncated?",
+        ),
+    ],
+)
 def test_invalid_json_in_a_sample_names_the_sample_and_the_field(tmp_path, text, where, says):
     bad = tmp_path / "retrieval_data_tiny_task7_x.json"
     bad.write_text(text, encoding="utf-8")
@@ -204,23 +239,37 @@ def test_gallery_paths_are_streamed_and_only_the_named_ones_kept(tmp_path):
     samples' top lists name, or what ``keep`` makes of them (memory does not grow with the gallery: bench/rankfile_memory.py)."""
     d = doc(retrievals={"multimodal": [7, 2]})
     d["gallery_paths"] = [f"/x/{n}.png" for n in range(10)]
-    d["samples"].append({"query_idx": 1, "ranks": {"multimodal": None, "text_only": 1, "image_only": 2},
-                         "retrievals": {"multimodal": [2, 9]}})
+    d["samples"].append(
+        {
+            "query_idx": 1,
+            "ranks": {"multimodal": None, "text_only": 1, "image_only": 2},
+            "retrievals": {"multimodal": [2, 9]},
+        }
+    )
     path = tmp_path / "retrieval_data_cirr_task7_alpha.json"
-    path.write_text(json.dumps({"samples": d["samples"], "gallery_paths": d["gallery_paths"], "metadata": d["metadata"]}))
+    path.write_text(
+        json.dumps({"samples": d["samples"], "gallery_paths": d["gallery_paths"], "metadata": d["metadata"]})
+    )
     streamed = read_rank_file(path)
     assert streamed.gallery_size == 10
     assert streamed.gallery_paths == {2: "/x/2.png", 7: "/x/7.png", 9: "/x/9.png"}
     assert streamed == parse_rank_document(json.loads(json.dumps(d)), str(path))
     ids = {"/x/2.png": 12, "/x/9.png": 19}  # what the importer keeps: the dataset's image ids, not the paths
-    assert read_rank_file(path, keep=ids.get).gallery_paths == {2: 12, 9: 19} == parse_rank_document(d, "f", ids.get).gallery_paths
+    assert (
+        read_rank_file(path, keep=ids.get).gallery_paths
+        == {2: 12, 9: 19}
+        == parse_rank_document(d, "f", ids.get).gallery_paths
+    )
 
 
-@pytest.mark.parametrize("gallery, message", [
-    (["a", 3, None], "expected a list of strings, got list of null/number/string"),
-    ({"a": 1}, "expected a list of strings, got object"),
-    ("a", "expected a list of strings, got string"),
-])
+@pytest.mark.parametrize(
+    "gallery, message",
+    [
+        (["a", 3, None], "expected a list of strings, got list of null/number/string"),
+        ({"a": 1}, "expected a list of strings, got object"),
+        ("a", "expected a list of strings, got string"),
+    ],
+)
 def test_a_streamed_gallery_that_is_not_a_list_of_strings_is_refused_as_a_loaded_one(tmp_path, gallery, message):
     d = {"metadata": {}, "gallery_paths": gallery, "samples": []}
     path = tmp_path / "retrieval_data_cirr_task7_alpha.json"

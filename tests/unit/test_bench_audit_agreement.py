@@ -1,5 +1,6 @@
 """bench/audit.py explains each rank where the naive way and the audit differ by the score gap
 of the near-tie that reorders (its naive ranking uses the tests' reference rule, pessimistic ties)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-_spec = importlib.util.spec_from_file_location("bench_audit", Path(__file__).resolve().parents[2] / "bench" / "audit.py")
+_spec = importlib.util.spec_from_file_location(
+    "bench_audit", Path(__file__).resolve().parents[2] / "bench" / "audit.py"
+)
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 

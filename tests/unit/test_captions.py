@@ -1,4 +1,5 @@
 """retrieval.captions: CIRVal's caption join and CLIP4Cir's, on the real FashionIQ samples."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,11 @@ from retrieval.captions import CAPTION_JOINS, join_captions
 from tests.conftest import FIXTURES, SHARED
 from tests.reference_impl import clip4cir_fiq_text
 
-FILES = [root / "fashioniq" / f"cap.{c}.val.sample.json" for root in (FIXTURES / "datasets", SHARED / "reference" / "datasets")
-         for c in ("dress", "shirt", "toptee")]
+FILES = [
+    root / "fashioniq" / f"cap.{c}.val.sample.json"
+    for root in (FIXTURES / "datasets", SHARED / "reference" / "datasets")
+    for c in ("dress", "shirt", "toptee")
+]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parents[1].name}-{p.name}")

@@ -5,6 +5,7 @@ Fixtures (tests/fixtures/circus, see its README): the published report and the 7
 agreement_users files. annotator_03 and annotator_08 have no file; their labels come from
 the report's item_level_rows signatures (FORMATS.md §1.3).
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,6 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from annotation.agreement.circus_files import (
+    CircusFormatError,
+    load_agreement_report,
+    parse_assignment_data,
+    parse_assignment_file,
+)
 from annotation.agreement.maths import (
     FLAGS,
     agreement_report,
@@ -25,14 +32,8 @@ from annotation.agreement.maths import (
     validity_ratings,
     validity_signature,
 )
-from tests.reference_impl import pairwise_cohen_kappa_sklearn
 from tests.circus_triples import relabel_pairs, triples_from_annotations, triples_from_item_level_rows
-from annotation.agreement.circus_files import (
-    CircusFormatError,
-    load_agreement_report,
-    parse_assignment_data,
-    parse_assignment_file,
-)
+from tests.reference_impl import pairwise_cohen_kappa_sklearn
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "circus"
 REPORT = FIXTURES / "agreement_report.json"
@@ -121,8 +122,13 @@ def check_block(report: dict, expected: dict, raters: list[str]) -> None:
     theirs = expected["binary_valid_invalid"]
     assert mine["n_items"] == theirs["n_items"] == 50
     assert mine["n_raters"] == theirs["n_raters"] == len(raters)
-    for key in ("exact_agreement_rate", "exact_invalid_signature_rate", "unanimous_valid_invalid_rate",
-                "fleiss_kappa", "krippendorff_alpha_nominal"):
+    for key in (
+        "exact_agreement_rate",
+        "exact_invalid_signature_rate",
+        "unanimous_valid_invalid_rate",
+        "fleiss_kappa",
+        "krippendorff_alpha_nominal",
+    ):
         assert mine[key] == pytest.approx(theirs[key], abs=TOL), key
     assert_summary(mine["pairwise_cohen"], theirs["pairwise_cohen"])
     # by_pair: published values are in pair order over ``raters``; their keys are wrong.
@@ -140,8 +146,17 @@ def check_block(report: dict, expected: dict, raters: list[str]) -> None:
 
 def test_all_annotators_block_reproduced(published, all_triples) -> None:
     raters = published["all_annotators"]
-    assert raters == ["annotator_01", "annotator_02", "annotator_03", "annotator_04", "annotator_05",
-                      "annotator_06", "annotator_10", "annotator_07", "annotator_08"]
+    assert raters == [
+        "annotator_01",
+        "annotator_02",
+        "annotator_03",
+        "annotator_04",
+        "annotator_05",
+        "annotator_06",
+        "annotator_10",
+        "annotator_07",
+        "annotator_08",
+    ]
     report = agreement_report(all_triples, rubric="validity", raters=raters, n_boot=0, constant_pairs="one")
     assert report["n_items"] == 50 and report["n_annotators"] == 9 and report["n_judgements"] == 450
     check_block(report, published, raters)
@@ -152,8 +167,9 @@ def test_all_annotators_block_reproduced(published, all_triples) -> None:
     assert b["exact_invalid_signature_rate"] == pytest.approx(6 / 17)
     assert report["per_flag_agreement"]["INVALID_TEXT_QUERY"]["positive_rate"] == pytest.approx(24 / 450)
     # INVALID_IMAGE_QUERY: 28 of 36 pairs are constant-identical (kappa 1.0 by convention), 8 are 0.
-    image = pairwise_cohen_kappa(flag_ratings(validity_ratings(all_triples, raters=raters), "INVALID_IMAGE_QUERY"),
-                                 None, "one")
+    image = pairwise_cohen_kappa(
+        flag_ratings(validity_ratings(all_triples, raters=raters), "INVALID_IMAGE_QUERY"), None, "one"
+    )
     assert sum(p.constant_identical for p in image) == 28
     assert sorted({round(p.kappa, 12) for p in image}) == [0.0, 1.0]
     json.dumps(report, allow_nan=False)
@@ -195,12 +211,16 @@ def test_numpy_kappa_equals_sklearn_on_circus(published, all_triples) -> None:
 
 
 def test_report_bootstrap_on_circus(published, all_triples) -> None:
-    report = agreement_report(all_triples, rubric="validity", raters=published["all_annotators"], n_boot=200, seed=1, constant_pairs="one")
+    report = agreement_report(
+        all_triples, rubric="validity", raters=published["all_annotators"], n_boot=200, seed=1, constant_pairs="one"
+    )
     ci = report["confidence_intervals"]
     assert ci["n_boot"] == 200 and ci["seed"] == 1 and ci["confidence"] == 0.95
     alpha = ci["intervals"]["binary_valid_invalid.krippendorff_alpha_nominal"]
     assert alpha["low"] < report["binary_valid_invalid"]["krippendorff_alpha_nominal"] < alpha["high"]
-    again = agreement_report(all_triples, rubric="validity", raters=published["all_annotators"], n_boot=200, seed=1, constant_pairs="one")
+    again = agreement_report(
+        all_triples, rubric="validity", raters=published["all_annotators"], n_boot=200, seed=1, constant_pairs="one"
+    )
     assert again["confidence_intervals"] == ci
 
 
@@ -224,6 +244,7 @@ def _mutations() -> list[tuple[str, object, str]]:
             for key in path[:-1]:
                 node = node[key]
             node[path[-1]] = value
+
         return apply
 
     def delete(path: list):
@@ -232,6 +253,7 @@ def _mutations() -> list[tuple[str, object, str]]:
             for key in path[:-1]:
                 node = node[key]
             del node[path[-1]]
+
         return apply
 
     def duplicate_first(d: dict) -> None:
@@ -242,8 +264,11 @@ def _mutations() -> list[tuple[str, object, str]]:
         ("missing username", delete(["username"]), "field 'username': missing"),
         ("assignments not a list", set_in(["assignments"], {}), "field 'assignments'"),
         ("missing annotation", delete(["assignments", 3, "annotation"]), "assignments[3], field 'annotation': missing"),
-        ("flag not bool", set_in(["assignments", 2, "annotation", "QUERY_TOO_BROAD"], "yes"),
-         "field 'annotation.QUERY_TOO_BROAD'"),
+        (
+            "flag not bool",
+            set_in(["assignments", 2, "annotation", "QUERY_TOO_BROAD"], "yes"),
+            "field 'annotation.QUERY_TOO_BROAD'",
+        ),
         ("validated not bool", set_in(["assignments", 0, "annotation", "validated"], 1), "annotation.validated"),
         ("query_idx a string", set_in(["assignments", 5, "query_idx"], "12"), "assignments[5], field 'query_idx'"),
         ("id mismatch", set_in(["assignments", 4, "assignment_id"], "cirr::1"), "field 'assignment_id'"),
@@ -289,7 +314,12 @@ def test_unlabelled_assignments_are_missing() -> None:
     # a record carries the fields the brief asks for
     a = parsed.annotations[1]
     assert (a.username, a.assignment_id, a.dataset, a.query_idx, a.presentation_order) == (
-        "annotator_01", "cirr::3775", "cirr", 3775, 2)
+        "annotator_01",
+        "cirr::3775",
+        "cirr",
+        3775,
+        2,
+    )
     assert a.hidden_category == "composition_required" and a.validated is True and a.flags == ()
     assert a.other == "" and a.updated_at == "2026-04-24T15:40:07+00:00"
 
@@ -297,8 +327,11 @@ def test_unlabelled_assignments_are_missing() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "where"),
     [
-        (["assignments", 2, "annotation", "validated"], 1,
-         "assignments[2], field 'annotation.validated': expected true or false, got number"),
+        (
+            ["assignments", 2, "annotation", "validated"],
+            1,
+            "assignments[2], field 'annotation.validated': expected true or false, got number",
+        ),
         (["assignments", 0, "annotation", "other"], 5, "assignments[0], field 'annotation.other': expected a string"),
         (["assignments", 7], [], "assignments[7]: expected a JSON object for this assignment, got list"),
         (["assignments"], {}, "field 'assignments': expected a list, got object"),

@@ -4,6 +4,7 @@
 Records, warnings and errors must be those of the in-memory parse (``cirr.parse``, no sink),
 which keeps every image on the ParsedDataset.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,11 +31,24 @@ def write_cirr(folder: Path, n: int, ext: bool = True, extra_split: dict[str, st
     cap, more = [], []
     for i in range(n):
         members = [image((i * 7 + k * 13) % n_images) for k in range(6)]
-        cap.append({"pairid": i, "reference": members[0], "target_hard": members[1], "caption": f"caption {i}",
-                    "target_soft": {members[1]: 1.0, members[2]: 0.5, members[3]: -1.0},
-                    "img_set": {"id": i // 6, "members": members, "reference_rank": 0, "target_rank": 1}})
-        more.append({"pairid": i, "reference": members[0], "target_hard": members[1],
-                     "caption_extend": {str(k): f"variant {k} of {i}" for k in range(4)}})
+        cap.append(
+            {
+                "pairid": i,
+                "reference": members[0],
+                "target_hard": members[1],
+                "caption": f"caption {i}",
+                "target_soft": {members[1]: 1.0, members[2]: 0.5, members[3]: -1.0},
+                "img_set": {"id": i // 6, "members": members, "reference_rank": 0, "target_rank": 1},
+            }
+        )
+        more.append(
+            {
+                "pairid": i,
+                "reference": members[0],
+                "target_hard": members[1],
+                "caption_extend": {str(k): f"variant {k} of {i}" for k in range(4)},
+            }
+        )
     split = {image(m): f"./dev/{image(m)}.png" for m in range(n_images)}
     split.update(extra_split or {})
     files = {"cap.rc2.val.json": cap, "split.rc2.val.json": split, **({"cap.ext.rc2.val.json": more} if ext else {})}
@@ -71,12 +85,16 @@ def test_repeated_split_entries_across_batches_are_kept_once_with_one_warning(tm
     paths = write_cirr(tmp_path, 40, ext=False)
     text = paths[1].read_text()
     # a JSON object may repeat a key: the reader yields both; listed again in a later batch and in the same one
-    paths[1].write_text(text.rstrip().rstrip("}") + f',\n"{image(0)}": "./dev/other.png",\n"{image(3)}": "./dev/x.png"\n}}')
+    paths[1].write_text(
+        text.rstrip().rstrip("}") + f',\n"{image(0)}": "./dev/other.png",\n"{image(3)}": "./dev/x.png"\n}}'
+    )
     parsed = cirr.parse(paths)
     dataset, sink, queries = streamed(paths, monkeypatch, batch=7)
     assert queries == parsed.queries and dataset.warnings == parsed.warnings
-    assert f"split.rc2.val.json: 2 gallery entries are listed more than once (kept once), e.g. {image(0)!r}" \
+    assert (
+        f"split.rc2.val.json: 2 gallery entries are listed more than once (kept once), e.g. {image(0)!r}"
         in parsed.warnings
+    )
     replay = sink.replay("cirr")
     assert replay.galleries == parsed.galleries and replay.images == parsed.images
     assert parsed.images[image(0)].path == f"dev/{image(0)}.png"  # the first path wins
@@ -138,8 +156,9 @@ def test_images_outside_the_split_file_keep_no_path_and_are_warned(tmp_path, mon
     dataset, _, queries = streamed(paths, monkeypatch, batch=3)
     assert queries == parsed.queries and dataset.warnings == parsed.warnings
     assert list(dataset.images) == ["not-in-split"] and dataset.images["not-in-split"].path is None
-    assert ("cap.rc2.val.json: 1 referenced image(s) are not in the split file (path left empty), "
-            "e.g. 'not-in-split'") in dataset.warnings
+    assert (
+        "cap.rc2.val.json: 1 referenced image(s) are not in the split file (path left empty), e.g. 'not-in-split'"
+    ) in dataset.warnings
 
 
 def _peak(paths: list[Path]) -> int:

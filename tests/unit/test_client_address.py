@@ -1,6 +1,7 @@
 """The client's address behind a configured number of trusted proxies (issue 41, item 2):
 one function (config.throttling.client_address) for the login lockout and the API throttles.
 No database, no process: requests are built by Django's RequestFactory."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,29 +26,35 @@ def test_without_a_trusted_proxy_x_forwarded_for_is_ignored(settings, xff):
     assert client_address(request(xff, peer="192.0.2.4")) == "192.0.2.4"
 
 
-@pytest.mark.parametrize("count,xff,want", [
-    (1, "203.0.113.9", "203.0.113.9"),  # nginx appended the client it saw
-    (1, "198.51.100.7, 203.0.113.9", "203.0.113.9"),  # the left entry is the client's own writing
-    (1, "1.2.3.4, 5.6.7.8, 203.0.113.9", "203.0.113.9"),
-    (2, "198.51.100.7, 10.0.0.5", "198.51.100.7"),  # balancer saw 198.51.100.7, nginx saw the balancer
-    (2, "6.6.6.6, 198.51.100.7, 10.0.0.5", "198.51.100.7"),
-    (1, " 203.0.113.9 ", "203.0.113.9"),
-    (1, "2001:db8::1", "2001:db8::1"),
-    (1, "2001:0db8:0000::0001", "2001:db8::1"),  # one spelling per address
-])
+@pytest.mark.parametrize(
+    "count,xff,want",
+    [
+        (1, "203.0.113.9", "203.0.113.9"),  # nginx appended the client it saw
+        (1, "198.51.100.7, 203.0.113.9", "203.0.113.9"),  # the left entry is the client's own writing
+        (1, "1.2.3.4, 5.6.7.8, 203.0.113.9", "203.0.113.9"),
+        (2, "198.51.100.7, 10.0.0.5", "198.51.100.7"),  # balancer saw 198.51.100.7, nginx saw the balancer
+        (2, "6.6.6.6, 198.51.100.7, 10.0.0.5", "198.51.100.7"),
+        (1, " 203.0.113.9 ", "203.0.113.9"),
+        (1, "2001:db8::1", "2001:db8::1"),
+        (1, "2001:0db8:0000::0001", "2001:db8::1"),  # one spelling per address
+    ],
+)
 def test_with_n_trusted_proxies_the_nth_address_from_the_right_counts(settings, count, xff, want):
     settings.CIRVAL_PROXY_COUNT = count
     assert client_address(request(xff)) == want
 
 
-@pytest.mark.parametrize("count,xff", [
-    (1, None),  # the request did not come through the proxy
-    (1, ""),
-    (2, "203.0.113.9"),  # fewer addresses than proxies: what is there may be the client's own
-    (1, "not-an-address"),
-    (1, "203.0.113.9:4431"),
-    (2, " , 203.0.113.9"),  # empty entries are not addresses
-])
+@pytest.mark.parametrize(
+    "count,xff",
+    [
+        (1, None),  # the request did not come through the proxy
+        (1, ""),
+        (2, "203.0.113.9"),  # fewer addresses than proxies: what is there may be the client's own
+        (1, "not-an-address"),
+        (1, "203.0.113.9:4431"),
+        (2, " , 203.0.113.9"),  # empty entries are not addresses
+    ],
+)
 def test_a_header_that_did_not_come_through_every_proxy_falls_back_to_the_peer(settings, count, xff):
     settings.CIRVAL_PROXY_COUNT = count
     assert client_address(request(xff)) == PEER

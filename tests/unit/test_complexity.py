@@ -2,6 +2,7 @@
 
 The same check by hand: ``python -m radon cc -s -n D -e "tests/*,*/migrations/*,.venv/*,bench/*" .``
 """
+
 from __future__ import annotations
 
 from pathlib import Path

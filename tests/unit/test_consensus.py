@@ -1,5 +1,6 @@
 """Consensus policies (annotation.core.consensus): majority, unanimous, primary; ties, flags,
 adjudication overrides, provenance. Every expectation is worked out by hand in the test."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,12 +12,12 @@ from annotation.core.consensus import (
     FLAGGED,
     MAJORITY,
     NO_VOTES,
-    PRIMARY,
-    REJECTED,
-    TIE,
     PENDING,
+    PRIMARY,
     QUORUM,
+    REJECTED,
     SINGLE,
+    TIE,
     UNANIMOUS,
     UNJUDGED,
     VALIDATED,
@@ -40,13 +41,13 @@ def votes(*spec: str, flagged: str = "") -> list[Vote]:
     [
         (("a+", "b+", "c+"), VALIDATED, UNANIMOUS, ""),
         (("a-", "b-", "c-"), REJECTED, UNANIMOUS, ""),
-        (("a+", "b+", "c-"), VALIDATED, MAJORITY, ""),       # 2 of 3 > 1.5
+        (("a+", "b+", "c-"), VALIDATED, MAJORITY, ""),  # 2 of 3 > 1.5
         (("a+", "b-", "c-"), REJECTED, MAJORITY, ""),
-        (("a+", "b-"), ADJUDICATION, "", TIE),                # 1 of 2 is not strictly more than half
+        (("a+", "b-"), ADJUDICATION, "", TIE),  # 1 of 2 is not strictly more than half
         (("a+", "b+", "c-", "d-"), ADJUDICATION, "", TIE),
         (("a+", "b+", "c+", "d-"), VALIDATED, MAJORITY, ""),  # 3 of 4
         (("a+", "b+", "c-", "d-", "e+"), VALIDATED, MAJORITY, ""),
-        (("a+",), VALIDATED, SINGLE, ""),                     # quorum 1: one vote decides, not "unanimous"
+        (("a+",), VALIDATED, SINGLE, ""),  # quorum 1: one vote decides, not "unanimous"
         (("a-",), REJECTED, SINGLE, ""),
     ],
 )
@@ -143,9 +144,9 @@ def test_refusals() -> None:
 
 def test_tally() -> None:
     decisions = [
-        decide(votes("a+", "b+")),               # validated, unanimous
-        decide(votes("a+", "b+", "c-")),         # validated, majority
-        decide(votes("a+", "b-")),               # tie
+        decide(votes("a+", "b+")),  # validated, unanimous
+        decide(votes("a+", "b+", "c-")),  # validated, majority
+        decide(votes("a+", "b-")),  # tie
         decide(votes("a+", "b+", flagged="b")),  # flagged
         decide(votes("a+", "b-"), adjudication=False),
         decide([]),

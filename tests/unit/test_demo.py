@@ -1,4 +1,5 @@
 """Tests for the synthetic CIR demo world (retrieval.demo)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,15 +17,14 @@ from audit.democheck import check_audit
 from retrieval.demo import (
     COLOURS,
     LOW_CONTRAST,
-    SHAPES,
     SESSION_FLAWS,
+    SHAPES,
     apply_edit,
-    invert_edit,
     build_demo,
     check_judgements,
-    precision_recall,
     describe_scene,
     invert_edit,
+    precision_recall,
     render_scene,
     scene_key,
     scene_ok,
@@ -65,7 +65,8 @@ def _scene(ds: ParsedDataset, image_id: str) -> dict:
 def _file_hashes(root: Path) -> dict[str, str]:
     return {
         p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*")) if p.is_file()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -94,7 +95,9 @@ def _check_edit(ref: dict, target: dict, edit: dict) -> None:
         assert edit["to"] not in ref_objs
         old = ref_objs[shape]
         assert (new["colour"], new["size"], new["count"]) == (old["colour"], old["size"], old["count"])
-        assert {k: v for k, v in ref_objs.items() if k != shape} == {k: v for k, v in tgt_objs.items() if k != edit["to"]}
+        assert {k: v for k, v in ref_objs.items() if k != shape} == {
+            k: v for k, v in tgt_objs.items() if k != edit["to"]
+        }
         return
     field = {"colour": "colour", "count": "count", "size": "size"}[kind]
     assert set(ref_objs) == set(tgt_objs)
@@ -109,17 +112,27 @@ def _check_edit(ref: dict, target: dict, edit: dict) -> None:
 
 
 def test_apply_edit_hand_examples() -> None:
-    scene = {"background": "white", "objects": [
-        {"shape": "circle", "colour": "red", "size": "large", "count": 1},
-        {"shape": "star", "colour": "blue", "size": "small", "count": 2},
-    ]}
+    scene = {
+        "background": "white",
+        "objects": [
+            {"shape": "circle", "colour": "red", "size": "large", "count": 1},
+            {"shape": "star", "colour": "blue", "size": "small", "count": 2},
+        ],
+    }
     before = json.loads(json.dumps(scene))
     recoloured = apply_edit(scene, {"type": "colour", "object": "circle", "from": "red", "to": "green"})
     assert recoloured["objects"][0] == {"shape": "circle", "colour": "green", "size": "large", "count": 1}
     assert scene == before  # input untouched
     # A square is added between circle and star (objects are kept in SHAPES order).
-    added = apply_edit(scene, {"type": "add", "object": "square", "from": None,
-                               "to": {"shape": "square", "colour": "black", "size": "small", "count": 3}})
+    added = apply_edit(
+        scene,
+        {
+            "type": "add",
+            "object": "square",
+            "from": None,
+            "to": {"shape": "square", "colour": "black", "size": "small", "count": 3},
+        },
+    )
     assert [o["shape"] for o in added["objects"]] == ["circle", "square", "star"]
     # Circle -> diamond moves the object after the star.
     reshaped = apply_edit(scene, {"type": "shape", "object": "circle", "from": "circle", "to": "diamond"})
@@ -133,14 +146,19 @@ def test_apply_edit_hand_examples() -> None:
     assert counted["objects"][1]["count"] == 3
     sized = apply_edit(scene, {"type": "size", "object": "star", "from": "small", "to": "large"})
     assert sized["objects"][1]["size"] == "large"
-    assert apply_edit(scene, {"type": "background", "object": None, "from": "white", "to": "pink"})["background"] == "pink"
+    assert (
+        apply_edit(scene, {"type": "background", "object": None, "from": "white", "to": "pink"})["background"] == "pink"
+    )
 
 
 def test_invert_edit_round_trips() -> None:
-    scene = {"background": "grey", "objects": [
-        {"shape": "square", "colour": "yellow", "size": "large", "count": 2},
-        {"shape": "cross", "colour": "purple", "size": "small", "count": 1},
-    ]}
+    scene = {
+        "background": "grey",
+        "objects": [
+            {"shape": "square", "colour": "yellow", "size": "large", "count": 2},
+            {"shape": "cross", "colour": "purple", "size": "small", "count": 1},
+        ],
+    }
     edits = [
         {"type": "colour", "object": "square", "from": "yellow", "to": "red"},
         {"type": "shape", "object": "cross", "from": "cross", "to": "triangle"},
@@ -148,7 +166,12 @@ def test_invert_edit_round_trips() -> None:
         {"type": "size", "object": "cross", "from": "small", "to": "large"},
         {"type": "background", "object": None, "from": "grey", "to": "sand"},
         {"type": "remove", "object": "cross", "from": scene["objects"][1], "to": None},
-        {"type": "add", "object": "star", "from": None, "to": {"shape": "star", "colour": "red", "size": "small", "count": 1}},
+        {
+            "type": "add",
+            "object": "star",
+            "from": None,
+            "to": {"shape": "star", "colour": "red", "size": "small", "count": 1},
+        },
     ]
     for edit in edits:
         changed = apply_edit(scene, edit)
@@ -157,11 +180,14 @@ def test_invert_edit_round_trips() -> None:
 
 
 def test_describe_scene() -> None:
-    scene = {"background": "sky blue", "objects": [
-        {"shape": "circle", "colour": "red", "size": "large", "count": 1},
-        {"shape": "triangle", "colour": "orange", "size": "small", "count": 3},
-        {"shape": "cross", "colour": "blue", "size": "small", "count": 2},
-    ]}
+    scene = {
+        "background": "sky blue",
+        "objects": [
+            {"shape": "circle", "colour": "red", "size": "large", "count": 1},
+            {"shape": "triangle", "colour": "orange", "size": "small", "count": 3},
+            {"shape": "cross", "colour": "blue", "size": "small", "count": 2},
+        ],
+    }
     assert describe_scene(scene) == (
         "a large red circle, three small orange triangles and two small blue crosses on a sky blue background"
     )
@@ -173,8 +199,10 @@ def test_scene_ok_rules() -> None:
     dup = {"background": "white", "objects": [ok["objects"][0], dict(ok["objects"][0], colour="blue")]}
     assert not scene_ok(dup)  # two stars: "the star" would be ambiguous
     assert not scene_ok({"background": "dark green", "objects": [dict(ok["objects"][0], colour="black")]})
-    crowded = {"background": "white", "objects": [
-        {"shape": s, "colour": "red", "size": "small", "count": 3} for s in ("circle", "square", "star")]}
+    crowded = {
+        "background": "white",
+        "objects": [{"shape": s, "colour": "red", "size": "small", "count": 3} for s in ("circle", "square", "star")],
+    }
     assert not scene_ok(crowded)  # 9 shapes > 8
     assert not scene_ok({"background": "white", "objects": []})
 
@@ -277,7 +305,14 @@ def test_single_turn_edits(built_world: tuple[Path, ParsedDataset, dict]) -> Non
     clean = [q for q in _singles(ds) if kinds[q.external_id] in ("composition", "image_only")]
     assert len(clean) == 96 + 16
     assert set(Counter(q.extra["edit"]["type"] for q in clean)) == {
-        "colour", "shape", "count", "size", "background", "remove", "add"}
+        "colour",
+        "shape",
+        "count",
+        "size",
+        "background",
+        "remove",
+        "add",
+    }
     multi = 0
     for q in clean:
         ref = _scene(ds, q.turns[0].reference)
@@ -301,8 +336,14 @@ def test_single_turn_edits(built_world: tuple[Path, ParsedDataset, dict]) -> Non
 def test_planted_kinds(built_world: tuple[Path, ParsedDataset, dict]) -> None:
     _, ds, truth = built_world
     kinds = Counter(truth["queries"][q.external_id]["kind"] for q in _singles(ds))
-    assert kinds == {"composition": 96, "text_only": 16, "image_only": 16, "too_broad": 12, "vague": 10,
-                     "wrong_target": 10}
+    assert kinds == {
+        "composition": 96,
+        "text_only": 16,
+        "image_only": 16,
+        "too_broad": 12,
+        "vague": 10,
+        "wrong_target": 10,
+    }
     scenes = {scene_key(r.extra["scene"]) for r in ds.images.values()}
     for q in _singles(ds):
         t = truth["queries"][q.external_id]
@@ -332,7 +373,9 @@ def test_planted_kinds(built_world: tuple[Path, ParsedDataset, dict]) -> None:
 def _distance(a: dict, b: dict) -> int:
     objs_a = {o["shape"]: o for o in a["objects"]}
     objs_b = {o["shape"]: o for o in b["objects"]}
-    return int(a["background"] != b["background"]) + sum(objs_a.get(s) != objs_b.get(s) for s in set(objs_a) | set(objs_b))
+    return int(a["background"] != b["background"]) + sum(
+        objs_a.get(s) != objs_b.get(s) for s in set(objs_a) | set(objs_b)
+    )
 
 
 def test_sessions(built_world: tuple[Path, ParsedDataset, dict]) -> None:
@@ -370,33 +413,57 @@ def test_sessions(built_world: tuple[Path, ParsedDataset, dict]) -> None:
             assert refs[k - 1] == [k - 1] and turns[k - 1].turn_target == turns[k - 2].turn_target
         elif flaw == "conflict":  # undoes an edit two or more turns back, to a new image
             assert k >= 3 and len(set(chain)) == len(chain)
-            assert any(q.extra["edits"][k - 1] == invert_edit(_scene(ds, turns[j - 1].reference), q.extra["edits"][j - 1])
-                       for j in range(1, k - 1) if q.extra["edits"][j - 1])
+            assert any(
+                q.extra["edits"][k - 1] == invert_edit(_scene(ds, turns[j - 1].reference), q.extra["edits"][j - 1])
+                for j in range(1, k - 1)
+                if q.extra["edits"][j - 1]
+            )
         assert flaw in (None, *SESSION_FLAWS)
         if t["retro"] == "rollback":
             assert len(refs[t["retro_turn"] - 1]) == 1 and "go back to" in turns[t["retro_turn"] - 1].texts[0].text
         elif t["retro"] == "combination":
-            assert refs[t["retro_turn"] - 1][-1] == t["retro_turn"] and "keep the background" in turns[t["retro_turn"] - 1].texts[0].text
+            assert (
+                refs[t["retro_turn"] - 1][-1] == t["retro_turn"]
+                and "keep the background" in turns[t["retro_turn"] - 1].texts[0].text
+            )
     assert flaws["circle"] >= 2 and flaws["redundant"] >= 2
     assert min(flaws[f] for f in ("noop", "duplicate", "conflict")) >= 1
     assert retros["rollback"] >= 1 and retros["combination"] >= 1
 
 
 def test_precision_recall_by_hand() -> None:
-    assert precision_recall({1, 2, 3, 4}, {3, 4, 5}) == {"planted": 4, "found": 3, "hits": 2,
-                                                         "precision": 2 / 3, "recall": 0.5}
+    assert precision_recall({1, 2, 3, 4}, {3, 4, 5}) == {
+        "planted": 4,
+        "found": 3,
+        "hits": 2,
+        "precision": 2 / 3,
+        "recall": 0.5,
+    }
     assert precision_recall(set(), set())["precision"] is None
     kinds = {"a": "text_only", "b": "text_only", "c": "image_only", "d": "vague", "e": "composition"}
-    labels = {"a": "shortcut_solvable", "b": "unresolved", "c": "shortcut_solvable", "d": "unresolved",
-              "e": "composition_required"}
-    details = {"a": "both_unimodal", "b": "unresolved", "c": "text_only", "d": "unresolved", "e": "composition_required"}
+    labels = {
+        "a": "shortcut_solvable",
+        "b": "unresolved",
+        "c": "shortcut_solvable",
+        "d": "unresolved",
+        "e": "composition_required",
+    }
+    details = {
+        "a": "both_unimodal",
+        "b": "unresolved",
+        "c": "text_only",
+        "d": "unresolved",
+        "e": "composition_required",
+    }
     got = check_audit(kinds, labels, details)
     assert got["text_only"] == {"planted": 2, "found": 2, "hits": 1, "precision": 0.5, "recall": 0.5}
     assert got["image_only"]["recall"] == 0.0 and got["image_only"]["found"] == 1  # 'a' (both) counts, 'c' does not
     assert got["vague"] == {"planted": 1, "found": 2, "hits": 1, "precision": 0.5, "recall": 1.0}
     assert got["composition"]["precision"] == 1.0
-    human = check_judgements({"x": "too_broad", "y": "vague", "z": "composition"},
-                             {"x": {"QUERY_TOO_BROAD"}, "y": set(), "z": {"QUERY_TOO_BROAD"}})
+    human = check_judgements(
+        {"x": "too_broad", "y": "vague", "z": "composition"},
+        {"x": {"QUERY_TOO_BROAD"}, "y": set(), "z": {"QUERY_TOO_BROAD"}},
+    )
     assert human["too_broad"] == {"planted": 1, "found": 2, "hits": 1, "precision": 0.5, "recall": 1.0}
     assert human["vague"]["recall"] == 0.0
 

@@ -1,4 +1,5 @@
 """The demo retrievers: deterministic training, checkpoints that the normal retriever path loads."""
+
 from __future__ import annotations
 
 import hashlib
@@ -68,7 +69,7 @@ def test_family_edits_name_every_colour_of_their_family() -> None:
     from retrieval.encoders import open_clip_module
 
     create_model_and_transforms = open_clip_module().create_model_and_transforms
-    from retrieval.demo import COLOUR_FAMILIES, scene_key
+    from retrieval.demo import COLOUR_FAMILIES
 
     _, _, preprocess = create_model_and_transforms("cirval-demo", pretrained=None)
     plain, split = training_split(5, 12, preprocess), training_split(5, 12, preprocess, family=True)
@@ -108,6 +109,8 @@ def test_the_demo_models_random_start_is_not_warned_of_but_any_other_is(caplog) 
         logging.warning("No pretrained weights loaded for model 'ViT-B-32'. Model initialized randomly.")
     logging.warning("No pretrained weights loaded for model 'cirval-demo'. Model initialized randomly.")
     messages = [r.getMessage() for r in caplog.records]
-    assert messages == ["No pretrained weights loaded for model 'ViT-B-32'. Model initialized randomly.",
-                        "No pretrained weights loaded for model 'cirval-demo'. Model initialized randomly."]
+    assert messages == [
+        "No pretrained weights loaded for model 'ViT-B-32'. Model initialized randomly.",
+        "No pretrained weights loaded for model 'cirval-demo'. Model initialized randomly.",
+    ]
     assert not logging.getLogger().filters  # removed on the way out

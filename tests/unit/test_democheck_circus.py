@@ -1,4 +1,5 @@
 """demo_check's CIRCUS tables (audit.democheck.circus_tables / circus_lines), pure."""
+
 from __future__ import annotations
 
 from audit.democheck import circus_lines, circus_tables

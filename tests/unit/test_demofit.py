@@ -1,4 +1,5 @@
 """Which demo gallery images fit a query, and the pool's recall of them (retrieval.demofit)."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,13 @@ from annotation.core.rubric import TOO_BROAD_THRESHOLD
 from retrieval.demo import TOO_BROAD_FITTING, apply_edit, broad_options, scene_key
 from retrieval.demofit import fitting_images, other_fitting_images, pool_recall
 
-REF = {"background": "white", "objects": [{"shape": "circle", "colour": "red", "size": "large", "count": 1},
-                                          {"shape": "square", "colour": "blue", "size": "small", "count": 2}]}
+REF = {
+    "background": "white",
+    "objects": [
+        {"shape": "circle", "colour": "red", "size": "large", "count": 1},
+        {"shape": "square", "colour": "blue", "size": "small", "count": 2},
+    ],
+}
 
 
 def _with(**change):
@@ -50,7 +56,10 @@ def test_too_broad_background_fits_every_other_background() -> None:
 def test_a_wide_too_broad_text_fits_any_one_object_recoloured() -> None:
     """The demo's planted too-broad texts ("give one of the shapes another colour") name no
     object: the circle or the square recoloured, to any other colour, fits; two changes do not."""
-    square_green = {"background": "white", "objects": [dict(REF["objects"][0]), {**REF["objects"][1], "colour": "green"}]}
+    square_green = {
+        "background": "white",
+        "objects": [dict(REF["objects"][0]), {**REF["objects"][1], "colour": "green"}],
+    }
     scenes = {**SCENES, "square-green": square_green}
     edit = {"type": "colour", "object": "circle", "from": "red", "to": "green", "any_object": True}
     fits = other_fitting_images(_truth("too_broad", edit, ["green"]), scenes)
@@ -64,8 +73,14 @@ def test_a_plain_edit_fits_its_scene_and_a_family_every_colour_of_the_family() -
     assert apply_edit(REF, edit) == SCENES["no-square"]
     assert fitting_images(_truth("composition", edit, ["no-square"]), SCENES) == {"no-square"}
     assert other_fitting_images(_truth("image_only", edit, ["no-square"]), SCENES) == set()
-    family = {"type": "colour", "object": "circle", "from": "red", "to": "blue", "family": "cool",
-              "alternatives": ["green"]}
+    family = {
+        "type": "colour",
+        "object": "circle",
+        "from": "red",
+        "to": "blue",
+        "family": "cool",
+        "alternatives": ["green"],
+    }
     assert fitting_images(_truth("composition", family, ["blue", "green"]), SCENES) == {"blue", "green"}
     assert other_fitting_images(_truth("composition", family, ["blue"]), SCENES) == {"green"}
 
@@ -78,16 +93,24 @@ def test_wrong_target_fits_what_the_text_asks_for_not_the_label() -> None:
 
 
 def test_vague_fits_nothing_and_text_only_its_described_scene() -> None:
-    assert fitting_images(_truth("vague", {"type": "size", "object": "circle", "from": "large", "to": "small"},
-                                 ["small"]), SCENES) == set()
+    assert (
+        fitting_images(
+            _truth("vague", {"type": "size", "object": "circle", "from": "large", "to": "small"}, ["small"]), SCENES
+        )
+        == set()
+    )
     assert fitting_images(_truth("text_only", None, ["green-on-grey"]), SCENES) == {"green-on-grey"}
     assert fitting_images({"kind": "session"}, SCENES) == set()
 
 
 def test_pool_recall_sums_over_queries_and_kinds() -> None:
     broad = _truth("too_broad", {"type": "colour", "object": "circle", "from": "red", "to": "green"}, ["green"])
-    wrong = _truth("wrong_target", {"type": "size", "object": "circle", "from": "large", "to": "small"}, ["small"],
-                   text_edit={"type": "background", "object": None, "from": "white", "to": "pink"})
+    wrong = _truth(
+        "wrong_target",
+        {"type": "size", "object": "circle", "from": "large", "to": "small"},
+        ["small"],
+        text_edit={"type": "background", "object": None, "from": "white", "to": "pink"},
+    )
     vague = _truth("vague", None, ["small"])
     truth = {"q1": broad, "q2": wrong, "q3": vague}
     r = pool_recall(truth, SCENES, {"q1": ["blue", "grey", "green"], "q2": ["grey"], "q3": ["pink"], "q9": ["blue"]})

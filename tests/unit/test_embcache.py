@@ -1,4 +1,5 @@
 """Tests for retrieval.embcache: SQLite-backed embedding cache and encode_with_cache."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,9 +31,11 @@ def test_round_trip_is_bit_exact(tmp_path: Path) -> None:
     cache = EmbeddingCache(tmp_path, SPEC, dim=4)
     keys = ["a" * 64, "b" * 64, "c" * 64]
     arr = np.array(
-        [[1.0, -0.0, 1e-45, 3.4028235e38],  # subnormal, negative zero, float32 max
-         [0.1, 0.2, 0.3, 0.4],
-         [-1.5, 2.25, -3.125, 4.0625]],
+        [
+            [1.0, -0.0, 1e-45, 3.4028235e38],  # subnormal, negative zero, float32 max
+            [0.1, 0.2, 0.3, 0.4],
+            [-1.5, 2.25, -3.125, 4.0625],
+        ],
         dtype=np.float32,
     )
     assert cache.put_many("image", keys, torch.from_numpy(arr)) == 3
@@ -164,7 +167,9 @@ def test_encode_with_cache_images_with_loader(tmp_path: Path, tiny: OpenClipRetr
     cache = EmbeddingCache(tmp_path, r.spec, r.dim)
     encode_with_cache(r, cache, "image", keys[:2], loader)
     progress: list[tuple[int, int]] = []
-    emb, stats = encode_with_cache(r, cache, "image", keys, loader, chunk_size=2, progress=lambda d, t: progress.append((d, t)))
+    emb, stats = encode_with_cache(
+        r, cache, "image", keys, loader, chunk_size=2, progress=lambda d, t: progress.append((d, t))
+    )
     assert asked == [keys[:2], keys[2:4], keys[4:]]  # only missing keys, in chunks
     assert progress == [(2, 3), (3, 3)]
     assert (stats.hits, stats.misses, stats.encoded) == (2, 3, 3)

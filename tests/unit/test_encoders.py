@@ -1,4 +1,5 @@
 """Tests for retrieval.encoders: tiny random-init open_clip retrievers, offline only."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,11 +9,11 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import open_clip
 import pytest
 import torch
 from PIL import Image
 
-import open_clip
 from retrieval import encoders
 from retrieval.encoders import (
     ImageTooLargeError,
@@ -166,8 +167,9 @@ def test_local_checkpoint_roundtrip(tmp_path: Path, tiny: OpenClipRetriever) -> 
     assert torch.equal(r.embed_texts(TEXTS), tiny.embed_texts(TEXTS))
 
 
-def test_encoder_and_spec_parser_read_weights_alike(tmp_path: Path, tiny: OpenClipRetriever,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_encoder_and_spec_parser_read_weights_alike(
+    tmp_path: Path, tiny: OpenClipRetriever, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One rule (retrieval.specs.weights_of) for a spec's WEIGHTS and for OpenClipRetriever's
     ``pretrained``: an existing file whose name neither looks like a path nor is a tag is a
     checkpoint in both; an unknown tag is refused by both with the same words."""
@@ -181,8 +183,10 @@ def test_encoder_and_spec_parser_read_weights_alike(tmp_path: Path, tiny: OpenCl
     assert direct.source == parsed["canonical"]
     seeded = OpenClipRetriever("cirval-tiny-vit", pretrained=None, device="cpu", seed=5)
     assert (seeded.weights_kind, seeded.seed, seeded.source) == ("random", 5, "openclip:cirval-tiny-vit@random:5")
-    for call in (lambda: parse_retriever_spec("openclip:cirval-tiny-vit@no_such_tag"),
-                 lambda: OpenClipRetriever("cirval-tiny-vit", pretrained="no_such_tag", device="cpu")):
+    for call in (
+        lambda: parse_retriever_spec("openclip:cirval-tiny-vit@no_such_tag"),
+        lambda: OpenClipRetriever("cirval-tiny-vit", pretrained="no_such_tag", device="cpu"),
+    ):
         with pytest.raises(ValueError, match="'no_such_tag' is not a pretrained tag of cirval-tiny-vit"):
             call()
 
@@ -193,9 +197,11 @@ def test_lazy_and_built_retrievers_take_their_spec_from_one_function(tmp_path: P
     ckpt = tmp_path / "tiny.pt"
     torch.save(tiny.model.state_dict(), ckpt)
     digest = hashlib.sha256(ckpt.read_bytes()).hexdigest()
-    for spec, expected in ((f"openclip:cirval-tiny-vit@{ckpt}", f"openclip:cirval-tiny-vit@sha256:{digest}"),
-                           ("openclip:cirval-tiny-vit@random:3", "openclip:cirval-tiny-vit@random:3"),
-                           ("openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit@random:0")):
+    for spec, expected in (
+        (f"openclip:cirval-tiny-vit@{ckpt}", f"openclip:cirval-tiny-vit@sha256:{digest}"),
+        ("openclip:cirval-tiny-vit@random:3", "openclip:cirval-tiny-vit@random:3"),
+        ("openclip:cirval-tiny-vit", "openclip:cirval-tiny-vit@random:0"),
+    ):
         lazy = encoders.LazyRetriever(spec, device="cpu")
         assert not lazy.is_built and lazy.spec == expected
         assert lazy.built.spec == expected  # the built one agrees (LazyRetriever.built checks it too)
@@ -204,8 +210,10 @@ def test_lazy_and_built_retrievers_take_their_spec_from_one_function(tmp_path: P
         assert parse_retriever_spec(parsed["canonical"])["canonical"] == parsed["canonical"]
     # amp on a CUDA device is part of the identity (CPU runs plain fp32: test_amp_on_cpu_is_plain_fp32)
     parsed = parse_retriever_spec("openclip:cirval-tiny-vit@random:3")
-    assert encoders.retriever_identity("cirval-tiny-vit", parsed, "amp", torch.device("cuda")) == \
-        "openclip:cirval-tiny-vit@random:3#amp-fp16"
+    assert (
+        encoders.retriever_identity("cirval-tiny-vit", parsed, "amp", torch.device("cuda"))
+        == "openclip:cirval-tiny-vit@random:3#amp-fp16"
+    )
 
 
 # ------------------------------------------------------------------ spec parsing
@@ -213,8 +221,13 @@ def test_lazy_and_built_retrievers_take_their_spec_from_one_function(tmp_path: P
 
 def test_parse_valid_specs(tmp_path: Path) -> None:
     assert parse_retriever_spec(TINY) == {
-        "backend": "openclip", "model": "cirval-tiny-vit", "kind": "random", "seed": 0,
-        "tag": None, "checkpoint": None, "canonical": TINY,
+        "backend": "openclip",
+        "model": "cirval-tiny-vit",
+        "kind": "random",
+        "seed": 0,
+        "tag": None,
+        "checkpoint": None,
+        "canonical": TINY,
     }
     p = parse_retriever_spec("openclip:cirval-tiny-vit@random:0")
     assert (p["kind"], p["seed"], p["canonical"]) == ("random", 0, TINY)

@@ -1,5 +1,6 @@
 """Issue 40, item 2: the maths of estimate studies (annotation/studies/estimate.py) against
 hand-computed textbook cases (Cochran, Sampling Techniques, 3rd ed.)."""
+
 from __future__ import annotations
 
 import itertools
@@ -7,13 +8,14 @@ import math
 
 import pytest
 
+from annotation.quality.signals import wilson
 from annotation.studies.estimate import (
     MIN_PER_STRATUM,
     StratumCount,
     cum_sqrt_f_bounds,
     interval_variance,
-    neyman_sample_size,
     next_stratum,
+    neyman_sample_size,
     plan_items,
     planning_rate,
     planning_rates,
@@ -26,7 +28,6 @@ from annotation.studies.estimate import (
     stratum_order,
     stratum_sizes,
 )
-from annotation.quality.signals import wilson
 
 
 def test_cochran_547_stratified_variance_with_the_finite_population_correction():
@@ -40,7 +41,7 @@ def test_cochran_547_stratified_variance_with_the_finite_population_correction()
     assert e.judged == 15 and e.size == 150
     assert [s.weight for s in strata] == [10.0, 10.0]  # design weights N_h / n_h
     # the interval is Wilson's at n_eff = p q / v~, v~ with p~_h = (x_h + 1/2) / (n_h + 1) over n_h
-    smoothed = (100 * 90 * (2.5 / 11) * (8.5 / 11) / 10 + 50 * 45 * (4.5 / 6) * (1.5 / 6) / 5) / 150 ** 2
+    smoothed = (100 * 90 * (2.5 / 11) * (8.5 / 11) / 10 + 50 * 45 * (4.5 / 6) * (1.5 / 6) / 5) / 150**2
     assert interval_variance(strata) == pytest.approx(smoothed)
     assert (e.low, e.high) == pytest.approx(wilson(0.4, 0.4 * 0.6 / smoothed))
     assert e.low < 0.4 < e.high and e.half_width == pytest.approx((e.high - e.low) / 2)
@@ -48,7 +49,8 @@ def test_cochran_547_stratified_variance_with_the_finite_population_correction()
 
 def test_a_stratum_judged_in_full_adds_no_variance_and_a_census_is_a_point():
     assert stratified_variance([StratumCount(10, 10, 3), StratumCount(50, 5, 4)]) == pytest.approx(
-        50 * 45 * 0.8 * 0.2 / 4 / 60 ** 2)
+        50 * 45 * 0.8 * 0.2 / 4 / 60**2
+    )
     census = stratified_estimate([StratumCount(10, 10, 3), StratumCount(5, 5, 0)])
     assert census.value == pytest.approx(0.2) and census.low == census.high == census.value and census.n_eff is None
 
@@ -117,8 +119,9 @@ def test_the_plan_is_the_integer_neyman_allocation_at_every_prefix():
     assert len(plan) == sum(sizes) and plan[:6] == [0, 0, 1, 1, 2, 2]  # two in every stratum first
     for m in (10, 25, 40, 70):
         n = [plan[:m].count(h) for h in range(3)]
-        best = min(_variance(sizes, sds, k) for k in itertools.product(*(range(2, N + 1) for N in sizes))
-                   if sum(k) == m)
+        best = min(
+            _variance(sizes, sds, k) for k in itertools.product(*(range(2, N + 1) for N in sizes)) if sum(k) == m
+        )
         assert _variance(sizes, sds, n) == pytest.approx(best)
     # large strata: the shares approach N_h S_h (Neyman)
     plan = serving_plan([range(10000)] * 2, [0, 0], [0.5, 0.1])[:600]

@@ -1,4 +1,5 @@
 """One figure, one text: config.figures.fixed writes a figure as the templates' floatformat does."""
+
 import random
 
 import pytest
@@ -7,18 +8,29 @@ from django.template.defaultfilters import floatformat
 from config.figures import fixed
 
 
-@pytest.mark.parametrize(("value", "digits", "text"), [
-    (0.0625, 3, "0.063"),  # a half rounds up, where Python's format gives "0.062"
-    (0.125, 2, "0.13"), (2.5, 0, "3"), (-0.0625, 3, "-0.063"), (-0.0004, 3, "0.000"), (0.0, 3, "0.000"),
-    (1 / 3, 4, "0.3333"), (123.4565, 3, "123.457"),
-])
+@pytest.mark.parametrize(
+    ("value", "digits", "text"),
+    [
+        (0.0625, 3, "0.063"),  # a half rounds up, where Python's format gives "0.062"
+        (0.125, 2, "0.13"),
+        (2.5, 0, "3"),
+        (-0.0625, 3, "-0.063"),
+        (-0.0004, 3, "0.000"),
+        (0.0, 3, "0.000"),
+        (1 / 3, 4, "0.3333"),
+        (123.4565, 3, "123.457"),
+    ],
+)
 def test_halves_round_up_and_no_negative_zero(value, digits, text):
     assert fixed(value, digits) == text
 
 
 def test_signed_differences_keep_their_plus():
-    assert (fixed(0.0625, 1, signed=True), fixed(0.0, 1, signed=True), fixed(-1.25, 1, signed=True)) == \
-        ("+0.1", "+0.0", "-1.3")
+    assert (fixed(0.0625, 1, signed=True), fixed(0.0, 1, signed=True), fixed(-1.25, 1, signed=True)) == (
+        "+0.1",
+        "+0.0",
+        "-1.3",
+    )
 
 
 def test_equals_the_templates_floatformat():

@@ -1,5 +1,6 @@
 """A refused file that looks like another format says which (issue 41, item 1): the one table
 of retrieval.importers.sniffing, on real files of every format (tests/fixtures/datasets)."""
+
 from __future__ import annotations
 
 import shutil
@@ -47,12 +48,17 @@ def test_a_fashioniq_file_given_as_cirr_is_named_as_such(tmp_path) -> None:
     with pytest.raises(ParseError) as err:
         importers.parse("cirr", [path])
     assert err.value.field == "pairid"
-    assert str(err.value).endswith("missing field; this file looks like a FashionIQ caption file "
-                                   "(cap.<category>.<split>.json), not CIRR: import it as FashionIQ (--format fashioniq)")
+    assert str(err.value).endswith(
+        "missing field; this file looks like a FashionIQ caption file "
+        "(cap.<category>.<split>.json), not CIRR: import it as FashionIQ (--format fashioniq)"
+    )
     # under its own name, through the streaming path the import uses
     with pytest.raises(ParseError, match=r"looks like a FashionIQ caption file .* \(--format fashioniq\)"):
-        list(importers.stream("cirr", [DS / "fashioniq" / "cap.dress.val.sample.json"],
-                              importers.ParsedDataset(format="cirr")))
+        list(
+            importers.stream(
+                "cirr", [DS / "fashioniq" / "cap.dress.val.sample.json"], importers.ParsedDataset(format="cirr")
+            )
+        )
 
 
 def test_no_hint_for_a_file_of_the_format_itself_or_for_an_unknown_layout(tmp_path) -> None:

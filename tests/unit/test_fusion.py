@@ -1,9 +1,17 @@
 """Reciprocal-rank fusion and the fixed-size candidate list (retrieval.fusion), by hand."""
+
 from __future__ import annotations
 
 import pytest
 
-from retrieval.fusion import MAX_CANDIDATES, ORDER_K, blind_depth, candidate_list, reciprocal_rank_fusion, seeded_padding
+from retrieval.fusion import (
+    MAX_CANDIDATES,
+    ORDER_K,
+    blind_depth,
+    candidate_list,
+    reciprocal_rank_fusion,
+    seeded_padding,
+)
 
 
 def test_rrf_scores_by_hand():
@@ -70,9 +78,11 @@ def test_order_reorders_the_fused_part_only() -> None:
     ordered = candidate_list(rankings, {6}, 6, padding=[10, 11, 12], order=[[5, 9, 3]])
     assert ORDER_K == 10
     assert ordered.ids[:2] == [5, 3]  # ranked by the order lists (9 is not in the panel: it stays out)
-    assert sorted(ordered.ids[:ordered.fused]) == sorted(plain.ids[:plain.fused])
-    assert ordered.ids[2:ordered.fused] == [i for i in plain.ids[:plain.fused] if i not in (5, 3)]  # the rest as fused
-    assert ordered.ids[ordered.fused:] == plain.ids[plain.fused:] and ordered.padded == plain.padded
+    assert sorted(ordered.ids[: ordered.fused]) == sorted(plain.ids[: plain.fused])
+    assert ordered.ids[2 : ordered.fused] == [
+        i for i in plain.ids[: plain.fused] if i not in (5, 3)
+    ]  # the rest as fused
+    assert ordered.ids[ordered.fused :] == plain.ids[plain.fused :] and ordered.padded == plain.padded
 
 
 def test_order_weights_count_each_ordering_list() -> None:

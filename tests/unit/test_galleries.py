@@ -1,4 +1,5 @@
 """The gallery rule (retrieval.galleries.search_key) and audit scopes (parse_scope)."""
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ the same transformers classes with a tokenizer built offline (retrieval/retrieve
 
 The inputs are a composed query, the family's text-only query, its image-only query and
 candidates, of images of different sizes (so that the batches are padded)."""
+
 from __future__ import annotations
 
 import importlib
@@ -26,10 +27,12 @@ TOL = 1e-5
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hf-tiny")
-    return {"qwen2_vl": hf_tiny.qwen2_vl(root / "qwen2_vl"),
-            "qwen2_5_vl": hf_tiny.qwen2_vl(root / "qwen2_5_vl", v2_5=True, seed=1),
-            "qwen3_vl": hf_tiny.qwen3_vl(root / "qwen3_vl"),
-            "llava_next": hf_tiny.llava_next(root / "llava_next")}
+    return {
+        "qwen2_vl": hf_tiny.qwen2_vl(root / "qwen2_vl"),
+        "qwen2_5_vl": hf_tiny.qwen2_vl(root / "qwen2_5_vl", v2_5=True, seed=1),
+        "qwen3_vl": hf_tiny.qwen3_vl(root / "qwen3_vl"),
+        "llava_next": hf_tiny.llava_next(root / "llava_next"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +60,13 @@ def test_gme_equals_its_official_inference(tiny, images):
     r = build(f"hf:gme@{tiny['qwen2_vl']}")
     f = fams.FAMILIES["gme"]
     folder = str(tiny["qwen2_vl"])
-    expected = torch.cat([ref.gme(folder, [(images[0], "make it red")], f.mm),
-                          ref.gme(folder, [(None, "a dog on the grass")], f.text),
-                          ref.gme(folder, [(images[1], None)], f.image)])
+    expected = torch.cat(
+        [
+            ref.gme(folder, [(images[0], "make it red")], f.mm),
+            ref.gme(folder, [(None, "a dog on the grass")], f.text),
+            ref.gme(folder, [(images[1], None)], f.image),
+        ]
+    )
     close(queries(r, images), expected)
     close(r.embed_candidates(images), ref.gme(folder, [(im, None) for im in images], None, is_query=False))
 
@@ -69,9 +76,11 @@ def test_vlm2vec_equals_its_official_inference(tiny, images):
     folder = str(tiny["qwen2_vl"])
     cirr = "<|image_1|>\nGiven an image, find a similar everyday image with the described changes: "
     nights = "<|image_1|>\nFind a day-to-day image that looks similar to the provided image."
-    prompts = [ref.vlm2vec_prompt(cirr, "make it red", True) + "\n",
-               ref.vlm2vec_prompt("Find me an everyday image that matches the given caption:", "a dog on the grass", False),
-               ref.vlm2vec_prompt(nights, "", True) + "\n"]
+    prompts = [
+        ref.vlm2vec_prompt(cirr, "make it red", True) + "\n",
+        ref.vlm2vec_prompt("Find me an everyday image that matches the given caption:", "a dog on the grass", False),
+        ref.vlm2vec_prompt(nights, "", True) + "\n",
+    ]
     close(queries(r, images), ref.vlm2vec(folder, prompts, [images[0], None, images[1]]))
     cand = ref.vlm2vec_prompt("<|image_1|>\nRepresent the given image.", "", True)
     close(r.embed_candidates(images), ref.vlm2vec(folder, [cand, cand], images))
@@ -88,8 +97,11 @@ def test_vlm2vec_makes_a_tiny_image_56_pixels_square_first(tiny):
 def test_lamra_equals_its_official_inference(tiny, images, backbone):
     r = build(f"hf:lamra@{tiny[backbone]}")
     folder = str(tiny[backbone])
-    convs = [ref.lamra_conversation(images[0], "make it red"), ref.lamra_conversation(None, "a dog on the grass"),
-             ref.lamra_conversation(images[1], None)]
+    convs = [
+        ref.lamra_conversation(images[0], "make it red"),
+        ref.lamra_conversation(None, "a dog on the grass"),
+        ref.lamra_conversation(images[1], None),
+    ]
     close(queries(r, images), ref.lamra(folder, convs))
     close(r.embed_candidates(images), ref.lamra(folder, [ref.lamra_conversation(im, None) for im in images]))
 
@@ -98,10 +110,14 @@ def test_qwen3_vl_embedding_equals_its_official_inference(tiny, images):
     r = build(f"hf:qwen3-vl-embedding@{tiny['qwen3_vl']}")
     f = fams.FAMILIES["qwen3-vl-embedding"]
     folder = str(tiny["qwen3_vl"])
-    expected = ref.qwen3_vl_embedding(folder, [
-        {"image": images[0], "text": "make it red", "instruction": f.mm},
-        {"text": "a dog on the grass", "instruction": f.text},
-        {"image": images[1], "instruction": f.image}])
+    expected = ref.qwen3_vl_embedding(
+        folder,
+        [
+            {"image": images[0], "text": "make it red", "instruction": f.mm},
+            {"text": "a dog on the grass", "instruction": f.text},
+            {"image": images[1], "instruction": f.image},
+        ],
+    )
     close(queries(r, images), expected)
     close(r.embed_candidates(images), ref.qwen3_vl_embedding(folder, [{"image": im} for im in images]))
 
@@ -109,9 +125,13 @@ def test_qwen3_vl_embedding_equals_its_official_inference(tiny, images):
 def test_e5v_equals_its_official_inference(tiny, images):
     r = build(f"hf:e5-v@{tiny['llava_next']}")
     folder = str(tiny["llava_next"])
-    expected = torch.cat([ref.e5v(folder, [ref.E5V_COMPOSED.replace("<sent>", "make it red")], [images[0]]),
-                          ref.e5v(folder, [ref.E5V_TEXT.replace("<sent>", "a dog on the grass")], None),
-                          ref.e5v(folder, [ref.E5V_IMAGE], [images[1]])])
+    expected = torch.cat(
+        [
+            ref.e5v(folder, [ref.E5V_COMPOSED.replace("<sent>", "make it red")], [images[0]]),
+            ref.e5v(folder, [ref.E5V_TEXT.replace("<sent>", "a dog on the grass")], None),
+            ref.e5v(folder, [ref.E5V_IMAGE], [images[1]]),
+        ]
+    )
     close(queries(r, images), expected)
     close(r.embed_candidates(images), ref.e5v(folder, [ref.E5V_IMAGE] * 2, images))
 
@@ -124,10 +144,17 @@ def test_the_written_turn_is_the_chat_templates(tiny, name):
 
     processor = AutoProcessor.from_pretrained(tiny["qwen3_vl" if name.startswith("qwen3") else "qwen2_vl"])
     f = fams.FAMILIES[name]
-    for role, text, has_image in (("mm", "make it red", True), ("text", "a dog", False), ("image", None, True),
-                                  ("candidate", None, True), ("mm", "", True), ("text", "", False)):
-        rendered = processor.apply_chat_template(fams.messages(f, role, text, has_image), tokenize=False,
-                                                 add_generation_prompt=True)
+    for role, text, has_image in (
+        ("mm", "make it red", True),
+        ("text", "a dog", False),
+        ("image", None, True),
+        ("candidate", None, True),
+        ("mm", "", True),
+        ("text", "", False),
+    ):
+        rendered = processor.apply_chat_template(
+            fams.messages(f, role, text, has_image), tokenize=False, add_generation_prompt=True
+        )
         assert fams.render(f, role, text, has_image) == rendered, (role, text)
 
 
@@ -145,8 +172,9 @@ def test_identity_without_building_matches_the_built_retriever(tiny):
     assert kind.fusion(parsed) == "early"
     assert r.query_cache_key("abc", "red") != r.query_cache_key("abc", "blue")
     circus = kind.build(parsed, device="cpu", precision="fp32", modality_rule="circus")
-    assert circus.template_version != r.template_version and circus.query_cache_key("abc", "red") != \
-        r.query_cache_key("abc", "red")
+    assert circus.template_version != r.template_version and circus.query_cache_key("abc", "red") != r.query_cache_key(
+        "abc", "red"
+    )
 
 
 def test_batches_keep_to_the_size_and_the_image_token_budget_and_halve_on_out_of_memory(tiny, images, monkeypatch):
@@ -177,8 +205,10 @@ def test_the_circus_rule_makes_every_query_a_composed_one(tiny, images):
     circus = build(f"hf:qwen3-vl-embedding@{tiny['qwen3_vl']}", modality_rule="circus")
     family = build(f"hf:qwen3-vl-embedding@{tiny['qwen3_vl']}")
     black = Image.new("RGB", images[0].size, (0, 0, 0))
-    close(circus.embed_queries([black, images[1]], ["a dog on the grass", ""]),
-          family.embed_queries([black, images[1]], ["a dog on the grass", ""]))
+    close(
+        circus.embed_queries([black, images[1]], ["a dog on the grass", ""]),
+        family.embed_queries([black, images[1]], ["a dog on the grass", ""]),
+    )
     close(circus.embed_queries([images[1]], [None]), family.embed_queries([images[1]], [""]))
     assert not torch.allclose(circus.embed_queries([images[1]], [None]), family.embed_queries([images[1]], [None]))
 
@@ -188,8 +218,10 @@ def test_max_pixels_caps_the_image_tokens(tiny):
     r = build(f"hf:lamra@{tiny['qwen2_vl']}", max_pixels=28 * 28 * 16)
     item = r._item("candidate", big, None)
     assert item.image.width * item.image.height <= 28 * 28 * 16
-    assert "max_pixels" not in r.template_version and r.template_version != build(
-        f"hf:lamra@{tiny['qwen2_vl']}").template_version
+    assert (
+        "max_pixels" not in r.template_version
+        and r.template_version != build(f"hf:lamra@{tiny['qwen2_vl']}").template_version
+    )
 
 
 def test_a_family_refuses_a_checkpoint_of_another_architecture(tiny):
@@ -212,12 +244,15 @@ def test_specs_parse_and_name_their_identity_without_torch_or_transformers(tiny,
     assert hf.KIND.identity(hf.KIND.parse("e5-v@royokong/e5-v"), device="cpu", precision="fp32") is None
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("hf:nope@/tmp", "unknown hf family 'nope'; families: e5-v, gme, lamra, qwen3-vl-embedding, vlm2vec"),
-    ("hf:gme", "expected hf:FAMILY@PATH"),
-    ("hf:gme@/no/such/folder", "no checkpoint folder '/no/such/folder'"),
-    ("hf:gme@./relative/missing", "no checkpoint folder"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("hf:nope@/tmp", "unknown hf family 'nope'; families: e5-v, gme, lamra, qwen3-vl-embedding, vlm2vec"),
+        ("hf:gme", "expected hf:FAMILY@PATH"),
+        ("hf:gme@/no/such/folder", "no checkpoint folder '/no/such/folder'"),
+        ("hf:gme@./relative/missing", "no checkpoint folder"),
+    ],
+)
 def test_bad_specs_say_why(spec, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         parse_spec(spec)

@@ -1,4 +1,5 @@
 """The payload's image URLs are what ``reverse`` gives, under any script prefix."""
+
 from __future__ import annotations
 
 from django.urls import clear_script_prefix, reverse, set_script_prefix

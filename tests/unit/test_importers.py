@@ -4,6 +4,7 @@ Counts are checked against the fixture files read independently with ``json``; m
 details against hand-checked records of the real samples (see
 tests/fixtures/datasets/README.md for where every file comes from).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,6 +42,7 @@ def by_id(ds: ParsedDataset) -> dict:
 
 # --------------------------------------------------------------------------- registry
 
+
 def test_formats_registry_has_the_seven_parsers():
     assert set(importers.FORMATS) == {"cirr", "fashioniq", "circo", "lasco", "mbeir", "circled", "mtfiq"}
     for key, module in importers.FORMATS.items():
@@ -71,10 +73,16 @@ def test_missing_file_is_a_parse_error(tmp_path):
 
 # --------------------------------------------------------------------------- CIRR
 
-CIRR_FILES = [DATA / "cirr" / name for name in (
-    "cap.rc2.val.sample.json", "cap.ext.rc2.val.sample.json", "split.rc2.val.sample.json",
-    "cap.rc2.test1.sample.json", "split.rc2.test1.sample.json",
-)]
+CIRR_FILES = [
+    DATA / "cirr" / name
+    for name in (
+        "cap.rc2.val.sample.json",
+        "cap.ext.rc2.val.sample.json",
+        "split.rc2.val.sample.json",
+        "cap.rc2.test1.sample.json",
+        "split.rc2.test1.sample.json",
+    )
+]
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +108,7 @@ def test_cirr_hard_target_only(cirr_ds):
     q = by_id(cirr_ds)["12060"]
     assert q.turns[0].reference == "dev-244-0-img0"
     assert q.turns[0].texts[0].text == "show three bottles of soft drink"
-    assert [(t.image, t.relevance, t.is_primary, t.role) for t in q.targets] == [
-        ("dev-1028-1-img1", 1.0, True, "hard")]
+    assert [(t.image, t.relevance, t.is_primary, t.role) for t in q.targets] == [("dev-1028-1-img1", 1.0, True, "hard")]
 
 
 def test_cirr_soft_negative_kept(cirr_ds):
@@ -134,7 +141,9 @@ def test_cirr_reference_scored_positive_is_flagged(cirr_ds):
 def test_cirr_hard_relevance_from_soft(cirr_ds):
     q = by_id(cirr_ds)["14671"]
     assert [(t.image, t.relevance, t.role) for t in q.targets] == [
-        ("dev-474-1-img1", 0.2, "hard"), ("dev-192-2-img0", 0.5, "soft")]
+        ("dev-474-1-img1", 0.2, "hard"),
+        ("dev-192-2-img0", 0.5, "soft"),
+    ]
     q = by_id(cirr_ds)["29045"]
     assert [(t.image, t.relevance, t.is_primary) for t in q.targets] == [("dev-227-3-img1", -1.0, True)]
 
@@ -181,9 +190,14 @@ def test_cirr_split_override():
     assert list(ds.galleries) == ["dev"]
 
 
-CIRR_OK = {"pairid": 1, "reference": "dev-1-0-img0", "target_hard": "dev-2-0-img0",
-           "target_soft": {"dev-2-0-img0": 1.0}, "caption": "x",
-           "img_set": {"id": 1, "members": ["dev-1-0-img0"], "reference_rank": 0, "target_rank": 1}}
+CIRR_OK = {
+    "pairid": 1,
+    "reference": "dev-1-0-img0",
+    "target_hard": "dev-2-0-img0",
+    "target_soft": {"dev-2-0-img0": 1.0},
+    "caption": "x",
+    "img_set": {"id": 1, "members": ["dev-1-0-img0"], "reference_rank": 0, "target_rank": 1},
+}
 
 
 def test_cirr_bad_json(tmp_path):
@@ -193,14 +207,17 @@ def test_cirr_bad_json(tmp_path):
     assert "ends inside this record" in err.message and "no record is complete" in err.message
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"caption": None}, "caption"),          # missing (removed below)
-    ({"pairid": "1"}, "pairid"),             # wrong type
-    ({"caption": 5}, "caption"),
-    ({"target_hard": None}, "target_hard"),  # missing in a val split
-    ({"target_soft": {"dev-2-0-img0": "high"}}, "target_soft"),
-    ({"img_set": {"id": 1, "members": "dev-1"}}, "img_set.members"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"caption": None}, "caption"),  # missing (removed below)
+        ({"pairid": "1"}, "pairid"),  # wrong type
+        ({"caption": 5}, "caption"),
+        ({"target_hard": None}, "target_hard"),  # missing in a val split
+        ({"target_soft": {"dev-2-0-img0": "high"}}, "target_soft"),
+        ({"img_set": {"id": 1, "members": "dev-1"}}, "img_set.members"),
+    ],
+)
 def test_cirr_bad_record(tmp_path, change, field):
     bad = {k: v for k, v in {**CIRR_OK, "pairid": 2, **change}.items() if v is not None}
     path = write(tmp_path, "cap.rc2.val.json", [CIRR_OK, bad])
@@ -247,7 +264,9 @@ def test_fiq_mapping(fiq_ds):
     q = by_id(fiq_ds)["dress/val/00000"]
     assert q.turns[0].reference == "B005X4PL1G"
     assert [(t.text, t.annotator) for t in q.turns[0].texts] == [
-        ("is shiny and silver with shorter sleeves", 0), ("fit and flare", 1)]
+        ("is shiny and silver with shorter sleeves", 0),
+        ("fit and flare", 1),
+    ]
     assert [(t.image, t.is_primary, t.role) for t in q.targets] == [("B0084Y8XIU", True, "gt")]
     assert fiq_ds.images["B0084Y8XIU"].path == "B0084Y8XIU.jpg"
     assert q.category == "dress"
@@ -274,15 +293,18 @@ def test_fiq_bad_json(tmp_path):
     assert "invalid JSON" in err.message
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"candidate": None}, "candidate"),
-    ({"target": None}, "target"),
-    ({"captions": ["a", 1]}, "captions"),
-    ({"captions": "a and b"}, "captions"),
-    ({"target": 123}, "target"),
-    ({"candidate": "../B005X4PL1G"}, "candidate"),
-    ({"candidate": "/etc/B005X4PL1G"}, "candidate"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"candidate": None}, "candidate"),
+        ({"target": None}, "target"),
+        ({"captions": ["a", 1]}, "captions"),
+        ({"captions": "a and b"}, "captions"),
+        ({"target": 123}, "target"),
+        ({"candidate": "../B005X4PL1G"}, "candidate"),
+        ({"candidate": "/etc/B005X4PL1G"}, "candidate"),
+    ],
+)
 def test_fiq_bad_record(tmp_path, change, field):
     bad = {k: v for k, v in {**FIQ_OK, **change}.items() if v is not None}
     path = write(tmp_path, "cap.dress.val.json", [FIQ_OK, FIQ_OK, bad])
@@ -297,6 +319,7 @@ def test_fiq_bad_split_entry(tmp_path):
 
 
 # --------------------------------------------------------------------------- CIRCO
+
 
 @pytest.fixture(scope="module")
 def circo_ds() -> ParsedDataset:
@@ -335,27 +358,37 @@ def test_circo_mapping(circo_ds):
 
 
 def test_circo_bad_json(tmp_path):
-    path = write(tmp_path, "val.json", f'[{json.dumps(CIRCO_OK)}\n{json.dumps({**CIRCO_OK, "id": 1})}]')
+    path = write(tmp_path, "val.json", f"[{json.dumps(CIRCO_OK)}\n{json.dumps({**CIRCO_OK, 'id': 1})}]")
     err = raises(circo.parse, [path])
     assert (err.file, err.record, err.field) == (str(path), 1, None)
     assert "record 1 is the last complete one" in err.message and str(err).startswith(f"{path}, record 2:")  # 1-based
 
 
-CIRCO_OK = {"reference_img_id": 1, "target_img_id": 2, "relative_caption": "x", "shared_concept": "y",
-            "gt_img_ids": [2, 3], "id": 0, "semantic_aspects": ["addition"]}
+CIRCO_OK = {
+    "reference_img_id": 1,
+    "target_img_id": 2,
+    "relative_caption": "x",
+    "shared_concept": "y",
+    "gt_img_ids": [2, 3],
+    "id": 0,
+    "semantic_aspects": ["addition"],
+}
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"relative_caption": None}, "relative_caption"),
-    ({"gt_img_ids": None}, "gt_img_ids"),
-    ({"gt_img_ids": ["2", "3"]}, "gt_img_ids"),
-    ({"gt_img_ids": [2.0]}, "gt_img_ids"),
-    ({"gt_img_ids": []}, "gt_img_ids"),
-    ({"id": "0"}, "id"),
-    ({"reference_img_id": "../000000000001.jpg"}, "reference_img_id"),
-    ({"reference_img_id": -5}, "reference_img_id"),
-    ({"semantic_aspects": "addition"}, "semantic_aspects"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"relative_caption": None}, "relative_caption"),
+        ({"gt_img_ids": None}, "gt_img_ids"),
+        ({"gt_img_ids": ["2", "3"]}, "gt_img_ids"),
+        ({"gt_img_ids": [2.0]}, "gt_img_ids"),
+        ({"gt_img_ids": []}, "gt_img_ids"),
+        ({"id": "0"}, "id"),
+        ({"reference_img_id": "../000000000001.jpg"}, "reference_img_id"),
+        ({"reference_img_id": -5}, "reference_img_id"),
+        ({"semantic_aspects": "addition"}, "semantic_aspects"),
+    ],
+)
 def test_circo_bad_record(tmp_path, change, field):
     bad = {k: v for k, v in {**CIRCO_OK, **change, "id": change.get("id", 1)}.items() if v is not None}
     path = write(tmp_path, "val.json", [CIRCO_OK, bad])
@@ -364,6 +397,7 @@ def test_circo_bad_record(tmp_path, change, field):
 
 
 # --------------------------------------------------------------------------- LaSCo
+
 
 @pytest.fixture(scope="module")
 def lasco_ds() -> ParsedDataset:
@@ -410,15 +444,18 @@ def test_lasco_bad_json(tmp_path):
     assert (err.file, err.record, err.field) == (str(path), 0, None)
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"query-text": None}, "query-text"),
-    ({"target-image": None}, "target-image"),
-    ({"query-image": ["1", "val2014/a.jpg"]}, "query-image"),
-    ({"query-image": [1]}, "query-image"),
-    ({"qid": 1.5}, "qid"),
-    ({"target-image": [2, "../val2014/b.jpg"]}, "target-image"),
-    ({"query-image": [1, "/data/val2014/a.jpg"]}, "query-image"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"query-text": None}, "query-text"),
+        ({"target-image": None}, "target-image"),
+        ({"query-image": ["1", "val2014/a.jpg"]}, "query-image"),
+        ({"query-image": [1]}, "query-image"),
+        ({"qid": 1.5}, "qid"),
+        ({"target-image": [2, "../val2014/b.jpg"]}, "target-image"),
+        ({"query-image": [1, "/data/val2014/a.jpg"]}, "query-image"),
+    ],
+)
 def test_lasco_bad_record(tmp_path, change, field):
     bad = {k: v for k, v in {**LASCO_OK, "qid": 2, **change}.items() if v is not None}
     path = write(tmp_path, "lasco_val.json", [LASCO_OK, bad])
@@ -436,8 +473,10 @@ def test_lasco_bad_corpus_path(tmp_path, bad_path):
 
 # --------------------------------------------------------------------------- M-BEIR
 
-MBEIR_FILES = [DATA / "mbeir" / n for n in (
-    "mbeir_cirr_task7_test.jsonl", "mbeir_cirr_task7_cand_pool.jsonl", "mbeir_cirr_task7_test_qrels.txt")]
+MBEIR_FILES = [
+    DATA / "mbeir" / n
+    for n in ("mbeir_cirr_task7_test.jsonl", "mbeir_cirr_task7_cand_pool.jsonl", "mbeir_cirr_task7_test_qrels.txt")
+]
 
 
 @pytest.fixture(scope="module")
@@ -466,15 +505,20 @@ def test_mbeir_mapping(mbeir_ds):
     assert q.turns[0].reference == "8:4"  # query image found in the pool by path
     assert [t.text for t in q.turns[0].texts] == ["Fewer paper towels per pack"]
     assert [(t.image, t.relevance, t.is_primary, t.role) for t in q.targets] == [
-        ("8:3", 1.0, True, "pos"), ("8:2", 0.0, False, "neg")]  # qrels rel 0 line ignored
+        ("8:3", 1.0, True, "pos"),
+        ("8:2", 0.0, False, "neg"),
+    ]  # qrels rel 0 line ignored
     assert q.extra["task_id"] == 7 and q.extra["gallery"] == "test"
 
 
 def test_mbeir_qrels_add_positives(mbeir_ds):
     q = by_id(mbeir_ds)["8:3"]
     assert [(t.image, t.role, t.source_field, t.is_primary) for t in q.targets] == [
-        ("8:5", "pos", "pos_cand_list", True), ("8:6", "pos", "pos_cand_list", False),
-        ("8:7", "neg", "neg_cand_list", False), ("8:8", "pos", "qrels", False)]
+        ("8:5", "pos", "pos_cand_list", True),
+        ("8:6", "pos", "pos_cand_list", False),
+        ("8:7", "neg", "neg_cand_list", False),
+        ("8:8", "pos", "qrels", False),
+    ]
 
 
 def test_mbeir_query_image_outside_pool(mbeir_ds):
@@ -486,17 +530,27 @@ def test_mbeir_query_image_outside_pool(mbeir_ds):
 
 
 def test_mbeir_split_from_argument(tmp_path):
-    path = write(tmp_path, "queries.jsonl", json.dumps({"qid": "8:1", "query_txt": "x", "query_img_path": None,
-                                                        "pos_cand_list": ["8:2"]}) + "\n")
+    path = write(
+        tmp_path,
+        "queries.jsonl",
+        json.dumps({"qid": "8:1", "query_txt": "x", "query_img_path": None, "pos_cand_list": ["8:2"]}) + "\n",
+    )
     err = raises(mbeir.parse, [path])
     assert err.file == str(path)
     ds = mbeir.parse([path], split="val")
     assert ds.queries[0].split == "val" and ds.queries[0].turns[0].reference is None
 
 
-MBEIR_OK = {"qid": "8:1", "query_txt": "x", "query_img_path": "mbeir_images/cirr_images/dev/a.jpg",
-            "query_modality": "image,text", "query_src_content": "{}", "pos_cand_list": ["8:2"],
-            "neg_cand_list": [], "task_id": 7}
+MBEIR_OK = {
+    "qid": "8:1",
+    "query_txt": "x",
+    "query_img_path": "mbeir_images/cirr_images/dev/a.jpg",
+    "query_modality": "image,text",
+    "query_src_content": "{}",
+    "pos_cand_list": ["8:2"],
+    "neg_cand_list": [],
+    "task_id": 7,
+}
 
 
 def test_mbeir_bad_json_line(tmp_path):
@@ -506,15 +560,18 @@ def test_mbeir_bad_json_line(tmp_path):
     assert str(err).startswith(f"{path}, line 2:")  # JSON Lines: the line number
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"qid": None}, "qid"),
-    ({"pos_cand_list": None}, "pos_cand_list"),
-    ({"qid": 2}, "qid"),
-    ({"pos_cand_list": "8:2"}, "pos_cand_list"),
-    ({"query_txt": 3}, "query_txt"),
-    ({"query_img_path": "../cirr_images/a.jpg"}, "query_img_path"),
-    ({"query_img_path": "/mbeir_images/a.jpg"}, "query_img_path"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"qid": None}, "qid"),
+        ({"pos_cand_list": None}, "pos_cand_list"),
+        ({"qid": 2}, "qid"),
+        ({"pos_cand_list": "8:2"}, "pos_cand_list"),
+        ({"query_txt": 3}, "query_txt"),
+        ({"query_img_path": "../cirr_images/a.jpg"}, "query_img_path"),
+        ({"query_img_path": "/mbeir_images/a.jpg"}, "query_img_path"),
+    ],
+)
 def test_mbeir_bad_query(tmp_path, change, field):
     bad = {k: v for k, v in {**MBEIR_OK, "qid": "8:2", **change}.items() if not (v is None and k in change)}
     path = write(tmp_path, "mbeir_cirr_task7_test.jsonl", json.dumps(MBEIR_OK) + "\n" + json.dumps(bad) + "\n")
@@ -524,8 +581,10 @@ def test_mbeir_bad_query(tmp_path, change, field):
 
 @pytest.mark.parametrize("img_path", ["/abs/x.jpg", "mbeir_images/../../x.jpg"])
 def test_mbeir_bad_pool_path(tmp_path, img_path):
-    rows = [{"did": "8:1", "img_path": "mbeir_images/a.jpg", "modality": "image", "txt": None, "src_content": None},
-            {"did": "8:2", "img_path": img_path, "modality": "image", "txt": None, "src_content": None}]
+    rows = [
+        {"did": "8:1", "img_path": "mbeir_images/a.jpg", "modality": "image", "txt": None, "src_content": None},
+        {"did": "8:2", "img_path": img_path, "modality": "image", "txt": None, "src_content": None},
+    ]
     path = write(tmp_path, "mbeir_cirr_task7_cand_pool.jsonl", "\n".join(json.dumps(r) for r in rows))
     err = raises(mbeir.parse, [path], split="test")
     assert (err.file, err.record, err.field) == (str(path), 1, "img_path")
@@ -584,20 +643,31 @@ def test_circled_circo_ids_match_circo_parser(circled_ds, circo_ds):
 
 
 def test_circled_cirr_train_has_no_path(tmp_path):
-    session = {"session_id": "cirr_train_0000", "subset": "cirr_train", "ground_truth_ids": ["train-1-0-img0"],
-               "num_turns": 1, "turns": [{"turn": 1, "reference_image_id": "train-2-0-img1", "relative_caption": "x"}]}
+    session = {
+        "session_id": "cirr_train_0000",
+        "subset": "cirr_train",
+        "ground_truth_ids": ["train-1-0-img0"],
+        "num_turns": 1,
+        "turns": [{"turn": 1, "reference_image_id": "train-2-0-img1", "relative_caption": "x"}],
+    }
     ds = circled.parse([write(tmp_path, "cirr_train.json", [session])])
     assert ds.images["train-1-0-img0"].path is None and ds.warnings
 
 
-CIRCLED_OK = {"session_id": "fashioniq_dress_val_0000", "subset": "fashioniq_dress_val",
-              "ground_truth_ids": ["B1"], "num_turns": 2, "turns": [
-                  {"turn": 1, "reference_image_id": "B2", "relative_caption": "a"},
-                  {"turn": 2, "reference_image_id": "B3", "relative_caption": "b"}]}
+CIRCLED_OK = {
+    "session_id": "fashioniq_dress_val_0000",
+    "subset": "fashioniq_dress_val",
+    "ground_truth_ids": ["B1"],
+    "num_turns": 2,
+    "turns": [
+        {"turn": 1, "reference_image_id": "B2", "relative_caption": "a"},
+        {"turn": 2, "reference_image_id": "B3", "relative_caption": "b"},
+    ],
+}
 
 
 def test_circled_bad_json(tmp_path):
-    path = write(tmp_path, "fashioniq_dress_val.json", f'[{json.dumps(CIRCLED_OK)}}}')
+    path = write(tmp_path, "fashioniq_dress_val.json", f"[{json.dumps(CIRCLED_OK)}}}")
     err = raises(circled.parse, [path])
     assert (err.file, err.record, err.field) == (str(path), 1, None)
 
@@ -606,17 +676,20 @@ def _turns(**second):
     return [CIRCLED_OK["turns"][0], {**CIRCLED_OK["turns"][1], **second}]
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"session_id": None}, "session_id"),
-    ({"ground_truth_ids": "B1"}, "ground_truth_ids"),
-    ({"turns": _turns(relative_caption=7)}, "turns[1].relative_caption"),
-    ({"turns": [CIRCLED_OK["turns"][0], {"turn": 2, "relative_caption": "b"}]}, "turns[1].reference_image_id"),
-    ({"turns": _turns(turn=3)}, "turns[1].turn"),
-    ({"turns": _turns(reference_image_id="../B3")}, "turns[1].reference_image_id"),
-    ({"ground_truth_ids": ["/data/B1"]}, "ground_truth_ids"),
-    ({"num_turns": 3}, "num_turns"),
-    ({"subset": "fashioniq_shirt_val"}, "subset"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"session_id": None}, "session_id"),
+        ({"ground_truth_ids": "B1"}, "ground_truth_ids"),
+        ({"turns": _turns(relative_caption=7)}, "turns[1].relative_caption"),
+        ({"turns": [CIRCLED_OK["turns"][0], {"turn": 2, "relative_caption": "b"}]}, "turns[1].reference_image_id"),
+        ({"turns": _turns(turn=3)}, "turns[1].turn"),
+        ({"turns": _turns(reference_image_id="../B3")}, "turns[1].reference_image_id"),
+        ({"ground_truth_ids": ["/data/B1"]}, "ground_truth_ids"),
+        ({"num_turns": 3}, "num_turns"),
+        ({"subset": "fashioniq_shirt_val"}, "subset"),
+    ],
+)
 def test_circled_bad_record(tmp_path, change, field):
     bad = {k: v for k, v in {**CIRCLED_OK, "session_id": "s1", **change}.items() if v is not None}
     path = write(tmp_path, "fashioniq_dress_val.json", [CIRCLED_OK, bad])
@@ -652,7 +725,8 @@ def test_mtfiq_turn_target_chain(mtfiq_ds):
         assert [t.reference for t in q.turns] == chain[:-1]
         assert [t.turn_target for t in q.turns] == chain[1:]
         assert [[(x.text, x.annotator) for x in t.texts] for t in q.turns] == [
-            [(c, i) for i, c in enumerate(r[1])] for r in s["reference"]]
+            [(c, i) for i, c in enumerate(r[1])] for r in s["reference"]
+        ]
         assert [(t.image, t.is_primary) for t in q.targets] == [(s["target"][1], True)]
     first = by_id(mtfiq_ds)["dress/val/00000"]
     assert [t.turn_target for t in first.turns] == ["B009OCO9XO", "B008VPNQCK"]
@@ -670,8 +744,10 @@ def test_mtfiq_attributes(mtfiq_ds):
     assert mtfiq_ds.images["B005X4PL1G"].extra["attributes"] == expected
 
 
-MTFIQ_OK = {"target": ["http://x/t.jpg", "B1"], "reference": [["http://x/a.jpg", ["a", "b"], "B2"],
-                                                            ["http://x/b.jpg", ["c", "d"], "B3"]]}
+MTFIQ_OK = {
+    "target": ["http://x/t.jpg", "B1"],
+    "reference": [["http://x/a.jpg", ["a", "b"], "B2"], ["http://x/b.jpg", ["c", "d"], "B3"]],
+}
 
 
 def test_mtfiq_bad_json(tmp_path):
@@ -680,15 +756,18 @@ def test_mtfiq_bad_json(tmp_path):
     assert (err.file, err.record, err.field) == (str(path), 0, "reference[0]")  # where a value was expected
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"target": None}, "target"),
-    ({"reference": None}, "reference"),
-    ({"target": "B1"}, "target"),
-    ({"reference": [["http://x/a.jpg", "a and b", "B2"]]}, "reference[0][1]"),
-    ({"reference": [["http://x/a.jpg", ["a", "b"], 2]]}, "reference[0][2]"),
-    ({"reference": [["http://x/a.jpg", ["a", "b"], "../B2"]]}, "reference[0][2]"),
-    ({"target": ["http://x/t.jpg", "/images/B1"]}, "target[1]"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"target": None}, "target"),
+        ({"reference": None}, "reference"),
+        ({"target": "B1"}, "target"),
+        ({"reference": [["http://x/a.jpg", "a and b", "B2"]]}, "reference[0][1]"),
+        ({"reference": [["http://x/a.jpg", ["a", "b"], 2]]}, "reference[0][2]"),
+        ({"reference": [["http://x/a.jpg", ["a", "b"], "../B2"]]}, "reference[0][2]"),
+        ({"target": ["http://x/t.jpg", "/images/B1"]}, "target[1]"),
+    ],
+)
 def test_mtfiq_bad_record(tmp_path, change, field):
     bad = {k: v for k, v in {**MTFIQ_OK, **change}.items() if v is not None}
     path = write(tmp_path, "dress.val.json", [MTFIQ_OK, bad])

@@ -3,6 +3,7 @@
 Real records come from tests/fixtures/datasets (see the README there for their origin);
 malformed variants are written into temporary folders.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ def copy(tmp_path: Path, source: Path, name: str) -> Path:
 
 # --------------------------------------------------------------------------- non-standard numbers
 
+
 def _with_token(records: list, index: int, key_path: list[str], token: str) -> str:
     """``records`` as JSON text, with the value at ``records[index][key_path...]`` replaced by ``token``."""
     marker = "__NONSTANDARD__"
@@ -61,8 +63,9 @@ def test_cirr_soft_score_that_is_not_a_finite_number_names_file_record_and_field
 def test_circo_nan_in_a_list_names_the_list_field(tmp_path):
     records = real("circo", "val.json")[:5]
     path = tmp_path / "val.json"
-    path.write_text(json.dumps(records).replace(f'"gt_img_ids": [{records[2]["gt_img_ids"][0]}',
-                                                '"gt_img_ids": [NaN', 1))
+    path.write_text(
+        json.dumps(records).replace(f'"gt_img_ids": [{records[2]["gt_img_ids"][0]}', '"gt_img_ids": [NaN', 1)
+    )
     err = raises(circo.parse, [path])
     assert (err.record, err.field) == (2, "gt_img_ids[0]")
     assert "NaN" in err.message
@@ -89,6 +92,7 @@ def test_mbeir_qrels_nan_relevance_is_refused(tmp_path):
 
 # --------------------------------------------------------------------------- error positions
 
+
 def test_truncated_single_line_file_names_the_record_not_a_column(tmp_path):
     records = real("cirr", "cap.rc2.val.sample.json")
     text = json.dumps(records)  # one line
@@ -114,6 +118,7 @@ def test_records_stream_before_the_end_of_the_file_is_read(tmp_path):
 
 
 # --------------------------------------------------------------------------- roles from content
+
 
 def test_circled_file_named_otherwise_takes_the_subset_from_its_records(tmp_path):
     path = copy(tmp_path, DATA / "circled" / "cirr_val.json", "sessions-download (1).json")
@@ -180,10 +185,15 @@ def test_cirr_roles_from_content_and_split_override(tmp_path):
     err = raises(cirr.parse, [cap])
     assert "split" in err.message and "--split" in err.message
     ds = cirr.parse([cap, ext, split], split="val")
-    ref = cirr.parse([DATA / "cirr" / n for n in ("cap.rc2.val.sample.json", "cap.ext.rc2.val.sample.json",
-                                                  "split.rc2.val.sample.json")])
-    assert [(q.external_id, [t.text for t in q.turns[0].texts]) for q in ds.queries] == \
-        [(q.external_id, [t.text for t in q.turns[0].texts]) for q in ref.queries]
+    ref = cirr.parse(
+        [
+            DATA / "cirr" / n
+            for n in ("cap.rc2.val.sample.json", "cap.ext.rc2.val.sample.json", "split.rc2.val.sample.json")
+        ]
+    )
+    assert [(q.external_id, [t.text for t in q.turns[0].texts]) for q in ds.queries] == [
+        (q.external_id, [t.text for t in q.turns[0].texts]) for q in ref.queries
+    ]
     assert ds.galleries == ref.galleries
 
 
@@ -204,6 +214,7 @@ def test_unknown_content_and_name_says_what_was_expected(tmp_path):
 
 
 # --------------------------------------------------------------------------- gallery duplicates
+
 
 def test_duplicate_gallery_asins_are_stored_once_with_a_warning(tmp_path):
     asins = real("mtfiq", "split.dress.val.sample.json")
@@ -226,11 +237,24 @@ def test_cirr_split_file_with_a_repeated_key_warns(tmp_path):
 
 # --------------------------------------------------------------------------- stream and parse agree
 
-@pytest.mark.parametrize("fmt, files", [
-    ("cirr", ["cirr/cap.rc2.val.sample.json", "cirr/cap.ext.rc2.val.sample.json", "cirr/split.rc2.val.sample.json"]),
-    ("mbeir", ["mbeir/mbeir_cirr_task7_test.jsonl", "mbeir/mbeir_cirr_task7_cand_pool.jsonl",
-               "mbeir/mbeir_cirr_task7_test_qrels.txt"]),
-])
+
+@pytest.mark.parametrize(
+    "fmt, files",
+    [
+        (
+            "cirr",
+            ["cirr/cap.rc2.val.sample.json", "cirr/cap.ext.rc2.val.sample.json", "cirr/split.rc2.val.sample.json"],
+        ),
+        (
+            "mbeir",
+            [
+                "mbeir/mbeir_cirr_task7_test.jsonl",
+                "mbeir/mbeir_cirr_task7_cand_pool.jsonl",
+                "mbeir/mbeir_cirr_task7_test_qrels.txt",
+            ],
+        ),
+    ],
+)
 def test_stream_yields_what_parse_collects(fmt, files):
     paths = [DATA / f for f in files]
     sink = ParsedDataset(format=fmt)

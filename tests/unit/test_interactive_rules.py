@@ -1,5 +1,6 @@
 """The interactive study's pure rules: settings, the stopping rule, the feedback text; and the
 session report's rank curve (retrieval.sessions.rank_curve)."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,11 +15,18 @@ def test_defaults_are_n_10_and_r_5():
     assert InteractiveSettings.from_dict(s.to_dict()) == s
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"top_n": 0}, "top_n"), ({"top_n": True}, "top_n"), ({"max_rounds": 21}, "max_rounds"),
-    ({"strategy": "mean"}, "strategy"), ({"target_view": "sketch"}, "target_view"), ({"alpha": 2}, "alpha"),
-    ({"retriever": " "}, "retriever"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"top_n": 0}, "top_n"),
+        ({"top_n": True}, "top_n"),
+        ({"max_rounds": 21}, "max_rounds"),
+        ({"strategy": "mean"}, "strategy"),
+        ({"target_view": "sketch"}, "target_view"),
+        ({"alpha": 2}, "alpha"),
+        ({"retriever": " "}, "retriever"),
+    ],
+)
 def test_bad_settings_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         InteractiveSettings.from_dict({"retriever": "openclip:x", **bad})

@@ -1,4 +1,5 @@
 """The ETA every job page shows: a pure function of (done, total, elapsed)."""
+
 from __future__ import annotations
 
 import pytest

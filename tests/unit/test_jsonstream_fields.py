@@ -1,6 +1,7 @@
 """Every refusal of the streaming JSON readers names the record and the field (issue 41): a
 5,000-digit integer, a 50k-deep nesting, NUL, lone surrogates, invalid UTF-8 and invalid JSON;
 and one module holds the hostile-JSON limits that file imports and API bodies obey."""
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,22 @@ from retrieval.records import ParseError
 PAD = ", ".join(json.dumps({"pairid": n, "caption": f"caption {n}"}) for n in range(11))  # records 1..11
 
 
-@pytest.mark.parametrize("record, field, says", [
-    ('{"pairid": ' + "9" * 5000 + "}", "pairid", "an integer outside the 64-bit range"),
-    ('{"pairid": 1, "caption": ' + "[" * 50_000 + "]" * 50_000 + "}", "caption[0][0][0][0][0][0][0]…",
-     "nested deeper than 32 levels"),
-    ('{"img_set": {"members": ["a", "b", -' + "1" * 30 + "]}}", "img_set.members[2]", "64-bit range"),
-    ('{"target_soft": {"x": "a\\u0000b"}}', "target_soft.x", "a string holds a NUL character"),
-    ('{"caption": "a\\ud800b"}', "caption", "a string holds a lone surrogate"),
-    ('{"caption": "ok", "extra": ["x", "y\\udc00"]}', "extra[1]", "a string holds a lone surrogate"),
-    ('{"img\\u0000set": 1}', "img\\u0000set", "its name holds a NUL character"),
-])
+@pytest.mark.parametrize(
+    "record, field, says",
+    [
+        ('{"pairid": ' + "9" * 5000 + "}", "pairid", "an integer outside the 64-bit range"),
+        (
+            '{"pairid": 1, "caption": ' + "[" * 50_000 + "]" * 50_000 + "}",
+            "caption[0][0][0][0][0][0][0]…",
+            "nested deeper than 32 levels",
+        ),
+        ('{"img_set": {"members": ["a", "b", -' + "1" * 30 + "]}}", "img_set.members[2]", "64-bit range"),
+        ('{"target_soft": {"x": "a\\u0000b"}}', "target_soft.x", "a string holds a NUL character"),
+        ('{"caption": "a\\ud800b"}', "caption", "a string holds a lone surrogate"),
+        ('{"caption": "ok", "extra": ["x", "y\\udc00"]}', "extra[1]", "a string holds a lone surrogate"),
+        ('{"img\\u0000set": 1}', "img\\u0000set", "its name holds a NUL character"),
+    ],
+)
 def test_hostile_values_name_record_and_field(tmp_path, record, field, says):
     path = tmp_path / "cap.rc2.val.json"
     path.write_text(f"[{PAD}, {record}]", encoding="utf-8")
@@ -41,7 +48,7 @@ def test_a_lone_surrogate_far_into_a_large_file_names_its_field(tmp_path):
     text = json.dumps(records)
     for cut in (len(text) - 40, 65536 - 5, 65536 + 3):  # near the end, across a chunk's end
         at = text.index('"caption"', cut - 70)
-        bad = text[:at] + '"caption": "x\\ud83d", "z' + text[at + len('"caption": "x'):]
+        bad = text[:at] + '"caption": "x\\ud83d", "z' + text[at + len('"caption": "x') :]
         path = tmp_path / "val.json"
         path.write_text(bad)
         with pytest.raises(ParseError) as info:
@@ -57,12 +64,19 @@ def test_a_top_level_object_names_the_member_key(tmp_path):
     assert (info.value.record, info.value.field) == (0, "metadata.k")
 
 
-@pytest.mark.parametrize("line, field, says", [
-    ('{"qid": "1", "pos_cand_list": [' + "7" * 5000 + "]}", "pos_cand_list[0]", "64-bit range"),
-    ('{"qid": "1", "query_txt": ' + "[" * 100 + "]" * 100 + "}", "query_txt[0][0][0][0][0][0][0]…", "nested deeper"),
-    ('{"qid": "1", "query_txt": }', "query_txt", "invalid JSON at column"),
-    ('{"qid": "1", "query_txt": "x", "task_id": NaN}', "task_id", "non-standard JSON number NaN"),
-])
+@pytest.mark.parametrize(
+    "line, field, says",
+    [
+        ('{"qid": "1", "pos_cand_list": [' + "7" * 5000 + "]}", "pos_cand_list[0]", "64-bit range"),
+        (
+            '{"qid": "1", "query_txt": ' + "[" * 100 + "]" * 100 + "}",
+            "query_txt[0][0][0][0][0][0][0]…",
+            "nested deeper",
+        ),
+        ('{"qid": "1", "query_txt": }', "query_txt", "invalid JSON at column"),
+        ('{"qid": "1", "query_txt": "x", "task_id": NaN}', "task_id", "non-standard JSON number NaN"),
+    ],
+)
 def test_json_lines_name_line_and_field(tmp_path, line, field, says):
     path = tmp_path / "mbeir_cirr_task7_test.jsonl"
     path.write_text('{"qid": "0"}\n' + line + "\n", encoding="utf-8")
@@ -94,8 +108,13 @@ def test_invalid_json_names_the_field_it_stops_in(tmp_path):
 
 def test_top_members_streams_a_list_member_item_by_item(tmp_path):
     path = tmp_path / "ranks.json"
-    doc = {"samples": [{"a": 1}], "metadata": {"k": 3, "x": [1, {"y": 2}]},
-           "gallery_paths": ["a", {"b": [1, 2]}, 3, None], "summary": {"big": list(range(100))}, "other": "s"}
+    doc = {
+        "samples": [{"a": 1}],
+        "metadata": {"k": 3, "x": [1, {"y": 2}]},
+        "gallery_paths": ["a", {"b": [1, 2]}, 3, None],
+        "summary": {"big": list(range(100))},
+        "other": "s",
+    }
     path.write_text(json.dumps(doc))
     seen = []
     out = jsonstream.top_members(path, ("metadata",), stream={"gallery_paths": seen.append, "metadata": seen.append})
@@ -116,15 +135,20 @@ def test_one_module_holds_the_limits_of_bodies_and_files(tmp_path):
     path.write_text(body)
     with pytest.raises(ParseError, match=f"deeper than {limits.MAX_DEPTH} levels"):
         jsonstream.check_bounds(path)
-    assert limits.unstorable_name("a\x00") == "a NUL character" and limits.unstorable_name("\udc00") == "a lone surrogate"
+    assert (
+        limits.unstorable_name("a\x00") == "a NUL character" and limits.unstorable_name("\udc00") == "a lone surrogate"
+    )
     assert limits.unstorable_name("fine") is None
 
 
-@pytest.mark.parametrize("body, field", [
-    ('{"quotas": {"x": [1, 2, ' + "[" * 40 + "]" * 40 + "]}}", "quotas.x[2][0][0][0][0][0]…"),
-    ('{"note": "[[[[ {{ is text", "a": ' + '{"b": ' * 40 + "1" + "}" * 41, "a.b.b.b.b.b.b.b…"),
-    ("[" * 100_000 + "]" * 100_000, "[0][0][0][0][0][0][0][0]…"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ('{"quotas": {"x": [1, 2, ' + "[" * 40 + "]" * 40 + "]}}", "quotas.x[2][0][0][0][0][0]…"),
+        ('{"note": "[[[[ {{ is text", "a": ' + '{"b": ' * 40 + "1" + "}" * 41, "a.b.b.b.b.b.b.b…"),
+        ("[" * 100_000 + "]" * 100_000, "[0][0][0][0][0][0][0][0]…"),
+    ],
+)
 def test_a_body_nested_too_deep_names_the_field(body, field):
     with pytest.raises(parsing.HostileInput) as info:
         parsing.loads(body)

@@ -1,4 +1,5 @@
 """audit.labels: the shortcut-audit label rule, supports and per-retriever scores."""
+
 from __future__ import annotations
 
 import json
@@ -83,10 +84,16 @@ def test_min_mm_retrievers_two():
 def test_support_and_histograms():
     audit = label_queries(POOL, k=10)
     assert audit.support["q1"] == {
-        "multimodal": 2, "text_only": 1, "image_only": 0, "either_unimodal": 1,
+        "multimodal": 2,
+        "text_only": 1,
+        "image_only": 0,
+        "either_unimodal": 1,
     }
     assert audit.support["q4"] == {
-        "multimodal": 2, "text_only": 1, "image_only": 1, "either_unimodal": 2,
+        "multimodal": 2,
+        "text_only": 1,
+        "image_only": 1,
+        "either_unimodal": 2,
     }
     assert audit.support_histograms == {
         "multimodal": {0: 2, 1: 1, 2: 3},
@@ -104,15 +111,15 @@ def test_best_ranks_and_best_retriever():
     # equal ranks: the retriever whose name sorts first wins
     tie = label_queries([("q", "zeta", 1, 5, None), ("q", "alpha", 1, 7, None)])
     assert tie.best_retriever["q"] == {
-        "multimodal": "alpha", "text_only": "zeta", "image_only": None,
+        "multimodal": "alpha",
+        "text_only": "zeta",
+        "image_only": None,
     }
     assert tie.best_ranks["q"]["image_only"] is None
 
 
 def test_ties_between_modalities():
-    audit = label_queries(
-        [("a", "R", 10, 10, 10), ("b", "R", 5, 5, 50), ("c", "R", 5, 50, 5), ("d", "R", 10, 11, 11)]
-    )
+    audit = label_queries([("a", "R", 10, 10, 10), ("b", "R", 5, 5, 50), ("c", "R", 5, 50, 5), ("d", "R", 10, 11, 11)])
     assert audit.detail == {
         "a": "both_unimodal",
         "b": "text_only",
@@ -145,9 +152,7 @@ def test_per_retriever_scores():
     audit = label_queries(POOL, k=10)
     a = audit.retriever_stats["A"]
     # A over q1..q6: mm [1,5,11,3,None,10], text [10,11,20,4,None,11], image [50,11,30,40,10,11]
-    assert a["recall_at_k"] == pytest.approx(
-        {"multimodal": 4 / 6, "text_only": 2 / 6, "image_only": 1 / 6}
-    )
+    assert a["recall_at_k"] == pytest.approx({"multimodal": 4 / 6, "text_only": 2 / 6, "image_only": 1 / 6})
     mm_mrr = (1 + 1 / 5 + 1 / 11 + 1 / 3 + 0 + 1 / 10) / 6
     text_mrr = (1 / 10 + 1 / 11 + 1 / 20 + 1 / 4 + 0 + 1 / 11) / 6
     image_mrr = (1 / 50 + 1 / 11 + 1 / 30 + 1 / 40 + 1 / 10 + 1 / 11) / 6
@@ -166,9 +171,7 @@ def test_per_retriever_scores():
 
     b = audit.retriever_stats["B"]
     # B: mm [2,12,None,7,None,1], text [30,40,None,60,None,None], image [11,None,None,9,None,12]
-    assert b["recall_at_k"] == pytest.approx(
-        {"multimodal": 3 / 6, "text_only": 0.0, "image_only": 1 / 6}
-    )
+    assert b["recall_at_k"] == pytest.approx({"multimodal": 3 / 6, "text_only": 0.0, "image_only": 1 / 6})
     assert b["mrr"]["image_only"] == pytest.approx((1 / 11 + 1 / 9 + 1 / 12) / 6)
 
 
@@ -239,7 +242,10 @@ def test_audit_json_exact_shape():
 def test_empty_and_invalid_input():
     audit = label_queries([])
     assert audit.counts == {
-        "composition_required": 0, "unresolved": 0, "shortcut_solvable": 0, "shortcut_free": 0,
+        "composition_required": 0,
+        "unresolved": 0,
+        "shortcut_solvable": 0,
+        "shortcut_free": 0,
     }
     assert audit.labels == {} and audit.retriever_stats == {}
     with pytest.raises(ValueError):

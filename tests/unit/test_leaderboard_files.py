@@ -1,12 +1,19 @@
 """The benchmarks' prediction files as the leaderboard reads them (audit.leaderboard.files)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from audit.leaderboard.files import (PredictionFileError, SplitFacts, check_complete, check_predictions, positions,
-                                     read_predictions)
+from audit.leaderboard.files import (
+    PredictionFileError,
+    SplitFacts,
+    check_complete,
+    check_predictions,
+    positions,
+    read_predictions,
+)
 
 FACTS = SplitFacts("val", ["q1", "q2"], {"t9": "test1"}, {f"img{i}" for i in range(8)}, {"q1": "img0", "q2": "img1"}, 5)
 
@@ -24,13 +31,16 @@ def test_cirr_recall_file_reads_its_lists_and_their_lines():
     assert positions(pred.lists["q1"], ["img3", "img0"]) == [3, None]
 
 
-@pytest.mark.parametrize("lists,words", [
-    ({"t9": ["img1"] * 1}, ["belongs to split 'test1'", "another split", "query 't9'"]),
-    ({"zz": [f"img{i}" for i in range(6)]}, ["unknown query id 'zz'"]),
-    ({"q1": ["img1", "imgX", "img2", "img3", "img4"]}, ["unknown image id 'imgX'", "query 'q1'"]),
-    ({"q1": ["img1", "img2"]}, ["fewer than the cut-off 5", "query 'q1'"]),
-    ({"q1": ["img1", "img1", "img2", "img3", "img4"]}, ["listed twice"]),
-])
+@pytest.mark.parametrize(
+    "lists,words",
+    [
+        ({"t9": ["img1"] * 1}, ["belongs to split 'test1'", "another split", "query 't9'"]),
+        ({"zz": [f"img{i}" for i in range(6)]}, ["unknown query id 'zz'"]),
+        ({"q1": ["img1", "imgX", "img2", "img3", "img4"]}, ["unknown image id 'imgX'", "query 'q1'"]),
+        ({"q1": ["img1", "img2"]}, ["fewer than the cut-off 5", "query 'q1'"]),
+        ({"q1": ["img1", "img1", "img2", "img3", "img4"]}, ["listed twice"]),
+    ],
+)
 def test_bad_cirr_files_name_line_and_query(lists, words):
     text = _cirr(**lists)
     with pytest.raises(PredictionFileError) as exc:
@@ -58,8 +68,14 @@ def test_recall_subset_needs_three_and_circo_needs_integers():
 
 
 def test_fashioniq_lines_by_position_check_their_candidate():
-    facts = SplitFacts("val", ["dress/val/00000", "dress/val/00001"], {}, {f"img{i}" for i in range(8)},
-                       {"dress/val/00000": "img0", "dress/val/00001": "img1"}, 5)
+    facts = SplitFacts(
+        "val",
+        ["dress/val/00000", "dress/val/00001"],
+        {},
+        {f"img{i}" for i in range(8)},
+        {"dress/val/00000": "img0", "dress/val/00001": "img1"},
+        5,
+    )
     ranking = [f"img{i}" for i in range(2, 8)]
     good = "\n".join(json.dumps({"category": "dress", "candidate": f"img{n}", "ranking": ranking}) for n in range(2))
     pred = check_predictions(read_predictions(good, "fashioniq", "f.jsonl"), facts)

@@ -1,21 +1,33 @@
 """The leaderboard's pure maths: Kendall's tau-b, ranks, the query bootstrap, the table."""
+
 from __future__ import annotations
 
 import pytest
 from scipy.stats import kendalltau
 
-from audit.leaderboard.scoring import (FULL, GENERIC, SHORTCUT_FREE_SET, VALIDATED, VALIDATED_ALTERNATIVES,
-                                       EntryRanks, build_table, with_alternatives)
+from audit.leaderboard.scoring import (
+    FULL,
+    GENERIC,
+    SHORTCUT_FREE_SET,
+    VALIDATED,
+    VALIDATED_ALTERNATIVES,
+    EntryRanks,
+    build_table,
+    with_alternatives,
+)
 from audit.leaderboard.stats import bootstrap, kendall_tau_b, rank_changes, ranks
 from retrieval.protocols import PROTOCOLS, QueryRanks, figures
 
 
-@pytest.mark.parametrize("x,y", [
-    ([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]),
-    ([0.31, 0.2, 0.2, 0.5, 0.4, 0.1], [0.3, 0.25, 0.1, 0.1, 0.45, 0.2]),
-    ([3, 1, 2], [1, 2, 3]),
-    ([1, 1, 2, 2], [2, 1, 1, 2]),
-])
+@pytest.mark.parametrize(
+    "x,y",
+    [
+        ([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]),
+        ([0.31, 0.2, 0.2, 0.5, 0.4, 0.1], [0.3, 0.25, 0.1, 0.1, 0.45, 0.2]),
+        ([3, 1, 2], [1, 2, 3]),
+        ([1, 1, 2, 2], [2, 1, 1, 2]),
+    ],
+)
 def test_tau_b_equals_scipy(x, y):
     assert kendall_tau_b(x, y) == pytest.approx(kendalltau(x, y).statistic)
 
@@ -33,14 +45,17 @@ def test_ranks_share_ties_and_changes_count_climbs():
 
 def _entries(n=40):
     good = EntryRanks({q: QueryRanks([1 if q % 3 else 20]) for q in range(n)})
-    bad = EntryRanks({q: QueryRanks([5 if q % 2 else 60]) for q in range(n)},
-                     alternatives={q: [2] for q in range(n)})
+    bad = EntryRanks({q: QueryRanks([5 if q % 2 else 60]) for q in range(n)}, alternatives={q: [2] for q in range(n)})
     return {"good": good, "bad": bad}
 
 
 def _sets(n=40):
-    return {FULL: list(range(n)), SHORTCUT_FREE_SET: list(range(0, n, 2)), VALIDATED: list(range(1, n, 2)),
-            VALIDATED_ALTERNATIVES: list(range(1, n, 2))}
+    return {
+        FULL: list(range(n)),
+        SHORTCUT_FREE_SET: list(range(0, n, 2)),
+        VALIDATED: list(range(1, n, 2)),
+        VALIDATED_ALTERNATIVES: list(range(1, n, 2)),
+    }
 
 
 def test_table_cells_are_the_protocol_figures_and_alternatives_add_positives():
@@ -95,8 +110,16 @@ def test_a_resample_scores_as_figures_over_the_drawn_queries(key, metric):
 
     protocol = PROTOCOLS[key]
     rng = np.random.default_rng(5)
-    queries = {q: QueryRanks([int(rng.integers(1, 30)), None, int(rng.integers(1, 80))], (), 0,
-                             int(rng.integers(1, 4)), ("dress", "shirt", "toptee")[q % 3]) for q in range(60)}
+    queries = {
+        q: QueryRanks(
+            [int(rng.integers(1, 30)), None, int(rng.integers(1, 80))],
+            (),
+            0,
+            int(rng.integers(1, 4)),
+            ("dress", "shirt", "toptee")[q % 3],
+        )
+        for q in range(60)
+    }
     entry = EntryRanks(queries, audited_removed=True)
     order = list(queries)
     values = np.array(per_query(protocol, entry, FULL, order, metric), dtype=float)

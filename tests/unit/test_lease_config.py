@@ -1,5 +1,6 @@
 """Issue 39, item 8: the item page beats well inside the lease (a third of it at most), so a
 lease never lapses while its page is open, even a one-minute one."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace

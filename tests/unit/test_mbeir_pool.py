@@ -3,6 +3,7 @@
 Counts, warnings and errors must be those of the in-memory parse (``mbeir.parse``), which
 keeps every image on the ParsedDataset.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,10 @@ from retrieval.importers.poolindex import PoolIndex
 from retrieval.records import ImageRecord, ParsedDataset, ParseError
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "datasets" / "mbeir"
-FIXTURE = [DATA / n for n in ("mbeir_cirr_task7_test.jsonl", "mbeir_cirr_task7_cand_pool.jsonl",
-                              "mbeir_cirr_task7_test_qrels.txt")]
+FIXTURE = [
+    DATA / n
+    for n in ("mbeir_cirr_task7_test.jsonl", "mbeir_cirr_task7_cand_pool.jsonl", "mbeir_cirr_task7_test_qrels.txt")
+]
 
 
 class Sink:
@@ -45,8 +48,9 @@ def streamed(paths, monkeypatch, batch: int, split: str | None = None) -> tuple[
 
 
 def pool_line(did: str, img: str | None, **more) -> str:
-    return json.dumps({"txt": None, "img_path": img, "modality": "image", "did": did,
-                       "src_content": json.dumps({"id": did}), **more})
+    return json.dumps(
+        {"txt": None, "img_path": img, "modality": "image", "did": did, "src_content": json.dumps({"id": did}), **more}
+    )
 
 
 def write_lines(tmp_path: Path, name: str, lines: list[str]) -> Path:
@@ -56,8 +60,18 @@ def write_lines(tmp_path: Path, name: str, lines: list[str]) -> Path:
 
 
 def query_line(qid: str, img: str | None, pos: list[str], neg: list[str] = ()) -> str:
-    return json.dumps({"qid": qid, "query_txt": f"text {qid}", "query_img_path": img, "query_modality": "image,text",
-                       "query_src_content": "{}", "pos_cand_list": pos, "neg_cand_list": list(neg), "task_id": 7})
+    return json.dumps(
+        {
+            "qid": qid,
+            "query_txt": f"text {qid}",
+            "query_img_path": img,
+            "query_modality": "image,text",
+            "query_src_content": "{}",
+            "pos_cand_list": pos,
+            "neg_cand_list": list(neg),
+            "task_id": 7,
+        }
+    )
 
 
 def test_fixture_pool_goes_to_the_sink_in_batches_and_matches_parse(monkeypatch):
@@ -100,24 +114,42 @@ def test_overlapping_pools_text_only_rows_and_missing_targets(tmp_path, monkeypa
     """Two pools of one split share dids (kept once in the gallery, no error); a did repeated
     in the val pool gains an extra key (sent as changed); text-only rows and targets in no pool
     are warned as before."""
-    first = write_lines(tmp_path, "mbeir_a_test_cand_pool.jsonl", [
-        pool_line("8:1", "img/1.jpg"), pool_line("8:2", None, txt="words"), pool_line("8:3", "img/3.jpg"),
-        pool_line("8:4", "img/4.jpg")])
-    second = write_lines(tmp_path, "mbeir_b_test_cand_pool.jsonl", [
-        pool_line("8:3", "img/3.jpg"), pool_line("8:5", "img/5.jpg"), pool_line("8:1", "img/1.jpg")])
+    first = write_lines(
+        tmp_path,
+        "mbeir_a_test_cand_pool.jsonl",
+        [
+            pool_line("8:1", "img/1.jpg"),
+            pool_line("8:2", None, txt="words"),
+            pool_line("8:3", "img/3.jpg"),
+            pool_line("8:4", "img/4.jpg"),
+        ],
+    )
+    second = write_lines(
+        tmp_path,
+        "mbeir_b_test_cand_pool.jsonl",
+        [pool_line("8:3", "img/3.jpg"), pool_line("8:5", "img/5.jpg"), pool_line("8:1", "img/1.jpg")],
+    )
     val = write_lines(tmp_path, "mbeir_c_val_cand_pool.jsonl", [pool_line("8:4", "img/4.jpg", txt="a caption")])
-    queries = write_lines(tmp_path, "mbeir_a_test.jsonl", [
-        query_line("q1", "img/3.jpg", ["8:5"], ["8:2"]),
-        query_line("q2", "img/9.jpg", ["8:7", "8:1"]),
-    ])
+    queries = write_lines(
+        tmp_path,
+        "mbeir_a_test.jsonl",
+        [
+            query_line("q1", "img/3.jpg", ["8:5"], ["8:2"]),
+            query_line("q2", "img/9.jpg", ["8:7", "8:1"]),
+        ],
+    )
     paths = [queries, first, second, val]
     parsed = mbeir.parse(paths)
     dataset, sink, streamed_queries = streamed(paths, monkeypatch, batch=2)
     assert streamed_queries == parsed.queries
-    assert dataset.warnings == parsed.warnings == [
-        "mbeir_a_test_cand_pool.jsonl: skipped 1 text-only candidate(s) (no img_path)",
-        "2 target did(s) are in no candidate pool, e.g. '8:2'",
-    ]
+    assert (
+        dataset.warnings
+        == parsed.warnings
+        == [
+            "mbeir_a_test_cand_pool.jsonl: skipped 1 text-only candidate(s) (no img_path)",
+            "2 target did(s) are in no candidate pool, e.g. '8:2'",
+        ]
+    )
     assert parsed.galleries == {"test": ["8:1", "8:3", "8:4", "8:5"], "val": ["8:4"]}
     replay = sink.replay()
     assert replay.galleries == parsed.galleries

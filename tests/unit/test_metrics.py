@@ -1,4 +1,5 @@
 """Hand-checked values for retrieval.metrics."""
+
 from __future__ import annotations
 
 import math
@@ -143,9 +144,7 @@ def test_modality_scores_hand_values():
 
 
 def test_modality_scores_mm_zero_gives_undefined_gap():
-    scores = modality_scores(
-        {"multimodal": [None, None], "text_only": [1, None], "image_only": [None, None]}
-    )
+    scores = modality_scores({"multimodal": [None, None], "text_only": [1, None], "image_only": [None, None]})
     assert scores["ndcg"]["multimodal"] == 0.0
     assert scores["comp_gap_ndcg"] is None
     assert scores["comp_gap_mrr"] is None

@@ -1,4 +1,5 @@
 """mAP@K (CIRCO), graded nDCG and Recall_subset@K against hand-computed values."""
+
 from __future__ import annotations
 
 import math
@@ -87,8 +88,10 @@ def test_multi_target_scores_and_recall_subset():
     assert out["recall_subset"]["3"]["text_only"] == 1.0
     binary = (1 + 1 / math.log2(4) + 1 / math.log2(7)) / (1 + 1 / math.log2(3) + 1 / math.log2(4))
     assert out["ndcg_graded"]["multimodal"] == pytest.approx(binary / 2)
-    assert multi_target_scores({m: [[1]] for m in mods}, subset_by_modality={m: [None] for m in mods})[
-        "recall_subset"] is None
+    assert (
+        multi_target_scores({m: [[1]] for m in mods}, subset_by_modality={m: [None] for m in mods})["recall_subset"]
+        is None
+    )
 
 
 def test_modality_scores_reports_map_beside_recall():
@@ -131,6 +134,8 @@ def test_map_at_ks_in_one_pass_equals_each_cut_off_alone():
     ks = [50, 5, 25, 10, 5]
     for ranks in queries:
         hits = hit_positions(ranks)
-        assert _aps_from_hits(hits, len(ranks), sorted(set(ks))) == [_ap_from_hits(hits, len(ranks), k) for k in (5, 10, 25, 50)]
+        assert _aps_from_hits(hits, len(ranks), sorted(set(ks))) == [
+            _ap_from_hits(hits, len(ranks), k) for k in (5, 10, 25, 50)
+        ]
     assert map_at_ks(queries, ks) == {k: map_at_k(queries, k) for k in ks}
     assert list(map_at_ks(queries, ks)) == [50, 5, 25, 10]

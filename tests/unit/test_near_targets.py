@@ -1,4 +1,5 @@
 """audit.runs.encoding.near_targets: every query's image-to-image query built at once."""
+
 from __future__ import annotations
 
 import torch
@@ -40,7 +41,10 @@ def test_rank_three_in_one_pass_gives_what_four_rankings_give():
 
     gen = torch.Generator().manual_seed(2)
     g = F.normalize(torch.randn(50, 8, generator=gen), dim=-1)
-    img, txt = F.normalize(torch.randn(6, 8, generator=gen), dim=-1), F.normalize(torch.randn(6, 8, generator=gen), dim=-1)
+    img, txt = (
+        F.normalize(torch.randn(6, 8, generator=gen), dim=-1),
+        F.normalize(torch.randn(6, 8, generator=gen), dim=-1),
+    )
     positives = [[1], [2, 3], [], [4], [5, 6], [7]]
     exclude = [0, None, 8, 9, 10, None]
     groups = [[1, 11, 12], [2, 13], [], [4, 14], [5], [7, 15]]
@@ -50,11 +54,21 @@ def test_rank_three_in_one_pass_gives_what_four_rankings_give():
     class Composer:
         compose = staticmethod(compose_embeddings)
 
-    got = rank_three(Composer(), img, txt, g, positives, exclude, panel_k=7, extra=extra, groups=groups,
-                     references=references)
+    got = rank_three(
+        Composer(), img, txt, g, positives, exclude, panel_k=7, extra=extra, groups=groups, references=references
+    )
     for name, q in (("mm", compose_embeddings(img, txt)), ("text", txt), ("image", img)):
-        one = rank_queries(q, g, positives, exclude, top_k=7, return_per_positive=True, groups=groups, extra=extra,
-                           references=references)
+        one = rank_queries(
+            q,
+            g,
+            positives,
+            exclude,
+            top_k=7,
+            return_per_positive=True,
+            groups=groups,
+            extra=extra,
+            references=references,
+        )
         assert getattr(got, name) == one.best_rank
         assert got.all[name] == one.per_positive_ranks and got.extra[name] == one.extra_ranks
         assert got.group[name] == one.group_rank and got.ahead[name] == one.reference_ahead

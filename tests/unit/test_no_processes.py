@@ -1,5 +1,6 @@
 """Unit tests start no processes: tests/unit/conftest.py refuses every start while a unit test
 runs, and no unit test module reaches for the tools that start one."""
+
 from __future__ import annotations
 
 import ast
@@ -35,8 +36,11 @@ def _offences(path: Path) -> list[str]:
             found += [f"{node.name} uses the fixture {a}" for a in sorted({a.arg for a in node.args.args} & FIXTURES)]
         elif isinstance(node, ast.Name) and node.id == "WorkerProcess":
             found.append("uses WorkerProcess")
-    return [f"imports {name}" for name in sorted(imports)
-            if name.split(".")[0] in MODULES or name.endswith(("ProcessPoolExecutor", "WorkerProcess"))] + found
+    return [
+        f"imports {name}"
+        for name in sorted(imports)
+        if name.split(".")[0] in MODULES or name.endswith(("ProcessPoolExecutor", "WorkerProcess"))
+    ] + found
 
 
 def test_no_unit_module_imports_what_starts_a_process():
@@ -46,13 +50,20 @@ def test_no_unit_module_imports_what_starts_a_process():
 
 def test_the_static_check_sees_each_kind_of_offence(tmp_path):
     path = tmp_path / "test_x.py"
-    path.write_text("import subprocess\nfrom multiprocessing import get_context\n"
-                    "from concurrent.futures import ProcessPoolExecutor\nfrom tests.conftest import WorkerProcess\n"
-                    "def test_a(worker_factory, db): WorkerProcess()\n")
+    path.write_text(
+        "import subprocess\nfrom multiprocessing import get_context\n"
+        "from concurrent.futures import ProcessPoolExecutor\nfrom tests.conftest import WorkerProcess\n"
+        "def test_a(worker_factory, db): WorkerProcess()\n"
+    )
     assert _offences(path) == [
-        "imports concurrent.futures.ProcessPoolExecutor", "imports multiprocessing",
-        "imports multiprocessing.get_context", "imports subprocess", "imports tests.conftest.WorkerProcess",
-        "test_a uses the fixture worker_factory", "uses WorkerProcess"]
+        "imports concurrent.futures.ProcessPoolExecutor",
+        "imports multiprocessing",
+        "imports multiprocessing.get_context",
+        "imports subprocess",
+        "imports tests.conftest.WorkerProcess",
+        "test_a uses the fixture worker_factory",
+        "uses WorkerProcess",
+    ]
 
 
 def _expect_refusal(start) -> None:

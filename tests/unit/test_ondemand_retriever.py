@@ -1,5 +1,6 @@
 """On-demand candidate panels never call a hosted embedder (audit.runs.ondemand.candidate_retriever):
 an annotator opening an item must not spend a study's API budget."""
+
 import pytest
 from django.test import override_settings
 

@@ -1,4 +1,5 @@
 """One place per concept: checks over the source that keep twins from coming back (issue 28)."""
+
 from __future__ import annotations
 
 import ast
@@ -35,8 +36,11 @@ def docstrings(tree: ast.AST) -> set[int]:
 def spelled(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
     """(line, name) of each string constant of the tree equal to one of ``names`` (docstrings aside)."""
     skip = docstrings(tree)
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names and id(n) not in skip]
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names and id(n) not in skip
+    ]
 
 
 def test_spelled_finds_a_label_literal_but_not_prose():
@@ -59,37 +63,53 @@ def test_audit_label_names_are_spelled_only_in_audit_labels():
 
 def judgement_writes(tree: ast.AST) -> list[int]:
     """Lines that create Judgement rows: ``Judgement.objects.create/bulk_create/get_or_create``."""
-    return [n.lineno for n in ast.walk(tree)
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-            and n.func.attr in ("create", "bulk_create", "get_or_create", "update_or_create")
-            and isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "objects"
-            and isinstance(n.func.value.value, ast.Name) and n.func.value.value.id == "Judgement"]
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("create", "bulk_create", "get_or_create", "update_or_create")
+        and isinstance(n.func.value, ast.Attribute)
+        and n.func.value.attr == "objects"
+        and isinstance(n.func.value.value, ast.Name)
+        and n.func.value.value.id == "Judgement"
+    ]
 
 
 def test_judgement_rows_are_written_only_by_the_queues_store():
     """Annotators' submits and imports (import_circus) store judgements through
     annotation.assignment.queue (submit / store_judgement); bench/ builds synthetic loads."""
     assert judgement_writes(ast.parse("Judgement.objects.create(a=1)\nOther.objects.create()")) == [1]
-    offenders = {str(p.relative_to(ROOT)): lines for p in source_files()
-                 if not p.is_relative_to(ROOT / "bench")
-                 and (lines := judgement_writes(parsed(p)))}
+    offenders = {
+        str(p.relative_to(ROOT)): lines
+        for p in source_files()
+        if not p.is_relative_to(ROOT / "bench") and (lines := judgement_writes(parsed(p)))
+    }
     assert set(offenders) == {"annotation/assignment/queue.py"}
 
 
 def command_calls(tree: ast.AST) -> list[int]:
     """Lines that run a management command: ``call_command(...)`` or ``management.call_command(...)``."""
-    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call)
-            and ((isinstance(n.func, ast.Name) and n.func.id == "call_command")
-                 or (isinstance(n.func, ast.Attribute) and n.func.attr == "call_command"))]
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and (
+            (isinstance(n.func, ast.Name) and n.func.id == "call_command")
+            or (isinstance(n.func, ast.Attribute) and n.func.attr == "call_command")
+        )
+    ]
 
 
 def test_views_and_services_never_run_a_management_command():
     """Commands and views call the same service functions; a command may still call another
     command (make_demo runs the demo's steps), a view or service never does."""
     assert command_calls(ast.parse("call_command('x')\nmanagement.call_command('y')\nf()")) == [1, 2]
-    offenders = {str(p.relative_to(ROOT)): lines for p in source_files()
-                 if "commands" not in p.parts and not p.is_relative_to(ROOT / "bench")
-                 and (lines := command_calls(parsed(p)))}
+    offenders = {
+        str(p.relative_to(ROOT)): lines
+        for p in source_files()
+        if "commands" not in p.parts and not p.is_relative_to(ROOT / "bench") and (lines := command_calls(parsed(p)))
+    }
     assert offenders == {}
 
 
@@ -104,9 +124,16 @@ LIBRARY_ENV = {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DJANGO_SETTINGS_MODULE
 
 def fallback_reads(tree: ast.AST) -> list[tuple[int, str]]:
     """``getattr(settings, "X", default)``: a setting read with a default of the call site's own."""
-    return [(n.lineno, ast.unparse(n.args[1])) for n in ast.walk(tree)
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
-            and len(n.args) == 3 and isinstance(n.args[0], ast.Name) and n.args[0].id == "settings"]
+    return [
+        (n.lineno, ast.unparse(n.args[1]))
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id == "getattr"
+        and len(n.args) == 3
+        and isinstance(n.args[0], ast.Name)
+        and n.args[0].id == "settings"
+    ]
 
 
 def environment_reads(tree: ast.AST) -> list[tuple[int, str]]:
@@ -128,29 +155,40 @@ def environment_reads(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def settings_attributes(tree: ast.AST) -> set[str]:
-    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Name) and n.value.id == "settings" and n.attr.isupper()}
+    return {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "settings"
+        and n.attr.isupper()
+    }
 
 
 def test_the_settings_checks_see_a_restated_default():
-    tree = ast.parse('a = getattr(settings, "EXPORT_YIELD_SECONDS", 0.0)\nb = getattr(settings, "X")\n'
-                     'c = os.environ.get("WORKER_NICE", "idle")\nd = os.environ["HF_HUB_OFFLINE"]\ne = settings.IMAGE_MAX_PIXELS')
+    tree = ast.parse(
+        'a = getattr(settings, "EXPORT_YIELD_SECONDS", 0.0)\nb = getattr(settings, "X")\n'
+        'c = os.environ.get("WORKER_NICE", "idle")\nd = os.environ["HF_HUB_OFFLINE"]\ne = settings.IMAGE_MAX_PIXELS'
+    )
     assert fallback_reads(tree) == [(1, "'EXPORT_YIELD_SECONDS'")]
     assert environment_reads(tree) == [(3, "WORKER_NICE")]
     assert settings_attributes(tree) == {"IMAGE_MAX_PIXELS"}
 
 
 def test_no_call_site_restates_a_settings_default():
-    offenders = {str(p.relative_to(ROOT)): found for p in source_files()
-                 if (found := fallback_reads(parsed(p)))}
+    offenders = {str(p.relative_to(ROOT)): found for p in source_files() if (found := fallback_reads(parsed(p)))}
     assert offenders == {}
 
 
 def test_only_the_settings_read_the_environment():
     allowed = {"config/env.py", "config/settings.py"}
-    offenders = {rel: found for p in source_files()
-                 if (rel := str(p.relative_to(ROOT))) not in allowed and not p.is_relative_to(ROOT / "bench")
-                 and (found := environment_reads(parsed(p)))}
+    offenders = {
+        rel: found
+        for p in source_files()
+        if (rel := str(p.relative_to(ROOT))) not in allowed
+        and not p.is_relative_to(ROOT / "bench")
+        and (found := environment_reads(parsed(p)))
+    }
     assert offenders == {}
 
 
@@ -158,17 +196,30 @@ def test_every_setting_read_is_stated_in_the_settings_or_by_django():
     """``settings.X`` with no X in config/settings.py (nor a Django default) would need a fallback."""
     from django.conf import global_settings
 
-    stated = {t.id for node in ast.parse(SETTINGS_FILE.read_text()).body
-              if isinstance(node, (ast.Assign, ast.AnnAssign))
-              for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    stated = {
+        t.id
+        for node in ast.parse(SETTINGS_FILE.read_text()).body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name)
+    }
     stated |= {name for name in dir(global_settings) if name.isupper()}
-    offenders = {str(p.relative_to(ROOT)): missing for p in source_files()
-                 if (missing := sorted(settings_attributes(parsed(p)) - stated))}
+    offenders = {
+        str(p.relative_to(ROOT)): missing
+        for p in source_files()
+        if (missing := sorted(settings_attributes(parsed(p)) - stated))
+    }
     assert offenders == {}
 
 
 def test_each_environment_variable_is_read_once_in_the_settings():
-    reads = [n.args[0].value for n in ast.walk(ast.parse(SETTINGS_FILE.read_text()))
-             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id.startswith("env_")
-             and n.args and isinstance(n.args[0], ast.Constant)]
+    reads = [
+        n.args[0].value
+        for n in ast.walk(ast.parse(SETTINGS_FILE.read_text()))
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id.startswith("env_")
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+    ]
     assert reads and sorted(name for name in set(reads) if reads.count(name) > 1) == []

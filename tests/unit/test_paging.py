@@ -1,4 +1,5 @@
 """Which candidates an annotator was shown: a page with a tick opens the next one (issue 25)."""
+
 from __future__ import annotations
 
 import pytest

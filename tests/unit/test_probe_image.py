@@ -1,4 +1,5 @@
 """retrieval.imagefiles.probe_image: hash and header from one read of the file."""
+
 from __future__ import annotations
 
 import builtins

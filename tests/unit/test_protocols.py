@@ -4,6 +4,7 @@ SEARLE's evaluation logic (tests/reference_impl.py) on the same embeddings, to 1
 The ranks come from :func:`retrieval.ranking.rank_queries` exactly as an audit computes them
 (the reference removed, or kept with ``--keep-reference``), with ``reference_ahead``; the
 protocols then put the reference back (FashionIQ, CIRCO) or keep it out (CIRR)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,16 @@ def embeddings(seed: int, n: int) -> torch.Tensor:
 
 
 def audit_ranks(queries, gallery, positives, refs, removed: bool, groups=None):
-    res = rank_queries(queries, gallery, positives, refs if removed else None, top_k=0, return_per_positive=True,
-                       groups=groups, references=refs)
+    res = rank_queries(
+        queries,
+        gallery,
+        positives,
+        refs if removed else None,
+        top_k=0,
+        return_per_positive=True,
+        groups=groups,
+        references=refs,
+    )
     return res
 
 
@@ -40,13 +49,20 @@ def test_cirr_equals_clip4cir(removed):
     refs = [int(x) for x in rng.integers(0, G, 60)]
     targets = [int((r + 1 + rng.integers(0, G - 1)) % G) for r in refs]
     queries = queries * 0.6 + gallery[targets] * 0.4
-    members = [[r, t, *[int(x) for x in rng.choice(G, 4, replace=False) if x not in (r, t)]] for r, t in zip(refs, targets)]
+    members = [
+        [r, t, *[int(x) for x in rng.choice(G, 4, replace=False) if x not in (r, t)]] for r, t in zip(refs, targets)
+    ]
     res = audit_ranks(queries, gallery, [[t] for t in targets], refs, removed, groups=members)
     ranks = [QueryRanks(p, a, subset=s) for p, a, s in zip(res.per_positive_ranks, res.reference_ahead, res.group_rank)]
     ours = percent(figures(PROTOCOLS["cirr"], ranks, audited_removed=removed))
     names = [f"img{i}" for i in range(G)]
-    theirs = clip4cir_cirr((queries @ gallery.T).numpy(), names, [names[r] for r in refs], [names[t] for t in targets],
-                           [[names[m] for m in ms] for ms in members])
+    theirs = clip4cir_cirr(
+        (queries @ gallery.T).numpy(),
+        names,
+        [names[r] for r in refs],
+        [names[t] for t in targets],
+        [[names[m] for m in ms] for ms in members],
+    )
     assert set(theirs) <= set(ours)
     for key, value in theirs.items():
         assert ours[key] == pytest.approx(value, abs=1e-9), key
@@ -82,8 +98,10 @@ def test_circo_equals_evaluation_py(removed):
     gallery, queries = embeddings(30, G), embeddings(31, 40)
     names = list(range(5000, 5000 + G))
     refs = [int(x) for x in rng.integers(0, G, 40)]
-    gts = [[int(x) for x in rng.choice([i for i in range(G) if i != r], int(rng.integers(1, 8)), replace=False)]
-           for r in refs]
+    gts = [
+        [int(x) for x in rng.choice([i for i in range(G) if i != r], int(rng.integers(1, 8)), replace=False)]
+        for r in refs
+    ]
     queries = queries * 0.6 + torch.stack([gallery[g].mean(0) for g in gts]) * 0.4
     # a reference close to the query: keeping it in the gallery changes the figures
     gallery = gallery.clone()
@@ -92,7 +110,9 @@ def test_circo_equals_evaluation_py(removed):
     res = audit_ranks(queries, gallery, gts, refs, removed)
     ranks = [QueryRanks(p, a, primary=0) for p, a in zip(res.per_positive_ranks, res.reference_ahead)]
     ours = percent(figures(PROTOCOLS["circo"], ranks, audited_removed=removed))
-    annotations = [{"id": q, "gt_img_ids": [names[i] for i in g], "target_img_id": names[g[0]]} for q, g in enumerate(gts)]
+    annotations = [
+        {"id": q, "gt_img_ids": [names[i] for i in g], "target_img_id": names[g[0]]} for q, g in enumerate(gts)
+    ]
     theirs = circo_evaluation(searle_circo_predictions((queries @ gallery.T).numpy(), names, range(40)), annotations)
     for key, value in theirs.items():
         assert ours[key] == pytest.approx(value, abs=1e-9), key
@@ -137,6 +157,8 @@ def test_one_number_per_query_gives_the_best_rank_figures_and_leaves_the_rest_un
     assert row["mAP@10"] is None and row["R@10"] is None  # need every ground truth's rank
     warned = protocol_report(PROTOCOLS["circo"], {("x", "multimodal"): circo}, True, imported=True).warnings
     assert any("mAP@K and Recall@K of the primary target need every positive" in w for w in warned)
-    fiq = [QueryRanks([r], category=c, every_positive=False, subset_known=False) for r, c in ((5, "dress"), (70, "shirt"))]
+    fiq = [
+        QueryRanks([r], category=c, every_positive=False, subset_known=False) for r, c in ((5, "dress"), (70, "shirt"))
+    ]
     row = figures(PROTOCOLS["fashioniq"], fiq, audited_removed=True)
     assert row["categories"]["dress"]["R@10"] == 1.0 and row["categories"]["shirt"]["R@50"] == 0.0

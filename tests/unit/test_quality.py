@@ -1,4 +1,5 @@
 """Quality signals and gold scoring: hand-computed and published numbers."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,15 +8,18 @@ from annotation.core.serving import GOLD_ITEM, TRAINING_ITEM, Candidate, choose_
 from annotation.quality.signals import disagreement, gold_correct, straight_runs, too_fast, wilson_interval
 
 
-@pytest.mark.parametrize("k,n,low,high", [
-    # Newcombe (1998), Statistics in Medicine 17:857, Table I, method 3 (Wilson score)
-    (81, 263, 0.2553, 0.3662),
-    (15, 148, 0.0624, 0.1605),
-    (0, 20, 0.0, 0.1611),
-    (1, 29, 0.0061, 0.1718),
-    # by hand: p = .8, z^2 = 3.8415; (0.99208 -+ 0.31362) / 1.38415
-    (8, 10, 0.4902, 0.9433),
-])
+@pytest.mark.parametrize(
+    "k,n,low,high",
+    [
+        # Newcombe (1998), Statistics in Medicine 17:857, Table I, method 3 (Wilson score)
+        (81, 263, 0.2553, 0.3662),
+        (15, 148, 0.0624, 0.1605),
+        (0, 20, 0.0, 0.1611),
+        (1, 29, 0.0061, 0.1718),
+        # by hand: p = .8, z^2 = 3.8415; (0.99208 -+ 0.31362) / 1.38415
+        (8, 10, 0.4902, 0.9433),
+    ],
+)
 def test_wilson_interval_matches_published_values(k, n, low, high):
     lo, hi = wilson_interval(k, n)
     assert lo == pytest.approx(low, abs=1e-4) and hi == pytest.approx(high, abs=1e-4)
@@ -51,7 +55,10 @@ def test_disagreement_only_counts_decided_items():
 
 def test_gold_correct():
     assert gold_correct({"validated": True, "category": "valid"}, {"validated": True}) is True
-    assert gold_correct({"validated": False, "category": "ambiguous"}, {"validated": False, "category": "wrong_target"}) is False
+    assert (
+        gold_correct({"validated": False, "category": "ambiguous"}, {"validated": False, "category": "wrong_target"})
+        is False
+    )
     assert gold_correct({"validated": True}, {}) is None
 
 
@@ -73,7 +80,10 @@ def test_training_phase_comes_first():
 
 
 def test_choose_gold_skips_judged_and_takes_the_first():
-    cands = [Candidate(item_id=3, overlap=1, order_key=2), Candidate(item_id=1, overlap=1, order_key=5),
-             Candidate(item_id=2, overlap=1, order_key=1, judged_by_me=True)]
+    cands = [
+        Candidate(item_id=3, overlap=1, order_key=2),
+        Candidate(item_id=1, overlap=1, order_key=5),
+        Candidate(item_id=2, overlap=1, order_key=1, judged_by_me=True),
+    ]
     assert choose_gold(cands, GOLD_ITEM).item == 3
     assert choose_gold(cands[2:], GOLD_ITEM) is None

@@ -1,5 +1,6 @@
 """``./cirval up`` starts quietly (issue 41): one progress line with the time left, no warning
 for a state that is expected, label counts apart from their union, each request logged once."""
+
 from __future__ import annotations
 
 import io
@@ -91,9 +92,14 @@ def test_the_filesystem_broker_names_no_host(caplog, tmp_path):
 
     fsbroker.register()
     caplog.set_level(logging.WARNING, logger="kombu")
-    conn = Connection("filesystem://", transport_options={"data_folder_in": str(tmp_path),
-                                                          "data_folder_out": str(tmp_path),
-                                                          "control_folder": str(tmp_path / "control")})
+    conn = Connection(
+        "filesystem://",
+        transport_options={
+            "data_folder_in": str(tmp_path),
+            "data_folder_out": str(tmp_path),
+            "control_folder": str(tmp_path / "control"),
+        },
+    )
     clone = conn.clone()
     with clone.SimpleQueue("q") as queue:
         queue.put({"n": 1})
@@ -111,8 +117,16 @@ def test_runserver_logs_a_request_once(settings, status, logged):
 
     dictConfig(settings.LOGGING)
     server = logging.getLogger("django.server")
-    record = server.makeRecord("django.server", logging.INFO, __file__, 1, '"GET / HTTP/1.1" %s', (status,), None,
-                               extra={"status_code": status})
+    record = server.makeRecord(
+        "django.server",
+        logging.INFO,
+        __file__,
+        1,
+        '"GET / HTTP/1.1" %s',
+        (status,),
+        None,
+        extra={"status_code": status},
+    )
     assert all(f.filter(record) for f in server.filters) is logged
     assert not server.propagate and server.handlers
     assert logging.getLogger("django.request").getEffectiveLevel() == logging.ERROR

@@ -3,6 +3,7 @@
 Tie tests use small integer-valued embeddings so that every dot product is exact in
 floating point and ties are real ties whatever the summation order.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -69,9 +70,7 @@ def test_group_rank_within_subset():
 def test_exclusion_removes_item_from_ranks_and_topk():
     gallery = _gallery_1d([0.9, 0.5, 0.7, 0.1, 0.3])
     q = torch.tensor([[1.0], [1.0], [1.0]])
-    res = rank_queries(
-        q, gallery, [[1], [1], [0, 4]], exclude=[0, None, 0], top_k=5, return_per_positive=True
-    )
+    res = rank_queries(q, gallery, [[1], [1], [0, 4]], exclude=[0, None, 0], top_k=5, return_per_positive=True)
     # query 0: item 0 removed -> order 2, 1, 4, 3 -> positive 1 at rank 2
     # query 1: nothing removed -> rank 3
     # query 2: positive 0 is the excluded item -> only 4 counts: order 2, 1, 4 -> rank 3
@@ -99,8 +98,13 @@ def test_chunking_does_not_change_results():
     for chunk in (1, 2, 3, 7, 100):
         for qchunk in (1, 2):
             res = rank_queries(
-                q, gallery, [[1, 3], [0]], exclude=[5, 3], top_k=4,
-                chunk_size=chunk, query_chunk_size=qchunk,
+                q,
+                gallery,
+                [[1, 3], [0]],
+                exclude=[5, 3],
+                top_k=4,
+                chunk_size=chunk,
+                query_chunk_size=qchunk,
             )
             assert res.best_rank == full.best_rank
             assert res.topk.tolist() == full.topk.tolist()
@@ -132,12 +136,23 @@ def test_agrees_with_naive_on_random_ties_and_exclusions(device):
             exclude.append(int(torch.randint(0, n_g, (1,), generator=gen)))
     ref = naive_rank(queries, gallery, positives, exclude, top_k=15, return_per_positive=True)
     res = rank_queries(
-        queries.to(device), gallery.to(device), positives, exclude,
-        top_k=15, chunk_size=50, query_chunk_size=8, return_per_positive=True,
+        queries.to(device),
+        gallery.to(device),
+        positives,
+        exclude,
+        top_k=15,
+        chunk_size=50,
+        query_chunk_size=8,
+        return_per_positive=True,
     )
     cpu_gallery = rank_queries(  # a CPU (memory-mapped) gallery read block by block
-        queries.to(device), gallery, positives, exclude,
-        top_k=15, chunk_size=50, query_chunk_size=8,
+        queries.to(device),
+        gallery,
+        positives,
+        exclude,
+        top_k=15,
+        chunk_size=50,
+        query_chunk_size=8,
     )
     assert cpu_gallery.best_rank == ref.best_rank
     assert res.best_rank == ref.best_rank
@@ -146,7 +161,7 @@ def test_agrees_with_naive_on_random_ties_and_exclusions(device):
     # top-K scores agree exactly; indices may differ only inside groups of equal scores
     assert torch.equal(res.topk_scores, ref.topk_scores)
     for q in range(n_q):
-        scores = (queries[q] @ gallery.T)
+        scores = queries[q] @ gallery.T
         for idx, val in zip(res.topk[q].tolist(), res.topk_scores[q].tolist()):
             assert scores[idx].item() == val
         assert len(set(res.topk[q].tolist())) == 15
@@ -160,9 +175,7 @@ def test_agrees_with_naive_on_random_floats(device):
     positives = [[(q * 13) % 300, (q * 7 + 1) % 300] for q in range(20)]
     exclude = [q % 300 for q in range(20)]
     ref = naive_rank(queries, gallery, positives, exclude, top_k=10)
-    res = rank_queries(
-        queries.to(device), gallery.to(device), positives, exclude, top_k=10, chunk_size=64
-    )
+    res = rank_queries(queries.to(device), gallery.to(device), positives, exclude, top_k=10, chunk_size=64)
     assert res.best_rank == ref.best_rank
     assert res.topk.tolist() == ref.topk.tolist()
 

@@ -44,8 +44,9 @@ class _Model(torch.nn.Module):
     """Stands in for the lab's saved model: any callable of (images, texts) giving [N, 512]."""
 
     def forward(self, images, texts):
-        return torch.stack([torch.full((512,), 1.0 + (i is not None) + 2 * (t is not None)) for i, t in
-                            zip(images, texts)])
+        return torch.stack(
+            [torch.full((512,), 1.0 + (i is not None) + 2 * (t is not None)) for i, t in zip(images, texts)]
+        )
 
 
 def test_the_readme_plugin_example_is_a_working_kind(readme_plugin, monkeypatch):

@@ -4,6 +4,7 @@ lines through retrieval.validation.Record.
 Every error is a ParseError naming the file, the line (``line N``, 1-based, blank lines
 counted) and the field; ``record`` is the 0-based line index, as the importers' JSONL records.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -27,14 +28,21 @@ def error(text: str, **kwargs) -> ParseError:
 @pytest.mark.parametrize(
     "text, line, field, message",
     [
-        ('{"item": 1, "annotator": "A", "label": "x"}\n\n{"item": 2, "annotator": "A"}\n', 3, "label",
-         "missing field"),
-        ('{"item": true, "annotator": "A", "label": "x"}\n', 1, "item",
-         "expected a string or an integer, got boolean (True)"),
+        ('{"item": 1, "annotator": "A", "label": "x"}\n\n{"item": 2, "annotator": "A"}\n', 3, "label", "missing field"),
+        (
+            '{"item": true, "annotator": "A", "label": "x"}\n',
+            1,
+            "item",
+            "expected a string or an integer, got boolean (True)",
+        ),
         ('{"item": 1, "annotator": "", "label": "x"}\n', 1, "annotator", "must not be empty"),
-        ('\n\n[1]\n', 3, None, "expected a JSON object for this judgement, got list"),
-        ('{"item": 1, "annotator": "A", "label": "x"}\n{"item": 1, "annotator": "A", "label": "y"}\n', 2,
-         "annotator", "annotator 'A' already judged item 1 at line 1"),
+        ("\n\n[1]\n", 3, None, "expected a JSON object for this judgement, got list"),
+        (
+            '{"item": 1, "annotator": "A", "label": "x"}\n{"item": 1, "annotator": "A", "label": "y"}\n',
+            2,
+            "annotator",
+            "annotator 'A' already judged item 1 at line 1",
+        ),
         ('{"item": 1, "annotator": "A", "label": Infinity}\n', 1, "label", "inf is not a finite number"),
     ],
 )
@@ -52,8 +60,10 @@ def test_invalid_json_names_the_line_and_an_empty_input_the_file():
 
 
 def test_validity_labels_are_checked_per_line():
-    err = error('{"item": 1, "annotator": "A", "label": "VALIDATED"}\n{"item": 1, "annotator": "B", '
-                '"label": ["NOPE"]}\n', rubric="validity")
+    err = error(
+        '{"item": 1, "annotator": "A", "label": "VALIDATED"}\n{"item": 1, "annotator": "B", "label": ["NOPE"]}\n',
+        rubric="validity",
+    )
     assert (err.record, err.field) == (1, "label") and "unknown flag 'NOPE'" in err.message
     assert read('{"item": "q", "annotator": 3, "label": []}\n', rubric="validity") == [("q", 3, [])]
 
@@ -66,7 +76,12 @@ def test_audit_labels_lines_name_the_source_line_and_field():
         parse_rank_line('{"query": "q", "retriever": "A", "mm": [2, 0], "text": 2, "image": 3}', 4, "ranks.jsonl")
     assert (info.value.record, info.value.field) == (3, "mm[1]")
     assert parse_rank_line('{"query": 7, "retriever": "A", "mm": [2, null], "text": null, "image": 3}', 1) == (
-        7, "A", [2, None], None, 3)
+        7,
+        "A",
+        [2, None],
+        None,
+        3,
+    )
 
 
 def test_session_lines_name_the_file_line_and_field(tmp_path):

@@ -1,6 +1,7 @@
 """Dawid-Skene (annotation.verdicts.reliability) against crowd-kit's DawidSkene, the
 reference implementation, on a simulated crowd with known confusion matrices and a spammer;
 the binary model and the per-annotator intervals."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -98,8 +99,9 @@ def test_beta_interval_known_values():
 
 
 def test_weighted_consensus_lets_a_reliable_annotator_outweigh_two_unreliable_ones():
-    model = Reliability(prior=0.5, sensitivity={"good": 0.95, "x": 0.55, "y": 0.55},
-                        specificity={"good": 0.95, "x": 0.55, "y": 0.55})
+    model = Reliability(
+        prior=0.5, sensitivity={"good": 0.95, "x": 0.55, "y": 0.55}, specificity={"good": 0.95, "x": 0.55, "y": 0.55}
+    )
     votes = [Vote("good", True), Vote("x", False), Vote("y", False)]
     assert decide(votes, "majority", quorum=3).status == "rejected"
     weighted = decide(votes, "reliability", quorum=3, reliability=model)

@@ -1,5 +1,6 @@
 """The one check of a request's text (config.parsing.check_text): NUL, lone surrogates and every
 other control character but tab, line feed and carriage return are refused, naming the field."""
+
 from __future__ import annotations
 
 import unicodedata
@@ -19,8 +20,19 @@ def test_control_characters_are_refused_naming_the_field(char):
     assert ("NUL" if char == "\x00" else f"U+{ord(char):04X}") in str(err.value)
 
 
-@pytest.mark.parametrize("text", ["one\ttwo", "line\r\nnext\n", "plain", "é ü 漢字 🙂", "\u200b zero width", "\u00a0nbsp",
-                                  "\u2028 line separator", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "one\ttwo",
+        "line\r\nnext\n",
+        "plain",
+        "é ü 漢字 🙂",
+        "\u200b zero width",
+        "\u00a0nbsp",
+        "\u2028 line separator",
+        "",
+    ],
+)
 def test_text_with_tabs_line_ends_and_any_printable_unicode_passes(text):
     check_text(text, "note")
 

@@ -1,4 +1,5 @@
 """Retriever specs are validated without torch, from a catalog that matches the pinned open_clip."""
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,13 @@ def test_checkpoint_formats_open_clip_loads_are_told_from_their_first_bytes(tmp_
     import torch
 
     state = {"w": torch.zeros(2, 2)}
-    files = {"new.pt": "zip (torch.save or .npz)", "old.pt": "pickle (older torch.save)",
-             "w.safetensors": "safetensors", "w.npz": "zip (torch.save or .npz)", "w.npy": "numpy .npy"}
+    files = {
+        "new.pt": "zip (torch.save or .npz)",
+        "old.pt": "pickle (older torch.save)",
+        "w.safetensors": "safetensors",
+        "w.npz": "zip (torch.save or .npz)",
+        "w.npy": "numpy .npy",
+    }
     torch.save(state, tmp_path / "new.pt")
     torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
     safetensors.torch.save_file(state, str(tmp_path / "w.safetensors"))

@@ -1,4 +1,5 @@
 """annotation.core.rubric: rubric definitions as data, judgement validation, signatures."""
+
 from __future__ import annotations
 
 import copy
@@ -12,11 +13,11 @@ from annotation.core.rubric import (
     RESERVED_KEYS,
     SESSION_RUBRIC_V1,
     SESSION_RUBRIC_V2,
-    builtin_rubric,
     TIME_SPENT_MAX_MS,
     VALIDITY_RUBRIC_V1,
     JudgementError,
     Rubric,
+    builtin_rubric,
     builtin_rubrics,
     most_severe,
     signature,
@@ -45,8 +46,11 @@ def judged(rubric: Rubric, **payload):
 def test_builtins_load_and_round_trip_through_json():
     rubrics = builtin_rubrics()
     assert set(rubrics) == {"validity", "session"}
-    for rubric, source in ((rubrics["validity"], VALIDITY_RUBRIC_V1), (rubrics["session"], SESSION_RUBRIC_V2),
-                           (builtin_rubric("session", 1), SESSION_RUBRIC_V1)):
+    for rubric, source in (
+        (rubrics["validity"], VALIDITY_RUBRIC_V1),
+        (rubrics["session"], SESSION_RUBRIC_V2),
+        (builtin_rubric("session", 1), SESSION_RUBRIC_V1),
+    ):
         assert rubric.version == source["version"]
         data = rubric.to_dict()
         assert data == source
@@ -68,14 +72,24 @@ def test_builtin_rubrics_are_fresh_and_constants_untouched():
 def test_validity_categories_and_sub_reasons_as_design(validity):
     cats = {c.key: c for c in validity.categories}
     assert [c.key for c in validity.categories] == [
-        "INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE", "QUERY_TOO_BROAD", "VALIDATED"]
+        "INVALID_TEXT_QUERY",
+        "INVALID_IMAGE_QUERY",
+        "INVALID_TARGET_IMAGE",
+        "QUERY_TOO_BROAD",
+        "VALIDATED",
+    ]
     subs = {k: [(s.key, s.requires_note) for s in c.sub_reasons] for k, c in cats.items()}
     assert subs == {
         "INVALID_TEXT_QUERY": [("ungrammatical_nonsensical", False), ("underspecified", False), ("other", True)],
         "INVALID_IMAGE_QUERY": [("cropped", False), ("low_resolution", False), ("other", True)],
-        "INVALID_TARGET_IMAGE": [("cropped", False), ("low_resolution", False), ("mismatch", False),
-                                 ("identical_to_reference", False), ("contradicts_text", False),
-                                 ("other", True)],
+        "INVALID_TARGET_IMAGE": [
+            ("cropped", False),
+            ("low_resolution", False),
+            ("mismatch", False),
+            ("identical_to_reference", False),
+            ("contradicts_text", False),
+            ("other", True),
+        ],
         "QUERY_TOO_BROAD": [],
         "VALIDATED": [],
     }
@@ -94,13 +108,23 @@ def test_verdict_label_words_an_answer_as_the_rubric_does(validity):
 
 def test_severity_order_exactly_as_design(validity):
     assert [c.key for c in validity.by_severity()] == [
-        "INVALID_TARGET_IMAGE", "INVALID_IMAGE_QUERY", "INVALID_TEXT_QUERY", "QUERY_TOO_BROAD", "VALIDATED"]
+        "INVALID_TARGET_IMAGE",
+        "INVALID_IMAGE_QUERY",
+        "INVALID_TEXT_QUERY",
+        "QUERY_TOO_BROAD",
+        "VALIDATED",
+    ]
 
 
 def test_decision_order_and_category_keys(validity):
     steps = [s.category for s in validity.decision_order]
-    assert steps == ["INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE", "QUERY_TOO_BROAD",
-                     "VALIDATED"]
+    assert steps == [
+        "INVALID_TEXT_QUERY",
+        "INVALID_IMAGE_QUERY",
+        "INVALID_TARGET_IMAGE",
+        "QUERY_TOO_BROAD",
+        "VALIDATED",
+    ]
     assert [validity.category(k).shortcut_key for k in steps] == ["1", "2", "3", "4", "5"]
     assert "understandable" in validity.decision_order[0].question
 
@@ -117,8 +141,11 @@ def test_shortcut_keys_unique_per_level_and_never_reserved(validity, session):
         assert not {k.casefold() for k in keys} & reserved
         assert all(s.shortcut_key == "o" for s in c.sub_reasons if s.key == "other")
     assert not {k.casefold() for k in first} & reserved
-    sess = [s.shortcut_key for s in session.scales] + [c.shortcut_key for c in session.per_turn_checks] + [
-        c.shortcut_key for c in session.reject_flags]
+    sess = (
+        [s.shortcut_key for s in session.scales]
+        + [c.shortcut_key for c in session.per_turn_checks]
+        + [c.shortcut_key for c in session.reject_flags]
+    )
     assert len(set(sess)) == len(sess)
     assert not {k.casefold() for k in sess} & reserved
     assert not any(k.isdigit() for k in sess)
@@ -126,8 +153,12 @@ def test_shortcut_keys_unique_per_level_and_never_reserved(validity, session):
 
 def test_session_rubric_contents(session):
     assert [(s.key, s.min, s.max) for s in session.scales] == [
-        ("naturalness", 1, 5), ("coherence", 1, 5), ("goal_progress", 1, 5), ("low_redundancy", 1, 5),
-        ("overall", 1, 5)]
+        ("naturalness", 1, 5),
+        ("coherence", 1, 5),
+        ("goal_progress", 1, 5),
+        ("low_redundancy", 1, 5),
+        ("overall", 1, 5),
+    ]
     assert [c.key for c in session.per_turn_checks] == ["real_difference_toward_target", "consistent_with_history"]
     assert [c.key for c in session.reject_flags] == ["duplicate", "inconsistency", "conflict", "circle"]
     assert session.categories == () and session.flags is None
@@ -190,14 +221,19 @@ def test_session_definition_checks():
 
 
 def test_minimal_definition_gets_defaults():
-    r = Rubric.from_dict({
-        "key": "mini", "version": 2, "title": "Mini", "kind": "category",
-        "decision_order": [{"question": "Bad?", "category": "BAD"}, {"question": "Else", "category": "OK"}],
-        "categories": [
-            {"key": "BAD", "label": "Bad", "shortcut_key": "1", "severity": 1, "valid": False},
-            {"key": "OK", "label": "Ok", "shortcut_key": "2", "severity": 0, "valid": True},
-        ],
-    })
+    r = Rubric.from_dict(
+        {
+            "key": "mini",
+            "version": 2,
+            "title": "Mini",
+            "kind": "category",
+            "decision_order": [{"question": "Bad?", "category": "BAD"}, {"question": "Else", "category": "OK"}],
+            "categories": [
+                {"key": "BAD", "label": "Bad", "shortcut_key": "1", "severity": 1, "valid": False},
+                {"key": "OK", "label": "Ok", "shortcut_key": "2", "severity": 0, "valid": True},
+            ],
+        }
+    )
     assert r.flags.order == ("BAD",)
     assert Rubric.from_dict(r.to_dict()) == r
     j = validate_judgement(r, {"category": "BAD", "time_spent_ms": 1})
@@ -211,11 +247,21 @@ def test_clean_validated_judgement(validity):
     j = judged(validity, category="VALIDATED", note="  fine  ", flagged=False, time_spent_ms=42_000)
     assert j.category == "VALIDATED" and j.sub_reason is None and j.validated is True
     assert j.note == "fine" and j.time_spent_ms == 42_000 and j.flagged is False
-    assert j.flags == {"INVALID_TEXT_QUERY": False, "INVALID_IMAGE_QUERY": False,
-                       "INVALID_TARGET_IMAGE": False, "QUERY_TOO_BROAD": False}
+    assert j.flags == {
+        "INVALID_TEXT_QUERY": False,
+        "INVALID_IMAGE_QUERY": False,
+        "INVALID_TARGET_IMAGE": False,
+        "QUERY_TOO_BROAD": False,
+    }
     assert j.signature == "VALID"
-    assert j.circus_annotation() == {"validated": True, "INVALID_TEXT_QUERY": False, "INVALID_IMAGE_QUERY": False,
-                                     "INVALID_TARGET_IMAGE": False, "QUERY_TOO_BROAD": False, "other": "fine"}
+    assert j.circus_annotation() == {
+        "validated": True,
+        "INVALID_TEXT_QUERY": False,
+        "INVALID_IMAGE_QUERY": False,
+        "INVALID_TARGET_IMAGE": False,
+        "QUERY_TOO_BROAD": False,
+        "other": "fine",
+    }
     assert json.loads(json.dumps(j.to_dict()))["signature"] == "VALID"
 
 
@@ -227,8 +273,14 @@ def test_clean_invalid_judgement_with_sub_reason(validity):
 
 
 def test_other_with_note_and_form_strings(validity):
-    j = judged(validity, category="INVALID_TEXT_QUERY", sub_reason="other", note="mixes two items",
-               flagged="on", time_spent_ms="1500")
+    j = judged(
+        validity,
+        category="INVALID_TEXT_QUERY",
+        sub_reason="other",
+        note="mixes two items",
+        flagged="on",
+        time_spent_ms="1500",
+    )
     assert (j.sub_reason, j.note, j.flagged, j.time_spent_ms) == ("other", "mixes two items", True, 1500)
 
 
@@ -258,12 +310,13 @@ def test_other_with_note_and_form_strings(validity):
         ({"category": "VALIDATED", "time_spent_ms": None}, "time_spent_ms"),
         ({"category": "QUERY_TOO_BROAD", "also": ["BOGUS"]}, "also[0]"),
         ({"category": "QUERY_TOO_BROAD", "also": ["INVALID_IMAGE_QUERY"]}, "also[0].sub_reason"),
-        ({"category": "QUERY_TOO_BROAD", "also": [{"category": "INVALID_IMAGE_QUERY", "sub_reason": "x"}]},
-         "also[0].sub_reason"),
+        (
+            {"category": "QUERY_TOO_BROAD", "also": [{"category": "INVALID_IMAGE_QUERY", "sub_reason": "x"}]},
+            "also[0].sub_reason",
+        ),
         ({"category": "QUERY_TOO_BROAD", "also": ["QUERY_TOO_BROAD"]}, "also[0]"),
         ({"category": "QUERY_TOO_BROAD", "also": 3}, "also"),
-        ({"category": "QUERY_TOO_BROAD",
-          "also": [{"category": "INVALID_TEXT_QUERY", "sub_reason": "other"}]}, "note"),
+        ({"category": "QUERY_TOO_BROAD", "also": [{"category": "INVALID_TEXT_QUERY", "sub_reason": "other"}]}, "note"),
     ],
 )
 def test_refusals_name_their_field(validity, payload, field):
@@ -291,8 +344,10 @@ def test_payload_must_be_a_mapping(validity):
 
 
 def test_most_severe(validity):
-    assert most_severe(validity, ["QUERY_TOO_BROAD", "INVALID_TARGET_IMAGE", "INVALID_TEXT_QUERY"]) == \
-        "INVALID_TARGET_IMAGE"
+    assert (
+        most_severe(validity, ["QUERY_TOO_BROAD", "INVALID_TARGET_IMAGE", "INVALID_TEXT_QUERY"])
+        == "INVALID_TARGET_IMAGE"
+    )
     assert most_severe(validity, ["INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY"]) == "INVALID_IMAGE_QUERY"
     assert most_severe(validity, ["VALIDATED", "QUERY_TOO_BROAD"]) == "QUERY_TOO_BROAD"
     assert most_severe(validity, ["VALIDATED"]) == "VALIDATED"
@@ -303,15 +358,27 @@ def test_most_severe(validity):
 
 
 def test_also_resolves_to_most_severe_and_sets_all_flags(validity):
-    j = judged(validity, category="QUERY_TOO_BROAD",
-               also=[{"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified"},
-                     {"category": "INVALID_TARGET_IMAGE", "sub_reason": "mismatch"}])
+    j = judged(
+        validity,
+        category="QUERY_TOO_BROAD",
+        also=[
+            {"category": "INVALID_TEXT_QUERY", "sub_reason": "underspecified"},
+            {"category": "INVALID_TARGET_IMAGE", "sub_reason": "mismatch"},
+        ],
+    )
     assert j.category == "INVALID_TARGET_IMAGE" and j.sub_reason == "mismatch"
     assert j.categories == ("INVALID_TARGET_IMAGE", "INVALID_TEXT_QUERY", "QUERY_TOO_BROAD")
-    assert j.sub_reasons == {"INVALID_TARGET_IMAGE": "mismatch", "INVALID_TEXT_QUERY": "underspecified",
-                             "QUERY_TOO_BROAD": None}
-    assert j.flags == {"INVALID_TEXT_QUERY": True, "INVALID_IMAGE_QUERY": False,
-                       "INVALID_TARGET_IMAGE": True, "QUERY_TOO_BROAD": True}
+    assert j.sub_reasons == {
+        "INVALID_TARGET_IMAGE": "mismatch",
+        "INVALID_TEXT_QUERY": "underspecified",
+        "QUERY_TOO_BROAD": None,
+    }
+    assert j.flags == {
+        "INVALID_TEXT_QUERY": True,
+        "INVALID_IMAGE_QUERY": False,
+        "INVALID_TARGET_IMAGE": True,
+        "QUERY_TOO_BROAD": True,
+    }
     assert j.validated is False
     assert j.signature == "INVALID_TEXT_QUERY+INVALID_TARGET_IMAGE+QUERY_TOO_BROAD"
 
@@ -323,8 +390,13 @@ def test_also_with_validated_loses_to_the_invalid_category(validity):
 
 
 def test_note_required_when_a_lesser_also_category_says_other(validity):
-    j = judged(validity, category="INVALID_TARGET_IMAGE", sub_reason="cropped",
-               also=[{"category": "INVALID_IMAGE_QUERY", "sub_reason": "other"}], note="watermark")
+    j = judged(
+        validity,
+        category="INVALID_TARGET_IMAGE",
+        sub_reason="cropped",
+        also=[{"category": "INVALID_IMAGE_QUERY", "sub_reason": "other"}],
+        note="watermark",
+    )
     assert j.category == "INVALID_TARGET_IMAGE" and j.sub_reason == "cropped" and j.note == "watermark"
 
 
@@ -340,8 +412,11 @@ def test_note_required_when_a_lesser_also_category_says_other(validity):
         ({}, False, "INVALID_UNSPECIFIED"),
         ({"QUERY_TOO_BROAD": True, "INVALID_TARGET_IMAGE": True}, False, "INVALID_TARGET_IMAGE+QUERY_TOO_BROAD"),
         ({"INVALID_IMAGE_QUERY": True, "INVALID_TEXT_QUERY": True}, False, "INVALID_TEXT_QUERY+INVALID_IMAGE_QUERY"),
-        (["QUERY_TOO_BROAD", "INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE"], False,
-         "INVALID_TEXT_QUERY+INVALID_IMAGE_QUERY+INVALID_TARGET_IMAGE+QUERY_TOO_BROAD"),
+        (
+            ["QUERY_TOO_BROAD", "INVALID_TEXT_QUERY", "INVALID_IMAGE_QUERY", "INVALID_TARGET_IMAGE"],
+            False,
+            "INVALID_TEXT_QUERY+INVALID_IMAGE_QUERY+INVALID_TARGET_IMAGE+QUERY_TOO_BROAD",
+        ),
     ],
 )
 def test_signature(flags, validated, expected):
@@ -360,16 +435,22 @@ TURN_OK = {"real_difference_toward_target": True, "consistent_with_history": Tru
 
 
 def session_payload(**over):
-    payload = {"scales": dict(GOOD_SCALES), "per_turn_checks": [dict(TURN_OK), dict(TURN_OK), dict(TURN_OK)],
-               "time_spent_ms": 90_000}
+    payload = {
+        "scales": dict(GOOD_SCALES),
+        "per_turn_checks": [dict(TURN_OK), dict(TURN_OK), dict(TURN_OK)],
+        "time_spent_ms": 90_000,
+    }
     payload.update(over)
     return payload
 
 
 def test_clean_session_judgement(session):
     turns = [dict(TURN_OK), {"real_difference_toward_target": False, "consistent_with_history": True}]
-    j = validate_judgement(session, session_payload(per_turn_checks=turns, reject_flags=["circle", "duplicate"],
-                                                    note=" loops back "), n_turns=2)
+    j = validate_judgement(
+        session,
+        session_payload(per_turn_checks=turns, reject_flags=["circle", "duplicate"], note=" loops back "),
+        n_turns=2,
+    )
     assert j.scales == GOOD_SCALES
     assert j.per_turn_checks == turns
     assert j.reject_flags == ("duplicate", "circle")  # rubric order
@@ -399,10 +480,14 @@ def test_session_alias_and_optional_parts(session):
         ({"per_turn_checks": [dict(TURN_OK)] * 2}, "per_turn_checks"),
         ({"per_turn_checks": [dict(TURN_OK)] * 4}, "per_turn_checks"),
         ({"per_turn_checks": None}, "per_turn_checks"),
-        ({"per_turn_checks": [dict(TURN_OK), {"real_difference_toward_target": True}, dict(TURN_OK)]},
-         "per_turn_checks[1].consistent_with_history"),
-        ({"per_turn_checks": [dict(TURN_OK), dict(TURN_OK), {**TURN_OK, "real_difference_toward_target": "yes"}]},
-         "per_turn_checks[2].real_difference_toward_target"),
+        (
+            {"per_turn_checks": [dict(TURN_OK), {"real_difference_toward_target": True}, dict(TURN_OK)]},
+            "per_turn_checks[1].consistent_with_history",
+        ),
+        (
+            {"per_turn_checks": [dict(TURN_OK), dict(TURN_OK), {**TURN_OK, "real_difference_toward_target": "yes"}]},
+            "per_turn_checks[2].real_difference_toward_target",
+        ),
         ({"per_turn_checks": [dict(TURN_OK), dict(TURN_OK), {**TURN_OK, "funny": True}]}, "per_turn_checks[2].funny"),
         ({"reject_flags": ["duplicate", "loop"]}, "reject_flags[1]"),
         ({"reject_flags": ["conflict", "conflict"]}, "reject_flags[1]"),
@@ -421,8 +506,11 @@ def test_signature_matches_published_circus_report(fixtures_dir):
     is reproduced from the annotator files' booleans."""
     circus = fixtures_dir / "circus"
     report = json.loads((circus / "agreement_report.json").read_text())
-    published = {(r["dataset"], r["query_idx"], who): sig
-                 for r in report["item_level_rows"] for who, sig in r["signatures"].items()}
+    published = {
+        (r["dataset"], r["query_idx"], who): sig
+        for r in report["item_level_rows"]
+        for who, sig in r["signatures"].items()
+    }
     checked = 0
     for path in sorted((circus / "agreement_users").glob("annotator_*.json")):
         data = json.loads(path.read_text())

@@ -1,4 +1,5 @@
 """annotation.studies.sampling: stratified pools, proportional allocation, per-annotator orders."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,8 +22,16 @@ CR, UN = "composition_required", "unresolved"
 
 # The CIRCUS agreement study's published quotas (FORMATS.md 1.2): 50 items,
 # circo 6+1 (its whole pool), cirr 8+7, fashioniq 7+7, lasco 7+7.
-CIRCUS_QUOTAS = {("circo", CR): 6, ("circo", UN): 1, ("cirr", CR): 8, ("cirr", UN): 7,
-                 ("fashioniq", CR): 7, ("fashioniq", UN): 7, ("lasco", CR): 7, ("lasco", UN): 7}
+CIRCUS_QUOTAS = {
+    ("circo", CR): 6,
+    ("circo", UN): 1,
+    ("cirr", CR): 8,
+    ("cirr", UN): 7,
+    ("fashioniq", CR): 7,
+    ("fashioniq", UN): 7,
+    ("lasco", CR): 7,
+    ("lasco", UN): 7,
+}
 
 
 def pool(sizes: dict) -> list[tuple[str, tuple[str, str]]]:
@@ -31,8 +40,18 @@ def pool(sizes: dict) -> list[tuple[str, tuple[str, str]]]:
 
 # Per-dataset pool sizes 7 / 86 / 250 / 250 as in the CIRCUS agreement manifest; the
 # split by category (except circo's 6+1) is made up for the test.
-POOL = pool({("circo", CR): 6, ("circo", UN): 1, ("cirr", CR): 50, ("cirr", UN): 36,
-             ("fashioniq", CR): 140, ("fashioniq", UN): 110, ("lasco", CR): 125, ("lasco", UN): 125})
+POOL = pool(
+    {
+        ("circo", CR): 6,
+        ("circo", UN): 1,
+        ("cirr", CR): 50,
+        ("cirr", UN): 36,
+        ("fashioniq", CR): 140,
+        ("fashioniq", UN): 110,
+        ("lasco", CR): 125,
+        ("lasco", UN): 125,
+    }
+)
 
 
 def test_circus_quotas_respected():
@@ -115,8 +134,15 @@ def test_proportional_allocation_values():
     # floors sum to 47; the 3 spare seats go to .804, .540, .540 (circo's .506 misses out).
     report = stratified_sample(POOL, None, seed=0, total=50).report
     assert {s: r["requested"] for s, r in report.items()} == {
-        ("circo", CR): 0, ("circo", UN): 0, ("cirr", CR): 4, ("cirr", UN): 3,
-        ("fashioniq", CR): 12, ("fashioniq", UN): 9, ("lasco", CR): 11, ("lasco", UN): 11}
+        ("circo", CR): 0,
+        ("circo", UN): 0,
+        ("cirr", CR): 4,
+        ("cirr", UN): 3,
+        ("fashioniq", CR): 12,
+        ("fashioniq", UN): 9,
+        ("lasco", CR): 11,
+        ("lasco", UN): 11,
+    }
 
 
 def test_total_larger_than_population_takes_everything():

@@ -1,5 +1,6 @@
 """Retrospective turns (turn references read from texts, effective references) and the session
 consistency checks (issue 26), pure: no Django."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,9 +14,9 @@ from retrieval.sessions import (
     DUPLICATE,
     KEEP_NAMES_NO_TURN,
     NOOP,
+    NOOP_COSINE,
     REF_LATER,
     REF_NOT_EARLIER,
-    NOOP_COSINE,
     ConsistencyThresholds,
     change_directions,
     describe_reference,
@@ -29,21 +30,24 @@ from retrieval.sessions import (
 )
 
 
-@pytest.mark.parametrize("text,turns,keep", [
-    ("Turn 2", (2,), ()),
-    ("go back to turn 2 and make it red", (2,), ()),
-    ("Go back to the second turn, then add a star", (2,), ()),
-    ("like the 3rd turn but blue", (3,), ()),
-    ("the first and third turns together", (1, 3), ()),
-    ("as in turns 1 and 3", (1, 3), ()),
-    ("Keep the color in the second turn", (2,), (("color", (2,)),)),
-    ("Keep the sleeve length in the 1st turn and make it red", (1,), (("sleeve length", (1,)),)),
-    ("Keep the pattern from turn 1. Make it longer", (1,), (("pattern", (1,)),)),
-    ("keep the colour", (), (("colour", ()),)),
-    ("turn the circle red", (), ()),  # "turn" as a verb names no turn
-    ("make two circles", (), ()),
-    ("", (), ()),
-])
+@pytest.mark.parametrize(
+    "text,turns,keep",
+    [
+        ("Turn 2", (2,), ()),
+        ("go back to turn 2 and make it red", (2,), ()),
+        ("Go back to the second turn, then add a star", (2,), ()),
+        ("like the 3rd turn but blue", (3,), ()),
+        ("the first and third turns together", (1, 3), ()),
+        ("as in turns 1 and 3", (1, 3), ()),
+        ("Keep the color in the second turn", (2,), (("color", (2,)),)),
+        ("Keep the sleeve length in the 1st turn and make it red", (1,), (("sleeve length", (1,)),)),
+        ("Keep the pattern from turn 1. Make it longer", (1,), (("pattern", (1,)),)),
+        ("keep the colour", (), (("colour", ()),)),
+        ("turn the circle red", (), ()),  # "turn" as a verb names no turn
+        ("make two circles", (), ()),
+        ("", (), ()),
+    ],
+)
 def test_parse_turn_references(text, turns, keep):
     refs = parse_turn_references(text)
     assert refs.turns == turns and refs.keep == keep and not refs.later
@@ -56,15 +60,18 @@ def test_previous_and_later_turns():
     assert parse_turn_references("as in later turns").later
 
 
-@pytest.mark.parametrize("turn,text,effective", [
-    (3, "go back to turn 2 and make it red", [2]),  # rollback
-    (4, "Keep the color in the second turn and make it longer", [2, 4]),  # combination with itself
-    (4, "combine the first and third turns", [1, 3]),  # combination of two earlier turns
-    (4, "Go back to turn 1 and keep the colour in turn 3", [1, 3]),  # rollback + keep
-    (3, "make it red", []),
-    (3, "go back to turn 3", []),  # itself: not earlier
-    (3, "go back to turn 5", []),  # later: not a reference
-])
+@pytest.mark.parametrize(
+    "turn,text,effective",
+    [
+        (3, "go back to turn 2 and make it red", [2]),  # rollback
+        (4, "Keep the color in the second turn and make it longer", [2, 4]),  # combination with itself
+        (4, "combine the first and third turns", [1, 3]),  # combination of two earlier turns
+        (4, "Go back to turn 1 and keep the colour in turn 3", [1, 3]),  # rollback + keep
+        (3, "make it red", []),
+        (3, "go back to turn 3", []),  # itself: not earlier
+        (3, "go back to turn 5", []),  # later: not a reference
+    ],
+)
 def test_effective_reference_turns(turn, text, effective):
     assert effective_reference_turns(turn, parse_turn_references(text, turn)) == effective
 
@@ -72,6 +79,7 @@ def test_effective_reference_turns(turn, text, effective):
 def test_reference_checks():
     def checks(turn, n, text):
         return turn_reference_checks(turn, n, parse_turn_references(text, turn))
+
     assert checks(3, 4, "go back to turn 2") == []
     assert checks(3, 4, "go back to turn 3") == [REF_NOT_EARLIER]  # itself
     assert checks(3, 4, "go back to turn 4") == [REF_NOT_EARLIER, REF_LATER]  # exists, later
@@ -80,9 +88,9 @@ def test_reference_checks():
     assert checks(1, 4, "keep the colour and make it long") == []  # turn 1: about its reference
     assert checks(3, 4, "keep the colour in turn 1") == []
     assert checks(2, 4, "we fix the rest in the next turn") == [REF_LATER]
-    assert session_turn_references(["add a star", "go back to turn 1 and make it blue",
-                                    "keep the colour of turn 2 and the size in turn 5"]) == [
-        ([], []), ([1], []), ([2, 3], [REF_NOT_EARLIER, REF_LATER])]
+    assert session_turn_references(
+        ["add a star", "go back to turn 1 and make it blue", "keep the colour of turn 2 and the size in turn 5"]
+    ) == [([], []), ([1], []), ([2, 3], [REF_NOT_EARLIER, REF_LATER])]
 
 
 def test_describe_reference():
@@ -140,8 +148,9 @@ def test_conflict_from_text_directions():
     # exactly at -threshold counts
     th = ConsistencyThresholds(conflict=1.0)
     d2 = np.array([[1.0, 0], [-1.0, 0]])
-    assert session_consistency(np.array([1.0, 0]), np.array([[0, 1.0], [1.0, 1.0]]),
-                               np.array([[1.0, 0], [0, 1.0]]), d2, th)[1] == {CONFLICT: 1}
+    assert session_consistency(
+        np.array([1.0, 0]), np.array([[0, 1.0], [1.0, 1.0]]), np.array([[1.0, 0], [0, 1.0]]), d2, th
+    )[1] == {CONFLICT: 1}
     # directions are centred on the rows' mean (or a given centre)
     t = np.array([[1.0, 1.0], [1.0, -1.0]])
     assert np.allclose(text_directions(t).sum(axis=0), 0)
@@ -149,17 +158,27 @@ def test_conflict_from_text_directions():
 
 
 def test_precision_recall_of_the_session_checks():
-    truth = {"s1": {"flaw": "noop", "flaw_turn": 2}, "s2": {"flaw": "circle", "flaw_turn": 3},
-             "s3": {"flaw": None, "flaw_turn": None}, "s4": {"flaw": "redundant", "flaw_turn": 2}}
-    flags = {("s1", 2): {"noop": 2}, ("s2", 3): {"circle": 1, "conflict": 2}, ("s3", 1): {"noop": 1},
-             ("s9", 2): {"noop": 2}}  # s9 is not among the checked sessions
+    truth = {
+        "s1": {"flaw": "noop", "flaw_turn": 2},
+        "s2": {"flaw": "circle", "flaw_turn": 3},
+        "s3": {"flaw": None, "flaw_turn": None},
+        "s4": {"flaw": "redundant", "flaw_turn": 2},
+    }
+    flags = {
+        ("s1", 2): {"noop": 2},
+        ("s2", 3): {"circle": 1, "conflict": 2},
+        ("s3", 1): {"noop": 1},
+        ("s9", 2): {"noop": 2},
+    }  # s9 is not among the checked sessions
     got = check_session_flags(truth, flags)
     assert got["noop"] == {"planted": 2, "found": 2, "hits": 1, "precision": 0.5, "recall": 0.5}
     assert got["circle"]["precision"] == got["circle"]["recall"] == 1.0
     assert got["conflict"] == {"planted": 1, "found": 1, "hits": 1, "precision": 1.0, "recall": 1.0}
     assert got["duplicate"] == {"planted": 0, "found": 0, "hits": 0, "precision": None, "recall": None}
-    refs = check_reference_turns({"s1": {"reference_turns": [[], [1], [1, 3]]}, "s2": {"reference_turns": [[], []]}},
-                                 {"s1": [[], [1], [1]], "s2": [[], [1]]})
+    refs = check_reference_turns(
+        {"s1": {"reference_turns": [[], [1], [1, 3]]}, "s2": {"reference_turns": [[], []]}},
+        {"s1": [[], [1], [1]], "s2": [[], [1]]},
+    )
     assert refs == {"planted": 2, "read": 1, "spurious": 1}
 
 

@@ -1,4 +1,5 @@
 """retrieval.sessions: aggregation, session metrics and filters, checked by hand."""
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,8 @@ from retrieval.sessions import (
     epsilon_consistent,
     final_recall_at_k,
     first_hit_turn,
-    hits_at_k_curve,
     history_weights,
+    hits_at_k_curve,
     max_pairwise_cosine,
     passes_multi_turn,
     passes_success,
@@ -214,7 +215,10 @@ def test_filter_chain_counts():
     report = apply_filters(FILTER_SESSIONS, TEXTS, k=10, epsilon=30, tau=0.8)
     steps = {s.name: s for s in report.steps}
     assert [s.name for s in report.steps] == [
-        "success", "multi_turn", "epsilon_consistency", "tau_diversity",
+        "success",
+        "multi_turn",
+        "epsilon_consistency",
+        "tau_diversity",
     ]
     assert (steps["success"].removed, steps["success"].removed_ids) == (1, ["s3"])
     assert (steps["multi_turn"].removed, steps["multi_turn"].removed_ids) == (1, ["s1"])

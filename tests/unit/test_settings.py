@@ -1,4 +1,5 @@
 """Settings come from the environment with working defaults."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The suspicion score's maths (audit/suspicion.py), on hand-computed numbers."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,25 @@ import pytest
 from annotation.core.serving import Candidate, choose_next, queue_fields
 from audit.democheck import check_suspicion
 from audit.suspicion import (
-    PARTS, WEIGHTS, Signals, breadth_part, lead_index, lead_rank_part, combine, consensus_rivals, consistency_part, gap_part, item_parts,
-    margin_part, queue_order, queue_precision, retrievers_part, score, spread_part, top_count, votes_part,
+    PARTS,
+    WEIGHTS,
+    Signals,
+    breadth_part,
+    combine,
+    consensus_rivals,
+    consistency_part,
+    gap_part,
+    item_parts,
+    lead_index,
+    lead_rank_part,
+    margin_part,
+    queue_order,
+    queue_precision,
+    retrievers_part,
+    score,
+    spread_part,
+    top_count,
+    votes_part,
 )
 
 
@@ -47,31 +65,60 @@ def test_gap_breadth_consistency_and_votes():
 
 
 def test_the_score_is_the_weighted_mean_of_the_parts_present():
-    equal = {"margin": 1.0, "retrievers": 1.0, "spread": 0.0, "gap": 1.0, "breadth": 1.0, "consistency": 1.0,
-             "votes": 1.0}
-    parts = {"margin": 1.0, "retrievers": 0.5, "spread": 0.9, "gap": None, "breadth": 0.0, "consistency": 0.5,
-             "votes": None}
+    equal = {
+        "margin": 1.0,
+        "retrievers": 1.0,
+        "spread": 0.0,
+        "gap": 1.0,
+        "breadth": 1.0,
+        "consistency": 1.0,
+        "votes": 1.0,
+    }
+    parts = {
+        "margin": 1.0,
+        "retrievers": 0.5,
+        "spread": 0.9,
+        "gap": None,
+        "breadth": 0.0,
+        "consistency": 0.5,
+        "votes": None,
+    }
     # spread weighs 0, gap and votes are missing: (1 + 0.5 + 0 + 0.5) / 4
     assert combine(parts, equal) == pytest.approx(0.5)
     assert combine(parts, {**equal, "margin": 3.0}) == pytest.approx((3 + 0.5 + 0 + 0.5) / 6)
     assert combine({name: None for name in PARTS}) is None
     # the shipped weights count the lead retriever's parts and the votes only
     assert {name for name, w in WEIGHTS.items() if w > 0} == {"lead_rank", "lead_gap", "votes"}
-    s = Signals(ranks=((4, 16, 300), (10, 20, 30)), n_gallery=99, rivals=10, consistency=(0.1,), gaps=(1.0,),
-                votes=(True, False), lead=1, lead_gap=3.0)
+    s = Signals(
+        ranks=((4, 16, 300), (10, 20, 30)),
+        n_gallery=99,
+        rivals=10,
+        consistency=(0.1,),
+        gaps=(1.0,),
+        votes=(True, False),
+        lead=1,
+        lead_gap=3.0,
+    )
     value, got = score(s)
     assert list(got) == list(PARTS) and got == item_parts(s)
-    expected = {"lead_rank": math.log(10) / math.log(100), "lead_gap": 1.0,
-                "margin": min(math.log(4) / math.log(16), math.log(10) / math.log(20)),
-                "retrievers": (math.log(4) + math.log(10)) / 2 / math.log(100),
-                "gap": 0.5, "breadth": 1 - math.exp(-1), "consistency": 0.4, "votes": 1.0}
+    expected = {
+        "lead_rank": math.log(10) / math.log(100),
+        "lead_gap": 1.0,
+        "margin": min(math.log(4) / math.log(16), math.log(10) / math.log(20)),
+        "retrievers": (math.log(4) + math.log(10)) / 2 / math.log(100),
+        "gap": 0.5,
+        "breadth": 1 - math.exp(-1),
+        "consistency": 0.4,
+        "votes": 1.0,
+    }
     for name, v in expected.items():
         assert got[name] == pytest.approx(v), name
     counted = ("lead_rank", "lead_gap", "votes")
     assert value == pytest.approx(sum(expected[k] for k in counted) / 3)
     assert 0.0 <= value <= 1.0
     assert combine(got, equal) == pytest.approx(
-        sum(expected[k] for k in ("margin", "retrievers", "gap", "breadth", "consistency", "votes")) / 6)
+        sum(expected[k] for k in ("margin", "retrievers", "gap", "breadth", "consistency", "votes")) / 6
+    )
 
 
 def test_the_lead_retriever_is_the_one_with_the_best_mean_reciprocal_rank():

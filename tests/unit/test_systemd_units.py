@@ -1,6 +1,7 @@
 """The production units in deploy/systemd/ (docs/guides/production.md): every process is
 restarted when it dies, stops on SIGTERM within bounds, and systemd itself accepts the files
 (tests/integration/test_systemd_units.py)."""
+
 from __future__ import annotations
 
 import configparser

@@ -1,4 +1,5 @@
 """retrieval.targets: which targets count, per dataset format, on the real annotation samples."""
+
 from __future__ import annotations
 
 import hashlib
@@ -6,7 +7,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 from audit.labels import label_queries
@@ -69,8 +69,9 @@ def test_circo_counts_every_ground_truth():
 
 
 def test_mbeir_counts_the_qrels_positives():
-    ds = parsed("mbeir", "mbeir_cirr_task7_test.jsonl", "mbeir_cirr_task7_cand_pool.jsonl",
-                "mbeir_cirr_task7_test_qrels.txt")
+    ds = parsed(
+        "mbeir", "mbeir_cirr_task7_test.jsonl", "mbeir_cirr_task7_cand_pool.jsonl", "mbeir_cirr_task7_test_qrels.txt"
+    )
     qrels = {}
     for line in (DATA / "mbeir" / "mbeir_cirr_task7_test_qrels.txt").read_text().splitlines():
         qid, _, did, rel = line.split()[:4]
@@ -96,8 +97,12 @@ def test_circled_counts_the_final_ground_truths():
 
 
 def test_other_formats_and_negatives():
-    facts = [TargetFacts(1, 1.0, True, "gt"), TargetFacts(2, 0.0, False, "gt"), TargetFacts(3, 1.0, False, "neg"),
-             TargetFacts(4, 0.5, False, "gt")]
+    facts = [
+        TargetFacts(1, 1.0, True, "gt"),
+        TargetFacts(2, 0.0, False, "gt"),
+        TargetFacts(3, 1.0, False, "neg"),
+        TargetFacts(4, 0.5, False, "gt"),
+    ]
     assert [t.image for t in positive_targets("demo", facts)] == [1, 4]
     assert [t.image for t in positive_targets("fashioniq", facts)] == [1]
     assert [t.image for t in positive_targets("circo", facts)] == [1, 4]
@@ -119,8 +124,15 @@ def simulated_labels(ds, rule: dict[str, list[str]]) -> dict[str, str]:
     gallery = torch.tensor(np.stack([_unit(g) for g in gallery_ids]), dtype=torch.float32)
     image = torch.tensor(np.stack([_unit(q.turns[0].reference) for q in ds.queries]), dtype=torch.float32)
     soft = [[t.image for t in q.targets if t.relevance > 0] or [q.targets[0].image] for q in ds.queries]
-    text = torch.tensor(np.stack([np.mean([_unit(i) for i in images], axis=0) + 0.5 * _unit("text" + q.external_id)
-                                  for q, images in zip(ds.queries, soft)]), dtype=torch.float32)
+    text = torch.tensor(
+        np.stack(
+            [
+                np.mean([_unit(i) for i in images], axis=0) + 0.5 * _unit("text" + q.external_id)
+                for q, images in zip(ds.queries, soft)
+            ]
+        ),
+        dtype=torch.float32,
+    )
     queries = {"mm": torch.nn.functional.normalize(image + text, dim=1), "text": text, "image": image}
     exclude = [index[q.turns[0].reference] for q in ds.queries]
     pos = [[index[i] for i in rule[q.external_id]] for q in ds.queries]

@@ -2,21 +2,13 @@
 prefix from its turns (annotation.core.turns), the per-turn consensus (decide_turns, which
 decides every turn with the study's one vote rule) and the session rubric v2. Expectations are
 worked out by hand."""
+
 from __future__ import annotations
 
 import copy
 
 import pytest
 
-from annotation.core.rubric import (
-    SESSION_RUBRIC_V1,
-    SESSION_RUBRIC_V2,
-    JudgementError,
-    Rubric,
-    builtin_rubric,
-    builtin_rubrics,
-    validate_judgement,
-)
 from annotation.core.consensus import (
     ADJUDICATED,
     ADJUDICATION,
@@ -36,6 +28,15 @@ from annotation.core.consensus import (
     tally,
     turn_decisions,
 )
+from annotation.core.rubric import (
+    SESSION_RUBRIC_V1,
+    SESSION_RUBRIC_V2,
+    JudgementError,
+    Rubric,
+    builtin_rubric,
+    builtin_rubrics,
+    validate_judgement,
+)
 from annotation.core.turns import session_valid, turn_answers, valid_prefix
 from retrieval.records import ParseError
 
@@ -45,15 +46,18 @@ T, F = True, False
 # --------------------------------------------------------------------------- the derivation
 
 
-@pytest.mark.parametrize(("turns", "rejected", "prefix", "valid"), [
-    ((T, T, T), F, 3, T),
-    ((T, T, F), F, 2, F),
-    ((T, F, T), F, 1, F),   # a later valid turn does not extend the prefix
-    ((F, T, T), F, 0, F),
-    ((T, T, T), T, 0, F),   # a session-level reject flag voids every prefix
-    ((T,), F, 1, T),
-    ((), F, 0, F),          # no turn: nothing valid
-])
+@pytest.mark.parametrize(
+    ("turns", "rejected", "prefix", "valid"),
+    [
+        ((T, T, T), F, 3, T),
+        ((T, T, F), F, 2, F),
+        ((T, F, T), F, 1, F),  # a later valid turn does not extend the prefix
+        ((F, T, T), F, 0, F),
+        ((T, T, T), T, 0, F),  # a session-level reject flag voids every prefix
+        ((T,), F, 1, T),
+        ((), F, 0, F),  # no turn: nothing valid
+    ],
+)
 def test_valid_prefix_and_session_verdict(turns, rejected, prefix, valid) -> None:
     assert valid_prefix(turns, rejected) == prefix
     assert session_valid(turns, rejected) is valid
@@ -82,6 +86,7 @@ def test_turn_decisions_are_the_one_vote_rule_per_position() -> None:
     assert [d.status for d in turns] == [VALIDATED, REJECTED, REJECTED]
     for t, d in enumerate(turns):  # exactly decide() over that turn's answers
         from annotation.core.consensus import Vote
+
         assert d == decide([Vote(v.annotator, v.turns[t]) for v in votes], quorum=3)
     assert [d.provenance for d in turns] == [UNANIMOUS, MAJORITY, MAJORITY]
 
@@ -153,7 +158,10 @@ def test_primary_policy_decides_every_turn_by_one_annotator() -> None:
 
 
 def test_tally_counts_turn_decisions_like_any_other() -> None:
-    ds = [decide_turns([tv("a", "++"), tv("b", "++")], quorum=2), decide_turns([tv("a", "+-"), tv("b", "-+")], quorum=2)]
+    ds = [
+        decide_turns([tv("a", "++"), tv("b", "++")], quorum=2),
+        decide_turns([tv("a", "+-"), tv("b", "-+")], quorum=2),
+    ]
     t = tally(ds)
     assert t["status"][VALIDATED] == 1 and t["adjudication_reasons"][TIE] == 1
 
@@ -179,20 +187,30 @@ def test_session_rubric_v2_is_the_default_and_v1_stays_readable() -> None:
     with pytest.raises(KeyError):
         builtin_rubric("session", 9)
     # a v1 judgement stays valid under v1 (no verdict asked)
-    old = validate_judgement(v1, {"scales": SCALES, "per_turn_checks": [
-        {"real_difference_toward_target": True, "consistent_with_history": True}], "time_spent_ms": 1})
+    old = validate_judgement(
+        v1,
+        {
+            "scales": SCALES,
+            "per_turn_checks": [{"real_difference_toward_target": True, "consistent_with_history": True}],
+            "time_spent_ms": 1,
+        },
+    )
     assert old.per_turn_checks == [{"real_difference_toward_target": True, "consistent_with_history": True}]
 
 
 def test_v2_judgement_needs_every_turn_verdict() -> None:
     v2 = builtin_rubric("session", 2)
     row = {"real_difference_toward_target": True, "consistent_with_history": True}
-    ok = validate_judgement(v2, {"scales": SCALES, "per_turn_checks": [{**row, "valid": True}, {**row, "valid": False}],
-                                 "time_spent_ms": 1}, n_turns=2)
+    ok = validate_judgement(
+        v2,
+        {"scales": SCALES, "per_turn_checks": [{**row, "valid": True}, {**row, "valid": False}], "time_spent_ms": 1},
+        n_turns=2,
+    )
     assert [t["valid"] for t in ok.per_turn_checks] == [True, False]
     with pytest.raises(JudgementError, match=r"per_turn_checks\[1\]\.valid"):
-        validate_judgement(v2, {"scales": SCALES, "per_turn_checks": [{**row, "valid": True}, row],
-                                "time_spent_ms": 1}, n_turns=2)
+        validate_judgement(
+            v2, {"scales": SCALES, "per_turn_checks": [{**row, "valid": True}, row], "time_spent_ms": 1}, n_turns=2
+        )
 
 
 def test_turn_verdict_definition_is_checked() -> None:
@@ -236,24 +254,34 @@ def test_agreement_per_turn_position_equals_sklearn_and_krippendorff() -> None:
         truth = [rng.random() < 0.75 for _ in range(n)]
         for u in rng.sample(users, rng.randint(2, 4)):
             turns = [t if rng.random() < 0.8 else not t for t in truth]
-            judgements.append((s, u, [{"valid": v, "x": True} for v in turns], ["circle"] if rng.random() < 0.1 else []))
+            judgements.append(
+                (s, u, [{"valid": v, "x": True} for v in turns], ["circle"] if rng.random() < 0.1 else [])
+            )
     for dim in ("verdict", "turn:1", "turn:2", "turn:3", "turn:4"):
-        triples = [(s, u, lab) for s, u, per_turn, rej in judgements
-                   if (lab := turn_label("valid", per_turn, rej, dim)) is not None]
+        triples = [
+            (s, u, lab)
+            for s, u, per_turn, rej in judgements
+            if (lab := turn_label("valid", per_turn, rej, dim)) is not None
+        ]
         report = compute_agreement(triples, TURN_SPEC, raters=users)
         items = sorted({s for s, _, _ in triples})
         grid = {(s, u): v for s, u, v in triples}
         data = np.array([[grid.get((s, u), np.nan) for s in items] for u in users], dtype=float)
         assert report["krippendorff_alpha"] == pytest.approx(
-            krippendorff.alpha(reliability_data=data, level_of_measurement="nominal", value_domain=[0, 1]), abs=1e-9)
+            krippendorff.alpha(reliability_data=data, level_of_measurement="nominal", value_domain=[0, 1]), abs=1e-9
+        )
         for a, b in ((0, 1), (0, 2), (1, 3), (2, 3)):
-            both = [(grid[(s, users[a])], grid[(s, users[b])]) for s in items
-                    if (s, users[a]) in grid and (s, users[b]) in grid]
+            both = [
+                (grid[(s, users[a])], grid[(s, users[b])])
+                for s in items
+                if (s, users[a]) in grid and (s, users[b]) in grid
+            ]
             if len({x for pair in both for x in pair}) < 2:
                 continue
             key = pair_key(users[a], users[b])
-            mine = report["pairwise_cohen"]["by_pair"].get(key, report["pairwise_cohen"]["by_pair"].get(
-                pair_key(users[b], users[a])))
+            mine = report["pairwise_cohen"]["by_pair"].get(
+                key, report["pairwise_cohen"]["by_pair"].get(pair_key(users[b], users[a]))
+            )
             ref = cohen_kappa_score([x for x, _ in both], [y for _, y in both], labels=[0, 1])
             assert mine == pytest.approx(ref, abs=1e-9), (dim, key)
             compared += 1

@@ -1,4 +1,5 @@
 """UnderRoot resolves files under a root as resolve_under does (folders resolved once)."""
+
 from __future__ import annotations
 
 import os
@@ -25,10 +26,28 @@ def tree(tmp_path):
     return root
 
 
-GOOD = ["imgs/a.png", "imgs/sub/b.png", "top.png", "imgs/link_in.png", "alias/b.png", "imgs/missing.png",
-        "./top.png", "imgs/sub/../a.png", "imgs//a.png", "nofolder/x.png", "imgs/.."]
-BAD = ["imgs/link_out.png", "escape/secret.png", "../outside/secret.png", "imgs/../../outside/secret.png",
-       "/etc/passwd", "", "a\x00b"]
+GOOD = [
+    "imgs/a.png",
+    "imgs/sub/b.png",
+    "top.png",
+    "imgs/link_in.png",
+    "alias/b.png",
+    "imgs/missing.png",
+    "./top.png",
+    "imgs/sub/../a.png",
+    "imgs//a.png",
+    "nofolder/x.png",
+    "imgs/..",
+]
+BAD = [
+    "imgs/link_out.png",
+    "escape/secret.png",
+    "../outside/secret.png",
+    "imgs/../../outside/secret.png",
+    "/etc/passwd",
+    "",
+    "a\x00b",
+]
 
 
 @pytest.mark.parametrize("rel", GOOD)

@@ -1,6 +1,7 @@
 """retrieval.validation.Record: the generic parts the rubric reader needs (allowed fields,
 lists of objects named by path, non-blank strings, optional booleans, records that are not
 one of a file's records)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Each pytest-xdist worker gets its own var folder and Redis broker database (tests/xdist_worker.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,15 +15,21 @@ def test_the_broker_database_moves_by_the_worker_number():
 
 
 def test_two_workers_share_no_folder_and_no_broker():
-    ci = {"CIRVAL_VAR_DIR": "/ci/var", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
-          "EMBEDDING_CACHE_DIR": "/ci/emb", "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/cirval"}
+    ci = {
+        "CIRVAL_VAR_DIR": "/ci/var",
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+        "EMBEDDING_CACHE_DIR": "/ci/emb",
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/cirval",
+    }
     gw0, gw1 = dict(ci), dict(ci)
     isolate("gw0", gw0)
     isolate("gw1", gw1)
     assert gw0["CIRVAL_VAR_DIR"] == "/ci/var/xdist/gw0" and gw1["CIRVAL_VAR_DIR"] == "/ci/var/xdist/gw1"
     assert gw0["EMBEDDING_CACHE_DIR"] != gw1["EMBEDDING_CACHE_DIR"]
-    assert (gw0["CELERY_BROKER_URL"], gw1["CELERY_BROKER_URL"]) == ("redis://127.0.0.1:6379/0",
-                                                                    "redis://127.0.0.1:6379/1")
+    assert (gw0["CELERY_BROKER_URL"], gw1["CELERY_BROKER_URL"]) == (
+        "redis://127.0.0.1:6379/0",
+        "redis://127.0.0.1:6379/1",
+    )
     assert gw0["DATABASE_URL"] == ci["DATABASE_URL"]  # pytest-django names each worker's test database
 
 

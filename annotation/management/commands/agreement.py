@@ -36,6 +36,7 @@ every shared item have an undefined Cohen's kappa (p_e = 1), left out of the pai
 which says how many pairs it covers. ``--constant-pairs one`` counts such pairs as 1.0, the
 convention of the CIRCUS release (its published figures are reproduced with it).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,9 +49,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from annotation.agreement.maths import CONSTANT_PAIRS, FLAGS, LEVELS, VALIDATED, default_kappa_weights
+from config.figures import fixed
 from retrieval.records import ParseError
 from retrieval.validation import Record, is_number, json_type
-from config.figures import fixed
 
 _WEIGHTS = {"none": None, "linear": "linear", "quadratic": "quadratic"}
 WEIGHTS = tuple(_WEIGHTS)
@@ -59,8 +60,13 @@ _SLOW_BOOTSTRAP = 10_000_000
 _FLAG_SET = frozenset(FLAGS)
 
 
-_WITH_ARTICLE = {"boolean": "a boolean", "string": "a string", "number": "a number", "list": "a list",
-                 "object": "an object"}
+_WITH_ARTICLE = {
+    "boolean": "a boolean",
+    "string": "a string",
+    "number": "a number",
+    "list": "a list",
+    "object": "an object",
+}
 
 
 def _kind(value: Any) -> str:
@@ -80,8 +86,15 @@ class JudgementChecker:
     an (item, annotator) pair appears once; with ``categories`` every label is one of them.
     """
 
-    def __init__(self, level: str, rubric: str | None, categories: tuple[str, ...] | None = None, *,
-                 source: str = "<input>", unit: str = "line"):
+    def __init__(
+        self,
+        level: str,
+        rubric: str | None,
+        categories: tuple[str, ...] | None = None,
+        *,
+        source: str = "<input>",
+        unit: str = "line",
+    ):
         self.level = level
         self.rubric = rubric
         self.source = source
@@ -176,8 +189,11 @@ class JudgementChecker:
         if first is None:
             return (kind, self._where(rec))
         if kind != first[0]:
-            rec.fail(field, f"{kind}, but the {field} at {self.unit} {first[1]} is {first[0]}; "
-                     f"use one kind of {field} for the whole input")
+            rec.fail(
+                field,
+                f"{kind}, but the {field} at {self.unit} {first[1]} is {first[0]}; "
+                f"use one kind of {field} for the whole input",
+            )
         return first
 
     def _label(self, rec: Record) -> Any:
@@ -290,27 +306,57 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("input", nargs="?", help="JSONL file, one judgement per line.")
         parser.add_argument("--study", default=None, help="Report on a study's judgements instead of a file.")
-        parser.add_argument("--dimension", default=None,
-                            help="--study with a session rubric: the scale to report on (default overall); with a "
-                                 "turn verdict also 'verdict' (the derived session verdict) or turn:N (turn N).")
-        parser.add_argument("--turns", action="store_true",
-                            help="--study with a turn-verdict session rubric: agreement on the session verdict and "
-                                 "on every turn position (turn 1, turn 2, ...).")
-        parser.add_argument("--level", choices=LEVELS, default=None,
-                            help="Level of measurement (default nominal; a study's rubric sets its own).")
-        parser.add_argument("--weights", choices=WEIGHTS, default=None,
-                            help="Cohen's kappa weights for a file (default: none at the nominal level, quadratic "
-                                 "at the others, as for a study's rubric scales).")
-        parser.add_argument("--rubric", choices=["validity"], default=None,
-                            help="validity: labels are VALIDATED or a list of flags; adds the flag blocks.")
-        parser.add_argument("--categories", default=None,
-                            help="Comma-separated scale in its order (e.g. 1,2,3,4,5); labels must be among them.")
-        parser.add_argument("--constant-pairs", choices=CONSTANT_PAIRS, default="undefined",
-                            help="Cohen's kappa of two raters constant on one label: undefined (default, left out "
-                                 "of means) or one (the CIRCUS release's convention).")
-        parser.add_argument("--bootstrap", type=int, default=None, metavar="N",
-                            help="Bootstrap replicates over items for the 95%% intervals (default 1000, for --study "
-                                 "the report page's default; 0 skips).")
+        parser.add_argument(
+            "--dimension",
+            default=None,
+            help="--study with a session rubric: the scale to report on (default overall); with a "
+            "turn verdict also 'verdict' (the derived session verdict) or turn:N (turn N).",
+        )
+        parser.add_argument(
+            "--turns",
+            action="store_true",
+            help="--study with a turn-verdict session rubric: agreement on the session verdict and "
+            "on every turn position (turn 1, turn 2, ...).",
+        )
+        parser.add_argument(
+            "--level",
+            choices=LEVELS,
+            default=None,
+            help="Level of measurement (default nominal; a study's rubric sets its own).",
+        )
+        parser.add_argument(
+            "--weights",
+            choices=WEIGHTS,
+            default=None,
+            help="Cohen's kappa weights for a file (default: none at the nominal level, quadratic "
+            "at the others, as for a study's rubric scales).",
+        )
+        parser.add_argument(
+            "--rubric",
+            choices=["validity"],
+            default=None,
+            help="validity: labels are VALIDATED or a list of flags; adds the flag blocks.",
+        )
+        parser.add_argument(
+            "--categories",
+            default=None,
+            help="Comma-separated scale in its order (e.g. 1,2,3,4,5); labels must be among them.",
+        )
+        parser.add_argument(
+            "--constant-pairs",
+            choices=CONSTANT_PAIRS,
+            default="undefined",
+            help="Cohen's kappa of two raters constant on one label: undefined (default, left out "
+            "of means) or one (the CIRCUS release's convention).",
+        )
+        parser.add_argument(
+            "--bootstrap",
+            type=int,
+            default=None,
+            metavar="N",
+            help="Bootstrap replicates over items for the 95%% intervals (default 1000, for --study "
+            "the report page's default; 0 skips).",
+        )
         parser.add_argument("--seed", type=int, default=0, help="Seed of the bootstrap (default 0).")
         parser.add_argument("--format", choices=["json", "text"], default="text")
 
@@ -342,16 +388,22 @@ class Command(BaseCommand):
         )
 
         if opts["level"] is not None or opts["categories"] is not None or opts["weights"] is not None:
-            raise CommandError("--level, --categories and --weights do not apply to --study: the study's rubric "
-                               "sets them")
+            raise CommandError(
+                "--level, --categories and --weights do not apply to --study: the study's rubric sets them"
+            )
         study = get_study(opts["study"])
         kind = label_kind(study.rubric.rubric)
         if opts["rubric"] == "validity" and kind != "validity":
             raise CommandError(f"study {study.pk} does not use the validity rubric (its labels are {kind})")
         try:
             n_boot = default_bootstrap(study) if opts["bootstrap"] is None else opts["bootstrap"]
-            return study_agreement(study, dimension=opts["dimension"], n_boot=n_boot, seed=opts["seed"],
-                                   constant_pairs=opts["constant_pairs"])
+            return study_agreement(
+                study,
+                dimension=opts["dimension"],
+                n_boot=n_boot,
+                seed=opts["seed"],
+                constant_pairs=opts["constant_pairs"],
+            )
         except ValueError as exc:
             raise CommandError(f"cannot compute the report: {exc}") from None
 
@@ -368,15 +420,21 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(report, indent=2, allow_nan=False))
             return
         w = self.stdout.write
-        w(f"Turn-by-turn agreement of study {study.pk} in {time.perf_counter() - started:.2f} s "
-          f"({report['spec']['statement']}; 1 valid / 0 invalid)")
-        w(f"  {'position':<10}{'items':>7}{'judged':>8}{'valid':>8}{'agree':>8}{'alpha':>9}{'fleiss':>9}"
-          f"{'AC1':>9}{'cohen':>9}")
+        w(
+            f"Turn-by-turn agreement of study {study.pk} in {time.perf_counter() - started:.2f} s "
+            f"({report['spec']['statement']}; 1 valid / 0 invalid)"
+        )
+        w(
+            f"  {'position':<10}{'items':>7}{'judged':>8}{'valid':>8}{'agree':>8}{'alpha':>9}{'fleiss':>9}"
+            f"{'AC1':>9}{'cohen':>9}"
+        )
         for name, r in [("session", report["session"]), *((f"turn {p['turn']}", p) for p in report["positions"])]:
             valid = r["label_prevalence"].get(1, r["label_prevalence"].get("1"))
-            w(f"  {name:<10}{r['n_items']:>7}{r['n_judgements']:>8}{_fmt(valid):>8}{_fmt(r['percent_agreement']):>8}"
-              f"{_fmt(r['krippendorff_alpha']):>9}{_fmt(r['fleiss_kappa']):>9}{_fmt(r['gwet_ac1']):>9}"
-              f"{_fmt(r['pairwise_cohen']['mean']):>9}")
+            w(
+                f"  {name:<10}{r['n_items']:>7}{r['n_judgements']:>8}{_fmt(valid):>8}{_fmt(r['percent_agreement']):>8}"
+                f"{_fmt(r['krippendorff_alpha']):>9}{_fmt(r['fleiss_kappa']):>9}{_fmt(r['gwet_ac1']):>9}"
+                f"{_fmt(r['pairwise_cohen']['mean']):>9}"
+            )
 
     def _from_file(self, opts: dict[str, Any]) -> dict[str, Any]:
         level, rubric = opts["level"] or "nominal", opts["rubric"]
@@ -399,15 +457,18 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         n_boot = 1000 if opts["bootstrap"] is None else opts["bootstrap"]
         if n_boot * len(triples) > _SLOW_BOOTSTRAP:
-            self.stderr.write(f"note: {n_boot} bootstrap replicates over {len(triples)} judgements may take a "
-                              "while; --bootstrap 0 skips the intervals.")
+            self.stderr.write(
+                f"note: {n_boot} bootstrap replicates over {len(triples)} judgements may take a "
+                "while; --bootstrap 0 skips the intervals."
+            )
         from annotation.agreement.reports import AgreementSpec, compute_agreement  # noqa: PLC0415
 
         weights = default_kappa_weights(level) if opts["weights"] is None else _WEIGHTS[opts["weights"]]
         spec = AgreementSpec(rubric, level, checker.categories, weights)
         try:
-            return compute_agreement(triples, spec, n_boot=n_boot, seed=opts["seed"],
-                                     constant_pairs=opts["constant_pairs"])
+            return compute_agreement(
+                triples, spec, n_boot=n_boot, seed=opts["seed"], constant_pairs=opts["constant_pairs"]
+            )
         except ValueError as exc:
             raise CommandError(f"cannot compute the report: {exc}") from None
 
@@ -425,12 +486,16 @@ class Command(BaseCommand):
         w(f"Agreement report ({report['rubric']}, {report['level']}) in {elapsed:.2f} s")
         if "spec" in report:
             w(f"  {report['spec']['statement']}")
-        w(f"  {report['n_items']} items ({report['n_items_excluded']} excluded: fewer than 2 ratings), "
-          f"{report['n_annotators']} annotators, {report['n_judgements']} judgements")
+        w(
+            f"  {report['n_items']} items ({report['n_items_excluded']} excluded: fewer than 2 ratings), "
+            f"{report['n_annotators']} annotators, {report['n_judgements']} judgements"
+        )
         ci = report["confidence_intervals"]
         if ci["n_boot"]:
-            w(f"  intervals: {ci['confidence']:.0%} percentile bootstrap over items, "
-              f"{ci['n_boot']} replicates, seed {ci['seed']}")
+            w(
+                f"  intervals: {ci['confidence']:.0%} percentile bootstrap over items, "
+                f"{ci['n_boot']} replicates, seed {ci['seed']}"
+            )
         w("")
         pc = report["pairwise_cohen"]
         line("percent agreement", "percent_agreement", report["percent_agreement"])
@@ -439,8 +504,10 @@ class Command(BaseCommand):
         line("Fleiss' kappa", "fleiss_kappa", report["fleiss_kappa"])
         line("Gwet's AC1", "gwet_ac1", report["gwet_ac1"])
         line(f"Cohen's kappa, mean of {pc['count']} of {pc['n_pairs']} pairs", "pairwise_cohen_mean", pc["mean"])
-        w(f"  {'  median / min / max':<36}{_fmt(pc['median']):>10} / {_fmt(pc['min'])} / {_fmt(pc['max'])}"
-          f"   (weights: {pc['weights']}; constant pairs: {pc['constant_pairs']}, {pc['n_undefined']} undefined)")
+        w(
+            f"  {'  median / min / max':<36}{_fmt(pc['median']):>10} / {_fmt(pc['min'])} / {_fmt(pc['max'])}"
+            f"   (weights: {pc['weights']}; constant pairs: {pc['constant_pairs']}, {pc['n_undefined']} undefined)"
+        )
         w("")
         w("Label prevalence:")
         prevalence = {label or "(empty)": share for label, share in report["label_prevalence"].items()}
@@ -456,19 +523,29 @@ class Command(BaseCommand):
             b = report["binary_valid_invalid"]
             w("")
             w("Binary valid / invalid:")
-            for name in ("valid_rate", "exact_agreement_rate", "unanimous_valid_invalid_rate",
-                         "exact_invalid_signature_rate", "percent_agreement"):
+            for name in (
+                "valid_rate",
+                "exact_agreement_rate",
+                "unanimous_valid_invalid_rate",
+                "exact_invalid_signature_rate",
+                "percent_agreement",
+            ):
                 line(name.replace("_", " "), "", b[name])
-            line("Krippendorff's alpha", "binary_valid_invalid.krippendorff_alpha_nominal",
-                 b["krippendorff_alpha_nominal"])
+            line(
+                "Krippendorff's alpha",
+                "binary_valid_invalid.krippendorff_alpha_nominal",
+                b["krippendorff_alpha_nominal"],
+            )
             line("Fleiss' kappa", "binary_valid_invalid.fleiss_kappa", b["fleiss_kappa"])
             line("Gwet's AC1", "binary_valid_invalid.gwet_ac1", b["gwet_ac1"])
             line("Cohen's kappa, pair mean", "binary_valid_invalid.pairwise_cohen_mean", b["pairwise_cohen"]["mean"])
             w("")
             w(f"  {'flag':<24}{'positive':>10}{'alpha':>10}{'Fleiss':>10}{'AC1':>10}{'Cohen mean':>12}")
             for flag, f in report["per_flag_agreement"].items():
-                w(f"  {flag:<24}{_fmt(f['positive_rate']):>10}{_fmt(f['krippendorff_alpha_nominal']):>10}"
-                  f"{_fmt(f['fleiss_kappa']):>10}{_fmt(f['gwet_ac1']):>10}{_fmt(f['pairwise_cohen']['mean']):>12}")
+                w(
+                    f"  {flag:<24}{_fmt(f['positive_rate']):>10}{_fmt(f['krippendorff_alpha_nominal']):>10}"
+                    f"{_fmt(f['fleiss_kappa']):>10}{_fmt(f['gwet_ac1']):>10}{_fmt(f['pairwise_cohen']['mean']):>12}"
+                )
             line("signature alpha (nominal)", "", report["signature_alpha_nominal"])
         if report["undefined"]:
             w("")

@@ -3,6 +3,7 @@
 Adds the study's accepted alternatives to their datasets as extra targets (role
 ``alternative``), so that the next audit of the dataset (``manage.py audit``) scores them; the
 audit report then shows Recall@K (and mAP@K) before and after."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
@@ -20,5 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         study = get_study(opts["study"])
         counts = apply_alternatives(study)
-        self.stdout.write(f"Study {study.pk} ({study.name!r}): {counts['created']} alternatives added as targets, "
-                          f"{counts['already_targets']} were targets already. Re-audit the dataset to compare.")
+        self.stdout.write(
+            f"Study {study.pk} ({study.name!r}): {counts['created']} alternatives added as targets, "
+            f"{counts['already_targets']} were targets already. Re-audit the dataset to compare."
+        )

@@ -1,4 +1,5 @@
 """python manage.py create_study --name N --dataset D [--dataset D2] [options]"""
+
 from __future__ import annotations
 
 import json
@@ -17,16 +18,37 @@ class Command(BaseCommand):
         parser.add_argument("--dataset", action="append", required=True, dest="datasets")
         parser.add_argument("--rubric", default="validity", choices=sorted(builtin_rubrics()))
         parser.add_argument("--overlap", type=int, default=3)
-        parser.add_argument("--quorum", type=int, default=None,
-                            help="Current judgements before an item is decided (default: the overlap).")
-        parser.add_argument("--session-reject", choices=["majority", "any"], default=None,
-                            help="Session rubrics: reject on a majority of reject flags (default) or on any.")
-        parser.add_argument("--session-threshold", type=float, default=None,
-                            help="Session rubrics: validate when the median overall score is at least this (default 3).")
-        parser.add_argument("--hidden-category", action="append", default=[], dest="hidden_categories",
-                            help="Keep only queries with this audit label (repeatable).")
-        parser.add_argument("--quota", action="append", default=[],
-                            help="DATASET::CATEGORY=N: items to draw from one stratum (repeatable).")
+        parser.add_argument(
+            "--quorum",
+            type=int,
+            default=None,
+            help="Current judgements before an item is decided (default: the overlap).",
+        )
+        parser.add_argument(
+            "--session-reject",
+            choices=["majority", "any"],
+            default=None,
+            help="Session rubrics: reject on a majority of reject flags (default) or on any.",
+        )
+        parser.add_argument(
+            "--session-threshold",
+            type=float,
+            default=None,
+            help="Session rubrics: validate when the median overall score is at least this (default 3).",
+        )
+        parser.add_argument(
+            "--hidden-category",
+            action="append",
+            default=[],
+            dest="hidden_categories",
+            help="Keep only queries with this audit label (repeatable).",
+        )
+        parser.add_argument(
+            "--quota",
+            action="append",
+            default=[],
+            help="DATASET::CATEGORY=N: items to draw from one stratum (repeatable).",
+        )
         parser.add_argument("--total", type=int, default=None, help="Items to draw, split over strata by size.")
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--agreement-size", type=int, default=0, help="Items judged by every annotator.")
@@ -34,14 +56,22 @@ class Command(BaseCommand):
         parser.add_argument("--guidelines", default="")
         parser.add_argument("--lease-minutes", type=int, default=10)
         parser.add_argument("--annotator", action="append", default=[], dest="annotators")
-        parser.add_argument("--estimate", type=float, default=None, metavar="HALF_WIDTH",
-                            help="An estimate study: sample the pool by suspicion strata (Neyman plan) and estimate "
-                                 "each defect kind's prevalence; stop serving once the overall rate's 95%% interval "
-                                 "has this half-width (e.g. 0.03).")
+        parser.add_argument(
+            "--estimate",
+            type=float,
+            default=None,
+            metavar="HALF_WIDTH",
+            help="An estimate study: sample the pool by suspicion strata (Neyman plan) and estimate "
+            "each defect kind's prevalence; stop serving once the overall rate's 95%% interval "
+            "has this half-width (e.g. 0.03).",
+        )
         parser.add_argument("--estimate-strata", type=int, default=4, help="Suspicion strata of an estimate study.")
-        parser.add_argument("--estimate-reallocate", action="store_true",
-                            help="Re-plan an estimate study's allocation from the observed rates (fewer items on a "
-                                 "large benchmark; its intervals lean low where strata are sampled nearly in full).")
+        parser.add_argument(
+            "--estimate-reallocate",
+            action="store_true",
+            help="Re-plan an estimate study's allocation from the observed rates (fewer items on a "
+            "large benchmark; its intervals lean low where strata are sampled nearly in full).",
+        )
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **o):
@@ -54,14 +84,28 @@ class Command(BaseCommand):
                     raise CommandError(f"--quota {q!r}: use DATASET::CATEGORY=N")
                 quotas[key] = int(n)
         spec = StudySpec(
-            name=o["name"], datasets=o["datasets"], rubric=o["rubric"], overlap=o["overlap"],
-            hidden_categories=o["hidden_categories"], quotas=quotas, total=o["total"], seed=o["seed"],
-            agreement_size=o["agreement_size"], blind=not o["not_blind"], guidelines=o["guidelines"],
-            lease_minutes=o["lease_minutes"], annotators=o["annotators"], quorum=o["quorum"],
+            name=o["name"],
+            datasets=o["datasets"],
+            rubric=o["rubric"],
+            overlap=o["overlap"],
+            hidden_categories=o["hidden_categories"],
+            quotas=quotas,
+            total=o["total"],
+            seed=o["seed"],
+            agreement_size=o["agreement_size"],
+            blind=not o["not_blind"],
+            guidelines=o["guidelines"],
+            lease_minutes=o["lease_minutes"],
+            annotators=o["annotators"],
+            quorum=o["quorum"],
             session_rule=_session_rule(o),
-            estimate=None if o["estimate"] is None else {"target_half_width": o["estimate"],
-                                                         "strata": o["estimate_strata"],
-                                                         "reallocate": o["estimate_reallocate"]},
+            estimate=None
+            if o["estimate"] is None
+            else {
+                "target_half_width": o["estimate"],
+                "strata": o["estimate_strata"],
+                "reallocate": o["estimate_reallocate"],
+            },
         )
         try:
             study, report = create_study(spec)
@@ -71,10 +115,12 @@ class Command(BaseCommand):
         if o["json"]:
             self.stdout.write(json.dumps({"id": study.pk, **report}))
         else:
-            self.stdout.write(f"Study {study.pk} {study.name!r}: {report['items']} items, overlap {study.overlap}, "
-                              f"quorum {study.decision_quorum}, "
-                              f"{report['agreement']} in the agreement subset, {len(spec.annotators)} annotators; "
-                              f"{report['panels']} candidate panels stored.")
+            self.stdout.write(
+                f"Study {study.pk} {study.name!r}: {report['items']} items, overlap {study.overlap}, "
+                f"quorum {study.decision_quorum}, "
+                f"{report['agreement']} in the agreement subset, {len(spec.annotators)} annotators; "
+                f"{report['panels']} candidate panels stored."
+            )
 
 
 def fill_panels(study_id: int) -> int:

@@ -14,6 +14,7 @@ share its candidate panel holds; and beside it the reachable recall, the share a
 reaches who follows the page's rules and ticks every fitting image shown
 (:func:`annotation.alternatives.paging.reachable`).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,10 +63,14 @@ def session_checks_report(run, truth: dict) -> dict | None:
     named = {(ext[q], n): f for (q, n), f in flags.items()}
     checked = {ext[q]: truth[ext[q]] for q in sessions if ext[q] in truth}
     stored: dict[str, list] = {}
-    for q, refs in Turn.objects.filter(query_id__in=sessions).order_by("query_id", "index").values_list(
-            "query__external_id", "reference_turns"):
+    for q, refs in (
+        Turn.objects.filter(query_id__in=sessions)
+        .order_by("query_id", "index")
+        .values_list("query__external_id", "reference_turns")
+    ):
         stored.setdefault(q, []).append(refs or [])
     from retrieval.sessions import REFERENCE_CHECKS
+
     return {
         "consistency": check_session_flags(checked, named),
         "reference_flags": {c: sum(1 for f in named.values() if c in f) for c in REFERENCE_CHECKS},
@@ -82,13 +87,18 @@ def _write_sessions(out, report: dict | None) -> None:
     out.write(f"sessions ({report['sessions']} scored; automatic checks per flawed turn)")
     out.write(f"  {'check':<14}{'planted':>8}{'found':>7}{'hits':>6}{'precision':>11}{'recall':>8}")
     for check, s in report["consistency"].items():
-        out.write(f"  {check:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}"
-                  f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
+        out.write(
+            f"  {check:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}"
+            f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}"
+        )
     r = report["retrospective"]
-    out.write(f"  retrospective turns: {r['read']} of {r['planted']} read with their planted reference, "
-              f"{r['spurious']} spurious")
-    out.write("  reference check flags (none planted): "
-              + ", ".join(f"{c} {n}" for c, n in report["reference_flags"].items()))
+    out.write(
+        f"  retrospective turns: {r['read']} of {r['planted']} read with their planted reference, "
+        f"{r['spurious']} spurious"
+    )
+    out.write(
+        "  reference check flags (none planted): " + ", ".join(f"{c} {n}" for c, n in report["reference_flags"].items())
+    )
 
 
 def suspicion_report(name: str, kinds: dict[str, str]) -> dict | None:
@@ -97,8 +107,11 @@ def suspicion_report(name: str, kinds: dict[str, str]) -> dict | None:
     if study is None:
         return None
     scores = dict(study.items.filter(query__n_turns=1).values_list("query__external_id", "suspicion"))
-    return {"study": study.name, "served_by_suspicion": study.serve_order == Study.ServeOrder.SUSPICION,
-            **check_suspicion(kinds, scores)}
+    return {
+        "study": study.name,
+        "served_by_suspicion": study.serve_order == Study.ServeOrder.SUSPICION,
+        **check_suspicion(kinds, scores),
+    }
 
 
 def write_suspicion(out, report: dict | None) -> None:
@@ -111,7 +124,9 @@ def write_suspicion(out, report: dict | None) -> None:
     out.write(f"  {'defects':<14}{'planted':>8}{'top':>7}{'hits':>6}{'precision':>11}{'recall':>8}")
     for name in ("planted", "human"):
         s = report[name]
-        out.write(f"  {name:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
+        out.write(
+            f"  {name:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}"
+        )
 
 
 def _pool_figures(name: str, truth: dict, pools: dict[str, list[int]]) -> dict:
@@ -122,10 +137,16 @@ def _pool_figures(name: str, truth: dict, pools: dict[str, list[int]]) -> dict:
     scenes = {e: x["scene"] for e, x in images.values_list("external_id", "extra") if x and "scene" in x}
     named = {q: [ext[i] for i in p if i in ext] for q, p in pools.items()}
     report = pool_recall(truth["queries"], scenes, named)
-    reached = {q: reachable(p, other_fitting_images(truth["queries"][q], scenes)) for q, p in named.items()
-               if q in truth["queries"]}
-    return {**report, "panel_size": max((len(p) for p in pools.values()), default=0),
-            "reachable": pool_recall(truth["queries"], scenes, reached)}
+    reached = {
+        q: reachable(p, other_fitting_images(truth["queries"][q], scenes))
+        for q, p in named.items()
+        if q in truth["queries"]
+    }
+    return {
+        **report,
+        "panel_size": max((len(p) for p in pools.values()), default=0),
+        "reachable": pool_recall(truth["queries"], scenes, reached),
+    }
 
 
 def audited_pools(name: str, depth: int) -> dict[str, list[int]]:
@@ -154,8 +175,12 @@ def pool_report(name: str, truth: dict) -> dict | None:
     ``audited``, over the panel the same function gives every single-turn query an audit ranked,
     as deep as the studies' panels (a study holds only some of them). None without a panel."""
     pools: dict[str, list[int]] = defaultdict(list)
-    for qid, panel in StudyItem.objects.filter(query__dataset__name=name, query__n_turns=1).exclude(
-            candidates_source="").order_by("pk").values_list("query__external_id", "candidates"):
+    for qid, panel in (
+        StudyItem.objects.filter(query__dataset__name=name, query__n_turns=1)
+        .exclude(candidates_source="")
+        .order_by("pk")
+        .values_list("query__external_id", "candidates")
+    ):
         pools[qid] += [c for c in panel if c not in pools[qid]]  # the first study's order, then the others' new ones
     if not pools:
         return None
@@ -169,24 +194,32 @@ def _write_pool(out, pool: dict | None) -> None:
         out.write("pool recall: no candidate panel stored yet")
         return
     audited = pool["audited"]
-    out.write(f"pool recall ({pool['queries']} queries with a panel, up to {pool['panel_size']} candidates): "
-              f"{pool['found']} of {pool['fitting']} fitting images = {_fmt(pool['recall'])}; "
-              f"over all {audited['queries']} audited queries: {audited['found']} of {audited['fitting']} = "
-              f"{_fmt(audited['recall'])}")
-    out.write(f"reachable recall (ticking every fitting image shown, pages opened by ticks only): "
-              f"{pool['reachable']['found']} of {pool['fitting']} = {_fmt(pool['reachable']['recall'])}; "
-              f"over all audited queries: {audited['reachable']['found']} of {audited['fitting']} = "
-              f"{_fmt(audited['reachable']['recall'])}")
-    out.write(f"  {'kind':<14}{'queries':>8}{'fitting':>8}{'pool':>7}{'reached':>8}{'pool':>7}{'reach':>7}"
-              "   all audited queries: pool, reached")
+    out.write(
+        f"pool recall ({pool['queries']} queries with a panel, up to {pool['panel_size']} candidates): "
+        f"{pool['found']} of {pool['fitting']} fitting images = {_fmt(pool['recall'])}; "
+        f"over all {audited['queries']} audited queries: {audited['found']} of {audited['fitting']} = "
+        f"{_fmt(audited['recall'])}"
+    )
+    out.write(
+        f"reachable recall (ticking every fitting image shown, pages opened by ticks only): "
+        f"{pool['reachable']['found']} of {pool['fitting']} = {_fmt(pool['reachable']['recall'])}; "
+        f"over all audited queries: {audited['reachable']['found']} of {audited['fitting']} = "
+        f"{_fmt(audited['reachable']['recall'])}"
+    )
+    out.write(
+        f"  {'kind':<14}{'queries':>8}{'fitting':>8}{'pool':>7}{'reached':>8}{'pool':>7}{'reach':>7}"
+        "   all audited queries: pool, reached"
+    )
     empty = {"queries": 0, "fitting": 0, "found": 0, "recall": None}
     for kind, a in audited["by_kind"].items():
         s = pool["by_kind"].get(kind, empty)
         r = pool["reachable"]["by_kind"].get(kind, empty)
         ar = audited["reachable"]["by_kind"].get(kind, empty)
-        out.write(f"  {kind:<14}{s['queries']:>8}{s['fitting']:>8}{s['found']:>7}{r['found']:>8}{_fmt(s['recall']):>7}"
-                  f"{_fmt(r['recall']):>7}   {a['found']}, {ar['found']} of {a['fitting']} ({a['queries']} queries) "
-                  f"{_fmt(a['recall'])}, {_fmt(ar['recall'])}")
+        out.write(
+            f"  {kind:<14}{s['queries']:>8}{s['fitting']:>8}{s['found']:>7}{r['found']:>8}{_fmt(s['recall']):>7}"
+            f"{_fmt(r['recall']):>7}   {a['found']}, {ar['found']} of {a['fitting']} ({a['queries']} queries) "
+            f"{_fmt(a['recall'])}, {_fmt(ar['recall'])}"
+        )
 
 
 def _fmt(v) -> str:
@@ -210,8 +243,11 @@ class Command(BaseCommand):
         rows = AuditLabel.objects.filter(run=run).values_list("query__external_id", "label", "detail")
         labels = {q: label for q, label, _ in rows}
         details = {q: detail for q, _, detail in rows}
-        report = {"run": run.pk, "audit": check_audit(kinds, labels, details),
-                  "sessions": session_checks_report(run, truth["queries"])}
+        report = {
+            "run": run.pk,
+            "audit": check_audit(kinds, labels, details),
+            "sessions": session_checks_report(run, truth["queries"]),
+        }
         flags = majority_flags(opts["name"])
         if flags:
             report["human"] = check_judgements(kinds, flags)
@@ -226,11 +262,15 @@ class Command(BaseCommand):
             if part not in report:
                 self.stdout.write(f"{part}: no finished judgements yet")
                 continue
-            self.stdout.write(f"{part} (audit {run.pk})" if part == "audit" else f"{part} ({len(flags)} judged queries)")
+            self.stdout.write(
+                f"{part} (audit {run.pk})" if part == "audit" else f"{part} ({len(flags)} judged queries)"
+            )
             self.stdout.write(f"  {'kind':<14}{'planted':>8}{'found':>7}{'hits':>6}{'precision':>11}{'recall':>8}")
             for kind, s in report[part].items():
-                self.stdout.write(f"  {kind:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}"
-                                  f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}")
+                self.stdout.write(
+                    f"  {kind:<14}{s['planted']:>8}{s['found']:>7}{s['hits']:>6}"
+                    f"{_fmt(s['precision']):>11}{_fmt(s['recall']):>8}"
+                )
         _write_sessions(self.stdout, report["sessions"])
         self.write_labour(report["labour"])
         write_suspicion(self.stdout, report["suspicion"])
@@ -241,16 +281,25 @@ class Command(BaseCommand):
 
     def write_labour(self, labour: dict) -> None:
         """Issue 25 item 5: the simulated crowd's labour figures, and the demo studies' own."""
-        self.stdout.write(f"labour (simulated crowd on the demo truth: {labour['items']} items x {labour['repeats']} crowds; "
-                          "bench/labour.py)")
+        self.stdout.write(
+            f"labour (simulated crowd on the demo truth: {labour['items']} items x {labour['repeats']} crowds; "
+            "bench/labour.py)"
+        )
         self.stdout.write(f"  {'strategy':<30}{'judgements':>11}{'share':>7}{'val. acc.':>10}{'accuracy':>9}")
         for r in labour["strategies"]:
-            self.stdout.write(f"  {r['strategy']:<30}{r['judgements']:>11}{r['judgements_share']:>7.0%}"
-                              f"{r['validated_accuracy']:>10.4f}{r['accuracy']:>9.4f}")
+            self.stdout.write(
+                f"  {r['strategy']:<30}{r['judgements']:>11}{r['judgements_share']:>7.0%}"
+                f"{r['validated_accuracy']:>10.4f}{r['accuracy']:>9.4f}"
+            )
         for name, figures in labour["studies"].items():
-            self.stdout.write(f"  study {name}: {figures['spent']} judgements spent, "
-                              + (f"{figures['saved']} saved by adaptive overlap" if figures["adaptive"]
-                                 else "fixed overlap (nothing saved)"))
+            self.stdout.write(
+                f"  study {name}: {figures['spent']} judgements spent, "
+                + (
+                    f"{figures['saved']} saved by adaptive overlap"
+                    if figures["adaptive"]
+                    else "fixed overlap (nothing saved)"
+                )
+            )
 
 
 LABOUR_REPEATS = 20
@@ -262,6 +311,8 @@ def labour_report(truth: dict, dataset: str, repeats: int = LABOUR_REPEATS) -> d
     of the demo dataset (:func:`annotation.verdicts.state.study_counts`)."""
     validity = demo_truth_validity(truth)
     rows = labour_table(compare(validity, repeats=repeats))
-    studies = {s.name: study_counts(s)["labour"] for s in
-               Study.objects.filter(items__query__dataset__name=dataset).distinct().order_by("name")}
+    studies = {
+        s.name: study_counts(s)["labour"]
+        for s in Study.objects.filter(items__query__dataset__name=dataset).distinct().order_by("name")
+    }
     return {"items": len(validity), "repeats": repeats, "strategies": rows, "studies": studies}

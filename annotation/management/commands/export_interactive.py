@@ -1,4 +1,5 @@
 """Export the sessions written in an interactive study: CIRCLED files, traces and a manifest."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError

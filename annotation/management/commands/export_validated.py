@@ -8,16 +8,17 @@ must be absent or empty), by default ``EXPORT_DIR/<study>-<timestamp>/``, and re
 dataset's ``validated`` query subset. Runs in this process; the study page runs the same
 export on a worker.
 """
+
 from __future__ import annotations
 
 import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotation.core.consensus import POLICIES
-from annotation.alternatives.export import FORMATS
-from annotation.export.validated import SESSION_SCOPES, ExportError, export_study
 from annotation.agreement.reports import get_study
+from annotation.alternatives.export import FORMATS
+from annotation.core.consensus import POLICIES
+from annotation.export.validated import SESSION_SCOPES, ExportError, export_study
 
 
 class Command(BaseCommand):
@@ -26,15 +27,27 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--study", required=True, help="Study id.")
         parser.add_argument("--out", default=None, help="Export folder (absent or empty); default under EXPORT_DIR.")
-        parser.add_argument("--policy", choices=POLICIES, default=None,
-                            help="Consensus policy (default: the study's own, Study.consensus, as the export page preselects).")
+        parser.add_argument(
+            "--policy",
+            choices=POLICIES,
+            default=None,
+            help="Consensus policy (default: the study's own, Study.consensus, as the export page preselects).",
+        )
         parser.add_argument("--primary", default=None, help="Deciding annotator of the primary policy (a username).")
         parser.add_argument("--chunk-size", type=int, default=1000, help="Items read per batch (default 1000).")
-        parser.add_argument("--sessions", choices=SESSION_SCOPES, default="whole",
-                            help="Session studies judged turn by turn: whole valid sessions (default) or valid "
-                                 "prefixes too (each decided session cut after its last leading valid turn).")
-        parser.add_argument("--format", choices=FORMATS, default="mbeir",
-                            help="Query files: M-BEIR JSONL (default) or CIRCO's annotation layout (gt_img_ids).")
+        parser.add_argument(
+            "--sessions",
+            choices=SESSION_SCOPES,
+            default="whole",
+            help="Session studies judged turn by turn: whole valid sessions (default) or valid "
+            "prefixes too (each decided session cut after its last leading valid turn).",
+        )
+        parser.add_argument(
+            "--format",
+            choices=FORMATS,
+            default="mbeir",
+            help="Query files: M-BEIR JSONL (default) or CIRCO's annotation layout (gt_img_ids).",
+        )
 
     def handle(self, *args, **opts):
         if opts["chunk_size"] < 1:
@@ -53,9 +66,16 @@ class Command(BaseCommand):
                 self.stderr.write(f"{stage}: {done} / {total} items")
 
         try:
-            result = export_study(study, opts["out"], policy=opts["policy"], primary=opts["primary"],
-                                  chunk_size=opts["chunk_size"], progress=progress, fmt=opts["format"],
-                                  sessions=opts["sessions"])
+            result = export_study(
+                study,
+                opts["out"],
+                policy=opts["policy"],
+                primary=opts["primary"],
+                chunk_size=opts["chunk_size"],
+                progress=progress,
+                fmt=opts["format"],
+                sessions=opts["sessions"],
+            )
         except (ExportError, OSError) as exc:
             raise CommandError(str(exc)) from None
         counts = result.manifest["counts"]
@@ -71,6 +91,9 @@ class Command(BaseCommand):
         left_out = result.manifest.get("left_out")
         if left_out:
             shown = ", ".join(left_out["qids"][:10]) + (" …" if left_out["queries"] > 10 else "")
-            self.stdout.write(self.style.WARNING(
-                f"{left_out['queries']} validated quer{'y' if left_out['queries'] == 1 else 'ies'} left out of the "
-                f"M-BEIR files ({shown}): {left_out['reason']}."))
+            self.stdout.write(
+                self.style.WARNING(
+                    f"{left_out['queries']} validated quer{'y' if left_out['queries'] == 1 else 'ies'} left out of the "
+                    f"M-BEIR files ({shown}): {left_out['reason']}."
+                )
+            )

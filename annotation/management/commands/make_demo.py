@@ -1,4 +1,5 @@
 """python manage.py make_demo: a deterministic synthetic CIR world plus demo accounts."""
+
 from __future__ import annotations
 
 import json
@@ -12,20 +13,19 @@ from django.core.management.base import BaseCommand
 from annotation.demo_accounts import ensure_demo_accounts
 from annotation.judging.panel_fill import fill_study_candidates
 from annotation.models import Study
+from annotation.studies.building import StudySpec, create_study
+from annotation.studies.suspicion_scores import refresh_suspicion
+from annotation.studies.truth import truth_path
 from audit.labels import SHORTCUT_FREE_LABELS, count_lines
 from audit.management.commands.run_audit import progress_line
 from audit.models import AuditRun
-from audit.runs.planning import create_run
 from audit.runs.dispatch import run_inline
-from annotation.studies.building import StudySpec, create_study
-from annotation.studies.suspicion_scores import refresh_suspicion
+from audit.runs.planning import create_run
 from retrieval.demo import build_demo_world
 from retrieval.demo_training import retriever_spec
 from retrieval.fusion import MAX_CANDIDATES
 from retrieval.jobs.job_progress import ProgressLine
 from retrieval.loader import load_parsed
-
-from annotation.studies.truth import truth_path
 
 from .train_demo_retriever import default_models_dir, default_steps, demo_checkpoints
 
@@ -36,8 +36,9 @@ def demo_retrievers(seed: int, train_steps: int | None = None, stdout=None, comp
     layout textual inversion, :mod:`retrieval.demo_composers`), trained when missing."""
     paths = demo_checkpoints(default_models_dir(), seed)
     if not all(p.exists() for p in paths.values()):
-        call_command("train_demo_retriever", "--seed", str(seed), "--steps", str(train_steps or default_steps()),
-                     stdout=stdout)
+        call_command(
+            "train_demo_retriever", "--seed", str(seed), "--steps", str(train_steps or default_steps()), stdout=stdout
+        )
     specs = [retriever_spec(p) for p in paths.values()]
     return specs + (demo_composer_specs(paths["compose"], seed, train_steps or default_steps()) if composers else [])
 
@@ -64,11 +65,18 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="demo")
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--no-audit", action="store_true", help="Skip the shortcut audit of the demo queries.")
-        parser.add_argument("--composers", action="store_true",
-                            help="Audit with the demo's composers too (a Combiner and a textual inversion over the "
-                                 "compose model, trained in seconds when missing).")
-        parser.add_argument("--train-steps", type=int, default=None,
-                            help="Steps when the demo retrievers must be trained (an existing checkpoint is reused).")
+        parser.add_argument(
+            "--composers",
+            action="store_true",
+            help="Audit with the demo's composers too (a Combiner and a textual inversion over the "
+            "compose model, trained in seconds when missing).",
+        )
+        parser.add_argument(
+            "--train-steps",
+            type=int,
+            default=None,
+            help="Steps when the demo retrievers must be trained (an existing checkpoint is reused).",
+        )
         parser.add_argument(
             "--images-dir", default=None, help="Where the PNGs go (default: the first IMAGE_ROOTS entry + /<name>)."
         )
@@ -89,12 +97,15 @@ class Command(BaseCommand):
             f" ({report.missing_images} missing images)."
         )
         if not opts["no_audit"] and not AuditRun.objects.filter(dataset__name=opts["name"], status="done").exists():
-            retrievers = demo_retrievers(opts["seed"], opts["train_steps"], stdout=self.stdout,
-                                         composers=opts["composers"])
+            retrievers = demo_retrievers(
+                opts["seed"], opts["train_steps"], stdout=self.stdout, composers=opts["composers"]
+            )
             self.stdout.write(f"Auditing the demo queries with {', '.join(retrievers)} …")
             line = ProgressLine(self.stderr)
-            run = run_inline(create_run(opts["name"], retrievers),
-                             progress=lambda r: line.update(progress_line(r), r.done / max(r.total, 1)))
+            run = run_inline(
+                create_run(opts["name"], retrievers),
+                progress=lambda r: line.update(progress_line(r), r.done / max(r.total, 1)),
+            )
             line.close()
             if run.status == "done":
                 self.stdout.write(f"Audit {run.pk} done: {run.summary.get('n_queries', 0)} queries labelled.")
@@ -108,20 +119,42 @@ class Command(BaseCommand):
         # Humans see what the audit could not rule out: the shortcut-free queries.
         pool = list(SHORTCUT_FREE_LABELS) if audited else []
         for spec in (
-            StudySpec(name=f"{opts['name']}-validity", datasets=[opts["name"]], rubric="validity", overlap=3,
-                      hidden_categories=pool, agreement_size=10, seed=opts["seed"], annotators=annotators,
-                      candidates=MAX_CANDIDATES,  # the deepest pool: pages open only while they bring ticks
-                      guidelines="Judge each query with the validity rubric: read the text, look at the reference, "
-                                 "check the target, ask whether many gallery images would fit equally well."),
-            StudySpec(name=f"{opts['name']}-sessions", datasets=[opts["name"]], rubric="session", overlap=2,
-                      seed=opts["seed"], annotators=annotators,
-                      guidelines="Give every turn of the session a verdict (a: valid, d: invalid; the session is valid "
-                                 "when every turn is), check every turn, then rate the session as a whole."),
+            StudySpec(
+                name=f"{opts['name']}-validity",
+                datasets=[opts["name"]],
+                rubric="validity",
+                overlap=3,
+                hidden_categories=pool,
+                agreement_size=10,
+                seed=opts["seed"],
+                annotators=annotators,
+                candidates=MAX_CANDIDATES,  # the deepest pool: pages open only while they bring ticks
+                guidelines="Judge each query with the validity rubric: read the text, look at the reference, "
+                "check the target, ask whether many gallery images would fit equally well.",
+            ),
+            StudySpec(
+                name=f"{opts['name']}-sessions",
+                datasets=[opts["name"]],
+                rubric="session",
+                overlap=2,
+                seed=opts["seed"],
+                annotators=annotators,
+                guidelines="Give every turn of the session a verdict (a: valid, d: invalid; the session is valid "
+                "when every turn is), check every turn, then rate the session as a whole.",
+            ),
             # the annotators play the user: sessions written by people (issue 26), N = 10, R = 5
-            StudySpec(name=f"{opts['name']}-interactive", datasets=[opts["name"]], overlap=1, seed=opts["seed"],
-                      hidden_categories=pool, total=30, annotators=annotators, interactive={},
-                      guidelines="Look at the target, then tell the search engine what to change, round by "
-                                 "round, until the target shows up among the results."),
+            StudySpec(
+                name=f"{opts['name']}-interactive",
+                datasets=[opts["name"]],
+                overlap=1,
+                seed=opts["seed"],
+                hidden_categories=pool,
+                total=30,
+                annotators=annotators,
+                interactive={},
+                guidelines="Look at the target, then tell the search engine what to change, round by "
+                "round, until the target shows up among the results.",
+            ),
         ):
             if not Study.objects.filter(name=spec.name).exists():
                 study, info = create_study(spec)

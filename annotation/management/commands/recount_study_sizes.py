@@ -4,6 +4,7 @@ Counts each study's sizes (``Study.n_items``, ``n_agreement``, ``n_extra_slots``
 ``n_annotators``) again from its rows and stores them: the repair path after rows were
 written around the application (raw SQL, a restored table). Prints the studies whose stored
 sizes were off, and by how much."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError

@@ -7,6 +7,7 @@ reports, croissant.json, README.md (the dataset card) and SHA256SUMS. Then lists
 croissant.json / README.md fields the publisher must fill in. The staff page's "Make a
 release" button runs the same function on a worker.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,8 +23,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--study", action="append", required=True, type=int, help="Study id (repeatable).")
         parser.add_argument("--out", default=None, help="Release folder (absent or empty); default under EXPORT_DIR.")
-        parser.add_argument("--layout", action="append", choices=LAYOUTS, default=None,
-                            help="Layout(s) of the validated files (repeatable; default M-BEIR, CIRCLED for sessions).")
+        parser.add_argument(
+            "--layout",
+            action="append",
+            choices=LAYOUTS,
+            default=None,
+            help="Layout(s) of the validated files (repeatable; default M-BEIR, CIRCLED for sessions).",
+        )
 
     def handle(self, *args, **opts):
         started = time.perf_counter()
@@ -36,8 +42,10 @@ class Command(BaseCommand):
             result = build_release(opts["study"], opts["out"], layouts=opts["layout"], progress=progress)
         except (ReleaseError, OSError) as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"Release written to {result.path} ({len(result.files)} files) and {result.zip_path} "
-                          f"in {time.perf_counter() - started:.1f} s.")
+        self.stdout.write(
+            f"Release written to {result.path} ({len(result.files)} files) and {result.zip_path} "
+            f"in {time.perf_counter() - started:.1f} s."
+        )
         self.stdout.write("Fill in these fields of croissant.json and README.md before publishing:")
         for line in result.placeholders:
             self.stdout.write(f"  {line}")

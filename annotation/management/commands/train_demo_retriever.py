@@ -1,4 +1,5 @@
 """python manage.py train_demo_retriever: train the demo world's two retrievers (var/models/)."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -12,7 +13,6 @@ from django.core.management.base import BaseCommand, CommandError
 
 from retrieval.demo_training import DEFAULT_STEPS, DEMO_MODELS, checkpoint_path, retriever_spec, train_model
 from retrieval.jobs.job_progress import ProgressLine, eta_seconds, format_eta
-
 
 
 def caption_steps(steps: int) -> int:
@@ -36,14 +36,20 @@ def default_steps() -> int:
 
 
 class Command(BaseCommand):
-    help = ("Train the demo retrievers (open_clip 'cirval-demo'): one on captions and compositions, one on "
-            "captions and one-edit image neighbours (no composition). Deterministic: same seed and steps, same "
-            "checkpoint bytes.")
+    help = (
+        "Train the demo retrievers (open_clip 'cirval-demo'): one on captions and compositions, one on "
+        "captions and one-edit image neighbours (no composition). Deterministic: same seed and steps, same "
+        "checkpoint bytes."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--seed", type=int, default=7)
-        parser.add_argument("--steps", type=int, default=None,
-                            help="steps of the composition model (the caption-only one gets 4/5 of them)")
+        parser.add_argument(
+            "--steps",
+            type=int,
+            default=None,
+            help="steps of the composition model (the caption-only one gets 4/5 of them)",
+        )
         parser.add_argument("--out-dir", default=None, help="default: settings.DEMO_MODELS_DIR (var/models)")
         parser.add_argument("--only", choices=sorted(DEMO_MODELS), default=None)
         parser.add_argument("--force", action="store_true", help="train again even if the checkpoint exists")
@@ -68,12 +74,14 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"The demo retrievers start from random weights (no published weights know the demo's drawn "
                 f"world) and are trained now: {', '.join(f'{name} {steps} steps' for name, _, steps in jobs)}; "
-                f"saved under {out_dir} and reused on every later start.")
+                f"saved under {out_dir} and reused on every later start."
+            )
         started = time.monotonic()
         trained = train_all(jobs, opts["seed"], None if opts["no_progress"] else self.stderr)
         for (name, path, steps), (digest, seconds) in zip(jobs, trained):
-            self.stdout.write(f"{name}: {steps} steps in {seconds:.1f} s, sha256 {digest}\n"
-                              f"  retriever {retriever_spec(path)}")
+            self.stdout.write(
+                f"{name}: {steps} steps in {seconds:.1f} s, sha256 {digest}\n  retriever {retriever_spec(path)}"
+            )
         if len(jobs) > 1:
             self.stdout.write(f"trained {len(jobs)} models in {time.monotonic() - started:.1f} s (wall clock)")
 
@@ -88,12 +96,14 @@ def _share_progress(shared) -> None:
     _SHARED = shared
 
 
-def _train_one(name: str, path: Path, steps: int, seed: int, slot: int, show=None,
-               split: dict | None = None) -> tuple[str, float]:
+def _train_one(
+    name: str, path: Path, steps: int, seed: int, slot: int, show=None, split: dict | None = None
+) -> tuple[str, float]:
     """Train one demo model; (sha256 of its checkpoint, seconds it took). Its steps done and
     seconds go to slot ``slot`` of the shared counters, when there are any, and ``show()``
     (training in this process) redraws the progress line after every step. ``split``:
     train_model's ``n_refs``/``groups_per_step`` where not its defaults (a test's tiny split)."""
+
     def progress(done: int, seconds: float) -> None:
         if _SHARED is not None:
             _SHARED[2 * slot], _SHARED[2 * slot + 1] = done, seconds
@@ -123,8 +133,9 @@ def progress_text(jobs: list[tuple[str, Path, int]], counters, side_by_side: boo
     return f"training the demo retrievers: {parts} steps, {when}", sum(done) / total
 
 
-def train_all(jobs: list[tuple[str, Path, int]], seed: int, out=None,
-              split: dict | None = None) -> list[tuple[str, float]]:
+def train_all(
+    jobs: list[tuple[str, Path, int]], seed: int, out=None, split: dict | None = None
+) -> list[tuple[str, float]]:
     """Train every ``(name, path, steps)``: side by side in spawned processes when there are
     several and the machine has a core for each (each trains on one thread, deterministically,
     so the checkpoints are the bytes a one-by-one run writes; two models on two cores take the
@@ -144,10 +155,11 @@ def train_all(jobs: list[tuple[str, Path, int]], seed: int, out=None,
         _share_progress(counters)
         results = [_train_one(name, path, steps, seed, n, show, split) for n, (name, path, steps) in enumerate(jobs)]
     else:
-        with ProcessPoolExecutor(len(jobs), mp_context=ctx, initializer=_share_progress,
-                                 initargs=(counters,)) as pool:
-            futures = [pool.submit(_train_one, name, path, steps, seed, n, None, split)
-                       for n, (name, path, steps) in enumerate(jobs)]
+        with ProcessPoolExecutor(len(jobs), mp_context=ctx, initializer=_share_progress, initargs=(counters,)) as pool:
+            futures = [
+                pool.submit(_train_one, name, path, steps, seed, n, None, split)
+                for n, (name, path, steps) in enumerate(jobs)
+            ]
             while wait(futures, timeout=0.5).not_done:
                 show()
             results = [f.result() for f in futures]
@@ -155,4 +167,3 @@ def train_all(jobs: list[tuple[str, Path, int]], seed: int, out=None,
         show()
         line.close()
     return results
-

@@ -6,6 +6,7 @@ every positive target (``[3, null, 17]``; the labels use the best, ``map_at_k`` 
 output (``--format json``) is exactly :func:`audit.labels.audit_json` of
 :func:`audit.labels.label_queries` over the lines, in file order.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,11 @@ def _refuse_ids_that_collide(rows: list[tuple], source: str) -> None:
     for query, *_ in rows:
         first = seen.setdefault(str(query), query)
         if first != query or type(first) is not type(query):
-            raise CommandError(f"{source}: query ids {first!r} and {query!r} differ but print the same, so they would "
-                               "be one key twice in the output; write each query's id one way (all strings or all "
-                               "numbers)")
+            raise CommandError(
+                f"{source}: query ids {first!r} and {query!r} differ but print the same, so they would "
+                "be one key twice in the output; write each query's id one way (all strings or all "
+                "numbers)"
+            )
 
 
 class Command(BaseCommand):

@@ -6,6 +6,7 @@ key: the benchmark's own figures (:func:`audit.protocol.run_protocol`; ``null`` 
 without a published protocol); queries are named by their external ids. With ``--dataset`` the newest finished run of that dataset
 is reported.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,10 +49,14 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(audit_report_json(run), indent=2))
             return
         audit = stored_labels(run)
-        self.stdout.write(f"audit {run.pk} of {run.dataset.name}: {len(audit.queries)} queries, "
-                          f"{len(audit.retrievers)} retrievers, K={audit.k}")
+        self.stdout.write(
+            f"audit {run.pk} of {run.dataset.name}: {len(audit.queries)} queries, "
+            f"{len(audit.retrievers)} retrievers, K={audit.k}"
+        )
         for line in count_lines(audit.counts):
             self.stdout.write(line)
         for name, stats in audit.retriever_stats.items():
-            recall = ", ".join(f"{m} {fixed(v, 3)}" if v is not None else f"{m} -" for m, v in stats["recall_at_k"].items())
+            recall = ", ".join(
+                f"{m} {fixed(v, 3)}" if v is not None else f"{m} -" for m, v in stats["recall_at_k"].items()
+            )
             self.stdout.write(f"  {name}: Recall@{audit.k} {recall}")

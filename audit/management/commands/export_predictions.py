@@ -4,6 +4,7 @@ The evaluation servers' prediction files (:mod:`audit.predictions`): CIRR's test
 (``recall_submission_NAME.json``: top 50; ``recall_subset_submission_NAME.json``: top 3 of the
 img_set) and CIRCO's test evaluation (``circo_SPLIT_submission_NAME.json``: top 50 COCO ids).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -11,6 +11,7 @@ submission), ``fashioniq`` (top-K lists, one JSON line a query); see
 nothing is stored. ``--out`` writes ``<name>.csv``, ``<name>.json`` and ``<name>.tex``
 (:func:`audit.leaderboard.service.write_outputs`), the strings the page shows.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,10 +35,18 @@ class Command(BaseCommand):
         parser.add_argument("--metric", default=None, help="The protocol figure it ranks by (default R@10).")
         parser.add_argument("--method", default="", help="The name of the method to enter.")
         parser.add_argument("--paper", default="", help="The method's paper (a URL).")
-        parser.add_argument("--predictions", nargs=2, action="append", metavar=("FORMAT", "FILE"), default=[],
-                            help=f"A prediction file and its format ({', '.join(FORMATS)}); repeat for several.")
+        parser.add_argument(
+            "--predictions",
+            nargs=2,
+            action="append",
+            metavar=("FORMAT", "FILE"),
+            default=[],
+            help=f"A prediction file and its format ({', '.join(FORMATS)}); repeat for several.",
+        )
         parser.add_argument("--rank-file", default=None, help="A CIRCUS per-retriever rank file.")
-        parser.add_argument("--audit", type=int, default=None, help="A finished audit run of the dataset (with --retriever).")
+        parser.add_argument(
+            "--audit", type=int, default=None, help="A finished audit run of the dataset (with --retriever)."
+        )
         parser.add_argument("--retriever", default=None)
         parser.add_argument("--out", default=None, help="Write <name>.csv, <name>.json and <name>.tex here.")
         parser.add_argument("--bootstrap", type=int, default=DEFAULT_BOOT, help="Bootstrap replicates (default 1000).")
@@ -47,8 +56,9 @@ class Command(BaseCommand):
         dataset = Dataset.objects.filter(name=opts["dataset"]).first()
         if dataset is None:
             raise CommandError(f"no dataset named {opts['dataset']!r}")
-        board, made = Leaderboard.objects.get_or_create(dataset=dataset, split=opts["split"], name=opts["name"],
-                                                        defaults={"metric": opts["metric"] or "R@10"})
+        board, made = Leaderboard.objects.get_or_create(
+            dataset=dataset, split=opts["split"], name=opts["name"], defaults={"metric": opts["metric"] or "R@10"}
+        )
         if opts["metric"] and board.metric != opts["metric"]:
             board.metric = opts["metric"]
             board.save(update_fields=["metric"])
@@ -68,7 +78,9 @@ class Command(BaseCommand):
             for fmt, _ in opts["predictions"]:
                 if fmt not in FORMATS:
                     raise CommandError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
-            entry = enter_predictions(board, opts["method"], [(f, fmt) for fmt, f in opts["predictions"]], opts["paper"])
+            entry = enter_predictions(
+                board, opts["method"], [(f, fmt) for fmt, f in opts["predictions"]], opts["paper"]
+            )
         elif opts["rank_file"]:
             entry = enter_rank_file(board, opts["rank_file"], opts["method"], opts["paper"])
         else:

@@ -1,10 +1,11 @@
 """python manage.py resume_audits: resend stale chunks of unfinished audits (after a crash)."""
+
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.runs import dispatch
 from audit.models import AuditRun
+from audit.runs import dispatch
 
 from .run_audit import wait_for_run
 
@@ -22,8 +23,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         ids = opts["runs"] or list(
-            AuditRun.objects.filter(status__in=[AuditRun.Status.QUEUED, AuditRun.Status.RUNNING],
-                                    source=AuditRun.Source.COMPUTED).values_list("pk", flat=True)
+            AuditRun.objects.filter(
+                status__in=[AuditRun.Status.QUEUED, AuditRun.Status.RUNNING], source=AuditRun.Source.COMPUTED
+            ).values_list("pk", flat=True)
         )
         if not ids:
             self.stdout.write("No unfinished audits.")

@@ -3,6 +3,7 @@
 Each line: {"session": id, "ranks": [r_1, ..., r_L]} with 1-based ranks of the best
 ground truth after each turn (null = not retrieved).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,9 @@ def read_sessions(path: Path) -> dict:
             try:
                 data = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ParseError(str(path), n - 1, None, f"not JSON ({exc.msg} at column {exc.colno})",
-                                 record_label=f"line {n}") from None
+                raise ParseError(
+                    str(path), n - 1, None, f"not JSON ({exc.msg} at column {exc.colno})", record_label=f"line {n}"
+                ) from None
             rec = Record(path, n - 1, data, "session line", label=f"line {n}")
             sid, ranks = rec.req_id("session"), _ranks(rec)
             if sid in sessions:
@@ -77,5 +79,9 @@ class Command(BaseCommand):
         for turn, h in enumerate(result["hits_at_k"], 1):
             self.stdout.write(f"Hits@{o['k']} turn {turn:<3}    {h:.4f}")
         self.stdout.write(f"Final Recall@{o['k']}    {result['final_recall_at_k']:.4f}")
-        self.stdout.write(f"AUC                {result['auc']:.4f}" if result["auc"] is not None else "AUC                undefined")
-        self.stdout.write(f"epsilon-consistent {result['epsilon_consistent']} (violations: {result['epsilon_violations']})")
+        self.stdout.write(
+            f"AUC                {result['auc']:.4f}" if result["auc"] is not None else "AUC                undefined"
+        )
+        self.stdout.write(
+            f"epsilon-consistent {result['epsilon_consistent']} (violations: {result['epsilon_violations']})"
+        )

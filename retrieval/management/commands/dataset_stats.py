@@ -1,4 +1,5 @@
 """python manage.py dataset_stats NAME [--format json|text]"""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """python manage.py import_dataset --format FMT --name NAME [--split S] [--subset S] [--images-root DIR] PATH..."""
+
 from __future__ import annotations
 
 import json
@@ -21,16 +22,25 @@ class Command(BaseCommand):
         parser.add_argument("--format", required=True, choices=sorted(importers.FORMATS))
         parser.add_argument("--name", required=True, help="Dataset name (slug); re-using it updates in place.")
         parser.add_argument("--split", default=None, help="Override the split read from the file names or content.")
-        parser.add_argument("--subset", default=None,
-                            help="Override the subset (CIRCLED) or category (FashionIQ, Multi-turn FashionIQ) read "
-                                 "from the records or file names.")
+        parser.add_argument(
+            "--subset",
+            default=None,
+            help="Override the subset (CIRCLED) or category (FashionIQ, Multi-turn FashionIQ) read "
+            "from the records or file names.",
+        )
         parser.add_argument("--images-root", default=None, help="Folder the records' image paths are relative to.")
-        parser.add_argument("--delete-removed", action="store_true",
-                            help="On a re-import, delete the stored records of these files that the files no longer "
-                                 "hold (the default refuses the import and names them).")
-        parser.add_argument("--attribute-images", action="store_true",
-                            help="Multi-turn FashionIQ: store an image for every ASIN of the attribute files, not only "
-                                 "for those that sessions or galleries use.")
+        parser.add_argument(
+            "--delete-removed",
+            action="store_true",
+            help="On a re-import, delete the stored records of these files that the files no longer "
+            "hold (the default refuses the import and names them).",
+        )
+        parser.add_argument(
+            "--attribute-images",
+            action="store_true",
+            help="Multi-turn FashionIQ: store an image for every ASIN of the attribute files, not only "
+            "for those that sessions or galleries use.",
+        )
         parser.add_argument("--json", action="store_true", help="Print the import report as JSON.")
         parser.add_argument("paths", nargs="+")
 
@@ -49,13 +59,25 @@ class Command(BaseCommand):
                 sys.stderr.flush()
 
         def locked(attempt: int, pause: float) -> None:
-            sys.stderr.write(f"the database is locked by another process (try {attempt}); trying again in {pause:g} s\n")
+            sys.stderr.write(
+                f"the database is locked by another process (try {attempt}); trying again in {pause:g} s\n"
+            )
 
         try:
-            report = retry_when_locked(lambda: import_files(
-                opts["format"], opts["name"], paths, split=opts["split"], images_root=root, progress=progress,
-                subset=opts["subset"], delete_removed=opts["delete_removed"], attribute_images=opts["attribute_images"]),
-                on_retry=locked)
+            report = retry_when_locked(
+                lambda: import_files(
+                    opts["format"],
+                    opts["name"],
+                    paths,
+                    split=opts["split"],
+                    images_root=root,
+                    progress=progress,
+                    subset=opts["subset"],
+                    delete_removed=opts["delete_removed"],
+                    attribute_images=opts["attribute_images"],
+                ),
+                on_retry=locked,
+            )
         except ValueError as exc:  # ParseError, LoadError (DatabaseBusy too): nothing was written
             raise CommandError(f"import failed, nothing written: {exc}") from None
         if opts["json"]:
@@ -92,8 +114,11 @@ class Command(BaseCommand):
             )
         if report.queries_removed:
             depends = "; ".join(f"{n} {label}" for label, n in report.removed_dependents.items()) or "nothing else"
-            self.stdout.write(self.style.WARNING(
-                f"Deleted {report.queries_removed} queries no longer in the files (e.g. "
-                f"{', '.join(report.removed_examples)}), with {depends}."))
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Deleted {report.queries_removed} queries no longer in the files (e.g. "
+                    f"{', '.join(report.removed_examples)}), with {depends}."
+                )
+            )
         for w in report.warnings:
             self.stdout.write(self.style.WARNING(w))

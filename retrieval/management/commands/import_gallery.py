@@ -4,6 +4,7 @@ Adds a retrieval gallery to an imported dataset (:mod:`retrieval.gallery_import`
 123,403-image COCO 2017 unlabeled gallery from COCO's ``image_info_unlabeled2017.json``, a
 list of ids, or a folder of images under the dataset's images root.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dataset", required=True)
-        parser.add_argument("--split", action="append", required=True,
-                            help="The split whose gallery it is (repeat for several, e.g. --split val --split test).")
+        parser.add_argument(
+            "--split",
+            action="append",
+            required=True,
+            help="The split whose gallery it is (repeat for several, e.g. --split val --split test).",
+        )
         source = parser.add_mutually_exclusive_group(required=True)
         source.add_argument("--ids", type=Path, help="COCO ids: one per line, a JSON list, or COCO's image info JSON.")
-        source.add_argument("--folder", type=Path, help="Every .jpg/.jpeg/.png under this folder (inside the images root).")
+        source.add_argument(
+            "--folder", type=Path, help="Every .jpg/.jpeg/.png under this folder (inside the images root)."
+        )
         parser.add_argument("--format", choices=["json", "text"], default="text")
 
     def handle(self, *args, **opts):
@@ -55,8 +62,12 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(asdict(report), indent=2))
             return
         sizes = ", ".join(f"{s}: {n:,}" for s, n in report.gallery_sizes.items())
-        self.stdout.write(f"{report.listed:,} images listed, {report.images_created:,} new, "
-                          f"{report.entries_created:,} gallery entries added; galleries {sizes}")
+        self.stdout.write(
+            f"{report.listed:,} images listed, {report.images_created:,} new, "
+            f"{report.entries_created:,} gallery entries added; galleries {sizes}"
+        )
         if report.missing:
-            self.stdout.write(f"{report.missing:,} without a readable file (left out of audits), e.g. "
-                              + "; ".join(report.missing_examples[:3]))
+            self.stdout.write(
+                f"{report.missing:,} without a readable file (left out of audits), e.g. "
+                + "; ".join(report.missing_examples[:3])
+            )

@@ -9,6 +9,7 @@ is built; nothing is fetched when a spec is parsed).
 Torch-free: parsing a spec and naming a local checkpoint's identity read files only; torch and
 transformers are imported by :meth:`HfKind.build` (:mod:`retrieval.retrievers.hf.embedder`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -81,8 +82,10 @@ def amp_tag(precision: str, device: str) -> str:
 
 class HfKind(RetrieverKind):
     prefix = "hf"
-    description = ("multimodal LLM embedder through transformers (early fusion): hf:FAMILY@PATH, FAMILY one of "
-                   + ", ".join(sorted(FAMILIES)))
+    description = (
+        "multimodal LLM embedder through transformers (early fusion): hf:FAMILY@PATH, FAMILY one of "
+        + ", ".join(sorted(FAMILIES))
+    )
 
     def parse(self, rest: str) -> dict[str, Any]:
         name, sep, where = rest.partition("@")
@@ -95,28 +98,42 @@ class HfKind(RetrieverKind):
             if not (path / "config.json").is_file():
                 raise ValueError(f"{path} has no config.json: not a checkpoint folder in transformers' layout")
             folder = str(path.resolve())
-            return {"backend": "hf", "family": fam.name, "path": folder, "hub": None,
-                    "canonical": f"hf:{fam.name}@{folder}"}
+            return {
+                "backend": "hf",
+                "family": fam.name,
+                "path": folder,
+                "hub": None,
+                "canonical": f"hf:{fam.name}@{folder}",
+            }
         if where.startswith(("/", ".", "~")) or "\\" in where or not _HUB_NAME.match(where):
             raise ValueError(f"no checkpoint folder {where!r} (nor a hub name ORG/NAME)")
-        return {"backend": "hf", "family": fam.name, "path": None, "hub": where,
-                "canonical": f"hf:{fam.name}@{where}"}
+        return {"backend": "hf", "family": fam.name, "path": None, "hub": where, "canonical": f"hf:{fam.name}@{where}"}
 
     def fusion(self, parsed: dict[str, Any]) -> Fusion:
         return "early"
 
-    def identity(self, parsed: dict[str, Any], *, device: str, precision: str, modality_rule: str = "family",
-                 max_pixels: int | None = None) -> dict[str, Any] | None:
+    def identity(
+        self,
+        parsed: dict[str, Any],
+        *,
+        device: str,
+        precision: str,
+        modality_rule: str = "family",
+        max_pixels: int | None = None,
+    ) -> dict[str, Any] | None:
         """spec, dim and template version of a local checkpoint without building it (a hub name:
         None, the retriever is built to learn them)."""
         if not parsed.get("path"):
             return None
-        return {"spec": f"hf:{parsed['family']}@sha256:{checkpoint_digest(parsed['path'])}{amp_tag(precision, device)}",
-                "dim": checkpoint_dim(parsed["path"]),
-                "template_version": template_version(family(parsed["family"]), modality_rule, max_pixels)}
+        return {
+            "spec": f"hf:{parsed['family']}@sha256:{checkpoint_digest(parsed['path'])}{amp_tag(precision, device)}",
+            "dim": checkpoint_dim(parsed["path"]),
+            "template_version": template_version(family(parsed["family"]), modality_rule, max_pixels),
+        }
 
-    def build(self, parsed: dict[str, Any], *, device: str, precision: str, modality_rule: str = "family",
-              **options: Any) -> Retriever:
+    def build(
+        self, parsed: dict[str, Any], *, device: str, precision: str, modality_rule: str = "family", **options: Any
+    ) -> Retriever:
         from retrieval.retrievers.hf.embedder import HfRetriever
 
         return HfRetriever(parsed, device=device, precision=precision, modality_rule=modality_rule, **options)

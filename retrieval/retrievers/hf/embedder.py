@@ -16,6 +16,7 @@ no bf16) and run under autocast; a batch holds at most ``batch_size`` items and 
 ``token_budget`` image tokens, and a CUDA out-of-memory error halves the batch size (kept for
 later batches) and retries. On the CPU everything is plain fp32.
 """
+
 from __future__ import annotations
 
 import logging
@@ -80,7 +81,7 @@ def fit_image(fam: Family, image: Image.Image, max_pixels: int | None = None) ->
 class Item:
     prompt: str
     image: Image.Image | None
-    tokens: int             # estimated image tokens (for the budget)
+    tokens: int  # estimated image tokens (for the budget)
 
 
 class HfRetriever:
@@ -88,9 +89,17 @@ class HfRetriever:
 
     fusion = "early"
 
-    def __init__(self, parsed: dict[str, Any], *, device: str | None = None, precision: str = "fp32",
-                 modality_rule: str = "family", batch_size: int | None = None, max_pixels: int | None = None,
-                 token_budget: int | None = None) -> None:
+    def __init__(
+        self,
+        parsed: dict[str, Any],
+        *,
+        device: str | None = None,
+        precision: str = "fp32",
+        modality_rule: str = "family",
+        batch_size: int | None = None,
+        max_pixels: int | None = None,
+        token_budget: int | None = None,
+    ) -> None:
         from transformers import AutoModelForImageTextToText, AutoProcessor
         from transformers.utils import logging as hf_logging
 
@@ -106,12 +115,19 @@ class HfRetriever:
         source, local = (parsed["path"], True) if parsed.get("path") else (parsed["hub"], False)
         self.processor = AutoProcessor.from_pretrained(source, local_files_only=local)
         self.processor.tokenizer.padding_side = self.family.padding_side
-        self.model = AutoModelForImageTextToText.from_pretrained(
-            source, local_files_only=local, dtype=self.amp_dtype or torch.float32).to(self.device).eval()
+        self.model = (
+            AutoModelForImageTextToText.from_pretrained(
+                source, local_files_only=local, dtype=self.amp_dtype or torch.float32
+            )
+            .to(self.device)
+            .eval()
+        )
         backbone = self.model.config.model_type
         if backbone not in self.family.backbones:
-            raise ValueError(f"hf family {self.family.name} runs on {', '.join(self.family.backbones)}, "
-                             f"not on a {backbone} checkpoint ({source})")
+            raise ValueError(
+                f"hf family {self.family.name} runs on {', '.join(self.family.backbones)}, "
+                f"not on a {backbone} checkpoint ({source})"
+            )
         self.emb_token_id = self._emb_token() if self.family.pooling == "before-emb" else None
         folder = source if local else self._hub_snapshot(source)
         weights = f"sha256:{checkpoint_digest(folder)}" if folder else f"hub:{source}"
@@ -146,8 +162,9 @@ class HfRetriever:
 
     def _prompt(self, role: str, text: str | None, has_image: bool) -> str:
         if self._chat:
-            return self.processor.apply_chat_template(messages(self.family, role, text, has_image), tokenize=False,
-                                                      add_generation_prompt=True)
+            return self.processor.apply_chat_template(
+                messages(self.family, role, text, has_image), tokenize=False, add_generation_prompt=True
+            )
         return render(self.family, role, text, has_image)
 
     def _item(self, role: str, image: Image.Image | None, text: str | None) -> Item:
@@ -233,7 +250,7 @@ class HfRetriever:
         while pending:
             chunk = pending.pop(0)
             if len(chunk) > self.batch_size:  # planned before a backoff: split at the new size
-                pending[:0] = [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+                pending[:0] = [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
                 continue
             try:
                 out.append(self._encode(chunk))

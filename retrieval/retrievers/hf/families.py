@@ -27,6 +27,7 @@ Each family states, from its authors' public inference code:
 All families L2-normalise the pooled vector. Changing any template here changes
 :data:`TEMPLATE_VERSION`, which is part of every cached query's key.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,11 +37,12 @@ from typing import Any
 
 #: Bumped by hand when the code that applies the templates changes meaning.
 TEMPLATE_REVISION = 1
-QWEN_FACTOR = 28            # Qwen2-VL / Qwen2.5-VL: 14-pixel patches merged 2 x 2
-QWEN3_FACTOR = 32           # Qwen3-VL: 16-pixel patches merged 2 x 2
+QWEN_FACTOR = 28  # Qwen2-VL / Qwen2.5-VL: 14-pixel patches merged 2 x 2
+QWEN3_FACTOR = 32  # Qwen3-VL: 16-pixel patches merged 2 x 2
 
-LLAMA3_TURN = ("<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>"
-               "<|start_header_id|>assistant<|end_header_id|>\n\n \n")
+LLAMA3_TURN = (
+    "<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n \n"
+)
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ class Resize:
 class Family:
     name: str
     title: str
-    backbones: tuple[str, ...]       # transformers model_type values the family runs on
-    layout: str                      # plain | chat | lamra | llama3
+    backbones: tuple[str, ...]  # transformers model_type values the family runs on
+    layout: str  # plain | chat | lamra | llama3
     mm: str
     text: str
     image: str
@@ -75,8 +77,8 @@ class Family:
     #: Chat families: the system line when a template gives none; its end punctuation rule.
     default_instruction: str = ""
     end_instruction_with_punctuation: bool = False
-    empty_input: str = ""            # what a chat family writes for no text and no image
-    chat_suffix: str = ""            # written after the assistant header (GME: <|endoftext|>)
+    empty_input: str = ""  # what a chat family writes for no text and no image
+    chat_suffix: str = ""  # written after the assistant header (GME: <|endoftext|>)
     #: The family's code renders its prompt with the checkpoint's chat template (used when the
     #: checkpoint has one; :func:`render` writes the same turn otherwise).
     uses_chat_template: bool = False
@@ -88,74 +90,99 @@ class Family:
         return {"mm": self.mm, "text": self.text, "image": self.image, "candidate": self.candidate}
 
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (
-    Family(
-        name="gme", title="GME (GME-Qwen2VL)", backbones=("qwen2_vl",), layout="chat",
-        # GME's instructions are the system line; candidates always take the default one.
-        mm="Retrieve a day-to-day image that aligns with the modification instructions of the provided image.",
-        text="Find an image that matches the given text.",
-        image="Find a day-to-day image that looks similar to the provided image.",
-        candidate="You are a helpful assistant.",
-        default_instruction="You are a helpful assistant.",
-        chat_suffix="<|endoftext|>",
-        positions="plain",
-        resize=Resize(factor=QWEN_FACTOR, min_pixels=4 * 28 * 28, max_pixels=16384 * 28 * 28,
-                      processor_min_pixels=256 * 28 * 28, processor_max_pixels=1280 * 28 * 28),
-        max_length=1800,
-        source="Alibaba-NLP/gme-Qwen2-VL-2B-Instruct gme_inference.py (GmeQwen2VL.embed/forward)",
-    ),
-    Family(
-        name="vlm2vec", title="VLM2Vec-V2 (Qwen2-VL backbone)", backbones=("qwen2_vl", "qwen2_5_vl"),
-        layout="plain", image_token="<|image_pad|>",
-        # MMEB-V2's CIRR, MSCOCO_t2i and NIGHTS instructions, laid out as its eval code does
-        # (image_i2i_vg_dataset.py for CIRR and NIGHTS and their candidates, image_t2i_eval.py for text).
-        mm="{image}\nGiven an image, find a similar everyday image with the described changes: {text}\n",
-        text="Find me an everyday image that matches the given caption: {text}\n",
-        image="{image}\nFind a day-to-day image that looks similar to the provided image.\n",
-        candidate="{image}\nRepresent the given image.",
-        resize=Resize(processor_min_pixels=4 * 28 * 28, processor_max_pixels=1280 * 28 * 28, tiny_side=28),
-        source="TIGER-AI-Lab/VLM2Vec src/model/processor.py (Qwen2_VL_process_fn, process_input_text), "
-               "src/model/model.py (_pooling), src/data/eval_dataset/image_i2i_vg_dataset.py",
-    ),
-    Family(
-        name="lamra", title="LamRA-Ret (Qwen2-VL / Qwen2.5-VL)", backbones=("qwen2_vl", "qwen2_5_vl"),
-        layout="lamra",
-        mm="{image}I'm looking for a similar everyday image with the described changes. {text}"
-           "\nSummarize above image and sentence in one word: ",
-        text="{text}\nSummarize above sentence in one word: ",
-        image="{image}\nSummarize above image in one word: ",
-        candidate="{image}\nSummarize above image in one word: ",
-        default_instruction="You are a helpful assistant.",
-        pooling="before-emb", uses_chat_template=True,
-        resize=Resize(factor=QWEN_FACTOR, min_pixels=4 * 28 * 28, max_pixels=300 * 28 * 28),
-        source="Code-kunkun/LamRA demo.py, dataset/datasets_circo.py, collators/qwen2_vision_process.py",
-    ),
-    Family(
-        name="qwen3-vl-embedding", title="Qwen3-VL-Embedding", backbones=("qwen3_vl",), layout="chat",
-        mm="Given an image, find a similar everyday image with the described changes.",
-        text="Retrieve images or text relevant to the user's query.",
-        image="Find a day-to-day image that looks similar to the provided image.",
-        candidate="Represent the user's input.",
-        default_instruction="Represent the user's input.",
-        end_instruction_with_punctuation=True,
-        empty_input="NULL", uses_chat_template=True,
-        resize=Resize(factor=QWEN3_FACTOR, min_pixels=4 * 32 * 32, max_pixels=1800 * 32 * 32,
-                      processor_resizes=False),
-        max_length=8192,
-        source="QwenLM/Qwen3-VL-Embedding src/models/qwen3_vl_embedding.py (Qwen3VLEmbedder)",
-    ),
-    Family(
-        name="e5-v", title="E5-V (LLaVA-NeXT, Llama-3 prompts)", backbones=("llava_next",), layout="llama3",
-        image_token="<image>",
-        # E5-V's CIRR prompts (retrieval.py, llava_llama3) and its README's sentence prompt.
-        mm='{image}Modify this image with "{text}", desribe modified image in one word:',
-        text="{text}\nSummary above sentence in one word: ",
-        image="{image}\n Describe this image in one word:",
-        candidate="{image}\n Describe this image in one word:",
-        padding_side="left",
-        source="kongds/E5-V README.md and retrieval.py (cir, llava_llama3)",
-    ),
-)}
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            name="gme",
+            title="GME (GME-Qwen2VL)",
+            backbones=("qwen2_vl",),
+            layout="chat",
+            # GME's instructions are the system line; candidates always take the default one.
+            mm="Retrieve a day-to-day image that aligns with the modification instructions of the provided image.",
+            text="Find an image that matches the given text.",
+            image="Find a day-to-day image that looks similar to the provided image.",
+            candidate="You are a helpful assistant.",
+            default_instruction="You are a helpful assistant.",
+            chat_suffix="<|endoftext|>",
+            positions="plain",
+            resize=Resize(
+                factor=QWEN_FACTOR,
+                min_pixels=4 * 28 * 28,
+                max_pixels=16384 * 28 * 28,
+                processor_min_pixels=256 * 28 * 28,
+                processor_max_pixels=1280 * 28 * 28,
+            ),
+            max_length=1800,
+            source="Alibaba-NLP/gme-Qwen2-VL-2B-Instruct gme_inference.py (GmeQwen2VL.embed/forward)",
+        ),
+        Family(
+            name="vlm2vec",
+            title="VLM2Vec-V2 (Qwen2-VL backbone)",
+            backbones=("qwen2_vl", "qwen2_5_vl"),
+            layout="plain",
+            image_token="<|image_pad|>",
+            # MMEB-V2's CIRR, MSCOCO_t2i and NIGHTS instructions, laid out as its eval code does
+            # (image_i2i_vg_dataset.py for CIRR and NIGHTS and their candidates, image_t2i_eval.py for text).
+            mm="{image}\nGiven an image, find a similar everyday image with the described changes: {text}\n",
+            text="Find me an everyday image that matches the given caption: {text}\n",
+            image="{image}\nFind a day-to-day image that looks similar to the provided image.\n",
+            candidate="{image}\nRepresent the given image.",
+            resize=Resize(processor_min_pixels=4 * 28 * 28, processor_max_pixels=1280 * 28 * 28, tiny_side=28),
+            source="TIGER-AI-Lab/VLM2Vec src/model/processor.py (Qwen2_VL_process_fn, process_input_text), "
+            "src/model/model.py (_pooling), src/data/eval_dataset/image_i2i_vg_dataset.py",
+        ),
+        Family(
+            name="lamra",
+            title="LamRA-Ret (Qwen2-VL / Qwen2.5-VL)",
+            backbones=("qwen2_vl", "qwen2_5_vl"),
+            layout="lamra",
+            mm="{image}I'm looking for a similar everyday image with the described changes. {text}"
+            "\nSummarize above image and sentence in one word: ",
+            text="{text}\nSummarize above sentence in one word: ",
+            image="{image}\nSummarize above image in one word: ",
+            candidate="{image}\nSummarize above image in one word: ",
+            default_instruction="You are a helpful assistant.",
+            pooling="before-emb",
+            uses_chat_template=True,
+            resize=Resize(factor=QWEN_FACTOR, min_pixels=4 * 28 * 28, max_pixels=300 * 28 * 28),
+            source="Code-kunkun/LamRA demo.py, dataset/datasets_circo.py, collators/qwen2_vision_process.py",
+        ),
+        Family(
+            name="qwen3-vl-embedding",
+            title="Qwen3-VL-Embedding",
+            backbones=("qwen3_vl",),
+            layout="chat",
+            mm="Given an image, find a similar everyday image with the described changes.",
+            text="Retrieve images or text relevant to the user's query.",
+            image="Find a day-to-day image that looks similar to the provided image.",
+            candidate="Represent the user's input.",
+            default_instruction="Represent the user's input.",
+            end_instruction_with_punctuation=True,
+            empty_input="NULL",
+            uses_chat_template=True,
+            resize=Resize(
+                factor=QWEN3_FACTOR, min_pixels=4 * 32 * 32, max_pixels=1800 * 32 * 32, processor_resizes=False
+            ),
+            max_length=8192,
+            source="QwenLM/Qwen3-VL-Embedding src/models/qwen3_vl_embedding.py (Qwen3VLEmbedder)",
+        ),
+        Family(
+            name="e5-v",
+            title="E5-V (LLaVA-NeXT, Llama-3 prompts)",
+            backbones=("llava_next",),
+            layout="llama3",
+            image_token="<image>",
+            # E5-V's CIRR prompts (retrieval.py, llava_llama3) and its README's sentence prompt.
+            mm='{image}Modify this image with "{text}", desribe modified image in one word:',
+            text="{text}\nSummary above sentence in one word: ",
+            image="{image}\n Describe this image in one word:",
+            candidate="{image}\n Describe this image in one word:",
+            padding_side="left",
+            source="kongds/E5-V README.md and retrieval.py (cir, llava_llama3)",
+        ),
+    )
+}
 
 
 def family(name: str) -> Family:
@@ -197,8 +224,10 @@ def render(fam: Family, role: str, text: str | None, has_image: bool) -> str:
         return _chat(fam, instruction_of(fam, template), text, has_image)
     body = template.replace("{image}", fam.image_token if has_image else "").replace("{text}", text or "")
     if fam.layout == "lamra":
-        return (f"<|im_start|>system\n{fam.default_instruction}<|im_end|>\n<|im_start|>user\n{body}"
-                "<|im_end|>\n<|im_start|>assistant\n<emb>.<|im_end|>\n<|im_start|>assistant\n")
+        return (
+            f"<|im_start|>system\n{fam.default_instruction}<|im_end|>\n<|im_start|>user\n{body}"
+            "<|im_end|>\n<|im_start|>assistant\n<emb>.<|im_end|>\n<|im_start|>assistant\n"
+        )
     if fam.layout == "llama3":
         return LLAMA3_TURN.format(prompt=body)
     return body
@@ -208,14 +237,23 @@ def _chat(fam: Family, instruction: str, text: str | None, has_image: bool) -> s
     user = (fam.image_token if has_image else "") + (text or "")
     if not has_image and text is None and fam.empty_input:
         user = fam.empty_input
-    return (f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
-            f"<|im_start|>assistant\n{fam.chat_suffix}")
+    return (
+        f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+        f"<|im_start|>assistant\n{fam.chat_suffix}"
+    )
 
 
 def describe(fam: Family) -> dict[str, Any]:
     """What the README and the audit form show of a family."""
-    return {"family": fam.name, "title": fam.title, "backbones": list(fam.backbones), **fam.templates(),
-            "pooling": fam.pooling, "positions": fam.positions, "source": fam.source}
+    return {
+        "family": fam.name,
+        "title": fam.title,
+        "backbones": list(fam.backbones),
+        **fam.templates(),
+        "pooling": fam.pooling,
+        "positions": fam.positions,
+        "source": fam.source,
+    }
 
 
 def messages(fam: Family, role: str, text: str | None, has_image: bool) -> list[dict[str, Any]]:
@@ -225,25 +263,31 @@ def messages(fam: Family, role: str, text: str | None, has_image: bool) -> list[
     image = [{"type": "image"}] if has_image else []
     if fam.layout == "lamra":
         body = template.replace("{image}", "").replace("{text}", text or "")
-        return [{"role": "user", "content": [*image, {"type": "text", "text": body}]},
-                {"role": "assistant", "content": [{"type": "text", "text": "<emb>."}]}]
+        return [
+            {"role": "user", "content": [*image, {"type": "text", "text": body}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "<emb>."}]},
+        ]
     if fam.layout != "chat":
         raise ValueError(f"family {fam.name} renders no chat template")
     content = [*image] + ([{"type": "text", "text": text}] if text is not None else [])
     if not content and fam.empty_input:
         content = [{"type": "text", "text": fam.empty_input}]
-    return [{"role": "system", "content": [{"type": "text", "text": instruction_of(fam, template)}]},
-            {"role": "user", "content": content}]
+    return [
+        {"role": "system", "content": [{"type": "text", "text": instruction_of(fam, template)}]},
+        {"role": "user", "content": content},
+    ]
 
 
 def markdown() -> str:
     """Every family with its prompts, its text-only and image-only queries, pooling and image
     sizing, as a Markdown table and a note (for the README and the docs)."""
-    out = ["| family | runs on | composed query | text-only query | image-only query | candidate | pooling | images |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| family | runs on | composed query | text-only query | image-only query | candidate | pooling | images |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for f in FAMILIES.values():
         r = f.resize
-        sizing = (f"PIL resize to multiples of {r.factor}, {r.min_pixels}-{r.max_pixels} px" if r.factor else "")
+        sizing = f"PIL resize to multiples of {r.factor}, {r.min_pixels}-{r.max_pixels} px" if r.factor else ""
         if r.processor_min_pixels or r.processor_max_pixels:
             sizing += f"{'; ' if sizing else ''}processor {r.processor_min_pixels}-{r.processor_max_pixels} px"
         cells = [f"`{f.name}`", ", ".join(f.backbones)]
@@ -253,7 +297,9 @@ def markdown() -> str:
         cells += [f"{f.pooling} ({positions} positions)", sizing or "the processor's own"]
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
-    out.append("Chat families (`gme`, `qwen3-vl-embedding`) take the template as the system instruction, the user turn "
-               "being the image then the text. Under the `circus` modality rule every query is composed: the text "
-               "with a black image of the reference's size, the image with the empty text.")
+    out.append(
+        "Chat families (`gme`, `qwen3-vl-embedding`) take the template as the system instruction, the user turn "
+        "being the image then the text. Under the `circus` modality rule every query is composed: the text "
+        "with a black image of the reference's size, the image with the empty text."
+    )
     return "\n".join(out)
