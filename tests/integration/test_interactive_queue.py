@@ -41,7 +41,7 @@ def test_every_worker_launcher_consumes_the_rounds_queue():
         "templates/_job_progress.html": 1,
     }
     for path, n in launchers.items():
-        found = re.findall(r"""-Q["', ]+([a-z,]+)|queues: str = "([a-z,]+)\"""", (ROOT / path).read_text())
+        found = re.findall(r"""-Q["',\s]+([a-z,]+)|queues: str = "([a-z,]+)\"""", (ROOT / path).read_text())
         lists = [set(filter(None, "".join(m).split(","))) for m in found]
         assert len([q for q in lists if q == queues]) >= n, (path, lists)
     production = (ROOT / "docs/guides/production.md").read_text()  # the docs page that says how to run workers
