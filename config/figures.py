@@ -23,3 +23,8 @@ def fixed(value: float, digits: int = 3, signed: bool = False) -> str:
         rounded = abs(rounded)
     text = str(rounded)
     return "+" + text if signed and rounded >= 0 else text
+
+
+def percent(share: float, digits: int = 1) -> str:
+    """A share as a percentage with ``digits`` decimals and a "%" (0.1255 -> "12.6%"), by :func:`fixed`."""
+    return f"{fixed(share * 100, digits)}%"

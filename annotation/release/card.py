@@ -10,11 +10,11 @@ from annotation.release.croissant import PLACEHOLDER, UNKNOWN_FIELDS, agreement_
 from annotation.release.facts import source_lines, study_facts
 from annotation.release.leaderboards import leaderboard_lines
 from annotation.studies.estimating import card_lines
-from config.figures import fixed
+from config.figures import percent
 
 
 def _pct(share: float | None) -> str:
-    return "n/a" if share is None else f"{fixed(share * 100, 1)}%"
+    return "n/a" if share is None else percent(share)
 
 
 def _study_numbers(f: dict[str, Any]) -> list[str]:

@@ -44,7 +44,7 @@ from annotation.studies.estimate import (
     stratum_order,
 )
 from annotation.verdicts.readmodel import ItemRow, Verdicts, decide_row, iter_item_batches
-from config.figures import fixed
+from config.figures import fixed, percent
 
 #: Completed judgements between two automatic re-plans.
 REPLAN_EVERY = 10
@@ -275,14 +275,11 @@ def card_lines(study: Study) -> list[str]:
     if est is None:
         return []
 
-    def pct(x: float) -> str:
-        return f"{fixed(x * 100, 1)}%"
-
     lines = [
         f"#### Defect rate of the whole benchmark (estimate study `{study.name}`)",
         "",
         f"{est['judged']} of {est['size']} items judged and decided; target half-width "
-        f"{pct(est['target'])}{', reached' if est['reached'] else ', not reached'}.",
+        f"{percent(est['target'])}{', reached' if est['reached'] else ', not reached'}.",
         "",
     ]
     for row in est["kinds"]:
@@ -292,7 +289,7 @@ def card_lines(study: Study) -> list[str]:
             + (
                 "not estimable yet"
                 if e is None
-                else f"{pct(e['value'])} (95% interval {pct(e['low'])} to {pct(e['high'])})"
+                else f"{percent(e['value'])} (95% interval {percent(e['low'])} to {percent(e['high'])})"
             )
         )
     weights = ", ".join(

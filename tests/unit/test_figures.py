@@ -5,7 +5,7 @@ import random
 import pytest
 from django.template.defaultfilters import floatformat
 
-from config.figures import fixed
+from config.figures import fixed, percent
 
 
 @pytest.mark.parametrize(
@@ -39,3 +39,7 @@ def test_equals_the_templates_floatformat():
     for value in values:
         for digits in (1, 2, 3, 4):
             assert fixed(value, digits) == floatformat(value, digits), (value, digits)
+
+
+def test_a_share_as_a_percentage():
+    assert (percent(0.12345), percent(0.000625, 2), percent(0.0)) == ("12.3%", "0.06%", "0.0%")
