@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from config.figures import fixed
 from retrieval.retrievers.api.catalog import PRICES_READ, ModelInfo, model_info, text_tokens
 from retrieval.retrievers.api.client import ClientConfig, batches
 
@@ -68,7 +69,7 @@ class Estimate:
         return (
             f"{self.spec}: {self.calls}+ calls, {self.query_inputs} query + {self.candidate_inputs} candidate "
             f"inputs, ~{self.text_tokens} text tokens and {self.image_units:.3g} {self.image_unit}: "
-            f"estimated ${self.usd:.2f} (list prices read {self.read}: {self.source})"
+            f"estimated ${fixed(self.usd, 2)} (list prices read {self.read}: {self.source})"
         )
 
     def as_dict(self) -> dict[str, Any]:
