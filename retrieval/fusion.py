@@ -12,6 +12,17 @@ from dataclasses import dataclass, field
 #: Cormack, Clarke & Büttcher (SIGIR 2009): score(d) = sum over rankings of 1 / (RRF_K + rank(d)).
 RRF_K = 60
 
+#: The RRF constant that chooses which images a panel holds (:func:`candidate_list`'s ``k``).
+#: Smaller than :data:`RRF_K`, so a list's top hits enter the panel even when no other list
+#: ranks them: with k = 60 over a query's eight lists (two retrievers, four each) an image
+#: ranked in the middle of four lists beat one ranked first by a single list, and the demo's
+#: wrong-target fits that one retriever's multimodal list put first or second were left out
+#: (seed 11). With the text-only lists at a quarter weight
+#: (:data:`audit.runs.panels.POOL_WEIGHTS`) the 50-deep panels of seeds 3, 5, 7, 11 and 13
+#: held 0.94, 0.95, 0.95, 0.83 and 0.85 of the fitting images over all audited queries,
+#: where k = 60 with every list alike held 0.93, 0.92, 0.94, 0.80 and 0.81 (issue 39, item 1).
+POOL_K = 15
+
 #: Most candidates a study may show per item.
 MAX_CANDIDATES = 50
 
@@ -19,29 +30,28 @@ MAX_CANDIDATES = 50
 #: image near the top of one list comes before one in the middle of all of them. With the
 #: multimodal lists at weight 1 and the lists nearest the targets at 0.5
 #: (:data:`audit.runs.panels.ORDER_WEIGHTS`) it put 0.90 and 0.91 of the demo's fitting
-#: images within an annotator's reach (seeds 7 and 3), where the pool's own order (k = 60,
-#: every list alike) put 0.85 and 0.90, and the multimodal lists alone 0.93 and 0.82
-#: (issue 39, item 1).
+#: images within an annotator's reach (seeds 7 and 3, when a tick opened one page only),
+#: where the pool's own order (k = 60, every list alike) put 0.85 and 0.90, and the
+#: multimodal lists alone 0.93 and 0.82 (issue 39, item 1).
 ORDER_K = 10
 
 
-def reciprocal_rank_fusion(rankings: Iterable[Sequence[int]], k: int = RRF_K) -> list[int]:
-    """Every id of ``rankings`` (each best first), ordered by fused score, best first.
+def reciprocal_rank_fusion(
+    rankings: Iterable[Sequence[int]], k: int = RRF_K, weights: Sequence[float] = ()
+) -> list[int]:
+    """Every id of ``rankings`` (each best first), ordered by fused score, best first; each
+    ranking counts its weight (:func:`weighted_scores`; 1 each by default).
 
     Ties are broken by the best single rank, then by id, so the order does not depend on
     the order of the rankings. A repeated id within one ranking counts once (its first rank).
     """
     if k < 0:
         raise ValueError("the RRF constant must be >= 0")
-    score: dict[int, float] = {}
+    rankings = [list(r) for r in rankings]
+    score = weighted_scores(rankings, weights or [1.0] * len(rankings), k)
     best: dict[int, int] = {}
     for ranking in rankings:
-        seen: set[int] = set()
         for rank, item in enumerate(ranking, start=1):
-            if item in seen:
-                continue
-            seen.add(item)
-            score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
             best[item] = min(best.get(item, rank), rank)
     return sorted(score, key=lambda i: (-score[i], best[i], i))
 
@@ -97,19 +107,22 @@ def candidate_list(
     exclude: Iterable[int],
     size: int,
     padding: Iterable[int] = (),
-    k: int = RRF_K,
+    k: int = POOL_K,
     order: Sequence[Sequence[int]] = (),
     order_weights: Sequence[float] = (),
+    weights: Sequence[float] = (),
 ) -> Candidates:
     """``size`` candidates: the fused ranking minus ``exclude`` (every labelled target and the
     reference), then the next ids of ``padding`` (a deterministic order of the gallery) that
     are neither excluded nor taken.
 
-    Which images the fused part holds is decided by ``rankings`` alone; ``order`` (e.g. the
-    multimodal lists, those that read the query as a whole) only orders them, likely fits
-    first: by their fusion with :data:`ORDER_K`, each list counting ``order_weights`` (1 each
-    by default), the images none of them ranked after, in fused order. An annotator sees the panel page by page, so its order decides how much of
-    it they reach (:mod:`annotation.alternatives.paging`).
+    Which images the fused part holds is decided by ``rankings`` alone: their reciprocal-rank
+    fusion with ``k`` (:data:`POOL_K`), each ranking counting ``weights`` (1 each by default).
+    ``order`` (e.g. the multimodal lists, those that read the query as a whole) only orders
+    them, likely fits first: by their fusion with :data:`ORDER_K`, each list counting
+    ``order_weights`` (1 each by default), the images none of them ranked after, in fused
+    order. An annotator sees the panel page by page, so its order decides how much of it they
+    reach (:mod:`annotation.alternatives.paging`).
 
     Blind: the fused part is at most :func:`blind_depth` long, a depth every item reaches
     whether or not its targets were retrieved, so how much is padded never depends on the
@@ -124,7 +137,7 @@ def candidate_list(
     banned = set(exclude)
     depth = min(size, blind_depth(rankings, len(banned)))
     ids: list[int] = []
-    for item in reciprocal_rank_fusion(rankings, k):
+    for item in reciprocal_rank_fusion(rankings, k, weights):
         if len(ids) == depth:
             break
         if item not in banned:

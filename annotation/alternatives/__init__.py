@@ -5,8 +5,8 @@ alternative travels:
 
 * :mod:`.payload` (pure): the ``alternatives`` field of a submitted judgement, checked
   against the candidate panel the annotator was shown;
-* :mod:`.paging` (pure): which candidates an annotator was shown (a page with a tick opens
-  the next one);
+* :mod:`.paging` (pure): which candidates an annotator was shown (the first two pages are
+  open, and a page with a tick opens the two after it);
 * :mod:`.agreement` (pure): agreement on the ticks (one binary unit per item and candidate);
 * :mod:`.decisions` (pure): the vote rule that accepts a ticked candidate (majority or
   unanimous; an adjudicator's decision overrides);

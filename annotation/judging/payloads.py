@@ -10,6 +10,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils import timezone
 
 from annotation.access import grant_images, payload_image_ids
+from annotation.alternatives.paging import PAGES_AHEAD
 from annotation.core.rounds import hides_target
 from annotation.judging.candidates import PAGE_SIZE, item_candidates
 from annotation.models import Assignment, Draft, Judgement, StudyItem
@@ -181,6 +182,7 @@ def item_payload(
         },
         "panel": panel,
         "panel_page_size": PAGE_SIZE,
+        "panel_pages_ahead": PAGES_AHEAD,
         "too_broad": study.rubric.rubric.too_broad_rule(len(panel), study.candidates) if panel else None,
         "judgement": judgement_dict(current),
         "draft": draft.payload if draft is not None else None,

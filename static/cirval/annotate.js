@@ -59,13 +59,16 @@
   let activeTurn = 0;
 
   // ---- candidate panel: tick the images that fit as well as the target ----------
-  // Pages of pageSize candidates, likely fits first. A page with a tick opens the next one,
-  // up to the panel's depth (annotation.alternatives.paging.pages_shown, the same rule on the
-  // server); the annotator may also open the next page at will ("›", PageDown) up to that
-  // depth, "None fit" included: it answers for the pages shown, never for the rest. Every
-  // shown page fits on screen; no candidate is on a page the annotator cannot reach.
+  // Pages of pageSize candidates, likely fits first. The first `ahead` pages are open, and a
+  // page with a tick opens the `ahead` pages after it, up to the panel's depth: pages open
+  // until `ahead` pages in a row bring no tick (annotation.alternatives.paging.pages_shown,
+  // the same rule on the server); the annotator may also open the next page at will ("›",
+  // PageDown) up to that depth, "None fit" included: it answers for the pages shown, never
+  // for the rest. Every shown page fits on screen; no candidate is on a page the annotator
+  // cannot reach.
   const cands = Array.from(document.querySelectorAll("#candgrid .cand"));
   const pageSize = payload.panel_page_size || 10;
+  const ahead = payload.panel_pages_ahead || 2;
   const nPages = Math.max(1, Math.ceil(cands.length / pageSize));
   const ticks = new Set((start.alternatives || []).map(Number));
   let noneFit = !!start.none_fit;
@@ -74,7 +77,7 @@
   function pagesShown() {
     let last = -1;
     cands.forEach((c, i) => { if (ticks.has(Number(c.dataset.id))) last = Math.floor(i / pageSize); });
-    return Math.min(nPages, Math.max(opened, last + 2));
+    return Math.min(nPages, Math.max(opened, last + 1 + ahead));
   }
   // the next page ("›": its first candidate; PageDown: the same place on it), opened at will if need be
   function nextPage(sameColumn) {
@@ -109,7 +112,7 @@
     next.title = page < open - 1 ? "Next page (PageDown)" : "Open more candidates (PageDown)";
     const more = document.getElementById("cand-more");
     more.textContent = open === nPages ? (nPages > 1 ? "all " + cands.length + " candidates shown" : "")
-      : page === open - 1 ? "a tick opens the next page; › opens more (up to " + cands.length + ")" : "";
+      : "a tick opens the next " + (ahead > 1 ? ahead + " pages" : "page") + "; › opens more (up to " + cands.length + ")";
     // ticks, and how many of the pool the open pages show (the rest open only after ticks)
     const shown = Math.min(cands.length, open * pageSize);
     document.getElementById("cand-count").innerHTML = (noneFit && !ticks.size ? "<b>none of these fit</b>"

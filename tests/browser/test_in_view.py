@@ -192,8 +192,8 @@ def test_session_scales_checks_and_turns_in_view(browser, live_server, demo_worl
 
 def test_every_candidate_reached_with_tab_and_ticked_with_space(browser, live_server, three_target_study):
     """The keyboard walk: Tab from the page's start reaches every candidate shown (role
-    checkbox), Space ticks the focused one, a tick opens the next page, whose candidates Tab
-    reaches too."""
+    checkbox), Space ticks the focused one, and the next page (open from the start, and kept
+    open by a tick) has candidates Tab reaches too."""
     page = open_study(
         browser, live_server.url, three_target_study, "ann", "ann-pw", (1366, 768), "#candgrid .cand.cursor"
     )
@@ -217,7 +217,7 @@ def test_every_candidate_reached_with_tab_and_ticked_with_space(browser, live_se
         assert page.get_attribute("#candgrid .cand[data-index='8'] [role=checkbox]", "aria-checked") == "true"
         page.keyboard.press(" ")  # Space again: untick
         assert page.get_attribute("#candgrid .cand[data-index='8'] [role=checkbox]", "aria-checked") == "false"
-        page.click("#cand-next")  # the tick opened page 2: Tab reaches its candidates from the pager
+        page.click("#cand-next")  # page 2 is open: Tab reaches its candidates from the pager
         page.locator("#candgrid .cand[data-index='10'] [role=checkbox]").focus()
         for i in range(10, 20):
             assert page.evaluate("() => Number(document.activeElement.closest('.cand').dataset.index)") == i

@@ -155,6 +155,6 @@ def test_make_demo_builds_audits_and_opens_studies(tmp_path, settings):
         f"{pool['fitting']} fitting images" in text.getvalue()
     )
     assert (
-        f"reachable recall (ticking every fitting image shown, pages opened by ticks only): {reach['found']} of "
+        f"reachable recall (ticking every fitting image shown, no page opened at will): {reach['found']} of "
         f"{pool['fitting']}" in text.getvalue()
     )

@@ -7,6 +7,8 @@ import pytest
 from retrieval.fusion import (
     MAX_CANDIDATES,
     ORDER_K,
+    POOL_K,
+    RRF_K,
     blind_depth,
     candidate_list,
     reciprocal_rank_fusion,
@@ -29,7 +31,7 @@ def test_rrf_scores_by_hand():
 
 def test_candidate_list_drops_targets_and_reference_and_keeps_its_size():
     pool = [[10, 11, 12, 13, 15, 16], [11, 10, 14, 17, 18]]
-    # fused: 10, 11 (1/61 + 1/62 each; 10 has the lower id), 12 (1/63), 14 (1/63), 13, 17, ...
+    # fused with POOL_K = 15: 10, 11 (1/16 + 1/17 each; 10 has the lower id), 12 (1/18), 14 (1/18), 13, 17, ...
     c = candidate_list(pool, exclude={11, 99}, size=3)
     assert c.ids == [10, 12, 14] and c.fused == 3 and c.padded == 0
     # too few in the pool: padded from the padding order, skipping excluded and taken ids
@@ -49,7 +51,7 @@ def test_the_fused_depth_does_not_tell_whether_a_target_was_retrieved():
     missed = candidate_list([[1, 2, 3, 8], [1, 4, 5, 6]], exclude={9}, size=5, padding=[90, 91, 92])
     assert blind_depth([[7, 1, 2, 3], [1, 4, 5, 6]], 1) == 3
     assert (found.fused, found.padded) == (missed.fused, missed.padded) == (3, 2)
-    # 4 is second in one list (1/62) and beats 2, third (1/63); in "missed" both are second (id order)
+    # 4 is second in one list (1/17) and beats 2, third (1/18); in "missed" both are second (id order)
     assert found.ids == [1, 4, 2, 90, 91] and missed.ids == [1, 2, 4, 90, 91]
     assert candidate_list([], {1}, 2, padding=[1, 5, 6]).ids == [5, 6]
 
@@ -93,3 +95,26 @@ def test_order_weights_count_each_ordering_list() -> None:
     assert candidate_list(rankings, set(), 4, order=[[3], [4]], order_weights=[0.5, 1.0]).ids == [4, 3, 1, 2]
     with pytest.raises(ValueError, match="one weight per ranking"):
         candidate_list(rankings, set(), 4, order=[[3], [4]], order_weights=[1.0])
+
+
+def test_the_pool_lets_a_lists_top_hit_in_and_weighs_each_list() -> None:
+    """Issue 39, item 1: with POOL_K (15) an image one list puts first beats one in the middle
+    of two lists, which k = 60 puts ahead; ``weights`` count each ranking."""
+    top_hit, middle = 1, 2
+    fill = iter(range(100, 1000))
+    lists = [[top_hit, *[next(fill) for _ in range(40)]]] + [
+        [*[next(fill) for _ in range(29)], middle] for _ in range(2)
+    ]
+    assert POOL_K == 15 and RRF_K == 60
+    at60, at15 = reciprocal_rank_fusion(lists, RRF_K), reciprocal_rank_fusion(lists, POOL_K)
+    assert at60.index(middle) < at60.index(top_hit)  # 2/90 > 1/61
+    assert at15.index(top_hit) < at15.index(middle)  # 1/16 > 2/45
+    assert candidate_list(lists, set(), 1).ids == [top_hit]
+    # the first list at a quarter: 0.25/16 < 2/45, the image in the middle of two lists leads again
+    quarter = reciprocal_rank_fusion(lists, POOL_K, [0.25, 1.0, 1.0])
+    assert quarter.index(middle) < quarter.index(top_hit)
+    assert candidate_list(lists, set(), 3, weights=[0.25, 1.0, 1.0]).ids == quarter[:3]
+    # weights of 1 are the plain fusion; one weight per ranking
+    assert reciprocal_rank_fusion(lists, POOL_K, [1.0, 1.0, 1.0]) == at15
+    with pytest.raises(ValueError, match="one weight per ranking"):
+        reciprocal_rank_fusion(lists, POOL_K, [1.0])

@@ -201,7 +201,7 @@ def _write_pool(out, pool: dict | None) -> None:
         f"{_fmt(audited['recall'])}"
     )
     out.write(
-        f"reachable recall (ticking every fitting image shown, pages opened by ticks only): "
+        f"reachable recall (ticking every fitting image shown, no page opened at will): "
         f"{pool['reachable']['found']} of {pool['fitting']} = {_fmt(pool['reachable']['recall'])}; "
         f"over all audited queries: {audited['reachable']['found']} of {audited['fitting']} = "
         f"{_fmt(audited['reachable']['recall'])}"
