@@ -24,6 +24,7 @@ from annotation.agreement.intervals import request_after_submit
 from annotation.alternatives.payload import FIELD as ALTERNATIVES
 from annotation.alternatives.payload import NONE_FIT, clean_alternatives, clean_none_fit
 from annotation.assignment import hot_rows
+from annotation.assignment.hot_rows import CANDIDATES, TURN1_COLUMNS
 from annotation.core.rubric import validate_judgement
 from annotation.core.serving import (
     PANELS_PENDING,
@@ -43,6 +44,7 @@ from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.verdicts.readmodel import assignment_counts
 from annotation.verdicts.refit import refit_pending, request_refit
 from annotation.verdicts.state import (  # noqa: F401
+    OPEN_COUNT_CAP,
     free_slot_q,
     item_slots,
     open_left,
@@ -56,8 +58,6 @@ from annotation.verdicts.state import (  # noqa: F401
 #: ``annotation.apps`` connects the estimate's re-plan (annotation.studies.estimating sits above
 #: serving, so serving never imports it).
 estimate_judged = Signal()
-
-CANDIDATES = 8  # rows locked per request: enough to step around a few racing annotators
 
 
 @dataclass
@@ -157,12 +157,12 @@ def _mine_counts(study: Study, user, now) -> dict:
     return Assignment.objects.filter(study=study, annotator=user).aggregate(**_mine_aggregates(now))
 
 
-def _resume(study: Study, user, now, counts: dict, left) -> Served | None:
-    """The annotator's own live lease, renewed, or None. ``left``: :func:`open_left`."""
+def _resume(study: Study, user, now, counts: dict, left_limit: int) -> Served | None:
+    """The annotator's own live lease, renewed, or None, with :func:`open_left` (up to ``left_limit``)."""
     own = (
         Assignment.objects.select_for_update(of=("self",))
         .select_related("item__query__dataset")
-        .annotate(open_left=left)
+        .annotate(open_left=open_left(study, user.pk, left_limit, now))
         .filter(study=study, annotator=user, status=Assignment.Status.RESERVED, lease_expires__gt=now)
         .order_by("leased_at")
         .first()
@@ -194,25 +194,17 @@ def next_assignment(study: Study, user, now=None) -> Served:
         # The items still open to the user, counted as far as their share can use (after
         # this request: one more held), read with the row that serves the item: serving
         # keeps it open to them (now held), so the count stands after serving.
-        left = open_left(study, user.pk, share_wanted(study, counts["done"] or 0, (counts["reserved"] or 0) + 1))
+        left_limit = share_wanted(study, counts["done"] or 0, (counts["reserved"] or 0) + 1)
         if counts["reserved"]:
-            resumed = _resume(study, user, now, counts, left)
+            resumed = _resume(study, user, now, counts, left_limit)
             if resumed is not None:
                 return resumed
 
         mine = Assignment.objects.filter(study=study, annotator=user).exclude(status=Assignment.Status.RELEASED)
-        gold = _gold_choice(study, user, mine, counts, left)
+        gold = _gold_choice(study, user, mine, counts, (left_limit, now))
         if gold is not None:
             return _reserve(study, user, gold[0], now, counts, gold[1])
-        open_items = served_pool(study).exclude(id__in=mine.values("item_id"))
-        # annotators per item: the quorum rule's slots plus what an adaptive rule opened for the
-        # item's votes (agreement items: everyone, in the rules)
-        items = list(
-            _with_earlier(open_items.filter(free_slot_q(study, None)), user)
-            .annotate(open_left=left)
-            .order_by(*queue_order(study))
-            .select_for_update(skip_locked=True, of=("self",))[:CANDIDATES]
-        )
+        items = candidate_items(study, user.pk, now, left_limit)
         by_suspicion = serves_by_suspicion(study)
         candidates = [
             Candidate(
@@ -232,6 +224,39 @@ def next_assignment(study: Study, user, now=None) -> Served:
             if not choice.served:
                 return Served(None, choice.rule)
         return _reserve(study, user, choice, now, counts, {i.pk: i for i in items}.get(choice.item))
+
+
+def candidate_query(study: Study, user_id: int, now, left_limit: int):
+    """THE rows "next item" chooses from: up to :data:`CANDIDATES` items of the served pool
+    (:func:`served_pool`) the user holds no assignment of, with a slot free (the quorum rule's
+    slots plus what an adaptive rule opened for the item's votes; agreement items: everyone,
+    in the rules), in the study's queue order, locked (skipping rows racing requests hold),
+    each with the items still open to the user (``open_left``: :func:`open_left` counted up
+    to ``left_limit``) and :func:`_with_earlier`'s columns."""
+    mine = Assignment.objects.filter(study=study, annotator=user_id).exclude(status=Assignment.Status.RELEASED)
+    open_items = served_pool(study).exclude(id__in=mine.values("item_id"))
+    return (
+        _with_earlier(open_items.filter(free_slot_q(study, None)), user_id)
+        .annotate(open_left=open_left(study, user_id, left_limit, now))
+        .order_by(*queue_order(study))
+        .select_for_update(skip_locked=True, of=("self",))[:CANDIDATES]
+    )
+
+
+def candidate_items(study: Study, user_id: int, now, left_limit: int) -> list[StudyItem]:
+    """:func:`candidate_query`'s rows, read by its explicit SQL (:func:`hot_rows.candidate_rows`:
+    building and compiling the queryset took about a quarter of the web tier's CPU under
+    ``bench/load.py``) with the study's rules as this module and the read model state them."""
+    rule = study.quorum_rule
+    rules = {
+        "order": queue_order(study),
+        "panels": needs_panels(study),
+        "stopped": study.estimate_stopped,
+        "slots": rule.slots(),
+        "agreement_slots": rule.slots(True, study_sizes(study)["annotators"]),
+        "left_limit": max(1, min(left_limit, OPEN_COUNT_CAP)),
+    }
+    return hot_rows.candidate_rows(study.pk, user_id, now, rules)
 
 
 def served_pool(study: Study):
@@ -275,12 +300,6 @@ def queue_order(study: Study) -> tuple[str, ...]:
     return queue_fields(study.serve_order)
 
 
-#: The first turn's columns read with an item for serving (``turn1_<column>``): a single-turn
-#: item's payload then needs no query of its own for its turn
-#: (:func:`annotation.judging.payloads.item_payload`).
-TURN1_COLUMNS = ("id", "texts", "reference_image_id", "turn_target_id", "provenance")
-
-
 def _with_earlier(items, user):
     """Items read for serving: with query and dataset (for the payload), the id of the
     user's earlier assignment of each (``earlier_id``: None when there is none) and the
@@ -294,10 +313,10 @@ def _with_earlier(items, user):
     )
 
 
-def _gold_choice(study: Study, user, mine, counts: dict, left) -> tuple[Choice, StudyItem | None] | None:
+def _gold_choice(study: Study, user, mine, counts: dict, left: tuple) -> tuple[Choice, StudyItem | None] | None:
     """A gold item when one is due (training phase, or the study's gold rate), else None.
     ``counts``: the annotator's served and gold counts (:func:`_mine_counts`); ``left``:
-    :func:`open_left`, read with the gold rows.
+    the limit and clock of :func:`open_left`, read with the gold rows.
 
     The gold query runs only when an unseen gold item exists: the study row's ``n_gold``
     (:func:`lease_state`) minus the gold items the annotator holds (``counts["gold"]``; one
@@ -318,7 +337,7 @@ def _gold_choice(study: Study, user, mine, counts: dict, left) -> tuple[Choice, 
             with_panels(study, StudyItem.objects.filter(study=study, gold=True)).exclude(id__in=mine.values("item_id")),
             user,
         )
-        .annotate(open_left=left)
+        .annotate(open_left=open_left(study, user.pk, *left))
         .order_by("order_key", "id")[:CANDIDATES]
     )
     choice = choose_gold([Candidate(item_id=i.pk, overlap=1, order_key=i.order_key) for i in items], rule)

@@ -272,11 +272,11 @@ def _mine(study: Study, user_id: int) -> dict:
     )
 
 
-def open_to(study: Study, user_id: int, n_annotators: int) -> QuerySet:
+def open_to(study: Study, user_id: int, n_annotators: int, now=None) -> QuerySet:
     """Items still open to one annotator: not gold, not submitted by them, and with a slot
-    free under the quorum rule (or held by them now). Skipped items stay open."""
+    free under the quorum rule (or held by them ``now``). Skipped items stay open."""
     mine = Assignment.objects.filter(study=study, annotator_id=user_id)
-    held = mine.filter(status=Assignment.Status.RESERVED, lease_expires__gt=timezone.now()).values("item_id")
+    held = mine.filter(status=Assignment.Status.RESERVED, lease_expires__gt=now or timezone.now()).values("item_id")
     free = free_slot_q(study, n_annotators)
     return (
         StudyItem.objects.filter(study=study, gold=False)
@@ -301,13 +301,13 @@ def share_wanted(study: Study, done: int, reserved: int) -> int:
     return max(estimate - done, reserved, 1)
 
 
-def open_left(study: Study, user_id: int, limit: int) -> RawSQL:
+def open_left(study: Study, user_id: int, limit: int, now=None) -> RawSQL:
     """An expression for the items still open to the annotator (:func:`open_to`), counted up
     to ``limit`` (:func:`share_wanted`): the "next item" engine reads it with a row it reads
     anyway, so the share costs no query of its own (issue 30: next item in <= 10 queries).
     It is an uncorrelated subquery, evaluated once per statement."""
     inner = (
-        open_to(study, user_id, study_sizes(study)["annotators"])
+        open_to(study, user_id, study_sizes(study)["annotators"], now)
         .order_by()
         .values("id")[: max(1, min(limit, OPEN_COUNT_CAP))]
     )

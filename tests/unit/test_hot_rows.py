@@ -12,16 +12,28 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.db import transaction
+from django.db.models import F
 from django.http import Http404
+from django.test import override_settings
 from django.utils import timezone
 from rest_framework.exceptions import PermissionDenied
 
-from annotation.assignment.hot_rows import EXTRA, SUBMIT_EXTRA, assignment_row, study_for_next, study_row, submit_row
-from annotation.assignment.queue import lease_state, submit_rows
+from annotation.assignment.hot_rows import (
+    EXTRA,
+    SUBMIT_EXTRA,
+    TURN1_COLUMNS,
+    assignment_row,
+    study_for_next,
+    study_row,
+    submit_row,
+)
+from annotation.assignment.queue import candidate_items, candidate_query, lease_state, next_assignment, submit_rows
 from annotation.models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
 from annotation.permissions import member_study_rows, writable_rows
 from annotation.roles import ANNOTATOR
-from retrieval.models import Dataset, Query
+from annotation.verdicts.state import OPEN_COUNT_CAP
+from retrieval.models import Dataset, Query, Turn
 from tests.conftest import make_annotator
 
 pytestmark = pytest.mark.django_db
@@ -193,3 +205,81 @@ def test_an_id_no_key_column_holds_is_no_row_not_a_server_error():
             study_for_next(user, huge)
         with pytest.raises(Http404):
             submit_row(user, huge)
+
+
+# --------------------------------------------------------------------------- next item's candidates
+
+CANDIDATE_COLUMNS = ("pk", "taken", "completed", "extra_slots", "agreement", "order_key", "suspicion", "open_left")
+
+
+def _candidates(items) -> list[tuple]:
+    return [
+        tuple(getattr(i, c) for c in CANDIDATE_COLUMNS)
+        + (i.earlier_id, i.query.external_id, i.query.n_turns, i.query.dataset.name)
+        + tuple(getattr(i, f"turn1_{c}") for c in TURN1_COLUMNS)
+        for i in items
+    ]
+
+
+def _serving_world(seed: int, users, **settings) -> Study:
+    rng = random.Random(seed)
+    ds = Dataset.objects.create(name=f"cand-{seed}", format="demo")
+    settings = {"overlap": 2, "candidates": 5, **settings}
+    study = Study.objects.create(name=f"cand-{seed}", rubric=RubricVersion.builtin("validity"), **settings)
+    study.annotators.set(users)
+    for k in range(16):
+        q = Query.objects.create(dataset=ds, external_id=f"q{k}", split="val", ordinal=k, n_turns=1 + (k % 5 == 0))
+        if k % 3:
+            Turn.objects.create(query=q, index=1, texts=[{"text": f"make it {k}"}], provenance="human")
+        StudyItem.objects.create(
+            study=study,
+            query=q,
+            order_key=rng.random(),
+            agreement=k < 2,
+            gold=k % 4 == 3,
+            suspicion=rng.random(),
+            extra_slots=rng.choice([0, 0, 1]),
+            candidates_source=rng.choice(["", "audit"]),
+        )
+    return study
+
+
+def _orm_and_raw(study_id: int, user, now, limit: int):
+    study = Study.objects.get(pk=study_id)
+    with transaction.atomic():
+        raw = _candidates(candidate_items(study, user.pk, now, limit))
+        orm = _candidates(candidate_query(study, user.pk, now, max(1, min(limit, OPEN_COUNT_CAP))))
+    return raw, orm
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_raw_candidate_rows_equal_the_orm_rule(seed):
+    users = [make_annotator(f"cand{seed}-{i}") for i in range(4)]
+    study = _serving_world(seed, users)
+    rng = random.Random(seed)
+    checked, changes = (
+        0,
+        [
+            {"overlap": 3},
+            {"serve_order": "suspicion"},
+            {"estimate": {"stopped": True}},
+            {"adaptive_max": 4},
+        ],
+    )
+    for step in range(40):
+        user = rng.choice(users)
+        now = timezone.now() + timedelta(minutes=rng.choice([0, 3, 30]))
+        for gate in (True, False):
+            with override_settings(CIRVAL_SERVE_AFTER_PANEL=gate):
+                raw, orm = _orm_and_raw(study.pk, user, now, rng.choice([1, 3, 8, 60]))
+                assert raw == orm, (step, gate)
+                checked += len(orm)
+        if step % 3 < 2:  # serve an item (an assignment, a lease, a taken slot), mostly finished: the rows change
+            with override_settings(CIRVAL_SERVE_AFTER_PANEL=False):
+                served = next_assignment(Study.objects.get(pk=study.pk), user).assignment
+            if served is not None and rng.random() < 0.7:
+                Assignment.objects.filter(pk=served.pk).update(status=Assignment.Status.DONE)
+                StudyItem.objects.filter(pk=served.item_id).update(completed=F("completed") + 1)
+        if step % 10 == 9:
+            Study.objects.filter(pk=study.pk).update(**changes[step // 10])
+    assert checked > 100
