@@ -80,10 +80,13 @@ def own_assignment(user, assignment_id: int) -> Assignment:
     """The user's own assignment in a study they still annotate (staff: any of their own);
     another annotator's, or one of a study they were removed from, gives 404."""
     rows = Assignment.objects.select_related("study__rubric", "item__query__dataset", "annotator")
-    if not roles.is_admin(user):
-        rows = rows.filter(Exists(membership(user, OuterRef("study_id"))))
-    a = rows.filter(pk=assignment_id, annotator=user).first()
-    if a is None:
+    admin = roles.is_admin(user)
+    if not admin:
+        # read in the row's SELECT, not as a WHERE semi-join: with the six joins above, the
+        # semi-join made PostgreSQL spend 20-28 ms planning this one-row read
+        rows = rows.annotate(is_member=Exists(membership(user, OuterRef("study_id"))))
+    a = rows.filter(pk=assignment_id, annotator=user).order_by("pk").first()
+    if a is None or not (admin or a.is_member):
         raise Http404("no such assignment")
     return a
 
