@@ -25,6 +25,24 @@ from annotation.core.study_settings import (
 from retrieval.jobs.models import Job
 from retrieval.models import Query
 
+#: Parsed rubrics by the text of their definition: every request reads its study's rubric
+#: from a fresh row, and parsing it (:meth:`Rubric.from_dict`, about 0.1 ms) is several times
+#: reading the key. A Rubric is immutable, so one parse serves every row with that definition.
+_PARSED_RUBRICS: dict[str, Rubric] = {}
+_PARSED_RUBRICS_MAX = 64
+
+
+def parsed_rubric(definition: dict) -> Rubric:
+    """:meth:`Rubric.from_dict` of ``definition``, parsed once per process per definition."""
+    key = repr(definition)
+    found = _PARSED_RUBRICS.get(key)
+    if found is None:
+        found = Rubric.from_dict(definition)
+        if len(_PARSED_RUBRICS) >= _PARSED_RUBRICS_MAX:
+            _PARSED_RUBRICS.clear()
+        _PARSED_RUBRICS[key] = found
+    return found
+
 
 class RubricVersion(models.Model):
     """A versioned rubric definition; judgements point at the version they were made under."""
@@ -44,7 +62,7 @@ class RubricVersion(models.Model):
 
     @cached_property
     def rubric(self) -> Rubric:
-        return Rubric.from_dict(self.definition)
+        return parsed_rubric(self.definition)
 
     @classmethod
     def builtin(cls, key: str, version: int | None = None) -> RubricVersion:
