@@ -53,7 +53,8 @@ def test_next_item_reads_a_few_rows_of_a_fresh_large_study():
     with CaptureQueriesContext(connection) as ctx:
         served = engine.next_assignment(study, user)
     assert served.assignment is not None
-    sql = next(q["sql"] for q in ctx.captured_queries if q["sql"].startswith('SELECT "annotation_studyitem"'))
+    # the candidate rows (annotation.assignment.hot_rows.candidate_rows: studyitem aliased i)
+    sql = next(q["sql"] for q in ctx.captured_queries if "FOR UPDATE OF i SKIP LOCKED" in q["sql"])
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql)
         raw = cursor.fetchone()[0]
