@@ -110,6 +110,7 @@
     const next = document.getElementById("cand-next");
     next.disabled = page >= nPages - 1;
     next.title = page < open - 1 ? "Next page (PageDown)" : "Open more candidates (PageDown)";
+    next.setAttribute("aria-label", page < open - 1 ? "Next page of candidates" : "More candidates");
     const more = document.getElementById("cand-more");
     more.textContent = open === nPages ? (nPages > 1 ? "all " + cands.length + " candidates shown" : "")
       : "a tick opens the next " + (ahead > 1 ? ahead + " pages" : "page") + "; › opens more (up to " + cands.length + ")";
@@ -145,10 +146,23 @@
     const id = Number(cands[i].dataset.id);
     if (ticks.has(id)) ticks.delete(id); else ticks.add(id);
     if (ticks.size) noneFit = false;
+    clearPending = false;
     cursor = i;
     renderPanel(); edited(); hideError();
   }
-  function setNoneFit() { ticks.clear(); noneFit = true; renderPanel(); edited(); hideError(); }
+  // "None fit" clears the ticks: with ticks on the panel the first press only says so, and a
+  // second press (with no tick in between) clears them, so one key never drops an answer unseen.
+  let clearPending = false;
+  function setNoneFit() {
+    if (ticks.size && !clearPending) {
+      clearPending = true;
+      renderPanel();
+      document.getElementById("cand-count").innerHTML = "<b>" + ticks.size + "</b> ticked · “None fit” clears "
+        + (ticks.size > 1 ? "them" : "it") + ": press it again to confirm";
+      return;
+    }
+    clearPending = false; ticks.clear(); noneFit = true; renderPanel(); edited(); hideError();
+  }
   cands.forEach((c, i) => {
     c.addEventListener("click", (ev) => {
       if (ev.target.closest(".cand-zoom")) return; // the zoom button opens the candidate at full size (zoom.js)

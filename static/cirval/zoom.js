@@ -117,8 +117,12 @@
     port.addEventListener("pointercancel", stop);
   }
 
+  // where the keyboard focus goes back to on close: the candidate opened (its ⤢ button, which
+  // a mouse click leaves focused, is no stop of its own), so Space then ticks it again
+  let returnTo = null;
   function open(turnIndex, targetIndex, candidate) {
     const t = turns[turnIndex] || turns[0];
+    returnTo = candidate != null ? document.querySelector('#candgrid .cand[data-index="' + candidate + '"] .candpick') : null;
     const sides = [];
     const tg = targets[targetIndex] || targets[0];
     if (candidate != null && panel[candidate]) {
@@ -145,6 +149,7 @@
     document.body.classList.remove("zooming");
     panes.textContent = ""; // drops the full images
     shown = [];
+    if (returnTo) { returnTo.focus({ preventScroll: true }); returnTo = null; }
   }
 
   view.addEventListener("click", (e) => {

@@ -70,6 +70,10 @@ def test_ticks_and_none_fit_are_saved_at_once_and_kept_until_acknowledged(tab, l
 
     # the server is unreachable: "None fit" is kept in the browser, and the page says so
     page.route("**/draft/", lambda route: route.abort())
+    page.keyboard.press("0")  # with ticks on the panel, the first press only says what it would clear
+    assert "press it again to confirm" in page.inner_text("#cand-count")
+    assert page.eval_on_selector_all("#candgrid .cand:has([aria-checked=true])", "els => els.length") == 2
+    shot(page, "workbench-none-fit-confirm-1366x768")
     page.keyboard.press("0")
     page.wait_for_function(
         "() => document.getElementById('draft-status').textContent.includes('not saved on the server')"
