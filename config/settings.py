@@ -151,7 +151,7 @@ LOGOUT_REDIRECT_URL = "login"
 
 # --- HTTPS (set DJANGO_HTTPS=1 behind TLS) ------------------------------------------
 HTTPS = env_bool("DJANGO_HTTPS", False)
-# Django's database sessions, their row read by a query compiled once per process (config/sessions.py).
+# Django's database sessions, their row read by one explicit SQL statement (config/sessions.py).
 SESSION_ENGINE = "config.sessions"
 SESSION_COOKIE_HTTPONLY = True
 # No script reads the CSRF cookie: the pages put the token in <meta name="csrf-token"> or a

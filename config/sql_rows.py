@@ -22,18 +22,21 @@ def table(model) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
+def _fields(model, names: Sequence[str]) -> list:
+    """The fields ``names`` of the model, or all its concrete fields in their order."""
+    return [model._meta.get_field(n) for n in names] if names else list(model._meta.concrete_fields)
+
+
 def columns(model, alias: str, names: Sequence[str] = ()) -> str:
     """``alias."column", ...`` of the model's concrete fields in their order (or of ``names``)."""
     q = connection.ops.quote_name
-    fields = [model._meta.get_field(n) for n in names] if names else model._meta.concrete_fields
-    return ", ".join(f"{alias}.{q(f.column)}" for f in fields)
+    return ", ".join(f"{alias}.{q(f.column)}" for f in _fields(model, names))
 
 
 @cache
 def _converters(model, names: tuple[str, ...]) -> tuple:
-    fields = [model._meta.get_field(n) for n in names] if names else model._meta.concrete_fields
     out = []
-    for f in fields:
+    for f in _fields(model, names):
         col = f.get_col(model._meta.db_table)
         out.append((col, tuple(connection.ops.get_db_converters(col) + f.get_db_converters(connection))))
     return tuple(out)

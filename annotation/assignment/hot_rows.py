@@ -279,7 +279,7 @@ def _candidate_statement(order: tuple[str, ...], panels: bool, stopped: bool) ->
         f"{_open_left_sql()} "
         f"FROM {table(StudyItem)} i INNER JOIN {table(Query)} q ON i.query_id = q.id"
         f" INNER JOIN {table(Dataset)} d ON q.dataset_id = d.id"
-        f" LEFT OUTER JOIN {table(Turn)} t ON t.query_id = q.id AND t.{q('index')} = 1 "
+        f" LEFT OUTER JOIN {table(Turn)} t ON t.query_id = q.id AND t.{q(Turn._meta.get_field('index').column)} = 1 "
         "WHERE i.study_id = %s AND NOT i.gold"
         + (" AND NOT (q.n_turns = 1 AND i.candidates_source = '')" if panels else "")
         + (" AND i.taken > 0" if stopped else "")

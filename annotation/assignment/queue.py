@@ -44,10 +44,10 @@ from annotation.models import Assignment, Draft, Judgement, Study, StudyItem
 from annotation.verdicts.readmodel import assignment_counts
 from annotation.verdicts.refit import refit_pending, request_refit
 from annotation.verdicts.state import (  # noqa: F401
-    OPEN_COUNT_CAP,
     free_slot_q,
     item_slots,
     open_left,
+    open_left_limit,
     reopen_slots,
     share_wanted,
     study_sizes,
@@ -254,7 +254,7 @@ def candidate_items(study: Study, user_id: int, now, left_limit: int) -> list[St
         "stopped": study.estimate_stopped,
         "slots": rule.slots(),
         "agreement_slots": rule.slots(True, study_sizes(study)["annotators"]),
-        "left_limit": max(1, min(left_limit, OPEN_COUNT_CAP)),
+        "left_limit": open_left_limit(left_limit),
     }
     return hot_rows.candidate_rows(study.pk, user_id, now, rules)
 

@@ -301,15 +301,19 @@ def share_wanted(study: Study, done: int, reserved: int) -> int:
     return max(estimate - done, reserved, 1)
 
 
+def open_left_limit(limit: int) -> int:
+    """How far :func:`open_left` counts for a share that can use ``limit`` items: at least 1,
+    at most :data:`OPEN_COUNT_CAP`."""
+    return max(1, min(limit, OPEN_COUNT_CAP))
+
+
 def open_left(study: Study, user_id: int, limit: int, now=None) -> RawSQL:
     """An expression for the items still open to the annotator (:func:`open_to`), counted up
     to ``limit`` (:func:`share_wanted`): the "next item" engine reads it with a row it reads
     anyway, so the share costs no query of its own (issue 30: next item in <= 10 queries).
     It is an uncorrelated subquery, evaluated once per statement."""
     inner = (
-        open_to(study, user_id, study_sizes(study)["annotators"], now)
-        .order_by()
-        .values("id")[: max(1, min(limit, OPEN_COUNT_CAP))]
+        open_to(study, user_id, study_sizes(study)["annotators"], now).order_by().values("id")[: open_left_limit(limit)]
     )
     sql, params = inner.query.sql_with_params()
     return RawSQL(f"SELECT COUNT(*) FROM ({sql}) open_left", params)

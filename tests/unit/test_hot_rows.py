@@ -32,7 +32,6 @@ from annotation.assignment.queue import candidate_items, candidate_query, lease_
 from annotation.models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
 from annotation.permissions import member_study_rows, writable_rows
 from annotation.roles import ANNOTATOR
-from annotation.verdicts.state import OPEN_COUNT_CAP
 from retrieval.models import Dataset, Query, Turn
 from tests.conftest import make_annotator
 
@@ -248,7 +247,7 @@ def _orm_and_raw(study_id: int, user, now, limit: int):
     study = Study.objects.get(pk=study_id)
     with transaction.atomic():
         raw = _candidates(candidate_items(study, user.pk, now, limit))
-        orm = _candidates(candidate_query(study, user.pk, now, max(1, min(limit, OPEN_COUNT_CAP))))
+        orm = _candidates(candidate_query(study, user.pk, now, limit))
     return raw, orm
 
 
