@@ -1,18 +1,22 @@
-"""Usage: python bench/estimate.py [--studies S] [--target D] [--strata H] [--seed N] [--demo-scores FILE] [--json]
+"""Usage: python bench/estimate.py [--studies S] [--target D] [--strata H] [--seed N] [--demo-scores FILE] [--only B] [--json]
 
 Issue 40, item 2: simulated "estimate" studies (annotation/studies/estimate.py, the app's own
-functions: strata, serving plan, planning rates, estimator, stop rule) on two benchmarks:
+functions: strata, serving plan, planning rates, estimator, stop rule) on three benchmarks:
 
-* **demo**: the demo world's 160 single-turn queries, each with its planted kind
-  (retrieval/demo.py; a human rejects vague, wrong_target and too_broad,
+* **demo**: the default demo's 160 single-turn queries (``make_demo``, seed 7), each with its
+  planted kind (retrieval/demo.py; a human rejects vague, wrong_target and too_broad,
   retrieval.demo.HUMAN_EXPECTED, each its own defect kind) and the suspicion score the app
-  computed for it from the demo's audit (trained demo retrievers), read from --demo-scores
-  (default bench/estimate_demo_scores.json, written by ``--dump-demo-scores`` from a database
-  where ``manage.py make_demo`` ran; see that option).
-* **synthetic**: 4,000 items with another defect mix (4 kinds, 16 % defective, a kind the demo
-  never plants, INVALID_IMAGE_QUERY, among them) whose scores are drawn from Beta(4, 3) for a
-  defective item and Beta(2, 5) for a sound one (an informative but noisy score; the Beta
-  parameters are fixed here and were not tuned to the goals).
+  computed for it from the demo's audit (the demo retrievers as ``make_demo`` trains them), read
+  from --demo-scores (default bench/estimate_demo_scores.json; ``--dump-demo-scores`` adds the
+  demo of a database where ``manage.py make_demo [--seed N]`` ran).
+* **synthetic**: 4,000 items with another mix of the demo's planted kinds (14 % defective,
+  wrong targets first; more text-only shortcuts, which are valid but score high), each item's
+  score drawn from the scores the app gave the demos' queries of its kind (every seed in
+  --demo-scores): the score as the audit gives it, on a benchmark large enough that +/-3 points
+  is a sample, not a census.
+* **beta (a weaker score)**: 4,000 items, four rubric kinds (16 % defective, a kind the demo
+  never plants among them) whose scores are drawn from Beta(4, 3) for a defective item and
+  Beta(2, 5) for a sound one, fixed a priori: how the design fares with a less informative score.
 
 Each benchmark is run under the two designs a study may choose: the prior plan (Neyman
 allocation from the strata's mean scores, the default) and the plan re-planned from the observed
@@ -58,13 +62,27 @@ from annotation.studies.estimate import (  # noqa: E402
 )
 
 DEFAULT_SCORES = Path(__file__).resolve().parent / "estimate_demo_scores.json"
+#: The demo the "demo" benchmark is: make_demo's default seed (what ``./cirval up`` builds).
+DEMO_SEED = 7
 OVERALL = "any defect"
 GOAL_COVERAGE = (0.93, 0.97)
 GOAL_SRS_SHARE = 0.60
 GOAL_BOUND = 1.10
-#: The synthetic benchmark: items, each kind's share (exclusive kinds), score distributions.
+#: The synthetic benchmark: items, and each planted demo kind's share (exclusive kinds; the
+#: rest are sound compositions). Defects 14 % (the demo: 20 %), in another mix: wrong targets
+#: first, few vague or too-broad texts; more text-only shortcuts (valid queries that the
+#: suspicion score ranks high) than the demo has.
 SYNTHETIC_ITEMS = 4000
 SYNTHETIC_MIX = {
+    "wrong_target": 0.08,
+    "vague": 0.03,
+    "too_broad": 0.03,
+    "text_only": 0.12,
+    "image_only": 0.06,
+}
+#: The weaker-score benchmark (the synthetic one of the earlier figures): rubric kinds, shares,
+#: and scores drawn from Beta(4, 3) for a defective item and Beta(2, 5) for a sound one.
+BETA_MIX = {
     "INVALID_TEXT_QUERY": 0.05,
     "INVALID_IMAGE_QUERY": 0.03,
     "INVALID_TARGET_IMAGE": 0.06,
@@ -76,31 +94,79 @@ SYNTHETIC_BETA = {"defect": (4.0, 3.0), "sound": (2.0, 5.0)}
 # --------------------------------------------------------------------------- benchmarks
 
 
-def demo_benchmark(path: Path) -> dict:
-    """The demo's items: ``scores`` and ``kinds`` (the defect kind, '' when sound)."""
+def load_demos(path: Path) -> list[dict]:
+    """The demos of ``path`` (each ``seed``, ``made_with`` and ``queries``: external id ->
+    ``score``, planted ``kind``), by seed."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return sorted(data["demos"], key=lambda d: d["seed"])
+
+
+def demo_benchmark(path: Path, seed: int = DEMO_SEED) -> dict:
+    """The default demo's items: ``scores`` and ``kinds`` (the rubric's defect kind that a
+    human gives the planted kind, retrieval.demo.HUMAN_EXPECTED; '' when sound)."""
     from retrieval.demo import HUMAN_EXPECTED
 
-    data = json.loads(path.read_text(encoding="utf-8"))
-    ids = sorted(data["queries"])
+    demo = next((d for d in load_demos(path) if d["seed"] == seed), None)
+    if demo is None:
+        raise SystemExit(
+            f"{path} holds no demo of seed {seed}: run --dump-demo-scores where make_demo --seed {seed} ran"
+        )
+    queries = demo["queries"]
+    ids = sorted(queries)
     return {
         "name": "demo",
-        "source": f"{path.name} ({data.get('made_with', '')})",
-        "scores": [float(data["queries"][q]["score"]) for q in ids],
-        "kinds": [HUMAN_EXPECTED.get(data["queries"][q]["kind"], "") for q in ids],
+        "source": f"{path.name}, seed {seed}: {demo['made_with']}",
+        "scores": [float(queries[q]["score"]) for q in ids],
+        "kinds": [HUMAN_EXPECTED.get(queries[q]["kind"], "") for q in ids],
     }
 
 
-def synthetic_benchmark(seed: int, n: int = SYNTHETIC_ITEMS) -> dict:
+def kind_scores(path: Path) -> dict[str, list[float]]:
+    """Planted kind -> the suspicion scores the app gave the demo's queries of that kind, over
+    every demo of ``path`` (each seed audited by its own trained retrievers)."""
+    out: dict[str, list[float]] = {}
+    for demo in load_demos(path):
+        for q in demo["queries"].values():
+            out.setdefault(q["kind"], []).append(float(q["score"]))
+    return out
+
+
+def synthetic_benchmark(path: Path, seed: int, n: int = SYNTHETIC_ITEMS) -> dict:
+    """``n`` items in :data:`SYNTHETIC_MIX`; each item's score is drawn (with replacement) from
+    the scores the app gave the demos' queries of its planted kind (:func:`kind_scores`): the
+    score behaves per kind as it does on the demo, the mix and the size are another benchmark's."""
+    from retrieval.demo import HUMAN_EXPECTED
+
+    pool = kind_scores(path)
+    missing = [k for k in (*SYNTHETIC_MIX, "composition") if not pool.get(k)]
+    if missing:
+        raise SystemExit(f"{path} has no scored demo query of kind {', '.join(missing)}")
+    rng = random.Random(f"synthetic|{seed}")
+    planted = [k for k, share in SYNTHETIC_MIX.items() for _ in range(round(n * share))]
+    planted += ["composition"] * (n - len(planted))
+    rng.shuffle(planted)
+    seeds = ", ".join(str(d["seed"]) for d in load_demos(path))
+    return {
+        "name": "synthetic",
+        "source": f"{n} items, mix {SYNTHETIC_MIX} (the rest sound compositions); scores drawn per kind "
+        f"from the demos' scores (seeds {seeds})",
+        "scores": [rng.choice(pool[k]) for k in planted],
+        "kinds": [HUMAN_EXPECTED.get(k, "") for k in planted],
+    }
+
+
+def beta_benchmark(seed: int, n: int = SYNTHETIC_ITEMS) -> dict:
+    """A weaker score: :data:`BETA_MIX`, scores from :data:`SYNTHETIC_BETA` (fixed a priori)."""
     rng = random.Random(f"synthetic|{seed}")
     kinds: list[str] = []
-    for kind, share in SYNTHETIC_MIX.items():
+    for kind, share in BETA_MIX.items():
         kinds += [kind] * round(n * share)
     kinds += [""] * (n - len(kinds))
     rng.shuffle(kinds)
     scores = [rng.betavariate(*SYNTHETIC_BETA["defect" if k else "sound"]) for k in kinds]
     return {
-        "name": "synthetic",
-        "source": f"{n} items, mix {SYNTHETIC_MIX}, scores Beta{SYNTHETIC_BETA}",
+        "name": "beta (a weaker score)",
+        "source": f"{n} items, mix {BETA_MIX}, scores Beta{SYNTHETIC_BETA}",
         "scores": scores,
         "kinds": kinds,
     }
@@ -239,20 +305,22 @@ def render(r: dict) -> str:
 
 
 def dump_demo_scores(path: Path, dataset: str = "demo") -> None:
-    """Write every single-turn demo query's suspicion score and planted kind to ``path``: builds
-    (once) an estimate study over the whole demo dataset in the database of CIRVAL_VAR_DIR /
-    DATABASE_URL, where ``manage.py make_demo`` ran (the audit's trained retrievers), which scores
-    every item with the app's refresh_suspicion."""
+    """Add (or replace) in ``path`` the demo of this database: every single-turn query's suspicion
+    score and planted kind. Builds (once) an estimate study over the whole demo dataset in the
+    database of CIRVAL_VAR_DIR / DATABASE_URL, where ``manage.py make_demo [--seed N]`` ran (the
+    audit's trained retrievers), which scores every item with the app's refresh_suspicion."""
     import os
 
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
+    from annotation.management.commands.train_demo_retriever import caption_steps, default_steps
     from annotation.models import Study
     from annotation.studies.building import StudySpec, create_study
-    from annotation.studies.truth import planted_kinds
+    from annotation.studies.truth import planted_kinds, truth_path
 
+    seed = json.loads(truth_path(dataset).read_text(encoding="utf-8"))["seed"]
     name = f"{dataset}-estimate-bench"
     study = (
         Study.objects.filter(name=name).first()
@@ -261,16 +329,18 @@ def dump_demo_scores(path: Path, dataset: str = "demo") -> None:
     kinds = planted_kinds(dataset)
     rows = study.items.values_list("query__external_id", "suspicion", "suspicion_parts")
     queries = {q: {"score": round(s, 6), "kind": kinds[q], "scored": bool((p or {}).get("scored"))} for q, s, p in rows}
+    made_with = (
+        f"make_demo --seed {seed} (demo retrievers: compose {default_steps()}, caption "
+        f"{caption_steps(default_steps())} steps), "
+        f"then refresh_suspicion over its {len(queries)} single-turn queries (study {name!r})"
+    )
+    demos = [d for d in (load_demos(path) if path.exists() else []) if d["seed"] != seed]
+    demos.append({"seed": seed, "made_with": made_with, "queries": queries})
     path.write_text(
-        json.dumps(
-            {"made_with": f"make_demo (seed 7) + refresh_suspicion, study {name!r}", "queries": queries},
-            indent=0,
-            sort_keys=True,
-        )
-        + "\n",
+        json.dumps({"demos": sorted(demos, key=lambda d: d["seed"])}, indent=0, sort_keys=True) + "\n",
         encoding="utf-8",
     )
-    print(f"{len(queries)} queries written to {path}")
+    print(f"demo seed {seed}: {len(queries)} queries written to {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strata", type=int, default=DEFAULT_STRATA)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--demo-scores", default=str(DEFAULT_SCORES))
-    parser.add_argument("--only", choices=["demo", "synthetic"], default=None)
+    parser.add_argument("--only", choices=["demo", "synthetic", "beta"], default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--dump-demo-scores",
@@ -291,11 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.dump_demo_scores:
         dump_demo_scores(Path(args.demo_scores))
         return 0
-    benches = []
-    if args.only != "synthetic":
-        benches.append(demo_benchmark(Path(args.demo_scores)))
-    if args.only != "demo":
-        benches.append(synthetic_benchmark(args.seed))
+    scores = Path(args.demo_scores)
+    makers = {
+        "demo": lambda: demo_benchmark(scores),
+        "synthetic": lambda: synthetic_benchmark(scores, args.seed),
+        "beta": lambda: beta_benchmark(args.seed),
+    }
+    benches = [make() for name, make in makers.items() if args.only in (None, name)]
     results = [
         simulate(b, args.studies, args.target, args.strata, args.seed, reallocate)
         for b in benches

@@ -34,7 +34,7 @@ ed., 1977, chapter 5):
   stratum where no defect was seen yet (the low-suspicion strata, often) still adds its
   uncertainty, where 5.47 would add none. Unlike the Wald interval ``p_st +/- 1.96 sqrt(v)`` it
   stays inside [0, 1]. (bench/estimate.py measured the plain 5.47 variance in Wilson's interval
-  at 92 % coverage on its synthetic benchmark, this one at 94-96 %.) A stratum judged in full
+  at 92 % coverage on its beta benchmark, this one at 94-96 % on its large benchmarks.) A stratum judged in full
   contributes no variance; a benchmark judged in full has a point interval.
 * **Stop rule** (:func:`stop_reached`): stop serving when the overall defect rate's interval
   has a half-width (half its length) at most the study's target.

@@ -68,9 +68,9 @@ class EstimateError(ValueError):
 def check_settings(data: dict | None) -> dict:
     """The estimate settings to store (:class:`annotation.core.study_settings.EstimateSettings`):
     ``target_half_width`` in (0, 0.5], ``strata`` 1-8 and ``reallocate`` (re-plan from the
-    observed rates; default off: bench/estimate.py measured its intervals at 84-86 % coverage on
-    the demo, whose strata are sampled nearly in full, where the prior's plan covers 94 %; on a
-    large benchmark it saves about a tenth of the items)."""
+    observed rates; default off: bench/estimate.py measured its intervals at 86 % coverage on
+    the demo scored by the tests' small retrievers, whose strata are sampled nearly in full, where
+    the prior's plan covers 95 %; on a large benchmark it saves 5-12 % of the items)."""
     try:
         return EstimateSettings.parse(data).validate().to_dict()
     except SettingsError as exc:
