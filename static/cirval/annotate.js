@@ -73,7 +73,8 @@
   const ticks = new Set((start.alternatives || []).map(Number));
   let noneFit = !!start.none_fit;
   let cursor = 0;
-  let opened = 1; // pages opened at will (the ticks open more by themselves)
+  // pages opened at will (the ticks open more by themselves); a draft keeps them over a reload
+  let opened = Math.min(nPages, Math.max(1, Math.floor(Number(start.pages_opened)) || 1));
   function pagesShown() {
     let last = -1;
     cands.forEach((c, i) => { if (ticks.has(Number(c.dataset.id))) last = Math.floor(i / pageSize); });
@@ -83,8 +84,10 @@
   function nextPage(sameColumn) {
     const page = Math.floor(cursor / pageSize);
     if (page >= nPages - 1) return;
+    const more = page + 2 > opened;
     opened = Math.max(opened, page + 2);
     moveCursor(sameColumn ? cursor + pageSize : (page + 1) * pageSize);
+    if (more) edited(); // the draft keeps the page open
   }
   function panelColumns() {
     const shown = cands.filter((c) => !c.hidden);
@@ -348,7 +351,7 @@
     if (submitted || !dirty) return;
     const send = () => {
       clearTimeout(retryTimer);
-      const body = Object.assign(current(), { edited_at: lastEdit });
+      const body = Object.assign(current(), { edited_at: lastEdit, pages_opened: opened });
       fetch(urls.draft, { method: "PUT", keepalive: true, credentials: "same-origin",
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrf }, body: JSON.stringify(body) })
         .then(async (r) => {
@@ -367,6 +370,7 @@
     const d = current();
     lastEdit = Math.max(d.edited_at, lastEdit + 1);
     d.edited_at = lastEdit;
+    d.pages_opened = opened;
     try { localStorage.setItem(localKey, JSON.stringify(d)); keptLocally = true; } catch (e) { keptLocally = false; }
     say(keptLocally ? "Saving the draft…" : "Saving the draft (this browser keeps no copy)…");
     saveDraft();

@@ -132,3 +132,28 @@ def test_every_candidate_on_screen_pages_open_with_ticks_and_open_full_size(
         assert page.inner_text("#cand-page") == "page 3 of 4" and not page.is_disabled("#cand-next")
     finally:
         close_tab(page)
+
+
+def test_pages_opened_by_hand_stay_open_after_a_reload(browser, live_server, deep_panel_study):
+    """A page the annotator opened at will ("›" beyond the rule's pages) is kept in the draft:
+    a reload shows it again, where the ticks alone would open only pages 1 and 2."""
+    study = deep_panel_study
+    page = open_tab(browser, 1366, 768)
+    try:
+        login(page, live_server.url, "ann", "ann-pw")
+        page.goto(f"{live_server.url}/annotate/{study.pk}/")
+        page.wait_for_selector("#candgrid .cand.cursor")
+        assert page.inner_text("#cand-page") == "page 1 of 2"
+        page.click("#cand-next")
+        page.click("#cand-next")  # page 3: opened at will, no tick anywhere
+        assert page.inner_text("#cand-page") == "page 3 of 3"
+        page.wait_for_function("() => document.getElementById('draft-status').textContent === 'Draft saved.'")
+        page.reload()
+        page.wait_for_selector("#candgrid .cand.cursor")
+        assert page.inner_text("#cand-page") == "page 1 of 3"
+        assert page.inner_text("#cand-count") == f"0 ticked · 30 of {DEPTH} shown"
+        page.click("#cand-next")
+        page.click("#cand-next")
+        assert _shown(page) == list(range(20, 30))
+    finally:
+        close_tab(page)
