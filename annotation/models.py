@@ -146,9 +146,6 @@ class Study(models.Model):
         help_text="Which fresh item an annotator gets first: the seeded shuffle, or the most suspicious "
         "(audit/suspicion.py; staff only, annotators are never told).",
     )
-    too_broad_threshold = models.PositiveSmallIntegerField(
-        default=10, help_text="Ticked alternatives from which the page suggests QUERY_TOO_BROAD."
-    )
     alternatives_rule = models.CharField(
         max_length=10,
         default="majority",
