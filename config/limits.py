@@ -17,6 +17,13 @@ import re
 MAX_DEPTH = 32
 #: The integer range a JSON number may have: a signed 64-bit column's.
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+
+def fits_int64(value: int) -> bool:
+    """Whether ``value`` lies in :data:`INT_MIN` .. :data:`INT_MAX` (a signed 64-bit column's range)."""
+    return INT_MIN <= value <= INT_MAX
+
+
 #: Characters no stored text may hold: NUL (PostgreSQL refuses it in text and JSON) and lone
 #: UTF-16 surrogates (they cannot be encoded as UTF-8).
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

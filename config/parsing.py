@@ -25,7 +25,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from config.limits import INT_MAX, INT_MIN, MAX_DEPTH, json_path, unstorable_name
+from config.limits import MAX_DEPTH, fits_int64, json_path, unstorable_name
 
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:,]', re.S)  # strings first: a bracket inside one is text
 _ASCII_DIGITS = re.compile(r"[0-9]{1,18}")
@@ -125,7 +125,7 @@ def check_value(value: Any, field: str = "") -> None:
         elif isinstance(v, bool) or v is None:
             continue
         elif isinstance(v, int):
-            if not INT_MIN <= v <= INT_MAX:
+            if not fits_int64(v):
                 raise HostileInput(path, "integer out of range")
         elif isinstance(v, _Overflow):
             raise HostileInput(path, f"number {v.text[:40]} out of range")

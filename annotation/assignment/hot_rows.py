@@ -44,7 +44,7 @@ from django.utils import timezone
 from annotation import roles
 from annotation.models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
 from annotation.permissions import writable
-from config.limits import INT_MAX, INT_MIN
+from config.limits import fits_int64
 from config.sql_rows import columns, instance, instances, table
 from config.sql_rows import values as sql_values
 from retrieval.models import Dataset, Query, Turn
@@ -106,7 +106,7 @@ def _statement() -> str:
 def _storable(key: int) -> bool:
     """Whether ``key`` fits a 64-bit key column: a URL's id of 5,000 digits is no study, and
     SQLite's driver refuses it as a parameter (OverflowError) where the ORM's query is never run."""
-    return INT_MIN <= int(key) <= INT_MAX
+    return fits_int64(int(key))
 
 
 def study_row(user, study_id: int, now=None) -> Study | None:

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from annotation.assignment import hot_rows
 from config import limits, parsing
 from retrieval.importers import jsonstream
 from retrieval.records import ParseError
@@ -124,7 +125,10 @@ def test_top_members_streams_a_list_member_item_by_item(tmp_path):
 
 def test_one_module_holds_the_limits_of_bodies_and_files(tmp_path):
     assert parsing.MAX_DEPTH is limits.MAX_DEPTH and jsonstream.MAX_DEPTH is limits.MAX_DEPTH
-    assert (parsing.INT_MIN, parsing.INT_MAX) == (limits.INT_MIN, limits.INT_MAX) == (-(2**63), 2**63 - 1)
+    assert parsing.fits_int64 is limits.fits_int64 and hot_rows.fits_int64 is limits.fits_int64
+    assert (limits.INT_MIN, limits.INT_MAX) == (-(2**63), 2**63 - 1)
+    assert limits.fits_int64(2**63 - 1) and limits.fits_int64(-(2**63))
+    assert not limits.fits_int64(2**63) and not limits.fits_int64(-(2**63) - 1)
     body = "[" * (limits.MAX_DEPTH + 1) + "]" * (limits.MAX_DEPTH + 1)
     with pytest.raises(parsing.HostileInput, match=f"deeper than {limits.MAX_DEPTH} levels"):
         parsing.loads(body)
