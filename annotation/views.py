@@ -139,10 +139,13 @@ def history(request, study_id: int):
     rubric = study.rubric.rubric
     rows = list(rows)
     for a in rows:  # the current answer, worded as the rubric words it (the annotator never reads keys)
-        a.current = next((j for j in a.revisions.all() if j.is_current), None)
-        a.answer_label = (
-            rubric.verdict_label(a.current.category, a.current.sub_reason) if a.current and a.current.category else ""
-        )
+        a.current = j = next((r for r in a.revisions.all() if r.is_current), None)
+        if j is None:
+            a.answer_label = ""
+        elif j.category:
+            a.answer_label = rubric.verdict_label(j.category, j.sub_reason)
+        else:
+            a.answer_label = rubric.session_answer_label(j.scales or {}, j.per_turn or [], j.reject_flags or [])
     return render(request, "annotation/history.html", {"study": study, "rows": rows})
 
 

@@ -260,6 +260,24 @@ class Rubric:
         head = cat.label if cat else category
         return f"{head} / {sub.label if sub else sub_reason}" if sub_reason else head
 
+    def session_answer_label(
+        self, scales: dict[str, Any], per_turn: list[dict[str, Any]], reject_flags: list[str]
+    ) -> str:
+        """How a session answer reads to a person: each scale's label and rating (in the rubric's
+        order; keys it does not define last), the turns' verdicts counted, and the reject flags'
+        labels (``"Naturalness 4 · Coherence 3 · turns: 4 valid, 1 invalid · Duplicate"``)."""
+        known = [(sc.label, scales[sc.key]) for sc in self.scales if sc.key in scales]
+        known += [(k, v) for k, v in scales.items() if all(sc.key != k for sc in self.scales)]
+        parts = [f"{label} {value}" for label, value in known]
+        if self.turn_verdict is not None:
+            said = [row.get(self.turn_verdict.key) for row in per_turn if isinstance(row, dict)]
+            valid, invalid = sum(v is True for v in said), sum(v is False for v in said)
+            if valid or invalid:
+                parts.append(f"turns: {valid} valid, {invalid} invalid")
+        labels = {c.key: c.label for c in self.reject_flags}
+        parts += [labels.get(flag, flag) for flag in reject_flags]
+        return " · ".join(parts)
+
     @property
     def valid_category(self) -> Category | None:
         """The single category with ``valid = True`` (category rubrics), else ``None``."""

@@ -311,3 +311,14 @@ def test_adjudication_page_and_export_page_for_turns(judged, client, settings, t
     assert 'id="export-prefixes">2<' in page
     client.post(f"/studies/{judged.pk}/export/", {"sessions": "sparkle"})
     assert ExportJob.objects.filter(study=judged).count() == 1  # refused, nothing queued
+
+
+def test_my_judgements_reads_each_session_answer(judged, client) -> None:
+    """An annotator's history page words a session answer as the rubric does: every scale's
+    rating, the turns' verdicts counted and the reject flags, not a count of the scales."""
+    client.force_login(get_user_model().objects.get(username="ann_c"))
+    page = client.get(f"/annotate/{judged.pk}/history/").content.decode()
+    scales = "Naturalness 4 · Coherence 4 · Goal progress 4 · Low redundancy 4 · Overall 4"
+    assert f"{scales} · turns: 2 valid, 0 invalid · Circle" in page  # cirr_val_0001
+    assert f"{scales} · turns: 0 valid, 2 invalid<" in page  # circo_val_0000
+    assert "scales 5" not in page
