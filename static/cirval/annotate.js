@@ -267,6 +267,16 @@
       if (!on) box.querySelectorAll("input").forEach((i) => { i.checked = false; });
     });
   }
+  // the chosen category and its reasons in view inside the rubric's scrolling column (a key
+  // choice, a refused submit): what the error names is never scrolled out of sight
+  function revealChoice() {
+    const cat = form.querySelector('input[name="category"]:checked');
+    if (!cat) return;
+    const box = subBox(cat.value);
+    if (box && !box.hidden) box.scrollIntoView({ block: "nearest" });
+    const sub = form.querySelector('input[name="sub_reason"]:checked');
+    (sub || cat).closest("label").scrollIntoView({ block: "nearest" });
+  }
   function category(key) { return rubric.categories.find((c) => c.key === key); }
   function noteRequired(d) {
     if (isSession) return false;
@@ -441,7 +451,12 @@
     if (busy) return;
     const d = current();
     const p = problem(d);
-    if (p) { showError(p); if (noteRequired(d)) note.focus(); return; }
+    if (p) {
+      showError(p);
+      if (noteRequired(d)) note.focus(); // first: the note grows when focused, and the column shrinks
+      if (!isSession) revealChoice();
+      return;
+    }
     busy = true;
     const body = Object.assign({}, d, { time_spent_ms: Math.round(d.elapsed_ms), base_revision: baseRevision });
     delete body.elapsed_ms;
@@ -552,6 +567,8 @@
       return;
     }
     if (ev.ctrlKey) return;
+    // a notice's own buttons ("Keep mine", "Got it") answer Enter and Space themselves
+    if ((ev.key === "Enter" || ev.key === " ") && ev.target.closest && ev.target.closest(".notice button")) return;
     const k = ev.key.length === 1 ? ev.key.toLowerCase() : ev.key;
     if (k === "Escape" && !help.hidden) { toggleHelp(); return; }
     if (k === "?") { toggleHelp(); ev.preventDefault(); return; }
@@ -576,7 +593,7 @@
     }
     if (panelKey(ev.key)) { ev.preventDefault(); return; }
     const cat = rubric.categories.find((c) => c.shortcut_key.toLowerCase() === k);
-    if (cat) { ev.preventDefault(); setRadio("category", cat.key); form.dispatchEvent(new Event("change")); return; }
+    if (cat) { ev.preventDefault(); setRadio("category", cat.key); form.dispatchEvent(new Event("change")); revealChoice(); return; }
     const chosen = category(checked("category"));
     const sub = chosen && chosen.sub_reasons.find((s) => s.shortcut_key.toLowerCase() === k);
     if (sub) {
@@ -584,6 +601,7 @@
       setRadio("sub_reason", sub.key, subBox(chosen.key));
       form.dispatchEvent(new Event("change"));
       if (sub.requires_note && !note.value.trim()) note.focus();
+      revealChoice();
     }
   });
 

@@ -145,7 +145,10 @@ def test_two_tabs_on_one_item_conflict_offers_a_choice(page, live_server, demo_w
         second.set_viewport_size({"width": w, "height": h})
         shot(second, f"integrity-two-tabs-conflict-{w}x{h}")
     assert list(Judgement.objects.filter(assignment_id=a).values_list("category", flat=True)) == ["VALIDATED"]
-    second.click("#conflict-mine")
+    # the focus is on "Keep mine": Enter presses it (the page's Enter-submits key leaves it alone;
+    # it used to submit the same stale answer again and show the conflict once more)
+    assert second.evaluate("() => document.activeElement.id") == "conflict-mine"
+    second.keyboard.press("Enter")
     second.wait_for_function(f"() => !location.pathname.endsWith('/item/{a}/')")
     revisions = list(
         Judgement.objects.filter(assignment_id=a)
@@ -198,3 +201,39 @@ def test_end_of_share_counts_and_tab_title(page, live_server, demo_world, shot):
     page.keyboard.press("Enter")
     page.wait_for_selector("text=All done")
     assert "3 of 3 judged" in page.inner_text("main")
+
+
+def _in_rubric_view(page, selector: str) -> bool:
+    """The element lies inside the visible part of the rubric's scrolling column."""
+    return page.evaluate(
+        """(sel) => { const el = document.querySelector(sel).closest('label');
+        const body = document.querySelector('.rubric-body').getBoundingClientRect();
+        const r = el.getBoundingClientRect();
+        return r.height > 0 && r.top >= body.top - 1 && r.bottom <= body.bottom + 1 && r.bottom <= innerHeight; }""",
+        selector,
+    )
+
+
+@pytest.mark.parametrize("width,height", [(1366, 768), (1920, 1080)])
+def test_the_chosen_reason_stays_in_view_of_the_rubric_column(page, live_server, demo_world, shot, width, height):
+    """With the decision order open, a category chosen by key and its reason chosen by key are
+    scrolled into the rubric's column, and a refused submit ("Other" needs a note) shows the
+    reason it names; found clipped at 1366x768 in a browser pass."""
+    page.set_viewport_size({"width": width, "height": height})
+    study = small_study(f"reveal{width}")
+    login(page, live_server.url, "annotator1", "annotator1-demo")
+    open_item(page, live_server.url, study)
+    page.click(".decision summary")
+    page.keyboard.press("3")  # Invalid target image: six reasons open under it
+    page.keyboard.press("o")  # Other (note required): the last of them
+    page.keyboard.press("Escape")  # out of the note the reason focused
+    assert _in_rubric_view(page, 'input[name="sub_reason"][value="other"]:checked')
+    page.evaluate("() => { document.querySelector('.rubric-body').scrollTop = 0; }")  # the annotator scrolls up
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#form-error:not([hidden])")
+    assert "needs a note" in page.inner_text("#form-error")
+    assert _in_rubric_view(page, 'input[name="sub_reason"][value="other"]:checked')
+    shot(page, f"integrity-reason-in-view-{width}x{height}")
+    page.keyboard.press("Escape")
+    page.keyboard.press("5")  # Validated, the last category
+    assert _in_rubric_view(page, 'input[name="category"][value="VALIDATED"]:checked')
