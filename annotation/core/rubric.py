@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from config.limits import fits_int64
 from retrieval.records import ParseError
 from retrieval.validation import Record, is_int, json_type
 
@@ -1062,6 +1063,8 @@ def _form_int(rec: Record, name: str) -> int:
     if is_int(value):
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        if not fits_int64(int(value)):  # 1e300 is integral too: never echoed in full
+            rec.fail(name, f"out of range ({value:.3g})")
         return int(value)
     if isinstance(value, str) and _DIGITS.fullmatch(value):
         if len(value.strip().lstrip("+-")) > 18:  # never converted: Python refuses 4,300 digits

@@ -537,3 +537,12 @@ def test_the_too_broad_threshold_is_a_rubric_setting_by_default_circus_10() -> N
     assert rubric.too_broad_rule(20, 20) == {"threshold": 10, "too_small": None}
     assert "gallery is too small" in rubric.too_broad_rule(6, 20)["too_small"]  # the gallery ran short
     assert "panel shows 8 candidates" in rubric.too_broad_rule(8, 8)["too_small"]  # the study asks for fewer
+
+
+def test_a_huge_integral_number_is_refused_in_a_short_message(validity):
+    """1e300 is an integral float: refused as out of range without its 301 digits (an API pass
+    found the whole number echoed)."""
+    with pytest.raises(JudgementError) as err:
+        judged(validity, category="VALIDATED", time_spent_ms=1e300)
+    assert err.value.field == "time_spent_ms" and "out of range (1e+300)" in err.value.message
+    assert len(str(err.value)) < 120
