@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.db.models import Exists, OuterRef
+from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view
@@ -27,6 +28,7 @@ from annotation.permissions import (
     membership,
     own_assignment,
     readable_study,
+    refuse_non_annotator,
     visible_studies,
     writable_assignment,
 )
@@ -145,7 +147,10 @@ def next_item(request, pk: int):
     reopen items; ``panels_pending``: nothing now, but items wait for their candidate panels,
     which a worker is preparing: ask again after ``retry_after`` seconds, also sent as
     ``Retry-After``)."""
-    study = engine.study_for_next(request.user, pk)
+    try:
+        study = engine.study_for_next(request.user, pk)
+    except Http404:
+        refuse_non_annotator(request.user, pk)
     if not study.is_annotator:
         return Response({"detail": "You are not an annotator of this study."}, status=status.HTTP_403_FORBIDDEN)
     served = engine.next_assignment(study, request.user)
@@ -165,7 +170,10 @@ def next_item(request, pk: int):
 @extend_schema(responses={200: dict})
 @api_view(["GET"])
 def study_progress(request, pk: int):
-    study = member_study(request.user, pk)
+    try:
+        study = member_study(request.user, pk)
+    except Http404:
+        refuse_non_annotator(request.user, pk)
     if roles.is_admin(request.user):
         from annotation.assignment.progress import study_progress as full
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef
 from django.http import Http404
@@ -74,6 +76,14 @@ def readable_study(user, study_id: int) -> Study:
         raise Http404("no such study")
     study.is_annotator = False
     return study
+
+
+def refuse_non_annotator(user, study_id: int) -> NoReturn:
+    """After a member check failed: 403 ("You are not an annotator of this study.") when the user
+    may read the study (a researcher: :func:`readable_study`), so that its description and its
+    work endpoints do not disagree on whether it exists; else the 404 stands."""
+    readable_study(user, study_id)
+    raise PermissionDenied("You are not an annotator of this study.")
 
 
 def own_assignment(user, assignment_id: int) -> Assignment:

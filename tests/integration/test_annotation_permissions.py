@@ -184,4 +184,9 @@ def test_a_researcher_reads_each_study_as_the_list_shows_it(world):
     detail = api.get(f"/api/studies/{study.pk}/")
     assert detail.status_code == 200 and detail.json() == listed[study.pk]
     assert api.get(f"/api/studies/{study.pk + 999}/").status_code == 404
-    assert api.post(f"/api/studies/{study.pk}/next/").status_code == 404
+    # a study the researcher reads is not denied to exist by its work endpoints: 403, saying why
+    # (an API pass found 404 "no such study" beside the detail's 200)
+    for answer in (api.post(f"/api/studies/{study.pk}/next/"), api.get(f"/api/studies/{study.pk}/progress/")):
+        assert answer.status_code == 403 and answer.json() == {"detail": "You are not an annotator of this study."}
+    assert api.post(f"/api/studies/{study.pk + 999}/next/").status_code == 404
+    assert api.get(f"/api/studies/{study.pk + 999}/progress/").status_code == 404
