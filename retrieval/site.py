@@ -28,6 +28,28 @@ def _database() -> dict:
     return {"ok": True, "vendor": connection.vendor}
 
 
+_SCHEMA_CURRENT = False  # once every migration is applied, this process need not look again
+
+
+def _schema() -> dict:
+    """Every migration of the checkout applied to the database (code on an older schema answers
+    500s): a RuntimeError naming the first pending one otherwise."""
+    global _SCHEMA_CURRENT
+    if not _SCHEMA_CURRENT:
+        from django.db.migrations.executor import MigrationExecutor
+
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        if plan:
+            first = plan[0][0]
+            raise RuntimeError(
+                f"{len(plan)} unapplied migration(s), first {first.app_label}.{first.name}: "
+                "run ./cirval setup (or manage.py migrate)"
+            )
+        _SCHEMA_CURRENT = True
+    return {"ok": True}
+
+
 def _broker() -> dict:
     """Connect to the Celery broker (a short timeout: this is a health check)."""
     from celery import current_app
@@ -45,7 +67,7 @@ def _workers() -> dict:
 
 @login_not_required
 def healthz(request):
-    """Each dependency (database, broker, cache, workers) with ``ok`` and, when down, why;
+    """Each dependency (database, its schema, broker, cache, workers) with ``ok`` and, when down, why;
     200 when all are up, 503 when one is down (workers: down when work waits and no worker
     beats; the reasons are shown to staff only). ``/healthz?live=1``: 200 while this process and its database answer (for a load
     balancer: a cache or broker outage must not take the web tier out)."""
@@ -56,6 +78,7 @@ def healthz(request):
         ok = checks["database"]["ok"]
         return JsonResponse({"ok": ok, **checks}, status=200 if ok else 503)
     checks.update(
+        schema=_check(_schema) if checks["database"]["ok"] else {"ok": False, "error": "no database"},
         broker=_check(_broker),
         cache=_check(cache_health),
         workers=_check(_workers) if checks["database"]["ok"] else {"ok": False, "error": "no database"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from tests.conftest import FIXTURES
@@ -33,7 +34,34 @@ def test_login_page_is_open(client):
 def test_health_is_open(client):
     resp = client.get("/healthz")
     assert resp.status_code == 200 and resp.json()["ok"] is True
-    assert set(resp.json()) == {"ok", "database", "broker", "cache", "workers"}
+    assert set(resp.json()) == {"ok", "database", "schema", "broker", "cache", "workers"}
+
+
+def test_health_says_when_the_schema_lags_the_code(client, monkeypatch):
+    """Code served on a database that lacks a migration answers 500s (an API pass met one after a
+    pull): /healthz is 503 and names the first pending migration, until it is applied."""
+    from django.db.migrations.executor import MigrationExecutor
+    from django.db.migrations.loader import MigrationLoader
+
+    from retrieval import site
+
+    monkeypatch.setattr(site, "_SCHEMA_CURRENT", False)
+    pending = MigrationLoader(None, ignore_no_migrations=True).get_migration(
+        "annotation", "0026_drop_study_too_broad_threshold"
+    )
+    monkeypatch.setattr(MigrationExecutor, "migration_plan", lambda self, targets: [(pending, False)])
+    resp = client.get("/healthz")
+    assert resp.status_code == 503 and resp.json()["schema"] == {"ok": False}
+    admin = get_user_model().objects.create_superuser("root", password="pw")
+    client.force_login(admin)
+    error = client.get("/healthz").json()["schema"]["error"]
+    assert (
+        error
+        == "1 unapplied migration(s), first annotation.0026_drop_study_too_broad_threshold: run ./cirval setup (or manage.py migrate)"
+    )
+    monkeypatch.undo()
+    monkeypatch.setattr(site, "_SCHEMA_CURRENT", False)
+    assert client.get("/healthz").json()["schema"]["ok"] is True
 
 
 def test_the_site_icon_is_served_without_a_login(client):
