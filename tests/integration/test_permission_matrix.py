@@ -147,8 +147,8 @@ def table(w):
         "annotation:release_zip": ("GET", {"pk": w["release"].pk}, page_staff),
         "annotation:api_studies": ("GET", {}, everyone),
         "annotation:api_study": ("GET", {"pk": s}, {"member": ok, "outsider": 404, "researcher": ok, "staff": ok}),
-        "annotation:api_next": ("POST", {"pk": s}, {"member": ok, "outsider": 404, "researcher": 404, "staff": 403}),
-        "annotation:api_progress": ("GET", {"pk": s}, {"member": ok, "outsider": 404, "researcher": 404, "staff": ok}),
+        "annotation:api_next": ("POST", {"pk": s}, {"member": ok, "outsider": 404, "researcher": 403, "staff": 403}),
+        "annotation:api_progress": ("GET", {"pk": s}, {"member": ok, "outsider": 404, "researcher": 403, "staff": ok}),
         "annotation:api_assignments": ("GET", {}, everyone),
         "annotation:api_assignment": (
             "GET",
