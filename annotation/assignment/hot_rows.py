@@ -45,7 +45,7 @@ from annotation import roles
 from annotation.models import Assignment, Draft, Judgement, RubricVersion, Study, StudyItem
 from annotation.permissions import writable
 from config.limits import fits_int64
-from config.sql_rows import columns, instance, instances, table
+from config.sql_rows import columns, instances, table
 from config.sql_rows import values as sql_values
 from retrieval.models import Dataset, Query, Turn
 
@@ -138,10 +138,9 @@ def study_row(user, study_id: int, now=None) -> Study | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    n_study, n_rubric = len(Study._meta.concrete_fields), len(RubricVersion._meta.concrete_fields)
-    study = instance(Study, row[:n_study])
-    study.rubric = instance(RubricVersion, row[n_study : n_study + n_rubric])
-    extra = dict(zip(EXTRA, row[n_study + n_rubric :]))
+    study, rubric, rest = instances(row, Study, RubricVersion)
+    study.rubric = rubric
+    extra = dict(zip(EXTRA, rest))
     extra["is_annotator"] = bool(extra["is_annotator"]) and user.is_active
     extra["has_expired"] = bool(extra["has_expired"])
     # no assignment yet: the ORM's per-annotator subqueries give no row (None), as here MAX does
